@@ -1,0 +1,149 @@
+# memra: one strict Makefile (GNU Make).
+#
+#   make                 library + programs into bin/ (CUDA when the toolkit is found)
+#   make test            everything, then the unit and integration tests
+#   make debug           ASan + UBSan build of library and programs into build/san/
+#   make fuzz            libFuzzer targets for the parsers, FUZZ_SECONDS each
+#   make install PREFIX=/usr/local
+#
+# CUDA=auto|0|1 (auto: on when nvcc is found), MEMRA_CUDA_ARCH=90a (or 120a, 89 ...).
+# Missing Debian packages are installed by scripts/deps.sh on first build.
+
+MAKEFLAGS += -j$(shell nproc) --no-print-directory
+.SUFFIXES:
+.DELETE_ON_ERROR:
+.SECONDARY:
+SHELL := /bin/bash
+
+PREFIX ?= /usr/local
+CUDA ?= auto
+MEMRA_CUDA_ARCH ?= 90a
+CUDA_HOME ?= /usr/local/cuda
+FUZZ_SECONDS ?= 30
+VARIANT ?= release
+
+ifeq ($(CUDA),auto)
+  ifneq ($(wildcard $(CUDA_HOME)/bin/nvcc),)
+    override CUDA := 1
+  else
+    override CUDA := 0
+  endif
+endif
+# The sanitizer variant tests the host code; CUDA objects stay out of it.
+ifeq ($(VARIANT),san)
+  override CUDA := 0
+endif
+
+CC := gcc
+NVCC := $(CUDA_HOME)/bin/nvcc
+B := build/$(VARIANT)
+
+WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla
+CPPFLAGS := -Ilib -D_GNU_SOURCE -DMEMRA_CUDA=$(CUDA)
+CFLAGS := -std=c11 -g $(WARN) -MMD -MP -pthread
+LDFLAGS := -pthread -Wl,--as-needed
+ifeq ($(VARIANT),san)
+  CFLAGS += -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+  LDFLAGS += -fsanitize=address,undefined
+  BIN := $(B)/bin
+else
+  CFLAGS += -O2
+  BIN := bin
+endif
+
+# Libraries the GPU machine lacks, or may carry in another version, are
+# linked statically so a binary built here runs there unchanged.
+STATIC_LIBS := -Wl,-Bstatic -ljansson -lutf8proc -lpcre2-8 -Wl,-Bdynamic
+LDLIBS := $(STATIC_LIBS) -lcurl -lz -lm -ldl
+
+LIB_DIRS := lib/core lib/format lib/tok lib/model lib/engine lib/backend lib/backend/cpu lib/serve
+LIB_SRC := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
+CU_SRC :=
+ifeq ($(CUDA),1)
+  LIB_SRC += $(wildcard lib/backend/cuda/*.c)
+  CU_SRC := $(wildcard kernels/*.cu)
+  CPPFLAGS += -I$(CUDA_HOME)/include
+  LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt
+  NVCCFLAGS := -std=c++17 -O3 -g -lineinfo -Ilib -arch=sm_$(MEMRA_CUDA_ARCH) \
+               -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings -MMD -MP
+endif
+LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o) $(CU_SRC:%.cu=$(B)/%.cu.o)
+LIBA := $(if $(filter san,$(VARIANT)),$(B)/libmemra.a,lib/libmemra.a)
+
+PROGRAMS := $(patsubst bin-src/%.c,$(BIN)/%,$(wildcard bin-src/memra-*.c))
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
+TEST_TOOL_SRC := $(wildcard tests/tools/*.c)
+TEST_TOOLS := $(TEST_TOOL_SRC:tests/tools/%.c=$(B)/tests/tools/%)
+DEPS_STAMP := build/.deps-ok
+
+.PHONY: all test debug fuzz install clean unit-bins deps
+all: $(LIBA) $(PROGRAMS)
+
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP): scripts/deps.sh
+	@bash scripts/deps.sh
+	@mkdir -p $(@D) && touch $@
+
+$(B)/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(B)/%.cu.o: %.cu | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(LIBA): $(LIB_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(BIN)/%: $(B)/bin-src/%.o $(LIBA)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $< $(LIBA) $(LDLIBS) -o $@
+
+$(B)/tests/%: $(B)/tests/unit/%.o $(LIBA)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $< $(LIBA) $(LDLIBS) -o $@
+
+$(B)/tests/tools/%: $(B)/tests/tools/%.o $(LIBA)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $< $(LIBA) $(LDLIBS) -o $@
+
+unit-bins: $(UNIT_BIN) $(TEST_TOOLS)
+
+debug:
+	$(MAKE) VARIANT=san all unit-bins
+
+# The tests run the release programs and the sanitizer build of the unit
+# tests and programs, so malformed inputs are checked under ASan + UBSan.
+test: all unit-bins
+	$(MAKE) VARIANT=san all unit-bins
+	@bash tests/run.sh
+
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_LIB_SRC := lib/core/err.c lib/core/check.c lib/core/arena.c lib/core/mapfile.c \
+                lib/core/strbuf.c lib/core/json.c lib/format/dtype.c lib/format/gguf.c \
+                lib/format/safetensors.c
+build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_SRC) | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	clang -std=c11 -g -O1 $(CPPFLAGS) -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
+	  $< $(FUZZ_LIB_SRC) -Wl,-Bstatic -ljansson -Wl,-Bdynamic -o $@
+fuzz: $(FUZZ_TARGETS)
+	@for t in $(FUZZ_TARGETS); do \
+	  name=$$(basename $$t); mkdir -p build/fuzz/corpus-$$name; \
+	  echo "fuzz: $$name for $(FUZZ_SECONDS)s"; \
+	  $$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 build/fuzz/corpus-$$name \
+	      tests/fixtures/fuzz-seeds/$$name 2>build/fuzz/$$name.log || \
+	      { tail -40 build/fuzz/$$name.log; exit 1; }; \
+	  tail -1 build/fuzz/$$name.log; \
+	done
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(wildcard man/man1/*.1) $(DESTDIR)$(PREFIX)/share/man/man1
+
+clean:
+	rm -rf build bin lib/libmemra.a
+
+-include $(shell find build -name '*.d' 2>/dev/null)

@@ -1,0 +1,83 @@
+/* The normalized model config: the hyperparameters of every supported
+ * family, whatever the source (HF config.json or GGUF metadata).
+ * Fields a family does not use stay 0. */
+#ifndef MEMRA_MODEL_CONFIG_H
+#define MEMRA_MODEL_CONFIG_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "format/gguf.h"
+
+typedef enum {
+    FAMILY_LLAMA = 0, /* Llama 2/3.x, Mistral */
+    FAMILY_QWEN2,     /* QKV bias */
+    FAMILY_QWEN3,     /* QK-norm */
+    FAMILY_QWEN3_MOE, /* QK-norm + routed experts */
+    FAMILY_GEMMA3,    /* gemma3_text */
+    FAMILY_COUNT
+} model_family;
+
+typedef enum {
+    ROPE_SCALING_NONE = 0,
+    ROPE_SCALING_LINEAR,
+    ROPE_SCALING_LLAMA3,
+    ROPE_SCALING_YARN,
+} rope_scaling_kind;
+
+typedef struct {
+    model_family family;
+    char hf_architecture[64]; /* "LlamaForCausalLM" ... */
+    char hf_model_type[32];   /* "llama", "qwen3", "gemma3_text" ... */
+
+    int64_t n_vocab;
+    int64_t dim;        /* hidden_size */
+    int64_t n_layers;
+    int64_t n_heads;
+    int64_t n_kv_heads;
+    int64_t head_dim;   /* explicit in qwen3/gemma3, else dim / n_heads */
+    int64_t ffn_dim;    /* intermediate_size */
+    int64_t n_ctx_train; /* max_position_embeddings */
+    double norm_eps;
+    double rope_theta;
+    int tie_embeddings;
+    int attn_bias; /* bias on q/k/v projections (qwen2; llama's attention_bias) */
+    int qk_norm;   /* RMSNorm on q and k per head (qwen3, qwen3_moe, gemma3) */
+
+    struct {
+        rope_scaling_kind kind;
+        double factor;
+        int64_t original_ctx; /* original_max_position_embeddings */
+        double low_freq_factor, high_freq_factor; /* llama3 */
+        double beta_fast, beta_slow, attn_factor;   /* yarn */
+    } rope_scaling;
+
+    /* qwen3_moe */
+    int64_t n_experts, n_experts_used, moe_ffn_dim;
+    int norm_topk_prob;
+
+    /* gemma3 */
+    double rope_local_theta;      /* rope base of the sliding-window layers */
+    int64_t sliding_window;       /* tokens; 0 = none */
+    int64_t sliding_window_pattern; /* every Nth layer is global (6) */
+    double query_pre_attn_scalar;
+    double attn_softcap, final_softcap; /* 0 = none */
+
+    int64_t bos_id, eos_id; /* -1 when the config does not say */
+} model_config;
+
+const char *family_name(model_family f);      /* "llama", "qwen3_moe" ... */
+const char *family_gguf_arch(model_family f); /* "llama", "qwen2", "qwen3", "qwen3moe", "gemma3" */
+
+/* From a parsed HF config.json; `what` names it in errors. Unknown
+ * model_type or missing required keys are errors naming the key. */
+int config_from_hf(const json_t *cfg, const char *what, model_config *out, memra_err *err);
+/* From GGUF metadata (general.architecture and the <arch>.* keys). */
+int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err);
+/* Write general.architecture and every <arch>.* key other GGUF readers expect. */
+void config_to_gguf(const model_config *c, gguf_writer *w);
+/* An HF config.json object that config_from_hf reads back to the same config. */
+json_t *config_to_hf(const model_config *c);
+
+#endif

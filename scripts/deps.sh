@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian packages memra builds and tests with, when missing.
+# Run by make on first build; safe to run again. Needs root (or sudo) only
+# when something is actually missing.
+set -euo pipefail
+
+need=()
+have_header() { [ -e "/usr/include/$1" ] || [ -e "/usr/include/x86_64-linux-gnu/$1" ]; }
+have_header jansson.h           || need+=(libjansson-dev)
+have_header microhttpd.h        || need+=(libmicrohttpd-dev)
+have_header pcre2.h             || need+=(libpcre2-dev)
+have_header utf8proc.h          || need+=(libutf8proc-dev)
+have_header zlib.h              || need+=(zlib1g-dev)
+have_header curl/curl.h         || need+=(libcurl4-openssl-dev)
+command -v jq >/dev/null        || need+=(jq)
+command -v clang >/dev/null     || need+=(clang)
+command -v node >/dev/null      || need+=(nodejs)
+[ -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ] || \
+  ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || \
+  need+=(libclang-rt-dev)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "deps: installing ${need[*]}" >&2
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >&2

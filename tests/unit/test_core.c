@@ -1,0 +1,152 @@
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/arena.h"
+#include "core/err.h"
+#include "core/json.h"
+#include "core/log.h"
+#include "core/mapfile.h"
+#include "core/pool.h"
+#include "core/strbuf.h"
+#include "format/dtype.h"
+#include "test.h"
+
+static void test_err_wrap(void)
+{
+    memra_err e;
+    CHECK(memra_fail(&e, "offset %d out of range", 7) == -1);
+    memra_wrap(&e, "model.gguf");
+    CHECK(strcmp(e.msg, "model.gguf: offset 7 out of range") == 0);
+    CHECK(memra_fail(NULL, "ignored") == -1);
+}
+
+static void test_strbuf(void)
+{
+    strbuf sb;
+    sb_init(&sb);
+    CHECK(strcmp(sb_str(&sb), "") == 0);
+    for (int i = 0; i < 1000; i++)
+        sb_printf(&sb, "%d,", i);
+    CHECK(sb.len == strlen(sb.data));
+    CHECK(strncmp(sb.data, "0,1,2,", 6) == 0);
+    sb_clear(&sb);
+    sb_putc(&sb, 'x');
+    sb_append(&sb, "yz", 2);
+    char *s = sb_take(&sb);
+    CHECK(strcmp(s, "xyz") == 0);
+    CHECK(sb.data == NULL);
+    free(s);
+}
+
+static void test_arena(void)
+{
+    arena a;
+    arena_init(&a, 64);
+    char *p[100];
+    for (int i = 0; i < 100; i++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "string-%d", i);
+        p[i] = arena_strdup(&a, buf);
+        CHECK(((uintptr_t)p[i] & 15) == 0);
+    }
+    CHECK(strcmp(p[0], "string-0") == 0 && strcmp(p[99], "string-99") == 0);
+    void *big = arena_alloc(&a, 1 << 20);
+    CHECK(((unsigned char *)big)[(1 << 20) - 1] == 0);
+    arena_free(&a);
+}
+
+typedef struct {
+    int64_t sums[64];
+} pool_ctx;
+
+static void add_task(void *ctx, int i, int thread)
+{
+    (void)thread;
+    pool_ctx *c = ctx;
+    c->sums[i] = (int64_t)i * i;
+}
+
+static void test_pool(void)
+{
+    for (int threads = 1; threads <= 4; threads++) {
+        thread_pool *p = pool_create(threads);
+        CHECK(pool_size(p) == threads);
+        for (int round = 0; round < 50; round++) {
+            pool_ctx c;
+            memset(&c, 0, sizeof c);
+            pool_run(p, 64, add_task, &c);
+            int64_t total = 0;
+            for (int i = 0; i < 64; i++)
+                total += c.sums[i];
+            CHECK(total == 85344); /* sum of i^2, i < 64 */
+        }
+        pool_destroy(p);
+    }
+}
+
+static void test_json_getters(void)
+{
+    memra_err e;
+    json_t *j = json_parse_buf("{\"a\":4096.0,\"b\":\"x\",\"c\":1.5,\"d\":true}", 37, "t", &e);
+    CHECK(j != NULL);
+    int64_t a = 0;
+    CHECK(json_get_int(j, "a", 1, &a, "t", &e) == 0 && a == 4096);
+    CHECK(json_get_int(j, "c", 1, &a, "t", &e) == -1);
+    CHECK(strstr(e.msg, "\"c\" must be an integer") != NULL);
+    CHECK(json_get_int(j, "zz", 1, &a, "t", &e) == -1);
+    CHECK(strstr(e.msg, "missing required key \"zz\"") != NULL);
+    a = 7;
+    CHECK(json_get_int(j, "zz", 0, &a, "t", &e) == 0 && a == 7);
+    const char *s;
+    CHECK(json_get_str(j, "b", 1, &s, "t", &e) == 0 && strcmp(s, "x") == 0);
+    int d;
+    CHECK(json_get_bool(j, "d", 1, &d, "t", &e) == 0 && d == 1);
+    json_decref(j);
+    CHECK(json_parse_buf("{\"a\":1,\"a\":2}", 13, "dup.json", &e) == NULL);
+    CHECK(strncmp(e.msg, "dup.json: invalid JSON", 22) == 0);
+}
+
+static void test_files(void)
+{
+    memra_err e;
+    char path[512];
+    snprintf(path, sizeof path, "%s/core-file.bin", test_tmp_dir());
+    CHECK(write_file_atomic(path, "hello", 5, &e) == 0);
+    mapped_file mf;
+    CHECK(map_file(path, &mf, &e) == 0);
+    CHECK(mf.size == 5 && memcmp(mf.data, "hello", 5) == 0);
+    unmap_file(&mf);
+    char *buf;
+    size_t len;
+    CHECK(read_small_file(path, 4, &buf, &len, &e) == -1);
+    CHECK(strstr(e.msg, "larger than") != NULL);
+    CHECK(read_small_file(path, 5, &buf, &len, &e) == 0 && len == 5);
+    free(buf);
+    CHECK(map_file("/nonexistent/x.gguf", &mf, &e) == -1);
+    CHECK(strstr(e.msg, "/nonexistent/x.gguf: cannot open") != NULL);
+    CHECK(map_file("/", &mf, &e) == -1);
+}
+
+static void test_dtype_table(void)
+{
+    CHECK(dtype_get(DT_Q4_K)->type_size == 144 && dtype_get(DT_Q4_K)->block_size == 256);
+    CHECK(dtype_get(4) == NULL && dtype_get(31) == NULL);
+    CHECK(dtype_from_name("bf16") == DT_BF16);
+    CHECK(dtype_from_st_name("F8_E4M3") == DT_F8_E4M3);
+    CHECK(!dtype_in_ggml(DT_F8_E4M3) && dtype_in_ggml(DT_MXFP4));
+    CHECK(dtype_row_bytes(DT_Q8_0, 64) == 68);
+    CHECK(dtype_row_bytes(DT_Q8_0, 33) == -1);
+    CHECK(dtype_row_bytes(DT_F32, INT64_MAX / 2) == -1);
+}
+
+static void test_log_levels(void)
+{
+    CHECK(log_parse_level("debug") == LOG_DEBUG);
+    CHECK(log_parse_level("WARN") == LOG_WARN);
+    CHECK(log_parse_level("2") == LOG_INFO);
+    CHECK(log_parse_level("loud") == -1);
+}
+
+TEST_MAIN(TEST_CASE(test_err_wrap), TEST_CASE(test_strbuf), TEST_CASE(test_arena),
+          TEST_CASE(test_pool), TEST_CASE(test_json_getters), TEST_CASE(test_files),
+          TEST_CASE(test_dtype_table), TEST_CASE(test_log_levels))
