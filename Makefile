@@ -39,7 +39,7 @@ NVCC := $(CUDA_HOME)/bin/nvcc
 B := build/$(VARIANT)
 
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla
-CPPFLAGS := -Ilib -D_GNU_SOURCE -DMEMRA_CUDA=$(CUDA)
+CPPFLAGS := -Ilib -I. -D_GNU_SOURCE -DMEMRA_CUDA=$(CUDA)
 CFLAGS := -std=c11 -g $(WARN) -MMD -MP -pthread
 LDFLAGS := -pthread -Wl,--as-needed
 ifeq ($(VARIANT),san)
@@ -63,8 +63,8 @@ ifeq ($(CUDA),1)
   LIB_SRC += $(wildcard lib/backend/cuda/*.c)
   CU_SRC := $(wildcard kernels/*.cu)
   CPPFLAGS += -I$(CUDA_HOME)/include
-  LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt
-  NVCCFLAGS := -std=c++17 -O3 -g -lineinfo -Ilib -arch=sm_$(MEMRA_CUDA_ARCH) \
+  LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++
+  NVCCFLAGS := -std=c++17 -O3 -g -lineinfo -Ilib -I. -arch=sm_$(MEMRA_CUDA_ARCH) \
                -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings -MMD -MP
 endif
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o) $(CU_SRC:%.cu=$(B)/%.cu.o)
@@ -76,6 +76,10 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 TEST_TOOL_SRC := $(wildcard tests/tools/*.c)
 TEST_TOOLS := $(TEST_TOOL_SRC:tests/tools/%.c=$(B)/tests/tools/%)
 DEPS_STAMP := build/.deps-ok
+# Rebuild everything when CUDA or the target arch changes between runs.
+BUILD_KEY := $(B)/build-key
+$(shell mkdir -p $(B); [ "$$(cat $(BUILD_KEY) 2>/dev/null)" = "cuda=$(CUDA) arch=$(MEMRA_CUDA_ARCH)" ] || \
+        echo "cuda=$(CUDA) arch=$(MEMRA_CUDA_ARCH)" > $(BUILD_KEY))
 
 .PHONY: all test debug fuzz install clean unit-bins deps
 all: $(LIBA) $(PROGRAMS)
@@ -85,11 +89,11 @@ $(DEPS_STAMP): scripts/deps.sh
 	@bash scripts/deps.sh
 	@mkdir -p $(@D) && touch $@
 
-$(B)/%.o: %.c | $(DEPS_STAMP)
+$(B)/%.o: %.c $(BUILD_KEY) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(B)/%.cu.o: %.cu | $(DEPS_STAMP)
+$(B)/%.cu.o: %.cu $(BUILD_KEY) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 

@@ -1,0 +1,96 @@
+#include "backend/cuda/cuda_device.h"
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/copy_bandwidth.cuh"
+
+#define CUDA_TRY(call, err)                                                                \
+    do {                                                                                   \
+        cudaError_t cuda_try_rc = (call);                                                  \
+        if (cuda_try_rc != cudaSuccess)                                                    \
+            return memra_fail((err), "%s failed: %s (%s:%d)", #call,                      \
+                              cudaGetErrorString(cuda_try_rc), __FILE__, __LINE__);        \
+    } while (0)
+
+const char *device_class_name(device_class c)
+{
+    return c == DEVICE_CLASS_HOPPER ? "hopper" : "generic";
+}
+
+int cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky "no driver" error */
+        return 0;
+    }
+    return n;
+}
+
+int cuda_device_query(int index, cuda_device_info *out, memra_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int n = cuda_device_count();
+    if (index < 0 || index >= n)
+        return memra_fail(err, "CUDA device %d: not present (%d device%s found)", index, n,
+                          n == 1 ? "" : "s");
+    struct cudaDeviceProp p;
+    CUDA_TRY(cudaGetDeviceProperties(&p, index), err);
+    out->index = index;
+    snprintf(out->name, sizeof out->name, "%s", p.name);
+    out->cc_major = p.major;
+    out->cc_minor = p.minor;
+    out->sm_count = p.multiProcessorCount;
+    out->total_mem = p.totalGlobalMem;
+    /* sm_90 with HBM-sized memory: the H100/H200 class the defaults were measured on. */
+    out->klass = (p.major == 9 && p.minor == 0) ? DEVICE_CLASS_HOPPER : DEVICE_CLASS_GENERIC;
+    return 0;
+}
+
+int cuda_measure_copy_bandwidth(int index, size_t bytes, int reps, double *gbs, memra_err *err)
+{
+    cuda_device_info info;
+    if (cuda_device_query(index, &info, err) != 0)
+        return -1;
+    CUDA_TRY(cudaSetDevice(index), err);
+    bytes &= ~(size_t)15;
+    void *src = NULL, *dst = NULL;
+    cudaEvent_t start = NULL, stop = NULL;
+    int rc = -1;
+    if (cudaMalloc(&src, bytes) != cudaSuccess || cudaMalloc(&dst, bytes) != cudaSuccess) {
+        memra_fail(err, "CUDA device %d: cannot allocate 2 x %zu bytes for the bandwidth probe",
+                   index, bytes);
+        goto done;
+    }
+    cudaMemset(src, 1, bytes);
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    /* Warm-up launch, then the timed ones. */
+    if (launch_copy_16b(src, dst, bytes / 16, info.sm_count, 0) != cudaSuccess)
+        goto launch_failed;
+    cudaEventRecord(start, 0);
+    for (int r = 0; r < reps; r++)
+        if (launch_copy_16b(src, dst, bytes / 16, info.sm_count, 0) != cudaSuccess)
+            goto launch_failed;
+    cudaEventRecord(stop, 0);
+    if (cudaEventSynchronize(stop) != cudaSuccess)
+        goto launch_failed;
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    *gbs = (double)bytes * 2.0 * reps / (ms * 1e-3) / 1e9;
+    rc = 0;
+    goto done;
+launch_failed:
+    memra_fail(err, "CUDA device %d: bandwidth probe failed: %s", index,
+               cudaGetErrorString(cudaGetLastError()));
+done:
+    if (start)
+        cudaEventDestroy(start);
+    if (stop)
+        cudaEventDestroy(stop);
+    cudaFree(src);
+    cudaFree(dst);
+    return rc;
+}
