@@ -7,6 +7,9 @@
 #include "core/log.h"
 #include "core/mapfile.h"
 #include "core/pool.h"
+#include "core/rng.h"
+#include "core/cli.h"
+#include <math.h>
 #include "core/strbuf.h"
 #include "format/dtype.h"
 #include "test.h"
@@ -147,6 +150,50 @@ static void test_log_levels(void)
     CHECK(log_parse_level("loud") == -1);
 }
 
-TEST_MAIN(TEST_CASE(test_err_wrap), TEST_CASE(test_strbuf), TEST_CASE(test_arena),
+static void test_rng(void)
+{
+    rng_state a, b, c;
+    rng_seed(&a, 42, 7);
+    rng_seed(&b, 42, 7);
+    rng_seed(&c, 42, 8);
+    int same = 1, differ = 0;
+    for (int i = 0; i < 100; i++) {
+        uint64_t x = rng_next_u64(&a), y = rng_next_u64(&b), z = rng_next_u64(&c);
+        same &= x == y;
+        differ |= x != z;
+    }
+    CHECK(same && differ);
+    double sum = 0, sq = 0;
+    int n = 200000;
+    for (int i = 0; i < n; i++) {
+        float v = rng_normal(&a);
+        CHECK(isfinite(v));
+        sum += v;
+        sq += (double)v * v;
+    }
+    double mean = sum / n, var = sq / n - mean * mean;
+    CHECK_MSG(fabs(mean) < 0.01 && fabs(var - 1.0) < 0.02, "mean %f var %f", mean, var);
+    CHECK(rng_hash_str("a") != rng_hash_str("b"));
+}
+
+static void test_cli_parse(void)
+{
+    memra_err e;
+    int64_t v;
+    CHECK(cli_parse_i64("42", 0, 100, &v, "--seed", &e) == 0 && v == 42);
+    CHECK(cli_parse_i64("42x", 0, 100, &v, "--seed", &e) == -1);
+    CHECK(strstr(e.msg, "--seed: '42x' is not an integer") != NULL);
+    CHECK(cli_parse_i64("101", 0, 100, &v, "-n", &e) == -1);
+    CHECK(strstr(e.msg, "out of range") != NULL);
+    double d;
+    CHECK(cli_parse_f64("4.5e3", 1, 1e6, &d, "--bandwidth", &e) == 0 && d == 4500);
+    CHECK(cli_parse_f64("nan", 1, 1e6, &d, "--bandwidth", &e) == -1);
+    uint64_t b;
+    CHECK(cli_parse_bytes("5GB", &b, "--shard-size", &e) == 0 && b == 5000000000ull);
+    CHECK(cli_parse_bytes("2MiB", &b, "--shard-size", &e) == 0 && b == 2097152ull);
+    CHECK(cli_parse_bytes("3parsecs", &b, "--shard-size", &e) == -1);
+}
+
+TEST_MAIN(TEST_CASE(test_rng), TEST_CASE(test_cli_parse), TEST_CASE(test_err_wrap), TEST_CASE(test_strbuf), TEST_CASE(test_arena),
           TEST_CASE(test_pool), TEST_CASE(test_json_getters), TEST_CASE(test_files),
           TEST_CASE(test_dtype_table), TEST_CASE(test_log_levels))

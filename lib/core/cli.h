@@ -1,0 +1,28 @@
+/* What every program shares: the one-line error and exit convention, and
+ * number parsing that refuses trailing junk and out-of-range values. */
+#ifndef MEMRA_CORE_CLI_H
+#define MEMRA_CORE_CLI_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+
+/* Set once at the start of main: the name used in messages. */
+void cli_set_program(const char *name);
+const char *cli_program(void);
+
+/* "memra-x: <msg>" on stderr, exit 1. */
+_Noreturn void cli_fail(const memra_err *err);
+_Noreturn void cli_failf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "memra-x: <msg> (try --help)" on stderr, exit 2. */
+_Noreturn void cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Parse an integer in [min, max]; `what` names the flag in errors. */
+int cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out, const char *what,
+                  memra_err *err);
+int cli_parse_f64(const char *s, double min, double max, double *out, const char *what,
+                  memra_err *err);
+/* A byte size with an optional K/M/G/T suffix (powers of 1000; KiB/MiB/GiB for 1024). */
+int cli_parse_bytes(const char *s, uint64_t *out, const char *what, memra_err *err);
+
+#endif
