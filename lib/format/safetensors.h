@@ -47,6 +47,7 @@ typedef struct {
     st_tensor *tensors; /* in header order, shard by shard */
     int n_meta;
     st_meta *meta; /* __metadata__ of the first file */
+    int *name_order; /* tensor indices sorted by name, for st_find's binary search */
 } st_set;
 
 /* Open a single .safetensors file. */
@@ -54,11 +55,17 @@ int st_open_file(const char *path, st_set *out, memra_err *err);
 /* Open a checkpoint dir: model.safetensors.index.json (every shard it names,
  * each tensor in the shard the index says) or a single model.safetensors. */
 int st_open_dir(const char *dir, st_set *out, memra_err *err);
-/* Validate a buffer the caller keeps alive (fuzzing, tests). */
+/* Validate a buffer the caller keeps alive (fuzzing, tests). The set maps
+ * no file: n_files is 0 and every tensor's file_index is 0. */
 int st_open_buffer(const uint8_t *data, size_t size, const char *what, st_set *out,
                    memra_err *err);
+/* Safe on a set that failed to open (the open functions leave it zeroed). */
 void st_close(st_set *s);
+/* NULL when the set has no tensor of that name. */
 const st_tensor *st_find(const st_set *s, const char *name);
+/* Offset of the first byte of s[0..n) that does not start a valid UTF-8
+ * sequence (overlong forms and surrogates are invalid); n when all valid. */
+size_t st_utf8_invalid_at(const uint8_t *s, size_t n);
 
 /* ---- writing ---- */
 
@@ -66,6 +73,7 @@ typedef struct st_writer st_writer;
 
 st_writer *st_writer_new(void);
 void st_writer_free(st_writer *w);
+/* A key set twice keeps the last value; "__metadata__" is written first. */
 void st_writer_set_meta(st_writer *w, const char *key, const char *value);
 /* data is not copied and must stay valid until st_writer_write returns. */
 int st_writer_add(st_writer *w, const char *name, dtype type, int n_dims, const int64_t *shape,
