@@ -8,9 +8,14 @@ json_t *json_parse_buf(const char *buf, size_t len, const char *what, memra_err 
 {
     json_error_t je;
     json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
-    if (!root)
+    if (!root) {
+        /* jansson quotes the bad token raw; keep the message to one line. */
+        for (char *p = je.text; *p; p++)
+            if ((unsigned char)*p < 0x20)
+                *p = '?';
         memra_fail(err, "%s: invalid JSON at line %d column %d: %s", what, je.line, je.column,
                    je.text);
+    }
     return root;
 }
 
