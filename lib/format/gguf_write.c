@@ -79,7 +79,8 @@ static int copy_value(gguf_writer *w, const char *key, const gguf_value *v, gguf
         return -1;
     }
     if (v->type == GGUF_STRING) {
-        out->v.s.str = arena_strndup(&w->mem, v->v.s.str, (size_t)v->v.s.len);
+        out->v.s.len = v->v.s.str ? v->v.s.len : 0;
+        out->v.s.str = arena_strndup(&w->mem, v->v.s.str ? v->v.s.str : "", (size_t)out->v.s.len);
         return 0;
     }
     if (v->type != GGUF_ARRAY)
@@ -98,8 +99,8 @@ static int copy_value(gguf_writer *w, const char *key, const gguf_value *v, gguf
         const gguf_str *src = v->v.arr.data;
         gguf_str *dst = arena_alloc(&w->mem, (size_t)(n ? n : 1) * sizeof *dst);
         for (uint64_t i = 0; i < n; i++) {
-            dst[i].len = src[i].len;
-            dst[i].str = arena_strndup(&w->mem, src[i].str, (size_t)src[i].len);
+            dst[i].len = src[i].str ? src[i].len : 0;
+            dst[i].str = arena_strndup(&w->mem, src[i].str ? src[i].str : "", (size_t)dst[i].len);
         }
         out->v.arr.data = dst;
         return 0;
