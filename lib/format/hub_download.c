@@ -108,7 +108,7 @@ static int download_blob(const hub_config *cfg, const hub_meta *meta, const char
         goto done;
 
     /* The token goes to the Hub, not to the CDN it may redirect to. */
-    int send_token = strncmp(meta->location, cfg->endpoint, strlen(cfg->endpoint)) == 0;
+    int send_token = hub_http_same_origin(meta->location, cfg->endpoint);
     for (int attempt = 1;; attempt++) {
         if (meta->size >= 0 && sink.offset == meta->size)
             break;
@@ -143,6 +143,7 @@ static int download_blob(const hub_config *cfg, const hub_meta *meta, const char
         memra_fail(err, "%s: cannot rename to %s: %s", partial, blob, strerror(errno));
         goto done;
     }
+    log_info("%s: %" PRId64 " bytes in %s", what, sink.offset, blob);
     rc = 0;
 done:
     close(fd);

@@ -144,6 +144,12 @@ static size_t origin_len(const char *url)
     return (size_t)(p - url) + strcspn(p, "/?#");
 }
 
+int hub_http_same_origin(const char *a, const char *b)
+{
+    size_t n = origin_len(a);
+    return n > 0 && n == origin_len(b) && strncasecmp(a, b, n) == 0;
+}
+
 static CURL *easy_new(const hub_config *cfg, const char *url, int send_token,
                       struct curl_slist **hdrs, resp_headers *h, char *errbuf)
 {
@@ -231,7 +237,7 @@ int hub_http_head(const hub_config *cfg, const char *start_url, const char *what
         char errbuf[CURL_ERROR_SIZE];
         struct curl_slist *hdrs;
         /* The token only goes to the endpoint that it was issued for. */
-        int same_origin = strncmp(url, cfg->endpoint, strlen(cfg->endpoint)) == 0;
+        int same_origin = hub_http_same_origin(url, cfg->endpoint);
         CURL *c = easy_new(cfg, url, same_origin, &hdrs, &h, errbuf);
         if (!c) {
             no_curl(err, what);

@@ -28,6 +28,10 @@ int hub_http_head(const hub_config *cfg, const char *url, const char *what, hub_
                   memra_err *err);
 void hub_meta_free(hub_meta *m);
 
+/* True when both absolute URLs have the same scheme, host and port: the
+ * token goes to the Hub's origin only, never to a CDN it redirects to. */
+int hub_http_same_origin(const char *a, const char *b);
+
 /* GET a body of at most max_bytes into a NUL-terminated heap buffer. */
 int hub_http_get_small(const hub_config *cfg, const char *url, const char *what,
                        size_t max_bytes, char **body, size_t *len, memra_err *err);

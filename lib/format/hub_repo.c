@@ -142,7 +142,7 @@ static int fetch_from_hub(const hub_config *cfg, const hub_spec *spec, const cha
             memra_fail(err, "%s: the repo holds GGUF files only; name one as %s:FILE (%s)", what,
                        what, sb_str(&sb));
         } else {
-            memra_fail(err, "%s: no *.safetensors or *.gguf files in the repo", what);
+            memra_fail(err, "%s: no top-level *.safetensors and no *.gguf files in the repo", what);
         }
         sb_free(&sb);
         goto done;

@@ -3,7 +3,7 @@
 //
 //   node tests/tools/hub-server.js --root DIR --port-file F [--log F] [--token T]
 //        [--truncate-once FILE] [--corrupt FILE] [--no-range]
-//        [--rename OLD_OWNER/OLD_REPO=OWNER/REPO] [--time-limit SECONDS]
+//        [--rename OLD_OWNER/OLD_REPO=OWNER/REPO] [--cdn-host HOST] [--time-limit SECONDS]
 //
 // DIR/<owner>/<repo>/<files> are the repos. Served like the Hub:
 //   GET  /api/models/<owner>/<repo>/revision/<rev>   {"id", "sha", "siblings": [{"rfilename"}]}
@@ -18,7 +18,9 @@
 // the first GET of FILE's bytes announces the full length, sends half and
 // drops the connection. --corrupt FILE: FILE's bytes are served with one
 // byte flipped. --rename: the old repo id answers 307 with a relative
-// Location to the new one (a renamed repo). Every request is appended to
+// Location to the new one (a renamed repo). --cdn-host: the host name in
+// the LFS redirects (default 127.0.0.1; "localhost" makes the CDN another
+// origin, which must not get the token). Every request is appended to
 // the --log file as one JSON line before it is answered. The server exits
 // by itself after --time-limit seconds (default 120) so a test can never
 // hang.
@@ -29,11 +31,11 @@ const path = require('path');
 const crypto = require('crypto');
 
 function parseArgs(argv) {
-  const opts = { timeLimit: 120, noRange: false };
+  const opts = { timeLimit: 120, noRange: false, cdnHost: '127.0.0.1' };
   const valued = {
     '--root': 'root', '--port-file': 'portFile', '--log': 'log', '--token': 'token',
     '--truncate-once': 'truncateOnce', '--corrupt': 'corrupt', '--rename': 'rename',
-    '--time-limit': 'timeLimit',
+    '--time-limit': 'timeLimit', '--cdn-host': 'cdnHost',
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -218,7 +220,7 @@ function handle(req, res) {
     cdn.set(sha, { repoDir: dir, name });
     const port = server.address().port;
     res.writeHead(302, {
-      Location: `http://127.0.0.1:${port}/cdn/${sha}`,
+      Location: `http://${opts.cdnHost}:${port}/cdn/${sha}`,
       'X-Repo-Commit': commit,
       'X-Linked-Etag': `"${sha}"`,
       'X-Linked-Size': String(data.length),

@@ -15,6 +15,7 @@
 #include "core/mapfile.h"
 #include "format/hub.h"
 #include "format/hub_cache.h"
+#include "format/hub_http.h"
 #include "format/hub_sha256.h"
 #include "format/model_source.h"
 #include "test.h"
@@ -542,6 +543,11 @@ static void test_cache_layout_helpers(void)
         target[n] = '\0';
         CHECK(!strcmp(target, "../../../../blobs/e7a9"));
     }
+    CHECK(hub_http_same_origin("https://huggingface.co/a/b", "https://huggingface.co"));
+    CHECK(hub_http_same_origin("HTTPS://HuggingFace.co/a", "https://huggingface.co"));
+    CHECK(!hub_http_same_origin("https://huggingface.co.evil.example/a", "https://huggingface.co"));
+    CHECK(!hub_http_same_origin("http://127.0.0.1:12345/a", "http://127.0.0.1:1234"));
+    CHECK(!hub_http_same_origin("http://huggingface.co/a", "https://huggingface.co"));
     CHECK(hub_valid_etag("abc-12_3.x") && !hub_valid_etag("../x") && !hub_valid_etag(".x") &&
           !hub_valid_etag("a/b") && !hub_valid_etag(""));
     free(link);
@@ -668,7 +674,7 @@ static void test_gguf_repo(void)
         return;
     }
     resolve_fails("hf:acme/gguf", "GGUF files only", "tiny.Q4_K_M.gguf, tiny.Q8_0.gguf");
-    resolve_fails("hf:acme/empty", "no *.safetensors or *.gguf", NULL);
+    resolve_fails("hf:acme/empty", "no top-level *.safetensors and no *.gguf", NULL);
     char commit[HUB_COMMIT_MAX + 1];
     char *path = resolve_ok("hf:acme/gguf:tiny.Q8_0.gguf");
     read_main_ref(&s, "acme", "gguf", commit);
@@ -791,7 +797,8 @@ static void test_corrupt_download(void)
 
 static void test_token(void)
 {
-    static const char *const args[] = {"--token", "s3cret", NULL};
+    /* The CDN on another origin (same server, other host name). */
+    static const char *const args[] = {"--token", "s3cret", "--cdn-host", "localhost", NULL};
     hub_server s;
     if (server_start(&s, "token", args) != 0) {
         CHECK_MSG(0, "the fake Hub is needed");
@@ -808,6 +815,22 @@ static void test_token(void)
     if (dir)
         check_entry(&s, "acme", "tiny", dir, "config.json", 0);
     CHECK(log_has(&s, "\"auth\":\"Bearer s3cret\""));
+    /* The token went to the Hub only, never to the CDN. */
+    char *lines = slurp(s.log, NULL);
+    int cdn = 0, cdn_with_token = 0;
+    for (char *p = lines; p && *p;) {
+        char *nl = strchr(p, '\n');
+        if (nl)
+            *nl = '\0';
+        if (strstr(p, "\"url\":\"/cdn/")) {
+            cdn++;
+            cdn_with_token += strstr(p, "Bearer") != NULL;
+        }
+        p = nl ? nl + 1 : p + strlen(p);
+    }
+    CHECK_MSG(cdn > 0 && cdn_with_token == 0, "%d CDN requests, %d with the token", cdn,
+              cdn_with_token);
+    free(lines);
     unsetenv("HF_TOKEN");
     free(dir);
     server_stop(&s);
