@@ -124,8 +124,10 @@ static int download_blob(const hub_config *cfg, const hub_meta *meta, const char
             sleep(1u << (attempt < 4 ? attempt - 1 : 3));
     }
     if (meta->size >= 0 && sink.offset != meta->size) {
-        memra_fail(err, "%s: got %" PRId64 " bytes from %s, want %" PRId64, what, sink.offset,
-                   meta->location, meta->size);
+        char *shown = hub_http_display_url(meta->location);
+        memra_fail(err, "%s: got %" PRId64 " bytes, want %" PRId64 " (from %s)", what,
+                   sink.offset, meta->size, shown);
+        free(shown);
         goto done;
     }
     if (check_hash) {
@@ -134,8 +136,10 @@ static int download_blob(const hub_config *cfg, const hub_meta *meta, const char
         if (strcmp(got, meta->etag) != 0) {
             /* Nothing of it can be trusted, so nothing of it is resumed. */
             unlink(partial);
-            memra_fail(err, "%s: sha256 of the download from %s is %s, want %s", what,
-                       meta->location, got, meta->etag);
+            char *shown = hub_http_display_url(meta->location);
+            memra_fail(err, "%s: sha256 of the download is %s, want %s (from %s)", what, got,
+                       meta->etag, shown);
+            free(shown);
             goto done;
         }
     }

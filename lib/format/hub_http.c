@@ -86,8 +86,10 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ctx)
 {
     resp_headers *h = ctx;
     size_t n = size * nmemb;
-    char line[4096];
-    size_t len = n < sizeof line - 1 ? n : sizeof line - 1;
+    /* Signed CDN URLs in Location can be long: never cut a header. */
+    char stack[2048];
+    char *line = n < sizeof stack ? stack : xmalloc(n + 1);
+    size_t len = n;
     memcpy(line, data, len);
     line[len] = '\0';
     while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == '\n' || line[len - 1] == ' '))
@@ -96,11 +98,11 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ctx)
         headers_reset(h);
         const char *sp = strchr(line, ' ');
         h->status = sp ? strtol(sp + 1, NULL, 10) : 0;
-        return n;
+        goto out;
     }
     char *colon = strchr(line, ':');
     if (!colon)
-        return n;
+        goto out;
     *colon = '\0';
     char *v = colon + 1;
     while (*v == ' ' || *v == '\t')
@@ -131,6 +133,9 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ctx)
             }
         }
     }
+out:
+    if (line != stack)
+        free(line);
     return n;
 }
 
@@ -148,6 +153,12 @@ int hub_http_same_origin(const char *a, const char *b)
 {
     size_t n = origin_len(a);
     return n > 0 && n == origin_len(b) && strncasecmp(a, b, n) == 0;
+}
+
+char *hub_http_display_url(const char *url)
+{
+    size_t n = strcspn(url, "?#");
+    return hub_strf("%.*s%s", (int)n, url, url[n] ? "?..." : "");
 }
 
 static CURL *easy_new(const hub_config *cfg, const char *url, int send_token,
@@ -265,8 +276,10 @@ int hub_http_head(const hub_config *cfg, const char *start_url, const char *what
                 continue;
             }
             if (strncmp(loc, "http://", 7) != 0 && strncmp(loc, "https://", 8) != 0) {
+                char *shown = hub_http_display_url(loc);
                 memra_fail(err, "%s: HTTP %ld from %s: unsupported Location \"%s\"", what,
-                           h.status, url, loc);
+                           h.status, url, shown);
+                free(shown);
                 break;
             }
             out->location = xstrdup(loc);
@@ -528,15 +541,16 @@ int hub_http_download(const hub_config *cfg, const char *url, int send_token, co
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_xferinfo);
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, &st);
+    char *shown = hub_http_display_url(url);
     char range[64];
     if (sink->offset > 0) {
         snprintf(range, sizeof range, "%" PRId64 "-", sink->offset);
         curl_easy_setopt(c, CURLOPT_RANGE, range);
     }
     if (sink->offset == 0)
-        log_info("%s: downloading %s", what, url);
+        log_info("%s: downloading %s", what, shown);
     else
-        log_info("%s: resuming %s at byte %" PRId64, what, url, sink->offset);
+        log_info("%s: resuming %s at byte %" PRId64, what, shown, sink->offset);
     CURLcode cr = curl_easy_perform(c);
     curl_easy_cleanup(c);
     curl_slist_free_all(hdrs);
@@ -546,9 +560,9 @@ int hub_http_download(const hub_config *cfg, const char *url, int send_token, co
 
     int rc = -1;
     if (st.failed) {
-        memra_fail(err, "%s: %s: %s", what, url, st.write_err.msg);
+        memra_fail(err, "%s: %s (from %s)", what, st.write_err.msg, shown);
     } else if (h.status >= 400) {
-        status_error(err, what, h.status, url, send_token && cfg->token, h.error_message);
+        status_error(err, what, h.status, shown, send_token && cfg->token, h.error_message);
         *retry = h.status >= 500 || h.status == 429;
         if (h.status == 416) {
             /* The partial file is longer than the file: start it over. */
@@ -560,14 +574,15 @@ int hub_http_download(const hub_config *cfg, const char *url, int send_token, co
             }
         }
     } else if (cr != CURLE_OK) {
-        memra_fail(err, "%s: download of %s stopped after %" PRId64 " bytes: %s", what, url,
-                   sink->offset, errbuf[0] ? errbuf : curl_easy_strerror(cr));
+        memra_fail(err, "%s: download stopped after %" PRId64 " bytes: %s (from %s)", what,
+                   sink->offset, errbuf[0] ? errbuf : curl_easy_strerror(cr), shown);
         *retry = retryable_curl(cr);
     } else if (h.status != 200 && h.status != 206) {
-        memra_fail(err, "%s: HTTP %ld from %s, want 200 or 206", what, h.status, url);
+        memra_fail(err, "%s: HTTP %ld from %s, want 200 or 206", what, h.status, shown);
     } else {
         rc = 0;
     }
+    free(shown);
     sb_free(&h.location);
     return rc;
 }

@@ -32,6 +32,11 @@ void hub_meta_free(hub_meta *m);
  * token goes to the Hub's origin only, never to a CDN it redirects to. */
 int hub_http_same_origin(const char *a, const char *b);
 
+/* A URL for messages (heap): without its query, since a signed CDN URL's
+ * query is a temporary credential and long enough to push the point of an
+ * error line out of the buffer. */
+char *hub_http_display_url(const char *url);
+
 /* GET a body of at most max_bytes into a NUL-terminated heap buffer. */
 int hub_http_get_small(const hub_config *cfg, const char *url, const char *what,
                        size_t max_bytes, char **body, size_t *len, memra_err *err);

@@ -9,7 +9,7 @@
 //   GET  /api/models/<owner>/<repo>/revision/<rev>   {"id", "sha", "siblings": [{"rfilename"}]}
 //   HEAD|GET /<owner>/<repo>/resolve/<rev>/<file>
 //       small files: 200 with ETag W/"<git blob sha1>" and X-Repo-Commit
-//       LFS files (*.safetensors, *.gguf, *.bin): 302 to /cdn/<sha256> with
+//       LFS files (*.safetensors, *.gguf, *.bin): 302 to /cdn/<sha256>?signature=... with
 //       X-Linked-Etag "<sha256>", X-Linked-Size and X-Repo-Commit
 //   HEAD|GET /cdn/<sha256>                           the bytes, never asks for a token
 // <rev> is "main" or the commit: a sha1 over the repo's names and contents.
@@ -220,7 +220,8 @@ function handle(req, res) {
     cdn.set(sha, { repoDir: dir, name });
     const port = server.address().port;
     res.writeHead(302, {
-      Location: `http://${opts.cdnHost}:${port}/cdn/${sha}`,
+      // A long query like a signed CDN URL's, so clients must not cut headers.
+      Location: `http://${opts.cdnHost}:${port}/cdn/${sha}?signature=${'s'.repeat(3000)}`,
       'X-Repo-Commit': commit,
       'X-Linked-Etag': `"${sha}"`,
       'X-Linked-Size': String(data.length),
