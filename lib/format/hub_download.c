@@ -114,11 +114,14 @@ static int download_blob(const hub_config *cfg, const hub_meta *meta, const char
             break;
         int64_t before = sink.offset;
         int retry;
-        if (hub_http_download(cfg, meta->location, send_token, what, &sink, &retry, err) == 0)
+        memra_err why; /* err may be NULL, and a retried failure is only a warning */
+        if (hub_http_download(cfg, meta->location, send_token, what, &sink, &retry, &why) == 0)
             break;
-        if (!retry || attempt == MAX_ATTEMPTS)
+        if (!retry || attempt == MAX_ATTEMPTS) {
+            memra_fail(err, "%s", why.msg);
             goto done;
-        log_warn("%s (attempt %d of %d, retrying)", err->msg, attempt, MAX_ATTEMPTS);
+        }
+        log_warn("%s (attempt %d of %d, retrying)", why.msg, attempt, MAX_ATTEMPTS);
         /* Back off only when the last attempt got nowhere. */
         if (sink.offset == before)
             sleep(1u << (attempt < 4 ? attempt - 1 : 3));
