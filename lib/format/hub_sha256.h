@@ -1,6 +1,7 @@
-/* SHA-256 (FIPS 180-4), streamed: the Hub names an LFS file's blob by the
- * sha256 of its bytes, so a download (resumed or not) is checked against
- * its name before it enters the cache. */
+/* SHA-256, streamed: the Hub names an LFS file's blob by the sha256 of its
+ * bytes, so a download (resumed or not) is checked against its name before
+ * it enters the cache. The hashing is OpenSSL's libcrypto (already there
+ * for libcurl); this wrapper only keeps its types out of the callers. */
 #ifndef MEMRA_FORMAT_HUB_SHA256_H
 #define MEMRA_FORMAT_HUB_SHA256_H
 
@@ -8,10 +9,9 @@
 #include <stdint.h>
 
 typedef struct {
-    uint32_t h[8];
-    uint64_t total; /* bytes hashed so far */
-    uint8_t block[64];
-    size_t fill; /* bytes waiting in block */
+    /* OpenSSL's SHA256_CTX, held opaquely and stack-allocatable: 8 state
+     * words, 2 length words, a 64-byte block, num and md_len. */
+    _Alignas(8) unsigned char ctx[128];
 } hub_sha256;
 
 void hub_sha256_init(hub_sha256 *s);
