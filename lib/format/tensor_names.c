@@ -178,7 +178,9 @@ int tensor_name_gguf_to_hf(model_family f, const char *gguf, int expert, char *o
         if (e->expert != (expert >= 0))
             return -1;
         if (e->expert)
-            return fits(snprintf(out, n, "model.layers.%d.mlp.experts.%d.%s", layer, expert, e->hf), n);
+            return fits(snprintf(out, n, "model.layers.%d.mlp.experts.%d.%s", layer, expert,
+                                 e->hf),
+                        n);
         return fits(snprintf(out, n, "model.layers.%d.%s", layer, e->hf), n);
     }
     return -1;

@@ -665,6 +665,13 @@ static double f32_shortest(double v)
     return (double)f;
 }
 
+static double round_sig5(double v)
+{
+    char buf[48];
+    snprintf(buf, sizeof buf, "%.5g", v);
+    return strtod(buf, NULL);
+}
+
 /* Typed readers: a missing key keeps *out and returns 0 unless required; a
  * key of another type is always an error naming it. */
 static int g_int(const gguf_ctx *g, const char *key, int arch_key, int required, int64_t *out,
@@ -810,8 +817,10 @@ static int llama3_from_rope_freqs(const gguf_ctx *g, const gguf_tensor *t, model
     if (found == 2 && fabs(xs[1] - xs[0]) > 1e-12 && fabs(ss[1] - ss[0]) > 1e-9) {
         double a = (ss[1] - ss[0]) / (xs[1] - xs[0]); /* 1 / (hi - lo) */
         double lo = xs[0] - ss[0] / a;
-        c->rope_scaling.low_freq_factor = f32_shortest(lo);
-        c->rope_scaling.high_freq_factor = f32_shortest(lo + 1.0 / a);
+        /* The fit through f32 factors is good to ~1e-7; configs use short
+         * decimals (1, 4, 0.5), so keep 5 significant digits. */
+        c->rope_scaling.low_freq_factor = round_sig5(lo);
+        c->rope_scaling.high_freq_factor = round_sig5(lo + 1.0 / a);
     }
     if (!(c->rope_scaling.low_freq_factor > 0 &&
           c->rope_scaling.low_freq_factor < c->rope_scaling.high_freq_factor))
@@ -983,6 +992,8 @@ int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err)
             if (c.head_dim <= 0 || c.head_dim > MAX_SIZE)
                 return memra_fail(err, "%s: head size %" PRId64 " is out of range", g.what,
                                   c.head_dim);
+            if (finite_pos(g.what, "rope.freq_base", c.rope_theta, err))
+                return -1;
             if (llama3_from_rope_freqs(&g, rf, &c, err) != 0)
                 return -1;
         }

@@ -228,6 +228,12 @@ int contract_build(const model_config *c, checkpoint_format naming, tensor_contr
     out->n_layers = c->n_layers;
     if (c->n_layers <= 0 || c->n_layers > 100000)
         return memra_fail(err, "contract: %" PRId64 " layers is out of range", c->n_layers);
+    /* config_from_* bound each size; bound the entry count too (HF names
+     * every expert), so a merely implausible config cannot exhaust memory. */
+    double per_layer = 24.0 + (naming == CKPT_HF ? 3.0 * (double)c->n_experts : 3.0);
+    if ((double)c->n_layers * per_layer > 1e7)
+        return memra_fail(err, "contract: %" PRId64 " layers of %" PRId64 " experts would be "
+                          "over 10 million tensors", c->n_layers, c->n_experts);
     switch (c->family) {
     case FAMILY_LLAMA:
         llama_contract(c, out);
@@ -411,7 +417,8 @@ void contract_bytes_of(const contract_binding *b, const model_config *c, contrac
             else if (v->n_dims >= 1 && v->shape[0] > 0)
                 out->per_token += v->nbytes / (uint64_t)v->shape[0];
         } else if (role_is_expert(e->role)) {
-            out->per_token += scaled(v->nbytes, (uint64_t)c->n_experts_used, (uint64_t)c->n_experts);
+            out->per_token +=
+                scaled(v->nbytes, (uint64_t)c->n_experts_used, (uint64_t)c->n_experts);
         } else {
             out->per_token += v->nbytes;
         }

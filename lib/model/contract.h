@@ -110,7 +110,8 @@ int contract_index(const tensor_contract *k, tensor_role role, int layer, int ex
 typedef struct {
     tensor_contract contract;
     const tensor_view **bound; /* contract.n entries; NULL for an absent optional one */
-    int n_ignored;             /* tensors skipped as carrying nothing (tensor_name_hf_is_ignorable) */
+    /* tensors skipped as carrying nothing (tensor_name_hf_is_ignorable) */
+    int n_ignored;
 } contract_binding;
 
 /* Bind a checkpoint's tensors (views in `naming`) to c's contract. Exits -1,
