@@ -1,0 +1,481 @@
+#include "model/contract.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "format/tensor_names.h"
+
+static const char *const role_names[ROLE_COUNT] = {
+    [ROLE_EMBED] = "embed",
+    [ROLE_OUTPUT] = "output",
+    [ROLE_OUTPUT_NORM] = "output_norm",
+    [ROLE_ROPE_FREQS] = "rope_freqs",
+    [ROLE_ATTN_NORM] = "attn_norm",
+    [ROLE_ATTN_Q] = "attn_q",
+    [ROLE_ATTN_K] = "attn_k",
+    [ROLE_ATTN_V] = "attn_v",
+    [ROLE_ATTN_O] = "attn_o",
+    [ROLE_ATTN_Q_BIAS] = "attn_q_bias",
+    [ROLE_ATTN_K_BIAS] = "attn_k_bias",
+    [ROLE_ATTN_V_BIAS] = "attn_v_bias",
+    [ROLE_ATTN_O_BIAS] = "attn_o_bias",
+    [ROLE_ATTN_Q_NORM] = "attn_q_norm",
+    [ROLE_ATTN_K_NORM] = "attn_k_norm",
+    [ROLE_ATTN_POST_NORM] = "attn_post_norm",
+    [ROLE_FFN_NORM] = "ffn_norm",
+    [ROLE_FFN_GATE] = "ffn_gate",
+    [ROLE_FFN_UP] = "ffn_up",
+    [ROLE_FFN_DOWN] = "ffn_down",
+    [ROLE_FFN_POST_NORM] = "ffn_post_norm",
+    [ROLE_MOE_ROUTER] = "moe_router",
+    [ROLE_MOE_GATE_EXPS] = "moe_gate_exps",
+    [ROLE_MOE_UP_EXPS] = "moe_up_exps",
+    [ROLE_MOE_DOWN_EXPS] = "moe_down_exps",
+};
+
+const char *role_name(tensor_role r)
+{
+    return (r >= 0 && r < ROLE_COUNT) ? role_names[r] : "?";
+}
+
+int role_is_expert(tensor_role r)
+{
+    return r == ROLE_MOE_GATE_EXPS || r == ROLE_MOE_UP_EXPS || r == ROLE_MOE_DOWN_EXPS;
+}
+
+const char *role_group(tensor_role r)
+{
+    switch (r) {
+    case ROLE_EMBED:
+        return "embed";
+    case ROLE_OUTPUT:
+        return "output";
+    case ROLE_ROPE_FREQS:
+        return "rope_freqs";
+    case ROLE_ATTN_Q:
+    case ROLE_ATTN_K:
+    case ROLE_ATTN_V:
+    case ROLE_ATTN_O:
+    case ROLE_ATTN_Q_BIAS:
+    case ROLE_ATTN_K_BIAS:
+    case ROLE_ATTN_V_BIAS:
+    case ROLE_ATTN_O_BIAS:
+        return "attention";
+    case ROLE_FFN_GATE:
+    case ROLE_FFN_UP:
+    case ROLE_FFN_DOWN:
+        return "ffn";
+    case ROLE_MOE_ROUTER:
+        return "moe_router";
+    case ROLE_MOE_GATE_EXPS:
+    case ROLE_MOE_UP_EXPS:
+    case ROLE_MOE_DOWN_EXPS:
+        return "moe_experts";
+    case ROLE_OUTPUT_NORM:
+    case ROLE_ATTN_NORM:
+    case ROLE_ATTN_Q_NORM:
+    case ROLE_ATTN_K_NORM:
+    case ROLE_ATTN_POST_NORM:
+    case ROLE_FFN_NORM:
+    case ROLE_FFN_POST_NORM:
+        return "norms";
+    case ROLE_COUNT:
+        break;
+    }
+    return "?";
+}
+
+/* ---- building ---- */
+
+static contract_entry *new_entry(tensor_contract *k)
+{
+    if (k->n == k->cap) {
+        k->cap = k->cap ? 2 * k->cap : 64;
+        k->entries = xrealloc(k->entries, (size_t)k->cap * sizeof *k->entries);
+    }
+    contract_entry *e = &k->entries[k->n++];
+    memset(e, 0, sizeof *e);
+    e->expert = -1;
+    return e;
+}
+
+static void gguf_full_name(int layer, const char *gguf_name, char *out, size_t n)
+{
+    int len = layer < 0 ? snprintf(out, n, "%s", gguf_name)
+                        : snprintf(out, n, "blk.%d.%s", layer, gguf_name);
+    MEMRA_ASSERT(len > 0 && (size_t)len < n);
+}
+
+/* One entry, named in the contract's naming. A name the HF scheme lacks
+ * (rope_freqs) is left out of HF contracts: HF checkpoints never hold it. */
+static void add_entry(tensor_contract *k, tensor_role role, int layer, const char *gguf_name,
+                      int expert, int n_dims, const int64_t *shape, unsigned flags,
+                      int xform_heads)
+{
+    char gname[CONTRACT_NAME_MAX], name[CONTRACT_NAME_MAX];
+    gguf_full_name(layer, gguf_name, gname, sizeof gname);
+    if (k->naming == CKPT_HF) {
+        if (tensor_name_gguf_to_hf(k->family, gname, expert, name, sizeof name) != 0) {
+            /* Only GGUF-only tensors may lack an HF name; anything else is a
+             * table bug. */
+            MEMRA_ASSERT(flags & CE_GENERATED);
+            return;
+        }
+    } else {
+        memcpy(name, gname, sizeof name);
+    }
+    contract_entry *e = new_entry(k);
+    memcpy(e->name, name, sizeof e->name);
+    e->role = role;
+    e->layer = layer;
+    e->expert = k->naming == CKPT_HF ? expert : -1;
+    e->n_dims = n_dims;
+    for (int i = 0; i < n_dims; i++)
+        e->shape[i] = shape[i];
+    e->optional = (flags & CE_OPTIONAL) != 0;
+    e->generated = (flags & CE_GENERATED) != 0;
+    if (flags & CE_NORM_SHIFT)
+        e->xform = XFORM_NORM_SHIFT;
+    else if (flags & CE_ROPE_PERMUTE)
+        e->xform = XFORM_ROPE_PERMUTE;
+    e->xform_heads = (flags & CE_ROPE_PERMUTE) ? xform_heads : 0;
+}
+
+void contract_add_1d(tensor_contract *k, tensor_role role, int layer, const char *gguf_name,
+                     int64_t n, unsigned flags, int xform_heads)
+{
+    add_entry(k, role, layer, gguf_name, -1, 1, &n, flags, xform_heads);
+}
+
+void contract_add_2d(tensor_contract *k, tensor_role role, int layer, const char *gguf_name,
+                     int64_t rows, int64_t cols, unsigned flags, int xform_heads)
+{
+    int64_t shape[2] = {rows, cols};
+    add_entry(k, role, layer, gguf_name, -1, 2, shape, flags, xform_heads);
+}
+
+void contract_add_experts(tensor_contract *k, tensor_role role, int layer,
+                          const char *gguf_name, int64_t n_experts, int64_t rows, int64_t cols)
+{
+    if (k->naming == CKPT_GGUF) {
+        int64_t shape[3] = {n_experts, rows, cols};
+        add_entry(k, role, layer, gguf_name, -1, 3, shape, 0, 0);
+        return;
+    }
+    int64_t shape[2] = {rows, cols};
+    for (int64_t x = 0; x < n_experts; x++)
+        add_entry(k, role, layer, gguf_name, (int)x, 2, shape, 0, 0);
+}
+
+void contract_add_globals(tensor_contract *k, const model_config *c, unsigned norm_flags)
+{
+    contract_add_2d(k, ROLE_EMBED, -1, "token_embd.weight", c->n_vocab, c->dim, 0, 0);
+    contract_add_1d(k, ROLE_OUTPUT_NORM, -1, "output_norm.weight", c->dim, norm_flags, 0);
+    contract_add_2d(k, ROLE_OUTPUT, -1, "output.weight", c->n_vocab, c->dim,
+                    c->tie_embeddings ? CE_OPTIONAL : 0, 0);
+}
+
+static uint32_t name_hash(const char *s)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+/* Index the entries by name and by (role, layer) so binding and lookups
+ * stay linear in the number of tensors (Qwen3-30B-A3B has ~19k in HF). */
+static void build_indexes(tensor_contract *k)
+{
+    uint32_t cap = 64;
+    while (cap < 2u * (uint32_t)k->n)
+        cap *= 2;
+    k->hash_cap = cap;
+    k->hash = xmalloc(cap * sizeof *k->hash);
+    for (uint32_t i = 0; i < cap; i++)
+        k->hash[i] = -1;
+    for (int i = 0; i < k->n; i++) {
+        uint32_t h = name_hash(k->entries[i].name) & (cap - 1);
+        while (k->hash[h] >= 0) {
+            /* Two entries of one name would be a family-file bug. */
+            MEMRA_ASSERT(strcmp(k->entries[k->hash[h]].name, k->entries[i].name) != 0);
+            h = (h + 1) & (cap - 1);
+        }
+        k->hash[h] = i;
+    }
+    size_t nfirst = (size_t)(k->n_layers + 1) * ROLE_COUNT;
+    k->first = xmalloc(nfirst * sizeof *k->first);
+    for (size_t i = 0; i < nfirst; i++)
+        k->first[i] = -1;
+    for (int i = 0; i < k->n; i++) {
+        const contract_entry *e = &k->entries[i];
+        MEMRA_ASSERT(e->layer >= -1 && e->layer < k->n_layers);
+        size_t slot = (size_t)(e->layer + 1) * ROLE_COUNT + e->role;
+        if (k->first[slot] < 0)
+            k->first[slot] = i;
+    }
+}
+
+int contract_build(const model_config *c, checkpoint_format naming, tensor_contract *out,
+                   memra_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->family = c->family;
+    out->naming = naming;
+    out->n_layers = c->n_layers;
+    if (c->n_layers <= 0 || c->n_layers > 100000)
+        return memra_fail(err, "contract: %" PRId64 " layers is out of range", c->n_layers);
+    /* config_from_* bound each size; bound the entry count too (HF names
+     * every expert), so a merely implausible config cannot exhaust memory. */
+    double per_layer = 24.0 + (naming == CKPT_HF ? 3.0 * (double)c->n_experts : 3.0);
+    if ((double)c->n_layers * per_layer > 1e7)
+        return memra_fail(err, "contract: %" PRId64 " layers of %" PRId64 " experts would be "
+                          "over 10 million tensors", c->n_layers, c->n_experts);
+    switch (c->family) {
+    case FAMILY_LLAMA:
+        llama_contract(c, out);
+        break;
+    case FAMILY_QWEN2:
+        qwen2_contract(c, out);
+        break;
+    case FAMILY_QWEN3:
+        qwen3_contract(c, out);
+        break;
+    case FAMILY_QWEN3_MOE:
+        qwen3_moe_contract(c, out);
+        break;
+    case FAMILY_GEMMA3:
+        gemma3_contract(c, out);
+        break;
+    default:
+        return memra_fail(err, "contract: no tensor contract for family %d", (int)c->family);
+    }
+    build_indexes(out);
+    return 0;
+}
+
+void contract_free(tensor_contract *k)
+{
+    free(k->entries);
+    free(k->first);
+    free(k->hash);
+    memset(k, 0, sizeof *k);
+}
+
+static int find_index(const tensor_contract *k, const char *name)
+{
+    if (!k->hash_cap)
+        return -1;
+    uint32_t h = name_hash(name) & (k->hash_cap - 1);
+    while (k->hash[h] >= 0) {
+        if (strcmp(k->entries[k->hash[h]].name, name) == 0)
+            return k->hash[h];
+        h = (h + 1) & (k->hash_cap - 1);
+    }
+    return -1;
+}
+
+const contract_entry *contract_find(const tensor_contract *k, const char *name)
+{
+    int i = find_index(k, name);
+    return i < 0 ? NULL : &k->entries[i];
+}
+
+int contract_index(const tensor_contract *k, tensor_role role, int layer, int expert)
+{
+    if (role < 0 || role >= ROLE_COUNT || layer < -1 || layer >= k->n_layers || !k->first)
+        return -1;
+    int i = k->first[(size_t)(layer + 1) * ROLE_COUNT + role];
+    if (i < 0)
+        return -1;
+    if (expert < 0)
+        return k->entries[i].expert < 0 ? i : -1;
+    /* Per-expert entries of one role and layer are added consecutively. */
+    if (expert >= k->n - i)
+        return -1;
+    const contract_entry *e = &k->entries[i + expert];
+    return (e->role == role && e->layer == layer && e->expert == expert) ? i + expert : -1;
+}
+
+/* ---- binding ---- */
+
+static void format_shape(char *out, size_t n, int n_dims, const int64_t *shape)
+{
+    size_t len = 0;
+    len += (size_t)snprintf(out, n, "[");
+    for (int i = 0; i < n_dims && len < n; i++)
+        len += (size_t)snprintf(out + len, n - len, "%s%" PRId64, i ? ", " : "", shape[i]);
+    if (len < n)
+        snprintf(out + len, n - len, "]");
+}
+
+static int same_shape(const contract_entry *e, const tensor_view *t)
+{
+    if (e->n_dims != t->n_dims)
+        return 0;
+    for (int i = 0; i < e->n_dims; i++)
+        if (e->shape[i] != t->shape[i])
+            return 0;
+    return 1;
+}
+
+int contract_bind(const model_config *c, checkpoint_format naming, const tensor_view *t, int n,
+                  contract_binding *out, memra_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (contract_build(c, naming, &out->contract, err) != 0)
+        return -1;
+    tensor_contract *k = &out->contract;
+    out->bound = xcalloc((size_t)k->n + 1, sizeof *out->bound);
+    const char *fam = family_name(c->family);
+    for (int i = 0; i < n; i++) {
+        const tensor_view *v = &t[i];
+        const char *name = v->name ? v->name : "";
+        if (naming == CKPT_HF && tensor_name_hf_is_ignorable(name)) {
+            out->n_ignored++;
+            continue;
+        }
+        int idx = find_index(k, name);
+        if (idx < 0) {
+            memra_fail(err, "tensor '%s' is not part of the %s tensor contract (unknown tensor)",
+                       name, fam);
+            goto fail;
+        }
+        const contract_entry *e = &k->entries[idx];
+        if (out->bound[idx]) {
+            memra_fail(err, "tensor '%s' appears more than once", name);
+            goto fail;
+        }
+        if (!same_shape(e, v)) {
+            char want[160], got[160];
+            format_shape(want, sizeof want, e->n_dims, e->shape);
+            int nd = v->n_dims < 0 ? 0 : v->n_dims > TENSOR_MAX_DIMS ? TENSOR_MAX_DIMS : v->n_dims;
+            format_shape(got, sizeof got, nd, v->shape);
+            memra_fail(err, "tensor '%s' (%s): shape %s, but the %s config expects %s", name,
+                       role_name(e->role), got, fam, want);
+            goto fail;
+        }
+        out->bound[idx] = v;
+    }
+    for (int i = 0; i < k->n; i++) {
+        const contract_entry *e = &k->entries[i];
+        if (!out->bound[i] && !e->optional) {
+            char want[160];
+            format_shape(want, sizeof want, e->n_dims, e->shape);
+            memra_fail(err, "missing tensor '%s' (%s, shape %s) required by the %s contract",
+                       e->name, role_name(e->role), want, fam);
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    contract_binding_free(out);
+    return -1;
+}
+
+void contract_binding_free(contract_binding *b)
+{
+    free(b->bound);
+    contract_free(&b->contract);
+    memset(b, 0, sizeof *b);
+}
+
+const tensor_view *contract_get(const contract_binding *b, tensor_role role, int layer,
+                                int expert)
+{
+    int i = contract_index(&b->contract, role, layer, expert);
+    return i < 0 ? NULL : b->bound[i];
+}
+
+/* Floor of bytes * used / total without overflowing 64 bits. */
+static uint64_t scaled(uint64_t bytes, uint64_t used, uint64_t total)
+{
+    if (!total)
+        return bytes;
+    return bytes / total * used + bytes % total * used / total;
+}
+
+void contract_bytes_of(const contract_binding *b, const model_config *c, contract_bytes *out)
+{
+    memset(out, 0, sizeof *out);
+    const tensor_contract *k = &b->contract;
+    int tied_head = c->tie_embeddings && !contract_get(b, ROLE_OUTPUT, -1, -1);
+    for (int i = 0; i < k->n; i++) {
+        const tensor_view *v = b->bound[i];
+        if (!v)
+            continue;
+        const contract_entry *e = &k->entries[i];
+        out->by_role[e->role] += v->nbytes;
+        out->total += v->nbytes;
+        if (e->role == ROLE_EMBED) {
+            /* Decode looks one row up, unless the same matrix is the head. */
+            if (tied_head)
+                out->per_token += v->nbytes;
+            else if (v->n_dims >= 1 && v->shape[0] > 0)
+                out->per_token += v->nbytes / (uint64_t)v->shape[0];
+        } else if (role_is_expert(e->role)) {
+            out->per_token +=
+                scaled(v->nbytes, (uint64_t)c->n_experts_used, (uint64_t)c->n_experts);
+        } else {
+            out->per_token += v->nbytes;
+        }
+    }
+}
+
+/* ---- transforms ---- */
+
+int transform_rope_permute(const float *src, float *dst, int64_t rows, int64_t cols, int n_head,
+                           int inverse)
+{
+    if (n_head <= 0 || rows <= 0 || cols <= 0 || rows % (2 * (int64_t)n_head) != 0)
+        return -1;
+    int64_t head_dim = rows / n_head, half = head_dim / 2;
+    for (int64_t h = 0; h < n_head; h++) {
+        for (int64_t i = 0; i < half; i++) {
+            for (int64_t t = 0; t < 2; t++) {
+                /* HF row (t, i) of the head <-> GGUF row (i, t). */
+                int64_t hf_row = h * head_dim + t * half + i;
+                int64_t gguf_row = h * head_dim + 2 * i + t;
+                int64_t from = inverse ? gguf_row : hf_row, to = inverse ? hf_row : gguf_row;
+                memcpy(dst + to * cols, src + from * cols, (size_t)cols * sizeof *dst);
+            }
+        }
+    }
+    return 0;
+}
+
+void transform_norm_shift(const float *src, float *dst, int64_t n, float shift)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = src[i] + shift;
+}
+
+int contract_transform(const contract_entry *e, int to_gguf, const float *src, float *dst,
+                       int64_t n_elements, memra_err *err)
+{
+    int64_t want = 1;
+    for (int i = 0; i < e->n_dims; i++)
+        want *= e->shape[i];
+    if (n_elements != want)
+        return memra_fail(err, "tensor '%s': %" PRId64 " values, expected %" PRId64, e->name,
+                          n_elements, want);
+    switch (e->xform) {
+    case XFORM_NONE:
+        memcpy(dst, src, (size_t)n_elements * sizeof *dst);
+        return 0;
+    case XFORM_NORM_SHIFT:
+        transform_norm_shift(src, dst, n_elements, to_gguf ? 1.0f : -1.0f);
+        return 0;
+    case XFORM_ROPE_PERMUTE: {
+        int64_t rows = e->shape[0], cols = n_elements / rows;
+        if (transform_rope_permute(src, dst, rows, cols, e->xform_heads, !to_gguf) != 0)
+            return memra_fail(err, "tensor '%s': %" PRId64 " rows do not split into %d heads of "
+                              "even size", e->name, rows, e->xform_heads);
+        return 0;
+    }
+    }
+    return memra_fail(err, "tensor '%s': unknown transform %d", e->name, (int)e->xform);
+}

@@ -1,0 +1,188 @@
+/* A family's tensor contract: every tensor a checkpoint of a given config
+ * must (or may) hold, with its role, layer, shape and the transform that
+ * converting between HF and GGUF applies to it. Binding checks a
+ * checkpoint's tensors against the contract: every required tensor present,
+ * none twice, none unknown, every shape as the config says.
+ *
+ * Shapes are outermost first and the same logical shape in both namings:
+ * attn_q is [n_heads*head_dim, dim] whether it is HF q_proj or GGUF attn_q
+ * (GGUF's ne[] is the reverse). Merged GGUF experts are [n_experts, rows,
+ * cols]; HF names each expert's [rows, cols] separately.
+ *
+ * Each family file (llama.c, qwen2.c, ...) declares its tensors through the
+ * contract_add_* helpers below; contract.c turns them into either naming. */
+#ifndef MEMRA_MODEL_CONTRACT_H
+#define MEMRA_MODEL_CONTRACT_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+
+typedef enum {
+    ROLE_EMBED = 0,
+    ROLE_OUTPUT,
+    ROLE_OUTPUT_NORM,
+    ROLE_ROPE_FREQS,
+    ROLE_ATTN_NORM,
+    ROLE_ATTN_Q,
+    ROLE_ATTN_K,
+    ROLE_ATTN_V,
+    ROLE_ATTN_O,
+    ROLE_ATTN_Q_BIAS,
+    ROLE_ATTN_K_BIAS,
+    ROLE_ATTN_V_BIAS,
+    ROLE_ATTN_O_BIAS,
+    ROLE_ATTN_Q_NORM,
+    ROLE_ATTN_K_NORM,
+    ROLE_ATTN_POST_NORM, /* gemma3: after attention, before the residual add */
+    ROLE_FFN_NORM,       /* the norm before the FFN */
+    ROLE_FFN_GATE,
+    ROLE_FFN_UP,
+    ROLE_FFN_DOWN,
+    ROLE_FFN_POST_NORM, /* gemma3: after the FFN, before the residual add */
+    ROLE_MOE_ROUTER,
+    ROLE_MOE_GATE_EXPS,
+    ROLE_MOE_UP_EXPS,
+    ROLE_MOE_DOWN_EXPS,
+    ROLE_COUNT
+} tensor_role;
+
+/* "embed", "attn_q", "moe_gate_exps" ... */
+const char *role_name(tensor_role r);
+/* The coarse group census reports bytes in: "embed", "output", "attention",
+ * "ffn", "moe_experts", "moe_router", "norms", "rope_freqs". */
+const char *role_group(tensor_role r);
+int role_is_expert(tensor_role r);
+
+/* What converting HF -> GGUF does to a tensor's values (GGUF -> HF undoes it). */
+typedef enum {
+    XFORM_NONE = 0,
+    /* llama Q and K (weights and biases): llama.cpp's converter reorders each
+     * head's rows from HF's rotate-half layout to interleaved pairs. */
+    XFORM_ROPE_PERMUTE,
+    /* gemma3 norms: HF stores w and computes x*(1+w); GGUF stores w+1. */
+    XFORM_NORM_SHIFT,
+} tensor_xform;
+
+#define CONTRACT_NAME_MAX 96
+
+typedef struct {
+    char name[CONTRACT_NAME_MAX]; /* in the contract's naming */
+    tensor_role role;
+    int layer;  /* -1 for global tensors */
+    int expert; /* HF per-expert entries: the expert; else -1 */
+    int n_dims;
+    int64_t shape[TENSOR_MAX_DIMS]; /* outermost first */
+    int optional;  /* output.weight when tied; rope_freqs */
+    int generated; /* computed from the config, not trained (rope_freqs) */
+    tensor_xform xform;
+    int xform_heads; /* XFORM_ROPE_PERMUTE: heads of the tensor (n_heads or n_kv_heads) */
+} contract_entry;
+
+typedef struct {
+    model_family family;
+    checkpoint_format naming;
+    int n, cap;
+    contract_entry *entries;
+    int64_t n_layers;
+    /* (layer + 1) * ROLE_COUNT + role -> first entry of that role and layer, or -1 */
+    int *first;
+    /* open-addressing name index over entries */
+    int *hash;
+    uint32_t hash_cap;
+} tensor_contract;
+
+/* The full contract of c's family in the given naming. Fails only on a
+ * config whose family has no contract. */
+int contract_build(const model_config *c, checkpoint_format naming, tensor_contract *out,
+                   memra_err *err);
+void contract_free(tensor_contract *k);
+/* The entry with this name, or NULL. */
+const contract_entry *contract_find(const tensor_contract *k, const char *name);
+/* Entry index for (role, layer, expert) (expert -1 except for HF per-expert
+ * entries), or -1. */
+int contract_index(const tensor_contract *k, tensor_role role, int layer, int expert);
+
+/* ---- binding ---- */
+
+typedef struct {
+    tensor_contract contract;
+    const tensor_view **bound; /* contract.n entries; NULL for an absent optional one */
+    /* tensors skipped as carrying nothing (tensor_name_hf_is_ignorable) */
+    int n_ignored;
+} contract_binding;
+
+/* Bind a checkpoint's tensors (views in `naming`) to c's contract. Exits -1,
+ * naming the tensor, on: a required tensor missing, a name given twice, a
+ * tensor not in the contract, or a shape other than the config's (both
+ * shapes in the message). On success every view is bound to exactly one
+ * entry (or ignored); `out` must be freed with contract_binding_free. */
+int contract_bind(const model_config *c, checkpoint_format naming, const tensor_view *t, int n,
+                  contract_binding *out, memra_err *err);
+void contract_binding_free(contract_binding *b);
+/* The bound view for (role, layer, expert), or NULL when absent. */
+const tensor_view *contract_get(const contract_binding *b, tensor_role role, int layer,
+                                int expert);
+
+typedef struct {
+    uint64_t by_role[ROLE_COUNT];
+    uint64_t total;
+    /* Bytes a decode step reads: every weight once, except the token
+     * embedding (one row) -- unless the output head is tied, when the
+     * embedding is read in full as the head -- and the experts, of which
+     * only n_experts_used / n_experts are read. */
+    uint64_t per_token;
+} contract_bytes;
+
+void contract_bytes_of(const contract_binding *b, const model_config *c, contract_bytes *out);
+
+/* ---- transforms (over f32 arrays; src and dst must not overlap) ---- */
+
+/* llama.cpp's Q/K permutation: rows = n_head * head_dim, each head's rows
+ * viewed as (2, head_dim/2) and transposed to (head_dim/2, 2); inverse
+ * undoes it. cols is 1 for a bias. Returns -1 when rows is not a multiple
+ * of 2 * n_head. */
+int transform_rope_permute(const float *src, float *dst, int64_t rows, int64_t cols, int n_head,
+                           int inverse);
+/* dst[i] = src[i] + shift (gemma3: +1 to GGUF, -1 back to HF). */
+void transform_norm_shift(const float *src, float *dst, int64_t n, float shift);
+/* Apply an entry's transform to its n_elements values, HF -> GGUF when
+ * to_gguf, else GGUF -> HF (copies when the entry has none). */
+int contract_transform(const contract_entry *e, int to_gguf, const float *src, float *dst,
+                       int64_t n_elements, memra_err *err);
+
+/* ---- for the family files ---- */
+
+#define CE_OPTIONAL 1u
+#define CE_GENERATED 2u
+#define CE_NORM_SHIFT 4u
+#define CE_ROPE_PERMUTE 8u /* with heads given to contract_add_2d/_1d via xform_heads */
+
+/* gguf_name: the GGUF name ("output_norm.weight") for layer -1, else the
+ * suffix after "blk.N." ("attn_q.weight"). */
+void contract_add_1d(tensor_contract *k, tensor_role role, int layer, const char *gguf_name,
+                     int64_t n, unsigned flags, int xform_heads);
+void contract_add_2d(tensor_contract *k, tensor_role role, int layer, const char *gguf_name,
+                     int64_t rows, int64_t cols, unsigned flags, int xform_heads);
+/* Merged experts [n_experts, rows, cols]; HF naming gets one [rows, cols]
+ * entry per expert. */
+void contract_add_experts(tensor_contract *k, tensor_role role, int layer,
+                          const char *gguf_name, int64_t n_experts, int64_t rows, int64_t cols);
+/* token_embd, output_norm and output (optional when tied). */
+void contract_add_globals(tensor_contract *k, const model_config *c, unsigned norm_flags);
+
+/* The family contracts (lib/model/<family>.c). */
+void llama_contract(const model_config *c, tensor_contract *k);
+void qwen2_contract(const model_config *c, tensor_contract *k);
+void qwen3_contract(const model_config *c, tensor_contract *k);
+void qwen3_moe_contract(const model_config *c, tensor_contract *k);
+void gemma3_contract(const model_config *c, tensor_contract *k);
+
+/* llama3 rope scaling as llama.cpp's rope_freqs.weight holds it: for each
+ * of the head_dim/2 frequencies, the factor its wavelength is divided by
+ * (1 for high frequencies, `factor` for low ones, smooth in between). */
+void llama_rope_freqs(const model_config *c, float *out);
+
+#endif
