@@ -89,6 +89,12 @@ typedef struct {
     gguf_kv *kv;
     gguf_tensor *tensors;
     uint64_t data_offset; /* start of the data section in the file */
+    /* private: a hash index of tensor names for gguf_find_tensor, and
+     * whether `map` came from map_file (gguf_open) or is the caller's
+     * buffer (gguf_open_buffer, where map.path is a copy of `what`). */
+    uint64_t *tensor_index;
+    uint64_t tensor_index_cap;
+    int owns_map;
 } gguf_file;
 
 /* Open and validate: every length and count against the file size, every
@@ -98,11 +104,20 @@ int gguf_open(const char *path, gguf_file *out, memra_err *err);
 /* The same checks over a buffer the caller keeps alive (fuzzing, tests). */
 int gguf_open_buffer(const uint8_t *data, size_t size, const char *what, gguf_file *out,
                      memra_err *err);
+/* Safe on a zeroed struct and on one whose open failed (open leaves it zeroed). */
 void gguf_close(gguf_file *f);
 
 const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
 const char *gguf_vtype_name(gguf_vtype t);
+/* Bytes of one scalar of type t in the file; 0 for STRING, ARRAY and
+ * unknown types. */
+size_t gguf_vtype_size(gguf_vtype t);
+/* Whether s[0..n) is well-formed UTF-8 (no overlong forms, surrogates or
+ * code points past U+10FFFF). */
+int gguf_utf8_valid(const uint8_t *s, size_t n);
+/* Elements in a tensor (product of ne). */
+int64_t gguf_tensor_nelements(const gguf_tensor *t);
 
 /* Convenience getters: 0 when found with a compatible type, -1 otherwise
  * (missing or wrong type; err names the key). Integers of any width and
@@ -117,7 +132,11 @@ typedef struct gguf_writer gguf_writer;
 
 gguf_writer *gguf_writer_new(void);
 void gguf_writer_free(gguf_writer *w);
-/* Metadata values are deep-copied; setting an existing key replaces it. */
+/* Metadata values are deep-copied; setting an existing key replaces it.
+ * In gguf_writer_set a STRING array holds gguf_str[] (as the reader returns
+ * it), so a value read from a file can be passed on unchanged. The setters
+ * cannot fail: a bad key (empty, not UTF-8) or value (unknown type, nested
+ * array) is remembered and reported by gguf_writer_write. */
 void gguf_writer_set(gguf_writer *w, const char *key, const gguf_value *v);
 void gguf_writer_set_str(gguf_writer *w, const char *key, const char *s);
 void gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v);
@@ -128,11 +147,16 @@ void gguf_writer_set_bool(gguf_writer *w, const char *key, int v);
  * with data as that type's native array. */
 void gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_vtype elem_type, uint64_t n,
                          const void *data);
+/* Every metadata pair of `f`, in file order (general.alignment included). */
+void gguf_writer_copy_kv(gguf_writer *w, const gguf_file *f);
 /* Tensors are written in the order added. `ne` is innermost-first as in the
  * file; `data` (nbytes, which must match the type and shape) is not copied
  * and must stay valid until gguf_writer_write returns. */
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, dtype type, int n_dims,
                            const int64_t *ne, const void *data, uint64_t nbytes, memra_err *err);
+/* Names longer than this are refused: ggml-based readers (GGML_MAX_NAME 64,
+ * NUL included) cannot load them. */
+#define GGUF_WRITER_MAX_NAME 63
 /* Version 3, alignment from general.alignment when set, else 32. Written to
  * path.tmp and renamed, so a failed write leaves no partial file. */
 int gguf_writer_write(gguf_writer *w, const char *path, memra_err *err);
