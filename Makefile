@@ -89,29 +89,36 @@ $(DEPS_STAMP): scripts/deps.sh
 	@bash scripts/deps.sh
 	@mkdir -p $(@D) && touch $@
 
+# V=1 shows the full commands.
+Q := $(if $(V),,@)
+
 $(B)/%.o: %.c $(BUILD_KEY) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(if $(Q),@echo "  CC    $<")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 $(B)/%.cu.o: %.cu $(BUILD_KEY) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(if $(Q),@echo "  NVCC  $<")
+	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(LIBA): $(LIB_OBJ)
 	@mkdir -p $(@D)
-	rm -f $@ && ar rcs $@ $^
+	$(if $(Q),@echo "  AR    $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 $(BIN)/%: $(B)/bin-src/%.o $(LIBA)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) $< $(LIBA) $(LDLIBS) -o $@
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(LDFLAGS) $< $(LIBA) $(LDLIBS) -o $@
 
 $(B)/tests/%: $(B)/tests/unit/%.o $(LIBA)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) $< $(LIBA) $(LDLIBS) -o $@
+	$(Q)$(CC) $(LDFLAGS) $< $(LIBA) $(LDLIBS) -o $@
 
 $(B)/tests/tools/%: $(B)/tests/tools/%.o $(LIBA)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) $< $(LIBA) $(LDLIBS) -o $@
+	$(Q)$(CC) $(LDFLAGS) $< $(LIBA) $(LDLIBS) -o $@
 
 unit-bins: $(UNIT_BIN) $(TEST_TOOLS)
 

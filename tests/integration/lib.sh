@@ -1,7 +1,9 @@
 # Shared helpers for integration scripts: each check prints one PASS/FAIL
 # line. Scripts run from the project root with bin/ on PATH, MEMRA_SHARED set
 # and a scratch dir in MEMRA_TEST_TMP.
-set -u
+set -u -o pipefail
+# bash -c children inherit pipefail, so a failing producer fails the check.
+export SHELLOPTS
 T=${MEMRA_TEST_TMP:-$(mktemp -d)}
 SHARED=${MEMRA_SHARED:-../shared}
 SAN_BIN=build/san/bin

@@ -1,0 +1,359 @@
+/* memra-census: what is in a checkpoint. Argument parsing and output only;
+ * the binding and byte accounting are lib/model/contract.c. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/cli.h"
+#include "core/rng.h"
+#include "model/checkpoint.h"
+#include "model/contract.h"
+
+static const char usage[] =
+    "usage: memra-census MODEL [--json] [--bandwidth GB/s] [--no-tensors] [--checksum]\n"
+    "\n"
+    "Binds every tensor of MODEL (a GGUF file, an HF checkpoint dir, or hf:owner/repo[:file])\n"
+    "to its family's tensor contract and reports the family, the normalized config, every\n"
+    "tensor, totals by dtype and role, and the decode bytes per token and ceiling.\n"
+    "\n"
+    "  --json            one JSON object instead of tables\n"
+    "  --bandwidth GB/s  memory bandwidth for the decode ceiling (default 4500, H200;\n"
+    "                    env MEMRA_BANDWIDTH)\n"
+    "  --no-tensors      leave out the per-tensor list\n"
+    "  --checksum        add an FNV-1a 64 checksum of each tensor's bytes\n"
+    "  -h, --help        this text\n"
+    "\n"
+    "Exit status: 0 ok, 1 failure (names the tensor that does not bind), 2 bad usage.\n";
+
+typedef struct {
+    const char *model;
+    int json, no_tensors, checksum;
+    double bandwidth_gbs;
+} census_opts;
+
+static uint64_t fnv1a64(const uint8_t *p, uint64_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint64_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static json_t *config_json(const model_config *c)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "family", json_string(family_name(c->family)));
+    if (c->hf_architecture[0])
+        json_object_set_new(j, "architecture", json_string(c->hf_architecture));
+    json_object_set_new(j, "n_vocab", json_integer(c->n_vocab));
+    json_object_set_new(j, "dim", json_integer(c->dim));
+    json_object_set_new(j, "n_layers", json_integer(c->n_layers));
+    json_object_set_new(j, "n_heads", json_integer(c->n_heads));
+    json_object_set_new(j, "n_kv_heads", json_integer(c->n_kv_heads));
+    json_object_set_new(j, "head_dim", json_integer(c->head_dim));
+    json_object_set_new(j, "ffn_dim", json_integer(c->ffn_dim));
+    json_object_set_new(j, "n_ctx_train", json_integer(c->n_ctx_train));
+    json_object_set_new(j, "norm_eps", json_real(c->norm_eps));
+    json_object_set_new(j, "rope_theta", json_real(c->rope_theta));
+    json_object_set_new(j, "tie_embeddings", json_boolean(c->tie_embeddings));
+    json_object_set_new(j, "attn_bias", json_boolean(c->attn_bias));
+    json_object_set_new(j, "qk_norm", json_boolean(c->qk_norm));
+    static const char *scaling[] = {"none", "linear", "llama3", "yarn"};
+    json_t *rs = json_object();
+    json_object_set_new(rs, "type", json_string(scaling[c->rope_scaling.kind]));
+    if (c->rope_scaling.kind != ROPE_SCALING_NONE) {
+        json_object_set_new(rs, "factor", json_real(c->rope_scaling.factor));
+        json_object_set_new(rs, "original_ctx", json_integer(c->rope_scaling.original_ctx));
+    }
+    json_object_set_new(j, "rope_scaling", rs);
+    if (c->family == FAMILY_QWEN3_MOE) {
+        json_object_set_new(j, "n_experts", json_integer(c->n_experts));
+        json_object_set_new(j, "n_experts_used", json_integer(c->n_experts_used));
+        json_object_set_new(j, "moe_ffn_dim", json_integer(c->moe_ffn_dim));
+        json_object_set_new(j, "norm_topk_prob", json_boolean(c->norm_topk_prob));
+    }
+    if (c->family == FAMILY_GEMMA3) {
+        json_object_set_new(j, "rope_local_theta", json_real(c->rope_local_theta));
+        json_object_set_new(j, "sliding_window", json_integer(c->sliding_window));
+        json_object_set_new(j, "sliding_window_pattern", json_integer(c->sliding_window_pattern));
+        json_object_set_new(j, "query_pre_attn_scalar", json_real(c->query_pre_attn_scalar));
+        json_object_set_new(j, "attn_softcap", json_real(c->attn_softcap));
+        json_object_set_new(j, "final_softcap", json_real(c->final_softcap));
+    }
+    json_object_set_new(j, "bos_id", json_integer(c->bos_id));
+    json_object_set_new(j, "eos_id", json_integer(c->eos_id));
+    return j;
+}
+
+static json_t *shape_json(const tensor_view *v)
+{
+    json_t *a = json_array();
+    for (int d = 0; d < v->n_dims; d++)
+        json_array_append_new(a, json_integer(v->shape[d]));
+    return a;
+}
+
+static void shape_str(const tensor_view *v, char *out, size_t n)
+{
+    size_t len = (size_t)snprintf(out, n, "[");
+    for (int d = 0; d < v->n_dims && len < n; d++)
+        len += (size_t)snprintf(out + len, n - len, "%s%" PRId64, d ? ", " : "", v->shape[d]);
+    if (len < n)
+        snprintf(out + len, n - len, "]");
+}
+
+/* The contract entry a view is bound to (for role and layer), or NULL. */
+static const contract_entry *entry_of(const contract_binding *b, const tensor_view *v)
+{
+    for (int i = 0; i < b->contract.n; i++)
+        if (b->bound[i] == v)
+            return &b->contract.entries[i];
+    return NULL;
+}
+
+static json_t *tokenizer_json(const checkpoint *c)
+{
+    json_t *j = json_object();
+    const char *model = NULL;
+    if (gguf_get_str(&c->gguf, "tokenizer.ggml.model", &model, NULL) == 0)
+        json_object_set_new(j, "model", json_string(model));
+    const gguf_kv *kv = gguf_find_kv(&c->gguf, "tokenizer.ggml.tokens");
+    if (kv && kv->value.type == GGUF_ARRAY)
+        json_object_set_new(j, "n_tokens", json_integer((json_int_t)kv->value.v.arr.n));
+    const char *pre = NULL;
+    if (gguf_get_str(&c->gguf, "tokenizer.ggml.pre", &pre, NULL) == 0)
+        json_object_set_new(j, "pre", json_string(pre));
+    json_object_set_new(j, "chat_template",
+                        json_boolean(gguf_find_kv(&c->gguf, "tokenizer.chat_template") != NULL));
+    return j;
+}
+
+static json_t *census_json(const checkpoint *c, const contract_binding *b, const census_opts *o)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "path", json_string(c->path));
+    json_object_set_new(j, "format", json_string(c->format == CKPT_GGUF ? "gguf" : "hf"));
+    json_object_set_new(j, "vocab_only", json_boolean(c->vocab_only));
+    if (c->format == CKPT_GGUF) {
+        json_object_set_new(j, "gguf_version", json_integer(c->gguf.version));
+        if (gguf_find_kv(&c->gguf, "tokenizer.ggml.tokens"))
+            json_object_set_new(j, "tokenizer", tokenizer_json(c));
+    }
+    if (c->vocab_only)
+        return j;
+    json_object_set_new(j, "family", json_string(family_name(c->config.family)));
+    json_object_set_new(j, "config", config_json(&c->config));
+
+    json_t *by_dtype = json_object(), *by_role = json_object(), *tensors = json_array();
+    uint64_t total = 0;
+    for (int i = 0; i < c->n_tensors; i++) {
+        const tensor_view *v = &c->tensors[i];
+        const contract_entry *e = entry_of(b, v);
+        const char *dt = dtype_get(v->type)->name;
+        const char *group = e ? role_group(e->role) : "ignored";
+        json_t *cur = json_object_get(by_dtype, dt);
+        json_object_set_new(by_dtype, dt, json_integer((cur ? json_integer_value(cur) : 0) +
+                                                       (json_int_t)v->nbytes));
+        cur = json_object_get(by_role, group);
+        json_object_set_new(by_role, group, json_integer((cur ? json_integer_value(cur) : 0) +
+                                                         (json_int_t)v->nbytes));
+        total += v->nbytes;
+        if (o->no_tensors)
+            continue;
+        json_t *t = json_object();
+        json_object_set_new(t, "name", json_string(v->name));
+        json_object_set_new(t, "dtype", json_string(dt));
+        json_object_set_new(t, "shape", shape_json(v));
+        json_object_set_new(t, "bytes", json_integer((json_int_t)v->nbytes));
+        json_object_set_new(t, "role", json_string(e ? role_name(e->role) : "ignored"));
+        json_object_set_new(t, "layer", json_integer(e ? e->layer : -1));
+        if (o->checksum) {
+            char hex[17];
+            snprintf(hex, sizeof hex, "%016" PRIx64, fnv1a64(v->data, v->nbytes));
+            json_object_set_new(t, "fnv1a64", json_string(hex));
+        }
+        json_array_append_new(tensors, t);
+    }
+    if (!o->no_tensors)
+        json_object_set_new(j, "tensors", tensors);
+    else
+        json_decref(tensors);
+    int n_bound = 0;
+    for (int i = 0; i < b->contract.n; i++)
+        n_bound += b->bound[i] != NULL;
+    json_object_set_new(j, "n_tensors", json_integer(c->n_tensors));
+    json_object_set_new(j, "n_bound", json_integer(n_bound));
+    json_object_set_new(j, "n_ignored", json_integer(b->n_ignored));
+    json_t *totals = json_object();
+    json_object_set_new(totals, "bytes", json_integer((json_int_t)total));
+    json_object_set_new(totals, "by_dtype", by_dtype);
+    json_object_set_new(totals, "by_role", by_role);
+    json_object_set_new(j, "totals", totals);
+    contract_bytes cb;
+    contract_bytes_of(b, &c->config, &cb);
+    json_t *dec = json_object();
+    json_object_set_new(dec, "bytes_per_token", json_integer((json_int_t)cb.per_token));
+    json_object_set_new(dec, "bandwidth_gbs", json_real(o->bandwidth_gbs));
+    json_object_set_new(dec, "ceiling_tok_s",
+                        json_real(cb.per_token ? o->bandwidth_gbs * 1e9 / (double)cb.per_token : 0));
+    json_object_set_new(j, "decode", dec);
+    return j;
+}
+
+static void human_bytes(uint64_t b, char *out, size_t n)
+{
+    if (b >= 1000000000ull)
+        snprintf(out, n, "%.2f GB", b / 1e9);
+    else if (b >= 1000000ull)
+        snprintf(out, n, "%.2f MB", b / 1e6);
+    else if (b >= 1000ull)
+        snprintf(out, n, "%.1f kB", b / 1e3);
+    else
+        snprintf(out, n, "%" PRIu64 " B", b);
+}
+
+static void print_table(const checkpoint *c, json_t *j, const census_opts *o)
+{
+    printf("%s: %s", c->path, c->format == CKPT_GGUF ? "GGUF" : "HF safetensors");
+    if (c->format == CKPT_GGUF)
+        printf(" v%u", c->gguf.version);
+    json_t *tok = json_object_get(j, "tokenizer");
+    if (c->vocab_only) {
+        printf(", vocab only (no tensors)\n");
+        if (tok)
+            printf("tokenizer: %s, %" JSON_INTEGER_FORMAT " tokens%s%s\n",
+                   json_string_value(json_object_get(tok, "model")) ?: "?",
+                   json_integer_value(json_object_get(tok, "n_tokens")),
+                   json_object_get(tok, "pre") ? ", pre " : "",
+                   json_object_get(tok, "pre") ? json_string_value(json_object_get(tok, "pre")) : "");
+        return;
+    }
+    const model_config *m = &c->config;
+    printf(", family %s\n", family_name(m->family));
+    printf("config: vocab %" PRId64 ", dim %" PRId64 ", layers %" PRId64 ", heads %" PRId64
+           " (kv %" PRId64 ", head_dim %" PRId64 "), ffn %" PRId64 ", ctx %" PRId64
+           ", rope theta %g, norm eps %g, tied %s\n",
+           m->n_vocab, m->dim, m->n_layers, m->n_heads, m->n_kv_heads, m->head_dim, m->ffn_dim,
+           m->n_ctx_train, m->rope_theta, m->norm_eps, m->tie_embeddings ? "yes" : "no");
+    if (m->family == FAMILY_QWEN3_MOE)
+        printf("experts: %" PRId64 ", %" PRId64 " used per token, expert ffn %" PRId64 "\n",
+               m->n_experts, m->n_experts_used, m->moe_ffn_dim);
+    if (tok)
+        printf("tokenizer: %s, %" JSON_INTEGER_FORMAT " tokens\n",
+               json_string_value(json_object_get(tok, "model")) ?: "?",
+               json_integer_value(json_object_get(tok, "n_tokens")));
+    if (!o->no_tensors) {
+        printf("\n%-48s %-8s %-22s %14s  %s\n", "tensor", "dtype", "shape", "bytes", "role");
+        json_t *t;
+        size_t i;
+        json_array_foreach(json_object_get(j, "tensors"), i, t)
+        {
+            char shape[64];
+            shape_str(&c->tensors[i], shape, sizeof shape);
+            printf("%-48s %-8s %-22s %14" JSON_INTEGER_FORMAT "  %s", json_string_value(json_object_get(t, "name")),
+                   json_string_value(json_object_get(t, "dtype")), shape,
+                   json_integer_value(json_object_get(t, "bytes")),
+                   json_string_value(json_object_get(t, "role")));
+            json_t *ck = json_object_get(t, "fnv1a64");
+            if (ck)
+                printf("  %s", json_string_value(ck));
+            printf("\n");
+        }
+    }
+    printf("\n%" JSON_INTEGER_FORMAT " tensors, %" JSON_INTEGER_FORMAT " bound to the %s contract\n",
+           json_integer_value(json_object_get(j, "n_tensors")),
+           json_integer_value(json_object_get(j, "n_bound")), family_name(m->family));
+    json_t *totals = json_object_get(j, "totals");
+    const char *k;
+    json_t *v;
+    char hb[32];
+    printf("\nby dtype:\n");
+    json_object_foreach(json_object_get(totals, "by_dtype"), k, v)
+    {
+        human_bytes((uint64_t)json_integer_value(v), hb, sizeof hb);
+        printf("  %-12s %12s\n", k, hb);
+    }
+    printf("by role:\n");
+    json_object_foreach(json_object_get(totals, "by_role"), k, v)
+    {
+        human_bytes((uint64_t)json_integer_value(v), hb, sizeof hb);
+        printf("  %-12s %12s\n", k, hb);
+    }
+    human_bytes((uint64_t)json_integer_value(json_object_get(totals, "bytes")), hb, sizeof hb);
+    printf("  %-12s %12s\n", "total", hb);
+    json_t *dec = json_object_get(j, "decode");
+    human_bytes((uint64_t)json_integer_value(json_object_get(dec, "bytes_per_token")), hb, sizeof hb);
+    printf("\ndecode: %s streamed per token; ceiling %.1f tok/s at %g GB/s\n", hb,
+           json_real_value(json_object_get(dec, "ceiling_tok_s")), o->bandwidth_gbs);
+}
+
+static void parse_args(int argc, char **argv, census_opts *o)
+{
+    memra_err err;
+    o->bandwidth_gbs = 4500;
+    const char *env = getenv("MEMRA_BANDWIDTH");
+    if (env && cli_parse_f64(env, 1, 1e6, &o->bandwidth_gbs, "MEMRA_BANDWIDTH", &err) != 0)
+        cli_usage("%s", err.msg);
+    static const struct option longs[] = {
+        {"json", no_argument, NULL, 'j'},       {"bandwidth", required_argument, NULL, 'b'},
+        {"no-tensors", no_argument, NULL, 'T'}, {"checksum", no_argument, NULL, 'c'},
+        {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0},
+    };
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
+        switch (ch) {
+        case 'j': o->json = 1; break;
+        case 'T': o->no_tensors = 1; break;
+        case 'c': o->checksum = 1; break;
+        case 'b':
+            if (cli_parse_f64(optarg, 1, 1e6, &o->bandwidth_gbs, "--bandwidth", &err) != 0)
+                cli_usage("%s", err.msg);
+            break;
+        case 'h': fputs(usage, stdout); exit(0);
+        case ':': cli_usage("%s needs a value", argv[optind - 1]);
+        default: cli_usage("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        cli_usage("no MODEL given");
+    if (optind + 1 < argc)
+        cli_usage("unexpected argument '%s'", argv[optind + 1]);
+    o->model = argv[optind];
+}
+
+int main(int argc, char **argv)
+{
+    cli_set_program("memra-census");
+    census_opts o = {0};
+    parse_args(argc, argv, &o);
+    memra_err err;
+    checkpoint c;
+    if (checkpoint_open(o.model, &c, &err) != 0)
+        cli_fail(&err);
+    contract_binding b = {0};
+    if (!c.vocab_only &&
+        contract_bind(&c.config, c.format, c.tensors, c.n_tensors, &b, &err) != 0) {
+        memra_wrap(&err, "%s", c.path);
+        cli_fail(&err);
+    }
+    json_t *j = census_json(&c, &b, &o);
+    if (o.json) {
+        char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        puts(s);
+        free(s);
+    } else {
+        print_table(&c, j, &o);
+    }
+    json_decref(j);
+    if (!c.vocab_only)
+        contract_binding_free(&b);
+    checkpoint_close(&c);
+    return 0;
+}

@@ -1,0 +1,69 @@
+# memra-census on real files from other tools, on our own checkpoints, and
+# on broken ones: every failure one line, exit 1; bad usage exit 2.
+source tests/integration/lib.sh
+STORIES=$SHARED/models/stories260K.gguf
+
+# The real TinyStories model: llama, all 48 tensors bound.
+check "stories260K json: family llama, 48 tensors all bound" \
+  bash -c "memra-census '$STORIES' --json | jq -e '.family == \"llama\" and .n_tensors == 48 and .n_bound == 48 and .config.dim == 64 and .config.n_layers == 5 and .config.n_kv_heads == 4 and .config.n_vocab == 512'"
+check "stories260K json: every tensor has a role, bytes add up" \
+  bash -c "memra-census '$STORIES' --json | jq -e '([.tensors[] | select(.role == \"ignored\")] | length) == 0 and ([.tensors[].bytes] | add) == .totals.bytes and .totals.by_dtype.F32 == .totals.bytes'"
+check "stories260K decode bytes: all weights but the embedding rows" \
+  bash -c "memra-census '$STORIES' --json | jq -e '.decode.bytes_per_token < .totals.bytes and .decode.bytes_per_token > 0 and (.decode.ceiling_tok_s - 4500e9 / .decode.bytes_per_token | fabs) < 1'"
+check "stories260K table names the family and the decode ceiling" \
+  bash -c "memra-census '$STORIES' | grep -q 'family llama' && memra-census '$STORIES' | grep -q 'tok/s at 4500 GB/s'"
+check "--bandwidth and MEMRA_BANDWIDTH set the ceiling, the flag wins" \
+  bash -c "a=\$(MEMRA_BANDWIDTH=1000 memra-census '$STORIES' --json | jq '.decode.bandwidth_gbs | floor'); b=\$(MEMRA_BANDWIDTH=1000 memra-census '$STORIES' --json --bandwidth 3350 | jq '.decode.bandwidth_gbs | floor'); [ \"\$a\" = 1000 ] && [ \"\$b\" = 3350 ]"
+
+# Vocab-only GGUFs written by other tools.
+for v in "$SHARED"/vocab/*.gguf; do
+  check "vocab-only $(basename "$v")" \
+    bash -c "memra-census '$v' --json | jq -e '.vocab_only == true and .tokenizer.n_tokens > 100'"
+done
+
+# Bad usage: exit 2, one line.
+expect_error "no model: usage error" 2 "no MODEL given" memra-census
+expect_error "unknown flag: usage error" 2 "unknown option '--frobnicate'" memra-census "$STORIES" --frobnicate
+expect_error "bad bandwidth: usage error" 2 "--bandwidth: 'fast' is not a number" memra-census "$STORIES" --bandwidth fast
+expect_error "missing file" 1 "nope.gguf: .*(no such file|cannot open)" memra-census "$T/nope.gguf"
+
+# Contract violations on an HF dir: edit its config so tensors no longer fit.
+memra-convert --random tests/fixtures/configs/tiny-llama.json "$T/tiny" --seed 3 >/dev/null 2>&1
+check "random tiny llama dir binds" bash -c "memra-census '$T/tiny' --json | jq -e '.n_bound == .n_tensors'"
+mkdir -p "$T/more" "$T/fewer" "$T/wide"
+cp "$T/tiny"/* "$T/more/"; cp "$T/tiny"/* "$T/fewer/"; cp "$T/tiny"/* "$T/wide/"
+jq '.num_hidden_layers += 1' "$T/tiny/config.json" >"$T/more/config.json"
+jq '.num_hidden_layers -= 1' "$T/tiny/config.json" >"$T/fewer/config.json"
+jq '.intermediate_size += 8' "$T/tiny/config.json" >"$T/wide/config.json"
+expect_error "missing tensor is named" 1 "missing.*model\.layers\.[0-9]+\." memra-census "$T/more"
+expect_error "unknown tensor is named" 1 "model\.layers\.[0-9]+\..*not part of the llama tensor contract" memra-census "$T/fewer"
+expect_error "wrong shape is named" 1 "mlp\..*shape" memra-census "$T/wide"
+
+# Malformed GGUF and safetensors files: a clean one-line error, also under
+# ASan + UBSan (the san build of the same program).
+mal=$T/malformed; mkdir -p "$mal"
+head -c 100 "$STORIES" >"$mal/truncated.gguf"
+printf 'GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\x7f\x00\x00\x00\x00\x00\x00\x00\x00' >"$mal/absurd-count.gguf"
+printf 'GGUF\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' >"$mal/version1.gguf"
+printf 'NOPE\x03\x00\x00\x00' >"$mal/badmagic.gguf"
+: >"$mal/empty.gguf"
+mkdir -p "$mal/st-absurd" "$mal/st-notjson" "$mal/st-overlap" "$mal/st-dtype"
+for d in st-absurd st-notjson st-overlap st-dtype; do cp "$T/tiny/config.json" "$mal/$d/"; done
+printf '\x00\x00\x00\x00\x00\x00\x00\x10{}' >"$mal/st-absurd/model.safetensors"
+printf '\x08\x00\x00\x00\x00\x00\x00\x00{"a":1,}' >"$mal/st-notjson/model.safetensors"
+h='{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}'
+printf "$(printf '\\x%02x' ${#h})\x00\x00\x00\x00\x00\x00\x00%s%s" "$h" "0123456789ab" >"$mal/st-overlap/model.safetensors"
+h='{"a":{"dtype":"F7","shape":[2],"data_offsets":[0,8]}}'
+printf "$(printf '\\x%02x' ${#h})\x00\x00\x00\x00\x00\x00\x00%s%s" "$h" "01234567" >"$mal/st-dtype/model.safetensors"
+for bin in bin "$SAN_BIN"; do
+  tag=$([ "$bin" = bin ] && echo release || echo asan)
+  expect_error "$tag: truncated GGUF" 1 "truncated\.gguf: .*(end of file|truncated|past|cannot fit)" "$bin/memra-census" "$mal/truncated.gguf"
+  expect_error "$tag: absurd tensor count" 1 "absurd-count\.gguf: .*(tensor|count)" "$bin/memra-census" "$mal/absurd-count.gguf"
+  expect_error "$tag: GGUF version 1" 1 "version1\.gguf: .*version 1" "$bin/memra-census" "$mal/version1.gguf"
+  expect_error "$tag: not a GGUF" 1 "badmagic\.gguf: .*(magic|not a GGUF)" "$bin/memra-census" "$mal/badmagic.gguf"
+  expect_error "$tag: empty file" 1 "empty\.gguf: " "$bin/memra-census" "$mal/empty.gguf"
+  expect_error "$tag: safetensors absurd header length" 1 "model\.safetensors: .*header" "$bin/memra-census" "$mal/st-absurd"
+  expect_error "$tag: safetensors header not JSON" 1 "model\.safetensors: .*JSON" "$bin/memra-census" "$mal/st-notjson"
+  expect_error "$tag: safetensors overlapping offsets" 1 "model\.safetensors: .*overlap" "$bin/memra-census" "$mal/st-overlap"
+  expect_error "$tag: safetensors unknown dtype" 1 "model\.safetensors: .*F7" "$bin/memra-census" "$mal/st-dtype"
+done
