@@ -485,6 +485,33 @@ static int has_bytelevel(const json_t *node)
     return 0;
 }
 
+/* Whether a SentencePiece-style tokenizer prepends U+2581 to the text:
+ * a Prepend normalizer, or a Metaspace pre-tokenizer that adds the prefix.
+ * llama.cpp assumes it does (add_space_prefix) unless told otherwise. */
+static int has_prepend(const json_t *node)
+{
+    if (!json_is_object(node))
+        return 0;
+    if (has_type(node, "Prepend")) {
+        const char *p = json_string_value(json_object_get(node, "prepend"));
+        return p && !strcmp(p, "\xe2\x96\x81");
+    }
+    if (has_type(node, "Metaspace")) {
+        const char *scheme = json_string_value(json_object_get(node, "prepend_scheme"));
+        if (scheme)
+            return strcmp(scheme, "never") != 0;
+        json_t *add = json_object_get(node, "add_prefix_space");
+        return !add || json_is_true(add);
+    }
+    json_t *list = json_object_get(node, "normalizers");
+    if (!list)
+        list = json_object_get(node, "pretokenizers");
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e) if (has_prepend(e)) return 1;
+    return 0;
+}
+
 #define MAX_PRE_REGEX 8
 
 /* Collect the regexes a pre_tokenizer applies, in order. Returns 0, or -1
@@ -778,6 +805,11 @@ static void write_keys(conv *c, gguf_writer *w, const char *pre)
     for (int i = 0; i < 3; i++)
         if (c->add_flag[i] >= 0)
             gguf_writer_set_bool(w, add_keys[i], c->add_flag[i]);
+    /* Written only when it departs from llama.cpp's SentencePiece default
+     * (true), so Llama 2 style output stays as convert writes it. */
+    if (c->kind == KIND_LLAMA && !has_prepend(json_object_get(c->tj, "normalizer")) &&
+        !has_prepend(json_object_get(c->tj, "pre_tokenizer")))
+        gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", 0);
 }
 
 int hf_tokenizer_to_gguf(const char *dir, gguf_writer *w, memra_err *err)

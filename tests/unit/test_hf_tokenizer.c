@@ -377,6 +377,36 @@ static void test_spm_without_model_file(void)
     rm_dir(dir);
 }
 
+/* A SentencePiece vocabulary without the space prefix (Gemma style) keeps
+ * tokenizer.ggml.add_space_prefix = false through the round trip. */
+static void test_no_space_prefix(void)
+{
+    char p1[512], p2[512];
+    scratch(p1, sizeof p1, "nsp1.gguf");
+    scratch(p2, sizeof p2, "nsp2.gguf");
+    memra_err err = {{0}};
+    gguf_file a, b;
+    if (hf_to_file(FIX "spm-llama2", p1, &a, &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    CHECK(bool_of(&a, "tokenizer.ggml.add_space_prefix") == -1);
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_copy_kv(w, &a);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", 0);
+    CHECK_MSG(gguf_writer_write(w, p2, &err) == 0, "%s", err.msg);
+    gguf_writer_free(w);
+    if (gguf_open(p2, &b, &err) == 0) {
+        round_trip_file(&b, "no-space-prefix");
+        gguf_close(&b);
+    } else {
+        CHECK_MSG(0, "%s", err.msg);
+    }
+    gguf_close(&a);
+    unlink(p1);
+    unlink(p2);
+}
+
 static void round_trip_shared(const char *name)
 {
     char path[512];
@@ -394,6 +424,7 @@ static void round_trip_shared(const char *name)
 static void test_vocab_qwen2(void) { round_trip_shared("ggml-vocab-qwen2.gguf"); }
 static void test_vocab_llama_spm(void) { round_trip_shared("ggml-vocab-llama-spm.gguf"); }
 static void test_vocab_gpt2(void) { round_trip_shared("ggml-vocab-gpt-2.gguf"); }
+static void test_vocab_llama_bpe(void) { round_trip_shared("ggml-vocab-llama-bpe.gguf"); }
 
 /* ---- malformed input ---- */
 
@@ -742,7 +773,7 @@ static void test_spm_model_file(void)
 
 TEST_MAIN(TEST_CASE(test_qwen2_fixture), TEST_CASE(test_llama3_fixture),
           TEST_CASE(test_spm_fixture), TEST_CASE(test_round_trip_fixtures),
-          TEST_CASE(test_spm_without_model_file), TEST_CASE(test_vocab_qwen2),
-          TEST_CASE(test_vocab_llama_spm), TEST_CASE(test_vocab_gpt2),
+          TEST_CASE(test_spm_without_model_file), TEST_CASE(test_no_space_prefix), TEST_CASE(test_vocab_qwen2),
+          TEST_CASE(test_vocab_llama_spm), TEST_CASE(test_vocab_gpt2), TEST_CASE(test_vocab_llama_bpe),
           TEST_CASE(test_malformed_hf), TEST_CASE(test_unknown_pre), TEST_CASE(test_chat_template_files),
           TEST_CASE(test_malformed_gguf), TEST_CASE(test_spm_model_file))
