@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <sys/stat.h>
 
 #include "core/arena.h"
@@ -19,8 +18,7 @@
 #include "format/hf_tokenizer_internal.h"
 
 #define HF_JSON_MAX (512u << 20)
-#define HF_SMALL_MAX (64u << 20)
-#define HF_MAX_VOCAB (1 << 24)
+#define HF_MAX_VOCAB (1 << 22) /* ids; the largest real vocabularies hold ~262k */
 
 enum { KIND_GPT2, KIND_LLAMA };
 
@@ -61,8 +59,7 @@ typedef struct {
     const char *sp_content[SP_COUNT];
     int64_t sp_id[SP_COUNT];
     int add_flag[3]; /* bos, eos, sep: -1 unset, 0, 1 */
-    json_t *chat;    /* string, list of {name, template}, or NULL */
-    const char *chat_what;
+    json_t *chat; /* string, list of {name, template}, or NULL */
 } conv;
 
 static char *path_in(conv *c, const char *name)
@@ -73,18 +70,16 @@ static char *path_in(conv *c, const char *name)
     return p;
 }
 
-static int file_exists(const char *path)
+int hf_file_exists(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* Optional JSON file: NULL without error when absent; an error when present
- * but unreadable or not an object. */
-static int load_optional(const char *path, size_t max, json_t **out, memra_err *err)
+int hf_json_optional(const char *path, size_t max, json_t **out, memra_err *err)
 {
     *out = NULL;
-    if (!file_exists(path))
+    if (!hf_file_exists(path))
         return 0;
     json_t *j = json_load_path(path, max, err);
     if (!j)
@@ -146,6 +141,20 @@ static int read_vocab(conv *c, memra_err *err)
     }
 
     size_t n = (size_t)(max_id + 1);
+    if (n > json_object_size(vocab) + n_added) {
+        /* A gap for sure: name the first missing id before allocating
+         * anything the size of the (bogus) largest id. */
+        unsigned char *seen = xcalloc(n, 1);
+        json_object_keylen_foreach(vocab, key, klen, v) seen[json_integer_value(v)] = 1;
+        for (size_t i = 0; i < n_added; i++)
+            seen[json_integer_value(json_object_get(json_array_get(added, i), "id"))] = 1;
+        size_t first = 0;
+        while (seen[first])
+            first++;
+        free(seen);
+        return memra_fail(err, "%s: no token has id %zu (ids must be contiguous from 0 to %zu)",
+                          c->tj_path, first, n - 1);
+    }
     /* config.json's vocab_size pads the embedding rows past the last token
      * (Qwen pads to a multiple of 128); convert names them [PAD<id>]. */
     int64_t vocab_size = -1;
@@ -426,7 +435,7 @@ static int assign_scores(conv *c, memra_err *err)
     sb_free(&sb);
 
     char *spm_path = path_in(c, "tokenizer.model");
-    if (!file_exists(spm_path))
+    if (!hf_file_exists(spm_path))
         return 0;
     spm_model spm;
     if (spm_model_read(spm_path, &spm, err))
@@ -473,6 +482,33 @@ static int has_bytelevel(const json_t *node)
     size_t i;
     json_t *e;
     json_array_foreach(list, i, e) if (has_bytelevel(e)) return 1;
+    return 0;
+}
+
+/* Whether a SentencePiece-style tokenizer prepends U+2581 to the text:
+ * a Prepend normalizer, or a Metaspace pre-tokenizer that adds the prefix.
+ * llama.cpp assumes it does (add_space_prefix) unless told otherwise. */
+static int has_prepend(const json_t *node)
+{
+    if (!json_is_object(node))
+        return 0;
+    if (has_type(node, "Prepend")) {
+        const char *p = json_string_value(json_object_get(node, "prepend"));
+        return p && !strcmp(p, "\xe2\x96\x81");
+    }
+    if (has_type(node, "Metaspace")) {
+        const char *scheme = json_string_value(json_object_get(node, "prepend_scheme"));
+        if (scheme)
+            return strcmp(scheme, "never") != 0;
+        json_t *add = json_object_get(node, "add_prefix_space");
+        return !add || json_is_true(add);
+    }
+    json_t *list = json_object_get(node, "normalizers");
+    if (!list)
+        list = json_object_get(node, "pretokenizers");
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e) if (has_prepend(e)) return 1;
     return 0;
 }
 
@@ -691,191 +727,6 @@ static int read_specials(conv *c, memra_err *err)
     return 0;
 }
 
-/* ---- chat templates ---- */
-
-static int read_text_file(const char *path, char **out, memra_err *err)
-{
-    size_t len;
-    if (read_small_file(path, HF_SMALL_MAX, out, &len, err))
-        return -1;
-    if (strlen(*out) != len) {
-        free(*out);
-        *out = NULL;
-        return memra_fail(err, "%s: contains a NUL byte", path);
-    }
-    return 0;
-}
-
-static int set_template_list(conv *c, gguf_writer *w, const json_t *list, const char *what,
-                             memra_err *err)
-{
-    const char *names[256];
-    size_t n_names = 0;
-    const char *def = NULL;
-    size_t i;
-    json_t *e;
-    json_array_foreach(list, i, e)
-    {
-        const char *name = json_string_value(json_object_get(e, "name"));
-        json_t *tmpl = json_object_get(e, "template");
-        if (!json_is_object(e) || (tmpl && !json_is_null(tmpl) && !json_is_string(tmpl)))
-            return memra_fail(err, "%s: chat_template[%zu] must be {\"name\": ..., \"template\": "
-                                   "string}", what, i);
-        if (!name || !*name || !json_is_string(tmpl))
-            continue;
-        /* gguf-py keeps template names to [A-Za-z0-9_]. */
-        char *clean = arena_strdup(&c->mem, name);
-        for (char *p = clean; *p; p++)
-            if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')))
-                *p = '_';
-        if (!strcmp(clean, "default")) {
-            if (has_nul(json_string_value(tmpl), json_string_length(tmpl)))
-                return memra_fail(err, "%s: chat_template[%zu] contains a NUL byte", what, i);
-            def = json_string_value(tmpl);
-            continue;
-        }
-        char key[300];
-        if (snprintf(key, sizeof key, "tokenizer.chat_template.%s", clean) >= (int)sizeof key)
-            return memra_fail(err, "%s: chat_template[%zu]: name too long", what, i);
-        if (has_nul(json_string_value(tmpl), json_string_length(tmpl)))
-            return memra_fail(err, "%s: chat_template[%zu] contains a NUL byte", what, i);
-        if (w)
-            gguf_writer_set_str(w, key, json_string_value(tmpl));
-        int dup = 0;
-        for (size_t k = 0; k < n_names; k++)
-            dup |= !strcmp(names[k], clean);
-        if (!dup) {
-            if (n_names == MEMRA_ARRAY_LEN(names))
-                return memra_fail(err, "%s: more than %zu chat templates", what,
-                                  MEMRA_ARRAY_LEN(names));
-            names[n_names++] = clean;
-        }
-    }
-    if (!w)
-        return 0;
-    if (n_names)
-        gguf_writer_set_arr(w, "tokenizer.chat_templates", GGUF_STRING, n_names, names);
-    if (def)
-        gguf_writer_set_str(w, "tokenizer.chat_template", def);
-    return 0;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* chat_template.jinja plus additional_chat_templates/<name>.jinja, in the
- * list form gguf-py builds from them (names sorted, so the output does not
- * depend on directory order). */
-static int jinja_templates(conv *c, json_t **out, memra_err *err)
-{
-    *out = NULL;
-    char *path = path_in(c, "chat_template.jinja");
-    if (!file_exists(path))
-        return 0;
-    char *text;
-    if (read_text_file(path, &text, err))
-        return -1;
-    json_t *list = json_array();
-    json_array_append_new(list, json_pack("{s:s,s:s}", "name", "default", "template", text));
-    free(text);
-
-    char *extra_dir = path_in(c, "additional_chat_templates");
-    DIR *d = opendir(extra_dir);
-    if (!d) {
-        *out = list;
-        return 0;
-    }
-    const char **names = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        size_t len = strlen(de->d_name);
-        if (len <= 6 || strcmp(de->d_name + len - 6, ".jinja") != 0)
-            continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 8;
-            names = xrealloc(names, cap * sizeof *names);
-        }
-        names[n++] = arena_strdup(&c->mem, de->d_name);
-    }
-    closedir(d);
-    if (n)
-        qsort(names, n, sizeof *names, cmp_str);
-    for (size_t i = 0; i < n; i++) {
-        size_t plen = strlen(extra_dir) + strlen(names[i]) + 2;
-        char *p = arena_alloc(&c->mem, plen);
-        snprintf(p, plen, "%s/%s", extra_dir, names[i]);
-        if (read_text_file(p, &text, err)) {
-            free(names);
-            json_decref(list);
-            return -1;
-        }
-        char *stem = arena_strndup(&c->mem, names[i], strlen(names[i]) - 6);
-        json_array_append_new(list, json_pack("{s:s,s:s}", "name", stem, "template", text));
-        free(text);
-    }
-    free(names);
-    *out = list;
-    return 0;
-}
-
-/* Find the chat template(s): tokenizer_config.json's chat_template wins,
- * then chat_template.jinja (+ additional_chat_templates/), then
- * chat_template.json. Validated here, written by write_chat_templates, so a
- * bad template leaves the writer untouched. */
-static int read_chat_templates(conv *c, memra_err *err)
-{
-    json_t *tmpl = c->tc ? json_object_get(c->tc, "chat_template") : NULL;
-    c->chat_what = c->tc_path;
-    if (tmpl && !json_is_null(tmpl)) {
-        c->chat = json_incref(tmpl);
-    } else {
-        json_t *list;
-        if (jinja_templates(c, &list, err))
-            return -1;
-        c->chat_what = path_in(c, "chat_template.jinja");
-        if (list && json_array_size(list) == 1) {
-            /* A lone chat_template.jinja is a plain string template. */
-            c->chat = json_incref(json_object_get(json_array_get(list, 0), "template"));
-            json_decref(list);
-        } else {
-            c->chat = list;
-        }
-        if (!c->chat) {
-            char *path = path_in(c, "chat_template.json");
-            json_t *j;
-            if (load_optional(path, HF_SMALL_MAX, &j, err))
-                return -1;
-            if (j) {
-                c->chat = json_incref(json_object_get(j, "chat_template"));
-                json_decref(j);
-                c->chat_what = path;
-            }
-        }
-    }
-    if (!c->chat || json_is_null(c->chat))
-        return 0;
-    if (json_is_string(c->chat)) {
-        if (has_nul(json_string_value(c->chat), json_string_length(c->chat)))
-            return memra_fail(err, "%s: chat_template contains a NUL byte", c->chat_what);
-        return 0;
-    }
-    if (json_is_array(c->chat))
-        return set_template_list(c, NULL, c->chat, c->chat_what, err);
-    return memra_fail(err, "%s: chat_template must be a string or a list of {name, template}",
-                      c->chat_what);
-}
-
-static void write_chat_templates(conv *c, gguf_writer *w)
-{
-    if (json_is_string(c->chat))
-        gguf_writer_set_str(w, "tokenizer.chat_template", json_string_value(c->chat));
-    else if (json_is_array(c->chat))
-        set_template_list(c, w, c->chat, c->chat_what, NULL);
-}
-
 /* ---- driver ---- */
 
 static int decide_kind(conv *c, memra_err *err)
@@ -954,6 +805,11 @@ static void write_keys(conv *c, gguf_writer *w, const char *pre)
     for (int i = 0; i < 3; i++)
         if (c->add_flag[i] >= 0)
             gguf_writer_set_bool(w, add_keys[i], c->add_flag[i]);
+    /* Written only when it departs from llama.cpp's SentencePiece default
+     * (true), so Llama 2 style output stays as convert writes it. */
+    if (c->kind == KIND_LLAMA && !has_prepend(json_object_get(c->tj, "normalizer")) &&
+        !has_prepend(json_object_get(c->tj, "pre_tokenizer")))
+        gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", 0);
 }
 
 int hf_tokenizer_to_gguf(const char *dir, gguf_writer *w, memra_err *err)
@@ -979,19 +835,20 @@ int hf_tokenizer_to_gguf(const char *dir, gguf_writer *w, memra_err *err)
         goto out;
     }
     if (decide_kind(&c, err) ||
-        load_optional(c.tc_path, HF_SMALL_MAX, &c.tc, err) ||
-        load_optional(path_in(&c, "config.json"), HF_SMALL_MAX, &c.cfg, err) ||
-        load_optional(path_in(&c, "generation_config.json"), HF_SMALL_MAX, &c.gen, err) ||
+        hf_json_optional(c.tc_path, HF_SMALL_MAX, &c.tc, err) ||
+        hf_json_optional(path_in(&c, "config.json"), HF_SMALL_MAX, &c.cfg, err) ||
+        hf_json_optional(path_in(&c, "generation_config.json"), HF_SMALL_MAX, &c.gen, err) ||
         read_vocab(&c, err) || read_merges(&c, err))
         goto out;
     assign_types(&c);
     if (c.kind == KIND_LLAMA && assign_scores(&c, err))
         goto out;
-    if (check_unique(&c, err) || read_specials(&c, err) || read_chat_templates(&c, err))
+    if (check_unique(&c, err) || read_specials(&c, err) ||
+        hf_chat_templates_read(dir, c.tc, c.tc_path, &c.chat, err))
         goto out;
     const char *pre = c.kind == KIND_GPT2 ? detect_pre(&c) : "default";
     write_keys(&c, w, pre);
-    write_chat_templates(&c, w);
+    hf_chat_templates_write(c.chat, w);
     rc = 0;
 out:
     json_decref(c.tj);

@@ -55,11 +55,18 @@
  *                           from post_processor (TemplateProcessing: a leading
  *                           bos / trailing eos special token; RobertaProcessing:
  *                           all three), overridden by tokenizer_config's flags
+ *   tokenizer.ggml.add_space_prefix = false: llama only, when neither a
+ *                           Prepend("\u2581") normalizer nor a prefixing
+ *                           Metaspace pre-tokenizer is present (llama.cpp
+ *                           defaults to true; not written then)
  *   tokenizer.chat_template, tokenizer.chat_template.<name>,
  *   tokenizer.chat_templates (the names)
- * A vocab-only GGUF is a writer holding these keys plus general.architecture.
+ * Nothing is set on the writer unless every input checks out. Token ids
+ * must be below 2^22. A vocab-only GGUF is a writer holding these keys plus
+ * general.architecture.
  *
- * GGUF -> HF (gguf_tokenizer_to_hf) writes into `dir` (which must exist):
+ * GGUF -> HF (gguf_tokenizer_to_hf) writes into `dir` (created if missing;
+ * its parent must exist), replacing files of these names atomically:
  *   tokenizer.json          BPE model with the vocab, merges (gpt2; for llama
  *                           derived from the scores: every split of a normal
  *                           token into two normal tokens, ordered by the
@@ -70,21 +77,24 @@
  *                           tokenizer.ggml.pre with a ByteLevel pre-tokenizer
  *                           and decoder (gpt2), the Prepend+Replace
  *                           normalizer and Replace/ByteFallback/Fuse/Strip
- *                           decoder of Llama 2 (llama), and a
+ *                           decoder of Llama 2 (llama; without Prepend/Strip
+ *                           when add_space_prefix is false), and a
  *                           TemplateProcessing post-processor when BOS/EOS
  *                           are added
  *   tokenizer_config.json   bos/eos/unk/pad/sep/mask tokens, add_bos_token /
- *                           add_eos_token / add_sep_token, chat_template(s)
+ *                           add_eos_token / add_sep_token, chat_template (a
+ *                           string, or a list of {name, template} when
+ *                           tokenizer.chat_templates names more)
  *   tokenizer.model         llama only: every token with its score and type,
  *                           so scores and types survive the trip
  * Not carried back (no place in these files, or not well defined):
- *   eot/eom/fim token ids; tokenizer.ggml.add_space_prefix other than as the
- *   Prepend normalizer; a gpt2 vocabulary's normalizer (e.g. Qwen's NFC);
- *   the UNUSED type of a gpt2 vocabulary (such tokens come back as
- *   user-defined); regexes of pre types not in our table (tokenizer.json
- *   then has no Split and comes back as "default"); token types other than
- *   the ones above; tokenizer_config.json's tokenizer_class (we write
- *   PreTrainedTokenizerFast) and model_max_length.
+ *   eot/eom/fim token ids; a gpt2 vocabulary's normalizer (e.g. Qwen's NFC);
+ *   in a gpt2 vocabulary, the UNUSED type (such tokens come back as
+ *   user-defined), UNKNOWN (comes back as control) and BYTE (as normal);
+ *   regexes of pre types not in our table (tokenizer.json then has no Split
+ *   and the pre comes back as "default"); added tokens' lstrip / rstrip /
+ *   single_word / normalized flags (written false); tokenizer_config.json's
+ *   tokenizer_class (we write PreTrainedTokenizerFast) and model_max_length.
  * Round trip: HF dir -> GGUF keys -> HF dir -> GGUF keys gives identical
  * keys for vocabularies whose types are among normal, unknown, control,
  * user-defined, byte (and unused for llama). */

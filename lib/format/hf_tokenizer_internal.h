@@ -8,8 +8,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "core/arena.h"
 #include "core/err.h"
+#include "format/gguf.h"
 
 /* GGUF token types (llama.cpp's llama_token_type; SentencePiece uses the
  * same numbers for its piece types). */
@@ -25,6 +28,27 @@ enum {
 /* Score convert_hf_to_gguf gives added (user-defined, control) and padding
  * tokens of SentencePiece vocabularies. */
 #define HFT_ADDED_SCORE (-1000.0f)
+
+/* Side files (configs, templates) are small; refuse anything past this. */
+#define HF_SMALL_MAX (64u << 20)
+
+/* ---- files of an HF directory ---- */
+
+int hf_file_exists(const char *path);
+/* An optional JSON file: *out NULL without error when absent; an error when
+ * present but unreadable, not JSON, or not an object. */
+int hf_json_optional(const char *path, size_t max, json_t **out, memra_err *err);
+
+/* The chat template(s) of an HF directory, as gguf-py finds them:
+ * tokenizer_config.json's chat_template (tc, which may be NULL), else
+ * chat_template.jinja (+ additional_chat_templates/<name>.jinja), else
+ * chat_template.json. *out is a string, a list of {name, template}, or
+ * NULL; it is validated here so writing cannot fail. */
+int hf_chat_templates_read(const char *dir, const json_t *tc, const char *tc_path, json_t **out,
+                           memra_err *err);
+/* tokenizer.chat_template, tokenizer.chat_template.<name> and
+ * tokenizer.chat_templates for a value from hf_chat_templates_read. */
+void hf_chat_templates_write(const json_t *tmpl, gguf_writer *w);
 
 /* ---- string -> non-negative int32 map (open addressing) ---- */
 

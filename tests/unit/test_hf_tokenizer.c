@@ -377,6 +377,36 @@ static void test_spm_without_model_file(void)
     rm_dir(dir);
 }
 
+/* A SentencePiece vocabulary without the space prefix (Gemma style) keeps
+ * tokenizer.ggml.add_space_prefix = false through the round trip. */
+static void test_no_space_prefix(void)
+{
+    char p1[512], p2[512];
+    scratch(p1, sizeof p1, "nsp1.gguf");
+    scratch(p2, sizeof p2, "nsp2.gguf");
+    memra_err err = {{0}};
+    gguf_file a, b;
+    if (hf_to_file(FIX "spm-llama2", p1, &a, &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    CHECK(bool_of(&a, "tokenizer.ggml.add_space_prefix") == -1);
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_copy_kv(w, &a);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", 0);
+    CHECK_MSG(gguf_writer_write(w, p2, &err) == 0, "%s", err.msg);
+    gguf_writer_free(w);
+    if (gguf_open(p2, &b, &err) == 0) {
+        round_trip_file(&b, "no-space-prefix");
+        gguf_close(&b);
+    } else {
+        CHECK_MSG(0, "%s", err.msg);
+    }
+    gguf_close(&a);
+    unlink(p1);
+    unlink(p2);
+}
+
 static void round_trip_shared(const char *name)
 {
     char path[512];
@@ -394,6 +424,7 @@ static void round_trip_shared(const char *name)
 static void test_vocab_qwen2(void) { round_trip_shared("ggml-vocab-qwen2.gguf"); }
 static void test_vocab_llama_spm(void) { round_trip_shared("ggml-vocab-llama-spm.gguf"); }
 static void test_vocab_gpt2(void) { round_trip_shared("ggml-vocab-gpt-2.gguf"); }
+static void test_vocab_llama_bpe(void) { round_trip_shared("ggml-vocab-llama-bpe.gguf"); }
 
 /* ---- malformed input ---- */
 
@@ -438,6 +469,14 @@ static void test_malformed_hf(void)
                 "{" BYTELEVEL_PRE ", \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 2},"
                 " \"merges\": []}}",
                 (const char *const[]){"tokenizer.json", "no token has id 1", NULL});
+    expect_fail("biggap",
+                "{" BYTELEVEL_PRE ", \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 4000000},"
+                " \"merges\": []}}",
+                (const char *const[]){"tokenizer.json", "no token has id 1", NULL});
+    expect_fail("hugeid",
+                "{" BYTELEVEL_PRE ", \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 99999999},"
+                " \"merges\": []}}",
+                (const char *const[]){"model.vocab[\"a\"]", "[0, ", NULL});
     expect_fail("vocabdup",
                 "{" BYTELEVEL_PRE ", \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 0},"
                 " \"merges\": []}}",
@@ -536,6 +575,72 @@ static void test_unknown_pre(void)
     CHECK(!strcmp(str_or(&f, "tokenizer.ggml.pre"), "default"));
     CHECK(n_of(&f, "tokenizer.ggml.merges", GGUF_STRING) == 1);
     gguf_close(&f);
+    unlink(path);
+    rm_dir(dir);
+}
+
+/* chat_template.jinja (+ additional_chat_templates/) and chat_template.json
+ * when tokenizer_config.json has none; tokenizer_config's own wins. */
+static void test_chat_template_files(void)
+{
+    char dir[512], sub[600], path[512];
+    scratch(dir, sizeof dir, "chatfiles");
+    scratch(path, sizeof path, "chatfiles.gguf");
+    put_file(dir, "tokenizer.json",
+             "{" BYTELEVEL_PRE ", \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}");
+    put_file(dir, "tokenizer_config.json", "{}");
+    put_file(dir, "chat_template.jinja", "J{{ messages }}");
+    gguf_file f;
+    memra_err err = {{0}};
+    if (hf_to_file(dir, path, &f, &err) == 0) {
+        CHECK(!strcmp(str_or(&f, "tokenizer.chat_template"), "J{{ messages }}"));
+        CHECK(gguf_find_kv(&f, "tokenizer.chat_templates") == NULL);
+        gguf_close(&f);
+    } else {
+        CHECK_MSG(0, "%s", err.msg);
+    }
+    snprintf(sub, sizeof sub, "%s/additional_chat_templates", dir);
+    put_file(sub, "tool_use.jinja", "T");
+    put_file(sub, "rag-v1.jinja", "R");
+    if (hf_to_file(dir, path, &f, &err) == 0) {
+        CHECK(!strcmp(str_or(&f, "tokenizer.chat_template"), "J{{ messages }}"));
+        CHECK(!strcmp(str_or(&f, "tokenizer.chat_template.tool_use"), "T"));
+        CHECK(!strcmp(str_or(&f, "tokenizer.chat_template.rag_v1"), "R"));
+        const gguf_value *names = arr(&f, "tokenizer.chat_templates", GGUF_STRING);
+        CHECK(names && names->v.arr.n == 2);
+        if (names && names->v.arr.n == 2) {
+            const gguf_str *nm = names->v.arr.data;
+            CHECK(!strcmp(nm[0].str, "rag_v1") && !strcmp(nm[1].str, "tool_use"));
+        }
+        gguf_close(&f);
+    } else {
+        CHECK_MSG(0, "%s", err.msg);
+    }
+    put_file(dir, "tokenizer_config.json", "{\"chat_template\": \"TC\"}");
+    if (hf_to_file(dir, path, &f, &err) == 0) {
+        CHECK(!strcmp(str_or(&f, "tokenizer.chat_template"), "TC"));
+        CHECK(gguf_find_kv(&f, "tokenizer.chat_template.tool_use") == NULL);
+        gguf_close(&f);
+    } else {
+        CHECK_MSG(0, "%s", err.msg);
+    }
+    rm_dir(sub);
+    snprintf(sub, sizeof sub, "%s/chat_template.jinja", dir);
+    unlink(sub);
+    put_file(dir, "tokenizer_config.json", "{}");
+    put_file(dir, "chat_template.json", "{\"chat_template\": \"C\"}");
+    if (hf_to_file(dir, path, &f, &err) == 0) {
+        CHECK(!strcmp(str_or(&f, "tokenizer.chat_template"), "C"));
+        gguf_close(&f);
+    } else {
+        CHECK_MSG(0, "%s", err.msg);
+    }
+    put_file(dir, "chat_template.json", "{\"chat_template\": [{\"name\": 3}]}");
+    gguf_writer *w = gguf_writer_new();
+    CHECK(hf_tokenizer_to_gguf(dir, w, &err) == -1);
+    CHECK_MSG(strstr(err.msg, "chat_template.json") && strstr(err.msg, "chat_template[0]"), "%s",
+              err.msg);
+    gguf_writer_free(w);
     unlink(path);
     rm_dir(dir);
 }
@@ -668,7 +773,7 @@ static void test_spm_model_file(void)
 
 TEST_MAIN(TEST_CASE(test_qwen2_fixture), TEST_CASE(test_llama3_fixture),
           TEST_CASE(test_spm_fixture), TEST_CASE(test_round_trip_fixtures),
-          TEST_CASE(test_spm_without_model_file), TEST_CASE(test_vocab_qwen2),
-          TEST_CASE(test_vocab_llama_spm), TEST_CASE(test_vocab_gpt2),
-          TEST_CASE(test_malformed_hf), TEST_CASE(test_unknown_pre),
+          TEST_CASE(test_spm_without_model_file), TEST_CASE(test_no_space_prefix), TEST_CASE(test_vocab_qwen2),
+          TEST_CASE(test_vocab_llama_spm), TEST_CASE(test_vocab_gpt2), TEST_CASE(test_vocab_llama_bpe),
+          TEST_CASE(test_malformed_hf), TEST_CASE(test_unknown_pre), TEST_CASE(test_chat_template_files),
           TEST_CASE(test_malformed_gguf), TEST_CASE(test_spm_model_file))
