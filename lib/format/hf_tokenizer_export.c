@@ -156,8 +156,15 @@ static int read_keys(exporter *x, memra_err *err)
         if (!gguf_find_kv(x->f, sp_keys[i]))
             continue;
         uint64_t id;
+        const gguf_kv *kv = gguf_find_kv(x->f, sp_keys[i]);
+        if (kv->value.type == GGUF_INT32 && kv->value.v.i == -1)
+            continue; /* -1: llama.cpp's "no such token" */
         if (gguf_get_u64(x->f, sp_keys[i], &id, err))
             return -1;
+        /* Writers that store the id as u32 spell "none" 0xFFFFFFFF (llama2.c's
+         * export does, e.g. stories260K's separator id). */
+        if (id == UINT32_MAX || id == UINT64_MAX)
+            continue;
         if (id >= x->n)
             return memra_fail(err, "%s: %s %llu is past the %zu tokens", x->what, sp_keys[i],
                               (unsigned long long)id, x->n);
