@@ -20,12 +20,19 @@ command -v node >/dev/null      || need+=(nodejs)
   ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || \
   need+=(libclang-rt-dev)
 
-if [ ${#need[@]} -eq 0 ]; then
-  exit 0
+if [ ${#need[@]} -gt 0 ]; then
+  echo "deps: installing ${need[*]}" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
 fi
-echo "deps: installing ${need[*]}" >&2
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
+
+# Third-party readers the interoperability tests run (pinned in
+# tests/interop/package-lock.json).
+root=$(cd "$(dirname "$0")/.." && pwd)
+if [ ! -d "$root/tests/interop/node_modules/@huggingface/gguf" ]; then
+  echo "deps: npm ci in tests/interop" >&2
+  (cd "$root/tests/interop" && npm ci --no-audit --no-fund --silent) >&2
+fi
