@@ -1,6 +1,6 @@
 # memra-census on real files from other tools, on our own checkpoints, and
 # on broken ones: every failure one line, exit 1; bad usage exit 2.
-source tests/integration/lib.sh
+source tests/integration/lib.bash
 STORIES=$SHARED/models/stories260K.gguf
 
 # The real TinyStories model: llama, all 48 tensors bound.

@@ -1,7 +1,7 @@
 # memra-convert end to end: random checkpoints of every family, HF -> GGUF
 # -> HF round trips with identical tensors, real GGUFs from other tools, dtype
 # changes, sharding, determinism and bad input.
-source tests/integration/lib.sh
+source tests/integration/lib.bash
 STORIES=$SHARED/models/stories260K.gguf
 CFG=tests/fixtures/configs
 

@@ -1,7 +1,7 @@
 # GGUF files memra writes, read by an independent GGUF reader (the npm
 # @huggingface/gguf parser, pinned in tests/interop): same architecture,
 # tensor names, types and shapes as memra-census reports.
-source tests/integration/lib.sh
+source tests/integration/lib.bash
 READER="node tests/interop/gguf-read.mjs"
 CFG=tests/fixtures/configs
 
