@@ -1,0 +1,146 @@
+/* The op interface every backend implements, and the forward passes in
+ * lib/model are written against.
+ *
+ * Ops are coarse on purpose (DESIGN.md): the q/k/v projections of an
+ * attention block are one op, per-head norm + RoPE is one op, KV append +
+ * attention is one op, gate + up + activation + down is one op, a whole
+ * routed-expert FFN is one op. A backend is free to fuse inside an op; the
+ * CPU backend is the plain reference that the others are checked against.
+ *
+ * Activations are f32 arrays the backend allocates (host memory on CPU,
+ * device memory elsewhere); the forward code only passes them between ops
+ * and reads results back with act_read. Rows are tokens: an activation of
+ * "[n][dim]" holds n rows of dim floats, row-major.
+ *
+ * Weights are bk_weight: a row-major matrix [rows][cols] (or a vector) in
+ * its stored format, viewing the checkpoint's map. weight_prepare gives a
+ * backend the chance to upload or repack it once at load. */
+#ifndef MEMRA_BACKEND_BACKEND_H
+#define MEMRA_BACKEND_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "engine/kv_cache.h"
+#include "format/dtype.h"
+
+typedef struct {
+    const char *name;      /* the checkpoint's tensor name, for errors */
+    dtype type;
+    int64_t rows, cols;    /* a vector is 1 x n */
+    size_t row_bytes;      /* bytes of one stored row */
+    const uint8_t *data;   /* NULL: the weight is absent (an optional bias) */
+    void *dev;             /* the backend's own copy, if it makes one */
+} bk_weight;
+
+static inline int bk_weight_present(const bk_weight *w) { return w && w->data; }
+
+/* The rows of one forward step: row i is token i, at position pos[i] of
+ * sequence seq[i]. Rows of one sequence are consecutive positions, in
+ * order; a step may mix sequences (batched decode). */
+typedef struct {
+    int n;
+    const int32_t *pos; /* [n] */
+    kv_seq *const *seq; /* [n] */
+} bk_batch;
+
+typedef enum {
+    ROPE_PAIR_NEOX = 0,    /* element i pairs with i + head_dim/2 (HF rotate_half) */
+    ROPE_PAIR_ADJACENT,    /* element 2i pairs with 2i+1 (llama.cpp's permuted llama Q/K) */
+} rope_pairing;
+
+/* One RoPE table: pair i turns by pos * inv_freq[i]; cos and sin are
+ * multiplied by attn_factor (YaRN's attention scaling; 1 otherwise). */
+typedef struct {
+    rope_pairing pairing;
+    int n_freqs;            /* head_dim / 2 */
+    const float *inv_freq;  /* [n_freqs] */
+    float attn_factor;
+} bk_rope;
+
+typedef enum { BK_ACT_SILU = 0, BK_ACT_GELU_TANH } bk_act;
+
+/* The shape and numerics of one attention layer. */
+typedef struct {
+    int layer;         /* index into the KV cache */
+    int n_heads, n_kv_heads, head_dim;
+    float scale;       /* on q.k before softcap and softmax */
+    float softcap;     /* 0: none; else scores = softcap * tanh(scores / softcap) */
+    int64_t window;    /* 0: full causal; else key j is seen from i when i - j < window */
+} bk_attn;
+
+/* A routed-expert FFN layer (qwen3_moe). */
+typedef struct {
+    const bk_weight *router;     /* [n_experts][dim] */
+    const bk_weight *gate, *up;  /* n_experts weights, each [ffn][dim] */
+    const bk_weight *down;       /* n_experts weights, each [dim][ffn] */
+    int n_experts, n_used;
+    int norm_topk;               /* renormalize the chosen probabilities to sum 1 */
+    bk_act act;
+} bk_moe;
+
+typedef struct backend backend;
+
+typedef struct {
+    void (*destroy)(backend *b);
+    /* Check a weight's type is one this backend reads and make it ready
+     * (upload, repack). Fails naming the tensor and its type. */
+    int (*weight_prepare)(backend *b, bk_weight *w, memra_err *err);
+    float *(*act_alloc)(backend *b, size_t n_floats);
+    void (*act_free)(backend *b, float *p);
+    /* Copy n floats of an activation to host memory. */
+    void (*act_read)(backend *b, const float *src, float *host_dst, size_t n);
+
+    /* out[i] = table[tokens[i]] * scale; tokens are host ids, in range. */
+    void (*embed)(backend *b, const bk_weight *table, const int32_t *tokens, int n, float scale,
+                  float *out);
+    /* RMSNorm of n rows of w->cols values: out = x / rms(x) * (w + w_offset). */
+    void (*rmsnorm)(backend *b, const float *x, int n, const bk_weight *w, float w_offset,
+                    float eps, float *out);
+    /* out[n][w->rows] = x[n][w->cols] . w^T (+ bias when present). */
+    void (*matmul)(backend *b, const bk_weight *w, const bk_weight *bias, const float *x, int n,
+                   float *out);
+    /* The attention block's projections: q = x wq^T + bq, k = ..., v = ... */
+    void (*attn_qkv)(backend *b, const bk_weight *wq, const bk_weight *wk, const bk_weight *wv,
+                     const bk_weight *bq, const bk_weight *bk, const bk_weight *bv,
+                     const float *x, int n, float *q, float *k, float *v);
+    /* Per head: RMSNorm with q_norm / k_norm when present (weights over
+     * head_dim, + w_offset), then RoPE at each row's position. */
+    void (*qk_norm_rope)(backend *b, float *q, float *k, const bk_batch *rows,
+                         const bk_attn *a, const bk_weight *q_norm, const bk_weight *k_norm,
+                         float w_offset, float eps, const bk_rope *rope);
+    /* Store each row's k and v in its sequence's KV cache at its position,
+     * then out = softmax(causal masked q.k) . v for every row and head. */
+    void (*attention)(backend *b, const bk_attn *a, const bk_batch *rows, const float *q,
+                      const float *k, const float *v, float *out);
+    /* out = down(act(gate x) * up x); hb, hb2 are [n][gate->rows] scratch. */
+    void (*ffn_glu)(backend *b, const bk_weight *gate, const bk_weight *up,
+                    const bk_weight *down, bk_act act, const float *x, int n, float *hb,
+                    float *hb2, float *out);
+    /* out = sum over the chosen experts of weight * expert(x), experts in
+     * ascending id order. */
+    void (*ffn_moe)(backend *b, const bk_moe *m, const float *x, int n, float *out);
+    /* x[i] += y[i] for n floats. */
+    void (*add)(backend *b, float *x, const float *y, size_t n);
+    /* x = cap * tanh(x / cap) for n floats. */
+    void (*softcap)(backend *b, float *x, size_t n, float cap);
+} backend_ops;
+
+struct backend {
+    const char *name;
+    const backend_ops *ops;
+    int n_threads;
+    void *impl;
+};
+
+/* The CPU reference backend with n_threads workers (<= 0: one per core). */
+backend *backend_cpu_create(int n_threads);
+
+static inline void backend_destroy(backend *b)
+{
+    if (b)
+        b->ops->destroy(b);
+}
+
+#endif

@@ -1,0 +1,187 @@
+/* RMSNorm, QK-norm + RoPE, and attention over the paged KV cache, on the
+ * CPU. Attention is computed per (row, head) by one thread: scores over the
+ * row's visible positions, softmax, weighted sum of values, in ascending
+ * position order, so a row's output does not depend on what else is in
+ * the step. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "format/half.h"
+
+/* ---- norms ---- */
+
+/* x / sqrt(mean(x^2) + eps) * (w + w_offset), as transformers' RMSNorm
+ * computes it in f32 (the scale applied to x first, then the weight). */
+void cpu_rmsnorm_row(const float *x, const float *w, float w_offset, float eps, int64_t n,
+                     float *out)
+{
+    float ss = cpu_dot(x, x, n);
+    float inv = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (x[i] * inv) * (w[i] + w_offset);
+}
+
+void cpu_op_rmsnorm(backend *b, const float *x, int n, const bk_weight *w, float w_offset,
+                    float eps, float *out)
+{
+    cpu_backend *c = cpu_of(b);
+    const float *wf = cpu_weight_vec(c, 0, w);
+    int64_t d = w->cols;
+    for (int i = 0; i < n; i++)
+        cpu_rmsnorm_row(x + (size_t)i * d, wf, w_offset, eps, d, out + (size_t)i * d);
+}
+
+/* ---- RoPE ---- */
+
+/* The angle is rounded to f32 before cos/sin, as transformers forms it
+ * (inv_freq times the position, in f32). */
+void cpu_rope_table(const bk_rope *r, int32_t pos, float *cs)
+{
+    for (int i = 0; i < r->n_freqs; i++) {
+        float ang = r->inv_freq[i] * (float)pos;
+        cs[i] = cosf(ang) * r->attn_factor;
+        cs[r->n_freqs + i] = sinf(ang) * r->attn_factor;
+    }
+}
+
+void cpu_rope_head(float *x, const float *cs, int n_freqs, rope_pairing pairing)
+{
+    const float *cs_sin = cs + n_freqs;
+    for (int i = 0; i < n_freqs; i++) {
+        int a = pairing == ROPE_PAIR_NEOX ? i : 2 * i;
+        int bi = pairing == ROPE_PAIR_NEOX ? i + n_freqs : 2 * i + 1;
+        float x1 = x[a], x2 = x[bi], co = cs[i], si = cs_sin[i];
+        x[a] = x1 * co - x2 * si;
+        x[bi] = x2 * co + x1 * si;
+    }
+}
+
+void cpu_op_qk_norm_rope(backend *b, float *q, float *k, const bk_batch *rows, const bk_attn *a,
+                         const bk_weight *q_norm, const bk_weight *k_norm, float w_offset,
+                         float eps, const bk_rope *rope)
+{
+    cpu_backend *c = cpu_of(b);
+    const float *qn = cpu_weight_vec(c, 1, q_norm);
+    const float *kn = cpu_weight_vec(c, 2, k_norm);
+    float *cs = cpu_vec(c, 3, 2 * (size_t)rope->n_freqs);
+    int hd = a->head_dim;
+    for (int i = 0; i < rows->n; i++) {
+        cpu_rope_table(rope, rows->pos[i], cs);
+        float *qr = q + (size_t)i * a->n_heads * hd;
+        for (int h = 0; h < a->n_heads; h++) {
+            float *x = qr + (size_t)h * hd;
+            if (qn)
+                cpu_rmsnorm_row(x, qn, w_offset, eps, hd, x);
+            cpu_rope_head(x, cs, rope->n_freqs, rope->pairing);
+        }
+        float *kr = k + (size_t)i * a->n_kv_heads * hd;
+        for (int h = 0; h < a->n_kv_heads; h++) {
+            float *x = kr + (size_t)h * hd;
+            if (kn)
+                cpu_rmsnorm_row(x, kn, w_offset, eps, hd, x);
+            cpu_rope_head(x, cs, rope->n_freqs, rope->pairing);
+        }
+    }
+}
+
+/* ---- attention ---- */
+
+static void kv_store(kv_cache *kc, uint8_t *base, size_t off, const float *src)
+{
+    if (kc->type == KV_F16) {
+        uint16_t h[64];
+        uint8_t *dst = base + off;
+        for (int64_t i = 0; i < kc->kv_dim; i += 64) {
+            int64_t m = kc->kv_dim - i < 64 ? kc->kv_dim - i : 64;
+            for (int64_t j = 0; j < m; j++)
+                h[j] = f32_to_fp16(src[i + j]);
+            memcpy(dst + 2 * i, h, (size_t)m * 2);
+        }
+    } else {
+        memcpy(base + off, src, (size_t)kc->kv_dim * 4);
+    }
+}
+
+/* Head `h` of the K or V row at byte offset off, as f32. */
+static const float *kv_head(const kv_cache *kc, const uint8_t *base, size_t off, int h, int hd,
+                            float *buf)
+{
+    if (kc->type == KV_F16) {
+        const uint16_t *p = (const uint16_t *)(const void *)(base + off) + (size_t)h * hd;
+        for (int i = 0; i < hd; i++)
+            buf[i] = fp16_to_f32(p[i]);
+        return buf;
+    }
+    return (const float *)(const void *)(base + off) + (size_t)h * hd;
+}
+
+typedef struct {
+    cpu_backend *c;
+    const bk_attn *a;
+    const bk_batch *rows;
+    const float *q;
+    float *out;
+} attn_job;
+
+static void attn_task(void *ctx, int task, int thread)
+{
+    attn_job *j = ctx;
+    const bk_attn *a = j->a;
+    int i = task / a->n_heads, h = task % a->n_heads, hd = a->head_dim;
+    int kvh = h / (a->n_heads / a->n_kv_heads);
+    const kv_seq *s = j->rows->seq[i];
+    const kv_cache *kc = s->cache;
+    int64_t hi = j->rows->pos[i], lo = 0;
+    if (a->window > 0 && hi - a->window + 1 > 0)
+        lo = hi - a->window + 1;
+    const float *q = j->q + ((size_t)i * a->n_heads + h) * hd;
+    float *o = j->out + ((size_t)i * a->n_heads + h) * hd;
+    float *buf = j->c->scratch[thread], *sc = buf + hd;
+
+    float mx = -INFINITY;
+    for (int64_t t = lo; t <= hi; t++) {
+        const float *kp = kv_head(kc, kc->k, kv_offset(kc, s, a->layer, t), kvh, hd, buf);
+        float x = cpu_dot(q, kp, hd) * a->scale;
+        if (a->softcap > 0)
+            x = tanhf(x / a->softcap) * a->softcap;
+        sc[t - lo] = x;
+        if (x > mx)
+            mx = x;
+    }
+    float sum = 0;
+    for (int64_t t = lo; t <= hi; t++) {
+        sc[t - lo] = expf(sc[t - lo] - mx);
+        sum += sc[t - lo];
+    }
+    for (int d = 0; d < hd; d++)
+        o[d] = 0;
+    for (int64_t t = lo; t <= hi; t++) {
+        float p = sc[t - lo] / sum;
+        const float *vp = kv_head(kc, kc->v, kv_offset(kc, s, a->layer, t), kvh, hd, buf);
+        for (int d = 0; d < hd; d++)
+            o[d] += p * vp[d];
+    }
+}
+
+void cpu_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const float *q,
+                      const float *k, const float *v, float *out)
+{
+    cpu_backend *c = cpu_of(b);
+    size_t kv_dim = (size_t)a->n_kv_heads * a->head_dim;
+    int64_t longest = 0;
+    for (int i = 0; i < rows->n; i++) {
+        kv_seq *s = rows->seq[i];
+        kv_cache *kc = s->cache;
+        size_t off = kv_offset(kc, s, a->layer, rows->pos[i]);
+        kv_store(kc, kc->k, off, k + (size_t)i * kv_dim);
+        kv_store(kc, kc->v, off, v + (size_t)i * kv_dim);
+        int64_t span = a->window > 0 && a->window < rows->pos[i] + 1 ? a->window
+                                                                      : rows->pos[i] + 1;
+        if (span > longest)
+            longest = span;
+    }
+    cpu_scratch_reserve(c, (size_t)a->head_dim + (size_t)longest);
+    attn_job j = {c, a, rows, q, out};
+    pool_run(c->pool, rows->n * a->n_heads, attn_task, &j);
+}

@@ -1,0 +1,237 @@
+/* The CPU reference backend: setup, weights, scratch, and the small
+ * elementwise ops. Weights stay in their stored format in the checkpoint's
+ * map and are dequantized a row at a time as the format defines. */
+#include "backend/cpu/cpu_backend.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "format/dequant.h"
+#include "format/half.h"
+
+/* ---- weight rows ---- */
+
+/* Every f16 bit pattern's value: widening is exact, and a table lookup is
+ * the cheapest exact way to read f16 matrices row after row. */
+static float f16_table[65536];
+static pthread_once_t f16_once = PTHREAD_ONCE_INIT;
+
+static void f16_table_init(void)
+{
+    for (uint32_t i = 0; i < 65536; i++)
+        f16_table[i] = fp16_to_f32((uint16_t)i);
+}
+
+int cpu_type_supported(dtype t)
+{
+    switch (t) {
+    case DT_F32: case DT_F16: case DT_BF16: case DT_Q8_0: case DT_Q4_0: case DT_Q4_K:
+    case DT_Q5_K: case DT_Q6_K:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+const float *cpu_weight_row(const bk_weight *w, int64_t r, float *buf)
+{
+    const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+    int64_t n = w->cols;
+    switch (w->type) {
+    case DT_F32:
+        if (((uintptr_t)p & 3u) == 0)
+            return (const float *)(const void *)p;
+        memcpy(buf, p, (size_t)n * 4);
+        return buf;
+    case DT_F16:
+        for (int64_t i = 0; i < n; i++)
+            buf[i] = f16_table[p[2 * i] | (p[2 * i + 1] << 8)];
+        return buf;
+    case DT_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t bits = (uint32_t)(p[2 * i] | (p[2 * i + 1] << 8)) << 16;
+            memcpy(&buf[i], &bits, 4);
+        }
+        return buf;
+    default:
+        /* Types and row lengths were checked by weight_prepare. */
+        dequant_row(w->type, p, buf, n, NULL);
+        return buf;
+    }
+}
+
+const float *cpu_weight_vec(cpu_backend *c, int slot, const bk_weight *w)
+{
+    if (!bk_weight_present(w))
+        return NULL;
+    float *buf = cpu_vec(c, slot, (size_t)w->cols);
+    return cpu_weight_row(w, 0, buf);
+}
+
+/* ---- arithmetic shared by the ops ---- */
+
+float cpu_dot(const float *a, const float *b, int64_t n)
+{
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += a[i + j] * b[i + j];
+    float tail = 0;
+    for (; i < n; i++)
+        tail += a[i] * b[i];
+    return (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) +
+           tail;
+}
+
+float cpu_silu(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+/* transformers' gelu_pytorch_tanh. */
+float cpu_gelu_tanh(float x)
+{
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+/* ---- scratch ---- */
+
+void cpu_scratch_reserve(cpu_backend *c, size_t n)
+{
+    if (n <= c->scratch_cap)
+        return;
+    for (int t = 0; t < c->n_threads; t++) {
+        free(c->scratch[t]);
+        c->scratch[t] = xmalloc(n * sizeof(float));
+    }
+    c->scratch_cap = n;
+}
+
+float *cpu_vec(cpu_backend *c, int slot, size_t n)
+{
+    MEMRA_ASSERT(slot >= 0 && slot < CPU_VEC_SLOTS);
+    if (n > c->vec_cap[slot]) {
+        free(c->vec[slot]);
+        c->vec[slot] = xmalloc(n * sizeof(float));
+        c->vec_cap[slot] = n;
+    }
+    return c->vec[slot];
+}
+
+/* ---- the vtable's simple entries ---- */
+
+static void cpu_destroy(backend *b)
+{
+    cpu_backend *c = cpu_of(b);
+    pool_destroy(c->pool);
+    for (int t = 0; t < c->n_threads; t++)
+        free(c->scratch[t]);
+    free(c->scratch);
+    for (int i = 0; i < CPU_VEC_SLOTS; i++)
+        free(c->vec[i]);
+    cpu_moe_free(c);
+    free(c);
+    free(b);
+}
+
+static int cpu_weight_prepare(backend *b, bk_weight *w, memra_err *err)
+{
+    (void)b;
+    const dtype_info *ti = dtype_get(w->type);
+    if (!cpu_type_supported(w->type))
+        return memra_fail(err, "tensor '%s': type %s is not supported by the CPU backend "
+                          "(it reads F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)",
+                          w->name, ti ? ti->name : "unknown");
+    int64_t rb = dtype_row_bytes(w->type, w->cols);
+    if (rb < 0)
+        return memra_fail(err, "tensor '%s': rows of %lld %s values are not whole blocks of %d",
+                          w->name, (long long)w->cols, ti->name, ti->block_size);
+    if ((size_t)rb != w->row_bytes)
+        return memra_fail(err, "tensor '%s': row of %lld bytes, expected %lld", w->name,
+                          (long long)w->row_bytes, (long long)rb);
+    return 0;
+}
+
+static float *cpu_act_alloc(backend *b, size_t n)
+{
+    (void)b;
+    return xcalloc(n ? n : 1, sizeof(float));
+}
+
+static void cpu_act_free(backend *b, float *p)
+{
+    (void)b;
+    free(p);
+}
+
+static void cpu_act_read(backend *b, const float *src, float *dst, size_t n)
+{
+    (void)b;
+    memcpy(dst, src, n * sizeof(float));
+}
+
+static void cpu_embed(backend *b, const bk_weight *table, const int32_t *tokens, int n,
+                      float scale, float *out)
+{
+    cpu_backend *c = cpu_of(b);
+    int64_t d = table->cols;
+    float *buf = cpu_vec(c, 0, (size_t)d);
+    for (int i = 0; i < n; i++) {
+        const float *row = cpu_weight_row(table, tokens[i], buf);
+        float *o = out + (size_t)i * d;
+        for (int64_t j = 0; j < d; j++)
+            o[j] = scale == 1.0f ? row[j] : row[j] * scale;
+    }
+}
+
+static void cpu_add(backend *b, float *x, const float *y, size_t n)
+{
+    (void)b;
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+static void cpu_softcap(backend *b, float *x, size_t n, float cap)
+{
+    (void)b;
+    for (size_t i = 0; i < n; i++)
+        x[i] = tanhf(x[i] / cap) * cap;
+}
+
+static const backend_ops cpu_ops = {
+    .destroy = cpu_destroy,
+    .weight_prepare = cpu_weight_prepare,
+    .act_alloc = cpu_act_alloc,
+    .act_free = cpu_act_free,
+    .act_read = cpu_act_read,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_op_rmsnorm,
+    .matmul = cpu_op_matmul,
+    .attn_qkv = cpu_op_attn_qkv,
+    .qk_norm_rope = cpu_op_qk_norm_rope,
+    .attention = cpu_op_attention,
+    .ffn_glu = cpu_op_ffn_glu,
+    .ffn_moe = cpu_op_ffn_moe,
+    .add = cpu_add,
+    .softcap = cpu_softcap,
+};
+
+backend *backend_cpu_create(int n_threads)
+{
+    pthread_once(&f16_once, f16_table_init);
+    cpu_backend *c = xcalloc(1, sizeof *c);
+    c->pool = pool_create(n_threads);
+    c->n_threads = pool_size(c->pool);
+    c->scratch = xcalloc((size_t)c->n_threads, sizeof *c->scratch);
+    backend *b = xcalloc(1, sizeof *b);
+    b->name = "cpu";
+    b->ops = &cpu_ops;
+    b->n_threads = c->n_threads;
+    b->impl = c;
+    return b;
+}

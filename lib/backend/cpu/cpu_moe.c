@@ -1,0 +1,123 @@
+/* Routed experts on the CPU (qwen3_moe's sparse MoE block), computed the
+ * way transformers does: router logits, softmax over all experts in f32,
+ * the top-k probabilities (renormalized to sum 1 when norm_topk_prob),
+ * then expert by expert in ascending id order, each expert's SwiGLU output
+ * times its weight added into the tokens that chose it. Each expert runs
+ * once over all the tokens routed to it. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/check.h"
+
+enum { MOE_PROBS, MOE_X, MOE_Y, MOE_HB, MOE_HB2 };
+
+static float *moe_buf(cpu_backend *c, int i, size_t n)
+{
+    if (n > c->moe_cap[i]) {
+        free(c->moe_buf[i]);
+        c->moe_buf[i] = xmalloc(n * sizeof(float));
+        c->moe_cap[i] = n;
+    }
+    return c->moe_buf[i];
+}
+
+void cpu_moe_free(cpu_backend *c)
+{
+    for (int i = 0; i < 5; i++)
+        free(c->moe_buf[i]);
+    free(c->moe_ids);
+    free(c->moe_who);
+    free(c->moe_w);
+    free(c->moe_ww);
+}
+
+/* Softmax of one token's router logits, then its top n_used experts into
+ * ids / w, highest probability first (the lower id wins a tie). */
+static void route_token(float *p, int n_experts, int n_used, int norm_topk, int *ids, float *w)
+{
+    float mx = -INFINITY, sum = 0;
+    for (int e = 0; e < n_experts; e++)
+        if (p[e] > mx)
+            mx = p[e];
+    for (int e = 0; e < n_experts; e++) {
+        p[e] = expf(p[e] - mx);
+        sum += p[e];
+    }
+    for (int e = 0; e < n_experts; e++)
+        p[e] /= sum;
+    for (int k = 0; k < n_used; k++) {
+        int best = -1;
+        for (int e = 0; e < n_experts; e++) {
+            int taken = 0;
+            for (int u = 0; u < k; u++)
+                taken |= ids[u] == e;
+            if (!taken && (best < 0 || p[e] > p[best]))
+                best = e;
+        }
+        ids[k] = best;
+        w[k] = p[best];
+    }
+    if (norm_topk) {
+        float s = 0;
+        for (int k = 0; k < n_used; k++)
+            s += w[k];
+        for (int k = 0; k < n_used; k++)
+            w[k] /= s;
+    }
+}
+
+void cpu_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *out)
+{
+    cpu_backend *c = cpu_of(b);
+    int64_t dim = m->router->cols, ffn = m->gate[0].rows;
+    int ne = m->n_experts, nu = m->n_used;
+    size_t rows = (size_t)n;
+    if (rows * (size_t)nu > c->moe_rows_cap) {
+        size_t cap = rows * (size_t)nu;
+        free(c->moe_ids);
+        free(c->moe_who);
+        free(c->moe_w);
+        free(c->moe_ww);
+        c->moe_ids = xmalloc(cap * sizeof(int));
+        c->moe_who = xmalloc(cap * sizeof(int));
+        c->moe_w = xmalloc(cap * sizeof(float));
+        c->moe_ww = xmalloc(cap * sizeof(float));
+        c->moe_rows_cap = cap;
+    }
+    float *probs = moe_buf(c, MOE_PROBS, rows * (size_t)ne);
+    float *xg = moe_buf(c, MOE_X, rows * (size_t)dim);
+    float *yg = moe_buf(c, MOE_Y, rows * (size_t)dim);
+    float *hb = moe_buf(c, MOE_HB, rows * (size_t)ffn);
+    float *hb2 = moe_buf(c, MOE_HB2, rows * (size_t)ffn);
+
+    cpu_mm_item r = {m->router, NULL, probs};
+    cpu_matmul_multi(c, &r, 1, x, n);
+    for (int t = 0; t < n; t++)
+        route_token(probs + (size_t)t * ne, ne, nu, m->norm_topk, c->moe_ids + t * nu,
+                    c->moe_w + t * nu);
+
+    memset(out, 0, rows * (size_t)dim * sizeof(float));
+    for (int e = 0; e < ne; e++) {
+        int cnt = 0;
+        for (int t = 0; t < n; t++)
+            for (int k = 0; k < nu; k++)
+                if (c->moe_ids[t * nu + k] == e) {
+                    c->moe_who[cnt] = t;
+                    c->moe_ww[cnt] = c->moe_w[t * nu + k];
+                    memcpy(xg + (size_t)cnt * dim, x + (size_t)t * dim,
+                           (size_t)dim * sizeof(float));
+                    cnt++;
+                }
+        if (cnt == 0)
+            continue;
+        cpu_op_ffn_glu(b, &m->gate[e], &m->up[e], &m->down[e], m->act, xg, cnt, hb, hb2, yg);
+        for (int j = 0; j < cnt; j++) {
+            float *o = out + (size_t)c->moe_who[j] * dim;
+            const float *y = yg + (size_t)j * dim;
+            for (int64_t d = 0; d < dim; d++)
+                o[d] += y[d] * c->moe_ww[j];
+        }
+    }
+}

@@ -1,0 +1,171 @@
+#include "engine/engine.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/check.h"
+#include "model/contract.h"
+
+struct engine {
+    const checkpoint *ck;
+    engine_opts opts;
+    contract_binding binding;
+    backend *bk;
+    model m;
+    int64_t n_ctx;
+    /* per-step row descriptors, [opts.n_batch] */
+    int32_t *pos;
+    kv_seq **seqs;
+};
+
+struct engine_seq {
+    engine *e;
+    kv_seq kv;
+};
+
+void engine_opts_default(engine_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->kv_type = KV_F32;
+}
+
+int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_err *err)
+{
+    *out = NULL;
+    if (!ck->has_config)
+        return memra_fail(err, "%s: has no model (a vocab-only file?)", ck->path);
+    const model_config *c = &ck->config;
+    engine_opts eo = *o;
+    if (eo.n_batch <= 0)
+        eo.n_batch = 64;
+    if (eo.n_seqs <= 0)
+        eo.n_seqs = 1;
+    if (eo.kv_block_size <= 0)
+        eo.kv_block_size = 16;
+    int64_t n_ctx = eo.n_ctx;
+    if (n_ctx <= 0)
+        n_ctx = c->n_ctx_train > 0 && c->n_ctx_train < 4096 ? c->n_ctx_train : 4096;
+    if (n_ctx > INT32_MAX)
+        return memra_fail(err, "n_ctx %" PRId64 " is too large", n_ctx);
+    int64_t blocks_per_seq = (n_ctx + eo.kv_block_size - 1) / eo.kv_block_size;
+    if (blocks_per_seq * eo.n_seqs > INT32_MAX)
+        return memra_fail(err, "n_ctx %" PRId64 " x %d sequences is too large", n_ctx,
+                          eo.n_seqs);
+    engine *e = xcalloc(1, sizeof *e);
+    e->ck = ck;
+    e->opts = eo;
+    e->n_ctx = n_ctx;
+    if (contract_bind(c, ck->format, ck->tensors, ck->n_tensors, &e->binding, err) != 0) {
+        free(e);
+        return memra_wrap(err, "%s", ck->path);
+    }
+    e->bk = backend_cpu_create(e->opts.n_threads);
+    model_opts mo = {
+        .cap = e->opts.n_batch,
+        .kv_type = e->opts.kv_type,
+        .kv_block_size = e->opts.kv_block_size,
+        .kv_blocks = (int)(blocks_per_seq * e->opts.n_seqs),
+    };
+    if (model_init(&e->m, c, &e->binding, ck->format, e->bk, &mo, err) != 0) {
+        memra_wrap(err, "%s", ck->path);
+        backend_destroy(e->bk);
+        contract_binding_free(&e->binding);
+        free(e);
+        return -1;
+    }
+    e->pos = xmalloc((size_t)e->opts.n_batch * sizeof *e->pos);
+    e->seqs = xmalloc((size_t)e->opts.n_batch * sizeof *e->seqs);
+    *out = e;
+    return 0;
+}
+
+void engine_free(engine *e)
+{
+    if (!e)
+        return;
+    model_free(&e->m);
+    backend_destroy(e->bk);
+    contract_binding_free(&e->binding);
+    free(e->pos);
+    free(e->seqs);
+    free(e);
+}
+
+const model_config *engine_config(const engine *e) { return &e->m.config; }
+uint64_t engine_bytes_per_token(const engine *e) { return e->m.bytes_per_token; }
+int64_t engine_n_ctx(const engine *e) { return e->n_ctx; }
+model *engine_model(engine *e) { return &e->m; }
+
+void engine_set_hidden_hook(engine *e, model_hidden_fn fn, void *ctx)
+{
+    e->m.hidden_fn = fn;
+    e->m.hidden_ctx = ctx;
+}
+
+int engine_seq_new(engine *e, engine_seq **out, memra_err *err)
+{
+    (void)err;
+    engine_seq *s = xcalloc(1, sizeof *s);
+    s->e = e;
+    kv_seq_init(&s->kv, &e->m.state.kv);
+    *out = s;
+    return 0;
+}
+
+void engine_seq_free(engine_seq *s)
+{
+    if (!s)
+        return;
+    kv_seq_free(&s->kv);
+    free(s);
+}
+
+void engine_seq_reset(engine_seq *s) { kv_seq_truncate(&s->kv, 0); }
+
+void engine_seq_truncate(engine_seq *s, int64_t n)
+{
+    if (n < s->kv.n_tokens)
+        kv_seq_truncate(&s->kv, n);
+}
+
+int64_t engine_seq_pos(const engine_seq *s) { return s->kv.n_tokens; }
+
+int engine_forward(engine *e, engine_seq *s, const int32_t *tokens, int n, float *logits,
+                   int logits_all, memra_err *err)
+{
+    const model_config *c = &e->m.config;
+    if (n <= 0)
+        return memra_fail(err, "forward: no tokens (n = %d)", n);
+    int64_t pos0 = s->kv.n_tokens;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->n_vocab)
+            return memra_fail(err, "token id %" PRId32 " at index %d (position %" PRId64
+                              ") is out of range: the vocabulary has %" PRId64 " ids",
+                              tokens[i], i, pos0 + i, c->n_vocab);
+    if (pos0 + n > e->n_ctx)
+        return memra_fail(err, "context full: %d tokens at position %" PRId64
+                          " would run past n_ctx %" PRId64, n, pos0, e->n_ctx);
+    if (kv_seq_reserve(&s->kv, pos0 + n, err) != 0)
+        return -1;
+    size_t vocab = (size_t)c->n_vocab;
+    for (int done = 0; done < n;) {
+        int step = n - done < e->opts.n_batch ? n - done : e->opts.n_batch;
+        for (int i = 0; i < step; i++) {
+            e->pos[i] = (int32_t)(pos0 + done + i);
+            e->seqs[i] = &s->kv;
+        }
+        bk_batch rows = {step, e->pos, e->seqs};
+        int last_step = done + step == n;
+        if (logits && logits_all)
+            model_forward(&e->m, &rows, tokens + done, 0, logits + (size_t)done * vocab);
+        else if (logits && last_step)
+            model_forward(&e->m, &rows, tokens + done, step - 1, logits);
+        else
+            model_forward(&e->m, &rows, tokens + done, step, NULL);
+        done += step;
+        s->kv.n_tokens = pos0 + done;
+    }
+    return 0;
+}

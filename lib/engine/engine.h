@@ -1,0 +1,71 @@
+/* The engine: a model loaded from an open checkpoint onto a backend, and
+ * sequences whose tokens it runs. This is the API programs use.
+ *
+ *   engine_opts o;
+ *   engine_opts_default(&o);
+ *   engine *e;  engine_load(&ck, &o, &e, &err);
+ *   engine_seq *s;  engine_seq_new(e, &s, &err);
+ *   engine_forward(e, s, prompt, n, logits, 0, &err);   // prefill, last logits
+ *   engine_forward(e, s, &next, 1, logits, 0, &err);    // one decode step
+ *
+ * The checkpoint must stay open while the engine lives: weights are views
+ * into its map. A forward appends the tokens to the sequence's KV cache;
+ * prompts longer than the step size run in chunks of n_batch tokens, and
+ * every token's logits are the same whatever the chunking (each row is
+ * computed alone, in a fixed reduction order). */
+#ifndef MEMRA_ENGINE_ENGINE_H
+#define MEMRA_ENGINE_ENGINE_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+#include "engine/kv_cache.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "model/model.h"
+
+typedef struct {
+    int n_threads;      /* <= 0: one per core */
+    int64_t n_ctx;      /* tokens per sequence; 0: the model's n_ctx_train, at most 4096 */
+    kv_type kv_type;    /* KV_F32 (default) or KV_F16 */
+    int n_batch;        /* prefill chunk: tokens per step; 0: 64 */
+    int n_seqs;         /* sequences that can hold n_ctx tokens at once; 0: 1 */
+    int kv_block_size;  /* tokens per KV block; 0: 16 */
+} engine_opts;
+
+typedef struct engine engine;
+typedef struct engine_seq engine_seq;
+
+void engine_opts_default(engine_opts *o);
+
+int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_err *err);
+void engine_free(engine *e);
+
+const model_config *engine_config(const engine *e);
+/* Bytes of weights one decode step reads. */
+uint64_t engine_bytes_per_token(const engine *e);
+int64_t engine_n_ctx(const engine *e);
+/* The model, for programs that look inside (parity, bench). */
+model *engine_model(engine *e);
+
+int engine_seq_new(engine *e, engine_seq **out, memra_err *err);
+void engine_seq_free(engine_seq *s);
+/* Forget every token (the KV blocks go back to the pool). */
+void engine_seq_reset(engine_seq *s);
+/* Keep the first n tokens (n <= pos), e.g. to drop rejected draft tokens. */
+void engine_seq_truncate(engine_seq *s, int64_t n);
+/* Tokens in the sequence: the position the next token takes. */
+int64_t engine_seq_pos(const engine_seq *s);
+
+/* Run n tokens at the end of s. logits, when not NULL, receives [n][vocab]
+ * floats when logits_all, else [vocab] for the last token. Fails, changing
+ * nothing, on a token id out of range (naming the id and its index), on
+ * running past n_ctx (naming n_ctx), or when the KV pool has no blocks left. */
+int engine_forward(engine *e, engine_seq *s, const int32_t *tokens, int n, float *logits,
+                   int logits_all, memra_err *err);
+
+/* Capture hidden states (see model_hidden_fn for the convention); NULL
+ * turns it off. */
+void engine_set_hidden_hook(engine *e, model_hidden_fn fn, void *ctx);
+
+#endif

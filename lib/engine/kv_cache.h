@@ -1,0 +1,69 @@
+/* The paged KV cache: keys and values of every layer in fixed-size blocks
+ * of block_size tokens, handed out from one pool, and a block table per
+ * sequence mapping its logical blocks (positions / block_size) to physical
+ * ones. Sequences grow a block at a time and give their blocks back when
+ * reset or freed, so many sequences share one allocation without copies
+ * and without reserving n_ctx tokens each.
+ *
+ * Storage is per layer, then per block: K of layer l, block b, slot s is
+ * the kv_dim values at ((l * n_blocks + b) * block_size + s) * kv_dim, in
+ * f32 or f16 (rounded to nearest even on store). V is laid out the same. */
+#ifndef MEMRA_ENGINE_KV_CACHE_H
+#define MEMRA_ENGINE_KV_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+typedef enum { KV_F32 = 0, KV_F16 = 1 } kv_type;
+
+typedef struct {
+    kv_type type;
+    int n_layers;
+    int64_t kv_dim;     /* n_kv_heads * head_dim */
+    int block_size;     /* tokens per block */
+    int n_blocks;       /* blocks in the pool */
+    size_t elt_bytes;   /* 4 (f32) or 2 (f16) */
+    uint8_t *k, *v;     /* [n_layers][n_blocks][block_size][kv_dim] */
+    int *free_blocks;   /* stack of free block ids */
+    int n_free;
+} kv_cache;
+
+typedef struct {
+    kv_cache *cache;
+    int *blocks;        /* block table: logical block -> physical block */
+    int n_blocks, cap;
+    int64_t n_tokens;   /* positions [0, n_tokens) hold valid K/V */
+} kv_seq;
+
+const char *kv_type_name(kv_type t); /* "f32", "f16" */
+
+/* Fails (no abort) when the sizes are out of range or the pool cannot be
+ * allocated, naming the bytes asked for. */
+int kv_cache_init(kv_cache *c, kv_type type, int n_layers, int64_t kv_dim, int block_size,
+                  int n_blocks, memra_err *err);
+void kv_cache_free(kv_cache *c);
+/* Bytes of K and V together. */
+uint64_t kv_cache_bytes(const kv_cache *c);
+
+void kv_seq_init(kv_seq *s, kv_cache *c);
+/* Give every block back and forget the table. */
+void kv_seq_free(kv_seq *s);
+/* Make room for positions [0, n_tokens): take blocks from the pool as
+ * needed. On failure (pool exhausted) nothing is taken. */
+int kv_seq_reserve(kv_seq *s, int64_t n_tokens, memra_err *err);
+/* Keep positions [0, n_tokens); blocks wholly past them go back. */
+void kv_seq_truncate(kv_seq *s, int64_t n_tokens);
+
+/* Where position pos of layer `layer` lives; the position must be
+ * reserved. */
+static inline size_t kv_offset(const kv_cache *c, const kv_seq *s, int layer, int64_t pos)
+{
+    int64_t blk = s->blocks[pos / c->block_size];
+    int64_t slot = pos % c->block_size;
+    return (size_t)((((int64_t)layer * c->n_blocks + blk) * c->block_size + slot) * c->kv_dim) *
+           c->elt_bytes;
+}
+
+#endif

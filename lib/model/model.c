@@ -1,0 +1,317 @@
+/* Loading a model onto a backend (weights bound as views, per-layer
+ * attention shapes and RoPE tables, the run state), the shared attention
+ * sublayer, and the final norm + output head every family ends with. */
+#include "model/model.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+
+/* ---- weights ---- */
+
+static void view_to_weight(const tensor_view *v, bk_weight *w)
+{
+    memset(w, 0, sizeof *w);
+    w->name = v->name;
+    w->type = v->type;
+    if (v->n_dims == 1) {
+        w->rows = 1;
+        w->cols = v->shape[0];
+    } else {
+        w->rows = v->shape[0];
+        w->cols = v->shape[1];
+    }
+    w->row_bytes = w->rows > 0 ? (size_t)(v->nbytes / (uint64_t)w->rows) : 0;
+    w->data = v->data;
+}
+
+/* The bound tensor for (role, layer) as a weight, checked by the backend;
+ * an absent optional tensor leaves w empty. */
+static int bind_weight(model *m, const contract_binding *b, tensor_role role, int layer,
+                       bk_weight *w, memra_err *err)
+{
+    memset(w, 0, sizeof *w);
+    const tensor_view *v = contract_get(b, role, layer, -1);
+    if (!v)
+        return 0;
+    view_to_weight(v, w);
+    return m->bk->ops->weight_prepare(m->bk, w, err);
+}
+
+/* Expert matrices: HF binds one tensor per expert; GGUF one merged
+ * [n_experts][rows][cols] tensor whose experts are consecutive slices. */
+static int bind_experts(model *m, const contract_binding *b, tensor_role role, int layer,
+                        bk_weight **out, memra_err *err)
+{
+    int ne = (int)m->config.n_experts;
+    bk_weight *w = xcalloc((size_t)ne, sizeof *w);
+    *out = w;
+    const tensor_view *merged = contract_get(b, role, layer, -1);
+    for (int e = 0; e < ne; e++) {
+        if (merged) {
+            uint64_t per = merged->nbytes / (uint64_t)ne;
+            w[e].name = merged->name;
+            w[e].type = merged->type;
+            w[e].rows = merged->shape[1];
+            w[e].cols = merged->shape[2];
+            w[e].row_bytes = (size_t)(per / (uint64_t)w[e].rows);
+            w[e].data = merged->data + (size_t)per * (size_t)e;
+        } else {
+            const tensor_view *v = contract_get(b, role, layer, e);
+            MEMRA_ASSERT(v); /* binding guarantees every expert */
+            view_to_weight(v, &w[e]);
+        }
+        if (m->bk->ops->weight_prepare(m->bk, &w[e], err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int bind_layer(model *m, const contract_binding *b, int l, layer_weights *lw,
+                      memra_err *err)
+{
+    static const struct {
+        tensor_role role;
+        size_t off;
+    } plain[] = {
+        {ROLE_ATTN_NORM, offsetof(layer_weights, attn_norm)},
+        {ROLE_ATTN_Q, offsetof(layer_weights, wq)},
+        {ROLE_ATTN_K, offsetof(layer_weights, wk)},
+        {ROLE_ATTN_V, offsetof(layer_weights, wv)},
+        {ROLE_ATTN_O, offsetof(layer_weights, wo)},
+        {ROLE_ATTN_Q_BIAS, offsetof(layer_weights, bq)},
+        {ROLE_ATTN_K_BIAS, offsetof(layer_weights, bk)},
+        {ROLE_ATTN_V_BIAS, offsetof(layer_weights, bv)},
+        {ROLE_ATTN_O_BIAS, offsetof(layer_weights, bo)},
+        {ROLE_ATTN_Q_NORM, offsetof(layer_weights, q_norm)},
+        {ROLE_ATTN_K_NORM, offsetof(layer_weights, k_norm)},
+        {ROLE_ATTN_POST_NORM, offsetof(layer_weights, attn_post_norm)},
+        {ROLE_FFN_NORM, offsetof(layer_weights, ffn_norm)},
+        {ROLE_FFN_GATE, offsetof(layer_weights, ffn_gate)},
+        {ROLE_FFN_UP, offsetof(layer_weights, ffn_up)},
+        {ROLE_FFN_DOWN, offsetof(layer_weights, ffn_down)},
+        {ROLE_FFN_POST_NORM, offsetof(layer_weights, ffn_post_norm)},
+        {ROLE_MOE_ROUTER, offsetof(layer_weights, moe_router)},
+    };
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(plain); i++)
+        if (bind_weight(m, b, plain[i].role, l, (bk_weight *)((char *)lw + plain[i].off), err))
+            return -1;
+    if (m->config.family == FAMILY_QWEN3_MOE) {
+        if (bind_experts(m, b, ROLE_MOE_GATE_EXPS, l, &lw->moe_gate, err) ||
+            bind_experts(m, b, ROLE_MOE_UP_EXPS, l, &lw->moe_up, err) ||
+            bind_experts(m, b, ROLE_MOE_DOWN_EXPS, l, &lw->moe_down, err))
+            return -1;
+    }
+    return 0;
+}
+
+static int bind_weights(model *m, const contract_binding *b, memra_err *err)
+{
+    model_weights *w = &m->weights;
+    if (bind_weight(m, b, ROLE_EMBED, -1, &w->embed, err) ||
+        bind_weight(m, b, ROLE_OUTPUT_NORM, -1, &w->output_norm, err) ||
+        bind_weight(m, b, ROLE_OUTPUT, -1, &w->output, err))
+        return -1;
+    if (!bk_weight_present(&w->output))
+        w->output = w->embed; /* tied head */
+    w->layers = xcalloc((size_t)m->config.n_layers, sizeof *w->layers);
+    for (int l = 0; l < m->config.n_layers; l++)
+        if (bind_layer(m, b, l, &w->layers[l], err) != 0)
+            return -1;
+    return 0;
+}
+
+/* ---- derived parameters ---- */
+
+/* gemma3: layer l slides unless (l + 1) is a multiple of the pattern. */
+static int layer_slides(const model_config *c, int l)
+{
+    if (c->family != FAMILY_GEMMA3)
+        return 0;
+    return c->sliding_window_pattern <= 0 || (l + 1) % c->sliding_window_pattern != 0;
+}
+
+static void setup_layers(model *m)
+{
+    const model_config *c = &m->config;
+    int half = (int)(c->head_dim / 2);
+    rope_pairing pairing = (c->family == FAMILY_LLAMA && m->format == CKPT_GGUF)
+                               ? ROPE_PAIR_ADJACENT
+                               : ROPE_PAIR_NEOX;
+    m->inv_freq_global = xmalloc((size_t)half * sizeof(float));
+    model_rope_inv_freq(c, c->rope_theta, 1, m->inv_freq_global, &m->rope_global.attn_factor);
+    m->rope_global = (bk_rope){pairing, half, m->inv_freq_global, m->rope_global.attn_factor};
+    /* gemma3's local layers: their own base, never scaled (transformers
+     * builds their rotary embedding with rope_type "default"). */
+    m->inv_freq_local = xmalloc((size_t)half * sizeof(float));
+    double local_theta = c->family == FAMILY_GEMMA3 ? c->rope_local_theta : c->rope_theta;
+    model_rope_inv_freq(c, local_theta, 0, m->inv_freq_local, &m->rope_local.attn_factor);
+    m->rope_local = (bk_rope){pairing, half, m->inv_freq_local, 1.0f};
+
+    double scalar = c->family == FAMILY_GEMMA3 ? c->query_pre_attn_scalar : (double)c->head_dim;
+    float scale = (float)pow(scalar, -0.5);
+    m->attn = xcalloc((size_t)c->n_layers, sizeof *m->attn);
+    m->rope = xcalloc((size_t)c->n_layers, sizeof *m->rope);
+    for (int l = 0; l < c->n_layers; l++) {
+        int slides = layer_slides(c, l);
+        bk_attn *a = &m->attn[l];
+        a->layer = l;
+        a->n_heads = (int)c->n_heads;
+        a->n_kv_heads = (int)c->n_kv_heads;
+        a->head_dim = (int)c->head_dim;
+        a->scale = scale;
+        a->softcap = (float)c->attn_softcap;
+        /* Mistral slides every layer; gemma3 only its local layers. */
+        a->window = c->family == FAMILY_GEMMA3 ? (slides ? c->sliding_window : 0)
+                                               : c->sliding_window;
+        m->rope[l] = slides ? &m->rope_local : &m->rope_global;
+    }
+}
+
+static void alloc_state(model *m, int cap)
+{
+    const model_config *c = &m->config;
+    backend *bk = m->bk;
+    run_state *s = &m->state;
+    size_t n = (size_t)cap, qd = (size_t)(c->n_heads * c->head_dim);
+    size_t kvd = (size_t)(c->n_kv_heads * c->head_dim);
+    size_t ffn = (size_t)(c->ffn_dim > c->moe_ffn_dim ? c->ffn_dim : c->moe_ffn_dim);
+    s->cap = cap;
+    s->x = bk->ops->act_alloc(bk, n * (size_t)c->dim);
+    s->xb = bk->ops->act_alloc(bk, n * (size_t)c->dim);
+    s->xb2 = bk->ops->act_alloc(bk, n * (size_t)c->dim);
+    s->q = bk->ops->act_alloc(bk, n * qd);
+    s->k = bk->ops->act_alloc(bk, n * kvd);
+    s->v = bk->ops->act_alloc(bk, n * kvd);
+    s->att = bk->ops->act_alloc(bk, n * qd);
+    s->hb = bk->ops->act_alloc(bk, n * ffn);
+    s->hb2 = bk->ops->act_alloc(bk, n * ffn);
+    s->logits = bk->ops->act_alloc(bk, n * (size_t)c->n_vocab);
+    s->host_hidden = xmalloc(n * (size_t)c->dim * sizeof(float));
+}
+
+int model_init(model *m, const model_config *c, const contract_binding *b,
+               checkpoint_format format, backend *bk, const model_opts *o, memra_err *err)
+{
+    memset(m, 0, sizeof *m);
+    m->config = *c;
+    m->bk = bk;
+    m->format = format;
+    if (o->cap <= 0)
+        return memra_fail(err, "model: step size %d must be positive", o->cap);
+    if (c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads != 0)
+        return memra_fail(err, "model: %" PRId64 " heads are not a multiple of %" PRId64
+                          " KV heads", c->n_heads, c->n_kv_heads);
+    switch (c->family) {
+    case FAMILY_LLAMA: case FAMILY_QWEN2: case FAMILY_QWEN3:
+        m->forward_layers = llama_forward;
+        break;
+    case FAMILY_QWEN3_MOE:
+        m->forward_layers = qwen3_moe_forward;
+        break;
+    case FAMILY_GEMMA3:
+        m->forward_layers = gemma3_forward;
+        break;
+    default:
+        return memra_fail(err, "model: family %d has no forward pass", (int)c->family);
+    }
+    if (bind_weights(m, b, err) != 0) {
+        model_free(m);
+        return -1;
+    }
+    contract_bytes cb;
+    contract_bytes_of(b, c, &cb);
+    m->bytes_per_token = cb.per_token;
+    m->norm_offset = (c->family == FAMILY_GEMMA3 && format == CKPT_HF) ? 1.0f : 0.0f;
+    /* transformers multiplies by sqrt(hidden_size) cast to the compute
+     * dtype; we compute in f32, as the reference does when run in f32. */
+    m->embed_scale = c->family == FAMILY_GEMMA3 ? (float)sqrt((double)c->dim) : 1.0f;
+    m->norm_eps = (float)c->norm_eps;
+    m->act = c->family == FAMILY_GEMMA3 ? BK_ACT_GELU_TANH : BK_ACT_SILU;
+    setup_layers(m);
+    if (kv_cache_init(&m->state.kv, o->kv_type, (int)c->n_layers, c->n_kv_heads * c->head_dim,
+                      o->kv_block_size, o->kv_blocks, err) != 0) {
+        model_free(m);
+        return -1;
+    }
+    alloc_state(m, o->cap);
+    return 0;
+}
+
+void model_free(model *m)
+{
+    backend *bk = m->bk;
+    run_state *s = &m->state;
+    if (s->x) {
+        float *acts[] = {s->x, s->xb, s->xb2, s->q, s->k, s->v, s->att, s->hb, s->hb2,
+                         s->logits};
+        for (size_t i = 0; i < MEMRA_ARRAY_LEN(acts); i++)
+            bk->ops->act_free(bk, acts[i]);
+    }
+    free(s->host_hidden);
+    kv_cache_free(&s->kv);
+    if (m->weights.layers) {
+        for (int l = 0; l < m->config.n_layers; l++) {
+            free(m->weights.layers[l].moe_gate);
+            free(m->weights.layers[l].moe_up);
+            free(m->weights.layers[l].moe_down);
+        }
+        free(m->weights.layers);
+    }
+    free(m->attn);
+    free(m->rope);
+    free(m->inv_freq_global);
+    free(m->inv_freq_local);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- shared pieces of the forward passes ---- */
+
+void model_report_hidden(model *m, int index, const bk_batch *rows, const float *x)
+{
+    if (!m->hidden_fn)
+        return;
+    int64_t dim = m->config.dim;
+    m->bk->ops->act_read(m->bk, x, m->state.host_hidden, (size_t)rows->n * (size_t)dim);
+    m->hidden_fn(m->hidden_ctx, index, rows, dim, m->state.host_hidden);
+}
+
+void model_attention(model *m, int l, const bk_batch *rows, const float *in, float *out)
+{
+    const backend_ops *op = m->bk->ops;
+    const layer_weights *w = &m->weights.layers[l];
+    run_state *s = &m->state;
+    const bk_attn *a = &m->attn[l];
+    op->attn_qkv(m->bk, &w->wq, &w->wk, &w->wv, &w->bq, &w->bk, &w->bv, in, rows->n, s->q, s->k,
+                 s->v);
+    op->qk_norm_rope(m->bk, s->q, s->k, rows, a, &w->q_norm, &w->k_norm, m->norm_offset,
+                     m->norm_eps, m->rope[l]);
+    op->attention(m->bk, a, rows, s->q, s->k, s->v, s->att);
+    op->matmul(m->bk, &w->wo, &w->bo, s->att, rows->n, out);
+}
+
+void model_forward(model *m, const bk_batch *rows, const int32_t *tokens, int logits_from,
+                   float *logits)
+{
+    const backend_ops *op = m->bk->ops;
+    run_state *s = &m->state;
+    const model_config *c = &m->config;
+    int n = rows->n;
+    MEMRA_ASSERT(n > 0 && n <= s->cap);
+    m->forward_layers(m, rows, tokens);
+    op->rmsnorm(m->bk, s->x, n, &m->weights.output_norm, m->norm_offset, m->norm_eps, s->xb);
+    model_report_hidden(m, (int)c->n_layers, rows, s->xb);
+    if (!logits || logits_from >= n)
+        return;
+    int nl = n - logits_from;
+    size_t vocab = (size_t)c->n_vocab;
+    op->matmul(m->bk, &m->weights.output, NULL, s->xb + (size_t)logits_from * (size_t)c->dim, nl,
+               s->logits);
+    if (c->final_softcap > 0)
+        op->softcap(m->bk, s->logits, (size_t)nl * vocab, (float)c->final_softcap);
+    op->act_read(m->bk, s->logits, logits, (size_t)nl * vocab);
+}

@@ -1,0 +1,142 @@
+/* The model, in four structs (DESIGN.md): the config (model_config, in
+ * config.h), the weights (one bk_weight per tensor, shapes in the comments,
+ * each a view into the checkpoint's map), the run state (activations for
+ * one step of up to `cap` rows, and the paged KV cache), and the model
+ * itself: the three plus the backend and the bytes a decode step streams.
+ *
+ * A family writes its forward pass once against the backend ops
+ * (llama_forward.c for llama/qwen2/qwen3, qwen3_moe_forward.c,
+ * gemma3_forward.c): embedding and layers, leaving the final residual
+ * stream in state.x. model_forward adds the final norm and the head.
+ *
+ * Layout facts the forward passes rely on, fixed at load from the family
+ * and the checkpoint format, so no weight is ever rewritten:
+ *   - a llama-family GGUF holds Q/K rows permuted by llama.cpp's converter,
+ *     so RoPE pairs adjacent elements there; HF llama weights and every
+ *     other family pair element i with i + head_dim/2 (rotate_half);
+ *   - gemma3 computes x * (1 + w): HF stores w (norm_offset 1), GGUF stores
+ *     w + 1 (norm_offset 0). */
+#ifndef MEMRA_MODEL_MODEL_H
+#define MEMRA_MODEL_MODEL_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/err.h"
+#include "engine/kv_cache.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "model/contract.h"
+
+typedef struct {
+    bk_weight attn_norm;      /* [dim] */
+    bk_weight wq;             /* [n_heads * head_dim][dim] */
+    bk_weight wk, wv;         /* [n_kv_heads * head_dim][dim] */
+    bk_weight wo;             /* [dim][n_heads * head_dim] */
+    bk_weight bq;             /* [n_heads * head_dim]     attn_bias only */
+    bk_weight bk, bv;         /* [n_kv_heads * head_dim]  attn_bias only */
+    bk_weight bo;             /* [dim]                    llama attention_bias only */
+    bk_weight q_norm, k_norm; /* [head_dim]               qk_norm only */
+    bk_weight attn_post_norm; /* [dim]                    gemma3 */
+    bk_weight ffn_norm;       /* [dim] */
+    bk_weight ffn_gate;       /* [ffn_dim][dim]           dense FFN */
+    bk_weight ffn_up;         /* [ffn_dim][dim] */
+    bk_weight ffn_down;       /* [dim][ffn_dim] */
+    bk_weight ffn_post_norm;  /* [dim]                    gemma3 */
+    bk_weight moe_router;     /* [n_experts][dim]         qwen3_moe */
+    bk_weight *moe_gate;      /* n_experts x [moe_ffn_dim][dim] */
+    bk_weight *moe_up;        /* n_experts x [moe_ffn_dim][dim] */
+    bk_weight *moe_down;      /* n_experts x [dim][moe_ffn_dim] */
+} layer_weights;
+
+typedef struct {
+    bk_weight embed;        /* [n_vocab][dim] */
+    bk_weight output_norm;  /* [dim] */
+    bk_weight output;       /* [n_vocab][dim]; the embedding when tied */
+    layer_weights *layers;  /* [n_layers] */
+} model_weights;
+
+typedef struct {
+    int cap;             /* rows one step holds (the prefill chunk) */
+    float *x;            /* [cap][dim] the residual stream */
+    float *xb, *xb2;     /* [cap][dim] a sublayer's normed input and its output */
+    float *q;            /* [cap][n_heads * head_dim] */
+    float *k, *v;        /* [cap][n_kv_heads * head_dim] */
+    float *att;          /* [cap][n_heads * head_dim] attention before the output projection */
+    float *hb, *hb2;     /* [cap][ffn_dim] FFN hidden */
+    float *logits;       /* [cap][n_vocab] */
+    float *host_hidden;  /* [cap][dim] host copy for the hidden-state hook */
+    kv_cache kv;         /* K and V of every layer, paged */
+} run_state;
+
+/* Called with the hidden states of a step, in transformers' convention:
+ * index 0 is the embedding output, index l (1 <= l < n_layers) the output
+ * of layer l-1, and index n_layers the last layer's output after the final
+ * norm. h is host memory, [rows->n][dim]. */
+typedef void (*model_hidden_fn)(void *ctx, int index, const bk_batch *rows, int64_t dim,
+                                const float *h);
+
+typedef struct model model;
+typedef void (*model_forward_fn)(model *m, const bk_batch *rows, const int32_t *tokens);
+
+struct model {
+    model_config config;
+    model_weights weights;
+    run_state state;
+    backend *bk;
+    uint64_t bytes_per_token; /* weights a decode step reads (contract_bytes_of) */
+
+    /* fixed at load */
+    checkpoint_format format;
+    model_forward_fn forward_layers;
+    float norm_offset;        /* added to every norm weight (gemma3 HF: 1) */
+    float embed_scale;        /* gemma3: sqrt(dim); else 1 */
+    float norm_eps;
+    bk_act act;
+    bk_attn *attn;            /* [n_layers] */
+    const bk_rope **rope;     /* [n_layers]: rope_global or rope_local */
+    bk_rope rope_global, rope_local;
+    float *inv_freq_global, *inv_freq_local; /* [head_dim / 2] */
+
+    model_hidden_fn hidden_fn;
+    void *hidden_ctx;
+};
+
+typedef struct {
+    int cap;            /* rows per step */
+    kv_type kv_type;
+    int kv_block_size;  /* tokens per KV block */
+    int kv_blocks;      /* blocks in the pool */
+} model_opts;
+
+/* Bind the weights (views, never copied), check each with the backend,
+ * and allocate the run state. b must outlive the model. */
+int model_init(model *m, const model_config *c, const contract_binding *b,
+               checkpoint_format format, backend *bk, const model_opts *o, memra_err *err);
+void model_free(model *m);
+
+/* One step: rows->n <= state.cap tokens, whose KV blocks are reserved.
+ * When logits is not NULL, the logits of rows [logits_from, n) are written
+ * there, [n - logits_from][n_vocab]. */
+void model_forward(model *m, const bk_batch *rows, const int32_t *tokens, int logits_from,
+                   float *logits);
+
+/* ---- for the family forward passes ---- */
+
+/* Report the residual stream x to the hidden-state hook, if set. */
+void model_report_hidden(model *m, int index, const bk_batch *rows, const float *x);
+/* The attention sublayer of layer l on normed input `in`, into out
+ * ([n][dim], before any post-norm and the residual add). */
+void model_attention(model *m, int l, const bk_batch *rows, const float *in, float *out);
+
+void llama_forward(model *m, const bk_batch *rows, const int32_t *tokens);
+void qwen3_moe_forward(model *m, const bk_batch *rows, const int32_t *tokens);
+void gemma3_forward(model *m, const bk_batch *rows, const int32_t *tokens);
+
+/* RoPE inverse frequencies [head_dim / 2] for base theta, as transformers
+ * computes them in f32; with `scaled`, the config's rope scaling (linear,
+ * llama3, yarn) is applied and *attn_factor set (yarn; else 1). */
+void model_rope_inv_freq(const model_config *c, double theta, int scaled, float *inv_freq,
+                         float *attn_factor);
+
+#endif
