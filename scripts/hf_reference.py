@@ -4,7 +4,8 @@
 Runs on the GPU machine (torch + transformers). Loads an HF checkpoint dir
 (any, including ones memra-convert --random writes), runs one forward pass
 over the given token ids in float64 on the CPU with eager attention (the
-most exact reference transformers offers), and writes a safetensors dump:
+most exact reference transformers offers; float32 where a kernel has no
+float64 path, e.g. grouped MoE experts: the metadata says which), and writes a safetensors dump:
 
   tokens  I32 [n]                 the input ids
   logits  F32 [n, vocab]          logits at every position
@@ -46,17 +47,25 @@ def main():
         ids = [int(x) for x in a.ids.split(",")]
     else:
         ids = [((i * 37 + 11) + a.seed * 101) % vocab for i in range(a.n)]
-    model = AutoModelForCausalLM.from_pretrained(a.ckpt, torch_dtype=torch.float64, attn_implementation="eager")
-    model.eval()
     x = torch.tensor([ids], dtype=torch.long)
-    with torch.no_grad():
-        out = model(x, output_hidden_states=True, use_cache=False)
+    # float64 where transformers can (some MoE expert kernels are f32/bf16 only).
+    for dtype in (torch.float64, torch.float32):
+        model = AutoModelForCausalLM.from_pretrained(a.ckpt, torch_dtype=dtype, attn_implementation="eager")
+        model.eval()
+        try:
+            with torch.no_grad():
+                out = model(x, output_hidden_states=True, use_cache=False)
+            break
+        except RuntimeError as e:
+            if dtype != torch.float64:
+                raise
+            print(f"float64 forward failed ({str(e)[:80]}); using float32", file=sys.stderr)
     logits = out.logits[0].to(torch.float32).contiguous()
     hidden = torch.stack([h[0] for h in out.hidden_states]).to(torch.float32).contiguous()
     meta = {
         "model_type": str(cfg.get("model_type")),
         "transformers": transformers.__version__,
-        "dtype": "float64",
+        "dtype": str(dtype).replace("torch.", ""),
         "note": a.note,
     }
     save_file({"tokens": torch.tensor(ids, dtype=torch.int32), "logits": logits, "hidden": hidden}, a.out, metadata=meta)
