@@ -256,15 +256,27 @@ static dtype output_type(const produce_ctx *c, const contract_entry *e, const co
     return cast_is_float_target(v->type) ? v->type : ckpt_float;
 }
 
+/* mkdir -p: parents are created as save_pretrained does. */
 static int mkdir_p(const char *dir, memra_err *err)
 {
-    if (mkdir(dir, 0755) == 0 || errno == EEXIST) {
+    char path[4096];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof path)
+        return memra_fail(err, "%s: bad directory name", dir);
+    memcpy(path, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (path[i] != '/' && path[i] != '\0')
+            continue;
+        char saved = path[i];
+        path[i] = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return memra_fail(err, "%s: cannot create directory: %s", path, strerror(errno));
         struct stat st;
-        if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
-            return 0;
-        return memra_fail(err, "%s: exists and is not a directory", dir);
+        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+            return memra_fail(err, "%s: exists and is not a directory", path);
+        path[i] = saved;
     }
-    return memra_fail(err, "%s: cannot create directory: %s", dir, strerror(errno));
+    return 0;
 }
 
 static int copy_file(const char *src, const char *dst, memra_err *err)
@@ -336,9 +348,25 @@ static int write_hf_config(const produce_ctx *c, const checkpoint *src, const ch
     return rc;
 }
 
+/* The parent dir of a file path, created like mkdir -p. */
+static int mkdir_parent(const char *path, memra_err *err)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path)
+        return 0;
+    char dir[4096];
+    if ((size_t)(slash - path) >= sizeof dir)
+        return memra_fail(err, "%s: path too long", path);
+    memcpy(dir, path, (size_t)(slash - path));
+    dir[slash - path] = '\0';
+    return mkdir_p(dir, err);
+}
+
 static int write_gguf(const produce_ctx *c, const checkpoint *src, const char *tokenizer_dir,
                       const char *dst, memra_err *err)
 {
+    if (mkdir_parent(dst, err) != 0)
+        return -1;
     gguf_writer *w = gguf_writer_new();
     int rc = 0;
     if (src && src->format == CKPT_GGUF)
@@ -602,6 +630,8 @@ static const char *vocab_arch(const char *hf_dir)
 
 int convert_vocab_only(const char *hf_dir, const char *dst, memra_err *err)
 {
+    if (mkdir_parent(dst, err) != 0)
+        return -1;
     gguf_writer *w = gguf_writer_new();
     gguf_writer_set_str(w, "general.architecture", vocab_arch(hf_dir));
     int rc = hf_tokenizer_to_gguf(hf_dir, w, err);
