@@ -8,8 +8,9 @@
  * Every norm is x * (1 + w) (model.norm_offset bridges HF's w and GGUF's
  * w + 1). Attention has per-head QK-norm, scale query_pre_attn_scalar^-0.5,
  * and on the local layers a sliding window and their own RoPE base; those
- * are per-layer attention parameters fixed at load (model.c). The final
- * logit soft-cap is applied by model_forward. */
+ * are per-layer attention parameters fixed at load (model.c), which also
+ * explains why attn_logit_softcapping is not applied. The final logit
+ * soft-cap is applied by model_forward. */
 #include "model/model.h"
 
 void gemma3_forward(model *m, const bk_batch *rows, const int32_t *tokens)

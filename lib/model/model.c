@@ -164,7 +164,14 @@ static void setup_layers(model *m)
         a->n_kv_heads = (int)c->n_kv_heads;
         a->head_dim = (int)c->head_dim;
         a->scale = scale;
-        a->softcap = (float)c->attn_softcap;
+        /* gemma3's attn_logit_softcapping is read but not applied:
+         * transformers' Gemma3Attention never passes it to the attention
+         * kernel (gemma2's does), and llama.cpp's gemma3 graph has no
+         * attention soft-cap either. Measured against transformers 5.17
+         * (tests/fixtures/parity/tiny-gemma3, soft-cap 2.5): 3e-7 without
+         * it, 9e-2 with it. The op keeps soft-capping for families that
+         * use it. */
+        a->softcap = c->family == FAMILY_GEMMA3 ? 0.0f : (float)c->attn_softcap;
         /* Mistral slides every layer; gemma3 only its local layers. */
         a->window = c->family == FAMILY_GEMMA3 ? (slides ? c->sliding_window : 0)
                                                : c->sliding_window;

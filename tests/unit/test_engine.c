@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "engine/kv_cache.h"
 #include "format/gguf.h"
+#include "format/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/convert.h"
 #include "test.h"
@@ -653,7 +654,144 @@ static void test_errors(void)
     checkpoint_close(&ck);
 }
 
+/* ---- HF reference dumps (tests/fixtures/parity) ---- */
+
+typedef struct {
+    int n_layers, n;
+    int64_t dim;
+    float *h; /* [n_layers + 1][n][dim] */
+} hidden_capture;
+
+static void capture_hidden(void *ctx, int index, const bk_batch *rows, int64_t dim, const float *h)
+{
+    hidden_capture *hc = ctx;
+    for (int i = 0; i < rows->n; i++)
+        memcpy(hc->h + ((size_t)index * hc->n + (size_t)rows->pos[i]) * (size_t)dim,
+               h + (size_t)i * dim, (size_t)dim * sizeof(float));
+}
+
+static const float *f32_tensor(const st_set *st, const char *name, int64_t n_elems)
+{
+    const st_tensor *t = st_find(st, name);
+    if (!t || t->type != DT_F32 || t->nbytes != (uint64_t)n_elems * 4 || ((uintptr_t)t->data & 3))
+        return NULL;
+    return (const float *)(const void *)t->data;
+}
+
+/* Our logits and hidden states for the dump's tokens against the
+ * reference's: argmax identical at every position and every logit within
+ * tol. The first hidden state past tol is named to show where a
+ * divergence starts. Prefill runs in chunks of 5 so the KV cache and
+ * chunking are part of what is compared. */
+static void check_against_dump(const checkpoint *ck, const char *dump, double tol)
+{
+    st_set st;
+    memra_err err = {{0}};
+    if (st_open_file(dump, &st, &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    const st_tensor *tt = st_find(&st, "tokens");
+    engine *e = load_engine(ck, 5, KV_F32, 0);
+    if (!tt || tt->type != DT_I32 || tt->n_dims != 1 || !e) {
+        CHECK_MSG(0, "%s: no I32 tokens, or the engine did not load", dump);
+        engine_free(e);
+        st_close(&st);
+        return;
+    }
+    int n = (int)tt->shape[0];
+    const model_config *c = engine_config(e);
+    int64_t vocab = c->n_vocab, dim = c->dim;
+    int nl = (int)c->n_layers;
+    const float *ref = f32_tensor(&st, "logits", (int64_t)n * vocab);
+    const float *ref_h = f32_tensor(&st, "hidden", (int64_t)(nl + 1) * n * dim);
+    int32_t *toks = malloc((size_t)n * sizeof *toks);
+    memcpy(toks, tt->data, (size_t)n * 4);
+    hidden_capture hc = {nl, n, dim, calloc((size_t)(nl + 1) * n * dim, sizeof(float))};
+    engine_set_hidden_hook(e, capture_hidden, &hc);
+    float *got = run_logits(e, toks, n, 0);
+    CHECK_MSG(ref != NULL, "%s: logits missing or not F32 [%d, %" PRId64 "]", dump, n, vocab);
+    if (got && ref) {
+        double d = max_abs_diff(got, ref, (size_t)n * vocab);
+        int agree = argmax_agree(got, ref, n, vocab);
+        CHECK_MSG(d <= tol && agree, "%s: max |logit diff| %g (tolerance %g), argmax %s", dump, d,
+                  tol, agree ? "identical" : "differs");
+        if (getenv("MEMRA_TEST_VERBOSE"))
+            fprintf(stderr, "  %s: max |logit diff| %g\n", dump, d);
+        if (ref_h && !(d <= tol)) {
+            for (int l = 0; l <= nl; l++) {
+                size_t off = (size_t)l * n * dim;
+                double dh = max_abs_diff(hc.h + off, ref_h + off, (size_t)n * dim);
+                if (dh > tol) {
+                    fprintf(stderr, "  %s: hidden state %d first past tolerance: %g\n", dump, l,
+                            dh);
+                    break;
+                }
+            }
+        }
+    }
+    free(got);
+    free(toks);
+    free(hc.h);
+    engine_free(e);
+    st_close(&st);
+}
+
+/* Every family's tiny random checkpoint, rebuilt exactly as the fixtures
+ * README says, against transformers' logits (float64 reference, float32
+ * for qwen3_moe). Tolerance 1e-4 on logits of magnitude ~1: f32
+ * accumulation over these sizes stays well inside it, while any real
+ * semantic slip (a wrong RoPE pairing, norm offset, mask edge, routing)
+ * moves logits by 1e-2 or more. */
+static void test_hf_parity(void)
+{
+    static const char *const names[] = {
+        "tiny-llama", "tiny-llama3", "tiny-llama-linear", "tiny-qwen2", "tiny-qwen2-yarn",
+        "tiny-qwen3", "tiny-qwen3-moe", "tiny-gemma3",
+    };
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(names); i++) {
+        char cfg[512], dir[1024], dump[512];
+        snprintf(cfg, sizeof cfg, "tests/fixtures/parity/configs/%s.json", names[i]);
+        snprintf(dump, sizeof dump, "tests/fixtures/parity/%s.safetensors", names[i]);
+        tmp_path(dir, sizeof dir, names[i]);
+        memra_err err = {{0}};
+        convert_opts co = {.outtype = DT_F32, .n_threads = 2};
+        checkpoint ck;
+        if (convert_random(cfg, 1, dir, &co, &err) != 0 || checkpoint_open(dir, &ck, &err) != 0) {
+            CHECK_MSG(0, "%s: %s", names[i], err.msg);
+        } else {
+            check_against_dump(&ck, dump, 1e-4);
+            checkpoint_close(&ck);
+        }
+        rm_rf(dir);
+    }
+}
+
+/* stories260K against transformers, both as the GGUF (adjacent-pair RoPE
+ * on llama.cpp's permuted Q/K) and converted to an HF dir. */
+static void test_hf_parity_stories(void)
+{
+    const char *dump = "tests/fixtures/parity/stories260K.safetensors";
+    checkpoint ck, hf;
+    if (open_stories(&ck) != 0)
+        return;
+    check_against_dump(&ck, dump, 1e-4);
+    char dir[1024];
+    tmp_path(dir, sizeof dir, "stories-parity");
+    memra_err err = {{0}};
+    convert_opts co = {.outtype = DT_INVALID, .n_threads = 2};
+    if (convert_checkpoint(&ck, dir, &co, &err) != 0 || checkpoint_open(dir, &hf, &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
+    } else {
+        check_against_dump(&hf, dump, 1e-4);
+        checkpoint_close(&hf);
+    }
+    rm_rf(dir);
+    checkpoint_close(&ck);
+}
+
 TEST_MAIN(TEST_CASE(test_stories_golden), TEST_CASE(test_chunked_prefill), TEST_CASE(test_kv_f16),
           TEST_CASE(test_gguf_vs_hf), TEST_CASE(test_families), TEST_CASE(test_kv_blocks),
           TEST_CASE(test_interleaved_sequences), TEST_CASE(test_hidden_hook),
-          TEST_CASE(test_errors))
+          TEST_CASE(test_errors), TEST_CASE(test_hf_parity),
+          TEST_CASE(test_hf_parity_stories))
