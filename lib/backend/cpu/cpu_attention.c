@@ -9,6 +9,9 @@
 #include "backend/cpu/cpu_backend.h"
 #include "format/half.h"
 
+/* Below this much work the calling thread runs every task itself. */
+#define ATTN_INLINE_MACS 32768.0
+
 /* ---- norms ---- */
 
 /* x / sqrt(mean(x^2) + eps) * (w + w_offset), as transformers' RMSNorm
@@ -139,15 +142,22 @@ static void attn_task(void *ctx, int task, int thread)
     float *o = j->out + ((size_t)i * a->n_heads + h) * hd;
     float *buf = j->c->scratch[thread], *sc = buf + hd;
 
+    /* Positions are visited block by block: the offset of the first one
+     * from the block table, the rest a row further each. */
+    const size_t row = (size_t)kc->kv_dim * kc->elt_bytes;
+    const int64_t bs = kc->block_size;
     float mx = -INFINITY;
-    for (int64_t t = lo; t <= hi; t++) {
-        const float *kp = kv_head(kc, kc->k, kv_offset(kc, s, a->layer, t), kvh, hd, buf);
-        float x = cpu_dot(q, kp, hd) * a->scale;
-        if (a->softcap > 0)
-            x = tanhf(x / a->softcap) * a->softcap;
-        sc[t - lo] = x;
-        if (x > mx)
-            mx = x;
+    for (int64_t t = lo; t <= hi;) {
+        int64_t end = (t / bs + 1) * bs - 1 < hi ? (t / bs + 1) * bs - 1 : hi;
+        for (size_t off = kv_offset(kc, s, a->layer, t); t <= end; t++, off += row) {
+            const float *kp = kv_head(kc, kc->k, off, kvh, hd, buf);
+            float x = cpu_dot(q, kp, hd) * a->scale;
+            if (a->softcap > 0)
+                x = tanhf(x / a->softcap) * a->softcap;
+            sc[t - lo] = x;
+            if (x > mx)
+                mx = x;
+        }
     }
     float sum = 0;
     for (int64_t t = lo; t <= hi; t++) {
@@ -156,11 +166,14 @@ static void attn_task(void *ctx, int task, int thread)
     }
     for (int d = 0; d < hd; d++)
         o[d] = 0;
-    for (int64_t t = lo; t <= hi; t++) {
-        float p = sc[t - lo] / sum;
-        const float *vp = kv_head(kc, kc->v, kv_offset(kc, s, a->layer, t), kvh, hd, buf);
-        for (int d = 0; d < hd; d++)
-            o[d] += p * vp[d];
+    for (int64_t t = lo; t <= hi;) {
+        int64_t end = (t / bs + 1) * bs - 1 < hi ? (t / bs + 1) * bs - 1 : hi;
+        for (size_t off = kv_offset(kc, s, a->layer, t); t <= end; t++, off += row) {
+            float p = sc[t - lo] / sum;
+            const float *vp = kv_head(kc, kc->v, off, kvh, hd, buf);
+            for (int d = 0; d < hd; d++)
+                o[d] += p * vp[d];
+        }
     }
 }
 
@@ -183,5 +196,11 @@ void cpu_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const 
     }
     cpu_scratch_reserve(c, (size_t)a->head_dim + (size_t)longest);
     attn_job j = {c, a, rows, q, out};
-    pool_run(c->pool, rows->n * a->n_heads, attn_task, &j);
+    int n_tasks = rows->n * a->n_heads;
+    if ((double)n_tasks * (double)longest * a->head_dim < ATTN_INLINE_MACS) {
+        for (int t = 0; t < n_tasks; t++)
+            attn_task(&j, t, 0);
+        return;
+    }
+    pool_run(c->pool, n_tasks, attn_task, &j);
 }

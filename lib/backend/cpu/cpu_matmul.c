@@ -12,6 +12,7 @@
  * hand-out overhead stays small. */
 #define MM_TASKS_PER_THREAD 8
 #define MM_MIN_ROWS 4
+#define MM_INLINE_MACS 65536.0
 
 typedef struct {
     cpu_backend *c;
@@ -64,7 +65,15 @@ void cpu_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items, con
     if (per < MM_MIN_ROWS)
         per = MM_MIN_ROWS;
     mm_job j = {c, items, n_items, first, per, x, n};
-    pool_run(c->pool, (int)((total + per - 1) / per), mm_task, &j);
+    int n_tasks = (int)((total + per - 1) / per);
+    /* Waking the workers costs more than a tiny product (a small model's
+     * decode step); run those on the calling thread (index 0). */
+    if ((double)total * (double)cols * n < MM_INLINE_MACS) {
+        for (int t = 0; t < n_tasks; t++)
+            mm_task(&j, t, 0);
+        return;
+    }
+    pool_run(c->pool, n_tasks, mm_task, &j);
 }
 
 void cpu_op_matmul(backend *b, const bk_weight *w, const bk_weight *bias, const float *x, int n,
