@@ -48,6 +48,8 @@ int64_t engine_n_ctx(const engine *e);
 /* The model, for programs that look inside (parity, bench). */
 model *engine_model(engine *e);
 
+/* A new empty sequence. Sequences share the engine's KV pool (n_seqs x
+ * n_ctx tokens) and take blocks as they grow; free them before the engine. */
 int engine_seq_new(engine *e, engine_seq **out, memra_err *err);
 void engine_seq_free(engine_seq *s);
 /* Forget every token (the KV blocks go back to the pool). */

@@ -55,12 +55,11 @@ static void make_weight(bk_weight *w, dtype t, int64_t rows, int64_t cols)
     for (int64_t b = 0; b < blocks; b++) {
         uint8_t *blk = p + b * ti->type_size;
         switch (t) {
-        case DT_F32:
-            for (int j = 0; j < 1; j++) {
-                float v = urand(-1, 1);
-                memcpy(blk, &v, 4);
-            }
+        case DT_F32: {
+            float v = urand(-1, 1);
+            memcpy(blk, &v, 4);
             break;
+        }
         case DT_F16: put_f16(blk, urand(-1, 1)); break;
         case DT_BF16: {
             uint16_t h = f32_to_bf16(urand(-1, 1));

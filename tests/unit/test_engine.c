@@ -595,6 +595,8 @@ static void expect_load_error(const char *path, const char *want1, const char *w
         checkpoint_close(&ck);
     }
     CHECK_MSG(strstr(err.msg, want1) && strstr(err.msg, want2), "%s", err.msg);
+    if (getenv("MEMRA_TEST_VERBOSE"))
+        fprintf(stderr, "  %s\n", err.msg);
 }
 
 static void test_errors(void)
