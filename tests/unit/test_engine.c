@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "engine/kv_cache.h"
 #include "format/gguf.h"
+#include "format/half.h"
 #include "format/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/convert.h"
@@ -656,6 +657,92 @@ static void test_errors(void)
     checkpoint_close(&ck);
 }
 
+/* ggml's Q8_0 of one row of n floats (n a multiple of 32): per block the
+ * scale amax / 127 as f16 and the values rounded to int8. */
+static void quantize_q8_0_row(const float *x, int64_t n, uint8_t *out)
+{
+    for (int64_t b = 0; b < n / 32; b++, x += 32, out += 34) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++)
+            amax = fmaxf(amax, fabsf(x[i]));
+        float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+        uint16_t h = f32_to_fp16(d);
+        out[0] = (uint8_t)h;
+        out[1] = (uint8_t)(h >> 8);
+        for (int i = 0; i < 32; i++)
+            out[2 + i] = (uint8_t)(int8_t)roundf(x[i] * id);
+    }
+}
+
+/* stories260K with every matrix whose rows are whole Q8_0 blocks
+ * quantized (all but ffn_down, rows of 172): the engine runs the
+ * quantized path end to end, embedding lookup and head included, and
+ * stays close to the F32 model. */
+static void test_quantized_q8_0(void)
+{
+    checkpoint ck, qk;
+    if (open_stories(&ck) != 0)
+        return;
+    char path[1024];
+    tmp_path(path, sizeof path, "q8.gguf");
+    memra_err err = {{0}};
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_copy_kv(w, &ck.gguf);
+    uint8_t *bufs[64] = {0};
+    int nq = 0;
+    for (uint64_t i = 0; i < ck.gguf.n_tensors && i < 64; i++) {
+        const gguf_tensor *t = &ck.gguf.tensors[i];
+        if (t->n_dims == 2 && t->type == DT_F32 && t->ne[0] % 32 == 0) {
+            uint64_t rows = (uint64_t)t->ne[1], nb = rows * (uint64_t)(t->ne[0] / 32) * 34;
+            bufs[i] = malloc(nb);
+            for (uint64_t r = 0; r < rows; r++)
+                quantize_q8_0_row((const float *)(const void *)(t->data + r * t->ne[0] * 4),
+                                  t->ne[0], bufs[i] + r * (uint64_t)(t->ne[0] / 32) * 34);
+            CHECK(gguf_writer_add_tensor(w, t->name, DT_Q8_0, 2, t->ne, bufs[i], nb, &err) == 0);
+            nq++;
+        } else {
+            CHECK(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data,
+                                         t->nbytes, &err) == 0);
+        }
+    }
+    CHECK(nq >= 20);
+    int rc = gguf_writer_write(w, path, &err);
+    gguf_writer_free(w);
+    for (int i = 0; i < 64; i++)
+        free(bufs[i]);
+    if (rc != 0 || checkpoint_open(path, &qk, &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        checkpoint_close(&ck);
+        rm_rf(path);
+        return;
+    }
+    int32_t toks[41];
+    stories_tokens(toks);
+    engine *ef = load_engine(&ck, 8, KV_F32, 0), *eq = load_engine(&qk, 8, KV_F32, 0);
+    float *lf = ef ? run_logits(ef, toks, 41, 0) : NULL;
+    float *lq = eq ? run_logits(eq, toks, 41, 0) : NULL;
+    CHECK(lf && lq);
+    if (lf && lq) {
+        int64_t vocab = engine_config(ef)->n_vocab;
+        double d = max_abs_diff(lf, lq, (size_t)41 * vocab);
+        int agree = 0;
+        for (int i = 0; i < 41; i++)
+            agree += argmax(lf + (size_t)i * vocab, vocab) == argmax(lq + (size_t)i * vocab, vocab);
+        CHECK_MSG(d > 0 && d < 0.5 && agree >= 38, "Q8_0 vs F32: max |diff| %g, argmax %d/41",
+                  d, agree);
+        if (getenv("MEMRA_TEST_VERBOSE"))
+            fprintf(stderr, "  Q8_0 vs F32: max |diff| %g, argmax %d/41\n", d, agree);
+        CHECK(engine_bytes_per_token(eq) < engine_bytes_per_token(ef) / 2);
+    }
+    free(lf);
+    free(lq);
+    engine_free(ef);
+    engine_free(eq);
+    checkpoint_close(&qk);
+    checkpoint_close(&ck);
+    rm_rf(path);
+}
+
 /* ---- HF reference dumps (tests/fixtures/parity) ---- */
 
 typedef struct {
@@ -795,5 +882,6 @@ static void test_hf_parity_stories(void)
 TEST_MAIN(TEST_CASE(test_stories_golden), TEST_CASE(test_chunked_prefill), TEST_CASE(test_kv_f16),
           TEST_CASE(test_gguf_vs_hf), TEST_CASE(test_families), TEST_CASE(test_kv_blocks),
           TEST_CASE(test_interleaved_sequences), TEST_CASE(test_hidden_hook),
-          TEST_CASE(test_errors), TEST_CASE(test_hf_parity),
+          TEST_CASE(test_errors), TEST_CASE(test_quantized_q8_0),
+          TEST_CASE(test_hf_parity),
           TEST_CASE(test_hf_parity_stories))
