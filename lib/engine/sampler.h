@@ -32,8 +32,8 @@
  * stream seeded by `seed` (greedy draws none), and the surviving tokens
  * are always walked in ascending id order, so the token depends only on
  * the seed, the number of earlier sampling calls since the last reset,
- * the history and the logits; not on how the candidates were selected
- * (top_k = n_vocab gives the same tokens as top_k = 0).
+ * the history and the logits; the same surviving set gives the same token
+ * whichever stages produced it.
  *
  * Cost: bias and penalties touch only the listed / seen ids; top-k is a
  * partial selection (O(n_vocab)), top-p sorts only as many of the highest

@@ -235,6 +235,13 @@ static void test_top_k_top_p_min_p_hand(void)
     check_set(&p, l, 4, 1, (int32_t[]){1}, (double[]){1.0});
     p.top_p = 0.97;
     check_set(&p, l, 4, 4, (int32_t[]){0, 1, 2, 3}, (double[]){0.15, 0.5, 0.05, 0.3});
+    /* Exactly reaching p is enough, and among equal logits the lower ids
+     * come first: four equal tokens, p = 0.5, keeps ids 0 and 1. */
+    const float flat[4] = {0, 0, 0, 0};
+    p.top_p = 0.5;
+    check_set(&p, flat, 4, 2, (int32_t[]){0, 1}, (double[]){0.5, 0.5});
+    p.top_p = 0.97;
+    check_set(&p, l, 4, 4, (int32_t[]){0, 1, 2, 3}, (double[]){0.15, 0.5, 0.05, 0.3});
 
     /* Top-p sees temperature-1 probabilities; the temperature then reshapes
      * the survivors: 0.5^2 : 0.3^2 at T = 0.5. */
@@ -462,12 +469,23 @@ static void test_seed_reproducible(void)
         same += a[i] == c[i];
     CHECK_MSG(same < N / 4, "seeds 42 and 43 agree on %d of %d draws", same, N);
 
-    /* The draw walks survivors in id order, so a no-op top_k (= n_vocab,
-     * which still runs the selection) gives the very same tokens. */
+    /* The draw walks survivors in id order, so the same surviving set gives
+     * the same tokens however it was reached: top_k = n_vocab - 1 (a
+     * selection that reorders) against a ban of the worst token (none). */
+    int32_t worst = 0;
+    for (int i = 1; i < NV; i++)
+        if (l[i] < l[worst])
+            worst = i;
+    sampler_logit_bias ban = {worst, -INFINITY};
     p.seed = 42;
-    p.top_k = NV;
+    p.logit_bias = &ban;
+    p.n_logit_bias = 1;
+    draw_seq(&p, l, NV, c, N);
+    p.logit_bias = NULL;
+    p.n_logit_bias = 0;
+    p.top_k = NV - 1;
     draw_seq(&p, l, NV, d, N);
-    CHECK(memcmp(a, d, sizeof a) == 0);
+    CHECK(memcmp(c, d, sizeof c) == 0);
 
     /* Reset restarts the stream. */
     p.top_k = 0;
