@@ -246,27 +246,37 @@ static void apply_bias_and_penalties(sampler *s, float *logits)
     s->n_seen = kept;
 }
 
-/* Everything up to the draw: returns the surviving candidates in ascending
- * id order with their probabilities in s->out_ids / s->out_probs. */
-int sampler_probs(sampler *s, float *logits, const int32_t **ids, const double **probs,
-                  int32_t *n, memra_err *err)
+/* When top-k is this small next to the vocabulary, one heap pass over the
+ * logits beats building every candidate and partitioning them. */
+static int top_k_by_heap(int32_t k, int32_t n_finite) { return (int64_t)k * 8 <= n_finite; }
+
+/* Everything up to the draw: the surviving ids in ascending order in
+ * s->out_ids and their unnormalized weights (the max has weight 1) in
+ * s->out_probs; *total is the weights' sum. */
+static int prepare(sampler *s, float *logits, int32_t *n, double *total, memra_err *err)
 {
     int32_t nv = s->n_vocab;
-    int any_finite = 0;
+    /* Branch-free flags first (this pass runs over the whole vocabulary
+     * every step); the offending id is looked up only on failure. */
+    int any_bad = 0, any_finite = 0;
     for (int32_t i = 0; i < nv; i++) {
-        if (isnan(logits[i]) || logits[i] == INFINITY)
-            return memra_fail(err, "sampler: logit of token %d is %g", i, (double)logits[i]);
+        any_bad |= !(logits[i] < INFINITY);
         any_finite |= logits[i] > -INFINITY;
     }
+    if (any_bad)
+        for (int32_t i = 0; i < nv; i++)
+            if (!(logits[i] < INFINITY))
+                return memra_fail(err, "sampler: logit of token %d is %g", i, (double)logits[i]);
     apply_bias_and_penalties(s, logits);
 
     /* The argmax (lowest id on ties: only a strictly larger logit moves it). */
-    int32_t best = -1;
+    int32_t best = -1, n_finite = 0;
     float max = -INFINITY;
     for (int32_t i = 0; i < nv; i++) {
         if (logits[i] == INFINITY)
             return memra_fail(err, "sampler: logit of token %d overflows to +inf after logit_bias "
                                    "and penalties", i);
+        n_finite += logits[i] > -INFINITY;
         if (logits[i] > max) {
             max = logits[i];
             best = i;
@@ -285,21 +295,25 @@ int sampler_probs(sampler *s, float *logits, const int32_t **ids, const double *
     if (s->p.temperature == 0.0) {
         s->out_ids[0] = best;
         s->out_probs[0] = 1.0;
-        *ids = s->out_ids;
-        *probs = s->out_probs;
         *n = 1;
+        *total = 1.0;
         return 0;
     }
 
-    int32_t n_c = 0;
-    for (int32_t i = 0; i < nv; i++)
-        if (logits[i] > -INFINITY)
-            s->cand[n_c++] = (sampler_cand){logits[i], i};
+    int32_t n_c = 0, k = s->p.top_k;
     int reordered = 0;
-    if (s->p.top_k > 0 && s->p.top_k < n_c) {
-        sampler_select_best(s->cand, n_c, s->p.top_k);
-        n_c = s->p.top_k;
+    if (k > 0 && k < n_finite && top_k_by_heap(k, n_finite)) {
+        n_c = sampler_top_k_scan(logits, nv, k, s->cand);
         reordered = 1;
+    } else {
+        for (int32_t i = 0; i < nv; i++)
+            if (logits[i] > -INFINITY)
+                s->cand[n_c++] = (sampler_cand){logits[i], i};
+        if (k > 0 && k < n_c) {
+            sampler_select_best(s->cand, n_c, k);
+            n_c = k;
+            reordered = 1;
+        }
     }
     if (s->p.top_p < 1.0) {
         n_c = sampler_top_p(s->cand, n_c, max, s->p.top_p);
@@ -326,45 +340,55 @@ int sampler_probs(sampler *s, float *logits, const int32_t **ids, const double *
         }
     }
 
-    /* Softmax at the temperature; the max is a survivor, so its weight is
-     * exactly 1 and the total is at least 1. */
-    double inv_t = 1.0 / s->p.temperature, total = 0.0;
+    /* Softmax weights at the temperature. Division rather than a multiply
+     * by 1/T: for a subnormal T the reciprocal is inf and 0 * inf is NaN. */
+    double t = s->p.temperature, sum = 0.0;
     for (int32_t i = 0; i < n_c; i++) {
-        double w = exp(((double)s->cand[i].logit - (double)max) * inv_t);
+        double w = exp(((double)s->cand[i].logit - (double)max) / t);
         s->out_ids[i] = s->cand[i].id;
         s->out_probs[i] = w;
-        total += w;
+        sum += w;
     }
-    for (int32_t i = 0; i < n_c; i++)
+    *n = n_c;
+    *total = sum;
+    return 0;
+}
+
+int sampler_probs(sampler *s, float *logits, const int32_t **ids, const double **probs,
+                  int32_t *n, memra_err *err)
+{
+    double total;
+    if (prepare(s, logits, n, &total, err) < 0)
+        return -1;
+    for (int32_t i = 0; i < *n; i++)
         s->out_probs[i] /= total;
     *ids = s->out_ids;
     *probs = s->out_probs;
-    *n = n_c;
     return 0;
 }
 
 /* One uniform double in [0, 1) with 53 random bits per call, drawn even
  * when a single candidate is left, so the stream position depends only on
- * how many tokens were sampled. */
+ * how many tokens were sampled. The walk runs over the unnormalized
+ * weights against u * total, saving a division per candidate. */
 int32_t sampler_sample(sampler *s, float *logits, memra_err *err)
 {
-    const int32_t *ids;
-    const double *probs;
     int32_t n;
-    if (sampler_probs(s, logits, &ids, &probs, &n, err) < 0)
+    double total;
+    if (prepare(s, logits, &n, &total, err) < 0)
         return -1;
     if (s->p.temperature == 0.0)
-        return ids[0];
+        return s->out_ids[0];
     double u = (double)(rng_next_u64(&s->rng) >> 11) * 0x1p-53;
-    double cum = 0.0;
+    double target = u * total, cum = 0.0;
     int32_t last = 0;
     for (int32_t i = 0; i < n; i++) {
-        if (probs[i] <= 0.0)
+        if (s->out_probs[i] <= 0.0)
             continue;
-        cum += probs[i];
+        cum += s->out_probs[i];
         last = i;
-        if (u < cum)
-            return ids[i];
+        if (target < cum)
+            return s->out_ids[i];
     }
-    return ids[last]; /* rounding left the sum just under u */
+    return s->out_ids[last]; /* rounding left the sum just under the target */
 }

@@ -83,32 +83,134 @@ void sampler_select_best(sampler_cand *c, int32_t n, int32_t k)
     sampler_sort_best_first(c + lo, hi - lo);
 }
 
-/* Sorting all candidates for top-p would cost O(n log n) on 150k-token
- * vocabularies every step, though the nucleus is usually a few dozen
- * tokens. So: total the probability mass once, then repeatedly select the
- * next batch of best candidates from the unsorted tail, sort only that
- * batch and keep summing; batches double, so a wide nucleus still costs
- * O(n log n) at most. */
-int32_t sampler_top_p(sampler_cand *c, int32_t n, float max, double p)
+/* A bounded heap with the worst kept candidate on top: one pass over the
+ * vocabulary, and after the first few thousand tokens nearly every logit
+ * fails the single comparison with the top, so small k costs about as much
+ * as finding the max. Ids arrive in ascending order, so an equal logit
+ * never displaces a kept one: the lower id wins, as in the total order. */
+static void heap_sift_down(sampler_cand *h, int32_t n, int32_t i)
 {
-    double z = 0.0;
+    for (;;) {
+        int32_t l = 2 * i + 1, r = l + 1, worst = i;
+        if (l < n && cand_better(&h[worst], &h[l]))
+            worst = l;
+        if (r < n && cand_better(&h[worst], &h[r]))
+            worst = r;
+        if (worst == i)
+            return;
+        swap_cand(&h[i], &h[worst]);
+        i = worst;
+    }
+}
+
+static void heap_sift_up(sampler_cand *h, int32_t i)
+{
+    while (i > 0) {
+        int32_t parent = (i - 1) / 2;
+        if (!cand_better(&h[parent], &h[i]))
+            return;
+        swap_cand(&h[parent], &h[i]);
+        i = parent;
+    }
+}
+
+int32_t sampler_top_k_scan(const float *logits, int32_t n_vocab, int32_t k, sampler_cand *out)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        float l = logits[i];
+        if (!(l > -INFINITY))
+            continue;
+        if (n < k) {
+            out[n] = (sampler_cand){l, i};
+            heap_sift_up(out, n++);
+        } else if (l > out[0].logit) {
+            out[0] = (sampler_cand){l, i};
+            heap_sift_down(out, n, 0);
+        }
+    }
+    return n;
+}
+
+/* Top-p over few candidates: sort them all and sum best first. */
+static int32_t top_p_sorted(sampler_cand *c, int32_t n, float max, double p)
+{
+    sampler_sort_best_first(c, n);
+    double z = 0.0, cum = 0.0;
     for (int32_t i = 0; i < n; i++)
         z += exp((double)c[i].logit - (double)max);
-    double target = p * z, cum = 0.0;
-    int32_t sorted = 0, batch = 64;
-    while (sorted < n) {
-        int32_t b = n - sorted < batch ? n - sorted : batch;
-        sampler_select_best(c + sorted, n - sorted, b);
-        sampler_sort_best_first(c + sorted, b);
-        for (int32_t i = sorted; i < sorted + b; i++) {
-            cum += exp((double)c[i].logit - (double)max);
-            if (cum >= target)
-                return i + 1;
-        }
-        sorted += b;
-        batch = batch > INT32_MAX / 2 ? INT32_MAX : batch * 2;
+    double target = p * z;
+    for (int32_t i = 0; i < n; i++) {
+        cum += exp((double)c[i].logit - (double)max);
+        if (cum >= target)
+            return i + 1;
     }
     return n; /* rounding kept the sum just under p * z: keep everything */
+}
+
+#define TOP_P_BUCKETS 1024
+#define TOP_P_SORT_MAX 512
+
+static int32_t top_p_bucket(double d, double scale)
+{
+    double b = d * scale;
+    return b >= TOP_P_BUCKETS - 1 ? TOP_P_BUCKETS - 1 : (int32_t)b;
+}
+
+/* Sorting every candidate for top-p would cost O(n log n) on 150k-token
+ * vocabularies each step, though the nucleus is usually small. Instead:
+ * bucket the candidates by distance below the max (equal-width buckets,
+ * so a lower bucket holds only strictly better tokens), total the
+ * probability mass per bucket, find the bucket where the running sum
+ * crosses p, keep every bucket before it and sort only the crossing
+ * bucket to find where inside it the sum reaches p. Linear plus one
+ * bucket's sort. */
+int32_t sampler_top_p(sampler_cand *c, int32_t n, float max, double p)
+{
+    if (n <= TOP_P_SORT_MAX)
+        return top_p_sorted(c, n, max, p);
+    double mass[TOP_P_BUCKETS] = {0};
+    float min = max;
+    for (int32_t i = 0; i < n; i++)
+        if (c[i].logit < min)
+            min = c[i].logit;
+    double range = (double)max - (double)min;
+    double scale = range > 0.0 ? (TOP_P_BUCKETS - 1) / range : 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        double d = (double)max - (double)c[i].logit;
+        mass[top_p_bucket(d, scale)] += exp(-d);
+    }
+    double z = 0.0;
+    for (int b = 0; b < TOP_P_BUCKETS; b++)
+        z += mass[b];
+    double target = p * z, cum = 0.0;
+    int32_t cross = TOP_P_BUCKETS - 1;
+    for (int b = 0; b < TOP_P_BUCKETS; b++) {
+        if (cum + mass[b] >= target) {
+            cross = b;
+            break;
+        }
+        cum += mass[b];
+    }
+    /* Three-way partition: buckets before the crossing one, the crossing
+     * one, the rest. */
+    int32_t lo = 0, mid = 0, hi = n;
+    while (mid < hi) {
+        int32_t b = top_p_bucket((double)max - (double)c[mid].logit, scale);
+        if (b < cross)
+            swap_cand(&c[lo++], &c[mid++]);
+        else if (b == cross)
+            mid++;
+        else
+            swap_cand(&c[mid], &c[--hi]);
+    }
+    sampler_sort_best_first(c + lo, mid - lo);
+    for (int32_t i = lo; i < mid; i++) {
+        cum += exp((double)c[i].logit - (double)max);
+        if (cum >= target)
+            return i + 1;
+    }
+    return mid; /* rounding: the whole crossing bucket */
 }
 
 int32_t sampler_min_p(sampler_cand *c, int32_t n, float max, double min_p)

@@ -17,6 +17,11 @@ typedef struct {
  * particular order) and the rest follow; 0 <= k <= n. */
 void sampler_select_best(sampler_cand *c, int32_t n, int32_t k);
 
+/* Top-k straight from the logits: the k best finite logits (fewer when
+ * fewer are finite) into out[0..k), in no particular order; returns how
+ * many. For small k. */
+int32_t sampler_top_k_scan(const float *logits, int32_t n_vocab, int32_t k, sampler_cand *out);
+
 /* Sort c[0..n) best first. */
 void sampler_sort_best_first(sampler_cand *c, int32_t n);
 
@@ -24,8 +29,9 @@ void sampler_sort_best_first(sampler_cand *c, int32_t n);
 void sampler_sort_by_id(sampler_cand *c, int32_t n);
 
 /* Top-p over c[0..n) at temperature 1, `max` being the largest logit in c:
- * reorders c best first as far as needed and returns how many of the best
- * to keep: the fewest whose probabilities sum to >= p (at least 1). */
+ * reorders c so that the kept ones come first and returns how many to
+ * keep: the fewest of the best whose probabilities sum to >= p (at least
+ * 1). */
 int32_t sampler_top_p(sampler_cand *c, int32_t n, float max, double p);
 
 /* Min-p: keeps, in their order, the entries whose probability is at least

@@ -51,6 +51,22 @@ static int32_t probs_of(const sampler_params *p, const float *logits_in, int32_t
 
 static int near(double a, double b, double tol) { return fabs(a - b) <= tol; }
 
+static void check_set(const sampler_params *p, const float *l, int32_t nv, int32_t n_want,
+                      const int32_t *ids_want, const double *probs_want)
+{
+    int32_t ids[16];
+    double probs[16];
+    int32_t n = probs_of(p, l, nv, ids, probs);
+    CHECK_MSG(n == n_want, "kept %d, want %d", n, n_want);
+    if (n != n_want)
+        return;
+    for (int32_t i = 0; i < n; i++) {
+        CHECK_MSG(ids[i] == ids_want[i], "id[%d] = %d, want %d", i, ids[i], ids_want[i]);
+        CHECK_MSG(near(probs[i], probs_want[i], 1e-6), "p[%d] = %.9g, want %.9g", i, probs[i],
+                  probs_want[i]);
+    }
+}
+
 static void test_greedy_argmax_and_ties(void)
 {
     sampler_params p = sampler_params_default();
@@ -183,6 +199,14 @@ static void test_temperature_distribution(void)
             CHECK(chi_square(&p, l, 5, t1, 20000) > 100);
         }
     }
+    /* Extreme temperatures stay finite: a subnormal one is greedy in effect
+     * (its reciprocal would be inf), a huge one uniform. */
+    sampler_params x = sampler_params_default();
+    x.temperature = 1e-310;
+    check_set(&x, l, 5, 5, (int32_t[]){0, 1, 2, 3, 4}, (double[]){0, 0, 1, 0, 0});
+    x.temperature = 1e300;
+    check_set(&x, l, 5, 5, (int32_t[]){0, 1, 2, 3, 4}, (double[]){0.2, 0.2, 0.2, 0.2, 0.2});
+
     /* Truncated sampling draws from the renormalized survivors only. */
     float l4[4];
     four_logits(l4);
@@ -192,22 +216,6 @@ static void test_temperature_distribution(void)
     const double want[4] = {0.15 / 0.95, 0.5 / 0.95, 0, 0.3 / 0.95};
     double chi = chi_square(&p, l4, 4, want, 20000);
     CHECK_MSG(chi < 13.82, "top_k 3 chi-square %g (df 2, 0.999 quantile 13.82)", chi);
-}
-
-static void check_set(const sampler_params *p, const float *l, int32_t nv, int32_t n_want,
-                      const int32_t *ids_want, const double *probs_want)
-{
-    int32_t ids[16];
-    double probs[16];
-    int32_t n = probs_of(p, l, nv, ids, probs);
-    CHECK_MSG(n == n_want, "kept %d, want %d", n, n_want);
-    if (n != n_want)
-        return;
-    for (int32_t i = 0; i < n; i++) {
-        CHECK_MSG(ids[i] == ids_want[i], "id[%d] = %d, want %d", i, ids[i], ids_want[i]);
-        CHECK_MSG(near(probs[i], probs_want[i], 1e-6), "p[%d] = %.9g, want %.9g", i, probs[i],
-                  probs_want[i]);
-    }
 }
 
 static void test_top_k_top_p_min_p_hand(void)
