@@ -1,0 +1,394 @@
+#include "engine/sampler.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "engine/sampler_select.h"
+
+/* The sampler's random stream id (any fixed value; it keeps the sampler's
+ * draws apart from other users of the same seed, like random weights). */
+#define SAMPLER_RNG_STREAM 0x73616d706c6572ull /* "sampler" */
+
+struct sampler {
+    sampler_params p;
+    int32_t n_vocab;
+    sampler_logit_bias *bias; /* p.logit_bias points here */
+    int penalize;             /* any penalty active and a window > 0 */
+    rng_state rng;
+
+    /* History (only when penalize): how often each id occurs in the window,
+     * the ids with a count (lazily pruned of zeros, listed[] says who is in
+     * it) and, for a finite window, the accepted ids in order; hist[start,
+     * len) is the window. */
+    uint32_t *count;
+    uint8_t *listed;
+    int32_t *seen;
+    int32_t n_seen;
+    int32_t *hist;
+    size_t hist_start, hist_len, hist_cap;
+
+    /* Scratch for one call. */
+    sampler_cand *cand;
+    int32_t *out_ids;
+    double *out_probs;
+    uint8_t *mark;
+};
+
+sampler_params sampler_params_default(void)
+{
+    sampler_params p;
+    memset(&p, 0, sizeof p);
+    p.temperature = 1.0;
+    p.top_k = 0;
+    p.top_p = 1.0;
+    p.min_p = 0.0;
+    p.repetition_penalty = 1.0;
+    p.penalty_last_n = 64;
+    p.presence_penalty = 0.0;
+    p.frequency_penalty = 0.0;
+    return p;
+}
+
+/* Comparisons are written so NaN fails them and lands in the error. */
+static int check_params(const sampler_params *p, int32_t n_vocab, memra_err *err)
+{
+    if (n_vocab <= 0)
+        return memra_fail(err, "sampler: n_vocab %d is out of range [1, 2147483647]", n_vocab);
+    if (!(p->temperature >= 0.0 && isfinite(p->temperature)))
+        return memra_fail(err, "temperature %g is out of range [0, inf)", p->temperature);
+    if (p->top_k < 0)
+        return memra_fail(err, "top_k %d is out of range [0, inf)", p->top_k);
+    if (!(p->top_p >= 0.0 && p->top_p <= 1.0))
+        return memra_fail(err, "top_p %g is out of range [0, 1]", p->top_p);
+    if (!(p->min_p >= 0.0 && p->min_p <= 1.0))
+        return memra_fail(err, "min_p %g is out of range [0, 1]", p->min_p);
+    if (!(p->repetition_penalty > 0.0 && isfinite(p->repetition_penalty)))
+        return memra_fail(err, "repetition_penalty %g is out of range (0, inf)",
+                          p->repetition_penalty);
+    if (p->penalty_last_n < -1)
+        return memra_fail(err, "penalty_last_n %d is out of range [-1, inf)", p->penalty_last_n);
+    if (!(p->presence_penalty >= -2.0 && p->presence_penalty <= 2.0))
+        return memra_fail(err, "presence_penalty %g is out of range [-2, 2]", p->presence_penalty);
+    if (!(p->frequency_penalty >= -2.0 && p->frequency_penalty <= 2.0))
+        return memra_fail(err, "frequency_penalty %g is out of range [-2, 2]",
+                          p->frequency_penalty);
+    if (p->n_logit_bias < 0)
+        return memra_fail(err, "n_logit_bias %d is out of range [0, inf)", p->n_logit_bias);
+    if (p->n_logit_bias > 0 && !p->logit_bias)
+        return memra_fail(err, "logit_bias has %d entries but no list", p->n_logit_bias);
+    for (int32_t i = 0; i < p->n_logit_bias; i++) {
+        const sampler_logit_bias *b = &p->logit_bias[i];
+        if (b->id < 0 || b->id >= n_vocab)
+            return memra_fail(err, "logit_bias id %d is out of range [0, %d)", b->id, n_vocab);
+        if (isnan(b->bias) || b->bias == INFINITY)
+            return memra_fail(err, "logit_bias for id %d is %g (allowed: finite, or -inf to ban)",
+                              b->id, (double)b->bias);
+    }
+    return 0;
+}
+
+static void history_clear(sampler *s)
+{
+    if (!s->penalize)
+        return;
+    memset(s->count, 0, (size_t)s->n_vocab * sizeof *s->count);
+    memset(s->listed, 0, (size_t)s->n_vocab);
+    s->n_seen = 0;
+    s->hist_start = s->hist_len = 0;
+}
+
+sampler *sampler_new(const sampler_params *p, int32_t n_vocab, memra_err *err)
+{
+    if (check_params(p, n_vocab, err) < 0)
+        return NULL;
+    sampler *s = xcalloc(1, sizeof *s);
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    if (p->n_logit_bias > 0) {
+        /* Duplicates are refused: OpenAI's logit_bias is a map, so two
+         * entries for one id mean the caller built the list wrongly. A
+         * scratch mark per id finds them in one pass. */
+        uint8_t *dup = xcalloc((size_t)n_vocab, 1);
+        for (int32_t i = 0; i < p->n_logit_bias; i++) {
+            int32_t id = p->logit_bias[i].id;
+            if (dup[id]) {
+                free(dup);
+                free(s);
+                memra_fail(err, "logit_bias id %d appears twice", id);
+                return NULL;
+            }
+            dup[id] = 1;
+        }
+        free(dup);
+        s->bias = xmalloc((size_t)p->n_logit_bias * sizeof *s->bias);
+        memcpy(s->bias, p->logit_bias, (size_t)p->n_logit_bias * sizeof *s->bias);
+    }
+    s->p.logit_bias = s->bias;
+    s->penalize = p->penalty_last_n != 0 &&
+                  (p->repetition_penalty != 1.0 || p->presence_penalty != 0.0 ||
+                   p->frequency_penalty != 0.0);
+    if (s->penalize) {
+        s->count = xcalloc((size_t)n_vocab, sizeof *s->count);
+        s->listed = xcalloc((size_t)n_vocab, 1);
+        s->seen = xmalloc((size_t)n_vocab * sizeof *s->seen);
+    }
+    s->cand = xmalloc((size_t)n_vocab * sizeof *s->cand);
+    s->out_ids = xmalloc((size_t)n_vocab * sizeof *s->out_ids);
+    s->out_probs = xmalloc((size_t)n_vocab * sizeof *s->out_probs);
+    s->mark = xcalloc((size_t)n_vocab, 1);
+    sampler_reset(s);
+    return s;
+}
+
+void sampler_free(sampler *s)
+{
+    if (!s)
+        return;
+    free(s->bias);
+    free(s->count);
+    free(s->listed);
+    free(s->seen);
+    free(s->hist);
+    free(s->cand);
+    free(s->out_ids);
+    free(s->out_probs);
+    free(s->mark);
+    free(s);
+}
+
+void sampler_reset(sampler *s)
+{
+    history_clear(s);
+    rng_seed(&s->rng, s->p.seed, SAMPLER_RNG_STREAM);
+}
+
+static void count_add(sampler *s, int32_t id)
+{
+    if (s->count[id]++ == 0 && !s->listed[id]) {
+        s->listed[id] = 1;
+        s->seen[s->n_seen++] = id;
+    }
+}
+
+/* A finite window keeps the accepted ids in hist[start, len). When the
+ * buffer is full, the live part (at most the window) moves down if the dead
+ * front is at least as long, else the buffer doubles; so memory stays
+ * within about twice the window and each accept is O(1) amortized. */
+int sampler_accept(sampler *s, int32_t id, memra_err *err)
+{
+    if (id < 0 || id >= s->n_vocab)
+        return memra_fail(err, "sampler: accepted token id %d is out of range [0, %d)", id,
+                          s->n_vocab);
+    if (!s->penalize)
+        return 0;
+    count_add(s, id);
+    if (s->p.penalty_last_n < 0)
+        return 0;
+    size_t window = (size_t)s->p.penalty_last_n;
+    if (s->hist_len == s->hist_cap) {
+        if (s->hist_start > 0 && s->hist_start >= s->hist_len - s->hist_start) {
+            memmove(s->hist, s->hist + s->hist_start,
+                    (s->hist_len - s->hist_start) * sizeof *s->hist);
+            s->hist_len -= s->hist_start;
+            s->hist_start = 0;
+        } else {
+            s->hist_cap = s->hist_cap ? 2 * s->hist_cap : 64;
+            s->hist = xrealloc(s->hist, s->hist_cap * sizeof *s->hist);
+        }
+    }
+    s->hist[s->hist_len++] = id;
+    if (s->hist_len - s->hist_start > window)
+        s->count[s->hist[s->hist_start++]]--;
+    return 0;
+}
+
+/* Penalties are computed in double; a result beyond float range becomes
+ * +-inf (as IEEE rounding would) instead of an undefined conversion. */
+static float to_float(double x)
+{
+    if (x > FLT_MAX)
+        return INFINITY;
+    if (x < -FLT_MAX)
+        return -INFINITY;
+    return (float)x;
+}
+
+/* Bias and penalties touch only the listed and seen ids. Ids whose count
+ * fell to zero are pruned from the seen list here rather than in accept,
+ * to keep accept O(1). */
+static void apply_bias_and_penalties(sampler *s, float *logits)
+{
+    for (int32_t i = 0; i < s->p.n_logit_bias; i++)
+        logits[s->bias[i].id] += s->bias[i].bias;
+    if (!s->penalize)
+        return;
+    double rep = s->p.repetition_penalty;
+    double pres = s->p.presence_penalty, freq = s->p.frequency_penalty;
+    int32_t kept = 0;
+    for (int32_t i = 0; i < s->n_seen; i++) {
+        int32_t id = s->seen[i];
+        uint32_t c = s->count[id];
+        if (c == 0) {
+            s->listed[id] = 0;
+            continue;
+        }
+        s->seen[kept++] = id;
+        double l = logits[id];
+        if (rep != 1.0)
+            l = l > 0.0 ? l / rep : l * rep;
+        l -= pres + freq * (double)c;
+        logits[id] = to_float(l);
+    }
+    s->n_seen = kept;
+}
+
+/* When top-k is this small next to the vocabulary, one heap pass over the
+ * logits beats building every candidate and partitioning them. */
+static int top_k_by_heap(int32_t k, int32_t n_finite) { return (int64_t)k * 8 <= n_finite; }
+
+/* Everything up to the draw: the surviving ids in ascending order in
+ * s->out_ids and their unnormalized weights (the max has weight 1) in
+ * s->out_probs; *total is the weights' sum. */
+static int prepare(sampler *s, float *logits, int32_t *n, double *total, memra_err *err)
+{
+    int32_t nv = s->n_vocab;
+    /* Branch-free flags first (this pass runs over the whole vocabulary
+     * every step); the offending id is looked up only on failure. */
+    int any_bad = 0, any_finite = 0;
+    for (int32_t i = 0; i < nv; i++) {
+        any_bad |= !(logits[i] < INFINITY);
+        any_finite |= logits[i] > -INFINITY;
+    }
+    if (any_bad)
+        for (int32_t i = 0; i < nv; i++)
+            if (!(logits[i] < INFINITY))
+                return memra_fail(err, "sampler: logit of token %d is %g", i, (double)logits[i]);
+    apply_bias_and_penalties(s, logits);
+
+    /* The argmax (lowest id on ties: only a strictly larger logit moves it). */
+    int32_t best = -1, n_finite = 0;
+    float max = -INFINITY;
+    for (int32_t i = 0; i < nv; i++) {
+        if (logits[i] == INFINITY)
+            return memra_fail(err, "sampler: logit of token %d overflows to +inf after logit_bias "
+                                   "and penalties", i);
+        n_finite += logits[i] > -INFINITY;
+        if (logits[i] > max) {
+            max = logits[i];
+            best = i;
+        }
+    }
+    if (best < 0) {
+        int bans = 0;
+        for (int32_t i = 0; i < s->p.n_logit_bias; i++)
+            bans |= s->bias[i].bias == -INFINITY;
+        if (!any_finite)
+            return memra_fail(err, "sampler: every logit is -inf");
+        if (bans)
+            return memra_fail(err, "every token is banned by logit_bias");
+        return memra_fail(err, "sampler: every logit is -inf after logit_bias and penalties");
+    }
+    if (s->p.temperature == 0.0) {
+        s->out_ids[0] = best;
+        s->out_probs[0] = 1.0;
+        *n = 1;
+        *total = 1.0;
+        return 0;
+    }
+
+    int32_t n_c = 0, k = s->p.top_k;
+    int reordered = 0;
+    if (k > 0 && k < n_finite && top_k_by_heap(k, n_finite)) {
+        n_c = sampler_top_k_scan(logits, nv, k, s->cand);
+        reordered = 1;
+    } else {
+        for (int32_t i = 0; i < nv; i++)
+            if (logits[i] > -INFINITY)
+                s->cand[n_c++] = (sampler_cand){logits[i], i};
+        if (k > 0 && k < n_c) {
+            sampler_select_best(s->cand, n_c, k);
+            n_c = k;
+            reordered = 1;
+        }
+    }
+    if (s->p.top_p < 1.0) {
+        n_c = sampler_top_p(s->cand, n_c, max, s->p.top_p);
+        reordered = 1;
+    }
+    if (s->p.min_p > 0.0)
+        n_c = sampler_min_p(s->cand, n_c, max, s->p.min_p);
+
+    /* Back to id order, so the draw does not depend on how the survivors
+     * were selected: a sort when few survive, a mark-and-scan of the
+     * vocabulary when many do. */
+    if (reordered) {
+        if ((int64_t)n_c * 16 < nv) {
+            sampler_sort_by_id(s->cand, n_c);
+        } else {
+            for (int32_t i = 0; i < n_c; i++)
+                s->mark[s->cand[i].id] = 1;
+            int32_t j = 0;
+            for (int32_t i = 0; i < nv; i++)
+                if (s->mark[i]) {
+                    s->mark[i] = 0;
+                    s->cand[j++] = (sampler_cand){logits[i], i};
+                }
+        }
+    }
+
+    /* Softmax weights at the temperature. Division rather than a multiply
+     * by 1/T: for a subnormal T the reciprocal is inf and 0 * inf is NaN. */
+    double t = s->p.temperature, sum = 0.0;
+    for (int32_t i = 0; i < n_c; i++) {
+        double w = exp(((double)s->cand[i].logit - (double)max) / t);
+        s->out_ids[i] = s->cand[i].id;
+        s->out_probs[i] = w;
+        sum += w;
+    }
+    *n = n_c;
+    *total = sum;
+    return 0;
+}
+
+int sampler_probs(sampler *s, float *logits, const int32_t **ids, const double **probs,
+                  int32_t *n, memra_err *err)
+{
+    double total;
+    if (prepare(s, logits, n, &total, err) < 0)
+        return -1;
+    for (int32_t i = 0; i < *n; i++)
+        s->out_probs[i] /= total;
+    *ids = s->out_ids;
+    *probs = s->out_probs;
+    return 0;
+}
+
+/* One uniform double in [0, 1) with 53 random bits per call, drawn even
+ * when a single candidate is left, so the stream position depends only on
+ * how many tokens were sampled. The walk runs over the unnormalized
+ * weights against u * total, saving a division per candidate. */
+int32_t sampler_sample(sampler *s, float *logits, memra_err *err)
+{
+    int32_t n;
+    double total;
+    if (prepare(s, logits, &n, &total, err) < 0)
+        return -1;
+    if (s->p.temperature == 0.0)
+        return s->out_ids[0];
+    double u = (double)(rng_next_u64(&s->rng) >> 11) * 0x1p-53;
+    double target = u * total, cum = 0.0;
+    int32_t last = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (s->out_probs[i] <= 0.0)
+            continue;
+        cum += s->out_probs[i];
+        last = i;
+        if (target < cum)
+            return s->out_ids[i];
+    }
+    return s->out_ids[last]; /* rounding left the sum just under the target */
+}

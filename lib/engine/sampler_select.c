@@ -1,0 +1,224 @@
+#include "engine/sampler_select.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static int cand_better(const sampler_cand *a, const sampler_cand *b)
+{
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+static int cmp_best_first(const void *pa, const void *pb)
+{
+    const sampler_cand *a = pa, *b = pb;
+    if (cand_better(a, b))
+        return -1;
+    return cand_better(b, a) ? 1 : 0;
+}
+
+static int cmp_by_id(const void *pa, const void *pb)
+{
+    const sampler_cand *a = pa, *b = pb;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+void sampler_sort_best_first(sampler_cand *c, int32_t n)
+{
+    if (n > 1)
+        qsort(c, (size_t)n, sizeof *c, cmp_best_first);
+}
+
+void sampler_sort_by_id(sampler_cand *c, int32_t n)
+{
+    if (n > 1)
+        qsort(c, (size_t)n, sizeof *c, cmp_by_id);
+}
+
+static void swap_cand(sampler_cand *a, sampler_cand *b)
+{
+    sampler_cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Quickselect (Lomuto partition, median-of-three pivot). The order is total
+ * (ids are distinct), so equal logits cannot degrade the partition; a depth
+ * limit falls back to sorting the remaining range so an unlucky input stays
+ * O(n log n) at worst. Small ranges are finished by sorting. */
+void sampler_select_best(sampler_cand *c, int32_t n, int32_t k)
+{
+    if (k <= 0 || k >= n)
+        return;
+    int32_t lo = 0, hi = n; /* the k-th boundary lies in [lo, hi] */
+    int depth = 0, max_depth = 2;
+    for (int32_t m = n; m > 1; m >>= 1)
+        max_depth += 2;
+    while (hi - lo > 16) {
+        if (++depth > max_depth) {
+            sampler_sort_best_first(c + lo, hi - lo);
+            return;
+        }
+        int32_t mid = lo + (hi - lo) / 2, last = hi - 1;
+        /* Median of c[lo], c[mid], c[last] into c[last]. */
+        if (cand_better(&c[mid], &c[lo]))
+            swap_cand(&c[mid], &c[lo]);
+        if (cand_better(&c[last], &c[lo]))
+            swap_cand(&c[last], &c[lo]);
+        if (cand_better(&c[mid], &c[last]))
+            swap_cand(&c[mid], &c[last]);
+        sampler_cand pivot = c[last];
+        int32_t store = lo;
+        for (int32_t i = lo; i < last; i++)
+            if (cand_better(&c[i], &pivot))
+                swap_cand(&c[i], &c[store++]);
+        swap_cand(&c[store], &c[last]);
+        /* Now [lo, store) beat the pivot, which sits at store. */
+        if (k < store)
+            hi = store;
+        else if (k > store + 1)
+            lo = store + 1;
+        else
+            return;
+    }
+    sampler_sort_best_first(c + lo, hi - lo);
+}
+
+/* A bounded heap with the worst kept candidate on top: one pass over the
+ * vocabulary, and after the first few thousand tokens nearly every logit
+ * fails the single comparison with the top, so small k costs about as much
+ * as finding the max. Ids arrive in ascending order, so an equal logit
+ * never displaces a kept one: the lower id wins, as in the total order. */
+static void heap_sift_down(sampler_cand *h, int32_t n, int32_t i)
+{
+    for (;;) {
+        int32_t l = 2 * i + 1, r = l + 1, worst = i;
+        if (l < n && cand_better(&h[worst], &h[l]))
+            worst = l;
+        if (r < n && cand_better(&h[worst], &h[r]))
+            worst = r;
+        if (worst == i)
+            return;
+        swap_cand(&h[i], &h[worst]);
+        i = worst;
+    }
+}
+
+static void heap_sift_up(sampler_cand *h, int32_t i)
+{
+    while (i > 0) {
+        int32_t parent = (i - 1) / 2;
+        if (!cand_better(&h[parent], &h[i]))
+            return;
+        swap_cand(&h[parent], &h[i]);
+        i = parent;
+    }
+}
+
+int32_t sampler_top_k_scan(const float *logits, int32_t n_vocab, int32_t k, sampler_cand *out)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        float l = logits[i];
+        if (!(l > -INFINITY))
+            continue;
+        if (n < k) {
+            out[n] = (sampler_cand){l, i};
+            heap_sift_up(out, n++);
+        } else if (l > out[0].logit) {
+            out[0] = (sampler_cand){l, i};
+            heap_sift_down(out, n, 0);
+        }
+    }
+    return n;
+}
+
+/* Top-p over few candidates: sort them all and sum best first. */
+static int32_t top_p_sorted(sampler_cand *c, int32_t n, float max, double p)
+{
+    sampler_sort_best_first(c, n);
+    double z = 0.0, cum = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        z += exp((double)c[i].logit - (double)max);
+    double target = p * z;
+    for (int32_t i = 0; i < n; i++) {
+        cum += exp((double)c[i].logit - (double)max);
+        if (cum >= target)
+            return i + 1;
+    }
+    return n; /* rounding kept the sum just under p * z: keep everything */
+}
+
+#define TOP_P_BUCKETS 1024
+#define TOP_P_SORT_MAX 512
+
+static int32_t top_p_bucket(double d, double scale)
+{
+    double b = d * scale;
+    return b >= TOP_P_BUCKETS - 1 ? TOP_P_BUCKETS - 1 : (int32_t)b;
+}
+
+/* Sorting every candidate for top-p would cost O(n log n) on 150k-token
+ * vocabularies each step, though the nucleus is usually small. Instead:
+ * bucket the candidates by distance below the max (equal-width buckets,
+ * so a lower bucket holds only strictly better tokens), total the
+ * probability mass per bucket, find the bucket where the running sum
+ * crosses p, keep every bucket before it and sort only the crossing
+ * bucket to find where inside it the sum reaches p. Linear plus one
+ * bucket's sort. */
+int32_t sampler_top_p(sampler_cand *c, int32_t n, float max, double p)
+{
+    if (n <= TOP_P_SORT_MAX)
+        return top_p_sorted(c, n, max, p);
+    double mass[TOP_P_BUCKETS] = {0};
+    float min = max;
+    for (int32_t i = 0; i < n; i++)
+        if (c[i].logit < min)
+            min = c[i].logit;
+    double range = (double)max - (double)min;
+    double scale = range > 0.0 ? (TOP_P_BUCKETS - 1) / range : 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        double d = (double)max - (double)c[i].logit;
+        mass[top_p_bucket(d, scale)] += exp(-d);
+    }
+    double z = 0.0;
+    for (int b = 0; b < TOP_P_BUCKETS; b++)
+        z += mass[b];
+    double target = p * z, cum = 0.0;
+    int32_t cross = TOP_P_BUCKETS - 1;
+    for (int b = 0; b < TOP_P_BUCKETS; b++) {
+        if (cum + mass[b] >= target) {
+            cross = b;
+            break;
+        }
+        cum += mass[b];
+    }
+    /* Three-way partition: buckets before the crossing one, the crossing
+     * one, the rest. */
+    int32_t lo = 0, mid = 0, hi = n;
+    while (mid < hi) {
+        int32_t b = top_p_bucket((double)max - (double)c[mid].logit, scale);
+        if (b < cross)
+            swap_cand(&c[lo++], &c[mid++]);
+        else if (b == cross)
+            mid++;
+        else
+            swap_cand(&c[mid], &c[--hi]);
+    }
+    sampler_sort_best_first(c + lo, mid - lo);
+    for (int32_t i = lo; i < mid; i++) {
+        cum += exp((double)c[i].logit - (double)max);
+        if (cum >= target)
+            return i + 1;
+    }
+    return mid; /* rounding: the whole crossing bucket */
+}
+
+int32_t sampler_min_p(sampler_cand *c, int32_t n, float max, double min_p)
+{
+    double floor_logit = log(min_p);
+    int32_t kept = 0;
+    for (int32_t i = 0; i < n; i++)
+        if ((double)c[i].logit - (double)max >= floor_logit)
+            c[kept++] = c[i];
+    return kept;
+}
