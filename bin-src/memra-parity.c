@@ -1,0 +1,333 @@
+/* memra-parity: numeric agreement of our logits with a reference dump.
+ * Argument parsing and output; the comparison is lib/engine/parity.c. */
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/cli.h"
+#include "engine/engine.h"
+#include "engine/parity.h"
+#include "format/safetensors.h"
+#include "model/checkpoint.h"
+
+static const char usage[] =
+    "usage: memra-parity MODEL --reference REF.safetensors [--json] [--max-abs X]\n"
+    "                    [--min-cosine C] [--kv f32|f16] [-t N]\n"
+    "\n"
+    "Runs MODEL over the token ids of a reference dump (scripts/hf_reference.py writes them:\n"
+    "tokens I32 [n], logits F32 [n, vocab], optional hidden F32 [n_layers + 1, n, dim]) and\n"
+    "compares logits position by position, and hidden states layer by layer when present.\n"
+    "\n"
+    "  --reference F   the dump to compare with (required)\n"
+    "  --json          one JSON object instead of a table\n"
+    "  --max-abs X     fail when |ours - ref| > X * max(1, max |ref logit|) anywhere\n"
+    "                  (default 1e-4 for float weights; not gated for quantized ones)\n"
+    "  --min-cosine C  fail when a position's cosine similarity is below C\n"
+    "                  (default 0.99999 float, 0.999 Q8_0/Q6_K, 0.99 other quantized)\n"
+    "  --kv f32|f16    KV cache type (default f32)\n"
+    "  -t, --threads N worker threads (default all cores; env MEMRA_THREADS)\n"
+    "  -h, --help      this text\n"
+    "\n"
+    "Not built yet (rejected): --kernels (CUDA backend), --imatrix and --against (quantization).\n"
+    "Exit status: 0 within thresholds, 1 beyond them or on failure, 2 bad usage.\n";
+
+typedef struct {
+    const char *model, *reference;
+    int json;
+    double max_abs, min_cosine; /* < 0: the default for the weights' dtype */
+    kv_type kv;
+    int n_threads;
+} parity_opts;
+
+/* Collects hidden states as the engine reports them, by position. */
+typedef struct {
+    int64_t n_pos, dim;
+    int n_index;
+    float *h; /* [n_index][n_pos][dim] */
+} hidden_capture;
+
+static void capture_hidden(void *ctx, int index, const bk_batch *rows, int64_t dim, const float *h)
+{
+    hidden_capture *c = ctx;
+    if (index < 0 || index >= c->n_index || dim != c->dim)
+        return;
+    for (int i = 0; i < rows->n; i++) {
+        int64_t p = rows->pos[i];
+        if (p >= 0 && p < c->n_pos)
+            memcpy(c->h + ((size_t)index * c->n_pos + p) * dim, h + (size_t)i * dim,
+                   (size_t)dim * sizeof(float));
+    }
+}
+
+/* The dtype of the checkpoint's matrices, which sets the default gates. */
+static dtype weight_dtype(const checkpoint *c)
+{
+    for (int i = 0; i < c->n_tensors; i++)
+        if (c->tensors[i].n_dims == 2)
+            return c->tensors[i].type;
+    return DT_F32;
+}
+
+static void default_gates(dtype t, parity_opts *o)
+{
+    int is_float = t == DT_F32 || t == DT_F16 || t == DT_BF16;
+    if (o->max_abs < 0)
+        o->max_abs = is_float ? 1e-4 : INFINITY;
+    if (o->min_cosine < 0)
+        o->min_cosine = is_float ? 0.99999 : (t == DT_Q8_0 || t == DT_Q6_K) ? 0.999 : 0.99;
+}
+
+static const st_tensor *need_tensor(const st_set *s, const char *name, dtype type, int n_dims,
+                                    const char *path)
+{
+    const st_tensor *t = st_find(s, name);
+    if (!t)
+        cli_failf("%s: no '%s' tensor (not a reference dump?)", path, name);
+    if (t->type != type || t->n_dims != n_dims)
+        cli_failf("%s: tensor '%s' must be %s with %d dims", path, name, dtype_get(type)->name,
+                  n_dims);
+    return t;
+}
+
+static void parse_args(int argc, char **argv, parity_opts *o)
+{
+    memra_err err;
+    int64_t threads = 0;
+    const char *env = getenv("MEMRA_THREADS");
+    if (env && cli_parse_i64(env, 1, 4096, &threads, "MEMRA_THREADS", &err) != 0)
+        cli_usage("%s", err.msg);
+    o->max_abs = o->min_cosine = -1;
+    o->kv = KV_F32;
+    static const struct option longs[] = {
+        {"reference", required_argument, NULL, 'r'}, {"json", no_argument, NULL, 'j'},
+        {"max-abs", required_argument, NULL, 'a'},   {"min-cosine", required_argument, NULL, 'c'},
+        {"kv", required_argument, NULL, 'k'},        {"threads", required_argument, NULL, 't'},
+        {"kernels", no_argument, NULL, 'K'},         {"imatrix", required_argument, NULL, 'I'},
+        {"against", required_argument, NULL, 'A'},   {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, ":t:h", longs, NULL)) != -1) {
+        switch (ch) {
+        case 'r': o->reference = optarg; break;
+        case 'j': o->json = 1; break;
+        case 'a':
+            if (cli_parse_f64(optarg, 0, 1e30, &o->max_abs, "--max-abs", &err) != 0)
+                cli_usage("%s", err.msg);
+            break;
+        case 'c':
+            if (cli_parse_f64(optarg, -1, 1, &o->min_cosine, "--min-cosine", &err) != 0)
+                cli_usage("%s", err.msg);
+            break;
+        case 'k':
+            if (!strcmp(optarg, "f32"))
+                o->kv = KV_F32;
+            else if (!strcmp(optarg, "f16"))
+                o->kv = KV_F16;
+            else
+                cli_usage("--kv: '%s' is not f32 or f16", optarg);
+            break;
+        case 't':
+            if (cli_parse_i64(optarg, 1, 4096, &threads, "--threads", &err) != 0)
+                cli_usage("%s", err.msg);
+            break;
+        case 'K':
+            cli_usage("--kernels is not built yet: it checks the CUDA backend's ops, which do not "
+                      "exist yet");
+        case 'I':
+        case 'A':
+            cli_usage("%s is not built yet: it belongs to quantization (memra-quantize)",
+                      ch == 'I' ? "--imatrix" : "--against");
+        case 'h': fputs(usage, stdout); exit(0);
+        case ':': cli_usage("%s needs a value", argv[optind - 1]);
+        default: cli_usage("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    o->n_threads = (int)threads;
+    if (optind >= argc)
+        cli_usage("no MODEL given");
+    if (optind + 1 < argc)
+        cli_usage("unexpected argument '%s'", argv[optind + 1]);
+    if (!o->reference)
+        cli_usage("--reference REF.safetensors is required");
+    o->model = argv[optind];
+}
+
+int main(int argc, char **argv)
+{
+    cli_set_program("memra-parity");
+    parity_opts o = {0};
+    parse_args(argc, argv, &o);
+    memra_err err;
+
+    st_set ref;
+    if (st_open_file(o.reference, &ref, &err) != 0)
+        cli_fail(&err);
+    const st_tensor *tt = need_tensor(&ref, "tokens", DT_I32, 1, o.reference);
+    const st_tensor *lt = need_tensor(&ref, "logits", DT_F32, 2, o.reference);
+    const st_tensor *ht = st_find(&ref, "hidden");
+    int64_t n = tt->shape[0], vocab = lt->shape[1];
+    if (lt->shape[0] != n)
+        cli_failf("%s: logits has %lld rows for %lld tokens", o.reference, (long long)lt->shape[0],
+                  (long long)n);
+    if (n == 0)
+        cli_failf("%s: no tokens", o.reference);
+
+    checkpoint ck;
+    if (checkpoint_open(o.model, &ck, &err) != 0)
+        cli_fail(&err);
+    if (ck.vocab_only)
+        cli_failf("%s: a vocab-only GGUF has no weights to run", ck.path);
+    if (ck.config.n_vocab != vocab)
+        cli_failf("%s: the model's vocabulary is %lld tokens, the reference's %lld", o.reference,
+                  (long long)ck.config.n_vocab, (long long)vocab);
+    default_gates(weight_dtype(&ck), &o);
+
+    engine_opts eo;
+    engine_opts_default(&eo);
+    eo.n_threads = o.n_threads;
+    eo.kv_type = o.kv;
+    eo.n_ctx = n > 16 ? n : 16;
+    engine *e;
+    if (engine_load(&ck, &eo, &e, &err) != 0)
+        cli_fail(&err);
+    int64_t dim = ck.config.dim, n_layers = ck.config.n_layers;
+    hidden_capture cap = {0};
+    int use_hidden = ht && ht->type == DT_F32 && ht->n_dims == 3 && ht->shape[0] == n_layers + 1 &&
+                     ht->shape[1] == n && ht->shape[2] == dim;
+    if (use_hidden) {
+        cap.n_pos = n;
+        cap.dim = dim;
+        cap.n_index = (int)n_layers + 1;
+        cap.h = xcalloc((size_t)cap.n_index * (size_t)n * (size_t)dim, sizeof(float));
+        engine_set_hidden_hook(e, capture_hidden, &cap);
+    }
+    /* Copy the ids out of the map: safetensors data need not be aligned. */
+    int32_t *tokens = xmalloc((size_t)n * sizeof(int32_t));
+    memcpy(tokens, tt->data, (size_t)n * sizeof(int32_t));
+    float *ref_logits = xmalloc((size_t)(n * vocab) * sizeof(float));
+    memcpy(ref_logits, lt->data, (size_t)(n * vocab) * sizeof(float));
+    float *ours = xmalloc((size_t)(n * vocab) * sizeof(float));
+    engine_seq *s;
+    if (engine_seq_new(e, &s, &err) != 0 || engine_forward(e, s, tokens, (int)n, ours, 1, &err) != 0)
+        cli_fail(&err);
+
+    parity_row *rows = xcalloc((size_t)n, sizeof *rows);
+    double scale = 1;
+    for (int64_t i = 0; i < n * vocab; i++)
+        if (fabs(ref_logits[i]) > scale)
+            scale = fabs(ref_logits[i]);
+    for (int64_t p = 0; p < n; p++)
+        parity_compare_row(ours + p * vocab, ref_logits + p * vocab, vocab, &rows[p]);
+    parity_summary sum;
+    parity_summarize(rows, (int)n, &sum);
+
+    /* hidden states: per index, the worst |diff| relative to that state's scale */
+    int first_divergent = -1;
+    double *hid_err = NULL;
+    if (use_hidden) {
+        hid_err = xcalloc((size_t)cap.n_index, sizeof(double));
+        const uint8_t *hp = ht->data;
+        for (int idx = 0; idx < cap.n_index; idx++) {
+            double worst = 0, hscale = 1e-6;
+            for (int64_t k = 0; k < n * dim; k++) {
+                float r;
+                memcpy(&r, hp + ((size_t)idx * n * dim + k) * 4, 4);
+                double d = fabs(cap.h[(size_t)idx * n * dim + k] - r);
+                worst = d > worst || isnan(d) ? (isnan(d) ? INFINITY : d) : worst;
+                hscale = fabs(r) > hscale ? fabs(r) : hscale;
+            }
+            hid_err[idx] = worst / hscale;
+            if (first_divergent < 0 && hid_err[idx] > 1e-3)
+                first_divergent = idx;
+        }
+    }
+    double abs_gate = o.max_abs * scale;
+    int ok = sum.max_abs <= abs_gate && sum.min_cosine >= o.min_cosine &&
+             sum.argmax_real_disagreements == 0;
+
+    if (o.json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "model", json_string(ck.path));
+        json_object_set_new(j, "reference", json_string(o.reference));
+        json_object_set_new(j, "positions", json_integer(n));
+        json_object_set_new(j, "vocab", json_integer(vocab));
+        json_object_set_new(j, "max_abs", json_real(sum.max_abs));
+        json_object_set_new(j, "max_rel", json_real(sum.max_rel));
+        json_object_set_new(j, "min_cosine", json_real(sum.min_cosine));
+        json_object_set_new(j, "argmax_agree", json_integer(sum.argmax_agree));
+        json_object_set_new(j, "argmax_real_disagreements", json_integer(sum.argmax_real_disagreements));
+        json_object_set_new(j, "logit_scale", json_real(scale));
+        json_object_set_new(j, "gate_max_abs", json_real(abs_gate));
+        json_object_set_new(j, "gate_min_cosine", json_real(o.min_cosine));
+        json_t *per = json_array();
+        for (int64_t p = 0; p < n; p++) {
+            json_t *r = json_object();
+            json_object_set_new(r, "pos", json_integer(p));
+            json_object_set_new(r, "token", json_integer(tokens[p]));
+            json_object_set_new(r, "max_abs", json_real(rows[p].max_abs));
+            json_object_set_new(r, "max_rel", json_real(rows[p].max_rel));
+            json_object_set_new(r, "cosine", json_real(rows[p].cosine));
+            json_object_set_new(r, "argmax", json_integer(rows[p].argmax_ours));
+            json_object_set_new(r, "argmax_ref", json_integer(rows[p].argmax_ref));
+            json_array_append_new(per, r);
+        }
+        json_object_set_new(j, "per_position", per);
+        if (use_hidden) {
+            json_t *h = json_array();
+            for (int idx = 0; idx < cap.n_index; idx++)
+                json_array_append_new(h, json_real(hid_err[idx]));
+            json_object_set_new(j, "hidden_rel_err", h);
+            json_object_set_new(j, "first_divergent_hidden",
+                                first_divergent < 0 ? json_null() : json_integer(first_divergent));
+        }
+        json_object_set_new(j, "pass", json_boolean(ok));
+        char *txt = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        puts(txt);
+        free(txt);
+        json_decref(j);
+    } else {
+        printf("%s vs %s: %lld positions, vocab %lld\n", ck.path, o.reference, (long long)n,
+               (long long)vocab);
+        printf("%5s %7s %12s %12s %12s %8s %8s\n", "pos", "token", "max_abs", "max_rel", "cosine",
+               "argmax", "ref");
+        for (int64_t p = 0; p < n; p++)
+            printf("%5lld %7d %12.3e %12.3e %12.9f %8d %8d%s\n", (long long)p, tokens[p],
+                   rows[p].max_abs, rows[p].max_rel, rows[p].cosine, rows[p].argmax_ours,
+                   rows[p].argmax_ref, rows[p].argmax_ours != rows[p].argmax_ref ? "  <-" : "");
+        if (use_hidden) {
+            printf("hidden states (max |diff| / max |ref|):");
+            for (int idx = 0; idx < cap.n_index; idx++)
+                printf(" %d:%.1e", idx, hid_err[idx]);
+            printf("\n");
+            if (first_divergent >= 0)
+                printf("hidden states first diverge (> 1e-3) at index %d (%s)\n", first_divergent,
+                       first_divergent == 0 ? "the embeddings" : "a layer output");
+        }
+        printf("max_abs %.3e (gate %.3e), max_rel %.3e, min cosine %.9f (gate %.6f), argmax "
+               "%d/%d (%d real disagreements): %s\n",
+               sum.max_abs, abs_gate, sum.max_rel, sum.min_cosine, o.min_cosine, sum.argmax_agree,
+               sum.n_rows, sum.argmax_real_disagreements, ok ? "PASS" : "FAIL");
+    }
+    if (!ok)
+        fprintf(stderr, "memra-parity: %s: beyond thresholds (max_abs %.3e > %.3e, min cosine %.9f "
+                        "< %.6f, or %d real argmax disagreements)\n",
+                ck.path, sum.max_abs, abs_gate, sum.min_cosine, o.min_cosine,
+                sum.argmax_real_disagreements);
+    free(hid_err);
+    free(cap.h);
+    free(rows);
+    free(ours);
+    free(ref_logits);
+    free(tokens);
+    engine_seq_free(s);
+    engine_free(e);
+    checkpoint_close(&ck);
+    st_close(&ref);
+    return ok ? 0 : 1;
+}

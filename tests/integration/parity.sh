@@ -1,0 +1,36 @@
+# memra-parity against the Hugging Face reference dumps in tests/fixtures/parity:
+# every family's quirks on, the real stories260K model, and failures that
+# must be caught.
+source tests/integration/lib.bash
+P=tests/fixtures/parity
+for ref in "$P"/tiny-*.safetensors; do
+  n=$(basename "$ref" .safetensors)
+  memra-convert --random "$P/configs/$n.json" --seed 1 --outtype f32 "$T/$n" 2>"$T/err" ||
+    { fail "$n: rebuild checkpoint" "$(cat "$T/err")"; continue; }
+  check "$n (HF dir) matches transformers" \
+    bash -c "memra-parity '$T/$n' --reference '$ref' --json -t 2 | jq -e '.pass and .argmax_agree == .positions and .max_abs < 1e-5 and .first_divergent_hidden == null'"
+  memra-convert "$T/$n" "$T/$n.gguf" 2>/dev/null
+  check "$n (GGUF) matches transformers" \
+    bash -c "memra-parity '$T/$n.gguf' --reference '$ref' --json -t 2 | jq -e '.pass and .argmax_agree == .positions'"
+done
+check "stories260K GGUF matches transformers on its reference ids" \
+  bash -c "memra-parity '$SHARED/models/stories260K.gguf' --reference $P/stories260K.safetensors --json | jq -e '.pass and .argmax_agree == 41'"
+check "table output ends with PASS" \
+  bash -c "memra-parity '$SHARED/models/stories260K.gguf' --reference $P/stories260K.safetensors | tail -1 | grep -q 'PASS\$'"
+
+# Caught: other weights (another seed), f16 KV under a tight gate.
+memra-convert --random "$P/configs/tiny-qwen3.json" --seed 2 --outtype f32 "$T/other" 2>/dev/null
+expect_error "other weights fail the gate" 1 "beyond thresholds" memra-parity "$T/other" --reference "$P/tiny-qwen3.safetensors"
+expect_error "a gate tighter than f16 KV rounding fails" 1 "beyond thresholds" \
+  memra-parity "$SHARED/models/stories260K.gguf" --reference "$P/stories260K.safetensors" --kv f16 --max-abs 1e-9
+check "f16 KV passes the default gate on stories260K's argmax" \
+  bash -c "memra-parity '$SHARED/models/stories260K.gguf' --reference $P/stories260K.safetensors --kv f16 --json --max-abs 1 | jq -e '.argmax_agree >= 39'"
+
+# Bad input.
+expect_error "vocabulary mismatch named" 1 "vocabulary is 256 tokens, the reference's 512" \
+  memra-parity "$T/other" --reference "$P/stories260K.safetensors"
+expect_error "not a reference dump" 1 "no 'tokens' tensor" memra-parity "$T/other" --reference "$T/other/model.safetensors"
+expect_error "reference required" 2 "--reference REF.safetensors is required" memra-parity "$T/other"
+expect_error "--kernels not built yet" 2 "--kernels is not built yet" memra-parity "$T/other" --reference "$P/tiny-qwen3.safetensors" --kernels
+expect_error "--against not built yet" 2 "--against is not built yet" memra-parity "$T/other" --against x
+expect_error "vocab-only model" 1 "vocab-only" memra-parity "$SHARED/vocab/ggml-vocab-qwen2.gguf" --reference "$P/tiny-qwen3.safetensors"
