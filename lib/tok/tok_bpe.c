@@ -102,7 +102,8 @@ static void try_pair(const tokenizer *t, tok_scratch *s, int32_t left)
     const tok_pair_entry *m = tok_pairmap_get(&t->merges, s->sym[left].id, s->sym[right].id);
     if (!m)
         return;
-    tok_cand c = {.rank = m->rank, .left = left, .right = right, .new_id = m->id};
+    tok_cand c = {.rank = m->rank, .left = left, .right = right, .new_id = m->id,
+                  .left_id = s->sym[left].id, .right_id = s->sym[right].id};
     heap_push(s, &c);
 }
 
@@ -230,9 +231,13 @@ void tok_bpe_word(const tokenizer *t, tok_scratch *s, const char *w, size_t n, t
         if (l->len == 0 || l->next < 0)
             continue;
         tok_sym *r = &s->sym[l->next];
-        const tok_pair_entry *m = tok_pairmap_get(&t->merges, l->id, r->id);
-        if (!m || m->id != c.new_id)
-            continue;
+        if (l->next != c.right || l->id != c.left_id || r->id != c.right_id) {
+            /* changed since pushed: still applies if the pair now there
+             * merges into the same token (what tokenizers checks) */
+            const tok_pair_entry *m = tok_pairmap_get(&t->merges, l->id, r->id);
+            if (!m || m->id != c.new_id)
+                continue;
+        }
         l->id = c.new_id;
         l->len += r->len;
         r->len = 0;
@@ -249,6 +254,86 @@ void tok_bpe_word(const tokenizer *t, tok_scratch *s, const char *w, size_t n, t
         else
             emit_extra(t, id, ids);
     }
+}
+
+/* ---- word cache ----
+ *
+ * Text repeats its words, and BPE of a word is a pure function of its
+ * bytes, so long inputs keep a cache of word -> ids for the call (as
+ * `tokenizers` does across calls). Only short words are cached; the table
+ * is cleared when it fills. */
+struct tok_wc_entry {
+    uint64_t hash;
+    uint32_t key_off, ids_off;
+    uint16_t key_len, n_ids;
+    int used;
+};
+
+#define WC_MIN_INPUT 4096
+#define WC_MAX_WORD 64
+
+static void wc_reset(tok_scratch *s)
+{
+    memset(s->wc, 0, s->wc_cap * sizeof *s->wc);
+    s->wc_n = 0;
+    s->wc_keys_len = 0;
+    s->wc_ids_len = 0;
+}
+
+void tok_bpe_word_cached(const tokenizer *t, tok_scratch *s, const char *w, size_t n,
+                         tok_ids *ids, size_t input_len)
+{
+    if (input_len < WC_MIN_INPUT || n > WC_MAX_WORD || n < 2) {
+        tok_bpe_word(t, s, w, n, ids);
+        return;
+    }
+    if (!s->wc) {
+        size_t cap = 1024;
+        while (cap < input_len / 4 && cap < (1u << 17))
+            cap *= 2;
+        s->wc_cap = cap;
+        s->wc = xcalloc(cap, sizeof *s->wc);
+    }
+    uint64_t h = tok_hash_bytes(w, n);
+    size_t mask = s->wc_cap - 1, i = (size_t)h & mask;
+    while (s->wc[i].used) {
+        const struct tok_wc_entry *e = &s->wc[i];
+        if (e->hash == h && e->key_len == n && memcmp(s->wc_keys + e->key_off, w, n) == 0) {
+            for (uint16_t k = 0; k < e->n_ids; k++)
+                tok_ids_push(ids, s->wc_ids[e->ids_off + k]);
+            return;
+        }
+        i = (i + 1) & mask;
+    }
+    size_t before = ids->n;
+    tok_bpe_word(t, s, w, n, ids);
+    size_t got = ids->n - before;
+    if (got > UINT16_MAX)
+        return;
+    if ((s->wc_n + 1) * 2 > s->wc_cap) {
+        wc_reset(s);
+        i = (size_t)h & mask;
+    }
+    if (s->wc_keys_len + n > s->wc_keys_cap) {
+        s->wc_keys_cap = (s->wc_keys_len + n) * 2 + 4096;
+        s->wc_keys = xrealloc(s->wc_keys, s->wc_keys_cap);
+    }
+    if (s->wc_ids_len + got > s->wc_ids_cap) {
+        s->wc_ids_cap = (s->wc_ids_len + got) * 2 + 1024;
+        s->wc_ids = xrealloc(s->wc_ids, s->wc_ids_cap * sizeof *s->wc_ids);
+    }
+    struct tok_wc_entry *e = &s->wc[i];
+    e->used = 1;
+    e->hash = h;
+    e->key_off = (uint32_t)s->wc_keys_len;
+    e->key_len = (uint16_t)n;
+    e->ids_off = (uint32_t)s->wc_ids_len;
+    e->n_ids = (uint16_t)got;
+    memcpy(s->wc_keys + s->wc_keys_len, w, n);
+    s->wc_keys_len += n;
+    memcpy(s->wc_ids + s->wc_ids_len, ids->v + before, got * sizeof *ids->v);
+    s->wc_ids_len += got;
+    s->wc_n++;
 }
 
 tok_scratch *tok_scratch_new(void)
@@ -270,6 +355,9 @@ void tok_scratch_free(tok_scratch *s)
     if (s->jit)
         pcre2_jit_stack_free(s->jit);
     free(s->mpos);
+    free(s->wc);
+    free(s->wc_keys);
+    free(s->wc_ids);
     for (size_t i = 0; i < s->n_owned; i++)
         free(s->owned[i]);
     free(s->owned);

@@ -18,7 +18,7 @@
 
 static int encode_gguf_text(const tokenizer *t, tok_scratch *s, const char *p, size_t n,
                             int prev_special, tok_pieces *words, strbuf *buf, tok_ids *out,
-                            memra_err *err)
+                            size_t total, memra_err *err)
 {
     if (t->kind == TOK_SPM) {
         sb_clear(buf);
@@ -39,35 +39,35 @@ static int encode_gguf_text(const tokenizer *t, tok_scratch *s, const char *p, s
     if (tok_pretokenize(t, s, p, n, 1, words, err))
         return -1;
     for (size_t i = 0; i < words->n; i++)
-        tok_bpe_word(t, s, words->p[i], words->len[i], out);
+        tok_bpe_word_cached(t, s, words->p[i], words->len[i], out, total);
     return 0;
 }
 
 static int encode_hf_piece(const tokenizer *t, tok_scratch *s, const char *p, size_t n, int first,
-                           tok_pieces *words, tok_ids *out, memra_err *err)
+                           tok_pieces *words, tok_ids *out, size_t total, memra_err *err)
 {
     if (tok_pretokenize(t, s, p, n, first, words, err))
         return -1;
     for (size_t i = 0; i < words->n; i++)
-        tok_bpe_word(t, s, words->p[i], words->len[i], out);
+        tok_bpe_word_cached(t, s, words->p[i], words->len[i], out, total);
     return 0;
 }
 
 static int encode_hf_text(const tokenizer *t, tok_scratch *s, const char *p, size_t n, int first,
                           tok_pieces *words, strbuf *buf, tok_segs *segs2, int parse_special,
-                          tok_ids *out, memra_err *err)
+                          tok_ids *out, size_t total, memra_err *err)
 {
     if (tok_normalize(t, p, n, buf, err))
         return -1;
     if (!t->has_added_norm)
-        return encode_hf_piece(t, s, buf->data, buf->len, first, words, out, err);
+        return encode_hf_piece(t, s, buf->data, buf->len, first, words, out, total, err);
     tok_split_added_hf(t, &t->added_norm, buf->data, buf->len, parse_special, segs2);
     for (size_t i = 0; i < segs2->n; i++) {
         const tok_seg *g = &segs2->v[i];
         if (g->id >= 0) {
             tok_ids_push(out, g->id);
         } else if (encode_hf_piece(t, s, buf->data + g->start, g->len, first && g->start == 0,
-                                   words, out, err)) {
+                                   words, out, total, err)) {
             return -1;
         }
     }
@@ -110,10 +110,10 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, int add_special
         }
         if (t->flavor == TOK_FLAVOR_GGUF)
             rc = encode_gguf_text(t, s, text + g->start, g->len, prev_special, &words, &buf, &out,
-                                  err);
+                                  len, err);
         else
             rc = encode_hf_text(t, s, text + g->start, g->len, g->start == 0, &words, &buf,
-                                &segs2, parse_special, &out, err);
+                                &segs2, parse_special, &out, len, err);
         prev_special = 0;
     }
     if (rc == 0 && add_special && t->add_eos && t->eos >= 0)

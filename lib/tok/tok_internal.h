@@ -280,6 +280,7 @@ typedef struct {
     int32_t left, right;
     int32_t new_id;
     uint32_t size;
+    int32_t left_id, right_id; /* BPE: the pair as pushed */
 } tok_cand;
 
 typedef struct tok_scratch {
@@ -296,6 +297,13 @@ typedef struct tok_scratch {
     size_t mpos_cap;
     char **owned; /* texts rewritten by pre-tokenizers, freed per call */
     size_t n_owned, cap_owned;
+    /* word cache for long inputs: word bytes -> ids (see tok_bpe.c) */
+    struct tok_wc_entry *wc;
+    size_t wc_cap, wc_n;
+    char *wc_keys;
+    size_t wc_keys_len, wc_keys_cap;
+    int32_t *wc_ids;
+    size_t wc_ids_len, wc_ids_cap;
 } tok_scratch;
 
 tok_scratch *tok_scratch_new(void);
@@ -321,6 +329,10 @@ typedef struct {
 } tok_ids;
 void tok_ids_push(tok_ids *ids, int32_t id);
 void tok_bpe_word(const tokenizer *t, tok_scratch *s, const char *w, size_t n, tok_ids *ids);
+/* The same through the per-call word cache (enabled for inputs of
+ * `input_len` bytes or more). */
+void tok_bpe_word_cached(const tokenizer *t, tok_scratch *s, const char *w, size_t n,
+                         tok_ids *ids, size_t input_len);
 /* llama.cpp's score-ordered SentencePiece merge over one escaped fragment. */
 void tok_spm_fragment(const tokenizer *t, tok_scratch *s, const char *w, size_t n, tok_ids *ids);
 

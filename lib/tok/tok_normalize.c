@@ -14,6 +14,34 @@
 
 #include "tok/tok_internal.h"
 
+/* A code point no normalization form changes and that never combines
+ * with a neighbour: combining class 0, no decomposition, no part in a
+ * canonical composition, not a Hangul jamo or syllable (composed
+ * algorithmically). CJK ideographs, most symbols and emoji are such. */
+static int inert(uint32_t cp)
+{
+    if ((cp >= 0x1100 && cp <= 0x11FF) || (cp >= 0xA960 && cp <= 0xA97F) ||
+        (cp >= 0xAC00 && cp <= 0xD7FF))
+        return 0;
+    const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)cp);
+    return p->combining_class == 0 && p->decomp_seqindex == UINT16_MAX &&
+           p->comb_index == UINT16_MAX;
+}
+
+static int run_is_inert(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        size_t bad;
+        size_t l = tok_utf8_next((const uint8_t *)s + i, n - i, &cp, &bad);
+        if (!l || !inert(cp))
+            return 0;
+        i += l;
+    }
+    return 1;
+}
+
 static int unicode_norm(tok_norm_type type, const char *s, size_t n, strbuf *out, memra_err *err)
 {
     int opts = UTF8PROC_STABLE;
@@ -37,8 +65,13 @@ static int unicode_norm(tok_norm_type type, const char *s, size_t n, strbuf *out
         }
         size_t start = i > a ? i - 1 : i;
         sb_append(out, s + a, start - a);
+        size_t na = i;
         while (i < n && (uint8_t)s[i] >= 0x80)
             i++;
+        if (run_is_inert(s + na, i - na)) {
+            sb_append(out, s + start, i - start);
+            continue;
+        }
         utf8proc_uint8_t *dst = NULL;
         utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s + start,
                                           (utf8proc_ssize_t)(i - start), &dst,
