@@ -351,7 +351,122 @@ static void test_hf_reference_qwen3(void) { hf_reference("qwen3"); }
 static void test_hf_reference_llama3(void) { hf_reference("llama3"); }
 static void test_hf_reference_gemma3(void) { hf_reference("gemma3"); }
 
+/* ---- tokenizer.json features the real files do not exercise ----
+ *
+ * A small tokenizer.json with added tokens using lstrip, rstrip,
+ * single_word and normalized=true, a Replace normalizer, unk with
+ * fuse_unk, a TemplateProcessing BOS and a Strip decoder. The expected ids
+ * and decoded texts were produced with Hugging Face `tokenizers` 0.23 (the
+ * npm binding of the same Rust library) on this exact file. */
+static const char flags_json[] =
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[{\"id\":17,\"content\":\"[M]\",\"single_word\":false,\"lstrip\":"
+    "true,\"rstrip\":false,\"normalized\":false,\"special\":true},{\"id\":18,\"content\":\"<x>\",\"single_word\":false,\"lstrip\":false,\"rstr"
+    "ip\":true,\"normalized\":false,\"special\":false},{\"id\":13,\"content\":\"tok\",\"single_word\":true,\"lstrip\":false,\"rstrip\":false,\""
+    "normalized\":false,\"special\":false},{\"id\":19,\"content\":\"<s>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalize"
+    "d\":false,\"special\":true},{\"id\":20,\"content\":\"x y\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":true,\"s"
+    "pecial\":false}],\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\xE2""\x96""\x81""\"},\"pre_tokenizer\":null,\"post_proces"
+    "sor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}"
+    "}],\"pair\":[{\"Sequence\":{\"id\":\"A\",\"type_id\":0}},{\"Sequence\":{\"id\":\"B\",\"type_id\":1}}],\"special_tokens\":{\"<s>\":{\"id\":\"<s>\","
+    "\"ids\":[19],\"tokens\":[\"<s>\"]}}},\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{\"String\":\"\xE2""\x96""\x81""\"},\"cont"
+    "ent\":\" \"},{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}]},\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_"
+    "token\":\"<unk>\",\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":true,\"byte_fallback\":false,\"ignore_"
+    "merges\":false,\"vocab\":{\"<unk>\":0,\"a\":1,\"b\":2,\"c\":3,\"t\":4,\"o\":5,\"k\":6,\"x\":7,\"y\":8,\"\xE2""\x96""\x81""\":9,\"to\":10,\"ok\":11,\"\xE2""\x96""\x81""a\":12,\"tok\":13,"
+    "\"[\":14,\"]\":15,\"M\":16},\"merges\":[\"t o\",\"\xE2""\x96""\x81"" a\",\"o k\",\"to k\"]}}";
+
+static const struct {
+    const char *text;
+    int32_t ids[8];
+    size_t n;
+    int32_t with_special[8];
+    size_t n_special;
+    const char *decoded; /* decode(with_special, skip_special_tokens=True) */
+} flags_cases[] = {
+    {"a [M]b", {1,17,2}, 3, {19,1,17,2}, 4, "ab"},
+    {"a  	[M]b", {1,17,2}, 3, {19,1,17,2}, 4, "ab"},
+    {"[M]", {17}, 1, {19,17}, 2, ""},
+    {"<x>  a", {18,1}, 2, {19,18,1}, 3, "<x>a"},
+    {"<x>", {18}, 1, {19,18}, 2, "<x>"},
+    {"tok", {13}, 1, {19,13}, 2, "tok"},
+    {"atok", {1,13}, 2, {19,1,13}, 3, "atok"},
+    {"tok a", {13,12}, 2, {19,13,12}, 3, "tok a"},
+    {"a tok", {1,9,13}, 3, {19,1,9,13}, 4, "a tok"},
+    {"tok_", {13,0}, 2, {19,13,0}, 3, "tok<unk>"},
+    {"x y", {20}, 1, {19,20}, 2, "x y"},
+    {"ax yb", {1,20,2}, 3, {19,1,20,2}, 4, "ax yb"},
+    {"<s>a", {19,1}, 2, {19,19,1}, 3, "a"},
+    {"zz q", {0,9,0}, 3, {19,0,9,0}, 4, "<unk> <unk>"},
+    {"to ok", {10,9,11}, 3, {19,10,9,11}, 4, "to ok"},
+    {"tok\xC3""\xA9""", {13,0}, 2, {19,13,0}, 3, "tok<unk>"},
+    {"[M] [M]", {17,17}, 2, {19,17,17}, 3, ""},
+    {"", {-1}, 0, {19}, 1, ""},
+};
+
+static tokenizer *load_flags_tokenizer(void)
+{
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/tok-flags", test_tmp_dir());
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    memra_err err;
+    CHECK(write_file_atomic(path, flags_json, sizeof flags_json - 1, &err) == 0);
+    tokenizer *t = NULL;
+    if (tok_load_hf_dir(dir, &t, &err)) {
+        CHECK_MSG(0, "%s", err.msg);
+        return NULL;
+    }
+    return t;
+}
+
+static void test_hf_added_token_flags(void)
+{
+    tokenizer *t = load_flags_tokenizer();
+    if (!t)
+        return;
+    for (size_t i = 0; i < sizeof flags_cases / sizeof flags_cases[0]; i++) {
+        for (int add = 0; add < 2; add++) {
+            int32_t *ids;
+            size_t n;
+            memra_err err;
+            const char *s = flags_cases[i].text;
+            CHECK(tok_encode(t, s, strlen(s), add, 1, &ids, &n, &err) == 0);
+            const int32_t *want = add ? flags_cases[i].with_special : flags_cases[i].ids;
+            size_t wn = add ? flags_cases[i].n_special : flags_cases[i].n;
+            int same = n == wn;
+            for (size_t k = 0; same && k < n; k++)
+                same = ids[k] == want[k];
+            char got[256];
+            ids_to_str(ids, n, got, sizeof got);
+            CHECK_MSG(same, "\"%s\" add_special %d: got %s", s, add, got);
+            if (add) {
+                char *dec;
+                size_t dl;
+                CHECK(tok_decode(t, ids, n, 1, &dec, &dl, &err) == 0);
+                CHECK_MSG(strcmp(dec, flags_cases[i].decoded) == 0, "\"%s\": decoded \"%s\"", s,
+                          dec);
+                free(dec);
+            }
+            free(ids);
+        }
+    }
+    /* special parsing off: a special token's text goes through the model
+     * (here: unknown characters, fused), a non-special added token still
+     * matches */
+    int32_t *ids;
+    size_t n;
+    memra_err err;
+    CHECK(tok_encode(t, "<s>a<x>", 7, 0, 0, &ids, &n, &err) == 0);
+    CHECK(n == 3 && ids[0] == 0 && ids[1] == 1 && ids[2] == 18);
+    free(ids);
+    CHECK(tok_encode(t, "[M]", 3, 0, 0, &ids, &n, &err) == 0);
+    CHECK(n == 3 && ids[0] == 14 && ids[1] == 16 && ids[2] == 15);
+    free(ids);
+    CHECK(tok_bos(t) == 19 && tok_adds_bos(t) && !tok_adds_eos(t));
+    CHECK(tok_is_control(t, 19) && tok_is_control(t, 17) && !tok_is_control(t, 18));
+    CHECK(tok_id_of(t, "x y") == 20 && tok_id_of(t, "\xE2\x96\x81" "a") == 12);
+    tok_free(t);
+}
+
 TEST_MAIN(TEST_CASE(test_vocab_qwen2), TEST_CASE(test_vocab_llama_bpe), TEST_CASE(test_vocab_gpt2),
           TEST_CASE(test_vocab_llama_spm), TEST_CASE(test_hf_qwen3_vocab_cases),
           TEST_CASE(test_hf_llama3_vocab_cases), TEST_CASE(test_hf_reference_qwen3),
-          TEST_CASE(test_hf_reference_llama3), TEST_CASE(test_hf_reference_gemma3))
+          TEST_CASE(test_hf_reference_llama3), TEST_CASE(test_hf_reference_gemma3), TEST_CASE(test_hf_added_token_flags))
