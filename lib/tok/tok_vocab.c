@@ -333,6 +333,7 @@ static const char *const eog_texts[] = {
     "<|endoftext|>",   "<|eom_id|>",        "<EOT>",            "_<EOT>",
     "<|end_of_text|>", "<end_of_utterance>", "<|return|>",       "<|call|>",
     "[EOT]",           "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "<eos>",
 };
 
 int tok_text_is_eog(const char *text)

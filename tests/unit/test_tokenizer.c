@@ -404,6 +404,7 @@ static const struct {
 static tokenizer *load_flags_tokenizer(void)
 {
     char dir[512], path[600];
+    mkdir(test_tmp_dir(), 0755);
     snprintf(dir, sizeof dir, "%s/tok-flags", test_tmp_dir());
     mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
@@ -466,7 +467,365 @@ static void test_hf_added_token_flags(void)
     tok_free(t);
 }
 
+/* ---- special tokens, BOS/EOS, stop ids ---- */
+
+/* Well-formed UTF-8 (shortest forms, no surrogates, at most U+10FFFF). */
+static int utf8_ok(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i], lo = 0x80, hi = 0xBF;
+        size_t k;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF)
+            k = 1;
+        else if (c >= 0xE0 && c <= 0xEF)
+            k = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+        else if (c >= 0xF0 && c <= 0xF4)
+            k = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+        else
+            return 0;
+        if (i + k >= n)
+            return 0;
+        for (size_t j = 1; j <= k; j++)
+            if (p[i + j] < (j == 1 ? lo : 0x80) || p[i + j] > (j == 1 ? hi : 0xBF))
+                return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
+static gguf_file g_vocab[4];
+static tokenizer *t_vocab[4];
+static const char *const vocab_names[4] = {"qwen2", "llama-bpe", "gpt-2", "llama-spm"};
+
+static tokenizer *vocab_tok(int i)
+{
+    if (!t_vocab[i])
+        t_vocab[i] = load_vocab_gguf(vocab_names[i], &g_vocab[i]);
+    return t_vocab[i];
+}
+
+static int32_t *enc(const tokenizer *t, const char *s, int add, int parse, size_t *n)
+{
+    int32_t *ids = NULL;
+    memra_err err;
+    if (tok_encode(t, s, strlen(s), add, parse, &ids, n, &err)) {
+        CHECK_MSG(0, "encode \"%s\": %s", s, err.msg);
+        *n = 0;
+    }
+    return ids;
+}
+
+static int contains(const int32_t *ids, size_t n, int32_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == id)
+            return 1;
+    return 0;
+}
+
+static void check_chat_markers(const tokenizer *t, const char *what)
+{
+    int32_t start = tok_id_of(t, "<|im_start|>"), end = tok_id_of(t, "<|im_end|>");
+    CHECK_MSG(start >= 0 && end >= 0, "%s: no chat markers", what);
+    const char *s = "<|im_start|>user\nhi<|im_end|>\n";
+    size_t n;
+    int32_t *ids = enc(t, s, 0, 1, &n);
+    CHECK_MSG(n >= 3 && ids[0] == start && contains(ids, n, end), "%s: parse_special", what);
+    free(ids);
+    ids = enc(t, s, 0, 0, &n);
+    CHECK_MSG(!contains(ids, n, start) && !contains(ids, n, end), "%s: raw", what);
+    free(ids);
+    CHECK(tok_is_control(t, start) && tok_is_stop(t, end) && tok_eot(t) == end);
+}
+
+static void test_special_tokens(void)
+{
+    tokenizer *q = vocab_tok(0), *h = load_hf("qwen3");
+    if (q)
+        check_chat_markers(q, "qwen2 gguf");
+    if (!h)
+        return;
+    check_chat_markers(h, "qwen3 tokenizer.json");
+    /* non-special added tokens match even without special parsing */
+    size_t n;
+    int32_t *ids = enc(h, "<think>x</think>", 0, 0, &n);
+    CHECK(n == 3 && ids[0] == tok_id_of(h, "<think>") && ids[2] == tok_id_of(h, "</think>"));
+    free(ids);
+    /* look-alikes stay text */
+    ids = enc(h, "<|im_end|<|im_end", 0, 1, &n);
+    CHECK(!contains(ids, n, tok_id_of(h, "<|im_end|>")));
+    free(ids);
+}
+
+static void test_bos_eos(void)
+{
+    size_t n;
+    int32_t *ids;
+    tokenizer *spm = vocab_tok(3), *l3 = vocab_tok(1), *q = vocab_tok(0);
+    if (spm) {
+        ids = enc(spm, "Hello", 1, 0, &n);
+        CHECK(n >= 2 && ids[0] == 1 && tok_bos(spm) == 1 && tok_eos(spm) == 2);
+        free(ids);
+        ids = enc(spm, "", 1, 0, &n);
+        CHECK(n == 1 && ids[0] == 1);
+        free(ids);
+    }
+    if (l3) { /* llama.cpp adds BOS for the llama-bpe pre type */
+        ids = enc(l3, "Hello", 1, 0, &n);
+        CHECK(n >= 2 && ids[0] == 128000);
+        free(ids);
+        CHECK(tok_is_stop(l3, 128001) && tok_is_stop(l3, tok_id_of(l3, "<|eot_id|>")));
+        CHECK(tok_eot(l3) == tok_id_of(l3, "<|eot_id|>"));
+    }
+    if (q) {
+        ids = enc(q, "Hello", 1, 0, &n);
+        CHECK(n == 1 && ids[0] == 9707);
+        free(ids);
+    }
+    tokenizer *g = load_hf("gemma3"), *h = load_hf("qwen3");
+    if (g) {
+        ids = enc(g, "Hello", 1, 0, &n);
+        CHECK(n >= 2 && ids[0] == 2 && tok_adds_bos(g));
+        free(ids);
+        CHECK(tok_eot(g) == tok_id_of(g, "<end_of_turn>") && tok_is_stop(g, tok_eot(g)));
+        CHECK(tok_is_stop(g, tok_id_of(g, "<eos>")));
+        CHECK(tok_get_kind(g) == TOK_SPM && tok_strips_leading_space(g) == 0);
+    }
+    if (h) {
+        ids = enc(h, "Hello", 1, 0, &n);
+        CHECK(n == 1 && ids[0] == 9707 && !tok_adds_bos(h));
+        free(ids);
+        CHECK(tok_is_stop(h, 151645) && tok_is_stop(h, 151643) && !tok_is_stop(h, 9707));
+        CHECK(tok_get_kind(h) == TOK_BPE_BYTELEVEL);
+    }
+}
+
+/* Ill-formed UTF-8 is encoded as its lossy decoding; random bytes never
+ * crash and always give ids that decode to valid UTF-8. */
+static void test_invalid_utf8(void)
+{
+    tokenizer *all[6] = {vocab_tok(0), vocab_tok(1), vocab_tok(2), vocab_tok(3), load_hf("qwen3"),
+                         load_hf("gemma3")};
+    unsigned seed = 12345;
+    for (int k = 0; k < 6; k++) {
+        tokenizer *t = all[k];
+        if (!t)
+            continue;
+        size_t n1, n2;
+        int32_t *a = enc(t, "a\xff\xe2\x82" "b\xf0\x9f", 0, 0, &n1);
+        int32_t *b = enc(t, "a\xEF\xBF\xBD\xEF\xBF\xBD" "b\xEF\xBF\xBD", 0, 0, &n2);
+        CHECK_MSG(n1 == n2 && memcmp(a, b, n1 * sizeof *a) == 0, "tokenizer %d", k);
+        free(a);
+        free(b);
+        for (int r = 0; r < 300; r++) {
+            char buf[40];
+            size_t len = (size_t)(r % 40);
+            for (size_t i = 0; i < len; i++) {
+                seed = seed * 1103515245u + 12345u;
+                buf[i] = (char)(seed >> 16);
+            }
+            int32_t *ids;
+            size_t n;
+            memra_err err;
+            CHECK(tok_encode(t, buf, len, r & 1, r & 2, &ids, &n, &err) == 0);
+            for (size_t i = 0; i < n; i++)
+                CHECK(ids[i] >= 0 && (size_t)ids[i] < tok_vocab_size(t));
+            char *dec;
+            size_t dl;
+            CHECK(tok_decode(t, ids, n, 0, &dec, &dl, &err) == 0);
+            CHECK(dec && utf8_ok(dec, dl));
+            free(dec);
+            free(ids);
+        }
+    }
+}
+
+/* decode(encode(x)) == x on every vocab case (SentencePiece: the prefix
+ * space it adds is dropped again). */
+static void test_decode_round_trip(void)
+{
+    for (int k = 0; k < 4; k++) {
+        tokenizer *t = vocab_tok(k);
+        vocab_cases c;
+        if (!t || cases_load(vocab_names[k], &c))
+            continue;
+        for (size_t i = 0; i < c.n; i++) {
+            int32_t *ids;
+            size_t n;
+            memra_err err;
+            CHECK(tok_encode(t, c.text[i], c.text_len[i], 0, 0, &ids, &n, &err) == 0);
+            char *dec;
+            size_t dl;
+            CHECK(tok_decode(t, ids, n, 1, &dec, &dl, &err) == 0);
+            CHECK_MSG(dl == c.text_len[i] && memcmp(dec, c.text[i], dl) == 0,
+                      "%s case %zu: \"%.*s\" -> \"%s\"", vocab_names[k], i, (int)c.text_len[i],
+                      c.text[i], dec);
+            free(dec);
+            free(ids);
+        }
+        cases_free(&c);
+    }
+    tokenizer *t = vocab_tok(0);
+    if (!t)
+        return;
+    int32_t bad[3] = {9707, 151936, 1};
+    char *dec = NULL;
+    size_t dl;
+    memra_err err;
+    CHECK(tok_decode(t, bad, 3, 0, &dec, &dl, &err) == -1 && dec == NULL);
+    CHECK(strstr(err.msg, "151936") && strstr(err.msg, "position 1"));
+    bad[1] = -1;
+    CHECK(tok_decode(t, bad, 3, 0, &dec, &dl, &err) == -1 && strstr(err.msg, "-1"));
+    size_t pl;
+    CHECK(tok_piece(t, 151936, &pl) == NULL && pl == 0);
+    CHECK(tok_piece(t, 220, &pl) && pl == 1); /* "Ġ" is a space */
+    CHECK(strcmp(tok_text(t, 220), "\xC4\xA0") == 0);
+}
+
+/* ---- malformed input ---- */
+
+static int gguf_from_writer(gguf_writer *w, const char *name, gguf_file *g, memra_err *err)
+{
+    char path[512];
+    mkdir(test_tmp_dir(), 0755);
+    snprintf(path, sizeof path, "%s/%s.gguf", test_tmp_dir(), name);
+    gguf_writer_set_str(w, "general.architecture", "llama");
+    int rc = gguf_writer_write(w, path, err);
+    gguf_writer_free(w);
+    return rc ? rc : gguf_open(path, g, err);
+}
+
+static void expect_gguf_error(gguf_writer *w, const char *name, const char *needle)
+{
+    gguf_file g;
+    memra_err err;
+    if (gguf_from_writer(w, name, &g, &err)) {
+        CHECK_MSG(0, "%s: %s", name, err.msg);
+        return;
+    }
+    tokenizer *t = NULL;
+    int rc = tok_load_gguf(&g, &t, &err);
+    CHECK_MSG(rc == -1 && t == NULL, "%s: loaded", name);
+    CHECK_MSG(rc == 0 || strstr(err.msg, needle), "%s: error \"%s\" lacks \"%s\"", name, err.msg,
+              needle);
+    tok_free(t);
+    gguf_close(&g);
+}
+
+static void test_malformed_gguf(void)
+{
+    const char *toks[4] = {"a", "b", "ab", "a"};
+    gguf_writer *w = gguf_writer_new();
+    expect_gguf_error(w, "tok-none", "tokenizer.ggml.model");
+    w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "wordpiece-x");
+    gguf_writer_set_arr(w, "tokenizer.ggml.tokens", GGUF_STRING, 3, toks);
+    expect_gguf_error(w, "tok-model", "wordpiece-x");
+    w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_writer_set_str(w, "tokenizer.ggml.pre", "no-such-pre");
+    gguf_writer_set_arr(w, "tokenizer.ggml.tokens", GGUF_STRING, 3, toks);
+    expect_gguf_error(w, "tok-pre", "no-such-pre");
+    w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_writer_set_arr(w, "tokenizer.ggml.tokens", GGUF_STRING, 3, toks);
+    expect_gguf_error(w, "tok-merges", "tokenizer.ggml.merges");
+    w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr(w, "tokenizer.ggml.tokens", GGUF_STRING, 4, toks);
+    expect_gguf_error(w, "tok-dup", "duplicate token 'a'");
+    w = gguf_writer_new();
+    int32_t types[2] = {1, 1};
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr(w, "tokenizer.ggml.tokens", GGUF_STRING, 3, toks);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, 2, types);
+    expect_gguf_error(w, "tok-types", "token_type has 2 entries for 3 tokens");
+    w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr(w, "tokenizer.ggml.tokens", GGUF_STRING, 3, toks);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 7);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 1);
+    /* bos 7 is out of range: llama.cpp keeps the default 1, which exists */
+    gguf_file g;
+    memra_err err;
+    if (gguf_from_writer(w, "tok-bos", &g, &err) == 0) {
+        tokenizer *t = NULL;
+        CHECK(tok_load_gguf(&g, &t, &err) == 0 && tok_bos(t) == 1);
+        size_t n;
+        int32_t *ids = t ? enc(t, "ab", 1, 0, &n) : NULL;
+        CHECK(ids && n >= 1 && ids[0] == 1);
+        free(ids);
+        tok_free(t);
+        gguf_close(&g);
+    }
+}
+
+static void expect_hf_error(const char *name, const char *json, const char *needle)
+{
+    char dir[512], path[600];
+    mkdir(test_tmp_dir(), 0755);
+    snprintf(dir, sizeof dir, "%s/%s", test_tmp_dir(), name);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    memra_err err;
+    if (json)
+        CHECK(write_file_atomic(path, json, strlen(json), &err) == 0);
+    tokenizer *t = NULL;
+    int rc = tok_load_hf_dir(dir, &t, &err);
+    CHECK_MSG(rc == -1 && t == NULL, "%s: loaded", name);
+    CHECK_MSG(rc == 0 || strstr(err.msg, needle), "%s: error \"%s\" lacks \"%s\"", name, err.msg,
+              needle);
+    tok_free(t);
+}
+
+static void test_malformed_hf(void)
+{
+    expect_hf_error("hf-missing", NULL, "tokenizer.json");
+    expect_hf_error("hf-garbage", "{\"model\": [", "invalid JSON");
+    expect_hf_error("hf-wordpiece", "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}",
+                    "WordPiece");
+    expect_hf_error("hf-merge",
+                    "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, "
+                    "\"merges\": [\"a b\"]}}",
+                    "merges[0]");
+    expect_hf_error("hf-pre",
+                    "{\"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}, \"model\": {\"type\": "
+                    "\"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
+                    "BertPreTokenizer");
+    expect_hf_error("hf-regex",
+                    "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(a\"}, "
+                    "\"behavior\": \"Isolated\"}, \"model\": {\"type\": \"BPE\", \"vocab\": "
+                    "{\"a\": 0}, \"merges\": []}}",
+                    "(a");
+    expect_hf_error("hf-id",
+                    "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -3}, \"merges\": []}}",
+                    "model.vocab[\"a\"]");
+    expect_hf_error("hf-added",
+                    "{\"added_tokens\": [{\"content\": \"x\"}], \"model\": {\"type\": \"BPE\", "
+                    "\"vocab\": {\"a\": 0}, \"merges\": []}}",
+                    "added_tokens[0]");
+}
+
+static void test_free_vocab(void)
+{
+    for (int i = 0; i < 4; i++) {
+        if (t_vocab[i]) {
+            tok_free(t_vocab[i]);
+            gguf_close(&g_vocab[i]);
+            t_vocab[i] = NULL;
+        }
+    }
+}
+
 TEST_MAIN(TEST_CASE(test_vocab_qwen2), TEST_CASE(test_vocab_llama_bpe), TEST_CASE(test_vocab_gpt2),
           TEST_CASE(test_vocab_llama_spm), TEST_CASE(test_hf_qwen3_vocab_cases),
           TEST_CASE(test_hf_llama3_vocab_cases), TEST_CASE(test_hf_reference_qwen3),
-          TEST_CASE(test_hf_reference_llama3), TEST_CASE(test_hf_reference_gemma3), TEST_CASE(test_hf_added_token_flags))
+          TEST_CASE(test_hf_reference_llama3), TEST_CASE(test_hf_reference_gemma3), TEST_CASE(test_hf_added_token_flags),
+          TEST_CASE(test_special_tokens), TEST_CASE(test_bos_eos), TEST_CASE(test_invalid_utf8),
+          TEST_CASE(test_decode_round_trip), TEST_CASE(test_malformed_gguf),
+          TEST_CASE(test_malformed_hf), TEST_CASE(test_free_vocab))
