@@ -47,6 +47,7 @@ typedef struct {
     const char *key;
     uint32_t len;
     int32_t val; /* -1: empty slot */
+    uint32_t tag; /* high bits of the hash: most mismatches skip the key */
 } tok_strmap_entry;
 
 typedef struct {

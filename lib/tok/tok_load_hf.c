@@ -15,6 +15,7 @@
 #include "core/mapfile.h"
 #include "format/hf_tokenizer_internal.h"
 #include "tok/tok_internal.h"
+#include "tok/tok_json_scan.h"
 
 #define TOKENIZER_JSON_MAX (512u << 20)
 
@@ -365,7 +366,60 @@ static const char *const eot_texts[] = {
 
 /* ---- the model ---- */
 
-static int load_model(loader *L, const json_t *model, const json_t *added, int bytelevel)
+/* model.vocab and model.merges from the jansson tree, when the fast
+ * reader gave up (their strings live as long as the tree). */
+static int big_from_json(loader *L, const json_t *model, tok_json_big *big)
+{
+    memset(big, 0, sizeof *big);
+    arena_init(&big->mem, 1024);
+    json_t *vocab = json_object_get(model, "vocab");
+    json_t *merges = json_object_get(model, "merges");
+    if (!json_is_object(vocab) || !json_is_array(merges))
+        return memra_fail(L->err, "%s: model needs a \"vocab\" object and a \"merges\" array",
+                          L->path);
+    big->vocab = xmalloc((json_object_size(vocab) + 1) * sizeof *big->vocab);
+    const char *key;
+    json_t *v;
+    json_object_foreach(vocab, key, v)
+    {
+        if (!json_is_integer(v))
+            return memra_fail(L->err, "%s: model.vocab[\"%s\"] is not an id below 2^24", L->path,
+                              key);
+        tok_json_vocab_entry *e = &big->vocab[big->n_vocab++];
+        e->s = key;
+        e->len = strlen(key);
+        e->id = json_integer_value(v);
+    }
+    big->merges = xmalloc((json_array_size(merges) + 1) * sizeof *big->merges);
+    size_t i;
+    json_array_foreach(merges, i, v)
+    {
+        tok_json_merge *m = &big->merges[big->n_merges];
+        if (json_is_string(v)) {
+            const char *s = json_string_value(v);
+            size_t n = json_string_length(v);
+            const char *sp = memchr(s, ' ', n);
+            if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp + 1 - s)))
+                return memra_fail(L->err, "%s: model.merges[%zu] \"%s\" is not \"a b\"", L->path,
+                                  i, s);
+            m->a = s, m->la = (size_t)(sp - s), m->b = sp + 1, m->lb = n - m->la - 1;
+        } else if (json_array_size(v) == 2 && json_is_string(json_array_get(v, 0)) &&
+                   json_is_string(json_array_get(v, 1))) {
+            m->a = json_string_value(json_array_get(v, 0));
+            m->la = json_string_length(json_array_get(v, 0));
+            m->b = json_string_value(json_array_get(v, 1));
+            m->lb = json_string_length(json_array_get(v, 1));
+        } else {
+            return memra_fail(L->err, "%s: model.merges[%zu] is neither \"a b\" nor [a, b]",
+                              L->path, i);
+        }
+        big->n_merges++;
+    }
+    return 0;
+}
+
+static int load_model(loader *L, const json_t *model, const json_t *added, int bytelevel,
+                      const tok_json_big *big)
 {
     tokenizer *t = L->t;
     if (!is_type(model, "BPE"))
@@ -373,11 +427,6 @@ static int load_model(loader *L, const json_t *model, const json_t *added, int b
                           json_string_value(json_object_get(model, "type"))
                               ? json_string_value(json_object_get(model, "type"))
                               : "(missing)");
-    json_t *vocab = json_object_get(model, "vocab");
-    json_t *merges = json_object_get(model, "merges");
-    if (!json_is_object(vocab) || !json_is_array(merges))
-        return memra_fail(L->err, "%s: model needs a \"vocab\" object and a \"merges\" array",
-                          L->path);
     json_t *dropout = json_object_get(model, "dropout");
     if (json_is_number(dropout) && json_number_value(dropout) > 0)
         return memra_fail(L->err, "%s: model.dropout %g is not supported", L->path,
@@ -390,18 +439,16 @@ static int load_model(loader *L, const json_t *model, const json_t *added, int b
     }
     /* vocabulary size: every id of model.vocab and added_tokens */
     int64_t max_id = -1;
-    const char *key;
-    json_t *v;
-    json_object_foreach(vocab, key, v)
-    {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) >= (1 << 24))
-            return memra_fail(L->err, "%s: model.vocab[\"%s\"] is not an id below 2^24", L->path,
-                              key);
-        if (json_integer_value(v) > max_id)
-            max_id = json_integer_value(v);
+    for (size_t k = 0; k < big->n_vocab; k++) {
+        const tok_json_vocab_entry *e = &big->vocab[k];
+        if (e->id < 0 || e->id >= (1 << 24))
+            return memra_fail(L->err, "%s: model.vocab[\"%.*s\"] is not an id below 2^24",
+                              L->path, (int)e->len, e->s);
+        if (e->id > max_id)
+            max_id = e->id;
     }
     size_t i;
+    json_t *v;
     json_array_foreach(added, i, v)
     {
         json_t *id = json_object_get(v, "id");
@@ -418,13 +465,13 @@ static int load_model(loader *L, const json_t *model, const json_t *added, int b
     tok_strmap_init(&t->map, (size_t)max_id + 1);
     for (int32_t k = 0; k < t->n_vocab; k++)
         t->tok[k].type = TOKT_UNUSED;
-    json_object_foreach(vocab, key, v)
-    {
-        int32_t id = (int32_t)json_integer_value(v);
+    for (size_t k = 0; k < big->n_vocab; k++) {
+        const tok_json_vocab_entry *e = &big->vocab[k];
+        int32_t id = (int32_t)e->id;
         if (t->tok[id].flags & TOKF_IN_MODEL)
-            return memra_fail(L->err, "%s: model.vocab gives id %d to both \"%s\" and \"%s\"",
-                              L->path, id, t->tok[id].text, key);
-        tok_set_text(t, id, key, strlen(key));
+            return memra_fail(L->err, "%s: model.vocab gives id %d to both \"%s\" and \"%.*s\"",
+                              L->path, id, t->tok[id].text, (int)e->len, e->s);
+        tok_set_text(t, id, e->s, e->len);
         t->tok[id].type = TOKT_NORMAL;
         t->tok[id].flags = TOKF_IN_MODEL;
         tok_strmap_put(&t->map, t->tok[id].text, t->tok[id].len, id);
@@ -473,48 +520,24 @@ static int load_model(loader *L, const json_t *model, const json_t *added, int b
                 memcmp(s, "<0x", 3) == 0 && s[5] == '>')
                 t->tok[k].type = TOKT_BYTE;
         }
-    /* merges: "a b" strings or ["a", "b"] pairs, by rank */
-    size_t nm = json_array_size(merges);
-    tok_pairmap_init(&t->merges, nm);
+    /* merges by rank */
+    tok_pairmap_init(&t->merges, big->n_merges);
     strbuf cat;
     sb_init(&cat);
-    json_array_foreach(merges, i, v)
-    {
-        const char *a, *b;
-        size_t la, lb;
-        if (json_is_string(v)) {
-            const char *s = json_string_value(v);
-            size_t n = json_string_length(v);
-            const char *sp = memchr(s, ' ', n);
-            if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp + 1 - s))) {
-                sb_free(&cat);
-                return memra_fail(L->err, "%s: model.merges[%zu] \"%s\" is not \"a b\"", L->path,
-                                  i, s);
-            }
-            a = s, la = (size_t)(sp - s), b = sp + 1, lb = n - la - 1;
-        } else if (json_array_size(v) == 2 && json_is_string(json_array_get(v, 0)) &&
-                   json_is_string(json_array_get(v, 1))) {
-            a = json_string_value(json_array_get(v, 0));
-            la = json_string_length(json_array_get(v, 0));
-            b = json_string_value(json_array_get(v, 1));
-            lb = json_string_length(json_array_get(v, 1));
-        } else {
-            sb_free(&cat);
-            return memra_fail(L->err, "%s: model.merges[%zu] is neither \"a b\" nor [a, b]",
-                              L->path, i);
-        }
-        int32_t ia = tok_strmap_get(&t->map, a, la), ib = tok_strmap_get(&t->map, b, lb);
+    for (size_t k = 0; k < big->n_merges; k++) {
+        const tok_json_merge *m = &big->merges[k];
+        int32_t ia = tok_strmap_get(&t->map, m->a, m->la), ib = tok_strmap_get(&t->map, m->b, m->lb);
         sb_clear(&cat);
-        sb_append(&cat, a, la);
-        sb_append(&cat, b, lb);
+        sb_append(&cat, m->a, m->la);
+        sb_append(&cat, m->b, m->lb);
         int32_t ic = tok_strmap_get(&t->map, cat.data, cat.len);
         if (ia < 0 || ib < 0 || ic < 0) {
             memra_fail(L->err, "%s: model.merges[%zu] (\"%.*s\" \"%.*s\") names a token not in "
-                       "the vocabulary", L->path, i, (int)la, a, (int)lb, b);
+                       "the vocabulary", L->path, k, (int)m->la, m->a, (int)m->lb, m->b);
             sb_free(&cat);
             return -1;
         }
-        tok_pairmap_put(&t->merges, ia, ib, (uint32_t)i, ic);
+        tok_pairmap_put(&t->merges, ia, ib, (uint32_t)k, ic);
     }
     sb_free(&cat);
     return 0;
@@ -623,9 +646,32 @@ int tok_load_hf_dir(const char *dir, tokenizer **out, memra_err *err)
     *out = NULL;
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    json_t *root = json_load_path(path, TOKENIZER_JSON_MAX, err);
-    if (!root)
+    char *buf;
+    size_t len;
+    if (read_small_file(path, TOKENIZER_JSON_MAX, &buf, &len, err))
         return -1;
+    tok_json_big big;
+    int fast = tok_json_scan_model(buf, len, &big) == 0;
+    json_t *root;
+    if (fast) {
+        char *copy = xmalloc(len + 1);
+        size_t clen = tok_json_without_big(buf, len, &big, copy);
+        root = json_parse_buf(copy, clen, path, err);
+        free(copy);
+    } else {
+        root = json_parse_buf(buf, len, path, err);
+    }
+    if (root && !json_is_object(root)) {
+        json_decref(root);
+        root = NULL;
+        memra_fail(err, "%s: not a JSON object", path);
+    }
+    if (!root) {
+        if (fast)
+            tok_json_big_free(&big);
+        free(buf);
+        return -1;
+    }
     tokenizer *t = xcalloc(1, sizeof *t);
     arena_init(&t->mem, 1 << 20);
     t->flavor = TOK_FLAVOR_HF;
@@ -641,10 +687,22 @@ int tok_load_hf_dir(const char *dir, tokenizer **out, memra_err *err)
         goto fail;
     }
     scan_decoder(t, json_object_get(root, "decoder"), &bytelevel);
+    json_t *model = json_object_get(root, "model");
+    if (!json_is_object(model)) {
+        memra_fail(err, "%s: missing \"model\"", path);
+        goto fail;
+    }
+    if (!is_type(model, "BPE")) {
+        const char *ty = json_string_value(json_object_get(model, "type"));
+        memra_fail(err, "%s: model.type must be \"BPE\" (got \"%s\")", path,
+                   ty ? ty : "(missing)");
+        goto fail;
+    }
+    if (!fast && big_from_json(&L, model, &big))
+        goto fail;
     if (load_pre(&L, json_object_get(root, "pre_tokenizer"), &bytelevel) ||
         load_normalizer(&L, json_object_get(root, "normalizer")) ||
-        load_model(&L, json_object_get(root, "model"), added, bytelevel) ||
-        build_added_tries(&L))
+        load_model(&L, model, added, bytelevel, &big) || build_added_tries(&L))
         goto fail;
     scan_post(json_object_get(root, "post_processor"), &pp_bos, &pp_eos);
     if (pp_bos >= t->n_vocab || pp_eos >= t->n_vocab) {
@@ -656,10 +714,14 @@ int tok_load_hf_dir(const char *dir, tokenizer **out, memra_err *err)
     tok_build_byte_ids(t);
     tok_build_pieces(t);
     json_decref(root);
+    tok_json_big_free(&big);
+    free(buf);
     *out = t;
     return 0;
 fail:
     json_decref(root);
+    tok_json_big_free(&big);
+    free(buf);
     tok_free(t);
     return -1;
 }

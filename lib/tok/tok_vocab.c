@@ -51,12 +51,14 @@ void tok_strmap_free(tok_strmap *m)
     memset(m, 0, sizeof *m);
 }
 
-static size_t strmap_slot(const tok_strmap *m, const char *key, size_t len)
+static size_t strmap_slot(const tok_strmap *m, const char *key, size_t len, uint32_t *tag)
 {
+    uint64_t h = tok_hash_bytes(key, len);
     size_t mask = m->cap - 1;
-    size_t i = (size_t)tok_hash_bytes(key, len) & mask;
+    size_t i = (size_t)h & mask;
+    *tag = (uint32_t)(h >> 32);
     while (m->e[i].val >= 0) {
-        if (m->e[i].len == len && memcmp(m->e[i].key, key, len) == 0)
+        if (m->e[i].tag == *tag && m->e[i].len == len && memcmp(m->e[i].key, key, len) == 0)
             return i;
         i = (i + 1) & mask;
     }
@@ -68,19 +70,24 @@ int32_t tok_strmap_put(tok_strmap *m, const char *key, size_t len, int32_t val)
     if ((m->n + 1) * 2 > m->cap) {
         tok_strmap big;
         tok_strmap_init(&big, m->cap);
-        for (size_t i = 0; i < m->cap; i++)
-            if (m->e[i].val >= 0)
-                big.e[strmap_slot(&big, m->e[i].key, m->e[i].len)] = m->e[i];
+        for (size_t i = 0; i < m->cap; i++) {
+            if (m->e[i].val < 0)
+                continue;
+            uint32_t tag;
+            big.e[strmap_slot(&big, m->e[i].key, m->e[i].len, &tag)] = m->e[i];
+        }
         big.n = m->n;
         free(m->e);
         *m = big;
     }
-    size_t i = strmap_slot(m, key, len);
+    uint32_t tag;
+    size_t i = strmap_slot(m, key, len, &tag);
     if (m->e[i].val >= 0)
         return m->e[i].val;
     m->e[i].key = key;
     m->e[i].len = (uint32_t)len;
     m->e[i].val = val;
+    m->e[i].tag = tag;
     m->n++;
     return val;
 }
@@ -89,7 +96,8 @@ int32_t tok_strmap_get(const tok_strmap *m, const char *key, size_t len)
 {
     if (!m->e)
         return -1;
-    return m->e[strmap_slot(m, key, len)].val;
+    uint32_t tag;
+    return m->e[strmap_slot(m, key, len, &tag)].val;
 }
 
 /* ---- pair map ---- */
