@@ -1,0 +1,135 @@
+#include "engine/generate.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/check.h"
+#include "core/strbuf.h"
+#include "tok/detok.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void gen_params_default(gen_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->n_predict = 256;
+    p->sampling = sampler_params_default();
+    p->penalize_prompt = 1;
+}
+
+const char *gen_finish_name(gen_finish f) { return f == GEN_FINISH_STOP ? "stop" : "length"; }
+
+void gen_result_free(gen_result *r)
+{
+    free(r->tokens);
+    free(r->text);
+    memset(r, 0, sizeof *r);
+}
+
+int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prompt,
+             const gen_params *p, gen_text_fn on_text, void *ctx, gen_result *out,
+             memra_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->stop_string = -1;
+    out->n_prompt = n_prompt;
+    const model_config *cfg = engine_config(e);
+    int64_t n_ctx = engine_n_ctx(e);
+    if (n_prompt == 0)
+        return memra_fail(err, "the prompt is empty (no tokens, not even BOS): nothing to continue");
+    if ((int64_t)n_prompt >= n_ctx)
+        return memra_fail(err, "the prompt of %zu tokens does not fit the context of %lld "
+                               "(room is needed for at least one generated token)",
+                          n_prompt, (long long)n_ctx);
+    sampler *s = sampler_new(&p->sampling, (int32_t)cfg->n_vocab, err);
+    if (!s)
+        return -1;
+    detok_opts dopts = {.stop = p->stop, .n_stop = p->n_stop, .skip_special = 1, .at_start = 1};
+    detok *d = detok_new(t, &dopts);
+    engine_seq *seq = NULL;
+    float *logits = xmalloc((size_t)cfg->n_vocab * sizeof(float));
+    size_t cap = 64;
+    out->tokens = xmalloc(cap * sizeof(int32_t));
+    strbuf text, piece;
+    sb_init(&text);
+    sb_init(&piece);
+    int rc = engine_seq_new(e, &seq, err);
+    for (size_t i = 0; rc == 0 && p->penalize_prompt && i < n_prompt; i++)
+        rc = sampler_accept(s, prompt[i], err);
+
+    double t0 = now_ms();
+    if (rc == 0)
+        rc = engine_forward(e, seq, prompt, (int)n_prompt, logits, 0, err);
+    out->prefill_ms = now_ms() - t0;
+    out->finish = GEN_FINISH_LENGTH;
+    double t1 = now_ms();
+    while (rc == 0) {
+        if (p->n_predict >= 0 && (int64_t)out->n_tokens >= p->n_predict)
+            break;
+        int32_t id = sampler_sample(s, logits, err);
+        if (id < 0) {
+            rc = -1;
+            break;
+        }
+        if (out->n_tokens == cap) {
+            cap *= 2;
+            out->tokens = xrealloc(out->tokens, cap * sizeof(int32_t));
+        }
+        out->tokens[out->n_tokens++] = id;
+        if (!p->ignore_eos && tok_is_stop(t, id)) {
+            out->finish = GEN_FINISH_STOP;
+            break;
+        }
+        sb_clear(&piece);
+        int stop_index = -1;
+        int st = detok_feed(d, id, &piece, &stop_index, err);
+        if (st < 0) {
+            rc = -1;
+            break;
+        }
+        if (piece.len) {
+            sb_append(&text, piece.data, piece.len);
+            if (on_text)
+                on_text(ctx, piece.data, piece.len);
+        }
+        if (st == 1) {
+            out->finish = GEN_FINISH_STOP;
+            out->stop_string = stop_index;
+            break;
+        }
+        if ((rc = sampler_accept(s, id, err)) != 0)
+            break;
+        if (engine_seq_pos(seq) >= n_ctx)
+            break; /* the context is full: finish "length" */
+        if (p->n_predict >= 0 && (int64_t)out->n_tokens >= p->n_predict)
+            break; /* no forward step for a token nobody will sample after */
+        rc = engine_forward(e, seq, &id, 1, logits, 0, err);
+        out->n_decoded++;
+    }
+    out->decode_ms = now_ms() - t1;
+    if (rc == 0 && out->stop_string < 0) {
+        sb_clear(&piece);
+        detok_flush(d, &piece);
+        if (piece.len) {
+            sb_append(&text, piece.data, piece.len);
+            if (on_text)
+                on_text(ctx, piece.data, piece.len);
+        }
+    }
+    out->text = sb_take(&text);
+    sb_free(&piece);
+    free(logits);
+    if (seq)
+        engine_seq_free(seq);
+    detok_free(d);
+    sampler_free(s);
+    if (rc != 0)
+        gen_result_free(out);
+    return rc;
+}
