@@ -11,12 +11,16 @@
 #include "core/cli.h"
 #include "engine/engine.h"
 #include "engine/parity.h"
+#include "engine/perplexity.h"
+#include "core/mapfile.h"
+#include "tok/tokenizer.h"
 #include "format/safetensors.h"
 #include "model/checkpoint.h"
 
 static const char usage[] =
     "usage: memra-parity MODEL --reference REF.safetensors [--json] [--max-abs X]\n"
     "                    [--min-cosine C] [--kv f32|f16] [-t N]\n"
+    "       memra-parity MODEL --perplexity TEXT_FILE [--window N] [--json] [-t N]\n"
     "\n"
     "Runs MODEL over the token ids of a reference dump (scripts/hf_reference.py writes them:\n"
     "tokens I32 [n], logits F32 [n, vocab], optional hidden F32 [n_layers + 1, n, dim]) and\n"
@@ -29,6 +33,9 @@ static const char usage[] =
     "  --min-cosine C  fail when a position's cosine similarity is below C\n"
     "                  (default 0.99999 float, 0.999 Q8_0/Q6_K, 0.99 other quantized)\n"
     "  --kv f32|f16    KV cache type (default f32)\n"
+    "  --perplexity F  perplexity on text file F: consecutive windows from the start, each run\n"
+    "                  from position 0, mean NLL over every next token (no reference needed)\n"
+    "  --window N      perplexity window in tokens (default: the context, at most 512)\n"
     "  -t, --threads N worker threads (default all cores; env MEMRA_THREADS)\n"
     "  -h, --help      this text\n"
     "\n"
@@ -36,8 +43,8 @@ static const char usage[] =
     "Exit status: 0 within thresholds, 1 beyond them or on failure, 2 bad usage.\n";
 
 typedef struct {
-    const char *model, *reference;
-    int json;
+    const char *model, *reference, *perplexity_file;
+    int json, window;
     double max_abs, min_cosine; /* < 0: the default for the weights' dtype */
     kv_type kv;
     int n_threads;
@@ -108,6 +115,7 @@ static void parse_args(int argc, char **argv, parity_opts *o)
         {"kv", required_argument, NULL, 'k'},        {"threads", required_argument, NULL, 't'},
         {"kernels", no_argument, NULL, 'K'},         {"imatrix", required_argument, NULL, 'I'},
         {"against", required_argument, NULL, 'A'},   {"help", no_argument, NULL, 'h'},
+        {"perplexity", required_argument, NULL, 'P'}, {"window", required_argument, NULL, 'W'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -115,6 +123,14 @@ static void parse_args(int argc, char **argv, parity_opts *o)
     while ((ch = getopt_long(argc, argv, ":t:h", longs, NULL)) != -1) {
         switch (ch) {
         case 'r': o->reference = optarg; break;
+        case 'P': o->perplexity_file = optarg; break;
+        case 'W': {
+            int64_t w;
+            if (cli_parse_i64(optarg, 2, 1 << 20, &w, "--window", &err) != 0)
+                cli_usage("%s", err.msg);
+            o->window = (int)w;
+            break;
+        }
         case 'j': o->json = 1; break;
         case 'a':
             if (cli_parse_f64(optarg, 0, 1e30, &o->max_abs, "--max-abs", &err) != 0)
@@ -153,9 +169,70 @@ static void parse_args(int argc, char **argv, parity_opts *o)
         cli_usage("no MODEL given");
     if (optind + 1 < argc)
         cli_usage("unexpected argument '%s'", argv[optind + 1]);
-    if (!o->reference)
-        cli_usage("--reference REF.safetensors is required");
+    if (o->reference && o->perplexity_file)
+        cli_usage("--reference and --perplexity are separate modes: give one");
+    if (!o->reference && !o->perplexity_file)
+        cli_usage("--reference REF.safetensors (or --perplexity FILE) is required");
+    if (o->window && !o->perplexity_file)
+        cli_usage("--window goes with --perplexity");
     o->model = argv[optind];
+}
+
+static int run_perplexity(const parity_opts *o)
+{
+    memra_err err;
+    checkpoint ck;
+    if (checkpoint_open(o->model, &ck, &err) != 0)
+        cli_fail(&err);
+    if (ck.vocab_only)
+        cli_failf("%s: a vocab-only GGUF has no weights to run", ck.path);
+    tokenizer *t;
+    if (tok_load_checkpoint(&ck, &t, &err) != 0)
+        cli_fail(&err);
+    char *text;
+    size_t len, n;
+    if (read_small_file(o->perplexity_file, 1u << 30, &text, &len, &err) != 0)
+        cli_fail(&err);
+    int32_t *ids;
+    if (tok_encode(t, text, len, 0, 0, &ids, &n, &err) != 0)
+        cli_fail(&err);
+    int window = o->window;
+    if (!window)
+        window = ck.config.n_ctx_train > 0 && ck.config.n_ctx_train < 512 ? (int)ck.config.n_ctx_train
+                                                                         : 512;
+    engine_opts eo;
+    engine_opts_default(&eo);
+    eo.n_threads = o->n_threads;
+    eo.kv_type = o->kv;
+    eo.n_ctx = window;
+    engine *e;
+    if (engine_load(&ck, &eo, &e, &err) != 0)
+        cli_fail(&err);
+    perplexity_result r;
+    if (perplexity_run(e, ids, n, window, &r, &err) != 0)
+        cli_fail(&err);
+    if (o->json) {
+        json_t *j = json_pack("{s:s,s:s,s:I,s:i,s:I,s:I,s:f,s:f,s:f}", "model", ck.path, "text",
+                              o->perplexity_file, "tokens", (json_int_t)r.n_tokens, "window",
+                              window, "windows", (json_int_t)r.n_windows, "predictions",
+                              (json_int_t)r.n_predictions, "mean_nll", r.mean_nll, "perplexity",
+                              r.perplexity, "top1", (double)r.n_top1 / (double)r.n_predictions);
+        char *txt = json_dumps(j, JSON_PRESERVE_ORDER);
+        puts(txt);
+        free(txt);
+        json_decref(j);
+    }
+    else
+        printf("%s on %s: %zu tokens, %zu windows of %d, %zu predictions: mean NLL %.6f nats, "
+               "perplexity %.4f, top-1 %.4f\n",
+               ck.path, o->perplexity_file, r.n_tokens, r.n_windows, window, r.n_predictions,
+               r.mean_nll, r.perplexity, (double)r.n_top1 / (double)r.n_predictions);
+    engine_free(e);
+    free(ids);
+    free(text);
+    tok_free(t);
+    checkpoint_close(&ck);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -163,6 +240,8 @@ int main(int argc, char **argv)
     cli_set_program("memra-parity");
     parity_opts o = {0};
     parse_args(argc, argv, &o);
+    if (o.perplexity_file)
+        return run_perplexity(&o);
     memra_err err;
 
     st_set ref;
