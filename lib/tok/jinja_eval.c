@@ -115,7 +115,7 @@ jv **jiterate(jctx *c, int line, jv *v, size_t *n)
         return v->u.l.v;
     case JV_DICT:
         *n = v->u.d->n;
-        return v->u.d->keys;
+        return v->u.d->n ? v->u.d->keys : jh_alloc(c->h, sizeof(jv *));
     case JV_UNDEF: {
         *n = 0;
         return jh_alloc(c->h, sizeof(jv *));
@@ -168,6 +168,10 @@ int jcontains(jctx *c, int line, jv *container, jv *item)
                 return 1;
         return 0;
     case JV_DICT:
+        if (!jv_hashable(item)) {
+            jfail(c, line, "unhashable type: '%s'", jv_type_name(item));
+            return -1;
+        }
         return jdict_get(container->u.d, item) != NULL;
     case JV_UNDEF:
         return 0;
@@ -317,7 +321,7 @@ static int64_t slice_bound(const jv *v, int64_t len, int64_t step, int is_start)
         return is_start ? (step < 0 ? len - 1 : 0) : (step < 0 ? -1 : len);
     int64_t i = v->k == JV_BOOL ? v->u.b : v->u.i;
     if (i < 0) {
-        i = i < -len ? -1 - len + len : i + len; /* avoid overflow for huge negatives */
+        i = i < -len ? -1 : i + len; /* no overflow for huge negatives */
         if (i < 0)
             i = step < 0 ? -1 : 0;
     } else if (i >= len) {
@@ -341,11 +345,20 @@ static jv *eval_slice(jctx *c, jscope *s, const jnode *n)
     for (int i = 0; i < 3; i++)
         if (nodes[i] && !(parts[i] = jeval(c, s, nodes[i])))
             return NULL;
+    /* jinja2 compiles slices to a plain Python subscript (no sandbox
+     * getitem): what Python refuses is an error, not Undefined */
     if (obj->k == JV_UNDEF)
         return undefined_error(c, n->line, obj);
-    if ((obj->k != JV_STR && obj->k != JV_LIST && obj->k != JV_TUPLE) || !slice_arg_ok(parts[0]) ||
-        !slice_arg_ok(parts[1]) || !slice_arg_ok(parts[2]))
-        return jv_undef(c->h, "object cannot be sliced");
+    if (obj->k == JV_DICT)
+        return jfail(c, n->line, "unhashable type: 'slice'");
+    if (obj->k != JV_STR && obj->k != JV_LIST && obj->k != JV_TUPLE)
+        return jfail(c, n->line, "'%s' object is not subscriptable", jv_type_name(obj));
+    for (int i = 0; i < 3; i++) {
+        if (parts[i] && parts[i]->k == JV_UNDEF)
+            return undefined_error(c, n->line, parts[i]);
+        if (!slice_arg_ok(parts[i]))
+            return jfail(c, n->line, "slice indices must be integers or None or have an __index__ method");
+    }
     int64_t stepv = 1;
     if (parts[2] && parts[2]->k != JV_NONE)
         stepv = parts[2]->k == JV_BOOL ? parts[2]->u.b : parts[2]->u.i;
@@ -477,6 +490,8 @@ static void float_divmod(double a, double b, double *div, double *mod)
 
 static jv *binop(jctx *c, int line, int op, jv *a, jv *b)
 {
+    if (op == JT_MOD && a->k == JV_STR) /* str.__mod__ accepts any right operand */
+        return jstr_percent(c, line, a, b);
     if (a->k == JV_UNDEF)
         return undefined_error(c, line, a);
     if (b->k == JV_UNDEF)
@@ -990,7 +1005,7 @@ jv *jeval(jctx *c, jscope *s, const jnode *n)
             jv *v = jeval(c, s, n->kw[i]);
             if (!v)
                 return NULL;
-            if (k->k == JV_LIST || k->k == JV_DICT || k->k == JV_NS)
+            if (!jv_hashable(k))
                 return jfail(c, n->line, "unhashable type: '%s'", jv_type_name(k));
             jdict_set(c->h, d->u.d, k, v);
         }
@@ -1279,6 +1294,8 @@ int jinja_render_vars(const jinja_template *t, const jinja_var *vars, size_t n_v
     if (rc == EX_ERR || c.failed) {
         sb_free(&sb);
         jh_free(&h);
+        if (!c.failed) /* every failing path sets a message; this is a safety net */
+            return memra_fail(err, "template: render failed without a reason (internal error)");
         return -1;
     }
     jh_free(&h);

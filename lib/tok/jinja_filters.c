@@ -353,6 +353,8 @@ static jv *f_indent(jctx *c, int line, jv *v, const jargs *a)
 {
     if (v->k == JV_UNDEF)
         return undef_err(c, line, v);
+    if (v->k != JV_STR) /* jinja2 does s += "\n" */
+        return jfail(c, line, "unsupported operand type(s) for +=: '%s' and 'str'", jv_type_name(v));
     jv *width = jarg(a, 0, "width"), *first = jarg(a, 1, "first"), *blank = jarg(a, 2, "blank");
     const char *ind = "    ";
     size_t ind_n = 4;
@@ -807,7 +809,16 @@ static jv *f_truncate(jctx *c, int line, jv *v, const jargs *a)
        *leewayv = jarg(a, 3, "leeway");
     int64_t length = lenv && is_int(lenv) ? as_int(lenv) : 255;
     int64_t leeway = leewayv && is_int(leewayv) ? as_int(leewayv) : 5;
-    jv *s = jstr_of(c, line, v);
+    if (v->k != JV_STR) {
+        /* jinja2 measures len(s) first and returns s unchanged when short */
+        jv *len = jinja_apply_filter(c, NULL, line, "length", v, &(jargs){0});
+        if (!len)
+            return NULL;
+        if (len->u.i <= length + leeway)
+            return v;
+        return jfail(c, line, "truncate: cannot truncate a %s", jv_type_name(v));
+    }
+    jv *s = v;
     if (!s)
         return NULL;
     jv *end = endv ? jstr_of(c, line, endv) : jv_str_ref(c->h, "...", 3);

@@ -186,7 +186,8 @@ struct jv {
         struct {
             jv **v;
             size_t n;
-            int view; /* a LIST made by d.items()/keys()/values(): 'i', 'k', 'v' (printing) */
+            int view; /* how a LIST prints: d.items()/keys()/values() 'i' 'k' 'v', range() 'r' */
+            const int64_t *range; /* view 'r': start, stop, step */
         } l;        /* LIST, TUPLE */
         jdict *d;   /* DICT, NS */
         jmacro *m;
@@ -230,6 +231,8 @@ int jv_is_str(const jv *v);
 int jv_is_seq(const jv *v); /* LIST or TUPLE */
 int jv_is_num(const jv *v); /* BOOL, INT or FLOAT (Python's Number) */
 int jv_truthy(const jv *v);
+/* Whether Python could use it as a dict key (no lists, dicts, namespaces inside). */
+int jv_hashable(const jv *v);
 /* Python's `==` (1 == 1.0 == True, lists and dicts by content). */
 int jv_equal(const jv *a, const jv *b);
 /* Python's `<` family: 0 and *cmp (-1, 0, 1) when comparable, -1 when not. */

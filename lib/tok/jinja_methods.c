@@ -1387,7 +1387,12 @@ jv *jinja_call_global(jctx *c, int line, jfunc fn, const jargs *a)
         jv **items = jh_alloc(c->h, (n ? n : 1) * sizeof *items);
         for (size_t i = 0; i < n; i++)
             items[i] = jv_int(c->h, v[0] + (int64_t)i * v[2]);
-        return jv_list(c->h, items, n);
+        jv *l = jv_list(c->h, items, n);
+        int64_t *r = jh_alloc(c->h, 3 * sizeof *r);
+        memcpy(r, v, sizeof v);
+        l->u.l.view = 'r';
+        l->u.l.range = r;
+        return l;
     }
     case JF_DICT:
     case JF_NAMESPACE: {

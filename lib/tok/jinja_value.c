@@ -228,6 +228,17 @@ int jv_truthy(const jv *v)
     }
 }
 
+int jv_hashable(const jv *v)
+{
+    if (v->k == JV_LIST || v->k == JV_DICT || v->k == JV_NS || v->k == JV_LOOP)
+        return 0;
+    if (v->k == JV_TUPLE)
+        for (size_t i = 0; i < v->u.l.n; i++)
+            if (!jv_hashable(v->u.l.v[i]))
+                return 0;
+    return 1;
+}
+
 const char *jv_type_name(const jv *v)
 {
     switch (v->k) {
@@ -513,6 +524,14 @@ static void common_into(strbuf *sb, const jv *v)
         jv_float_repr(sb, v->u.f);
         break;
     case JV_LIST:
+        if (v->u.l.view == 'r') {
+            const int64_t *r = v->u.l.range;
+            sb_printf(sb, "range(%" PRId64 ", %" PRId64, r[0], r[1]);
+            if (r[2] != 1)
+                sb_printf(sb, ", %" PRId64, r[2]);
+            sb_putc(sb, ')');
+            break;
+        }
         if (v->u.l.view)
             sb_puts(sb, v->u.l.view == 'i' ? "dict_items(" : v->u.l.view == 'k' ? "dict_keys(" : "dict_values(");
         sb_putc(sb, '[');
@@ -751,6 +770,10 @@ static int encode(jenc *e, strbuf *sb, const jv *v, int level)
         return 0;
     case JV_LIST:
     case JV_TUPLE:
+        if (v->k == JV_LIST && v->u.l.view)
+            return enc_fail(e, "Object of type %s is not JSON serializable",
+                            v->u.l.view == 'r' ? "range" : v->u.l.view == 'i' ? "dict_items"
+                            : v->u.l.view == 'k' ? "dict_keys" : "dict_values");
         if (v->u.l.n == 0) {
             sb_puts(sb, "[]");
             return 0;
