@@ -19,7 +19,7 @@ unset HF_TOKEN HF_HUB_CACHE HF_HUB_OFFLINE
 check "census of hf:owner/repo (safetensors checkpoint)" \
   bash -c "memra-census hf:acme/tiny-qwen3 --json | jq -e '.family == \"qwen3\" and .n_bound == .n_tensors'"
 check "downloaded into the HF cache layout" \
-  bash -c "[ -L $HF_HOME/hub/models--acme--tiny-qwen3/snapshots/*/model.safetensors ] && [ -s $HF_HOME/hub/models--acme--tiny-qwen3/refs/main ] && ls $HF_HOME/hub/models--acme--tiny-qwen3/blobs | grep -q ."
+  bash -c "[ -L $HF_HOME/hub/models--acme--tiny-qwen3/snapshots/*/model.safetensors ] && [ -s $HF_HOME/hub/models--acme--tiny-qwen3/refs/main ] && ls $HF_HOME/hub/models--acme--tiny-qwen3/blobs | grep . >/dev/null"
 check "census of hf:owner/repo:file (one GGUF)" \
   bash -c "memra-census hf:acme/tiny-gguf:tiny-Q.gguf --json | jq -e '.format == \"gguf\" and .family == \"qwen3\"'"
 check "convert from hf: source" memra-convert hf:acme/tiny-qwen3 "$T/from-hub.gguf"
