@@ -153,6 +153,8 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin
 	install -m 644 $(wildcard man/man1/*.1) $(DESTDIR)$(PREFIX)/share/man/man1
+	install -d $(DESTDIR)$(PREFIX)/share/memra/models
+	install -m 644 $(wildcard models/*.gguf) models/README.md $(DESTDIR)$(PREFIX)/share/memra/models
 
 clean:
 	rm -rf build bin lib/libmemra.a
