@@ -23,6 +23,15 @@
 
 enum { EX_OK = 0, EX_ERR = -1, EX_BREAK = 1, EX_CONTINUE = 2 };
 
+/* Errors are one line: a template's own message (raise_exception) may hold
+ * newlines or tabs. */
+static void one_line(char *msg)
+{
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20)
+            *p = ' ';
+}
+
 jv *jfail(jctx *c, int line, const char *fmt, ...)
 {
     if (!c->failed) {
@@ -31,6 +40,7 @@ jv *jfail(jctx *c, int line, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
+        one_line(msg);
         memra_fail(c->err, "template line %d: %s", line, msg);
         c->failed = 1;
     }
@@ -78,14 +88,30 @@ static jscope *scope_new(jctx *c, jscope *parent)
     return s;
 }
 
-static jv *name_key(jctx *c, const char *name)
-{
-    return jv_str_ref(c->h, name, strlen(name));
-}
-
 static void scope_set(jctx *c, jscope *s, const char *name, jv *v)
 {
-    jdict_set(c->h, &s->vars, name_key(c, name), v);
+    size_t n = strlen(name);
+    for (size_t i = 0; i < s->vars.n; i++) {
+        const jv *k = s->vars.keys[i];
+        if (k->u.s.n == n && memcmp(k->u.s.s, name, n) == 0) {
+            s->vars.vals[i] = v;
+            return;
+        }
+    }
+    jdict_set(c->h, &s->vars, jv_str_ref(c->h, name, n), v);
+}
+
+/* A loop iteration's scope. jinja2 runs a whole loop in one frame and, at
+ * the start of each iteration, resets what the body assigned (a macro
+ * defined in the body sees the variables as they change, like a Python
+ * closure): so one scope per loop, emptied per iteration. */
+static jscope *iteration_scope(jctx *c, jscope *prev, jscope *parent)
+{
+    if (!prev)
+        return scope_new(c, parent);
+    for (size_t i = 0; i < prev->vars.n; i++)
+        prev->vars.vals[i] = NULL;
+    return prev;
 }
 
 static jv *lookup(jctx *c, jscope *s, const char *name)
@@ -773,8 +799,7 @@ static jv *call_macro(jctx *c, int line, jv *fn, jv **args, size_t n_args, const
                 found_caller = 1;
         }
         if (!v && def->kw[i]) {
-            scope_set(c, s, pname, JV_NONE_P); /* placeholder so later defaults see order */
-            v = jeval(c, s, def->kw[i]);
+            v = jeval(c, s, def->kw[i]); /* defaults see the parameters bound before them */
             if (!v)
                 return NULL;
         }
@@ -830,10 +855,9 @@ static jv *call_macro(jctx *c, int line, jv *fn, jv **args, size_t n_args, const
     return r;
 }
 
-jv *jcall(jctx *c, jscope *s, int line, jv *fn, jv **args, size_t n_args, const char **kw_names,
-          jv **kw, size_t n_kw)
+jv *jcall(jctx *c, int line, jv *fn, jv **args, size_t n_args, const char **kw_names, jv **kw,
+          size_t n_kw)
 {
-    (void)s;
     jargs a = {args, n_args, kw_names, kw, n_kw};
     switch (fn->k) {
     case JV_UNDEF:
@@ -859,7 +883,7 @@ static jv *eval_call(jctx *c, jscope *s, const jnode *n, const char *extra_name,
         return NULL;
     if (extra_name)
         ab_kw(c, &b, extra_name, extra);
-    return jcall(c, s, n->line, fn, b.pos, b.n_pos, b.names, b.kw, b.n_kw);
+    return jcall(c, n->line, fn, b.pos, b.n_pos, b.names, b.kw, b.n_kw);
 }
 
 /* Apply a chain of filters (innermost first) to v. */
@@ -1072,11 +1096,9 @@ static int assign(jctx *c, jscope *s, const jnode *target, jv *v)
 
 static int emit(jctx *c, int line, strbuf *out, const jv *v)
 {
-    size_t before = out->len;
     jv_str_into(out, v);
-    if (jreserve(c, line, out->len - before + out->len))
-        return -1;
-    return 0;
+    /* the output buffer lives outside the heap: count it against the limit */
+    return jreserve(c, line, out->len);
 }
 
 static int exec_for(jctx *c, jscope *s, const jnode *n, strbuf *out)
@@ -1091,8 +1113,9 @@ static int exec_for(jctx *c, jscope *s, const jnode *n, strbuf *out)
     if (n->c) {
         jv **kept = jh_alloc(c->h, (count ? count : 1) * sizeof *kept);
         size_t k = 0;
+        jscope *fs = NULL;
         for (size_t i = 0; i < count; i++) {
-            jscope *fs = scope_new(c, s);
+            fs = iteration_scope(c, fs, s);
             if (assign(c, fs, n->a, items[i]))
                 return EX_ERR;
             jv *ok = jeval(c, fs, n->c);
@@ -1112,9 +1135,10 @@ static int exec_for(jctx *c, jscope *s, const jnode *n, strbuf *out)
     jv *loopv = jh_alloc(c->h, sizeof *loopv);
     loopv->k = JV_LOOP;
     loopv->u.loop = l;
+    jscope *is = NULL;
     for (size_t i = 0; i < count; i++) {
         l->i = i;
-        jscope *is = scope_new(c, s);
+        is = iteration_scope(c, is, s);
         if (assign(c, is, n->a, items[i]))
             return EX_ERR;
         scope_set(c, is, "loop", loopv);
@@ -1252,6 +1276,8 @@ jinja_template *jinja_parse(const char *src, size_t len, memra_err *err)
     jtok *toks;
     size_t n;
     if (jinja_lex(&t->h, src, len, &toks, &n, err) || jinja_parse_tokens(t, toks, n, err)) {
+        if (err)
+            one_line(err->msg); /* "unexpected char" may quote a control character */
         jinja_free(t);
         return NULL;
     }

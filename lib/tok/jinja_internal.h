@@ -345,7 +345,7 @@ int jinja_test_known(const char *name);
 
 struct jscope {
     jscope *parent;
-    jdict vars;
+    jdict vars; /* a NULL value is an unset name (loops reset their scope) */
 };
 
 struct jctx {
@@ -365,8 +365,8 @@ int jreserve(jctx *c, int line, size_t n);
 
 jv *jeval(jctx *c, jscope *s, const jnode *n);
 /* Call a callable value with evaluated arguments. */
-jv *jcall(jctx *c, jscope *s, int line, jv *fn, jv **args, size_t n_args, const char **kw_names,
-          jv **kw, size_t n_kw);
+jv *jcall(jctx *c, int line, jv *fn, jv **args, size_t n_args, const char **kw_names, jv **kw,
+          size_t n_kw);
 /* environment.getattr / getitem of the sandbox. */
 jv *jgetattr(jctx *c, int line, jv *obj, const char *name);
 jv *jgetitem(jctx *c, int line, jv *obj, jv *key);
