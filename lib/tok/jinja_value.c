@@ -193,11 +193,6 @@ jv *jdict_get_str(const jdict *d, const char *key)
 
 /* ---- predicates ---- */
 
-int jv_is_str(const jv *v)
-{
-    return v->k == JV_STR;
-}
-
 int jv_is_seq(const jv *v)
 {
     return v->k == JV_LIST || v->k == JV_TUPLE;
@@ -622,18 +617,6 @@ void jv_repr_into(strbuf *sb, const jv *v)
         sb_puts(sb, "Undefined");
     else
         common_into(sb, v);
-}
-
-jv *jv_to_str(jheap *h, const jv *v)
-{
-    if (v->k == JV_STR)
-        return (jv *)v;
-    strbuf sb;
-    sb_init(&sb);
-    jv_str_into(&sb, v);
-    jv *r = jv_str(h, sb_str(&sb), sb.len);
-    sb_free(&sb);
-    return r;
 }
 
 /* ---- json.dumps ---- */
