@@ -1,8 +1,4 @@
-/* Evaluation of the syntax tree, with jinja2's runtime semantics:
- *  - scopes: a for-loop iteration, a macro call and the blocks that jinja2
- *    compiles as inner frames (with, filter, set-block, call bodies) get a
- *    new scope; `if` does not. A `set` goes to the innermost scope, so a
- *    variable set in a loop is gone after the loop (hence namespace());
+/* Evaluation of expressions, with jinja2's runtime semantics:
  *  - names resolve through the scopes, then the render's inputs, then the
  *    builtin globals; a missing one is Undefined, which prints as "" and is
  *    false and empty, but raises when its attribute, item or arithmetic is
@@ -11,7 +7,7 @@
  *    the attribute (methods) first, then the item; obj['x'] the other way;
  *    a miss is Undefined; list.append and other mutators are refused.
  *  - macros see the scope they were defined in (late-binding, like Python
- *    closures). */
+ *    closures); a call binds arguments as jinja2's Macro.__call__ does. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +17,14 @@
 #include "core/check.h"
 #include "tok/jinja_internal.h"
 
-enum { EX_OK = 0, EX_ERR = -1, EX_BREAK = 1, EX_CONTINUE = 2 };
+/* Errors are one line: a template's own message (raise_exception) may hold
+ * newlines or tabs. */
+void jone_line(char *msg)
+{
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20)
+            *p = ' ';
+}
 
 jv *jfail(jctx *c, int line, const char *fmt, ...)
 {
@@ -31,6 +34,7 @@ jv *jfail(jctx *c, int line, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
+        jone_line(msg);
         memra_fail(c->err, "template line %d: %s", line, msg);
         c->failed = 1;
     }
@@ -49,7 +53,7 @@ int jreserve(jctx *c, int line, size_t n)
 }
 
 /* Count one step; fail when the render has run too long or used too much. */
-static int step(jctx *c, int line)
+int jstep(jctx *c, int line)
 {
     if (c->failed)
         return -1;
@@ -71,24 +75,27 @@ static jv *undefined_error(jctx *c, int line, const jv *u)
 
 /* ---- scopes ---- */
 
-static jscope *scope_new(jctx *c, jscope *parent)
+jscope *jscope_new(jctx *c, jscope *parent)
 {
     jscope *s = jh_alloc(c->h, sizeof *s);
     s->parent = parent;
     return s;
 }
 
-static jv *name_key(jctx *c, const char *name)
+void jscope_set(jctx *c, jscope *s, const char *name, jv *v)
 {
-    return jv_str_ref(c->h, name, strlen(name));
+    size_t n = strlen(name);
+    for (size_t i = 0; i < s->vars.n; i++) {
+        const jv *k = s->vars.keys[i];
+        if (k->u.s.n == n && memcmp(k->u.s.s, name, n) == 0) {
+            s->vars.vals[i] = v;
+            return;
+        }
+    }
+    jdict_set(c->h, &s->vars, jv_str_ref(c->h, name, n), v);
 }
 
-static void scope_set(jctx *c, jscope *s, const char *name, jv *v)
-{
-    jdict_set(c->h, &s->vars, name_key(c, name), v);
-}
-
-static jv *lookup(jctx *c, jscope *s, const char *name)
+jv *jlookup(jctx *c, jscope *s, const char *name)
 {
     for (; s; s = s->parent) {
         jv *v = jdict_get_str(&s->vars, name);
@@ -741,7 +748,6 @@ static int eval_args(jctx *c, jscope *s, const jnode *n, argbuild *b)
     return 0;
 }
 
-static int exec_body(jctx *c, jscope *s, jnode *const *body, size_t n, strbuf *out);
 
 static jv *call_macro(jctx *c, int line, jv *fn, jv **args, size_t n_args, const char **kw_names,
                       jv **kw, size_t n_kw)
@@ -751,7 +757,7 @@ static jv *call_macro(jctx *c, int line, jv *fn, jv **args, size_t n_args, const
     const char *mname = m->name ? m->name : "caller";
     if (c->depth >= JINJA_MAX_CALL_DEPTH)
         return jfail(c, line, "maximum recursion depth exceeded in macro '%s'", mname);
-    jscope *s = scope_new(c, m->closure);
+    jscope *s = jscope_new(c, m->closure);
     size_t n_params = def->n_args;
     size_t n_bound = n_args < n_params ? n_args : n_params;
     char *used = jh_alloc(c->h, n_kw + 1);
@@ -773,8 +779,7 @@ static jv *call_macro(jctx *c, int line, jv *fn, jv **args, size_t n_args, const
                 found_caller = 1;
         }
         if (!v && def->kw[i]) {
-            scope_set(c, s, pname, JV_NONE_P); /* placeholder so later defaults see order */
-            v = jeval(c, s, def->kw[i]);
+            v = jeval(c, s, def->kw[i]); /* defaults see the parameters bound before them */
             if (!v)
                 return NULL;
         }
@@ -784,7 +789,7 @@ static jv *call_macro(jctx *c, int line, jv *fn, jv **args, size_t n_args, const
             snprintf(why, len, "parameter '%s' was not provided", pname);
             v = jv_undef(c->h, why);
         }
-        scope_set(c, s, pname, v);
+        jscope_set(c, s, pname, v);
     }
     if ((def->flags & JM_CALLER) && !found_caller) {
         jv *caller = NULL;
@@ -793,14 +798,14 @@ static jv *call_macro(jctx *c, int line, jv *fn, jv **args, size_t n_args, const
                 caller = kw[k];
                 used[k] = 1;
             }
-        scope_set(c, s, "caller", caller ? caller : jv_undef(c->h, "No caller defined"));
+        jscope_set(c, s, "caller", caller ? caller : jv_undef(c->h, "No caller defined"));
     }
     if (def->flags & JM_KWARGS) {
         jv *d = jv_dict(c->h);
         for (size_t k = 0; k < n_kw; k++)
             if (!used[k])
                 jdict_set(c->h, d->u.d, jv_cstr(c->h, kw_names[k]), kw[k]);
-        scope_set(c, s, "kwargs", d);
+        jscope_set(c, s, "kwargs", d);
     } else {
         for (size_t k = 0; k < n_kw; k++) {
             if (used[k])
@@ -812,16 +817,16 @@ static jv *call_macro(jctx *c, int line, jv *fn, jv **args, size_t n_args, const
         }
     }
     if (def->flags & JM_VARARGS) {
-        scope_set(c, s, "varargs", jv_tuple(c->h, args + n_bound, n_args - n_bound));
+        jscope_set(c, s, "varargs", jv_tuple(c->h, args + n_bound, n_args - n_bound));
     } else if (n_args > n_params) {
         return jfail(c, line, "macro '%s' takes not more than %zu argument(s)", mname, n_params);
     }
     strbuf out;
     sb_init(&out);
     c->depth++;
-    int rc = exec_body(c, s, def->body, def->n_body, &out);
+    int rc = jexec_body(c, s, def->body, def->n_body, &out);
     c->depth--;
-    if (rc == EX_ERR) {
+    if (rc == JX_ERR) {
         sb_free(&out);
         return NULL;
     }
@@ -830,10 +835,9 @@ static jv *call_macro(jctx *c, int line, jv *fn, jv **args, size_t n_args, const
     return r;
 }
 
-jv *jcall(jctx *c, jscope *s, int line, jv *fn, jv **args, size_t n_args, const char **kw_names,
-          jv **kw, size_t n_kw)
+jv *jcall(jctx *c, int line, jv *fn, jv **args, size_t n_args, const char **kw_names, jv **kw,
+          size_t n_kw)
 {
-    (void)s;
     jargs a = {args, n_args, kw_names, kw, n_kw};
     switch (fn->k) {
     case JV_UNDEF:
@@ -849,7 +853,7 @@ jv *jcall(jctx *c, jscope *s, int line, jv *fn, jv **args, size_t n_args, const 
     }
 }
 
-static jv *eval_call(jctx *c, jscope *s, const jnode *n, const char *extra_name, jv *extra)
+jv *jeval_call(jctx *c, jscope *s, const jnode *n, const char *extra_name, jv *extra)
 {
     jv *fn = jeval(c, s, n->a);
     if (!fn)
@@ -859,16 +863,16 @@ static jv *eval_call(jctx *c, jscope *s, const jnode *n, const char *extra_name,
         return NULL;
     if (extra_name)
         ab_kw(c, &b, extra_name, extra);
-    return jcall(c, s, n->line, fn, b.pos, b.n_pos, b.names, b.kw, b.n_kw);
+    return jcall(c, n->line, fn, b.pos, b.n_pos, b.names, b.kw, b.n_kw);
 }
 
 /* Apply a chain of filters (innermost first) to v. */
-static jv *apply_filters(jctx *c, jscope *s, const jnode *f, jv *v)
+jv *japply_filters(jctx *c, jscope *s, const jnode *f, jv *v)
 {
     if (!f)
         return v;
     if (f->a) {
-        v = apply_filters(c, s, f->a, v);
+        v = japply_filters(c, s, f->a, v);
         if (!v)
             return NULL;
     }
@@ -883,14 +887,14 @@ static jv *apply_filters(jctx *c, jscope *s, const jnode *f, jv *v)
 
 jv *jeval(jctx *c, jscope *s, const jnode *n)
 {
-    if (step(c, n->line))
+    if (jstep(c, n->line))
         return NULL;
     jv *a, *b;
     switch (n->kind) {
     case JN_CONST:
         return n->value;
     case JN_NAME:
-        return lookup(c, s, n->name);
+        return jlookup(c, s, n->name);
     case JN_GETATTR:
         a = jeval(c, s, n->a);
         return a ? jgetattr(c, n->line, a, n->name) : NULL;
@@ -903,7 +907,7 @@ jv *jeval(jctx *c, jscope *s, const jnode *n)
     case JN_SLICE:
         return eval_slice(c, s, n);
     case JN_CALL:
-        return eval_call(c, s, n, NULL, NULL);
+        return jeval_call(c, s, n, NULL, NULL);
     case JN_FILTER: {
         a = jeval(c, s, n->a);
         if (!a)
@@ -1033,304 +1037,4 @@ jv *jeval(jctx *c, jscope *s, const jnode *n)
     default:
         return jfail(c, n->line, "not an expression");
     }
-}
-
-/* ---- statements ---- */
-
-static int assign(jctx *c, jscope *s, const jnode *target, jv *v)
-{
-    if (target->kind == JN_NAME) {
-        scope_set(c, s, target->name, v);
-        return 0;
-    }
-    if (target->kind == JN_NSREF) {
-        jv *ns = lookup(c, s, target->name);
-        if (ns->k != JV_NS) {
-            jfail(c, target->line, "cannot assign attribute on non-namespace object");
-            return -1;
-        }
-        jdict_set(c->h, ns->u.d, target->value, v);
-        return 0;
-    }
-    /* tuple unpacking */
-    size_t n;
-    jv **items = jiterate(c, target->line, v, &n);
-    if (!items)
-        return -1;
-    if (n != target->n_args) {
-        if (n > target->n_args)
-            jfail(c, target->line, "too many values to unpack (expected %zu)", target->n_args);
-        else
-            jfail(c, target->line, "not enough values to unpack (expected %zu, got %zu)", target->n_args, n);
-        return -1;
-    }
-    for (size_t i = 0; i < n; i++)
-        if (assign(c, s, target->args[i], items[i]))
-            return -1;
-    return 0;
-}
-
-static int emit(jctx *c, int line, strbuf *out, const jv *v)
-{
-    size_t before = out->len;
-    jv_str_into(out, v);
-    if (jreserve(c, line, out->len - before + out->len))
-        return -1;
-    return 0;
-}
-
-static int exec_for(jctx *c, jscope *s, const jnode *n, strbuf *out)
-{
-    jv *it = jeval(c, s, n->b);
-    if (!it)
-        return EX_ERR;
-    size_t count;
-    jv **items = jiterate(c, n->line, it, &count);
-    if (!items)
-        return EX_ERR;
-    if (n->c) {
-        jv **kept = jh_alloc(c->h, (count ? count : 1) * sizeof *kept);
-        size_t k = 0;
-        for (size_t i = 0; i < count; i++) {
-            jscope *fs = scope_new(c, s);
-            if (assign(c, fs, n->a, items[i]))
-                return EX_ERR;
-            jv *ok = jeval(c, fs, n->c);
-            if (!ok)
-                return EX_ERR;
-            if (jv_truthy(ok))
-                kept[k++] = items[i];
-        }
-        items = kept;
-        count = k;
-    }
-    if (count == 0)
-        return exec_body(c, s, n->else_body, n->n_else, out);
-    jloop *l = jh_alloc(c->h, sizeof *l);
-    l->items = items;
-    l->n = count;
-    jv *loopv = jh_alloc(c->h, sizeof *loopv);
-    loopv->k = JV_LOOP;
-    loopv->u.loop = l;
-    for (size_t i = 0; i < count; i++) {
-        l->i = i;
-        jscope *is = scope_new(c, s);
-        if (assign(c, is, n->a, items[i]))
-            return EX_ERR;
-        scope_set(c, is, "loop", loopv);
-        int rc = exec_body(c, is, n->body, n->n_body, out);
-        if (rc == EX_ERR)
-            return EX_ERR;
-        if (rc == EX_BREAK)
-            break;
-    }
-    return EX_OK;
-}
-
-static jmacro *make_macro(jctx *c, const jnode *def, jscope *closure, const char *name)
-{
-    jmacro *m = jh_alloc(c->h, sizeof *m);
-    m->def = def;
-    m->closure = closure;
-    m->name = name;
-    return m;
-}
-
-/* Render a body in an inner scope into a string value. */
-static jv *render_inner(jctx *c, jscope *s, jnode *const *body, size_t n)
-{
-    strbuf tmp;
-    sb_init(&tmp);
-    int rc = exec_body(c, scope_new(c, s), body, n, &tmp);
-    jv *r = rc == EX_ERR ? NULL : jv_str(c->h, sb_str(&tmp), tmp.len);
-    sb_free(&tmp);
-    return r;
-}
-
-static int exec_stmt(jctx *c, jscope *s, const jnode *n, strbuf *out)
-{
-    if (step(c, n->line))
-        return EX_ERR;
-    jv *v;
-    switch (n->kind) {
-    case JN_DATA:
-        return emit(c, n->line, out, n->value) ? EX_ERR : EX_OK;
-    case JN_PRINT:
-        v = jeval(c, s, n->a);
-        if (!v || emit(c, n->line, out, v))
-            return EX_ERR;
-        return EX_OK;
-    case JN_IF:
-        v = jeval(c, s, n->a);
-        if (!v)
-            return EX_ERR;
-        if (jv_truthy(v))
-            return exec_body(c, s, n->body, n->n_body, out);
-        return exec_body(c, s, n->else_body, n->n_else, out);
-    case JN_FOR:
-        return exec_for(c, s, n, out);
-    case JN_SET:
-        v = jeval(c, s, n->b);
-        if (!v || assign(c, s, n->a, v))
-            return EX_ERR;
-        return EX_OK;
-    case JN_SETBLOCK:
-        v = render_inner(c, s, n->body, n->n_body);
-        if (v)
-            v = apply_filters(c, s, n->c, v);
-        if (!v || assign(c, s, n->a, v))
-            return EX_ERR;
-        return EX_OK;
-    case JN_MACRO: {
-        jv *m = jh_alloc(c->h, sizeof *m);
-        m->k = JV_MACRO;
-        m->u.m = make_macro(c, n, s, n->name);
-        scope_set(c, s, n->name, m);
-        return EX_OK;
-    }
-    case JN_CALLBLOCK: {
-        jv *caller = jh_alloc(c->h, sizeof *caller);
-        caller->k = JV_MACRO;
-        caller->u.m = make_macro(c, n, s, NULL);
-        v = eval_call(c, s, n->a, "caller", caller);
-        if (!v || emit(c, n->line, out, v))
-            return EX_ERR;
-        return EX_OK;
-    }
-    case JN_FILTERBLOCK:
-        v = render_inner(c, s, n->body, n->n_body);
-        if (v)
-            v = apply_filters(c, s, n->c, v);
-        if (!v || emit(c, n->line, out, v))
-            return EX_ERR;
-        return EX_OK;
-    case JN_WITH: {
-        jv **vals = jh_alloc(c->h, (n->n_kw ? n->n_kw : 1) * sizeof *vals);
-        for (size_t i = 0; i < n->n_kw; i++)
-            if (!(vals[i] = jeval(c, s, n->kw[i])))
-                return EX_ERR;
-        jscope *ws = scope_new(c, s);
-        for (size_t i = 0; i < n->n_args; i++)
-            if (assign(c, ws, n->args[i], vals[i]))
-                return EX_ERR;
-        return exec_body(c, ws, n->body, n->n_body, out);
-    }
-    case JN_SCOPE:
-        return exec_body(c, scope_new(c, s), n->body, n->n_body, out);
-    case JN_BREAK:
-        return EX_BREAK;
-    case JN_CONTINUE:
-        return EX_CONTINUE;
-    default:
-        jfail(c, n->line, "not a statement");
-        return EX_ERR;
-    }
-}
-
-static int exec_body(jctx *c, jscope *s, jnode *const *body, size_t n, strbuf *out)
-{
-    for (size_t i = 0; i < n; i++) {
-        int rc = exec_stmt(c, s, body[i], out);
-        if (rc != EX_OK)
-            return rc;
-    }
-    return EX_OK;
-}
-
-/* ---- entry points ---- */
-
-jinja_template *jinja_parse(const char *src, size_t len, memra_err *err)
-{
-    if (!src)
-        return memra_fail(err, "template: no text"), NULL;
-    if (!ju_valid(src, len))
-        return memra_fail(err, "template: not valid UTF-8"), NULL;
-    if (memchr(src, 0, len))
-        return memra_fail(err, "template: contains a NUL byte"), NULL;
-    jinja_template *t = xcalloc(1, sizeof *t);
-    jh_init(&t->h, SIZE_MAX);
-    jtok *toks;
-    size_t n;
-    if (jinja_lex(&t->h, src, len, &toks, &n, err) || jinja_parse_tokens(t, toks, n, err)) {
-        jinja_free(t);
-        return NULL;
-    }
-    return t;
-}
-
-void jinja_free(jinja_template *t)
-{
-    if (!t)
-        return;
-    jh_free(&t->h);
-    free(t);
-}
-
-int jinja_render_vars(const jinja_template *t, const jinja_var *vars, size_t n_vars, char **out,
-                      memra_err *err)
-{
-    *out = NULL;
-    jheap h;
-    jh_init(&h, JINJA_MAX_BYTES);
-    jctx c = {0};
-    c.h = &h;
-    c.err = err;
-    jv *inputs = jv_dict(&h);
-    c.inputs = inputs->u.d;
-    for (size_t i = 0; i < n_vars; i++) {
-        if (!vars[i].name || !vars[i].value)
-            continue;
-        jv *v = jv_from_json(&h, vars[i].value);
-        if (!v) {
-            jh_free(&h);
-            return memra_fail(err, "template input '%s': nested too deeply", vars[i].name);
-        }
-        jdict_set(&h, c.inputs, jv_cstr(&h, vars[i].name), v);
-    }
-    jscope *root = scope_new(&c, NULL);
-    strbuf sb;
-    sb_init(&sb);
-    int rc = exec_body(&c, root, t->body, t->n_body, &sb);
-    if (rc == EX_ERR || c.failed) {
-        sb_free(&sb);
-        jh_free(&h);
-        if (!c.failed) /* every failing path sets a message; this is a safety net */
-            return memra_fail(err, "template: render failed without a reason (internal error)");
-        return -1;
-    }
-    jh_free(&h);
-    if (memchr(sb_str(&sb), 0, sb.len)) {
-        sb_free(&sb);
-        return memra_fail(err, "template: rendered text contains a NUL character");
-    }
-    *out = sb.len ? sb_take(&sb) : xstrdup("");
-    sb_free(&sb);
-    return 0;
-}
-
-int jinja_render(const char *tmpl, const json_t *context, char **out, memra_err *err)
-{
-    *out = NULL;
-    if (context && !json_is_object(context))
-        return memra_fail(err, "template context: not a JSON object");
-    jinja_template *t = jinja_parse(tmpl, tmpl ? strlen(tmpl) : 0, err);
-    if (!t)
-        return -1;
-    size_t n = context ? json_object_size(context) : 0;
-    jinja_var *vars = xcalloc(n ? n : 1, sizeof *vars);
-    size_t i = 0;
-    if (context) {
-        const char *key;
-        json_t *val;
-        json_object_foreach((json_t *)context, key, val)
-        {
-            vars[i].name = key;
-            vars[i].value = val;
-            i++;
-        }
-    }
-    int rc = jinja_render_vars(t, vars, i, out, err);
-    free(vars);
-    jinja_free(t);
-    return rc;
 }

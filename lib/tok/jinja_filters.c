@@ -383,8 +383,6 @@ static jv *f_indent(jctx *c, int line, jv *v, const jargs *a)
     sb_append(&src, s->u.s.s, s->u.s.n);
     sb_putc(&src, '\n');
     jv whole = {.k = JV_STR, .u.s = {sb_str(&src), src.len}};
-    jv *sl = jv_str_ref(c->h, "splitlines", 10);
-    (void)sl;
     jargs none = {0};
     jv *lines = jinja_call_method(c, line, &whole, "splitlines", &none);
     if (!lines) {
@@ -419,10 +417,8 @@ static jv *f_indent(jctx *c, int line, jv *v, const jargs *a)
 /* Python int(str, base): optional sign, underscores between digits, spaces around. */
 static int parse_int_str(const jv *s, int base, int64_t *out)
 {
-    jv tmp = *s;
     const char *p = s->u.s.s;
     size_t n = s->u.s.n, i = 0;
-    (void)tmp;
     while (i < n && (p[i] == ' ' || (p[i] >= 9 && p[i] <= 13)))
         i++;
     while (n > i && (p[n - 1] == ' ' || (p[n - 1] >= 9 && p[n - 1] <= 13)))

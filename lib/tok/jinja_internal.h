@@ -43,6 +43,7 @@ int jh_over(const jheap *h);
 size_t ju_decode(const char *s, size_t n, size_t i, uint32_t *cp);
 /* Encode cp as UTF-8 into buf (4 bytes); returns the length. */
 size_t ju_encode(uint32_t cp, char *buf);
+void ju_put(strbuf *sb, uint32_t cp);
 /* Byte length of the code point ending just before s[i] (i > 0). */
 size_t ju_prev_len(const char *s, size_t i);
 size_t ju_count(const char *s, size_t n);
@@ -227,7 +228,6 @@ void jdict_set(jheap *h, jdict *d, jv *key, jv *val);
 jv *jdict_get(const jdict *d, const jv *key);
 jv *jdict_get_str(const jdict *d, const char *key);
 
-int jv_is_str(const jv *v);
 int jv_is_seq(const jv *v); /* LIST or TUPLE */
 int jv_is_num(const jv *v); /* BOOL, INT or FLOAT (Python's Number) */
 int jv_truthy(const jv *v);
@@ -246,8 +246,6 @@ double jv_num(const jv *v);
 void jv_str_into(strbuf *sb, const jv *v);
 void jv_repr_into(strbuf *sb, const jv *v);
 void jv_float_repr(strbuf *sb, double f);
-/* str(v) as a string value (v itself when it is one). */
-jv *jv_to_str(jheap *h, const jv *v);
 
 /* json.dumps with the arguments Hugging Face's tojson passes through:
  * indent (NULL: none; "" .. spaces or a string), item and key separators
@@ -345,7 +343,7 @@ int jinja_test_known(const char *name);
 
 struct jscope {
     jscope *parent;
-    jdict vars;
+    jdict vars; /* a NULL value is an unset name (loops reset their scope) */
 };
 
 struct jctx {
@@ -358,6 +356,24 @@ struct jctx {
     jdict *inputs;    /* the render's variables */
 };
 
+/* What running a statement did. */
+enum { JX_OK = 0, JX_ERR = -1, JX_BREAK = 1, JX_CONTINUE = 2 };
+
+jscope *jscope_new(jctx *c, jscope *parent);
+void jscope_set(jctx *c, jscope *s, const char *name, jv *v);
+/* A name through the scopes, the inputs, the globals; Undefined if none. */
+jv *jlookup(jctx *c, jscope *s, const char *name);
+/* Count one step of work; -1 (with an error) past the render's limits. */
+int jstep(jctx *c, int line);
+/* Replace control characters in an error message by spaces. */
+void jone_line(char *msg);
+/* Evaluate a call node, with one extra keyword argument when extra_name. */
+jv *jeval_call(jctx *c, jscope *s, const jnode *n, const char *extra_name, jv *extra);
+/* Apply a chain of JN_FILTER nodes (innermost first) to v. */
+jv *japply_filters(jctx *c, jscope *s, const jnode *f, jv *v);
+/* Run statements into out (jinja_exec.c); a JX_ code. */
+int jexec_body(jctx *c, jscope *s, jnode *const *body, size_t n, strbuf *out);
+
 /* Record the first error ("template line N: ...") and return NULL. */
 jv *jfail(jctx *c, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Fails (returns -1) when n more bytes would pass the render's limit. */
@@ -365,8 +381,8 @@ int jreserve(jctx *c, int line, size_t n);
 
 jv *jeval(jctx *c, jscope *s, const jnode *n);
 /* Call a callable value with evaluated arguments. */
-jv *jcall(jctx *c, jscope *s, int line, jv *fn, jv **args, size_t n_args, const char **kw_names,
-          jv **kw, size_t n_kw);
+jv *jcall(jctx *c, int line, jv *fn, jv **args, size_t n_args, const char **kw_names, jv **kw,
+          size_t n_kw);
 /* environment.getattr / getitem of the sandbox. */
 jv *jgetattr(jctx *c, int line, jv *obj, const char *name);
 jv *jgetitem(jctx *c, int line, jv *obj, jv *key);
@@ -376,7 +392,8 @@ jv **jiterate(jctx *c, int line, jv *v, size_t *n);
 /* Python's `in`; -1 on a type error. */
 int jcontains(jctx *c, int line, jv *container, jv *item);
 
-/* ---- filters, tests, methods, globals (jinja_filters.c, jinja_methods.c) ---- */
+/* ---- filters, tests, methods, formatting, globals (jinja_filters.c,
+ * jinja_methods.c, jinja_format.c, jinja_globals.c) ---- */
 
 /* Arguments as a call passes them. */
 typedef struct {
@@ -390,6 +407,12 @@ typedef struct {
 /* Fetch argument `name` (or positional `index`, -1: keyword only); NULL
  * when not given. */
 jv *jarg(const jargs *a, int index, const char *name);
+/* Refuse extra positional arguments and keywords not in kw_ok (NULL-ended). */
+int jargs_check(jctx *c, int line, const char *fname, const jargs *a, size_t max_pos,
+                const char *const *kw_ok);
+/* An argument that must be a str / an int (bool counts, as in Python). */
+int jarg_need_str(jctx *c, int line, const char *fname, const jv *v);
+int jarg_need_int(jctx *c, int line, const char *fname, const jv *v, int64_t *out);
 
 jv *jinja_apply_filter(jctx *c, jscope *s, int line, const char *name, jv *value, const jargs *a);
 /* 1 / 0, or -1 on error. */
@@ -410,6 +433,10 @@ jv *jstr_case(jctx *c, const jv *s, int mode); /* 'u' upper, 'l' lower, 't' str.
 jv *jstr_replace(jctx *c, int line, const jv *s, const jv *old, const jv *new_, int64_t count);
 /* Python %-formatting: fmt % args (args a tuple, a dict or one value). */
 jv *jstr_percent(jctx *c, int line, const jv *fmt, jv *args);
+/* str.format(*args, **kwargs). */
+jv *jstr_format(jctx *c, int line, const jv *fmt, const jargs *a);
+/* The strbuf as a string value (freeing the buffer), charged to the render. */
+jv *jstr_finish(jctx *c, int line, strbuf *sb);
 /* a value's str() as a string value, charging its size */
 jv *jstr_of(jctx *c, int line, const jv *v);
 

@@ -559,7 +559,10 @@ static int lex_tag(lexer *L, int block)
             uint32_t cp;
             size_t l = ju_decode(L->s, L->n, i, &cp);
             char ch[8] = {0};
-            memcpy(ch, L->s + i, l);
+            if (cp < 0x20 || cp == 0x7F)
+                snprintf(ch, sizeof ch, "\\x%02x", (unsigned)cp);
+            else
+                memcpy(ch, L->s + i, l);
             return lex_fail(L, L->line, "unexpected char '%s'", ch);
         }
         jtok_type tt = operators[op].t;

@@ -1,13 +1,12 @@
-/* Methods of template values (Python's str, dict and list methods that a
- * sandboxed template may call, loop.cycle) and the global functions of the
- * Hugging Face environment: range, dict, namespace, raise_exception and
- * strftime_now. Text positions are code points, as in Python. */
+/* Methods of template values: Python's str, dict and list methods that a
+ * sandboxed template may call (the mutating ones are refused, as the
+ * immutable sandbox refuses them) and loop.cycle / loop.changed. Text
+ * positions are code points, as in Python. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/check.h"
 #include "tok/jinja_internal.h"
@@ -24,8 +23,8 @@ jv *jarg(const jargs *a, int index, const char *name)
 }
 
 /* Refuse extra positional arguments and unknown keywords, as Python would. */
-static int check_args(jctx *c, int line, const char *fname, const jargs *a, size_t max_pos,
-                      const char *const *kw_ok)
+int jargs_check(jctx *c, int line, const char *fname, const jargs *a, size_t max_pos,
+                const char *const *kw_ok)
 {
     if (a->n_pos > max_pos) {
         jfail(c, line, "%s() takes at most %zu argument(s) (%zu given)", fname, max_pos, a->n_pos);
@@ -57,7 +56,7 @@ jv *jstr_of(jctx *c, int line, const jv *v)
     return r;
 }
 
-static jv *finish(jctx *c, int line, strbuf *sb)
+jv *jstr_finish(jctx *c, int line, strbuf *sb)
 {
     jv *r = NULL;
     if (!jreserve(c, line, sb->len))
@@ -107,12 +106,6 @@ jv *jstr_strip(jctx *c, const jv *s, const jv *chars, int left, int right)
     return jv_str_ref(c->h, p + b, e - b);
 }
 
-static void put_cp(strbuf *sb, uint32_t cp)
-{
-    char buf[4];
-    sb_append(sb, buf, ju_encode(cp, buf));
-}
-
 jv *jstr_case(jctx *c, const jv *s, int mode)
 {
     strbuf sb;
@@ -143,9 +136,9 @@ jv *jstr_case(jctx *c, const jv *s, int mode)
             break;
         }
         first = 0;
-        put_cp(&sb, out);
+        ju_put(&sb, out);
     }
-    return finish(c, 0, &sb);
+    return jstr_finish(c, 0, &sb);
 }
 
 /* ---- searching ---- */
@@ -202,7 +195,7 @@ static int64_t find_in(const char *s, size_t b, size_t e, const char *sub, size_
     return -1;
 }
 
-static int need_str(jctx *c, int line, const char *fname, const jv *v)
+int jarg_need_str(jctx *c, int line, const char *fname, const jv *v)
 {
     if (!v || v->k != JV_STR) {
         jfail(c, line, "%s() argument must be str, not %s", fname, v ? jv_type_name(v) : "nothing");
@@ -211,7 +204,7 @@ static int need_str(jctx *c, int line, const char *fname, const jv *v)
     return 0;
 }
 
-static int need_int(jctx *c, int line, const char *fname, const jv *v, int64_t *out)
+int jarg_need_int(jctx *c, int line, const char *fname, const jv *v, int64_t *out)
 {
     if (!v || (v->k != JV_INT && v->k != JV_BOOL)) {
         jfail(c, line, "%s() argument must be an integer, not %s", fname, v ? jv_type_name(v) : "nothing");
@@ -388,7 +381,7 @@ jv *jstr_replace(jctx *c, int line, const jv *s, const jv *old, const jv *new_, 
             sb_append(&sb, p + i, l);
             i += l;
         }
-        return finish(c, line, &sb);
+        return jstr_finish(c, line, &sb);
     }
     size_t i = 0;
     while (i < n) {
@@ -405,7 +398,7 @@ jv *jstr_replace(jctx *c, int line, const jv *s, const jv *old, const jv *new_, 
         done++;
     }
     sb_append(&sb, p + i, n - i);
-    return finish(c, line, &sb);
+    return jstr_finish(c, line, &sb);
 }
 
 static jv *pad(jctx *c, int line, const jv *s, int64_t width, const jv *fill, char how)
@@ -431,497 +424,11 @@ static jv *pad(jctx *c, int line, const jv *s, int64_t width, const jv *fill, ch
     strbuf sb;
     sb_init(&sb);
     for (int64_t i = 0; i < left; i++)
-        put_cp(&sb, fc);
+        ju_put(&sb, fc);
     sb_append(&sb, s->u.s.s, s->u.s.n);
     for (int64_t i = 0; i < marg - left; i++)
-        put_cp(&sb, fc);
-    return finish(c, line, &sb);
-}
-
-/* ---- %-formatting and str.format ---- */
-
-/* Format a number per a conversion: type d/i/x/X/o/f/F/e/E/g/G/%, with
- * flags, width and precision (-1: default) as in Python's %-format and
- * format-spec (they share these). */
-static int format_number(jctx *c, int line, strbuf *sb, const jv *v, char type, const char *flags,
-                         int64_t width, int64_t prec)
-{
-    char spec[32], buf[512];
-    int left = strchr(flags, '-') != NULL, zero = strchr(flags, '0') != NULL;
-    int plus = strchr(flags, '+') != NULL, space = strchr(flags, ' ') != NULL;
-    int alt = strchr(flags, '#') != NULL;
-    if (width > 400 || prec > 400) {
-        jfail(c, line, "format width or precision too large");
-        return -1;
-    }
-    if (!jv_is_num(v)) {
-        jfail(c, line, "a number is required, not %s", jv_type_name(v));
-        return -1;
-    }
-    int n;
-    if (type == 'd' || type == 'i' || type == 'x' || type == 'X' || type == 'o') {
-        int64_t i;
-        if (v->k == JV_FLOAT) {
-            if (type != 'd' && type != 'i') {
-                jfail(c, line, "%%%c format: an integer is required, not float", type);
-                return -1;
-            }
-            if (!isfinite(v->u.f) || fabs(v->u.f) >= 9.2e18) {
-                jfail(c, line, "cannot convert float to integer");
-                return -1;
-            }
-            i = (int64_t)v->u.f;
-        } else {
-            i = v->k == JV_BOOL ? v->u.b : v->u.i;
-        }
-        char conv = type == 'i' ? 'd' : type;
-        uint64_t mag = i < 0 ? (uint64_t)0 - (uint64_t)i : (uint64_t)i;
-        const char *pfx = "";
-        if (alt && conv == 'x')
-            pfx = "0x";
-        else if (alt && conv == 'X')
-            pfx = "0X";
-        else if (alt && conv == 'o')
-            pfx = "0o";
-        snprintf(spec, sizeof spec, "%%%s", conv == 'd' ? PRIu64 : conv == 'x' ? PRIx64 : conv == 'X' ? PRIX64 : PRIo64);
-        char digits[64];
-        snprintf(digits, sizeof digits, spec, mag);
-        const char *sign = i < 0 ? "-" : plus ? "+" : space ? " " : "";
-        n = snprintf(buf, sizeof buf, "%s%s%s", sign, pfx, digits);
-        /* padding */
-        int64_t padn = width > n ? width - n : 0;
-        if (left) {
-            sb_append(sb, buf, (size_t)n);
-            for (int64_t k = 0; k < padn; k++)
-                sb_putc(sb, ' ');
-        } else if (zero) {
-            size_t pre = strlen(sign) + strlen(pfx);
-            sb_append(sb, buf, pre);
-            for (int64_t k = 0; k < padn; k++)
-                sb_putc(sb, '0');
-            sb_append(sb, buf + pre, (size_t)n - pre);
-        } else {
-            for (int64_t k = 0; k < padn; k++)
-                sb_putc(sb, ' ');
-            sb_append(sb, buf, (size_t)n);
-        }
-        return 0;
-    }
-    double f = jv_num(v);
-    int pct = type == '%';
-    if (pct) {
-        f *= 100;
-        type = 'f';
-    }
-    if (prec < 0)
-        prec = 6;
-    if (!isfinite(f)) {
-        const char *word = isnan(f) ? "nan" : "inf";
-        if (type == 'F' || type == 'E' || type == 'G')
-            word = isnan(f) ? "NAN" : "INF";
-        n = snprintf(buf, sizeof buf, "%s%s%s", f < 0 ? "-" : plus ? "+" : space ? " " : "", word, pct ? "%" : "");
-    } else {
-        snprintf(spec, sizeof spec, "%%%s%s%s%s.%d%c", plus ? "+" : "", space ? " " : "", alt ? "#" : "",
-                 "", (int)prec, type);
-        n = snprintf(buf, sizeof buf, spec, f);
-        if (pct && n < (int)sizeof buf - 1)
-            buf[n++] = '%', buf[n] = 0;
-    }
-    if (n < 0 || n >= (int)sizeof buf) {
-        jfail(c, line, "formatted number too long");
-        return -1;
-    }
-    int64_t padn = width > n ? width - n : 0;
-    if (left) {
-        sb_append(sb, buf, (size_t)n);
-        for (int64_t k = 0; k < padn; k++)
-            sb_putc(sb, ' ');
-    } else if (zero && isfinite(f)) {
-        size_t pre = (buf[0] == '-' || buf[0] == '+' || buf[0] == ' ') ? 1 : 0;
-        sb_append(sb, buf, pre);
-        for (int64_t k = 0; k < padn; k++)
-            sb_putc(sb, '0');
-        sb_append(sb, buf + pre, (size_t)n - pre);
-    } else {
-        for (int64_t k = 0; k < padn; k++)
-            sb_putc(sb, ' ');
-        sb_append(sb, buf, (size_t)n);
-    }
-    return 0;
-}
-
-static void pad_text(strbuf *sb, const char *s, size_t n, int64_t width, int64_t prec, int left)
-{
-    size_t count = ju_count(s, n);
-    if (prec >= 0 && (uint64_t)prec < count) {
-        n = ju_offset(s, n, (size_t)prec);
-        count = (size_t)prec;
-    }
-    int64_t padn = width > (int64_t)count ? width - (int64_t)count : 0;
-    if (!left)
-        for (int64_t k = 0; k < padn; k++)
-            sb_putc(sb, ' ');
-    sb_append(sb, s, n);
-    if (left)
-        for (int64_t k = 0; k < padn; k++)
-            sb_putc(sb, ' ');
-}
-
-jv *jstr_percent(jctx *c, int line, const jv *fmt, jv *args)
-{
-    jv **items = &args;
-    size_t n_items = 1, next = 0;
-    const jdict *map = NULL;
-    if (args->k == JV_TUPLE) {
-        items = args->u.l.v;
-        n_items = args->u.l.n;
-    } else if (args->k == JV_DICT) {
-        map = args->u.d;
-    }
-    strbuf sb;
-    sb_init(&sb);
-    const char *p = fmt->u.s.s;
-    size_t n = fmt->u.s.n;
-    for (size_t i = 0; i < n;) {
-        if (p[i] != '%') {
-            sb_putc(&sb, p[i++]);
-            continue;
-        }
-        i++;
-        if (i < n && p[i] == '%') {
-            sb_putc(&sb, '%');
-            i++;
-            continue;
-        }
-        jv *v = NULL;
-        if (i < n && p[i] == '(') {
-            size_t k = i + 1;
-            while (k < n && p[k] != ')')
-                k++;
-            if (k >= n || !map) {
-                sb_free(&sb);
-                return jfail(c, line, "format requires a mapping");
-            }
-            jv key = {.k = JV_STR, .u.s = {p + i + 1, k - i - 1}};
-            v = jdict_get(map, &key);
-            if (!v) {
-                sb_free(&sb);
-                return jfail(c, line, "format key not found");
-            }
-            i = k + 1;
-        }
-        char flags[8] = "";
-        size_t nf = 0;
-        while (i < n && strchr("-+ #0", p[i]) && nf < 7)
-            flags[nf++] = p[i++];
-        flags[nf] = 0;
-        int64_t width = 0, prec = -1;
-        while (i < n && p[i] >= '0' && p[i] <= '9' && width < 100000)
-            width = width * 10 + (p[i++] - '0');
-        if (i < n && p[i] == '.') {
-            i++;
-            prec = 0;
-            while (i < n && p[i] >= '0' && p[i] <= '9' && prec < 100000)
-                prec = prec * 10 + (p[i++] - '0');
-        }
-        if (i >= n) {
-            sb_free(&sb);
-            return jfail(c, line, "incomplete format");
-        }
-        char type = p[i++];
-        if (!v) {
-            if (map) {
-                v = args;
-            } else if (next >= n_items) {
-                sb_free(&sb);
-                return jfail(c, line, "not enough arguments for format string");
-            } else {
-                v = items[next++];
-            }
-        }
-        if (jreserve(c, line, sb.len + (size_t)width)) {
-            sb_free(&sb);
-            return NULL;
-        }
-        int rc = 0;
-        if (type == 's' || type == 'r' || type == 'a') {
-            strbuf tmp;
-            sb_init(&tmp);
-            if (type == 's')
-                jv_str_into(&tmp, v);
-            else
-                jv_repr_into(&tmp, v);
-            pad_text(&sb, sb_str(&tmp), tmp.len, width, prec, strchr(flags, '-') != NULL);
-            sb_free(&tmp);
-        } else if (type == 'c') {
-            if (v->k == JV_STR && ju_count(v->u.s.s, v->u.s.n) == 1)
-                pad_text(&sb, v->u.s.s, v->u.s.n, width, -1, strchr(flags, '-') != NULL);
-            else if (v->k == JV_INT && v->u.i >= 0 && v->u.i <= 0x10FFFF) {
-                char buf[4];
-                pad_text(&sb, buf, ju_encode((uint32_t)v->u.i, buf), width, -1, strchr(flags, '-') != NULL);
-            } else
-                rc = (jfail(c, line, "%%c requires an int or a unicode character"), -1);
-        } else if (strchr("diouxXeEfFgG", type)) {
-            rc = format_number(c, line, &sb, v, type == 'u' ? 'd' : type, flags, width, prec);
-        } else {
-            rc = (jfail(c, line, "unsupported format character '%c'", type), -1);
-        }
-        if (rc) {
-            sb_free(&sb);
-            return NULL;
-        }
-    }
-    if (!map && next < n_items && args->k == JV_TUPLE) {
-        sb_free(&sb);
-        return jfail(c, line, "not all arguments converted during string formatting");
-    }
-    return finish(c, line, &sb);
-}
-
-/* One replacement field's format spec: [[fill]align][sign][#][0][width][.prec][type]. */
-static int format_spec(jctx *c, int line, strbuf *sb, const jv *v, const char *spec, size_t n)
-{
-    size_t i = 0;
-    uint32_t fill = ' ';
-    char align = 0;
-    if (n >= 2) {
-        uint32_t cp;
-        size_t l = ju_decode(spec, n, 0, &cp);
-        if (l < n && strchr("<>^=", spec[l])) {
-            fill = cp;
-            align = spec[l];
-            i = l + 1;
-        }
-    }
-    if (!align && i < n && strchr("<>^=", spec[i]))
-        align = spec[i++];
-    char flags[8] = "";
-    size_t nf = 0;
-    if (i < n && strchr("+- ", spec[i]))
-        flags[nf++] = spec[i] == '-' ? 'm' : spec[i], i++;
-    if (i < n && spec[i] == '#')
-        flags[nf++] = '#', i++;
-    if (i < n && spec[i] == '0') {
-        if (!align) {
-            align = '=';
-            fill = '0';
-        }
-        i++;
-    }
-    flags[nf] = 0;
-    int64_t width = 0, prec = -1;
-    while (i < n && spec[i] >= '0' && spec[i] <= '9' && width < 100000)
-        width = width * 10 + (spec[i++] - '0');
-    char group = 0;
-    if (i < n && (spec[i] == ',' || spec[i] == '_'))
-        group = spec[i++];
-    if (i < n && spec[i] == '.') {
-        i++;
-        prec = 0;
-        while (i < n && spec[i] >= '0' && spec[i] <= '9' && prec < 100000)
-            prec = prec * 10 + (spec[i++] - '0');
-    }
-    char type = i < n ? spec[i++] : 0;
-    if (i != n) {
-        jfail(c, line, "invalid format specifier");
-        return -1;
-    }
-    strbuf body;
-    sb_init(&body);
-    int rc = 0;
-    if (type == 0 && !jv_is_num(v)) {
-        strbuf tmp;
-        sb_init(&tmp);
-        jv_str_into(&tmp, v);
-        pad_text(&body, sb_str(&tmp), tmp.len, 0, prec, 0);
-        sb_free(&tmp);
-        if (!align)
-            align = '<';
-    } else if (type == 's') {
-        if (v->k != JV_STR) {
-            rc = (jfail(c, line, "unknown format code 's' for object of type '%s'", jv_type_name(v)), -1);
-        } else {
-            pad_text(&body, v->u.s.s, v->u.s.n, 0, prec, 0);
-            if (!align)
-                align = '<';
-        }
-    } else {
-        char t = type;
-        if (t == 0)
-            t = v->k == JV_FLOAT ? 'g' : 'd';
-        if (t == 'n')
-            t = 'd';
-        char pflags[8] = "";
-        size_t k = 0;
-        if (strchr(flags, '+'))
-            pflags[k++] = '+';
-        if (strchr(flags, ' '))
-            pflags[k++] = ' ';
-        if (strchr(flags, '#'))
-            pflags[k++] = '#';
-        pflags[k] = 0;
-        if (type == 0 && v->k == JV_FLOAT && prec < 0) {
-            jv_float_repr(&body, v->u.f);
-        } else if (strchr("dxXobeEfFgG%", t) && t != 'b') {
-            rc = format_number(c, line, &body, v, t, pflags, 0, prec);
-        } else {
-            rc = (jfail(c, line, "unknown format code '%c' for object of type '%s'", t, jv_type_name(v)), -1);
-        }
-        if (!align)
-            align = '>';
-    }
-    if (!rc && group) {
-        if (!jv_is_num(v) || (type && !strchr("dfFeEgG%n", type))) {
-            rc = (jfail(c, line, "cannot specify '%c' with this format", group), -1);
-        } else {
-            /* separators every three digits of the integer part */
-            const char *b = sb_str(&body);
-            size_t ds = 0;
-            while (ds < body.len && !(b[ds] >= '0' && b[ds] <= '9'))
-                ds++;
-            size_t de = ds;
-            while (de < body.len && b[de] >= '0' && b[de] <= '9')
-                de++;
-            strbuf g;
-            sb_init(&g);
-            sb_append(&g, b, ds);
-            for (size_t k = ds; k < de; k++) {
-                if (k > ds && (de - k) % 3 == 0)
-                    sb_putc(&g, group);
-                sb_putc(&g, b[k]);
-            }
-            sb_append(&g, b + de, body.len - de);
-            sb_free(&body);
-            body = g;
-        }
-    }
-    if (!rc) {
-        int64_t len = (int64_t)ju_count(sb_str(&body), body.len);
-        int64_t marg = width > len ? width - len : 0;
-        int64_t left = align == '<' ? 0 : align == '^' ? marg / 2 : marg;
-        const char *b = sb_str(&body);
-        size_t sign = 0;
-        if (align == '=' && body.len && strchr("+- ", b[0]))
-            sign = 1;
-        sb_append(sb, b, sign);
-        for (int64_t k = 0; k < left; k++)
-            put_cp(sb, fill);
-        sb_append(sb, b + sign, body.len - sign);
-        for (int64_t k = 0; k < marg - left; k++)
-            put_cp(sb, fill);
-    }
-    sb_free(&body);
-    return rc;
-}
-
-static jv *str_format(jctx *c, int line, const jv *fmt, const jargs *a)
-{
-    strbuf sb;
-    sb_init(&sb);
-    const char *p = fmt->u.s.s;
-    size_t n = fmt->u.s.n, auto_idx = 0;
-    for (size_t i = 0; i < n;) {
-        char ch = p[i];
-        if (ch == '}' ) {
-            if (i + 1 < n && p[i + 1] == '}') {
-                sb_putc(&sb, '}');
-                i += 2;
-                continue;
-            }
-            sb_free(&sb);
-            return jfail(c, line, "Single '}' encountered in format string");
-        }
-        if (ch != '{') {
-            sb_putc(&sb, ch);
-            i++;
-            continue;
-        }
-        if (i + 1 < n && p[i + 1] == '{') {
-            sb_putc(&sb, '{');
-            i += 2;
-            continue;
-        }
-        size_t k = i + 1;
-        while (k < n && p[k] != '}' && p[k] != '!' && p[k] != ':' && p[k] != '.' && p[k] != '[')
-            k++;
-        jv *v;
-        if (k == i + 1) {
-            v = jarg(a, (int)auto_idx++, NULL);
-        } else if (p[i + 1] >= '0' && p[i + 1] <= '9') {
-            v = jarg(a, atoi(p + i + 1), NULL);
-        } else {
-            char *name = jh_strndup(c->h, p + i + 1, k - i - 1);
-            v = jarg(a, -1, name);
-        }
-        if (!v) {
-            sb_free(&sb);
-            return jfail(c, line, "format field out of range or missing");
-        }
-        /* .attr and [key] lookups */
-        while (k < n && (p[k] == '.' || p[k] == '[')) {
-            char open = p[k];
-            size_t b = ++k;
-            while (k < n && (open == '[' ? p[k] != ']' : (p[k] != '.' && p[k] != '[' && p[k] != '}' && p[k] != '!' && p[k] != ':')))
-                k++;
-            char *key = jh_strndup(c->h, p + b, k - b);
-            if (open == '[') {
-                if (k >= n) {
-                    sb_free(&sb);
-                    return jfail(c, line, "expected '}' before end of string");
-                }
-                k++;
-                char *end;
-                long long idx = strtoll(key, &end, 10);
-                jv *kv = (*key && !*end) ? jv_int(c->h, idx) : jv_cstr(c->h, key);
-                v = jgetitem(c, line, v, kv);
-            } else {
-                v = jgetattr(c, line, v, key);
-            }
-            if (!v) {
-                sb_free(&sb);
-                return NULL;
-            }
-        }
-        char conv = 0;
-        if (k < n && p[k] == '!') {
-            conv = k + 1 < n ? p[k + 1] : 0;
-            k += 2;
-        }
-        size_t spec_b = k, spec_e = k;
-        if (k < n && p[k] == ':') {
-            spec_b = ++k;
-            int depth = 0;
-            while (k < n && (p[k] != '}' || depth)) {
-                depth += p[k] == '{';
-                depth -= p[k] == '}';
-                k++;
-            }
-            spec_e = k;
-        }
-        if (k >= n || p[k] != '}') {
-            sb_free(&sb);
-            return jfail(c, line, "expected '}' before end of string");
-        }
-        i = k + 1;
-        if (conv == 'r' || conv == 'a' || conv == 's') {
-            strbuf tmp;
-            sb_init(&tmp);
-            if (conv == 's')
-                jv_str_into(&tmp, v);
-            else
-                jv_repr_into(&tmp, v);
-            v = jv_str(c->h, sb_str(&tmp), tmp.len);
-            sb_free(&tmp);
-        } else if (conv) {
-            sb_free(&sb);
-            return jfail(c, line, "unknown conversion specifier %c", conv);
-        }
-        if (jreserve(c, line, sb.len) || format_spec(c, line, &sb, v, p + spec_b, spec_e - spec_b)) {
-            sb_free(&sb);
-            return NULL;
-        }
-    }
-    return finish(c, line, &sb);
+        ju_put(&sb, fc);
+    return jstr_finish(c, line, &sb);
 }
 
 /* ---- method tables ---- */
@@ -1046,9 +553,9 @@ static jv *str_method(jctx *c, int line, jv *s, const char *name, const jargs *a
     static const char *const none[] = {NULL};
     static const char *const split_kw[] = {"sep", "maxsplit", NULL};
     if (!strcmp(name, "format"))
-        return str_format(c, line, s, a);
+        return jstr_format(c, line, s, a);
     if (!strcmp(name, "strip") || !strcmp(name, "lstrip") || !strcmp(name, "rstrip")) {
-        if (check_args(c, line, name, a, 1, none))
+        if (jargs_check(c, line, name, a, 1, none))
             return NULL;
         jv *chars = jarg(a, 0, NULL);
         if (chars && chars->k != JV_NONE && chars->k != JV_STR)
@@ -1056,14 +563,14 @@ static jv *str_method(jctx *c, int line, jv *s, const char *name, const jargs *a
         return jstr_strip(c, s, chars, name[0] != 'r', name[0] != 'l');
     }
     if (!strcmp(name, "split") || !strcmp(name, "rsplit")) {
-        if (check_args(c, line, name, a, 2, split_kw))
+        if (jargs_check(c, line, name, a, 2, split_kw))
             return NULL;
         jv *sep = jarg(a, 0, "sep"), *ms = jarg(a, 1, "maxsplit");
         int64_t maxsplit = -1;
-        if (ms && need_int(c, line, name, ms, &maxsplit))
+        if (ms && jarg_need_int(c, line, name, ms, &maxsplit))
             return NULL;
         if (sep && sep->k != JV_NONE) {
-            if (need_str(c, line, name, sep))
+            if (jarg_need_str(c, line, name, sep))
                 return NULL;
             return split_sep(c, line, s, sep, maxsplit, name[0] == 'r');
         }
@@ -1115,15 +622,15 @@ static jv *str_method(jctx *c, int line, jv *s, const char *name, const jargs *a
     if (!strcmp(name, "replace")) {
         jv *old = jarg(a, 0, NULL), *new_ = jarg(a, 1, NULL), *cnt = jarg(a, 2, "count");
         int64_t count = -1;
-        if (need_str(c, line, name, old) || need_str(c, line, name, new_) ||
-            (cnt && need_int(c, line, name, cnt, &count)))
+        if (jarg_need_str(c, line, name, old) || jarg_need_str(c, line, name, new_) ||
+            (cnt && jarg_need_int(c, line, name, cnt, &count)))
             return NULL;
         return jstr_replace(c, line, s, old, new_, count);
     }
     if (!strcmp(name, "find") || !strcmp(name, "rfind") || !strcmp(name, "index") ||
         !strcmp(name, "rindex") || !strcmp(name, "count")) {
         jv *sub = jarg(a, 0, NULL);
-        if (need_str(c, line, name, sub))
+        if (jarg_need_str(c, line, name, sub))
             return NULL;
         size_t b, e;
         int r = range_args(c, line, s, jarg(a, 1, NULL), jarg(a, 2, NULL), &b, &e);
@@ -1177,13 +684,13 @@ static jv *str_method(jctx *c, int line, jv *s, const char *name, const jargs *a
                 sb_append(&sb, s->u.s.s, s->u.s.n);
             sb_append(&sb, items[i]->u.s.s, items[i]->u.s.n);
         }
-        return finish(c, line, &sb);
+        return jstr_finish(c, line, &sb);
     }
     if (!strncmp(name, "is", 2))
         return str_pred(c, s, name);
     if (!strcmp(name, "zfill")) {
         int64_t w;
-        if (need_int(c, line, name, jarg(a, 0, NULL), &w))
+        if (jarg_need_int(c, line, name, jarg(a, 0, NULL), &w))
             return NULL;
         int64_t len = (int64_t)ju_count(s->u.s.s, s->u.s.n);
         if (w <= len)
@@ -1197,17 +704,17 @@ static jv *str_method(jctx *c, int line, jv *s, const char *name, const jargs *a
         for (int64_t k = 0; k < w - len; k++)
             sb_putc(&sb, '0');
         sb_append(&sb, s->u.s.s + sign, s->u.s.n - sign);
-        return finish(c, line, &sb);
+        return jstr_finish(c, line, &sb);
     }
     if (!strcmp(name, "center") || !strcmp(name, "ljust") || !strcmp(name, "rjust")) {
         int64_t w;
-        if (need_int(c, line, name, jarg(a, 0, NULL), &w))
+        if (jarg_need_int(c, line, name, jarg(a, 0, NULL), &w))
             return NULL;
         return pad(c, line, s, w, jarg(a, 1, NULL), name[0] == 'c' ? '^' : name[0] == 'l' ? '<' : '>');
     }
     if (!strcmp(name, "removeprefix") || !strcmp(name, "removesuffix")) {
         jv *x = jarg(a, 0, NULL);
-        if (need_str(c, line, name, x))
+        if (jarg_need_str(c, line, name, x))
             return NULL;
         size_t m = x->u.s.n;
         if (m > s->u.s.n)
@@ -1220,7 +727,7 @@ static jv *str_method(jctx *c, int line, jv *s, const char *name, const jargs *a
     }
     if (!strcmp(name, "partition") || !strcmp(name, "rpartition")) {
         jv *sep = jarg(a, 0, NULL);
-        if (need_str(c, line, name, sep))
+        if (jarg_need_str(c, line, name, sep))
             return NULL;
         if (sep->u.s.n == 0)
             return jfail(c, line, "empty separator");
@@ -1305,156 +812,4 @@ jv *jinja_call_method(jctx *c, int line, jv *self, const char *name, const jargs
         break;
     }
     return jfail(c, line, "'%s' object has no method '%s'", jv_type_name(self), name);
-}
-
-/* ---- globals ---- */
-
-static jv g_range = {.k = JV_FUNC, .u.fn = JF_RANGE};
-static jv g_dict = {.k = JV_FUNC, .u.fn = JF_DICT};
-static jv g_namespace = {.k = JV_FUNC, .u.fn = JF_NAMESPACE};
-static jv g_raise = {.k = JV_FUNC, .u.fn = JF_RAISE_EXCEPTION};
-static jv g_strftime = {.k = JV_FUNC, .u.fn = JF_STRFTIME_NOW};
-
-jv *jinja_global(const char *name)
-{
-    if (!strcmp(name, "range"))
-        return &g_range;
-    if (!strcmp(name, "dict"))
-        return &g_dict;
-    if (!strcmp(name, "namespace"))
-        return &g_namespace;
-    if (!strcmp(name, "raise_exception"))
-        return &g_raise;
-    if (!strcmp(name, "strftime_now"))
-        return &g_strftime;
-    return NULL;
-}
-
-/* "now" for strftime_now: the clock, or MEMRA_FIXED_DATE. */
-static int now_tm(jctx *c, int line, struct tm *tm)
-{
-    const char *fixed = getenv("MEMRA_FIXED_DATE");
-    if (fixed && *fixed) {
-        int y, mo, d, h = 0, mi = 0, s = 0, used = 0;
-        size_t len = strlen(fixed);
-        int ok = sscanf(fixed, "%4d-%2d-%2d%n", &y, &mo, &d, &used) == 3 && (size_t)used == 10;
-        if (ok && len > 10)
-            ok = len == 19 && (fixed[10] == 'T' || fixed[10] == ' ') &&
-                 sscanf(fixed + 11, "%2d:%2d:%2d", &h, &mi, &s) == 3;
-        if (!ok || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60) {
-            jfail(c, line, "MEMRA_FIXED_DATE '%s' is not YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS", fixed);
-            return -1;
-        }
-        memset(tm, 0, sizeof *tm);
-        tm->tm_year = y - 1900;
-        tm->tm_mon = mo - 1;
-        tm->tm_mday = d;
-        tm->tm_hour = h;
-        tm->tm_min = mi;
-        tm->tm_sec = s;
-        time_t t = timegm(tm); /* normalizes and fills the weekday and year day */
-        gmtime_r(&t, tm);
-        return 0;
-    }
-    time_t t = time(NULL);
-    localtime_r(&t, tm);
-    return 0;
-}
-
-jv *jinja_call_global(jctx *c, int line, jfunc fn, const jargs *a)
-{
-    static const char *const none[] = {NULL};
-    switch (fn) {
-    case JF_RANGE: {
-        if (a->n_kw)
-            return jfail(c, line, "range() takes no keyword arguments");
-        if (a->n_pos < 1 || a->n_pos > 3)
-            return jfail(c, line, "range expected 1 to 3 arguments, got %zu", a->n_pos);
-        int64_t v[3] = {0, 0, 1};
-        for (size_t i = 0; i < a->n_pos; i++)
-            if (need_int(c, line, "range", a->pos[i], &v[a->n_pos == 1 ? 1 : i]))
-                return NULL;
-        if (v[2] == 0)
-            return jfail(c, line, "range() arg 3 must not be zero");
-        double count = v[2] > 0 ? ceil(((double)v[1] - (double)v[0]) / (double)v[2])
-                                : ceil(((double)v[0] - (double)v[1]) / -(double)v[2]);
-        if (count < 0)
-            count = 0;
-        if (count > JINJA_MAX_RANGE)
-            return jfail(c, line, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).",
-                         JINJA_MAX_RANGE);
-        size_t n = (size_t)count;
-        jv **items = jh_alloc(c->h, (n ? n : 1) * sizeof *items);
-        for (size_t i = 0; i < n; i++)
-            items[i] = jv_int(c->h, v[0] + (int64_t)i * v[2]);
-        jv *l = jv_list(c->h, items, n);
-        int64_t *r = jh_alloc(c->h, 3 * sizeof *r);
-        memcpy(r, v, sizeof v);
-        l->u.l.view = 'r';
-        l->u.l.range = r;
-        return l;
-    }
-    case JF_DICT:
-    case JF_NAMESPACE: {
-        jv *d = jv_dict(c->h);
-        if (a->n_pos > 1)
-            return jfail(c, line, "%s expected at most 1 argument, got %zu", fn == JF_DICT ? "dict" : "namespace",
-                         a->n_pos);
-        if (a->n_pos == 1) {
-            jv *src = a->pos[0];
-            if (src->k == JV_DICT || src->k == JV_NS) {
-                for (size_t i = 0; i < src->u.d->n; i++)
-                    jdict_set(c->h, d->u.d, src->u.d->keys[i], src->u.d->vals[i]);
-            } else {
-                size_t n;
-                jv **items = jiterate(c, line, src, &n);
-                if (!items)
-                    return NULL;
-                for (size_t i = 0; i < n; i++) {
-                    if (!jv_is_seq(items[i]) || items[i]->u.l.n != 2)
-                        return jfail(c, line, "dictionary update sequence element #%zu has the wrong length", i);
-                    jdict_set(c->h, d->u.d, items[i]->u.l.v[0], items[i]->u.l.v[1]);
-                }
-            }
-        }
-        for (size_t i = 0; i < a->n_kw; i++)
-            jdict_set(c->h, d->u.d, jv_cstr(c->h, a->kw_names[i]), a->kw[i]);
-        if (fn == JF_NAMESPACE)
-            d->k = JV_NS;
-        return d;
-    }
-    case JF_RAISE_EXCEPTION: {
-        if (check_args(c, line, "raise_exception", a, 1, none))
-            return NULL;
-        jv *msg = jarg(a, 0, NULL);
-        if (!msg)
-            return jfail(c, line, "raise_exception() missing 1 required positional argument: 'message'");
-        strbuf sb;
-        sb_init(&sb);
-        jv_str_into(&sb, msg);
-        jfail(c, line, "%s", sb_str(&sb));
-        sb_free(&sb);
-        return NULL;
-    }
-    case JF_STRFTIME_NOW: {
-        if (check_args(c, line, "strftime_now", a, 1, none))
-            return NULL;
-        jv *fmt = jarg(a, 0, NULL);
-        if (need_str(c, line, "strftime_now", fmt))
-            return NULL;
-        struct tm tm;
-        if (now_tm(c, line, &tm))
-            return NULL;
-        char *f = jh_strndup(c->h, fmt->u.s.s, fmt->u.s.n);
-        if (strlen(f) != fmt->u.s.n)
-            return jfail(c, line, "strftime_now: embedded null character");
-        if (fmt->u.s.n > 4096)
-            return jfail(c, line, "strftime_now: format too long");
-        size_t cap = fmt->u.s.n * 64 + 64;
-        char *buf = jh_alloc(c->h, cap);
-        size_t n = fmt->u.s.n ? strftime(buf, cap, f, &tm) : 0;
-        return jv_str_ref(c->h, buf, n);
-    }
-    }
-    return jfail(c, line, "unknown function");
 }

@@ -74,6 +74,12 @@ size_t ju_encode(uint32_t cp, char *buf)
     return 4;
 }
 
+void ju_put(strbuf *sb, uint32_t cp)
+{
+    char buf[4];
+    sb_append(sb, buf, ju_encode(cp, buf));
+}
+
 size_t ju_prev_len(const char *s, size_t i)
 {
     size_t k = 1;

@@ -5,6 +5,7 @@
  * and, except namespaces, never change once made. */
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,8 +29,27 @@ jv *jv_bool(int b)
     return b ? JV_TRUE_P : JV_FALSE_P;
 }
 
+/* Small integers are shared (values never change), so loops over
+ * range() and loop.index cost no allocation per item. */
+#define SMALL_INT_MIN (-5)
+#define SMALL_INT_MAX 16383
+static jv small_ints[SMALL_INT_MAX - SMALL_INT_MIN + 1];
+static pthread_once_t small_ints_once = PTHREAD_ONCE_INIT;
+
+static void small_ints_init(void)
+{
+    for (int i = SMALL_INT_MIN; i <= SMALL_INT_MAX; i++) {
+        small_ints[i - SMALL_INT_MIN].k = JV_INT;
+        small_ints[i - SMALL_INT_MIN].u.i = i;
+    }
+}
+
 jv *jv_int(jheap *h, int64_t i)
 {
+    if (i >= SMALL_INT_MIN && i <= SMALL_INT_MAX) {
+        pthread_once(&small_ints_once, small_ints_init);
+        return &small_ints[i - SMALL_INT_MIN];
+    }
     jv *v = alloc(h, JV_INT);
     v->u.i = i;
     return v;
@@ -172,11 +192,6 @@ jv *jdict_get_str(const jdict *d, const char *key)
 }
 
 /* ---- predicates ---- */
-
-int jv_is_str(const jv *v)
-{
-    return v->k == JV_STR;
-}
 
 int jv_is_seq(const jv *v)
 {
@@ -602,18 +617,6 @@ void jv_repr_into(strbuf *sb, const jv *v)
         sb_puts(sb, "Undefined");
     else
         common_into(sb, v);
-}
-
-jv *jv_to_str(jheap *h, const jv *v)
-{
-    if (v->k == JV_STR)
-        return (jv *)v;
-    strbuf sb;
-    sb_init(&sb);
-    jv_str_into(&sb, v);
-    jv *r = jv_str(h, sb_str(&sb), sb.len);
-    sb_free(&sb);
-    return r;
 }
 
 /* ---- json.dumps ---- */

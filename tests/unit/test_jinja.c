@@ -139,6 +139,7 @@ static void test_error_messages_name_the_line(void)
         {"{{ '\\xZZ' }}", "template line 1: ", "truncated \\x escape"},
         {"{% set ns = namespace() %}{% set d = {} %}{% set d.x = 1 %}", "template line 1: ", "non-namespace"},
         {"{{ [1, 2].append(3) }}", "template line 1: ", "unsafe"},
+        {"{{ raise_exception('two\nlines\tand a tab') }}", "template line 1: ", "two lines and a tab"},
         {"{{ 1 // 0 }}", "template line 1: ", "division by zero"},
         {"{{ {'a': 1}|tojson(indent=[1]) }}", "template line 1: ", "indent"},
         {"{{ undefined_thing|tojson }}", "template line 1: ", "not JSON serializable"},
