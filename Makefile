@@ -133,7 +133,7 @@ test: all unit-bins
 
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_LIB_SRC := lib/core/err.c lib/core/check.c lib/core/arena.c lib/core/mapfile.c \
-                lib/core/strbuf.c lib/core/json.c lib/format/dtype.c lib/format/gguf.c \
+                lib/core/strbuf.c lib/core/json.c lib/core/utf8.c lib/format/dtype.c lib/format/gguf.c \
                 lib/format/safetensors.c
 build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_SRC) | $(DEPS_STAMP)
 	@mkdir -p $(@D)

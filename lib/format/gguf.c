@@ -45,40 +45,6 @@ size_t gguf_vtype_size(gguf_vtype t)
     }
 }
 
-int gguf_utf8_valid(const uint8_t *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        uint32_t cp, min;
-        if ((c & 0xE0) == 0xC0) {
-            len = 2, cp = c & 0x1F, min = 0x80;
-        } else if ((c & 0xF0) == 0xE0) {
-            len = 3, cp = c & 0x0F, min = 0x800;
-        } else if ((c & 0xF8) == 0xF0) {
-            len = 4, cp = c & 0x07, min = 0x10000;
-        } else {
-            return 0;
-        }
-        if (n - i < len)
-            return 0;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-        i += len;
-    }
-    return 1;
-}
-
 int64_t gguf_tensor_nelements(const gguf_tensor *t)
 {
     int64_t n = 1;
@@ -332,7 +298,7 @@ static int rd_kv(reader *r, arena *mem, gguf_kv *kv, name_set *keys, uint64_t in
     set_ctx(r, "key", key, klen);
     if (memchr(key, 0, klen))
         return rfail(r, "key contains a NUL byte");
-    if (!gguf_utf8_valid(key, klen))
+    if (!utf8_valid(key, klen))
         return rfail(r, "key is not valid UTF-8");
     int64_t dup = set_insert(keys, key, klen, index);
     if (dup >= 0)

@@ -20,6 +20,7 @@
 #include "core/arena.h"
 #include "core/err.h"
 #include "core/mapfile.h"
+#include "core/utf8.h"
 #include "format/dtype.h"
 
 #define GGUF_MAX_DIMS 4
@@ -113,9 +114,6 @@ const char *gguf_vtype_name(gguf_vtype t);
 /* Bytes of one scalar of type t in the file; 0 for STRING, ARRAY and
  * unknown types. */
 size_t gguf_vtype_size(gguf_vtype t);
-/* Whether s[0..n) is well-formed UTF-8 (no overlong forms, surrogates or
- * code points past U+10FFFF). */
-int gguf_utf8_valid(const uint8_t *s, size_t n);
 /* Elements in a tensor (product of ne). */
 int64_t gguf_tensor_nelements(const gguf_tensor *t);
 

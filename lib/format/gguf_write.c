@@ -123,7 +123,7 @@ void gguf_writer_set(gguf_writer *w, const char *key, const gguf_value *v)
         defer_fail(w, "empty metadata key");
         return;
     }
-    if (!gguf_utf8_valid((const uint8_t *)key, klen)) {
+    if (!utf8_valid((const uint8_t *)key, klen)) {
         defer_fail(w, "metadata key '%s' is not valid UTF-8", key);
         return;
     }

@@ -86,7 +86,7 @@ static int check_text(const exporter *x, const char *key, size_t index, const gg
 {
     if (strlen(s->str) != s->len)
         return memra_fail(err, "%s: %s[%zu] contains a NUL byte", x->what, key, index);
-    if (!gguf_utf8_valid((const uint8_t *)s->str, s->len))
+    if (!utf8_valid((const uint8_t *)s->str, s->len))
         return memra_fail(err, "%s: %s[%zu] is not valid UTF-8", x->what, key, index);
     return 0;
 }

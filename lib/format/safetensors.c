@@ -117,40 +117,6 @@ static const char *show_shape(char *buf, size_t cap, int n, const int64_t *shape
     return buf;
 }
 
-size_t st_utf8_invalid_at(const uint8_t *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        uint32_t cp, min;
-        if ((c & 0xE0) == 0xC0) {
-            len = 2, cp = c & 0x1F, min = 0x80;
-        } else if ((c & 0xF0) == 0xE0) {
-            len = 3, cp = c & 0x0F, min = 0x800;
-        } else if ((c & 0xF8) == 0xF0) {
-            len = 4, cp = c & 0x07, min = 0x10000;
-        } else {
-            return i;
-        }
-        if (n - i < len)
-            return i;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return i;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return i;
-        i += len;
-    }
-    return n;
-}
-
 /* ---- building a set ---- */
 
 typedef struct {
@@ -427,7 +393,7 @@ static int parse_header_json(builder *b, const json_t *root, const char *what,
         }
         /* jansson refuses invalid UTF-8 in a string, but names are checked
          * here as well, since nothing downstream may assume otherwise. */
-        size_t bad = st_utf8_invalid_at((const uint8_t *)key, strlen(key));
+        size_t bad = utf8_invalid_at((const uint8_t *)key, strlen(key));
         if (bad < strlen(key)) {
             memra_fail(err, "%s: tensor name '%s' is not valid UTF-8 (byte %zu)", what,
                        show(&sk, key), bad);
@@ -480,7 +446,7 @@ static int parse_file(builder *b, const uint8_t *data, size_t size, const char *
                                " runs past the end of the file (%zu bytes)",
                           what, n, size);
     const uint8_t *hdr = data + 8;
-    size_t bad = st_utf8_invalid_at(hdr, (size_t)n);
+    size_t bad = utf8_invalid_at(hdr, (size_t)n);
     if (bad < n)
         return memra_fail(err, "%s: header is not valid UTF-8 at file offset %zu (byte 0x%02x)",
                           what, 8 + bad, hdr[bad]);

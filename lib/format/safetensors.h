@@ -19,6 +19,7 @@
 #include "core/arena.h"
 #include "core/err.h"
 #include "core/mapfile.h"
+#include "core/utf8.h"
 #include "format/dtype.h"
 
 #define ST_MAX_DIMS 8
@@ -63,9 +64,6 @@ int st_open_buffer(const uint8_t *data, size_t size, const char *what, st_set *o
 void st_close(st_set *s);
 /* NULL when the set has no tensor of that name. */
 const st_tensor *st_find(const st_set *s, const char *name);
-/* Offset of the first byte of s[0..n) that does not start a valid UTF-8
- * sequence (overlong forms and surrogates are invalid); n when all valid. */
-size_t st_utf8_invalid_at(const uint8_t *s, size_t n);
 
 /* ---- writing ---- */
 

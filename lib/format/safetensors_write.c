@@ -85,7 +85,7 @@ void st_writer_set_meta(st_writer *w, const char *key, const char *value)
 static int utf8_ok(const char *s)
 {
     size_t n = strlen(s);
-    return st_utf8_invalid_at((const uint8_t *)s, n) == n;
+    return utf8_invalid_at((const uint8_t *)s, n) == n;
 }
 
 int st_writer_add(st_writer *w, const char *name, dtype type, int n_dims, const int64_t *shape,
@@ -96,7 +96,7 @@ int st_writer_add(st_writer *w, const char *name, dtype type, int n_dims, const 
     /* The name is ours to print only once it is known to be clean text. */
     if (!utf8_ok(name))
         return memra_fail(err, "safetensors writer: a tensor name is not valid UTF-8 (byte %zu)",
-                          st_utf8_invalid_at((const uint8_t *)name, strlen(name)));
+                          utf8_invalid_at((const uint8_t *)name, strlen(name)));
     if (!strcmp(name, "__metadata__"))
         return memra_fail(err, "safetensors writer: \"__metadata__\" is reserved, not a tensor name");
     if (json_object_get(w->names, name))

@@ -1,6 +1,7 @@
 /* UTF-8 walking and the Unicode predicates Python's str methods and regex
  * classes use, so that strip(), split(), title() and the lexer's \s agree
  * with jinja2 on non-ASCII text. Character classes come from utf8proc. */
+#include "core/utf8.h"
 #include <utf8proc.h>
 
 #include "tok/jinja_internal.h"
@@ -112,17 +113,7 @@ size_t ju_offset(const char *s, size_t n, size_t index)
     return i;
 }
 
-int ju_valid(const char *s, size_t n)
-{
-    uint32_t cp;
-    for (size_t i = 0; i < n;) {
-        size_t l = ju_decode(s, n, i, &cp);
-        if (l == 1 && (unsigned char)s[i] >= 0x80)
-            return 0;
-        i += l;
-    }
-    return 1;
-}
+int ju_valid(const char *s, size_t n) { return utf8_valid(s, n); }
 
 int ju_isspace(uint32_t cp)
 {

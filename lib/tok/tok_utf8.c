@@ -3,6 +3,7 @@
  * one error (one U+FFFD), any other bad byte is one error on its own. This
  * is what Python's "replace" error handler, Rust's from_utf8_lossy and the
  * WHATWG decoder do, so lossily decoded text matches theirs. */
+#include "core/utf8.h"
 #include <string.h>
 
 #include "tok/tok_internal.h"
@@ -64,24 +65,7 @@ size_t tok_utf8_next(const uint8_t *s, size_t n, uint32_t *cp, size_t *bad)
     return need;
 }
 
-int tok_utf8_valid(const char *s, size_t n)
-{
-    const uint8_t *p = (const uint8_t *)s;
-    size_t i = 0;
-    while (i < n) {
-        if (p[i] < 0x80) {
-            i++;
-            continue;
-        }
-        uint32_t cp;
-        size_t bad;
-        size_t l = tok_utf8_next(p + i, n - i, &cp, &bad);
-        if (!l)
-            return 0;
-        i += l;
-    }
-    return 1;
-}
+int tok_utf8_valid(const char *s, size_t n) { return utf8_valid(s, n); }
 
 void tok_utf8_sanitize(const char *s, size_t n, strbuf *out)
 {

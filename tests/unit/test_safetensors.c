@@ -681,13 +681,13 @@ static void test_writer_errors(void)
 static void test_utf8(void)
 {
     const uint8_t ok[] = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
-    CHECK(st_utf8_invalid_at(ok, sizeof ok - 1) == sizeof ok - 1);
-    CHECK(st_utf8_invalid_at((const uint8_t *)"ab\x80", 3) == 2);     /* stray continuation */
-    CHECK(st_utf8_invalid_at((const uint8_t *)"\xc3", 1) == 0);       /* cut sequence */
-    CHECK(st_utf8_invalid_at((const uint8_t *)"\xe0\x80\x80", 3) == 0); /* overlong */
-    CHECK(st_utf8_invalid_at((const uint8_t *)"\xed\xbf\xbf", 3) == 0); /* surrogate */
-    CHECK(st_utf8_invalid_at((const uint8_t *)"\xf4\x90\x80\x80", 4) == 0); /* > U+10FFFF */
-    CHECK(st_utf8_invalid_at((const uint8_t *)"x\xc3(", 3) == 1);
+    CHECK(utf8_invalid_at(ok, sizeof ok - 1) == sizeof ok - 1);
+    CHECK(utf8_invalid_at((const uint8_t *)"ab\x80", 3) == 2);     /* stray continuation */
+    CHECK(utf8_invalid_at((const uint8_t *)"\xc3", 1) == 0);       /* cut sequence */
+    CHECK(utf8_invalid_at((const uint8_t *)"\xe0\x80\x80", 3) == 0); /* overlong */
+    CHECK(utf8_invalid_at((const uint8_t *)"\xed\xbf\xbf", 3) == 0); /* surrogate */
+    CHECK(utf8_invalid_at((const uint8_t *)"\xf4\x90\x80\x80", 4) == 0); /* > U+10FFFF */
+    CHECK(utf8_invalid_at((const uint8_t *)"x\xc3(", 3) == 1);
 }
 
 /* ---- fuzz seeds ---- */
