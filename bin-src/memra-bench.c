@@ -397,7 +397,10 @@ static void get_ceiling(const bench_opts *o, ceiling_info *c)
         break;
     }
     case BACKEND_CUDA:
-        /* parse_args refuses backends that are not built */
+        /* parse_args refuses backends that are not built. When the CUDA
+         * backend lands: engine_opts names the backend, and this case takes
+         * the device's bandwidth from its probe (cuda_measure_copy_bandwidth),
+         * cached per device like the host figure. */
         MEMRA_ASSERT(0);
     }
 }
