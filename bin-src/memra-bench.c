@@ -1,0 +1,777 @@
+/* memra-bench: how fast the engine and the tokenizer run, against the
+ * machine's ceiling. Argument parsing and output only: the measurements are
+ * lib/engine/bench.c, the bandwidth probe and its cache lib/core/membw.c. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/check.h"
+#include "core/cli.h"
+#include "core/mapfile.h"
+#include "core/membw.h"
+#include "engine/bench.h"
+#include "engine/engine.h"
+#include "model/checkpoint.h"
+#include "tok/tokenizer.h"
+
+static const char usage[] =
+    "usage: memra-bench MODEL [-p 512] [-n 128] [-d 0,512] [-r 5] [-t N] [--kv f32|f16]\n"
+    "                         [--json] [--backend cpu] [options]\n"
+    "       memra-bench MODEL --tokenizer [-f TEXT] [-r 5] [--json]\n"
+    "\n"
+    "Measures prefill (pp<P>: a P-token prompt from empty) and decode (tg<N>: N single-token\n"
+    "steps after the KV cache is filled to each depth D, untimed), with warm-up runs first\n"
+    "and the median of r repetitions with min and max. Each row gives tok/s, ms/token, the\n"
+    "GB/s of weights streamed, and the % of the machine's ceiling: for --backend cpu the host\n"
+    "memory read bandwidth, measured once and cached per host.\n"
+    "MODEL is a GGUF file, an HF checkpoint dir or hf:owner/repo[:file].\n"
+    "\n"
+    "  -p LIST             prompt lengths, e.g. 512 or 128,512 (default 512; 0: no prefill row)\n"
+    "  -n LIST             decode steps per row (default 128; 0: no decode row)\n"
+    "  -d LIST             KV depths for the decode rows (default 0,512; defaults that do not\n"
+    "                      fit the context are skipped with a note, given ones are an error)\n"
+    "  -b LIST             decode batch sizes: only 1 is built yet\n"
+    "  -r N                repetitions (default 5)    --warmup N  warm-up runs (default 1)\n"
+    "  -t, --threads N     (default all cores; env MEMRA_THREADS)\n"
+    "  -c, --ctx N         the context depth + n must fit (default the model's training context)\n"
+    "  --n-batch N         prefill chunk in tokens (default 64, the engine's)\n"
+    "  --kv f32|f16        KV cache type (default f32)\n"
+    "  --backend cpu|cuda  (default cpu: the CUDA backend is not built yet)\n"
+    "  --bandwidth GB/s    use this ceiling instead of the measured one\n"
+    "  --remeasure         measure the bandwidth again (and update the cache)\n"
+    "  --tokenizer         tokenizer throughput on one thread: MB/s, tokens/s, bytes/token.\n"
+    "                      MODEL may be a vocab-only GGUF or a dir holding just tokenizer.json\n"
+    "  -f FILE             with --tokenizer: the text (default: a built-in ~1 MB mixed text)\n"
+    "  --json              one JSON object (for scripts/bench-compare.jq)\n"
+    "  -h, --help          this text\n"
+    "\n"
+    "GB = 1e9 bytes, MB = 1e6 bytes. The bandwidth cache is $MEMRA_CACHE/bandwidth-<host>.json\n"
+    "(MEMRA_CACHE defaults to ~/.cache/memra). Exit status: 0 ok, 1 failure, 2 bad usage.\n";
+
+#define DEFAULT_TEXT_BYTES 1000000
+
+/* Backends memra-bench knows of; `built` says whether the engine runs on
+ * it today. The ceiling of each is its memory bandwidth: the host's read
+ * bandwidth for cpu (lib/core/membw.c), the device's for cuda (to come with
+ * the CUDA backend, from its device-copy probe). */
+typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } bench_backend;
+static const struct {
+    const char *name;
+    int built;
+    const char *ceiling_what;
+} backends[] = {
+    [BACKEND_CPU] = {"cpu", 1, "host memory read bandwidth"},
+    [BACKEND_CUDA] = {"cuda", 0, "device memory bandwidth"},
+};
+
+typedef struct {
+    int64_t *v;
+    size_t n;
+    int given;
+} int_list;
+
+typedef struct {
+    const char *model, *text_file;
+    int_list pp, tg, depths;
+    int reps, warmup, n_threads, n_batch, json, tokenizer, remeasure;
+    int64_t ctx;
+    kv_type kv;
+    bench_backend backend;
+    double bandwidth; /* > 0: given */
+    /* flags that only the model bench takes, for a clear error with --tokenizer */
+    const char *model_flag;
+} bench_opts;
+
+static int64_t parse_int_or_usage(const char *s, int64_t lo, int64_t hi, const char *what)
+{
+    memra_err err;
+    int64_t v;
+    if (cli_parse_i64(s, lo, hi, &v, what, &err) != 0)
+        cli_usage("%s", err.msg);
+    return v;
+}
+
+/* "0,512" into a list; every entry in [lo, hi]. */
+static void parse_list(const char *s, int64_t lo, int64_t hi, const char *what, int_list *out)
+{
+    free(out->v);
+    out->v = NULL;
+    out->n = 0;
+    out->given = 1;
+    char *copy = xstrdup(s), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        out->v = xrealloc(out->v, (out->n + 1) * sizeof *out->v);
+        out->v[out->n++] = parse_int_or_usage(tok, lo, hi, what);
+    }
+    free(copy);
+    if (out->n == 0)
+        cli_usage("%s: the list '%s' is empty", what, s);
+}
+
+static void set_default_list(int_list *l, const int64_t *v, size_t n)
+{
+    l->v = xmalloc(n * sizeof *l->v);
+    memcpy(l->v, v, n * sizeof *v);
+    l->n = n;
+    l->given = 0;
+}
+
+static void parse_args(int argc, char **argv, bench_opts *o)
+{
+    o->reps = 5;
+    o->warmup = 1;
+    o->kv = KV_F32;
+    o->backend = BACKEND_CPU;
+    const char *env = getenv("MEMRA_THREADS");
+    if (env && *env)
+        o->n_threads = (int)parse_int_or_usage(env, 1, 4096, "MEMRA_THREADS");
+    enum {
+        O_KV = 1000, O_JSON, O_BACKEND, O_BANDWIDTH, O_REMEASURE, O_TOKENIZER, O_WARMUP,
+        O_NBATCH,
+    };
+    static const struct option longs[] = {
+        {"threads", required_argument, NULL, 't'},   {"ctx", required_argument, NULL, 'c'},
+        {"kv", required_argument, NULL, O_KV},       {"json", no_argument, NULL, O_JSON},
+        {"backend", required_argument, NULL, O_BACKEND},
+        {"bandwidth", required_argument, NULL, O_BANDWIDTH},
+        {"remeasure", no_argument, NULL, O_REMEASURE},
+        {"tokenizer", no_argument, NULL, O_TOKENIZER},
+        {"warmup", required_argument, NULL, O_WARMUP},
+        {"n-batch", required_argument, NULL, O_NBATCH},
+        {"file", required_argument, NULL, 'f'},      {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    opterr = 0;
+    int ch;
+    memra_err err;
+    while ((ch = getopt_long(argc, argv, ":p:n:d:b:r:t:c:f:h", longs, NULL)) != -1) {
+        switch (ch) {
+        case 'p': parse_list(optarg, 0, INT32_MAX, "-p", &o->pp); o->model_flag = "-p"; break;
+        case 'n': parse_list(optarg, 0, INT32_MAX, "-n", &o->tg); o->model_flag = "-n"; break;
+        case 'd':
+            parse_list(optarg, 0, INT32_MAX, "-d", &o->depths);
+            o->model_flag = "-d";
+            break;
+        case 'b': {
+            int_list b = {0};
+            parse_list(optarg, 1, 1 << 20, "-b", &b);
+            for (size_t i = 0; i < b.n; i++)
+                if (b.v[i] != 1)
+                    cli_usage("-b %" PRId64 ": batched decode is not built yet (the engine "
+                              "decodes one sequence per step; only -b 1)", b.v[i]);
+            free(b.v);
+            o->model_flag = "-b";
+            break;
+        }
+        case 'r': o->reps = (int)parse_int_or_usage(optarg, 1, 100000, "-r"); break;
+        case O_WARMUP: o->warmup = (int)parse_int_or_usage(optarg, 0, 100000, "--warmup"); break;
+        case 't':
+            o->n_threads = (int)parse_int_or_usage(optarg, 1, 4096, "--threads");
+            o->model_flag = "--threads";
+            break;
+        case 'c':
+            o->ctx = parse_int_or_usage(optarg, 1, INT32_MAX, "--ctx");
+            o->model_flag = "--ctx";
+            break;
+        case O_NBATCH:
+            o->n_batch = (int)parse_int_or_usage(optarg, 1, 1 << 16, "--n-batch");
+            o->model_flag = "--n-batch";
+            break;
+        case O_KV:
+            if (!strcmp(optarg, "f32"))
+                o->kv = KV_F32;
+            else if (!strcmp(optarg, "f16"))
+                o->kv = KV_F16;
+            else
+                cli_usage("--kv: '%s' is not f32 or f16", optarg);
+            o->model_flag = "--kv";
+            break;
+        case O_BACKEND: {
+            int found = -1;
+            for (size_t i = 0; i < MEMRA_ARRAY_LEN(backends); i++)
+                if (!strcmp(optarg, backends[i].name))
+                    found = (int)i;
+            if (found < 0)
+                cli_usage("--backend: '%s' is not cpu or cuda", optarg);
+            if (!backends[found].built)
+                cli_usage("--backend %s: the %s backend is not built yet (use cpu)", optarg,
+                          found == BACKEND_CUDA ? "CUDA" : optarg);
+            o->backend = (bench_backend)found;
+            break;
+        }
+        case O_BANDWIDTH:
+            if (cli_parse_f64(optarg, 1e-3, 1e6, &o->bandwidth, "--bandwidth", &err) != 0)
+                cli_usage("%s", err.msg);
+            o->model_flag = "--bandwidth";
+            break;
+        case O_REMEASURE: o->remeasure = 1; o->model_flag = "--remeasure"; break;
+        case O_TOKENIZER: o->tokenizer = 1; break;
+        case 'f': o->text_file = optarg; break;
+        case O_JSON: o->json = 1; break;
+        case 'h': fputs(usage, stdout); exit(0);
+        case ':': cli_usage("%s needs a value", argv[optind - 1]);
+        default: cli_usage("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        cli_usage("no MODEL given");
+    if (optind + 1 < argc)
+        cli_usage("unexpected argument '%s'", argv[optind + 1]);
+    o->model = argv[optind];
+    if (o->tokenizer && o->model_flag)
+        cli_usage("%s goes with the model bench, not --tokenizer (which runs on one thread)",
+                  o->model_flag);
+    if (o->text_file && !o->tokenizer)
+        cli_usage("-f goes with --tokenizer");
+    static const int64_t def_pp[] = {512}, def_tg[] = {128}, def_depths[] = {0, 512};
+    if (!o->pp.given)
+        set_default_list(&o->pp, def_pp, 1);
+    if (!o->tg.given)
+        set_default_list(&o->tg, def_tg, 1);
+    if (!o->depths.given)
+        set_default_list(&o->depths, def_depths, 2);
+    int any_pp = 0, any_tg = 0;
+    for (size_t i = 0; i < o->pp.n; i++)
+        any_pp |= o->pp.v[i] > 0;
+    for (size_t i = 0; i < o->tg.n; i++)
+        any_tg |= o->tg.v[i] > 0;
+    if (!o->tokenizer && !any_pp && !any_tg)
+        cli_usage("-p 0 and -n 0: nothing to measure");
+    if (o->n_threads <= 0)
+        o->n_threads = membw_online_cpus();
+}
+
+static void human_bytes(uint64_t b, char *out, size_t n)
+{
+    if (b >= 1000000000ull)
+        snprintf(out, n, "%.2f GB", b / 1e9);
+    else if (b >= 1000000ull)
+        snprintf(out, n, "%.2f MB", b / 1e6);
+    else if (b >= 1000ull)
+        snprintf(out, n, "%.1f kB", b / 1e3);
+    else
+        snprintf(out, n, "%" PRIu64 " B", b);
+}
+
+static json_t *host_json(void)
+{
+    char cpu[128], host[128];
+    membw_cpu_model(cpu, sizeof cpu);
+    if (gethostname(host, sizeof host) != 0)
+        snprintf(host, sizeof host, "unknown");
+    host[sizeof host - 1] = '\0';
+    return json_pack("{s:s,s:s,s:i}", "hostname", host, "cpu", cpu, "n_cpus",
+                     membw_online_cpus());
+}
+
+static void print_json(json_t *j)
+{
+    char *s = json_dumps(j, JSON_PRESERVE_ORDER | JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    puts(s);
+    free(s);
+}
+
+/* ---- the model bench ---- */
+
+typedef struct {
+    char test[32];      /* "pp512", "tg128" */
+    int decode;
+    int64_t n_prompt, n_gen, depth, tokens;
+    bench_stats ms;     /* per repetition: the whole prompt, or all n_gen steps */
+    double tok_s, tok_s_min, tok_s_max, ms_per_token, gb_s, pct;
+} bench_row;
+
+/* From the repetition times to the reported figures: every rate comes from
+ * the median time, so ms/token = 1000 / tok/s exactly. */
+static void finish_row(bench_row *r, uint64_t bytes_per_token, double ceiling_gbs)
+{
+    r->tok_s = r->tokens * 1e3 / r->ms.median;
+    r->tok_s_min = r->tokens * 1e3 / r->ms.max;
+    r->tok_s_max = r->tokens * 1e3 / r->ms.min;
+    r->ms_per_token = r->ms.median / r->tokens;
+    /* decode: the weights stream once per token; prefill: once per prompt
+     * as the floor (the CPU backend reads them once per n_batch chunk). */
+    r->gb_s = r->decode ? bytes_per_token * r->tok_s / 1e9
+                        : bytes_per_token / (r->ms.median / 1e3) / 1e9;
+    r->pct = ceiling_gbs > 0 ? 100 * r->gb_s / ceiling_gbs : 0;
+}
+
+static json_t *row_json(const bench_row *r)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "test", json_string(r->test));
+    json_object_set_new(j, "kind", json_string(r->decode ? "decode" : "prefill"));
+    json_object_set_new(j, "n_prompt", json_integer(r->n_prompt));
+    json_object_set_new(j, "n_gen", json_integer(r->n_gen));
+    json_object_set_new(j, "depth", json_integer(r->depth));
+    json_object_set_new(j, "batch", json_integer(1));
+    json_object_set_new(j, "tokens", json_integer(r->tokens));
+    json_object_set_new(j, "tok_s", json_real(r->tok_s));
+    json_object_set_new(j, "tok_s_min", json_real(r->tok_s_min));
+    json_object_set_new(j, "tok_s_max", json_real(r->tok_s_max));
+    json_object_set_new(j, "ms_per_token", json_real(r->ms_per_token));
+    json_object_set_new(j, "ms", json_pack("{s:f,s:f,s:f,s:f}", "median", r->ms.median, "min",
+                                           r->ms.min, "max", r->ms.max, "mean", r->ms.mean));
+    json_object_set_new(j, "gb_s", json_real(r->gb_s));
+    json_object_set_new(j, "pct_ceiling", json_real(r->pct));
+    return j;
+}
+
+static void row_label(const bench_row *r, char *out, size_t n)
+{
+    if (r->decode)
+        snprintf(out, n, "%s @ d%" PRId64, r->test, r->depth);
+    else
+        snprintf(out, n, "%s", r->test);
+}
+
+/* Three significant digits or more: small models give small GB/s, the
+ * H200 thousands. */
+static void fmt_num(double v, char *out, size_t n)
+{
+    if (v >= 100)
+        snprintf(out, n, "%.1f", v);
+    else if (v >= 1)
+        snprintf(out, n, "%.2f", v);
+    else
+        snprintf(out, n, "%.3g", v);
+}
+
+static void print_row(const bench_row *r)
+{
+    char label[64], toks[128], a[32], b[32], c[32], gbs[32], pct[32];
+    row_label(r, label, sizeof label);
+    fmt_num(r->tok_s, a, sizeof a);
+    fmt_num(r->tok_s_min, b, sizeof b);
+    fmt_num(r->tok_s_max, c, sizeof c);
+    snprintf(toks, sizeof toks, "%s [%s, %s]", a, b, c);
+    fmt_num(r->gb_s, gbs, sizeof gbs);
+    fmt_num(r->pct, pct, sizeof pct);
+    printf("| %-16s | %32s | %9.3f | %8s | %9s |\n", label, toks, r->ms_per_token, gbs, pct);
+    fflush(stdout);
+}
+
+typedef struct {
+    double gb_s;
+    const char *source; /* "given", "measured", "cache" */
+    char detail[1400];
+    membw_ceiling mc;
+} ceiling_info;
+
+/* The ceiling of the chosen backend: --bandwidth, else its probe. */
+static void get_ceiling(const bench_opts *o, ceiling_info *c)
+{
+    memset(c, 0, sizeof *c);
+    if (o->bandwidth > 0) {
+        c->gb_s = o->bandwidth;
+        c->source = "given";
+        snprintf(c->detail, sizeof c->detail, "given with --bandwidth");
+        return;
+    }
+    memra_err err;
+    switch (o->backend) {
+    case BACKEND_CPU: {
+        char path[1024];
+        int cached = 0;
+        if (!o->remeasure && membw_cache_path(path, sizeof path, &err) == 0 &&
+            access(path, F_OK) == 0)
+            cached = 1;
+        if (!cached)
+            fprintf(stderr, "memra-bench: measuring the host memory read bandwidth once "
+                    "(a few seconds; cached per host)\n");
+        if (membw_host_ceiling(o->remeasure, 0, &c->mc, &err) != 0)
+            cli_fail(&err);
+        if (c->mc.note[0])
+            fprintf(stderr, "memra-bench: note: %s\n", c->mc.note);
+        c->gb_s = c->mc.r.gb_s;
+        c->source = c->mc.from_cache ? "cache" : "measured";
+        snprintf(c->detail, sizeof c->detail, "%s %s, %d threads, %.0f MiB, best of %d; %s %s",
+                 c->mc.from_cache ? "measured" : "measured now,", c->mc.r.measured_at,
+                 c->mc.r.n_threads, c->mc.r.buffer_bytes / 1048576.0, c->mc.r.reps,
+                 c->mc.from_cache ? "cached in" : "saved to", c->mc.path);
+        break;
+    }
+    case BACKEND_CUDA:
+        /* parse_args refuses backends that are not built. When the CUDA
+         * backend lands: engine_opts names the backend, and this case takes
+         * the device's bandwidth from its probe (cuda_measure_copy_bandwidth),
+         * cached per device like the host figure. */
+        MEMRA_ASSERT(0);
+    }
+}
+
+/* Bytes by dtype over every tensor, and the dtype holding the most. */
+static json_t *dtype_bytes(const checkpoint *ck, const char **main_dtype, uint64_t *total)
+{
+    struct {
+        dtype id;
+        uint64_t bytes;
+    } by[64];
+    int n = 0;
+    *total = 0;
+    for (int i = 0; i < ck->n_tensors; i++) {
+        const tensor_view *t = &ck->tensors[i];
+        int k = 0;
+        while (k < n && by[k].id != t->type)
+            k++;
+        if (k == n) {
+            if (n == (int)MEMRA_ARRAY_LEN(by))
+                continue; /* more dtypes than exist: cannot happen */
+            by[n].id = t->type;
+            by[n++].bytes = 0;
+        }
+        by[k].bytes += t->nbytes;
+        *total += t->nbytes;
+    }
+    json_t *j = json_object();
+    uint64_t best = 0;
+    *main_dtype = "none";
+    for (int k = 0; k < n; k++) {
+        const dtype_info *d = dtype_get(by[k].id);
+        const char *name = d ? d->name : "unknown";
+        json_object_set_new(j, name, json_integer((json_int_t)by[k].bytes));
+        if (by[k].bytes > best) {
+            best = by[k].bytes;
+            *main_dtype = name;
+        }
+    }
+    return j;
+}
+
+static int run_model_bench(const bench_opts *o)
+{
+    memra_err err;
+    checkpoint ck;
+    if (checkpoint_open(o->model, &ck, &err) != 0)
+        cli_fail(&err);
+    if (ck.vocab_only)
+        cli_failf("%s: a vocab-only GGUF has no weights to run (use --tokenizer)", ck.path);
+    const model_config *cfg = &ck.config;
+
+    /* What must fit the context: each prompt, and each depth + n. Depths
+     * from the default list that do not fit are skipped, with a note. */
+    int64_t limit = o->ctx > 0 ? o->ctx : cfg->n_ctx_train;
+    const char *limit_what =
+        o->ctx > 0 ? "--ctx" : "the model's training context; --ctx N raises it";
+    int64_t need = 1;
+    int64_t *pps = xmalloc(o->pp.n * sizeof *pps);
+    size_t n_pps = 0;
+    for (size_t i = 0; i < o->pp.n; i++) {
+        int64_t p = o->pp.v[i];
+        if (p == 0)
+            continue;
+        if (limit > 0 && p > limit) {
+            if (o->pp.given)
+                cli_usage("-p %" PRId64 ": the prompt does not fit the context of %" PRId64
+                          " (%s)", p, limit, limit_what);
+            fprintf(stderr, "memra-bench: note: default prompt length %" PRId64 " skipped: it "
+                    "does not fit the context of %" PRId64 " (%s)\n", p, limit, limit_what);
+            continue;
+        }
+        pps[n_pps++] = p;
+        need = p > need ? p : need;
+    }
+    int64_t *depths = xmalloc(o->depths.n * sizeof *depths);
+    size_t n_depths = 0;
+    for (size_t k = 0; k < o->depths.n; k++) {
+        int64_t d = o->depths.v[k];
+        int fits = 1;
+        for (size_t i = 0; i < o->tg.n; i++) {
+            int64_t n = o->tg.v[i];
+            if (n == 0 || limit <= 0 || d + n <= limit)
+                continue;
+            if (o->depths.given || (d == 0 && o->tg.given))
+                cli_usage("depth %" PRId64 " + %" PRId64 " decode tokens = %" PRId64
+                          " does not fit the context of %" PRId64 " (%s)", d, n, d + n, limit,
+                          limit_what);
+            fits = 0;
+        }
+        if (!fits) {
+            fprintf(stderr, "memra-bench: note: default depth %" PRId64 " skipped: it does "
+                    "not fit the context of %" PRId64 " (%s) with the decode steps\n", d, limit,
+                    limit_what);
+            continue;
+        }
+        depths[n_depths++] = d;
+        for (size_t i = 0; i < o->tg.n; i++)
+            if (o->tg.v[i] > 0)
+                need = d + o->tg.v[i] > need ? d + o->tg.v[i] : need;
+    }
+
+    int any_tg = 0;
+    for (size_t i = 0; i < o->tg.n; i++)
+        any_tg |= o->tg.v[i] > 0;
+    if (n_pps == 0 && (n_depths == 0 || !any_tg))
+        cli_usage("nothing to measure: no row fits the context of %" PRId64 " (%s)", limit,
+                  limit_what);
+
+    ceiling_info ceil;
+    get_ceiling(o, &ceil);
+
+    engine_opts eo;
+    engine_opts_default(&eo);
+    eo.n_threads = o->n_threads;
+    eo.n_ctx = need;
+    eo.kv_type = o->kv;
+    eo.n_batch = o->n_batch;
+    engine *e;
+    if (engine_load(&ck, &eo, &e, &err) != 0)
+        cli_fail(&err);
+    engine_seq *s;
+    if (engine_seq_new(e, &s, &err) != 0)
+        cli_fail(&err);
+    uint64_t bpt = engine_bytes_per_token(e);
+    const char *main_dtype;
+    uint64_t weight_bytes;
+    json_t *dtypes = dtype_bytes(&ck, &main_dtype, &weight_bytes);
+    char date[32];
+    membw_utc_now(date, sizeof date);
+    int n_batch = o->n_batch > 0 ? o->n_batch : 64;
+    const char *kv_name = o->kv == KV_F16 ? "f16" : "f32";
+    const char *fmt = ck.format == CKPT_GGUF ? "gguf" : "hf";
+    double ceiling_tok_s = ceil.gb_s * 1e9 / (double)bpt;
+
+    json_t *host = host_json();
+    if (!o->json) {
+        char hb[32], wb[32];
+        human_bytes(bpt, hb, sizeof hb);
+        human_bytes(weight_bytes, wb, sizeof wb);
+        printf("memra-bench %s\n", date);
+        printf("model     %s: %s, %s, %s (%s of weights); %" PRId64 " layers, dim %" PRId64
+               ", vocab %" PRId64 "\n", ck.path, family_name(cfg->family), fmt, main_dtype, wb,
+               cfg->n_layers, cfg->dim, cfg->n_vocab);
+        printf("streams   %s per decode token\n", hb);
+        printf("backend   %s, %d threads, kv %s, prefill chunk %d, context %" PRId64
+               " allocated\n", backends[o->backend].name, o->n_threads, kv_name, n_batch,
+               engine_n_ctx(e));
+        printf("ceiling   %.2f GB/s %s (%s); decode ceiling %.1f tok/s\n", ceil.gb_s,
+               backends[o->backend].ceiling_what, ceil.detail, ceiling_tok_s);
+        printf("cpu       %s (%d online CPUs)\n",
+               json_string_value(json_object_get(host, "cpu")), membw_online_cpus());
+        printf("timing    %d warm-up, median of %d [min, max]; GB/s: decode = bytes/token x "
+               "tok/s, prefill = weight bytes / prompt time\n\n", o->warmup, o->reps);
+        printf("| %-16s | %32s | %9s | %8s | %9s |\n", "test", "tok/s median [min, max]",
+               "ms/token", "GB/s", "% ceiling");
+        printf("|%.18s|%.34s|%.11s|%.10s|%.11s|\n", "------------------------------------",
+               "------------------------------------", "------------------------------------",
+               "------------------------------------", "------------------------------------");
+        fflush(stdout);
+    }
+
+    json_t *rows = json_array();
+    uint64_t seed = 1;
+    for (size_t i = 0; i < n_pps; i++) {
+        bench_row r = {.n_prompt = pps[i], .tokens = pps[i]};
+        snprintf(r.test, sizeof r.test, "pp%" PRId64, r.n_prompt);
+        if (bench_prefill(e, s, (int)r.n_prompt, o->warmup, o->reps, seed, &r.ms, &err) != 0)
+            cli_fail(&err);
+        finish_row(&r, bpt, ceil.gb_s);
+        json_array_append_new(rows, row_json(&r));
+        if (!o->json)
+            print_row(&r);
+    }
+    for (size_t i = 0; i < o->tg.n; i++) {
+        if (o->tg.v[i] == 0)
+            continue;
+        for (size_t k = 0; k < n_depths; k++) {
+            bench_row r = {.decode = 1, .n_gen = o->tg.v[i], .depth = depths[k],
+                           .tokens = o->tg.v[i]};
+            snprintf(r.test, sizeof r.test, "tg%" PRId64, r.n_gen);
+            if (bench_decode(e, s, r.depth, (int)r.n_gen, o->warmup, o->reps, seed, &r.ms,
+                             &err) != 0)
+                cli_fail(&err);
+            finish_row(&r, bpt, ceil.gb_s);
+            json_array_append_new(rows, row_json(&r));
+            if (!o->json)
+                print_row(&r);
+        }
+    }
+
+    if (o->json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "program", json_string("memra-bench"));
+        json_object_set_new(j, "mode", json_string("model"));
+        json_object_set_new(j, "date", json_string(date));
+        json_object_set_new(j, "host", json_incref(host));
+        json_t *m = json_object();
+        json_object_set_new(m, "path", json_string(ck.path));
+        json_object_set_new(m, "family", json_string(family_name(cfg->family)));
+        json_object_set_new(m, "format", json_string(fmt));
+        json_object_set_new(m, "dtype", json_string(main_dtype));
+        json_object_set_new(m, "dtype_bytes", dtypes);
+        dtypes = NULL;
+        json_object_set_new(m, "weight_bytes", json_integer((json_int_t)weight_bytes));
+        json_object_set_new(m, "bytes_per_token", json_integer((json_int_t)bpt));
+        json_object_set_new(m, "n_layers", json_integer(cfg->n_layers));
+        json_object_set_new(m, "dim", json_integer(cfg->dim));
+        json_object_set_new(m, "n_vocab", json_integer(cfg->n_vocab));
+        json_object_set_new(m, "n_ctx_train", json_integer(cfg->n_ctx_train));
+        json_object_set_new(j, "model", m);
+        json_object_set_new(j, "backend", json_string(backends[o->backend].name));
+        json_object_set_new(j, "threads", json_integer(o->n_threads));
+        json_object_set_new(j, "kv_type", json_string(kv_name));
+        json_object_set_new(j, "n_batch", json_integer(n_batch));
+        json_object_set_new(j, "n_ctx", json_integer(engine_n_ctx(e)));
+        json_t *cj = json_object();
+        json_object_set_new(cj, "gb_s", json_real(ceil.gb_s));
+        json_object_set_new(cj, "what", json_string(backends[o->backend].ceiling_what));
+        json_object_set_new(cj, "source", json_string(ceil.source));
+        if (strcmp(ceil.source, "given") != 0) {
+            json_object_set_new(cj, "cache_file", json_string(ceil.mc.path));
+            json_object_set_new(cj, "measured_at", json_string(ceil.mc.r.measured_at));
+            json_object_set_new(cj, "probe_threads", json_integer(ceil.mc.r.n_threads));
+            json_object_set_new(cj, "probe_buffer_bytes",
+                                json_integer((json_int_t)ceil.mc.r.buffer_bytes));
+            json_object_set_new(cj, "probe_reps", json_integer(ceil.mc.r.reps));
+        }
+        json_object_set_new(cj, "decode_tok_s", json_real(ceiling_tok_s));
+        json_object_set_new(j, "ceiling", cj);
+        json_object_set_new(j, "warmup", json_integer(o->warmup));
+        json_object_set_new(j, "reps", json_integer(o->reps));
+        json_object_set_new(j, "rows", rows);
+        rows = NULL;
+        print_json(j);
+        json_decref(j);
+    }
+    json_decref(rows);
+    json_decref(dtypes);
+    json_decref(host);
+    free(depths);
+    free(pps);
+    engine_seq_free(s);
+    engine_free(e);
+    checkpoint_close(&ck);
+    return 0;
+}
+
+/* ---- the tokenizer bench ---- */
+
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int file_exists_in(const char *dir, const char *name)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+static int run_tokenizer_bench(const bench_opts *o)
+{
+    memra_err err;
+    tokenizer *t;
+    checkpoint ck;
+    int have_ck = 0;
+    const char *loaded_from;
+    /* A dir with tokenizer.json but no config.json is no checkpoint, yet
+     * it is all a tokenizer needs (scripts/fetch-tokenizers.sh makes them). */
+    if (is_dir(o->model) && file_exists_in(o->model, "tokenizer.json") &&
+        !file_exists_in(o->model, "config.json")) {
+        if (tok_load_hf_dir(o->model, &t, &err) != 0)
+            cli_fail(&err);
+        loaded_from = "tokenizer.json";
+    } else {
+        if (checkpoint_open(o->model, &ck, &err) != 0)
+            cli_fail(&err);
+        have_ck = 1;
+        if (tok_load_checkpoint(&ck, &t, &err) != 0)
+            cli_fail(&err);
+        loaded_from = ck.format == CKPT_GGUF ? "GGUF tokenizer.* keys" : "tokenizer.json";
+    }
+    char *text;
+    size_t len;
+    const char *text_what;
+    if (o->text_file) {
+        if (read_small_file(o->text_file, 1u << 30, &text, &len, &err) != 0)
+            cli_fail(&err);
+        text_what = o->text_file;
+    } else {
+        text = bench_mixed_text(DEFAULT_TEXT_BYTES, &len);
+        text_what = bench_mixed_text_description();
+    }
+    if (len == 0)
+        cli_failf("%s: the text is empty", o->text_file ? o->text_file : "built-in text");
+    bench_stats ms;
+    size_t n_tokens;
+    if (bench_tokenize(t, text, len, o->warmup, o->reps, &ms, &n_tokens, &err) != 0)
+        cli_fail(&err);
+    double mb_s = len / (ms.median / 1e3) / 1e6;
+    double mb_s_min = len / (ms.max / 1e3) / 1e6, mb_s_max = len / (ms.min / 1e3) / 1e6;
+    double tokens_s = n_tokens / (ms.median / 1e3);
+    double bytes_per_token = n_tokens ? (double)len / n_tokens : 0;
+    const char *kind = tok_get_kind(t) == TOK_SPM ? "sentencepiece-bpe" : "byte-level-bpe";
+    char date[32];
+    membw_utc_now(date, sizeof date);
+    json_t *host = host_json();
+    if (o->json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "program", json_string("memra-bench"));
+        json_object_set_new(j, "mode", json_string("tokenizer"));
+        json_object_set_new(j, "date", json_string(date));
+        json_object_set_new(j, "host", json_incref(host));
+        json_object_set_new(j, "tokenizer",
+                            json_pack("{s:s,s:s,s:s,s:I}", "path", o->model, "loaded_from",
+                                      loaded_from, "kind", kind, "vocab",
+                                      (json_int_t)tok_vocab_size(t)));
+        json_object_set_new(j, "text", json_pack("{s:s,s:s,s:I}", "source",
+                                                 o->text_file ? "file" : "builtin",
+                                                 "description", text_what, "bytes",
+                                                 (json_int_t)len));
+        json_object_set_new(j, "threads", json_integer(1));
+        json_object_set_new(j, "warmup", json_integer(o->warmup));
+        json_object_set_new(j, "reps", json_integer(o->reps));
+        json_object_set_new(j, "n_tokens", json_integer((json_int_t)n_tokens));
+        json_object_set_new(j, "mb_s", json_real(mb_s));
+        json_object_set_new(j, "mb_s_min", json_real(mb_s_min));
+        json_object_set_new(j, "mb_s_max", json_real(mb_s_max));
+        json_object_set_new(j, "tokens_s", json_real(tokens_s));
+        json_object_set_new(j, "bytes_per_token", json_real(bytes_per_token));
+        json_object_set_new(j, "ms", json_pack("{s:f,s:f,s:f,s:f}", "median", ms.median, "min",
+                                               ms.min, "max", ms.max, "mean", ms.mean));
+        print_json(j);
+        json_decref(j);
+    } else {
+        printf("memra-bench --tokenizer %s\n", date);
+        printf("tokenizer %s: %s, %zu tokens (from %s)\n", o->model, kind, tok_vocab_size(t),
+               loaded_from);
+        printf("text      %s: %zu bytes\n", text_what, len);
+        printf("encode    raw (no BOS/EOS, special-token text not parsed), one thread\n");
+        printf("cpu       %s\n", json_string_value(json_object_get(host, "cpu")));
+        printf("timing    %d warm-up, median of %d [min, max]; MB = 1e6 bytes\n\n", o->warmup,
+               o->reps);
+        char mbs[96];
+        snprintf(mbs, sizeof mbs, "%.2f [%.2f, %.2f]", mb_s, mb_s_min, mb_s_max);
+        printf("| %28s | %12s | %11s | %10s | %12s |\n", "MB/s median [min, max]", "tokens/s",
+               "bytes/token", "tokens", "ms/encode");
+        printf("|------------------------------|--------------|-------------|------------|"
+               "--------------|\n");
+        printf("| %28s | %12.0f | %11.3f | %10zu | %12.2f |\n", mbs, tokens_s, bytes_per_token,
+               n_tokens, ms.median);
+    }
+    json_decref(host);
+    free(text);
+    tok_free(t);
+    if (have_ck)
+        checkpoint_close(&ck);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    cli_set_program("memra-bench");
+    bench_opts o = {0};
+    parse_args(argc, argv, &o);
+    int rc = o.tokenizer ? run_tokenizer_bench(&o) : run_model_bench(&o);
+    free(o.pp.v);
+    free(o.tg.v);
+    free(o.depths.v);
+    return rc;
+}

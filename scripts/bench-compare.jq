@@ -1,0 +1,47 @@
+# Two `memra-bench --json` runs side by side, as a Markdown table with the
+# ratio B/A of each row's throughput (tok/s for model runs, MB/s for
+# tokenizer runs). Rows are matched by test and depth; a row only one run
+# has shows "-".
+#
+#   jq -s -r -f scripts/bench-compare.jq A.json B.json
+#
+# Both runs must be of the same mode (model or tokenizer).
+
+def r(d): if . == null then "-" else (. * pow(10; d) | round) / pow(10; d) | tostring end;
+def num: if . == null then "-" elif . >= 100 then r(1) elif . >= 1 then r(2) else r(4) end;
+
+# [{key, value, pct}] for one run
+def rows:
+  if .mode == "tokenizer" then
+    [{key: "tokenize \(.text.bytes) B", value: .mb_s, pct: null}]
+  else
+    [.rows[] | {key: (if .kind == "decode" then "\(.test) @ d\(.depth)" else .test end),
+                value: .tok_s, pct: .pct_ceiling}]
+  end;
+
+def describe:
+  if .mode == "tokenizer" then
+    "\(.tokenizer.path) (\(.tokenizer.kind)), \(.text.source) text, 1 thread, \(.host.cpu), \(.date)"
+  else
+    "\(.model.path) (\(.model.family) \(.model.dtype)), \(.backend), \(.threads) thread\(if .threads == 1 then "" else "s" end), kv \(.kv_type), ceiling \(.ceiling.gb_s | num) GB/s (\(.ceiling.source)), \(.host.cpu), \(.date)"
+  end;
+
+if length != 2 then error("bench-compare: give exactly two memra-bench --json runs (jq -s)")
+elif (map(.program) | unique) != ["memra-bench"] then error("bench-compare: both inputs must be memra-bench --json output")
+elif .[0].mode != .[1].mode then error("bench-compare: one run is \(.[0].mode), the other \(.[1].mode)")
+else
+  .[0] as $a | .[1] as $b
+  | ($a | rows) as $ra | ($b | rows) as $rb
+  | (if $a.mode == "tokenizer" then "MB/s" else "tok/s" end) as $unit
+  | ([$ra[].key] + [$rb[].key] | reduce .[] as $k ([]; if index([$k]) then . else . + [$k] end)) as $keys
+  | "A: \($a | describe)",
+    "B: \($b | describe)",
+    "",
+    "| test | A \($unit) | B \($unit) | B/A | A % ceiling | B % ceiling |",
+    "|---|---:|---:|---:|---:|---:|",
+    ($keys[] as $k
+     | ($ra | map(select(.key == $k)) | first) as $x
+     | ($rb | map(select(.key == $k)) | first) as $y
+     | (if $x != null and $y != null and $x.value > 0 then "\($y.value / $x.value | r(2))x" else "-" end) as $ratio
+     | "| \($k) | \($x.value | num) | \($y.value | num) | \($ratio) | \($x.pct | num) | \($y.pct | num) |")
+end

@@ -1,0 +1,98 @@
+# memra-bench end to end: the JSON rows and their arithmetic, the table, the
+# bandwidth probe and its cache, the tokenizer bench (vocab-only GGUF,
+# tokenizer.json dir, a file), bench-compare.jq, and bad input. Small
+# -p/-n/-r throughout; no speed is ever asserted.
+source tests/integration/lib.bash
+STORIES=$SHARED/models/stories260K.gguf
+TINY=models/memra-tiny.gguf
+QWEN2=$SHARED/vocab/ggml-vocab-qwen2.gguf
+# Never touch the user's cache: the probe writes under the scratch dir.
+export MEMRA_CACHE=$T/cache
+
+# The model bench, with a given ceiling (no probe).
+memra-bench "$STORIES" -p 32 -n 8 -d 0,16 -r 2 -t 1 --bandwidth 10 --json >"$T/a.json" 2>"$T/a.err"
+check "stories260K --json has pp32, tg8 @ d0 and tg8 @ d16" \
+  jq -e '[.rows[] | [.test, .kind, .depth, .tokens]] == [["pp32","prefill",0,32],["tg8","decode",0,8],["tg8","decode",16,8]]' "$T/a.json"
+check "every row has positive tok/s, min <= median <= max, and r repetitions" \
+  jq -e '.rows | length == 3 and all(.tok_s > 0 and .tok_s_min > 0 and .tok_s_min <= .tok_s and .tok_s <= .tok_s_max and .ms.min <= .ms.median and .ms.median <= .ms.max)' "$T/a.json"
+check "ms/token = 1000 / tok/s, and = median ms / tokens" \
+  jq -e 'def near(a; b): ((a - b) | fabs) <= 1e-6 * (b | fabs) + 1e-9; .rows | all(near(.ms_per_token; 1000 / .tok_s) and near(.ms_per_token; .ms.median / .tokens))' "$T/a.json"
+check "decode GB/s = bytes/token x tok/s / 1e9; prefill GB/s = weight bytes / prompt time" \
+  jq -e 'def near(a; b): ((a - b) | fabs) <= 1e-6 * (b | fabs) + 1e-12; .model.bytes_per_token as $b | .rows | all(if .kind == "decode" then near(.gb_s; $b * .tok_s / 1e9) else near(.gb_s; $b / (.ms.median / 1000) / 1e9) end)' "$T/a.json"
+check "% of ceiling = GB/s / the given 10 GB/s" \
+  jq -e 'def near(a; b): ((a - b) | fabs) <= 1e-6 * (b | fabs) + 1e-12; .ceiling.gb_s == 10 and .ceiling.source == "given" and (.rows | all(near(.pct_ceiling; 100 * .gb_s / 10)))' "$T/a.json"
+check "bytes/token is the census figure" \
+  bash -c "[ \"\$(jq .model.bytes_per_token '$T/a.json')\" = \"\$(memra-census '$STORIES' --json | jq .decode.bytes_per_token)\" ]"
+check "header fields: model, family, dtype, threads, backend, date, cpu, reps" \
+  jq -e '.program == "memra-bench" and .mode == "model" and (.model.path | endswith("stories260K.gguf")) and .model.family == "llama" and .model.format == "gguf" and .model.dtype == "F32" and .threads == 1 and .backend == "cpu" and .kv_type == "f32" and .reps == 2 and .warmup == 1 and (.date | test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T")) and (.host.cpu | length > 0) and .ceiling.decode_tok_s > 0' "$T/a.json"
+check "nothing but the JSON on stdout, nothing on stderr with a given ceiling" \
+  bash -c "[ ! -s '$T/a.err' ] && jq -e . '$T/a.json' >/dev/null"
+
+memra-bench "$TINY" -p 16 -n 4 -d 0,64 -r 1 -t 2 --kv f16 --n-batch 8 --bandwidth 10 --json >"$T/t.json"
+check "memra-tiny: qwen3 BF16, kv f16, 2 threads, prefill chunk 8, three rows" \
+  jq -e '.model.family == "qwen3" and .model.dtype == "BF16" and .kv_type == "f16" and .threads == 2 and .n_batch == 8 and (.rows | length == 3 and all(.tok_s > 0))' "$T/t.json"
+
+memra-bench "$TINY" -p 16 -n 4 -r 1 -t 2 --bandwidth 10 --json >"$T/d.json" 2>"$T/d.err"
+check "a default depth that does not fit (512 + 4 > 512) is skipped with a note" \
+  bash -c "grep -q 'default depth 512 skipped' '$T/d.err' && jq -e '[.rows[] | .depth] == [0, 0]' '$T/d.json'"
+
+memra-bench "$STORIES" -p 16 -n 4 -d 0,8 -r 1 --bandwidth 10 >"$T/table.txt"
+check "the table has the header and one line per row" \
+  bash -c "grep -Eq '^model +.*stories260K.gguf: llama, gguf, F32' '$T/table.txt' && grep -Eq '^ceiling +10.00 GB/s host memory read bandwidth \\(given' '$T/table.txt' && grep -Eq '^cpu ' '$T/table.txt' && grep -Eq '^\\| pp16 ' '$T/table.txt' && grep -Eq '^\\| tg4 @ d8 ' '$T/table.txt'"
+
+# The probe: measured once, then read from the cache.
+memra-bench "$STORIES" -p 8 -n 0 -r 1 --json >"$T/p1.json" 2>"$T/p1.err"
+check "first run measures the host bandwidth and writes the cache" \
+  bash -c "jq -e '.ceiling.source == \"measured\" and .ceiling.gb_s > 0 and (.ceiling.cache_file | startswith(\"$MEMRA_CACHE/bandwidth-\"))' '$T/p1.json' && jq -e '.read_gb_s > 0' $MEMRA_CACHE/bandwidth-*.json && grep -q 'measuring the host memory read bandwidth' '$T/p1.err'"
+memra-bench "$STORIES" -p 8 -n 0 -r 1 --json >"$T/p2.json" 2>"$T/p2.err"
+check "second run reads the cache (same figure, no probe)" \
+  bash -c "jq -e '.ceiling.source == \"cache\"' '$T/p2.json' && [ \"\$(jq .ceiling.gb_s '$T/p1.json')\" = \"\$(jq .ceiling.gb_s '$T/p2.json')\" ] && [ ! -s '$T/p2.err' ]"
+
+# The tokenizer bench.
+memra-bench "$QWEN2" --tokenizer -r 1 --json >"$T/tok.json"
+check "tokenizer bench on the qwen2 vocab-only GGUF: MB/s > 0 on the built-in ~1 MB text" \
+  jq -e '.mode == "tokenizer" and .mb_s > 0 and .tokens_s > 0 and .n_tokens > 0 and .text.source == "builtin" and .text.bytes > 990000 and .text.bytes <= 1000000 and .tokenizer.kind == "byte-level-bpe" and .tokenizer.vocab == 151936 and .threads == 1' "$T/tok.json"
+check "tokenizer figures add up (bytes/token, tokens/s, MB/s from the median)" \
+  jq -e 'def near(a; b): ((a - b) | fabs) <= 1e-6 * (b | fabs); near(.bytes_per_token; .text.bytes / .n_tokens) and near(.mb_s; .text.bytes / (.ms.median / 1000) / 1e6) and near(.tokens_s; .n_tokens / (.ms.median / 1000)) and .mb_s_min <= .mb_s and .mb_s <= .mb_s_max' "$T/tok.json"
+check "the built-in text is the same every run (same token count)" \
+  bash -c "[ \"\$(memra-bench '$QWEN2' --tokenizer -r 1 --json | jq .n_tokens)\" = \"\$(jq .n_tokens '$T/tok.json')\" ]"
+check "tokenizer bench table names the text it used" \
+  bash -c "memra-bench '$QWEN2' --tokenizer -r 1 | grep -Eq '^text +built-in mixed text'"
+check "tokenizer bench on a file: its bytes, its source" \
+  bash -c "memra-bench '$QWEN2' --tokenizer -f README.md -r 1 --json | jq -e '.text.source == \"file\" and .text.bytes == $(wc -c <README.md) and .mb_s > 0'"
+memra-convert "$TINY" "$T/hf" >/dev/null 2>&1 && mkdir -p "$T/tokdir" && cp "$T/hf/tokenizer.json" "$T/hf/tokenizer_config.json" "$T/tokdir/"
+check "tokenizer bench on a dir holding just tokenizer.json" \
+  bash -c "memra-bench '$T/tokdir' --tokenizer -r 1 --json | jq -e '.tokenizer.loaded_from == \"tokenizer.json\" and .tokenizer.vocab == 4096 and .mb_s > 0'"
+check "tokenizer bench on a model GGUF (its own tokenizer, no weights run)" \
+  bash -c "memra-bench '$TINY' --tokenizer -r 1 --json | jq -e '.tokenizer.loaded_from == \"GGUF tokenizer.* keys\" and .mb_s > 0'"
+
+# bench-compare.jq
+memra-bench "$STORIES" -p 32 -n 8 -d 0,24 -r 1 -t 2 --bandwidth 20 --json >"$T/b.json"
+jq -s -r -f scripts/bench-compare.jq "$T/a.json" "$T/b.json" >"$T/cmp.txt"
+check "bench-compare: a ratio table over the rows of both runs" \
+  bash -c "grep -Eq '^A: .*stories260K.gguf \\(llama F32\\), cpu, 1 thread,' '$T/cmp.txt' && grep -Eq '^B: .*2 threads' '$T/cmp.txt' && grep -Eq '^\\| test \\| A tok/s \\| B tok/s \\| B/A \\|' '$T/cmp.txt' && grep -Eq '^\\| pp32 \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+x \\|' '$T/cmp.txt' && grep -Eq '^\\| tg8 @ d0 \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+x \\|' '$T/cmp.txt' && grep -Eq '^\\| tg8 @ d16 \\| [0-9.]+ \\| - \\| - \\|' '$T/cmp.txt' && grep -Eq '^\\| tg8 @ d24 \\| - \\| [0-9.]+ \\| - \\|' '$T/cmp.txt'"
+check "bench-compare: the ratio is B tok/s / A tok/s" \
+  bash -c "want=\$(jq -s -r '(.[1].rows[0].tok_s / .[0].rows[0].tok_s * 100 | round) / 100 | tostring' '$T/a.json' '$T/b.json'); grep -q \"^| pp32 | .* | \${want}x |\" '$T/cmp.txt'"
+check "bench-compare on two tokenizer runs" \
+  bash -c "jq -s -r -f scripts/bench-compare.jq '$T/tok.json' '$T/tok.json' | grep -Eq '^\\| tokenize [0-9]+ B \\| [0-9.]+ \\| [0-9.]+ \\| 1x \\|'"
+expect_error "bench-compare refuses a model run against a tokenizer run" 5 "one run is model, the other tokenizer" \
+  jq -s -r -f scripts/bench-compare.jq "$T/a.json" "$T/tok.json"
+
+# Bad input: one line each; exit 2 for usage, 1 for a bad model.
+expect_error "batched decode is not built yet" 2 "-b 8: batched decode is not built yet" memra-bench "$STORIES" -b 1,8
+expect_error "cuda backend is not built yet" 2 "--backend cuda: the CUDA backend is not built yet" memra-bench "$STORIES" --backend cuda
+expect_error "unknown backend" 2 "--backend: 'tpu' is not cpu or cuda" memra-bench "$STORIES" --backend tpu
+expect_error "depth + n beyond the context names the numbers" 2 "depth 500 \\+ 128 decode tokens = 628 does not fit the context of 512" memra-bench "$TINY" -d 0,500 -n 128
+expect_error "a prompt beyond the context" 2 "-p 1000: the prompt does not fit the context of 512" memra-bench "$TINY" -p 1000
+expect_error "--ctx sets the limit" 2 "depth 0 \\+ 64 decode tokens = 64 does not fit the context of 32 \\(--ctx\\)" memra-bench "$STORIES" -p 16 -n 64 -d 0 -c 32
+expect_error "zero repetitions" 2 "-r: 0 is out of range" memra-bench "$STORIES" -r 0
+expect_error "bad kv type" 2 "--kv: 'q8' is not f32 or f16" memra-bench "$STORIES" --kv q8
+expect_error "bad list entry" 2 "-d: 'x' is not an integer" memra-bench "$STORIES" -d 0,x
+expect_error "nothing to measure" 2 "nothing to measure" memra-bench "$STORIES" -p 0 -n 0
+expect_error "unknown flag" 2 "unknown option '--bogus'" memra-bench "$STORIES" --bogus
+expect_error "no model" 2 "no MODEL given" memra-bench
+expect_error "-f without --tokenizer" 2 "-f goes with --tokenizer" memra-bench "$STORIES" -f README.md
+expect_error "model flags with --tokenizer" 2 "--threads goes with the model bench" memra-bench "$QWEN2" --tokenizer -t 2
+expect_error "vocab-only GGUF in the model bench" 1 "vocab-only GGUF has no weights" memra-bench "$QWEN2"
+expect_error "missing model" 1 "nope.gguf" memra-bench "$T/nope.gguf"
+expect_error "missing text file" 1 "missing.txt" memra-bench "$QWEN2" --tokenizer -f "$T/missing.txt"
