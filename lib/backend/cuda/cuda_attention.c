@@ -175,6 +175,17 @@ void cuda_attention_free(cuda_backend *cb)
     cb->n_rope = 0;
 }
 
+/* Whether the pool was made for this cache: the same address and the same
+ * geometry (a cache freed and another made at the same address must not
+ * inherit a pool of the wrong size). */
+static int kv_matches(const cuda_backend *cb, const kv_cache *kv)
+{
+    const kv_cache *g = &cb->kv_geom;
+    return cb->kv == kv && g->type == kv->type && g->n_layers == kv->n_layers &&
+           g->kv_dim == kv->kv_dim && g->block_size == kv->block_size &&
+           g->n_blocks == kv->n_blocks;
+}
+
 int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err)
 {
     cuda_backend *cb = cuda_of(b);
@@ -182,7 +193,7 @@ int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err)
         *err = cb->err;
         return -1;
     }
-    if (cb->kv == kv)
+    if (kv_matches(cb, kv))
         return 0;
     if (cb->kv) { /* another cache: this backend serves one pool at a time */
         cudaStreamSynchronize(cb->stream);
@@ -213,6 +224,12 @@ int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err)
         return memra_fail(err, "CUDA device %d: clearing the KV cache failed: %s",
                           cb->info.index, cudaGetErrorString(rc));
     cb->kv = kv;
+    memset(&cb->kv_geom, 0, sizeof cb->kv_geom);
+    cb->kv_geom.type = kv->type;
+    cb->kv_geom.n_layers = kv->n_layers;
+    cb->kv_geom.kv_dim = kv->kv_dim;
+    cb->kv_geom.block_size = kv->block_size;
+    cb->kv_geom.n_blocks = kv->n_blocks;
     return 0;
 }
 
@@ -230,7 +247,7 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
                        rows->seq[i] ? "another KV cache than row 0" : "no sequence");
             return;
         }
-    if (cb->kv != kc) {
+    if (!kv_matches(cb, kc)) {
         memra_err e;
         if (cuda_kv_prepare(b, kc, &e) != 0) {
             cuda_failf(cb, "%s", e.msg);

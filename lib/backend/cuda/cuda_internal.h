@@ -36,6 +36,7 @@ typedef struct cuda_weight {
 typedef struct cuda_moe_table {
     const bk_weight *gate_host; /* the layer's host array: the cache key */
     int n_experts;
+    const void **key;           /* [3][n_experts] the experts' bk_weight.dev when made */
     const void **gate, **up, **down; /* device arrays [n_experts] */
     cu_matrix gate_m, up_m, down_m;  /* shape and format (data unused) */
     struct cuda_moe_table *next;
@@ -71,6 +72,7 @@ typedef struct {
 
     /* The device KV pool, the geometry of the host cache it mirrors. */
     const kv_cache *kv;
+    kv_cache kv_geom;       /* its geometry when the pool was made (no pointers kept) */
     void *kv_k, *kv_v;
     /* The row metadata last uploaded (host copy, int32s), so a step's
      * layers upload it once. */

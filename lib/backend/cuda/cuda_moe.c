@@ -53,14 +53,38 @@ static int expert_array(cuda_backend *cb, const bk_weight *ws, int ne, const voi
     return 0;
 }
 
+/* Whether t was made for exactly these experts: the same host array and
+ * the same device copies (an array at a reused address must not hit). */
+static int table_matches(const cuda_moe_table *t, const bk_moe *m)
+{
+    if (t->gate_host != m->gate || t->n_experts != m->n_experts)
+        return 0;
+    int ne = m->n_experts;
+    for (int e = 0; e < ne; e++)
+        if (t->key[e] != m->gate[e].dev || t->key[ne + e] != m->up[e].dev ||
+            t->key[2 * ne + e] != m->down[e].dev)
+            return 0;
+    return 1;
+}
+
 static cuda_moe_table *moe_table(cuda_backend *cb, const bk_moe *m)
 {
     for (cuda_moe_table *t = cb->moe; t; t = t->next)
-        if (t->gate_host == m->gate && t->n_experts == m->n_experts)
+        if (table_matches(t, m))
             return t;
+    if (m->n_experts <= 0) {
+        cuda_failf(cb, "ffn_moe: %d experts", m->n_experts);
+        return NULL;
+    }
     cuda_moe_table *t = xcalloc(1, sizeof *t);
     t->gate_host = m->gate;
     t->n_experts = m->n_experts;
+    t->key = xmalloc(3 * (size_t)m->n_experts * sizeof *t->key);
+    for (int e = 0; e < m->n_experts; e++) {
+        t->key[e] = m->gate[e].dev;
+        t->key[m->n_experts + e] = m->up[e].dev;
+        t->key[2 * m->n_experts + e] = m->down[e].dev;
+    }
     t->next = cb->moe;
     cb->moe = t; /* listed before filling, so cuda_moe_free finds a half-made one */
     if (expert_array(cb, m->gate, m->n_experts, &t->gate, &t->gate_m) != 0 ||
@@ -77,6 +101,7 @@ void cuda_moe_free(cuda_backend *cb)
         cudaFree((void *)cb->moe->gate);
         cudaFree((void *)cb->moe->up);
         cudaFree((void *)cb->moe->down);
+        free(cb->moe->key);
         free(cb->moe);
         cb->moe = n;
     }
