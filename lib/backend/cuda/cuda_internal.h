@@ -110,6 +110,11 @@ void *cuda_stage_upload(cuda_backend *cb, int which, const void *src, size_t n);
 /* Copy host data to device memory and wait for it (one-time uploads). */
 int cuda_upload_sync(cuda_backend *cb, void *dst, const void *src, size_t n, memra_err *err);
 
+/* One stored row (ggml bytes) into its device layout (kernels/
+ * weight_layout.h); dst holds cw_row_stride bytes, already zeroed. */
+void cuda_repack_row(cw_format f, const uint8_t *src, size_t row_bytes, int64_t cols,
+                     uint8_t *dst);
+
 /* The device copy of a prepared weight, or NULL (recorded as a failure,
  * naming `op`) when the CUDA backend did not prepare it. */
 const cuda_weight *cuda_weight_of(cuda_backend *cb, const bk_weight *w, const char *op);

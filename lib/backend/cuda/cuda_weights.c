@@ -32,9 +32,8 @@ static int format_of(dtype t, cw_format *f)
     }
 }
 
-/* One stored row into the device layout (dst has stride bytes, zeroed). */
-static void repack_row(cw_format f, const uint8_t *src, size_t row_bytes, int64_t cols,
-                       uint8_t *dst)
+void cuda_repack_row(cw_format f, const uint8_t *src, size_t row_bytes, int64_t cols,
+                     uint8_t *dst)
 {
     int64_t nb = cols / cw_block_elems(f);
     size_t soff = cw_scale_offset(f, cols);
@@ -88,7 +87,7 @@ static int upload_matrix(cuda_backend *cb, const bk_weight *w, cuda_weight *cw, 
         int64_t nr = w->rows - r0 < chunk ? w->rows - r0 : chunk;
         memset(buf, 0, (size_t)nr * stride);
         for (int64_t r = 0; r < nr; r++)
-            repack_row(f, w->data + (size_t)(r0 + r) * w->row_bytes, w->row_bytes, w->cols,
+            cuda_repack_row(f, w->data + (size_t)(r0 + r) * w->row_bytes, w->row_bytes, w->cols,
                        buf + (size_t)r * stride);
         rc = cuda_upload_sync(cb, (uint8_t *)dev + (size_t)r0 * stride, buf, (size_t)nr * stride,
                               err);
