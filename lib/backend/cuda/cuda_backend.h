@@ -6,6 +6,7 @@
 #define MEMRA_BACKEND_CUDA_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backend/backend.h"
 
