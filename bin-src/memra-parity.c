@@ -7,6 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
+#if MEMRA_CUDA
+#include "backend/cuda/kernel_check.h"
+#endif
 #include "core/check.h"
 #include "core/cli.h"
 #include "engine/engine.h"
@@ -19,8 +23,10 @@
 
 static const char usage[] =
     "usage: memra-parity MODEL --reference REF.safetensors [--json] [--max-abs X]\n"
-    "                    [--min-cosine C] [--kv f32|f16] [-t N]\n"
+    "                    [--min-cosine C] [--kv f32|f16] [--backend cpu|cuda] [-t N]\n"
     "       memra-parity MODEL --perplexity TEXT_FILE [--window N] [--json] [-t N]\n"
+    "       memra-parity MODEL --backends cpu,cuda --prompt-ids ID,ID,... [--json]\n"
+    "       memra-parity --kernels [--perf] [--only OP] [--device N] [--seed S]\n"
     "\n"
     "Runs MODEL over the token ids of a reference dump (scripts/hf_reference.py writes them:\n"
     "tokens I32 [n], logits F32 [n, vocab], optional hidden F32 [n_layers + 1, n, dim]) and\n"
@@ -36,10 +42,20 @@ static const char usage[] =
     "  --perplexity F  perplexity on text file F: consecutive windows from the start, each run\n"
     "                  from position 0, mean NLL over every next token (no reference needed)\n"
     "  --window N      perplexity window in tokens (default: the context, at most 512)\n"
+    "  --backend B     run MODEL on cpu (default) or cuda\n"
+    "  --backends A,B  compare two backends' logits and hidden states on --prompt-ids\n"
+    "                  (same gates as --reference, with A as the reference)\n"
+    "  --prompt-ids L  comma-separated token ids for --backends\n"
+    "  --kernels       every CUDA op against the CPU backend's on random inputs: one line\n"
+    "                  per check, then ALL GREEN (exit 0) or the failures (exit 1)\n"
+    "  --perf          with --kernels: also time each op (us per call, GB/s), large shapes too\n"
+    "  --only OP       with --kernels: only the checks whose op name contains OP\n"
+    "  --device N      CUDA device (default 0)\n"
+    "  --seed S        with --kernels: the random inputs' seed (default 1)\n"
     "  -t, --threads N worker threads (default all cores; env MEMRA_THREADS)\n"
     "  -h, --help      this text\n"
     "\n"
-    "Not built yet (rejected): --kernels (CUDA backend), --imatrix and --against (quantization).\n"
+    "Not built yet (rejected): --imatrix and --against (quantization).\n"
     "Exit status: 0 within thresholds, 1 beyond them or on failure, 2 bad usage.\n";
 
 typedef struct {
@@ -48,6 +64,11 @@ typedef struct {
     double max_abs, min_cosine; /* < 0: the default for the weights' dtype */
     kv_type kv;
     int n_threads;
+    backend_kind backend;
+    int kernels, perf, device, n_backends;
+    backend_kind backends[2];
+    const char *prompt_ids, *only;
+    uint64_t seed;
 } parity_opts;
 
 /* Collects hidden states as the engine reports them, by position. */
@@ -116,6 +137,10 @@ static void parse_args(int argc, char **argv, parity_opts *o)
         {"kernels", no_argument, NULL, 'K'},         {"imatrix", required_argument, NULL, 'I'},
         {"against", required_argument, NULL, 'A'},   {"help", no_argument, NULL, 'h'},
         {"perplexity", required_argument, NULL, 'P'}, {"window", required_argument, NULL, 'W'},
+        {"backend", required_argument, NULL, 'B'},   {"backends", required_argument, NULL, 'D'},
+        {"prompt-ids", required_argument, NULL, 'p'}, {"perf", no_argument, NULL, 'f'},
+        {"device", required_argument, NULL, 'd'},   {"seed", required_argument, NULL, 's'},
+        {"only", required_argument, NULL, 'O'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -152,9 +177,41 @@ static void parse_args(int argc, char **argv, parity_opts *o)
             if (cli_parse_i64(optarg, 1, 4096, &threads, "--threads", &err) != 0)
                 cli_usage("%s", err.msg);
             break;
-        case 'K':
-            cli_usage("--kernels is not built yet: it checks the CUDA backend's ops, which do not "
-                      "exist yet");
+        case 'K': o->kernels = 1; break;
+        case 'f': o->perf = 1; break;
+        case 'O': o->only = optarg; break;
+        case 'p': o->prompt_ids = optarg; break;
+        case 'B':
+            if (backend_kind_parse(optarg, &o->backend, &err) != 0)
+                cli_usage("--backend: %s", err.msg);
+            break;
+        case 'D': {
+            char buf[64];
+            snprintf(buf, sizeof buf, "%s", optarg);
+            char *comma = strchr(buf, ',');
+            if (!comma || strchr(comma + 1, ','))
+                cli_usage("--backends: '%s' is not two backends like cpu,cuda", optarg);
+            *comma = '\0';
+            if (backend_kind_parse(buf, &o->backends[0], &err) != 0 ||
+                backend_kind_parse(comma + 1, &o->backends[1], &err) != 0)
+                cli_usage("--backends: %s", err.msg);
+            o->n_backends = 2;
+            break;
+        }
+        case 'd': {
+            int64_t d;
+            if (cli_parse_i64(optarg, 0, 1024, &d, "--device", &err) != 0)
+                cli_usage("%s", err.msg);
+            o->device = (int)d;
+            break;
+        }
+        case 's': {
+            int64_t sd;
+            if (cli_parse_i64(optarg, 0, INT64_MAX, &sd, "--seed", &err) != 0)
+                cli_usage("%s", err.msg);
+            o->seed = (uint64_t)sd;
+            break;
+        }
         case 'I':
         case 'A':
             cli_usage("%s is not built yet: it belongs to quantization (memra-quantize)",
@@ -165,13 +222,26 @@ static void parse_args(int argc, char **argv, parity_opts *o)
         }
     }
     o->n_threads = (int)threads;
+    if ((o->perf || o->only) && !o->kernels)
+        cli_usage("%s goes with --kernels", o->perf ? "--perf" : "--only");
+    if (o->kernels) {
+        if (o->reference || o->perplexity_file || o->n_backends)
+            cli_usage("--kernels is a mode of its own: no --reference, --perplexity or --backends");
+        if (optind < argc)
+            cli_usage("--kernels takes no MODEL (unexpected '%s')", argv[optind]);
+        return;
+    }
     if (optind >= argc)
         cli_usage("no MODEL given");
     if (optind + 1 < argc)
         cli_usage("unexpected argument '%s'", argv[optind + 1]);
-    if (o->reference && o->perplexity_file)
-        cli_usage("--reference and --perplexity are separate modes: give one");
-    if (!o->reference && !o->perplexity_file)
+    if (!!o->reference + !!o->perplexity_file + !!o->n_backends > 1)
+        cli_usage("--reference, --perplexity and --backends are separate modes: give one");
+    if (o->n_backends && !o->prompt_ids)
+        cli_usage("--backends needs --prompt-ids");
+    if (o->prompt_ids && !o->n_backends)
+        cli_usage("--prompt-ids goes with --backends");
+    if (!o->reference && !o->perplexity_file && !o->n_backends)
         cli_usage("--reference REF.safetensors (or --perplexity FILE) is required");
     if (o->window && !o->perplexity_file)
         cli_usage("--window goes with --perplexity");
@@ -205,6 +275,8 @@ static int run_perplexity(const parity_opts *o)
     eo.n_threads = o->n_threads;
     eo.kv_type = o->kv;
     eo.n_ctx = window;
+    eo.backend = o->backend;
+    eo.device = o->device;
     engine *e;
     if (engine_load(&ck, &eo, &e, &err) != 0)
         cli_fail(&err);
@@ -235,11 +307,167 @@ static int run_perplexity(const parity_opts *o)
     return 0;
 }
 
+/* --kernels: lib/backend/cuda/kernel_check.c prints the lines. */
+static int run_kernels(const parity_opts *o)
+{
+#if MEMRA_CUDA
+    memra_err err;
+    kcheck_opts ko = {.device = o->device, .perf = o->perf, .seed = o->seed, .only = o->only};
+    int failed = 0;
+    if (kernel_check_run(&ko, stdout, &failed, &err) != 0)
+        cli_fail(&err);
+    if (failed)
+        fprintf(stderr, "memra-parity: --kernels: %d check%s failed\n", failed,
+                failed == 1 ? "" : "s");
+    return failed ? 1 : 0;
+#else
+    (void)o;
+    cli_failf("--kernels: this build has no CUDA backend (built with CUDA=0)");
+#endif
+}
+
+/* "1,2,3" into ids (malloc'd). */
+static int32_t *parse_ids(const char *s, int64_t n_vocab, int *n_out)
+{
+    int cap = 16, n = 0;
+    int32_t *ids = xmalloc((size_t)cap * sizeof *ids);
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || (*end && *end != ',') || v < 0 || v >= n_vocab)
+            cli_usage("--prompt-ids: '%s' is not a list of ids below the vocabulary (%lld)", s,
+                      (long long)n_vocab);
+        if (n == cap)
+            ids = xrealloc(ids, (size_t)(cap *= 2) * sizeof *ids);
+        ids[n++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    if (n == 0)
+        cli_usage("--prompt-ids: no ids");
+    *n_out = n;
+    return ids;
+}
+
+/* --backends A,B: the same ids through two backends, logits and hidden
+ * states compared position by position with A as the reference. */
+static int run_backends(const parity_opts *po)
+{
+    parity_opts o = *po;
+    memra_err err;
+    checkpoint ck;
+    if (checkpoint_open(o.model, &ck, &err) != 0)
+        cli_fail(&err);
+    if (ck.vocab_only)
+        cli_failf("%s: a vocab-only GGUF has no weights to run", ck.path);
+    default_gates(weight_dtype(&ck), &o);
+    int n;
+    int32_t *ids = parse_ids(o.prompt_ids, ck.config.n_vocab, &n);
+    int64_t vocab = ck.config.n_vocab, dim = ck.config.dim;
+    int n_index = (int)ck.config.n_layers + 1;
+    float *logits[2];
+    hidden_capture cap[2];
+    for (int b = 0; b < 2; b++) {
+        engine_opts eo;
+        engine_opts_default(&eo);
+        eo.n_threads = o.n_threads;
+        eo.kv_type = o.kv;
+        eo.n_ctx = n > 16 ? n : 16;
+        eo.backend = o.backends[b];
+        eo.device = o.device;
+        engine *e;
+        if (engine_load(&ck, &eo, &e, &err) != 0)
+            cli_fail(&err);
+        cap[b] = (hidden_capture){n, dim, n_index, xcalloc((size_t)n_index * n * dim, sizeof(float))};
+        engine_set_hidden_hook(e, capture_hidden, &cap[b]);
+        logits[b] = xmalloc((size_t)n * vocab * sizeof(float));
+        engine_seq *s;
+        if (engine_seq_new(e, &s, &err) != 0 || engine_forward(e, s, ids, n, logits[b], 1, &err) != 0)
+            cli_fail(&err);
+        engine_seq_free(s);
+        engine_free(e);
+    }
+    parity_row *rows = xcalloc((size_t)n, sizeof *rows);
+    double scale = 1;
+    for (int64_t i = 0; i < n * vocab; i++)
+        scale = fabs(logits[0][i]) > scale ? fabs(logits[0][i]) : scale;
+    for (int p = 0; p < n; p++)
+        parity_compare_row(logits[1] + (size_t)p * vocab, logits[0] + (size_t)p * vocab, vocab,
+                           &rows[p]);
+    parity_summary sum;
+    parity_summarize(rows, n, &sum);
+    double *hid = xcalloc((size_t)n_index, sizeof(double));
+    for (int idx = 0; idx < n_index; idx++) {
+        double worst = 0, hs = 1e-6;
+        for (int64_t j = 0; j < n * dim; j++) {
+            double r = cap[0].h[(size_t)idx * n * dim + j], d = fabs(cap[1].h[(size_t)idx * n * dim + j] - r);
+            worst = isnan(d) ? INFINITY : d > worst ? d : worst;
+            hs = fabs(r) > hs ? fabs(r) : hs;
+        }
+        hid[idx] = worst / hs;
+    }
+    double abs_gate = o.max_abs * scale;
+    int ok = sum.max_abs <= abs_gate && sum.min_cosine >= o.min_cosine &&
+             sum.argmax_real_disagreements == 0;
+    const char *na = backend_kind_name(o.backends[0]), *nb = backend_kind_name(o.backends[1]);
+    if (o.json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "model", json_string(ck.path));
+        json_object_set_new(j, "reference_backend", json_string(na));
+        json_object_set_new(j, "backend", json_string(nb));
+        json_object_set_new(j, "positions", json_integer(n));
+        json_object_set_new(j, "max_abs", json_real(sum.max_abs));
+        json_object_set_new(j, "max_rel", json_real(sum.max_rel));
+        json_object_set_new(j, "min_cosine", json_real(sum.min_cosine));
+        json_object_set_new(j, "argmax_agree", json_integer(sum.argmax_agree));
+        json_object_set_new(j, "argmax_real_disagreements", json_integer(sum.argmax_real_disagreements));
+        json_object_set_new(j, "gate_max_abs", json_real(abs_gate));
+        json_object_set_new(j, "gate_min_cosine", json_real(o.min_cosine));
+        json_t *h = json_array();
+        for (int idx = 0; idx < n_index; idx++)
+            json_array_append_new(h, json_real(hid[idx]));
+        json_object_set_new(j, "hidden_rel_err", h);
+        json_object_set_new(j, "pass", json_boolean(ok));
+        char *txt = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        puts(txt);
+        free(txt);
+        json_decref(j);
+    } else {
+        printf("%s: %s vs %s over %d positions\n", ck.path, nb, na, n);
+        printf("hidden states (max |diff| / max |%s|):", na);
+        for (int idx = 0; idx < n_index; idx++)
+            printf(" %d:%.1e", idx, hid[idx]);
+        printf("\nmax_abs %.3e (gate %.3e), max_rel %.3e, min cosine %.9f (gate %.6f), argmax "
+               "%d/%d (%d real disagreements): %s\n",
+               sum.max_abs, abs_gate, sum.max_rel, sum.min_cosine, o.min_cosine, sum.argmax_agree,
+               sum.n_rows, sum.argmax_real_disagreements, ok ? "PASS" : "FAIL");
+    }
+    if (!ok)
+        fprintf(stderr, "memra-parity: %s: %s vs %s beyond thresholds (max_abs %.3e > %.3e, min "
+                        "cosine %.9f < %.6f, or %d real argmax disagreements)\n",
+                ck.path, nb, na, sum.max_abs, abs_gate, sum.min_cosine, o.min_cosine,
+                sum.argmax_real_disagreements);
+    for (int b = 0; b < 2; b++) {
+        free(logits[b]);
+        free(cap[b].h);
+    }
+    free(hid);
+    free(rows);
+    free(ids);
+    checkpoint_close(&ck);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     cli_set_program("memra-parity");
     parity_opts o = {0};
+    o.seed = 1;
     parse_args(argc, argv, &o);
+    if (o.kernels)
+        return run_kernels(&o);
+    if (o.n_backends)
+        return run_backends(&o);
     if (o.perplexity_file)
         return run_perplexity(&o);
     memra_err err;
@@ -272,6 +500,8 @@ int main(int argc, char **argv)
     eo.n_threads = o.n_threads;
     eo.kv_type = o.kv;
     eo.n_ctx = n > 16 ? n : 16;
+    eo.backend = o.backend;
+    eo.device = o.device;
     engine *e;
     if (engine_load(&ck, &eo, &e, &err) != 0)
         cli_fail(&err);

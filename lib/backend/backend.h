@@ -125,6 +125,19 @@ typedef struct {
     void (*add)(backend *b, float *x, const float *y, size_t n);
     /* x = cap * tanh(x / cap) for n floats. */
     void (*softcap)(backend *b, float *x, size_t n, float cap);
+
+    /* Optional (NULL: nothing to do). The KV cache the attention op will
+     * address. A backend that keeps K and V in its own memory (the GPU)
+     * allocates storage of the same geometry here, behind the same block
+     * tables, so running out of memory shows at load, not mid-step. */
+    int (*kv_prepare)(backend *b, const kv_cache *kv, memra_err *err);
+    /* Optional (NULL: never fails). Ops return nothing, so a backend whose
+     * ops can fail (a device error, device memory exhausted) records the
+     * first failure, skips every later op and reports it here, naming the
+     * call, file and line. It does not wait for queued work: act_read
+     * does, so call this after reading a step's results. A failed backend
+     * stays failed. */
+    int (*status)(backend *b, memra_err *err);
 } backend_ops;
 
 struct backend {
@@ -134,13 +147,31 @@ struct backend {
     void *impl;
 };
 
+typedef enum { BK_CPU = 0, BK_CUDA = 1 } backend_kind;
+
+/* "cpu", "cuda". */
+const char *backend_kind_name(backend_kind k);
+/* Parse "cpu" or "cuda"; fails naming the bad value. */
+int backend_kind_parse(const char *s, backend_kind *out, memra_err *err);
+
 /* The CPU reference backend with n_threads workers (<= 0: one per core). */
 backend *backend_cpu_create(int n_threads);
+/* The CUDA backend on device `device`. NULL with a message when there is
+ * no such device, the build has no CUDA (CUDA=0), or setup fails. */
+backend *backend_cuda_create(int device, memra_err *err);
+/* Either of the above; n_threads is the CPU's, device the GPU's. */
+backend *backend_create(backend_kind k, int device, int n_threads, memra_err *err);
 
 static inline void backend_destroy(backend *b)
 {
     if (b)
         b->ops->destroy(b);
+}
+
+/* The backend's recorded failure, if any (see backend_ops.status). */
+static inline int backend_status(backend *b, memra_err *err)
+{
+    return b->ops->status ? b->ops->status(b, err) : 0;
 }
 
 #endif

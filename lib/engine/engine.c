@@ -61,7 +61,12 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
         free(e);
         return memra_wrap(err, "%s", ck->path);
     }
-    e->bk = backend_cpu_create(e->opts.n_threads);
+    e->bk = backend_create(eo.backend, eo.device, eo.n_threads, err);
+    if (!e->bk) {
+        contract_binding_free(&e->binding);
+        free(e);
+        return -1;
+    }
     model_opts mo = {
         .cap = e->opts.n_batch,
         .kv_type = e->opts.kv_type,
@@ -70,6 +75,17 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
     };
     if (model_init(&e->m, c, &e->binding, ck->format, e->bk, &mo, err) != 0) {
         memra_wrap(err, "%s", ck->path);
+        backend_destroy(e->bk);
+        contract_binding_free(&e->binding);
+        free(e);
+        return -1;
+    }
+    /* A device backend sizes its own KV storage now, and reports any
+     * failure of the uploads and allocations model_init made. */
+    if ((e->bk->ops->kv_prepare && e->bk->ops->kv_prepare(e->bk, &e->m.state.kv, err) != 0) ||
+        backend_status(e->bk, err) != 0) {
+        memra_wrap(err, "%s", ck->path);
+        model_free(&e->m);
         backend_destroy(e->bk);
         contract_binding_free(&e->binding);
         free(e);
@@ -167,5 +183,51 @@ int engine_forward(engine *e, engine_seq *s, const int32_t *tokens, int n, float
         done += step;
         s->kv.n_tokens = pos0 + done;
     }
-    return 0;
+    return backend_status(e->bk, err);
+}
+
+int engine_forward_batch(engine *e, engine_seq *const *seqs, const int32_t *tokens, int n,
+                         float *logits, memra_err *err)
+{
+    const model_config *c = &e->m.config;
+    if (n <= 0)
+        return memra_fail(err, "forward: no sequences (n = %d)", n);
+    for (int i = 0; i < n; i++) {
+        if (seqs[i]->e != e)
+            return memra_fail(err, "forward: sequence %d belongs to another engine", i);
+        if (tokens[i] < 0 || tokens[i] >= c->n_vocab)
+            return memra_fail(err, "token id %" PRId32 " for sequence %d is out of range: the "
+                              "vocabulary has %" PRId64 " ids", tokens[i], i, c->n_vocab);
+        if (seqs[i]->kv.n_tokens + 1 > e->n_ctx)
+            return memra_fail(err, "context full: sequence %d is at position %" PRId64
+                              ", n_ctx %" PRId64, i, seqs[i]->kv.n_tokens, e->n_ctx);
+        for (int j = 0; j < i; j++)
+            if (seqs[j] == seqs[i])
+                return memra_fail(err, "forward: sequence %d is also sequence %d", i, j);
+    }
+    /* Reserve every block first so a full pool changes nothing. */
+    for (int i = 0; i < n; i++) {
+        kv_seq *kv = &seqs[i]->kv;
+        if (kv_seq_reserve(kv, kv->n_tokens + 1, err) != 0) {
+            /* give back the blocks the earlier sequences just took */
+            for (int j = 0; j < i; j++)
+                kv_seq_truncate(&seqs[j]->kv, seqs[j]->kv.n_tokens);
+            return -1;
+        }
+    }
+    size_t vocab = (size_t)c->n_vocab;
+    for (int done = 0; done < n;) {
+        int step = n - done < e->opts.n_batch ? n - done : e->opts.n_batch;
+        for (int i = 0; i < step; i++) {
+            e->pos[i] = (int32_t)seqs[done + i]->kv.n_tokens;
+            e->seqs[i] = &seqs[done + i]->kv;
+        }
+        bk_batch rows = {step, e->pos, e->seqs};
+        model_forward(&e->m, &rows, tokens + done, 0,
+                      logits ? logits + (size_t)done * vocab : NULL);
+        for (int i = 0; i < step; i++)
+            seqs[done + i]->kv.n_tokens++;
+        done += step;
+    }
+    return backend_status(e->bk, err);
 }

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "backend/backend.h"
 #include "engine/kv_cache.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -31,6 +32,8 @@ typedef struct {
     int n_batch;        /* prefill chunk: tokens per step; 0: 64 */
     int n_seqs;         /* sequences that can hold n_ctx tokens at once; 0: 1 */
     int kv_block_size;  /* tokens per KV block; 0: 16 */
+    backend_kind backend; /* BK_CPU (default) or BK_CUDA */
+    int device;         /* CUDA device index (BK_CUDA) */
 } engine_opts;
 
 typedef struct engine engine;
@@ -65,6 +68,17 @@ int64_t engine_seq_pos(const engine_seq *s);
  * running past n_ctx (naming n_ctx), or when the KV pool has no blocks left. */
 int engine_forward(engine *e, engine_seq *s, const int32_t *tokens, int n, float *logits,
                    int logits_all, memra_err *err);
+
+/* One decode step for several sequences at once: token i is appended to
+ * seqs[i] (each at its own position), all in one batch of rows, and
+ * logits, when not NULL, receives [n][vocab]. The sequences must be
+ * distinct. A sequence's logits are bit-identical to running it alone
+ * (engine_forward with one token): every backend computes a row from that
+ * row alone, in a fixed order. More than n_batch sequences run in chunks.
+ * Fails, changing nothing, on a bad id, a repeated sequence, a full
+ * context or an exhausted KV pool. */
+int engine_forward_batch(engine *e, engine_seq *const *seqs, const int32_t *tokens, int n,
+                         float *logits, memra_err *err);
 
 /* Capture hidden states (see model_hidden_fn for the convention); NULL
  * turns it off. */

@@ -30,7 +30,13 @@ check "f16 KV passes the default gate on stories260K's argmax" \
 expect_error "vocabulary mismatch named" 1 "vocabulary is 256 tokens, the reference's 512" \
   memra-parity "$T/other" --reference "$P/stories260K.safetensors"
 expect_error "not a reference dump" 1 "no 'tokens' tensor" memra-parity "$T/other" --reference "$T/other/model.safetensors"
-expect_error "reference required" 2 "--reference REF.safetensors \(or --perplexity FILE\) is required" memra-parity "$T/other"
-expect_error "--kernels not built yet" 2 "--kernels is not built yet" memra-parity "$T/other" --reference "$P/tiny-qwen3.safetensors" --kernels
+expect_error "reference required" 2 "--reference REF.safetensors .*is required" memra-parity "$T/other"
+expect_error "--kernels is a mode of its own" 2 "--kernels is a mode of its own" memra-parity "$T/other" --reference "$P/tiny-qwen3.safetensors" --kernels
+expect_error "--kernels on a missing device" 1 "CUDA device 99: not present|no CUDA backend" memra-parity --kernels --device 99
+expect_error "--perf without --kernels" 2 "--perf goes with --kernels" memra-parity "$T/other" --reference "$P/tiny-qwen3.safetensors" --perf
+expect_error "--backend names cpu or cuda" 2 "backend 'gpu' is not cpu or cuda" memra-parity "$T/other" --reference "$P/tiny-qwen3.safetensors" --backend gpu
+expect_error "--backends needs ids" 2 "--backends needs --prompt-ids" memra-parity "$T/other" --backends cpu,cuda
+check "--backends cpu,cpu agrees exactly" \
+  bash -c "memra-parity '$SHARED/models/stories260K.gguf' --backends cpu,cpu --prompt-ids 1,403,407,261 --json | jq -e '.pass and .max_abs == 0'"
 expect_error "--against not built yet" 2 "--against is not built yet" memra-parity "$T/other" --against x
 expect_error "vocab-only model" 1 "vocab-only" memra-parity "$SHARED/vocab/ggml-vocab-qwen2.gguf" --reference "$P/tiny-qwen3.safetensors"

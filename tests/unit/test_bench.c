@@ -13,6 +13,7 @@
 #include "engine/bench.h"
 #include "engine/engine.h"
 #include "model/checkpoint.h"
+#include "core/utf8.h"
 #include "test.h"
 #include "tok/tokenizer.h"
 
@@ -61,29 +62,6 @@ static void test_repeat(void)
     CHECK(strstr(err.msg, "0 repetitions") != NULL);
 }
 
-/* Well-formed UTF-8: shortest forms, no surrogates, at most U+10FFFF. */
-static int utf8_valid(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!len || i + (size_t)len > n)
-            return 0;
-        uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
-        for (int k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return 0;
-            cp = cp << 6 | (s[i + k] & 0x3f);
-        }
-        static const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < min_cp[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        i += (size_t)len;
-    }
-    return 1;
-}
-
 static void test_mixed_text(void)
 {
     size_t n1, n2;
@@ -91,7 +69,7 @@ static void test_mixed_text(void)
     CHECK(n1 == n2 && memcmp(a, b, n1) == 0); /* deterministic */
     CHECK(n1 <= 1000000 && n1 > 990000);
     CHECK(strlen(a) == n1);
-    CHECK(utf8_valid((const unsigned char *)a, n1));
+    CHECK(utf8_valid(a, n1));
     static const char *must[] = {
         "lighthouse", "static int ", "def ", "\"ratio\": ", "| north |", "東京", "오늘은", "今天",
         "Москва", "👨‍👩‍👧‍👦", "🇯🇵", "\t\t", "    indented", "https://example.org/", "\r\n",

@@ -1,0 +1,210 @@
+// Reading device weight rows (kernels/weight_layout.h) as f32, one "unit"
+// at a time: a run of WFmt<F>::U consecutive columns that a thread decodes
+// from a few 16-byte loads. The mat-vec kernels hand units to lanes in a
+// fixed pattern and the embedding kernel to threads; both call load().
+//
+// Each decoder evaluates lib/format/dequant.c's float expressions in the
+// same order with the _rn intrinsics (no contraction), so the values are
+// bit-identical to the CPU reference's: Q4_K (d * sc) * q - dmin * m,
+// Q6_K (d * sc) * q, Q8_0 / Q4_0 q * d.
+#ifndef MEMRA_KERNELS_WEIGHT_DECODE_CUH
+#define MEMRA_KERNELS_WEIGHT_DECODE_CUH
+
+#include "kernels/dev_common.cuh"
+#include "kernels/weight_layout.h"
+
+DEV uint4 ld16(const uint8_t *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
+
+DEV uint16_t ld_u16(const uint8_t *p) { return __ldg(reinterpret_cast<const unsigned short *>(p)); }
+
+// Byte k (0..15, may be a run-time value) of a 16-byte vector, by selects
+// rather than an indexed array so the vector stays in registers.
+DEV uint32_t byte_at(const uint4 &v, int k)
+{
+    uint32_t w = k < 4 ? v.x : k < 8 ? v.y : k < 12 ? v.z : v.w;
+    return (w >> ((k & 3) * 8)) & 0xFFu;
+}
+
+// Byte k (a compile-time constant after unrolling) of two 16-byte vectors.
+DEV uint32_t byte32(const uint4 &a, const uint4 &b, int k)
+{
+    const uint4 &v = k < 16 ? a : b;
+    return byte_at(v, k & 15);
+}
+
+template <int F> struct WFmt;
+
+template <> struct WFmt<CW_F32> {
+    static constexpr int U = 4;
+    DEV static void load(const uint8_t *row, size_t, int64_t u, float (&v)[U])
+    {
+        uint4 q = ld16(row + u * 16);
+        v[0] = __uint_as_float(q.x);
+        v[1] = __uint_as_float(q.y);
+        v[2] = __uint_as_float(q.z);
+        v[3] = __uint_as_float(q.w);
+    }
+};
+
+template <> struct WFmt<CW_F16> {
+    static constexpr int U = 8;
+    DEV static void load(const uint8_t *row, size_t, int64_t u, float (&v)[U])
+    {
+        uint4 q = ld16(row + u * 16);
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            v[2 * i] = f16_bits_to_f32((uint16_t)(w[i] & 0xFFFFu));
+            v[2 * i + 1] = f16_bits_to_f32((uint16_t)(w[i] >> 16));
+        }
+    }
+};
+
+template <> struct WFmt<CW_BF16> {
+    static constexpr int U = 8;
+    DEV static void load(const uint8_t *row, size_t, int64_t u, float (&v)[U])
+    {
+        uint4 q = ld16(row + u * 16);
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            v[2 * i] = __uint_as_float(w[i] << 16);
+            v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+        }
+    }
+};
+
+// Q8_0: one block per unit, 32 int8 quants then the block's f16 d.
+template <> struct WFmt<CW_Q8_0> {
+    static constexpr int U = 32;
+    DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
+    {
+        const uint8_t *q = row + u * 32;
+        uint4 a = ld16(q), b = ld16(q + 16);
+        const float d = f16_bits_to_f32(ld_u16(row + soff + u * 2));
+#pragma unroll
+        for (int j = 0; j < 32; j++)
+            v[j] = __fmul_rn((float)(int8_t)byte32(a, b, j), d);
+    }
+};
+
+// Q4_0: one block per unit; byte j holds element j (low nibble) and j + 16.
+template <> struct WFmt<CW_Q4_0> {
+    static constexpr int U = 32;
+    DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
+    {
+        uint4 q = ld16(row + u * 16);
+        const float d = f16_bits_to_f32(ld_u16(row + soff + u * 2));
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const uint32_t by = byte_at(q, j);
+            v[j] = __fmul_rn((float)((int)(by & 0xFu) - 8), d);
+            v[j + 16] = __fmul_rn((float)((int)(by >> 4) - 8), d);
+        }
+    }
+};
+
+// The 6-bit (scale, min) pair j of a Q4_K / Q5_K header (bytes 4..15 of h).
+DEV void k4_scale_min(const uint4 &h, int j, uint32_t &sc, uint32_t &m)
+{
+    if (j < 4) {
+        sc = byte_at(h, 4 + j) & 63u;
+        m = byte_at(h, 8 + j) & 63u;
+    } else {
+        sc = (byte_at(h, 8 + j) & 0xFu) | ((byte_at(h, j) >> 6) << 4);
+        m = (byte_at(h, 8 + j) >> 4) | ((byte_at(h, 4 + j) >> 6) << 4);
+    }
+}
+
+// Q4_K: a unit is one 64-element group g of a super-block: 32 qs bytes whose
+// low nibbles are elements 0..31 (pair 2g) and high nibbles 32..63 (2g+1).
+template <> struct WFmt<CW_Q4_K> {
+    static constexpr int U = 64;
+    DEV static void load(const uint8_t *row, size_t, int64_t u, float (&v)[U])
+    {
+        const uint8_t *blk = row + (u >> 2) * 144;
+        const int g = (int)(u & 3);
+        const uint4 h = ld16(blk);
+        const uint4 a = ld16(blk + 16 + g * 32), b = ld16(blk + 32 + g * 32);
+        const float d = f16_bits_to_f32((uint16_t)(h.x & 0xFFFFu));
+        const float dmin = f16_bits_to_f32((uint16_t)(h.x >> 16));
+        uint32_t sc, m;
+        k4_scale_min(h, 2 * g, sc, m);
+        const float d1 = __fmul_rn(d, (float)sc), m1 = __fmul_rn(dmin, (float)m);
+        k4_scale_min(h, 2 * g + 1, sc, m);
+        const float d2 = __fmul_rn(d, (float)sc), m2 = __fmul_rn(dmin, (float)m);
+#pragma unroll
+        for (int l = 0; l < 32; l++) {
+            const uint32_t by = byte32(a, b, l);
+            v[l] = __fsub_rn(__fmul_rn(d1, (float)(by & 0xFu)), m1);
+            v[l + 32] = __fsub_rn(__fmul_rn(d2, (float)(by >> 4)), m2);
+        }
+    }
+};
+
+// Q5_K: Q4_K's layout plus qh[32] at bytes 16..47; element l of group g
+// takes bit 2g (low half) or 2g+1 (high half) of qh[l] as its fifth bit.
+template <> struct WFmt<CW_Q5_K> {
+    static constexpr int U = 64;
+    DEV static void load(const uint8_t *row, size_t, int64_t u, float (&v)[U])
+    {
+        const uint8_t *blk = row + (u >> 2) * 176;
+        const int g = (int)(u & 3);
+        const uint4 h = ld16(blk);
+        const uint4 ha = ld16(blk + 16), hb = ld16(blk + 32);
+        const uint4 a = ld16(blk + 48 + g * 32), b = ld16(blk + 64 + g * 32);
+        const float d = f16_bits_to_f32((uint16_t)(h.x & 0xFFFFu));
+        const float dmin = f16_bits_to_f32((uint16_t)(h.x >> 16));
+        uint32_t sc, m;
+        k4_scale_min(h, 2 * g, sc, m);
+        const float d1 = __fmul_rn(d, (float)sc), m1 = __fmul_rn(dmin, (float)m);
+        k4_scale_min(h, 2 * g + 1, sc, m);
+        const float d2 = __fmul_rn(d, (float)sc), m2 = __fmul_rn(dmin, (float)m);
+        const uint32_t u1 = 1u << (2 * g), u2 = 2u << (2 * g);
+#pragma unroll
+        for (int l = 0; l < 32; l++) {
+            const uint32_t by = byte32(a, b, l), hi = byte32(ha, hb, l);
+            const uint32_t q1 = (by & 0xFu) + ((hi & u1) ? 16u : 0u);
+            const uint32_t q2 = (by >> 4) + ((hi & u2) ? 16u : 0u);
+            v[l] = __fsub_rn(__fmul_rn(d1, (float)q1), m1);
+            v[l + 32] = __fsub_rn(__fmul_rn(d2, (float)q2), m2);
+        }
+    }
+};
+
+// Q6_K: a unit is one 32-element quarter k (0..7) of a super-block: half
+// n = k / 4, quarter q = k % 4. Its low 4 bits are the low (q < 2) or high
+// nibbles of ql[n*64 + (q & 1)*32 + l], its top 2 bits bits 2q..2q+1 of
+// qh[n*32 + l], its scales sc[n*8 + 2q + l/16]; the value is (d * sc) * (q6 - 32).
+template <> struct WFmt<CW_Q6_K> {
+    static constexpr int U = 32;
+    DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
+    {
+        const int64_t sb = u >> 3;
+        const int k = (int)(u & 7), n = k >> 2, q = k & 3;
+        const uint8_t *blk = row + sb * 208;
+        const uint8_t *ql = blk + n * 64 + (q & 1) * 32, *qh = blk + 128 + n * 32;
+        const uint4 la = ld16(ql), lb = ld16(ql + 16), ha = ld16(qh), hb = ld16(qh + 16);
+        const uint4 scv = ld16(blk + 192);
+        const float d = f16_bits_to_f32(ld_u16(row + soff + sb * 2));
+        const float ds0 = __fmul_rn(d, (float)(int8_t)byte_at(scv, n * 8 + 2 * q));
+        const float ds1 = __fmul_rn(d, (float)(int8_t)byte_at(scv, n * 8 + 2 * q + 1));
+        const int lshift = (q >> 1) * 4, hshift = 2 * q;
+#pragma unroll
+        for (int l = 0; l < 32; l++) {
+            const uint32_t lo = (byte32(la, lb, l) >> lshift) & 0xFu;
+            const uint32_t hi = (byte32(ha, hb, l) >> hshift) & 3u;
+            const int q6 = (int)(lo | (hi << 4)) - 32;
+            v[l] = __fmul_rn(l < 16 ? ds0 : ds1, (float)q6);
+        }
+    }
+};
+
+// Units in a row of cols elements (the last may be partial for the float
+// formats, whose rows are zero-padded to 16 bytes).
+template <int F> DEV int64_t wfmt_units(int64_t cols)
+{
+    return (cols + WFmt<F>::U - 1) / WFmt<F>::U;
+}
+
+#endif

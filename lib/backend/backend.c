@@ -1,0 +1,43 @@
+/* Choosing a backend by kind. The CUDA backend exists only in builds with
+ * the toolkit (CUDA=1); elsewhere backend_cuda_create is defined here and
+ * fails with a message, so callers need no build-time switches. */
+#include "backend/backend.h"
+
+#include <string.h>
+
+const char *backend_kind_name(backend_kind k)
+{
+    return k == BK_CUDA ? "cuda" : "cpu";
+}
+
+int backend_kind_parse(const char *s, backend_kind *out, memra_err *err)
+{
+    if (!strcmp(s, "cpu")) {
+        *out = BK_CPU;
+        return 0;
+    }
+    if (!strcmp(s, "cuda")) {
+        *out = BK_CUDA;
+        return 0;
+    }
+    return memra_fail(err, "backend '%s' is not cpu or cuda", s);
+}
+
+#if !MEMRA_CUDA
+backend *backend_cuda_create(int device, memra_err *err)
+{
+    memra_fail(err, "CUDA device %d: this build has no CUDA backend (built with CUDA=0)", device);
+    return NULL;
+}
+#endif
+
+backend *backend_create(backend_kind k, int device, int n_threads, memra_err *err)
+{
+    if (k == BK_CUDA)
+        return backend_cuda_create(device, err);
+    if (k != BK_CPU) {
+        memra_fail(err, "backend kind %d is not cpu or cuda", (int)k);
+        return NULL;
+    }
+    return backend_cpu_create(n_threads);
+}

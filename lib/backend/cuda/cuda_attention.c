@@ -1,0 +1,286 @@
+/* Attention on the device: the rows' metadata (positions and block
+ * tables, uploaded once per step), the device KV pool behind the engine's
+ * block tables, QK-norm + RoPE, and KV append + split-K attention
+ * (kernels/attention.cuh).
+ *
+ * The host kv_cache keeps the block tables and hands out blocks; the
+ * device pool has the same geometry ((layer, block, slot) addressing, f32
+ * or f16), so the same tables address it. The host cache's own K/V arrays
+ * stay untouched on this backend. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "core/check.h"
+#include "kernels/attention.cuh"
+#include "kernels/norm.cuh"
+
+/* ---- row metadata ---- */
+
+/* [n] positions, [n] table offsets, then the tables of the rows'
+ * sequences (consecutive rows of one sequence share one). Identical
+ * content is not uploaded again, so the layers of one step share an
+ * upload. Returns the device copy, or NULL after a failure. */
+static const int32_t *rows_upload(cuda_backend *cb, const bk_batch *rows)
+{
+    int n = rows->n;
+    size_t len = 2 * (size_t)n;
+    for (int i = 0; i < n; i++)
+        if (rows->seq[i] && (i == 0 || rows->seq[i] != rows->seq[i - 1]))
+            len += (size_t)rows->seq[i]->n_blocks;
+    if (len > cb->rows_cap) {
+        cb->rows_cap = len + len / 2;
+        cb->rows_new = xrealloc(cb->rows_new, cb->rows_cap * sizeof(int32_t));
+        int32_t *h = xmalloc(cb->rows_cap * sizeof(int32_t));
+        if (cb->rows_host)
+            memcpy(h, cb->rows_host, cb->rows_len * sizeof(int32_t));
+        free(cb->rows_host);
+        cb->rows_host = h;
+    }
+    int32_t *m = cb->rows_new;
+    size_t at = 2 * (size_t)n;
+    for (int i = 0; i < n; i++) {
+        const kv_seq *s = rows->seq[i];
+        m[i] = rows->pos[i];
+        if (rows->pos[i] < 0) {
+            cuda_failf(cb, "row %d: negative position %" PRId32, i, rows->pos[i]);
+            return NULL;
+        }
+        if (!s) {
+            m[n + i] = (int32_t)(at - 2 * (size_t)n);
+            continue;
+        }
+        if ((int64_t)rows->pos[i] >= (int64_t)s->n_blocks * s->cache->block_size) {
+            cuda_failf(cb, "row %d: position %" PRId32 " is past the %d KV blocks of %d tokens "
+                       "reserved for its sequence", i, rows->pos[i], s->n_blocks,
+                       s->cache->block_size);
+            return NULL;
+        }
+        if (i > 0 && s == rows->seq[i - 1]) {
+            m[n + i] = m[n + i - 1];
+            continue;
+        }
+        m[n + i] = (int32_t)(at - 2 * (size_t)n);
+        memcpy(m + at, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
+        at += (size_t)s->n_blocks;
+    }
+    if (cb->stage[STAGE_ROWS].dev && cb->rows_n == n && cb->rows_len == len &&
+        memcmp(cb->rows_host, m, len * sizeof(int32_t)) == 0)
+        return cb->stage[STAGE_ROWS].dev;
+    const int32_t *dev = cuda_stage_upload(cb, STAGE_ROWS, m, len * sizeof(int32_t));
+    if (!dev)
+        return NULL;
+    cb->rows_new = cb->rows_host;
+    cb->rows_host = m;
+    cb->rows_len = len;
+    cb->rows_n = n;
+    return dev;
+}
+
+/* ---- RoPE tables ---- */
+
+/* The device copy of r's inverse frequencies, uploaded the first time this
+ * content is seen (a model has one or two tables). */
+static const float *rope_table(cuda_backend *cb, const bk_rope *r)
+{
+    size_t bytes = (size_t)r->n_freqs * sizeof(float);
+    for (int i = 0; i < cb->n_rope; i++)
+        if (cb->rope[i].n == r->n_freqs && memcmp(cb->rope[i].host, r->inv_freq, bytes) == 0)
+            return cb->rope[i].dev;
+    int slot = cb->n_rope < CUDA_ROPE_CACHE ? cb->n_rope++ : CUDA_ROPE_CACHE - 1;
+    if (cb->rope[slot].dev) {
+        /* The cache is full (not seen with real models): reuse its last slot. */
+        if (CU_OK(cb, cudaStreamSynchronize(cb->stream)))
+            return NULL;
+        cudaFree(cb->rope[slot].dev);
+        free(cb->rope[slot].host);
+        cb->rope[slot].dev = NULL;
+        cb->rope[slot].host = NULL;
+    }
+    void *dev;
+    memra_err e;
+    if (cuda_alloc(cb, &dev, bytes, "RoPE table", 1, NULL) != 0)
+        return NULL;
+    if (cuda_upload_sync(cb, dev, r->inv_freq, bytes, &e) != 0) {
+        cudaFree(dev);
+        cuda_failf(cb, "%s", e.msg);
+        return NULL;
+    }
+    cb->rope[slot].dev = dev;
+    cb->rope[slot].host = xmalloc(bytes ? bytes : 1);
+    memcpy(cb->rope[slot].host, r->inv_freq, bytes);
+    cb->rope[slot].n = r->n_freqs;
+    return dev;
+}
+
+void cuda_op_qk_norm_rope(backend *b, float *q, float *k, const bk_batch *rows, const bk_attn *a,
+                          const bk_weight *q_norm, const bk_weight *k_norm, float w_offset,
+                          float eps, const bk_rope *rope)
+{
+    cuda_backend *cb = cuda_of(b);
+    if (cb->failed || rows->n <= 0)
+        return;
+    const float *qn = cuda_vec_of(cb, q_norm, "qk_norm_rope");
+    const float *kn = cuda_vec_of(cb, k_norm, "qk_norm_rope");
+    if (cb->failed)
+        return;
+    if ((qn && q_norm->cols != a->head_dim) || (kn && k_norm->cols != a->head_dim)) {
+        cuda_failf(cb, "qk_norm_rope: norm weight of %" PRId64 " values for head_dim %d",
+                   qn ? q_norm->cols : k_norm->cols, a->head_dim);
+        return;
+    }
+    if (2 * rope->n_freqs > a->head_dim) {
+        cuda_failf(cb, "qk_norm_rope: %d RoPE frequencies for head_dim %d", rope->n_freqs,
+                   a->head_dim);
+        return;
+    }
+    const int32_t *meta = rows_upload(cb, rows);
+    const float *inv = rope_table(cb, rope);
+    if (!meta || !inv)
+        return;
+    cu_qk_rope p = {
+        .n_heads = a->n_heads,
+        .n_kv_heads = a->n_kv_heads,
+        .head_dim = a->head_dim,
+        .q_norm = qn,
+        .k_norm = kn,
+        .w_offset = w_offset,
+        .eps = eps,
+        .inv_freq = inv,
+        .n_freqs = rope->n_freqs,
+        .attn_factor = rope->attn_factor,
+        .pairing = rope->pairing == ROPE_PAIR_ADJACENT ? 1 : 0,
+    };
+    CU_OK(cb, launch_qk_norm_rope(q, k, meta, rows->n, &p, cb->stream));
+}
+
+/* ---- the device KV pool ---- */
+
+void cuda_attention_free(cuda_backend *cb)
+{
+    cudaFree(cb->kv_k);
+    cudaFree(cb->kv_v);
+    cb->kv_k = cb->kv_v = NULL;
+    cb->kv = NULL;
+    free(cb->rows_host);
+    free(cb->rows_new);
+    cb->rows_host = cb->rows_new = NULL;
+    cb->rows_cap = cb->rows_len = 0;
+    for (int i = 0; i < cb->n_rope; i++) {
+        cudaFree(cb->rope[i].dev);
+        free(cb->rope[i].host);
+    }
+    cb->n_rope = 0;
+}
+
+/* Whether the pool was made for this cache: the same address and the same
+ * geometry (a cache freed and another made at the same address must not
+ * inherit a pool of the wrong size). */
+static int kv_matches(const cuda_backend *cb, const kv_cache *kv)
+{
+    const kv_cache *g = &cb->kv_geom;
+    return cb->kv == kv && g->type == kv->type && g->n_layers == kv->n_layers &&
+           g->kv_dim == kv->kv_dim && g->block_size == kv->block_size &&
+           g->n_blocks == kv->n_blocks;
+}
+
+int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err)
+{
+    cuda_backend *cb = cuda_of(b);
+    if (cb->failed) {
+        *err = cb->err;
+        return -1;
+    }
+    if (kv_matches(cb, kv))
+        return 0;
+    if (cb->kv) { /* another cache: this backend serves one pool at a time */
+        cudaStreamSynchronize(cb->stream);
+        cudaFree(cb->kv_k);
+        cudaFree(cb->kv_v);
+        cb->kv_k = cb->kv_v = NULL;
+        cb->kv = NULL;
+    }
+    size_t bytes = (size_t)kv->n_layers * (size_t)kv->n_blocks * (size_t)kv->block_size *
+                   (size_t)kv->kv_dim * kv->elt_bytes;
+    char what[256];
+    snprintf(what, sizeof what, "the KV cache's K (%s, %d layers x %d blocks of %d tokens x %"
+             PRId64 ")", kv_type_name(kv->type), kv->n_layers, kv->n_blocks, kv->block_size,
+             kv->kv_dim);
+    if (cuda_alloc(cb, &cb->kv_k, bytes, what, 0, err) != 0)
+        return -1;
+    what[strlen("the KV cache's ")] = 'V';
+    if (cuda_alloc(cb, &cb->kv_v, bytes, what, 0, err) != 0) {
+        cudaFree(cb->kv_k);
+        cb->kv_k = NULL;
+        return -1;
+    }
+    /* Zeroed, so the pool's bytes never depend on what the memory held. */
+    cudaError_t rc = cudaMemsetAsync(cb->kv_k, 0, bytes, cb->stream);
+    if (rc == cudaSuccess)
+        rc = cudaMemsetAsync(cb->kv_v, 0, bytes, cb->stream);
+    if (rc != cudaSuccess)
+        return memra_fail(err, "CUDA device %d: clearing the KV cache failed: %s",
+                          cb->info.index, cudaGetErrorString(rc));
+    cb->kv = kv;
+    memset(&cb->kv_geom, 0, sizeof cb->kv_geom);
+    cb->kv_geom.type = kv->type;
+    cb->kv_geom.n_layers = kv->n_layers;
+    cb->kv_geom.kv_dim = kv->kv_dim;
+    cb->kv_geom.block_size = kv->block_size;
+    cb->kv_geom.n_blocks = kv->n_blocks;
+    return 0;
+}
+
+void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const float *q,
+                       const float *k, const float *v, float *out)
+{
+    cuda_backend *cb = cuda_of(b);
+    int n = rows->n;
+    if (cb->failed || n <= 0)
+        return;
+    const kv_cache *kc = rows->seq[0] ? rows->seq[0]->cache : NULL;
+    for (int i = 0; i < n; i++)
+        if (!rows->seq[i] || rows->seq[i]->cache != kc) {
+            cuda_failf(cb, "attention: row %d has %s", i,
+                       rows->seq[i] ? "another KV cache than row 0" : "no sequence");
+            return;
+        }
+    if (!kv_matches(cb, kc)) {
+        memra_err e;
+        if (cuda_kv_prepare(b, kc, &e) != 0) {
+            cuda_failf(cb, "%s", e.msg);
+            return;
+        }
+    }
+    if ((int64_t)a->n_kv_heads * a->head_dim != kc->kv_dim || a->layer < 0 ||
+        a->layer >= kc->n_layers || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads != 0) {
+        cuda_failf(cb, "attention: layer %d with %d heads / %d KV heads of %d does not fit the KV "
+                   "cache (%d layers, kv_dim %" PRId64 ")", a->layer, a->n_heads, a->n_kv_heads,
+                   a->head_dim, kc->n_layers, kc->kv_dim);
+        return;
+    }
+    const int32_t *meta = rows_upload(cb, rows);
+    if (!meta)
+        return;
+    int max_chunks = 1;
+    for (int i = 0; i < n; i++) {
+        int c = attn_row_chunks(rows->pos[i], a->window);
+        if (c > max_chunks)
+            max_chunks = c;
+    }
+    float *part = cuda_scratch(cb, SCR_ATTN,
+                               attn_partials_floats(n, a->n_heads, a->head_dim, max_chunks) *
+                                   sizeof(float),
+                               "attention partials");
+    if (!part)
+        return;
+    cu_kv_pool pool = {cb->kv_k, cb->kv_v, kc->type == KV_F16, kc->n_blocks, kc->block_size,
+                       kc->kv_dim};
+    cu_attn at = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
+                  a->window};
+    if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
+        return;
+    CU_OK(cb, launch_attention(&pool, &at, meta, n, q, max_chunks, part, out, cb->stream));
+}

@@ -1,0 +1,272 @@
+/* The CUDA backend: setup on one device, the sticky error, device memory
+ * (plain cudaMalloc, no managed memory), activations, staging of per-step
+ * host data, and the vtable. The ops live in the sibling files
+ * (cuda_internal.h lists them). */
+#include "backend/cuda/cuda_backend.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "core/check.h"
+
+/* ---- errors ---- */
+
+int cuda_failf(cuda_backend *cb, const char *fmt, ...)
+{
+    if (cb->failed)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    memra_failv(&cb->err, fmt, ap);
+    va_end(ap);
+    cb->failed = 1;
+    return -1;
+}
+
+int cuda_check_at(cuda_backend *cb, cudaError_t rc, const char *what, const char *file, int line)
+{
+    if (rc == cudaSuccess)
+        return 0;
+    return cuda_failf(cb, "CUDA device %d: %s failed: %s (%s:%d)", cb->info.index, what,
+                      cudaGetErrorString(rc), file, line);
+}
+
+int cuda_alloc(cuda_backend *cb, void **p, size_t bytes, const char *what, int sticky,
+               memra_err *err)
+{
+    *p = NULL;
+    cudaError_t rc = cudaMalloc(p, bytes ? bytes : 1);
+    if (rc == cudaSuccess)
+        return 0;
+    *p = NULL;
+    cudaGetLastError(); /* an allocation failure is not sticky in CUDA; clear it */
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    memra_err local;
+    memra_err *e = err ? err : &local;
+    if (rc == cudaErrorMemoryAllocation)
+        memra_fail(e, "CUDA device %d: out of device memory: %s needs %zu bytes (%zu of %zu "
+                   "bytes free)", cb->info.index, what, bytes, free_b, total_b);
+    else
+        memra_fail(e, "CUDA device %d: cudaMalloc of %zu bytes for %s failed: %s",
+                   cb->info.index, bytes, what, cudaGetErrorString(rc));
+    if (sticky && !cb->failed) {
+        cb->err = *e;
+        cb->failed = 1;
+    }
+    return -1;
+}
+
+void *cuda_scratch(cuda_backend *cb, int slot, size_t bytes, const char *what)
+{
+    if (cb->failed)
+        return NULL;
+    if (bytes <= cb->scratch_cap[slot])
+        return cb->scratch[slot];
+    /* Queued kernels may still read the old buffer. */
+    if (CU_OK(cb, cudaStreamSynchronize(cb->stream)))
+        return NULL;
+    cudaFree(cb->scratch[slot]);
+    cb->scratch[slot] = NULL;
+    cb->scratch_cap[slot] = 0;
+    /* Grow by half again so a slowly rising need does not reallocate often. */
+    size_t want = bytes + bytes / 2;
+    if (cuda_alloc(cb, &cb->scratch[slot], want, what, 1, NULL) != 0)
+        return NULL;
+    cb->scratch_cap[slot] = want;
+    return cb->scratch[slot];
+}
+
+void *cuda_stage_upload(cuda_backend *cb, int which, const void *src, size_t n)
+{
+    if (cb->failed)
+        return NULL;
+    cuda_stage *s = &cb->stage[which];
+    /* The pinned buffer is reused: the previous copy out of it must be done. */
+    if (s->pending && CU_OK(cb, cudaEventSynchronize(s->done)))
+        return NULL;
+    s->pending = 0;
+    if (n > s->cap) {
+        if (CU_OK(cb, cudaStreamSynchronize(cb->stream)))
+            return NULL;
+        cudaFreeHost(s->host);
+        cudaFree(s->dev);
+        s->host = s->dev = NULL;
+        s->cap = 0;
+        size_t want = n < 4096 ? 4096 : n + n / 2;
+        if (CU_OK(cb, cudaMallocHost(&s->host, want)) ||
+            cuda_alloc(cb, &s->dev, want, "staging buffer", 1, NULL) != 0)
+            return NULL;
+        s->cap = want;
+    }
+    memcpy(s->host, src, n);
+    if (CU_OK(cb, cudaMemcpyAsync(s->dev, s->host, n, cudaMemcpyHostToDevice, cb->stream)) ||
+        CU_OK(cb, cudaEventRecord(s->done, cb->stream)))
+        return NULL;
+    s->pending = 1;
+    return s->dev;
+}
+
+int cuda_upload_sync(cuda_backend *cb, void *dst, const void *src, size_t n, memra_err *err)
+{
+    cudaError_t rc = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cb->stream);
+    if (rc == cudaSuccess)
+        rc = cudaStreamSynchronize(cb->stream);
+    if (rc != cudaSuccess)
+        return memra_fail(err, "CUDA device %d: copying %zu bytes to the device failed: %s",
+                          cb->info.index, n, cudaGetErrorString(rc));
+    return 0;
+}
+
+/* ---- activations ---- */
+
+static float *cuda_act_alloc(backend *b, size_t n)
+{
+    cuda_backend *cb = cuda_of(b);
+    void *p = NULL;
+    if (cb->failed)
+        return NULL;
+    char what[64];
+    snprintf(what, sizeof what, "an activation of %zu floats", n);
+    if (cuda_alloc(cb, &p, (n ? n : 1) * sizeof(float), what, 1, NULL) != 0)
+        return NULL;
+    return p;
+}
+
+static void cuda_act_free(backend *b, float *p)
+{
+    cuda_backend *cb = cuda_of(b);
+    if (!p)
+        return;
+    cudaStreamSynchronize(cb->stream);
+    cudaFree(p);
+}
+
+static void cuda_act_read(backend *b, const float *src, float *dst, size_t n)
+{
+    cuda_backend *cb = cuda_of(b);
+    if (!cb->failed && src) {
+        if (CU_OK(cb, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost,
+                                      cb->stream)) == 0 &&
+            CU_OK(cb, cudaStreamSynchronize(cb->stream)) == 0)
+            return;
+    }
+    /* Nothing valid to give: NaN, never stale numbers that look right. */
+    for (size_t i = 0; i < n; i++)
+        dst[i] = NAN;
+}
+
+void backend_cuda_act_write(backend *b, float *dst, const float *src, size_t n)
+{
+    cuda_backend *cb = cuda_of(b);
+    if (cb->failed || !dst)
+        return;
+    if (CU_OK(cb, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice,
+                                  cb->stream)) == 0)
+        CU_OK(cb, cudaStreamSynchronize(cb->stream));
+}
+
+static int cuda_status(backend *b, memra_err *err)
+{
+    cuda_backend *cb = cuda_of(b);
+    if (!cb->failed)
+        CU_OK(cb, cudaGetLastError());
+    if (cb->failed) {
+        if (err)
+            *err = cb->err;
+        return -1;
+    }
+    return 0;
+}
+
+int backend_cuda_sync(backend *b, memra_err *err)
+{
+    cuda_backend *cb = cuda_of(b);
+    if (!cb->failed)
+        CU_OK(cb, cudaStreamSynchronize(cb->stream));
+    return cuda_status(b, err);
+}
+
+uint64_t backend_cuda_weight_bytes(backend *b)
+{
+    return cuda_of(b)->weight_bytes;
+}
+
+/* ---- lifetime ---- */
+
+static void cuda_destroy(backend *b)
+{
+    cuda_backend *cb = cuda_of(b);
+    if (cb->stream)
+        cudaStreamSynchronize(cb->stream);
+    cuda_weights_free(cb);
+    cuda_moe_free(cb);
+    cuda_attention_free(cb);
+    for (int i = 0; i < N_SCRATCH; i++)
+        cudaFree(cb->scratch[i]);
+    for (int i = 0; i < N_STAGES; i++) {
+        cudaFreeHost(cb->stage[i].host);
+        cudaFree(cb->stage[i].dev);
+        if (cb->stage[i].done)
+            cudaEventDestroy(cb->stage[i].done);
+    }
+    if (cb->stream)
+        cudaStreamDestroy(cb->stream);
+    cudaGetLastError();
+    free(cb);
+    free(b);
+}
+
+static const backend_ops cuda_ops = {
+    .destroy = cuda_destroy,
+    .weight_prepare = cuda_weight_prepare,
+    .act_alloc = cuda_act_alloc,
+    .act_free = cuda_act_free,
+    .act_read = cuda_act_read,
+    .embed = cuda_op_embed,
+    .rmsnorm = cuda_op_rmsnorm,
+    .matmul = cuda_op_matmul,
+    .attn_qkv = cuda_op_attn_qkv,
+    .qk_norm_rope = cuda_op_qk_norm_rope,
+    .attention = cuda_op_attention,
+    .ffn_glu = cuda_op_ffn_glu,
+    .ffn_moe = cuda_op_ffn_moe,
+    .add = cuda_op_add,
+    .softcap = cuda_op_softcap,
+    .kv_prepare = cuda_kv_prepare,
+    .status = cuda_status,
+};
+
+backend *backend_cuda_create(int device, memra_err *err)
+{
+    cuda_device_info info;
+    if (cuda_device_query(device, &info, err) != 0)
+        return NULL;
+    cudaError_t rc = cudaSetDevice(device);
+    if (rc != cudaSuccess) {
+        memra_fail(err, "CUDA device %d: cudaSetDevice failed: %s", device,
+                   cudaGetErrorString(rc));
+        return NULL;
+    }
+    cuda_backend *cb = xcalloc(1, sizeof *cb);
+    cb->info = info;
+    rc = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking);
+    for (int i = 0; i < N_STAGES && rc == cudaSuccess; i++)
+        rc = cudaEventCreateWithFlags(&cb->stage[i].done, cudaEventDisableTiming);
+    backend *b = xcalloc(1, sizeof *b);
+    b->name = "cuda";
+    b->ops = &cuda_ops;
+    b->n_threads = 1;
+    b->impl = cb;
+    if (rc != cudaSuccess) {
+        memra_fail(err, "CUDA device %d (%s): creating the stream failed: %s", device, info.name,
+                   cudaGetErrorString(rc));
+        cuda_destroy(b);
+        return NULL;
+    }
+    return b;
+}

@@ -1,0 +1,151 @@
+/* The CUDA backend's insides, shared by its files:
+ *   cuda_backend.c    setup, errors, device memory, activations, the vtable
+ *   cuda_weights.c    weight upload and repacking (weight_prepare)
+ *   cuda_ops.c        embed, norms, projections, FFN, elementwise ops
+ *   cuda_attention.c  row metadata, the device KV pool, QK-norm + RoPE, attention
+ *   cuda_moe.c        routed experts
+ *
+ * Everything runs in order on one stream. Ops return nothing (backend.h),
+ * so the first failure (a CUDA error, device memory exhausted, a weight the
+ * op cannot read) is recorded in `err` with the call, file and line; every
+ * later op returns at once, act_read fills its output with NaN, and
+ * backend_status reports the failure. */
+#ifndef MEMRA_BACKEND_CUDA_INTERNAL_H
+#define MEMRA_BACKEND_CUDA_INTERNAL_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_device.h"
+#include "kernels/matmul.cuh"
+#include "kernels/weight_layout.h"
+
+/* The device copy of one weight (bk_weight.dev points here). */
+typedef struct cuda_weight {
+    const void *owner;  /* the cuda_backend that made it */
+    const char *name;
+    dtype type;
+    cu_matrix m;        /* the matrix in its kernel layout */
+    float *vec;         /* f32 copy of a vector weight (rows == 1), else NULL */
+    struct cuda_weight *next;
+} cuda_weight;
+
+/* Device pointer tables of one MoE layer's experts, made on first use. */
+typedef struct cuda_moe_table {
+    const bk_weight *gate_host; /* the layer's host array: the cache key */
+    int n_experts;
+    const void **key;           /* [3][n_experts] the experts' bk_weight.dev when made */
+    const void **gate, **up, **down; /* device arrays [n_experts] */
+    cu_matrix gate_m, up_m, down_m;  /* shape and format (data unused) */
+    struct cuda_moe_table *next;
+} cuda_moe_table;
+
+/* A pinned host buffer and the device buffer it is copied into; `done`
+ * marks when the last copy out of the host buffer finished. */
+typedef struct {
+    void *host, *dev;
+    size_t cap;
+    cudaEvent_t done;
+    int pending;
+} cuda_stage;
+
+enum { STAGE_TOKENS = 0, STAGE_ROWS, N_STAGES };
+enum { SCR_ATTN = 0, SCR_MOE_PROBS, SCR_MOE_IDS, SCR_MOE_W, SCR_MOE_HB, SCR_MOE_HB2, SCR_MOE_Y,
+       N_SCRATCH };
+enum { CUDA_ROPE_CACHE = 8 };
+
+typedef struct {
+    cuda_device_info info;
+    cudaStream_t stream;
+    int failed;
+    memra_err err;
+
+    cuda_weight *weights;   /* every upload, freed at destroy */
+    uint64_t weight_bytes;
+    cuda_moe_table *moe;
+
+    cuda_stage stage[N_STAGES];
+    void *scratch[N_SCRATCH];
+    size_t scratch_cap[N_SCRATCH];
+
+    /* The device KV pool, the geometry of the host cache it mirrors. */
+    const kv_cache *kv;
+    kv_cache kv_geom;       /* its geometry when the pool was made (no pointers kept) */
+    void *kv_k, *kv_v;
+    /* The row metadata last uploaded (host copy, int32s), so a step's
+     * layers upload it once. */
+    int32_t *rows_host, *rows_new;
+    size_t rows_len, rows_cap;
+    int rows_n;
+
+    /* RoPE inverse-frequency tables seen so far, host and device copies. */
+    struct {
+        float *host, *dev;
+        int n;
+    } rope[CUDA_ROPE_CACHE];
+    int n_rope;
+} cuda_backend;
+
+static inline cuda_backend *cuda_of(backend *b) { return (cuda_backend *)b->impl; }
+
+/* Record a failure (the first one wins); returns -1. */
+int cuda_failf(cuda_backend *cb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* 0 when rc is cudaSuccess, else record "<what> failed: <error> (file:line)"
+ * and return -1. Use through CU_OK. */
+int cuda_check_at(cuda_backend *cb, cudaError_t rc, const char *what, const char *file, int line);
+#define CU_OK(cb, call) cuda_check_at((cb), (call), #call, __FILE__, __LINE__)
+
+/* cudaMalloc that fails with "out of device memory: <what> needs N bytes
+ * (F of T bytes free)" into err (and, when sticky, the backend). */
+int cuda_alloc(cuda_backend *cb, void **p, size_t bytes, const char *what, int sticky,
+               memra_err *err);
+/* A device scratch buffer of at least `bytes` for slot (grown, never
+ * shrunk; growing waits for queued work first). NULL after a failure. */
+void *cuda_scratch(cuda_backend *cb, int slot, size_t bytes, const char *what);
+/* Copy n bytes of host data into the stage's device buffer, ordered on the
+ * stream; returns the device copy or NULL after a failure. */
+void *cuda_stage_upload(cuda_backend *cb, int which, const void *src, size_t n);
+/* Copy host data to device memory and wait for it (one-time uploads). */
+int cuda_upload_sync(cuda_backend *cb, void *dst, const void *src, size_t n, memra_err *err);
+
+/* One stored row (ggml bytes) into its device layout (kernels/
+ * weight_layout.h); dst holds cw_row_stride bytes, already zeroed. */
+void cuda_repack_row(cw_format f, const uint8_t *src, size_t row_bytes, int64_t cols,
+                     uint8_t *dst);
+
+/* The device copy of a prepared weight, or NULL (recorded as a failure,
+ * naming `op`) when the CUDA backend did not prepare it. */
+const cuda_weight *cuda_weight_of(cuda_backend *cb, const bk_weight *w, const char *op);
+/* The f32 device vector of an optional vector weight; NULL when absent. */
+const float *cuda_vec_of(cuda_backend *cb, const bk_weight *w, const char *op);
+
+/* The vtable entries, across the cuda_*.c files. */
+int cuda_weight_prepare(backend *b, bk_weight *w, memra_err *err);
+void cuda_weights_free(cuda_backend *cb);
+void cuda_op_embed(backend *b, const bk_weight *table, const int32_t *tokens, int n, float scale,
+                   float *out);
+void cuda_op_rmsnorm(backend *b, const float *x, int n, const bk_weight *w, float w_offset,
+                     float eps, float *out);
+void cuda_op_matmul(backend *b, const bk_weight *w, const bk_weight *bias, const float *x, int n,
+                    float *out);
+void cuda_op_attn_qkv(backend *b, const bk_weight *wq, const bk_weight *wk, const bk_weight *wv,
+                      const bk_weight *bq, const bk_weight *bk, const bk_weight *bv,
+                      const float *x, int n, float *q, float *k, float *v);
+void cuda_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
+                     const bk_weight *down, bk_act act, const float *x, int n, float *hb,
+                     float *hb2, float *out);
+void cuda_op_add(backend *b, float *x, const float *y, size_t n);
+void cuda_op_softcap(backend *b, float *x, size_t n, float cap);
+void cuda_op_qk_norm_rope(backend *b, float *q, float *k, const bk_batch *rows, const bk_attn *a,
+                          const bk_weight *q_norm, const bk_weight *k_norm, float w_offset,
+                          float eps, const bk_rope *rope);
+void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const float *q,
+                       const float *k, const float *v, float *out);
+int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err);
+void cuda_attention_free(cuda_backend *cb);
+void cuda_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *out);
+void cuda_moe_free(cuda_backend *cb);
+
+#endif

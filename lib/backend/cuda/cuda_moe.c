@@ -1,0 +1,152 @@
+/* Routed experts on the device, without a round trip to the host: router
+ * logits (a mat-vec), routing on the device (softmax, top-k, optional
+ * renormalization, choices sorted by expert id), the chosen experts' SwiGLU
+ * as grouped mat-vecs with one row per (token, choice), and the combine,
+ * which adds the weighted outputs in ascending expert id order as the CPU
+ * reference does. Each (token, choice) row is computed from that token
+ * alone, so routing other tokens differently changes nothing for it. */
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "core/check.h"
+#include "kernels/elementwise.cuh"
+#include "kernels/moe.cuh"
+
+/* Device array of the experts' row data; every expert must share the
+ * first's format and shape (the grouped kernel reads them alike). */
+static int expert_array(cuda_backend *cb, const bk_weight *ws, int ne, const void ***dev_out,
+                        cu_matrix *m)
+{
+    const void **host = xmalloc((size_t)ne * sizeof *host);
+    for (int e = 0; e < ne; e++) {
+        const cuda_weight *cw = cuda_weight_of(cb, &ws[e], "ffn_moe");
+        if (!cw) {
+            free(host);
+            return -1;
+        }
+        if (e == 0) {
+            *m = cw->m;
+        } else if (cw->m.fmt != m->fmt || cw->m.rows != m->rows || cw->m.cols != m->cols) {
+            cuda_failf(cb, "ffn_moe: expert %d of '%s' is %s %" PRId64 " x %" PRId64
+                       ", expert 0 is %s %" PRId64 " x %" PRId64 ": the CUDA backend needs one "
+                       "format and shape per layer", e, cw->name, dtype_get(cw->type)->name,
+                       cw->m.rows, cw->m.cols, dtype_get(((const cuda_weight *)ws[0].dev)->type)->name,
+                       m->rows, m->cols);
+            free(host);
+            return -1;
+        }
+        host[e] = cw->m.data;
+    }
+    void *dev;
+    memra_err e;
+    int rc = cuda_alloc(cb, &dev, (size_t)ne * sizeof *host, "expert table", 1, NULL);
+    if (rc == 0 && cuda_upload_sync(cb, dev, host, (size_t)ne * sizeof *host, &e) != 0) {
+        cuda_failf(cb, "%s", e.msg);
+        cudaFree(dev);
+        rc = -1;
+    }
+    free(host);
+    if (rc != 0)
+        return -1;
+    *dev_out = (const void **)dev;
+    return 0;
+}
+
+/* Whether t was made for exactly these experts: the same host array and
+ * the same device copies (an array at a reused address must not hit). */
+static int table_matches(const cuda_moe_table *t, const bk_moe *m)
+{
+    if (t->gate_host != m->gate || t->n_experts != m->n_experts)
+        return 0;
+    int ne = m->n_experts;
+    for (int e = 0; e < ne; e++)
+        if (t->key[e] != m->gate[e].dev || t->key[ne + e] != m->up[e].dev ||
+            t->key[2 * ne + e] != m->down[e].dev)
+            return 0;
+    return 1;
+}
+
+static cuda_moe_table *moe_table(cuda_backend *cb, const bk_moe *m)
+{
+    for (cuda_moe_table *t = cb->moe; t; t = t->next)
+        if (table_matches(t, m))
+            return t;
+    if (m->n_experts <= 0) {
+        cuda_failf(cb, "ffn_moe: %d experts", m->n_experts);
+        return NULL;
+    }
+    cuda_moe_table *t = xcalloc(1, sizeof *t);
+    t->gate_host = m->gate;
+    t->n_experts = m->n_experts;
+    t->key = xmalloc(3 * (size_t)m->n_experts * sizeof *t->key);
+    for (int e = 0; e < m->n_experts; e++) {
+        t->key[e] = m->gate[e].dev;
+        t->key[m->n_experts + e] = m->up[e].dev;
+        t->key[2 * m->n_experts + e] = m->down[e].dev;
+    }
+    t->next = cb->moe;
+    cb->moe = t; /* listed before filling, so cuda_moe_free finds a half-made one */
+    if (expert_array(cb, m->gate, m->n_experts, &t->gate, &t->gate_m) != 0 ||
+        expert_array(cb, m->up, m->n_experts, &t->up, &t->up_m) != 0 ||
+        expert_array(cb, m->down, m->n_experts, &t->down, &t->down_m) != 0)
+        return NULL;
+    return t;
+}
+
+void cuda_moe_free(cuda_backend *cb)
+{
+    while (cb->moe) {
+        cuda_moe_table *n = cb->moe->next;
+        cudaFree((void *)cb->moe->gate);
+        cudaFree((void *)cb->moe->up);
+        cudaFree((void *)cb->moe->down);
+        free(cb->moe->key);
+        free(cb->moe);
+        cb->moe = n;
+    }
+}
+
+void cuda_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *out)
+{
+    cuda_backend *cb = cuda_of(b);
+    if (cb->failed || n <= 0)
+        return;
+    const cuda_weight *router = cuda_weight_of(cb, m->router, "ffn_moe");
+    const cuda_moe_table *t = router ? moe_table(cb, m) : NULL;
+    if (!t)
+        return;
+    int ne = m->n_experts, nu = m->n_used;
+    int64_t dim = router->m.cols, ffn = t->gate_m.rows;
+    if (router->m.rows != ne || nu <= 0 || nu > ne || t->gate_m.cols != dim ||
+        t->up_m.rows != ffn || t->up_m.cols != dim || t->down_m.rows != dim ||
+        t->down_m.cols != ffn) {
+        cuda_failf(cb, "ffn_moe: shapes do not fit: router %" PRId64 " x %" PRId64 " for %d "
+                   "experts (top %d), gate %" PRId64 " x %" PRId64 ", up %" PRId64 " x %" PRId64
+                   ", down %" PRId64 " x %" PRId64, router->m.rows, router->m.cols, ne, nu,
+                   t->gate_m.rows, t->gate_m.cols, t->up_m.rows, t->up_m.cols, t->down_m.rows,
+                   t->down_m.cols);
+        return;
+    }
+    size_t pairs = (size_t)n * (size_t)nu;
+    float *probs = cuda_scratch(cb, SCR_MOE_PROBS, (size_t)n * (size_t)ne * 4, "router logits");
+    int32_t *ids = cuda_scratch(cb, SCR_MOE_IDS, pairs * 4, "expert choices");
+    float *w = cuda_scratch(cb, SCR_MOE_W, pairs * 4, "expert weights");
+    float *hb = cuda_scratch(cb, SCR_MOE_HB, pairs * (size_t)ffn * 4, "expert hidden");
+    float *hb2 = cuda_scratch(cb, SCR_MOE_HB2, pairs * (size_t)ffn * 4, "expert hidden");
+    float *y = cuda_scratch(cb, SCR_MOE_Y, pairs * (size_t)dim * 4, "expert outputs");
+    if (cb->failed)
+        return;
+    if (CU_OK(cb, launch_matmul(&router->m, NULL, x, n, probs, cb->stream)) ||
+        CU_OK(cb, launch_moe_route(probs, n, ne, nu, m->norm_topk, ids, w, cb->stream)) ||
+        CU_OK(cb, launch_matmul_grouped(&t->gate_m, t->gate, ids, nu, x, (int)pairs, hb,
+                                        cb->stream)) ||
+        CU_OK(cb, launch_matmul_grouped(&t->up_m, t->up, ids, nu, x, (int)pairs, hb2,
+                                        cb->stream)) ||
+        CU_OK(cb, launch_glu(hb, hb2, pairs * (size_t)ffn, m->act == BK_ACT_GELU_TANH ? 1 : 0,
+                             cb->stream)) ||
+        CU_OK(cb, launch_matmul_grouped(&t->down_m, t->down, ids, 1, hb, (int)pairs, y,
+                                        cb->stream)))
+        return;
+    CU_OK(cb, launch_moe_combine(y, w, n, nu, dim, out, cb->stream));
+}

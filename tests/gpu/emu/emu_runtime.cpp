@@ -1,0 +1,382 @@
+// The fiber scheduler behind tests/gpu/emu/emu_cuda.h, and a stand-in for
+// the parts of the CUDA runtime memra uses (linked instead of cudart):
+// device memory is host memory (fresh allocations filled with 0xFF, NaN
+// as floats, so reading memory nothing wrote shows), copies are memcpy,
+// streams and events are synchronous, one device. Tests only.
+#include <cuda_runtime.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN 1
+#else
+#define EMU_ASAN 0
+#endif
+
+namespace emu {
+
+enum { RUN, WAIT_BLOCK, WAIT_WARP, DONE };
+enum { MAX_THREADS = 1024, STACK_BYTES = 256 * 1024 };
+
+struct fiber {
+    jmp_buf ctx;
+    uint3 tid;
+    int state;
+    bool started;
+    char *stack;
+    void *fake_stack; /* ASan's bookkeeping while switched out */
+};
+
+static fiber fibers[MAX_THREADS];
+static int n_fibers, cur = -1;
+static jmp_buf sched;
+static body_fn g_fn;
+static void *g_ctx;
+static float xchg[MAX_THREADS];
+static std::vector<unsigned char> smem;
+#if EMU_ASAN
+static void *sched_fake_stack;
+static const void *sched_stack_bottom;
+static size_t sched_stack_size;
+#endif
+
+uint3 g_block_idx;
+dim3 g_block_dim, g_grid_dim;
+
+[[noreturn]] static void die(const char *what)
+{
+    fprintf(stderr, "emu: block (%u,%u,%u) of (%u,%u,%u), %u threads: %s\n", g_block_idx.x,
+            g_block_idx.y, g_block_idx.z, g_grid_dim.x, g_grid_dim.y, g_grid_dim.z, g_block_dim.x,
+            what);
+    abort();
+}
+
+uint3 &thread_idx()
+{
+    if (cur < 0)
+        die("threadIdx read outside a kernel");
+    return fibers[cur].tid;
+}
+
+void *dyn_smem_ptr() { return smem.data(); }
+
+void check_aligned(const void *p, size_t align, const char *what)
+{
+    if ((reinterpret_cast<uintptr_t>(p) & (align - 1)) != 0) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s of %zu bytes at %p: misaligned (thread %u)", what, align, p,
+                 cur >= 0 ? fibers[cur].tid.x : 0u);
+        die(msg);
+    }
+}
+
+/* Leave the fiber for the scheduler; back here when it is released. */
+static void yield(int state)
+{
+    fibers[cur].state = state;
+    if (!_setjmp(fibers[cur].ctx)) {
+#if EMU_ASAN
+        __sanitizer_start_switch_fiber(&fibers[cur].fake_stack, sched_stack_bottom,
+                                       sched_stack_size);
+#endif
+        _longjmp(sched, 1);
+    }
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(fibers[cur].fake_stack, nullptr, nullptr);
+#endif
+}
+
+void sync_block() { yield(WAIT_BLOCK); }
+
+float shfl_xor(float v, int off)
+{
+    const int t = (int)fibers[cur].tid.x;
+    xchg[t] = v;
+    yield(WAIT_WARP);
+    const float r = xchg[(t & ~31) | ((t & 31) ^ off)];
+    yield(WAIT_WARP); // nobody overwrites its slot before every lane has read
+    return r;
+}
+
+static void fiber_main()
+{
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &sched_stack_bottom, &sched_stack_size);
+#endif
+    g_fn(g_ctx);
+    fibers[cur].state = DONE;
+#if EMU_ASAN
+    __sanitizer_start_switch_fiber(nullptr, sched_stack_bottom, sched_stack_size);
+#endif
+    _longjmp(sched, 1);
+}
+
+/* First entry: switch to the fiber's stack and call fiber_main there. */
+static void start_fiber(int i)
+{
+    char *top = fibers[i].stack + STACK_BYTES;
+#if EMU_ASAN
+    __sanitizer_start_switch_fiber(&sched_fake_stack, fibers[i].stack, STACK_BYTES);
+#endif
+    asm volatile("mov %0, %%rsp\n\tcall *%1\n\t" : : "r"(top), "r"(fiber_main) : "memory");
+    __builtin_unreachable();
+}
+
+static void run_block(int n)
+{
+    for (int i = 0; i < n; i++) {
+        fibers[i].state = RUN;
+        fibers[i].started = false;
+        fibers[i].tid = make_uint3((unsigned)i, 0, 0);
+    }
+    for (;;) {
+        for (int i = 0; i < n; i++) {
+            if (fibers[i].state != RUN)
+                continue;
+            cur = i;
+            if (!_setjmp(sched)) {
+                if (!fibers[i].started) {
+                    fibers[i].started = true;
+                    start_fiber(i);
+                }
+#if EMU_ASAN
+                __sanitizer_start_switch_fiber(&sched_fake_stack, fibers[i].stack, STACK_BYTES);
+#endif
+                _longjmp(fibers[i].ctx, 1);
+            }
+#if EMU_ASAN
+            __sanitizer_finish_switch_fiber(sched_fake_stack, nullptr, nullptr);
+#endif
+            cur = -1;
+        }
+        int done = 0, at_block = 0;
+        for (int i = 0; i < n; i++) {
+            done += fibers[i].state == DONE;
+            at_block += fibers[i].state == WAIT_BLOCK;
+        }
+        if (done == n)
+            return;
+        bool released = false;
+        for (int w = 0; w < n / 32; w++) {
+            int at_warp = 0, exited = 0, elsewhere = 0;
+            for (int l = 0; l < 32; l++) {
+                int s = fibers[w * 32 + l].state;
+                at_warp += s == WAIT_WARP;
+                exited += s == DONE;
+                elsewhere += s == WAIT_BLOCK;
+            }
+            if (at_warp == 0)
+                continue;
+            if (exited || elsewhere) {
+                char msg[160];
+                snprintf(msg, sizeof msg, "warp %d: a shuffle reached by %d lanes while %d exited "
+                         "and %d wait at __syncthreads", w, at_warp, exited, elsewhere);
+                die(msg);
+            }
+            for (int l = 0; l < 32; l++)
+                fibers[w * 32 + l].state = RUN;
+            released = true;
+        }
+        if (released)
+            continue;
+        if (at_block + done == n) {
+            if (done) {
+                char msg[128];
+                snprintf(msg, sizeof msg, "__syncthreads reached by %d threads after %d exited",
+                         at_block, done);
+                die(msg);
+            }
+            for (int i = 0; i < n; i++)
+                fibers[i].state = RUN;
+            continue;
+        }
+        die("deadlock");
+    }
+}
+
+void run_grid(dim3 grid, dim3 block, size_t smem_bytes, body_fn fn, void *ctx)
+{
+    unsigned n = block.x * block.y * block.z;
+    if (block.y != 1 || block.z != 1 || n == 0 || n > MAX_THREADS || n % 32 != 0) {
+        fprintf(stderr, "emu: block of %u x %u x %u threads is not supported\n", block.x, block.y,
+                block.z);
+        abort();
+    }
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
+        fprintf(stderr, "emu: invalid grid %u x %u x %u\n", grid.x, grid.y, grid.z);
+        abort();
+    }
+    for (unsigned i = 0; i < n; i++)
+        if (!fibers[i].stack)
+            fibers[i].stack = static_cast<char *>(aligned_alloc(64, STACK_BYTES));
+    g_fn = fn;
+    g_ctx = ctx;
+    g_grid_dim = grid;
+    g_block_dim = block;
+    n_fibers = (int)n;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                g_block_idx = make_uint3(x, y, z);
+                smem.assign(smem_bytes ? smem_bytes : 1, 0xFF);
+                run_block((int)n);
+            }
+}
+
+} // namespace emu
+
+/* ---- the runtime API memra calls ---- */
+
+static cudaError_t last_error = cudaSuccess;
+
+static cudaError_t fail(cudaError_t e)
+{
+    last_error = e;
+    return e;
+}
+
+struct emu_event {
+    double t;
+};
+
+static double now_s()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int *n)
+{
+    *n = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
+{
+    if (d != 0)
+        return fail(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "memra CPU emulation of a CUDA device");
+    p->major = 0;
+    p->minor = 0;
+    p->multiProcessorCount = 4;
+    p->totalGlobalMem = (size_t)16 << 30;
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice); }
+
+cudaError_t cudaGetLastError(void)
+{
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    default: return "emulated CUDA error";
+    }
+}
+
+cudaError_t cudaMalloc(void **p, size_t n)
+{
+    *p = nullptr;
+    if (n > ((size_t)64 << 30))
+        return fail(cudaErrorMemoryAllocation);
+    size_t rounded = (n + 255) & ~(size_t)255;
+    *p = aligned_alloc(256, rounded ? rounded : 256);
+    if (!*p)
+        return fail(cudaErrorMemoryAllocation);
+    memset(*p, 0xFF, rounded);
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
+cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind, cudaStream_t)
+{
+    if (n)
+        memcpy(dst, src, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t)
+{
+    memset(p, v, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t n) { return cudaMemsetAsync(p, v, n, 0); }
+
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
+{
+    *free_b = (size_t)8 << 30;
+    *total_b = (size_t)16 << 30;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int)
+{
+    *s = reinterpret_cast<cudaStream_t>(0x5eed);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int)
+{
+    *e = reinterpret_cast<cudaEvent_t>(new emu_event{0});
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t)
+{
+    reinterpret_cast<emu_event *>(e)->t = now_s();
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+    *ms = (float)((reinterpret_cast<emu_event *>(b)->t - reinterpret_cast<emu_event *>(a)->t) * 1e3);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    delete reinterpret_cast<emu_event *>(e);
+    return cudaSuccess;
+}
+
+cudaError_t cudaFuncSetAttribute(const void *, enum cudaFuncAttribute, int value)
+{
+    return value <= 227 * 1024 ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
+} // extern "C"

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The CUDA backend on a machine without a GPU: builds the real kernels and
+# host code against a CPU emulation of the CUDA execution model and runtime
+# (tests/gpu/emu/: fibers for threads, real barriers and warp shuffles,
+# host memory for device memory), then runs memra-parity --kernels,
+# test_cuda_engine and the HF parity fixtures on the emulated device. It
+# checks what the kernels compute (indices, reductions, barriers, batch
+# invariance, alignment of 16-byte loads; with --asan every out-of-bounds
+# access), not speed, nor anything that needs real concurrency.
+#
+#   tests/gpu/emulate.sh [--asan] [--quick] [--only OP]
+#
+# --quick: only the kernel check; --only OP: only that op's checks (implies
+# --quick). Build output in build/emu[-asan]/.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+asan=0 quick=0 only=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --asan) asan=1 ;;
+    --quick) quick=1 ;;
+    --only) only=(--only "$2"); quick=1; shift ;;
+    *) echo "tests/gpu/emulate.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+  shift
+done
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+B=build/emu$([ $asan = 1 ] && echo -asan || true)
+SAN=$([ $asan = 1 ] && echo "-fsanitize=address,undefined -fno-omit-frame-pointer" || true)
+mkdir -p "$B/obj" "$B/kernels" "$B/bin" "$B/tests"
+CPPFLAGS="-Ilib -I. -Ikernels -D_GNU_SOURCE -DMEMRA_CUDA=1 -I$CUDA_HOME/include"
+CFLAGS="-std=c11 -g -O1 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -pthread $SAN"
+CXXFLAGS="-std=c++17 -g -O1 -ffp-contract=off -Wall -Wno-unknown-pragmas -Wno-unused-parameter -pthread $SAN"
+export CPPFLAGS CFLAGS CXXFLAGS B
+
+echo "emulate: building into $B"
+# The library's C sources, as the Makefile builds them with CUDA=1.
+ls lib/core/*.c lib/format/*.c lib/tok/*.c lib/model/*.c lib/engine/*.c lib/backend/*.c \
+   lib/backend/cpu/*.c lib/backend/cuda/*.c bin-src/memra-parity.c bin-src/memra-convert.c \
+   tests/unit/test_cuda_engine.c 2>/dev/null |
+  xargs -P "$(nproc)" -I{} bash -c 'o=$B/obj/$(echo {} | tr / _).o; [ "$o" -nt {} ] || gcc $CPPFLAGS $CFLAGS -c {} -o $o'
+# The kernels, rewritten for the emulation: launches and dynamic shared memory.
+for f in kernels/*.cu; do
+  out=$B/kernels/$(basename "$f" .cu).cpp
+  perl -pe 's/extern __shared__ (\w+) (\w+)\[\];/$1 *$2 = emu::dyn_smem<$1>();/;
+            s/^(\s*)(\w+(?:<[^;]*?>)?)<<<(.*?)>>>\(/$1emu::launch($2, $3)(/' "$f" > "$out"
+  if grep -q '<<<' "$out"; then echo "emulate: a launch in $f was not rewritten" >&2; exit 1; fi
+done
+ls "$B"/kernels/*.cpp tests/gpu/emu/emu_runtime.cpp |
+  xargs -P "$(nproc)" -I{} bash -c 'o=$B/obj/$(basename {} .cpp).emu.o; g++ $CPPFLAGS $CXXFLAGS -include tests/gpu/emu/emu_cuda.h -c {} -o $o'
+rm -f "$B/libmemra-emu.a"
+ar rcs "$B/libmemra-emu.a" $(ls "$B"/obj/*.o | grep -v -e bin-src_ -e tests_unit_)
+LIBS="-Wl,-Bstatic -ljansson -lutf8proc -lpcre2-8 -Wl,-Bdynamic -lcurl -lcrypto -lz -lm -ldl -lstdc++ -pthread $SAN"
+gcc "$B/obj/bin-src_memra-parity.c.o" "$B/libmemra-emu.a" $LIBS -o "$B/bin/memra-parity"
+gcc "$B/obj/bin-src_memra-convert.c.o" "$B/libmemra-emu.a" $LIBS -o "$B/bin/memra-convert"
+gcc "$B/obj/tests_unit_test_cuda_engine.c.o" "$B/libmemra-emu.a" $LIBS -o "$B/tests/test_cuda_engine"
+
+echo "emulate: memra-parity --kernels"
+"$B/bin/memra-parity" --kernels "${only[@]}" | tee "$B/kernels.log"
+tail -1 "$B/kernels.log" | grep -q '^ALL GREEN'
+[ $quick = 1 ] && exit 0
+echo "emulate: test_cuda_engine"
+MEMRA_SHARED=${MEMRA_SHARED:-../shared} "$B/tests/test_cuda_engine"
+echo "emulate: HF parity fixtures on the emulated device"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+P=tests/fixtures/parity
+fails=0
+for n in tiny-llama tiny-qwen2-yarn tiny-qwen3 tiny-qwen3-moe tiny-gemma3; do
+  "$B/bin/memra-convert" --random "$P/configs/$n.json" --seed 1 --outtype f32 "$T/$n" 2>/dev/null
+  if "$B/bin/memra-parity" "$T/$n" --reference "$P/$n.safetensors" --backend cuda | tail -1; then :
+  else fails=$((fails + 1)); fi
+done
+"$B/bin/memra-parity" "${MEMRA_SHARED:-../shared}/models/stories260K.gguf" \
+  --reference "$P/stories260K.safetensors" --backend cuda | tail -1 || fails=$((fails + 1))
+[ $fails -eq 0 ] && echo "emulate: all passed"

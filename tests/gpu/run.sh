@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# The CUDA backend's tests, for a machine with a GPU (CI has none):
+#
+#   1. memra-parity --kernels: every CUDA op against the CPU's, ALL GREEN
+#      (with --perf, so the log also has time and GB/s per op)
+#   2. the unit tests that need a device: test_cuda_engine (stories260K's
+#      golden ids, batched == alone byte for byte, chunked prefill, every
+#      family and weight format against the CPU) and test_cuda_device
+#   3. every family's HF parity fixture on CUDA (tests/fixtures/parity),
+#      as an HF dir and as GGUF; stories260K and the project's tiny models
+#   4. --backends cpu,cuda on the same checkpoints
+#
+# Run from the project root after `make && make unit-bins` (here, or on the
+# development machine with bin/ and build/release/tests carried over).
+# Prints PASS/FAIL lines and "N passed, N failed"; exits 1 on any failure.
+#
+#   tests/gpu/run.sh [--sanitize] [--device N]
+#
+# --sanitize also runs the kernel check and the CUDA engine test under
+# compute-sanitizer's memcheck (slow; needs a runtime where it works).
+# Environment: MEMRA_SHARED (the shared files; default build/shared when
+# it exists, else ../shared), OUT (a folder for the logs; default a temp dir).
+set -u -o pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+sanitize=0 device=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --sanitize) sanitize=1 ;;
+    --device) device=$2; shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    *) echo "tests/gpu/run.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ -z "${MEMRA_SHARED:-}" ]; then
+  if [ -d build/shared ]; then MEMRA_SHARED=$root/build/shared; else MEMRA_SHARED=$root/../shared; fi
+fi
+export MEMRA_SHARED PATH="$root/bin:$PATH" CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-$device}
+OUT=${OUT:-$(mktemp -d /tmp/memra-gpu.XXXXXX)}
+mkdir -p "$OUT"
+T=$(mktemp -d /tmp/memra-gpu-work.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+export MEMRA_TEST_TMP=$T
+for f in bin/memra-parity bin/memra-convert build/release/tests/test_cuda_engine; do
+  [ -x "$f" ] || { echo "tests/gpu/run.sh: $f is missing: run make && make unit-bins first" >&2; exit 2; }
+done
+[ -f "$MEMRA_SHARED/models/stories260K.gguf" ] ||
+  { echo "tests/gpu/run.sh: no $MEMRA_SHARED/models/stories260K.gguf (set MEMRA_SHARED)" >&2; exit 2; }
+
+passed=0 failed=0
+pass() { echo "PASS $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL $1"; shift; [ $# -gt 0 ] && echo "  $*"; failed=$((failed + 1)); }
+# check NAME CMD...: passes when CMD exits 0; its output goes to $OUT/<n>.log.
+n_check=0
+check() {
+  local name=$1; shift
+  n_check=$((n_check + 1))
+  local log=$OUT/$(printf '%03d' $n_check).log
+  if "$@" >"$log" 2>&1; then pass "$name"
+  else fail "$name" "($log) $(grep -m 3 -E 'memra-|FAIL|rror' "$log" | cut -c 1-300 | tr '\n' ' ')"; fi
+}
+# JSON on stdin satisfies a Python expression over j (python3 is on the
+# GPU machine; jq may not be).
+jtrue() { python3 -c "import json,sys; j=json.load(sys.stdin); sys.exit(0 if ($1) else 1)"; }
+export -f jtrue
+
+echo "== device"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -4
+
+echo "== kernels"
+bin/memra-parity --kernels --perf --device 0 >"$OUT/kernels.log" 2>&1
+rc=$?
+cat "$OUT/kernels.log"
+if [ $rc -eq 0 ] && tail -1 "$OUT/kernels.log" | grep -q '^ALL GREEN'; then pass "memra-parity --kernels: ALL GREEN"
+else fail "memra-parity --kernels" "exit $rc: $(grep -E 'FAIL|device:' "$OUT/kernels.log" | head -5 | tr '\n' ' ')"; fi
+
+echo "== unit tests on the device"
+for t in test_cuda_engine test_cuda_device; do
+  [ -x build/release/tests/$t ] || { fail "$t" "not built"; continue; }
+  out=$(build/release/tests/$t 2>&1); rc=$?
+  echo "$out" | sed 's/^/  /'
+  if echo "$out" | grep -q 'skipped: no CUDA device'; then fail "$t" "skipped: the test saw no device"
+  elif [ $rc -ne 0 ] || echo "$out" | grep -q '^FAIL'; then fail "$t" "exit $rc"
+  else pass "$t ($(echo "$out" | grep -c '^PASS') cases)"; fi
+done
+
+echo "== HF parity fixtures on CUDA"
+P=tests/fixtures/parity
+for ref in "$P"/tiny-*.safetensors; do
+  n=$(basename "$ref" .safetensors)
+  if ! memra-convert --random "$P/configs/$n.json" --seed 1 --outtype f32 "$T/$n" >"$T/conv.log" 2>&1; then
+    fail "$n: rebuild checkpoint" "$(cat "$T/conv.log")"; continue
+  fi
+  check "$n (HF dir) on CUDA matches transformers" \
+    bash -c "memra-parity '$T/$n' --reference '$ref' --backend cuda --json | tee /dev/stderr | jtrue \"j['pass'] and j['argmax_agree'] == j['positions'] and j['first_divergent_hidden'] is None\""
+  memra-convert "$T/$n" "$T/$n.gguf" >/dev/null 2>&1
+  check "$n (GGUF) on CUDA matches transformers" \
+    bash -c "memra-parity '$T/$n.gguf' --reference '$ref' --backend cuda --json | tee /dev/stderr | jtrue \"j['pass'] and j['argmax_agree'] == j['positions']\""
+  check "$n: cuda agrees with cpu (--backends)" \
+    memra-parity "$T/$n" --backends cpu,cuda --prompt-ids 1,7,42,99,3,250,17,64,128,5,11,200
+done
+check "stories260K on CUDA matches transformers (argmax 41/41: the greedy ids)" \
+  bash -c "memra-parity '$MEMRA_SHARED/models/stories260K.gguf' --reference $P/stories260K.safetensors --backend cuda --json | tee /dev/stderr | jtrue \"j['pass'] and j['argmax_agree'] == 41\""
+check "stories260K with f16 KV on CUDA keeps the argmax (>= 39/41)" \
+  bash -c "memra-parity '$MEMRA_SHARED/models/stories260K.gguf' --reference $P/stories260K.safetensors --backend cuda --kv f16 --max-abs 1 --json | jtrue \"j['argmax_agree'] >= 39\""
+check "stories260K: cuda agrees with cpu (--backends)" \
+  memra-parity "$MEMRA_SHARED/models/stories260K.gguf" --backends cpu,cuda --prompt-ids 1,403,407,261,378,432,383,286,261,376,298
+for m in memra-tiny memra-tiny-draft; do
+  [ -f models/$m.gguf ] || continue
+  check "$m on CUDA matches the PyTorch reference (argmax 48/48)" \
+    bash -c "memra-parity models/$m.gguf --reference $P/$m.safetensors --backend cuda --json | jtrue \"j['pass'] and j['argmax_agree'] == 48\""
+done
+
+if [ $sanitize -eq 1 ]; then
+  echo "== compute-sanitizer memcheck"
+  if command -v compute-sanitizer >/dev/null; then
+    check "memcheck: memra-parity --kernels" \
+      compute-sanitizer --tool memcheck --error-exitcode 3 bin/memra-parity --kernels
+    check "memcheck: test_cuda_engine" \
+      compute-sanitizer --tool memcheck --error-exitcode 3 build/release/tests/test_cuda_engine
+    check "racecheck: attention and norms" \
+      compute-sanitizer --tool racecheck --error-exitcode 3 bin/memra-parity --kernels --only attention
+  else
+    fail "compute-sanitizer" "not on the PATH"
+  fi
+fi
+
+echo "logs: $OUT"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

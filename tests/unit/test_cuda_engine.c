@@ -1,0 +1,681 @@
+/* The engine on the CUDA backend, and the batched decode entry point.
+ *
+ * Everywhere (CI has no GPU): engine_forward_batch on the CPU backend gives
+ * each sequence the bytes it gets alone, and refuses bad batches; the CUDA
+ * backend fails cleanly, with a message, when there is no device (or no
+ * CUDA in the build).
+ *
+ * On a GPU machine: stories260K's 40 greedy reference ids; three
+ * sequences at different depths decoded in shifting batches give
+ * byte-identical logits to each decoded alone; chunked prefill is
+ * byte-identical to token-by-token; every family's tiny random checkpoint
+ * and every weight format agree with the CPU backend; f16 KV too. Without
+ * a device those cases print "# skipped" and pass. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "core/check.h"
+#include "core/rng.h"
+#include "engine/engine.h"
+#include "format/gguf.h"
+#include "format/half.h"
+#include "model/checkpoint.h"
+#include "model/convert.h"
+#include "test.h"
+#if MEMRA_CUDA
+#include "backend/cuda/cuda_device.h"
+#endif
+
+static const int32_t stories_ref[40] = {
+    403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317,
+    426, 338, 401, 396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282,
+    295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352,
+};
+
+static int have_gpu(void)
+{
+#if MEMRA_CUDA
+    return cuda_device_count() > 0;
+#else
+    return 0;
+#endif
+}
+
+static int skip_without_gpu(void)
+{
+    if (have_gpu())
+        return 0;
+    printf("# %s skipped: no CUDA device\n", test_current);
+    return 1;
+}
+
+static int open_stories(checkpoint *ck)
+{
+    char path[1024];
+    memra_err err = {{0}};
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
+    if (checkpoint_open(path, ck, &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void tmp_path(char *buf, size_t n, const char *name)
+{
+    snprintf(buf, n, "%s/memra-test-cuda-engine-%d-%s", test_tmp_dir(), (int)getpid(), name);
+}
+
+static void rm_rf(const char *path)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0)
+        fprintf(stderr, "  could not remove %s\n", path);
+}
+
+typedef struct {
+    backend_kind kind;
+    int n_batch, n_seqs, block;
+    int64_t n_ctx;
+    kv_type kv;
+} load_opts;
+
+static engine *load(const checkpoint *ck, const load_opts *lo)
+{
+    engine_opts o;
+    engine_opts_default(&o);
+    o.n_threads = 2;
+    o.backend = lo->kind;
+    o.n_batch = lo->n_batch;
+    o.n_seqs = lo->n_seqs;
+    o.kv_block_size = lo->block;
+    o.n_ctx = lo->n_ctx;
+    o.kv_type = lo->kv;
+    engine *e = NULL;
+    memra_err err = {{0}};
+    if (engine_load(ck, &o, &e, &err) != 0)
+        CHECK_MSG(0, "engine_load (%s): %s", backend_kind_name(lo->kind), err.msg);
+    return e;
+}
+
+static int argmax(const float *x, int64_t n)
+{
+    int best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = (int)i;
+    return best;
+}
+
+/* All-position logits of tokens in one fresh sequence, in one call (the
+ * engine chunks by n_batch) or token by token. */
+static float *run_logits(engine *e, const int32_t *tokens, int n, int one_by_one)
+{
+    memra_err err = {{0}};
+    int64_t vocab = engine_config(e)->n_vocab;
+    float *out = malloc((size_t)n * (size_t)vocab * sizeof(float));
+    engine_seq *s;
+    engine_seq_new(e, &s, &err);
+    int rc = 0;
+    if (one_by_one)
+        for (int i = 0; i < n && rc == 0; i++)
+            rc = engine_forward(e, s, tokens + i, 1, out + (size_t)i * vocab, 0, &err);
+    else
+        rc = engine_forward(e, s, tokens, n, out, 1, &err);
+    engine_seq_free(s);
+    if (rc != 0) {
+        CHECK_MSG(0, "forward: %s", err.msg);
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* ---- no device ---- */
+
+/* Without a device the backend is refused with one clear line, and so is
+ * an engine asking for it; with one, a device index past the last is. */
+static void test_cuda_refused_cleanly(void)
+{
+    memra_err err = {{0}};
+    int n_dev = 0;
+#if MEMRA_CUDA
+    n_dev = cuda_device_count();
+#endif
+    backend *b = backend_cuda_create(n_dev + 2, &err);
+    CHECK(b == NULL);
+    CHECK_MSG(strstr(err.msg, "CUDA device") &&
+                  (strstr(err.msg, "not present") || strstr(err.msg, "no CUDA backend")),
+              "%s", err.msg);
+    if (n_dev > 0)
+        return;
+    memset(&err, 0, sizeof err);
+    CHECK(backend_cuda_create(0, &err) == NULL);
+    CHECK_MSG(strstr(err.msg, "CUDA device 0") != NULL, "%s", err.msg);
+    CHECK(strchr(err.msg, '\n') == NULL);
+    checkpoint ck;
+    if (open_stories(&ck) != 0)
+        return;
+    engine_opts o;
+    engine_opts_default(&o);
+    o.backend = BK_CUDA;
+    engine *e = (engine *)&o; /* must be reset to NULL */
+    memset(&err, 0, sizeof err);
+    CHECK(engine_load(&ck, &o, &e, &err) != 0);
+    CHECK(e == NULL);
+    CHECK_MSG(strstr(err.msg, "CUDA device 0") != NULL, "%s", err.msg);
+    backend_kind k;
+    CHECK(backend_kind_parse("cuda", &k, &err) == 0 && k == BK_CUDA);
+    CHECK(backend_kind_parse("gpu", &k, &err) != 0 && strstr(err.msg, "'gpu'"));
+    checkpoint_close(&ck);
+}
+
+/* ---- batched decode vs alone ---- */
+
+enum { BV_SEQS = 3, BV_STEPS = 30 };
+
+static int32_t stream_token(int s, int i, int64_t vocab)
+{
+    return (int32_t)((i * 37 + 11 + 101 * s) % vocab);
+}
+
+/* Three sequences with prompts of 5, 1 and 12 tokens, then BV_STEPS
+ * decode steps each (teacher-forced, so the tokens do not depend on the
+ * logits). Alone: each sequence by itself. Batched: all three in one
+ * engine_forward_batch per step, in a rotating order, with sequence 1
+ * sitting out every fourth step so the batches change size and the
+ * sequences drift apart in depth. Every decode step's logits must be the
+ * same bytes. Small KV blocks make the sequences' blocks interleave. */
+static void batch_vs_alone(const checkpoint *ck, backend_kind kind, const char *label)
+{
+    static const int prompt[BV_SEQS] = {5, 1, 12};
+    load_opts lo = {kind, 8, BV_SEQS, 4, 64, KV_F32};
+    engine *e = load(ck, &lo);
+    if (!e)
+        return;
+    memra_err err = {{0}};
+    int64_t vocab = engine_config(e)->n_vocab;
+    size_t per = (size_t)BV_STEPS * (size_t)vocab;
+    float *alone = malloc(BV_SEQS * per * sizeof(float));
+    float *batched = malloc(BV_SEQS * per * sizeof(float));
+    int32_t toks[64];
+    for (int s = 0; s < BV_SEQS; s++) {
+        engine_seq *q;
+        engine_seq_new(e, &q, &err);
+        for (int i = 0; i < prompt[s] + BV_STEPS; i++)
+            toks[i] = stream_token(s, i, vocab);
+        CHECK(engine_forward(e, q, toks, prompt[s], NULL, 0, &err) == 0);
+        for (int j = 0; j < BV_STEPS; j++)
+            CHECK(engine_forward(e, q, toks + prompt[s] + j, 1, alone + s * per + (size_t)j * vocab,
+                                 0, &err) == 0);
+        engine_seq_free(q);
+    }
+    engine_seq *seqs[BV_SEQS];
+    int done[BV_SEQS] = {0};
+    for (int s = 0; s < BV_SEQS; s++) {
+        engine_seq_new(e, &seqs[s], &err);
+        for (int i = 0; i < prompt[s]; i++)
+            toks[i] = stream_token(s, i, vocab);
+        CHECK(engine_forward(e, seqs[s], toks, prompt[s], NULL, 0, &err) == 0);
+    }
+    float *step_logits = malloc((size_t)BV_SEQS * vocab * sizeof(float));
+    for (int step = 0; step < 4 * BV_STEPS; step++) {
+        engine_seq *batch[BV_SEQS];
+        int32_t btok[BV_SEQS];
+        int who[BV_SEQS], n = 0;
+        for (int r = 0; r < BV_SEQS; r++) {
+            int s = (step + r) % BV_SEQS;
+            if (done[s] >= BV_STEPS || (s == 1 && step % 4 == 1))
+                continue;
+            batch[n] = seqs[s];
+            btok[n] = stream_token(s, prompt[s] + done[s], vocab);
+            who[n++] = s;
+        }
+        if (n == 0)
+            continue; /* sequence 1 sitting out after the others finished */
+        if (engine_forward_batch(e, batch, btok, n, step_logits, &err) != 0) {
+            CHECK_MSG(0, "%s: batch step %d: %s", label, step, err.msg);
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            int s = who[i];
+            memcpy(batched + s * per + (size_t)done[s] * vocab, step_logits + (size_t)i * vocab,
+                   (size_t)vocab * sizeof(float));
+            done[s]++;
+        }
+    }
+    for (int s = 0; s < BV_SEQS; s++) {
+        CHECK_MSG(done[s] == BV_STEPS, "%s: sequence %d ran %d steps", label, s, done[s]);
+        CHECK(engine_seq_pos(seqs[s]) == prompt[s] + done[s]);
+        int first_diff = -1;
+        for (int j = 0; j < done[s] && first_diff < 0; j++)
+            if (memcmp(alone + s * per + (size_t)j * vocab, batched + s * per + (size_t)j * vocab,
+                       (size_t)vocab * sizeof(float)) != 0)
+                first_diff = j;
+        CHECK_MSG(first_diff < 0, "%s (%s): sequence %d: batched logits differ from alone at "
+                  "decode step %d", label, backend_kind_name(kind), s, first_diff);
+        engine_seq_free(seqs[s]);
+    }
+    free(step_logits);
+    free(alone);
+    free(batched);
+    engine_free(e);
+}
+
+static void test_batch_vs_alone_cpu(void)
+{
+    checkpoint ck;
+    if (open_stories(&ck) != 0)
+        return;
+    batch_vs_alone(&ck, BK_CPU, "stories260K");
+    checkpoint_close(&ck);
+}
+
+/* A bad batch changes nothing: a repeated sequence, an id out of range,
+ * a full context. */
+static void test_batch_errors(void)
+{
+    checkpoint ck;
+    if (open_stories(&ck) != 0)
+        return;
+    load_opts lo = {BK_CPU, 4, 2, 16, 8, KV_F32};
+    engine *e = load(&ck, &lo);
+    if (!e) {
+        checkpoint_close(&ck);
+        return;
+    }
+    memra_err err = {{0}};
+    engine_seq *a, *b;
+    engine_seq_new(e, &a, &err);
+    engine_seq_new(e, &b, &err);
+    float logits[2 * 512];
+    engine_seq *twice[2] = {a, a};
+    int32_t t2[2] = {1, 2};
+    CHECK(engine_forward_batch(e, twice, t2, 2, logits, &err) != 0);
+    CHECK_MSG(strstr(err.msg, "sequence 1 is also sequence 0"), "%s", err.msg);
+    engine_seq *ab[2] = {a, b};
+    int32_t bad[2] = {1, 512};
+    CHECK(engine_forward_batch(e, ab, bad, 2, logits, &err) != 0);
+    CHECK_MSG(strstr(err.msg, "token id 512") && strstr(err.msg, "sequence 1"), "%s", err.msg);
+    CHECK(engine_seq_pos(a) == 0 && engine_seq_pos(b) == 0);
+    int32_t seven[7] = {1, 2, 3, 4, 5, 6, 7};
+    CHECK(engine_forward(e, b, seven, 7, NULL, 0, &err) == 0);
+    CHECK(engine_forward_batch(e, ab, t2, 2, logits, &err) == 0);
+    CHECK(engine_seq_pos(a) == 1 && engine_seq_pos(b) == 8);
+    CHECK(engine_forward_batch(e, ab, t2, 2, logits, &err) != 0);
+    CHECK_MSG(strstr(err.msg, "context full") && strstr(err.msg, "sequence 1"), "%s", err.msg);
+    CHECK(engine_seq_pos(a) == 1 && engine_seq_pos(b) == 8);
+    CHECK(engine_forward_batch(e, ab, t2, 0, logits, &err) != 0);
+    engine_seq_free(a);
+    engine_seq_free(b);
+    engine_free(e);
+    checkpoint_close(&ck);
+}
+
+/* ---- on the GPU ---- */
+
+static void test_cuda_stories_golden(void)
+{
+    if (skip_without_gpu())
+        return;
+    checkpoint ck;
+    if (open_stories(&ck) != 0)
+        return;
+    load_opts lo = {BK_CUDA, 0, 1, 0, 0, KV_F32};
+    engine *e = load(&ck, &lo);
+    if (e) {
+        memra_err err = {{0}};
+        engine_seq *s;
+        engine_seq_new(e, &s, &err);
+        float logits[512];
+        int32_t tok = 1;
+        for (int i = 0; i < 40; i++) {
+            if (engine_forward(e, s, &tok, 1, logits, 0, &err) != 0) {
+                CHECK_MSG(0, "%s", err.msg);
+                break;
+            }
+            tok = argmax(logits, 512);
+            if (tok != stories_ref[i]) {
+                CHECK_MSG(0, "step %d: got %d, reference %d", i, tok, stories_ref[i]);
+                break;
+            }
+        }
+        engine_seq_free(s);
+        engine_free(e);
+    }
+    checkpoint_close(&ck);
+}
+
+/* Prefill in chunks of 1, 3, 7 and 64 rows: the same bytes as token by
+ * token, on the device too (one kernel path whatever the row count). */
+static void test_cuda_chunked_prefill(void)
+{
+    if (skip_without_gpu())
+        return;
+    checkpoint ck;
+    if (open_stories(&ck) != 0)
+        return;
+    int32_t toks[41];
+    toks[0] = 1;
+    memcpy(toks + 1, stories_ref, sizeof stories_ref);
+    load_opts lo = {BK_CUDA, 1, 1, 0, 0, KV_F32};
+    engine *e1 = load(&ck, &lo);
+    float *ref = e1 ? run_logits(e1, toks, 41, 1) : NULL;
+    const int chunks[] = {1, 3, 7, 64};
+    for (size_t c = 0; ref && c < MEMRA_ARRAY_LEN(chunks); c++) {
+        lo.n_batch = chunks[c];
+        engine *e = load(&ck, &lo);
+        float *got = e ? run_logits(e, toks, 41, 0) : NULL;
+        CHECK_MSG(got && memcmp(got, ref, (size_t)41 * 512 * sizeof(float)) == 0,
+                  "chunk %d: prefill differs from token by token", chunks[c]);
+        free(got);
+        engine_free(e);
+    }
+    free(ref);
+    engine_free(e1);
+    checkpoint_close(&ck);
+}
+
+static void test_cuda_batch_vs_alone(void)
+{
+    if (skip_without_gpu())
+        return;
+    checkpoint ck;
+    if (open_stories(&ck) == 0) {
+        batch_vs_alone(&ck, BK_CUDA, "stories260K");
+        checkpoint_close(&ck);
+    }
+    /* MoE routing and gemma3's sliding window (32, passed by the longest
+     * sequence) on the device as well. */
+    static const struct {
+        const char *config;
+        dtype t;
+    } fams[] = {{"tiny-qwen3-moe.json", DT_F16}, {"tiny-gemma3.json", DT_BF16}};
+    for (size_t f = 0; f < MEMRA_ARRAY_LEN(fams); f++) {
+        char cfg[512], dir[1024];
+        snprintf(cfg, sizeof cfg, "tests/fixtures/configs/%s", fams[f].config);
+        tmp_path(dir, sizeof dir, fams[f].config);
+        memra_err err = {{0}};
+        convert_opts co = {.outtype = fams[f].t, .n_threads = 2};
+        checkpoint hf;
+        if (convert_random(cfg, 3, dir, &co, &err) != 0 || checkpoint_open(dir, &hf, &err) != 0) {
+            CHECK_MSG(0, "%s: %s", fams[f].config, err.msg);
+        } else {
+            batch_vs_alone(&hf, BK_CUDA, fams[f].config);
+            checkpoint_close(&hf);
+        }
+        rm_rf(dir);
+    }
+}
+
+/* CUDA against CPU on the same checkpoint: logits within 1e-4 of the
+ * largest logit, and the same argmax except at near ties. */
+static void compare_backends(const checkpoint *ck, kv_type kv, const char *what)
+{
+    int32_t toks[40];
+    int64_t vocab = ck->config.n_vocab;
+    for (int i = 0; i < 40; i++)
+        toks[i] = (int32_t)((i * 37 + 11) % vocab);
+    load_opts lc = {BK_CPU, 7, 1, 0, 0, kv}, lg = {BK_CUDA, 7, 1, 0, 0, kv};
+    engine *ec = load(ck, &lc), *eg = load(ck, &lg);
+    float *a = ec ? run_logits(ec, toks, 40, 0) : NULL;
+    float *b = eg ? run_logits(eg, toks, 40, 0) : NULL;
+    if (a && b) {
+        double scale = 1e-30, d = 0;
+        int real_disagree = 0, finite = 1;
+        for (size_t i = 0; i < (size_t)40 * vocab; i++) {
+            scale = fmax(scale, fabs(a[i]));
+            d = fmax(d, fabs((double)a[i] - b[i]));
+            finite &= isfinite(b[i]) != 0;
+        }
+        for (int p = 0; p < 40; p++) {
+            const float *ra = a + (size_t)p * vocab, *rb = b + (size_t)p * vocab;
+            int ia = argmax(ra, vocab), ib = argmax(rb, vocab);
+            if (ia != ib && fabs((double)ra[ia] - ra[ib]) > 2 * d)
+                real_disagree++;
+        }
+        CHECK_MSG(finite && d <= 1e-4 * scale && real_disagree == 0,
+                  "%s: CUDA vs CPU max |diff| %g (largest logit %g), %d real argmax "
+                  "disagreements%s", what, d, scale, real_disagree, finite ? "" : ", not finite");
+        if (getenv("MEMRA_TEST_VERBOSE"))
+            fprintf(stderr, "  %s: CUDA vs CPU max |diff| %g of %g\n", what, d, scale);
+    } else {
+        CHECK_MSG(0, "%s: could not run both backends", what);
+    }
+    free(a);
+    free(b);
+    engine_free(ec);
+    engine_free(eg);
+}
+
+/* Every family's tiny random checkpoint, as an HF dir and as GGUF
+ * (llama.cpp's layout: permuted Q/K, shifted gemma norms, merged experts). */
+static void test_cuda_families(void)
+{
+    if (skip_without_gpu())
+        return;
+    static const struct {
+        const char *config;
+        dtype type;
+    } fams[] = {
+        {"tiny-llama.json", DT_F32},  {"tiny-llama3.json", DT_F32},
+        {"tiny-qwen2.json", DT_F32},  {"tiny-qwen3.json", DT_BF16},
+        {"tiny-qwen3-moe.json", DT_F16}, {"tiny-gemma3.json", DT_BF16},
+    };
+    for (size_t f = 0; f < MEMRA_ARRAY_LEN(fams); f++) {
+        char cfg[512], dir[1024], gguf[1100];
+        snprintf(cfg, sizeof cfg, "tests/fixtures/configs/%s", fams[f].config);
+        tmp_path(dir, sizeof dir, fams[f].config);
+        snprintf(gguf, sizeof gguf, "%s.gguf", dir);
+        memra_err err = {{0}};
+        convert_opts co = {.outtype = fams[f].type, .n_threads = 2};
+        convert_opts keep = {.outtype = DT_INVALID, .n_threads = 2};
+        checkpoint hf, gg;
+        if (convert_random(cfg, 7, dir, &co, &err) != 0 || checkpoint_open(dir, &hf, &err) != 0) {
+            CHECK_MSG(0, "%s: %s", fams[f].config, err.msg);
+            rm_rf(dir);
+            continue;
+        }
+        compare_backends(&hf, KV_F32, fams[f].config);
+        if (convert_checkpoint(&hf, gguf, &keep, &err) == 0 && checkpoint_open(gguf, &gg, &err) == 0) {
+            char what[256];
+            snprintf(what, sizeof what, "%s as GGUF", fams[f].config);
+            compare_backends(&gg, KV_F32, what);
+            checkpoint_close(&gg);
+        } else {
+            CHECK_MSG(0, "%s: %s", fams[f].config, err.msg);
+        }
+        checkpoint_close(&hf);
+        rm_rf(dir);
+        rm_rf(gguf);
+    }
+}
+
+static void test_cuda_kv_f16(void)
+{
+    if (skip_without_gpu())
+        return;
+    checkpoint ck;
+    if (open_stories(&ck) != 0)
+        return;
+    compare_backends(&ck, KV_F16, "stories260K, f16 KV");
+    checkpoint_close(&ck);
+}
+
+/* ---- every weight format, end to end ---- */
+
+static void put16(uint8_t *p, uint16_t h)
+{
+    p[0] = (uint8_t)h;
+    p[1] = (uint8_t)(h >> 8);
+}
+
+/* One row of n floats as type t. Q8_0 and Q4_0 are quantized from the
+ * values; the K-quants get random valid blocks with small scales (their
+ * quantizers belong to memra-quantize): both backends must agree on any
+ * valid bytes. */
+static void encode_row(dtype t, const float *x, int64_t n, uint8_t *out, rng_state *r)
+{
+    switch (t) {
+    case DT_F16:
+        for (int64_t i = 0; i < n; i++)
+            put16(out + 2 * i, f32_to_fp16(x[i]));
+        break;
+    case DT_BF16:
+        for (int64_t i = 0; i < n; i++)
+            put16(out + 2 * i, f32_to_bf16(x[i]));
+        break;
+    case DT_Q8_0: case DT_Q4_0:
+        for (int64_t b = 0; b < n / 32; b++) {
+            const float *v = x + 32 * b;
+            float amax = 0;
+            for (int i = 0; i < 32; i++)
+                amax = fmaxf(amax, fabsf(v[i]));
+            float d = t == DT_Q8_0 ? amax / 127.0f : amax / 7.0f, id = d != 0 ? 1.0f / d : 0.0f;
+            uint8_t *blk = out + b * (t == DT_Q8_0 ? 34 : 18);
+            put16(blk, f32_to_fp16(d));
+            for (int i = 0; i < 32; i++) {
+                int q = (int)roundf(v[i] * id);
+                if (t == DT_Q8_0) {
+                    blk[2 + i] = (uint8_t)(int8_t)q;
+                } else {
+                    q = q + 8 < 0 ? 0 : q + 8 > 15 ? 15 : q + 8;
+                    if (i < 16)
+                        blk[2 + i] = (uint8_t)q;
+                    else
+                        blk[2 + i - 16] |= (uint8_t)(q << 4);
+                }
+            }
+        }
+        break;
+    default: { /* Q4_K, Q5_K, Q6_K */
+        const dtype_info *ti = dtype_get(t);
+        int64_t nb = n / 256, bytes = nb * ti->type_size;
+        for (int64_t i = 0; i < bytes; i++)
+            out[i] = (uint8_t)rng_next_u64(r);
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *blk = out + b * ti->type_size;
+            if (t == DT_Q6_K) {
+                put16(blk + 208, f32_to_fp16(2e-5f + 3e-5f * rng_uniform(r)));
+            } else {
+                put16(blk, f32_to_fp16(1e-4f + 1e-4f * rng_uniform(r)));
+                put16(blk + 2, f32_to_fp16(1e-4f + 1e-4f * rng_uniform(r)));
+            }
+        }
+        break;
+    }
+    }
+}
+
+/* A qwen3 model whose every dimension is a multiple of 256, written as
+ * GGUF with its matrices (embedding and head included) in type t. */
+static int write_format_model(const char *dir, dtype t, char *gguf, size_t gguf_n)
+{
+    char cfg[1100], hf[1100], f32[1100];
+    snprintf(cfg, sizeof cfg, "%s.json", dir);
+    snprintf(hf, sizeof hf, "%s-hf", dir);
+    snprintf(f32, sizeof f32, "%s-f32.gguf", dir);
+    snprintf(gguf, gguf_n, "%s-%s.gguf", dir, dtype_get(t)->name);
+    FILE *f = fopen(cfg, "w");
+    if (!f)
+        return -1;
+    fputs("{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", "
+          "\"vocab_size\": 512, \"hidden_size\": 256, \"intermediate_size\": 512, "
+          "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+          "\"head_dim\": 64, \"max_position_embeddings\": 1024, \"rms_norm_eps\": 1e-06, "
+          "\"rope_theta\": 1000000, \"tie_word_embeddings\": false, \"attention_bias\": false, "
+          "\"use_sliding_window\": false, \"bos_token_id\": 1, \"eos_token_id\": 2, "
+          "\"hidden_act\": \"silu\", \"torch_dtype\": \"float32\"}\n", f);
+    fclose(f);
+    memra_err err = {{0}};
+    convert_opts co = {.outtype = DT_F32, .n_threads = 2};
+    checkpoint src;
+    int rc = -1;
+    if (convert_random(cfg, 11, hf, &co, &err) != 0 || checkpoint_open(hf, &src, &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return -1;
+    }
+    checkpoint g;
+    if (convert_checkpoint(&src, f32, &co, &err) != 0 || checkpoint_open(f32, &g, &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        checkpoint_close(&src);
+        return -1;
+    }
+    rng_state r;
+    rng_seed(&r, 5, (uint64_t)t);
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_copy_kv(w, &g.gguf);
+    uint8_t **bufs = calloc(g.gguf.n_tensors, sizeof *bufs);
+    rc = 0;
+    for (uint64_t i = 0; i < g.gguf.n_tensors && rc == 0; i++) {
+        const gguf_tensor *tt = &g.gguf.tensors[i];
+        if (tt->n_dims != 2 || tt->type != DT_F32) {
+            rc = gguf_writer_add_tensor(w, tt->name, tt->type, tt->n_dims, tt->ne, tt->data,
+                                        tt->nbytes, &err);
+            continue;
+        }
+        int64_t cols = tt->ne[0], rows = tt->ne[1];
+        int64_t rb = dtype_row_bytes(t, cols);
+        bufs[i] = malloc((size_t)(rb * rows));
+        float *row = malloc((size_t)cols * sizeof(float));
+        for (int64_t rr = 0; rr < rows; rr++) {
+            memcpy(row, tt->data + (size_t)(rr * cols) * 4, (size_t)cols * 4);
+            encode_row(t, row, cols, bufs[i] + rr * rb, &r);
+        }
+        free(row);
+        rc = gguf_writer_add_tensor(w, tt->name, t, 2, tt->ne, bufs[i], (uint64_t)(rb * rows),
+                                    &err);
+    }
+    if (rc == 0)
+        rc = gguf_writer_write(w, gguf, &err);
+    if (rc != 0)
+        CHECK_MSG(0, "writing %s: %s", gguf, err.msg);
+    gguf_writer_free(w);
+    for (uint64_t i = 0; i < g.gguf.n_tensors; i++)
+        free(bufs[i]);
+    free(bufs);
+    checkpoint_close(&g);
+    checkpoint_close(&src);
+    rm_rf(hf);
+    rm_rf(f32);
+    rm_rf(cfg);
+    return rc;
+}
+
+static void test_cuda_weight_formats(void)
+{
+    if (skip_without_gpu())
+        return;
+    static const dtype types[] = {DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+    char dir[1024];
+    tmp_path(dir, sizeof dir, "fmt");
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(types); i++) {
+        char gguf[1200];
+        if (write_format_model(dir, types[i], gguf, sizeof gguf) != 0)
+            continue;
+        checkpoint ck;
+        memra_err err = {{0}};
+        if (checkpoint_open(gguf, &ck, &err) != 0) {
+            CHECK_MSG(0, "%s", err.msg);
+        } else {
+            char what[64];
+            snprintf(what, sizeof what, "qwen3 256-dim, %s matrices", dtype_get(types[i])->name);
+            compare_backends(&ck, KV_F32, what);
+            checkpoint_close(&ck);
+        }
+        rm_rf(gguf);
+    }
+}
+
+TEST_MAIN(TEST_CASE(test_cuda_refused_cleanly), TEST_CASE(test_batch_vs_alone_cpu),
+          TEST_CASE(test_batch_errors), TEST_CASE(test_cuda_stories_golden),
+          TEST_CASE(test_cuda_chunked_prefill), TEST_CASE(test_cuda_batch_vs_alone),
+          TEST_CASE(test_cuda_families), TEST_CASE(test_cuda_kv_f16),
+          TEST_CASE(test_cuda_weight_formats))
