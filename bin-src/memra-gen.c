@@ -18,6 +18,9 @@
 #include "core/mapfile.h"
 #include "core/strbuf.h"
 #include "engine/engine.h"
+#if MEMRA_CUDA
+#include "backend/cuda/cuda_device.h"
+#endif
 #include "engine/generate.h"
 #include "model/checkpoint.h"
 #include "tok/chat_source.h"
@@ -44,7 +47,7 @@ static const char usage[] =
     "  --ignore-eos        do not stop at end-of-generation tokens\n"
     "  --chat              apply the model's chat template (env MEMRA_CHAT=1); --system TEXT\n"
     "  --parse-special     special-token text in a plain prompt becomes those tokens\n"
-    "  --backend cpu|cuda  (default cpu: the CUDA backend is not built yet)\n"
+    "  --backend cpu|cuda  (default cuda when a GPU is present, else cpu)\n"
     "  -t, --threads N     (default all cores; env MEMRA_THREADS)\n"
     "  -c, --ctx N         context length (default the model's, at most 4096)\n"
     "  --json              print one JSON object instead of streaming text\n"
@@ -66,6 +69,8 @@ typedef struct {
     const char *model, *prompt, *prompt_file, *prompt_ids, *ids, *system, *template_file;
     int json, chat, add_special, parse_special, ignore_eos;
     int n_predict, n_threads, seed_given;
+    backend_kind backend;
+    int backend_given;
     int64_t n_ctx;
     gen_params gp;
     const char **stop;
@@ -201,10 +206,16 @@ static void parse_args(int argc, char **argv, gen_opts *o)
         case O_CHAT: o->chat = 1; break;
         case O_SYSTEM: o->system = optarg; break;
         case O_BACKEND:
-            if (!strcmp(optarg, "cuda"))
-                cli_usage("--backend cuda: the CUDA backend is not built yet (use cpu)");
-            if (strcmp(optarg, "cpu"))
+            if (!strcmp(optarg, "cuda")) {
+                if (!MEMRA_CUDA)
+                    cli_usage("--backend cuda: this build has no CUDA (build with CUDA=1)");
+                o->backend = BK_CUDA;
+            } else if (!strcmp(optarg, "cpu")) {
+                o->backend = BK_CPU;
+            } else {
                 cli_usage("--backend: '%s' is not cpu or cuda", optarg);
+            }
+            o->backend_given = 1;
             break;
         case 't': o->n_threads = (int)parse_int_or_usage(optarg, 1, 4096, "--threads"); break;
         case 'c': o->n_ctx = parse_int_or_usage(optarg, 1, INT32_MAX, "--ctx"); break;
@@ -406,6 +417,18 @@ static void stream_text(void *ctx, const char *text, size_t len)
     fflush(stdout);
 }
 
+/* --backend, else cuda when this build has CUDA and a device is present. */
+static backend_kind default_backend(const gen_opts *o)
+{
+    if (o->backend_given)
+        return o->backend;
+#if MEMRA_CUDA
+    if (cuda_device_count() > 0)
+        return BK_CUDA;
+#endif
+    return BK_CPU;
+}
+
 static int run_generate(const gen_opts *o, const checkpoint *c, const tokenizer *t)
 {
     memra_err err;
@@ -441,6 +464,7 @@ static int run_generate(const gen_opts *o, const checkpoint *c, const tokenizer 
     engine_opts_default(&eo);
     eo.n_threads = o->n_threads;
     eo.n_ctx = o->n_ctx;
+    eo.backend = default_backend(o);
     engine *e;
     if (engine_load(c, &eo, &e, &err) != 0)
         cli_fail(&err);

@@ -66,7 +66,7 @@ expect_error "out-of-range prompt id" 1 "999999.*out of range" memra-gen "$STORI
 expect_error "out-of-range detokenize id" 1 "999999" memra-gen "$QWEN2" --detokenize --ids 9707,999999
 expect_error "generation on a vocab-only file" 1 "vocab-only" memra-gen "$QWEN2" -p hi
 expect_error "bad top-p" 2 "--top-p: 1.5 is out of range" memra-gen "$STORIES" --top-p 1.5
-expect_error "cuda backend not built yet" 2 "CUDA backend is not built yet" memra-gen "$STORIES" --backend cuda
+expect_error "cuda backend without a device: one line" 1 "CUDA device 0: not present" memra-gen "$STORIES" --backend cuda
 expect_error "two modes" 2 "separate modes" memra-gen "$QWEN2" --tokenize --render
 expect_error "no template" 1 "no chat template" memra-gen "$STORIES" --chat -p hi
 expect_error "malformed request JSON" 1 "request: invalid JSON" bash -c "printf '{\"messages\":' | memra-gen '$QWEN2' --render --chat-template '$T/t.jinja'"
