@@ -517,9 +517,15 @@ int main(int argc, char **argv)
     checkpoint c;
     if (checkpoint_open(o.model, &c, &err) != 0)
         cli_fail(&err);
-    tokenizer *t;
-    if (tok_load_checkpoint(&c, &t, &err) != 0)
-        cli_fail(&err);
+    tokenizer *t = NULL;
+    if (tok_load_checkpoint(&c, &t, &err) != 0) {
+        /* A checkpoint without a tokenizer (a random one, say) can still
+         * run on ids; the output is then ids only. */
+        if (o.mode != MODE_GENERATE || !o.prompt_ids || !o.json || o.n_stop)
+            cli_fail(&err);
+        log_info("%s; generating ids only", err.msg);
+        t = NULL;
+    }
     if (o.mode == MODE_GENERATE && c.vocab_only)
         cli_failf("%s: a vocab-only GGUF has no weights to generate with (--tokenize, "
                   "--detokenize and --render work on it)", c.path);
@@ -530,7 +536,8 @@ int main(int argc, char **argv)
     case MODE_RENDER: rc = run_render(&o, &c, t); break;
     default: rc = run_generate(&o, &c, t); break;
     }
-    tok_free(t);
+    if (t)
+        tok_free(t);
     checkpoint_close(&c);
     free(o.stop);
     return rc;

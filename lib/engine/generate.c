@@ -51,7 +51,9 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
     if (!s)
         return -1;
     detok_opts dopts = {.stop = p->stop, .n_stop = p->n_stop, .skip_special = 1, .at_start = 1};
-    detok *d = detok_new(t, &dopts);
+    /* Without a tokenizer (a checkpoint that carries none, fed ids) the
+     * loop still runs: no text, no end-of-generation ids. */
+    detok *d = t ? detok_new(t, &dopts) : NULL;
     engine_seq *seq = NULL;
     float *logits = xmalloc((size_t)cfg->n_vocab * sizeof(float));
     size_t cap = 64;
@@ -82,13 +84,13 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
             out->tokens = xrealloc(out->tokens, cap * sizeof(int32_t));
         }
         out->tokens[out->n_tokens++] = id;
-        if (!p->ignore_eos && tok_is_stop(t, id)) {
+        if (t && !p->ignore_eos && tok_is_stop(t, id)) {
             out->finish = GEN_FINISH_STOP;
             break;
         }
         sb_clear(&piece);
         int stop_index = -1;
-        int st = detok_feed(d, id, &piece, &stop_index, err);
+        int st = d ? detok_feed(d, id, &piece, &stop_index, err) : 0;
         if (st < 0) {
             rc = -1;
             break;
@@ -113,7 +115,7 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
         out->n_decoded++;
     }
     out->decode_ms = now_ms() - t1;
-    if (rc == 0 && out->stop_string < 0) {
+    if (rc == 0 && d && out->stop_string < 0) {
         sb_clear(&piece);
         detok_flush(d, &piece);
         if (piece.len) {
@@ -127,7 +129,8 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
     free(logits);
     if (seq)
         engine_seq_free(seq);
-    detok_free(d);
+    if (d)
+        detok_free(d);
     sampler_free(s);
     if (rc != 0)
         gen_result_free(out);

@@ -43,6 +43,8 @@ typedef struct {
 } gen_result;
 
 void gen_params_default(gen_params *p);
+/* t may be NULL (a model without a tokenizer, fed ids): no text then, and
+ * only n_predict or the context end the generation. */
 int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prompt,
              const gen_params *p, gen_text_fn on_text, void *ctx, gen_result *out,
              memra_err *err);

@@ -80,7 +80,7 @@ expect_error "bench-compare refuses a model run against a tokenizer run" 5 "one 
 
 # Bad input: one line each; exit 2 for usage, 1 for a bad model.
 expect_error "batched decode is not built yet" 2 "-b 8: batched decode is not built yet" memra-bench "$STORIES" -b 1,8
-expect_error "cuda backend is not built yet" 2 "--backend cuda: the CUDA backend is not built yet" memra-bench "$STORIES" --backend cuda
+expect_error "cuda backend without a device: one line" 1 "CUDA device 0: not present" memra-bench "$STORIES" --backend cuda -p 4 -n 2 -r 1
 expect_error "unknown backend" 2 "--backend: 'tpu' is not cpu or cuda" memra-bench "$STORIES" --backend tpu
 expect_error "depth + n beyond the context names the numbers" 2 "depth 500 \\+ 128 decode tokens = 628 does not fit the context of 512" memra-bench "$TINY" -d 0,500 -n 128
 expect_error "a prompt beyond the context" 2 "-p 1000: the prompt does not fit the context of 512" memra-bench "$TINY" -p 1000
