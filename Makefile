@@ -81,7 +81,7 @@ BUILD_KEY := $(B)/build-key
 $(shell mkdir -p $(B); [ "$$(cat $(BUILD_KEY) 2>/dev/null)" = "cuda=$(CUDA) arch=$(MEMRA_CUDA_ARCH)" ] || \
         echo "cuda=$(CUDA) arch=$(MEMRA_CUDA_ARCH)" > $(BUILD_KEY))
 
-.PHONY: all test debug fuzz install clean unit-bins deps
+.PHONY: all test test-gpu debug fuzz install clean unit-bins deps
 all: $(LIBA) $(PROGRAMS)
 
 deps: $(DEPS_STAMP)
@@ -130,6 +130,11 @@ debug:
 test: all unit-bins
 	$(MAKE) VARIANT=san all unit-bins
 	@bash tests/run.sh
+
+# The CUDA backend's checks, on a machine with a GPU (CI has none):
+# kernels against the CPU, golden ids, batch invariance, HF parity on CUDA.
+test-gpu: all unit-bins
+	@bash tests/gpu/run.sh
 
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_LIB_SRC := lib/core/err.c lib/core/check.c lib/core/arena.c lib/core/mapfile.c \
