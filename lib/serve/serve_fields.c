@@ -131,6 +131,34 @@ int serve_check_messages(const json_t *messages, serve_error *e)
     return 0;
 }
 
+/* Content given as text parts becomes one string (the parts joined by
+ * newlines, as vLLM does): most templates, Qwen3's among them, call string
+ * methods on message.content and fail on a list. Only the copy changes. */
+static json_t *flatten_parts(const json_t *messages)
+{
+    json_t *copy = json_deep_copy(messages);
+    size_t i;
+    json_t *msg;
+    json_array_foreach(copy, i, msg) {
+        json_t *content = json_object_get(msg, "content");
+        if (!json_is_array(content))
+            continue;
+        strbuf sb;
+        sb_init(&sb);
+        size_t j;
+        json_t *part;
+        json_array_foreach(content, j, part) {
+            const json_t *text = json_object_get(part, "text");
+            if (j)
+                sb_putc(&sb, '\n');
+            sb_append(&sb, json_string_value(text), json_string_length(text));
+        }
+        json_object_set_new(msg, "content", json_stringn(sb_str(&sb), sb.len));
+        sb_free(&sb);
+    }
+    return copy;
+}
+
 int serve_render_chat(serve_model *m, const json_t *messages, int add_generation_prompt,
                       const json_t *kwargs, char **out, serve_error *e)
 {
@@ -140,9 +168,12 @@ int serve_render_chat(serve_model *m, const json_t *messages, int add_generation
         return serve_bad(e, "messages", "model '%s' cannot render chat messages: %s",
                          serve_model_alias(m), why);
     memra_err err;
-    if (chat_template_render_parsed(t, messages, NULL, NULL, add_generation_prompt, kwargs,
-                                    serve_model_bos_text(m), serve_model_eos_text(m), out,
-                                    &err) != 0)
+    json_t *flat = flatten_parts(messages);
+    int rc = chat_template_render_parsed(t, flat, NULL, NULL, add_generation_prompt, kwargs,
+                                         serve_model_bos_text(m), serve_model_eos_text(m), out,
+                                         &err);
+    json_decref(flat);
+    if (rc != 0)
         return serve_bad(e, "messages", "chat template: %s", err.msg);
     return 0;
 }
