@@ -1,5 +1,6 @@
 #include "serve/serve_model.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,7 @@ struct serve_model {
     char *bos, *eos;
     int64_t n_ctx;
     int32_t n_vocab;
+    int32_t n_tok;  /* the tokenizer's ids: [n_tok, n_vocab) is padding */
     int max_sessions, max_queue, prefill_chunk;
 
     pthread_t thread;
@@ -94,7 +96,10 @@ static void slot_end(serve_model *m, serve_slot *s, serve_finish f, const char *
     slot_release(m, s);
 }
 
-/* A request enters a free slot: its sampler and detokenizer. */
+/* A request enters a free slot: its sampler and detokenizer. Ids past
+ * the tokenizer's (the padding rows of a model whose embedding is rounded
+ * up, as Qwen's 151936 rows for 151669 tokens) have no text: they are
+ * banned, whatever the request's own logit_bias says about them. */
 static void slot_start(serve_model *m, serve_slot *s, serve_req *r)
 {
     memra_err err;
@@ -102,7 +107,21 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r)
     s->n_prefilled = s->n_generated = 0;
     s->has_logits = 0;
     s->t_last = serve_now();
-    s->smp = sampler_new(&r->sampling, m->n_vocab, &err);
+    sampler_params p = r->sampling;
+    sampler_logit_bias *merged = NULL;
+    if (m->n_tok < m->n_vocab) {
+        size_t n = 0, cap = (size_t)p.n_logit_bias + (size_t)(m->n_vocab - m->n_tok);
+        merged = xmalloc(cap * sizeof *merged);
+        for (int32_t i = 0; i < p.n_logit_bias; i++)
+            if (p.logit_bias[i].id < m->n_tok)
+                merged[n++] = p.logit_bias[i];
+        for (int32_t id = m->n_tok; id < m->n_vocab; id++)
+            merged[n++] = (sampler_logit_bias){id, -INFINITY};
+        p.logit_bias = merged;
+        p.n_logit_bias = (int32_t)n;
+    }
+    s->smp = sampler_new(&p, m->n_vocab, &err);
+    free(merged);
     detok_opts dopts = {.stop = (const char *const *)r->stop, .n_stop = r->n_stop,
                         .skip_special = 1, .at_start = 1};
     s->dt = detok_new(m->tok, &dopts);
@@ -355,6 +374,9 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
         goto fail;
     m->n_ctx = engine_n_ctx(m->eng);
     m->n_vocab = (int32_t)engine_config(m->eng)->n_vocab;
+    m->n_tok = (int32_t)tok_vocab_size(m->tok);
+    if (m->n_tok > m->n_vocab)
+        m->n_tok = m->n_vocab;
 
     char *src = NULL;
     memra_err terr;

@@ -185,6 +185,9 @@ typedef struct {
 void serve_route_metrics(serve_server *s, strbuf *out)
 {
     serve_metrics_render(s->metrics, out);
+    serve_prom_family(out, "memra_http_requests_in_flight", "gauge",
+                      "HTTP requests received and not yet answered in full (this one included).");
+    sb_printf(out, "memra_http_requests_in_flight %ld\n", (long)atomic_load(&s->inflight));
     int n = s->n_models;
     serve_model_stats *st = xcalloc((size_t)(n ? n : 1), sizeof *st);
     for (int i = 0; i < n; i++)
