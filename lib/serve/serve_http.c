@@ -49,6 +49,9 @@ typedef struct {
     const char *endpoint; /* the metrics label */
     strbuf body;
     int too_large;
+    int status;           /* of the response queued */
+    double t0;
+    char line[160];       /* "METHOD /path" for the log */
     int answered;         /* a response is queued */
     int has_job;          /* a blocking generation waits */
     serve_job job;
@@ -88,6 +91,7 @@ static enum MHD_Result send_buf(conn_ctx *c, int status, const char *ctype, cons
     enum MHD_Result ret = MHD_queue_response(c->conn, (unsigned)status, r);
     MHD_destroy_response(r);
     c->answered = 1;
+    c->status = status;
     serve_metrics_request(c->srv->metrics, c->endpoint, status);
     return ret;
 }
@@ -225,6 +229,7 @@ static enum MHD_Result generate(conn_ctx *c, serve_kind kind, const json_t *body
     enum MHD_Result ret = MHD_queue_response(c->conn, 200, r);
     MHD_destroy_response(r);
     c->answered = 1;
+    c->status = 200;
     serve_metrics_request(s->metrics, c->endpoint, 200);
     return ret;
 }
@@ -382,6 +387,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             c->endpoint = "/v1/models/{id}";
         sb_init(&c->body);
         sb_init(&c->text);
+        c->t0 = serve_now();
+        snprintf(c->line, sizeof c->line, "%s %s", method, url);
+        for (char *p = c->line; *p; p++) /* the log stays one line of printable text */
+            if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f)
+                *p = '?';
         *con_cls = c;
         atomic_fetch_add(&s->inflight, 1);
         /* A declared body over the limit is refused before it is read. */
@@ -425,11 +435,13 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     (void)conn;
-    (void)toe;
     serve_server *s = cls;
     conn_ctx *c = *con_cls;
     if (!c)
         return;
+    log_info("%s -> %d%s (%.1f ms)", c->line, c->status,
+             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : ", connection lost",
+             (serve_now() - c->t0) * 1e3);
     if (c->has_job) {
         serve_req_cancel(c->job.req); /* a no-op for a request already over */
         serve_job_clear(&c->job);

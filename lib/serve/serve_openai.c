@@ -188,9 +188,8 @@ static int parse_sampling(serve_server *s, const json_t *body, serve_req *r, int
     return parse_logit_bias(body, r, n_vocab, e);
 }
 
-static int parse_stream(serve_kind kind, const json_t *body, serve_job *job, serve_error *e)
+static int parse_stream(const json_t *body, serve_job *job, serve_error *e)
 {
-    (void)kind;
     if (serve_field_bool(body, "stream", &job->stream, e) != 0)
         return -1;
     const json_t *so = present(body, "stream_options");
@@ -277,7 +276,7 @@ int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body, s
     job->kind = kind;
     if (serve_check_fields(body, kind == SERVE_CHAT ? chat_fields : completion_fields, e) != 0 ||
         serve_field_model(s, body, &job->model, e) != 0 ||
-        check_unsupported(kind, body, e) != 0 || parse_stream(kind, body, job, e) != 0)
+        check_unsupported(kind, body, e) != 0 || parse_stream(body, job, e) != 0)
         return -1;
     serve_model *m = job->model;
     snprintf(job->model_name, sizeof job->model_name, "%s", serve_model_alias(m));
