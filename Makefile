@@ -53,7 +53,7 @@ endif
 
 # Libraries the GPU machine lacks, or may carry in another version, are
 # linked statically so a binary built here runs there unchanged.
-STATIC_LIBS := -Wl,-Bstatic -ljansson -lutf8proc -lpcre2-8 -Wl,-Bdynamic
+STATIC_LIBS := -Wl,-Bstatic -ljansson -lutf8proc -lpcre2-8 -lmicrohttpd -Wl,-Bdynamic -lgnutls
 LDLIBS := $(STATIC_LIBS) -lcurl -lcrypto -lz -lm -ldl
 
 LIB_DIRS := lib/core lib/format lib/tok lib/model lib/engine lib/backend lib/backend/cpu lib/serve

@@ -29,10 +29,11 @@ if [ ${#need[@]} -gt 0 ]; then
   $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
 fi
 
-# Third-party readers the interoperability tests run (pinned in
+# Third-party readers and clients the interoperability tests run (pinned in
 # tests/interop/package-lock.json).
 root=$(cd "$(dirname "$0")/.." && pwd)
-if [ ! -d "$root/tests/interop/node_modules/@huggingface/gguf" ]; then
+if [ ! -d "$root/tests/interop/node_modules/@huggingface/gguf" ] ||
+   [ ! -d "$root/tests/interop/node_modules/openai" ]; then
   echo "deps: npm ci in tests/interop" >&2
   (cd "$root/tests/interop" && npm ci --no-audit --no-fund --silent) >&2
 fi

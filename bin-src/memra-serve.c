@@ -1,0 +1,353 @@
+/* memra-serve: the OpenAI-compatible server. Flags, environment, signals
+ * and the drain; the server itself is lib/serve/. */
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "core/check.h"
+#include "core/cli.h"
+#include "core/log.h"
+#include "core/mapfile.h"
+#include "serve/serve.h"
+
+static const char usage[] =
+    "usage: memra-serve -m ALIAS=MODEL [-m ...] [options]\n"
+    "\n"
+    "Serves each MODEL (a GGUF file, an HF checkpoint dir or hf:owner/repo[:file]) under its\n"
+    "ALIAS through an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,\n"
+    "/v1/models, /tokenize, /detokenize, /apply-template, /health, /readyz, /metrics).\n"
+    "Without ALIAS= the alias is the file name without .gguf.\n"
+    "\n"
+    "  -m, --model ALIAS=MODEL  a model to serve (repeatable; env MEMRA_MODELS=\"a=/p,b=/q\")\n"
+    "  --host HOST              address to listen on (default 127.0.0.1; env MEMRA_HOST)\n"
+    "  --port N                 port (default 8080; 0: any free one; env MEMRA_PORT)\n"
+    "                           (env MEMRA_ADDR=HOST:PORT sets both)\n"
+    "  -c, --ctx N              context length per sequence (default the model's, at most 4096;\n"
+    "                           env MEMRA_CTX)\n"
+    "  --max-sessions N         sequences generating at once per model (default 16;\n"
+    "                           env MEMRA_MAX_SESSIONS)\n"
+    "  --max-queue N            requests that may wait beyond them, then 429 (default 64;\n"
+    "                           env MEMRA_MAX_QUEUE)\n"
+    "  --api-key KEY            require this key (env MEMRA_API_KEY)\n"
+    "  --api-keys FILE          keys from FILE, one per line or \"key tenant\"; reloaded when it\n"
+    "                           changes (env MEMRA_API_KEYS)\n"
+    "  --insecure               allow a non-loopback address without a key (env MEMRA_INSECURE=1)\n"
+    "  --chat-template FILE     a Jinja chat template for every model instead of its own\n"
+    "                           (env MEMRA_CHAT_TEMPLATE)\n"
+    "  -t, --threads N          engine threads per model (default all cores; env MEMRA_THREADS)\n"
+    "  --http-threads N         HTTP worker threads (default 4; env MEMRA_HTTP_THREADS)\n"
+    "  --max-body BYTES         largest request body, K/M suffixes (default 8M; env MEMRA_MAX_BODY)\n"
+    "  --drain-timeout S        on SIGTERM, seconds in-flight requests get to finish (default 30;\n"
+    "                           env MEMRA_DRAIN_TIMEOUT)\n"
+    "  -v, --verbose            log requests and engine events (env MEMRA_LOG=info|debug)\n"
+    "\n"
+    "Flags win over the environment. SIGTERM or SIGINT drains: /readyz and new requests answer\n"
+    "503, in-flight requests finish (or are cut at the drain timeout), exit 0. Exit status: 0 ok,\n"
+    "1 failure (a model that does not load, a port in use), 2 bad usage.\n";
+
+typedef struct {
+    char **aliases, **paths;
+    int n_models;
+    char *host;
+    int port;
+    int64_t n_ctx;
+    int max_sessions, max_queue, n_threads, http_threads, insecure;
+    double drain_timeout;
+    uint64_t max_body;
+    const char *api_key, *api_keys, *template_file;
+} serve_args;
+
+static int64_t int_or_usage(const char *s, int64_t lo, int64_t hi, const char *what)
+{
+    memra_err err;
+    int64_t v;
+    if (cli_parse_i64(s, lo, hi, &v, what, &err) != 0)
+        cli_usage("%s", err.msg);
+    return v;
+}
+
+/* "ALIAS=MODEL", or "MODEL" whose alias is the file name without .gguf. */
+static void add_model(serve_args *a, const char *spec, const char *what)
+{
+    const char *eq = strchr(spec, '=');
+    char *alias, *path;
+    if (eq && eq != spec && !memchr(spec, '/', (size_t)(eq - spec))) {
+        alias = xstrdup(spec);
+        alias[eq - spec] = '\0';
+        path = xstrdup(eq + 1);
+    } else {
+        path = xstrdup(spec);
+        const char *base = strrchr(spec, '/');
+        base = base && base[1] ? base + 1 : spec;
+        alias = xstrdup(base);
+        size_t n = strlen(alias);
+        if (n > 5 && !strcmp(alias + n - 5, ".gguf"))
+            alias[n - 5] = '\0';
+    }
+    if (!*path)
+        cli_usage("%s '%s': the model path is empty", what, spec);
+    for (int i = 0; i < a->n_models; i++)
+        if (!strcmp(a->aliases[i], alias))
+            cli_usage("%s: alias '%s' is given twice", what, alias);
+    a->aliases = xrealloc(a->aliases, (size_t)(a->n_models + 1) * sizeof *a->aliases);
+    a->paths = xrealloc(a->paths, (size_t)(a->n_models + 1) * sizeof *a->paths);
+    a->aliases[a->n_models] = alias;
+    a->paths[a->n_models] = path;
+    a->n_models++;
+}
+
+static int env_true(const char *name)
+{
+    const char *v = getenv(name);
+    return v && (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes"));
+}
+
+/* HOST:PORT, [V6]:PORT. */
+static void parse_addr(serve_args *a, const char *s)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s)
+        cli_usage("MEMRA_ADDR '%s': want HOST:PORT", s);
+    const char *h = s, *he = colon;
+    if (*h == '[' && he[-1] == ']') {
+        h++;
+        he--;
+    }
+    free(a->host);
+    a->host = xmalloc((size_t)(he - h) + 1);
+    memcpy(a->host, h, (size_t)(he - h));
+    a->host[he - h] = '\0';
+    a->port = (int)int_or_usage(colon + 1, 0, 65535, "MEMRA_ADDR port");
+}
+
+static void parse_args(int argc, char **argv, serve_args *a)
+{
+    memra_err err;
+    a->host = xstrdup("127.0.0.1");
+    a->port = 8080;
+    a->max_sessions = 16;
+    a->max_queue = 64;
+    a->http_threads = 4;
+    a->drain_timeout = 30;
+    a->max_body = 8u << 20;
+    /* The environment first; flags override it below. */
+    const char *env;
+    if ((env = getenv("MEMRA_ADDR")) && *env)
+        parse_addr(a, env);
+    if ((env = getenv("MEMRA_HOST")) && *env) {
+        free(a->host);
+        a->host = xstrdup(env);
+    }
+    if ((env = getenv("MEMRA_PORT")) && *env)
+        a->port = (int)int_or_usage(env, 0, 65535, "MEMRA_PORT");
+    if ((env = getenv("MEMRA_CTX")) && *env)
+        a->n_ctx = int_or_usage(env, 1, INT32_MAX, "MEMRA_CTX");
+    if ((env = getenv("MEMRA_MAX_SESSIONS")) && *env)
+        a->max_sessions = (int)int_or_usage(env, 1, 4096, "MEMRA_MAX_SESSIONS");
+    if ((env = getenv("MEMRA_MAX_QUEUE")) && *env)
+        a->max_queue = (int)int_or_usage(env, 0, 1 << 20, "MEMRA_MAX_QUEUE");
+    if ((env = getenv("MEMRA_THREADS")) && *env)
+        a->n_threads = (int)int_or_usage(env, 1, 4096, "MEMRA_THREADS");
+    if ((env = getenv("MEMRA_HTTP_THREADS")) && *env)
+        a->http_threads = (int)int_or_usage(env, 1, 1024, "MEMRA_HTTP_THREADS");
+    if ((env = getenv("MEMRA_DRAIN_TIMEOUT")) && *env)
+        a->drain_timeout = (double)int_or_usage(env, 0, 86400, "MEMRA_DRAIN_TIMEOUT");
+    if ((env = getenv("MEMRA_MAX_BODY")) && *env && cli_parse_bytes(env, &a->max_body, "MEMRA_MAX_BODY", &err) != 0)
+        cli_usage("%s", err.msg);
+    const char *env_key = getenv("MEMRA_API_KEY"), *env_keys = getenv("MEMRA_API_KEYS");
+    const char *env_tmpl = getenv("MEMRA_CHAT_TEMPLATE");
+    a->insecure = env_true("MEMRA_INSECURE");
+
+    enum { O_HOST = 1000, O_PORT, O_MAXS, O_MAXQ, O_KEY, O_KEYS, O_INSECURE, O_TMPL, O_HTTPT,
+           O_BODY, O_DRAIN };
+    static const struct option longs[] = {
+        {"model", required_argument, NULL, 'm'},     {"host", required_argument, NULL, O_HOST},
+        {"port", required_argument, NULL, O_PORT},   {"ctx", required_argument, NULL, 'c'},
+        {"max-sessions", required_argument, NULL, O_MAXS},
+        {"max-queue", required_argument, NULL, O_MAXQ},
+        {"api-key", required_argument, NULL, O_KEY}, {"api-keys", required_argument, NULL, O_KEYS},
+        {"insecure", no_argument, NULL, O_INSECURE},
+        {"chat-template", required_argument, NULL, O_TMPL},
+        {"threads", required_argument, NULL, 't'},
+        {"http-threads", required_argument, NULL, O_HTTPT},
+        {"max-body", required_argument, NULL, O_BODY},
+        {"drain-timeout", required_argument, NULL, O_DRAIN},
+        {"verbose", no_argument, NULL, 'v'},         {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    opterr = 0;
+    int ch, flag_models = 0;
+    const char *flag_key = NULL, *flag_keys = NULL;
+    while ((ch = getopt_long(argc, argv, ":m:c:t:vh", longs, NULL)) != -1) {
+        switch (ch) {
+        case 'm': add_model(a, optarg, "-m"); flag_models = 1; break;
+        case O_HOST: free(a->host); a->host = xstrdup(optarg); break;
+        case O_PORT: a->port = (int)int_or_usage(optarg, 0, 65535, "--port"); break;
+        case 'c': a->n_ctx = int_or_usage(optarg, 1, INT32_MAX, "--ctx"); break;
+        case O_MAXS: a->max_sessions = (int)int_or_usage(optarg, 1, 4096, "--max-sessions"); break;
+        case O_MAXQ: a->max_queue = (int)int_or_usage(optarg, 0, 1 << 20, "--max-queue"); break;
+        case O_KEY: flag_key = optarg; break;
+        case O_KEYS: flag_keys = optarg; break;
+        case O_INSECURE: a->insecure = 1; break;
+        case O_TMPL: a->template_file = optarg; break;
+        case 't': a->n_threads = (int)int_or_usage(optarg, 1, 4096, "--threads"); break;
+        case O_HTTPT: a->http_threads = (int)int_or_usage(optarg, 1, 1024, "--http-threads"); break;
+        case O_BODY:
+            if (cli_parse_bytes(optarg, &a->max_body, "--max-body", &err) != 0)
+                cli_usage("%s", err.msg);
+            break;
+        case O_DRAIN: a->drain_timeout = (double)int_or_usage(optarg, 0, 86400, "--drain-timeout"); break;
+        case 'v': log_set_level(LOG_INFO); break;
+        case 'h': fputs(usage, stdout); exit(0);
+        case ':': cli_usage("%s needs a value", argv[optind - 1]);
+        default: cli_usage("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        cli_usage("unexpected argument '%s' (models go with -m ALIAS=MODEL)", argv[optind]);
+    if (flag_key && flag_keys)
+        cli_usage("give --api-key or --api-keys, not both");
+    if (flag_key || flag_keys) {
+        a->api_key = flag_key;
+        a->api_keys = flag_keys;
+    } else {
+        a->api_key = env_key && *env_key ? env_key : NULL;
+        a->api_keys = env_keys && *env_keys ? env_keys : NULL;
+        if (a->api_key && a->api_keys)
+            cli_usage("MEMRA_API_KEY and MEMRA_API_KEYS are both set: give one");
+    }
+    if (!a->template_file && env_tmpl && *env_tmpl)
+        a->template_file = env_tmpl;
+    if (!flag_models && (env = getenv("MEMRA_MODELS")) && *env) {
+        char *copy = xstrdup(env), *save = NULL;
+        for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+            add_model(a, tok, "MEMRA_MODELS");
+        free(copy);
+    }
+    if (a->n_models == 0)
+        cli_usage("no model: give -m ALIAS=MODEL (or MEMRA_MODELS=\"alias=/path,...\")");
+    if (a->max_body == 0 || a->max_body > (1ull << 32))
+        cli_usage("--max-body: %llu is out of range [1, 4G]", (unsigned long long)a->max_body);
+}
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Wait until no request is in flight, for at most `seconds`; a second
+ * signal cuts the wait short. Returns whether everything finished. */
+static int wait_idle(serve_server *s, double seconds, const sigset_t *sigs)
+{
+    double end = mono() + seconds;
+    while (serve_inflight(s) > 0) {
+        double left = end - mono();
+        if (left <= 0)
+            return 0;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        if (sigtimedwait(sigs, NULL, &ts) > 0)
+            return 0;
+    }
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    cli_set_program("memra-serve");
+    (void)log_get_level(); /* read MEMRA_LOG before any thread starts */
+    serve_args a = {0};
+    parse_args(argc, argv, &a);
+    memra_err err;
+
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    if (serve_resolve(a.host, a.port, &ss, &sslen, &err) != 0)
+        cli_fail(&err);
+    if (!serve_is_loopback((struct sockaddr *)&ss) && !a.api_key && !a.api_keys && !a.insecure)
+        cli_usage("refusing to listen on '%s' (not a loopback address) without an API key: give "
+                  "--api-key/--api-keys, or --insecure to accept anyone", a.host);
+    serve_auth *auth;
+    if (serve_auth_new(a.api_key, a.api_keys, &auth, &err) != 0)
+        cli_fail(&err);
+    char *tmpl = NULL;
+    if (a.template_file) {
+        size_t len;
+        if (read_small_file(a.template_file, 16u << 20, &tmpl, &len, &err) != 0)
+            cli_fail(&err);
+    }
+
+    /* Signals go to this thread's sigwait, never to a worker. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    serve_opts so = {.host = a.host, .port = a.port, .http_threads = a.http_threads,
+                     .max_body = (size_t)a.max_body, .conn_timeout = 120, .auth = auth};
+    serve_server *srv;
+    if (serve_start(&so, &srv, &err) != 0)
+        cli_fail(&err);
+    int v6 = ss.ss_family == AF_INET6;
+    fprintf(stderr, "memra-serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", a.host,
+            v6 ? "]" : "", serve_port(srv));
+
+    serve_model **models = xcalloc((size_t)a.n_models, sizeof *models);
+    for (int i = 0; i < a.n_models; i++) {
+        serve_model_opts mo = {.alias = a.aliases[i], .path = a.paths[i], .n_ctx = a.n_ctx,
+                               .max_sessions = a.max_sessions, .max_queue = a.max_queue,
+                               .n_threads = a.n_threads, .chat_template = tmpl};
+        double t0 = mono();
+        if (serve_model_load(&mo, &models[i], &err) != 0) {
+            for (int j = 0; j < i; j++)
+                serve_model_free(models[j]);
+            serve_stop(srv);
+            cli_fail(&err);
+        }
+        const char *why;
+        fprintf(stderr, "memra-serve: %s = %s (context %lld, %d sessions%s) loaded in %.2f s\n",
+                a.aliases[i], a.paths[i], (long long)serve_model_n_ctx(models[i]), a.max_sessions,
+                serve_model_template(models[i], &why) ? ", chat" : ", no chat template",
+                mono() - t0);
+    }
+    serve_set_models(srv, models, a.n_models);
+    serve_set_ready(srv);
+    fprintf(stderr, "memra-serve: ready\n");
+
+    int sig;
+    while (sigwait(&sigs, &sig) != 0)
+        ;
+    fprintf(stderr, "memra-serve: %s: draining (%ld requests in flight, %.0f s timeout)\n",
+            sig == SIGTERM ? "SIGTERM" : "SIGINT", serve_inflight(srv), a.drain_timeout);
+    serve_drain(srv);
+    int clean = wait_idle(srv, a.drain_timeout, &sigs);
+    long cut = serve_inflight(srv);
+    serve_detach_models(srv);
+    for (int i = 0; i < a.n_models; i++)
+        serve_model_free(models[i]); /* what is left ends with an error */
+    wait_idle(srv, 5, &sigs);
+    serve_stop(srv);
+    if (clean)
+        fprintf(stderr, "memra-serve: drained, exiting\n");
+    else
+        fprintf(stderr, "memra-serve: drain timeout: %ld requests cut, exiting\n", cut);
+    free(models);
+    free(tmpl);
+    serve_auth_free(auth);
+    for (int i = 0; i < a.n_models; i++) {
+        free(a.aliases[i]);
+        free(a.paths[i]);
+    }
+    free(a.aliases);
+    free(a.paths);
+    free(a.host);
+    return 0;
+}

@@ -1,0 +1,571 @@
+/* The HTTP glue over libmicrohttpd: the daemon, routing, bodies, auth,
+ * admission, and the two ways a generation waits for its engine thread
+ * (a suspended connection resumed by the engine: the blocking request's
+ * access handler runs again when the request ends; a stream's content
+ * reader runs again when there is text). */
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "serve/serve_internal.h"
+
+typedef enum {
+    R_HEALTH, R_READYZ, R_METRICS, R_MODELS, R_MODEL_ONE, R_CHAT, R_COMPLETIONS, R_TOKENIZE,
+    R_DETOKENIZE, R_TEMPLATE, R_NONE,
+} route_id;
+
+typedef struct {
+    const char *path;
+    const char *method;
+    route_id id;
+    int prefix; /* path is a prefix: /v1/models/{id} */
+} route;
+
+static const route routes[] = {
+    {"/health", "GET", R_HEALTH, 0},
+    {"/readyz", "GET", R_READYZ, 0},
+    {"/metrics", "GET", R_METRICS, 0},
+    {"/v1/models", "GET", R_MODELS, 0},
+    {"/v1/models/", "GET", R_MODEL_ONE, 1},
+    {"/v1/chat/completions", "POST", R_CHAT, 0},
+    {"/v1/completions", "POST", R_COMPLETIONS, 0},
+    {"/tokenize", "POST", R_TOKENIZE, 0},
+    {"/detokenize", "POST", R_DETOKENIZE, 0},
+    {"/apply-template", "POST", R_TEMPLATE, 0},
+};
+
+/* One HTTP request. */
+typedef struct {
+    serve_server *srv;
+    struct MHD_Connection *conn;
+    const route *rt;      /* NULL: no such endpoint */
+    const char *endpoint; /* the metrics label */
+    strbuf body;
+    int too_large;
+    int status;           /* of the response queued */
+    double t0;
+    char line[160];       /* "METHOD /path" for the log */
+    int answered;         /* a response is queued */
+    int has_job;          /* a blocking generation waits */
+    serve_job job;
+    strbuf text;
+} conn_ctx;
+
+/* One SSE stream: owned by its MHD response. */
+typedef struct {
+    serve_server *srv;
+    struct MHD_Connection *conn;
+    serve_job job;
+    strbuf out;
+    size_t off;
+    strbuf text;
+    int done;
+} stream_ctx;
+
+/* ---- responses -------------------------------------------------------- */
+
+static enum MHD_Result send_buf(conn_ctx *c, int status, const char *ctype, const char *data,
+                                size_t len, int retry_after)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", ctype);
+    if (retry_after > 0) {
+        char b[24];
+        snprintf(b, sizeof b, "%d", retry_after);
+        MHD_add_response_header(r, "Retry-After", b);
+    }
+    if (status == 401)
+        MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (status == 405 && c->rt)
+        MHD_add_response_header(r, "Allow", c->rt->method);
+    enum MHD_Result ret = MHD_queue_response(c->conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    c->answered = 1;
+    c->status = status;
+    serve_metrics_request(c->srv->metrics, c->endpoint, status);
+    return ret;
+}
+
+static enum MHD_Result send_json(conn_ctx *c, int status, json_t *j, int retry_after)
+{
+    char *s = json_dumps(j, JSON_PRESERVE_ORDER | JSON_COMPACT);
+    json_decref(j);
+    if (!s)
+        return MHD_NO;
+    size_t n = strlen(s);
+    s = xrealloc(s, n + 2);
+    s[n++] = '\n';
+    enum MHD_Result ret = send_buf(c, status, "application/json", s, n, retry_after);
+    free(s);
+    return ret;
+}
+
+static enum MHD_Result send_error(conn_ctx *c, const serve_error *e)
+{
+    return send_json(c, e->status, serve_error_json(e), e->retry_after);
+}
+
+/* ---- waiting on the engine -------------------------------------------- */
+
+static void park_conn(void *conn) { MHD_suspend_connection(conn); }
+static void wake_conn(void *conn) { MHD_resume_connection(conn); }
+
+/* The blocking request: answer once the engine has ended it. */
+static enum MHD_Result poll_blocking(conn_ctx *c)
+{
+    serve_req_view v;
+    if (serve_req_poll(c->job.req, &c->text, &v, park_conn, c->conn))
+        return MHD_YES; /* suspended until the engine ends it */
+    if (v.finish == SERVE_FINISH_ERROR) {
+        serve_error e;
+        serve_fail(&e, 500, "server_error", NULL, NULL, "%s", v.error);
+        return send_error(c, &e);
+    }
+    return send_json(c, 200, serve_openai_response(&c->job, sb_str(&c->text), c->text.len, &v), 0);
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    stream_ctx *st = cls;
+    if (st->off >= st->out.len) {
+        sb_clear(&st->out);
+        st->off = 0;
+        if (st->done)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!st->job.sent_role) {
+            serve_openai_sse_start(&st->job, &st->out);
+        } else {
+            serve_req_view v;
+            sb_clear(&st->text);
+            if (serve_req_poll(st->job.req, &st->text, &v, park_conn, st->conn))
+                return 0; /* suspended: the engine resumes us */
+            if (st->text.len)
+                serve_openai_sse_text(&st->job, &st->out, st->text.data, st->text.len);
+            else if (v.keepalive)
+                sb_puts(&st->out, ": keep-alive\n\n");
+            if (v.finish != SERVE_FINISH_NONE) {
+                serve_openai_sse_end(&st->job, &st->out, &v);
+                st->done = 1;
+            }
+        }
+        if (st->out.len == 0)
+            return st->done ? MHD_CONTENT_READER_END_OF_STREAM : 0;
+    }
+    size_t n = st->out.len - st->off;
+    if (n > max)
+        n = max;
+    memcpy(buf, st->out.data + st->off, n);
+    st->off += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls)
+{
+    stream_ctx *st = cls;
+    if (!st->done)
+        serve_req_cancel(st->job.req); /* the client went away */
+    serve_job_clear(&st->job);
+    sb_free(&st->out);
+    sb_free(&st->text);
+    free(st);
+}
+
+static enum MHD_Result generate(conn_ctx *c, serve_kind kind, const json_t *body)
+{
+    serve_server *s = c->srv;
+    serve_job job;
+    serve_error e;
+    pthread_rwlock_rdlock(&s->models_lock);
+    int rc = serve_openai_prepare(s, kind, body, &job, &e);
+    if (rc == 0) {
+        job.req->wake = wake_conn;
+        job.req->wake_ctx = c->conn;
+        rc = serve_model_submit(job.model, job.req);
+        if (rc == -1)
+            serve_fail(&e, 429, "rate_limit_error", "rate_limit_exceeded", NULL,
+                       "model '%s' is at capacity (every session busy and the queue full); "
+                       "retry later", job.model_name);
+        else if (rc == -2)
+            serve_fail(&e, 503, "server_error", "server_shutting_down", NULL,
+                       "the server is shutting down");
+        e.retry_after = rc == -1 ? 1 : 0;
+    }
+    pthread_rwlock_unlock(&s->models_lock);
+    if (rc != 0) {
+        serve_job_clear(&job);
+        return send_error(c, &e);
+    }
+    if (!job.stream) {
+        c->job = job;
+        c->has_job = 1;
+        return poll_blocking(c);
+    }
+    stream_ctx *st = xcalloc(1, sizeof *st);
+    st->srv = s;
+    st->conn = c->conn;
+    st->job = job;
+    sb_init(&st->out);
+    sb_init(&st->text);
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
+    if (!r) {
+        stream_free(st);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    enum MHD_Result ret = MHD_queue_response(c->conn, 200, r);
+    MHD_destroy_response(r);
+    c->answered = 1;
+    c->status = 200;
+    serve_metrics_request(s->metrics, c->endpoint, 200);
+    return ret;
+}
+
+/* ---- routing ---------------------------------------------------------- */
+
+static const route *find_route(const char *url)
+{
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(routes); i++) {
+        const route *r = &routes[i];
+        if (r->prefix ? !strncmp(url, r->path, strlen(r->path)) && url[strlen(r->path)]
+                      : !strcmp(url, r->path))
+            return r;
+    }
+    return NULL;
+}
+
+static const char *presented_key(struct MHD_Connection *conn)
+{
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (h && !strncasecmp(h, "Bearer ", 7)) {
+        h += 7;
+        while (*h == ' ')
+            h++;
+        return h;
+    }
+    return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-api-key");
+}
+
+static json_t *parse_body(conn_ctx *c, serve_error *e)
+{
+    if (c->body.len == 0) {
+        serve_bad(e, NULL, "the request body is empty: want a JSON object");
+        return NULL;
+    }
+    json_error_t je;
+    json_t *j = json_loadb(c->body.data, c->body.len, JSON_REJECT_DUPLICATES, &je);
+    if (!j) {
+        for (char *p = je.text; *p; p++)
+            if ((unsigned char)*p < 0x20)
+                *p = '?';
+        serve_bad(e, NULL, "invalid JSON in the request body at line %d column %d: %s", je.line,
+                  je.column, je.text);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        serve_bad(e, NULL, "the request body must be a JSON object");
+        return NULL;
+    }
+    return j;
+}
+
+static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method)
+{
+    serve_server *s = c->srv;
+    serve_error e;
+    const route *rt = c->rt;
+    if (rt && strcmp(method, rt->method)) {
+        serve_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
+                   "%s %s: use %s", method, rt->path, rt->method);
+        return send_error(c, &e);
+    }
+    if (rt && rt->id == R_HEALTH) {
+        int ready = atomic_load(&s->ready);
+        return send_json(c, 200, json_pack("{s:s}", "status", ready ? "ok" : "loading"), 0);
+    }
+    if (rt && rt->id == R_READYZ) {
+        const char *st = !atomic_load(&s->ready) ? "loading"
+                         : atomic_load(&s->draining) ? "draining" : "ready";
+        return send_json(c, strcmp(st, "ready") ? 503 : 200, json_pack("{s:s}", "status", st), 0);
+    }
+    char tenant[128];
+    if (!serve_auth_check(s->opts.auth, presented_key(c->conn), tenant, sizeof tenant)) {
+        int given = presented_key(c->conn) != NULL;
+        serve_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                   given ? "Incorrect API key provided"
+                         : "Missing API key: send Authorization: Bearer KEY or x-api-key: KEY");
+        return send_error(c, &e);
+    }
+    if (!rt) {
+        serve_fail(&e, 404, "invalid_request_error", "not_found", NULL,
+                   "no endpoint %s %s", method, url);
+        return send_error(c, &e);
+    }
+    if (c->too_large) {
+        serve_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                   "the request body is larger than %zu bytes", s->opts.max_body);
+        return send_error(c, &e);
+    }
+    if (!atomic_load(&s->ready)) {
+        serve_fail(&e, 503, "server_error", "model_loading", NULL, "the models are loading");
+        e.retry_after = 1;
+        return send_error(c, &e);
+    }
+    if (atomic_load(&s->draining) && rt->id != R_METRICS) {
+        serve_fail(&e, 503, "server_error", "server_draining",
+                   NULL, "the server is shutting down and takes no new requests");
+        return send_error(c, &e);
+    }
+    if (tenant[0])
+        log_debug("%s %s (tenant %s)", method, url, tenant);
+    if (rt->id == R_METRICS) {
+        strbuf out;
+        sb_init(&out);
+        pthread_rwlock_rdlock(&s->models_lock);
+        serve_route_metrics(s, &out);
+        pthread_rwlock_unlock(&s->models_lock);
+        enum MHD_Result r =
+            send_buf(c, 200, "text/plain; version=0.0.4; charset=utf-8", sb_str(&out), out.len, 0);
+        sb_free(&out);
+        return r;
+    }
+    int status = 0;
+    json_t *res = NULL;
+    if (rt->id == R_MODELS || rt->id == R_MODEL_ONE) {
+        pthread_rwlock_rdlock(&s->models_lock);
+        res = serve_route_models(s, rt->id == R_MODEL_ONE ? url + strlen(rt->path) : NULL,
+                                 &status);
+        pthread_rwlock_unlock(&s->models_lock);
+        return send_json(c, status, res, 0);
+    }
+    json_t *body = parse_body(c, &e);
+    if (!body)
+        return send_error(c, &e);
+    enum MHD_Result ret;
+    if (rt->id == R_CHAT || rt->id == R_COMPLETIONS) {
+        ret = generate(c, rt->id == R_CHAT ? SERVE_CHAT : SERVE_COMPLETION, body);
+    } else {
+        pthread_rwlock_rdlock(&s->models_lock);
+        res = rt->id == R_TOKENIZE     ? serve_route_tokenize(s, body, &status)
+              : rt->id == R_DETOKENIZE ? serve_route_detokenize(s, body, &status)
+                                       : serve_route_apply_template(s, body, &status);
+        pthread_rwlock_unlock(&s->models_lock);
+        ret = send_json(c, status, res, 0);
+    }
+    json_decref(body);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    serve_server *s = cls;
+    conn_ctx *c = *con_cls;
+    if (!c) {
+        c = xcalloc(1, sizeof *c);
+        c->srv = s;
+        c->conn = conn;
+        c->rt = find_route(url);
+        c->endpoint = c->rt ? c->rt->path : "other";
+        if (c->rt && c->rt->id == R_MODEL_ONE)
+            c->endpoint = "/v1/models/{id}";
+        sb_init(&c->body);
+        sb_init(&c->text);
+        c->t0 = serve_now();
+        snprintf(c->line, sizeof c->line, "%s %s", method, url);
+        for (char *p = c->line; *p; p++) /* the log stays one line of printable text */
+            if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f)
+                *p = '?';
+        *con_cls = c;
+        atomic_fetch_add(&s->inflight, 1);
+        /* A declared body over the limit is refused before it is read. */
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+        if (cl) {
+            char *end;
+            unsigned long long n = strtoull(cl, &end, 10);
+            if (*end == '\0' && n > s->opts.max_body) {
+                c->too_large = 1;
+                serve_error e;
+                serve_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                           "the request body is larger than %zu bytes", s->opts.max_body);
+                return send_error(c, &e);
+            }
+        }
+        return MHD_YES;
+    }
+    if (c->answered) { /* e.g. the early 413: the rest of the body is dropped */
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!c->too_large) {
+            if (c->body.len + *upload_size > s->opts.max_body) {
+                c->too_large = 1;
+                sb_free(&c->body);
+                sb_init(&c->body);
+            } else {
+                sb_append(&c->body, upload_data, *upload_size);
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (c->has_job)
+        return poll_blocking(c); /* resumed by the engine */
+    return dispatch(c, url, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    serve_server *s = cls;
+    conn_ctx *c = *con_cls;
+    if (!c)
+        return;
+    log_info("%s -> %d%s (%.1f ms)", c->line, c->status,
+             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : ", connection lost",
+             (serve_now() - c->t0) * 1e3);
+    if (c->has_job) {
+        serve_req_cancel(c->job.req); /* a no-op for a request already over */
+        serve_job_clear(&c->job);
+    }
+    sb_free(&c->body);
+    sb_free(&c->text);
+    free(c);
+    *con_cls = NULL;
+    atomic_fetch_sub(&s->inflight, 1);
+}
+
+static void on_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = '\0';
+    log_debug("http: %s", line);
+}
+
+/* ---- the server ------------------------------------------------------- */
+
+int serve_resolve(const char *host, int port, struct sockaddr_storage *ss, socklen_t *len,
+                  memra_err *err)
+{
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    int rc = getaddrinfo(host, service, &hints, &res);
+    if (rc != 0)
+        return memra_fail(err, "cannot resolve host '%s': %s", host, gai_strerror(rc));
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+int serve_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(a))
+            return 1;
+        if (IN6_IS_ADDR_V4MAPPED(a))
+            return a->s6_addr[12] == 127;
+    }
+    return 0;
+}
+
+int serve_start(const serve_opts *o, serve_server **out, memra_err *err)
+{
+    *out = NULL;
+    struct sockaddr_storage ss;
+    socklen_t len;
+    if (serve_resolve(o->host, o->port, &ss, &len, err) != 0)
+        return -1;
+    serve_server *s = xcalloc(1, sizeof *s);
+    s->opts = *o;
+    s->metrics = serve_metrics_new();
+    pthread_rwlock_init(&s->models_lock, NULL);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
+    if (ss.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    s->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(o->http_threads > 0 ? o->http_threads : 4),
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
+        o->conn_timeout, MHD_OPTION_CONNECTION_LIMIT, 4096u, MHD_OPTION_EXTERNAL_LOGGER, on_log,
+        NULL, MHD_OPTION_END);
+    if (!s->daemon) {
+        pthread_rwlock_destroy(&s->models_lock);
+        serve_metrics_free(s->metrics);
+        free(s);
+        return memra_fail(err, "cannot listen on %s port %d (in use, or no permission?)", o->host,
+                          o->port);
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : o->port;
+    *out = s;
+    return 0;
+}
+
+int serve_port(const serve_server *s) { return s->port; }
+
+serve_model *serve_find_model(serve_server *s, const char *alias)
+{
+    for (int i = 0; i < s->n_models; i++)
+        if (!strcmp(serve_model_alias(s->models[i]), alias))
+            return s->models[i];
+    return NULL;
+}
+
+void serve_set_models(serve_server *s, serve_model **models, int n)
+{
+    pthread_rwlock_wrlock(&s->models_lock);
+    s->models = models;
+    s->n_models = n;
+    pthread_rwlock_unlock(&s->models_lock);
+}
+
+void serve_set_ready(serve_server *s) { atomic_store(&s->ready, 1); }
+void serve_drain(serve_server *s) { atomic_store(&s->draining, 1); }
+long serve_inflight(serve_server *s) { return atomic_load(&s->inflight); }
+
+void serve_detach_models(serve_server *s)
+{
+    atomic_store(&s->draining, 1);
+    serve_set_models(s, NULL, 0);
+}
+
+void serve_stop(serve_server *s)
+{
+    if (!s)
+        return;
+    MHD_stop_daemon(s->daemon);
+    pthread_rwlock_destroy(&s->models_lock);
+    serve_metrics_free(s->metrics);
+    free(s);
+}

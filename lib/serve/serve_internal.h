@@ -1,0 +1,88 @@
+/* What the server's own files share: the server state, the OpenAI
+ * surfaces (serve_openai.c) and the other endpoints (serve_routes.c),
+ * which serve_http.c calls. Not for programs. */
+#ifndef MEMRA_SERVE_SERVE_INTERNAL_H
+#define MEMRA_SERVE_SERVE_INTERNAL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "core/strbuf.h"
+#include "serve/serve.h"
+#include "serve/serve_error.h"
+#include "serve/serve_metrics.h"
+#include "serve/serve_model.h"
+#include "serve/serve_req.h"
+
+struct serve_server {
+    serve_opts opts;
+    /* HTTP threads hold it (read) while they use a model; shutdown takes it
+     * (write) to take the models away before they are freed. */
+    pthread_rwlock_t models_lock;
+    struct MHD_Daemon *daemon;
+    int port;
+    serve_model **models;
+    int n_models;
+    serve_metrics *metrics;
+    atomic_int ready, draining;
+    atomic_long inflight;
+    atomic_ulong next_id;
+};
+
+serve_model *serve_find_model(serve_server *s, const char *alias);
+
+typedef enum { SERVE_CHAT = 0, SERVE_COMPLETION = 1 } serve_kind;
+
+/* A generation request on its way through the HTTP side. */
+typedef struct {
+    serve_kind kind;
+    serve_model *model;  /* valid until the request is submitted */
+    char model_name[128]; /* for the responses, which may outlive the model */
+    serve_req *req;
+    int stream, include_usage;
+    char id[64];
+    long long created;
+    int sent_role;
+} serve_job;
+
+/* Validate a chat or completion request body, render and tokenize: on
+ * success job->req is ready to submit (the caller sets its wake). */
+int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body, serve_job *job,
+                         serve_error *e);
+void serve_job_clear(serve_job *job);
+/* The blocking response body. */
+json_t *serve_openai_response(const serve_job *job, const char *text, size_t len,
+                              const serve_req_view *v);
+/* SSE events: the first one (chat: the role), new text, the end
+ * (finish_reason, usage when asked, [DONE]). */
+void serve_openai_sse_start(serve_job *job, strbuf *out);
+void serve_openai_sse_text(const serve_job *job, strbuf *out, const char *text, size_t len);
+void serve_openai_sse_end(const serve_job *job, strbuf *out, const serve_req_view *v);
+
+/* The other endpoints: fill *status and return the body (JSON). */
+json_t *serve_route_models(serve_server *s, const char *one, int *status);
+json_t *serve_route_tokenize(serve_server *s, const json_t *body, int *status);
+json_t *serve_route_detokenize(serve_server *s, const json_t *body, int *status);
+json_t *serve_route_apply_template(serve_server *s, const json_t *body, int *status);
+/* Prometheus text. */
+void serve_route_metrics(serve_server *s, strbuf *out);
+
+/* Shared request-field helpers (serve_fields.c). A JSON null counts as
+ * absent. Each names the field in its error. */
+int serve_check_fields(const json_t *body, const char *const *allowed, serve_error *e);
+int serve_field_num(const json_t *body, const char *key, double lo, double hi, double *out,
+                    serve_error *e);
+int serve_field_int(const json_t *body, const char *key, int64_t lo, int64_t hi, int64_t *out,
+                    serve_error *e);
+int serve_field_bool(const json_t *body, const char *key, int *out, serve_error *e);
+/* The "model" field, resolved (404 model_not_found). */
+int serve_field_model(serve_server *s, const json_t *body, serve_model **out, serve_error *e);
+/* messages: structure checks the template relies on (text parts only). */
+int serve_check_messages(const json_t *messages, serve_error *e);
+/* Render messages through the model's template. */
+int serve_render_chat(serve_model *m, const json_t *messages, int add_generation_prompt,
+                      const json_t *kwargs, char **out, serve_error *e);
+
+#endif

@@ -1,0 +1,518 @@
+#include "serve/serve_model.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "core/strbuf.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "model/checkpoint.h"
+#include "tok/chat_source.h"
+#include "tok/detok.h"
+
+#define KV_BLOCK_SIZE 16
+#define KEEPALIVE_S 1.0
+
+typedef struct {
+    serve_req *req; /* NULL: the slot is free */
+    engine_seq *seq;
+    sampler *smp;
+    detok *dt;
+    float *logits;  /* [n_vocab]: the last forward's row */
+    int has_logits;
+    size_t n_prefilled, n_generated;
+    double t_last;  /* when its last token (or the request) came */
+    strbuf piece;
+} serve_slot;
+
+struct serve_model {
+    char *alias;
+    checkpoint ck;
+    int ck_open;
+    tokenizer *tok;
+    engine *eng;
+    jinja_template *tmpl;
+    char *tmpl_why;
+    char *bos, *eos;
+    int64_t n_ctx;
+    int32_t n_vocab;
+    int32_t n_tok;  /* the tokenizer's ids: [n_tok, n_vocab) is padding */
+    int max_sessions, max_queue, prefill_chunk;
+
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* under mu */
+    serve_req *q_head, *q_tail;
+    int n_waiting, n_running, stop;
+    int64_t kv_used;
+    uint64_t prompt_tokens, generated_tokens;
+    uint64_t fin_stop, fin_length, fin_error, n_cancelled;
+    serve_histo ttft, itl;
+
+    serve_slot *slots; /* [max_sessions], engine thread only */
+    /* decode_step scratch */
+    int32_t *ids;
+    serve_slot **batch;
+    int *rc;
+    memra_err *errs;
+};
+
+/* ---- scheduling ------------------------------------------------------- */
+
+static void slot_release(serve_model *m, serve_slot *s)
+{
+    engine_seq_reset(s->seq);
+    sampler_free(s->smp);
+    detok_free(s->dt);
+    s->smp = NULL;
+    s->dt = NULL;
+    serve_req_unref(s->req);
+    s->req = NULL;
+    s->has_logits = 0;
+    pthread_mutex_lock(&m->mu);
+    m->n_running--;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void slot_end(serve_model *m, serve_slot *s, serve_finish f, const char *error)
+{
+    serve_req_end(s->req, f, s->n_generated, error);
+    pthread_mutex_lock(&m->mu);
+    if (f == SERVE_FINISH_STOP)
+        m->fin_stop++;
+    else if (f == SERVE_FINISH_LENGTH)
+        m->fin_length++;
+    else
+        m->fin_error++;
+    pthread_mutex_unlock(&m->mu);
+    if (error)
+        log_warn("%s: request failed: %s", m->alias, error);
+    slot_release(m, s);
+}
+
+/* A request enters a free slot: its sampler and detokenizer. Ids past
+ * the tokenizer's (the padding rows of a model whose embedding is rounded
+ * up, as Qwen's 151936 rows for 151669 tokens) have no text: they are
+ * banned, whatever the request's own logit_bias says about them. */
+static void slot_start(serve_model *m, serve_slot *s, serve_req *r)
+{
+    memra_err err;
+    s->req = r;
+    s->n_prefilled = s->n_generated = 0;
+    s->has_logits = 0;
+    s->t_last = serve_now();
+    sampler_params p = r->sampling;
+    sampler_logit_bias *merged = NULL;
+    if (m->n_tok < m->n_vocab) {
+        size_t n = 0, cap = (size_t)p.n_logit_bias + (size_t)(m->n_vocab - m->n_tok);
+        merged = xmalloc(cap * sizeof *merged);
+        for (int32_t i = 0; i < p.n_logit_bias; i++)
+            if (p.logit_bias[i].id < m->n_tok)
+                merged[n++] = p.logit_bias[i];
+        for (int32_t id = m->n_tok; id < m->n_vocab; id++)
+            merged[n++] = (sampler_logit_bias){id, -INFINITY};
+        p.logit_bias = merged;
+        p.n_logit_bias = (int32_t)n;
+    }
+    s->smp = sampler_new(&p, m->n_vocab, &err);
+    free(merged);
+    detok_opts dopts = {.stop = (const char *const *)r->stop, .n_stop = r->n_stop,
+                        .skip_special = 1, .at_start = 1};
+    s->dt = detok_new(m->tok, &dopts);
+    if (!s->smp)
+        slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
+}
+
+/* One decode step: run each continuing slot's sampled token. Rows of one
+ * engine_forward belong to one sequence today, so this is one call per
+ * sequence in slot order; a batched multi-sequence forward replaces the
+ * loop and nothing else. rc[i] is 0 or -1 with errs[i] set. */
+static void decode_step(serve_model *m, serve_slot **batch, const int32_t *ids, int n, int *rc,
+                        memra_err *errs)
+{
+    for (int i = 0; i < n; i++)
+        rc[i] = engine_forward(m->eng, batch[i]->seq, &ids[i], 1, batch[i]->logits, 0, &errs[i]);
+}
+
+/* Sample one token for a slot with logits; returns 1 when the request goes
+ * on (its token is in *next), 0 when it ended here. */
+static int slot_sample(serve_model *m, serve_slot *s, double now, int32_t *next)
+{
+    memra_err err;
+    serve_req *r = s->req;
+    s->has_logits = 0;
+    int32_t id = sampler_sample(s->smp, s->logits, &err);
+    if (id < 0) {
+        slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
+        return 0;
+    }
+    s->n_generated++;
+    pthread_mutex_lock(&m->mu);
+    m->generated_tokens++;
+    if (s->n_generated == 1)
+        serve_histo_observe(&m->ttft, now - r->t_arrival);
+    else
+        serve_histo_observe(&m->itl, now - s->t_last);
+    pthread_mutex_unlock(&m->mu);
+    s->t_last = now;
+
+    serve_finish fin = SERVE_FINISH_NONE;
+    int stop_index = -1, st = 0;
+    sb_clear(&s->piece);
+    if (tok_is_stop(m->tok, id)) {
+        fin = SERVE_FINISH_STOP;
+    } else {
+        st = detok_feed(s->dt, id, &s->piece, &stop_index, &err);
+        if (st < 0) {
+            serve_req_emit(r, s->piece.data, s->piece.len, s->n_generated);
+            slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
+            return 0;
+        }
+        if (st == 1)
+            fin = SERVE_FINISH_STOP;
+        else if (sampler_accept(s->smp, id, &err) != 0) {
+            serve_req_emit(r, s->piece.data, s->piece.len, s->n_generated);
+            slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
+            return 0;
+        } else if (engine_seq_pos(s->seq) >= m->n_ctx ||
+                   (int64_t)s->n_generated >= r->max_tokens)
+            fin = SERVE_FINISH_LENGTH;
+    }
+    if (fin != SERVE_FINISH_NONE && st != 1)
+        detok_flush(s->dt, &s->piece); /* a held partial stop string or UTF-8 tail */
+    serve_req_emit(r, s->piece.data, s->piece.len, s->n_generated);
+    if (fin != SERVE_FINISH_NONE) {
+        slot_end(m, s, fin, NULL);
+        return 0;
+    }
+    *next = id;
+    return 1;
+}
+
+static void tick(serve_model *m)
+{
+    double now = serve_now();
+    memra_err err;
+    /* 1. clients that went away */
+    for (int i = 0; i < m->max_sessions; i++) {
+        serve_slot *s = &m->slots[i];
+        if (s->req && serve_req_cancelled(s->req)) {
+            pthread_mutex_lock(&m->mu);
+            m->n_cancelled++;
+            pthread_mutex_unlock(&m->mu);
+            log_info("%s: client gone, sequence freed after %zu tokens", m->alias,
+                     s->n_generated);
+            slot_release(m, s);
+        }
+    }
+    /* 2. one prefill chunk per slot still reading its prompt */
+    for (int i = 0; i < m->max_sessions; i++) {
+        serve_slot *s = &m->slots[i];
+        if (!s->req || s->n_prefilled >= s->req->n_prompt)
+            continue;
+        serve_req *r = s->req;
+        size_t n = r->n_prompt - s->n_prefilled;
+        if (n > (size_t)m->prefill_chunk)
+            n = (size_t)m->prefill_chunk;
+        int last = s->n_prefilled + n == r->n_prompt;
+        if (engine_forward(m->eng, s->seq, r->prompt + s->n_prefilled, (int)n,
+                           last ? s->logits : NULL, 0, &err) != 0) {
+            slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
+            continue;
+        }
+        s->n_prefilled += n;
+        if (last) {
+            s->has_logits = 1;
+            pthread_mutex_lock(&m->mu);
+            m->prompt_tokens += r->n_prompt;
+            pthread_mutex_unlock(&m->mu);
+        } else if (r->stream && serve_now() - r->t_ping >= KEEPALIVE_S) {
+            r->t_ping = serve_now();
+            serve_req_ping(r);
+        }
+    }
+    /* 3. sample, 4. one decode step for those that go on */
+    int n = 0;
+    now = serve_now();
+    for (int i = 0; i < m->max_sessions; i++) {
+        serve_slot *s = &m->slots[i];
+        if (s->req && s->has_logits && slot_sample(m, s, now, &m->ids[n]))
+            m->batch[n++] = s;
+    }
+    if (n > 0) {
+        decode_step(m, m->batch, m->ids, n, m->rc, m->errs);
+        for (int i = 0; i < n; i++) {
+            if (m->rc[i] != 0)
+                slot_end(m, m->batch[i], SERVE_FINISH_ERROR, m->errs[i].msg);
+            else
+                m->batch[i]->has_logits = 1;
+        }
+    }
+    /* bookkeeping: KV blocks in use, keep-alives for streams still queued */
+    int64_t used = 0;
+    for (int i = 0; i < m->max_sessions; i++)
+        if (m->slots[i].req)
+            used += (engine_seq_pos(m->slots[i].seq) + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE;
+    now = serve_now();
+    pthread_mutex_lock(&m->mu);
+    m->kv_used = used;
+    for (serve_req *r = m->q_head; r; r = r->next)
+        if (r->stream && now - r->t_ping >= KEEPALIVE_S) {
+            r->t_ping = now;
+            serve_req_ping(r);
+        }
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void *engine_main(void *arg)
+{
+    serve_model *m = arg;
+    serve_req **admit = xmalloc((size_t)m->max_sessions * sizeof *admit);
+    for (;;) {
+        pthread_mutex_lock(&m->mu);
+        while (!m->stop && m->n_waiting == 0 && m->n_running == 0)
+            pthread_cond_wait(&m->cv, &m->mu);
+        if (m->stop) {
+            pthread_mutex_unlock(&m->mu);
+            break;
+        }
+        /* Admission: free slots take waiting requests, oldest first;
+         * cancelled ones are dropped here. */
+        int n_admit = 0;
+        int free_slots = m->max_sessions - m->n_running;
+        while (m->q_head && n_admit < free_slots) {
+            serve_req *r = m->q_head;
+            m->q_head = r->next;
+            if (!m->q_head)
+                m->q_tail = NULL;
+            m->n_waiting--;
+            r->next = NULL;
+            admit[n_admit++] = r;
+            m->n_running++;
+        }
+        pthread_mutex_unlock(&m->mu);
+        for (int k = 0, i = 0; k < n_admit; k++) {
+            while (m->slots[i].req)
+                i++;
+            if (serve_req_cancelled(admit[k])) {
+                pthread_mutex_lock(&m->mu);
+                m->n_running--;
+                m->n_cancelled++;
+                pthread_mutex_unlock(&m->mu);
+                serve_req_unref(admit[k]);
+                continue;
+            }
+            slot_start(m, &m->slots[i], admit[k]);
+        }
+        tick(m);
+    }
+    /* Shutdown: whatever is left ends with an error. */
+    static const char why[] = "the server is shutting down";
+    for (int i = 0; i < m->max_sessions; i++)
+        if (m->slots[i].req)
+            slot_end(m, &m->slots[i], SERVE_FINISH_ERROR, why);
+    pthread_mutex_lock(&m->mu);
+    serve_req *r = m->q_head;
+    m->q_head = m->q_tail = NULL;
+    m->n_waiting = 0;
+    pthread_mutex_unlock(&m->mu);
+    while (r) {
+        serve_req *next = r->next;
+        serve_req_end(r, SERVE_FINISH_ERROR, 0, why);
+        serve_req_unref(r);
+        r = next;
+    }
+    free(admit);
+    return NULL;
+}
+
+/* ---- loading ---------------------------------------------------------- */
+
+static char *token_text(const tokenizer *t, int32_t id)
+{
+    const char *s = id >= 0 ? tok_text(t, id) : NULL;
+    return s ? xstrdup(s) : NULL;
+}
+
+int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *err)
+{
+    *out = NULL;
+    if (o->max_sessions < 1 || o->max_queue < 0)
+        return memra_fail(err, "%s: max_sessions %d / max_queue %d out of range", o->alias,
+                          o->max_sessions, o->max_queue);
+    serve_model *m = xcalloc(1, sizeof *m);
+    m->alias = xstrdup(o->alias);
+    m->max_sessions = o->max_sessions;
+    m->max_queue = o->max_queue;
+    m->prefill_chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 64;
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    serve_histo_init_ttft(&m->ttft);
+    serve_histo_init_itl(&m->itl);
+    if (checkpoint_open(o->path, &m->ck, err) != 0)
+        goto fail;
+    m->ck_open = 1;
+    if (m->ck.vocab_only) {
+        memra_fail(err, "%s: a vocab-only GGUF has no weights to serve", m->ck.path);
+        goto fail;
+    }
+    if (tok_load_checkpoint(&m->ck, &m->tok, err) != 0)
+        goto fail;
+    engine_opts eo;
+    engine_opts_default(&eo);
+    eo.n_threads = o->n_threads;
+    eo.n_ctx = o->n_ctx;
+    eo.n_seqs = o->max_sessions;
+    eo.kv_block_size = KV_BLOCK_SIZE;
+    if (engine_load(&m->ck, &eo, &m->eng, err) != 0)
+        goto fail;
+    m->n_ctx = engine_n_ctx(m->eng);
+    m->n_vocab = (int32_t)engine_config(m->eng)->n_vocab;
+    m->n_tok = (int32_t)tok_vocab_size(m->tok);
+    if (m->n_tok > m->n_vocab)
+        m->n_tok = m->n_vocab;
+
+    char *src = NULL;
+    memra_err terr;
+    if (o->chat_template)
+        src = xstrdup(o->chat_template);
+    else if (chat_template_of(&m->ck, &src, &terr) != 0)
+        m->tmpl_why = xstrdup(terr.msg);
+    if (src) {
+        m->tmpl = jinja_parse(src, strlen(src), err);
+        free(src);
+        if (!m->tmpl) {
+            memra_wrap(err, "%s: chat template", o->alias);
+            goto fail;
+        }
+    }
+    m->bos = token_text(m->tok, tok_bos(m->tok));
+    m->eos = token_text(m->tok, tok_eos(m->tok));
+
+    m->slots = xcalloc((size_t)m->max_sessions, sizeof *m->slots);
+    m->ids = xmalloc((size_t)m->max_sessions * sizeof *m->ids);
+    m->batch = xmalloc((size_t)m->max_sessions * sizeof *m->batch);
+    m->rc = xmalloc((size_t)m->max_sessions * sizeof *m->rc);
+    m->errs = xmalloc((size_t)m->max_sessions * sizeof *m->errs);
+    for (int i = 0; i < m->max_sessions; i++) {
+        serve_slot *s = &m->slots[i];
+        if (engine_seq_new(m->eng, &s->seq, err) != 0)
+            goto fail;
+        s->logits = xmalloc((size_t)m->n_vocab * sizeof(float));
+        sb_init(&s->piece);
+    }
+    if (pthread_create(&m->thread, NULL, engine_main, m) != 0) {
+        memra_fail(err, "%s: cannot start the engine thread", o->alias);
+        goto fail;
+    }
+    m->thread_started = 1;
+    *out = m;
+    return 0;
+fail:
+    serve_model_free(m);
+    return -1;
+}
+
+void serve_model_free(serve_model *m)
+{
+    if (!m)
+        return;
+    if (m->thread_started) {
+        pthread_mutex_lock(&m->mu);
+        m->stop = 1;
+        pthread_cond_signal(&m->cv);
+        pthread_mutex_unlock(&m->mu);
+        pthread_join(m->thread, NULL);
+    }
+    for (int i = 0; m->slots && i < m->max_sessions; i++) {
+        if (m->slots[i].seq)
+            engine_seq_free(m->slots[i].seq);
+        free(m->slots[i].logits);
+        sb_free(&m->slots[i].piece);
+    }
+    free(m->slots);
+    free(m->ids);
+    free(m->batch);
+    free(m->rc);
+    free(m->errs);
+    if (m->eng)
+        engine_free(m->eng);
+    if (m->tmpl)
+        jinja_free(m->tmpl);
+    if (m->tok)
+        tok_free(m->tok);
+    if (m->ck_open)
+        checkpoint_close(&m->ck);
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->cv);
+    free(m->tmpl_why);
+    free(m->bos);
+    free(m->eos);
+    free(m->alias);
+    free(m);
+}
+
+/* ---- accessors -------------------------------------------------------- */
+
+const char *serve_model_alias(const serve_model *m) { return m->alias; }
+const tokenizer *serve_model_tokenizer(const serve_model *m) { return m->tok; }
+int64_t serve_model_n_ctx(const serve_model *m) { return m->n_ctx; }
+int32_t serve_model_n_vocab(const serve_model *m) { return m->n_vocab; }
+const char *serve_model_bos_text(const serve_model *m) { return m->bos; }
+const char *serve_model_eos_text(const serve_model *m) { return m->eos; }
+
+const jinja_template *serve_model_template(const serve_model *m, const char **why)
+{
+    if (why)
+        *why = m->tmpl_why ? m->tmpl_why : "the model has no chat template";
+    return m->tmpl;
+}
+
+int serve_model_submit(serve_model *m, serve_req *r)
+{
+    pthread_mutex_lock(&m->mu);
+    if (m->stop) {
+        pthread_mutex_unlock(&m->mu);
+        return -2;
+    }
+    if (m->n_waiting + m->n_running >= m->max_sessions + m->max_queue) {
+        pthread_mutex_unlock(&m->mu);
+        return -1;
+    }
+    serve_req_ref(r);
+    r->next = NULL;
+    r->t_ping = serve_now();
+    if (m->q_tail)
+        m->q_tail->next = r;
+    else
+        m->q_head = r;
+    m->q_tail = r;
+    m->n_waiting++;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    return 0;
+}
+
+void serve_model_get_stats(serve_model *m, serve_model_stats *s)
+{
+    pthread_mutex_lock(&m->mu);
+    s->running = m->n_running;
+    s->waiting = m->n_waiting;
+    s->kv_blocks_used = m->kv_used;
+    s->kv_blocks_total = (int64_t)m->max_sessions * ((m->n_ctx + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE);
+    s->prompt_tokens = m->prompt_tokens;
+    s->generated_tokens = m->generated_tokens;
+    s->finished_stop = m->fin_stop;
+    s->finished_length = m->fin_length;
+    s->finished_error = m->fin_error;
+    s->cancelled = m->n_cancelled;
+    s->ttft = m->ttft;
+    s->itl = m->itl;
+    pthread_mutex_unlock(&m->mu);
+}

@@ -1,0 +1,74 @@
+/* A served model: the checkpoint, its tokenizer and chat template, the
+ * engine, and the one thread that owns the engine and every sequence.
+ *
+ * Scheduling (continuous batching). Requests wait in a bounded FIFO; the
+ * engine thread moves them into free slots (one engine sequence each,
+ * max_sessions of them) between ticks. One tick:
+ *   1. drops the slots whose client went away;
+ *   2. runs one prefill chunk for every slot still reading its prompt;
+ *   3. samples one token for every slot that has logits, in slot order,
+ *      streams its text and decides whether it is done;
+ *   4. runs one decode step for every slot that goes on (decode_step(),
+ *      today one engine_forward per sequence, the place a batched
+ *      multi-sequence forward plugs in).
+ * Requests join and leave between ticks. A greedy request gives the same
+ * bytes alone or among others: the engine computes each row alone in a
+ * fixed reduction order, so its logits do not depend on its neighbours.
+ *
+ * Sampling follows lib/engine/generate.c: stop ids (tok_is_stop), stop
+ * strings and UTF-8 holdback through the streaming detokenizer, the end of
+ * the context and max_tokens finish "length". */
+#ifndef MEMRA_SERVE_SERVE_MODEL_H
+#define MEMRA_SERVE_SERVE_MODEL_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+#include "serve/serve_metrics.h"
+#include "serve/serve_req.h"
+#include "tok/jinja.h"
+#include "tok/tokenizer.h"
+
+typedef struct {
+    const char *alias;
+    const char *path;          /* GGUF, HF dir or hf:owner/repo[:file] */
+    int64_t n_ctx;             /* tokens per sequence; 0: the model's, at most 4096 */
+    int max_sessions;          /* sequences in flight at once (KV room for each) */
+    int max_queue;             /* requests that may wait beyond them */
+    int n_threads;             /* engine threads; <= 0: one per core */
+    int prefill_chunk;         /* prompt tokens per slot per tick; <= 0: 64 */
+    const char *chat_template; /* template text replacing the checkpoint's, or NULL */
+} serve_model_opts;
+
+typedef struct {
+    int running, waiting;
+    int64_t kv_blocks_used, kv_blocks_total;
+    uint64_t prompt_tokens, generated_tokens;
+    uint64_t finished_stop, finished_length, finished_error, cancelled;
+    serve_histo ttft, itl;
+} serve_model_stats;
+
+typedef struct serve_model serve_model;
+
+int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *err);
+/* Stops the engine thread; requests still waiting or running end with an
+ * error saying the server is shutting down. */
+void serve_model_free(serve_model *m);
+
+const char *serve_model_alias(const serve_model *m);
+const tokenizer *serve_model_tokenizer(const serve_model *m);
+int64_t serve_model_n_ctx(const serve_model *m);
+int32_t serve_model_n_vocab(const serve_model *m);
+/* The parsed chat template, or NULL with the reason in *why. */
+const jinja_template *serve_model_template(const serve_model *m, const char **why);
+/* BOS / EOS token text for the template (NULL when the tokenizer has none). */
+const char *serve_model_bos_text(const serve_model *m);
+const char *serve_model_eos_text(const serve_model *m);
+
+/* Hand a request to the engine thread (it takes its own reference).
+ * Returns 0; -1 when the queue is full (429); -2 when the model is shutting
+ * down. */
+int serve_model_submit(serve_model *m, serve_req *r);
+void serve_model_get_stats(serve_model *m, serve_model_stats *s);
+
+#endif

@@ -1,0 +1,430 @@
+/* The OpenAI surfaces: POST /v1/chat/completions and /v1/completions.
+ * Request validation (every field of the documented set, each checked and
+ * named when wrong), prompt preparation, and the response shapes: blocking
+ * JSON and SSE chunks. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/check.h"
+#include "serve/serve_internal.h"
+
+static const char *const chat_fields[] = {
+    "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+    "min_p", "seed", "stop", "presence_penalty", "frequency_penalty", "repetition_penalty",
+    "logit_bias", "n", "user", "chat_template_kwargs", "stream", "stream_options",
+    /* accepted only with the values that ask for nothing more */
+    "logprobs", "top_logprobs", "response_format", "tools", "tool_choice", NULL,
+};
+
+static const char *const completion_fields[] = {
+    "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "n", "user",
+    "stream", "stream_options",
+    "logprobs", "echo", "best_of", "suffix", NULL,
+};
+
+void serve_job_clear(serve_job *job)
+{
+    serve_req_unref(job->req);
+    memset(job, 0, sizeof *job);
+}
+
+static const json_t *present(const json_t *body, const char *key)
+{
+    const json_t *v = json_object_get(body, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+/* Fields accepted only where they ask for nothing this server lacks. */
+static int check_unsupported(serve_kind kind, const json_t *body, serve_error *e)
+{
+    const json_t *v;
+    if ((v = present(body, "logprobs"))) {
+        if (kind == SERVE_CHAT ? !json_is_false(v) : !(json_is_integer(v) && json_integer_value(v) == 0))
+            return serve_bad(e, "logprobs", "logprobs: not supported by this server");
+    }
+    if ((v = present(body, "top_logprobs")))
+        if (!(json_is_integer(v) && json_integer_value(v) == 0))
+            return serve_bad(e, "top_logprobs", "top_logprobs: not supported by this server");
+    if ((v = present(body, "response_format"))) {
+        const json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+        if (!json_is_string(t))
+            return serve_bad(e, "response_format", "response_format: must be {\"type\": \"text\"}");
+        if (strcmp(json_string_value(t), "text") || json_object_size(v) != 1)
+            return serve_bad(e, "response_format.type",
+                             "response_format: '%s' is not supported (only \"text\")",
+                             json_string_value(t));
+    }
+    if ((v = present(body, "tools")))
+        if (!json_is_array(v) || json_array_size(v) > 0)
+            return serve_bad(e, "tools", "tools: tool calling is not supported yet");
+    if ((v = present(body, "tool_choice")))
+        if (!json_is_string(v) || strcmp(json_string_value(v), "none"))
+            return serve_bad(e, "tool_choice", "tool_choice: tool calling is not supported yet "
+                                               "(only \"none\")");
+    if ((v = present(body, "echo")))
+        if (!json_is_false(v))
+            return serve_bad(e, "echo", "echo: not supported by this server (only false)");
+    if ((v = present(body, "best_of")))
+        if (!(json_is_integer(v) && json_integer_value(v) == 1))
+            return serve_bad(e, "best_of", "best_of: only 1 is supported");
+    if ((v = present(body, "suffix")))
+        return serve_bad(e, "suffix", "suffix: insertion is not supported");
+    int64_t n = 1;
+    if (serve_field_int(body, "n", INT32_MIN, INT32_MAX, &n, e) != 0)
+        return -1;
+    if (n != 1)
+        return serve_bad(e, "n", "n: only n=1 is supported (got %lld)", (long long)n);
+    if ((v = present(body, "user")) && !json_is_string(v))
+        return serve_bad(e, "user", "user: must be a string");
+    return 0;
+}
+
+#define MAX_STOP 16
+
+static int parse_stop(const json_t *body, serve_req *r, serve_error *e)
+{
+    const json_t *v = present(body, "stop");
+    if (!v)
+        return 0;
+    const char *stops[MAX_STOP];
+    size_t n = 0;
+    if (json_is_string(v)) {
+        stops[n++] = json_string_value(v);
+    } else if (json_is_array(v)) {
+        if (json_array_size(v) > MAX_STOP)
+            return serve_bad(e, "stop", "stop: at most %d stop strings", MAX_STOP);
+        size_t i;
+        json_t *s;
+        json_array_foreach(v, i, s) {
+            if (!json_is_string(s))
+                return serve_bad(e, "stop", "stop[%zu]: must be a string", i);
+            stops[n++] = json_string_value(s);
+        }
+    } else {
+        return serve_bad(e, "stop", "stop: must be a string or an array of strings");
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!stops[i][0])
+            return serve_bad(e, "stop", "stop: an empty stop string would end every reply at once");
+    serve_req_set_stop(r, stops, n);
+    return 0;
+}
+
+static int parse_logit_bias(const json_t *body, serve_req *r, int32_t n_vocab, serve_error *e)
+{
+    const json_t *v = present(body, "logit_bias");
+    if (!v)
+        return 0;
+    if (!json_is_object(v))
+        return serve_bad(e, "logit_bias", "logit_bias: must be an object of token id -> bias");
+    size_t n = json_object_size(v), k = 0;
+    r->bias = n ? xmalloc(n * sizeof *r->bias) : NULL;
+    const char *key;
+    json_t *b;
+    json_object_foreach((json_t *)v, key, b) {
+        char *end;
+        long long id = strtoll(key, &end, 10);
+        if (!*key || *end || id < 0 || id >= n_vocab)
+            return serve_bad(e, "logit_bias", "logit_bias: key '%s' is not a token id in [0, %d)",
+                             key, n_vocab);
+        if (!json_is_number(b))
+            return serve_bad(e, "logit_bias", "logit_bias['%s']: must be a number", key);
+        double d = json_number_value(b);
+        if (!(d >= -100 && d <= 100))
+            return serve_bad(e, "logit_bias", "logit_bias['%s']: %g is out of range [-100, 100]",
+                             key, d);
+        for (size_t j = 0; j < k; j++)
+            if (r->bias[j].id == (int32_t)id)
+                return serve_bad(e, "logit_bias", "logit_bias: token %lld given twice", id);
+        r->bias[k].id = (int32_t)id;
+        r->bias[k].bias = d <= -100 ? -INFINITY : (float)d; /* -100 bans, as OpenAI documents */
+        k++;
+    }
+    r->sampling.logit_bias = r->bias;
+    r->sampling.n_logit_bias = (int32_t)k;
+    return 0;
+}
+
+static uint64_t fresh_seed(serve_server *s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
+                 (atomic_fetch_add(&s->next_id, 1) * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 31;
+    return x * 0xBF58476D1CE4E5B9ull;
+}
+
+static int parse_sampling(serve_server *s, const json_t *body, serve_req *r, int32_t n_vocab,
+                          serve_error *e)
+{
+    sampler_params *p = &r->sampling;
+    /* OpenAI's defaults: temperature 1, top_p 1, no penalties. */
+    p->temperature = 1;
+    p->top_p = 1;
+    p->penalty_last_n = -1; /* penalties see every generated token */
+    int64_t top_k = 0, seed = 0;
+    if (serve_field_num(body, "temperature", 0, 2, &p->temperature, e) ||
+        serve_field_num(body, "top_p", 0, 1, &p->top_p, e) ||
+        serve_field_int(body, "top_k", -1, INT32_MAX, &top_k, e) ||
+        serve_field_num(body, "min_p", 0, 1, &p->min_p, e) ||
+        serve_field_num(body, "presence_penalty", -2, 2, &p->presence_penalty, e) ||
+        serve_field_num(body, "frequency_penalty", -2, 2, &p->frequency_penalty, e) ||
+        serve_field_num(body, "repetition_penalty", 1e-6, 100, &p->repetition_penalty, e))
+        return -1;
+    p->top_k = top_k < 0 ? 0 : (int32_t)top_k; /* -1: off, as vLLM spells it */
+    if (present(body, "seed")) {
+        if (serve_field_int(body, "seed", INT64_MIN, INT64_MAX, &seed, e) != 0)
+            return -1;
+        p->seed = (uint64_t)seed;
+    } else {
+        p->seed = fresh_seed(s);
+    }
+    return parse_logit_bias(body, r, n_vocab, e);
+}
+
+static int parse_stream(const json_t *body, serve_job *job, serve_error *e)
+{
+    if (serve_field_bool(body, "stream", &job->stream, e) != 0)
+        return -1;
+    const json_t *so = present(body, "stream_options");
+    if (!so)
+        return 0;
+    if (!job->stream)
+        return serve_bad(e, "stream_options", "stream_options: only allowed when stream is true");
+    if (!json_is_object(so))
+        return serve_bad(e, "stream_options", "stream_options: must be an object");
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)so, key, v) {
+        if (strcmp(key, "include_usage"))
+            return serve_bad(e, "stream_options", "stream_options: unknown field '%s'", key);
+    }
+    return serve_field_bool(so, "include_usage", &job->include_usage, e);
+}
+
+/* The completion prompt: a string, an array of one string, token ids, or
+ * an array of one array of token ids. */
+static int completion_prompt(serve_model *m, const json_t *body, serve_req *r, serve_error *e)
+{
+    const json_t *v = json_object_get(body, "prompt");
+    if (!v || json_is_null(v))
+        return serve_bad(e, "prompt", "prompt: required");
+    if (json_is_array(v) && json_array_size(v) == 1 &&
+        (json_is_string(json_array_get(v, 0)) || json_is_array(json_array_get(v, 0))))
+        v = json_array_get(v, 0);
+    if (json_is_string(v)) {
+        memra_err err;
+        size_t n;
+        if (tok_encode(serve_model_tokenizer(m), json_string_value(v), json_string_length(v), 1,
+                       1, &r->prompt, &n, &err) != 0)
+            return serve_bad(e, "prompt", "prompt: %s", err.msg);
+        r->n_prompt = n;
+        return 0;
+    }
+    if (!json_is_array(v))
+        return serve_bad(e, "prompt", "prompt: must be a string, an array of token ids, or an "
+                                      "array of one of those");
+    size_t n = json_array_size(v);
+    if (n == 0)
+        return serve_bad(e, "prompt", "prompt: the array is empty");
+    if (json_is_string(json_array_get(v, 0)) || json_is_array(json_array_get(v, 0)))
+        return serve_bad(e, "prompt", "prompt: %zu prompts in one request are not supported "
+                                      "(send one prompt per request)", n);
+    r->prompt = xmalloc(n * sizeof *r->prompt);
+    int32_t n_vocab = serve_model_n_vocab(m);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *t = json_array_get(v, i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= n_vocab)
+            return serve_bad(e, "prompt", "prompt[%zu]: must be a token id in [0, %d)", i, n_vocab);
+        r->prompt[i] = (int32_t)json_integer_value(t);
+    }
+    r->n_prompt = n;
+    return 0;
+}
+
+static int chat_prompt(serve_model *m, const json_t *body, serve_req *r, serve_error *e)
+{
+    const json_t *messages = json_object_get(body, "messages");
+    if (serve_check_messages(messages, e) != 0)
+        return -1;
+    const json_t *kwargs = present(body, "chat_template_kwargs");
+    if (kwargs && !json_is_object(kwargs))
+        return serve_bad(e, "chat_template_kwargs", "chat_template_kwargs: must be an object");
+    char *text;
+    if (serve_render_chat(m, messages, 1, kwargs, &text, e) != 0)
+        return -1;
+    memra_err err;
+    size_t n;
+    int rc = tok_encode(serve_model_tokenizer(m), text, strlen(text), 0, 1, &r->prompt, &n, &err);
+    free(text);
+    if (rc != 0)
+        return serve_bad(e, "messages", "messages: %s", err.msg);
+    r->n_prompt = n;
+    return 0;
+}
+
+int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body, serve_job *job,
+                         serve_error *e)
+{
+    memset(job, 0, sizeof *job);
+    job->kind = kind;
+    if (serve_check_fields(body, kind == SERVE_CHAT ? chat_fields : completion_fields, e) != 0 ||
+        serve_field_model(s, body, &job->model, e) != 0 ||
+        check_unsupported(kind, body, e) != 0 || parse_stream(body, job, e) != 0)
+        return -1;
+    serve_model *m = job->model;
+    snprintf(job->model_name, sizeof job->model_name, "%s", serve_model_alias(m));
+    serve_req *r = job->req = serve_req_new();
+    r->stream = job->stream;
+    int64_t max_tokens = -1, max_completion = -1;
+    if (serve_field_int(body, "max_tokens", 1, INT32_MAX, &max_tokens, e) != 0)
+        return -1;
+    if (kind == SERVE_CHAT &&
+        serve_field_int(body, "max_completion_tokens", 1, INT32_MAX, &max_completion, e) != 0)
+        return -1;
+    if (max_tokens > 0 && max_completion > 0 && max_tokens != max_completion)
+        return serve_bad(e, "max_completion_tokens", "max_tokens (%lld) and "
+                         "max_completion_tokens (%lld) disagree: give one",
+                         (long long)max_tokens, (long long)max_completion);
+    if (max_completion > 0)
+        max_tokens = max_completion;
+    if (parse_sampling(s, body, r, serve_model_n_vocab(m), e) != 0 || parse_stop(body, r, e) != 0)
+        return -1;
+    if ((kind == SERVE_CHAT ? chat_prompt(m, body, r, e) : completion_prompt(m, body, r, e)) != 0)
+        return -1;
+
+    const char *what = kind == SERVE_CHAT ? "messages" : "prompt";
+    int64_t n_ctx = serve_model_n_ctx(m);
+    if (r->n_prompt == 0)
+        return serve_bad(e, what, "%s: the prompt is empty (no tokens, not even BOS)", what);
+    if ((int64_t)r->n_prompt >= n_ctx || (max_tokens > 0 && (int64_t)r->n_prompt + max_tokens > n_ctx))
+        return serve_fail(e, 400, "invalid_request_error", "context_length_exceeded", what,
+                          "This model's maximum context length is %lld tokens. However, you "
+                          "requested %lld tokens (%zu in the %s, %lld in the completion). Please "
+                          "reduce the length of the %s or completion.",
+                          (long long)n_ctx,
+                          (long long)r->n_prompt + (max_tokens > 0 ? max_tokens : 1), r->n_prompt,
+                          what, (long long)(max_tokens > 0 ? max_tokens : 1), what);
+    if (max_tokens < 0) {
+        /* OpenAI's defaults: 16 for completions, the rest of the context for chat. */
+        max_tokens = n_ctx - (int64_t)r->n_prompt;
+        if (kind == SERVE_COMPLETION && max_tokens > 16)
+            max_tokens = 16;
+    }
+    r->max_tokens = (int32_t)max_tokens;
+
+    unsigned long id = atomic_fetch_add(&s->next_id, 1);
+    snprintf(job->id, sizeof job->id, "%s-%016llx%08lx", kind == SERVE_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)fresh_seed(s), id & 0xffffffffUL);
+    job->created = (long long)time(NULL);
+    return 0;
+}
+
+static const char *finish_name(serve_finish f)
+{
+    return f == SERVE_FINISH_LENGTH ? "length" : "stop";
+}
+
+static json_t *usage_json(const serve_job *job, size_t n_generated)
+{
+    size_t p = job->req->n_prompt;
+    return json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)p, "completion_tokens",
+                     (json_int_t)n_generated, "total_tokens", (json_int_t)(p + n_generated));
+}
+
+static json_t *envelope(const serve_job *job, const char *object)
+{
+    return json_pack("{s:s,s:s,s:I,s:s}", "id", job->id, "object", object, "created",
+                     (json_int_t)job->created, "model", job->model_name);
+}
+
+json_t *serve_openai_response(const serve_job *job, const char *text, size_t len,
+                              const serve_req_view *v)
+{
+    json_t *choice;
+    json_t *root;
+    if (job->kind == SERVE_CHAT) {
+        root = envelope(job, "chat.completion");
+        choice = json_pack("{s:i,s:{s:s,s:s%},s:n,s:s}", "index", 0, "message", "role",
+                           "assistant", "content", text, len, "logprobs", "finish_reason",
+                           finish_name(v->finish));
+    } else {
+        root = envelope(job, "text_completion");
+        choice = json_pack("{s:s%,s:i,s:n,s:s}", "text", text, len, "index", 0, "logprobs",
+                           "finish_reason", finish_name(v->finish));
+    }
+    json_object_set_new(root, "choices", json_pack("[o]", choice));
+    json_object_set_new(root, "usage", usage_json(job, v->n_generated));
+    return root;
+}
+
+static void sse_event(strbuf *out, json_t *j)
+{
+    char *s = json_dumps(j, JSON_PRESERVE_ORDER | JSON_COMPACT);
+    sb_puts(out, "data: ");
+    sb_puts(out, s);
+    sb_puts(out, "\n\n");
+    free(s);
+    json_decref(j);
+}
+
+/* A chunk with one choice; delta (chat) or text (completion) given. */
+static json_t *chunk(const serve_job *job, json_t *delta_or_text, const char *finish)
+{
+    json_t *root, *choice;
+    if (job->kind == SERVE_CHAT) {
+        root = envelope(job, "chat.completion.chunk");
+        choice = json_pack("{s:i,s:o,s:n}", "index", 0, "delta", delta_or_text, "logprobs");
+    } else {
+        root = envelope(job, "text_completion");
+        choice = json_pack("{s:o,s:i,s:n}", "text", delta_or_text, "index", 0, "logprobs");
+    }
+    json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
+    json_object_set_new(root, "choices", json_pack("[o]", choice));
+    if (job->include_usage)
+        json_object_set_new(root, "usage", json_null());
+    return root;
+}
+
+void serve_openai_sse_start(serve_job *job, strbuf *out)
+{
+    job->sent_role = 1;
+    if (job->kind == SERVE_CHAT)
+        sse_event(out, chunk(job, json_pack("{s:s,s:s}", "role", "assistant", "content", ""),
+                             NULL));
+}
+
+void serve_openai_sse_text(const serve_job *job, strbuf *out, const char *text, size_t len)
+{
+    json_t *t = json_stringn(text, len);
+    if (!t) /* the detokenizer only emits valid UTF-8; never send a broken chunk */
+        return;
+    sse_event(out, chunk(job, job->kind == SERVE_CHAT ? json_pack("{s:o}", "content", t) : t,
+                         NULL));
+}
+
+void serve_openai_sse_end(const serve_job *job, strbuf *out, const serve_req_view *v)
+{
+    if (v->finish == SERVE_FINISH_ERROR) {
+        serve_error e;
+        serve_fail(&e, 500, "server_error", NULL, NULL, "%s", v->error);
+        sse_event(out, serve_error_json(&e));
+    } else {
+        sse_event(out, chunk(job, job->kind == SERVE_CHAT ? json_object() : json_string(""),
+                             finish_name(v->finish)));
+        if (job->include_usage) {
+            json_t *root = envelope(job, job->kind == SERVE_CHAT ? "chat.completion.chunk"
+                                                                 : "text_completion");
+            json_object_set_new(root, "choices", json_array());
+            json_object_set_new(root, "usage", usage_json(job, v->n_generated));
+            sse_event(out, root);
+        }
+    }
+    sb_puts(out, "data: [DONE]\n\n");
+}

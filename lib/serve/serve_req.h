@@ -1,0 +1,98 @@
+/* One generation request as both sides of the server see it.
+ *
+ * The HTTP thread fills the prompt and parameters, submits the request to
+ * a model's engine thread and then only reads; the engine thread appends
+ * text as it becomes safe to show and finally ends the request. That
+ * hand-over is the per-request token queue: pending text in a buffer under
+ * the request's mutex, which the HTTP side drains.
+ *
+ * Waiting without threads: when the HTTP side finds nothing to send it
+ * "parks" (the glue suspends the connection) under the mutex, and the
+ * engine calls the wake function (which resumes it) after the next push,
+ * outside the mutex. A park and a wake can thus never cross: the engine
+ * sees the parked flag only once the park is complete.
+ *
+ * Lifetime: reference counted; the HTTP side and the engine each hold one
+ * while they use the request. A client that goes away sets `cancelled`,
+ * and the engine drops the sequence at its next tick. */
+#ifndef MEMRA_SERVE_SERVE_REQ_H
+#define MEMRA_SERVE_SERVE_REQ_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/strbuf.h"
+#include "engine/sampler.h"
+
+typedef enum {
+    SERVE_FINISH_NONE = 0, /* still running */
+    SERVE_FINISH_STOP,     /* end-of-generation token or stop string */
+    SERVE_FINISH_LENGTH,   /* max_tokens or the end of the context */
+    SERVE_FINISH_ERROR,    /* the engine failed for this request (error says why) */
+} serve_finish;
+
+typedef void (*serve_wake_fn)(void *ctx);
+
+typedef struct serve_req {
+    /* Set before submission, read-only afterwards. */
+    int32_t *prompt; /* owned */
+    size_t n_prompt;
+    int32_t max_tokens;
+    sampler_params sampling; /* sampling.logit_bias points into `bias` */
+    sampler_logit_bias *bias; /* owned */
+    char **stop;              /* owned stop strings */
+    size_t n_stop;
+    int stream;               /* the engine sends keep-alives only to streams */
+    double t_arrival;         /* serve_now() when it arrived */
+    serve_wake_fn wake;
+    void *wake_ctx;
+
+    /* Shared, under mu. */
+    pthread_mutex_t mu;
+    strbuf text;         /* generated text the HTTP side has not taken yet */
+    size_t n_generated;  /* tokens sampled so far (a stop token included) */
+    serve_finish finish;
+    char error[512];
+    int cancelled;       /* the client is gone */
+    int parked;          /* the HTTP side waits for a wake */
+    int keepalive;       /* a keep-alive comment is due */
+    int refs;
+
+    /* Engine side only. */
+    struct serve_req *next; /* the waiting queue's link */
+    double t_ping;          /* when it last got a keep-alive */
+} serve_req;
+
+/* A snapshot the HTTP side takes with the pending text. */
+typedef struct {
+    serve_finish finish;
+    size_t n_generated;
+    int keepalive;
+    char error[512];
+} serve_req_view;
+
+/* Seconds on the monotonic clock. */
+double serve_now(void);
+
+serve_req *serve_req_new(void);
+void serve_req_ref(serve_req *r);
+void serve_req_unref(serve_req *r);
+/* Stop strings (copied); empty strings are the caller's to refuse. */
+void serve_req_set_stop(serve_req *r, const char *const *stop, size_t n);
+
+/* Engine side. */
+void serve_req_emit(serve_req *r, const char *text, size_t len, size_t n_generated);
+void serve_req_end(serve_req *r, serve_finish f, size_t n_generated, const char *error);
+void serve_req_ping(serve_req *r);
+int serve_req_cancelled(serve_req *r);
+
+/* HTTP side: move the pending text to the end of `out` and fill `v`. When
+ * the request is not over and there is nothing new (a stream) or it is not
+ * over at all (a blocking request, woken only at the end), park(park_ctx)
+ * runs under the mutex and the call returns 1 (wait for the wake); else 0. */
+int serve_req_poll(serve_req *r, strbuf *out, serve_req_view *v, void (*park)(void *),
+                   void *park_ctx);
+void serve_req_cancel(serve_req *r);
+
+#endif

@@ -1,0 +1,207 @@
+# memra-serve over curl + jq: every endpoint, every error, auth, the
+# OpenAI shapes (blocking and SSE), and parity with memra-gen on the same
+# models (stories260K for completions, memra-tiny and a random-weight model
+# carrying the real Qwen3 tokenizer and chat template for chat).
+source tests/integration/serve_common.bash
+KEY=sk-test-123
+A=(-H "Authorization: Bearer $KEY")
+
+# The Qwen3-tokenizer model: random weights, vocab sized to the tokenizer.
+TOKDIR=$(bash scripts/fetch-tokenizers.sh 2>/dev/null)/qwen3
+jq '.vocab_size = 151936 | .bos_token_id = 151643 | .eos_token_id = 151645' \
+  tests/fixtures/configs/tiny-qwen3.json >"$T/qwen3-vocab.json"
+QWEN=$T/qwen3-tiny.gguf
+check "random Qwen3-tokenizer model converts" \
+  memra-convert --random "$T/qwen3-vocab.json" --tokenizer "$TOKDIR" --seed 5 "$QWEN"
+
+start_server main -m "tiny=$STORIES" -m chat=models/memra-tiny.gguf -m "qwen=$QWEN" \
+  --api-key "$KEY" --max-body 64K -t 1
+[ -n "$URL" ] && pass "server starts on a free loopback port" || fail "server starts"
+
+# Health and readiness: public.
+check "/health is public and ok" bash -c "[ \"\$(curl -sS -m 5 $URL/health | jq -r .status)\" = ok ]"
+check "/readyz 200 when ready" bash -c "[ \"\$(curl -sS -m 5 -o /dev/null -w '%{http_code}' $URL/readyz)\" = 200 ]"
+
+# Auth.
+check "no key: 401 invalid_api_key with WWW-Authenticate" bash -c "
+  curl -sS -m 5 -D '$T/h' $URL/v1/models | jq -e '.error.code == \"invalid_api_key\" and .error.type == \"invalid_request_error\"' >/dev/null &&
+  grep -qi '^HTTP/1.1 401' '$T/h' && grep -qi '^WWW-Authenticate: Bearer' '$T/h'"
+check "wrong key: 401" bash -c "[ \"\$(curl -sS -m 5 -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer nope' $URL/v1/models)\" = 401 ]"
+check "a key prefix is not the key" bash -c "[ \"\$(curl -sS -m 5 -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer ${KEY%?}' $URL/v1/models)\" = 401 ]"
+check "Bearer key accepted" bash -c "[ \"\$(curl -sS -m 5 -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer $KEY' $URL/v1/models)\" = 200 ]"
+check "x-api-key accepted" bash -c "[ \"\$(curl -sS -m 5 -o /dev/null -w '%{http_code}' -H 'x-api-key: $KEY' $URL/v1/models)\" = 200 ]"
+check "/metrics needs the key" bash -c "[ \"\$(curl -sS -m 5 -o /dev/null -w '%{http_code}' $URL/metrics)\" = 401 ]"
+
+# Models.
+check "/v1/models lists every alias with its context length" bash -c "
+  curl -sS -m 5 ${A[*]@Q} $URL/v1/models | jq -e '.object == \"list\" and ([.data[].id] == [\"tiny\",\"chat\",\"qwen\"]) and (.data[0].context_length == 2048) and (.data[1].context_length == 512) and (.data[0].supported_parameters | index(\"top_k\")) != null' >/dev/null"
+check "/v1/models/{id}" bash -c "curl -sS -m 5 ${A[*]@Q} $URL/v1/models/chat | jq -e '.id == \"chat\" and .object == \"model\"' >/dev/null"
+check "/v1/models/{unknown}: 404 model_not_found" bash -c "
+  [ \"\$(curl -sS -m 5 -o '$T/o' -w '%{http_code}' ${A[*]@Q} $URL/v1/models/nope)\" = 404 ] && jq -e '.error.code == \"model_not_found\"' '$T/o' >/dev/null"
+
+# Completions: the same bytes as memra-gen.
+memra-gen "$STORIES" -p 'Once upon a time' -n 40 --temp 0 --json >"$T/gen.json" 2>/dev/null
+post /v1/completions '{"model":"tiny","prompt":"Once upon a time","max_tokens":40,"temperature":0}' "${A[@]}" >"$T/cmpl.json"
+check "completion: greedy text equals memra-gen's" \
+  bash -c "[ \"\$(jq -r '.choices[0].text' '$T/cmpl.json')\" = \"\$(jq -r .text '$T/gen.json')\" ]"
+check "completion: shape and usage" jq -e '.object == "text_completion" and (.id | startswith("cmpl-")) and .model == "tiny" and .choices[0].finish_reason == "length" and .choices[0].index == 0 and .usage == {"prompt_tokens":5,"completion_tokens":40,"total_tokens":45}' "$T/cmpl.json"
+check "completion: token-id prompt" bash -c "
+  a=\$(curl -sS -m 10 ${A[*]@Q} $URL/v1/completions -d '{\"model\":\"tiny\",\"prompt\":[1,403,407],\"max_tokens\":3,\"temperature\":0}' | jq -r '.choices[0].text');
+  b=\$(memra-gen '$STORIES' --prompt-ids 1,403,407 -n 3 --temp 0 --json | jq -r .text); [ \"\$a\" = \"\$b\" ] && [ -n \"\$a\" ]"
+check "completion: an array of one prompt" bash -c "
+  curl -sS -m 10 ${A[*]@Q} $URL/v1/completions -d '{\"model\":\"tiny\",\"prompt\":[\"Once upon a time\"],\"max_tokens\":40,\"temperature\":0}' | jq -e --slurpfile w '$T/cmpl.json' '.choices[0].text == \$w[0].choices[0].text' >/dev/null"
+check "completion: default max_tokens is 16" bash -c "
+  curl -sS -m 10 ${A[*]@Q} $URL/v1/completions -d '{\"model\":\"tiny\",\"prompt\":\"Once\",\"temperature\":0}' | jq -e '.usage.completion_tokens == 16 and .choices[0].finish_reason == \"length\"' >/dev/null"
+check "completion: a stop string ends it and is not returned" bash -c "
+  curl -sS -m 10 ${A[*]@Q} $URL/v1/completions -d '{\"model\":\"tiny\",\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stop\":[\"Lily\"]}' | jq -e '.choices[0].finish_reason == \"stop\" and (.choices[0].text | endswith(\"named \"))' >/dev/null"
+check "completion: same seed same text, other seed other text" bash -c "
+  r() { curl -sS -m 10 ${A[*]@Q} $URL/v1/completions -d \"{\\\"model\\\":\\\"tiny\\\",\\\"prompt\\\":\\\"Once\\\",\\\"max_tokens\\\":30,\\\"temperature\\\":1,\\\"seed\\\":\$1}\" | jq -r '.choices[0].text'; }
+  a=\$(r 42); b=\$(r 42); c=\$(r 43); [ \"\$a\" = \"\$b\" ] && [ \"\$a\" != \"\$c\" ]"
+check "completion: logit_bias -100 bans a token" bash -c "
+  curl -sS -m 10 ${A[*]@Q} $URL/v1/completions -d '{\"model\":\"tiny\",\"prompt\":[1,403,407],\"max_tokens\":1,\"temperature\":0,\"logit_bias\":{\"261\":-100}}' | jq -e '.choices[0].text != \" little\" and .usage.completion_tokens == 1' >/dev/null"
+
+# Completion streaming.
+post /v1/completions '{"model":"tiny","prompt":"Once upon a time","max_tokens":40,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}' "${A[@]}" -N -D "$T/sh" >"$T/cmpl.sse"
+check "completion stream: text/event-stream" grep -qi '^Content-Type: text/event-stream' "$T/sh"
+check "completion stream: chunks add up to the blocking text" \
+  bash -c "[ \"\$(sse_text <'$T/cmpl.sse')\" = \"\$(jq -r '.choices[0].text' '$T/cmpl.json')\" ]"
+check "completion stream: [DONE] last, usage chunk with choices []" bash -c "
+  [ \"\$(grep '^data: ' '$T/cmpl.sse' | tail -1)\" = 'data: [DONE]' ] &&
+  grep '^data: {' '$T/cmpl.sse' | tail -1 | sed 's/^data: //' | jq -e '.choices == [] and .usage.completion_tokens == 40 and .usage.prompt_tokens == 5' >/dev/null &&
+  grep '^data: {' '$T/cmpl.sse' | tail -2 | head -1 | sed 's/^data: //' | jq -e '.choices[0].finish_reason == \"length\" and .usage == null' >/dev/null"
+check "completion stream without include_usage has no usage" bash -c "
+  curl -sS -m 10 -N ${A[*]@Q} $URL/v1/completions -d '{\"model\":\"tiny\",\"prompt\":\"Once\",\"max_tokens\":3,\"stream\":true}' | grep '^data: {' | sed 's/^data: //' | jq -s -e 'all(has(\"usage\") | not) and (.[-1].choices[0].finish_reason == \"length\")' >/dev/null"
+
+# Chat: memra-tiny's ChatML template, the same bytes as memra-gen --chat.
+post /v1/chat/completions '{"model":"chat","messages":[{"role":"user","content":"Tell me about the whale"}],"max_tokens":24,"temperature":0}' "${A[@]}" >"$T/chat.json"
+check "chat: greedy content equals memra-gen --chat" bash -c "
+  [ \"\$(jq -r '.choices[0].message.content' '$T/chat.json')\" = \"\$(memra-gen models/memra-tiny.gguf --chat -p 'Tell me about the whale' -n 24 --temp 0 --json | jq -r .text)\" ]"
+check "chat: shape and usage" jq -e '.object == "chat.completion" and (.id | startswith("chatcmpl-")) and .choices[0].message.role == "assistant" and .choices[0].finish_reason == "length" and .usage.completion_tokens == 24 and .usage.total_tokens == .usage.prompt_tokens + 24' "$T/chat.json"
+post /v1/chat/completions '{"model":"chat","messages":[{"role":"user","content":"Tell me about the whale"}],"max_tokens":24,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}' "${A[@]}" -N >"$T/chat.sse"
+check "chat stream: first delta carries the role" bash -c "grep -m1 '^data: {' '$T/chat.sse' | sed 's/^data: //' | jq -e '.object == \"chat.completion.chunk\" and .choices[0].delta.role == \"assistant\"' >/dev/null"
+check "chat stream: deltas add up to the blocking content" \
+  bash -c "[ \"\$(sse_text <'$T/chat.sse')\" = \"\$(jq -r '.choices[0].message.content' '$T/chat.json')\" ]"
+check "chat stream: finish chunk, usage chunk, [DONE]" bash -c "
+  grep '^data: ' '$T/chat.sse' | tail -3 | head -2 | sed 's/^data: //' | jq -s -e '.[0].choices[0].finish_reason == \"length\" and .[0].choices[0].delta == {} and .[1].choices == [] and .[1].usage.completion_tokens == 24' >/dev/null &&
+  [ \"\$(grep '^data: ' '$T/chat.sse' | tail -1)\" = 'data: [DONE]' ]"
+check "chat: the Qwen3 template with chat_template_kwargs" bash -c "
+  curl -sS -m 10 ${A[*]@Q} $URL/v1/chat/completions -d '{\"model\":\"qwen\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],\"max_completion_tokens\":5,\"temperature\":0,\"chat_template_kwargs\":{\"enable_thinking\":false},\"user\":\"u1\"}' | jq -e '.usage.completion_tokens <= 5 and .choices[0].message.role == \"assistant\"' >/dev/null"
+check "chat: a model without a template is a 400 naming messages" bash -c "
+  curl -sS -m 10 ${A[*]@Q} $URL/v1/chat/completions -d '{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}' | jq -e '.error.param == \"messages\" and (.error.message | test(\"chat template\"))' >/dev/null"
+
+# Tokenizer and template endpoints, against memra-gen.
+check "/tokenize prompt equals memra-gen --tokenize" bash -c "
+  a=\$(curl -sS -m 5 ${A[*]@Q} $URL/tokenize -d '{\"model\":\"qwen\",\"prompt\":\"Hello world\"}' | jq -c .tokens); [ \"\$a\" = '[9707,1879]' ]"
+check "/tokenize adds BOS where the model does" bash -c "
+  curl -sS -m 5 ${A[*]@Q} $URL/tokenize -d '{\"model\":\"tiny\",\"prompt\":\"Once upon a time\"}' | jq -e '.tokens[0] == 1 and .count == 5 and .max_model_len == 2048' >/dev/null"
+M='[{"role":"user","content":"hi"}]'
+post /apply-template "{\"model\":\"chat\",\"messages\":$M}" "${A[@]}" | jq -j .prompt >"$T/prompt.txt"
+check "/tokenize messages equals memra-gen tokenizing /apply-template's prompt" bash -c "
+  a=\$(curl -sS -m 5 ${A[*]@Q} $URL/tokenize -d '{\"model\":\"chat\",\"messages\":$M}' | jq -c .tokens)
+  b=\$(memra-gen models/memra-tiny.gguf --tokenize --parse-special -f '$T/prompt.txt' --json | jq -c .tokens)
+  [ \"\$a\" = \"\$b\" ] && [ \"\$(jq -c '.[0]' <<<\"\$a\")\" = 4094 ]"
+check "/apply-template equals memra-gen --render" bash -c "
+  r='{\"model\":\"qwen\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"chat_template_kwargs\":{\"enable_thinking\":false}}'
+  a=\$(curl -sS -m 5 ${A[*]@Q} $URL/apply-template -d \"\$r\" | jq -r .prompt)
+  b=\$(printf '%s' \"\$r\" | memra-gen '$QWEN' --render); [ \"\$a\" = \"\$b\" ] && [[ \"\$a\" == *'<think>'* ]]"
+check "/apply-template add_generation_prompt false" bash -c "
+  curl -sS -m 5 ${A[*]@Q} $URL/apply-template -d '{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"add_generation_prompt\":false}' | jq -e '.prompt == \"<|im_start|>user\nhi<|im_end|>\n\"' >/dev/null"
+check "/detokenize inverts /tokenize" bash -c "
+  curl -sS -m 5 ${A[*]@Q} $URL/detokenize -d '{\"model\":\"qwen\",\"tokens\":[9707,1879]}' | jq -e '.text == \"Hello world\"' >/dev/null"
+
+# Errors: status, OpenAI shape, the field named.
+err() { # NAME STATUS JQ PATH BODY [METHOD]
+  local name=$1 want=$2 q=$3 path=$4 body=$5 m=${6:-POST} got
+  got=$(c -o "$T/e.json" -w '%{http_code}' -X "$m" "${A[@]}" "$URL$path" --data-binary "$body")
+  if [ "$got" != "$want" ]; then fail "$name" "status $got, want $want: $(head -c 300 "$T/e.json")"
+  elif ! jq -e "(.error | has(\"message\") and has(\"type\") and has(\"param\") and has(\"code\")) and ($q)" "$T/e.json" >/dev/null 2>&1; then
+    fail "$name" "body $(head -c 300 "$T/e.json") fails $q"
+  else pass "$name"; fi
+}
+CH=/v1/chat/completions CP=/v1/completions
+MSG='"messages":[{"role":"user","content":"hi"}]'
+err "malformed JSON: 400" 400 '.error.type == "invalid_request_error" and (.error.message | test("invalid JSON"))' $CH '{"model":"chat",'
+err "empty body: 400" 400 '.error.message | test("empty")' $CH ''
+err "body not an object: 400" 400 '.error.message | test("object")' $CH '[1,2]'
+err "duplicate keys: 400" 400 '.error.message | test("invalid JSON")' $CH '{"model":"chat","model":"chat"}'
+err "unknown field: 400 naming it" 400 '.error.param == "frobnicate"' $CH "{\"model\":\"chat\",$MSG,\"frobnicate\":1}"
+err "missing model: 400" 400 '.error.param == "model"' $CH "{$MSG}"
+err "unknown model: 404 model_not_found" 404 '.error.code == "model_not_found" and .error.param == "model"' $CH "{\"model\":\"gpt-9\",$MSG}"
+err "missing messages: 400" 400 '.error.param == "messages"' $CH '{"model":"chat"}'
+err "message without role: 400" 400 '.error.param == "messages[0].role"' $CH '{"model":"chat","messages":[{"content":"hi"}]}'
+err "image part: 400 naming it" 400 '.error.param == "messages[0].content[0].type"' $CH '{"model":"chat","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}'
+err "n=2: 400" 400 '.error.param == "n"' $CH "{\"model\":\"chat\",$MSG,\"n\":2}"
+err "logprobs: 400" 400 '.error.param == "logprobs"' $CH "{\"model\":\"chat\",$MSG,\"logprobs\":true}"
+err "response_format json_object: 400" 400 '.error.param == "response_format.type"' $CH "{\"model\":\"chat\",$MSG,\"response_format\":{\"type\":\"json_object\"}}"
+err "tools: 400" 400 '.error.param == "tools"' $CH "{\"model\":\"chat\",$MSG,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}"
+err "temperature 3: 400" 400 '.error.param == "temperature" and (.error.message | test("out of range"))' $CH "{\"model\":\"chat\",$MSG,\"temperature\":3}"
+err "top_p a string: 400" 400 '.error.param == "top_p"' $CH "{\"model\":\"chat\",$MSG,\"top_p\":\"x\"}"
+err "max_tokens 0: 400" 400 '.error.param == "max_tokens"' $CH "{\"model\":\"chat\",$MSG,\"max_tokens\":0}"
+err "max_tokens 1.5: 400" 400 '.error.param == "max_tokens"' $CH "{\"model\":\"chat\",$MSG,\"max_tokens\":1.5}"
+err "empty stop string: 400" 400 '.error.param == "stop"' $CH "{\"model\":\"chat\",$MSG,\"stop\":[\"\"]}"
+err "logit_bias id out of range: 400" 400 '.error.param == "logit_bias"' $CH "{\"model\":\"chat\",$MSG,\"logit_bias\":{\"99999999\":1}}"
+err "stream_options without stream: 400" 400 '.error.param == "stream_options"' $CH "{\"model\":\"chat\",$MSG,\"stream_options\":{\"include_usage\":true}}"
+err "chat_template_kwargs not an object: 400" 400 '.error.param == "chat_template_kwargs"' $CH "{\"model\":\"chat\",$MSG,\"chat_template_kwargs\":[]}"
+err "template error: 400 naming messages and the template line" 400 '.error.param == "messages" and (.error.message | test("template line [0-9]+"))' $CH '{"model":"qwen","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null}]}'
+err "context_length_exceeded with the counts" 400 '.error.code == "context_length_exceeded" and (.error.message | test("maximum context length is 2048 tokens.*2053 tokens \\(5 in the prompt, 2048 in the completion\\)"))' $CP '{"model":"tiny","prompt":"Once upon a time","max_tokens":2048}'
+err "prompt of several strings: 400" 400 '.error.param == "prompt"' $CP '{"model":"tiny","prompt":["a","b"]}'
+err "prompt id out of range: 400" 400 '.error.param == "prompt"' $CP '{"model":"tiny","prompt":[1,99999]}'
+err "max_completion_tokens is chat only" 400 '.error.param == "max_completion_tokens"' $CP '{"model":"tiny","prompt":"a","max_completion_tokens":3}'
+err "echo: 400" 400 '.error.param == "echo"' $CP '{"model":"tiny","prompt":"a","echo":true}'
+err "empty prompt (no BOS): 400" 400 '.error.param == "prompt"' $CP '{"model":"qwen","prompt":""}'
+err "/detokenize bad id: 400" 400 '.error.param == "tokens" and (.error.message | test("99999999"))' /detokenize '{"model":"qwen","tokens":[1,99999999]}'
+err "/tokenize prompt and messages: 400" 400 '.error.param != null' /tokenize "{\"model\":\"qwen\",\"prompt\":\"a\",$MSG}"
+err "unknown path: 404" 404 '.error.code == "not_found"' /v1/embeddings '{}'
+err "wrong method: 405" 405 '.error.code == "method_not_allowed"' $CH '' GET
+big=$(head -c 70000 /dev/zero | tr '\0' a)
+err "body over --max-body: 413" 413 '.error.code == "request_too_large"' $CP "{\"model\":\"tiny\",\"prompt\":\"$big\"}"
+check "413 also for a chunked body" bash -c "
+  head -c 70000 /dev/zero | tr '\\0' a | curl -sS -m 5 -o /dev/null -w '%{http_code}' ${A[*]@Q} -H 'Transfer-Encoding: chunked' --data-binary @- $URL/v1/completions | grep -qx 413"
+
+check "/metrics in Prometheus text" bash -c "
+  curl -sS -m 5 ${A[*]@Q} $URL/metrics >'$T/m.txt' &&
+  grep -q '^memra_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"} [1-9]' '$T/m.txt' &&
+  grep -q '^memra_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"} [1-9]' '$T/m.txt' &&
+  grep -q '^memra_generation_tokens_total{model=\"tiny\"} [1-9]' '$T/m.txt' &&
+  grep -q '^memra_prompt_tokens_total{model=\"chat\"} [1-9]' '$T/m.txt' &&
+  grep -q '^memra_time_to_first_token_seconds_bucket{model=\"tiny\",le=\"+Inf\"} [1-9]' '$T/m.txt' &&
+  grep -q '^memra_inter_token_latency_seconds_count{model=\"tiny\"} [1-9]' '$T/m.txt' &&
+  grep -q '^memra_requests_running{model=\"qwen\"} 0' '$T/m.txt' &&
+  grep -q '^memra_requests_waiting{model=\"qwen\"} 0' '$T/m.txt' &&
+  grep -q '^memra_kv_blocks_used{model=\"tiny\"} 0' '$T/m.txt' &&
+  grep -q '^# TYPE memra_time_to_first_token_seconds histogram' '$T/m.txt'"
+stop_server "$PID"; rc=$?
+[ $rc -eq 0 ] && pass "SIGTERM on an idle server: exit 0" || fail "SIGTERM on an idle server" "exit $rc"
+
+# Configuration through the environment; flags win.
+MEMRA_MODELS="tiny=$STORIES" MEMRA_PORT=1 MEMRA_API_KEY=envkey start_server env --port 0
+check "MEMRA_MODELS / MEMRA_API_KEY configure, --port wins over MEMRA_PORT" bash -c "
+  curl -sS -m 5 -H 'x-api-key: envkey' $URL/v1/models | jq -e '.data[0].id == \"tiny\"' >/dev/null"
+stop_server "$PID" >/dev/null
+
+# A key file, reloaded when it changes.
+printf '# keys\nk1 team-a\n\nk2\n' >"$T/keys"
+start_server keys -m "tiny=$STORIES" --api-keys "$T/keys"
+check "key file: both keys work" bash -c "
+  for k in k1 k2; do [ \"\$(curl -sS -m 5 -o /dev/null -w '%{http_code}' -H \"x-api-key: \$k\" $URL/v1/models)\" = 200 ] || exit 1; done"
+printf 'k3\n' >"$T/keys.new" && mv "$T/keys.new" "$T/keys"
+sleep 1.1
+check "key file: reloaded on change" bash -c "
+  [ \"\$(curl -sS -m 5 -o /dev/null -w '%{http_code}' -H 'x-api-key: k3' $URL/v1/models)\" = 200 ] &&
+  [ \"\$(curl -sS -m 5 -o /dev/null -w '%{http_code}' -H 'x-api-key: k1' $URL/v1/models)\" = 401 ]"
+stop_server "$PID" >/dev/null
+
+# Refusals at start.
+expect_error "non-loopback address without a key is refused" 2 "refusing to listen on '0.0.0.0'" memra-serve -m "tiny=$STORIES" --host 0.0.0.0
+expect_error "no model: usage" 2 "no model" memra-serve
+# A model that does not load: exit 1, its error the last line (after "listening").
+load_error() {
+  memra-serve --port 0 "${@:3}" >/dev/null 2>"$T/le.err"; local rc=$?
+  if [ $rc -ne 1 ]; then fail "$1" "exit $rc, want 1: $(tail -2 "$T/le.err")"
+  elif ! tail -1 "$T/le.err" | grep -Eq -- "^memra-serve: .*$2"; then fail "$1" "last line: $(tail -1 "$T/le.err")"
+  else pass "$1"; fi
+}
+load_error "a model that does not load: exit 1 naming it" "no-such.gguf" -m x=/no-such.gguf
+load_error "a vocab-only file cannot be served" "vocab-only" -m "v=$SHARED/vocab/ggml-vocab-qwen2.gguf"
+expect_error "a bad --chat-template file" 1 "no-such.jinja" memra-serve -m "tiny=$STORIES" --chat-template /no-such.jinja
+expect_error "alias given twice" 2 "given twice" memra-serve -m "a=$STORIES" -m "a=$STORIES"

@@ -1,0 +1,52 @@
+# Helpers for the memra-serve integration scripts (serve*.sh): a server on
+# a free loopback port (the server binds port 0 and prints the address),
+# stopped when the script exits; curl with a time bound on every call.
+source tests/integration/lib.bash
+STORIES=$SHARED/models/stories260K.gguf
+SERVE_PIDS=()
+
+serve_cleanup() {
+  local p
+  for p in "${SERVE_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+}
+trap serve_cleanup EXIT
+
+# start_server NAME ARGS...: sets PID and URL (empty when it did not come up).
+start_server() {
+  local name=$1; shift
+  local log=$T/$name.log
+  PID='' URL=''
+  memra-serve --port 0 "$@" 2>"$log" &
+  PID=$!
+  SERVE_PIDS+=("$PID")
+  local i
+  for i in $(seq 200); do
+    grep -q '^memra-serve: ready' "$log" 2>/dev/null && break
+    kill -0 "$PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  URL=$(grep -o 'http://[^ ]*' "$log" | head -1)
+  grep -q '^memra-serve: ready' "$log" || { echo "  server $name did not start: $(tail -3 "$log")" >&2; URL=''; }
+}
+
+# stop_server PID [SECONDS]: SIGTERM, wait; returns the exit status (124 on timeout).
+stop_server() {
+  local pid=$1 secs=${2:-10} i
+  kill -TERM "$pid" 2>/dev/null
+  for i in $(seq $((secs * 20))); do
+    kill -0 "$pid" 2>/dev/null || { wait "$pid"; return $?; }
+    sleep 0.05
+  done
+  kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  return 124
+}
+
+# Time-bounded curl (10 s unless C_MAX is set).
+c() { curl -sS -m "${C_MAX:-10}" "$@"; }
+# post PATH JSON [curl args]: body on stdout.
+post() { local p=$1 d=$2; shift 2; c "$URL$p" -H 'Content-Type: application/json' -d "$d" "$@"; }
+# status METHOD PATH [curl args]: the HTTP status alone.
+status() { local m=$1 p=$2; shift 2; c -o /dev/null -w '%{http_code}' -X "$m" "$URL$p" "$@"; }
+# The concatenated text of an SSE stream (chat deltas or completion text).
+sse_text() { sed -n 's/^data: //p' | grep -v '^\[DONE\]$' | jq -j 'select(.choices | length > 0) | .choices[0] | (.delta.content // .text // "")'; }
+export -f sse_text

@@ -1,0 +1,147 @@
+// Drives memra-serve with the official openai SDK (pinned in package.json):
+// completions and chat, blocking and streamed with include_usage, the
+// SDK's stream helper, and the errors it maps to its exception classes.
+// Prints one PASS/FAIL line per check; exits 1 when any failed.
+//
+//   node openai-client.mjs URL KEY EXPECT.json
+//
+// EXPECT.json: {"completion": {"model", "prompt", "max_tokens", "text"},
+//               "chat": [{"model", "content", "max_tokens", "text"|null}]}
+// where text is what memra-gen produced greedily (null: not compared).
+import fs from "node:fs";
+import OpenAI from "openai";
+
+const [url, key, expectPath] = process.argv.slice(2);
+if (!url || !key || !expectPath) {
+  console.error("usage: node openai-client.mjs URL KEY EXPECT.json");
+  process.exit(2);
+}
+const expect = JSON.parse(fs.readFileSync(expectPath, "utf8"));
+const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: key, maxRetries: 0, timeout: 30000 });
+let failed = 0;
+
+async function check(name, fn) {
+  try {
+    const why = await fn();
+    if (why === true) console.log(`PASS ${name}`);
+    else {
+      failed++;
+      console.log(`FAIL ${name}`);
+      console.error(`  ${why}`);
+    }
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${name}`);
+    console.error(`  ${e.constructor.name}: ${e.message}`);
+  }
+}
+const eq = (what, got, want) =>
+  JSON.stringify(got) === JSON.stringify(want) ? true : `${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`;
+const all = (...rs) => rs.find((r) => r !== true) ?? true;
+
+await check("sdk: models.list", async () => {
+  const ids = [];
+  for await (const m of client.models.list()) ids.push(m.id);
+  return all(eq("count", ids.length >= 2, true), eq("has completion model", ids.includes(expect.completion.model), true));
+});
+
+const c = expect.completion;
+let blockingText = null;
+await check("sdk: completions.create", async () => {
+  const r = await client.completions.create({ model: c.model, prompt: c.prompt, max_tokens: c.max_tokens, temperature: 0, user: "sdk-test" });
+  blockingText = r.choices[0].text;
+  return all(
+    eq("object", r.object, "text_completion"),
+    eq("text", r.choices[0].text, c.text),
+    eq("finish_reason", r.choices[0].finish_reason, "length"),
+    eq("completion_tokens", r.usage.completion_tokens, c.max_tokens),
+    eq("total", r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens),
+  );
+});
+
+await check("sdk: completions.create stream with include_usage", async () => {
+  const stream = await client.completions.create({
+    model: c.model, prompt: c.prompt, max_tokens: c.max_tokens, temperature: 0, stream: true,
+    stream_options: { include_usage: true },
+  });
+  let text = "", usage = null, finish = null, chunks = 0;
+  for await (const ch of stream) {
+    chunks++;
+    if (ch.choices.length) {
+      text += ch.choices[0].text;
+      if (ch.choices[0].finish_reason) finish = ch.choices[0].finish_reason;
+    } else usage = ch.usage;
+  }
+  return all(eq("text", text, blockingText), eq("finish", finish, "length"), eq("usage chunk", usage?.completion_tokens, c.max_tokens),
+    eq("several chunks", chunks > 2, true));
+});
+
+for (const m of expect.chat) {
+  let content = null;
+  await check(`sdk: chat.completions.create (${m.model})`, async () => {
+    const r = await client.chat.completions.create({
+      model: m.model, messages: [{ role: "system", content: "Be brief." }, { role: "user", content: m.content }],
+      max_tokens: m.max_tokens, temperature: 0,
+    });
+    content = r.choices[0].message.content;
+    return all(
+      eq("object", r.object, "chat.completion"),
+      eq("role", r.choices[0].message.role, "assistant"),
+      m.text === null ? true : eq("content", content, m.text),
+      eq("content is a string", typeof content, "string"),
+      eq("usage", r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens),
+    );
+  });
+  await check(`sdk: chat stream with include_usage (${m.model})`, async () => {
+    const stream = await client.chat.completions.create({
+      model: m.model, messages: [{ role: "system", content: "Be brief." }, { role: "user", content: m.content }],
+      max_tokens: m.max_tokens, temperature: 0, stream: true, stream_options: { include_usage: true },
+    });
+    let text = "", role = null, usage = null, finish = null;
+    for await (const ch of stream) {
+      if (!ch.choices.length) { usage = ch.usage; continue; }
+      const d = ch.choices[0].delta;
+      if (d.role && role === null) role = d.role;
+      if (d.content) text += d.content;
+      if (ch.choices[0].finish_reason) finish = ch.choices[0].finish_reason;
+    }
+    return all(eq("role", role, "assistant"), eq("text", text, content), eq("finish", finish !== null, true),
+      eq("usage", usage !== null && usage.completion_tokens > 0, true));
+  });
+  await check(`sdk: chat.completions.stream helper (${m.model})`, async () => {
+    const stream = client.chat.completions.stream({
+      model: m.model, messages: [{ role: "system", content: "Be brief." }, { role: "user", content: m.content }],
+      max_tokens: m.max_tokens, temperature: 0,
+    });
+    const final = await stream.finalChatCompletion();
+    return all(eq("content", final.choices[0].message.content, content), eq("role", final.choices[0].message.role, "assistant"));
+  });
+}
+
+await check("sdk: unknown model is NotFoundError model_not_found", async () => {
+  try {
+    await client.chat.completions.create({ model: "no-such-model", messages: [{ role: "user", content: "hi" }] });
+    return "no error";
+  } catch (e) {
+    return all(eq("class", e instanceof OpenAI.NotFoundError, true), eq("status", e.status, 404), eq("code", e.code, "model_not_found"));
+  }
+});
+await check("sdk: n=2 is BadRequestError naming n", async () => {
+  try {
+    await client.completions.create({ model: c.model, prompt: "x", n: 2 });
+    return "no error";
+  } catch (e) {
+    return all(eq("class", e instanceof OpenAI.BadRequestError, true), eq("param", e.param, "n"));
+  }
+});
+await check("sdk: a wrong key is AuthenticationError", async () => {
+  const bad = new OpenAI({ baseURL: `${url}/v1`, apiKey: "wrong", maxRetries: 0 });
+  try {
+    await bad.models.list();
+    return "no error";
+  } catch (e) {
+    return all(eq("class", e instanceof OpenAI.AuthenticationError, true), eq("status", e.status, 401));
+  }
+});
+
+process.exit(failed ? 1 : 0);
