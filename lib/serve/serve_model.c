@@ -59,6 +59,8 @@ struct serve_model {
     /* decode_step scratch */
     int32_t *ids;
     serve_slot **batch;
+    engine_seq **seqs;    /* [max_sessions] */
+    float *batch_logits;  /* [max_sessions][n_vocab] */
     int *rc;
     memra_err *errs;
 };
@@ -133,9 +135,27 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r)
  * engine_forward belong to one sequence today, so this is one call per
  * sequence in slot order; a batched multi-sequence forward replaces the
  * loop and nothing else. rc[i] is 0 or -1 with errs[i] set. */
+/* One decode step for every running slot, as one batch of rows. A
+ * sequence's logits are the same bits alone or in the batch (the engine's
+ * contract), so batching changes no request's output. When the batched call
+ * fails (one sequence's context full, say), the slots run one by one so the
+ * failure stays with the request that caused it. */
 static void decode_step(serve_model *m, serve_slot **batch, const int32_t *ids, int n, int *rc,
                         memra_err *errs)
 {
+    if (n > 1) {
+        for (int i = 0; i < n; i++)
+            m->seqs[i] = batch[i]->seq;
+        memra_err err;
+        if (engine_forward_batch(m->eng, m->seqs, ids, n, m->batch_logits, &err) == 0) {
+            for (int i = 0; i < n; i++) {
+                memcpy(batch[i]->logits, m->batch_logits + (size_t)i * (size_t)m->n_vocab,
+                       (size_t)m->n_vocab * sizeof(float));
+                rc[i] = 0;
+            }
+            return;
+        }
+    }
     for (int i = 0; i < n; i++)
         rc[i] = engine_forward(m->eng, batch[i]->seq, &ids[i], 1, batch[i]->logits, 0, &errs[i]);
 }
@@ -398,6 +418,8 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
     m->slots = xcalloc((size_t)m->max_sessions, sizeof *m->slots);
     m->ids = xmalloc((size_t)m->max_sessions * sizeof *m->ids);
     m->batch = xmalloc((size_t)m->max_sessions * sizeof *m->batch);
+    m->seqs = xmalloc((size_t)m->max_sessions * sizeof *m->seqs);
+    m->batch_logits = xmalloc((size_t)m->max_sessions * (size_t)m->n_vocab * sizeof(float));
     m->rc = xmalloc((size_t)m->max_sessions * sizeof *m->rc);
     m->errs = xmalloc((size_t)m->max_sessions * sizeof *m->errs);
     for (int i = 0; i < m->max_sessions; i++) {
@@ -439,6 +461,8 @@ void serve_model_free(serve_model *m)
     free(m->slots);
     free(m->ids);
     free(m->batch);
+    free(m->seqs);
+    free(m->batch_logits);
     free(m->rc);
     free(m->errs);
     if (m->eng)
