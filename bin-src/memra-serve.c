@@ -11,6 +11,9 @@
 
 #include "core/check.h"
 #include "core/cli.h"
+#if MEMRA_CUDA
+#include "backend/cuda/cuda_device.h"
+#endif
 #include "core/log.h"
 #include "core/mapfile.h"
 #include "serve/serve.h"
@@ -40,6 +43,7 @@ static const char usage[] =
     "  --chat-template FILE     a Jinja chat template for every model instead of its own\n"
     "                           (env MEMRA_CHAT_TEMPLATE)\n"
     "  -t, --threads N          engine threads per model (default all cores; env MEMRA_THREADS)\n"
+    "  --backend cpu|cuda       (default cuda when a GPU is present, else cpu)\n"
     "  --http-threads N         HTTP worker threads (default 4; env MEMRA_HTTP_THREADS)\n"
     "  --max-body BYTES         largest request body, K/M suffixes (default 8M; env MEMRA_MAX_BODY)\n"
     "  --drain-timeout S        on SIGTERM, seconds in-flight requests get to finish (default 30;\n"
@@ -57,6 +61,8 @@ typedef struct {
     int port;
     int64_t n_ctx;
     int max_sessions, max_queue, n_threads, http_threads, insecure;
+    backend_kind backend;
+    int backend_given;
     double drain_timeout;
     uint64_t max_body;
     const char *api_key, *api_keys, *template_file;
@@ -164,7 +170,7 @@ static void parse_args(int argc, char **argv, serve_args *a)
     a->insecure = env_true("MEMRA_INSECURE");
 
     enum { O_HOST = 1000, O_PORT, O_MAXS, O_MAXQ, O_KEY, O_KEYS, O_INSECURE, O_TMPL, O_HTTPT,
-           O_BODY, O_DRAIN };
+           O_BODY, O_DRAIN, O_BACKEND };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},     {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},   {"ctx", required_argument, NULL, 'c'},
@@ -177,6 +183,7 @@ static void parse_args(int argc, char **argv, serve_args *a)
         {"http-threads", required_argument, NULL, O_HTTPT},
         {"max-body", required_argument, NULL, O_BODY},
         {"drain-timeout", required_argument, NULL, O_DRAIN},
+        {"backend", required_argument, NULL, O_BACKEND},
         {"verbose", no_argument, NULL, 'v'},         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -196,6 +203,18 @@ static void parse_args(int argc, char **argv, serve_args *a)
         case O_INSECURE: a->insecure = 1; break;
         case O_TMPL: a->template_file = optarg; break;
         case 't': a->n_threads = (int)int_or_usage(optarg, 1, 4096, "--threads"); break;
+        case O_BACKEND:
+            if (!strcmp(optarg, "cuda")) {
+                if (!MEMRA_CUDA)
+                    cli_usage("--backend cuda: this build has no CUDA (build with CUDA=1)");
+                a->backend = BK_CUDA;
+            } else if (!strcmp(optarg, "cpu")) {
+                a->backend = BK_CPU;
+            } else {
+                cli_usage("--backend: '%s' is not cpu or cuda", optarg);
+            }
+            a->backend_given = 1;
+            break;
         case O_HTTPT: a->http_threads = (int)int_or_usage(optarg, 1, 1024, "--http-threads"); break;
         case O_BODY:
             if (cli_parse_bytes(optarg, &a->max_body, "--max-body", &err) != 0)
@@ -258,6 +277,16 @@ static int wait_idle(serve_server *s, double seconds, const sigset_t *sigs)
     return 1;
 }
 
+/* cuda when the build has CUDA and a device is present, else cpu. */
+static backend_kind default_backend(void)
+{
+#if MEMRA_CUDA
+    if (cuda_device_count() > 0)
+        return BK_CUDA;
+#endif
+    return BK_CPU;
+}
+
 int main(int argc, char **argv)
 {
     cli_set_program("memra-serve");
@@ -304,7 +333,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < a.n_models; i++) {
         serve_model_opts mo = {.alias = a.aliases[i], .path = a.paths[i], .n_ctx = a.n_ctx,
                                .max_sessions = a.max_sessions, .max_queue = a.max_queue,
-                               .n_threads = a.n_threads, .chat_template = tmpl};
+                               .n_threads = a.n_threads, .chat_template = tmpl,
+                               .backend = a.backend_given ? a.backend : default_backend()};
         double t0 = mono();
         if (serve_model_load(&mo, &models[i], &err) != 0) {
             for (int j = 0; j < i; j++)

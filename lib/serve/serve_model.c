@@ -387,6 +387,7 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
     engine_opts eo;
     engine_opts_default(&eo);
     eo.n_threads = o->n_threads;
+    eo.backend = o->backend;
     eo.n_ctx = o->n_ctx;
     eo.n_seqs = o->max_sessions;
     eo.kv_block_size = KV_BLOCK_SIZE;

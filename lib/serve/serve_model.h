@@ -21,6 +21,7 @@
 #ifndef MEMRA_SERVE_SERVE_MODEL_H
 #define MEMRA_SERVE_SERVE_MODEL_H
 
+#include "backend/backend.h"
 #include <stdint.h>
 
 #include "core/err.h"
@@ -38,6 +39,7 @@ typedef struct {
     int n_threads;             /* engine threads; <= 0: one per core */
     int prefill_chunk;         /* prompt tokens per slot per tick; <= 0: 64 */
     const char *chat_template; /* template text replacing the checkpoint's, or NULL */
+    backend_kind backend;      /* BK_CPU or BK_CUDA */
 } serve_model_opts;
 
 typedef struct {
