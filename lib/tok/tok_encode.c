@@ -90,7 +90,14 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, int add_special
         len = clean.len;
     }
     tok_scratch *s = tok_scratch_new();
+    /* a long input gets room for about one token per four bytes up front
+     * (mixed text averages three to four), rather than regrowing the id
+     * array a dozen times */
     tok_ids out = {0};
+    if (len >= 4096) {
+        out.cap = len / 4;
+        out.v = xmalloc(out.cap * sizeof *out.v);
+    }
     tok_segs segs = {0}, segs2 = {0};
     tok_pieces words = {0};
     int rc = 0;
