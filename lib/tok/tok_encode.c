@@ -57,16 +57,18 @@ static int encode_hf_text(const tokenizer *t, tok_scratch *s, const char *p, siz
                           tok_pieces *words, strbuf *buf, tok_segs *segs2, int parse_special,
                           tok_ids *out, size_t total, memra_err *err)
 {
-    if (tok_normalize(t, p, n, buf, err))
+    const char *q;
+    size_t qn;
+    if (tok_normalize_view(t, p, n, buf, &q, &qn, err))
         return -1;
     if (!t->has_added_norm)
-        return encode_hf_piece(t, s, buf->data, buf->len, first, words, out, total, err);
-    tok_split_added_hf(t, &t->added_norm, buf->data, buf->len, parse_special, segs2);
+        return encode_hf_piece(t, s, q, qn, first, words, out, total, err);
+    tok_split_added_hf(t, &t->added_norm, q, qn, parse_special, segs2);
     for (size_t i = 0; i < segs2->n; i++) {
         const tok_seg *g = &segs2->v[i];
         if (g->id >= 0) {
             tok_ids_push(out, g->id);
-        } else if (encode_hf_piece(t, s, buf->data + g->start, g->len, first && g->start == 0,
+        } else if (encode_hf_piece(t, s, q + g->start, g->len, first && g->start == 0,
                                    words, out, total, err)) {
             return -1;
         }

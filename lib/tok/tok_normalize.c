@@ -96,7 +96,10 @@ static int run_is_stable(tok_norm_type type, const char *s, size_t n)
     return 1;
 }
 
-static int unicode_norm(tok_norm_type type, const char *s, size_t n, strbuf *out, memra_err *err)
+/* Appends the normalized text to out; with `same` set, text the form leaves
+ * as it is is not copied: *same says so and out is left untouched. */
+static int unicode_norm(tok_norm_type type, const char *s, size_t n, strbuf *out, int *same,
+                        memra_err *err)
 {
     int opts = UTF8PROC_STABLE;
     switch (type) {
@@ -142,6 +145,11 @@ static int unicode_norm(tok_norm_type type, const char *s, size_t n, strbuf *out
         sb_append(out, dst, (size_t)r);
         free(dst);
         done = i;
+    }
+    if (same) {
+        *same = done == 0;
+        if (*same)
+            return 0;
     }
     sb_append(out, s + done, n - done);
     return 0;
@@ -210,7 +218,7 @@ int tok_normalize(const tokenizer *t, const char *s, size_t n, strbuf *out, memr
         case NORM_NFD:
         case NORM_NFKC:
         case NORM_NFKD:
-            rc = unicode_norm(st->type, src, src_len, dst, err);
+            rc = unicode_norm(st->type, src, src_len, dst, NULL, err);
             break;
         case NORM_PREPEND:
             if (src_len > 0)
@@ -231,4 +239,28 @@ int tok_normalize(const tokenizer *t, const char *s, size_t n, strbuf *out, memr
     sb_free(&tmp[0]);
     sb_free(&tmp[1]);
     return rc;
+}
+
+int tok_normalize_view(const tokenizer *t, const char *s, size_t n, strbuf *buf, const char **res,
+                       size_t *res_len, memra_err *err)
+{
+    *res = s;
+    *res_len = n;
+    if (t->n_norm == 0 || n == 0)
+        return 0;
+    tok_norm_type only = t->norm[0].type;
+    if (t->n_norm == 1 && (only == NORM_NFC || only == NORM_NFD || only == NORM_NFKC ||
+                           only == NORM_NFKD)) {
+        int same = 0;
+        sb_clear(buf);
+        if (unicode_norm(only, s, n, buf, &same, err))
+            return -1;
+        if (same)
+            return 0;
+    } else if (tok_normalize(t, s, n, buf, err)) {
+        return -1;
+    }
+    *res = buf->data;
+    *res_len = buf->len;
+    return 0;
 }
