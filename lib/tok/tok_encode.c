@@ -57,16 +57,18 @@ static int encode_hf_text(const tokenizer *t, tok_scratch *s, const char *p, siz
                           tok_pieces *words, strbuf *buf, tok_segs *segs2, int parse_special,
                           tok_ids *out, size_t total, memra_err *err)
 {
-    if (tok_normalize(t, p, n, buf, err))
+    const char *q;
+    size_t qn;
+    if (tok_normalize_view(t, p, n, buf, &q, &qn, err))
         return -1;
     if (!t->has_added_norm)
-        return encode_hf_piece(t, s, buf->data, buf->len, first, words, out, total, err);
-    tok_split_added_hf(t, &t->added_norm, buf->data, buf->len, parse_special, segs2);
+        return encode_hf_piece(t, s, q, qn, first, words, out, total, err);
+    tok_split_added_hf(t, &t->added_norm, q, qn, parse_special, segs2);
     for (size_t i = 0; i < segs2->n; i++) {
         const tok_seg *g = &segs2->v[i];
         if (g->id >= 0) {
             tok_ids_push(out, g->id);
-        } else if (encode_hf_piece(t, s, buf->data + g->start, g->len, first && g->start == 0,
+        } else if (encode_hf_piece(t, s, q + g->start, g->len, first && g->start == 0,
                                    words, out, total, err)) {
             return -1;
         }
@@ -90,7 +92,14 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, int add_special
         len = clean.len;
     }
     tok_scratch *s = tok_scratch_new();
+    /* a long input gets room for about one token per four bytes up front
+     * (mixed text averages three to four), rather than regrowing the id
+     * array a dozen times */
     tok_ids out = {0};
+    if (len >= 4096) {
+        out.cap = len / 4;
+        out.v = xmalloc(out.cap * sizeof *out.v);
+    }
     tok_segs segs = {0}, segs2 = {0};
     tok_pieces words = {0};
     int rc = 0;

@@ -254,6 +254,12 @@ size_t tok_utf8_encode(uint32_t cp, char *out);
 /* ---- stages (tok_normalize.c, tok_pretok.c, tok_special.c, tok_bpe.c, tok_spm.c) ---- */
 
 int tok_normalize(const tokenizer *t, const char *s, size_t n, strbuf *out, memra_err *err);
+/* The same, but where the normalizer leaves the text as it is (a lone
+ * Unicode form over text already in that form) *res is s itself and nothing
+ * is copied; otherwise *res is buf's data. Saves a copy of the whole input
+ * per encode. */
+int tok_normalize_view(const tokenizer *t, const char *s, size_t n, strbuf *buf, const char **res,
+                       size_t *res_len, memra_err *err);
 
 /* Compile an HF/Oniguruma-style regex for PCRE2 (\s and \S become the
  * Unicode White_Space class); err names the pattern. */

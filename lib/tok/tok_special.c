@@ -251,13 +251,35 @@ static uint32_t cp_at(const char *s, size_t pos, size_t len, size_t *l)
     return cp;
 }
 
+/* The one byte every pattern starts with, or -1 when there are several (or
+ * none). With one (all of Qwen's added tokens start with '<'), memchr finds
+ * the candidates instead of a byte-by-byte walk. */
+static int single_first_byte(const tok_trie *trie)
+{
+    int only = -1;
+    for (int b = 0; b < 256; b++) {
+        if (trie->root[b] < 0)
+            continue;
+        if (only >= 0)
+            return -1;
+        only = b;
+    }
+    return only;
+}
+
 void tok_split_added_hf(const tokenizer *t, const tok_trie *trie, const char *text, size_t len,
                         int parse_special, tok_segs *out)
 {
     out->n = 0;
     size_t prev = 0, start_offset = 0, i = 0;
+    int first = trie->root ? single_first_byte(trie) : -1;
     while (trie->root && i < len) {
-        if (trie->root[(uint8_t)text[i]] < 0) {
+        if (first >= 0) {
+            const char *q = memchr(text + i, first, len - i);
+            if (!q)
+                break;
+            i = (size_t)(q - text);
+        } else if (trie->root[(uint8_t)text[i]] < 0) {
             i++;
             continue;
         }
