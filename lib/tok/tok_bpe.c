@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "tok/tok_heap.h"
 #include "tok/tok_internal.h"
 
 void tok_ids_push(tok_ids *ids, int32_t id)
@@ -53,44 +54,7 @@ static int cand_less(const tok_cand *a, const tok_cand *b)
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
 }
 
-static void heap_push(tok_scratch *s, const tok_cand *c)
-{
-    if (s->heap_n == s->heap_cap) {
-        s->heap_cap = s->heap_cap ? s->heap_cap * 2 : 64;
-        s->heap = xrealloc(s->heap, s->heap_cap * sizeof *s->heap);
-    }
-    size_t i = s->heap_n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!cand_less(c, &s->heap[p]))
-            break;
-        s->heap[i] = s->heap[p];
-        i = p;
-    }
-    s->heap[i] = *c;
-}
-
-static tok_cand heap_pop(tok_scratch *s)
-{
-    tok_cand top = s->heap[0];
-    tok_cand last = s->heap[--s->heap_n];
-    size_t i = 0, n = s->heap_n;
-    for (;;) {
-        size_t l = 2 * i + 1;
-        if (l >= n)
-            break;
-        size_t m = l;
-        if (l + 1 < n && cand_less(&s->heap[l + 1], &s->heap[l]))
-            m = l + 1;
-        if (!cand_less(&s->heap[m], &last))
-            break;
-        s->heap[i] = s->heap[m];
-        i = m;
-    }
-    if (n > 0)
-        s->heap[i] = last;
-    return top;
-}
+TOK_HEAP_DEFINE(heap, cand_less)
 
 static void try_pair(const tokenizer *t, tok_scratch *s, int32_t left)
 {

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "tok/tok_heap.h"
 #include "tok/tok_internal.h"
 
 static int cand_better(const tok_cand *a, const tok_cand *b)
@@ -19,44 +20,7 @@ static int cand_better(const tok_cand *a, const tok_cand *b)
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static void heap_push(tok_scratch *s, const tok_cand *c)
-{
-    if (s->heap_n == s->heap_cap) {
-        s->heap_cap = s->heap_cap ? s->heap_cap * 2 : 64;
-        s->heap = xrealloc(s->heap, s->heap_cap * sizeof *s->heap);
-    }
-    size_t i = s->heap_n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!cand_better(c, &s->heap[p]))
-            break;
-        s->heap[i] = s->heap[p];
-        i = p;
-    }
-    s->heap[i] = *c;
-}
-
-static tok_cand heap_pop(tok_scratch *s)
-{
-    tok_cand top = s->heap[0];
-    tok_cand last = s->heap[--s->heap_n];
-    size_t i = 0, n = s->heap_n;
-    for (;;) {
-        size_t l = 2 * i + 1;
-        if (l >= n)
-            break;
-        size_t m = l;
-        if (l + 1 < n && cand_better(&s->heap[l + 1], &s->heap[l]))
-            m = l + 1;
-        if (!cand_better(&s->heap[m], &last))
-            break;
-        s->heap[i] = s->heap[m];
-        i = m;
-    }
-    if (n > 0)
-        s->heap[i] = last;
-    return top;
-}
+TOK_HEAP_DEFINE(heap, cand_better)
 
 static void try_bigram(const tokenizer *t, tok_scratch *s, const char *w, int32_t left,
                        int32_t right)
