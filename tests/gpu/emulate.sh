@@ -26,10 +26,10 @@ while [ $# -gt 0 ]; do
 done
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 B=build/emu$([ $asan = 1 ] && echo -asan || true)
-SAN=$([ $asan = 1 ] && echo "-fsanitize=address,undefined -fno-omit-frame-pointer" || true)
+SAN=$([ $asan = 1 ] && echo "-fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" || true)
 mkdir -p "$B/obj" "$B/kernels" "$B/bin" "$B/tests"
 CPPFLAGS="-Ilib -I. -Ikernels -D_GNU_SOURCE -DMEMRA_CUDA=1 -I$CUDA_HOME/include"
-CFLAGS="-std=c11 -g -O1 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -pthread $SAN"
+CFLAGS="-std=c11 -g -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -pthread -O1 $SAN"
 CXXFLAGS="-std=c++17 -g -O1 -ffp-contract=off -Wall -Wno-unknown-pragmas -Wno-unused-parameter -pthread $SAN"
 export CPPFLAGS CFLAGS CXXFLAGS B
 
