@@ -81,7 +81,7 @@ BUILD_KEY := $(B)/build-key
 $(shell mkdir -p $(B); [ "$$(cat $(BUILD_KEY) 2>/dev/null)" = "cuda=$(CUDA) arch=$(MEMRA_CUDA_ARCH)" ] || \
         echo "cuda=$(CUDA) arch=$(MEMRA_CUDA_ARCH)" > $(BUILD_KEY))
 
-.PHONY: all test test-gpu debug fuzz install clean unit-bins deps
+.PHONY: all test test-gpu test-cuda-host debug fuzz install clean unit-bins deps
 all: $(LIBA) $(PROGRAMS)
 
 deps: $(DEPS_STAMP)
@@ -135,6 +135,12 @@ test: all unit-bins
 # kernels against the CPU, golden ids, batch invariance, HF parity on CUDA.
 test-gpu: all unit-bins
 	@bash tests/gpu/run.sh
+
+# The CUDA code without a GPU: the weight decoders bit for bit against the
+# CPU's, and the kernels on a CPU emulation of the CUDA model (docs/GPU.md).
+test-cuda-host: all
+	@bash tests/gpu/host-decode-check.sh
+	@bash tests/gpu/emulate.sh --quick
 
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_LIB_SRC := lib/core/err.c lib/core/check.c lib/core/arena.c lib/core/mapfile.c \
