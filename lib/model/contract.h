@@ -177,6 +177,8 @@ void contract_add_globals(tensor_contract *k, const model_config *c, unsigned no
 void llama_contract(const model_config *c, tensor_contract *k);
 void qwen2_contract(const model_config *c, tensor_contract *k);
 void qwen3_contract(const model_config *c, tensor_contract *k);
+/* qwen3's per-layer attention tensors and pre-FFN norm, shared with qwen3_moe. */
+void qwen3_attention_contract(const model_config *c, tensor_contract *k, int l);
 void qwen3_moe_contract(const model_config *c, tensor_contract *k);
 void gemma3_contract(const model_config *c, tensor_contract *k);
 
