@@ -14,6 +14,7 @@
 #include "core/cli.h"
 #include "core/mapfile.h"
 #include "core/membw.h"
+#include "core/memstat.h"
 #include "engine/bench.h"
 #include "engine/engine.h"
 #if MEMRA_CUDA
@@ -23,22 +24,25 @@
 #include "tok/tokenizer.h"
 
 static const char usage[] =
-    "usage: memra-bench MODEL [-p 512] [-n 128] [-d 0,512] [-r 5] [-t N] [--kv f32|f16]\n"
-    "                         [--json] [--backend cpu] [options]\n"
+    "usage: memra-bench MODEL [-p 512] [-n 128] [-d 0,512] [-b 1,8,32,64] [-r 5] [-t N]\n"
+    "                         [--kv f32|f16] [--json] [--backend cpu|cuda] [options]\n"
     "       memra-bench MODEL --tokenizer [-f TEXT] [-r 5] [--json]\n"
     "\n"
     "Measures prefill (pp<P>: a P-token prompt from empty) and decode (tg<N>: N single-token\n"
-    "steps after the KV cache is filled to each depth D, untimed), with warm-up runs first\n"
-    "and the median of r repetitions with min and max. Each row gives tok/s, ms/token, the\n"
-    "GB/s of weights streamed, and the % of the machine's ceiling: for --backend cpu the host\n"
-    "memory read bandwidth, measured once and cached per host.\n"
+    "steps after the KV cache is filled to each depth D, untimed) and batched decode (B\n"
+    "sequences each prefilled with a P-token prompt, then N steps of one token each), with\n"
+    "warm-up runs first and the median of r repetitions with min and max. Each row gives\n"
+    "tok/s, ms/token, the GB/s of weights streamed, the % of the machine's ceiling (for\n"
+    "--backend cpu the host memory read bandwidth, measured once and cached per host; for\n"
+    "cuda the device's copy bandwidth) and the peak memory (host RSS; device memory in use).\n"
     "MODEL is a GGUF file, an HF checkpoint dir or hf:owner/repo[:file].\n"
     "\n"
     "  -p LIST             prompt lengths, e.g. 512 or 128,512 (default 512; 0: no prefill row)\n"
     "  -n LIST             decode steps per row (default 128; 0: no decode row)\n"
     "  -d LIST             KV depths for the decode rows (default 0,512; defaults that do not\n"
     "                      fit the context are skipped with a note, given ones are an error)\n"
-    "  -b LIST             decode batch sizes: only 1 is built yet\n"
+    "  -b LIST             batched decode rows, one per batch size: B sequences prefilled\n"
+    "                      with each -p prompt, then -n steps through engine_forward_batch\n"
     "  -r N                repetitions (default 5)    --warmup N  warm-up runs (default 1)\n"
     "  -t, --threads N     (default all cores; env MEMRA_THREADS)\n"
     "  -c, --ctx N         the context depth + n must fit (default the model's training context)\n"
@@ -80,7 +84,7 @@ typedef struct {
 
 typedef struct {
     const char *model, *text_file;
-    int_list pp, tg, depths;
+    int_list pp, tg, depths, batches;
     int reps, warmup, n_threads, n_batch, json, tokenizer, remeasure;
     int64_t ctx;
     kv_type kv;
@@ -160,17 +164,10 @@ static void parse_args(int argc, char **argv, bench_opts *o)
             parse_list(optarg, 0, INT32_MAX, "-d", &o->depths);
             o->model_flag = "-d";
             break;
-        case 'b': {
-            int_list b = {0};
-            parse_list(optarg, 1, 1 << 20, "-b", &b);
-            for (size_t i = 0; i < b.n; i++)
-                if (b.v[i] != 1)
-                    cli_usage("-b %" PRId64 ": batched decode is not built yet (the engine "
-                              "decodes one sequence per step; only -b 1)", b.v[i]);
-            free(b.v);
+        case 'b':
+            parse_list(optarg, 1, 65536, "-b", &o->batches);
             o->model_flag = "-b";
             break;
-        }
         case 'r': o->reps = (int)parse_int_or_usage(optarg, 1, 100000, "-r"); break;
         case O_WARMUP: o->warmup = (int)parse_int_or_usage(optarg, 0, 100000, "--warmup"); break;
         case 't':
@@ -244,6 +241,8 @@ static void parse_args(int argc, char **argv, bench_opts *o)
         any_tg |= o->tg.v[i] > 0;
     if (!o->tokenizer && !any_pp && !any_tg)
         cli_usage("-p 0 and -n 0: nothing to measure");
+    if (o->batches.n && !any_tg)
+        cli_usage("-b needs decode steps: -n 0 leaves the batched rows nothing to run");
     if (o->n_threads <= 0)
         o->n_threads = membw_online_cpus();
 }
@@ -282,10 +281,14 @@ static void print_json(json_t *j)
 
 typedef struct {
     char test[32];      /* "pp512", "tg128" */
-    int decode;
+    int decode;         /* a decode row (batch 1 or batched) */
+    int batched;        /* a -b row: B sequences through engine_forward_batch */
+    int batch;          /* sequences per step */
     int64_t n_prompt, n_gen, depth, tokens;
     bench_stats ms;     /* per repetition: the whole prompt, or all n_gen steps */
     double tok_s, tok_s_min, tok_s_max, ms_per_token, gb_s, pct;
+    double tok_s_per_seq, ms_per_step; /* batched rows */
+    uint64_t peak_mem;  /* bytes: the row's peak RSS (cpu) or device memory in use (cuda) */
 } bench_row;
 
 /* From the repetition times to the reported figures: every rate comes from
@@ -296,9 +299,13 @@ static void finish_row(bench_row *r, uint64_t bytes_per_token, double ceiling_gb
     r->tok_s_min = r->tokens * 1e3 / r->ms.max;
     r->tok_s_max = r->tokens * 1e3 / r->ms.min;
     r->ms_per_token = r->ms.median / r->tokens;
-    /* decode: the weights stream once per token; prefill: once per prompt
-     * as the floor (the CPU backend reads them once per n_batch chunk). */
-    r->gb_s = r->decode ? bytes_per_token * r->tok_s / 1e9
+    r->ms_per_step = r->decode ? r->ms.median / r->n_gen : r->ms.median;
+    r->tok_s_per_seq = r->decode ? r->n_gen * 1e3 / r->ms.median : r->tok_s;
+    /* decode: the weights stream once per step, whatever the batch (each
+     * weight is read once for all the step's rows: the floor); prefill:
+     * once per prompt as the floor (the CPU backend reads them once per
+     * n_batch chunk). */
+    r->gb_s = r->decode ? bytes_per_token * (r->n_gen * 1e3 / r->ms.median) / 1e9
                         : bytes_per_token / (r->ms.median / 1e3) / 1e9;
     r->pct = ceiling_gbs > 0 ? 100 * r->gb_s / ceiling_gbs : 0;
 }
@@ -307,26 +314,35 @@ static json_t *row_json(const bench_row *r)
 {
     json_t *j = json_object();
     json_object_set_new(j, "test", json_string(r->test));
-    json_object_set_new(j, "kind", json_string(r->decode ? "decode" : "prefill"));
+    json_object_set_new(j, "kind", json_string(r->batched  ? "batch"
+                                               : r->decode ? "decode"
+                                                           : "prefill"));
     json_object_set_new(j, "n_prompt", json_integer(r->n_prompt));
     json_object_set_new(j, "n_gen", json_integer(r->n_gen));
     json_object_set_new(j, "depth", json_integer(r->depth));
-    json_object_set_new(j, "batch", json_integer(1));
+    json_object_set_new(j, "batch", json_integer(r->batch));
     json_object_set_new(j, "tokens", json_integer(r->tokens));
     json_object_set_new(j, "tok_s", json_real(r->tok_s));
     json_object_set_new(j, "tok_s_min", json_real(r->tok_s_min));
     json_object_set_new(j, "tok_s_max", json_real(r->tok_s_max));
     json_object_set_new(j, "ms_per_token", json_real(r->ms_per_token));
+    if (r->decode) {
+        json_object_set_new(j, "tok_s_per_seq", json_real(r->tok_s_per_seq));
+        json_object_set_new(j, "ms_per_step", json_real(r->ms_per_step));
+    }
     json_object_set_new(j, "ms", json_pack("{s:f,s:f,s:f,s:f}", "median", r->ms.median, "min",
                                            r->ms.min, "max", r->ms.max, "mean", r->ms.mean));
     json_object_set_new(j, "gb_s", json_real(r->gb_s));
     json_object_set_new(j, "pct_ceiling", json_real(r->pct));
+    json_object_set_new(j, "peak_mem_bytes", json_integer((json_int_t)r->peak_mem));
     return j;
 }
 
 static void row_label(const bench_row *r, char *out, size_t n)
 {
-    if (r->decode)
+    if (r->batched)
+        snprintf(out, n, "%s b%d @ d%" PRId64, r->test, r->batch, r->depth);
+    else if (r->decode)
         snprintf(out, n, "%s @ d%" PRId64, r->test, r->depth);
     else
         snprintf(out, n, "%s", r->test);
@@ -344,9 +360,17 @@ static void fmt_num(double v, char *out, size_t n)
         snprintf(out, n, "%.3g", v);
 }
 
+static void fmt_mem(uint64_t b, char *out, size_t n)
+{
+    if (b >= 1000000000ull)
+        snprintf(out, n, "%.2f GB", b / 1e9);
+    else
+        snprintf(out, n, "%.1f MB", b / 1e6);
+}
+
 static void print_row(const bench_row *r)
 {
-    char label[64], toks[128], a[32], b[32], c[32], gbs[32], pct[32];
+    char label[64], toks[128], a[32], b[32], c[32], gbs[32], pct[32], mem[32];
     row_label(r, label, sizeof label);
     fmt_num(r->tok_s, a, sizeof a);
     fmt_num(r->tok_s_min, b, sizeof b);
@@ -354,8 +378,89 @@ static void print_row(const bench_row *r)
     snprintf(toks, sizeof toks, "%s [%s, %s]", a, b, c);
     fmt_num(r->gb_s, gbs, sizeof gbs);
     fmt_num(r->pct, pct, sizeof pct);
-    printf("| %-16s | %32s | %9.3f | %8s | %9s |\n", label, toks, r->ms_per_token, gbs, pct);
+    fmt_mem(r->peak_mem, mem, sizeof mem);
+    printf("| %-16s | %32s | %9.3f | %8s | %9s | %10s |\n", label, toks, r->ms_per_token, gbs,
+           pct, mem);
     fflush(stdout);
+}
+
+static void print_batch_header(void)
+{
+    printf("\n| %-20s | %34s | %13s | %9s | %8s | %9s | %10s |\n", "batched decode",
+           "aggregate tok/s median [min, max]", "tok/s per seq", "ms/step", "GB/s",
+           "% ceiling", "peak mem");
+    printf("|----------------------|------------------------------------|---------------|"
+           "-----------|----------|-----------|------------|\n");
+}
+
+static void print_batch_row(const bench_row *r)
+{
+    char label[64], toks[128], a[32], b[32], c[32], per[32], gbs[32], pct[32], mem[32];
+    row_label(r, label, sizeof label);
+    fmt_num(r->tok_s, a, sizeof a);
+    fmt_num(r->tok_s_min, b, sizeof b);
+    fmt_num(r->tok_s_max, c, sizeof c);
+    snprintf(toks, sizeof toks, "%s [%s, %s]", a, b, c);
+    fmt_num(r->tok_s_per_seq, per, sizeof per);
+    fmt_num(r->gb_s, gbs, sizeof gbs);
+    fmt_num(r->pct, pct, sizeof pct);
+    fmt_mem(r->peak_mem, mem, sizeof mem);
+    printf("| %-20s | %34s | %13s | %9.3f | %8s | %9s | %10s |\n", label, toks, per,
+           r->ms_per_step, gbs, pct, mem);
+    fflush(stdout);
+}
+
+/* Peak memory per row: on a backend with device memory, what the device
+ * has in use after the row (the CUDA backend's buffers only grow between
+ * steps, so that is the row's high-water mark); else the process's peak
+ * RSS, its mark reset before each row where the kernel allows. */
+typedef struct {
+    backend *bk;
+    int device;       /* the backend reports device memory */
+    int per_row;      /* host: the peak is reset before each row */
+    uint64_t total;   /* device: its memory */
+    uint64_t peak;    /* the run's */
+    char note[1200];  /* host: why the peak is the process's, when it is */
+} mem_probe;
+
+static void mem_probe_init(mem_probe *m, backend *bk)
+{
+    memset(m, 0, sizeof *m);
+    m->bk = bk;
+    memra_err err;
+    uint64_t used;
+    int rc = backend_mem_stats(bk, &used, &m->total, &err);
+    if (rc < 0)
+        cli_fail(&err);
+    m->device = rc == 0;
+    if (!m->device) {
+        m->per_row = memstat_reset_peak(&err) == 0;
+        if (!m->per_row)
+            snprintf(m->note, sizeof m->note, "the process's peak since it started (cannot "
+                     "reset it: %s)", err.msg);
+    }
+}
+
+static void mem_row_begin(mem_probe *m)
+{
+    memra_err err;
+    if (!m->device && m->per_row)
+        memstat_reset_peak(&err);
+}
+
+static uint64_t mem_row_end(mem_probe *m)
+{
+    memra_err err;
+    uint64_t a, b;
+    if (m->device) {
+        if (backend_mem_stats(m->bk, &a, &b, &err) != 0)
+            cli_fail(&err);
+    } else if (memstat_rss(&b, &a, &err) != 0) {
+        cli_fail(&err);
+    }
+    if (a > m->peak)
+        m->peak = a;
+    return a;
 }
 
 typedef struct {
@@ -516,10 +621,45 @@ static int run_model_bench(const bench_opts *o)
                 need = d + o->tg.v[i] > need ? d + o->tg.v[i] : need;
     }
 
+    /* Batched rows: each -p prompt (0: empty sequences) + each -n must fit;
+     * a default prompt length that does not is skipped, with a note. */
+    int64_t *bprompts = xmalloc(o->pp.n * sizeof *bprompts);
+    size_t n_bprompts = 0;
+    int max_b = 1;
+    for (size_t k = 0; k < o->batches.n; k++)
+        max_b = o->batches.v[k] > max_b ? (int)o->batches.v[k] : max_b;
+    for (size_t k = 0; o->batches.n && k < o->pp.n; k++) {
+        int64_t p = o->pp.v[k];
+        int fits = 1;
+        for (size_t i = 0; i < o->tg.n; i++) {
+            int64_t n = o->tg.v[i];
+            if (n == 0 || limit <= 0 || p + n <= limit)
+                continue;
+            if (o->pp.given)
+                cli_usage("-b: prompt %" PRId64 " + %" PRId64 " decode tokens = %" PRId64
+                          " does not fit the context of %" PRId64 " (%s)", p, n, p + n, limit,
+                          limit_what);
+            fits = 0;
+        }
+        if (!fits) {
+            fprintf(stderr, "memra-bench: note: default prompt length %" PRId64 " skipped for "
+                    "the batched rows: it does not fit the context of %" PRId64 " (%s) with the "
+                    "decode steps\n", p, limit, limit_what);
+            continue;
+        }
+        bprompts[n_bprompts++] = p;
+        for (size_t i = 0; i < o->tg.n; i++)
+            if (o->tg.v[i] > 0)
+                need = p + o->tg.v[i] > need ? p + o->tg.v[i] : need;
+    }
+    if (o->batches.n && n_bprompts == 0)
+        cli_usage("-b: no prompt length leaves room for the decode steps in the context of "
+                  "%" PRId64 " (%s); give -p", limit, limit_what);
+
     int any_tg = 0;
     for (size_t i = 0; i < o->tg.n; i++)
         any_tg |= o->tg.v[i] > 0;
-    if (n_pps == 0 && (n_depths == 0 || !any_tg))
+    if (n_pps == 0 && (n_depths == 0 || !any_tg) && n_bprompts == 0)
         cli_usage("nothing to measure: no row fits the context of %" PRId64 " (%s)", limit,
                   limit_what);
 
@@ -533,12 +673,19 @@ static int run_model_bench(const bench_opts *o)
     eo.n_ctx = need;
     eo.kv_type = o->kv;
     eo.n_batch = o->n_batch;
+    eo.n_seqs = max_b; /* the KV pool: max_b sequences of the longest row */
     engine *e;
     if (engine_load(&ck, &eo, &e, &err) != 0)
         cli_fail(&err);
-    engine_seq *s;
-    if (engine_seq_new(e, &s, &err) != 0)
-        cli_fail(&err);
+    engine_seq **seqs = xmalloc((size_t)max_b * sizeof *seqs);
+    for (int i = 0; i < max_b; i++)
+        if (engine_seq_new(e, &seqs[i], &err) != 0)
+            cli_fail(&err);
+    engine_seq *s = seqs[0];
+    mem_probe mem;
+    mem_probe_init(&mem, engine_model(e)->bk);
+    const char *mem_what = mem.device ? "device memory in use (cudaMemGetInfo: total - free)"
+                                      : "peak resident set of this process (VmHWM)";
     uint64_t bpt = engine_bytes_per_token(e);
     const char *main_dtype;
     uint64_t weight_bytes;
@@ -561,29 +708,40 @@ static int run_model_bench(const bench_opts *o)
                cfg->n_layers, cfg->dim, cfg->n_vocab);
         printf("streams   %s per decode token\n", hb);
         printf("backend   %s, %d threads, kv %s, prefill chunk %d, context %" PRId64
-               " allocated\n", backends[o->backend].name, o->n_threads, kv_name, n_batch,
-               engine_n_ctx(e));
+               " allocated x %d sequence%s\n", backends[o->backend].name, o->n_threads, kv_name,
+               n_batch, engine_n_ctx(e), max_b, max_b == 1 ? "" : "s");
         printf("ceiling   %.2f GB/s %s (%s); decode ceiling %.1f tok/s\n", ceil.gb_s,
                backends[o->backend].ceiling_what, ceil.detail, ceiling_tok_s);
         printf("cpu       %s (%d online CPUs)\n",
                json_string_value(json_object_get(host, "cpu")), membw_online_cpus());
         printf("timing    %d warm-up, median of %d [min, max]; GB/s: decode = bytes/token x "
-               "tok/s, prefill = weight bytes / prompt time\n\n", o->warmup, o->reps);
-        printf("| %-16s | %32s | %9s | %8s | %9s |\n", "test", "tok/s median [min, max]",
-               "ms/token", "GB/s", "% ceiling");
-        printf("|%.18s|%.34s|%.11s|%.10s|%.11s|\n", "------------------------------------",
+               "tok/s, prefill = weight bytes / prompt time\n", o->warmup, o->reps);
+        if (mem.device) {
+            char tb[32];
+            fmt_mem(mem.total, tb, sizeof tb);
+            printf("memory    %s, of %s\n\n", mem_what, tb);
+        } else {
+            printf("memory    %s%s%s\n\n", mem_what, mem.per_row ? ", reset before each row"
+                                                               : ": ", mem.note);
+        }
+        printf("| %-16s | %32s | %9s | %8s | %9s | %10s |\n", "test", "tok/s median [min, max]",
+               "ms/token", "GB/s", "% ceiling", "peak mem");
+        printf("|%.18s|%.34s|%.11s|%.10s|%.11s|%.12s|\n", "------------------------------------",
                "------------------------------------", "------------------------------------",
-               "------------------------------------", "------------------------------------");
+               "------------------------------------", "------------------------------------",
+               "------------------------------------");
         fflush(stdout);
     }
 
     json_t *rows = json_array();
     uint64_t seed = 1;
     for (size_t i = 0; i < n_pps; i++) {
-        bench_row r = {.n_prompt = pps[i], .tokens = pps[i]};
+        bench_row r = {.n_prompt = pps[i], .tokens = pps[i], .batch = 1};
         snprintf(r.test, sizeof r.test, "pp%" PRId64, r.n_prompt);
+        mem_row_begin(&mem);
         if (bench_prefill(e, s, (int)r.n_prompt, o->warmup, o->reps, seed, &r.ms, &err) != 0)
             cli_fail(&err);
+        r.peak_mem = mem_row_end(&mem);
         finish_row(&r, bpt, ceil.gb_s);
         json_array_append_new(rows, row_json(&r));
         if (!o->json)
@@ -594,15 +752,43 @@ static int run_model_bench(const bench_opts *o)
             continue;
         for (size_t k = 0; k < n_depths; k++) {
             bench_row r = {.decode = 1, .n_gen = o->tg.v[i], .depth = depths[k],
-                           .tokens = o->tg.v[i]};
+                           .tokens = o->tg.v[i], .batch = 1};
             snprintf(r.test, sizeof r.test, "tg%" PRId64, r.n_gen);
+            mem_row_begin(&mem);
             if (bench_decode(e, s, r.depth, (int)r.n_gen, o->warmup, o->reps, seed, &r.ms,
                              &err) != 0)
                 cli_fail(&err);
+            r.peak_mem = mem_row_end(&mem);
             finish_row(&r, bpt, ceil.gb_s);
             json_array_append_new(rows, row_json(&r));
             if (!o->json)
                 print_row(&r);
+        }
+    }
+    int batch_header = 0;
+    for (size_t i = 0; i < o->tg.n; i++) {
+        if (o->tg.v[i] == 0)
+            continue;
+        for (size_t k = 0; k < n_bprompts; k++) {
+            for (size_t j = 0; j < o->batches.n; j++) {
+                int b = (int)o->batches.v[j];
+                bench_row r = {.decode = 1, .batched = 1, .batch = b, .n_gen = o->tg.v[i],
+                               .n_prompt = bprompts[k], .depth = bprompts[k],
+                               .tokens = o->tg.v[i] * b};
+                snprintf(r.test, sizeof r.test, "tg%" PRId64, r.n_gen);
+                mem_row_begin(&mem);
+                if (bench_decode_batch(e, seqs, b, r.n_prompt, (int)r.n_gen, o->warmup, o->reps,
+                                       seed, &r.ms, &err) != 0)
+                    cli_fail(&err);
+                r.peak_mem = mem_row_end(&mem);
+                finish_row(&r, bpt, ceil.gb_s);
+                json_array_append_new(rows, row_json(&r));
+                if (!o->json) {
+                    if (!batch_header++)
+                        print_batch_header();
+                    print_batch_row(&r);
+                }
+            }
         }
     }
 
@@ -631,6 +817,16 @@ static int run_model_bench(const bench_opts *o)
         json_object_set_new(j, "kv_type", json_string(kv_name));
         json_object_set_new(j, "n_batch", json_integer(n_batch));
         json_object_set_new(j, "n_ctx", json_integer(engine_n_ctx(e)));
+        json_object_set_new(j, "n_seqs", json_integer(max_b));
+        json_t *mj = json_object();
+        json_object_set_new(mj, "what", json_string(mem.device ? "device" : "host_rss"));
+        json_object_set_new(mj, "source", json_string(mem.device ? "cudaMemGetInfo" : "VmHWM"));
+        json_object_set_new(mj, "peak_bytes", json_integer((json_int_t)mem.peak));
+        if (mem.device)
+            json_object_set_new(mj, "device_total_bytes", json_integer((json_int_t)mem.total));
+        else
+            json_object_set_new(mj, "per_row", json_boolean(mem.per_row));
+        json_object_set_new(j, "memory", mj);
         json_t *cj = json_object();
         json_object_set_new(cj, "gb_s", json_real(ceil.gb_s));
         json_object_set_new(cj, "what", json_string(backends[o->backend].ceiling_what));
@@ -657,7 +853,10 @@ static int run_model_bench(const bench_opts *o)
     json_decref(host);
     free(depths);
     free(pps);
-    engine_seq_free(s);
+    free(bprompts);
+    for (int i = 0; i < max_b; i++)
+        engine_seq_free(seqs[i]);
+    free(seqs);
     engine_free(e);
     checkpoint_close(&ck);
     return 0;
@@ -787,5 +986,6 @@ int main(int argc, char **argv)
     free(o.pp.v);
     free(o.tg.v);
     free(o.depths.v);
+    free(o.batches.v);
     return rc;
 }

@@ -1,6 +1,6 @@
 # Two `memra-bench --json` runs side by side, as a Markdown table with the
 # ratio B/A of each row's throughput (tok/s for model runs, MB/s for
-# tokenizer runs). Rows are matched by test and depth; a row only one run
+# tokenizer runs). Rows are matched by test, depth and batch; a row only one run
 # has shows "-".
 #
 #   jq -s -r -f scripts/bench-compare.jq A.json B.json
@@ -15,7 +15,9 @@ def rows:
   if .mode == "tokenizer" then
     [{key: "tokenize \(.text.bytes) B", value: .mb_s, pct: null}]
   else
-    [.rows[] | {key: (if .kind == "decode" then "\(.test) @ d\(.depth)" else .test end),
+    [.rows[] | {key: (if .kind == "decode" then "\(.test) @ d\(.depth)"
+                      elif .kind == "batch" then "\(.test) b\(.batch) @ d\(.depth)"
+                      else .test end),
                 value: .tok_s, pct: .pct_ceiling}]
   end;
 

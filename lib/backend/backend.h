@@ -138,6 +138,11 @@ typedef struct {
      * does, so call this after reading a step's results. A failed backend
      * stays failed. */
     int (*status)(backend *b, memra_err *err);
+    /* Optional (NULL: the backend keeps nothing in memory of its own; the
+     * host's figures are the process's). The device memory in use, as the
+     * device reports it (every context on it, the driver's own included),
+     * and the device's total, in bytes. For memra-bench's peak memory. */
+    int (*mem_stats)(backend *b, uint64_t *used, uint64_t *total, memra_err *err);
 } backend_ops;
 
 struct backend {
@@ -172,6 +177,13 @@ static inline void backend_destroy(backend *b)
 static inline int backend_status(backend *b, memra_err *err)
 {
     return b->ops->status ? b->ops->status(b, err) : 0;
+}
+
+/* The backend's device memory (see backend_ops.mem_stats); 1 when the
+ * backend has none to report (the CPU: use the process's RSS instead). */
+static inline int backend_mem_stats(backend *b, uint64_t *used, uint64_t *total, memra_err *err)
+{
+    return b->ops->mem_stats ? b->ops->mem_stats(b, used, total, err) : 1;
 }
 
 #endif

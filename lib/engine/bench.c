@@ -152,6 +152,62 @@ int bench_decode(engine *e, engine_seq *s, int64_t depth, int n_gen, int warmup,
     return rc;
 }
 
+typedef struct {
+    engine *e;
+    engine_seq *const *seqs;
+    int b, n_gen;
+    int64_t n_prompt;
+    int32_t *steps;  /* [n_gen][b]: step i's token for each sequence */
+    float *logits;   /* [b][vocab] */
+} batch_run;
+
+static int decode_batch_rep(void *ctx, double *ms, memra_err *err)
+{
+    batch_run *r = ctx;
+    for (int i = 0; i < r->b; i++)
+        engine_seq_truncate(r->seqs[i], r->n_prompt);
+    double t0 = bench_now_ms();
+    for (int i = 0; i < r->n_gen; i++)
+        if (engine_forward_batch(r->e, r->seqs, r->steps + (size_t)i * (size_t)r->b, r->b,
+                                 r->logits, err) != 0)
+            return -1;
+    *ms = bench_now_ms() - t0;
+    return 0;
+}
+
+int bench_decode_batch(engine *e, engine_seq *const *seqs, int b, int64_t n_prompt, int n_gen,
+                       int warmup, int reps, uint64_t seed, bench_stats *out, memra_err *err)
+{
+    if (b < 1 || n_gen < 1 || n_prompt < 0)
+        return memra_fail(err, "bench: batched decode of %d sequences x %d tokens after %lld",
+                          b, n_gen, (long long)n_prompt);
+    batch_run r = {
+        .e = e, .seqs = seqs, .b = b, .n_gen = n_gen, .n_prompt = n_prompt,
+        .steps = random_tokens(e, (int64_t)n_gen * b, seed),
+        .logits = xmalloc((size_t)b * (size_t)engine_config(e)->n_vocab * sizeof(float)),
+    };
+    int rc = 0;
+    for (int i = 0; i < b && rc == 0; i++) {
+        engine_seq_reset(seqs[i]);
+        if (n_prompt == 0)
+            continue;
+        int32_t *prompt = random_tokens(e, n_prompt, seed + 1 + (uint64_t)i);
+        for (int64_t done = 0; done < n_prompt && rc == 0;) {
+            int step = n_prompt - done > (1 << 20) ? 1 << 20 : (int)(n_prompt - done);
+            rc = engine_forward(e, seqs[i], prompt + done, step, NULL, 0, err);
+            done += step;
+        }
+        free(prompt);
+    }
+    if (rc == 0)
+        rc = bench_repeat(decode_batch_rep, &r, warmup, reps, out, err);
+    for (int i = 0; i < b; i++)
+        engine_seq_reset(seqs[i]);
+    free(r.steps);
+    free(r.logits);
+    return rc;
+}
+
 /* ---- tokenizer ---- */
 
 typedef struct {

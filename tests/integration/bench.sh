@@ -19,6 +19,8 @@ check "ms/token = 1000 / tok/s, and = median ms / tokens" \
   jq -e 'def near(a; b): ((a - b) | fabs) <= 1e-6 * (b | fabs) + 1e-9; .rows | all(near(.ms_per_token; 1000 / .tok_s) and near(.ms_per_token; .ms.median / .tokens))' "$T/a.json"
 check "decode GB/s = bytes/token x tok/s / 1e9; prefill GB/s = weight bytes / prompt time" \
   jq -e 'def near(a; b): ((a - b) | fabs) <= 1e-6 * (b | fabs) + 1e-12; .model.bytes_per_token as $b | .rows | all(if .kind == "decode" then near(.gb_s; $b * .tok_s / 1e9) else near(.gb_s; $b / (.ms.median / 1000) / 1e9) end)' "$T/a.json"
+check "peak memory: host RSS per row, the run's peak the largest" \
+  jq -e '.memory.what == "host_rss" and .memory.source == "VmHWM" and .memory.peak_bytes > 1000000 and (.rows | all(.peak_mem_bytes > 1000000)) and .memory.peak_bytes == ([.rows[].peak_mem_bytes] | max)' "$T/a.json"
 check "% of ceiling = GB/s / the given 10 GB/s" \
   jq -e 'def near(a; b): ((a - b) | fabs) <= 1e-6 * (b | fabs) + 1e-12; .ceiling.gb_s == 10 and .ceiling.source == "given" and (.rows | all(near(.pct_ceiling; 100 * .gb_s / 10)))' "$T/a.json"
 check "bytes/token is the census figure" \
@@ -31,6 +33,18 @@ check "nothing but the JSON on stdout, nothing on stderr with a given ceiling" \
 memra-bench "$TINY" -p 16 -n 4 -d 0,64 -r 1 -t 2 --kv f16 --n-batch 8 --bandwidth 10 --json >"$T/t.json"
 check "memra-tiny: qwen3 BF16, kv f16, 2 threads, prefill chunk 8, three rows" \
   jq -e '.model.family == "qwen3" and .model.dtype == "BF16" and .kv_type == "f16" and .threads == 2 and .n_batch == 8 and (.rows | length == 3 and all(.tok_s > 0))' "$T/t.json"
+
+# Batched decode rows.
+memra-bench "$TINY" -p 16 -n 6 -d 0 -b 1,3,5 -r 2 -t 2 --bandwidth 10 --json >"$T/bt.json" 2>"$T/bt.err"
+check "-b 1,3,5: one batch row per size after the pp and tg rows, at depth = the prompt" \
+  jq -e '[.rows[] | [.test, .kind, .batch, .depth, .n_prompt, .tokens]] == [["pp16","prefill",1,0,16,16],["tg6","decode",1,0,0,6],["tg6","batch",1,16,16,6],["tg6","batch",3,16,16,18],["tg6","batch",5,16,16,30]] and .n_seqs == 5' "$T/bt.json"
+check "batch rows: aggregate = per-sequence x B, ms/step = median / n, ms/token = 1000 / aggregate" \
+  jq -e 'def near(a; b): ((a - b) | fabs) <= 1e-6 * (b | fabs) + 1e-9; [.rows[] | select(.kind == "batch")] | all(near(.tok_s; .tok_s_per_seq * .batch) and near(.ms_per_step; .ms.median / .n_gen) and near(.ms_per_token; 1000 / .tok_s) and .tok_s_min <= .tok_s and .tok_s <= .tok_s_max and .peak_mem_bytes > 0)' "$T/bt.json"
+check "batch rows: the weights stream once per step (GB/s = bytes/token x steps/s)" \
+  jq -e 'def near(a; b): ((a - b) | fabs) <= 1e-6 * (b | fabs) + 1e-12; .model.bytes_per_token as $b | [.rows[] | select(.kind == "batch")] | all(near(.gb_s; $b * .tok_s_per_seq / 1e9) and near(.pct_ceiling; 100 * .gb_s / 10))' "$T/bt.json"
+memra-bench "$STORIES" -p 8 -n 4 -d 0 -b 2,4 -r 1 --bandwidth 10 >"$T/bt.txt"
+check "the table has a batched-decode section" \
+  bash -c "grep -Eq '^\\| batched decode +\\| +aggregate tok/s' '$T/bt.txt' && grep -Eq '^\\| tg4 b2 @ d8 ' '$T/bt.txt' && grep -Eq '^\\| tg4 b4 @ d8 ' '$T/bt.txt' && grep -Eq '^memory +peak resident set' '$T/bt.txt'"
 
 memra-bench "$TINY" -p 16 -n 4 -r 1 -t 2 --bandwidth 10 --json >"$T/d.json" 2>"$T/d.err"
 check "a default depth that does not fit (512 + 4 > 512) is skipped with a note" \
@@ -79,7 +93,9 @@ expect_error "bench-compare refuses a model run against a tokenizer run" 5 "one 
   jq -s -r -f scripts/bench-compare.jq "$T/a.json" "$T/tok.json"
 
 # Bad input: one line each; exit 2 for usage, 1 for a bad model.
-expect_error "batched decode is not built yet" 2 "-b 8: batched decode is not built yet" memra-bench "$STORIES" -b 1,8
+expect_error "-b 0" 2 "-b: 0 is out of range" memra-bench "$STORIES" -b 0,8
+expect_error "-b with -n 0" 2 "-b needs decode steps" memra-bench "$STORIES" -b 8 -n 0
+expect_error "-b: prompt + n beyond the context" 2 "-b: prompt 500 \\+ 64 decode tokens = 564 does not fit the context of 512" memra-bench "$TINY" -b 2 -p 500 -n 64 -d 0
 expect_error "cuda backend without a device: one line" 1 "CUDA device 0: not present" memra-bench "$STORIES" --backend cuda -p 4 -n 2 -r 1
 expect_error "unknown backend" 2 "--backend: 'tpu' is not cpu or cuda" memra-bench "$STORIES" --backend tpu
 expect_error "depth + n beyond the context names the numbers" 2 "depth 500 \\+ 128 decode tokens = 628 does not fit the context of 512" memra-bench "$TINY" -d 0,500 -n 128

@@ -221,6 +221,7 @@ static void cuda_destroy(backend *b)
     free(b);
 }
 
+static int cuda_mem_stats(backend *b, uint64_t *used, uint64_t *total, memra_err *err);
 static const backend_ops cuda_ops = {
     .destroy = cuda_destroy,
     .weight_prepare = cuda_weight_prepare,
@@ -239,6 +240,7 @@ static const backend_ops cuda_ops = {
     .softcap = cuda_op_softcap,
     .kv_prepare = cuda_kv_prepare,
     .status = cuda_status,
+    .mem_stats = cuda_mem_stats,
 };
 
 backend *backend_cuda_create(int device, memra_err *err)
@@ -269,4 +271,19 @@ backend *backend_cuda_create(int device, memra_err *err)
         return NULL;
     }
     return b;
+}
+
+/* Device memory in use for memra-bench's peak column: cudaMemGetInfo's
+ * view of the whole device (this context, the driver, other processes). */
+static int cuda_mem_stats(backend *b, uint64_t *used, uint64_t *total, memra_err *err)
+{
+    cuda_backend *cb = b->impl;
+    size_t free_b = 0, total_b = 0;
+    cudaError_t rc = cudaMemGetInfo(&free_b, &total_b);
+    if (rc != cudaSuccess)
+        return memra_fail(err, "CUDA device %d: cudaMemGetInfo failed: %s", cb->info.index,
+                          cudaGetErrorString(rc));
+    *used = (uint64_t)(total_b - free_b);
+    *total = (uint64_t)total_b;
+    return 0;
 }
