@@ -126,6 +126,12 @@ static enum MHD_Result poll_blocking(conn_ctx *c)
     serve_req_view v;
     if (serve_req_poll(c->job.req, &c->text, &v, park_conn, c->conn))
         return MHD_YES; /* suspended until the engine ends it */
+    if (v.cancelled && v.finish == SERVE_FINISH_NONE) {
+        /* the engine saw the client hang up: nobody is left to answer */
+        c->status = 499;
+        serve_metrics_request(c->srv->metrics, c->endpoint, 499);
+        return MHD_NO;
+    }
     if (v.finish == SERVE_FINISH_ERROR) {
         serve_error e;
         serve_fail(&e, 500, "server_error", NULL, NULL, "%s", v.error);
@@ -150,6 +156,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             sb_clear(&st->text);
             if (serve_req_poll(st->job.req, &st->text, &v, park_conn, st->conn))
                 return 0; /* suspended: the engine resumes us */
+            if (v.cancelled && v.finish == SERVE_FINISH_NONE)
+                return MHD_CONTENT_READER_END_WITH_ERROR; /* the client hung up */
             if (st->text.len)
                 serve_openai_sse_text(&st->job, &st->out, st->text.data, st->text.len);
             else if (v.keepalive)
@@ -191,6 +199,9 @@ static enum MHD_Result generate(conn_ctx *c, serve_kind kind, const json_t *body
     if (rc == 0) {
         job.req->wake = wake_conn;
         job.req->wake_ctx = c->conn;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        job.req->watch_fd = ci ? ci->connect_fd : -1;
         rc = serve_model_submit(job.model, job.req);
         if (rc == -1)
             serve_fail(&e, 429, "rate_limit_error", "rate_limit_exceeded", NULL,

@@ -185,7 +185,7 @@ static int slot_sample(serve_model *m, serve_slot *s, double now, int32_t *next)
     serve_finish fin = SERVE_FINISH_NONE;
     int stop_index = -1, st = 0;
     sb_clear(&s->piece);
-    if (tok_is_stop(m->tok, id)) {
+    if (tok_is_stop(m->tok, id) && !r->ignore_eos) {
         fin = SERVE_FINISH_STOP;
     } else {
         st = detok_feed(s->dt, id, &s->piece, &stop_index, &err);
@@ -222,7 +222,7 @@ static void tick(serve_model *m)
     /* 1. clients that went away */
     for (int i = 0; i < m->max_sessions; i++) {
         serve_slot *s = &m->slots[i];
-        if (s->req && serve_req_cancelled(s->req)) {
+        if (s->req && serve_req_check_client(s->req)) {
             pthread_mutex_lock(&m->mu);
             m->n_cancelled++;
             pthread_mutex_unlock(&m->mu);
@@ -282,11 +282,26 @@ static void tick(serve_model *m)
     now = serve_now();
     pthread_mutex_lock(&m->mu);
     m->kv_used = used;
-    for (serve_req *r = m->q_head; r; r = r->next)
+    /* queued clients that hung up leave the queue now, not at admission */
+    for (serve_req **pp = &m->q_head, *prev = NULL; *pp;) {
+        serve_req *r = *pp;
+        if (serve_req_check_client(r)) {
+            *pp = r->next;
+            if (m->q_tail == r)
+                m->q_tail = prev;
+            m->n_waiting--;
+            m->n_cancelled++;
+            r->next = NULL;
+            serve_req_unref(r);
+            continue;
+        }
         if (r->stream && now - r->t_ping >= KEEPALIVE_S) {
             r->t_ping = now;
             serve_req_ping(r);
         }
+        prev = r;
+        pp = &r->next;
+    }
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -320,7 +335,7 @@ static void *engine_main(void *arg)
         for (int k = 0, i = 0; k < n_admit; k++) {
             while (m->slots[i].req)
                 i++;
-            if (serve_req_cancelled(admit[k])) {
+            if (serve_req_check_client(admit[k])) {
                 pthread_mutex_lock(&m->mu);
                 m->n_running--;
                 m->n_cancelled++;

@@ -15,7 +15,7 @@
 static const char *const chat_fields[] = {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
     "min_p", "seed", "stop", "presence_penalty", "frequency_penalty", "repetition_penalty",
-    "logit_bias", "n", "user", "chat_template_kwargs", "stream", "stream_options",
+    "logit_bias", "n", "user", "chat_template_kwargs", "stream", "stream_options", "ignore_eos",
     /* accepted only with the values that ask for nothing more */
     "logprobs", "top_logprobs", "response_format", "tools", "tool_choice", NULL,
 };
@@ -23,7 +23,7 @@ static const char *const chat_fields[] = {
 static const char *const completion_fields[] = {
     "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "n", "user",
-    "stream", "stream_options",
+    "stream", "stream_options", "ignore_eos",
     "logprobs", "echo", "best_of", "suffix", NULL,
 };
 
@@ -282,6 +282,8 @@ int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body, s
     snprintf(job->model_name, sizeof job->model_name, "%s", serve_model_alias(m));
     serve_req *r = job->req = serve_req_new();
     r->stream = job->stream;
+    if (serve_field_bool(body, "ignore_eos", &r->ignore_eos, e) != 0)
+        return -1;
     int64_t max_tokens = -1, max_completion = -1;
     if (serve_field_int(body, "max_tokens", 1, INT32_MAX, &max_tokens, e) != 0)
         return -1;

@@ -1,5 +1,6 @@
 #include "serve/serve_req.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@ serve_req *serve_req_new(void)
     sb_init(&r->text);
     r->sampling = sampler_params_default();
     r->refs = 1;
+    r->watch_fd = -1;
     r->t_arrival = serve_now();
     return r;
 }
@@ -115,6 +117,28 @@ int serve_req_cancelled(serve_req *r)
     return c;
 }
 
+int serve_req_check_client(serve_req *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int gone = r->cancelled, wake = 0;
+    /* Parked means suspended: nothing closes the socket until the wake, so
+     * the fd is still this client's. POLLRDHUP is the peer's FIN (a full
+     * close, or a half-close: either way it is not reading a reply it
+     * has stopped waiting for); data it pipelined meanwhile is no
+     * hang-up. */
+    if (!gone && r->parked && r->watch_fd >= 0) {
+        struct pollfd p = {.fd = r->watch_fd, .events = POLLRDHUP};
+        if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+            r->cancelled = gone = 1;
+            wake = take_parked(r);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (wake)
+        r->wake(r->wake_ctx);
+    return gone;
+}
+
 int serve_req_poll(serve_req *r, strbuf *out, serve_req_view *v, void (*park)(void *),
                    void *park_ctx)
 {
@@ -127,10 +151,11 @@ int serve_req_poll(serve_req *r, strbuf *out, serve_req_view *v, void (*park)(vo
     v->finish = r->finish;
     v->n_generated = r->n_generated;
     v->keepalive = r->keepalive;
+    v->cancelled = r->cancelled;
     r->keepalive = 0;
     memcpy(v->error, r->error, sizeof v->error);
     int parked = 0;
-    if (r->finish == SERVE_FINISH_NONE && (!fresh || !r->stream) && park) {
+    if (r->finish == SERVE_FINISH_NONE && !r->cancelled && (!fresh || !r->stream) && park) {
         r->parked = 1;
         park(park_ctx);
         parked = 1;

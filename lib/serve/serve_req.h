@@ -44,6 +44,8 @@ typedef struct serve_req {
     char **stop;              /* owned stop strings */
     size_t n_stop;
     int stream;               /* the engine sends keep-alives only to streams */
+    int ignore_eos;           /* end-of-generation ids do not end it (vLLM's ignore_eos) */
+    int watch_fd;             /* the client's socket, polled while parked; -1: none */
     double t_arrival;         /* serve_now() when it arrived */
     serve_wake_fn wake;
     void *wake_ctx;
@@ -69,6 +71,7 @@ typedef struct {
     serve_finish finish;
     size_t n_generated;
     int keepalive;
+    int cancelled;  /* the client is gone: send nothing more, close */
     char error[512];
 } serve_req_view;
 
@@ -86,11 +89,19 @@ void serve_req_emit(serve_req *r, const char *text, size_t len, size_t n_generat
 void serve_req_end(serve_req *r, serve_finish f, size_t n_generated, const char *error);
 void serve_req_ping(serve_req *r);
 int serve_req_cancelled(serve_req *r);
+/* Whether the client is gone: cancelled, or, while the HTTP side is
+ * parked, its socket (watch_fd) hung up. A parked request's connection is
+ * suspended, and libmicrohttpd does not watch suspended sockets, so
+ * without this a blocking request whose client went away would run to its
+ * end. On a hang-up the request is cancelled and woken, so the HTTP side
+ * closes the connection. Engine side, between ticks. */
+int serve_req_check_client(serve_req *r);
 
 /* HTTP side: move the pending text to the end of `out` and fill `v`. When
  * the request is not over and there is nothing new (a stream) or it is not
  * over at all (a blocking request, woken only at the end), park(park_ctx)
- * runs under the mutex and the call returns 1 (wait for the wake); else 0. */
+ * runs under the mutex and the call returns 1 (wait for the wake); else 0.
+ * A cancelled request never parks (v->cancelled says so). */
 int serve_req_poll(serve_req *r, strbuf *out, serve_req_view *v, void (*park)(void *),
                    void *park_ctx);
 void serve_req_cancel(serve_req *r);

@@ -17,16 +17,17 @@ static json_t *model_json(serve_model *m)
     static const char *const params[] = {
         "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
         "stop", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
-        "stream", "stream_options", "chat_template_kwargs", NULL,
+        "stream", "stream_options", "chat_template_kwargs", "ignore_eos", NULL,
     };
     json_t *sp = json_array();
     for (const char *const *p = params; *p; p++)
         json_array_append_new(sp, json_string(*p));
     const char *why;
-    return json_pack("{s:s,s:s,s:i,s:s,s:I,s:b,s:o}", "id", serve_model_alias(m), "object",
+    return json_pack("{s:s,s:s,s:i,s:s,s:I,s:I,s:b,s:o}", "id", serve_model_alias(m), "object",
                      "model", "created", 0, "owned_by", "memra", "context_length",
-                     (json_int_t)serve_model_n_ctx(m), "chat", serve_model_template(m, &why) != NULL,
-                     "supported_parameters", sp);
+                     (json_int_t)serve_model_n_ctx(m), "vocab_size",
+                     (json_int_t)serve_model_n_vocab(m), "chat",
+                     serve_model_template(m, &why) != NULL, "supported_parameters", sp);
 }
 
 json_t *serve_route_models(serve_server *s, const char *one, int *status)
