@@ -17,6 +17,7 @@
 #include "core/memstat.h"
 #include "engine/bench.h"
 #include "engine/engine.h"
+#include "serve/loadgen.h"
 #if MEMRA_CUDA
 #include "backend/cuda/cuda_device.h"
 #endif
@@ -27,6 +28,8 @@ static const char usage[] =
     "usage: memra-bench MODEL [-p 512] [-n 128] [-d 0,512] [-b 1,8,32,64] [-r 5] [-t N]\n"
     "                         [--kv f32|f16] [--json] [--backend cpu|cuda] [options]\n"
     "       memra-bench MODEL --tokenizer [-f TEXT] [-r 5] [--json]\n"
+    "       memra-bench --server URL [-c 1,8,32,64] [-p 512] [-n 128] [-r 5] [--model ALIAS]\n"
+    "                         [--api-key KEY] [--json]\n"
     "\n"
     "Measures prefill (pp<P>: a P-token prompt from empty) and decode (tg<N>: N single-token\n"
     "steps after the KV cache is filled to each depth D, untimed) and batched decode (B\n"
@@ -55,6 +58,17 @@ static const char usage[] =
     "                      MODEL may be a vocab-only GGUF or a dir holding just tokenizer.json\n"
     "  -f FILE             with --tokenizer: the text (default: a built-in ~1 MB mixed text)\n"
     "  --json              one JSON object (for scripts/bench-compare.jq)\n"
+    "\n"
+    "With --server URL, a load client against an OpenAI-compatible server (memra-serve):\n"
+    "streamed /v1/completions requests of -p token ids (fresh per request) and -n tokens\n"
+    "(ignore_eos), c at a time, each of the c streams sending -r requests back to back;\n"
+    "per level: requests/s, aggregate tok/s, TTFT and inter-token latency p50/p99, errors;\n"
+    "one warm-up request first, then the cold TTFT (one request alone).\n"
+    "  -c LIST             concurrency levels (default 1,8,32,64)\n"
+    "  --model ALIAS       the served model (default the first of GET /v1/models)\n"
+    "  --api-key KEY       sent as a Bearer token (env MEMRA_API_KEY)\n"
+    "  --vocab N           draw prompt ids below N (when /v1/models gives no vocab_size)\n"
+    "  --timeout S         per request (default 600)\n"
     "  -h, --help          this text\n"
     "\n"
     "GB = 1e9 bytes, MB = 1e6 bytes. The bandwidth cache is $MEMRA_CACHE/bandwidth-<host>.json\n"
@@ -92,6 +106,13 @@ typedef struct {
     double bandwidth; /* > 0: given */
     /* flags that only the model bench takes, for a clear error with --tokenizer */
     const char *model_flag;
+    /* --server: the load client */
+    const char *server, *server_model, *api_key, *c_arg;
+    int_list conc;
+    double timeout_s;
+    int64_t vocab;
+    const char *local_flag;  /* a flag of the model or tokenizer bench */
+    const char *server_flag; /* a flag of --server only */
 } bench_opts;
 
 static int64_t parse_int_or_usage(const char *s, int64_t lo, int64_t hi, const char *what)
@@ -139,7 +160,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
         o->n_threads = (int)parse_int_or_usage(env, 1, 4096, "MEMRA_THREADS");
     enum {
         O_KV = 1000, O_JSON, O_BACKEND, O_BANDWIDTH, O_REMEASURE, O_TOKENIZER, O_WARMUP,
-        O_NBATCH,
+        O_NBATCH, O_SERVER, O_MODEL, O_APIKEY, O_TIMEOUT, O_VOCAB,
     };
     static const struct option longs[] = {
         {"threads", required_argument, NULL, 't'},   {"ctx", required_argument, NULL, 'c'},
@@ -151,6 +172,11 @@ static void parse_args(int argc, char **argv, bench_opts *o)
         {"warmup", required_argument, NULL, O_WARMUP},
         {"n-batch", required_argument, NULL, O_NBATCH},
         {"file", required_argument, NULL, 'f'},      {"help", no_argument, NULL, 'h'},
+        {"server", required_argument, NULL, O_SERVER},
+        {"model", required_argument, NULL, O_MODEL},
+        {"api-key", required_argument, NULL, O_APIKEY},
+        {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"vocab", required_argument, NULL, O_VOCAB},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -162,25 +188,22 @@ static void parse_args(int argc, char **argv, bench_opts *o)
         case 'n': parse_list(optarg, 0, INT32_MAX, "-n", &o->tg); o->model_flag = "-n"; break;
         case 'd':
             parse_list(optarg, 0, INT32_MAX, "-d", &o->depths);
-            o->model_flag = "-d";
+            o->model_flag = o->local_flag = "-d";
             break;
         case 'b':
             parse_list(optarg, 1, 65536, "-b", &o->batches);
-            o->model_flag = "-b";
+            o->model_flag = o->local_flag = "-b";
             break;
         case 'r': o->reps = (int)parse_int_or_usage(optarg, 1, 100000, "-r"); break;
         case O_WARMUP: o->warmup = (int)parse_int_or_usage(optarg, 0, 100000, "--warmup"); break;
         case 't':
             o->n_threads = (int)parse_int_or_usage(optarg, 1, 4096, "--threads");
-            o->model_flag = "--threads";
+            o->model_flag = o->local_flag = "--threads";
             break;
-        case 'c':
-            o->ctx = parse_int_or_usage(optarg, 1, INT32_MAX, "--ctx");
-            o->model_flag = "--ctx";
-            break;
+        case 'c': o->c_arg = optarg; break; /* --ctx, or with --server the concurrencies */
         case O_NBATCH:
             o->n_batch = (int)parse_int_or_usage(optarg, 1, 1 << 16, "--n-batch");
-            o->model_flag = "--n-batch";
+            o->model_flag = o->local_flag = "--n-batch";
             break;
         case O_KV:
             if (!strcmp(optarg, "f32"))
@@ -189,7 +212,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
                 o->kv = KV_F16;
             else
                 cli_usage("--kv: '%s' is not f32 or f16", optarg);
-            o->model_flag = "--kv";
+            o->model_flag = o->local_flag = "--kv";
             break;
         case O_BACKEND: {
             int found = -1;
@@ -201,21 +224,68 @@ static void parse_args(int argc, char **argv, bench_opts *o)
             if (!backends[found].built)
                 cli_usage("--backend %s: this build has no CUDA (build with CUDA=1)", optarg);
             o->backend = (bench_backend)found;
+            o->local_flag = "--backend";
             break;
         }
         case O_BANDWIDTH:
             if (cli_parse_f64(optarg, 1e-3, 1e6, &o->bandwidth, "--bandwidth", &err) != 0)
                 cli_usage("%s", err.msg);
-            o->model_flag = "--bandwidth";
+            o->model_flag = o->local_flag = "--bandwidth";
             break;
-        case O_REMEASURE: o->remeasure = 1; o->model_flag = "--remeasure"; break;
-        case O_TOKENIZER: o->tokenizer = 1; break;
-        case 'f': o->text_file = optarg; break;
+        case O_REMEASURE:
+            o->remeasure = 1;
+            o->model_flag = o->local_flag = "--remeasure";
+            break;
+        case O_TOKENIZER: o->tokenizer = 1; o->local_flag = "--tokenizer"; break;
+        case 'f': o->text_file = optarg; o->local_flag = "-f"; break;
+        case O_SERVER: o->server = optarg; break;
+        case O_MODEL: o->server_model = optarg; o->server_flag = "--model"; break;
+        case O_APIKEY: o->api_key = optarg; o->server_flag = "--api-key"; break;
+        case O_TIMEOUT:
+            if (cli_parse_f64(optarg, 0.001, 86400, &o->timeout_s, "--timeout", &err) != 0)
+                cli_usage("%s", err.msg);
+            o->server_flag = "--timeout";
+            break;
+        case O_VOCAB:
+            o->vocab = parse_int_or_usage(optarg, 1, INT32_MAX, "--vocab");
+            o->server_flag = "--vocab";
+            break;
         case O_JSON: o->json = 1; break;
         case 'h': fputs(usage, stdout); exit(0);
         case ':': cli_usage("%s needs a value", argv[optind - 1]);
         default: cli_usage("unknown option '%s'", argv[optind - 1]);
         }
+    }
+    if (o->server) {
+        if (o->local_flag)
+            cli_usage("%s goes with the model or tokenizer bench, not --server", o->local_flag);
+        if (optind < argc)
+            cli_usage("--server takes no MODEL ('%s': the server has its models; --model "
+                      "ALIAS picks one)", argv[optind]);
+        static const int64_t def_c[] = {1, 8, 32, 64}, one_pp[] = {512}, one_tg[] = {128};
+        if (o->c_arg)
+            parse_list(o->c_arg, 1, 4096, "-c", &o->conc);
+        else
+            set_default_list(&o->conc, def_c, 4);
+        if (!o->pp.given)
+            set_default_list(&o->pp, one_pp, 1);
+        if (!o->tg.given)
+            set_default_list(&o->tg, one_tg, 1);
+        if (o->pp.n != 1 || o->pp.v[0] < 1)
+            cli_usage("-p: --server takes one prompt length, at least 1");
+        if (o->tg.n != 1 || o->tg.v[0] < 1)
+            cli_usage("-n: --server takes one number of tokens to generate, at least 1");
+        if (!o->api_key) {
+            const char *k = getenv("MEMRA_API_KEY");
+            o->api_key = k && *k ? k : NULL;
+        }
+        return;
+    }
+    if (o->server_flag)
+        cli_usage("%s goes with --server", o->server_flag);
+    if (o->c_arg) {
+        o->ctx = parse_int_or_usage(o->c_arg, 1, INT32_MAX, "--ctx");
+        o->model_flag = "--ctx";
     }
     if (optind >= argc)
         cli_usage("no MODEL given");
@@ -977,15 +1047,163 @@ static int run_tokenizer_bench(const bench_opts *o)
     return 0;
 }
 
+/* ---- the server bench ---- */
+
+static json_t *dist_json(const loadgen_dist *d)
+{
+    return json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f}", "n", (json_int_t)d->n, "p50", d->p50,
+                     "p90", d->p90, "p99", d->p99, "min", d->min, "max", d->max, "mean",
+                     d->mean);
+}
+
+static json_t *level_json(const loadgen_level *l)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "concurrency", json_integer(l->concurrency));
+    json_object_set_new(j, "requests", json_integer(l->requests));
+    json_object_set_new(j, "ok", json_integer(l->ok));
+    json_object_set_new(j, "errors", json_integer(l->errors));
+    if (l->first_error[0])
+        json_object_set_new(j, "first_error", json_string(l->first_error));
+    json_object_set_new(j, "duration_s", json_real(l->duration_s));
+    json_object_set_new(j, "requests_s", json_real(l->requests_s));
+    json_object_set_new(j, "tok_s", json_real(l->tok_s));
+    json_object_set_new(j, "tokens_requested", json_integer((json_int_t)l->tokens_requested));
+    json_object_set_new(j, "tokens_received", json_integer((json_int_t)l->tokens_received));
+    json_object_set_new(j, "short_requests", json_integer(l->short_requests));
+    json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)l->prompt_tokens));
+    json_object_set_new(j, "ttft_ms", dist_json(&l->ttft_ms));
+    json_object_set_new(j, "itl_ms", dist_json(&l->itl_ms));
+    json_object_set_new(j, "tpot_ms", dist_json(&l->tpot_ms));
+    json_object_set_new(j, "e2e_ms", dist_json(&l->e2e_ms));
+    return j;
+}
+
+static int run_server_bench(const bench_opts *o)
+{
+    memra_err err;
+    loadgen_opts lo = {
+        .url = o->server, .model = o->server_model, .api_key = o->api_key,
+        .n_prompt = (int)o->pp.v[0], .n_gen = (int)o->tg.v[0], .n_vocab = o->vocab,
+        .timeout_s = o->timeout_s, .seed = 20261130,
+    };
+    loadgen *lg;
+    if (loadgen_new(&lo, &lg, &err) != 0)
+        cli_fail(&err);
+    char date[32];
+    membw_utc_now(date, sizeof date);
+    json_t *host = host_json();
+    if (!o->json) {
+        char ctx[32] = "unknown";
+        if (loadgen_n_ctx(lg) > 0)
+            snprintf(ctx, sizeof ctx, "%" PRId64, loadgen_n_ctx(lg));
+        printf("memra-bench --server %s\n", date);
+        printf("server    %s: model '%s' (context %s, vocab %" PRId64 ")\n", o->server,
+               loadgen_model(lg), ctx, loadgen_n_vocab(lg));
+        printf("requests  POST %s, streamed with usage; prompt %d token ids (fresh per "
+               "request), max_tokens %d, ignore_eos, temperature 0\n", loadgen_endpoint(lg),
+               lo.n_prompt, lo.n_gen);
+        printf("load      per level: c streams, each sending %d request%s back to back; %d "
+               "warm-up request%s first\n", o->reps, o->reps == 1 ? "" : "s", o->warmup,
+               o->warmup == 1 ? "" : "s");
+        printf("cpu       %s (client side)\n", json_string_value(json_object_get(host, "cpu")));
+        fflush(stdout);
+    }
+    loadgen_level lv;
+    if (o->warmup > 0) {
+        if (loadgen_run(lg, 1, o->warmup, &lv, &err) != 0)
+            cli_fail(&err);
+        if (lv.errors)
+            cli_failf("warm-up request failed: %s", lv.first_error);
+    }
+    /* Cold TTFT: one request alone, its prompt new to the server. */
+    if (loadgen_run(lg, 1, 1, &lv, &err) != 0)
+        cli_fail(&err);
+    if (lv.errors)
+        cli_failf("cold-TTFT request failed: %s", lv.first_error);
+    double cold_ttft = lv.ttft_ms.p50;
+    if (!o->json) {
+        printf("cold TTFT %.2f ms (one request alone after the warm-up, a fresh prompt)\n\n",
+               cold_ttft);
+        printf("| %4s | %8s | %6s | %8s | %9s | %9s | %9s | %8s | %8s | %13s |\n", "c",
+               "requests", "errors", "req/s", "tok/s", "TTFT p50", "TTFT p99", "ITL p50",
+               "ITL p99", "tokens got");
+        printf("|------|----------|--------|----------|-----------|-----------|-----------|"
+               "----------|----------|---------------|\n");
+        fflush(stdout);
+    }
+    json_t *levels = json_array();
+    int total = 0, failed = 0;
+    char first_error[512] = "";
+    for (size_t i = 0; i < o->conc.n; i++) {
+        int c = (int)o->conc.v[i];
+        if (loadgen_run(lg, c, c * o->reps, &lv, &err) != 0)
+            cli_fail(&err);
+        total += lv.requests;
+        failed += lv.errors;
+        if (lv.errors && !first_error[0])
+            snprintf(first_error, sizeof first_error, "%s", lv.first_error);
+        json_array_append_new(levels, level_json(&lv));
+        if (!o->json) {
+            char rs[32], ts[32], got[48];
+            fmt_num(lv.requests_s, rs, sizeof rs);
+            fmt_num(lv.tok_s, ts, sizeof ts);
+            snprintf(got, sizeof got, "%" PRIu64 "/%" PRIu64, lv.tokens_received,
+                     lv.tokens_requested);
+            printf("| %4d | %8d | %6d | %8s | %9s | %9.2f | %9.2f | %8.2f | %8.2f | %13s |\n", c,
+                   lv.requests, lv.errors, rs, ts, lv.ttft_ms.p50, lv.ttft_ms.p99,
+                   lv.itl_ms.p50, lv.itl_ms.p99, got);
+            fflush(stdout);
+        }
+    }
+    if (o->json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "program", json_string("memra-bench"));
+        json_object_set_new(j, "mode", json_string("server"));
+        json_object_set_new(j, "date", json_string(date));
+        json_object_set_new(j, "host", json_incref(host));
+        json_t *sj = json_object();
+        json_object_set_new(sj, "url", json_string(o->server));
+        json_object_set_new(sj, "endpoint", json_string(loadgen_endpoint(lg)));
+        json_object_set_new(sj, "model", json_string(loadgen_model(lg)));
+        if (loadgen_n_ctx(lg) > 0)
+            json_object_set_new(sj, "context_length", json_integer(loadgen_n_ctx(lg)));
+        json_object_set_new(sj, "vocab_size", json_integer(loadgen_n_vocab(lg)));
+        json_object_set_new(j, "server", sj);
+        json_object_set_new(j, "n_prompt", json_integer(lo.n_prompt));
+        json_object_set_new(j, "n_gen", json_integer(lo.n_gen));
+        json_object_set_new(j, "requests_per_stream", json_integer(o->reps));
+        json_object_set_new(j, "warmup", json_integer(o->warmup));
+        json_object_set_new(j, "cold_ttft_ms", json_real(cold_ttft));
+        json_object_set_new(j, "levels", levels);
+        levels = NULL;
+        print_json(j);
+        json_decref(j);
+    } else {
+        printf("\nms throughout; c streams x %d request%s per level; tok/s = tokens received / "
+               "the level's wall time; ITL = gaps between text events\n", o->reps,
+               o->reps == 1 ? "" : "s");
+    }
+    json_decref(levels);
+    json_decref(host);
+    loadgen_free(lg);
+    if (failed)
+        cli_failf("%d of %d requests failed; the first: %s", failed, total, first_error);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     cli_set_program("memra-bench");
     bench_opts o = {0};
     parse_args(argc, argv, &o);
-    int rc = o.tokenizer ? run_tokenizer_bench(&o) : run_model_bench(&o);
+    int rc = o.server ? run_server_bench(&o)
+             : o.tokenizer ? run_tokenizer_bench(&o)
+                           : run_model_bench(&o);
     free(o.pp.v);
     free(o.tg.v);
     free(o.depths.v);
     free(o.batches.v);
+    free(o.conc.v);
     return rc;
 }

@@ -1,6 +1,6 @@
 # Two `memra-bench --json` runs side by side, as a Markdown table with the
 # ratio B/A of each row's throughput (tok/s for model runs, MB/s for
-# tokenizer runs). Rows are matched by test, depth and batch; a row only one run
+# tokenizer runs, aggregate tok/s per concurrency level for --server runs). Rows are matched by test, depth and batch; a row only one run
 # has shows "-".
 #
 #   jq -s -r -f scripts/bench-compare.jq A.json B.json
@@ -14,6 +14,8 @@ def num: if . == null then "-" elif . >= 100 then r(1) elif . >= 1 then r(2) els
 def rows:
   if .mode == "tokenizer" then
     [{key: "tokenize \(.text.bytes) B", value: .mb_s, pct: null}]
+  elif .mode == "server" then
+    [.levels[] | {key: "server c=\(.concurrency)", value: .tok_s, pct: null}]
   else
     [.rows[] | {key: (if .kind == "decode" then "\(.test) @ d\(.depth)"
                       elif .kind == "batch" then "\(.test) b\(.batch) @ d\(.depth)"
@@ -24,6 +26,8 @@ def rows:
 def describe:
   if .mode == "tokenizer" then
     "\(.tokenizer.path) (\(.tokenizer.kind)), \(.text.source) text, 1 thread, \(.host.cpu), \(.date)"
+  elif .mode == "server" then
+    "\(.server.url) model \(.server.model), prompt \(.n_prompt), max_tokens \(.n_gen), \(.requests_per_stream) requests per stream, \(.date)"
   else
     "\(.model.path) (\(.model.family) \(.model.dtype)), \(.backend), \(.threads) thread\(if .threads == 1 then "" else "s" end), kv \(.kv_type), ceiling \(.ceiling.gb_s | num) GB/s (\(.ceiling.source)), \(.host.cpu), \(.date)"
   end;
