@@ -259,6 +259,10 @@ static void parse_args(int argc, char **argv, bench_opts *o)
     if (o->server) {
         if (o->local_flag)
             cli_usage("%s goes with the model or tokenizer bench, not --server", o->local_flag);
+        char *base;
+        if (loadgen_base_url(o->server, &base, &err) != 0)
+            cli_usage("%s", err.msg);
+        free(base);
         if (optind < argc)
             cli_usage("--server takes no MODEL ('%s': the server has its models; --model "
                       "ALIAS picks one)", argv[optind]);

@@ -1,7 +1,8 @@
 # Two `memra-bench --json` runs side by side, as a Markdown table with the
 # ratio B/A of each row's throughput (tok/s for model runs, MB/s for
-# tokenizer runs, aggregate tok/s per concurrency level for --server runs). Rows are matched by test, depth and batch; a row only one run
-# has shows "-".
+# tokenizer runs, aggregate tok/s per concurrency level for --server runs).
+# Rows are matched by test, depth and batch (or concurrency); a row only
+# one run has shows "-".
 #
 #   jq -s -r -f scripts/bench-compare.jq A.json B.json
 #

@@ -91,6 +91,7 @@ static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;
 static void curl_init(void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
 
+
 static void common_opts(CURL *h, const loadgen *lg, char *errbuf)
 {
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -133,11 +134,12 @@ static void error_of_body(const char *body, size_t len, char *out, size_t cap)
             *p = ' ';
 }
 
-/* A URL to its base: checked by libcurl's parser, http or https with a
- * host, the trailing "/" and "/v1" dropped. */
-static int base_url(const char *url, char **out, memra_err *err)
+int loadgen_base_url(const char *url, char **out, memra_err *err)
 {
+    pthread_once(&curl_once, curl_init);
     CURLU *u = curl_url();
+    if (!u)
+        return memra_fail(err, "libcurl: cannot parse URLs (out of memory?)");
     char *scheme = NULL, *host = NULL;
     CURLUcode rc = curl_url_set(u, CURLUPART_URL, url, 0);
     int bad = rc != CURLUE_OK || curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
@@ -256,7 +258,7 @@ int loadgen_new(const loadgen_opts *o, loadgen **out, memra_err *err)
         return memra_fail(err, "libcurl: %s", curl_easy_strerror(curl_init_rc));
     loadgen *lg = xcalloc(1, sizeof *lg);
     lg->o = *o; /* the strings are the caller's: not kept past this call */
-    if (base_url(o->url, &lg->base, err) != 0) {
+    if (loadgen_base_url(o->url, &lg->base, err) != 0) {
         loadgen_free(lg);
         return -1;
     }

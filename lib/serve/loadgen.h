@@ -67,6 +67,11 @@ typedef struct {
 
 typedef struct loadgen loadgen;
 
+/* The URL checked (libcurl's parser; http or https with a host, no query
+ * or fragment) and reduced to its base: the trailing "/" and "/v1"
+ * dropped. *base is malloc'ed. */
+int loadgen_base_url(const char *url, char **base, memra_err *err);
+
 /* Check the URL, ask the server for its models (GET /v1/models) and pick
  * the model: its alias, context length and vocabulary. Fails with one
  * line: a bad URL, the server down or refusing, the model not served, a

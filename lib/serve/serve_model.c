@@ -82,9 +82,14 @@ static void slot_release(serve_model *m, serve_slot *s)
     pthread_mutex_unlock(&m->mu);
 }
 
+/* The slot is given back before the client hears the end: a client that
+ * sends its next request the moment this one ends must find the room
+ * this one held (else, with no queue, it would get a 429). */
 static void slot_end(serve_model *m, serve_slot *s, serve_finish f, const char *error)
 {
-    serve_req_end(s->req, f, s->n_generated, error);
+    serve_req *r = s->req;
+    size_t n_generated = s->n_generated;
+    serve_req_ref(r);
     pthread_mutex_lock(&m->mu);
     if (f == SERVE_FINISH_STOP)
         m->fin_stop++;
@@ -96,6 +101,8 @@ static void slot_end(serve_model *m, serve_slot *s, serve_finish f, const char *
     if (error)
         log_warn("%s: request failed: %s", m->alias, error);
     slot_release(m, s);
+    serve_req_end(r, f, n_generated, error);
+    serve_req_unref(r);
 }
 
 /* A request enters a free slot: its sampler and detokenizer. Ids past

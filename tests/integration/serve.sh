@@ -59,6 +59,13 @@ check "completion: same seed same text, other seed other text" bash -c "
   a=\$(r 42); b=\$(r 42); c=\$(r 43); [ \"\$a\" = \"\$b\" ] && [ \"\$a\" != \"\$c\" ]"
 check "completion: logit_bias -100 bans a token" bash -c "
   curl -sS -m 10 ${A[*]@Q} $URL/v1/completions -d '{\"model\":\"tiny\",\"prompt\":[1,403,407],\"max_tokens\":1,\"temperature\":0,\"logit_bias\":{\"261\":-100}}' | jq -e '.choices[0].text != \" little\" and .usage.completion_tokens == 1' >/dev/null"
+check "completion: ignore_eos runs past the end-of-generation token (forced by logit_bias)" bash -c "
+  r() { curl -sS -m 10 ${A[*]@Q} $URL/v1/completions -d \"{\\\"model\\\":\\\"tiny\\\",\\\"prompt\\\":\\\"Once\\\",\\\"max_tokens\\\":12,\\\"logit_bias\\\":{\\\"2\\\":100}\$1}\"; }
+  r '' | jq -e '.usage.completion_tokens == 1 and .choices[0].finish_reason == \"stop\"' >/dev/null &&
+  r ',\"ignore_eos\":true' | jq -e '.usage.completion_tokens == 12 and .choices[0].finish_reason == \"length\"' >/dev/null &&
+  r ',\"ignore_eos\":false' | jq -e '.usage.completion_tokens == 1' >/dev/null"
+check "/v1/models: vocab_size, and ignore_eos among the parameters" bash -c "
+  curl -sS -m 5 ${A[*]@Q} $URL/v1/models | jq -e '[.data[].vocab_size] == [512, 4096, 151936] and (.data[0].supported_parameters | index(\"ignore_eos\")) != null' >/dev/null"
 
 # Completion streaming.
 post /v1/completions '{"model":"tiny","prompt":"Once upon a time","max_tokens":40,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}' "${A[@]}" -N -D "$T/sh" >"$T/cmpl.sse"
@@ -147,6 +154,7 @@ err "context_length_exceeded with the counts" 400 '.error.code == "context_lengt
 err "prompt of several strings: 400" 400 '.error.param == "prompt"' $CP '{"model":"tiny","prompt":["a","b"]}'
 err "prompt id out of range: 400" 400 '.error.param == "prompt"' $CP '{"model":"tiny","prompt":[1,99999]}'
 err "max_completion_tokens is chat only" 400 '.error.param == "max_completion_tokens"' $CP '{"model":"tiny","prompt":"a","max_completion_tokens":3}'
+err "ignore_eos not a boolean: 400" 400 '.error.param == "ignore_eos"' $CP '{"model":"tiny","prompt":"a","ignore_eos":1}'
 err "echo: 400" 400 '.error.param == "echo"' $CP '{"model":"tiny","prompt":"a","echo":true}'
 err "empty prompt (no BOS): 400" 400 '.error.param == "prompt"' $CP '{"model":"qwen","prompt":""}'
 err "/detokenize bad id: 400" 400 '.error.param == "tokens" and (.error.message | test("99999999"))' /detokenize '{"model":"qwen","tokens":[1,99999999]}'

@@ -81,6 +81,36 @@ check "... and the request beside it completes" bash -c "
   grep '^data: {' '$T/ok.sse' | tail -1 | sed 's/^data: //' | jq -e '.choices[0].finish_reason != null' >/dev/null && [ \"\$(tail -2 '$T/ok.sse' | head -1)\" = 'data: [DONE]' ]"
 stop_server "$PID" >/dev/null
 
+# ---- blocking clients that hang up --------------------------------------------
+# A blocking request waits with its connection suspended, where libmicrohttpd
+# does not see the client go; the engine polls the socket between ticks.
+start_server blk -m "qwen=$QWEN" -t 1 --max-sessions 1 --max-queue 1 -v
+curl -sS -m 30 "$URL/v1/completions" -d "{\"model\":\"qwen\",\"prompt\":\"hi\",\"max_tokens\":1000,$NOSTOP}" >/dev/null 2>&1 &
+blk=$!
+for k in $(seq 200); do [ "$(metric 'memra_generation_tokens_total{model="qwen"}')" -gt 2 ] 2>/dev/null && break; sleep 0.05; done
+curl -sS -m 30 "$URL/v1/completions" -d '{"model":"qwen","prompt":"hi","max_tokens":5}' >/dev/null 2>&1 &
+bq=$!
+for k in $(seq 100); do [ "$(metric 'memra_requests_waiting{model="qwen"}')" = 1 ] && break; sleep 0.05; done
+check "a blocking request generates and another waits behind it" bash -c "
+  [ '$(metric 'memra_requests_running{model="qwen"}')' = 1 ] && [ '$(metric 'memra_requests_waiting{model="qwen"}')' = 1 ]"
+kill $blk $bq 2>/dev/null; wait $blk $bq 2>/dev/null
+t0=$(date +%s%N)
+for k in $(seq 100); do [ "$(metric 'memra_requests_finished_total{model="qwen",reason="cancelled"}')" = 2 ] && break; sleep 0.02; done
+t1=$(date +%s%N)
+gen1=$(metric 'memra_generation_tokens_total{model="qwen"}')
+sleep 0.3
+check "blocking clients gone: the running one and the queued one freed within 2 s" bash -c "
+  [ '$(metric 'memra_requests_running{model="qwen"}')' = 0 ] && [ '$(metric 'memra_requests_waiting{model="qwen"}')' = 0 ] &&
+  [ '$(metric 'memra_requests_finished_total{model="qwen",reason="cancelled"}')' = 2 ] && [ $(( (t1 - t0) / 1000000 )) -lt 2000 ]"
+check "... generation stopped there, far short of max_tokens 1000" bash -c "
+  [ $gen1 -lt 1000 ] && [ '$(metric 'memra_generation_tokens_total{model="qwen"}')' = $gen1 ]"
+check "... the hang-up is logged as 499 and the sequence as freed" bash -c "
+  grep -q 'POST /v1/completions -> 499' '$T/blk.log' && grep -q 'client gone, sequence freed' '$T/blk.log'"
+check "... and the freed session serves the next request" bash -c "
+  curl -sS -m 10 $URL/v1/completions -d '{\"model\":\"qwen\",\"prompt\":\"hi\",\"max_tokens\":3,$NOSTOP}' | jq -e '.usage.completion_tokens == 3' >/dev/null"
+stop_server "$PID" 10; rc=$?
+check "... and the server drains and exits 0 (no connection left suspended)" bash -c "[ $rc = 0 ]"
+
 # ---- SIGTERM drain ---------------------------------------------------------
 start_server drain -m "qwen=$QWEN" -t 1 --drain-timeout 20
 C_MAX=30 post /v1/completions "{\"model\":\"qwen\",\"prompt\":\"hi\",\"max_tokens\":120,\"stream\":true,$NOSTOP}" -N >"$T/drain.sse" &
