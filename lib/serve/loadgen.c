@@ -134,23 +134,29 @@ static void error_of_body(const char *body, size_t len, char *out, size_t cap)
             *p = ' ';
 }
 
-int loadgen_base_url(const char *url, char **out, memra_err *err)
+/* Whether libcurl's parser takes url as http or https with a host, and
+ * nothing after the path. */
+static int url_ok(const char *url)
 {
-    pthread_once(&curl_once, curl_init);
     CURLU *u = curl_url();
     if (!u)
-        return memra_fail(err, "libcurl: cannot parse URLs (out of memory?)");
+        return 0;
     char *scheme = NULL, *host = NULL;
-    CURLUcode rc = curl_url_set(u, CURLUPART_URL, url, 0);
-    int bad = rc != CURLUE_OK || curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
-              curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !host[0];
-    int scheme_ok = !bad && (!strcmp(scheme, "http") || !strcmp(scheme, "https"));
+    int ok = curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+             curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+             curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK && host[0] &&
+             (!strcmp(scheme, "http") || !strcmp(scheme, "https")) && !strchr(url, '?') &&
+             !strchr(url, '#');
     curl_free(scheme);
     curl_free(host);
     curl_url_cleanup(u);
-    if (bad || !scheme_ok || strchr(url, '?') || strchr(url, '#'))
-        return memra_fail(err, "--server '%s': not an http:// or https:// URL with a host "
-                          "(e.g. http://127.0.0.1:8080)", url);
+    return ok;
+}
+
+int loadgen_base_url(const char *url, char **out, memra_err *err)
+{
+    pthread_once(&curl_once, curl_init);
+    *out = NULL;
     char *b = xstrdup(url);
     size_t n = strlen(b);
     while (n && b[n - 1] == '/')
@@ -159,6 +165,12 @@ int loadgen_base_url(const char *url, char **out, memra_err *err)
         b[n -= 3] = '\0';
     while (n && b[n - 1] == '/')
         b[--n] = '\0';
+    /* the base must still be a URL: "http:///v1" is not "http://" */
+    if (!url_ok(url) || !url_ok(b)) {
+        free(b);
+        return memra_fail(err, "--server '%s': not an http:// or https:// URL with a host "
+                          "(e.g. http://127.0.0.1:8080)", url);
+    }
     *out = b;
     return 0;
 }

@@ -1,0 +1,301 @@
+/* Request parsing and validation of the OpenAI surfaces
+ * (serve_openai_prepare and the field helpers), without HTTP: every
+ * field reaches the request as given, defaults are OpenAI's, and every
+ * bad value is a 400 naming its field (or the documented 404 / context
+ * error). Models: stories260K (completions, no chat template) and
+ * memra-tiny (ChatML). */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/serve_internal.h"
+#include "test.h"
+
+static serve_server srv;
+static serve_model *models[2];
+
+static int setup(void)
+{
+    if (srv.n_models)
+        return 0;
+    char stories[1024];
+    snprintf(stories, sizeof stories, "%s/models/stories260K.gguf", test_shared_dir());
+    serve_model_opts o = {.alias = "tiny", .path = stories, .max_sessions = 1, .max_queue = 1,
+                          .n_threads = 1, .backend = BK_CPU};
+    memra_err err;
+    if (serve_model_load(&o, &models[0], &err) != 0) {
+        fprintf(stderr, "  cannot load %s: %s\n", stories, err.msg);
+        return -1;
+    }
+    o.alias = "chat";
+    o.path = "models/memra-tiny.gguf";
+    if (serve_model_load(&o, &models[1], &err) != 0) {
+        fprintf(stderr, "  cannot load memra-tiny: %s\n", err.msg);
+        return -1;
+    }
+    srv.models = models;
+    srv.n_models = 2;
+    return 0;
+}
+
+/* Prepare a body; returns the rc, job and error filled. */
+static int prep(serve_kind kind, const char *body, serve_job *job, serve_error *e)
+{
+    json_error_t je;
+    json_t *j = json_loads(body, JSON_REJECT_DUPLICATES, &je);
+    if (!j) {
+        fprintf(stderr, "  bad test JSON: %s: %s\n", body, je.text);
+        memset(job, 0, sizeof *job);
+        return 99;
+    }
+    memset(e, 0, sizeof *e);
+    int rc = serve_openai_prepare(&srv, kind, j, job, e);
+    json_decref(j);
+    return rc;
+}
+
+static void test_completion_fields(void)
+{
+    if (setup() != 0) {
+        CHECK(!"models load");
+        return;
+    }
+    serve_job job;
+    serve_error e;
+    int rc = prep(SERVE_COMPLETION,
+                  "{\"model\":\"tiny\",\"prompt\":\"Once upon a time\",\"max_tokens\":40,"
+                  "\"temperature\":0,\"stop\":[\"Lily\",\"x\"],\"seed\":-42,"
+                  "\"logit_bias\":{\"261\":-100,\"5\":2.5},\"ignore_eos\":true,\"top_k\":-1,"
+                  "\"top_p\":0.9,\"min_p\":0.05,\"presence_penalty\":0.5,"
+                  "\"frequency_penalty\":-0.5,\"repetition_penalty\":1.1,\"stream\":true,"
+                  "\"stream_options\":{\"include_usage\":true},\"user\":\"u\",\"n\":1,"
+                  "\"logprobs\":0,\"echo\":false,\"best_of\":1}",
+                  &job, &e);
+    CHECK_MSG(rc == 0, "%s", e.message);
+    if (rc == 0) {
+        serve_req *r = job.req;
+        CHECK(r->n_prompt == 5 && r->prompt[0] == 1); /* BOS + 4 tokens */
+        CHECK(r->max_tokens == 40);
+        CHECK(r->sampling.temperature == 0 && r->sampling.top_k == 0 &&
+              r->sampling.top_p == 0.9 && r->sampling.min_p == 0.05);
+        CHECK(r->sampling.seed == (uint64_t)-42);
+        CHECK(r->sampling.presence_penalty == 0.5 && r->sampling.frequency_penalty == -0.5 &&
+              r->sampling.repetition_penalty == 1.1);
+        CHECK(r->n_stop == 2 && !strcmp(r->stop[0], "Lily") && !strcmp(r->stop[1], "x"));
+        CHECK(r->sampling.n_logit_bias == 2 && r->sampling.logit_bias == r->bias);
+        CHECK(r->bias[0].id == 261 && isinf(r->bias[0].bias) && r->bias[0].bias < 0);
+        CHECK(r->bias[1].id == 5 && r->bias[1].bias == 2.5f);
+        CHECK(r->ignore_eos == 1 && r->stream == 1 && job.stream && job.include_usage);
+        CHECK(!strncmp(job.id, "cmpl-", 5) && !strcmp(job.model_name, "tiny"));
+        CHECK(job.model == models[0]);
+    }
+    serve_job_clear(&job);
+
+    /* OpenAI's defaults; token ids used as given */
+    rc = prep(SERVE_COMPLETION, "{\"model\":\"tiny\",\"prompt\":[1,403,407]}", &job, &e);
+    CHECK_MSG(rc == 0, "%s", e.message);
+    if (rc == 0) {
+        serve_req *r = job.req;
+        CHECK(r->n_prompt == 3 && r->prompt[1] == 403 && r->prompt[2] == 407);
+        CHECK(r->max_tokens == 16 && r->sampling.temperature == 1 && r->sampling.top_p == 1);
+        CHECK(r->ignore_eos == 0 && r->stream == 0 && !job.include_usage && r->n_stop == 0);
+        CHECK(r->sampling.n_logit_bias == 0);
+    }
+    serve_job_clear(&job);
+
+    /* an array of one prompt, in both forms; null counts as absent */
+    rc = prep(SERVE_COMPLETION, "{\"model\":\"tiny\",\"prompt\":[[1,403]],\"seed\":null}", &job,
+              &e);
+    CHECK(rc == 0 && job.req->n_prompt == 2);
+    serve_job_clear(&job);
+    rc = prep(SERVE_COMPLETION, "{\"model\":\"tiny\",\"prompt\":[\"Once upon a time\"]}", &job,
+              &e);
+    CHECK(rc == 0 && job.req->n_prompt == 5);
+    serve_job_clear(&job);
+    /* two requests without a seed get different seeds */
+    uint64_t s1 = 0, s2 = 0;
+    if (prep(SERVE_COMPLETION, "{\"model\":\"tiny\",\"prompt\":\"a\"}", &job, &e) == 0)
+        s1 = job.req->sampling.seed;
+    serve_job_clear(&job);
+    if (prep(SERVE_COMPLETION, "{\"model\":\"tiny\",\"prompt\":\"a\"}", &job, &e) == 0)
+        s2 = job.req->sampling.seed;
+    serve_job_clear(&job);
+    CHECK(s1 != s2);
+}
+
+static void test_chat_fields(void)
+{
+    if (setup() != 0)
+        return;
+    serve_job job;
+    serve_error e;
+    int rc = prep(SERVE_CHAT,
+                  "{\"model\":\"chat\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\",\"name\":\"s\"},"
+                  "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],"
+                  "\"max_completion_tokens\":7,\"chat_template_kwargs\":{},"
+                  "\"response_format\":{\"type\":\"text\"},\"tools\":[],\"tool_choice\":\"none\","
+                  "\"logprobs\":false,\"top_logprobs\":0}",
+                  &job, &e);
+    CHECK_MSG(rc == 0, "%s", e.message);
+    if (rc == 0) {
+        CHECK(job.req->max_tokens == 7 && job.req->n_prompt > 3);
+        CHECK(!strncmp(job.id, "chatcmpl-", 9));
+    }
+    serve_job_clear(&job);
+    /* chat's default max_tokens: the rest of the context */
+    rc = prep(SERVE_CHAT, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+              &job, &e);
+    CHECK(rc == 0 && job.req->max_tokens == 512 - (int32_t)job.req->n_prompt);
+    serve_job_clear(&job);
+}
+
+typedef struct {
+    serve_kind kind;
+    const char *body;
+    int status;
+    const char *param, *code, *message;
+} bad_case;
+
+static void test_errors_name_the_field(void)
+{
+    if (setup() != 0)
+        return;
+#define CP SERVE_COMPLETION
+#define CH SERVE_CHAT
+    static const bad_case cases[] = {
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"bogus\":1}", 400, "bogus", NULL, "unknown field 'bogus'"},
+        {CP, "{\"prompt\":\"a\"}", 400, "model", NULL, "model: required"},
+        {CP, "{\"model\":7,\"prompt\":\"a\"}", 400, "model", NULL, "must be a string"},
+        {CP, "{\"model\":\"nope\",\"prompt\":\"a\"}", 404, "model", "model_not_found", "'nope' does not exist"},
+        {CP, "{\"model\":\"tiny\"}", 400, "prompt", NULL, "prompt: required"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"n\":2}", 400, "n", NULL, "only n=1"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"temperature\":3}", 400, "temperature", NULL, "out of range"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"top_p\":\"x\"}", 400, "top_p", NULL, "must be a number"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"max_tokens\":0}", 400, "max_tokens", NULL, "out of range"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"max_tokens\":1.5}", 400, "max_tokens", NULL, "integer"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"top_k\":-2}", 400, "top_k", NULL, "out of range"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"repetition_penalty\":0}", 400, "repetition_penalty", NULL, "out of range"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":[1,99999]}", 400, "prompt", NULL, "prompt[1]: must be a token id in [0, 512)"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":[1,-1]}", 400, "prompt", NULL, "prompt[1]"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":[\"a\",\"b\"]}", 400, "prompt", NULL, "2 prompts"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":[]}", 400, "prompt", NULL, "empty"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":{}}", 400, "prompt", NULL, "must be a string"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"Once upon a time\",\"max_tokens\":2048}", 400, "prompt", "context_length_exceeded", "maximum context length is 2048 tokens. However, you requested 2053 tokens (5 in the prompt, 2048 in the completion)"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true}}", 400, "stream_options", NULL, "only allowed when stream is true"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"stream\":true,\"stream_options\":{\"x\":1}}", 400, "stream_options", NULL, "unknown field 'x'"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"stream\":1}", 400, "stream", NULL, "true or false"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"ignore_eos\":1}", 400, "ignore_eos", NULL, "true or false"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logit_bias\":{\"x\":1}}", 400, "logit_bias", NULL, "key 'x' is not a token id"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logit_bias\":{\"5\":200}}", 400, "logit_bias", NULL, "out of range"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logit_bias\":[]}", 400, "logit_bias", NULL, "must be an object"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"stop\":[\"\"]}", 400, "stop", NULL, "empty stop string"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]}", 400, "stop", NULL, "at most 16"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"stop\":5}", 400, "stop", NULL, "string or an array"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"echo\":true}", 400, "echo", NULL, "not supported"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"suffix\":\"z\"}", 400, "suffix", NULL, "not supported"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logprobs\":2}", 400, "logprobs", NULL, "not supported"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"max_completion_tokens\":3}", 400, "max_completion_tokens", NULL, "unknown field"},
+        {CH, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 400, "messages", NULL, "cannot render chat messages"},
+        {CH, "{\"model\":\"chat\",\"messages\":[]}", 400, "messages", NULL, "must not be empty"},
+        {CH, "{\"model\":\"chat\",\"messages\":[{\"content\":\"hi\"}]}", 400, "messages[0].role", NULL, "required"},
+        {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400, "messages[0].content[0].type", NULL, "not supported"},
+        {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3,\"max_completion_tokens\":4}", 400, "max_completion_tokens", NULL, "disagree"},
+        {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":\"function\"}]}", 400, "tools", NULL, "not supported yet"},
+        {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_object\"}}", 400, "response_format.type", NULL, "'json_object' is not supported"},
+        {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"chat_template_kwargs\":[]}", 400, "chat_template_kwargs", NULL, "must be an object"},
+        {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":600}", 400, "messages", "context_length_exceeded", "maximum context length is 512"},
+        {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"echo\":false}", 400, "echo", NULL, "unknown field"},
+    };
+#undef CP
+#undef CH
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const bad_case *c = &cases[i];
+        serve_job job;
+        serve_error e;
+        int rc = prep(c->kind, c->body, &job, &e);
+        CHECK_MSG(rc == -1, "case %zu accepted: %s", i, c->body);
+        if (rc == -1) {
+            CHECK_MSG(e.status == c->status, "case %zu: status %d, want %d (%s)", i, e.status,
+                      c->status, e.message);
+            CHECK_MSG(!strcmp(e.param, c->param), "case %zu: param '%s', want '%s'", i, e.param,
+                      c->param);
+            CHECK_MSG(c->code ? e.code && !strcmp(e.code, c->code) : e.code == NULL,
+                      "case %zu: code %s", i, e.code ? e.code : "(null)");
+            CHECK_MSG(strstr(e.message, c->message) != NULL, "case %zu: message '%s' lacks '%s'",
+                      i, e.message, c->message);
+            CHECK_MSG(strchr(e.message, '\n') == NULL, "case %zu: message is not one line", i);
+            json_t *j = serve_error_json(&e);
+            json_t *ej = json_object_get(j, "error");
+            CHECK(json_is_string(json_object_get(ej, "message")) &&
+                  json_is_string(json_object_get(ej, "type")));
+            json_decref(j);
+        }
+        serve_job_clear(&job);
+    }
+}
+
+static void test_field_helpers(void)
+{
+    json_t *b = json_loads("{\"i\":5,\"f\":0.5,\"s\":\"x\",\"t\":true,\"n\":null,\"big\":"
+                           "9223372036854775807}", 0, NULL);
+    serve_error e;
+    int64_t i = -7;
+    double d = -7;
+    int flag = -7;
+    CHECK(serve_field_int(b, "i", 0, 10, &i, &e) == 0 && i == 5);
+    CHECK(serve_field_int(b, "absent", 0, 10, &i, &e) == 0 && i == 5); /* untouched */
+    CHECK(serve_field_int(b, "n", 0, 10, &i, &e) == 0 && i == 5);      /* null: absent */
+    CHECK(serve_field_int(b, "i", 6, 10, &i, &e) == -1 && !strcmp(e.param, "i"));
+    CHECK(serve_field_int(b, "f", 0, 10, &i, &e) == -1 && strstr(e.message, "integer"));
+    CHECK(serve_field_int(b, "big", 0, INT32_MAX, &i, &e) == -1);
+    CHECK(serve_field_num(b, "f", 0, 1, &d, &e) == 0 && d == 0.5);
+    CHECK(serve_field_num(b, "i", 0, 1, &d, &e) == -1 && strstr(e.message, "out of range"));
+    CHECK(serve_field_num(b, "s", 0, 1, &d, &e) == -1 && strstr(e.message, "number"));
+    CHECK(serve_field_bool(b, "t", &flag, &e) == 0 && flag == 1);
+    CHECK(serve_field_bool(b, "i", &flag, &e) == -1 && !strcmp(e.param, "i"));
+    static const char *const allowed[] = {"i", "f", "s", "t", "n", "big", NULL};
+    CHECK(serve_check_fields(b, allowed, &e) == 0);
+    static const char *const fewer[] = {"i", "f", "s", "t", "n", NULL};
+    CHECK(serve_check_fields(b, fewer, &e) == -1 && !strcmp(e.param, "big") && e.status == 400);
+    json_decref(b);
+}
+
+static void test_blocking_response_shape(void)
+{
+    if (setup() != 0)
+        return;
+    serve_job job;
+    serve_error e;
+    if (prep(SERVE_CHAT, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+             &job, &e) != 0) {
+        CHECK(!"prepare");
+        return;
+    }
+    serve_req_view v = {.finish = SERVE_FINISH_STOP, .n_generated = 3};
+    json_t *j = serve_openai_response(&job, "Hello", 5, &v);
+    CHECK(!strcmp(json_string_value(json_object_get(j, "object")), "chat.completion"));
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *msg = json_object_get(c0, "message");
+    CHECK(!strcmp(json_string_value(json_object_get(msg, "role")), "assistant") &&
+          !strcmp(json_string_value(json_object_get(msg, "content")), "Hello"));
+    CHECK(!strcmp(json_string_value(json_object_get(c0, "finish_reason")), "stop"));
+    json_t *u = json_object_get(j, "usage");
+    CHECK(json_integer_value(json_object_get(u, "completion_tokens")) == 3 &&
+          json_integer_value(json_object_get(u, "total_tokens")) ==
+              3 + (json_int_t)job.req->n_prompt);
+    json_decref(j);
+    serve_job_clear(&job);
+}
+
+static void test_teardown(void)
+{
+    for (int i = 0; i < srv.n_models; i++)
+        serve_model_free(models[i]);
+    srv.n_models = 0;
+}
+
+TEST_MAIN(TEST_CASE(test_completion_fields), TEST_CASE(test_chat_fields),
+          TEST_CASE(test_errors_name_the_field), TEST_CASE(test_field_helpers),
+          TEST_CASE(test_blocking_response_shape), TEST_CASE(test_teardown))
