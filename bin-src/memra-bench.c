@@ -1075,6 +1075,7 @@ static json_t *level_json(const loadgen_level *l)
     json_object_set_new(j, "tokens_requested", json_integer((json_int_t)l->tokens_requested));
     json_object_set_new(j, "tokens_received", json_integer((json_int_t)l->tokens_received));
     json_object_set_new(j, "short_requests", json_integer(l->short_requests));
+    json_object_set_new(j, "textless_requests", json_integer(l->textless_requests));
     json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)l->prompt_tokens));
     json_object_set_new(j, "ttft_ms", dist_json(&l->ttft_ms));
     json_object_set_new(j, "itl_ms", dist_json(&l->itl_ms));
@@ -1126,9 +1127,13 @@ static int run_server_bench(const bench_opts *o)
     if (lv.errors)
         cli_failf("cold-TTFT request failed: %s", lv.first_error);
     double cold_ttft = lv.ttft_ms.p50;
+    int cold_known = lv.ttft_ms.n > 0;
     if (!o->json) {
-        printf("cold TTFT %.2f ms (one request alone after the warm-up, a fresh prompt)\n\n",
-               cold_ttft);
+        if (cold_known)
+            printf("cold TTFT %.2f ms (one request alone after the warm-up, a fresh prompt)\n\n",
+                   cold_ttft);
+        else
+            printf("cold TTFT unknown: the request streamed no text (only special tokens)\n\n");
         printf("| %4s | %8s | %6s | %8s | %9s | %9s | %9s | %8s | %8s | %13s |\n", "c",
                "requests", "errors", "req/s", "tok/s", "TTFT p50", "TTFT p99", "ITL p50",
                "ITL p99", "tokens got");
@@ -1137,7 +1142,7 @@ static int run_server_bench(const bench_opts *o)
         fflush(stdout);
     }
     json_t *levels = json_array();
-    int total = 0, failed = 0;
+    int total = 0, failed = 0, textless = 0;
     char first_error[512] = "";
     for (size_t i = 0; i < o->conc.n; i++) {
         int c = (int)o->conc.v[i];
@@ -1145,6 +1150,7 @@ static int run_server_bench(const bench_opts *o)
             cli_fail(&err);
         total += lv.requests;
         failed += lv.errors;
+        textless += lv.textless_requests;
         if (lv.errors && !first_error[0])
             snprintf(first_error, sizeof first_error, "%s", lv.first_error);
         json_array_append_new(levels, level_json(&lv));
@@ -1178,7 +1184,7 @@ static int run_server_bench(const bench_opts *o)
         json_object_set_new(j, "n_gen", json_integer(lo.n_gen));
         json_object_set_new(j, "requests_per_stream", json_integer(o->reps));
         json_object_set_new(j, "warmup", json_integer(o->warmup));
-        json_object_set_new(j, "cold_ttft_ms", json_real(cold_ttft));
+        json_object_set_new(j, "cold_ttft_ms", cold_known ? json_real(cold_ttft) : json_null());
         json_object_set_new(j, "levels", levels);
         levels = NULL;
         print_json(j);
@@ -1187,6 +1193,9 @@ static int run_server_bench(const bench_opts *o)
         printf("\nms throughout; c streams x %d request%s per level; tok/s = tokens received / "
                "the level's wall time; ITL = gaps between text events\n", o->reps,
                o->reps == 1 ? "" : "s");
+        if (textless)
+            printf("%d request%s streamed no text at all (only special tokens): counted in req/s "
+                   "and tok/s, left out of TTFT and ITL\n", textless, textless == 1 ? "" : "s");
     }
     json_decref(levels);
     json_decref(host);

@@ -62,6 +62,8 @@ typedef struct {
     uint64_t tokens_received;  /* completion_tokens summed over the ok requests */
     uint64_t prompt_tokens;    /* prompt_tokens summed (the server's count) */
     int short_requests;       /* ok requests that got fewer tokens than n_gen */
+    int textless_requests;    /* ok requests whose tokens carried no text (only special
+                               * tokens): counted, but with no TTFT, ITL or TPOT */
     loadgen_dist ttft_ms, itl_ms, tpot_ms, e2e_ms;
 } loadgen_level;
 
