@@ -138,10 +138,6 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r)
         slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
 }
 
-/* One decode step: run each continuing slot's sampled token. Rows of one
- * engine_forward belong to one sequence today, so this is one call per
- * sequence in slot order; a batched multi-sequence forward replaces the
- * loop and nothing else. rc[i] is 0 or -1 with errs[i] set. */
 /* One decode step for every running slot, as one batch of rows. A
  * sequence's logits are the same bits alone or in the batch (the engine's
  * contract), so batching changes no request's output. When the batched call

@@ -4,13 +4,13 @@
  * Scheduling (continuous batching). Requests wait in a bounded FIFO; the
  * engine thread moves them into free slots (one engine sequence each,
  * max_sessions of them) between ticks. One tick:
- *   1. drops the slots whose client went away;
+ *   1. drops the slots whose client went away (cancelled, or hung up on
+ *      its parked socket: serve_req_check_client);
  *   2. runs one prefill chunk for every slot still reading its prompt;
  *   3. samples one token for every slot that has logits, in slot order,
  *      streams its text and decides whether it is done;
- *   4. runs one decode step for every slot that goes on (decode_step(),
- *      today one engine_forward per sequence, the place a batched
- *      multi-sequence forward plugs in).
+ *   4. runs one decode step for every slot that goes on: one
+ *      engine_forward_batch of all of them (decode_step()).
  * Requests join and leave between ticks. A greedy request gives the same
  * bytes alone or among others: the engine computes each row alone in a
  * fixed reduction order, so its logits do not depend on its neighbours.
