@@ -42,6 +42,9 @@ check "batch rows: aggregate = per-sequence x B, ms/step = median / n, ms/token 
   jq -e 'def near(a; b): ((a - b) | fabs) <= 1e-6 * (b | fabs) + 1e-9; [.rows[] | select(.kind == "batch")] | all(near(.tok_s; .tok_s_per_seq * .batch) and near(.ms_per_step; .ms.median / .n_gen) and near(.ms_per_token; 1000 / .tok_s) and .tok_s_min <= .tok_s and .tok_s <= .tok_s_max and .peak_mem_bytes > 0)' "$T/bt.json"
 check "batch rows: the weights stream once per step (GB/s = bytes/token x steps/s)" \
   jq -e 'def near(a; b): ((a - b) | fabs) <= 1e-6 * (b | fabs) + 1e-12; .model.bytes_per_token as $b | [.rows[] | select(.kind == "batch")] | all(near(.gb_s; $b * .tok_s_per_seq / 1e9) and near(.pct_ceiling; 100 * .gb_s / 10))' "$T/bt.json"
+check "bench-compare keeps the batch rows apart" bash -c "
+  jq -s -r -f scripts/bench-compare.jq '$T/bt.json' '$T/bt.json' | grep -Eq '^\\| tg6 b3 @ d16 \\| [0-9.]+ \\| [0-9.]+ \\| 1x \\|' &&
+  [ \$(jq -s -r -f scripts/bench-compare.jq '$T/bt.json' '$T/bt.json' | grep -c '^| tg6 b') = 3 ]"
 memra-bench "$STORIES" -p 8 -n 4 -d 0 -b 2,4 -r 1 --bandwidth 10 >"$T/bt.txt"
 check "the table has a batched-decode section" \
   bash -c "grep -Eq '^\\| batched decode +\\| +aggregate tok/s' '$T/bt.txt' && grep -Eq '^\\| tg4 b2 @ d8 ' '$T/bt.txt' && grep -Eq '^\\| tg4 b4 @ d8 ' '$T/bt.txt' && grep -Eq '^memory +peak resident set' '$T/bt.txt'"
