@@ -416,8 +416,8 @@ int imatrix_write(const char *path, const imatrix *m, memra_err *err)
         counts[i] = (float)e->n_calls;
         int64_t ne_s[2] = {e->n_values, 1}, ne_c[2] = {1, 1};
         if (strlen(e->name) + strlen(IMATRIX_SUM_SUFFIX) > GGUF_WRITER_MAX_NAME) {
-            memra_fail(err, "entry '%s': name too long for a GGUF tensor with its suffix",
-                       e->name);
+            memra_fail(err, "%s: entry '%s': name too long for a GGUF tensor with its suffix",
+                       path, e->name);
             goto done;
         }
         snprintf(name, sizeof name, "%s" IMATRIX_SUM_SUFFIX, e->name);
@@ -432,7 +432,7 @@ int imatrix_write(const char *path, const imatrix *m, memra_err *err)
     rc = gguf_writer_write(w, path, err);
 done:
     if (rc != 0)
-        memra_wrap(err, "writing imatrix %s", path);
+        memra_wrap(err, "writing imatrix");
     gguf_writer_free(w);
     free(sums);
     free(counts);
