@@ -168,7 +168,7 @@ static void parse_args(int argc, char **argv, parity_opts *o)
         case 'P': o->perplexity_file = optarg; break;
         case 'W': {
             int64_t w;
-            if (cli_parse_i64(optarg, 2, 1 << 20, &w, argv[optind - 1], &err) != 0)
+            if (cli_parse_i64(optarg, 2, 1 << 20, &w, "--window/--chunk", &err) != 0)
                 cli_usage("%s", err.msg);
             o->window = (int)w;
             break;
