@@ -75,11 +75,12 @@ float qz_err_symmetric(const float *x, const float *w, int n, float s, int qmin,
 /* Those quants. */
 void qz_quants_symmetric(const float *x, int n, float s, int qmin, int qmax, int8_t *q);
 
-/* The f16 block scale for the float scale s: the nearest f16 and its two
- * neighbours, each with its re-rounded quants, the one with the smallest
- * error wins. Returns its bits; q are its quants. */
-uint16_t qz_f16_scale(const float *x, const float *w, int n, float s, int qmin, int qmax,
-                      int8_t *q);
+/* The f16 block scale for the searched scale s: the nearest f16, its two
+ * neighbours and the f16 of s_ref (the reference rule's scale, so the
+ * result is never worse than that rule), each with its re-rounded quants;
+ * the one with the smallest error wins. Returns its bits; q its quants. */
+uint16_t qz_f16_scale(const float *x, const float *w, int n, float s, float s_ref, int qmin,
+                      int qmax, int8_t *q);
 
 /* Affine fit x ~ a * q - b, integer q in [0, nmax], a >= 0, b >= 0 (the
  * K-quant scale and min): candidates stretch [min(x, 0), max(x)] over

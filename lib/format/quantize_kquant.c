@@ -10,7 +10,8 @@
  *   3. each sub-block tries sc and m one step either way (nine pairs) with
  *      its quants re-rounded against the decoded values, and keeps the pair
  *      with the smallest error: this is where the 6-bit rounding of step 2
- *      is repaired, measured on exactly what the decoder computes. */
+ *      is repaired, measured on exactly what the decoder computes.
+ * The plain min/max rule is the last candidate (kq_block). */
 #include "format/quantize.h"
 #include "format/quantize_internal.h"
 
@@ -55,13 +56,13 @@ static void pack_scales(const uint8_t *sc, const uint8_t *m, uint8_t *q)
     }
 }
 
-/* Steps 1-3 for one super-block: header fields and the 256 quants. */
-static void kq_block(const float *x, const float *bw, int nmax, uint16_t *dh, uint16_t *mh,
-                     uint8_t *sc, uint8_t *m, uint8_t *L)
+/* 6-bit scales for float scales and mins: d and dmin from the largest,
+ * each pair rounded. */
+static void kq_round_scales(const float *a, const float *b, uint16_t *dh, uint16_t *mh,
+                            uint8_t *sc, uint8_t *m)
 {
-    float a[8], b[8], max_a = 0.0f, max_b = 0.0f;
+    float max_a = 0.0f, max_b = 0.0f;
     for (int j = 0; j < 8; j++) {
-        qz_fit_affine(x + 32 * j, bw + 32 * j, 32, nmax, KQ_NSTEP, &a[j], &b[j]);
         max_a = a[j] > max_a ? a[j] : max_a;
         max_b = b[j] > max_b ? b[j] : max_b;
     }
@@ -69,17 +70,32 @@ static void kq_block(const float *x, const float *bw, int nmax, uint16_t *dh, ui
     *mh = qz_f16(max_b / 63.0f);
     const float d = fp16_to_f32(*dh), dmin = fp16_to_f32(*mh);
     for (int j = 0; j < 8; j++) {
+        sc[j] = (uint8_t)(d > 0.0f ? clamp63(qz_round(a[j] / d)) : 0);
+        m[j] = (uint8_t)(dmin > 0.0f ? clamp63(qz_round(b[j] / dmin)) : 0);
+    }
+}
+
+/* Steps 1-3 for one super-block: header fields and the 256 quants. The
+ * plain min/max rule (each sub-block's range spread over 0..nmax, scales
+ * rounded to 6 bits) is evaluated too and kept if the search did worse, so
+ * no block is worse than that rule. */
+static void kq_block(const float *x, const float *bw, int nmax, uint16_t *dh, uint16_t *mh,
+                     uint8_t *sc, uint8_t *m, uint8_t *L)
+{
+    float a[8], b[8];
+    for (int j = 0; j < 8; j++)
+        qz_fit_affine(x + 32 * j, bw + 32 * j, 32, nmax, KQ_NSTEP, &a[j], &b[j]);
+    kq_round_scales(a, b, dh, mh, sc, m);
+    const float d = fp16_to_f32(*dh), dmin = fp16_to_f32(*mh);
+    float total = 0.0f;
+    for (int j = 0; j < 8; j++) {
         const float *xs = x + 32 * j, *ws = bw + 32 * j;
-        const int s0 = d > 0.0f ? clamp63(qz_round(a[j] / d)) : 0;
-        const int m0 = dmin > 0.0f ? clamp63(qz_round(b[j] / dmin)) : 0;
+        const int s0 = sc[j], m0 = m[j];
         float best = sub_error(xs, ws, d, dmin, s0, m0, nmax);
-        sc[j] = (uint8_t)s0;
-        m[j] = (uint8_t)m0;
         for (int ds = -1; ds <= 1; ds++) {
             for (int dm = -1; dm <= 1; dm++) {
                 const int s1 = clamp63(s0 + ds), m1 = clamp63(m0 + dm);
-                if ((ds == 0 && dm == 0) || (s1 == s0 && m1 == m0) || (s1 > 0 && d == 0.0f) ||
-                    (m1 > 0 && dmin == 0.0f))
+                if ((s1 == s0 && m1 == m0) || (s1 > 0 && d == 0.0f) || (m1 > 0 && dmin == 0.0f))
                     continue;
                 const float e = sub_error(xs, ws, d, dmin, s1, m1, nmax);
                 if (e < best) {
@@ -89,8 +105,36 @@ static void kq_block(const float *x, const float *bw, int nmax, uint16_t *dh, ui
                 }
             }
         }
-        sub_quants(xs, d, dmin, sc[j], m[j], nmax, L + 32 * j);
+        total += best;
     }
+    /* the min/max rule */
+    for (int j = 0; j < 8; j++) {
+        const float *xs = x + 32 * j;
+        float lo = xs[0], hi = xs[0];
+        for (int i = 1; i < 32; i++) {
+            lo = xs[i] < lo ? xs[i] : lo;
+            hi = xs[i] > hi ? xs[i] : hi;
+        }
+        lo = lo < 0.0f ? lo : 0.0f;
+        a[j] = (hi - lo) / (float)nmax;
+        b[j] = -lo;
+    }
+    uint16_t rdh, rmh;
+    uint8_t rsc[8], rm[8];
+    kq_round_scales(a, b, &rdh, &rmh, rsc, rm);
+    const float rd = fp16_to_f32(rdh), rdmin = fp16_to_f32(rmh);
+    float ref = 0.0f;
+    for (int j = 0; j < 8 && ref < total; j++)
+        ref += sub_error(x + 32 * j, bw + 32 * j, rd, rdmin, rsc[j], rm[j], nmax);
+    if (ref < total) {
+        *dh = rdh;
+        *mh = rmh;
+        memcpy(sc, rsc, 8);
+        memcpy(m, rm, 8);
+    }
+    const float fd = fp16_to_f32(*dh), fdmin = fp16_to_f32(*mh);
+    for (int j = 0; j < 8; j++)
+        sub_quants(x + 32 * j, fd, fdmin, sc[j], m[j], nmax, L + 32 * j);
 }
 
 void quantize_q4_k(const float *x, uint8_t *y, int64_t nb, const float *w)

@@ -7,7 +7,9 @@
  * levels -32..31 (both sides); d maps the largest of them to -128 or to
  * 127 (both are tried), and each sub-block then tries its integer scale one
  * step either way, quants re-rounded against the decoded values, keeping
- * the best: the 8-bit scale rounding measured on what the decoder computes. */
+ * the best: the 8-bit scale rounding measured on what the decoder computes.
+ * The plain rule (each extreme on -32, the largest scale on -128) is the
+ * last candidate, so no block is worse than it. */
 #include <math.h>
 
 #include "format/quantize.h"
@@ -48,18 +50,35 @@ void quantize_q6_k(const float *x, uint8_t *y, int64_t nb, const float *w)
 {
     for (int64_t i = 0; i < nb; i++, x += 256, y += 210) {
         const float *bw = qz_block_weights(w ? w + 256 * i : NULL, 256);
-        float s[16], smax = 0.0f, e;
+        float s[16], smax = 0.0f, e, r[16], rmax = 0.0f;
         for (int k = 0; k < 16; k++) {
             s[k] = qz_fit_symmetric(x + 16 * k, bw + 16 * k, 16, -32, 31, Q6_NSTEP, &e);
             if (fabsf(s[k]) > fabsf(smax))
                 smax = s[k];
+            /* the plain rule's scale: the extreme value on -32 */
+            float xm = 0.0f;
+            for (int j = 0; j < 16; j++)
+                xm = fabsf(x[16 * k + j]) > fabsf(xm) ? x[16 * k + j] : xm;
+            r[k] = xm / -32.0f;
+            if (fabsf(r[k]) > fabsf(rmax))
+                rmax = r[k];
         }
         int8_t sc[16], L[256], sc2[16], L2[256];
         uint16_t dh = qz_f16(smax / -128.0f);
         float err = q6_assign(x, bw, s, dh, sc, L);
         const uint16_t dh2 = qz_f16(smax / 127.0f);
-        if (smax != 0.0f && q6_assign(x, bw, s, dh2, sc2, L2) < err) {
+        float e2;
+        if (smax != 0.0f && (e2 = q6_assign(x, bw, s, dh2, sc2, L2)) < err) {
+            err = e2;
             dh = dh2;
+            memcpy(sc, sc2, 16);
+            memcpy(L, L2, 256);
+        }
+        /* the plain rule (extremes on -32, the largest scale on -128), whose
+         * rounded scales q6_assign only improves: never worse than it */
+        const uint16_t dh3 = qz_f16(rmax / -128.0f);
+        if (rmax != 0.0f && q6_assign(x, bw, r, dh3, sc2, L2) < err) {
+            dh = dh3;
             memcpy(sc, sc2, 16);
             memcpy(L, L2, 256);
         }

@@ -209,21 +209,25 @@ void qz_fit_affine(const float *x, const float *w, int n, int nmax, int nstep, f
     *b = -best_c;
 }
 
-uint16_t qz_f16_scale(const float *x, const float *w, int n, float s, int qmin, int qmax,
-                      int8_t *q)
+uint16_t qz_f16_scale(const float *x, const float *w, int n, float s, float s_ref, int qmin,
+                      int qmax, int8_t *q)
 {
     const uint16_t h0 = qz_f16(s);
+    uint16_t cand[4] = {h0, h0, h0, qz_f16(s_ref)};
+    for (int k = 0; k < 2; k++) {
+        const int mag = (h0 & 0x7FFF) + (k ? 1 : -1);
+        if (s != 0.0f && mag > 0 && mag <= 0x7BFF) /* not zero, not past the largest f16 */
+            cand[k + 1] = (uint16_t)((h0 & 0x8000) | mag);
+    }
     uint16_t best = h0;
     float best_err = qz_err_symmetric(x, w, n, fp16_to_f32(h0), qmin, qmax);
-    for (int k = -1; k <= 1 && s != 0.0f; k += 2) {
-        const int mag = (h0 & 0x7FFF) + k;
-        if (mag <= 0 || mag > 0x7BFF) /* zero / past the largest finite f16 */
+    for (int k = 1; k < 4; k++) {
+        if (cand[k] == best)
             continue;
-        const uint16_t h = (uint16_t)((h0 & 0x8000) | mag);
-        const float e = qz_err_symmetric(x, w, n, fp16_to_f32(h), qmin, qmax);
+        const float e = qz_err_symmetric(x, w, n, fp16_to_f32(cand[k]), qmin, qmax);
         if (e < best_err) {
             best_err = e;
-            best = h;
+            best = cand[k];
         }
     }
     qz_quants_symmetric(x, n, fp16_to_f32(best), qmin, qmax, q);
