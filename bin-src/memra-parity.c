@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #if MEMRA_CUDA
@@ -15,7 +16,10 @@
 #include "core/cli.h"
 #include "engine/engine.h"
 #include "engine/parity.h"
+#include "engine/imatrix_collect.h"
 #include "engine/perplexity.h"
+#include "engine/quality.h"
+#include "format/imatrix.h"
 #include "core/mapfile.h"
 #include "tok/tokenizer.h"
 #include "format/safetensors.h"
@@ -24,7 +28,10 @@
 static const char usage[] =
     "usage: memra-parity MODEL --reference REF.safetensors [--json] [--max-abs X]\n"
     "                    [--min-cosine C] [--kv f32|f16] [--backend cpu|cuda] [-t N]\n"
-    "       memra-parity MODEL --perplexity TEXT_FILE [--window N] [--json] [-t N]\n"
+    "       memra-parity MODEL --perplexity TEXT_FILE [--window N] [--chunks N] [--json]\n"
+    "       memra-parity MODEL --imatrix OUT -f TEXT_FILE [--chunk N] [--chunks N] [--json]\n"
+    "       memra-parity QUANT --against REF -f TEXT_FILE [--chunk N] [--chunks N] [--json]\n"
+    "                    [--backend cpu|cuda]\n"
     "       memra-parity MODEL --backends cpu,cuda --prompt-ids ID,ID,... [--json]\n"
     "       memra-parity --kernels [--perf] [--only OP] [--device N] [--seed S]\n"
     "\n"
@@ -42,6 +49,15 @@ static const char usage[] =
     "  --perplexity F  perplexity on text file F: consecutive windows from the start, each run\n"
     "                  from position 0, mean NLL over every next token (no reference needed)\n"
     "  --window N      perplexity window in tokens (default: the context, at most 512)\n"
+    "  --chunk N       the same as --window (the name --imatrix and --against use)\n"
+    "  --chunks N      use at most the first N windows of the text\n"
+    "  --imatrix OUT   importance matrix: run MODEL (CPU) over the whole chunks of -f TEXT and\n"
+    "                  write, per weight matrix, the mean squared input per column (llama.cpp's\n"
+    "                  GGUF imatrix format, for memra-quantize --imatrix)\n"
+    "  --against REF   quantization quality: run MODEL and REF over the same windows of -f TEXT;\n"
+    "                  perplexity of each, KL(REF || MODEL) of the next-token distributions\n"
+    "                  (mean, median, 99th percentile, max) and top-1 agreement\n"
+    "  -f FILE         the text for --imatrix and --against\n"
     "  --backend B     run MODEL on cpu (default) or cuda\n"
     "  --backends A,B  compare two backends' logits and hidden states on --prompt-ids\n"
     "                  (same gates as --reference, with A as the reference)\n"
@@ -55,12 +71,12 @@ static const char usage[] =
     "  -t, --threads N worker threads (default all cores; env MEMRA_THREADS)\n"
     "  -h, --help      this text\n"
     "\n"
-    "Not built yet (rejected): --imatrix and --against (quantization).\n"
     "Exit status: 0 within thresholds, 1 beyond them or on failure, 2 bad usage.\n";
 
 typedef struct {
     const char *model, *reference, *perplexity_file;
-    int json, window;
+    const char *imatrix_out, *against, *text_file;
+    int json, window, chunks;
     double max_abs, min_cosine; /* < 0: the default for the weights' dtype */
     kv_type kv;
     int n_threads;
@@ -138,24 +154,33 @@ static void parse_args(int argc, char **argv, parity_opts *o)
         {"against", required_argument, NULL, 'A'},   {"help", no_argument, NULL, 'h'},
         {"perplexity", required_argument, NULL, 'P'}, {"window", required_argument, NULL, 'W'},
         {"backend", required_argument, NULL, 'B'},   {"backends", required_argument, NULL, 'D'},
-        {"prompt-ids", required_argument, NULL, 'p'}, {"perf", no_argument, NULL, 'f'},
+        {"prompt-ids", required_argument, NULL, 'p'}, {"perf", no_argument, NULL, 'F'},
         {"device", required_argument, NULL, 'd'},   {"seed", required_argument, NULL, 's'},
-        {"only", required_argument, NULL, 'O'},
+        {"only", required_argument, NULL, 'O'},      {"chunk", required_argument, NULL, 'W'},
+        {"chunks", required_argument, NULL, 'N'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
     int ch;
-    while ((ch = getopt_long(argc, argv, ":t:h", longs, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, ":t:f:h", longs, NULL)) != -1) {
         switch (ch) {
         case 'r': o->reference = optarg; break;
         case 'P': o->perplexity_file = optarg; break;
         case 'W': {
             int64_t w;
-            if (cli_parse_i64(optarg, 2, 1 << 20, &w, "--window", &err) != 0)
+            if (cli_parse_i64(optarg, 2, 1 << 20, &w, "--window/--chunk", &err) != 0)
                 cli_usage("%s", err.msg);
             o->window = (int)w;
             break;
         }
+        case 'N': {
+            int64_t k;
+            if (cli_parse_i64(optarg, 1, INT32_MAX, &k, "--chunks", &err) != 0)
+                cli_usage("%s", err.msg);
+            o->chunks = (int)k;
+            break;
+        }
+        case 'f': o->text_file = optarg; break;
         case 'j': o->json = 1; break;
         case 'a':
             if (cli_parse_f64(optarg, 0, 1e30, &o->max_abs, "--max-abs", &err) != 0)
@@ -178,7 +203,7 @@ static void parse_args(int argc, char **argv, parity_opts *o)
                 cli_usage("%s", err.msg);
             break;
         case 'K': o->kernels = 1; break;
-        case 'f': o->perf = 1; break;
+        case 'F': o->perf = 1; break;
         case 'O': o->only = optarg; break;
         case 'p': o->prompt_ids = optarg; break;
         case 'B':
@@ -212,10 +237,8 @@ static void parse_args(int argc, char **argv, parity_opts *o)
             o->seed = (uint64_t)sd;
             break;
         }
-        case 'I':
-        case 'A':
-            cli_usage("%s is not built yet: it belongs to quantization (memra-quantize)",
-                      ch == 'I' ? "--imatrix" : "--against");
+        case 'I': o->imatrix_out = optarg; break;
+        case 'A': o->against = optarg; break;
         case 'h': fputs(usage, stdout); exit(0);
         case ':': cli_usage("%s needs a value", argv[optind - 1]);
         default: cli_usage("unknown option '%s'", argv[optind - 1]);
@@ -225,8 +248,9 @@ static void parse_args(int argc, char **argv, parity_opts *o)
     if ((o->perf || o->only) && !o->kernels)
         cli_usage("%s goes with --kernels", o->perf ? "--perf" : "--only");
     if (o->kernels) {
-        if (o->reference || o->perplexity_file || o->n_backends)
-            cli_usage("--kernels is a mode of its own: no --reference, --perplexity or --backends");
+        if (o->reference || o->perplexity_file || o->n_backends || o->imatrix_out || o->against)
+            cli_usage("--kernels is a mode of its own: no --reference, --perplexity, --backends, "
+                      "--imatrix or --against");
         if (optind < argc)
             cli_usage("--kernels takes no MODEL (unexpected '%s')", argv[optind]);
         return;
@@ -235,41 +259,93 @@ static void parse_args(int argc, char **argv, parity_opts *o)
         cli_usage("no MODEL given");
     if (optind + 1 < argc)
         cli_usage("unexpected argument '%s'", argv[optind + 1]);
-    if (!!o->reference + !!o->perplexity_file + !!o->n_backends > 1)
-        cli_usage("--reference, --perplexity and --backends are separate modes: give one");
+    if (!!o->reference + !!o->perplexity_file + !!o->n_backends + !!o->imatrix_out + !!o->against >
+        1)
+        cli_usage("--reference, --perplexity, --backends, --imatrix and --against are separate "
+                  "modes: give one");
+    if ((o->imatrix_out || o->against) && !o->text_file)
+        cli_usage("%s needs the text: -f TEXT_FILE", o->imatrix_out ? "--imatrix" : "--against");
+    if (o->text_file && !o->imatrix_out && !o->against)
+        cli_usage("-f goes with --imatrix or --against (--perplexity takes its file itself)");
+    if (o->imatrix_out && o->backend != BK_CPU)
+        cli_usage("--imatrix collects on the CPU backend only (not --backend %s)",
+                  backend_kind_name(o->backend));
     if (o->n_backends && !o->prompt_ids)
         cli_usage("--backends needs --prompt-ids");
     if (o->prompt_ids && !o->n_backends)
         cli_usage("--prompt-ids goes with --backends");
-    if (!o->reference && !o->perplexity_file && !o->n_backends)
-        cli_usage("--reference REF.safetensors (or --perplexity FILE) is required");
-    if (o->window && !o->perplexity_file)
-        cli_usage("--window goes with --perplexity");
+    if (!o->reference && !o->perplexity_file && !o->n_backends && !o->imatrix_out && !o->against)
+        cli_usage("--reference REF.safetensors (or --perplexity FILE, --imatrix OUT, --against "
+                  "REF) is required");
+    if ((o->window || o->chunks) && !o->perplexity_file && !o->imatrix_out && !o->against)
+        cli_usage("%s goes with --perplexity, --imatrix or --against",
+                  o->window ? "--window/--chunk" : "--chunks");
     o->model = argv[optind];
+}
+
+/* A model to run: open, with weights, and its tokenizer. */
+static void open_model(const char *spec, checkpoint *ck, tokenizer **t)
+{
+    memra_err err;
+    if (checkpoint_open(spec, ck, &err) != 0)
+        cli_fail(&err);
+    if (ck->vocab_only)
+        cli_failf("%s: a vocab-only GGUF has no weights to run", ck->path);
+    if (tok_load_checkpoint(ck, t, &err) != 0)
+        cli_fail(&err);
+}
+
+/* The text file's token ids (nothing added: no BOS), as --perplexity
+ * has always read it. */
+static int32_t *tokenize_file(const tokenizer *t, const char *path, size_t *n)
+{
+    memra_err err;
+    char *text;
+    size_t len;
+    if (read_small_file(path, 1u << 30, &text, &len, &err) != 0)
+        cli_fail(&err);
+    int32_t *ids;
+    if (tok_encode(t, text, len, 0, 0, &ids, n, &err) != 0)
+        cli_failf("%s: %s", path, err.msg);
+    free(text);
+    return ids;
+}
+
+/* --window/--chunk, else the training context capped at 512. */
+static int window_of(const parity_opts *o, const checkpoint *ck)
+{
+    if (o->window)
+        return o->window;
+    return ck->config.n_ctx_train > 0 && ck->config.n_ctx_train < 512 ? (int)ck->config.n_ctx_train
+                                                                     : 512;
+}
+
+/* --chunks N: only the tokens of the first N windows. */
+static size_t limit_chunks(const parity_opts *o, size_t n, int window)
+{
+    if (o->chunks > 0 && (uint64_t)o->chunks * (uint64_t)window < n)
+        return (size_t)o->chunks * (size_t)window;
+    return n;
+}
+
+static void print_json(json_t *j)
+{
+    char *txt = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    puts(txt);
+    free(txt);
+    json_decref(j);
 }
 
 static int run_perplexity(const parity_opts *o)
 {
     memra_err err;
     checkpoint ck;
-    if (checkpoint_open(o->model, &ck, &err) != 0)
-        cli_fail(&err);
-    if (ck.vocab_only)
-        cli_failf("%s: a vocab-only GGUF has no weights to run", ck.path);
     tokenizer *t;
-    if (tok_load_checkpoint(&ck, &t, &err) != 0)
-        cli_fail(&err);
-    char *text;
-    size_t len, n;
-    if (read_small_file(o->perplexity_file, 1u << 30, &text, &len, &err) != 0)
-        cli_fail(&err);
-    int32_t *ids;
-    if (tok_encode(t, text, len, 0, 0, &ids, &n, &err) != 0)
-        cli_fail(&err);
-    int window = o->window;
-    if (!window)
-        window = ck.config.n_ctx_train > 0 && ck.config.n_ctx_train < 512 ? (int)ck.config.n_ctx_train
-                                                                         : 512;
+    open_model(o->model, &ck, &t);
+    size_t n;
+    int32_t *ids = tokenize_file(t, o->perplexity_file, &n);
+    int window = window_of(o, &ck);
+    n = limit_chunks(o, n, window);
     engine_opts eo;
     engine_opts_default(&eo);
     eo.n_threads = o->n_threads;
@@ -301,9 +377,203 @@ static int run_perplexity(const parity_opts *o)
                r.mean_nll, r.perplexity, (double)r.n_top1 / (double)r.n_predictions);
     engine_free(e);
     free(ids);
-    free(text);
     tok_free(t);
     checkpoint_close(&ck);
+    return 0;
+}
+
+/* --imatrix OUT: the model over every whole chunk of the text on the CPU,
+ * the collector accumulating what enters each weight matrix. Only whole
+ * chunks, so every statistic comes from the same context length. */
+static int run_imatrix(const parity_opts *o)
+{
+    memra_err err;
+    checkpoint ck;
+    tokenizer *t;
+    open_model(o->model, &ck, &t);
+    size_t n;
+    int32_t *ids = tokenize_file(t, o->text_file, &n);
+    int chunk = window_of(o, &ck);
+    size_t n_chunks = n / (size_t)chunk;
+    if (n_chunks == 0)
+        cli_failf("%s: %zu tokens, shorter than one chunk of %d (give a longer text or a smaller "
+                  "--chunk)",
+                  o->text_file, n, chunk);
+    if (o->chunks > 0 && (size_t)o->chunks < n_chunks)
+        n_chunks = (size_t)o->chunks;
+    if (n_chunks > INT32_MAX)
+        cli_failf("%s: %zu chunks is too many", o->text_file, n_chunks);
+    engine_opts eo;
+    engine_opts_default(&eo);
+    eo.n_threads = o->n_threads;
+    eo.kv_type = o->kv;
+    eo.n_ctx = chunk;
+    engine *e;
+    if (engine_load(&ck, &eo, &e, &err) != 0)
+        cli_fail(&err);
+    imatrix_collector *col;
+    if (imatrix_collect_attach(e, &col, &err) != 0)
+        cli_fail(&err);
+    int tty = isatty(STDERR_FILENO);
+    double nll = 0;
+    size_t predictions = 0;
+    for (size_t i = 0; i < n_chunks; i++) {
+        if (tty)
+            fprintf(stderr, "\rmemra-parity: imatrix: chunk %zu/%zu", i + 1, n_chunks);
+        perplexity_result r;
+        if (perplexity_run(e, ids + i * (size_t)chunk, (size_t)chunk, chunk, &r, &err) != 0 ||
+            imatrix_collect_status(col, &err) != 0)
+            cli_fail(&err);
+        nll += r.mean_nll * (double)r.n_predictions;
+        predictions += r.n_predictions;
+    }
+    if (tty)
+        fputc('\n', stderr);
+    imatrix m;
+    if (imatrix_collect_result(col, (int32_t)n_chunks, o->text_file, &m, &err) != 0 ||
+        imatrix_write(o->imatrix_out, &m, &err) != 0)
+        cli_fail(&err);
+    /* as llama-imatrix does: say which experts the text never reached
+     * (their importance is written as 1, the neutral value) */
+    int partial = 0;
+    for (int i = 0; i < m.n_entries; i++) {
+        int unused = 0, mats = 0;
+        for (int k = 0; imatrix_collect_rows(col, m.entries[i].name, k) >= 0; k++, mats++)
+            unused += imatrix_collect_rows(col, m.entries[i].name, k) == 0;
+        if (unused) {
+            partial++;
+            fprintf(stderr, "memra-parity: warning: %s: %d of %d experts received no token\n",
+                    m.entries[i].name, unused, mats);
+        }
+    }
+    double ppl = exp(nll / (double)predictions);
+    if (o->json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "model", json_string(ck.path));
+        json_object_set_new(j, "text", json_string(o->text_file));
+        json_object_set_new(j, "imatrix", json_string(o->imatrix_out));
+        json_object_set_new(j, "partial_entries", json_integer(partial));
+        json_object_set_new(j, "tokens", json_integer((json_int_t)n));
+        json_object_set_new(j, "chunk", json_integer(chunk));
+        json_object_set_new(j, "chunks", json_integer((json_int_t)n_chunks));
+        json_object_set_new(j, "tokens_used", json_integer((json_int_t)(n_chunks * (size_t)chunk)));
+        json_object_set_new(j, "entries", json_integer(m.n_entries));
+        json_object_set_new(j, "perplexity", json_real(ppl));
+        print_json(j);
+    } else {
+        printf("%s: %d entries from %zu chunk%s of %d tokens of %s (%zu of %zu tokens; "
+               "perplexity %.4f)\n",
+               o->imatrix_out, m.n_entries, n_chunks, n_chunks == 1 ? "" : "s", chunk,
+               o->text_file, n_chunks * (size_t)chunk, n, ppl);
+    }
+    imatrix_free(&m);
+    imatrix_collect_free(col);
+    engine_free(e);
+    free(ids);
+    tok_free(t);
+    checkpoint_close(&ck);
+    return 0;
+}
+
+/* Two models share a vocabulary when every id is the same piece: then the
+ * same text is the same ids for both, and positions compare. */
+static void check_same_vocab(const tokenizer *tq, const char *q, const tokenizer *tr,
+                             const char *r)
+{
+    size_t nq = tok_vocab_size(tq), nr = tok_vocab_size(tr);
+    if (nq != nr)
+        cli_failf("%s and %s do not share a vocabulary: %zu tokens vs %zu", q, r, nq, nr);
+    for (size_t i = 0; i < nq; i++) {
+        size_t lq, lr;
+        const char *pq = tok_piece(tq, (int32_t)i, &lq), *pr = tok_piece(tr, (int32_t)i, &lr);
+        if (lq != lr || (lq && memcmp(pq, pr, lq) != 0))
+            cli_failf("%s and %s do not share a vocabulary: token %zu is '%.*s' vs '%.*s'", q, r,
+                      i, (int)(lq > 40 ? 40 : lq), pq, (int)(lr > 40 ? 40 : lr), pr);
+    }
+}
+
+/* --against REF: MODEL (the quantized one) measured against REF. */
+static int run_against(const parity_opts *o)
+{
+    memra_err err;
+    checkpoint ckq, ckr;
+    tokenizer *tq, *tr;
+    open_model(o->model, &ckq, &tq);
+    open_model(o->against, &ckr, &tr);
+    check_same_vocab(tq, ckq.path, tr, ckr.path);
+    if (ckq.config.n_vocab != ckr.config.n_vocab)
+        cli_failf("%s and %s do not share a vocabulary: %lld logits vs %lld", ckq.path, ckr.path,
+                  (long long)ckq.config.n_vocab, (long long)ckr.config.n_vocab);
+    size_t n, n2;
+    int32_t *ids = tokenize_file(tr, o->text_file, &n);
+    int32_t *ids2 = tokenize_file(tq, o->text_file, &n2);
+    if (n != n2 || memcmp(ids, ids2, n * sizeof *ids) != 0)
+        cli_failf("%s and %s tokenize %s differently", ckq.path, ckr.path, o->text_file);
+    free(ids2);
+    int window = window_of(o, &ckr);
+    n = limit_chunks(o, n, window);
+    engine *e[2];
+    const checkpoint *ck[2] = {&ckr, &ckq};
+    for (int i = 0; i < 2; i++) {
+        engine_opts eo;
+        engine_opts_default(&eo);
+        eo.n_threads = o->n_threads;
+        eo.kv_type = o->kv;
+        eo.n_ctx = window;
+        eo.backend = o->backend;
+        eo.device = o->device;
+        if (engine_load(ck[i], &eo, &e[i], &err) != 0)
+            cli_fail(&err);
+    }
+    quality_result r;
+    if (quality_compare(e[0], e[1], ids, n, window, &r, &err) != 0)
+        cli_failf("%s against %s on %s: %s", ckq.path, ckr.path, o->text_file, err.msg);
+    double top1 = (double)r.top1_agree / (double)r.n_positions;
+    if (o->json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "model", json_string(ckq.path));
+        json_object_set_new(j, "reference", json_string(ckr.path));
+        json_object_set_new(j, "text", json_string(o->text_file));
+        json_object_set_new(j, "backend", json_string(backend_kind_name(o->backend)));
+        json_object_set_new(j, "tokens", json_integer((json_int_t)r.n_tokens));
+        json_object_set_new(j, "window", json_integer(window));
+        json_object_set_new(j, "windows", json_integer((json_int_t)r.n_windows));
+        json_object_set_new(j, "positions", json_integer((json_int_t)r.n_positions));
+        json_object_set_new(j, "ref_mean_nll", json_real(r.ref_nll));
+        json_object_set_new(j, "mean_nll", json_real(r.quant_nll));
+        json_object_set_new(j, "ref_perplexity", json_real(r.ref_ppl));
+        json_object_set_new(j, "perplexity", json_real(r.quant_ppl));
+        json_object_set_new(j, "ppl_ratio", json_real(r.quant_ppl / r.ref_ppl));
+        json_object_set_new(j, "ppl_delta", json_real(r.quant_ppl - r.ref_ppl));
+        json_object_set_new(j, "kl_mean", json_real(r.kl_mean));
+        json_object_set_new(j, "kl_stderr", json_real(r.kl_stderr));
+        json_object_set_new(j, "kl_median", json_real(r.kl_median));
+        json_object_set_new(j, "kl_p99", json_real(r.kl_p99));
+        json_object_set_new(j, "kl_max", json_real(r.kl_max));
+        json_object_set_new(j, "top1_agree", json_integer((json_int_t)r.top1_agree));
+        json_object_set_new(j, "top1_agree_frac", json_real(top1));
+        print_json(j);
+    } else {
+        printf("%s against %s\non %s: %zu tokens, %zu window%s of %d, %zu positions (%s)\n\n",
+               ckq.path, ckr.path, o->text_file, r.n_tokens, r.n_windows,
+               r.n_windows == 1 ? "" : "s", window, r.n_positions, backend_kind_name(o->backend));
+        printf("%-22s %14s %14s\n", "", "reference", "model");
+        printf("%-22s %14.6f %14.6f\n", "perplexity", r.ref_ppl, r.quant_ppl);
+        printf("%-22s %14.6f %14.6f\n", "mean NLL (nats)", r.ref_nll, r.quant_nll);
+        printf("\n%-22s %.6f (%+.4f%%), delta %+.6f\n", "perplexity ratio", r.quant_ppl / r.ref_ppl,
+               100.0 * (r.quant_ppl / r.ref_ppl - 1), r.quant_ppl - r.ref_ppl);
+        printf("%-22s mean %.6g +- %.2g, median %.6g, p99 %.6g, max %.6g\n",
+               "KL(ref || model) nats", r.kl_mean, r.kl_stderr, r.kl_median, r.kl_p99, r.kl_max);
+        printf("%-22s %.4f%% (%zu of %zu)\n", "top-1 agreement", 100.0 * top1, r.top1_agree,
+               r.n_positions);
+    }
+    for (int i = 0; i < 2; i++)
+        engine_free(e[i]);
+    free(ids);
+    tok_free(tq);
+    tok_free(tr);
+    checkpoint_close(&ckq);
+    checkpoint_close(&ckr);
     return 0;
 }
 
@@ -470,6 +740,10 @@ int main(int argc, char **argv)
         return run_backends(&o);
     if (o.perplexity_file)
         return run_perplexity(&o);
+    if (o.imatrix_out)
+        return run_imatrix(&o);
+    if (o.against)
+        return run_against(&o);
     memra_err err;
 
     st_set ref;

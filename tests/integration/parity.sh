@@ -38,5 +38,5 @@ expect_error "--backend names cpu or cuda" 2 "backend 'gpu' is not cpu or cuda" 
 expect_error "--backends needs ids" 2 "--backends needs --prompt-ids" memra-parity "$T/other" --backends cpu,cuda
 check "--backends cpu,cpu agrees exactly" \
   bash -c "memra-parity '$SHARED/models/stories260K.gguf' --backends cpu,cpu --prompt-ids 1,403,407,261 --json | jq -e '.pass and .max_abs == 0'"
-expect_error "--against not built yet" 2 "--against is not built yet" memra-parity "$T/other" --against x
+expect_error "--against needs a text" 2 "--against needs the text" memra-parity "$T/other" --against x
 expect_error "vocab-only model" 1 "vocab-only" memra-parity "$SHARED/vocab/ggml-vocab-qwen2.gguf" --reference "$P/tiny-qwen3.safetensors"
