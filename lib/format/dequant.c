@@ -1,6 +1,7 @@
 /* dequant_row's dispatch, the plain types, and the 32-element block
  * formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4). The 256-element
- * super-block formats live in dequant_kquant.c. */
+ * super-block formats live in dequant_kquant.c, NVFP4 and MXFP8 in
+ * dequant_fp.c. */
 #include "format/dequant.h"
 
 #include <inttypes.h>
@@ -181,6 +182,8 @@ static block_fn block_decoder(dtype t)
     case DT_Q6_K: return dequant_q6_k;
     case DT_Q8_K: return dequant_q8_k;
     case DT_IQ4_XS: return dequant_iq4_xs;
+    case DT_NVFP4: return dequant_nvfp4;
+    case DT_MXFP8: return dequant_mxfp8;
     default: return NULL;
     }
 }

@@ -40,6 +40,7 @@ static const dtype_info table[] = {
     {DT_TQ1_0, "TQ1_0", NULL, 256, 54, 0},     /* qs[48] qh[4] d */
     {DT_TQ2_0, "TQ2_0", NULL, 256, 66, 0},     /* qs[64] d */
     {DT_MXFP4, "MXFP4", NULL, 32, 17, 0},      /* e8m0 exponent + qs[16] */
+    {DT_NVFP4, "NVFP4", NULL, 64, 36, 0},      /* 4 ue4m3 scales + qs[32] */
     {DT_U8, "U8", "U8", 1, 1, 0},
     {DT_U16, "U16", "U16", 1, 2, 0},
     {DT_U32, "U32", "U32", 1, 4, 0},
@@ -47,6 +48,7 @@ static const dtype_info table[] = {
     {DT_BOOL, "BOOL", "BOOL", 1, 1, 0},
     {DT_F8_E4M3, "F8_E4M3", "F8_E4M3", 1, 1, 1},
     {DT_F8_E5M2, "F8_E5M2", "F8_E5M2", 1, 1, 1},
+    {DT_MXFP8, "MXFP8", NULL, 32, 33, 0},      /* e8m0 exponent + 32 e4m3 */
 };
 
 const dtype_info *dtype_get(int id)
@@ -74,6 +76,10 @@ dtype dtype_from_st_name(const char *name)
 }
 
 int dtype_in_ggml(int id) { return id >= 0 && id < DT_GGML_COUNT && dtype_get(id) != NULL; }
+
+int dtype_is_memra_ext(int id) { return id == DT_MXFP8; }
+
+int dtype_in_gguf(int id) { return dtype_in_ggml(id) || dtype_is_memra_ext(id); }
 
 int64_t dtype_row_bytes(dtype t, int64_t n_elements)
 {

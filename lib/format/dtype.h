@@ -3,6 +3,9 @@
  * The ids below 1000 are the ggml tensor type ids, so a GGUF tensor's type
  * field is used as it is. Types that only safetensors has (FP8, unsigned
  * ints, bool) get ids from 1000 on and can never appear in a GGUF file.
+ * Ids from 2000 on are memra's own GGUF block types (MXFP8): memra writes
+ * and reads them in GGUF, other GGUF readers refuse them
+ * (docs/decisions/0005-fp8-and-nvfp4-in-gguf.md).
  * Quantized types store `block_size` elements in `type_size` bytes. */
 #ifndef MEMRA_FORMAT_DTYPE_H
 #define MEMRA_FORMAT_DTYPE_H
@@ -45,7 +48,10 @@ typedef enum {
     DT_TQ2_0 = 35,
     /* 36..38 were the IQ4_NL_4_4/4_8/8_8 repacks, removed from ggml */
     DT_MXFP4 = 39,
-    DT_GGML_COUNT = 40,
+    DT_NVFP4 = 40,
+    /* one past the last ggml id memra knows (ggml's 41 Q1_0 and 42 Q2_0 are
+     * not read) */
+    DT_GGML_COUNT = 41,
 
     /* safetensors-only */
     DT_U8 = 1000,
@@ -55,6 +61,9 @@ typedef enum {
     DT_BOOL,
     DT_F8_E4M3,
     DT_F8_E5M2,
+
+    /* memra GGUF extensions */
+    DT_MXFP8 = 2000, /* OCP MX FP8: e8m0 block exponent + 32 e4m3 values */
     DT_INVALID = -1
 } dtype;
 
@@ -73,8 +82,13 @@ const dtype_info *dtype_get(int id);
 dtype dtype_from_name(const char *name);
 /* Look up by safetensors dtype string ("BF16", "F8_E4M3"); DT_INVALID when unknown. */
 dtype dtype_from_st_name(const char *name);
-/* Whether the id can be stored in a GGUF file. */
+/* Whether the id is a ggml type (readable by every GGUF reader). */
 int dtype_in_ggml(int id);
+/* Whether memra stores the id in GGUF: the ggml types and memra's own
+ * block types (DT_MXFP8). */
+int dtype_in_gguf(int id);
+/* Whether the type is one of memra's GGUF extensions (not a ggml type). */
+int dtype_is_memra_ext(int id);
 /* Bytes for n_elements of the type; returns -1 when n_elements is not a whole
  * number of blocks or the size would overflow. */
 int64_t dtype_row_bytes(dtype t, int64_t n_elements);

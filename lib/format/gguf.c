@@ -372,7 +372,7 @@ static int rd_tensor_info(reader *r, arena *mem, gguf_tensor *t, name_set *names
     uint32_t type;
     if (rd_u32(r, &type, "tensor type"))
         return -1;
-    if (!dtype_in_ggml((int)type))
+    if (!dtype_in_gguf((int)type))
         return rfail(r, "unknown tensor type %u", type);
     t->type = (dtype)type;
     const dtype_info *info = dtype_get((int)type);

@@ -218,7 +218,7 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, dtype type, int n_d
     if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
         return memra_fail(err, "tensor '%s': n_dims %d is not in 1..%d", name, n_dims,
                           GGUF_MAX_DIMS);
-    const dtype_info *info = dtype_in_ggml((int)type) ? dtype_get((int)type) : NULL;
+    const dtype_info *info = dtype_in_gguf((int)type) ? dtype_get((int)type) : NULL;
     if (!info)
         return memra_fail(err, "tensor '%s': type %d cannot be stored in GGUF", name, (int)type);
     wtensor t = {.name = NULL, .type = type, .n_dims = n_dims, .data = data, .nbytes = nbytes};
