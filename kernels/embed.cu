@@ -54,6 +54,8 @@ extern "C" cudaError_t launch_embed(const cu_matrix *t, const int32_t *tokens, i
     case CW_Q4_K: embed_launch<CW_Q4_K>(t, tokens, n, scale, out, stream); break;
     case CW_Q5_K: embed_launch<CW_Q5_K>(t, tokens, n, scale, out, stream); break;
     case CW_Q6_K: embed_launch<CW_Q6_K>(t, tokens, n, scale, out, stream); break;
+    case CW_NVFP4: embed_launch<CW_NVFP4>(t, tokens, n, scale, out, stream); break;
+    case CW_MXFP8: embed_launch<CW_MXFP8>(t, tokens, n, scale, out, stream); break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();

@@ -183,6 +183,8 @@ extern "C" cudaError_t launch_matmul(const cu_matrix *w, const float *bias, cons
     case CW_Q4_K: mm_dispatch_t<CW_Q4_K>(w, bias, x, n, out, ax, stream); break;
     case CW_Q5_K: mm_dispatch_t<CW_Q5_K>(w, bias, x, n, out, ax, stream); break;
     case CW_Q6_K: mm_dispatch_t<CW_Q6_K>(w, bias, x, n, out, ax, stream); break;
+    case CW_NVFP4: mm_dispatch_t<CW_NVFP4>(w, bias, x, n, out, ax, stream); break;
+    case CW_MXFP8: mm_dispatch_t<CW_MXFP8>(w, bias, x, n, out, ax, stream); break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
@@ -206,6 +208,8 @@ extern "C" cudaError_t launch_matmul_grouped(const cu_matrix *w, const void *con
     case CW_Q4_K: mm_grouped<CW_Q4_K>(w, experts, ids, in_div, x, n_pairs, out, ax, stream); break;
     case CW_Q5_K: mm_grouped<CW_Q5_K>(w, experts, ids, in_div, x, n_pairs, out, ax, stream); break;
     case CW_Q6_K: mm_grouped<CW_Q6_K>(w, experts, ids, in_div, x, n_pairs, out, ax, stream); break;
+    case CW_NVFP4: mm_grouped<CW_NVFP4>(w, experts, ids, in_div, x, n_pairs, out, ax, stream); break;
+    case CW_MXFP8: mm_grouped<CW_MXFP8>(w, experts, ids, in_div, x, n_pairs, out, ax, stream); break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();

@@ -6,7 +6,9 @@
 // Each decoder evaluates lib/format/dequant.c's float expressions in the
 // same order with the _rn intrinsics (no contraction), so the values are
 // bit-identical to the CPU reference's: Q4_K (d * sc) * q - dmin * m,
-// Q6_K (d * sc) * q, Q8_0 / Q4_0 q * d.
+// Q6_K (d * sc) * q, Q8_0 / Q4_0 q * d, NVFP4 e2m1 * ue4m3 and MXFP8
+// e4m3 * 2^(e-127) (dequant_fp.c; both products are exact, and the scale
+// decoders build the same floats from bits).
 #ifndef MEMRA_KERNELS_WEIGHT_DECODE_CUH
 #define MEMRA_KERNELS_WEIGHT_DECODE_CUH
 
@@ -197,6 +199,86 @@ template <> struct WFmt<CW_Q6_K> {
             const int q6 = (int)(lo | (hi << 4)) - 32;
             v[l] = __fmul_rn(l < 16 ? ds0 : ds1, (float)q6);
         }
+    }
+};
+
+// NVFP4's scale byte as ggml reads it (dequant_ue4m3_half): an unsigned
+// E4M3 (bit 7 ignored), halved; 0x00 and 0x7F are 0. Normal values
+// (1 + m/8) * 2^(e-7) / 2 have exponent field e + 119; subnormals m * 2^-10.
+DEV float ue4m3_half_to_f32(uint32_t x)
+{
+    x &= 0xFFu;
+    if (x == 0u || x == 0x7Fu)
+        return 0.0f;
+    const uint32_t e = (x >> 3) & 0xFu, m = x & 7u;
+    if (e == 0u)
+        return __fmul_rn((float)m, 0.0009765625f); /* m * 2^-10, exact */
+    return __uint_as_float(((e + 119u) << 23) | (m << 20));
+}
+
+// The doubled E2M1 level of a nibble (0 1 2 3 4 6 8 12, bit 3 the sign), as
+// an integer: levels 4..7 are 2 or 3 shifted by 1 or 2.
+DEV int e2m1_doubled(uint32_t n)
+{
+    const int i = (int)(n & 7u);
+    const int v = i < 4 ? i : (2 + (i & 1)) << ((i >> 1) - 1);
+    return (n & 8u) ? -v : v;
+}
+
+// FP8 E4M3 ("fn") as fp8_e4m3_to_f32: S.1111.111 is NaN, e = 0 subnormal
+// m * 2^-9, else (1 + m/8) * 2^(e-7) (exponent field e + 120).
+DEV float e4m3_to_f32(uint32_t x)
+{
+    const uint32_t sign = (x & 0x80u) << 24, e = (x >> 3) & 0xFu, m = x & 7u;
+    if (e == 15u && m == 7u)
+        return __uint_as_float(0x7FC00000u);
+    if (e == 0u) { /* m * 2^-9, exact; the sign kept on zero too (0x80 is -0) */
+        const float v = __fmul_rn((float)m, 0.001953125f);
+        return sign ? -v : v;
+    }
+    return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+// MXFP8's E8M0 block scale 2^(e-127): e = 0 is the subnormal 2^-127, 255 NaN.
+DEV float e8m0_to_f32(uint32_t e)
+{
+    return __uint_as_float(e == 255u ? 0x7FC00000u : e == 0u ? 0x00400000u : e << 23);
+}
+
+// NVFP4: one 64-element block per unit: 32 nibble bytes, the 16-element
+// sub-block s in bytes 8s..8s+7 (element 16s + j low nibble of byte 8s + j,
+// 16s + 8 + j the high one), its UE4M3 scale byte s of the block's 4.
+template <> struct WFmt<CW_NVFP4> {
+    static constexpr int U = 64;
+    DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
+    {
+        const uint8_t *q = row + u * 32;
+        const uint4 a = ld16(q), b = ld16(q + 16);
+        const uint32_t sc = __ldg(reinterpret_cast<const unsigned int *>(row + soff + u * 4));
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            const float d = ue4m3_half_to_f32(sc >> (8 * s));
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const uint32_t by = byte32(a, b, 8 * s + j);
+                v[16 * s + j] = __fmul_rn((float)e2m1_doubled(by & 0xFu), d);
+                v[16 * s + 8 + j] = __fmul_rn((float)e2m1_doubled(by >> 4), d);
+            }
+        }
+    }
+};
+
+// MXFP8: one 32-element block per unit: 32 E4M3 bytes, then its E8M0 byte.
+template <> struct WFmt<CW_MXFP8> {
+    static constexpr int U = 32;
+    DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
+    {
+        const uint8_t *q = row + u * 32;
+        const uint4 a = ld16(q), b = ld16(q + 16);
+        const float s = e8m0_to_f32(__ldg(row + soff + u));
+#pragma unroll
+        for (int j = 0; j < 32; j++)
+            v[j] = __fmul_rn(e4m3_to_f32(byte32(a, b, j)), s);
     }
 };
 

@@ -135,13 +135,16 @@ static dtype mix_type(const quant_recipe *r, const model_config *c, const contra
     *why = "base";
     switch (e->role) {
     case ROLE_OUTPUT:
-        *why = "output head";
-        return fits(r->base, row_len(e)) ? up : DT_Q8_0;
     case ROLE_EMBED:
-        if (!c->tie_embeddings)
+        if (e->role == ROLE_EMBED && !c->tie_embeddings)
             return r->base;
-        *why = "tied embedding (the output head)";
-        return fits(r->base, row_len(e)) ? up : DT_Q8_0;
+        /* llama.cpp: a head whose rows do not fit the base type is Q8_0 */
+        if (!fits(r->base, row_len(e))) {
+            *why = "fallback: rows not whole blocks";
+            return DT_Q8_0;
+        }
+        *why = e->role == ROLE_OUTPUT ? "output head" : "tied embedding (the output head)";
+        return up;
     case ROLE_ATTN_V:
         if (eight_experts) {
             *why = "8 experts";

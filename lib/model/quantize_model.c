@@ -254,8 +254,8 @@ static int precompute(const model_config *c, const contract_binding *src,
 /* Produce one tensor's bytes: a view of the source when nothing changes,
  * else freshly quantized / cast rows in *owned. */
 static int produce(const model_config *c, const contract_binding *src, thread_pool *pool,
-                   quantize_opts *o, const quantize_plan_entry *pe, const void **data,
-                   void **owned, memra_err *err)
+                   const float *imp, int imp_parts, const quantize_plan_entry *pe,
+                   const void **data, void **owned, memra_err *err)
 {
     const contract_entry *e = pe->e;
     *owned = NULL;
@@ -274,8 +274,8 @@ static int produce(const model_config *c, const contract_binding *src, thread_po
     j.hf_parts = hf_parts;
     j.rows_per_part = hf_parts ? j.rows / e->shape[0] : j.rows;
     j.out_row_bytes = (size_t)dtype_row_bytes(pe->type, j.cols);
-    if (tensor_importance(o, pe, &j.imp, &j.imp_parts, err) != 0)
-        return -1;
+    j.imp = imp;
+    j.imp_parts = imp_parts;
     float *vals;
     if (precompute(c, src, pe, &vals, err) != 0)
         return -1;
@@ -363,11 +363,17 @@ int quantize_checkpoint(const checkpoint *src, const char *dst, quant_recipe *r,
     o->n_without_importance = 0;
     const void **data = xcalloc((size_t)plan.n + 1, sizeof *data);
     void **owned = xcalloc((size_t)plan.n + 1, sizeof *owned);
-    thread_pool *pool = pool_create(o->n_threads);
+    const float **imp = xcalloc((size_t)plan.n + 1, sizeof *imp);
+    int *imp_parts = xcalloc((size_t)plan.n + 1, sizeof *imp_parts);
     int rc = 0;
+    /* every importance entry checked before any work */
+    for (int i = 0; i < plan.n && rc == 0; i++)
+        rc = tensor_importance(o, &plan.entries[i], &imp[i], &imp_parts[i], err);
+    thread_pool *pool = pool_create(o->n_threads);
     uint64_t done = 0;
     for (int i = 0; i < plan.n && rc == 0; i++) {
-        rc = produce(&src->config, &b, pool, o, &plan.entries[i], &data[i], &owned[i], err);
+        rc = produce(&src->config, &b, pool, imp[i], imp_parts[i], &plan.entries[i], &data[i],
+                     &owned[i], err);
         done += (uint64_t)plan.entries[i].n_elements;
         if (rc == 0 && o->progress)
             o->progress(o->progress_ctx, i + 1, plan.n, &plan.entries[i], done,
@@ -392,6 +398,8 @@ int quantize_checkpoint(const checkpoint *src, const char *dst, quant_recipe *r,
         free(owned[i]);
     free(owned);
     free(data);
+    free(imp);
+    free(imp_parts);
     quantize_plan_free(&plan);
     contract_binding_free(&b);
     return rc;

@@ -76,6 +76,13 @@ static void random_row(dtype t, uint8_t *src, size_t rb)
             put_f16(blk + 2, 0.003f + (float)(rnd() % 100) * 1e-4f);
             break;
         case DT_Q6_K: put_f16(blk + 208, 0.01f + (float)(rnd() % 100) * 1e-4f); break;
+        case DT_NVFP4: break; /* every scale byte is finite (0x7F reads as 0, 0xFF as 240) */
+        case DT_MXFP8:        /* every exponent but 255 (NaN); no NaN elements */
+            blk[0] = (uint8_t)(rnd() % 255);
+            for (int j = 1; j < 33; j++)
+                if ((blk[j] & 0x7F) == 0x7F)
+                    blk[j] ^= 1;
+            break;
         default: break;
         }
     }
@@ -136,6 +143,8 @@ int main()
     f += check<CW_Q4_K>(DT_Q4_K, 256) + check<CW_Q4_K>(DT_Q4_K, 768);
     f += check<CW_Q5_K>(DT_Q5_K, 256) + check<CW_Q5_K>(DT_Q5_K, 768);
     f += check<CW_Q6_K>(DT_Q6_K, 256) + check<CW_Q6_K>(DT_Q6_K, 768);
+    f += check<CW_NVFP4>(DT_NVFP4, 64) + check<CW_NVFP4>(DT_NVFP4, 576);
+    f += check<CW_MXFP8>(DT_MXFP8, 32) + check<CW_MXFP8>(DT_MXFP8, 544);
     puts(f ? "FAILED" : "ALL OK");
     return f != 0;
 }

@@ -72,6 +72,16 @@ static void make_weight(bk_weight *w, dtype t, int64_t rows, int64_t cols)
             put_f16(blk + 2, urand(0.001f, 0.01f));
             break;
         case DT_Q6_K: put_f16(blk + 208, urand(0.001f, 0.01f)); break;
+        case DT_NVFP4: /* UE4M3 scales 2^-4 .. 2^-1 (halved) */
+            for (int s = 0; s < 4; s++)
+                blk[s] = (uint8_t)(0x18 + (int)urand(0, 24));
+            break;
+        case DT_MXFP8: /* exponent 2^-7 .. 2^0; no NaN element bytes */
+            blk[0] = (uint8_t)(120 + (int)urand(0, 7));
+            for (int j = 1; j < 33; j++)
+                if ((blk[j] & 0x7F) == 0x7F)
+                    blk[j] ^= 1;
+            break;
         default: break;
         }
     }
@@ -92,8 +102,8 @@ static float *dequant_all(const bk_weight *w)
  * batch of 1 and with another thread count must come out bit-identical. */
 static void test_matmul_formats(void)
 {
-    static const dtype types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0,
-                                  DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+    static const dtype types[] = {DT_F32,  DT_F16,  DT_BF16, DT_Q8_0,  DT_Q4_0,
+                                  DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_NVFP4, DT_MXFP8};
     backend *b1 = backend_cpu_create(1), *b3 = backend_cpu_create(3);
     memra_err err = {{0}};
     const int n = 5;

@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "format/gguf.h"
 #include "format/half.h"
+#include "format/quantize.h"
 #include "model/checkpoint.h"
 #include "model/convert.h"
 #include "test.h"
@@ -518,8 +519,8 @@ static void put16(uint8_t *p, uint16_t h)
 }
 
 /* One row of n floats as type t. Q8_0 and Q4_0 are quantized from the
- * values; the K-quants get random valid blocks with small scales (their
- * quantizers belong to memra-quantize): both backends must agree on any
+ * values, NVFP4 and MXFP8 by memra-quantize's quantizers; the K-quants get
+ * random valid blocks with small scales: both backends must agree on any
  * valid bytes. */
 static void encode_row(dtype t, const float *x, int64_t n, uint8_t *out, rng_state *r)
 {
@@ -554,6 +555,9 @@ static void encode_row(dtype t, const float *x, int64_t n, uint8_t *out, rng_sta
                 }
             }
         }
+        break;
+    case DT_NVFP4: case DT_MXFP8:
+        CHECK(quantize_row(t, x, out, n, NULL, NULL) == 0);
         break;
     default: { /* Q4_K, Q5_K, Q6_K */
         const dtype_info *ti = dtype_get(t);
@@ -653,7 +657,8 @@ static void test_cuda_weight_formats(void)
 {
     if (skip_without_gpu())
         return;
-    static const dtype types[] = {DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+    static const dtype types[] = {DT_F16,  DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K,
+                                  DT_Q5_K, DT_Q6_K, DT_NVFP4, DT_MXFP8};
     char dir[1024];
     tmp_path(dir, sizeof dir, "fmt");
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(types); i++) {

@@ -29,7 +29,7 @@ int cpu_type_supported(dtype t)
 {
     switch (t) {
     case DT_F32: case DT_F16: case DT_BF16: case DT_Q8_0: case DT_Q4_0: case DT_Q4_K:
-    case DT_Q5_K: case DT_Q6_K:
+    case DT_Q5_K: case DT_Q6_K: case DT_NVFP4: case DT_MXFP8:
         return 1;
     default:
         return 0;
@@ -155,7 +155,7 @@ static int cpu_weight_prepare(backend *b, bk_weight *w, memra_err *err)
     const dtype_info *ti = dtype_get(w->type);
     if (!cpu_type_supported(w->type))
         return memra_fail(err, "tensor '%s': type %s is not supported by the CPU backend "
-                          "(it reads F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)",
+                          "(it reads F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, NVFP4, MXFP8)",
                           w->name, ti ? ti->name : "unknown");
     int64_t rb = dtype_row_bytes(w->type, w->cols);
     if (rb < 0)

@@ -1,6 +1,7 @@
 /* Weights on the device: each checkpoint tensor is uploaded once at load,
  * repacked into the layout its kernels read (kernels/weight_layout.h:
- * 16-byte aligned rows, split-off block scales for Q8_0 / Q4_0 / Q6_K).
+ * 16-byte aligned rows, split-off block scales for Q8_0 / Q4_0 / Q6_K /
+ * NVFP4 / MXFP8).
  * Vector weights (norms, biases) also get an f32 copy decoded on the host
  * by the reference decoders, so the ops that read them see exactly the
  * CPU's values. */
@@ -28,6 +29,8 @@ static int format_of(dtype t, cw_format *f)
     case DT_Q4_K: *f = CW_Q4_K; return 0;
     case DT_Q5_K: *f = CW_Q5_K; return 0;
     case DT_Q6_K: *f = CW_Q6_K; return 0;
+    case DT_NVFP4: *f = CW_NVFP4; return 0;
+    case DT_MXFP8: *f = CW_MXFP8; return 0;
     default: return -1;
     }
 }
@@ -54,6 +57,18 @@ void cuda_repack_row(cw_format f, const uint8_t *src, size_t row_bytes, int64_t 
         for (int64_t j = 0; j < nb; j++) {
             memcpy(dst + 208 * j, src + 210 * j, 208);
             memcpy(dst + soff + 2 * j, src + 210 * j + 208, 2);
+        }
+        break;
+    case CW_NVFP4: /* d[4] then qs[32] */
+        for (int64_t j = 0; j < nb; j++) {
+            memcpy(dst + 32 * j, src + 36 * j + 4, 32);
+            memcpy(dst + soff + 4 * j, src + 36 * j, 4);
+        }
+        break;
+    case CW_MXFP8: /* e then 32 E4M3 bytes */
+        for (int64_t j = 0; j < nb; j++) {
+            memcpy(dst + 32 * j, src + 33 * j + 1, 32);
+            dst[soff + (size_t)j] = src[33 * j];
         }
         break;
     default: /* float formats, Q4_K, Q5_K: the bytes as stored */
@@ -129,7 +144,8 @@ int cuda_weight_prepare(backend *b, bk_weight *w, memra_err *err)
     cw_format f;
     if (format_of(w->type, &f) != 0)
         return memra_fail(err, "tensor '%s': type %s is not supported by the CUDA backend "
-                          "(it reads F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)",
+                          "(it reads F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, NVFP4, "
+                          "MXFP8)",
                           w->name, ti ? ti->name : "unknown");
     int64_t rb = dtype_row_bytes(w->type, w->cols);
     if (rb < 0)

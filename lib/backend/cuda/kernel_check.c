@@ -31,8 +31,8 @@ static void put_f16(uint8_t *p, float v)
     p[1] = (uint8_t)(h >> 8);
 }
 
-/* Random quant bytes with small finite positive f16 scales, or random
- * float values: every block is valid and no value is NaN. */
+/* Random quant bytes with small finite positive scales, or random float
+ * values: every block is valid and no value is NaN. */
 static uint8_t *random_weight_bytes(kc *k, dtype t, int64_t rows, int64_t cols, size_t *row_bytes)
 {
     const dtype_info *ti = dtype_get(t);
@@ -61,6 +61,16 @@ static uint8_t *random_weight_bytes(kc *k, dtype t, int64_t rows, int64_t cols, 
             put_f16(blk + 2, 0.001f + 0.01f * rng_uniform(&k->rng));
             break;
         case DT_Q6_K: put_f16(blk + 208, 0.001f + 0.01f * rng_uniform(&k->rng)); break;
+        case DT_NVFP4: /* UE4M3 scales 2^-7 .. 2^-4 (halved) */
+            for (int s = 0; s < 4; s++)
+                blk[s] = (uint8_t)(8 + rng_next_u64(&k->rng) % 24);
+            break;
+        case DT_MXFP8: /* exponent 2^-8 .. 2^-5; no NaN elements */
+            blk[0] = (uint8_t)(119 + rng_next_u64(&k->rng) % 4);
+            for (int j = 1; j < 33; j++)
+                if ((blk[j] & 0x7F) == 0x7F)
+                    blk[j] ^= 1;
+            break;
         default: break;
         }
     }

@@ -99,6 +99,8 @@ void kc_check_matmul(kc *k)
         {DT_Q4_K, {{37, 256}, {65, 768}, {1000, 2048}}},
         {DT_Q5_K, {{37, 256}, {65, 768}, {1000, 2048}}},
         {DT_Q6_K, {{37, 256}, {65, 768}, {1000, 2048}}},
+        {DT_NVFP4, {{37, 128}, {65, 576}, {1000, 1024}}},
+        {DT_MXFP8, {{37, 96}, {65, 544}, {1000, 1024}}},
     };
     for (size_t f = 0; f < MEMRA_ARRAY_LEN(fmts); f++) {
         for (int s = 0; s < 3; s++)
@@ -123,6 +125,7 @@ void kc_check_embed(kc *k)
     } cases[] = {
         {DT_F32, 101}, {DT_F16, 101}, {DT_BF16, 256}, {DT_Q8_0, 96},
         {DT_Q4_0, 96}, {DT_Q4_K, 512}, {DT_Q5_K, 512}, {DT_Q6_K, 512},
+        {DT_NVFP4, 192}, {DT_MXFP8, 96},
     };
     for (size_t c = 0; c < MEMRA_ARRAY_LEN(cases); c++) {
         for (int sc = 0; sc < 2; sc++) {
