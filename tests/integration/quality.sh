@@ -63,6 +63,16 @@ check "table output: perplexity of both, KL and top-1 lines" \
   bash -c "memra-parity $DRAFT --against $TINY -f $TEXT >'$T/tab' && grep -E '^perplexity +[0-9.]+ +[0-9.]+\$' '$T/tab' >/dev/null &&
            grep -E '^KL\\(ref \\|\\| model\\) nats +mean [0-9.]' '$T/tab' >/dev/null && grep -E '^top-1 agreement +[0-9.]+%' '$T/tab' >/dev/null"
 
+# quantized with memra-quantize, using an imatrix from memra-parity (bounds
+# from docs/quality-table.md, with room: Q8_0 KL 2.7e-4, Q4_K_M 2.3e-2
+# on this text)
+check "memra-quantize takes our imatrix; Q8_0 and Q4_K_M measured against the original" \
+  bash -c "memra-quantize $TINY '$T/q8.gguf' Q8_0 --imatrix '$T/tiny.imatrix' 2>/dev/null &&
+           memra-quantize $TINY '$T/q4km.gguf' Q4_K_M --imatrix '$T/tiny.imatrix' 2>/dev/null &&
+           a=\$(memra-parity '$T/q8.gguf' --against $TINY -f $TEXT --json | jq .kl_mean) &&
+           b=\$(memra-parity '$T/q4km.gguf' --against $TINY -f $TEXT --json | jq .kl_mean) &&
+           jq -n -e --argjson a \"\$a\" --argjson b \"\$b\" '\$a > 0 and \$a < 2e-3 and \$b > \$a and \$b < 0.06'"
+
 # ---- bad input ----
 expect_error "--against: vocabulary mismatch" 1 "do not share a vocabulary: 512 tokens vs 4096" \
   memra-parity "$SHARED/models/stories260K.gguf" --against $TINY -f $TEXT
