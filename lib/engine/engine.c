@@ -28,7 +28,12 @@ struct engine_seq {
 void engine_opts_default(engine_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->kv_type = KV_F32;
+    o->kv_type = KV_DEFAULT;
+}
+
+kv_type engine_kv_type_default(backend_kind k)
+{
+    return k == BK_CUDA ? KV_BF16 : KV_F32;
 }
 
 int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_err *err)
@@ -44,6 +49,8 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
         eo.n_seqs = 1;
     if (eo.kv_block_size <= 0)
         eo.kv_block_size = 16;
+    if (eo.kv_type == KV_DEFAULT)
+        eo.kv_type = engine_kv_type_default(eo.backend);
     int64_t n_ctx = eo.n_ctx;
     if (n_ctx <= 0)
         n_ctx = c->n_ctx_train > 0 && c->n_ctx_train < 4096 ? c->n_ctx_train : 4096;
@@ -112,6 +119,7 @@ void engine_free(engine *e)
 const model_config *engine_config(const engine *e) { return &e->m.config; }
 uint64_t engine_bytes_per_token(const engine *e) { return e->m.bytes_per_token; }
 int64_t engine_n_ctx(const engine *e) { return e->n_ctx; }
+kv_type engine_kv_type(const engine *e) { return e->opts.kv_type; }
 model *engine_model(engine *e) { return &e->m; }
 
 void engine_set_hidden_hook(engine *e, model_hidden_fn fn, void *ctx)

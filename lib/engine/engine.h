@@ -28,18 +28,23 @@
 typedef struct {
     int n_threads;      /* <= 0: one per core */
     int64_t n_ctx;      /* tokens per sequence; 0: the model's n_ctx_train, at most 4096 */
-    kv_type kv_type;    /* KV_F32 (default) or KV_F16 */
+    kv_type kv_type;    /* KV_DEFAULT (the backend's: engine_kv_type_default), KV_F32,
+                         * KV_F16, KV_BF16 or KV_Q8_0 (kv_dim a multiple of 32) */
     int n_batch;        /* prefill chunk: tokens per step; 0: 64 */
     int n_seqs;         /* sequences that can hold n_ctx tokens at once; 0: 1 */
     int kv_block_size;  /* tokens per KV block; 0: 16 */
     backend_kind backend; /* BK_CPU (default) or BK_CUDA */
-    int device;         /* CUDA device index (BK_CUDA) */
+    int device;         /* CUDA device index (BK_CUDA); any thread may then drive the
+                         * engine: every entry point binds it to that device */
 } engine_opts;
 
 typedef struct engine engine;
 typedef struct engine_seq engine_seq;
 
 void engine_opts_default(engine_opts *o);
+/* The KV element type a backend gets by default: f32 on the CPU (the exact
+ * reference), bf16 on CUDA (half the bytes per step, f32's range). */
+kv_type engine_kv_type_default(backend_kind k);
 
 int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_err *err);
 void engine_free(engine *e);
@@ -48,6 +53,8 @@ const model_config *engine_config(const engine *e);
 /* Bytes of weights one decode step reads. */
 uint64_t engine_bytes_per_token(const engine *e);
 int64_t engine_n_ctx(const engine *e);
+/* The KV element type in use (KV_DEFAULT resolved). */
+kv_type engine_kv_type(const engine *e);
 /* The model, for programs that look inside (parity, bench). */
 model *engine_model(engine *e);
 

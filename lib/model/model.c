@@ -240,8 +240,12 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
     m->norm_eps = (float)c->norm_eps;
     m->act = c->family == FAMILY_GEMMA3 ? BK_ACT_GELU_TANH : BK_ACT_SILU;
     setup_layers(m);
-    if (kv_cache_init(&m->state.kv, o->kv_type, (int)c->n_layers, c->n_kv_heads * c->head_dim,
-                      o->kv_block_size, o->kv_blocks, err) != 0) {
+    /* A backend that keeps K and V itself (kv_prepare) gets the block
+     * tables only: no host storage, not even untouched address space. */
+    int (*kv_init)(kv_cache *, kv_type, int, int64_t, int, int, memra_err *) =
+        bk->ops->kv_prepare ? kv_cache_init_tables : kv_cache_init;
+    if (kv_init(&m->state.kv, o->kv_type, (int)c->n_layers, c->n_kv_heads * c->head_dim,
+                o->kv_block_size, o->kv_blocks, err) != 0) {
         model_free(m);
         return -1;
     }

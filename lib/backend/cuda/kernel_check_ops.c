@@ -455,7 +455,7 @@ static void attention_case(kc *k, const attn_case *c)
     double kv_bytes = 0;
     for (int s = 0; s < NSEQ; s++) {
         int64_t span = c->window > 0 && c->window < len[s] + 1 ? c->window : len[s] + 1;
-        kv_bytes += 2.0 * (double)span * (double)kv_dim * (double)kc_.elt_bytes;
+        kv_bytes += 2.0 * (double)span * (double)kc_.row_bytes;
     }
     char what[96];
     snprintf(what, sizeof what, "%d/%dx%d %s win %" PRId64 " cap %g pre", c->heads, c->kv_heads,
