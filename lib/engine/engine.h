@@ -7,6 +7,7 @@
  *   engine_seq *s;  engine_seq_new(e, &s, &err);
  *   engine_forward(e, s, prompt, n, logits, 0, &err);   // prefill, last logits
  *   engine_forward(e, s, &next, 1, logits, 0, &err);    // one decode step
+ *   engine_forward_sample(e, s, &next, 1, smp, &next, &err); // a step, sampled
  *
  * The checkpoint must stay open while the engine lives: weights are views
  * into its map. A forward appends the tokens to the sequence's KV cache;
@@ -21,6 +22,7 @@
 #include "core/err.h"
 #include "backend/backend.h"
 #include "engine/kv_cache.h"
+#include "engine/sampler.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/model.h"
@@ -86,6 +88,25 @@ int engine_forward(engine *e, engine_seq *s, const int32_t *tokens, int n, float
  * context or an exhausted KV pool. */
 int engine_forward_batch(engine *e, engine_seq *const *seqs, const int32_t *tokens, int n,
                          float *logits, memra_err *err);
+
+/* engine_forward, then the next token sampled with smp from the last
+ * token's logits into *out_id. On a backend that samples (the GPU) the
+ * logits never leave the device; elsewhere they are read back and
+ * sampler_sample picks the token: the same token either way for the same
+ * logits. Fails on anything engine_forward fails on, or when the row
+ * cannot be sampled (sampler_sample's errors; the tokens are then in the
+ * sequence). */
+int engine_forward_sample(engine *e, engine_seq *s, const int32_t *tokens, int n, sampler *smp,
+                          int32_t *out_id, memra_err *err);
+
+/* engine_forward_batch, then one token sampled per sequence with smp[i]
+ * (distinct samplers) into out_ids[i], as engine_forward_sample. Returns
+ * -1 (err) when the step failed, changing nothing on a bad argument as
+ * engine_forward_batch; otherwise 0, each out_ids[i] the token or -1 with
+ * row_errs[i] ([n]) saying why that row could not be sampled. */
+int engine_forward_batch_sample(engine *e, engine_seq *const *seqs, const int32_t *tokens, int n,
+                                sampler *const *smp, int32_t *out_ids, memra_err *row_errs,
+                                memra_err *err);
 
 /* Capture hidden states (see model_hidden_fn for the convention); NULL
  * turns it off. */

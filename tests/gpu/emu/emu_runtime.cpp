@@ -135,8 +135,13 @@ static void run_block(int n)
         fibers[i].started = false;
         fibers[i].tid = make_uint3((unsigned)i, 0, 0);
     }
-    for (;;) {
-        for (int i = 0; i < n; i++) {
+    /* Between barriers the threads run one after another, forward in one
+     * round and backward in the next: a thread that rewrites shared data
+     * before another has read it (a missing barrier) then shows, whichever
+     * of the two comes first in thread order. */
+    for (int round = 0;; round++) {
+        for (int ii = 0; ii < n; ii++) {
+            const int i = round & 1 ? n - 1 - ii : ii;
             if (fibers[i].state != RUN)
                 continue;
             cur = i;
