@@ -381,8 +381,7 @@ int engine_forward_batch_sample(engine *e, engine_seq *const *seqs, const int32_
                                 sampler *const *smp, int32_t *out_ids, memra_err *row_errs,
                                 memra_err *err)
 {
-    for (int i = 0; i < n; i++)
-        out_ids[i] = -1;
+    /* out_ids may be tokens: untouched when the step is refused */
     if (batch_begin(e, seqs, tokens, n, err) != 0)
         return -1;
     for (int done = 0; done < n;) {

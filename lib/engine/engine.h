@@ -101,9 +101,10 @@ int engine_forward_sample(engine *e, engine_seq *s, const int32_t *tokens, int n
 
 /* engine_forward_batch, then one token sampled per sequence with smp[i]
  * (distinct samplers) into out_ids[i], as engine_forward_sample. Returns
- * -1 (err) when the step failed, changing nothing on a bad argument as
- * engine_forward_batch; otherwise 0, each out_ids[i] the token or -1 with
- * row_errs[i] ([n]) saying why that row could not be sampled. */
+ * -1 (err) when the step failed, changing nothing (out_ids included) on a
+ * bad argument as engine_forward_batch; otherwise 0, each out_ids[i] the
+ * token or -1 with row_errs[i] ([n]) saying why that row could not be
+ * sampled. out_ids may be tokens. */
 int engine_forward_batch_sample(engine *e, engine_seq *const *seqs, const int32_t *tokens, int n,
                                 sampler *const *smp, int32_t *out_ids, memra_err *row_errs,
                                 memra_err *err);

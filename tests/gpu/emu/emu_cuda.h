@@ -56,6 +56,9 @@ void *dyn_smem_ptr();
 void check_aligned(const void *p, size_t align, const char *what);
 typedef void (*body_fn)(void *);
 void run_grid(dim3 grid, dim3 block, size_t smem, body_fn fn, void *ctx);
+/* Whether the stream belongs to the calling thread's current device; if
+ * not, the launch fails (cudaGetLastError says so) and does not run. */
+bool stream_ok(cudaStream_t s);
 
 template <class T> T *dyn_smem() { return static_cast<T *>(dyn_smem_ptr()); }
 
@@ -63,8 +66,11 @@ template <class... P> struct launcher {
     void (*k)(P...);
     dim3 grid, block;
     size_t smem;
+    cudaStream_t stream;
     template <class... A> void operator()(A &&...a) const
     {
+        if (!stream_ok(stream))
+            return;
         std::tuple<P...> args(static_cast<P>(a)...);
         struct call {
             void (*k)(P...);
@@ -78,9 +84,10 @@ template <class... P> struct launcher {
 };
 
 template <class... P>
-launcher<P...> launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem = 0, cudaStream_t = 0)
+launcher<P...> launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem = 0,
+                      cudaStream_t stream = 0)
 {
-    return launcher<P...>{k, grid, block, smem};
+    return launcher<P...>{k, grid, block, smem, stream};
 }
 
 } // namespace emu
