@@ -114,8 +114,10 @@ static int device_sample(kc *k, const sample_case *c, const float *host, int n, 
         const smp_bias *b;
         const smp_pen *p;
         sampler_row_export(smp[r], &rows[r], &b, &p);
-        memcpy(bias + nb, b, (size_t)rows[r].n_bias * sizeof *b);
-        memcpy(pen + np, p, (size_t)rows[r].n_pen * sizeof *p);
+        if (rows[r].n_bias)
+            memcpy(bias + nb, b, (size_t)rows[r].n_bias * sizeof *b);
+        if (rows[r].n_pen)
+            memcpy(pen + np, p, (size_t)rows[r].n_pen * sizeof *p);
         rows[r].bias_at = (int32_t)nb;
         rows[r].pen_at = (int32_t)np;
         nb += (size_t)rows[r].n_bias;
