@@ -93,9 +93,9 @@ int engine_forward_batch(engine *e, engine_seq *const *seqs, const int32_t *toke
  * token's logits into *out_id. On a backend that samples (the GPU) the
  * logits never leave the device; elsewhere they are read back and
  * sampler_sample picks the token: the same token either way for the same
- * logits. Fails on anything engine_forward fails on, or when the row
- * cannot be sampled (sampler_sample's errors; the tokens are then in the
- * sequence). */
+ * logits. Fails (*out_id -1) on anything engine_forward fails on, or
+ * when the row cannot be sampled (sampler_sample's errors; the tokens are
+ * then in the sequence). tokens may be out_id (a decode loop's one token). */
 int engine_forward_sample(engine *e, engine_seq *s, const int32_t *tokens, int n, sampler *smp,
                           int32_t *out_id, memra_err *err);
 
