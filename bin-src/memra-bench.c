@@ -26,7 +26,7 @@
 
 static const char usage[] =
     "usage: memra-bench MODEL [-p 512] [-n 128] [-d 0,512] [-b 1,8,32,64] [-r 5] [-t N]\n"
-    "                         [--kv f32|f16] [--json] [--backend cpu|cuda] [options]\n"
+    "                         [--kv TYPE] [--json] [--backend cpu|cuda] [--device N] [options]\n"
     "       memra-bench MODEL --tokenizer [-f TEXT] [-r 5] [--json]\n"
     "       memra-bench --server URL [-c 1,8,32,64] [-p 512] [-n 128] [-r 5] [--model ALIAS]\n"
     "                         [--api-key KEY] [--json]\n"
@@ -50,8 +50,9 @@ static const char usage[] =
     "  -t, --threads N     (default all cores; env MEMRA_THREADS)\n"
     "  -c, --ctx N         the context depth + n must fit (default the model's training context)\n"
     "  --n-batch N         prefill chunk in tokens (default 64, the engine's)\n"
-    "  --kv f32|f16        KV cache type (default f32)\n"
+    "  --kv f32|f16|bf16|q8_0  KV cache type (default f32 on cpu, bf16 on cuda)\n"
     "  --backend cpu|cuda  (default cpu)\n"
+    "  --device N          CUDA device index (default 0), for the run and the probe\n"
     "  --bandwidth GB/s    use this ceiling instead of the measured one\n"
     "  --remeasure         measure the bandwidth again (and update the cache)\n"
     "  --tokenizer         tokenizer throughput on one thread: MB/s, tokens/s, bytes/token.\n"
@@ -102,6 +103,7 @@ typedef struct {
     int reps, warmup, n_threads, n_batch, json, tokenizer, remeasure;
     int64_t ctx;
     kv_type kv;
+    int device, device_given;
     bench_backend backend;
     double bandwidth; /* > 0: given */
     /* flags that only the model bench takes, for a clear error with --tokenizer */
@@ -153,14 +155,14 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 {
     o->reps = 5;
     o->warmup = 1;
-    o->kv = KV_F32;
+    o->kv = KV_DEFAULT;
     o->backend = BACKEND_CPU;
     const char *env = getenv("MEMRA_THREADS");
     if (env && *env)
         o->n_threads = (int)parse_int_or_usage(env, 1, 4096, "MEMRA_THREADS");
     enum {
         O_KV = 1000, O_JSON, O_BACKEND, O_BANDWIDTH, O_REMEASURE, O_TOKENIZER, O_WARMUP,
-        O_NBATCH, O_SERVER, O_MODEL, O_APIKEY, O_TIMEOUT, O_VOCAB,
+        O_NBATCH, O_SERVER, O_MODEL, O_APIKEY, O_TIMEOUT, O_VOCAB, O_DEVICE,
     };
     static const struct option longs[] = {
         {"threads", required_argument, NULL, 't'},   {"ctx", required_argument, NULL, 'c'},
@@ -171,6 +173,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
         {"tokenizer", no_argument, NULL, O_TOKENIZER},
         {"warmup", required_argument, NULL, O_WARMUP},
         {"n-batch", required_argument, NULL, O_NBATCH},
+        {"device", required_argument, NULL, O_DEVICE},
         {"file", required_argument, NULL, 'f'},      {"help", no_argument, NULL, 'h'},
         {"server", required_argument, NULL, O_SERVER},
         {"model", required_argument, NULL, O_MODEL},
@@ -206,13 +209,14 @@ static void parse_args(int argc, char **argv, bench_opts *o)
             o->model_flag = o->local_flag = "--n-batch";
             break;
         case O_KV:
-            if (!strcmp(optarg, "f32"))
-                o->kv = KV_F32;
-            else if (!strcmp(optarg, "f16"))
-                o->kv = KV_F16;
-            else
-                cli_usage("--kv: '%s' is not f32 or f16", optarg);
+            if (kv_type_parse(optarg, &o->kv, &err) != 0)
+                cli_usage("--kv: %s", err.msg);
             o->model_flag = o->local_flag = "--kv";
+            break;
+        case O_DEVICE:
+            o->device = (int)parse_int_or_usage(optarg, 0, 1024, "--device");
+            o->device_given = 1;
+            o->model_flag = "--device";
             break;
         case O_BACKEND: {
             int found = -1;
@@ -301,6 +305,8 @@ static void parse_args(int argc, char **argv, bench_opts *o)
                   o->model_flag);
     if (o->text_file && !o->tokenizer)
         cli_usage("-f goes with --tokenizer");
+    if (o->device_given && o->backend != BACKEND_CUDA)
+        cli_usage("--device %d: the cpu backend has no devices (use --backend cuda)", o->device);
     static const int64_t def_pp[] = {512}, def_tg[] = {128}, def_depths[] = {0, 512};
     if (!o->pp.given)
         set_default_list(&o->pp, def_pp, 1);
@@ -582,8 +588,8 @@ static void get_ceiling(const bench_opts *o, ceiling_info *c)
         /* The device's 16-byte copy rate (read + write counted), measured
          * now: a second on a card, cheaper than a cache keyed on devices. */
         cuda_device_info info;
-        if (cuda_device_query(0, &info, &err) != 0 ||
-            cuda_measure_copy_bandwidth(0, (size_t)1 << 30, 20, &c->gb_s, &err) != 0)
+        if (cuda_device_query(o->device, &info, &err) != 0 ||
+            cuda_measure_copy_bandwidth(o->device, (size_t)1 << 30, 20, &c->gb_s, &err) != 0)
             cli_fail(&err);
         c->source = "measured";
         snprintf(c->detail, sizeof c->detail,
@@ -746,6 +752,7 @@ static int run_model_bench(const bench_opts *o)
     eo.backend = o->backend == BACKEND_CUDA ? BK_CUDA : BK_CPU;
     eo.n_ctx = need;
     eo.kv_type = o->kv;
+    eo.device = o->device;
     eo.n_batch = o->n_batch;
     eo.n_seqs = max_b; /* the KV pool: max_b sequences of the longest row */
     engine *e;
@@ -767,7 +774,7 @@ static int run_model_bench(const bench_opts *o)
     char date[32];
     membw_utc_now(date, sizeof date);
     int n_batch = o->n_batch > 0 ? o->n_batch : 64;
-    const char *kv_name = o->kv == KV_F16 ? "f16" : "f32";
+    const char *kv_name = kv_type_name(engine_kv_type(e));
     const char *fmt = ck.format == CKPT_GGUF ? "gguf" : "hf";
     double ceiling_tok_s = ceil.gb_s * 1e9 / (double)bpt;
 

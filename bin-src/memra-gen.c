@@ -48,6 +48,8 @@ static const char usage[] =
     "  --chat              apply the model's chat template (env MEMRA_CHAT=1); --system TEXT\n"
     "  --parse-special     special-token text in a plain prompt becomes those tokens\n"
     "  --backend cpu|cuda  (default cuda when a GPU is present, else cpu)\n"
+    "  --device N          CUDA device index (default 0)\n"
+    "  --kv f32|f16|bf16|q8_0  KV cache type (default f32 on cpu, bf16 on cuda)\n"
     "  -t, --threads N     (default all cores; env MEMRA_THREADS)\n"
     "  -c, --ctx N         context length (default the model's, at most 4096)\n"
     "  --json              print one JSON object instead of streaming text\n"
@@ -70,7 +72,8 @@ typedef struct {
     int json, chat, add_special, parse_special, ignore_eos;
     int n_predict, n_threads, seed_given;
     backend_kind backend;
-    int backend_given;
+    int backend_given, device, device_given;
+    kv_type kv;
     int64_t n_ctx;
     gen_params gp;
     const char **stop;
@@ -142,6 +145,7 @@ static char *default_model(void)
 static void parse_args(int argc, char **argv, gen_opts *o)
 {
     gen_params_default(&o->gp);
+    o->kv = KV_DEFAULT;
     o->gp.sampling.temperature = 0.8;
     o->gp.sampling.top_k = 40;
     o->gp.sampling.top_p = 0.95;
@@ -156,7 +160,7 @@ static void parse_args(int argc, char **argv, gen_opts *o)
     enum {
         O_TEMP = 1000, O_TOPK, O_TOPP, O_MINP, O_SEED, O_REP, O_PRES, O_FREQ, O_STOP, O_CHAT,
         O_SYSTEM, O_BACKEND, O_JSON, O_TOKENIZE, O_DETOKENIZE, O_RENDER, O_IDS, O_ADDSP, O_PARSESP,
-        O_TEMPLATE, O_PROMPT_IDS, O_IGNORE_EOS,
+        O_TEMPLATE, O_PROMPT_IDS, O_IGNORE_EOS, O_DEVICE, O_KV,
     };
     static const struct option longs[] = {
         {"prompt", required_argument, NULL, 'p'},       {"file", required_argument, NULL, 'f'},
@@ -176,6 +180,7 @@ static void parse_args(int argc, char **argv, gen_opts *o)
         {"parse-special", no_argument, NULL, O_PARSESP},
         {"chat-template", required_argument, NULL, O_TEMPLATE},
         {"ignore-eos", no_argument, NULL, O_IGNORE_EOS}, {"help", no_argument, NULL, 'h'},
+        {"device", required_argument, NULL, O_DEVICE},  {"kv", required_argument, NULL, O_KV},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -219,6 +224,16 @@ static void parse_args(int argc, char **argv, gen_opts *o)
             break;
         case 't': o->n_threads = (int)parse_int_or_usage(optarg, 1, 4096, "--threads"); break;
         case 'c': o->n_ctx = parse_int_or_usage(optarg, 1, INT32_MAX, "--ctx"); break;
+        case O_DEVICE:
+            o->device = (int)parse_int_or_usage(optarg, 0, 1024, "--device");
+            o->device_given = 1;
+            break;
+        case O_KV: {
+            memra_err err;
+            if (kv_type_parse(optarg, &o->kv, &err) != 0)
+                cli_usage("--kv: %s", err.msg);
+            break;
+        }
         case O_JSON: o->json = 1; break;
         case O_TOKENIZE: o->mode = MODE_TOKENIZE; modes++; break;
         case O_DETOKENIZE: o->mode = MODE_DETOKENIZE; modes++; break;
@@ -465,6 +480,10 @@ static int run_generate(const gen_opts *o, const checkpoint *c, const tokenizer 
     eo.n_threads = o->n_threads;
     eo.n_ctx = o->n_ctx;
     eo.backend = default_backend(o);
+    eo.device = o->device;
+    eo.kv_type = o->kv;
+    if (o->device_given && eo.backend != BK_CUDA)
+        cli_usage("--device %d: the cpu backend has no devices (use --backend cuda)", o->device);
     engine *e;
     if (engine_load(c, &eo, &e, &err) != 0)
         cli_fail(&err);

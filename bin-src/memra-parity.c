@@ -27,7 +27,7 @@
 
 static const char usage[] =
     "usage: memra-parity MODEL --reference REF.safetensors [--json] [--max-abs X]\n"
-    "                    [--min-cosine C] [--kv f32|f16] [--backend cpu|cuda] [-t N]\n"
+    "                    [--min-cosine C] [--kv TYPE] [--backend cpu|cuda] [-t N]\n"
     "       memra-parity MODEL --perplexity TEXT_FILE [--window N] [--chunks N] [--json]\n"
     "       memra-parity MODEL --imatrix OUT -f TEXT_FILE [--chunk N] [--chunks N] [--json]\n"
     "       memra-parity QUANT --against REF -f TEXT_FILE [--chunk N] [--chunks N] [--json]\n"
@@ -45,7 +45,8 @@ static const char usage[] =
     "                  (default 1e-4 for float weights; not gated for quantized ones)\n"
     "  --min-cosine C  fail when a position's cosine similarity is below C\n"
     "                  (default 0.99999 float, 0.999 Q8_0/Q6_K, 0.99 other quantized)\n"
-    "  --kv f32|f16    KV cache type (default f32)\n"
+    "  --kv TYPE       KV cache type: f32 (the default here, on every backend, so a parity\n"
+    "                  run holds the cache exact), f16, bf16 or q8_0\n"
     "  --perplexity F  perplexity on text file F: consecutive windows from the start, each run\n"
     "                  from position 0, mean NLL over every next token (no reference needed)\n"
     "  --window N      perplexity window in tokens (default: the context, at most 512)\n"
@@ -66,7 +67,7 @@ static const char usage[] =
     "                  per check, then ALL GREEN (exit 0) or the failures (exit 1)\n"
     "  --perf          with --kernels: also time each op (us per call, GB/s), large shapes too\n"
     "  --only OP       with --kernels: only the checks whose op name contains OP\n"
-    "  --device N      CUDA device (default 0)\n"
+    "  --device N      CUDA device (default 0), for --kernels and --backend(s) cuda\n"
     "  --seed S        with --kernels: the random inputs' seed (default 1)\n"
     "  -t, --threads N worker threads (default all cores; env MEMRA_THREADS)\n"
     "  -h, --help      this text\n"
@@ -191,12 +192,8 @@ static void parse_args(int argc, char **argv, parity_opts *o)
                 cli_usage("%s", err.msg);
             break;
         case 'k':
-            if (!strcmp(optarg, "f32"))
-                o->kv = KV_F32;
-            else if (!strcmp(optarg, "f16"))
-                o->kv = KV_F16;
-            else
-                cli_usage("--kv: '%s' is not f32 or f16", optarg);
+            if (kv_type_parse(optarg, &o->kv, &err) != 0)
+                cli_usage("--kv: %s", err.msg);
             break;
         case 't':
             if (cli_parse_i64(optarg, 1, 4096, &threads, "--threads", &err) != 0)

@@ -44,6 +44,8 @@ static const char usage[] =
     "                           (env MEMRA_CHAT_TEMPLATE)\n"
     "  -t, --threads N          engine threads per model (default all cores; env MEMRA_THREADS)\n"
     "  --backend cpu|cuda       (default cuda when a GPU is present, else cpu)\n"
+    "  --device N               CUDA device index for every model (default 0)\n"
+    "  --kv f32|f16|bf16|q8_0   KV cache type (default f32 on cpu, bf16 on cuda)\n"
     "  --http-threads N         HTTP worker threads (default 4; env MEMRA_HTTP_THREADS)\n"
     "  --max-body BYTES         largest request body, K/M suffixes (default 8M; env MEMRA_MAX_BODY)\n"
     "  --drain-timeout S        on SIGTERM, seconds in-flight requests get to finish (default 30;\n"
@@ -62,7 +64,8 @@ typedef struct {
     int64_t n_ctx;
     int max_sessions, max_queue, n_threads, http_threads, insecure;
     backend_kind backend;
-    int backend_given;
+    int backend_given, device, device_given;
+    kv_type kv;
     double drain_timeout;
     uint64_t max_body;
     const char *api_key, *api_keys, *template_file;
@@ -170,7 +173,7 @@ static void parse_args(int argc, char **argv, serve_args *a)
     a->insecure = env_true("MEMRA_INSECURE");
 
     enum { O_HOST = 1000, O_PORT, O_MAXS, O_MAXQ, O_KEY, O_KEYS, O_INSECURE, O_TMPL, O_HTTPT,
-           O_BODY, O_DRAIN, O_BACKEND };
+           O_BODY, O_DRAIN, O_BACKEND, O_DEVICE, O_KV };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},     {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},   {"ctx", required_argument, NULL, 'c'},
@@ -184,6 +187,8 @@ static void parse_args(int argc, char **argv, serve_args *a)
         {"max-body", required_argument, NULL, O_BODY},
         {"drain-timeout", required_argument, NULL, O_DRAIN},
         {"backend", required_argument, NULL, O_BACKEND},
+        {"device", required_argument, NULL, O_DEVICE},
+        {"kv", required_argument, NULL, O_KV},
         {"verbose", no_argument, NULL, 'v'},         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -214,6 +219,14 @@ static void parse_args(int argc, char **argv, serve_args *a)
                 cli_usage("--backend: '%s' is not cpu or cuda", optarg);
             }
             a->backend_given = 1;
+            break;
+        case O_DEVICE:
+            a->device = (int)int_or_usage(optarg, 0, 1024, "--device");
+            a->device_given = 1;
+            break;
+        case O_KV:
+            if (kv_type_parse(optarg, &a->kv, &err) != 0)
+                cli_usage("--kv: %s", err.msg);
             break;
         case O_HTTPT: a->http_threads = (int)int_or_usage(optarg, 1, 1024, "--http-threads"); break;
         case O_BODY:
@@ -292,7 +305,11 @@ int main(int argc, char **argv)
     cli_set_program("memra-serve");
     (void)log_get_level(); /* read MEMRA_LOG before any thread starts */
     serve_args a = {0};
+    a.kv = KV_DEFAULT;
     parse_args(argc, argv, &a);
+    backend_kind bk = a.backend_given ? a.backend : default_backend();
+    if (a.device_given && bk != BK_CUDA)
+        cli_usage("--device %d: the cpu backend has no devices (use --backend cuda)", a.device);
     memra_err err;
 
     struct sockaddr_storage ss;
@@ -334,7 +351,7 @@ int main(int argc, char **argv)
         serve_model_opts mo = {.alias = a.aliases[i], .path = a.paths[i], .n_ctx = a.n_ctx,
                                .max_sessions = a.max_sessions, .max_queue = a.max_queue,
                                .n_threads = a.n_threads, .chat_template = tmpl,
-                               .backend = a.backend_given ? a.backend : default_backend()};
+                               .backend = bk, .device = a.device, .kv_type = a.kv};
         double t0 = mono();
         if (serve_model_load(&mo, &models[i], &err) != 0) {
             for (int j = 0; j < i; j++)

@@ -3,6 +3,7 @@
 
 #include "kernels/attention.cuh"
 #include "kernels/dev_common.cuh"
+#include "engine/kv_codec.h"
 
 // ---- kernels ----
 
@@ -12,31 +13,82 @@ constexpr int ATTN_THREADS = 128;
 constexpr int ATTN_WARPS = ATTN_THREADS / 32;
 constexpr int APPEND_THREADS = 256;
 
-DEV float kv_get(const float *p) { return *p; }
-DEV float kv_get(const __half *p) { return __half2float(*p); }
-DEV void kv_put(float *p, float x) { *p = x; }
-DEV void kv_put(__half *p, float x) { *p = __float2half_rn(x); }
+// The element codecs: get(row, e) is value e of a stored row, as f32;
+// put_row stores row i of kv_dim values (one block of APPEND_THREADS per
+// row). f16 / bf16 / q8_0 go through lib/engine/kv_codec.h, the CPU's own
+// codecs, so both backends store the same bytes.
+struct KvF32 {
+    static DEV float get(const uint8_t *row, int64_t e)
+    {
+        return reinterpret_cast<const float *>(row)[e];
+    }
+    static DEV void put_row(const float *x, int64_t kv_dim, uint8_t *row)
+    {
+        for (int64_t e = threadIdx.x; e < kv_dim; e += blockDim.x)
+            reinterpret_cast<float *>(row)[e] = x[e];
+    }
+};
 
-// Element offset of (layer, position t) in the pool, through the row's table.
-DEV int64_t kv_row_off(const int32_t *table, int64_t t, int layer, int n_blocks, int bs,
-                       int64_t kv_dim)
+struct KvF16 {
+    static DEV float get(const uint8_t *row, int64_t e)
+    {
+        return __half2float(reinterpret_cast<const __half *>(row)[e]);
+    }
+    static DEV void put_row(const float *x, int64_t kv_dim, uint8_t *row)
+    {
+        for (int64_t e = threadIdx.x; e < kv_dim; e += blockDim.x)
+            reinterpret_cast<uint16_t *>(row)[e] = kvc_f32_to_f16(x[e]);
+    }
+};
+
+struct KvBF16 {
+    static DEV float get(const uint8_t *row, int64_t e)
+    {
+        return bf16_bits_to_f32(reinterpret_cast<const uint16_t *>(row)[e]);
+    }
+    static DEV void put_row(const float *x, int64_t kv_dim, uint8_t *row)
+    {
+        for (int64_t e = threadIdx.x; e < kv_dim; e += blockDim.x)
+            reinterpret_cast<uint16_t *>(row)[e] = kvc_f32_to_bf16(x[e]);
+    }
+};
+
+// q8_0: a warp per block of 32; lane j quantizes value j. The block's
+// amax is a max (exact in any order), the rest is kv_codec.h's arithmetic.
+struct KvQ8 {
+    static DEV float get(const uint8_t *row, int64_t e) { return kvc_q8_0_get(row, e); }
+    static DEV void put_row(const float *x, int64_t kv_dim, uint8_t *row)
+    {
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+        for (int64_t blk = warp; blk < kv_dim / KV_Q8_0_BLOCK; blk += nw) {
+            const float v = x[blk * KV_Q8_0_BLOCK + lane];
+            const float d = kvc_q8_0_scale(warp_max(fabsf(v)));
+            uint8_t *b = row + blk * KV_Q8_0_BYTES;
+            b[2 + lane] = (uint8_t)kvc_q8_0_quant(v, kvc_q8_0_inv(d));
+            if (lane == 0)
+                kvc_st16(b, kvc_f32_to_f16(d));
+        }
+    }
+};
+
+// Row index of (layer, position t) in the pool, through the row's table.
+DEV int64_t kv_row_index(const int32_t *table, int64_t t, int layer, int n_blocks, int bs)
 {
     const int64_t blk = table[t / bs];
-    return (((int64_t)layer * n_blocks + blk) * bs + t % bs) * kv_dim;
+    return ((int64_t)layer * n_blocks + blk) * bs + t % bs;
 }
 
 template <typename KV>
 __global__ void kv_append_kernel(const float *__restrict__ k, const float *__restrict__ v,
                                  const int32_t *__restrict__ meta, int n, int layer, int n_blocks,
-                                 int bs, int64_t kv_dim, KV *kp, KV *vp)
+                                 int bs, int64_t kv_dim, int64_t row_bytes, uint8_t *kp,
+                                 uint8_t *vp)
 {
     const int i = blockIdx.x;
     const int32_t *table = meta + 2 * n + meta[n + i];
-    const int64_t off = kv_row_off(table, meta[i], layer, n_blocks, bs, kv_dim);
-    for (int64_t e = threadIdx.x; e < kv_dim; e += blockDim.x) {
-        kv_put(kp + off + e, k[(int64_t)i * kv_dim + e]);
-        kv_put(vp + off + e, v[(int64_t)i * kv_dim + e]);
-    }
+    const int64_t off = kv_row_index(table, meta[i], layer, n_blocks, bs) * row_bytes;
+    KV::put_row(k + (int64_t)i * kv_dim, kv_dim, kp + off);
+    KV::put_row(v + (int64_t)i * kv_dim, kv_dim, vp + off);
 }
 
 // The visible span [lo, pos] of a row.
@@ -51,8 +103,9 @@ DEV int64_t span_lo(int64_t pos, int64_t window)
 template <typename KV>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attn_partial_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n,
-                    cu_attn a, int n_blocks, int bs, int64_t kv_dim, const KV *__restrict__ kp,
-                    const KV *__restrict__ vp, int max_chunks, float *__restrict__ part)
+                    cu_attn a, int n_blocks, int bs, int64_t row_bytes,
+                    const uint8_t *__restrict__ kp, const uint8_t *__restrict__ vp,
+                    int max_chunks, float *__restrict__ part)
 {
     extern __shared__ float sh[];
     const int i = blockIdx.z, kvh = blockIdx.y, slot = blockIdx.x;
@@ -75,12 +128,12 @@ attn_partial_kernel(const float *__restrict__ q, const int32_t *__restrict__ met
     // Scores: warp w takes positions t0 + w, t0 + w + 4, ...; each dot
     // product is a lane's elements in order, then the butterfly.
     for (int tt = warp; tt < nt; tt += ATTN_WARPS) {
-        const KV *kr = kp + kv_row_off(table, t0 + tt, a.layer, n_blocks, bs, kv_dim) +
-                       (int64_t)kvh * hd;
+        const uint8_t *kr = kp + kv_row_index(table, t0 + tt, a.layer, n_blocks, bs) * row_bytes;
+        const int64_t e0 = (int64_t)kvh * hd;
         for (int g = 0; g < G; g++) {
             float s = 0.0f;
             for (int e = lane; e < hd; e += 32)
-                s = __fmaf_rn(qs[g * hd + e], kv_get(kr + e), s);
+                s = __fmaf_rn(qs[g * hd + e], KV::get(kr, e0 + e), s);
             s = __fmul_rn(warp_sum(s), a.scale);
             if (a.softcap > 0.0f)
                 s = __fmul_rn(tanhf(__fdiv_rn(s, a.softcap)), a.softcap);
@@ -119,9 +172,8 @@ attn_partial_kernel(const float *__restrict__ q, const int32_t *__restrict__ met
         const float *s = sc + g * ATTN_CHUNK;
         float o = 0.0f;
         for (int tt = 0; tt < nt; tt++) {
-            const KV *vr = vp + kv_row_off(table, t0 + tt, a.layer, n_blocks, bs, kv_dim) +
-                           (int64_t)kvh * hd;
-            o = __fmaf_rn(s[tt], kv_get(vr + e), o);
+            const uint8_t *vr = vp + kv_row_index(table, t0 + tt, a.layer, n_blocks, bs) * row_bytes;
+            o = __fmaf_rn(s[tt], KV::get(vr, (int64_t)kvh * hd + e), o);
         }
         part[(((int64_t)i * a.n_heads + (int64_t)kvh * G + g) * max_chunks + slot) * (hd + 2) + e] = o;
     }
@@ -171,8 +223,8 @@ cudaError_t attention_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *m
     }
     dim3 grid((unsigned)max_chunks, (unsigned)a->n_kv_heads, (unsigned)n);
     attn_partial_kernel<KV><<<grid, ATTN_THREADS, smem, s>>>(
-        q, meta, n, *a, kv->n_blocks, kv->block_size, kv->kv_dim, static_cast<const KV *>(kv->k),
-        static_cast<const KV *>(kv->v), max_chunks, part);
+        q, meta, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes,
+        static_cast<const uint8_t *>(kv->k), static_cast<const uint8_t *>(kv->v), max_chunks, part);
     cudaError_t rc = cudaGetLastError();
     if (rc != cudaSuccess)
         return rc;
@@ -192,14 +244,28 @@ extern "C" cudaError_t launch_kv_append(const cu_kv_pool *kv, const cu_attn *a,
 {
     if (n <= 0)
         return cudaSuccess;
-    if (kv->f16)
-        kv_append_kernel<__half><<<n, APPEND_THREADS, 0, stream>>>(
-            k, v, meta, n, a->layer, kv->n_blocks, kv->block_size, kv->kv_dim,
-            static_cast<__half *>(kv->k), static_cast<__half *>(kv->v));
-    else
-        kv_append_kernel<float><<<n, APPEND_THREADS, 0, stream>>>(
-            k, v, meta, n, a->layer, kv->n_blocks, kv->block_size, kv->kv_dim,
-            static_cast<float *>(kv->k), static_cast<float *>(kv->v));
+    uint8_t *kp = static_cast<uint8_t *>(kv->k), *vp = static_cast<uint8_t *>(kv->v);
+    switch (kv->type) {
+    case CU_KV_F32:
+        kv_append_kernel<KvF32><<<n, APPEND_THREADS, 0, stream>>>(
+            k, v, meta, n, a->layer, kv->n_blocks, kv->block_size, kv->kv_dim, kv->row_bytes, kp, vp);
+        break;
+    case CU_KV_F16:
+        kv_append_kernel<KvF16><<<n, APPEND_THREADS, 0, stream>>>(
+            k, v, meta, n, a->layer, kv->n_blocks, kv->block_size, kv->kv_dim, kv->row_bytes, kp, vp);
+        break;
+    case CU_KV_BF16:
+        kv_append_kernel<KvBF16><<<n, APPEND_THREADS, 0, stream>>>(
+            k, v, meta, n, a->layer, kv->n_blocks, kv->block_size, kv->kv_dim, kv->row_bytes, kp, vp);
+        break;
+    case CU_KV_Q8_0:
+        if (kv->kv_dim % KV_Q8_0_BLOCK != 0)
+            return cudaErrorInvalidValue;
+        kv_append_kernel<KvQ8><<<n, APPEND_THREADS, 0, stream>>>(
+            k, v, meta, n, a->layer, kv->n_blocks, kv->block_size, kv->kv_dim, kv->row_bytes, kp, vp);
+        break;
+    default: return cudaErrorInvalidValue;
+    }
     return cudaGetLastError();
 }
 
@@ -212,7 +278,11 @@ extern "C" cudaError_t launch_attention(const cu_kv_pool *kv, const cu_attn *a,
     if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads != 0 || n > 65535 ||
         a->n_kv_heads > 65535 || a->n_heads > 65535 || max_chunks <= 0)
         return cudaErrorInvalidValue;
-    if (kv->f16)
-        return attention_t<__half>(kv, a, meta, n, q, max_chunks, part, out, stream);
-    return attention_t<float>(kv, a, meta, n, q, max_chunks, part, out, stream);
+    switch (kv->type) {
+    case CU_KV_F32: return attention_t<KvF32>(kv, a, meta, n, q, max_chunks, part, out, stream);
+    case CU_KV_F16: return attention_t<KvF16>(kv, a, meta, n, q, max_chunks, part, out, stream);
+    case CU_KV_BF16: return attention_t<KvBF16>(kv, a, meta, n, q, max_chunks, part, out, stream);
+    case CU_KV_Q8_0: return attention_t<KvQ8>(kv, a, meta, n, q, max_chunks, part, out, stream);
+    default: return cudaErrorInvalidValue;
+    }
 }

@@ -1,9 +1,11 @@
 /* Launchers for attention over the paged KV cache on the device.
  *
  * The device pool mirrors lib/engine/kv_cache.h: K (and V) of layer l,
- * physical block b, slot s is the kv_dim values at
- * ((l * n_blocks + b) * block_size + s) * kv_dim, in f32 or f16 as the
- * host cache's type says, addressed through the same block tables.
+ * physical block b, slot s is the row of kv_dim values at byte
+ * ((l * n_blocks + b) * block_size + s) * row_bytes, in the host cache's
+ * type (f32, f16, bf16 or q8_0), stored and loaded through the codecs the
+ * CPU backend uses (lib/engine/kv_codec.h, so both store the same bytes),
+ * addressed through the same block tables.
  *
  * Row metadata is one device int32 array: [n] positions, [n] offsets of
  * each row's block table, then the block tables (logical -> physical).
@@ -29,11 +31,15 @@ extern "C" {
 
 #define ATTN_CHUNK 128
 
+/* Element types, the values of lib/engine/kv_cache.h's kv_type. */
+enum { CU_KV_F32 = 0, CU_KV_F16 = 1, CU_KV_BF16 = 2, CU_KV_Q8_0 = 3 };
+
 typedef struct {
     void *k, *v;        /* device pools */
-    int f16;            /* element type: 0 f32, 1 f16 */
+    int type;           /* CU_KV_* */
     int n_blocks, block_size;
     int64_t kv_dim;
+    int64_t row_bytes;  /* bytes of one position's kv_dim values */
 } cu_kv_pool;
 
 typedef struct {
@@ -50,7 +56,8 @@ static inline int attn_row_chunks(int64_t pos, int64_t window)
     return (int)(pos / ATTN_CHUNK - lo / ATTN_CHUNK + 1);
 }
 
-/* Store k, v [n][kv_dim] at each row's position. */
+/* Store k, v [n][kv_dim] at each row's position (q8_0: kv_dim a multiple
+ * of 32, else cudaErrorInvalidValue). */
 cudaError_t launch_kv_append(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
                              const float *k, const float *v, cudaStream_t stream);
 

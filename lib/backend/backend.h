@@ -23,6 +23,7 @@
 
 #include "core/err.h"
 #include "engine/kv_cache.h"
+#include "engine/sample_math.h"
 #include "format/dtype.h"
 
 typedef struct {
@@ -143,6 +144,21 @@ typedef struct {
      * device reports it (every context on it, the driver's own included),
      * and the device's total, in bytes. For memra-bench's peak memory. */
     int (*mem_stats)(backend *b, uint64_t *used, uint64_t *total, memra_err *err);
+    /* Optional (NULL: the engine reads the logits back and samples on the
+     * host). One token per row of logits [n_rows][n_vocab] in the
+     * backend's memory, exactly the token sampler_sample would pick from
+     * the same logits with the same parameters and stream position
+     * (rows[i], whose bias_at / pen_at index the bias and pen lists; see
+     * engine/sample_math.h); bias and penalties are applied to the logits
+     * in place, as the host sampler does. Only the outcomes come back.
+     * Fails on bad lists, or with the backend's recorded failure. */
+    int (*sample)(backend *b, float *logits, int n_rows, int64_t n_vocab, const smp_row *rows,
+                  const smp_bias *bias, const smp_pen *pen, smp_outcome *out, memra_err *err);
+    /* Optional (NULL: nothing to do). Make the calling thread use this
+     * backend's device (cudaSetDevice), so any thread can drive it; the
+     * engine calls it at the start of each entry point. A failure is
+     * recorded like an op's. */
+    void (*bind)(backend *b);
 } backend_ops;
 
 struct backend {
@@ -171,6 +187,13 @@ static inline void backend_destroy(backend *b)
 {
     if (b)
         b->ops->destroy(b);
+}
+
+/* Bind the calling thread to the backend's device (backend_ops.bind). */
+static inline void backend_bind(backend *b)
+{
+    if (b->ops->bind)
+        b->ops->bind(b);
 }
 
 /* The backend's recorded failure, if any (see backend_ops.status). */

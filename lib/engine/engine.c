@@ -18,6 +18,15 @@ struct engine {
     /* per-step row descriptors, [opts.n_batch] */
     int32_t *pos;
     kv_seq **seqs;
+    /* sampling (engine_forward*_sample): a device's rows, lists and
+     * outcomes, or the host copy of the logits when the backend has no
+     * sample op; grown on first use */
+    smp_row *srows;
+    smp_outcome *souts;
+    smp_bias *sbias;
+    smp_pen *spen;
+    size_t sbias_cap, spen_cap;
+    float *host_logits;
 };
 
 struct engine_seq {
@@ -28,7 +37,12 @@ struct engine_seq {
 void engine_opts_default(engine_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->kv_type = KV_F32;
+    o->kv_type = KV_DEFAULT;
+}
+
+kv_type engine_kv_type_default(backend_kind k)
+{
+    return k == BK_CUDA ? KV_BF16 : KV_F32;
 }
 
 int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_err *err)
@@ -44,6 +58,8 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
         eo.n_seqs = 1;
     if (eo.kv_block_size <= 0)
         eo.kv_block_size = 16;
+    if (eo.kv_type == KV_DEFAULT)
+        eo.kv_type = engine_kv_type_default(eo.backend);
     int64_t n_ctx = eo.n_ctx;
     if (n_ctx <= 0)
         n_ctx = c->n_ctx_train > 0 && c->n_ctx_train < 4096 ? c->n_ctx_train : 4096;
@@ -101,17 +117,24 @@ void engine_free(engine *e)
 {
     if (!e)
         return;
+    backend_bind(e->bk);
     model_free(&e->m);
     backend_destroy(e->bk);
     contract_binding_free(&e->binding);
     free(e->pos);
     free(e->seqs);
+    free(e->srows);
+    free(e->souts);
+    free(e->sbias);
+    free(e->spen);
+    free(e->host_logits);
     free(e);
 }
 
 const model_config *engine_config(const engine *e) { return &e->m.config; }
 uint64_t engine_bytes_per_token(const engine *e) { return e->m.bytes_per_token; }
 int64_t engine_n_ctx(const engine *e) { return e->n_ctx; }
+kv_type engine_kv_type(const engine *e) { return e->opts.kv_type; }
 model *engine_model(engine *e) { return &e->m; }
 
 void engine_set_hidden_hook(engine *e, model_hidden_fn fn, void *ctx)
@@ -148,12 +171,19 @@ void engine_seq_truncate(engine_seq *s, int64_t n)
 
 int64_t engine_seq_pos(const engine_seq *s) { return s->kv.n_tokens; }
 
-int engine_forward(engine *e, engine_seq *s, const int32_t *tokens, int n, float *logits,
-                   int logits_all, memra_err *err)
+/* The rows of one sequence's tokens, in chunks of n_batch. The logits of
+ * every token go to `logits` (logits_all), else those of the last one; with
+ * dev_last, the last chunk leaves its last token's logits in the backend's
+ * memory and *dev_last points at them. */
+static int forward_seq(engine *e, engine_seq *s, const int32_t *tokens, int n, float *logits,
+                       int logits_all, float **dev_last, memra_err *err)
 {
     const model_config *c = &e->m.config;
+    backend_bind(e->bk);
     if (n <= 0)
         return memra_fail(err, "forward: no tokens (n = %d)", n);
+    if (s->e != e)
+        return memra_fail(err, "forward: the sequence belongs to another engine");
     int64_t pos0 = s->kv.n_tokens;
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->n_vocab)
@@ -176,6 +206,8 @@ int engine_forward(engine *e, engine_seq *s, const int32_t *tokens, int n, float
         int last_step = done + step == n;
         if (logits && logits_all)
             model_forward(&e->m, &rows, tokens + done, 0, logits + (size_t)done * vocab);
+        else if (dev_last && last_step)
+            *dev_last = model_forward_logits(&e->m, &rows, tokens + done, step - 1);
         else if (logits && last_step)
             model_forward(&e->m, &rows, tokens + done, step - 1, logits);
         else
@@ -186,10 +218,100 @@ int engine_forward(engine *e, engine_seq *s, const int32_t *tokens, int n, float
     return backend_status(e->bk, err);
 }
 
-int engine_forward_batch(engine *e, engine_seq *const *seqs, const int32_t *tokens, int n,
-                         float *logits, memra_err *err)
+int engine_forward(engine *e, engine_seq *s, const int32_t *tokens, int n, float *logits,
+                   int logits_all, memra_err *err)
+{
+    return forward_seq(e, s, tokens, n, logits, logits_all, NULL, err);
+}
+
+/* Room for n rows of sampling state, and lists of nb / np entries. */
+static void sample_reserve(engine *e, size_t nb, size_t np)
+{
+    if (!e->srows) {
+        e->srows = xcalloc((size_t)e->opts.n_batch, sizeof *e->srows);
+        e->souts = xcalloc((size_t)e->opts.n_batch, sizeof *e->souts);
+    }
+    if (nb > e->sbias_cap) {
+        e->sbias_cap = nb + nb / 2;
+        e->sbias = xrealloc(e->sbias, e->sbias_cap * sizeof *e->sbias);
+    }
+    if (np > e->spen_cap) {
+        e->spen_cap = np + np / 2;
+        e->spen = xrealloc(e->spen, e->spen_cap * sizeof *e->spen);
+    }
+}
+
+/* Sample one token per row of the step's logits (dev: backend memory,
+ * n <= n_batch rows) with smp[i]: on the device when the backend has a
+ * sample op (only the ids come back), else on the host from the logits
+ * read back. Both pick the same token. ids[i] is -1 with errs[i] set when
+ * row i cannot be sampled (a NaN logit, every token banned); returns -1
+ * only when the backend failed. */
+static int sample_rows(engine *e, float *dev, int n, sampler *const *smp, int32_t *ids,
+                       memra_err *errs, memra_err *err)
+{
+    size_t vocab = (size_t)e->m.config.n_vocab;
+    if (!dev)
+        return memra_fail(err, "sample: the step left no logits");
+    if (e->bk->ops->sample) {
+        sample_reserve(e, 0, 0);
+        size_t nb = 0, np = 0;
+        for (int i = 0; i < n; i++) {
+            const smp_bias *b;
+            const smp_pen *p;
+            smp_row *r = &e->srows[i];
+            sampler_row_export(smp[i], r, &b, &p);
+            sample_reserve(e, nb + (size_t)r->n_bias, np + (size_t)r->n_pen);
+            if (r->n_bias)
+                memcpy(e->sbias + nb, b, (size_t)r->n_bias * sizeof *b);
+            if (r->n_pen)
+                memcpy(e->spen + np, p, (size_t)r->n_pen * sizeof *p);
+            r->bias_at = (int32_t)nb;
+            r->pen_at = (int32_t)np;
+            nb += (size_t)r->n_bias;
+            np += (size_t)r->n_pen;
+        }
+        if (e->bk->ops->sample(e->bk, dev, n, (int64_t)vocab, e->srows, e->sbias, e->spen,
+                               e->souts, err) != 0)
+            return -1;
+        for (int i = 0; i < n; i++)
+            ids[i] = sampler_row_done(smp[i], &e->souts[i], &errs[i]);
+        return 0;
+    }
+    if (!e->host_logits)
+        e->host_logits = xmalloc((size_t)e->opts.n_batch * vocab * sizeof(float));
+    e->bk->ops->act_read(e->bk, dev, e->host_logits, (size_t)n * vocab);
+    if (backend_status(e->bk, err) != 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        ids[i] = sampler_sample(smp[i], e->host_logits + (size_t)i * vocab, &errs[i]);
+    return 0;
+}
+
+int engine_forward_sample(engine *e, engine_seq *s, const int32_t *tokens, int n, sampler *smp,
+                          int32_t *out_id, memra_err *err)
+{
+    float *dev = NULL;
+    memra_err row_err;
+    int32_t id = -1;
+    /* tokens may be out_id itself (the decode loop's one token) */
+    int rc = forward_seq(e, s, tokens, n, NULL, 0, &dev, err);
+    if (rc == 0)
+        rc = sample_rows(e, dev, 1, &smp, &id, &row_err, err);
+    if (rc == 0 && id < 0) {
+        *err = row_err;
+        rc = -1;
+    }
+    *out_id = id;
+    return rc;
+}
+
+/* Checks and reservations of a batched step; fails changing nothing. */
+static int batch_begin(engine *e, engine_seq *const *seqs, const int32_t *tokens, int n,
+                       memra_err *err)
 {
     const model_config *c = &e->m.config;
+    backend_bind(e->bk);
     if (n <= 0)
         return memra_fail(err, "forward: no sequences (n = %d)", n);
     for (int i = 0; i < n; i++) {
@@ -215,19 +337,60 @@ int engine_forward_batch(engine *e, engine_seq *const *seqs, const int32_t *toke
             return -1;
         }
     }
-    size_t vocab = (size_t)c->n_vocab;
+    return 0;
+}
+
+/* One chunk of a batched step, rows [done, done + step): the logits into
+ * `logits` (host), or left in the backend's memory and returned (want_dev),
+ * or not computed. */
+static float *batch_chunk(engine *e, engine_seq *const *seqs, const int32_t *tokens, int done,
+                          int step, float *logits, int want_dev)
+{
+    for (int i = 0; i < step; i++) {
+        e->pos[i] = (int32_t)seqs[done + i]->kv.n_tokens;
+        e->seqs[i] = &seqs[done + i]->kv;
+    }
+    bk_batch rows = {step, e->pos, e->seqs};
+    float *dev = NULL;
+    if (logits)
+        model_forward(&e->m, &rows, tokens + done, 0, logits);
+    else if (want_dev)
+        dev = model_forward_logits(&e->m, &rows, tokens + done, 0);
+    else
+        model_forward(&e->m, &rows, tokens + done, step, NULL);
+    for (int i = 0; i < step; i++)
+        seqs[done + i]->kv.n_tokens++;
+    return dev;
+}
+
+int engine_forward_batch(engine *e, engine_seq *const *seqs, const int32_t *tokens, int n,
+                         float *logits, memra_err *err)
+{
+    if (batch_begin(e, seqs, tokens, n, err) != 0)
+        return -1;
+    size_t vocab = (size_t)e->m.config.n_vocab;
     for (int done = 0; done < n;) {
         int step = n - done < e->opts.n_batch ? n - done : e->opts.n_batch;
-        for (int i = 0; i < step; i++) {
-            e->pos[i] = (int32_t)seqs[done + i]->kv.n_tokens;
-            e->seqs[i] = &seqs[done + i]->kv;
-        }
-        bk_batch rows = {step, e->pos, e->seqs};
-        model_forward(&e->m, &rows, tokens + done, 0,
-                      logits ? logits + (size_t)done * vocab : NULL);
-        for (int i = 0; i < step; i++)
-            seqs[done + i]->kv.n_tokens++;
+        batch_chunk(e, seqs, tokens, done, step, logits ? logits + (size_t)done * vocab : NULL, 0);
         done += step;
     }
     return backend_status(e->bk, err);
+}
+
+int engine_forward_batch_sample(engine *e, engine_seq *const *seqs, const int32_t *tokens, int n,
+                                sampler *const *smp, int32_t *out_ids, memra_err *row_errs,
+                                memra_err *err)
+{
+    /* out_ids may be tokens: untouched when the step is refused */
+    if (batch_begin(e, seqs, tokens, n, err) != 0)
+        return -1;
+    for (int done = 0; done < n;) {
+        int step = n - done < e->opts.n_batch ? n - done : e->opts.n_batch;
+        float *dev = batch_chunk(e, seqs, tokens, done, step, NULL, 1);
+        if (backend_status(e->bk, err) != 0 ||
+            sample_rows(e, dev, step, smp + done, out_ids + done, row_errs + done, err) != 0)
+            return -1;
+        done += step;
+    }
+    return 0;
 }

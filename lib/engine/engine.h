@@ -7,6 +7,7 @@
  *   engine_seq *s;  engine_seq_new(e, &s, &err);
  *   engine_forward(e, s, prompt, n, logits, 0, &err);   // prefill, last logits
  *   engine_forward(e, s, &next, 1, logits, 0, &err);    // one decode step
+ *   engine_forward_sample(e, s, &next, 1, smp, &next, &err); // a step, sampled
  *
  * The checkpoint must stay open while the engine lives: weights are views
  * into its map. A forward appends the tokens to the sequence's KV cache;
@@ -21,6 +22,7 @@
 #include "core/err.h"
 #include "backend/backend.h"
 #include "engine/kv_cache.h"
+#include "engine/sampler.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/model.h"
@@ -28,18 +30,23 @@
 typedef struct {
     int n_threads;      /* <= 0: one per core */
     int64_t n_ctx;      /* tokens per sequence; 0: the model's n_ctx_train, at most 4096 */
-    kv_type kv_type;    /* KV_F32 (default) or KV_F16 */
+    kv_type kv_type;    /* KV_DEFAULT (the backend's: engine_kv_type_default), KV_F32,
+                         * KV_F16, KV_BF16 or KV_Q8_0 (kv_dim a multiple of 32) */
     int n_batch;        /* prefill chunk: tokens per step; 0: 64 */
     int n_seqs;         /* sequences that can hold n_ctx tokens at once; 0: 1 */
     int kv_block_size;  /* tokens per KV block; 0: 16 */
     backend_kind backend; /* BK_CPU (default) or BK_CUDA */
-    int device;         /* CUDA device index (BK_CUDA) */
+    int device;         /* CUDA device index (BK_CUDA); any thread may then drive the
+                         * engine: every entry point binds it to that device */
 } engine_opts;
 
 typedef struct engine engine;
 typedef struct engine_seq engine_seq;
 
 void engine_opts_default(engine_opts *o);
+/* The KV element type a backend gets by default: f32 on the CPU (the exact
+ * reference), bf16 on CUDA (half the bytes per step, f32's range). */
+kv_type engine_kv_type_default(backend_kind k);
 
 int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_err *err);
 void engine_free(engine *e);
@@ -48,6 +55,8 @@ const model_config *engine_config(const engine *e);
 /* Bytes of weights one decode step reads. */
 uint64_t engine_bytes_per_token(const engine *e);
 int64_t engine_n_ctx(const engine *e);
+/* The KV element type in use (KV_DEFAULT resolved). */
+kv_type engine_kv_type(const engine *e);
 /* The model, for programs that look inside (parity, bench). */
 model *engine_model(engine *e);
 
@@ -79,6 +88,26 @@ int engine_forward(engine *e, engine_seq *s, const int32_t *tokens, int n, float
  * context or an exhausted KV pool. */
 int engine_forward_batch(engine *e, engine_seq *const *seqs, const int32_t *tokens, int n,
                          float *logits, memra_err *err);
+
+/* engine_forward, then the next token sampled with smp from the last
+ * token's logits into *out_id. On a backend that samples (the GPU) the
+ * logits never leave the device; elsewhere they are read back and
+ * sampler_sample picks the token: the same token either way for the same
+ * logits. Fails (*out_id -1) on anything engine_forward fails on, or
+ * when the row cannot be sampled (sampler_sample's errors; the tokens are
+ * then in the sequence). tokens may be out_id (a decode loop's one token). */
+int engine_forward_sample(engine *e, engine_seq *s, const int32_t *tokens, int n, sampler *smp,
+                          int32_t *out_id, memra_err *err);
+
+/* engine_forward_batch, then one token sampled per sequence with smp[i]
+ * (distinct samplers) into out_ids[i], as engine_forward_sample. Returns
+ * -1 (err) when the step failed, changing nothing (out_ids included) on a
+ * bad argument as engine_forward_batch; otherwise 0, each out_ids[i] the
+ * token or -1 with row_errs[i] ([n]) saying why that row could not be
+ * sampled. out_ids may be tokens. */
+int engine_forward_batch_sample(engine *e, engine_seq *const *seqs, const int32_t *tokens, int n,
+                                sampler *const *smp, int32_t *out_ids, memra_err *row_errs,
+                                memra_err *err);
 
 /* Capture hidden states (see model_hidden_fn for the convention); NULL
  * turns it off. */

@@ -55,7 +55,6 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
      * loop still runs: no text, no end-of-generation ids. */
     detok *d = t ? detok_new(t, &dopts) : NULL;
     engine_seq *seq = NULL;
-    float *logits = xmalloc((size_t)cfg->n_vocab * sizeof(float));
     size_t cap = 64;
     out->tokens = xmalloc(cap * sizeof(int32_t));
     strbuf text, piece;
@@ -65,20 +64,21 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
     for (size_t i = 0; rc == 0 && p->penalize_prompt && i < n_prompt; i++)
         rc = sampler_accept(s, prompt[i], err);
 
+    /* Each forward step also samples the next token (on the device when
+     * the backend can: only the id comes back), so the loop below starts
+     * with a token in hand. */
     double t0 = now_ms();
-    if (rc == 0)
-        rc = engine_forward(e, seq, prompt, (int)n_prompt, logits, 0, err);
+    int32_t id = -1;
+    if (rc == 0 && p->n_predict == 0)
+        rc = engine_forward(e, seq, prompt, (int)n_prompt, NULL, 0, err);
+    else if (rc == 0)
+        rc = engine_forward_sample(e, seq, prompt, (int)n_prompt, s, &id, err);
     out->prefill_ms = now_ms() - t0;
     out->finish = GEN_FINISH_LENGTH;
     double t1 = now_ms();
     while (rc == 0) {
         if (p->n_predict >= 0 && (int64_t)out->n_tokens >= p->n_predict)
             break;
-        int32_t id = sampler_sample(s, logits, err);
-        if (id < 0) {
-            rc = -1;
-            break;
-        }
         if (out->n_tokens == cap) {
             cap *= 2;
             out->tokens = xrealloc(out->tokens, cap * sizeof(int32_t));
@@ -111,7 +111,7 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
             break; /* the context is full: finish "length" */
         if (p->n_predict >= 0 && (int64_t)out->n_tokens >= p->n_predict)
             break; /* no forward step for a token nobody will sample after */
-        rc = engine_forward(e, seq, &id, 1, logits, 0, err);
+        rc = engine_forward_sample(e, seq, &id, 1, s, &id, err);
         out->n_decoded++;
     }
     out->decode_ms = now_ms() - t1;
@@ -126,7 +126,6 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
     }
     out->text = sb_take(&text);
     sb_free(&piece);
-    free(logits);
     if (seq)
         engine_seq_free(seq);
     if (d)

@@ -6,19 +6,17 @@
 #include <string.h>
 
 #include "core/check.h"
-#include "core/rng.h"
+#include "engine/sample_math.h"
 #include "engine/sampler_select.h"
-
-/* The sampler's random stream id (any fixed value; it keeps the sampler's
- * draws apart from other users of the same seed, like random weights). */
-#define SAMPLER_RNG_STREAM 0x73616d706c6572ull /* "sampler" */
 
 struct sampler {
     sampler_params p;
     int32_t n_vocab;
     sampler_logit_bias *bias; /* p.logit_bias points here */
     int penalize;             /* any penalty active and a window > 0 */
-    rng_state rng;
+    uint64_t step;            /* sampling calls since the last reset: the Philox counter */
+    uint64_t top_p_q32;       /* top_p in 2^-32 units */
+    double min_p_log;         /* log(min_p), -inf when off */
 
     /* History (only when penalize): how often each id occurs in the window,
      * the ids with a count (lazily pruned of zeros, listed[] says who is in
@@ -31,11 +29,16 @@ struct sampler {
     int32_t *hist;
     size_t hist_start, hist_len, hist_cap;
 
-    /* Scratch for one call. */
+    /* Scratch for one call: candidates, the survivors' ids, fixed-point
+     * weights and their total, probabilities (sampler_probs), exported
+     * penalty counts. */
     sampler_cand *cand;
     int32_t *out_ids;
+    uint64_t *out_w;
+    smp_u128 total;
     double *out_probs;
     uint8_t *mark;
+    smp_pen *pen;
 };
 
 sampler_params sampler_params_default(void)
@@ -135,9 +138,13 @@ sampler *sampler_new(const sampler_params *p, int32_t n_vocab, memra_err *err)
         s->count = xcalloc((size_t)n_vocab, sizeof *s->count);
         s->listed = xcalloc((size_t)n_vocab, 1);
         s->seen = xmalloc((size_t)n_vocab * sizeof *s->seen);
+        s->pen = xmalloc((size_t)n_vocab * sizeof *s->pen);
     }
+    s->top_p_q32 = smp_top_p_q32(p->top_p);
+    s->min_p_log = p->min_p > 0.0 ? log(p->min_p) : -INFINITY;
     s->cand = xmalloc((size_t)n_vocab * sizeof *s->cand);
     s->out_ids = xmalloc((size_t)n_vocab * sizeof *s->out_ids);
+    s->out_w = xmalloc((size_t)n_vocab * sizeof *s->out_w);
     s->out_probs = xmalloc((size_t)n_vocab * sizeof *s->out_probs);
     s->mark = xcalloc((size_t)n_vocab, 1);
     sampler_reset(s);
@@ -155,15 +162,17 @@ void sampler_free(sampler *s)
     free(s->hist);
     free(s->cand);
     free(s->out_ids);
+    free(s->out_w);
     free(s->out_probs);
     free(s->mark);
+    free(s->pen);
     free(s);
 }
 
 void sampler_reset(sampler *s)
 {
     history_clear(s);
-    rng_seed(&s->rng, s->p.seed, SAMPLER_RNG_STREAM);
+    s->step = 0;
 }
 
 static void count_add(sampler *s, int32_t id)
@@ -206,44 +215,59 @@ int sampler_accept(sampler *s, int32_t id, memra_err *err)
     return 0;
 }
 
-/* Penalties are computed in double; a result beyond float range becomes
- * +-inf (as IEEE rounding would) instead of an undefined conversion. */
-static float to_float(double x)
+/* Ids whose count fell to zero leave the seen list here rather than in
+ * accept, to keep accept O(1). */
+static void prune_seen(sampler *s)
 {
-    if (x > FLT_MAX)
-        return INFINITY;
-    if (x < -FLT_MAX)
-        return -INFINITY;
-    return (float)x;
+    int32_t kept = 0;
+    for (int32_t i = 0; i < s->n_seen; i++) {
+        int32_t id = s->seen[i];
+        if (s->count[id] == 0) {
+            s->listed[id] = 0;
+            continue;
+        }
+        s->seen[kept++] = id;
+    }
+    s->n_seen = kept;
 }
 
-/* Bias and penalties touch only the listed and seen ids. Ids whose count
- * fell to zero are pruned from the seen list here rather than in accept,
- * to keep accept O(1). */
+/* Bias and penalties touch only the listed and seen ids; the arithmetic
+ * is sample_math.h's, the device's. */
 static void apply_bias_and_penalties(sampler *s, float *logits)
 {
     for (int32_t i = 0; i < s->p.n_logit_bias; i++)
         logits[s->bias[i].id] += s->bias[i].bias;
     if (!s->penalize)
         return;
-    double rep = s->p.repetition_penalty;
-    double pres = s->p.presence_penalty, freq = s->p.frequency_penalty;
-    int32_t kept = 0;
+    prune_seen(s);
     for (int32_t i = 0; i < s->n_seen; i++) {
         int32_t id = s->seen[i];
-        uint32_t c = s->count[id];
-        if (c == 0) {
-            s->listed[id] = 0;
-            continue;
-        }
-        s->seen[kept++] = id;
-        double l = logits[id];
-        if (rep != 1.0)
-            l = l > 0.0 ? l / rep : l * rep;
-        l -= pres + freq * (double)c;
-        logits[id] = to_float(l);
+        logits[id] = smp_penalize(logits[id], s->count[id], s->p.repetition_penalty,
+                                  s->p.presence_penalty, s->p.frequency_penalty);
     }
-    s->n_seen = kept;
+}
+
+/* The message for a failed row, the same whether the host or a device
+ * found it. */
+static int fail_status(const sampler *s, int status, int32_t id, float value, memra_err *err)
+{
+    switch (status) {
+    case SMP_BAD_LOGIT:
+        return memra_fail(err, "sampler: logit of token %d is %g", id, (double)value);
+    case SMP_INF_AFTER:
+        return memra_fail(err, "sampler: logit of token %d overflows to +inf after logit_bias "
+                               "and penalties", id);
+    case SMP_ALL_NEG_INF: return memra_fail(err, "sampler: every logit is -inf");
+    case SMP_NONE_LEFT: {
+        int bans = 0;
+        for (int32_t i = 0; i < s->p.n_logit_bias; i++)
+            bans |= s->bias[i].bias == -INFINITY;
+        if (bans)
+            return memra_fail(err, "every token is banned by logit_bias");
+        return memra_fail(err, "sampler: every logit is -inf after logit_bias and penalties");
+    }
+    default: return memra_fail(err, "sampler: unknown outcome %d", status);
+    }
 }
 
 /* When top-k is this small next to the vocabulary, one heap pass over the
@@ -251,9 +275,9 @@ static void apply_bias_and_penalties(sampler *s, float *logits)
 static int top_k_by_heap(int32_t k, int32_t n_finite) { return (int64_t)k * 8 <= n_finite; }
 
 /* Everything up to the draw: the surviving ids in ascending order in
- * s->out_ids and their unnormalized weights (the max has weight 1) in
- * s->out_probs; *total is the weights' sum. */
-static int prepare(sampler *s, float *logits, int32_t *n, double *total, memra_err *err)
+ * s->out_ids, their fixed-point weights (the max has SMP_WEIGHT_ONE) in
+ * s->out_w and the weights' exact sum in s->total. */
+static int prepare(sampler *s, float *logits, int32_t *n, memra_err *err)
 {
     int32_t nv = s->n_vocab;
     /* Branch-free flags first (this pass runs over the whole vocabulary
@@ -266,7 +290,7 @@ static int prepare(sampler *s, float *logits, int32_t *n, double *total, memra_e
     if (any_bad)
         for (int32_t i = 0; i < nv; i++)
             if (!(logits[i] < INFINITY))
-                return memra_fail(err, "sampler: logit of token %d is %g", i, (double)logits[i]);
+                return fail_status(s, SMP_BAD_LOGIT, i, logits[i], err);
     apply_bias_and_penalties(s, logits);
 
     /* The argmax (lowest id on ties: only a strictly larger logit moves it). */
@@ -274,29 +298,20 @@ static int prepare(sampler *s, float *logits, int32_t *n, double *total, memra_e
     float max = -INFINITY;
     for (int32_t i = 0; i < nv; i++) {
         if (logits[i] == INFINITY)
-            return memra_fail(err, "sampler: logit of token %d overflows to +inf after logit_bias "
-                                   "and penalties", i);
+            return fail_status(s, SMP_INF_AFTER, i, logits[i], err);
         n_finite += logits[i] > -INFINITY;
         if (logits[i] > max) {
             max = logits[i];
             best = i;
         }
     }
-    if (best < 0) {
-        int bans = 0;
-        for (int32_t i = 0; i < s->p.n_logit_bias; i++)
-            bans |= s->bias[i].bias == -INFINITY;
-        if (!any_finite)
-            return memra_fail(err, "sampler: every logit is -inf");
-        if (bans)
-            return memra_fail(err, "every token is banned by logit_bias");
-        return memra_fail(err, "sampler: every logit is -inf after logit_bias and penalties");
-    }
+    if (best < 0)
+        return fail_status(s, any_finite ? SMP_NONE_LEFT : SMP_ALL_NEG_INF, -1, 0.0f, err);
     if (s->p.temperature == 0.0) {
         s->out_ids[0] = best;
-        s->out_probs[0] = 1.0;
+        s->out_w[0] = SMP_WEIGHT_ONE;
+        s->total = smp_u128_of(SMP_WEIGHT_ONE);
         *n = 1;
-        *total = 1.0;
         return 0;
     }
 
@@ -315,12 +330,12 @@ static int prepare(sampler *s, float *logits, int32_t *n, double *total, memra_e
             reordered = 1;
         }
     }
-    if (s->p.top_p < 1.0) {
-        n_c = sampler_top_p(s->cand, n_c, max, s->p.top_p);
+    if (s->top_p_q32 < SMP_TOP_P_OFF) {
+        n_c = sampler_top_p(s->cand, n_c, max, s->top_p_q32);
         reordered = 1;
     }
     if (s->p.min_p > 0.0)
-        n_c = sampler_min_p(s->cand, n_c, max, s->p.min_p);
+        n_c = sampler_min_p(s->cand, n_c, max, s->min_p_log);
 
     /* Back to id order, so the draw does not depend on how the survivors
      * were selected: a sort when few survive, a mark-and-scan of the
@@ -340,55 +355,85 @@ static int prepare(sampler *s, float *logits, int32_t *n, double *total, memra_e
         }
     }
 
-    /* Softmax weights at the temperature. Division rather than a multiply
-     * by 1/T: for a subnormal T the reciprocal is inf and 0 * inf is NaN. */
-    double t = s->p.temperature, sum = 0.0;
+    /* Weights at the temperature (sample_math.h: the same integers a
+     * device computes). */
+    smp_u128 sum = smp_u128_of(0);
     for (int32_t i = 0; i < n_c; i++) {
-        double w = exp(((double)s->cand[i].logit - (double)max) / t);
+        uint64_t w = smp_weight(smp_dist(s->cand[i].logit, max, s->p.temperature));
         s->out_ids[i] = s->cand[i].id;
-        s->out_probs[i] = w;
-        sum += w;
+        s->out_w[i] = w;
+        sum = smp_add64(sum, w);
     }
     *n = n_c;
-    *total = sum;
+    s->total = sum;
     return 0;
 }
 
 int sampler_probs(sampler *s, float *logits, const int32_t **ids, const double **probs,
                   int32_t *n, memra_err *err)
 {
-    double total;
-    if (prepare(s, logits, n, &total, err) < 0)
+    if (prepare(s, logits, n, err) < 0)
         return -1;
+    double total = smp_to_double(s->total);
     for (int32_t i = 0; i < *n; i++)
-        s->out_probs[i] /= total;
+        s->out_probs[i] = (double)s->out_w[i] / total;
     *ids = s->out_ids;
     *probs = s->out_probs;
     return 0;
 }
 
-/* One uniform double in [0, 1) with 53 random bits per call, drawn even
- * when a single candidate is left, so the stream position depends only on
- * how many tokens were sampled. The walk runs over the unnormalized
- * weights against u * total, saving a division per candidate. */
+/* Every call takes the next counter of the stream, greedy or not, so the
+ * stream position depends only on how many tokens were sampled. The draw
+ * is exact integer arithmetic: the first survivor, in id order, whose
+ * running weight passes floor(u * total / 2^64). */
 int32_t sampler_sample(sampler *s, float *logits, memra_err *err)
 {
+    uint64_t step = s->step++;
     int32_t n;
-    double total;
-    if (prepare(s, logits, &n, &total, err) < 0)
+    if (prepare(s, logits, &n, err) < 0)
         return -1;
     if (s->p.temperature == 0.0)
         return s->out_ids[0];
-    double u = (double)(rng_next_u64(&s->rng) >> 11) * 0x1p-53;
-    double target = u * total, cum = 0.0;
-    int32_t last = 0;
+    smp_u128 target = smp_draw_target(s->total, smp_uniform(s->p.seed, step)), cum = {0, 0};
     for (int32_t i = 0; i < n; i++) {
-        if (s->out_probs[i] <= 0.0)
-            continue;
-        cum += s->out_probs[i];
-        last = i;
-        if (target < cum)
+        cum = smp_add64(cum, s->out_w[i]);
+        if (smp_lt(target, cum))
             return s->out_ids[i];
     }
-    return s->out_ids[last]; /* rounding left the sum just under the target */
+    /* target < total, so the walk always ends above; kept for safety */
+    return s->out_ids[n - 1];
+}
+
+void sampler_row_export(sampler *s, smp_row *row, const smp_bias **bias, const smp_pen **pen)
+{
+    memset(row, 0, sizeof *row);
+    row->temperature = s->p.temperature;
+    row->min_p_log = s->p.min_p > 0.0 ? s->min_p_log : -INFINITY;
+    row->repetition_penalty = s->p.repetition_penalty;
+    row->presence_penalty = s->p.presence_penalty;
+    row->frequency_penalty = s->p.frequency_penalty;
+    row->seed = s->p.seed;
+    row->step = s->step;
+    row->top_p_q32 = s->top_p_q32;
+    row->top_k = s->p.top_k;
+    row->n_bias = s->p.n_logit_bias;
+    *bias = s->bias;
+    *pen = s->pen;
+    if (!s->penalize)
+        return;
+    prune_seen(s);
+    for (int32_t i = 0; i < s->n_seen; i++)
+        s->pen[i] = (smp_pen){s->seen[i], s->count[s->seen[i]]};
+    row->n_pen = s->n_seen;
+}
+
+int32_t sampler_row_done(sampler *s, const smp_outcome *o, memra_err *err)
+{
+    s->step++;
+    if (o->status != SMP_OK)
+        return fail_status(s, o->status, o->bad_id, o->bad_value, err);
+    if (o->id < 0 || o->id >= s->n_vocab)
+        return memra_fail(err, "sampler: the device sampled token %d, outside [0, %d)", o->id,
+                          s->n_vocab);
+    return o->id;
 }

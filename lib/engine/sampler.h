@@ -28,12 +28,17 @@
  * (greedy) is simply the argmax after bias and penalties, ties going to
  * the lowest id.
  *
- * Determinism: one call draws exactly one 64-bit number from an xoshiro
- * stream seeded by `seed` (greedy draws none), and the surviving tokens
- * are always walked in ascending id order, so the token depends only on
- * the seed, the number of earlier sampling calls since the last reset,
- * the history and the logits; the same surviving set gives the same token
- * whichever stages produced it.
+ * Determinism: call n since the last reset (n = 0, 1, ...) takes its 64
+ * random bits from Philox4x32-10 keyed by `seed` at counter n (greedy
+ * calls count too but draw nothing), and the surviving tokens are always
+ * walked in ascending id order with exact integer weights
+ * (engine/sample_math.h), so the token depends only on the seed, the
+ * number of earlier sampling calls since the last reset, the history and
+ * the logits; the same surviving set gives the same token whichever
+ * stages produced it, and a device sampler (a backend's `sample` op, fed
+ * by sampler_row_export) picks the same token from the same logits. A
+ * token whose weight is below 2^-62 of the best one's (about exp(-43) at
+ * the temperature) is never drawn.
  *
  * Cost: bias and penalties touch only the listed / seen ids; top-k is a
  * partial selection (O(n_vocab)), top-p sorts only as many of the highest
@@ -46,11 +51,10 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "engine/sample_math.h"
 
-typedef struct {
-    int32_t id;
-    float bias; /* finite, or -INFINITY to ban the token */
-} sampler_logit_bias;
+/* {id, bias}: bias finite, or -INFINITY to ban the token. */
+typedef smp_bias sampler_logit_bias;
 
 typedef struct {
     double temperature;        /* [0, inf); 0 = greedy */
@@ -82,8 +86,8 @@ sampler_params sampler_params_default(void);
 sampler *sampler_new(const sampler_params *p, int32_t n_vocab, memra_err *err);
 void sampler_free(sampler *s);
 
-/* Forget the history and restart the random stream from the seed, so a
- * reset sampler reproduces the same tokens. */
+/* Forget the history and restart the random stream from the seed (step
+ * 0), so a reset sampler reproduces the same tokens. */
 void sampler_reset(sampler *s);
 
 /* Add a token to the history the penalties count (the caller decides what
@@ -102,5 +106,19 @@ int32_t sampler_sample(sampler *s, float *logits, memra_err *err);
  * Returns 0, or -1 with err set. */
 int sampler_probs(sampler *s, float *logits, const int32_t **ids, const double **probs,
                   int32_t *n, memra_err *err);
+
+/* ---- sampling elsewhere (a backend's sample op) ----
+ *
+ * What the next sampler_sample would use, for a device to sample instead:
+ * the parameters and the stream position in *row (its bias_at / pen_at
+ * left 0), the logit-bias list and the penalty counts (ids with a count in
+ * the window). The lists belong to the sampler and stay valid until its
+ * next call. */
+void sampler_row_export(sampler *s, smp_row *row, const smp_bias **bias, const smp_pen **pen);
+
+/* The device's outcome for the row exported last: advances the stream as
+ * sampler_sample would and returns the token, or -1 with the error
+ * sampler_sample would have given for those logits. */
+int32_t sampler_row_done(sampler *s, const smp_outcome *o, memra_err *err);
 
 #endif

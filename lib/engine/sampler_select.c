@@ -3,6 +3,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "engine/sample_math.h"
+
 static int cand_better(const sampler_cand *a, const sampler_cand *b)
 {
     return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
@@ -132,20 +134,26 @@ int32_t sampler_top_k_scan(const float *logits, int32_t n_vocab, int32_t k, samp
     return n;
 }
 
+/* A candidate's top-p weight: its exact fixed-point mass at temperature 1. */
+static uint64_t mass_of(const sampler_cand *c, float max)
+{
+    return smp_weight(smp_dist(c->logit, max, 1.0));
+}
+
 /* Top-p over few candidates: sort them all and sum best first. */
-static int32_t top_p_sorted(sampler_cand *c, int32_t n, float max, double p)
+static int32_t top_p_sorted(sampler_cand *c, int32_t n, float max, uint64_t p)
 {
     sampler_sort_best_first(c, n);
-    double z = 0.0, cum = 0.0;
+    smp_u128 z = smp_u128_of(0), cum = smp_u128_of(0);
     for (int32_t i = 0; i < n; i++)
-        z += exp((double)c[i].logit - (double)max);
-    double target = p * z;
+        z = smp_add64(z, mass_of(&c[i], max));
+    smp_u128 target = smp_top_p_target(z, p);
     for (int32_t i = 0; i < n; i++) {
-        cum += exp((double)c[i].logit - (double)max);
-        if (cum >= target)
+        cum = smp_add64(cum, mass_of(&c[i], max));
+        if (!smp_lt(cum, target))
             return i + 1;
     }
-    return n; /* rounding kept the sum just under p * z: keep everything */
+    return n; /* not reached: target <= z */
 }
 
 #define TOP_P_BUCKETS 1024
@@ -160,37 +168,40 @@ static int32_t top_p_bucket(double d, double scale)
 /* Sorting every candidate for top-p would cost O(n log n) on 150k-token
  * vocabularies each step, though the nucleus is usually small. Instead:
  * bucket the candidates by distance below the max (equal-width buckets,
- * so a lower bucket holds only strictly better tokens), total the
- * probability mass per bucket, find the bucket where the running sum
- * crosses p, keep every bucket before it and sort only the crossing
- * bucket to find where inside it the sum reaches p. Linear plus one
- * bucket's sort. */
-int32_t sampler_top_p(sampler_cand *c, int32_t n, float max, double p)
+ * so a lower bucket holds only strictly better tokens), total the exact
+ * mass per bucket, find the bucket where the running sum crosses the
+ * target, keep every bucket before it and sort only the crossing bucket
+ * to find where inside it the sum reaches the target. Linear plus one
+ * bucket's sort; exact sums make it agree with sorting everything. */
+int32_t sampler_top_p(sampler_cand *c, int32_t n, float max, uint64_t p)
 {
     if (n <= TOP_P_SORT_MAX)
         return top_p_sorted(c, n, max, p);
-    double mass[TOP_P_BUCKETS] = {0};
+    static const smp_u128 zero = {0, 0};
+    smp_u128 mass[TOP_P_BUCKETS];
+    for (int b = 0; b < TOP_P_BUCKETS; b++)
+        mass[b] = zero;
     float min = max;
     for (int32_t i = 0; i < n; i++)
         if (c[i].logit < min)
             min = c[i].logit;
     double range = (double)max - (double)min;
     double scale = range > 0.0 ? (TOP_P_BUCKETS - 1) / range : 0.0;
+    smp_u128 z = zero;
     for (int32_t i = 0; i < n; i++) {
-        double d = (double)max - (double)c[i].logit;
-        mass[top_p_bucket(d, scale)] += exp(-d);
+        uint64_t w = mass_of(&c[i], max);
+        int32_t b = top_p_bucket((double)max - (double)c[i].logit, scale);
+        mass[b] = smp_add64(mass[b], w);
+        z = smp_add64(z, w);
     }
-    double z = 0.0;
-    for (int b = 0; b < TOP_P_BUCKETS; b++)
-        z += mass[b];
-    double target = p * z, cum = 0.0;
+    smp_u128 target = smp_top_p_target(z, p), cum = zero;
     int32_t cross = TOP_P_BUCKETS - 1;
     for (int b = 0; b < TOP_P_BUCKETS; b++) {
-        if (cum + mass[b] >= target) {
+        if (!smp_lt(smp_add(cum, mass[b]), target) && !smp_is_zero(mass[b])) {
             cross = b;
             break;
         }
-        cum += mass[b];
+        cum = smp_add(cum, mass[b]);
     }
     /* Three-way partition: buckets before the crossing one, the crossing
      * one, the rest. */
@@ -206,16 +217,15 @@ int32_t sampler_top_p(sampler_cand *c, int32_t n, float max, double p)
     }
     sampler_sort_best_first(c + lo, mid - lo);
     for (int32_t i = lo; i < mid; i++) {
-        cum += exp((double)c[i].logit - (double)max);
-        if (cum >= target)
+        cum = smp_add64(cum, mass_of(&c[i], max));
+        if (!smp_lt(cum, target))
             return i + 1;
     }
-    return mid; /* rounding: the whole crossing bucket */
+    return mid; /* not reached: the crossing bucket reaches the target */
 }
 
-int32_t sampler_min_p(sampler_cand *c, int32_t n, float max, double min_p)
+int32_t sampler_min_p(sampler_cand *c, int32_t n, float max, double floor_logit)
 {
-    double floor_logit = log(min_p);
     int32_t kept = 0;
     for (int32_t i = 0; i < n; i++)
         if ((double)c[i].logit - (double)max >= floor_logit)

@@ -30,13 +30,14 @@ void sampler_sort_by_id(sampler_cand *c, int32_t n);
 
 /* Top-p over c[0..n) at temperature 1, `max` being the largest logit in c:
  * reorders c so that the kept ones come first and returns how many to
- * keep: the fewest of the best whose probabilities sum to >= p (at least
- * 1). */
-int32_t sampler_top_p(sampler_cand *c, int32_t n, float max, double p);
+ * keep: the fewest of the best whose mass reaches top_p (in 2^-32 units)
+ * of the whole, at least 1. Masses are sample_math.h's exact fixed-point
+ * weights, so the cut is the same whatever the summation order. */
+int32_t sampler_top_p(sampler_cand *c, int32_t n, float max, uint64_t top_p_q32);
 
 /* Min-p: keeps, in their order, the entries whose probability is at least
- * min_p times the most likely one's (logit - max >= log(min_p)); returns
- * the new count (at least 1: the max itself always stays). */
-int32_t sampler_min_p(sampler_cand *c, int32_t n, float max, double min_p);
+ * min_p times the most likely one's (logit - max >= min_p_log =
+ * log(min_p)); returns the new count (at least 1: the max always stays). */
+int32_t sampler_min_p(sampler_cand *c, int32_t n, float max, double min_p_log);
 
 #endif

@@ -240,8 +240,12 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
     m->norm_eps = (float)c->norm_eps;
     m->act = c->family == FAMILY_GEMMA3 ? BK_ACT_GELU_TANH : BK_ACT_SILU;
     setup_layers(m);
-    if (kv_cache_init(&m->state.kv, o->kv_type, (int)c->n_layers, c->n_kv_heads * c->head_dim,
-                      o->kv_block_size, o->kv_blocks, err) != 0) {
+    /* A backend that keeps K and V itself (kv_prepare) gets the block
+     * tables only: no host storage, not even untouched address space. */
+    int (*kv_init)(kv_cache *, kv_type, int, int64_t, int, int, memra_err *) =
+        bk->ops->kv_prepare ? kv_cache_init_tables : kv_cache_init;
+    if (kv_init(&m->state.kv, o->kv_type, (int)c->n_layers, c->n_kv_heads * c->head_dim,
+                o->kv_block_size, o->kv_blocks, err) != 0) {
         model_free(m);
         return -1;
     }
@@ -301,8 +305,7 @@ void model_attention(model *m, int l, const bk_batch *rows, const float *in, flo
     op->matmul(m->bk, &w->wo, &w->bo, s->att, rows->n, out);
 }
 
-void model_forward(model *m, const bk_batch *rows, const int32_t *tokens, int logits_from,
-                   float *logits)
+float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *tokens, int logits_from)
 {
     const backend_ops *op = m->bk->ops;
     run_state *s = &m->state;
@@ -312,13 +315,22 @@ void model_forward(model *m, const bk_batch *rows, const int32_t *tokens, int lo
     m->forward_layers(m, rows, tokens);
     op->rmsnorm(m->bk, s->x, n, &m->weights.output_norm, m->norm_offset, m->norm_eps, s->xb);
     model_report_hidden(m, (int)c->n_layers, rows, s->xb);
-    if (!logits || logits_from >= n)
-        return;
+    if (logits_from >= n)
+        return NULL;
     int nl = n - logits_from;
     size_t vocab = (size_t)c->n_vocab;
     op->matmul(m->bk, &m->weights.output, NULL, s->xb + (size_t)logits_from * (size_t)c->dim, nl,
                s->logits);
     if (c->final_softcap > 0)
         op->softcap(m->bk, s->logits, (size_t)nl * vocab, (float)c->final_softcap);
-    op->act_read(m->bk, s->logits, logits, (size_t)nl * vocab);
+    return s->logits;
+}
+
+void model_forward(model *m, const bk_batch *rows, const int32_t *tokens, int logits_from,
+                   float *logits)
+{
+    float *dev = model_forward_logits(m, rows, tokens, logits ? logits_from : rows->n);
+    if (dev)
+        m->bk->ops->act_read(m->bk, dev, logits,
+                             (size_t)(rows->n - logits_from) * (size_t)m->config.n_vocab);
 }

@@ -120,6 +120,11 @@ void model_free(model *m);
  * there, [n - logits_from][n_vocab]. */
 void model_forward(model *m, const bk_batch *rows, const int32_t *tokens, int logits_from,
                    float *logits);
+/* model_forward leaving the logits in the backend's memory: returns the
+ * activation holding rows [logits_from, n) ([n - logits_from][n_vocab]),
+ * or NULL when logits_from >= n (no head run). For sampling on the
+ * device (backend_ops.sample). */
+float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *tokens, int logits_from);
 
 /* ---- for the family forward passes ---- */
 

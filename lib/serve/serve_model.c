@@ -22,8 +22,9 @@ typedef struct {
     engine_seq *seq;
     sampler *smp;
     detok *dt;
-    float *logits;  /* [n_vocab]: the last forward's row */
-    int has_logits;
+    int32_t next;   /* the token the last forward sampled, or -1 (next_err) */
+    memra_err next_err;
+    int has_logits; /* the last forward sampled this slot's next token */
     size_t n_prefilled, n_generated;
     double t_last;  /* when its last token (or the request) came */
     strbuf piece;
@@ -60,7 +61,8 @@ struct serve_model {
     int32_t *ids;
     serve_slot **batch;
     engine_seq **seqs;    /* [max_sessions] */
-    float *batch_logits;  /* [max_sessions][n_vocab] */
+    sampler **smps;       /* [max_sessions] */
+    int32_t *next_ids;    /* [max_sessions] */
     int *rc;
     memra_err *errs;
 };
@@ -138,41 +140,48 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r)
         slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
 }
 
-/* One decode step for every running slot, as one batch of rows. A
- * sequence's logits are the same bits alone or in the batch (the engine's
- * contract), so batching changes no request's output. When the batched call
- * fails (one sequence's context full, say), the slots run one by one so the
- * failure stays with the request that caused it. */
+/* One decode step for every running slot, as one batch of rows, each
+ * slot's next token sampled with its own sampler by the engine (on the
+ * device when the backend samples: only the ids come back). A sequence's
+ * logits are the same bits alone or in the batch (the engine's contract),
+ * so batching changes no request's output. When the batched call fails
+ * (one sequence's context full, say), the slots run one by one so the
+ * failure stays with the request that caused it. A row that cannot be
+ * sampled keeps its error for slot_sample. */
 static void decode_step(serve_model *m, serve_slot **batch, const int32_t *ids, int n, int *rc,
                         memra_err *errs)
 {
     if (n > 1) {
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n; i++) {
             m->seqs[i] = batch[i]->seq;
+            m->smps[i] = batch[i]->smp;
+        }
         memra_err err;
-        if (engine_forward_batch(m->eng, m->seqs, ids, n, m->batch_logits, &err) == 0) {
+        if (engine_forward_batch_sample(m->eng, m->seqs, ids, n, m->smps, m->next_ids, errs,
+                                        &err) == 0) {
             for (int i = 0; i < n; i++) {
-                memcpy(batch[i]->logits, m->batch_logits + (size_t)i * (size_t)m->n_vocab,
-                       (size_t)m->n_vocab * sizeof(float));
+                batch[i]->next = m->next_ids[i];
+                batch[i]->next_err = errs[i];
                 rc[i] = 0;
             }
             return;
         }
     }
     for (int i = 0; i < n; i++)
-        rc[i] = engine_forward(m->eng, batch[i]->seq, &ids[i], 1, batch[i]->logits, 0, &errs[i]);
+        rc[i] = engine_forward_sample(m->eng, batch[i]->seq, &ids[i], 1, batch[i]->smp,
+                                      &batch[i]->next, &errs[i]);
 }
 
-/* Sample one token for a slot with logits; returns 1 when the request goes
+/* Take the token the engine sampled for a slot; returns 1 when the request goes
  * on (its token is in *next), 0 when it ended here. */
 static int slot_sample(serve_model *m, serve_slot *s, double now, int32_t *next)
 {
     memra_err err;
     serve_req *r = s->req;
     s->has_logits = 0;
-    int32_t id = sampler_sample(s->smp, s->logits, &err);
+    int32_t id = s->next;
     if (id < 0) {
-        slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
+        slot_end(m, s, SERVE_FINISH_ERROR, s->next_err.msg);
         return 0;
     }
     s->n_generated++;
@@ -244,8 +253,10 @@ static void tick(serve_model *m)
         if (n > (size_t)m->prefill_chunk)
             n = (size_t)m->prefill_chunk;
         int last = s->n_prefilled + n == r->n_prompt;
-        if (engine_forward(m->eng, s->seq, r->prompt + s->n_prefilled, (int)n,
-                           last ? s->logits : NULL, 0, &err) != 0) {
+        if ((last ? engine_forward_sample(m->eng, s->seq, r->prompt + s->n_prefilled, (int)n,
+                                          s->smp, &s->next, &err)
+                  : engine_forward(m->eng, s->seq, r->prompt + s->n_prefilled, (int)n, NULL, 0,
+                                   &err)) != 0) {
             slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
             continue;
         }
@@ -406,6 +417,8 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
     engine_opts_default(&eo);
     eo.n_threads = o->n_threads;
     eo.backend = o->backend;
+    eo.device = o->device;
+    eo.kv_type = o->kv_type;
     eo.n_ctx = o->n_ctx;
     eo.n_seqs = o->max_sessions;
     eo.kv_block_size = KV_BLOCK_SIZE;
@@ -438,14 +451,14 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
     m->ids = xmalloc((size_t)m->max_sessions * sizeof *m->ids);
     m->batch = xmalloc((size_t)m->max_sessions * sizeof *m->batch);
     m->seqs = xmalloc((size_t)m->max_sessions * sizeof *m->seqs);
-    m->batch_logits = xmalloc((size_t)m->max_sessions * (size_t)m->n_vocab * sizeof(float));
+    m->smps = xmalloc((size_t)m->max_sessions * sizeof *m->smps);
+    m->next_ids = xmalloc((size_t)m->max_sessions * sizeof *m->next_ids);
     m->rc = xmalloc((size_t)m->max_sessions * sizeof *m->rc);
     m->errs = xmalloc((size_t)m->max_sessions * sizeof *m->errs);
     for (int i = 0; i < m->max_sessions; i++) {
         serve_slot *s = &m->slots[i];
         if (engine_seq_new(m->eng, &s->seq, err) != 0)
             goto fail;
-        s->logits = xmalloc((size_t)m->n_vocab * sizeof(float));
         sb_init(&s->piece);
     }
     if (pthread_create(&m->thread, NULL, engine_main, m) != 0) {
@@ -474,14 +487,14 @@ void serve_model_free(serve_model *m)
     for (int i = 0; m->slots && i < m->max_sessions; i++) {
         if (m->slots[i].seq)
             engine_seq_free(m->slots[i].seq);
-        free(m->slots[i].logits);
         sb_free(&m->slots[i].piece);
     }
     free(m->slots);
     free(m->ids);
     free(m->batch);
     free(m->seqs);
-    free(m->batch_logits);
+    free(m->smps);
+    free(m->next_ids);
     free(m->rc);
     free(m->errs);
     if (m->eng)

@@ -6,11 +6,14 @@
  * max_sessions of them) between ticks. One tick:
  *   1. drops the slots whose client went away (cancelled, or hung up on
  *      its parked socket: serve_req_check_client);
- *   2. runs one prefill chunk for every slot still reading its prompt;
- *   3. samples one token for every slot that has logits, in slot order,
- *      streams its text and decides whether it is done;
- *   4. runs one decode step for every slot that goes on: one
- *      engine_forward_batch of all of them (decode_step()).
+ *   2. runs one prefill chunk for every slot still reading its prompt
+ *      (the last one also samples the first token);
+ *   3. takes the token the last forward sampled for each slot, in slot
+ *      order, streams its text and decides whether it is done;
+ *   4. runs one batched decode step for every slot that goes on
+ *      (decode_step(), engine_forward_batch_sample: each slot's next token
+ *      is sampled with its own sampler, on the device when the backend
+ *      samples, so only token ids come back).
  * Requests join and leave between ticks. A greedy request gives the same
  * bytes alone or among others: the engine computes each row alone in a
  * fixed reduction order, so its logits do not depend on its neighbours.
@@ -40,6 +43,8 @@ typedef struct {
     int prefill_chunk;         /* prompt tokens per slot per tick; <= 0: 64 */
     const char *chat_template; /* template text replacing the checkpoint's, or NULL */
     backend_kind backend;      /* BK_CPU or BK_CUDA */
+    int device;                /* CUDA device index (BK_CUDA) */
+    kv_type kv_type;           /* KV_DEFAULT: the backend's default (zero is KV_F32) */
 } serve_model_opts;
 
 typedef struct {

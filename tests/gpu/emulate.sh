@@ -3,15 +3,18 @@
 # host code against a CPU emulation of the CUDA execution model and runtime
 # (tests/gpu/emu/: fibers for threads, real barriers and warp shuffles,
 # host memory for device memory), then runs memra-parity --kernels,
-# test_cuda_engine and the HF parity fixtures on the emulated device. It
+# test_engine_sample (sampling on the device through the engine, KV types,
+# device selection on two emulated devices), test_cuda_engine and the HF
+# parity fixtures on the emulated device. It
 # checks what the kernels compute (indices, reductions, barriers, batch
 # invariance, alignment of 16-byte loads; with --asan every out-of-bounds
 # access), not speed, nor anything that needs real concurrency.
 #
 #   tests/gpu/emulate.sh [--asan] [--quick] [--only OP]
 #
-# --quick: only the kernel check; --only OP: only that op's checks (implies
-# --quick). Build output in build/emu[-asan]/.
+# --quick: only the kernel check and test_engine_sample; --only OP: only
+# that op's checks (implies --quick, skips test_engine_sample). Build output
+# in build/emu[-asan]/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 asan=0 quick=0 only=()
@@ -37,7 +40,7 @@ echo "emulate: building into $B"
 # The library's C sources, as the Makefile builds them with CUDA=1.
 ls lib/core/*.c lib/format/*.c lib/tok/*.c lib/model/*.c lib/engine/*.c lib/backend/*.c \
    lib/backend/cpu/*.c lib/backend/cuda/*.c bin-src/memra-parity.c bin-src/memra-convert.c \
-   tests/unit/test_cuda_engine.c 2>/dev/null |
+   tests/unit/test_cuda_engine.c tests/unit/test_engine_sample.c 2>/dev/null |
   xargs -P "$(nproc)" -I{} bash -c 'o=$B/obj/$(echo {} | tr / _).o; [ "$o" -nt {} ] || gcc $CPPFLAGS $CFLAGS -c {} -o $o'
 # The kernels, rewritten for the emulation: launches and dynamic shared memory.
 for f in kernels/*.cu; do
@@ -54,10 +57,17 @@ LIBS="-Wl,-Bstatic -ljansson -lutf8proc -lpcre2-8 -Wl,-Bdynamic -lcurl -lcrypto 
 gcc "$B/obj/bin-src_memra-parity.c.o" "$B/libmemra-emu.a" $LIBS -o "$B/bin/memra-parity"
 gcc "$B/obj/bin-src_memra-convert.c.o" "$B/libmemra-emu.a" $LIBS -o "$B/bin/memra-convert"
 gcc "$B/obj/tests_unit_test_cuda_engine.c.o" "$B/libmemra-emu.a" $LIBS -o "$B/tests/test_cuda_engine"
+gcc "$B/obj/tests_unit_test_engine_sample.c.o" "$B/libmemra-emu.a" $LIBS -o "$B/tests/test_engine_sample"
 
 echo "emulate: memra-parity --kernels"
 "$B/bin/memra-parity" --kernels "${only[@]}" | tee "$B/kernels.log"
 tail -1 "$B/kernels.log" | grep -q '^ALL GREEN'
+[ ${#only[@]} -gt 0 ] && exit 0
+echo "emulate: test_engine_sample (two emulated devices)"
+out=$(MEMRA_EMU_DEVICES=2 MEMRA_SHARED=${MEMRA_SHARED:-../shared} "$B/tests/test_engine_sample" 2>&1) ||
+  { echo "$out"; exit 1; }
+echo "$out"
+if echo "$out" | grep 'skipped' >/dev/null; then echo "emulate: a case was skipped" >&2; exit 1; fi
 [ $quick = 1 ] && exit 0
 echo "emulate: test_cuda_engine"
 MEMRA_SHARED=${MEMRA_SHARED:-../shared} "$B/tests/test_cuda_engine"

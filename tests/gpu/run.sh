@@ -5,7 +5,13 @@
 #      (with --perf, so the log also has time and GB/s per op)
 #   2. the unit tests that need a device: test_cuda_engine (stories260K's
 #      golden ids, batched == alone byte for byte, chunked prefill, every
-#      family and weight format against the CPU) and test_cuda_device
+#      family and weight format against the CPU), test_engine_sample
+#      (sampling on the device token-identical to the host sampler on the
+#      same logits, bf16 / q8_0 KV, device selection from other threads)
+#      and test_cuda_device
+#   2b. device selection: --device past the last refused naming the count;
+#      with two or more GPUs, the last one runs the engine test and
+#      memra-gen gives the same greedy ids on it as on device 0
 #   3. every family's HF parity fixture on CUDA (tests/fixtures/parity),
 #      as an HF dir and as GGUF; stories260K and the project's tiny models
 #   4. --backends cpu,cuda on the same checkpoints
@@ -76,7 +82,7 @@ if [ $rc -eq 0 ] && tail -1 "$OUT/kernels.log" | grep -q '^ALL GREEN'; then pass
 else fail "memra-parity --kernels" "exit $rc: $(grep -E 'FAIL|device:' "$OUT/kernels.log" | head -5 | tr '\n' ' ')"; fi
 
 echo "== unit tests on the device"
-for t in test_cuda_engine test_cuda_device; do
+for t in test_cuda_engine test_engine_sample test_cuda_device; do
   [ -x build/release/tests/$t ] || { fail "$t" "not built"; continue; }
   out=$(build/release/tests/$t 2>&1); rc=$?
   echo "$out" | sed 's/^/  /'
@@ -84,6 +90,23 @@ for t in test_cuda_engine test_cuda_device; do
   elif [ $rc -ne 0 ] || echo "$out" | grep -q '^FAIL'; then fail "$t" "exit $rc"
   else pass "$t ($(echo "$out" | grep -c '^PASS') cases)"; fi
 done
+
+echo "== device selection"
+STORIES=$MEMRA_SHARED/models/stories260K.gguf
+check "memra-gen --device past the last: refused, naming the devices found" \
+  bash -c "out=\$(memra-gen '$STORIES' --backend cuda --device 64 -n 1 2>&1); rc=\$?; echo \"\$out\"; [ \$rc -eq 1 ] && [[ \$out == *'device'*'found'* ]]"
+check "memra-gen on CUDA: the same seed gives the same sampled tokens" \
+  bash -c "a=\$(memra-gen '$STORIES' --backend cuda -n 40 --temp 0.9 --top-k 40 --top-p 0.9 --seed 7 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])'); b=\$(memra-gen '$STORIES' --backend cuda -n 40 --temp 0.9 --top-k 40 --top-p 0.9 --seed 7 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])'); echo \"\$a\"; [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ]"
+ngpu=$(env -u CUDA_VISIBLE_DEVICES nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "${ngpu:-0}" -ge 2 ]; then
+  last=$((ngpu - 1))
+  check "test_engine_sample on all $ngpu devices (engine on device $last)" \
+    env -u CUDA_VISIBLE_DEVICES build/release/tests/test_engine_sample
+  check "memra-gen --device $last: the greedy ids of device 0" \
+    bash -c "a=\$(env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --device 0 -n 30 --temp 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])'); b=\$(env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --device $last -n 30 --temp 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])'); echo \"\$a\"; [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ]"
+else
+  echo "  (one GPU: device selection across cards not exercised)"
+fi
 
 echo "== HF parity fixtures on CUDA"
 P=tests/fixtures/parity

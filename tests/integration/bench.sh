@@ -105,7 +105,9 @@ expect_error "depth + n beyond the context names the numbers" 2 "depth 500 \\+ 1
 expect_error "a prompt beyond the context" 2 "-p 1000: the prompt does not fit the context of 512" memra-bench "$TINY" -p 1000
 expect_error "--ctx sets the limit" 2 "depth 0 \\+ 64 decode tokens = 64 does not fit the context of 32 \\(--ctx\\)" memra-bench "$STORIES" -p 16 -n 64 -d 0 -c 32
 expect_error "zero repetitions" 2 "-r: 0 is out of range" memra-bench "$STORIES" -r 0
-expect_error "bad kv type" 2 "--kv: 'q8' is not f32 or f16" memra-bench "$STORIES" --kv q8
+check "--kv q8_0: the JSON names the KV type" \
+  bash -c "memra-bench '$STORIES' -p 8 -n 4 -d 0 -r 1 -t 2 --kv q8_0 --bandwidth 10 --json | jq -e '.kv_type == \"q8_0\"'"
+expect_error "bad kv type" 2 "--kv: KV type 'q8' is not f32, f16, bf16 or q8_0" memra-bench "$STORIES" --kv q8
 expect_error "bad list entry" 2 "-d: 'x' is not an integer" memra-bench "$STORIES" -d 0,x
 expect_error "nothing to measure" 2 "nothing to measure" memra-bench "$STORIES" -p 0 -n 0
 expect_error "unknown flag" 2 "unknown option '--bogus'" memra-bench "$STORIES" --bogus

@@ -67,6 +67,13 @@ expect_error "out-of-range detokenize id" 1 "999999" memra-gen "$QWEN2" --detoke
 expect_error "generation on a vocab-only file" 1 "vocab-only" memra-gen "$QWEN2" -p hi
 expect_error "bad top-p" 2 "--top-p: 1.5 is out of range" memra-gen "$STORIES" --top-p 1.5
 expect_error "cuda backend without a device: one line" 1 "CUDA device 0: not present" memra-gen "$STORIES" --backend cuda
+for kv in bf16 q8_0; do
+  check "stories260K greedy with $kv KV keeps the 40 reference ids" \
+    bash -c "memra-gen '$STORIES' -p '' -n 40 --temp 0 --kv $kv --json | jq -e '(.tokens | map(tostring) | join(\",\")) == \"$REF\"'"
+done
+expect_error "bad KV type" 2 "--kv: KV type 'q4' is not f32, f16, bf16 or q8_0" memra-gen "$STORIES" --kv q4
+expect_error "--device on the cpu backend" 2 "the cpu backend has no devices" memra-gen "$STORIES" --backend cpu --device 1
+expect_error "a device past the last: names how many there are" 1 "CUDA device 5: not present .0 devices found" memra-gen "$STORIES" --backend cuda --device 5
 expect_error "two modes" 2 "separate modes" memra-gen "$QWEN2" --tokenize --render
 expect_error "no template" 1 "no chat template" memra-gen "$STORIES" --chat -p hi
 expect_error "malformed request JSON" 1 "request: invalid JSON" bash -c "printf '{\"messages\":' | memra-gen '$QWEN2' --render --chat-template '$T/t.jinja'"

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/philox.h"
 #include "core/rng.h"
 #include "engine/sampler.h"
 #include "test.h"
@@ -686,8 +687,190 @@ static void test_large_vocab_matches_full_sort(void)
     free(probs);
 }
 
+/* Philox4x32-10 against the Random123 distribution's known answers
+ * (tests/kat_vectors, the three "philox4x32 10" lines: counter, key,
+ * expected output). */
+static void test_philox_known_answers(void)
+{
+    static const struct {
+        uint32_t ctr[4], key[2], want[4];
+    } kat[] = {
+        {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+        {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+         {0xffffffff, 0xffffffff},
+         {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+        {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+         {0xa4093822, 0x299f31d0},
+         {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+    };
+    for (size_t i = 0; i < sizeof kat / sizeof kat[0]; i++) {
+        uint32_t out[4];
+        philox4x32_10(kat[i].ctr, kat[i].key, out);
+        for (int j = 0; j < 4; j++)
+            CHECK_MSG(out[j] == kat[i].want[j], "vector %zu word %d: %08x, want %08x", i, j,
+                      out[j], kat[i].want[j]);
+    }
+    /* philox_u64 is words 0 and 1 for key = seed, counter = (n, stream). */
+    uint32_t out[4];
+    philox4x32_10((const uint32_t[4]){0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+                  (const uint32_t[2]){0xa4093822, 0x299f31d0}, out);
+    CHECK(philox_u64(0x299f31d0a4093822ull, 0x85a308d3243f6a88ull, 0x0370734413198a2eull) ==
+          ((uint64_t)out[1] << 32 | out[0]));
+}
+
+/* The sampler's own exp: within a few ulp of libm's over its whole range,
+ * exact at 0, 0 below the double range and at -inf. */
+static void test_smp_exp(void)
+{
+    double worst = 0;
+    rng_state r;
+    rng_seed(&r, 9, 0);
+    for (int i = 0; i < 200000; i++) {
+        double x = -(double)(rng_next_u64(&r) >> 11) * 0x1p-53 * (i % 4 == 0 ? 745.0 : 40.0);
+        double got = smp_exp(x), want = exp(x);
+        if (want < 0x1p-1022) /* subnormal: compare absolutely */
+            CHECK(fabs(got - want) <= 0x1p-1074 * 2);
+        else
+            worst = fmax(worst, fabs(got - want) / want);
+    }
+    CHECK_MSG(worst < 4e-16, "smp_exp relative error %g", worst);
+    CHECK(smp_exp(0.0) == 1.0);
+    CHECK(smp_exp(-INFINITY) == 0.0);
+    CHECK(smp_exp(-800.0) == 0.0);
+    CHECK(smp_weight(0.0) == SMP_WEIGHT_ONE);
+    CHECK(smp_weight(-44.0) == 0); /* below 2^-62 */
+}
+
+/* The 128-bit helpers against the compiler's __int128. */
+static void test_smp_u128(void)
+{
+    __extension__ typedef unsigned __int128 u128;
+    rng_state r;
+    rng_seed(&r, 10, 0);
+    for (int i = 0; i < 100000; i++) {
+        uint64_t a = rng_next_u64(&r), b = rng_next_u64(&r) >> (i % 40);
+        smp_u128 m = smp_mul64(a, b);
+        u128 want = (u128)a * b;
+        CHECK(m.lo == (uint64_t)want && m.hi == (uint64_t)(want >> 64));
+        /* a total below 2^95 (n weights of 2^62), a uniform, a top-p */
+        smp_u128 total = {rng_next_u64(&r), rng_next_u64(&r) >> 33};
+        uint64_t u = rng_next_u64(&r), p = rng_next_u64(&r) >> 31;
+        u128 t = ((u128)total.hi << 64) | total.lo;
+        smp_u128 d = smp_draw_target(total, u);
+        /* floor(u * t / 2^64) without overflow: split t */
+        u128 wd = (u128)u * (uint64_t)(t >> 64) + (((u128)u * (uint64_t)t) >> 64);
+        CHECK(d.lo == (uint64_t)wd && d.hi == (uint64_t)(wd >> 64));
+        CHECK(smp_lt(d, total) || smp_is_zero(total));
+        if (p > SMP_TOP_P_OFF)
+            p = SMP_TOP_P_OFF;
+        smp_u128 tp = smp_top_p_target(total, p);
+        u128 wp = ((t * p) + 0xFFFFFFFFu) >> 32;
+        CHECK(tp.lo == (uint64_t)wp && tp.hi == (uint64_t)(wp >> 64));
+    }
+    CHECK(smp_top_p_q32(1.0) == SMP_TOP_P_OFF);
+    CHECK(smp_top_p_q32(0.5) == (uint64_t)1 << 31);
+    CHECK(smp_key(-0.0f) == smp_key(0.0f));
+    CHECK(smp_key(-INFINITY) < smp_key(-1e30f) && smp_key(-1.0f) < smp_key(0.0f) &&
+          smp_key(0.0f) < smp_key(1e-40f) && smp_key(2.0f) < smp_key(INFINITY));
+    CHECK(smp_key_float(smp_key(-3.5f)) == -3.5f && smp_key_float(smp_key(7.25f)) == 7.25f);
+}
+
+/* Call n of a sampler draws Philox(seed, n): the host path reproduced from
+ * the documented arithmetic (weights, total, target, walk in id order). */
+static void test_draw_is_philox_stream(void)
+{
+    const float l[5] = {0.3f, 1.7f, -0.4f, 1.1f, 0.9f};
+    const double t = 0.8;
+    sampler_params p = sampler_params_default();
+    p.temperature = t;
+    p.seed = 0x1234567890abcdefull;
+    sampler *s = make(&p, 5);
+    uint64_t w[5];
+    smp_u128 total = {0, 0};
+    for (int i = 0; i < 5; i++)
+        total = smp_add64(total, w[i] = smp_weight(smp_dist(l[i], 1.7f, t)));
+    memra_err e;
+    int bad = 0;
+    for (uint64_t n = 0; n < 300; n++) {
+        float work[5];
+        memcpy(work, l, sizeof work);
+        int32_t got = sampler_sample(s, work, &e);
+        smp_u128 target = smp_draw_target(total, philox_u64(p.seed, n, SMP_STREAM)), cum = {0, 0};
+        int32_t want = -1;
+        for (int i = 0; i < 5 && want < 0; i++) {
+            cum = smp_add64(cum, w[i]);
+            if (smp_lt(target, cum))
+                want = i;
+        }
+        bad += got != want;
+    }
+    CHECK_MSG(bad == 0, "%d of 300 draws differ from the Philox stream", bad);
+    sampler_free(s);
+}
+
+/* The export a device sampler works from, and the outcome coming back:
+ * the same stream position, lists and error messages as the host path. */
+static void test_row_export_and_done(void)
+{
+    sampler_logit_bias b[2] = {{2, -INFINITY}, {0, 0.5f}};
+    sampler_params p = sampler_params_default();
+    p.temperature = 0.7;
+    p.top_k = 3;
+    p.top_p = 0.9;
+    p.min_p = 0.1;
+    p.repetition_penalty = 1.3;
+    p.presence_penalty = 0.2;
+    p.frequency_penalty = 0.1;
+    p.penalty_last_n = 3;
+    p.seed = 77;
+    p.logit_bias = b;
+    p.n_logit_bias = 2;
+    sampler *s = make(&p, 10);
+    memra_err e;
+    const int32_t acc[5] = {4, 4, 7, 1, 4}; /* window of 3: 7, 1, 4 */
+    for (int i = 0; i < 5; i++)
+        sampler_accept(s, acc[i], &e);
+    smp_row row;
+    const smp_bias *bias;
+    const smp_pen *pen;
+    sampler_row_export(s, &row, &bias, &pen);
+    CHECK(row.temperature == 0.7 && row.top_k == 3 && row.seed == 77 && row.step == 0);
+    CHECK(row.top_p_q32 == smp_top_p_q32(0.9) && row.min_p_log == log(0.1));
+    CHECK(row.n_bias == 2 && bias[0].id == 2 && bias[1].bias == 0.5f);
+    CHECK(row.n_pen == 3);
+    int seen[10] = {0};
+    for (int i = 0; i < row.n_pen && i < 3; i++)
+        seen[pen[i].id] = (int)pen[i].count;
+    CHECK(seen[7] == 1 && seen[1] == 1 && seen[4] == 1);
+    smp_outcome ok = {5, SMP_OK, 0, 0};
+    CHECK(sampler_row_done(s, &ok, &e) == 5);
+    sampler_row_export(s, &row, &bias, &pen);
+    CHECK(row.step == 1);
+    smp_outcome o = {-1, SMP_BAD_LOGIT, 6, NAN};
+    CHECK(sampler_row_done(s, &o, &e) == -1);
+    CHECK_MSG(strcmp(e.msg, "sampler: logit of token 6 is nan") == 0, "%s", e.msg);
+    o = (smp_outcome){-1, SMP_NONE_LEFT, 0, 0};
+    CHECK(sampler_row_done(s, &o, &e) == -1);
+    CHECK(strcmp(e.msg, "every token is banned by logit_bias") == 0);
+    o = (smp_outcome){-1, SMP_INF_AFTER, 3, INFINITY};
+    CHECK(sampler_row_done(s, &o, &e) == -1);
+    CHECK(strcmp(e.msg, "sampler: logit of token 3 overflows to +inf after logit_bias and "
+                        "penalties") == 0);
+    o = (smp_outcome){12, SMP_OK, 0, 0};
+    CHECK(sampler_row_done(s, &o, &e) == -1); /* an id outside the vocabulary */
+    sampler_row_export(s, &row, &bias, &pen);
+    CHECK(row.step == 5);
+    sampler_reset(s);
+    sampler_row_export(s, &row, &bias, &pen);
+    CHECK(row.step == 0 && row.n_pen == 0);
+    sampler_free(s);
+}
+
 TEST_MAIN(TEST_CASE(test_greedy_argmax_and_ties), TEST_CASE(test_top_k_1_is_greedy),
           TEST_CASE(test_temperature_distribution), TEST_CASE(test_top_k_top_p_min_p_hand),
           TEST_CASE(test_penalties_hand), TEST_CASE(test_penalty_window_slides),
           TEST_CASE(test_logit_bias), TEST_CASE(test_seed_reproducible),
-          TEST_CASE(test_validation), TEST_CASE(test_large_vocab_matches_full_sort))
+          TEST_CASE(test_validation), TEST_CASE(test_large_vocab_matches_full_sort),
+          TEST_CASE(test_philox_known_answers), TEST_CASE(test_smp_exp),
+          TEST_CASE(test_smp_u128), TEST_CASE(test_draw_is_philox_stream),
+          TEST_CASE(test_row_export_and_done))

@@ -7,7 +7,8 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
-#include "format/half.h"
+#include "core/check.h"
+#include "engine/kv_codec.h"
 
 /* Below this much work the calling thread runs every task itself. */
 #define ATTN_INLINE_MACS 32768.0
@@ -90,19 +91,28 @@ void cpu_op_qk_norm_rope(backend *b, float *q, float *k, const bk_batch *rows, c
 
 /* ---- attention ---- */
 
-static void kv_store(kv_cache *kc, uint8_t *base, size_t off, const float *src)
+/* One row of kv_dim values into the cache, through the codecs the GPU
+ * shares (engine/kv_codec.h), so both backends store the same bytes. */
+static void kv_store(const kv_cache *kc, uint8_t *base, size_t off, const float *src)
 {
-    if (kc->type == KV_F16) {
-        uint16_t h[64];
-        uint8_t *dst = base + off;
-        for (int64_t i = 0; i < kc->kv_dim; i += 64) {
-            int64_t m = kc->kv_dim - i < 64 ? kc->kv_dim - i : 64;
-            for (int64_t j = 0; j < m; j++)
-                h[j] = f32_to_fp16(src[i + j]);
-            memcpy(dst + 2 * i, h, (size_t)m * 2);
-        }
-    } else {
-        memcpy(base + off, src, (size_t)kc->kv_dim * 4);
+    MEMRA_ASSERT(base != NULL); /* a tables-only cache belongs to a device backend */
+    uint8_t *dst = base + off;
+    int64_t n = kc->kv_dim;
+    switch (kc->type) {
+    case KV_F32: memcpy(dst, src, (size_t)n * 4); break;
+    case KV_F16:
+        for (int64_t i = 0; i < n; i++)
+            kvc_st16(dst + 2 * i, kvc_f32_to_f16(src[i]));
+        break;
+    case KV_BF16:
+        for (int64_t i = 0; i < n; i++)
+            kvc_st16(dst + 2 * i, kvc_f32_to_bf16(src[i]));
+        break;
+    case KV_Q8_0:
+        for (int64_t i = 0; i < n; i += KV_Q8_0_BLOCK)
+            kvc_q8_0_block(src + i, dst + (i / KV_Q8_0_BLOCK) * KV_Q8_0_BYTES);
+        break;
+    case KV_DEFAULT: MEMRA_ASSERT(0 && "KV cache without a type");
     }
 }
 
@@ -110,13 +120,26 @@ static void kv_store(kv_cache *kc, uint8_t *base, size_t off, const float *src)
 static const float *kv_head(const kv_cache *kc, const uint8_t *base, size_t off, int h, int hd,
                             float *buf)
 {
-    if (kc->type == KV_F16) {
-        const uint16_t *p = (const uint16_t *)(const void *)(base + off) + (size_t)h * hd;
+    const uint8_t *row = base + off;
+    int64_t e0 = (int64_t)h * hd;
+    switch (kc->type) {
+    case KV_F32: return (const float *)(const void *)row + e0;
+    case KV_F16:
         for (int i = 0; i < hd; i++)
-            buf[i] = fp16_to_f32(p[i]);
+            buf[i] = kvc_f16_to_f32(kvc_ld16(row + 2 * (e0 + i)));
         return buf;
+    case KV_BF16:
+        for (int i = 0; i < hd; i++)
+            buf[i] = kvc_bf16_to_f32(kvc_ld16(row + 2 * (e0 + i)));
+        return buf;
+    case KV_Q8_0:
+        for (int i = 0; i < hd; i++)
+            buf[i] = kvc_q8_0_get(row, e0 + i);
+        return buf;
+    case KV_DEFAULT: break;
     }
-    return (const float *)(const void *)(base + off) + (size_t)h * hd;
+    MEMRA_ASSERT(0 && "KV cache without a type");
+    return NULL;
 }
 
 typedef struct {
@@ -144,7 +167,7 @@ static void attn_task(void *ctx, int task, int thread)
 
     /* Positions are visited block by block: the offset of the first one
      * from the block table, the rest a row further each. */
-    const size_t row = (size_t)kc->kv_dim * kc->elt_bytes;
+    const size_t row = kc->row_bytes;
     const int64_t bs = kc->block_size;
     float mx = -INFINITY;
     for (int64_t t = lo; t <= hi;) {

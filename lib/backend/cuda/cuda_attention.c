@@ -4,9 +4,10 @@
  * (kernels/attention.cuh).
  *
  * The host kv_cache keeps the block tables and hands out blocks; the
- * device pool has the same geometry ((layer, block, slot) addressing, f32
- * or f16), so the same tables address it. The host cache's own K/V arrays
- * stay untouched on this backend. */
+ * device pool has the same geometry ((layer, block, slot) addressing, f32,
+ * f16, bf16 or q8_0 rows), so the same tables address it. The engine makes
+ * that cache without host K/V storage (kv_cache_init_tables), since this
+ * backend has kv_prepare. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,10 @@
 #include "core/check.h"
 #include "kernels/attention.cuh"
 #include "kernels/norm.cuh"
+
+_Static_assert(CU_KV_F32 == (int)KV_F32 && CU_KV_F16 == (int)KV_F16 &&
+                   CU_KV_BF16 == (int)KV_BF16 && CU_KV_Q8_0 == (int)KV_Q8_0,
+               "kernels/attention.cuh's element types are kv_type's values");
 
 /* ---- row metadata ---- */
 
@@ -203,7 +208,7 @@ int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err)
         cb->kv = NULL;
     }
     size_t bytes = (size_t)kv->n_layers * (size_t)kv->n_blocks * (size_t)kv->block_size *
-                   (size_t)kv->kv_dim * kv->elt_bytes;
+                   kv->row_bytes;
     char what[256];
     snprintf(what, sizeof what, "the KV cache's K (%s, %d layers x %d blocks of %d tokens x %"
              PRId64 ")", kv_type_name(kv->type), kv->n_layers, kv->n_blocks, kv->block_size,
@@ -276,8 +281,8 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
                                "attention partials");
     if (!part)
         return;
-    cu_kv_pool pool = {cb->kv_k, cb->kv_v, kc->type == KV_F16, kc->n_blocks, kc->block_size,
-                       kc->kv_dim};
+    cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kc->type, kc->n_blocks, kc->block_size,
+                       kc->kv_dim, (int64_t)kc->row_bytes};
     cu_attn at = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
                   a->window};
     if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))

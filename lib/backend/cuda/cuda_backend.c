@@ -201,11 +201,13 @@ uint64_t backend_cuda_weight_bytes(backend *b)
 static void cuda_destroy(backend *b)
 {
     cuda_backend *cb = cuda_of(b);
+    cudaSetDevice(cb->info.index); /* frees go to this backend's device, whoever calls */
     if (cb->stream)
         cudaStreamSynchronize(cb->stream);
     cuda_weights_free(cb);
     cuda_moe_free(cb);
     cuda_attention_free(cb);
+    cuda_sample_free(cb);
     for (int i = 0; i < N_SCRATCH; i++)
         cudaFree(cb->scratch[i]);
     for (int i = 0; i < N_STAGES; i++) {
@@ -222,6 +224,16 @@ static void cuda_destroy(backend *b)
 }
 
 static int cuda_mem_stats(backend *b, uint64_t *used, uint64_t *total, memra_err *err);
+/* Every CUDA call runs on the calling thread's current device, which is
+ * per thread: a thread other than the one that made the backend (the
+ * server's engine thread) must select this backend's device first. */
+static void cuda_bind(backend *b)
+{
+    cuda_backend *cb = cuda_of(b);
+    if (!cb->failed)
+        CU_OK(cb, cudaSetDevice(cb->info.index));
+}
+
 static const backend_ops cuda_ops = {
     .destroy = cuda_destroy,
     .weight_prepare = cuda_weight_prepare,
@@ -241,6 +253,8 @@ static const backend_ops cuda_ops = {
     .kv_prepare = cuda_kv_prepare,
     .status = cuda_status,
     .mem_stats = cuda_mem_stats,
+    .sample = cuda_op_sample,
+    .bind = cuda_bind,
 };
 
 backend *backend_cuda_create(int device, memra_err *err)

@@ -4,6 +4,7 @@
  *   cuda_ops.c        embed, norms, projections, FFN, elementwise ops
  *   cuda_attention.c  row metadata, the device KV pool, QK-norm + RoPE, attention
  *   cuda_moe.c        routed experts
+ *   cuda_sample.c     sampling on the device
  *
  * Everything runs in order on one stream. Ops return nothing (backend.h),
  * so the first failure (a CUDA error, device memory exhausted, a weight the
@@ -56,6 +57,8 @@ enum { SCR_ATTN = 0, SCR_MOE_PROBS, SCR_MOE_IDS, SCR_MOE_W, SCR_MOE_HB, SCR_MOE_
        N_SCRATCH };
 enum { CUDA_ROPE_CACHE = 8 };
 
+typedef struct cuda_sampler cuda_sampler;
+
 typedef struct {
     cuda_device_info info;
     cudaStream_t stream;
@@ -86,6 +89,9 @@ typedef struct {
         int n;
     } rope[CUDA_ROPE_CACHE];
     int n_rope;
+
+    /* Sampling's staging buffers (cuda_sample.c), made on first use. */
+    struct cuda_sampler *sampler;
 } cuda_backend;
 
 static inline cuda_backend *cuda_of(backend *b) { return (cuda_backend *)b->impl; }
@@ -147,5 +153,8 @@ int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err);
 void cuda_attention_free(cuda_backend *cb);
 void cuda_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *out);
 void cuda_moe_free(cuda_backend *cb);
+int cuda_op_sample(backend *b, float *logits, int n_rows, int64_t n_vocab, const smp_row *rows,
+                   const smp_bias *bias, const smp_pen *pen, smp_outcome *out, memra_err *err);
+void cuda_sample_free(cuda_backend *cb);
 
 #endif

@@ -8,13 +8,17 @@
 // Each CUDA thread is a fiber on its own stack; a block's fibers run on
 // one OS thread, switching at __syncthreads and at warp shuffles, which
 // are real barriers (a divergent barrier or a shuffle over exited lanes
-// stops the run with a message). Shared memory is per block (static
-// __shared__ arrays become function statics, which is the same thing when
-// blocks run one after another). The _rn intrinsics are the plain IEEE
-// operations they are; transcendental functions are the host's (they
-// differ from the device's in the last bits). 16-byte loads check their
-// alignment. Everything a kernel does is thus checked except timing,
-// concurrency between blocks and the memory model.
+// stops the run with a message). Between two barriers a block's threads
+// run one by one, in ascending order in one round and descending in the
+// next, so shared data rewritten before every thread has read it (a
+// missing barrier) shows. Shared memory is per block (static __shared__
+// arrays become function statics, which is the same thing when blocks run
+// one after another); shared-memory atomics are plain read-modify-writes.
+// The _rn intrinsics are the plain IEEE operations they are;
+// transcendental functions are the host's (they differ from the device's
+// in the last bits). 16-byte loads check their alignment. Everything a
+// kernel does is thus checked except timing, concurrency between blocks
+// and the memory model.
 #ifndef MEMRA_TESTS_EMU_CUDA_H
 #define MEMRA_TESTS_EMU_CUDA_H
 
@@ -52,6 +56,9 @@ void *dyn_smem_ptr();
 void check_aligned(const void *p, size_t align, const char *what);
 typedef void (*body_fn)(void *);
 void run_grid(dim3 grid, dim3 block, size_t smem, body_fn fn, void *ctx);
+/* Whether the stream belongs to the calling thread's current device; if
+ * not, the launch fails (cudaGetLastError says so) and does not run. */
+bool stream_ok(cudaStream_t s);
 
 template <class T> T *dyn_smem() { return static_cast<T *>(dyn_smem_ptr()); }
 
@@ -59,8 +66,11 @@ template <class... P> struct launcher {
     void (*k)(P...);
     dim3 grid, block;
     size_t smem;
+    cudaStream_t stream;
     template <class... A> void operator()(A &&...a) const
     {
+        if (!stream_ok(stream))
+            return;
         std::tuple<P...> args(static_cast<P>(a)...);
         struct call {
             void (*k)(P...);
@@ -74,9 +84,10 @@ template <class... P> struct launcher {
 };
 
 template <class... P>
-launcher<P...> launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem = 0, cudaStream_t = 0)
+launcher<P...> launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem = 0,
+                      cudaStream_t stream = 0)
 {
-    return launcher<P...>{k, grid, block, smem};
+    return launcher<P...>{k, grid, block, smem, stream};
 }
 
 } // namespace emu
@@ -99,6 +110,20 @@ inline float __uint_as_float(unsigned u)
     float f;
     memcpy(&f, &u, 4);
     return f;
+}
+/* Fibers of a block switch only at barriers and shuffles, so a shared-
+ * memory atomic is a plain read-modify-write here. */
+inline unsigned atomicAdd(unsigned *p, unsigned v)
+{
+    unsigned o = *p;
+    *p = o + v;
+    return o;
+}
+inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
+{
+    unsigned long long o = *p;
+    *p = o + v;
+    return o;
 }
 template <class T> inline T __ldg(const T *p)
 {

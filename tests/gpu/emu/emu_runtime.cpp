@@ -2,7 +2,8 @@
 // the parts of the CUDA runtime memra uses (linked instead of cudart):
 // device memory is host memory (fresh allocations filled with 0xFF, NaN
 // as floats, so reading memory nothing wrote shows), copies are memcpy,
-// streams and events are synchronous, one device. Tests only.
+// streams and events are synchronous, MEMRA_EMU_DEVICES devices (default
+// one) that share the host's memory. Tests only.
 #include <cuda_runtime.h>
 #include <setjmp.h>
 #include <stdio.h>
@@ -135,8 +136,13 @@ static void run_block(int n)
         fibers[i].started = false;
         fibers[i].tid = make_uint3((unsigned)i, 0, 0);
     }
-    for (;;) {
-        for (int i = 0; i < n; i++) {
+    /* Between barriers the threads run one after another, forward in one
+     * round and backward in the next: a thread that rewrites shared data
+     * before another has read it (a missing barrier) then shows, whichever
+     * of the two comes first in thread order. */
+    for (int round = 0;; round++) {
+        for (int ii = 0; ii < n; ii++) {
+            const int i = round & 1 ? n - 1 - ii : ii;
             if (fibers[i].state != RUN)
                 continue;
             cur = i;
@@ -233,13 +239,45 @@ void run_grid(dim3 grid, dim3 block, size_t smem_bytes, body_fn fn, void *ctx)
 
 /* ---- the runtime API memra calls ---- */
 
-static cudaError_t last_error = cudaSuccess;
+/* The error state and the current device are per host thread, as in
+ * CUDA. MEMRA_EMU_DEVICES (1-8, default 1) devices exist; a stream belongs
+ * to the device current when it was made, and using it (a launch, a copy,
+ * a wait) from a thread whose current device is another one fails with
+ * "invalid resource handle", as a kernel launch does on CUDA, so a backend
+ * that forgets to select its device on a new thread is caught. Kernels
+ * run on the calling thread: drive the emulation from one thread at a
+ * time. */
+static thread_local cudaError_t last_error = cudaSuccess;
+static thread_local int cur_device = 0;
+
+struct emu_stream {
+    int device;
+};
 
 static cudaError_t fail(cudaError_t e)
 {
     last_error = e;
     return e;
 }
+
+static int n_devices(void)
+{
+    const char *s = getenv("MEMRA_EMU_DEVICES");
+    int n = s ? atoi(s) : 1;
+    return n < 1 ? 1 : n > 8 ? 8 : n;
+}
+
+namespace emu {
+
+bool stream_ok(cudaStream_t s)
+{
+    if (!s || reinterpret_cast<emu_stream *>(s)->device == cur_device)
+        return true;
+    fail(cudaErrorInvalidResourceHandle);
+    return false;
+}
+
+} // namespace emu
 
 struct emu_event {
     double t;
@@ -256,16 +294,19 @@ extern "C" {
 
 cudaError_t cudaGetDeviceCount(int *n)
 {
-    *n = 1;
+    *n = n_devices();
     return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
 {
-    if (d != 0)
+    if (d < 0 || d >= n_devices())
         return fail(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "memra CPU emulation of a CUDA device");
+    if (d == 0)
+        snprintf(p->name, sizeof p->name, "memra CPU emulation of a CUDA device");
+    else
+        snprintf(p->name, sizeof p->name, "memra CPU emulation of a CUDA device (%d)", d);
     p->major = 0;
     p->minor = 0;
     p->multiProcessorCount = 4;
@@ -273,7 +314,19 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
     return cudaSuccess;
 }
 
-cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice); }
+cudaError_t cudaSetDevice(int d)
+{
+    if (d < 0 || d >= n_devices())
+        return fail(cudaErrorInvalidDevice);
+    cur_device = d;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *d)
+{
+    *d = cur_device;
+    return cudaSuccess;
+}
 
 cudaError_t cudaGetLastError(void)
 {
@@ -289,6 +342,7 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     default: return "emulated CUDA error";
     }
 }
@@ -316,15 +370,20 @@ cudaError_t cudaFree(void *p)
 cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
 cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
 
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind, cudaStream_t)
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind,
+                            cudaStream_t s)
 {
+    if (!emu::stream_ok(s))
+        return cudaErrorInvalidResourceHandle;
     if (n)
         memcpy(dst, src, n);
     return cudaSuccess;
 }
 
-cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t)
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
+    if (!emu::stream_ok(s))
+        return cudaErrorInvalidResourceHandle;
     memset(p, v, n);
     return cudaSuccess;
 }
@@ -340,12 +399,22 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int)
 {
-    *s = reinterpret_cast<cudaStream_t>(0x5eed);
+    *s = reinterpret_cast<cudaStream_t>(new emu_stream{cur_device});
     return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    return emu::stream_ok(s) ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    if (!emu::stream_ok(s))
+        return cudaErrorInvalidResourceHandle;
+    delete reinterpret_cast<emu_stream *>(s);
+    return cudaSuccess;
+}
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int)
 {
@@ -355,8 +424,10 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int)
 
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t)
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
+    if (!emu::stream_ok(s))
+        return cudaErrorInvalidResourceHandle;
     reinterpret_cast<emu_event *>(e)->t = now_s();
     return cudaSuccess;
 }

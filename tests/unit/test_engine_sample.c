@@ -1,0 +1,390 @@
+/* Sampling through the engine, the KV types on CUDA and CUDA device
+ * selection.
+ *
+ * Everywhere: engine_forward_sample and engine_forward_batch_sample give
+ * the tokens sampler_sample gives on the logits engine_forward returns
+ * (the CPU backend samples on the host), a row that cannot be sampled
+ * fails alone, and generate() repeats with a seed.
+ *
+ * With a CUDA device (or the emulation, tests/gpu/emulate.sh): the same
+ * on CUDA, where the token is picked on the device from logits that never
+ * leave it; the CUDA engine defaults to bf16 KV and runs q8_0 KV close to
+ * the CPU's q8_0; an engine on the last device works from a thread that
+ * never selected it, and a device index past the last is refused naming
+ * how many there are. */
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/sampler.h"
+#include "model/checkpoint.h"
+#include "test.h"
+#if MEMRA_CUDA
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_device.h"
+#endif
+
+static int n_devices(void)
+{
+#if MEMRA_CUDA
+    return cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
+static int skip_without_gpu(void)
+{
+    if (n_devices() > 0)
+        return 0;
+    printf("# %s skipped: no CUDA device\n", test_current);
+    return 1;
+}
+
+static int open_stories(checkpoint *ck)
+{
+    char path[1024];
+    memra_err err = {{0}};
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
+    if (checkpoint_open(path, ck, &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static engine *load(const checkpoint *ck, backend_kind kind, int device, kv_type kv, int n_seqs)
+{
+    engine_opts o;
+    engine_opts_default(&o);
+    o.n_threads = 2;
+    o.backend = kind;
+    o.device = device;
+    o.kv_type = kv;
+    o.n_seqs = n_seqs;
+    o.n_batch = 8;
+    o.n_ctx = 128;
+    engine *e = NULL;
+    memra_err err = {{0}};
+    if (engine_load(ck, &o, &e, &err) != 0)
+        CHECK_MSG(0, "engine_load (%s): %s", backend_kind_name(kind), err.msg);
+    return e;
+}
+
+static sampler_params mixed_params(uint64_t seed)
+{
+    sampler_params p = sampler_params_default();
+    p.temperature = 0.9;
+    p.top_k = 40;
+    p.top_p = 0.92;
+    p.min_p = 0.01;
+    p.repetition_penalty = 1.1;
+    p.presence_penalty = 0.2;
+    p.penalty_last_n = 32;
+    p.seed = seed;
+    return p;
+}
+
+/* STEPS tokens sampled two ways on one engine: engine_forward's logits
+ * through sampler_sample, and engine_forward_sample (the device path on a
+ * backend that samples). The tokens must be the same. */
+enum { STEPS = 24 };
+
+static void sample_two_ways(engine *e, const char *label)
+{
+    memra_err err = {{0}};
+    int64_t vocab = engine_config(e)->n_vocab;
+    sampler_params p = mixed_params(7);
+    sampler *host = sampler_new(&p, (int32_t)vocab, &err), *dev = sampler_new(&p, (int32_t)vocab, &err);
+    engine_seq *a, *b;
+    engine_seq_new(e, &a, &err);
+    engine_seq_new(e, &b, &err);
+    float *logits = malloc((size_t)vocab * sizeof *logits);
+    const int32_t prompt[3] = {1, 403, 407};
+    int32_t ta = -1, tb = -1;
+    int rc = engine_forward(e, a, prompt, 3, logits, 0, &err);
+    if (rc == 0)
+        ta = sampler_sample(host, logits, &err);
+    if (rc == 0)
+        rc = engine_forward_sample(e, b, prompt, 3, dev, &tb, &err);
+    int same = 0;
+    for (int s = 0; s < STEPS && rc == 0 && ta >= 0; s++) {
+        same += ta == tb;
+        if (ta != tb)
+            break;
+        sampler_accept(host, ta, &err);
+        sampler_accept(dev, tb, &err);
+        rc = engine_forward(e, a, &ta, 1, logits, 0, &err);
+        if (rc == 0)
+            ta = sampler_sample(host, logits, &err);
+        if (rc == 0)
+            rc = engine_forward_sample(e, b, &tb, 1, dev, &tb, &err);
+    }
+    CHECK_MSG(rc == 0, "%s: %s", label, err.msg);
+    CHECK_MSG(same == STEPS, "%s: %d of %d tokens the same (then host %d, sampled %d)", label,
+              same, STEPS, ta, tb);
+    free(logits);
+    engine_seq_free(a);
+    engine_seq_free(b);
+    sampler_free(host);
+    sampler_free(dev);
+}
+
+/* Three sequences decoded together with engine_forward_batch_sample give
+ * each the tokens engine_forward_sample gives it alone; a fourth whose
+ * sampler bans every token fails alone, with the sampler's message. */
+static void batch_vs_single(engine *e, const char *label)
+{
+    enum { N = 4 };
+    memra_err err = {{0}}, row_errs[N];
+    int64_t vocab = engine_config(e)->n_vocab;
+    sampler_logit_bias *ban = malloc((size_t)vocab * sizeof *ban);
+    for (int64_t i = 0; i < vocab; i++)
+        ban[i] = (sampler_logit_bias){(int32_t)i, -INFINITY};
+    sampler *bs[N], *ss[N];
+    engine_seq *bq[N], *sq[N];
+    int32_t bt[N], st[N];
+    for (int i = 0; i < N; i++) {
+        sampler_params p = mixed_params(100 + (uint64_t)i);
+        if (i == 3) {
+            p.logit_bias = ban;
+            p.n_logit_bias = (int32_t)vocab;
+        }
+        bs[i] = sampler_new(&p, (int32_t)vocab, &err);
+        ss[i] = sampler_new(&p, (int32_t)vocab, &err);
+        engine_seq_new(e, &bq[i], &err);
+        engine_seq_new(e, &sq[i], &err);
+        const int32_t prompt[2] = {1, (int32_t)(300 + 17 * i)};
+        /* prompts of different lengths, so the rows sit at other depths */
+        engine_forward(e, bq[i], prompt, 1 + (i & 1), NULL, 0, &err);
+        engine_forward(e, sq[i], prompt, 1 + (i & 1), NULL, 0, &err);
+        bt[i] = st[i] = (int32_t)(400 + i);
+    }
+    int bad = 0, row3 = 1;
+    for (int step = 0; step < 10; step++) {
+        if (engine_forward_batch_sample(e, bq, bt, N, bs, bt, row_errs, &err) != 0) {
+            CHECK_MSG(0, "%s: batch: %s", label, err.msg);
+            break;
+        }
+        for (int i = 0; i < N; i++) {
+            memra_err se;
+            int rc = engine_forward_sample(e, sq[i], &st[i], 1, ss[i], &st[i], &se);
+            if (i == 3) {
+                row3 &= bt[3] == -1 && rc != 0 &&
+                        strcmp(row_errs[3].msg, "every token is banned by logit_bias") == 0 &&
+                        strcmp(se.msg, row_errs[3].msg) == 0;
+                bt[3] = st[3] = 400; /* a token to feed on */
+                continue;
+            }
+            bad += rc != 0 || bt[i] != st[i];
+            sampler_accept(bs[i], bt[i] < 0 ? 0 : bt[i], &se);
+            sampler_accept(ss[i], st[i] < 0 ? 0 : st[i], &se);
+            if (bt[i] < 0)
+                bt[i] = st[i] = 400;
+        }
+    }
+    CHECK_MSG(bad == 0, "%s: %d batched tokens differ from alone", label, bad);
+    CHECK_MSG(row3, "%s: the all-banned row did not fail alone with its message", label);
+    for (int i = 0; i < N; i++) {
+        sampler_free(bs[i]);
+        sampler_free(ss[i]);
+        engine_seq_free(bq[i]);
+        engine_seq_free(sq[i]);
+    }
+    free(ban);
+}
+
+static void test_cpu_sampling(void)
+{
+    checkpoint ck;
+    if (open_stories(&ck) != 0)
+        return;
+    engine *e = load(&ck, BK_CPU, 0, KV_DEFAULT, 8);
+    if (e) {
+        CHECK(engine_kv_type(e) == KV_F32);
+        sample_two_ways(e, "cpu");
+        batch_vs_single(e, "cpu");
+        /* generate() with a seed repeats, and another seed differs */
+        gen_params gp;
+        gen_params_default(&gp);
+        gp.n_predict = 20;
+        gp.sampling = mixed_params(3);
+        const int32_t prompt[1] = {1};
+        gen_result r1, r2, r3;
+        memra_err err = {{0}};
+        CHECK(generate(e, NULL, prompt, 1, &gp, NULL, NULL, &r1, &err) == 0);
+        CHECK(generate(e, NULL, prompt, 1, &gp, NULL, NULL, &r2, &err) == 0);
+        gp.sampling.seed = 4;
+        CHECK(generate(e, NULL, prompt, 1, &gp, NULL, NULL, &r3, &err) == 0);
+        CHECK(r1.n_tokens == 20 && r2.n_tokens == 20 && r3.n_tokens == 20);
+        CHECK(memcmp(r1.tokens, r2.tokens, 20 * sizeof(int32_t)) == 0);
+        CHECK(memcmp(r1.tokens, r3.tokens, 20 * sizeof(int32_t)) != 0);
+        gen_result_free(&r1);
+        gen_result_free(&r2);
+        gen_result_free(&r3);
+        /* n_predict 0: no token, no sampling */
+        gp.n_predict = 0;
+        CHECK(generate(e, NULL, prompt, 1, &gp, NULL, NULL, &r1, &err) == 0 && r1.n_tokens == 0);
+        gen_result_free(&r1);
+        engine_free(e);
+    }
+    checkpoint_close(&ck);
+}
+
+static void test_cuda_sampling(void)
+{
+    if (skip_without_gpu())
+        return;
+    checkpoint ck;
+    if (open_stories(&ck) != 0)
+        return;
+    engine *e = load(&ck, BK_CUDA, 0, KV_F32, 8);
+    if (e) {
+        sample_two_ways(e, "cuda");
+        batch_vs_single(e, "cuda");
+        engine_free(e);
+    }
+    checkpoint_close(&ck);
+}
+
+/* Greedy ids of a prompt's continuation, and the last logits. */
+static void greedy_run(engine *e, int n, int32_t *ids, float *last)
+{
+    memra_err err = {{0}};
+    int64_t vocab = engine_config(e)->n_vocab;
+    engine_seq *s;
+    engine_seq_new(e, &s, &err);
+    int32_t t = 1;
+    for (int i = 0; i < n; i++) {
+        if (engine_forward(e, s, &t, 1, last, 0, &err) != 0) {
+            CHECK_MSG(0, "%s", err.msg);
+            break;
+        }
+        int best = 0;
+        for (int64_t j = 1; j < vocab; j++)
+            if (last[j] > last[best])
+                best = (int)j;
+        ids[i] = t = best;
+    }
+    engine_seq_free(s);
+}
+
+static void test_cuda_kv_types(void)
+{
+    if (skip_without_gpu())
+        return;
+    checkpoint ck;
+    if (open_stories(&ck) != 0)
+        return;
+    engine *d = load(&ck, BK_CUDA, 0, KV_DEFAULT, 1);
+    if (d)
+        CHECK(engine_kv_type(d) == KV_BF16);
+    engine_free(d);
+    /* q8_0 and bf16 KV: CUDA against the CPU with the same KV type, which
+     * stores the same bytes, so the logits differ only by the kernels'
+     * reduction order. */
+    const kv_type types[2] = {KV_Q8_0, KV_BF16};
+    for (int ti = 0; ti < 2; ti++) {
+        engine *c = load(&ck, BK_CPU, 0, types[ti], 1), *g = load(&ck, BK_CUDA, 0, types[ti], 1);
+        if (!c || !g) {
+            engine_free(c);
+            engine_free(g);
+            continue;
+        }
+        enum { N = 20 };
+        int64_t vocab = engine_config(c)->n_vocab;
+        float *lc = malloc((size_t)vocab * 4), *lg = malloc((size_t)vocab * 4);
+        int32_t ic[N], ig[N];
+        greedy_run(c, N, ic, lc);
+        greedy_run(g, N, ig, lg);
+        double md = 0, mr = 0;
+        for (int64_t j = 0; j < vocab; j++) {
+            md = fmax(md, fabs((double)lc[j] - lg[j]));
+            mr = fmax(mr, fabs((double)lc[j]));
+        }
+        CHECK_MSG(memcmp(ic, ig, sizeof ic) == 0, "%s KV: greedy ids differ", kv_type_name(types[ti]));
+        CHECK_MSG(md <= 1e-3 * mr, "%s KV: logits differ by %g (max %g)", kv_type_name(types[ti]),
+                  md, mr);
+        free(lc);
+        free(lg);
+        engine_free(c);
+        engine_free(g);
+    }
+    checkpoint_close(&ck);
+}
+
+typedef struct {
+    engine *e;
+    int32_t ids[8];
+    float *last;
+    int switch_device; /* first select device 0, as unrelated code on the thread might */
+} thread_run;
+
+static void *drive(void *arg)
+{
+    thread_run *r = arg;
+#if MEMRA_CUDA
+    if (r->switch_device)
+        cudaSetDevice(0);
+#endif
+    greedy_run(r->e, 8, r->ids, r->last);
+    return NULL;
+}
+
+static void test_cuda_device_selection(void)
+{
+    if (skip_without_gpu())
+        return;
+    int n = n_devices();
+    checkpoint ck;
+    if (open_stories(&ck) != 0)
+        return;
+    /* An index past the last: refused, naming how many devices exist. */
+    engine_opts o;
+    engine_opts_default(&o);
+    o.backend = BK_CUDA;
+    o.device = n;
+    engine *bad = NULL;
+    memra_err err = {{0}};
+    char want[64];
+    snprintf(want, sizeof want, "(%d device%s found)", n, n == 1 ? "" : "s");
+    CHECK(engine_load(&ck, &o, &bad, &err) != 0 && bad == NULL);
+    CHECK_MSG(strstr(err.msg, "CUDA device") && strstr(err.msg, want), "%s", err.msg);
+    /* The last device, driven from threads that never selected it. */
+    engine *e = load(&ck, BK_CUDA, n - 1, KV_F32, 1);
+    if (e) {
+        int64_t vocab = engine_config(e)->n_vocab;
+        thread_run main_run = {e, {0}, malloc((size_t)vocab * 4), 0};
+        drive(&main_run);
+        for (int sw = 0; sw < 2; sw++) {
+            thread_run r = {e, {0}, malloc((size_t)vocab * 4), sw};
+            pthread_t th;
+            CHECK(pthread_create(&th, NULL, drive, &r) == 0);
+            pthread_join(th, NULL);
+            CHECK_MSG(memcmp(r.ids, main_run.ids, sizeof r.ids) == 0,
+                      "device %d from a new thread%s: other ids", n - 1,
+                      sw ? " on device 0" : "");
+            CHECK(memcmp(r.last, main_run.last, (size_t)vocab * 4) == 0);
+            free(r.last);
+        }
+#if MEMRA_CUDA
+        cudaSetDevice(0); /* this thread too, then free from it */
+#endif
+        free(main_run.last);
+        engine_free(e);
+    }
+    if (n > 1)
+        printf("# %s: engine on device %d of %d\n", test_current, n - 1, n);
+    checkpoint_close(&ck);
+}
+
+TEST_MAIN(TEST_CASE(test_cpu_sampling), TEST_CASE(test_cuda_sampling),
+          TEST_CASE(test_cuda_kv_types), TEST_CASE(test_cuda_device_selection))
