@@ -27,6 +27,30 @@ rmsnorm_kernel(const float *x, int64_t d, const float *__restrict__ w, float off
         o[j] = __fmul_rn(__fmul_rn(xr[j], inv), __fadd_rn(w[j], off));
 }
 
+// x += y, then the RMSNorm of the sum: the bytes launch_add then
+// launch_rmsnorm give (the same _rn sum, then rmsnorm_kernel's arithmetic),
+// in one launch. Each thread reads, adds and later rereads only its own
+// elements.
+__global__ void __launch_bounds__(NORM_THREADS)
+add_rmsnorm_kernel(float *x, const float *__restrict__ y, int64_t d, const float *__restrict__ w,
+                   float off, float eps, float *out)
+{
+    __shared__ float red[32];
+    float *xr = x + (int64_t)blockIdx.x * d;
+    const float *yr = y + (int64_t)blockIdx.x * d;
+    float *o = out + (int64_t)blockIdx.x * d;
+    float ss = 0.0f;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+        const float v = __fadd_rn(xr[j], yr[j]);
+        xr[j] = v;
+        ss = __fmaf_rn(v, v, ss);
+    }
+    ss = block_sum(ss, red);
+    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)d), eps)));
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+        o[j] = __fmul_rn(__fmul_rn(xr[j], inv), __fadd_rn(w[j], off));
+}
+
 // One block per (row, head): heads [0, n_heads) of q, then the k heads.
 __global__ void __launch_bounds__(ROPE_THREADS)
 qk_norm_rope_kernel(float *q, float *k, const int32_t *__restrict__ pos, cu_qk_rope p)
@@ -77,6 +101,16 @@ extern "C" cudaError_t launch_rmsnorm(const float *x, int n, int64_t d, const fl
     if (n <= 0)
         return cudaSuccess;
     rmsnorm_kernel<<<n, NORM_THREADS, 0, stream>>>(x, d, w, w_offset, eps, out);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t launch_add_rmsnorm(float *x, const float *y, int n, int64_t d,
+                                          const float *w, float w_offset, float eps, float *out,
+                                          cudaStream_t stream)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    add_rmsnorm_kernel<<<n, NORM_THREADS, 0, stream>>>(x, y, d, w, w_offset, eps, out);
     return cudaGetLastError();
 }
 

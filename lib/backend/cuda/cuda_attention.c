@@ -25,6 +25,9 @@
  * upload. Returns the device copy, or NULL after a failure. */
 static const int32_t *rows_upload(cuda_backend *cb, const bk_batch *rows)
 {
+    const int32_t *graphed = cuda_graph_rows(cb); /* a graphed step's input (cuda_graph.c) */
+    if (graphed)
+        return graphed;
     int n = rows->n;
     size_t len = 2 * (size_t)n;
     for (int i = 0; i < n; i++)
@@ -270,6 +273,8 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
         if (c > max_chunks)
             max_chunks = c;
     }
+    if (cuda_graph_chunks(cb) > 0) /* a graphed step: the grid is the key's (cuda_graph.c) */
+        max_chunks = cuda_graph_chunks(cb);
     float *part = cuda_scratch(cb, SCR_ATTN,
                                attn_partials_floats(n, a->n_heads, a->head_dim, max_chunks) *
                                    sizeof(float),

@@ -25,6 +25,8 @@
 #include <string.h>
 
 #include <algorithm>
+#include <functional>
+#include <memory>
 #include <tuple>
 #include <utility>
 
@@ -52,6 +54,10 @@ void *dyn_smem_ptr();
 void check_aligned(const void *p, size_t align, const char *what);
 typedef void (*body_fn)(void *);
 void run_grid(dim3 grid, dim3 block, size_t smem, body_fn fn, void *ctx);
+/* Stream capture: while a capture runs, launches and copies are recorded
+ * into the graph being made instead of run (cudaGraphLaunch runs them). */
+bool capturing();
+void record(std::function<void()> op);
 
 template <class T> T *dyn_smem() { return static_cast<T *>(dyn_smem_ptr()); }
 
@@ -61,6 +67,24 @@ template <class... P> struct launcher {
     size_t smem;
     template <class... A> void operator()(A &&...a) const
     {
+        if (capturing()) {
+            /* The arguments as they are now, kept with the graph. */
+            auto args = std::make_shared<std::tuple<P...>>(static_cast<P>(a)...);
+            void (*kk)(P...) = k;
+            dim3 g = grid, b = block;
+            size_t sm = smem;
+            record([kk, args, g, b, sm]() {
+                struct call {
+                    void (*k)(P...);
+                    std::tuple<P...> *args;
+                } c{kk, args.get()};
+                run_grid(g, b, sm, [](void *p) {
+                    call *cc = static_cast<call *>(p);
+                    std::apply(cc->k, *cc->args);
+                }, &c);
+            });
+            return;
+        }
         std::tuple<P...> args(static_cast<P>(a)...);
         struct call {
             void (*k)(P...);
@@ -94,6 +118,15 @@ inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float __fsqrt_rn(float a) { return sqrtf(a); }
+/* Byte select (the modes without sign replication). */
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s)
+{
+    const uint64_t v = ((uint64_t)y << 32) | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++)
+        r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+    return r;
+}
 inline float __uint_as_float(unsigned u)
 {
     float f;
