@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define ATTN_CHUNK 128
+#define ATTN_CHUNK 64
 
 typedef struct {
     void *k, *v;        /* device pools */

@@ -20,8 +20,8 @@ extern "C" {
  * cols <= j < ld; n rows of x, cols floats apart. */
 cudaError_t launch_to_bf16(const float *x, int n, int64_t cols, int64_t ld, uint16_t *dst,
                            cudaStream_t stream);
-/* dst[r][j] = bf16(W[r][j]) for W's rows, ld elements apart (ld >= cols,
- * the rest 0). */
+/* dst[r][j] = bf16(W[r][j]) for W's rows, ld elements apart (ld >= cols, a
+ * multiple of 8, at most 65536; the rest 0). */
 cudaError_t launch_dequant_bf16(const cu_matrix *w, int64_t ld, uint16_t *dst,
                                 cudaStream_t stream);
 /* out[t][r] += bias[r], t < n. */

@@ -182,17 +182,19 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(const MVArgs a)
         if (i < a.n_seg && blockIdx.x >= a.seg[i].blk0)
             s = i;
     const MVSeg sg = a.seg[s];
+    // GLU: slots 0 .. R/2-1 are gate rows first.., slots R/2.. the same up rows.
     const bool glu = a.mode != CU_MV_STORE;
-    const int64_t first = ((int64_t)(blockIdx.x - sg.blk0) * MV_WARPS + warp) * (glu ? 1 : R);
+    constexpr int RG = R >= 2 ? R / 2 : 1;
+    const int64_t first = ((int64_t)(blockIdx.x - sg.blk0) * MV_WARPS + warp) * (glu ? RG : R);
     // Rows past the end read the last row (no branch around the shuffles)
     // and store nothing.
     const uint8_t *wr[R];
     int64_t row[R];
 #pragma unroll
     for (int k = 0; k < R; k++) {
-        row[k] = glu ? first : first + k;
+        row[k] = glu ? first + (k % RG) : first + k;
         const int64_t rr = row[k] < sg.rows ? row[k] : sg.rows - 1;
-        wr[k] = (glu && k == 1 ? a.w2 : sg.w) + rr * (int64_t)sg.stride;
+        wr[k] = (glu && k >= RG ? a.w2 : sg.w) + rr * (int64_t)sg.stride;
     }
     const int t0 = blockIdx.y * T;
     const int nt = min(T, a.n - t0);
@@ -206,11 +208,13 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(const MVArgs a)
             break;
         float *o = sg.out + (int64_t)(t0 + t) * sg.rows;
         if (glu) {
-            if (R >= 2 && row[0] < sg.rows) {
-                const float g = acc[0][t];
-                const float act = a.mode == CU_MV_GLU_GELU ? gelu_tanh_f(g) : silu_f(g);
-                o[row[0]] = __fmul_rn(act, acc[R >= 2 ? 1 : 0][t]);
-            }
+#pragma unroll
+            for (int k = 0; k < RG; k++)
+                if (R >= 2 && row[k] < sg.rows) {
+                    const float g = acc[k][t];
+                    const float act = a.mode == CU_MV_GLU_GELU ? gelu_tanh_f(g) : silu_f(g);
+                    o[row[k]] = __fmul_rn(act, acc[R >= 2 ? k + RG : 0][t]);
+                }
         } else {
 #pragma unroll
             for (int k = 0; k < R; k++)
@@ -289,19 +293,22 @@ bool x_aligned(const float *x, int64_t cols)
     return cols % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
 }
 
-// Rows per warp when the caller leaves it open: as many as keep at least
-// two blocks per SM (so every SM streams), at most 4 (and 2 for the
-// many-token instances, whose accumulators are many).
-int mv_rows_per_warp(int64_t rows, int t, int sm_count, bool glu, bool ax)
+// Rows per warp when the caller leaves it open, as measured on the H200
+// (docs/decisions/0006-cuda-decode-defaults.md): float formats one (their
+// 16-byte units already keep enough in flight, and more rows per warp
+// means fewer warps), quant formats four (the decode work per byte is
+// higher, and four rows share each x load and the sum of x), two for small
+// matrices so every SM still gets blocks; two for the many-token
+// instances, whose accumulators are many. GLU pairs count as two rows.
+int mv_rows_per_warp(int fmt, int64_t rows, int t, int sm_count, bool glu, bool ax)
 {
-    if (glu)
-        return 2;
+    const bool quant = fmt != CW_F32 && fmt != CW_F16 && fmt != CW_BF16;
     const int64_t sms = sm_count > 0 ? sm_count : 32;
-    const int max_r = (t > 1 || !ax) ? 2 : 4;
-    int r = 1;
-    while (r < max_r && rows / ((int64_t)MV_WARPS * r * 2) >= 2 * sms)
-        r *= 2;
-    return r;
+    if (t > 1 || !ax)
+        return 2;
+    if (!quant)
+        return glu ? 2 : 1;
+    return rows >= (int64_t)MV_WARPS * 4 * sms ? 4 : 2;
 }
 
 } // namespace
@@ -335,13 +342,13 @@ extern "C" cudaError_t launch_matvec(const cu_mv_job *j, cudaStream_t stream)
     for (int i = 0; i < j->n_w; i++)
         total_rows += j->w[i]->rows;
     int r = j->rows_per_warp;
-    if (glu)
-        r = 2;
-    else if (r != 1 && r != 2 && r != 4)
-        r = mv_rows_per_warp(total_rows, t, j->sm_count, glu, ax);
+    if (r != 1 && r != 2 && r != 4)
+        r = mv_rows_per_warp(j->w[0]->fmt, total_rows, t, j->sm_count, glu, ax);
     if (!ax || t > 1)
         r = r > 2 ? 2 : r;
-    const int rows_per_block = MV_WARPS * (glu ? 1 : r);
+    if (glu && r < 2)
+        r = 2;
+    const int rows_per_block = MV_WARPS * (glu ? r / 2 : r);
     MVArgs a = {};
     a.mode = j->mode;
     a.cols = j->w[0]->cols;

@@ -275,9 +275,15 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
     }
     if (cuda_graph_chunks(cb) > 0) /* a graphed step: the grid is the key's (cuda_graph.c) */
         max_chunks = cuda_graph_chunks(cb);
-    float *part = cuda_scratch(cb, SCR_ATTN,
-                               attn_partials_floats(n, a->n_heads, a->head_dim, max_chunks) *
-                                   sizeof(float),
+    /* A long prompt chunk deep in the context has many rows x chunks of
+     * partials: its rows go in groups, bounding the scratch (a row's
+     * result does not depend on its group). */
+    size_t per_row = attn_partials_floats(1, a->n_heads, a->head_dim, max_chunks);
+    size_t cap = cb->tune.attn_partials_cap;
+    int group = n;
+    if (!cuda_graph_rows(cb) && per_row * (size_t)n > cap)
+        group = per_row > cap ? 1 : (int)(cap / per_row);
+    float *part = cuda_scratch(cb, SCR_ATTN, per_row * (size_t)group * sizeof(float),
                                "attention partials");
     if (!part)
         return;
@@ -287,5 +293,18 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
                   a->window};
     if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
         return;
-    CU_OK(cb, launch_attention(&pool, &at, meta, n, q, max_chunks, part, out, cb->stream));
+    if (group >= n) {
+        CU_OK(cb, launch_attention(&pool, &at, meta, n, q, max_chunks, part, out, cb->stream));
+        return;
+    }
+    size_t qd = (size_t)a->n_heads * (size_t)a->head_dim;
+    for (int i0 = 0; i0 < n && !cb->failed; i0 += group) {
+        int g = n - i0 < group ? n - i0 : group;
+        bk_batch sub = {g, rows->pos + i0, rows->seq + i0};
+        const int32_t *m = rows_upload(cb, &sub);
+        if (!m)
+            return;
+        CU_OK(cb, launch_attention(&pool, &at, m, g, q + (size_t)i0 * qd, max_chunks, part,
+                                   out + (size_t)i0 * qd, cb->stream));
+    }
 }

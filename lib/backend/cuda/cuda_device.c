@@ -46,6 +46,7 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
     t->gemm_min_rows = 32;
     t->fuse_add_norm = 1;
     t->prefill_chunk = 64;
+    t->attn_partials_cap = (size_t)64 << 20; /* 256 MB */
     if (d->klass == DEVICE_CLASS_HOPPER) {
         /* Measured on the H200 (docs/decisions/0006-cuda-decode-defaults.md). */
         t->prefill_chunk = 512;

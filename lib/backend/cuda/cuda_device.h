@@ -33,6 +33,7 @@ typedef struct {
     int gemm_min_rows;    /* a prefill chunk of at least this many rows uses it */
     int fuse_add_norm;    /* a residual add folds into the RMSNorm after it */
     int prefill_chunk;    /* the engine's prefill step (n_batch) on this device */
+    size_t attn_partials_cap; /* floats of attention partials one launch may use */
 } cuda_tuning;
 
 const char *device_class_name(device_class c);

@@ -252,7 +252,7 @@ int cuda_gemm_matmul(cuda_backend *cb, const cuda_weight *cw, const float *bias,
                      int n, float *out)
 {
     const cu_matrix *w = &cw->m;
-    if (cb->failed || w->rows < 16 || w->cols < 16)
+    if (cb->failed || w->rows < 16 || w->cols < 16 || w->cols > 65536)
         return 0;
     cuda_gemm *g = gemm_of(cb);
     if (!g)
