@@ -297,8 +297,12 @@ int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
     }
     g->saved_failed = cb->failed;
     g->saved_err = cb->err;
-    if (CU_OK(cb, cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal)))
-        return -1;
+    if (cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        /* A device or driver without stream capture: this key runs eagerly. */
+        cudaGetLastError();
+        e->broken = 1;
+        return 0;
+    }
     g->mode = GM_CAPTURE;
     CU_OK(cb, cudaMemcpyAsync(g->in_dev, g->in_host, len * sizeof(int32_t),
                               cudaMemcpyHostToDevice, cb->stream));
