@@ -119,16 +119,23 @@ attn_partial_kernel(const float *__restrict__ q, const int32_t *__restrict__ met
     const int32_t *table = meta + 2 * n + meta[n + i];
     float *qs = sh;           // [G][hd]
     float *sc = sh + G * hd;  // [G][ATTN_CHUNK]
+    // [ATTN_CHUNK] byte offsets of the chunk's K/V rows in the pools,
+    // looked up once (partial_smem keeps them 8-byte aligned), so the loops
+    // below issue their loads without a table lookup in front of each.
+    int64_t *roff = reinterpret_cast<int64_t *>(sh + ((G * (hd + ATTN_CHUNK) + 1) & ~1));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
     for (int idx = threadIdx.x; idx < G * hd; idx += blockDim.x)
         qs[idx] = q[((int64_t)i * a.n_heads + (int64_t)kvh * G) * hd + idx];
+    for (int tt = threadIdx.x; tt < nt; tt += blockDim.x)
+        roff[tt] = kv_row_index(table, t0 + tt, a.layer, n_blocks, bs) * row_bytes;
     __syncthreads();
 
     // Scores: warp w takes positions t0 + w, t0 + w + 4, ...; each dot
     // product is a lane's elements in order, then the butterfly.
+#pragma unroll 2
     for (int tt = warp; tt < nt; tt += ATTN_WARPS) {
-        const uint8_t *kr = kp + kv_row_index(table, t0 + tt, a.layer, n_blocks, bs) * row_bytes;
+        const uint8_t *kr = kp + roff[tt];
         const int64_t e0 = (int64_t)kvh * hd;
         for (int g = 0; g < G; g++) {
             float s = 0.0f;
@@ -171,10 +178,10 @@ attn_partial_kernel(const float *__restrict__ q, const int32_t *__restrict__ met
         const int g = idx / hd, e = idx % hd;
         const float *s = sc + g * ATTN_CHUNK;
         float o = 0.0f;
-        for (int tt = 0; tt < nt; tt++) {
-            const uint8_t *vr = vp + kv_row_index(table, t0 + tt, a.layer, n_blocks, bs) * row_bytes;
-            o = __fmaf_rn(s[tt], KV::get(vr, (int64_t)kvh * hd + e), o);
-        }
+        const int64_t ev = (int64_t)kvh * hd + e;
+#pragma unroll 4
+        for (int tt = 0; tt < nt; tt++)
+            o = __fmaf_rn(s[tt], KV::get(vp + roff[tt], ev), o);
         part[(((int64_t)i * a.n_heads + (int64_t)kvh * G + g) * max_chunks + slot) * (hd + 2) + e] = o;
     }
 }
@@ -206,7 +213,8 @@ __global__ void attn_combine_kernel(const float *__restrict__ part, const int32_
 size_t partial_smem(const cu_attn *a)
 {
     const int G = a->n_heads / a->n_kv_heads;
-    return (size_t)G * (size_t)(a->head_dim + ATTN_CHUNK) * sizeof(float);
+    const size_t floats = ((size_t)G * (size_t)(a->head_dim + ATTN_CHUNK) + 1) & ~(size_t)1;
+    return floats * sizeof(float) + ATTN_CHUNK * sizeof(int64_t);
 }
 
 template <typename KV>

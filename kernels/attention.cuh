@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define ATTN_CHUNK 128
+#define ATTN_CHUNK 64
 
 /* Element types, the values of lib/engine/kv_cache.h's kv_type. */
 enum { CU_KV_F32 = 0, CU_KV_F16 = 1, CU_KV_BF16 = 2, CU_KV_Q8_0 = 3 };

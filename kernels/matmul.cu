@@ -2,158 +2,289 @@
 #include "kernels/weight_decode.cuh"
 
 // ---- kernels ----
+//
+// A block is MV_WARPS warps; a warp computes R weight rows (or, in GLU
+// mode, row r of the gate and of the up matrix) for T tokens. A lane keeps
+// D units of each of its rows in flight: it issues all their 16-byte loads
+// before it decodes the first, which is what lets a few warps per SM
+// stream weights at the memory's rate. None of R, T, D changes the order
+// in which a value is summed (matmul.cuh).
 
 namespace {
 
-constexpr int MM_WARPS = 4;  // output rows per block, one warp each
-constexpr int MM_TOKENS = 8; // input rows a block takes together when n > 1
+constexpr int MV_WARPS = 4;
+constexpr int MV_THREADS = MV_WARPS * 32;
+constexpr int MV_TOKENS = 8;       // input rows a block takes together when n > 1
+constexpr int MV_LANE_BYTES = 128; // raw weight bytes a lane aims to have in flight
 
-// acc[t] += v . x_t[0..U) for the first nt of T input rows ldx floats apart.
-// AX: x is 16-byte aligned (read as float4); the arithmetic is the same.
-template <int U, int T, bool AX>
-DEV void unit_dot(const float (&v)[U], const float *x, int64_t ldx, int nt, float (&acc)[T])
+struct MVSeg {
+    const uint8_t *w;
+    size_t stride, soff;
+    int64_t rows;
+    const float *bias;
+    float *out;
+    unsigned blk0; // the segment's first block
+};
+
+struct MVArgs {
+    MVSeg seg[CU_MV_MAX_W];
+    int n_seg;
+    int mode;          // cu_mv_mode
+    const uint8_t *w2; // GLU: the up matrix, row-paired with seg[0]
+    int64_t cols;
+    const float *x;
+    int n;
+};
+
+// Units in flight per lane and row.
+template <int F, int R, int T> struct MVDepth {
+    static constexpr int raw = (int)sizeof(typename WFmt<F>::Raw);
+    static constexpr int budget = T > 1 ? MV_LANE_BYTES / 2 : MV_LANE_BYTES;
+    static constexpr int d = budget / (raw * R);
+    static constexpr int D = d < 1 ? 1 : d > 4 ? 4 : d;
+};
+
+// PW floats of x at p, the first `valid` of them (the rest 0). AX: p is
+// 16-byte aligned whenever valid >= PW.
+template <int PW, bool AX> DEV void load_x(const float *p, int valid, float (&xv)[PW])
 {
+    if (AX && valid >= PW) {
 #pragma unroll
-    for (int t = 0; t < T; t++) {
-        if (t >= nt)
-            break;
-        const float *xr = x + t * ldx;
-        if (AX) {
+        for (int j = 0; j < PW; j += 4) {
+            const float4 v = __ldg(reinterpret_cast<const float4 *>(p + j));
+            xv[j] = v.x;
+            xv[j + 1] = v.y;
+            xv[j + 2] = v.z;
+            xv[j + 3] = v.w;
+        }
+    } else {
 #pragma unroll
-            for (int j = 0; j < U; j += 4) {
-                const float4 xv = __ldg(reinterpret_cast<const float4 *>(xr + j));
-                acc[t] = __fmaf_rn(v[j], xv.x, acc[t]);
-                acc[t] = __fmaf_rn(v[j + 1], xv.y, acc[t]);
-                acc[t] = __fmaf_rn(v[j + 2], xv.z, acc[t]);
-                acc[t] = __fmaf_rn(v[j + 3], xv.w, acc[t]);
+        for (int j = 0; j < PW; j++)
+            xv[j] = j < valid ? __ldg(p + j) : 0.0f;
+    }
+}
+
+// acc[k][t] += unit u of row k . x_t, for the first nt of T input rows ldx
+// floats apart. Float formats multiply-add element by element; quant
+// formats sum v . x over a piece, then add a * sum (+ b * sum of x).
+// FULL: the unit lies inside the row (always, but for the last unit of a
+// float-format row whose width is no multiple of U); else only its first
+// `valid` elements count.
+template <int F, int R, int T, bool AX, bool FULL>
+DEV void unit_acc(const typename WFmt<F>::Raw (&raw)[R], int64_t u, const float *x, int64_t ldx,
+                  int nt, int valid_unit, float (&acc)[R][T])
+{
+    using W = WFmt<F>;
+    constexpr int PW = W::PW;
+    const int64_t c0 = u * W::U;
+    float a[R][W::P], b[R][W::P];
+    if (!W::DIRECT) {
+#pragma unroll
+        for (int k = 0; k < R; k++)
+            W::scales(raw[k], u, a[k], b[k]);
+    }
+#pragma unroll
+    for (int p = 0; p < W::P; p++) {
+        float v[R][PW];
+#pragma unroll
+        for (int k = 0; k < R; k++)
+            W::piece(raw[k], u, p, v[k]);
+        const int valid = FULL ? PW : valid_unit - p * PW;
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            if (T > 1 && t >= nt)
+                break;
+            float xv[PW];
+            load_x<PW, AX>(x + t * ldx + c0 + p * PW, valid, xv);
+            if (W::DIRECT) {
+#pragma unroll
+                for (int k = 0; k < R; k++)
+#pragma unroll
+                    for (int j = 0; j < PW; j++)
+                        if (FULL || j < valid)
+                            acc[k][t] = __fmaf_rn(v[k][j], xv[j], acc[k][t]);
+            } else {
+                float sx = 0.0f;
+                if (W::HAS_B) {
+                    sx = xv[0];
+#pragma unroll
+                    for (int j = 1; j < PW; j++)
+                        sx = __fadd_rn(sx, xv[j]);
+                }
+#pragma unroll
+                for (int k = 0; k < R; k++) {
+                    float s = __fmul_rn(v[k][0], xv[0]);
+#pragma unroll
+                    for (int j = 1; j < PW; j++)
+                        s = __fmaf_rn(v[k][j], xv[j], s);
+                    acc[k][t] = __fmaf_rn(a[k][p], s, acc[k][t]);
+                    if (W::HAS_B)
+                        acc[k][t] = __fmaf_rn(b[k][p], sx, acc[k][t]);
+                }
             }
-        } else {
-#pragma unroll
-            for (int j = 0; j < U; j++)
-                acc[t] = __fmaf_rn(v[j], __ldg(xr + j), acc[t]);
         }
     }
 }
 
-// The last, partial unit of a float-format row: its first `valid` values.
-template <int U, int T>
-DEV void unit_dot_tail(const float (&v)[U], const float *x, int64_t ldx, int nt, int valid,
-                       float (&acc)[T])
+// The lane's share of R rows' dot products with nt input rows, summed over
+// the warp: every lane ends with the sums. The main loop takes D units per
+// row at a time with no bounds checks; the tail, one at a time. Either way
+// a lane meets its units in ascending order.
+template <int F, int R, int T, bool AX>
+DEV void rows_dot(const uint8_t *const *wr, size_t soff, int64_t cols, const float *x, int nt,
+                  float (&acc)[R][T])
 {
+    using W = WFmt<F>;
+    constexpr int D = MVDepth<F, R, T>::D;
+    const int lane = threadIdx.x & 31;
+    const int64_t nu = wfmt_units<F>(cols), nfull = cols / W::U;
+#pragma unroll
+    for (int k = 0; k < R; k++)
+#pragma unroll
+        for (int t = 0; t < T; t++)
+            acc[k][t] = 0.0f;
+    int64_t u0 = lane;
+    for (; u0 + 32 * (D - 1) < nfull; u0 += 32 * D) {
+        typename W::Raw raw[D][R];
+#pragma unroll
+        for (int d = 0; d < D; d++)
+#pragma unroll
+            for (int k = 0; k < R; k++)
+                raw[d][k] = W::fetch(wr[k], soff, u0 + 32 * d);
+#pragma unroll
+        for (int d = 0; d < D; d++)
+            unit_acc<F, R, T, AX, true>(raw[d], u0 + 32 * d, x, cols, nt, W::U, acc);
+    }
+    for (; u0 < nu; u0 += 32) {
+        typename W::Raw raw[R];
+#pragma unroll
+        for (int k = 0; k < R; k++)
+            raw[k] = W::fetch(wr[k], soff, u0);
+        if (u0 < nfull)
+            unit_acc<F, R, T, AX, true>(raw, u0, x, cols, nt, W::U, acc);
+        else
+            unit_acc<F, R, T, AX, false>(raw, u0, x, cols, nt, (int)(cols - u0 * W::U), acc);
+    }
+#pragma unroll
+    for (int k = 0; k < R; k++)
+#pragma unroll
+        for (int t = 0; t < T; t++)
+            acc[k][t] = warp_sum(acc[k][t]);
+}
+
+template <int F, int R, int T, bool AX>
+__global__ void __launch_bounds__(MV_THREADS) matvec_kernel(const MVArgs a)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int s = 0;
+#pragma unroll
+    for (int i = 1; i < CU_MV_MAX_W; i++)
+        if (i < a.n_seg && blockIdx.x >= a.seg[i].blk0)
+            s = i;
+    const MVSeg sg = a.seg[s];
+    // GLU: slots 0 .. R/2-1 are gate rows first.., slots R/2.. the same up rows.
+    const bool glu = a.mode != CU_MV_STORE;
+    constexpr int RG = R >= 2 ? R / 2 : 1;
+    const int64_t first = ((int64_t)(blockIdx.x - sg.blk0) * MV_WARPS + warp) * (glu ? RG : R);
+    // Rows past the end read the last row (no branch around the shuffles)
+    // and store nothing.
+    const uint8_t *wr[R];
+    int64_t row[R];
+#pragma unroll
+    for (int k = 0; k < R; k++) {
+        row[k] = glu ? first + (k % RG) : first + k;
+        const int64_t rr = row[k] < sg.rows ? row[k] : sg.rows - 1;
+        wr[k] = (glu && k >= RG ? a.w2 : sg.w) + rr * (int64_t)sg.stride;
+    }
+    const int t0 = blockIdx.y * T;
+    const int nt = min(T, a.n - t0);
+    float acc[R][T];
+    rows_dot<F, R, T, AX>(wr, sg.soff, a.cols, a.x + (int64_t)t0 * a.cols, nt, acc);
+    if (lane != 0)
+        return;
 #pragma unroll
     for (int t = 0; t < T; t++) {
         if (t >= nt)
             break;
+        float *o = sg.out + (int64_t)(t0 + t) * sg.rows;
+        if (glu) {
 #pragma unroll
-        for (int j = 0; j < U; j++)
-            if (j < valid)
-                acc[t] = __fmaf_rn(v[j], __ldg(x + t * ldx + j), acc[t]);
-    }
-}
-
-// The warp's dot products of one weight row with nt input rows: lane l
-// takes units l, l + 32, ... in ascending order, then the butterfly. Every
-// lane ends with the sums.
-template <int F, int T, bool AX>
-DEV void row_dot(const uint8_t *wr, size_t soff, int64_t cols, const float *x, int64_t ldx, int nt,
-                 float (&acc)[T])
-{
-    constexpr int U = WFmt<F>::U;
-    const int lane = threadIdx.x & 31;
-    const int64_t nu = wfmt_units<F>(cols);
+            for (int k = 0; k < RG; k++)
+                if (R >= 2 && row[k] < sg.rows) {
+                    const float g = acc[k][t];
+                    const float act = a.mode == CU_MV_GLU_GELU ? gelu_tanh_f(g) : silu_f(g);
+                    o[row[k]] = __fmul_rn(act, acc[R >= 2 ? k + RG : 0][t]);
+                }
+        } else {
 #pragma unroll
-    for (int t = 0; t < T; t++)
-        acc[t] = 0.0f;
-    for (int64_t u = lane; u < nu; u += 32) {
-        float v[U];
-        WFmt<F>::load(wr, soff, u, v);
-        const int64_t c0 = u * U;
-        if (c0 + U <= cols)
-            unit_dot<U, T, AX>(v, x + c0, ldx, nt, acc);
-        else
-            unit_dot_tail<U, T>(v, x + c0, ldx, nt, (int)(cols - c0), acc);
-    }
-#pragma unroll
-    for (int t = 0; t < T; t++)
-        acc[t] = warp_sum(acc[t]);
-}
-
-template <int F, int T, bool AX>
-__global__ void __launch_bounds__(MM_WARPS * 32)
-matmul_kernel(const uint8_t *__restrict__ w, size_t stride, size_t soff, int64_t rows,
-              int64_t cols, const float *__restrict__ x, int n, const float *__restrict__ bias,
-              float *__restrict__ out)
-{
-    const int64_t r = (int64_t)blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
-    const int t0 = blockIdx.y * T;
-    if (r >= rows)
-        return; // the whole warp: no block-wide barrier follows
-    const int nt = min(T, n - t0);
-    float acc[T];
-    row_dot<F, T, AX>(w + r * (int64_t)stride, soff, cols, x + (int64_t)t0 * cols, cols, nt, acc);
-    if ((threadIdx.x & 31) == 0) {
-#pragma unroll
-        for (int t = 0; t < T; t++) {
-            if (t >= nt)
-                break;
-            out[(int64_t)(t0 + t) * rows + r] = bias ? __fadd_rn(acc[t], bias[r]) : acc[t];
+            for (int k = 0; k < R; k++)
+                if (row[k] < sg.rows)
+                    o[row[k]] = sg.bias ? __fadd_rn(acc[k][t], sg.bias[row[k]]) : acc[k][t];
         }
     }
 }
 
 template <int F, bool AX>
-__global__ void __launch_bounds__(MM_WARPS * 32)
+__global__ void __launch_bounds__(MV_THREADS)
 matmul_grouped_kernel(const uint8_t *const *__restrict__ experts, const int32_t *__restrict__ ids,
                       int in_div, size_t stride, size_t soff, int64_t rows, int64_t cols,
                       const float *__restrict__ x, float *__restrict__ out)
 {
-    const int64_t r = (int64_t)blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
+    const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
     const int p = blockIdx.y;
     if (r >= rows)
-        return;
-    const uint8_t *w = experts[ids[p]];
-    float acc[1];
-    row_dot<F, 1, AX>(w + r * (int64_t)stride, soff, cols, x + (int64_t)(p / in_div) * cols, cols,
-                      1, acc);
+        return; // the whole warp: no block-wide barrier follows
+    const uint8_t *wr[1] = {experts[ids[p]] + r * (int64_t)stride};
+    float acc[1][1];
+    rows_dot<F, 1, 1, AX>(wr, soff, cols, x + (int64_t)(p / in_div) * cols, 1, acc);
     if ((threadIdx.x & 31) == 0)
-        out[(int64_t)p * rows + r] = acc[0];
+        out[(int64_t)p * rows + r] = acc[0][0];
 }
 
-template <int F, int T>
-void mm_launch(const cu_matrix *w, const float *bias, const float *x, int n, float *out, bool ax,
-               cudaStream_t s)
+template <int F, int R, int T, bool AX>
+void mv_launch(const MVArgs &a, dim3 grid, cudaStream_t s)
 {
-    dim3 grid((unsigned)((w->rows + MM_WARPS - 1) / MM_WARPS), (unsigned)((n + T - 1) / T));
-    const uint8_t *d = static_cast<const uint8_t *>(w->data);
-    if (ax)
-        matmul_kernel<F, T, true><<<grid, MM_WARPS * 32, 0, s>>>(d, w->stride, w->scale_off, w->rows,
-                                                                 w->cols, x, n, bias, out);
-    else
-        matmul_kernel<F, T, false><<<grid, MM_WARPS * 32, 0, s>>>(d, w->stride, w->scale_off,
-                                                                  w->rows, w->cols, x, n, bias, out);
+    matvec_kernel<F, R, T, AX><<<grid, MV_THREADS, 0, s>>>(a);
 }
 
-template <int F>
-void mm_dispatch_t(const cu_matrix *w, const float *bias, const float *x, int n, float *out, bool ax,
-                   cudaStream_t s)
+// The instance for (R, T, AX): R in {1, 2, 4} with aligned x, {1, 2} else;
+// T in {1, MV_TOKENS}.
+template <int F, int T, bool AX> void mv_pick_r(const MVArgs &a, dim3 grid, int r, cudaStream_t s)
 {
-    if (n == 1)
-        mm_launch<F, 1>(w, bias, x, n, out, ax, s);
+    if (r == 1)
+        mv_launch<F, 1, T, AX>(a, grid, s);
+    else if (r == 2 || !AX || T > 1)
+        mv_launch<F, 2, T, AX>(a, grid, s);
     else
-        mm_launch<F, MM_TOKENS>(w, bias, x, n, out, ax, s);
+        mv_launch<F, 4, 1, true>(a, grid, s);
+}
+
+template <int F> void mv_dispatch(const MVArgs &a, dim3 grid, int r, int t, bool ax, cudaStream_t s)
+{
+    if (t == 1) {
+        if (ax)
+            mv_pick_r<F, 1, true>(a, grid, r, s);
+        else
+            mv_pick_r<F, 1, false>(a, grid, r, s);
+    } else {
+        if (ax)
+            mv_pick_r<F, MV_TOKENS, true>(a, grid, r, s);
+        else
+            mv_pick_r<F, MV_TOKENS, false>(a, grid, r, s);
+    }
 }
 
 template <int F>
 void mm_grouped(const cu_matrix *w, const void *const *experts, const int32_t *ids, int in_div,
                 const float *x, int n_pairs, float *out, bool ax, cudaStream_t s)
 {
-    dim3 grid((unsigned)((w->rows + MM_WARPS - 1) / MM_WARPS), (unsigned)n_pairs);
+    dim3 grid((unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS), (unsigned)n_pairs);
     const uint8_t *const *e = reinterpret_cast<const uint8_t *const *>(experts);
     if (ax)
-        matmul_grouped_kernel<F, true><<<grid, MM_WARPS * 32, 0, s>>>(
+        matmul_grouped_kernel<F, true><<<grid, MV_THREADS, 0, s>>>(
             e, ids, in_div, w->stride, w->scale_off, w->rows, w->cols, x, out);
     else
-        matmul_grouped_kernel<F, false><<<grid, MM_WARPS * 32, 0, s>>>(
+        matmul_grouped_kernel<F, false><<<grid, MV_THREADS, 0, s>>>(
             e, ids, in_div, w->stride, w->scale_off, w->rows, w->cols, x, out);
 }
 
@@ -162,32 +293,109 @@ bool x_aligned(const float *x, int64_t cols)
     return cols % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
 }
 
+// Rows per warp when the caller leaves it open, as measured on the H200
+// (docs/decisions/0006-cuda-decode-defaults.md): float formats one (their
+// 16-byte units already keep enough in flight, and more rows per warp
+// means fewer warps), quant formats four (the decode work per byte is
+// higher, and four rows share each x load and the sum of x), two for small
+// matrices so every SM still gets blocks; two for the many-token
+// instances, whose accumulators are many. GLU pairs count as two rows.
+int mv_rows_per_warp(int fmt, int64_t rows, int t, int sm_count, bool glu, bool ax)
+{
+    const bool quant = fmt != CW_F32 && fmt != CW_F16 && fmt != CW_BF16;
+    const int64_t sms = sm_count > 0 ? sm_count : 32;
+    if (t > 1 || !ax)
+        return 2;
+    if (!quant)
+        return glu ? 2 : 1;
+    return rows >= (int64_t)MV_WARPS * 4 * sms ? 4 : 2;
+}
+
 } // namespace
 
 // ---- launchers ----
 
-extern "C" cudaError_t launch_matmul(const cu_matrix *w, const float *bias, const float *x, int n,
-                                     float *out, cudaStream_t stream)
+extern "C" int cu_mv_job_ok(const cu_mv_job *j)
 {
-    if (n <= 0 || w->rows <= 0)
+    if (j->n_w < 1 || j->n_w > CU_MV_MAX_W || !j->w[0])
+        return 0;
+    const bool glu = j->mode != CU_MV_STORE;
+    if (glu && (j->n_w != 2 || j->bias[0] || j->bias[1] || j->w[1]->rows != j->w[0]->rows))
+        return 0;
+    for (int i = 1; i < j->n_w; i++)
+        if (!j->w[i] || j->w[i]->fmt != j->w[0]->fmt || j->w[i]->cols != j->w[0]->cols ||
+            j->w[i]->stride != j->w[0]->stride)
+            return 0;
+    return 1;
+}
+
+extern "C" cudaError_t launch_matvec(const cu_mv_job *j, cudaStream_t stream)
+{
+    if (j->n <= 0)
         return cudaSuccess;
-    if ((n + MM_TOKENS - 1) / MM_TOKENS > 65535 || (w->rows + MM_WARPS - 1) / MM_WARPS > INT32_MAX)
+    if (!cu_mv_job_ok(j))
         return cudaErrorInvalidValue;
-    const bool ax = x_aligned(x, w->cols);
-    switch (w->fmt) {
-    case CW_F32: mm_dispatch_t<CW_F32>(w, bias, x, n, out, ax, stream); break;
-    case CW_F16: mm_dispatch_t<CW_F16>(w, bias, x, n, out, ax, stream); break;
-    case CW_BF16: mm_dispatch_t<CW_BF16>(w, bias, x, n, out, ax, stream); break;
-    case CW_Q8_0: mm_dispatch_t<CW_Q8_0>(w, bias, x, n, out, ax, stream); break;
-    case CW_Q4_0: mm_dispatch_t<CW_Q4_0>(w, bias, x, n, out, ax, stream); break;
-    case CW_Q4_K: mm_dispatch_t<CW_Q4_K>(w, bias, x, n, out, ax, stream); break;
-    case CW_Q5_K: mm_dispatch_t<CW_Q5_K>(w, bias, x, n, out, ax, stream); break;
-    case CW_Q6_K: mm_dispatch_t<CW_Q6_K>(w, bias, x, n, out, ax, stream); break;
-    case CW_NVFP4: mm_dispatch_t<CW_NVFP4>(w, bias, x, n, out, ax, stream); break;
-    case CW_MXFP8: mm_dispatch_t<CW_MXFP8>(w, bias, x, n, out, ax, stream); break;
+    const bool glu = j->mode != CU_MV_STORE;
+    const int t = j->n == 1 ? 1 : MV_TOKENS;
+    const bool ax = x_aligned(j->x, j->w[0]->cols);
+    int64_t total_rows = 0;
+    for (int i = 0; i < j->n_w; i++)
+        total_rows += j->w[i]->rows;
+    int r = j->rows_per_warp;
+    if (r != 1 && r != 2 && r != 4)
+        r = mv_rows_per_warp(j->w[0]->fmt, total_rows, t, j->sm_count, glu, ax);
+    if (!ax || t > 1)
+        r = r > 2 ? 2 : r;
+    if (glu && r < 2)
+        r = 2;
+    const int rows_per_block = MV_WARPS * (glu ? r / 2 : r);
+    MVArgs a = {};
+    a.mode = j->mode;
+    a.cols = j->w[0]->cols;
+    a.x = j->x;
+    a.n = j->n;
+    a.n_seg = glu ? 1 : j->n_w;
+    a.w2 = glu ? static_cast<const uint8_t *>(j->w[1]->data) : nullptr;
+    int64_t blocks = 0;
+    for (int i = 0; i < a.n_seg; i++) {
+        const cu_matrix *w = j->w[i];
+        a.seg[i] = MVSeg{static_cast<const uint8_t *>(w->data), w->stride, w->scale_off, w->rows,
+                         j->bias[i], j->out[i], (unsigned)blocks};
+        blocks += (w->rows + rows_per_block - 1) / rows_per_block;
+    }
+    if ((j->n + t - 1) / t > 65535 || blocks > INT32_MAX)
+        return cudaErrorInvalidValue;
+    dim3 grid((unsigned)blocks, (unsigned)((j->n + t - 1) / t));
+    switch (j->w[0]->fmt) {
+    case CW_F32: mv_dispatch<CW_F32>(a, grid, r, t, ax, stream); break;
+    case CW_F16: mv_dispatch<CW_F16>(a, grid, r, t, ax, stream); break;
+    case CW_BF16: mv_dispatch<CW_BF16>(a, grid, r, t, ax, stream); break;
+    case CW_Q8_0: mv_dispatch<CW_Q8_0>(a, grid, r, t, ax, stream); break;
+    case CW_Q4_0: mv_dispatch<CW_Q4_0>(a, grid, r, t, ax, stream); break;
+    case CW_Q4_K: mv_dispatch<CW_Q4_K>(a, grid, r, t, ax, stream); break;
+    case CW_Q5_K: mv_dispatch<CW_Q5_K>(a, grid, r, t, ax, stream); break;
+    case CW_Q6_K: mv_dispatch<CW_Q6_K>(a, grid, r, t, ax, stream); break;
+    case CW_NVFP4: mv_dispatch<CW_NVFP4>(a, grid, r, t, ax, stream); break;
+    case CW_MXFP8: mv_dispatch<CW_MXFP8>(a, grid, r, t, ax, stream); break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t launch_matmul(const cu_matrix *w, const float *bias, const float *x, int n,
+                                     float *out, cudaStream_t stream)
+{
+    cu_mv_job j = {};
+    j.w[0] = w;
+    j.bias[0] = bias;
+    j.out[0] = out;
+    j.n_w = 1;
+    j.mode = CU_MV_STORE;
+    j.x = x;
+    j.n = n;
+    if (n <= 0 || w->rows <= 0)
+        return cudaSuccess;
+    return launch_matvec(&j, stream);
 }
 
 extern "C" cudaError_t launch_matmul_grouped(const cu_matrix *w, const void *const *experts,
@@ -196,7 +404,7 @@ extern "C" cudaError_t launch_matmul_grouped(const cu_matrix *w, const void *con
 {
     if (n_pairs <= 0 || w->rows <= 0)
         return cudaSuccess;
-    if (n_pairs > 65535 || in_div <= 0 || (w->rows + MM_WARPS - 1) / MM_WARPS > INT32_MAX)
+    if (n_pairs > 65535 || in_div <= 0 || (w->rows + MV_WARPS - 1) / MV_WARPS > INT32_MAX)
         return cudaErrorInvalidValue;
     const bool ax = x_aligned(x, w->cols);
     switch (w->fmt) {

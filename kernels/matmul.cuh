@@ -1,13 +1,18 @@
 /* Launchers for the matrix products: out[n][rows] = x[n][cols] . W^T (+ bias)
- * for a weight in any device format (kernels/weight_layout.h), and the
- * grouped form the routed experts use, where each row of x meets the
- * weight of its own expert.
+ * for a weight in any device format (kernels/weight_layout.h), the fused
+ * forms (several matrices of one format read by one launch, as a QKV
+ * projection; two matrices paired row by row with act(a) * b written, as
+ * an FFN's gate and up), and the grouped form the routed experts use,
+ * where each row of x meets the weight of its own expert.
  *
- * Batch invariance: one warp computes one output value from its weight row
- * and input row, lane l taking units l, l+32, ... in ascending order, then
- * a fixed butterfly. The same code runs whatever n, the tile of tokens a
- * block takes, or the row's place in the batch, so out[t][r] is
- * bit-identical for a batch of 1 and of 64. */
+ * Batch invariance: each output value is one warp's dot product of its
+ * weight row with one input row. Lane l takes units l, l + 32, ... in
+ * ascending order (kernels/weight_decode.cuh), each unit's pieces in
+ * order, each piece's elements in order; then a fixed butterfly. How many
+ * rows a warp takes (rows_per_warp), how many tokens a block takes, how
+ * many units a lane has in flight, and which matrices share a launch change
+ * none of that, so out[t][r] is bit-identical for a batch of 1 and of 64,
+ * fused or not. */
 #ifndef MEMRA_KERNELS_MATMUL_CUH
 #define MEMRA_KERNELS_MATMUL_CUH
 
@@ -27,6 +32,32 @@ typedef struct {
     size_t scale_off; /* cw_scale_offset */
     int64_t rows, cols;
 } cu_matrix;
+
+enum { CU_MV_MAX_W = 3 };
+
+typedef enum {
+    CU_MV_STORE = 0,     /* out[i][t][r] = x[t] . W_i[r] (+ bias_i[r]) */
+    CU_MV_GLU_SILU = 1,  /* n_w == 2: out[0][t][r] = silu(x[t] . W_0[r]) * (x[t] . W_1[r]) */
+    CU_MV_GLU_GELU = 2,  /* the same with GELU (tanh form) */
+} cu_mv_mode;
+
+/* One launch over n_w matrices of one format and one width. */
+typedef struct {
+    const cu_matrix *w[CU_MV_MAX_W];
+    const float *bias[CU_MV_MAX_W]; /* NULL: none */
+    float *out[CU_MV_MAX_W];        /* [n][w[i]->rows]; GLU: out[0] only */
+    int n_w;
+    cu_mv_mode mode;
+    const float *x;                 /* [n][cols] */
+    int n;
+    int rows_per_warp;              /* 1, 2 or 4; 0: the launcher's choice */
+    int sm_count;                   /* the device's, for that choice; 0: unknown */
+} cu_mv_job;
+
+/* Whether w[0..n_w) can share one launch (same format and width; GLU: the
+ * same shape, no bias). */
+int cu_mv_job_ok(const cu_mv_job *j);
+cudaError_t launch_matvec(const cu_mv_job *j, cudaStream_t stream);
 
 /* out[t][r] = x[t] . W[r] (+ bias[r] when bias is not NULL), t < n. x rows are
  * cols floats apart. */

@@ -5,26 +5,113 @@
 
 namespace {
 
-constexpr int NORM_THREADS = 256;
+constexpr int NORM_MAX_THREADS = 1024;
 constexpr int ROPE_THREADS = 128;
 
-// As the CPU: inv = 1 / sqrt(sum(x^2) / d + eps); out = (x * inv) * (w + off).
-__global__ void __launch_bounds__(NORM_THREADS)
-rmsnorm_kernel(const float *x, int64_t d, const float *__restrict__ w, float off, float eps,
-               float *out)
+// Threads for a row of d: one group of four elements each, up to 1024 (a
+// 4096-wide row in one step: the norm is one block per row, so its latency
+// is the step's, not its bandwidth).
+int norm_threads(int64_t d)
+{
+    const int64_t g = (d + 3) / 4;
+    const int64_t t = (g + 31) / 32 * 32;
+    return (int)(t < 32 ? 32 : t > NORM_MAX_THREADS ? NORM_MAX_THREADS : t);
+}
+
+// Group g (elements 4g .. 4g + 3, those below d) of a row.
+template <bool VEC> DEV void load4(const float *p, int64_t g, int64_t d, float (&v)[4])
+{
+    if (VEC) {
+        const float4 q = *reinterpret_cast<const float4 *>(p + 4 * g);
+        v[0] = q.x;
+        v[1] = q.y;
+        v[2] = q.z;
+        v[3] = q.w;
+    } else {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            v[j] = 4 * g + j < d ? p[4 * g + j] : 0.0f;
+    }
+}
+
+template <bool VEC> DEV void store4(float *p, int64_t g, int64_t d, const float (&v)[4])
+{
+    if (VEC) {
+        *reinterpret_cast<float4 *>(p + 4 * g) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (4 * g + j < d)
+                p[4 * g + j] = v[j];
+    }
+}
+
+// 16-byte access is possible for every row: d a multiple of 4 and the
+// pointers aligned.
+bool norm_vec(int64_t d, const void *a, const void *b, const void *c, const void *e)
+{
+    const uintptr_t m = reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) |
+                        reinterpret_cast<uintptr_t>(c) | reinterpret_cast<uintptr_t>(e);
+    return d % 4 == 0 && (m & 15u) == 0;
+}
+
+
+// RMSNorm of one row per block, as the CPU: inv = 1 / sqrt(sum(x^2) / d +
+// eps); out = (x * inv) * (w + off). ADD: x += y first (the bytes
+// launch_add gives), written back. Thread t takes the groups of four
+// elements t, t + B, ... (B = blockDim, a function of d alone: norm_threads),
+// read as one 16-byte vector when VEC, else one by one; the arithmetic is
+// the same either way, so a row's result depends on d and its own values
+// only. Each thread rewrites only the elements it read, after every read
+// (block_sum's barriers), so x may be out.
+template <bool ADD, bool VEC>
+__global__ void __launch_bounds__(NORM_MAX_THREADS)
+rmsnorm_kernel(float *x, const float *y, int64_t d, const float *__restrict__ w, float off,
+               float eps, float *out)
 {
     __shared__ float red[32];
-    const float *xr = x + (int64_t)blockIdx.x * d;
+    float *xr = x + (int64_t)blockIdx.x * d;
+    const float *yr = ADD ? y + (int64_t)blockIdx.x * d : nullptr;
     float *o = out + (int64_t)blockIdx.x * d;
+    const int64_t ng = (d + 3) / 4;
     float ss = 0.0f;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-        ss = __fmaf_rn(xr[j], xr[j], ss);
+    for (int64_t g = threadIdx.x; g < ng; g += blockDim.x) {
+        float v[4];
+        load4<VEC>(xr, g, d, v);
+        if (ADD) {
+            float u[4];
+            load4<VEC>(yr, g, d, u);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                v[j] = __fadd_rn(v[j], u[j]);
+            store4<VEC>(xr, g, d, v);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (4 * g + j < d)
+                ss = __fmaf_rn(v[j], v[j], ss);
+    }
     ss = block_sum(ss, red);
     const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)d), eps)));
-    // Each thread rewrites only the elements it read, after every read
-    // above (block_sum's barriers), so x may be out.
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-        o[j] = __fmul_rn(__fmul_rn(xr[j], inv), __fadd_rn(w[j], off));
+    for (int64_t g = threadIdx.x; g < ng; g += blockDim.x) {
+        float v[4], ww[4];
+        load4<VEC>(xr, g, d, v);
+        load4<VEC>(w, g, d, ww);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            v[j] = __fmul_rn(__fmul_rn(v[j], inv), __fadd_rn(ww[j], off));
+        store4<VEC>(o, g, d, v);
+    }
+}
+
+template <bool ADD>
+void rmsnorm_launch(float *x, const float *y, int n, int64_t d, const float *w, float off,
+                    float eps, float *out, cudaStream_t s)
+{
+    if (norm_vec(d, x, y, w, out))
+        rmsnorm_kernel<ADD, true><<<n, norm_threads(d), 0, s>>>(x, y, d, w, off, eps, out);
+    else
+        rmsnorm_kernel<ADD, false><<<n, norm_threads(d), 0, s>>>(x, y, d, w, off, eps, out);
 }
 
 // One block per (row, head): heads [0, n_heads) of q, then the k heads.
@@ -76,7 +163,18 @@ extern "C" cudaError_t launch_rmsnorm(const float *x, int n, int64_t d, const fl
 {
     if (n <= 0)
         return cudaSuccess;
-    rmsnorm_kernel<<<n, NORM_THREADS, 0, stream>>>(x, d, w, w_offset, eps, out);
+    /* The kernel writes x back only when it adds: x is not changed here. */
+    rmsnorm_launch<false>(const_cast<float *>(x), nullptr, n, d, w, w_offset, eps, out, stream);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t launch_add_rmsnorm(float *x, const float *y, int n, int64_t d,
+                                          const float *w, float w_offset, float eps, float *out,
+                                          cudaStream_t stream)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    rmsnorm_launch<true>(x, y, n, d, w, w_offset, eps, out, stream);
     return cudaGetLastError();
 }
 

@@ -17,6 +17,11 @@ extern "C" {
 cudaError_t launch_rmsnorm(const float *x, int n, int64_t d, const float *w, float w_offset,
                            float eps, float *out, cudaStream_t stream);
 
+/* x[i] += y[i], then out[i] = x[i] / rms(x[i]) * (w + w_offset): the same
+ * bytes as launch_add then launch_rmsnorm (out may be x; y may not). */
+cudaError_t launch_add_rmsnorm(float *x, const float *y, int n, int64_t d, const float *w,
+                               float w_offset, float eps, float *out, cudaStream_t stream);
+
 typedef struct {
     int n_heads, n_kv_heads, head_dim;
     const float *q_norm, *k_norm; /* [head_dim] f32 or NULL */

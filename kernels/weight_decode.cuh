@@ -1,21 +1,44 @@
 // Reading device weight rows (kernels/weight_layout.h) as f32, one "unit"
 // at a time: a run of WFmt<F>::U consecutive columns that a thread decodes
-// from a few 16-byte loads. The mat-vec kernels hand units to lanes in a
-// fixed pattern and the embedding kernel to threads; both call load().
+// from a few 16-byte loads. Two ways in:
 //
-// Each decoder evaluates lib/format/dequant.c's float expressions in the
-// same order with the _rn intrinsics (no contraction), so the values are
-// bit-identical to the CPU reference's: Q4_K (d * sc) * q - dmin * m,
-// Q6_K (d * sc) * q, Q8_0 / Q4_0 q * d, NVFP4 e2m1 * ue4m3 and MXFP8
-// e4m3 * 2^(e-127) (dequant_fp.c; both products are exact, and the scale
-// decoders build the same floats from bits).
+//  - load(row, soff, u, v): the unit's values as floats, bit-identical to
+//    lib/format/dequant.c (each decoder evaluates the CPU's float
+//    expressions in the same order with the _rn intrinsics: Q4_K
+//    (d * sc) * q - dmin * m, Q6_K (d * sc) * q, Q8_0 / Q4_0 q * d, NVFP4
+//    e2m1 * ue4m3 and MXFP8 e4m3 * 2^(e-127), both products exact:
+//    dequant_fp.c). The embedding kernel uses it.
+//  - fetch(row, soff, u) -> Raw, then scales(raw, u, a, b) and
+//    piece(raw, u, p, v): the mat-vec's way. fetch issues the unit's loads
+//    (so a lane can have several units in flight before it uses any),
+//    piece p gives PW consecutive elements as v with
+//    element = a[p] * v + b[p] exactly as the CPU rounds it
+//    (fl(fl(a * v) + b)); for quant formats v are small integers, held
+//    exactly. DIRECT formats (F32, F16, BF16) give the elements themselves
+//    (a = 1, b = 0, never applied). HAS_B: b is not zero (Q4_K, Q5_K).
+//
+// Integers become floats without the slow int-to-float unit: byte k of a
+// word, put under the exponent of 2^23 with one byte permute, is the float
+// 2^23 + byte; subtracting 2^23 + offset is exact for these small values.
 #ifndef MEMRA_KERNELS_WEIGHT_DECODE_CUH
 #define MEMRA_KERNELS_WEIGHT_DECODE_CUH
 
 #include "kernels/dev_common.cuh"
 #include "kernels/weight_layout.h"
 
+#if defined(__CUDA_ARCH__)
+// Weights are read once per step: don't keep them in L1, where x lives.
+DEV uint4 ld16(const uint8_t *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+#else
 DEV uint4 ld16(const uint8_t *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
+#endif
 
 DEV uint16_t ld_u16(const uint8_t *p) { return __ldg(reinterpret_cast<const unsigned short *>(p)); }
 
@@ -34,51 +57,106 @@ DEV uint32_t byte32(const uint4 &a, const uint4 &b, int k)
     return byte_at(v, k & 15);
 }
 
+// Word i (0..3, compile-time) of a 16-byte vector.
+DEV uint32_t word_at(const uint4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// The four bytes of w as exact floats minus off (0 <= off <= 255).
+DEV void bytes_to_f(uint32_t w, float off, float *out)
+{
+    const float bias = __fadd_rn(8388608.0f, off);
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        out[k] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | (unsigned)k)), bias);
+}
+
 template <int F> struct WFmt;
 
+// The float formats: a unit is one 16-byte vector, one piece.
 template <> struct WFmt<CW_F32> {
-    static constexpr int U = 4;
-    DEV static void load(const uint8_t *row, size_t, int64_t u, float (&v)[U])
+    static constexpr int U = 4, PW = 4, P = 1;
+    static constexpr bool DIRECT = true, HAS_B = false;
+    struct Raw { uint4 q; };
+    DEV static Raw fetch(const uint8_t *row, size_t, int64_t u) { return Raw{ld16(row + u * 16)}; }
+    DEV static void scales(const Raw &, int64_t, float (&)[P], float (&)[P]) {}
+    DEV static void piece(const Raw &r, int64_t, int, float (&v)[PW])
     {
-        uint4 q = ld16(row + u * 16);
-        v[0] = __uint_as_float(q.x);
-        v[1] = __uint_as_float(q.y);
-        v[2] = __uint_as_float(q.z);
-        v[3] = __uint_as_float(q.w);
+        v[0] = __uint_as_float(r.q.x);
+        v[1] = __uint_as_float(r.q.y);
+        v[2] = __uint_as_float(r.q.z);
+        v[3] = __uint_as_float(r.q.w);
+    }
+    DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
+    {
+        piece(fetch(row, soff, u), u, 0, v);
     }
 };
 
 template <> struct WFmt<CW_F16> {
-    static constexpr int U = 8;
-    DEV static void load(const uint8_t *row, size_t, int64_t u, float (&v)[U])
+    static constexpr int U = 8, PW = 8, P = 1;
+    static constexpr bool DIRECT = true, HAS_B = false;
+    struct Raw { uint4 q; };
+    DEV static Raw fetch(const uint8_t *row, size_t, int64_t u) { return Raw{ld16(row + u * 16)}; }
+    DEV static void scales(const Raw &, int64_t, float (&)[P], float (&)[P]) {}
+    DEV static void piece(const Raw &r, int64_t, int, float (&v)[PW])
     {
-        uint4 q = ld16(row + u * 16);
-        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            v[2 * i] = f16_bits_to_f32((uint16_t)(w[i] & 0xFFFFu));
-            v[2 * i + 1] = f16_bits_to_f32((uint16_t)(w[i] >> 16));
+            const uint32_t w = word_at(r.q, i);
+            v[2 * i] = f16_bits_to_f32((uint16_t)(w & 0xFFFFu));
+            v[2 * i + 1] = f16_bits_to_f32((uint16_t)(w >> 16));
         }
+    }
+    DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
+    {
+        piece(fetch(row, soff, u), u, 0, v);
     }
 };
 
 template <> struct WFmt<CW_BF16> {
-    static constexpr int U = 8;
-    DEV static void load(const uint8_t *row, size_t, int64_t u, float (&v)[U])
+    static constexpr int U = 8, PW = 8, P = 1;
+    static constexpr bool DIRECT = true, HAS_B = false;
+    struct Raw { uint4 q; };
+    DEV static Raw fetch(const uint8_t *row, size_t, int64_t u) { return Raw{ld16(row + u * 16)}; }
+    DEV static void scales(const Raw &, int64_t, float (&)[P], float (&)[P]) {}
+    DEV static void piece(const Raw &r, int64_t, int, float (&v)[PW])
     {
-        uint4 q = ld16(row + u * 16);
-        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            v[2 * i] = __uint_as_float(w[i] << 16);
-            v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+            const uint32_t w = word_at(r.q, i);
+            v[2 * i] = __uint_as_float(w << 16);
+            v[2 * i + 1] = __uint_as_float(w & 0xFFFF0000u);
         }
+    }
+    DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
+    {
+        piece(fetch(row, soff, u), u, 0, v);
     }
 };
 
-// Q8_0: one block per unit, 32 int8 quants then the block's f16 d.
+// Q8_0: one block per unit, 32 int8 quants then the block's f16 d; piece p
+// is quants 8p..8p+7.
 template <> struct WFmt<CW_Q8_0> {
-    static constexpr int U = 32;
+    static constexpr int U = 32, PW = 8, P = 4;
+    static constexpr bool DIRECT = false, HAS_B = false;
+    struct Raw { uint4 a, b; uint32_t d; };
+    DEV static Raw fetch(const uint8_t *row, size_t soff, int64_t u)
+    {
+        const uint8_t *q = row + u * 32;
+        return Raw{ld16(q), ld16(q + 16), ld_u16(row + soff + u * 2)};
+    }
+    DEV static void scales(const Raw &r, int64_t, float (&a)[P], float (&)[P])
+    {
+        const float d = f16_bits_to_f32((uint16_t)r.d);
+#pragma unroll
+        for (int p = 0; p < P; p++)
+            a[p] = d;
+    }
+    DEV static void piece(const Raw &r, int64_t, int p, float (&v)[PW])
+    {
+        const uint4 &q = p < 2 ? r.a : r.b;
+        bytes_to_f(word_at(q, 2 * (p & 1)) ^ 0x80808080u, 128.0f, v);
+        bytes_to_f(word_at(q, 2 * (p & 1) + 1) ^ 0x80808080u, 128.0f, v + 4);
+    }
     DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
     {
         const uint8_t *q = row + u * 32;
@@ -91,8 +169,28 @@ template <> struct WFmt<CW_Q8_0> {
 };
 
 // Q4_0: one block per unit; byte j holds element j (low nibble) and j + 16.
+// Pieces: 0, 1 the low nibbles of bytes 0..7, 8..15; 2, 3 their high nibbles.
 template <> struct WFmt<CW_Q4_0> {
-    static constexpr int U = 32;
+    static constexpr int U = 32, PW = 8, P = 4;
+    static constexpr bool DIRECT = false, HAS_B = false;
+    struct Raw { uint4 q; uint32_t d; };
+    DEV static Raw fetch(const uint8_t *row, size_t soff, int64_t u)
+    {
+        return Raw{ld16(row + u * 16), ld_u16(row + soff + u * 2)};
+    }
+    DEV static void scales(const Raw &r, int64_t, float (&a)[P], float (&)[P])
+    {
+        const float d = f16_bits_to_f32((uint16_t)r.d);
+#pragma unroll
+        for (int p = 0; p < P; p++)
+            a[p] = d;
+    }
+    DEV static void piece(const Raw &r, int64_t, int p, float (&v)[PW])
+    {
+        const int sh = p < 2 ? 0 : 4;
+        bytes_to_f((word_at(r.q, 2 * (p & 1)) >> sh) & 0x0F0F0F0Fu, 8.0f, v);
+        bytes_to_f((word_at(r.q, 2 * (p & 1) + 1) >> sh) & 0x0F0F0F0Fu, 8.0f, v + 4);
+    }
     DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
     {
         uint4 q = ld16(row + u * 16);
@@ -118,10 +216,48 @@ DEV void k4_scale_min(const uint4 &h, int j, uint32_t &sc, uint32_t &m)
     }
 }
 
+// The scales of group g of a Q4_K / Q5_K super-block: pieces 0..3 (the low
+// nibbles, elements 0..31) take (d1, -m1), pieces 4..7 (d2, -m2).
+template <int P> DEV void k4_piece_scales(const uint4 &h, int g, float (&a)[P], float (&b)[P])
+{
+    const float d = f16_bits_to_f32((uint16_t)(h.x & 0xFFFFu));
+    const float dmin = f16_bits_to_f32((uint16_t)(h.x >> 16));
+    uint32_t sc, m;
+    k4_scale_min(h, 2 * g, sc, m);
+    const float d1 = __fmul_rn(d, (float)sc), m1 = __fmul_rn(dmin, (float)m);
+    k4_scale_min(h, 2 * g + 1, sc, m);
+    const float d2 = __fmul_rn(d, (float)sc), m2 = __fmul_rn(dmin, (float)m);
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        a[p] = p < P / 2 ? d1 : d2;
+        b[p] = p < P / 2 ? -m1 : -m2;
+    }
+}
+
 // Q4_K: a unit is one 64-element group g of a super-block: 32 qs bytes whose
 // low nibbles are elements 0..31 (pair 2g) and high nibbles 32..63 (2g+1).
+// Piece p: the low (p < 4) or high nibbles of qs bytes 8(p%4)..8(p%4)+7.
 template <> struct WFmt<CW_Q4_K> {
-    static constexpr int U = 64;
+    static constexpr int U = 64, PW = 8, P = 8;
+    static constexpr bool DIRECT = false, HAS_B = true;
+    struct Raw { uint4 h, a, b; };
+    DEV static Raw fetch(const uint8_t *row, size_t, int64_t u)
+    {
+        const uint8_t *blk = row + (u >> 2) * 144;
+        const int g = (int)(u & 3);
+        return Raw{ld16(blk), ld16(blk + 16 + g * 32), ld16(blk + 32 + g * 32)};
+    }
+    DEV static void scales(const Raw &r, int64_t u, float (&a)[P], float (&b)[P])
+    {
+        k4_piece_scales<P>(r.h, (int)(u & 3), a, b);
+    }
+    DEV static void piece(const Raw &r, int64_t, int p, float (&v)[PW])
+    {
+        const uint4 &q = (p & 3) < 2 ? r.a : r.b;
+        const int sh = p < 4 ? 0 : 4;
+        bytes_to_f((word_at(q, 2 * (p & 1)) >> sh) & 0x0F0F0F0Fu, 0.0f, v);
+        bytes_to_f((word_at(q, 2 * (p & 1) + 1) >> sh) & 0x0F0F0F0Fu, 0.0f, v + 4);
+    }
     DEV static void load(const uint8_t *row, size_t, int64_t u, float (&v)[U])
     {
         const uint8_t *blk = row + (u >> 2) * 144;
@@ -147,7 +283,33 @@ template <> struct WFmt<CW_Q4_K> {
 // Q5_K: Q4_K's layout plus qh[32] at bytes 16..47; element l of group g
 // takes bit 2g (low half) or 2g+1 (high half) of qh[l] as its fifth bit.
 template <> struct WFmt<CW_Q5_K> {
-    static constexpr int U = 64;
+    static constexpr int U = 64, PW = 8, P = 8;
+    static constexpr bool DIRECT = false, HAS_B = true;
+    struct Raw { uint4 h, qa, qb, ha, hb; };
+    DEV static Raw fetch(const uint8_t *row, size_t, int64_t u)
+    {
+        const uint8_t *blk = row + (u >> 2) * 176;
+        const int g = (int)(u & 3);
+        return Raw{ld16(blk), ld16(blk + 48 + g * 32), ld16(blk + 64 + g * 32), ld16(blk + 16),
+                   ld16(blk + 32)};
+    }
+    DEV static void scales(const Raw &r, int64_t u, float (&a)[P], float (&b)[P])
+    {
+        k4_piece_scales<P>(r.h, (int)(u & 3), a, b);
+    }
+    DEV static void piece(const Raw &r, int64_t u, int p, float (&v)[PW])
+    {
+        const uint4 &q = (p & 3) < 2 ? r.qa : r.qb;
+        const uint4 &hq = (p & 3) < 2 ? r.ha : r.hb;
+        const int sh = p < 4 ? 0 : 4;
+        const int hs = 2 * (int)(u & 3) + (p < 4 ? 0 : 1);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const uint32_t lo = (word_at(q, 2 * (p & 1) + i) >> sh) & 0x0F0F0F0Fu;
+            const uint32_t hi = ((word_at(hq, 2 * (p & 1) + i) >> hs) & 0x01010101u) << 4;
+            bytes_to_f(lo | hi, 0.0f, v + 4 * i);
+        }
+    }
     DEV static void load(const uint8_t *row, size_t, int64_t u, float (&v)[U])
     {
         const uint8_t *blk = row + (u >> 2) * 176;
@@ -178,8 +340,44 @@ template <> struct WFmt<CW_Q5_K> {
 // n = k / 4, quarter q = k % 4. Its low 4 bits are the low (q < 2) or high
 // nibbles of ql[n*64 + (q & 1)*32 + l], its top 2 bits bits 2q..2q+1 of
 // qh[n*32 + l], its scales sc[n*8 + 2q + l/16]; the value is (d * sc) * (q6 - 32).
+// Pieces 0, 1 (l < 16) take the first scale, 2, 3 the second.
 template <> struct WFmt<CW_Q6_K> {
-    static constexpr int U = 32;
+    static constexpr int U = 32, PW = 8, P = 4;
+    static constexpr bool DIRECT = false, HAS_B = false;
+    struct Raw { uint4 la, lb, ha, hb; uint32_t sc2, d; };
+    DEV static Raw fetch(const uint8_t *row, size_t soff, int64_t u)
+    {
+        const int64_t sb = u >> 3;
+        const int k = (int)(u & 7), n = k >> 2, q = k & 3;
+        const uint8_t *blk = row + sb * 208;
+        const uint8_t *ql = blk + n * 64 + (q & 1) * 32, *qh = blk + 128 + n * 32;
+        // The two int8 scales of this quarter, bytes n*8 + 2q and + 1 (even,
+        // so one aligned 16-bit load).
+        return Raw{ld16(ql), ld16(ql + 16), ld16(qh), ld16(qh + 16),
+                   ld_u16(blk + 192 + n * 8 + 2 * q), ld_u16(row + soff + sb * 2)};
+    }
+    DEV static void scales(const Raw &r, int64_t, float (&a)[P], float (&)[P])
+    {
+        const float d = f16_bits_to_f32((uint16_t)r.d);
+        const float ds0 = __fmul_rn(d, (float)(int8_t)(r.sc2 & 0xFFu));
+        const float ds1 = __fmul_rn(d, (float)(int8_t)((r.sc2 >> 8) & 0xFFu));
+#pragma unroll
+        for (int p = 0; p < P; p++)
+            a[p] = p < 2 ? ds0 : ds1;
+    }
+    DEV static void piece(const Raw &r, int64_t u, int p, float (&v)[PW])
+    {
+        const int q = (int)(u & 3);
+        const int lshift = (q >> 1) * 4, hshift = 2 * q;
+        const uint4 &l = p < 2 ? r.la : r.lb;
+        const uint4 &h = p < 2 ? r.ha : r.hb;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const uint32_t lo = (word_at(l, 2 * (p & 1) + i) >> lshift) & 0x0F0F0F0Fu;
+            const uint32_t hi = ((word_at(h, 2 * (p & 1) + i) >> hshift) & 0x03030303u) << 4;
+            bytes_to_f(lo | hi, 32.0f, v + 4 * i);
+        }
+    }
     DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
     {
         const int64_t sb = u >> 3;
@@ -249,7 +447,35 @@ DEV float e8m0_to_f32(uint32_t e)
 // sub-block s in bytes 8s..8s+7 (element 16s + j low nibble of byte 8s + j,
 // 16s + 8 + j the high one), its UE4M3 scale byte s of the block's 4.
 template <> struct WFmt<CW_NVFP4> {
-    static constexpr int U = 64;
+    static constexpr int U = 64, PW = 8, P = 8;
+    static constexpr bool DIRECT = false, HAS_B = false;
+    struct Raw { uint4 a, b; uint32_t sc; };
+    DEV static Raw fetch(const uint8_t *row, size_t soff, int64_t u)
+    {
+        const uint8_t *q = row + u * 32;
+        return Raw{ld16(q), ld16(q + 16),
+                   __ldg(reinterpret_cast<const unsigned int *>(row + soff + u * 4))};
+    }
+    // Piece p = 2s + h: sub-block s's low (h = 0) or high (h = 1) nibbles,
+    // elements 16s + 8h .. + 7, each the doubled E2M1 level times the
+    // sub-block's halved scale (exact, as the CPU's product).
+    DEV static void scales(const Raw &r, int64_t, float (&a)[P], float (&)[P])
+    {
+#pragma unroll
+        for (int p = 0; p < P; p++)
+            a[p] = ue4m3_half_to_f32(r.sc >> (8 * (p >> 1)));
+    }
+    DEV static void piece(const Raw &r, int64_t, int p, float (&v)[PW])
+    {
+        const int s = p >> 1, sh = (p & 1) * 4;
+        const uint4 &q = s < 2 ? r.a : r.b;
+        const uint32_t w0 = word_at(q, 2 * (s & 1)), w1 = word_at(q, 2 * (s & 1) + 1);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            v[j] = (float)e2m1_doubled((w0 >> (8 * j + sh)) & 0xFu);
+            v[4 + j] = (float)e2m1_doubled((w1 >> (8 * j + sh)) & 0xFu);
+        }
+    }
     DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
     {
         const uint8_t *q = row + u * 32;
@@ -270,7 +496,32 @@ template <> struct WFmt<CW_NVFP4> {
 
 // MXFP8: one 32-element block per unit: 32 E4M3 bytes, then its E8M0 byte.
 template <> struct WFmt<CW_MXFP8> {
-    static constexpr int U = 32;
+    static constexpr int U = 32, PW = 8, P = 4;
+    static constexpr bool DIRECT = false, HAS_B = false;
+    struct Raw { uint4 a, b; uint32_t e; };
+    DEV static Raw fetch(const uint8_t *row, size_t soff, int64_t u)
+    {
+        const uint8_t *q = row + u * 32;
+        return Raw{ld16(q), ld16(q + 16), (uint32_t)__ldg(row + soff + u)};
+    }
+    DEV static void scales(const Raw &r, int64_t, float (&a)[P], float (&)[P])
+    {
+        const float sc = e8m0_to_f32(r.e);
+#pragma unroll
+        for (int p = 0; p < P; p++)
+            a[p] = sc;
+    }
+    // Piece p: bytes 8p .. 8p + 7, each E4M3 value exactly as a float.
+    DEV static void piece(const Raw &r, int64_t, int p, float (&v)[PW])
+    {
+        const uint4 &q = p < 2 ? r.a : r.b;
+        const uint32_t w0 = word_at(q, 2 * (p & 1)), w1 = word_at(q, 2 * (p & 1) + 1);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            v[j] = e4m3_to_f32((w0 >> (8 * j)) & 0xFFu);
+            v[4 + j] = e4m3_to_f32((w1 >> (8 * j)) & 0xFFu);
+        }
+    }
     DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
     {
         const uint8_t *q = row + u * 32;

@@ -81,6 +81,23 @@ typedef struct {
     bk_act act;
 } bk_moe;
 
+/* One forward step as the engine runs it (backend_ops.step_begin). */
+typedef struct {
+    const bk_batch *rows;
+    const int32_t *tokens;  /* [rows->n] host ids */
+    /* 1: the rows are one sequence's consecutive prompt tokens; a backend
+     * may compute them in a way whose rounding depends on the chunk (a
+     * GEMM over its rows), never on anything else. 0: decode rows, each
+     * row's result the same bits whatever else the step holds. */
+    int prefill;
+    int max_blocks;         /* the most KV blocks one sequence can hold */
+    float *logits;          /* host destination of the step's logits, or NULL */
+    size_t n_logits;        /* floats the step reads into it */
+    /* The engine allows the step to be captured and replayed: its only
+     * read is the logits, at the end (no hidden-state hook). */
+    int graph_ok;
+} bk_step;
+
 typedef struct backend backend;
 
 typedef struct {
@@ -159,6 +176,19 @@ typedef struct {
      * engine calls it at the start of each entry point. A failure is
      * recorded like an op's. */
     void (*bind)(backend *b);
+
+    /* Optional (NULL: the engine just runs the ops). step_begin comes
+     * before a step's ops: 1 the backend ran the whole step itself (a
+     * graph replay; the logits are in st->logits), 0 the engine runs the
+     * ops, -1 a failure (recorded: see status). After the ops (only when
+     * step_begin gave 0) step_end: 1 the step is done, 0 the backend could
+     * not finish it (a capture abandoned): run the ops again and call
+     * step_end again, -1 a failure. */
+    int (*step_begin)(backend *b, const bk_step *st);
+    int (*step_end)(backend *b, const bk_step *st);
+    /* Optional (NULL: none). The prefill step (rows per forward) this
+     * backend runs best at; <= 0: no preference. */
+    int (*preferred_batch)(backend *b);
 } backend_ops;
 
 struct backend {

@@ -15,6 +15,7 @@ struct engine {
     backend *bk;
     model m;
     int64_t n_ctx;
+    int max_blocks; /* KV blocks one sequence can hold */
     /* per-step row descriptors, [opts.n_batch] */
     int32_t *pos;
     kv_seq **seqs;
@@ -52,8 +53,6 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
         return memra_fail(err, "%s: has no model (a vocab-only file?)", ck->path);
     const model_config *c = &ck->config;
     engine_opts eo = *o;
-    if (eo.n_batch <= 0)
-        eo.n_batch = 64;
     if (eo.n_seqs <= 0)
         eo.n_seqs = 1;
     if (eo.kv_block_size <= 0)
@@ -77,12 +76,19 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
         free(e);
         return memra_wrap(err, "%s", ck->path);
     }
+    e->max_blocks = (int)blocks_per_seq;
     e->bk = backend_create(eo.backend, eo.device, eo.n_threads, err);
     if (!e->bk) {
         contract_binding_free(&e->binding);
         free(e);
         return -1;
     }
+    /* The prefill step: the caller's, else the backend's (a GPU wants
+     * long chunks for its GEMMs), else 64. */
+    if (e->opts.n_batch <= 0 && e->bk->ops->preferred_batch)
+        e->opts.n_batch = e->bk->ops->preferred_batch(e->bk);
+    if (e->opts.n_batch <= 0)
+        e->opts.n_batch = 64;
     model_opts mo = {
         .cap = e->opts.n_batch,
         .kv_type = e->opts.kv_type,
@@ -135,6 +141,7 @@ const model_config *engine_config(const engine *e) { return &e->m.config; }
 uint64_t engine_bytes_per_token(const engine *e) { return e->m.bytes_per_token; }
 int64_t engine_n_ctx(const engine *e) { return e->n_ctx; }
 kv_type engine_kv_type(const engine *e) { return e->opts.kv_type; }
+int engine_n_batch(const engine *e) { return e->opts.n_batch; }
 model *engine_model(engine *e) { return &e->m; }
 
 void engine_set_hidden_hook(engine *e, model_hidden_fn fn, void *ctx)
@@ -171,6 +178,50 @@ void engine_seq_truncate(engine_seq *s, int64_t n)
 
 int64_t engine_seq_pos(const engine_seq *s) { return s->kv.n_tokens; }
 
+/* One model_forward, told to the backend first (step_begin / step_end),
+ * which may replay it from a captured graph (a decode step) or pick
+ * prefill kernels for it. A step the backend could not finish (a capture
+ * it abandoned) runs again, eagerly. With dev_out the logits of rows
+ * [logits_from, n) stay in the backend's memory and *dev_out points at
+ * them (for sampling on the device); such a step is never graphed: a
+ * captured graph delivers its logits to the host. */
+static void forward_step(engine *e, const bk_batch *rows, const int32_t *tokens, int prefill,
+                         int logits_from, float *logits, float **dev_out)
+{
+    backend *bk = e->bk;
+    model *m = &e->m;
+    if (!bk->ops->step_begin || !bk->ops->step_end) {
+        if (dev_out)
+            *dev_out = model_forward_logits(m, rows, tokens, logits_from);
+        else
+            model_forward(m, rows, tokens, logits_from, logits);
+        return;
+    }
+    size_t nl = logits && logits_from < rows->n
+                    ? (size_t)(rows->n - logits_from) * (size_t)m->config.n_vocab
+                    : 0;
+    bk_step st = {
+        .rows = rows,
+        .tokens = tokens,
+        .prefill = prefill,
+        .max_blocks = e->max_blocks,
+        .logits = dev_out ? NULL : logits,
+        .n_logits = dev_out ? 0 : nl,
+        .graph_ok = !dev_out && !prefill && logits && logits_from == 0 && !m->hidden_fn,
+    };
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (bk->ops->step_begin(bk, &st) != 0)
+            return; /* replayed, or failed: backend_status says */
+        if (dev_out)
+            *dev_out = model_forward_logits(m, rows, tokens, logits_from);
+        else
+            model_forward(m, rows, tokens, logits_from, logits);
+        if (bk->ops->step_end(bk, &st) != 0)
+            return;
+        st.graph_ok = 0;
+    }
+}
+
 /* The rows of one sequence's tokens, in chunks of n_batch. The logits of
  * every token go to `logits` (logits_all), else those of the last one; with
  * dev_last, the last chunk leaves its last token's logits in the backend's
@@ -204,14 +255,17 @@ static int forward_seq(engine *e, engine_seq *s, const int32_t *tokens, int n, f
         }
         bk_batch rows = {step, e->pos, e->seqs};
         int last_step = done + step == n;
+        /* One token is a decode step; more are a prompt chunk. */
+        int prefill = step > 1;
         if (logits && logits_all)
-            model_forward(&e->m, &rows, tokens + done, 0, logits + (size_t)done * vocab);
+            forward_step(e, &rows, tokens + done, prefill, 0, logits + (size_t)done * vocab,
+                         NULL);
         else if (dev_last && last_step)
-            *dev_last = model_forward_logits(&e->m, &rows, tokens + done, step - 1);
+            forward_step(e, &rows, tokens + done, prefill, step - 1, NULL, dev_last);
         else if (logits && last_step)
-            model_forward(&e->m, &rows, tokens + done, step - 1, logits);
+            forward_step(e, &rows, tokens + done, prefill, step - 1, logits, NULL);
         else
-            model_forward(&e->m, &rows, tokens + done, step, NULL);
+            forward_step(e, &rows, tokens + done, prefill, step, NULL, NULL);
         done += step;
         s->kv.n_tokens = pos0 + done;
     }
@@ -353,11 +407,11 @@ static float *batch_chunk(engine *e, engine_seq *const *seqs, const int32_t *tok
     bk_batch rows = {step, e->pos, e->seqs};
     float *dev = NULL;
     if (logits)
-        model_forward(&e->m, &rows, tokens + done, 0, logits);
+        forward_step(e, &rows, tokens + done, 0, 0, logits, NULL);
     else if (want_dev)
-        dev = model_forward_logits(&e->m, &rows, tokens + done, 0);
+        forward_step(e, &rows, tokens + done, 0, 0, NULL, &dev);
     else
-        model_forward(&e->m, &rows, tokens + done, step, NULL);
+        forward_step(e, &rows, tokens + done, 0, step, NULL, NULL);
     for (int i = 0; i < step; i++)
         seqs[done + i]->kv.n_tokens++;
     return dev;

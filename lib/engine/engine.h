@@ -32,7 +32,8 @@ typedef struct {
     int64_t n_ctx;      /* tokens per sequence; 0: the model's n_ctx_train, at most 4096 */
     kv_type kv_type;    /* KV_DEFAULT (the backend's: engine_kv_type_default), KV_F32,
                          * KV_F16, KV_BF16 or KV_Q8_0 (kv_dim a multiple of 32) */
-    int n_batch;        /* prefill chunk: tokens per step; 0: 64 */
+    int n_batch;        /* prefill chunk: tokens per step; 0: the backend's choice (CUDA:
+                           512 on H100/H200, else 64), else 64 */
     int n_seqs;         /* sequences that can hold n_ctx tokens at once; 0: 1 */
     int kv_block_size;  /* tokens per KV block; 0: 16 */
     backend_kind backend; /* BK_CPU (default) or BK_CUDA */
@@ -57,6 +58,8 @@ uint64_t engine_bytes_per_token(const engine *e);
 int64_t engine_n_ctx(const engine *e);
 /* The KV element type in use (KV_DEFAULT resolved). */
 kv_type engine_kv_type(const engine *e);
+/* Rows per forward step (the prefill chunk; opts.n_batch or the default). */
+int engine_n_batch(const engine *e);
 /* The model, for programs that look inside (parity, bench). */
 model *engine_model(engine *e);
 

@@ -37,6 +37,14 @@ CXXFLAGS="-std=c++17 -g -O1 -ffp-contract=off -Wall -Wno-unknown-pragmas -Wno-un
 export CPPFLAGS CFLAGS CXXFLAGS B
 
 echo "emulate: building into $B"
+# Objects are rebuilt when their source is newer; a changed header (a struct
+# layout) rebuilds everything, or stale objects would disagree about it.
+hdr=$(find lib kernels tests/gpu/emu \( -name '*.h' -o -name '*.cuh' \) -print0 | sort -z |
+      xargs -0 cat | sha256sum | cut -c1-64)
+if [ "$(cat "$B/headers.sha256" 2>/dev/null)" != "$hdr" ]; then
+  rm -f "$B"/obj/*.o
+  echo "$hdr" > "$B/headers.sha256"
+fi
 # The library's C sources, as the Makefile builds them with CUDA=1.
 ls lib/core/*.c lib/format/*.c lib/tok/*.c lib/model/*.c lib/engine/*.c lib/backend/*.c \
    lib/backend/cpu/*.c lib/backend/cuda/*.c bin-src/memra-parity.c bin-src/memra-convert.c \

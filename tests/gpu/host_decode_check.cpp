@@ -17,10 +17,20 @@ static inline float host_uint_as_float(unsigned u)
     memcpy(&f, &u, 4);
     return f;
 }
+static inline unsigned host_byte_perm(unsigned x, unsigned y, unsigned s)
+{
+    const uint64_t v = ((uint64_t)y << 32) | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++)
+        r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+    return r;
+}
 #define __ldg(p) (*(p))
 #define __fmul_rn(a, b) ((float)(a) * (float)(b))
 #define __fsub_rn(a, b) ((float)(a) - (float)(b))
+#define __fadd_rn(a, b) ((float)(a) + (float)(b))
 #define __uint_as_float(u) host_uint_as_float(u)
+#define __byte_perm(x, y, s) host_byte_perm(x, y, s)
 #define MEMRA_KERNELS_DEV_COMMON_CUH /* its warp helpers are device-only */
 #define DEV inline
 static inline float f16_bits_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
@@ -111,14 +121,35 @@ template <int F> static int check(dtype t, int64_t cols)
         for (int64_t u = 0; u < (cols + U - 1) / U; u++) {
             float v[U];
             WFmt<F>::load(dst, soff, u, v);
+            /* The mat-vec's view: piece values v with element = a * v + b,
+             * rounded as the CPU rounds it. */
+            float pv[U];
+            typename WFmt<F>::Raw raw = WFmt<F>::fetch(dst, soff, u);
+            float a[WFmt<F>::P], b[WFmt<F>::P];
+            for (int p = 0; p < WFmt<F>::P; p++)
+                a[p] = 1.0f, b[p] = 0.0f;
+            WFmt<F>::scales(raw, u, a, b);
+            for (int p = 0; p < WFmt<F>::P; p++) {
+                float pc[WFmt<F>::PW];
+                WFmt<F>::piece(raw, u, p, pc);
+                for (int j = 0; j < WFmt<F>::PW; j++) {
+                    float e = pc[j];
+                    if (!WFmt<F>::DIRECT) {
+                        e = a[p] * pc[j];
+                        if (WFmt<F>::HAS_B)
+                            e = e + b[p];
+                    }
+                    pv[p * WFmt<F>::PW + j] = e;
+                }
+            }
             for (int j = 0; j < U; j++) {
                 int64_t c = u * U + j;
                 if (c >= cols) {
-                    bad += v[j] != 0.0f;
-                } else if (memcmp(&v[j], &ref[c], 4) != 0) {
+                    bad += v[j] != 0.0f || pv[j] != 0.0f;
+                } else if (memcmp(&v[j], &ref[c], 4) != 0 || memcmp(&pv[j], &ref[c], 4) != 0) {
                     if (bad < 5)
-                        printf("%s column %ld: decoded %.9g, reference %.9g\n", ti->name,
-                               (long)c, v[j], ref[c]);
+                        printf("%s column %ld: decoded %.9g, as pieces %.9g, reference %.9g\n",
+                               ti->name, (long)c, v[j], pv[j], ref[c]);
                     bad++;
                 }
             }

@@ -30,6 +30,9 @@ _Static_assert(CU_KV_F32 == (int)KV_F32 && CU_KV_F16 == (int)KV_F16 &&
  * upload. Returns the device copy, or NULL after a failure. */
 static const int32_t *rows_upload(cuda_backend *cb, const bk_batch *rows)
 {
+    const int32_t *graphed = cuda_graph_rows(cb); /* a graphed step's input (cuda_graph.c) */
+    if (graphed)
+        return graphed;
     int n = rows->n;
     size_t len = 2 * (size_t)n;
     for (int i = 0; i < n; i++)
@@ -275,9 +278,17 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
         if (c > max_chunks)
             max_chunks = c;
     }
-    float *part = cuda_scratch(cb, SCR_ATTN,
-                               attn_partials_floats(n, a->n_heads, a->head_dim, max_chunks) *
-                                   sizeof(float),
+    if (cuda_graph_chunks(cb) > 0) /* a graphed step: the grid is the key's (cuda_graph.c) */
+        max_chunks = cuda_graph_chunks(cb);
+    /* A long prompt chunk deep in the context has many rows x chunks of
+     * partials: its rows go in groups, bounding the scratch (a row's
+     * result does not depend on its group). */
+    size_t per_row = attn_partials_floats(1, a->n_heads, a->head_dim, max_chunks);
+    size_t cap = cb->tune.attn_partials_cap;
+    int group = n;
+    if (!cuda_graph_rows(cb) && per_row * (size_t)n > cap)
+        group = per_row > cap ? 1 : (int)(cap / per_row);
+    float *part = cuda_scratch(cb, SCR_ATTN, per_row * (size_t)group * sizeof(float),
                                "attention partials");
     if (!part)
         return;
@@ -287,5 +298,18 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
                   a->window};
     if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
         return;
-    CU_OK(cb, launch_attention(&pool, &at, meta, n, q, max_chunks, part, out, cb->stream));
+    if (group >= n) {
+        CU_OK(cb, launch_attention(&pool, &at, meta, n, q, max_chunks, part, out, cb->stream));
+        return;
+    }
+    size_t qd = (size_t)a->n_heads * (size_t)a->head_dim;
+    for (int i0 = 0; i0 < n && !cb->failed; i0 += group) {
+        int g = n - i0 < group ? n - i0 : group;
+        bk_batch sub = {g, rows->pos + i0, rows->seq + i0};
+        const int32_t *m = rows_upload(cb, &sub);
+        if (!m)
+            return;
+        CU_OK(cb, launch_attention(&pool, &at, m, g, q + (size_t)i0 * qd, max_chunks, part,
+                                   out + (size_t)i0 * qd, cb->stream));
+    }
 }

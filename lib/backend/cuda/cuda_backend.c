@@ -67,7 +67,13 @@ void *cuda_scratch(cuda_backend *cb, int slot, size_t bytes, const char *what)
         return NULL;
     if (bytes <= cb->scratch_cap[slot])
         return cb->scratch[slot];
-    /* Queued kernels may still read the old buffer. */
+    if (cuda_graph_capturing(cb)) {
+        /* No sync or free inside a capture: give it up, run eagerly. */
+        cuda_graph_spoil(cb);
+        return NULL;
+    }
+    /* Queued kernels may still read the old buffer; graphs hold its address. */
+    cb->mem_epoch++;
     if (CU_OK(cb, cudaStreamSynchronize(cb->stream)))
         return NULL;
     cudaFree(cb->scratch[slot]);
@@ -85,6 +91,10 @@ void *cuda_stage_upload(cuda_backend *cb, int which, const void *src, size_t n)
 {
     if (cb->failed)
         return NULL;
+    if (cuda_graph_capturing(cb)) {
+        cuda_graph_spoil(cb);
+        return NULL;
+    }
     cuda_stage *s = &cb->stage[which];
     /* The pinned buffer is reused: the previous copy out of it must be done. */
     if (s->pending && CU_OK(cb, cudaEventSynchronize(s->done)))
@@ -140,6 +150,7 @@ static float *cuda_act_alloc(backend *b, size_t n)
 static void cuda_act_free(backend *b, float *p)
 {
     cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
     if (!p)
         return;
     cudaStreamSynchronize(cb->stream);
@@ -149,6 +160,11 @@ static void cuda_act_free(backend *b, float *p)
 static void cuda_act_read(backend *b, const float *src, float *dst, size_t n)
 {
     cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
+    if (cuda_graph_capturing(cb)) {
+        cuda_graph_read(cb, src, dst, n);
+        return;
+    }
     if (!cb->failed && src) {
         if (CU_OK(cb, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost,
                                       cb->stream)) == 0 &&
@@ -173,6 +189,7 @@ void backend_cuda_act_write(backend *b, float *dst, const float *src, size_t n)
 static int cuda_status(backend *b, memra_err *err)
 {
     cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
     if (!cb->failed)
         CU_OK(cb, cudaGetLastError());
     if (cb->failed) {
@@ -186,6 +203,7 @@ static int cuda_status(backend *b, memra_err *err)
 int backend_cuda_sync(backend *b, memra_err *err)
 {
     cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
     if (!cb->failed)
         CU_OK(cb, cudaStreamSynchronize(cb->stream));
     return cuda_status(b, err);
@@ -196,6 +214,12 @@ uint64_t backend_cuda_weight_bytes(backend *b)
     return cuda_of(b)->weight_bytes;
 }
 
+void backend_cuda_graph_stats(backend *b, uint64_t *replays, uint64_t *captures,
+                              uint64_t *abandoned)
+{
+    cuda_graph_stats(cuda_of(b), replays, captures, abandoned);
+}
+
 /* ---- lifetime ---- */
 
 static void cuda_destroy(backend *b)
@@ -204,6 +228,8 @@ static void cuda_destroy(backend *b)
     cudaSetDevice(cb->info.index); /* frees go to this backend's device, whoever calls */
     if (cb->stream)
         cudaStreamSynchronize(cb->stream);
+    cuda_graphs_free(cb);
+    cuda_gemm_free(cb);
     cuda_weights_free(cb);
     cuda_moe_free(cb);
     cuda_attention_free(cb);
@@ -234,6 +260,48 @@ static void cuda_bind(backend *b)
         CU_OK(cb, cudaSetDevice(cb->info.index));
 }
 
+/* ---- ops from the sibling files, after any held-back add ---- */
+
+static void op_qk_norm_rope(backend *b, float *q, float *k, const bk_batch *rows,
+                            const bk_attn *a, const bk_weight *q_norm, const bk_weight *k_norm,
+                            float w_offset, float eps, const bk_rope *rope)
+{
+    cuda_flush_pending(cuda_of(b));
+    cuda_op_qk_norm_rope(b, q, k, rows, a, q_norm, k_norm, w_offset, eps, rope);
+}
+
+static void op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const float *q,
+                         const float *k, const float *v, float *out)
+{
+    cuda_flush_pending(cuda_of(b));
+    cuda_op_attention(b, a, rows, q, k, v, out);
+}
+
+static void op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *out)
+{
+    cuda_flush_pending(cuda_of(b));
+    cuda_op_ffn_moe(b, m, x, n, out);
+}
+
+/* ---- steps ---- */
+
+static int cuda_step_begin(backend *b, const bk_step *st)
+{
+    cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
+    return cuda_graph_step_begin(cb, st);
+}
+
+static int cuda_step_end(backend *b, const bk_step *st)
+{
+    return cuda_graph_step_end(cuda_of(b), st);
+}
+
+static int cuda_preferred_batch(backend *b)
+{
+    return cuda_of(b)->tune.prefill_chunk;
+}
+
 static const backend_ops cuda_ops = {
     .destroy = cuda_destroy,
     .weight_prepare = cuda_weight_prepare,
@@ -244,10 +312,10 @@ static const backend_ops cuda_ops = {
     .rmsnorm = cuda_op_rmsnorm,
     .matmul = cuda_op_matmul,
     .attn_qkv = cuda_op_attn_qkv,
-    .qk_norm_rope = cuda_op_qk_norm_rope,
-    .attention = cuda_op_attention,
+    .qk_norm_rope = op_qk_norm_rope,
+    .attention = op_attention,
     .ffn_glu = cuda_op_ffn_glu,
-    .ffn_moe = cuda_op_ffn_moe,
+    .ffn_moe = op_ffn_moe,
     .add = cuda_op_add,
     .softcap = cuda_op_softcap,
     .kv_prepare = cuda_kv_prepare,
@@ -255,12 +323,16 @@ static const backend_ops cuda_ops = {
     .mem_stats = cuda_mem_stats,
     .sample = cuda_op_sample,
     .bind = cuda_bind,
+    .step_begin = cuda_step_begin,
+    .step_end = cuda_step_end,
+    .preferred_batch = cuda_preferred_batch,
 };
 
 backend *backend_cuda_create(int device, memra_err *err)
 {
     cuda_device_info info;
-    if (cuda_device_query(device, &info, err) != 0)
+    cuda_tuning tune;
+    if (cuda_device_query(device, &info, err) != 0 || cuda_tuning_for(&info, &tune, err) != 0)
         return NULL;
     cudaError_t rc = cudaSetDevice(device);
     if (rc != cudaSuccess) {
@@ -270,6 +342,7 @@ backend *backend_cuda_create(int device, memra_err *err)
     }
     cuda_backend *cb = xcalloc(1, sizeof *cb);
     cb->info = info;
+    cb->tune = tune;
     rc = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking);
     for (int i = 0; i < N_STAGES && rc == cudaSuccess; i++)
         rc = cudaEventCreateWithFlags(&cb->stage[i].done, cudaEventDisableTiming);

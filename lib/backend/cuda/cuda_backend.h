@@ -16,5 +16,9 @@ void backend_cuda_act_write(backend *b, float *dst, const float *src, size_t n);
 int backend_cuda_sync(backend *b, memra_err *err);
 /* Bytes of device memory the uploaded weights take. */
 uint64_t backend_cuda_weight_bytes(backend *b);
+/* Decode steps replayed from a graph, graphs captured, captures abandoned
+ * (each such step ran eagerly) since b was made. */
+void backend_cuda_graph_stats(backend *b, uint64_t *replays, uint64_t *captures,
+                              uint64_t *abandoned);
 
 #endif

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/copy_bandwidth.cuh"
@@ -17,6 +18,50 @@
 const char *device_class_name(device_class c)
 {
     return c == DEVICE_CLASS_HOPPER ? "hopper" : "generic";
+}
+
+/* An integer environment variable in [lo, hi]; absent or empty: *v kept. */
+static int env_int(const char *name, int lo, int hi, int *v, memra_err *err)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return 0;
+    char *end;
+    long x = strtol(s, &end, 10);
+    if (*end || x < lo || x > hi)
+        return memra_fail(err, "%s=%s: expected an integer from %d to %d", name, s, lo, hi);
+    *v = (int)x;
+    return 0;
+}
+
+int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
+{
+    /* Every class: graphs and fusion change no result (tests check the
+     * bytes), so they are on wherever they run. The GEMM needs bf16
+     * tensor cores (sm_80 and later). */
+    t->mv_rows_per_warp = 0;
+    t->graphs = 1;
+    t->graph_max_rows = 64;
+    t->gemm = d->cc_major >= 8;
+    t->gemm_min_rows = 32;
+    t->fuse_add_norm = 1;
+    t->prefill_chunk = 64;
+    t->attn_partials_cap = (size_t)64 << 20; /* 256 MB */
+    if (d->klass == DEVICE_CLASS_HOPPER) {
+        /* Measured on the H200 (docs/decisions/0006-cuda-decode-defaults.md). */
+        t->prefill_chunk = 512;
+    }
+    if (env_int("MEMRA_CUDA_GRAPHS", 0, 1, &t->graphs, err) ||
+        env_int("MEMRA_CUDA_GEMM", 0, 1, &t->gemm, err) ||
+        env_int("MEMRA_CUDA_FUSE", 0, 1, &t->fuse_add_norm, err) ||
+        env_int("MEMRA_CUDA_MV_ROWS", 0, 4, &t->mv_rows_per_warp, err) ||
+        env_int("MEMRA_CUDA_GEMM_MIN_ROWS", 2, 1 << 20, &t->gemm_min_rows, err))
+        return -1;
+    if (t->mv_rows_per_warp == 3)
+        return memra_fail(err, "MEMRA_CUDA_MV_ROWS=3: expected 0, 1, 2 or 4");
+    if (d->cc_major < 8)
+        t->gemm = 0;
+    return 0;
 }
 
 int cuda_device_count(void)

@@ -20,7 +20,26 @@ typedef struct {
     device_class klass;
 } cuda_device_info;
 
+/* The defaults the backend runs with on a device, chosen by its class
+ * (docs/decisions/0006-cuda-decode-defaults.md says which measurement set
+ * each), then overridden by MEMRA_CUDA_* environment variables:
+ * MEMRA_CUDA_GRAPHS, MEMRA_CUDA_GEMM, MEMRA_CUDA_FUSE (0 or 1),
+ * MEMRA_CUDA_MV_ROWS (0, 1, 2, 4), MEMRA_CUDA_GEMM_MIN_ROWS (>= 2). */
+typedef struct {
+    int mv_rows_per_warp; /* weight rows per warp in the mat-vec; 0: by matrix size */
+    int graphs;           /* replay decode steps as CUDA graphs */
+    int graph_max_rows;   /* the largest decode step captured */
+    int gemm;             /* tensor-core GEMM (cuBLASLt) for prefill chunks */
+    int gemm_min_rows;    /* a prefill chunk of at least this many rows uses it */
+    int fuse_add_norm;    /* a residual add folds into the RMSNorm after it */
+    int prefill_chunk;    /* the engine's prefill step (n_batch) on this device */
+    size_t attn_partials_cap; /* floats of attention partials one launch may use */
+} cuda_tuning;
+
 const char *device_class_name(device_class c);
+/* The class's defaults for d, then the environment's overrides. Fails
+ * naming a variable whose value is not one it takes. */
+int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err);
 /* Number of CUDA devices; 0 (not an error) when there is no driver or device. */
 int cuda_device_count(void);
 int cuda_device_query(int index, cuda_device_info *out, memra_err *err);

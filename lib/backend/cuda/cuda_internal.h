@@ -5,6 +5,8 @@
  *   cuda_attention.c  row metadata, the device KV pool, QK-norm + RoPE, attention
  *   cuda_moe.c        routed experts
  *   cuda_sample.c     sampling on the device
+ *   cuda_graph.c      decode steps captured as CUDA graphs and replayed
+ *   cuda_gemm.c       prefill projections as tensor-core GEMMs (cuBLASLt)
  *
  * Everything runs in order on one stream. Ops return nothing (backend.h),
  * so the first failure (a CUDA error, device memory exhausted, a weight the
@@ -58,9 +60,27 @@ enum { SCR_ATTN = 0, SCR_MOE_PROBS, SCR_MOE_IDS, SCR_MOE_W, SCR_MOE_HB, SCR_MOE_
 enum { CUDA_ROPE_CACHE = 8 };
 
 typedef struct cuda_sampler cuda_sampler;
+typedef struct cuda_graphs cuda_graphs;
+typedef struct cuda_gemm cuda_gemm;
+
+/* The step the engine is running (backend.h step_begin / step_end). */
+typedef struct {
+    int active;      /* between step_begin and step_end */
+    int prefill;     /* the rows are one sequence's prompt chunk */
+    int n;
+} cuda_step;
+
+/* A residual add held back so the RMSNorm after it can do it (the add and
+ * the norm in one launch, the same bytes as two). Only inside a step. */
+typedef struct {
+    float *x;
+    const float *y;
+    size_t n;
+} cuda_pending_add;
 
 typedef struct {
     cuda_device_info info;
+    cuda_tuning tune;
     cudaStream_t stream;
     int failed;
     memra_err err;
@@ -92,6 +112,13 @@ typedef struct {
 
     /* Sampling's staging buffers (cuda_sample.c), made on first use. */
     struct cuda_sampler *sampler;
+    cuda_step step;
+    cuda_pending_add pending;
+    cuda_graphs *graphs;    /* NULL until the first graphed step */
+    cuda_gemm *gemm;        /* NULL until the first prefill GEMM */
+    /* Bumped whenever a buffer a captured graph may use is freed or moved
+     * (scratch, staging, the KV pool): graphs made before are stale. */
+    uint64_t mem_epoch;
 } cuda_backend;
 
 static inline cuda_backend *cuda_of(backend *b) { return (cuda_backend *)b->impl; }
@@ -126,6 +153,42 @@ void cuda_repack_row(cw_format f, const uint8_t *src, size_t row_bytes, int64_t 
 const cuda_weight *cuda_weight_of(cuda_backend *cb, const bk_weight *w, const char *op);
 /* The f32 device vector of an optional vector weight; NULL when absent. */
 const float *cuda_vec_of(cuda_backend *cb, const bk_weight *w, const char *op);
+
+/* Launch a held-back residual add, if any (every op but add and rmsnorm
+ * does this first; so do act_read, status and step_end). */
+void cuda_flush_pending(cuda_backend *cb);
+
+/* Graphs (cuda_graph.c). While a step is being captured, the embed and
+ * attention ops read the step's tokens and row metadata from these device
+ * copies (refreshed from pinned host memory at the start of every replay)
+ * instead of uploading their own, and attention sizes its split by the
+ * step's bucket. Both return NULL / 0 when no capture is running. */
+const int32_t *cuda_graph_tokens(cuda_backend *cb);
+const int32_t *cuda_graph_rows(cuda_backend *cb);
+int cuda_graph_chunks(cuda_backend *cb);
+/* Whether a capture is running; act_read then records its copy. */
+int cuda_graph_capturing(const cuda_backend *cb);
+/* Something the capture cannot hold happened (a buffer had to grow): the
+ * capture will be abandoned and the step run eagerly. */
+void cuda_graph_spoil(cuda_backend *cb);
+/* act_read during a capture: the copy goes into the graph, the host copy
+ * happens after each launch. */
+void cuda_graph_read(cuda_backend *cb, const float *src, float *dst, size_t n);
+int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st);
+int cuda_graph_step_end(cuda_backend *cb, const bk_step *st);
+void cuda_graphs_free(cuda_backend *cb);
+void cuda_graph_stats(cuda_backend *cb, uint64_t *replays, uint64_t *captures,
+                      uint64_t *abandoned);
+
+/* The prefill GEMM (cuda_gemm.c): out[n][rows] = x . W^T (+ bias) with
+ * bf16 (f16 for F16 weights) operands and f32 accumulation. Returns 1 when
+ * it ran, 0 when it does not apply (the caller uses the mat-vec). */
+int cuda_gemm_matmul(cuda_backend *cb, const cuda_weight *cw, const float *bias, const float *x,
+                     int n, float *out);
+void cuda_gemm_free(cuda_backend *cb);
+/* NULL when the prefill GEMM can run (loading cuBLASLt if need be), else
+ * why not. */
+const char *cuda_gemm_unavailable(cuda_backend *cb);
 
 /* The vtable entries, across the cuda_*.c files. */
 int cuda_weight_prepare(backend *b, bk_weight *w, memra_err *err);

@@ -3,6 +3,7 @@
  * this backend, launches on the backend's stream and records a failed
  * launch; nothing waits for the device here. */
 #include <inttypes.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
 #include "kernels/elementwise.cuh"
@@ -13,6 +14,7 @@ void cuda_op_embed(backend *b, const bk_weight *table, const int32_t *tokens, in
                    float *out)
 {
     cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
     if (cb->failed || n <= 0)
         return;
     const cuda_weight *cw = cuda_weight_of(cb, table, "embed");
@@ -25,93 +27,217 @@ void cuda_op_embed(backend *b, const bk_weight *table, const int32_t *tokens, in
                        " rows)", tokens[i], i, cw->name, cw->m.rows);
             return;
         }
-    const int32_t *dev = cuda_stage_upload(cb, STAGE_TOKENS, tokens, (size_t)n * sizeof *tokens);
+    /* In a graphed step the tokens are the step's graph input. */
+    const int32_t *dev = cuda_graph_tokens(cb);
+    if (!dev)
+        dev = cuda_stage_upload(cb, STAGE_TOKENS, tokens, (size_t)n * sizeof *tokens);
     if (dev)
         CU_OK(cb, launch_embed(&cw->m, dev, n, scale, out, cb->stream));
 }
 
+/* RMSNorm; a residual add held back for exactly these rows (x += y over
+ * n * cols floats) is done by the same launch. */
 void cuda_op_rmsnorm(backend *b, const float *x, int n, const bk_weight *w, float w_offset,
                      float eps, float *out)
 {
     cuda_backend *cb = cuda_of(b);
-    if (cb->failed || n <= 0)
+    if (cb->failed || n <= 0) {
+        cuda_flush_pending(cb);
         return;
+    }
     const float *wv = cuda_vec_of(cb, w, "rmsnorm");
     if (!wv) {
         cuda_failf(cb, "rmsnorm: no weight");
         return;
     }
+    cuda_pending_add p = cb->pending;
+    if (p.x && p.x == x && p.n == (size_t)n * (size_t)w->cols) {
+        cb->pending.x = NULL;
+        CU_OK(cb, launch_add_rmsnorm(p.x, p.y, n, w->cols, wv, w_offset, eps, out, cb->stream));
+        return;
+    }
+    cuda_flush_pending(cb);
     CU_OK(cb, launch_rmsnorm(x, n, w->cols, wv, w_offset, eps, out, cb->stream));
 }
 
-/* One projection; the bias, when present, must have one value per row. */
-static void matmul_one(cuda_backend *cb, const bk_weight *w, const bk_weight *bias, const float *x,
-                       int n, float *out, const char *op)
+/* The device weight and bias of one projection; the bias, when present,
+ * must have one value per row. 0, or -1 after recording a failure. */
+static int proj_of(cuda_backend *cb, const bk_weight *w, const bk_weight *bias, const char *op,
+                   const cuda_weight **cw, const float **bv)
 {
-    const cuda_weight *cw = cuda_weight_of(cb, w, op);
-    if (!cw)
+    *cw = cuda_weight_of(cb, w, op);
+    if (!*cw)
+        return -1;
+    *bv = cuda_vec_of(cb, bias, op);
+    if (cb->failed)
+        return -1;
+    if (*bv && bias->cols != w->rows)
+        return cuda_failf(cb, "%s: bias '%s' has %" PRId64 " values for %" PRId64 " rows of '%s'",
+                          op, bias->name, bias->cols, w->rows, w->name);
+    return 0;
+}
+
+static void job_init(cuda_backend *cb, cu_mv_job *j, const float *x, int n)
+{
+    memset(j, 0, sizeof *j);
+    j->mode = CU_MV_STORE;
+    j->x = x;
+    j->n = n;
+    j->rows_per_warp = cb->tune.mv_rows_per_warp;
+    j->sm_count = cb->info.sm_count;
+}
+
+/* Whether n rows of the current step go through the prefill GEMM. */
+static int use_gemm(const cuda_backend *cb, int n)
+{
+    return cb->tune.gemm && cb->step.active && cb->step.prefill && n >= cb->tune.gemm_min_rows;
+}
+
+/* out = x . W^T (+ bias) for one prepared weight: the GEMM for a prefill
+ * chunk when it applies, else the mat-vec. */
+static void project(cuda_backend *cb, const cuda_weight *cw, const float *bias, const float *x,
+                    int n, float *out)
+{
+    if (use_gemm(cb, n) && cuda_gemm_matmul(cb, cw, bias, x, n, out))
         return;
-    const float *bv = cuda_vec_of(cb, bias, op);
     if (cb->failed)
         return;
-    if (bv && bias->cols != w->rows) {
-        cuda_failf(cb, "%s: bias '%s' has %" PRId64 " values for %" PRId64 " rows of '%s'", op,
-                   bias->name, bias->cols, w->rows, w->name);
-        return;
-    }
-    CU_OK(cb, launch_matmul(&cw->m, bv, x, n, out, cb->stream));
+    cu_mv_job j;
+    job_init(cb, &j, x, n);
+    j.w[0] = &cw->m;
+    j.bias[0] = bias;
+    j.out[0] = out;
+    j.n_w = 1;
+    CU_OK(cb, launch_matvec(&j, cb->stream));
 }
 
 void cuda_op_matmul(backend *b, const bk_weight *w, const bk_weight *bias, const float *x, int n,
                     float *out)
 {
     cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
     if (cb->failed || n <= 0)
         return;
-    matmul_one(cb, w, bias, x, n, out, "matmul");
+    const cuda_weight *cw;
+    const float *bv;
+    if (proj_of(cb, w, bias, "matmul", &cw, &bv) == 0)
+        project(cb, cw, bv, x, n, out);
 }
 
+/* q, k and v: one launch over the three matrices when they share a format
+ * and width (one mat-vec reading 6144 rows keeps every SM busy where the
+ * 1024-row k and v alone would not), else runs of those that do. */
 void cuda_op_attn_qkv(backend *b, const bk_weight *wq, const bk_weight *wk, const bk_weight *wv,
                       const bk_weight *bq, const bk_weight *bk, const bk_weight *bv,
                       const float *x, int n, float *q, float *k, float *v)
 {
     cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
     if (cb->failed || n <= 0)
         return;
-    matmul_one(cb, wq, bq, x, n, q, "attn_qkv");
-    if (!cb->failed)
-        matmul_one(cb, wk, bk, x, n, k, "attn_qkv");
-    if (!cb->failed)
-        matmul_one(cb, wv, bv, x, n, v, "attn_qkv");
+    const bk_weight *ws[3] = {wq, wk, wv}, *bs[3] = {bq, bk, bv};
+    float *outs[3] = {q, k, v};
+    const cuda_weight *cw[3];
+    const float *bias[3];
+    for (int i = 0; i < 3; i++)
+        if (proj_of(cb, ws[i], bs[i], "attn_qkv", &cw[i], &bias[i]) != 0)
+            return;
+    if (use_gemm(cb, n)) {
+        for (int i = 0; i < 3 && !cb->failed; i++)
+            project(cb, cw[i], bias[i], x, n, outs[i]);
+        return;
+    }
+    for (int i = 0; i < 3 && !cb->failed;) {
+        /* Matrix i and those after it that can share its launch. */
+        cu_mv_job j;
+        job_init(cb, &j, x, n);
+        while (i < 3) {
+            j.w[j.n_w] = &cw[i]->m;
+            j.bias[j.n_w] = bias[i];
+            j.out[j.n_w] = outs[i];
+            j.n_w++;
+            if (!cu_mv_job_ok(&j)) {
+                j.n_w--;
+                j.w[j.n_w] = NULL;
+                break;
+            }
+            i++;
+        }
+        CU_OK(cb, launch_matvec(&j, cb->stream));
+    }
 }
 
+/* gate and up in one launch, each warp taking row r of both and writing
+ * act(gate) * up (the bytes the separate projections and launch_glu give),
+ * when they share a format and shape; then down. */
 void cuda_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
                      const bk_weight *down, bk_act act, const float *x, int n, float *hb,
                      float *hb2, float *out)
 {
     cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
     if (cb->failed || n <= 0)
         return;
-    matmul_one(cb, gate, NULL, x, n, hb, "ffn_glu");
-    if (!cb->failed)
-        matmul_one(cb, up, NULL, x, n, hb2, "ffn_glu");
-    if (cb->failed ||
-        CU_OK(cb, launch_glu(hb, hb2, (size_t)n * (size_t)gate->rows,
-                             act == BK_ACT_GELU_TANH ? 1 : 0, cb->stream)))
+    const cuda_weight *cg, *cu, *cd;
+    const float *none;
+    if (proj_of(cb, gate, NULL, "ffn_glu", &cg, &none) || proj_of(cb, up, NULL, "ffn_glu", &cu, &none) ||
+        proj_of(cb, down, NULL, "ffn_glu", &cd, &none))
         return;
-    matmul_one(cb, down, NULL, hb, n, out, "ffn_glu");
+    if (cg->m.rows != cu->m.rows || cg->m.cols != cu->m.cols || cd->m.cols != cg->m.rows) {
+        cuda_failf(cb, "ffn_glu: shapes of '%s', '%s', '%s' do not chain", gate->name, up->name,
+                   down->name);
+        return;
+    }
+    cu_mv_job j;
+    job_init(cb, &j, x, n);
+    j.w[0] = &cg->m;
+    j.w[1] = &cu->m;
+    j.out[0] = hb;
+    j.n_w = 2;
+    j.mode = act == BK_ACT_GELU_TANH ? CU_MV_GLU_GELU : CU_MV_GLU_SILU;
+    if (!use_gemm(cb, n) && cu_mv_job_ok(&j)) {
+        if (CU_OK(cb, launch_matvec(&j, cb->stream)))
+            return;
+    } else {
+        project(cb, cg, NULL, x, n, hb);
+        if (!cb->failed)
+            project(cb, cu, NULL, x, n, hb2);
+        if (cb->failed ||
+            CU_OK(cb, launch_glu(hb, hb2, (size_t)n * (size_t)gate->rows,
+                                 act == BK_ACT_GELU_TANH ? 1 : 0, cb->stream)))
+            return;
+    }
+    project(cb, cd, NULL, hb, n, out);
 }
 
+void cuda_flush_pending(cuda_backend *cb)
+{
+    cuda_pending_add p = cb->pending;
+    cb->pending.x = NULL;
+    if (p.x && !cb->failed)
+        CU_OK(cb, launch_add(p.x, p.y, p.n, cb->stream));
+}
+
+/* Inside a step, the add waits for the op after it: an RMSNorm of the same
+ * rows does it in its own launch (the layers' residual adds are all
+ * followed by one), anything else launches it first. */
 void cuda_op_add(backend *b, float *x, const float *y, size_t n)
 {
     cuda_backend *cb = cuda_of(b);
-    if (!cb->failed)
-        CU_OK(cb, launch_add(x, y, n, cb->stream));
+    cuda_flush_pending(cb);
+    if (cb->failed || n == 0)
+        return;
+    if (cb->step.active && cb->tune.fuse_add_norm) {
+        cb->pending = (cuda_pending_add){x, y, n};
+        return;
+    }
+    CU_OK(cb, launch_add(x, y, n, cb->stream));
 }
 
 void cuda_op_softcap(backend *b, float *x, size_t n, float cap)
 {
     cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
     if (!cb->failed)
         CU_OK(cb, launch_softcap(x, n, cap, cb->stream));
 }

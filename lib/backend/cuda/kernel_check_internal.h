@@ -73,5 +73,7 @@ void kc_check_ffn(kc *k);
 void kc_check_moe(kc *k);
 void kc_check_elementwise(kc *k);
 void kc_check_sample(kc *k);
+void kc_check_fused(kc *k);
+void kc_check_gemm(kc *k);
 
 #endif

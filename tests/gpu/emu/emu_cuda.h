@@ -29,6 +29,8 @@
 #include <string.h>
 
 #include <algorithm>
+#include <functional>
+#include <memory>
 #include <tuple>
 #include <utility>
 
@@ -59,6 +61,10 @@ void run_grid(dim3 grid, dim3 block, size_t smem, body_fn fn, void *ctx);
 /* Whether the stream belongs to the calling thread's current device; if
  * not, the launch fails (cudaGetLastError says so) and does not run. */
 bool stream_ok(cudaStream_t s);
+/* Stream capture: while a capture runs, launches and copies are recorded
+ * into the graph being made instead of run (cudaGraphLaunch runs them). */
+bool capturing();
+void record(std::function<void()> op);
 
 template <class T> T *dyn_smem() { return static_cast<T *>(dyn_smem_ptr()); }
 
@@ -71,6 +77,24 @@ template <class... P> struct launcher {
     {
         if (!stream_ok(stream))
             return;
+        if (capturing()) {
+            /* The arguments as they are now, kept with the graph. */
+            auto args = std::make_shared<std::tuple<P...>>(static_cast<P>(a)...);
+            void (*kk)(P...) = k;
+            dim3 g = grid, b = block;
+            size_t sm = smem;
+            record([kk, args, g, b, sm]() {
+                struct call {
+                    void (*k)(P...);
+                    std::tuple<P...> *args;
+                } c{kk, args.get()};
+                run_grid(g, b, sm, [](void *p) {
+                    call *cc = static_cast<call *>(p);
+                    std::apply(cc->k, *cc->args);
+                }, &c);
+            });
+            return;
+        }
         std::tuple<P...> args(static_cast<P>(a)...);
         struct call {
             void (*k)(P...);
@@ -105,6 +129,15 @@ inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float __fsqrt_rn(float a) { return sqrtf(a); }
+/* Byte select (the modes without sign replication). */
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s)
+{
+    const uint64_t v = ((uint64_t)y << 32) | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++)
+        r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+    return r;
+}
 inline float __uint_as_float(unsigned u)
 {
     float f;

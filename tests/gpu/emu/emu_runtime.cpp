@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <functional>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -235,7 +236,23 @@ void run_grid(dim3 grid, dim3 block, size_t smem_bytes, body_fn fn, void *ctx)
             }
 }
 
+/* The graph being captured, if any; a capture broken by a call that may
+ * not be made during one (a synchronization, a free) fails at its end. */
+static std::vector<std::function<void()>> *cap_ops;
+static bool cap_broken;
+
+bool capturing() { return cap_ops != nullptr; }
+
+void record(std::function<void()> op) { cap_ops->push_back(std::move(op)); }
+
 } // namespace emu
+
+struct CUgraph_st {
+    std::vector<std::function<void()>> ops;
+};
+struct CUgraphExec_st {
+    std::vector<std::function<void()>> ops;
+};
 
 /* ---- the runtime API memra calls ---- */
 
@@ -350,6 +367,10 @@ const char *cudaGetErrorString(cudaError_t e)
 cudaError_t cudaMalloc(void **p, size_t n)
 {
     *p = nullptr;
+    if (emu::capturing()) { /* memra never allocates inside a capture */
+        emu::cap_broken = true;
+        return fail(cudaErrorStreamCaptureUnsupported);
+    }
     if (n > ((size_t)64 << 30))
         return fail(cudaErrorMemoryAllocation);
     /* Exactly n bytes, so the address sanitizer sees a read one past the end. */
@@ -361,13 +382,29 @@ cudaError_t cudaMalloc(void **p, size_t n)
     return cudaSuccess;
 }
 
+/* Calls CUDA refuses while a stream captures: they break the capture. */
+static bool refused_in_capture()
+{
+    if (!emu::capturing())
+        return false;
+    emu::cap_broken = true;
+    return true;
+}
+
 cudaError_t cudaFree(void *p)
 {
+    if (refused_in_capture())
+        return fail(cudaErrorStreamCaptureUnsupported);
     free(p);
     return cudaSuccess;
 }
 
-cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
+cudaError_t cudaMallocHost(void **p, size_t n)
+{
+    if (refused_in_capture())
+        return fail(cudaErrorStreamCaptureUnsupported);
+    return cudaMalloc(p, n);
+}
 cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind,
@@ -375,6 +412,14 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
 {
     if (!emu::stream_ok(s))
         return cudaErrorInvalidResourceHandle;
+    if (emu::capturing()) {
+        /* A copy node reads its source when the graph runs. */
+        emu::record([dst, src, n]() {
+            if (n)
+                memcpy(dst, src, n);
+        });
+        return cudaSuccess;
+    }
     if (n)
         memcpy(dst, src, n);
     return cudaSuccess;
@@ -384,6 +429,10 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
     if (!emu::stream_ok(s))
         return cudaErrorInvalidResourceHandle;
+    if (emu::capturing()) {
+        emu::record([p, v, n]() { memset(p, v, n); });
+        return cudaSuccess;
+    }
     memset(p, v, n);
     return cudaSuccess;
 }
@@ -405,7 +454,9 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int)
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
-    return emu::stream_ok(s) ? cudaSuccess : cudaErrorInvalidResourceHandle;
+    if (!emu::stream_ok(s))
+        return cudaErrorInvalidResourceHandle;
+    return refused_in_capture() ? fail(cudaErrorStreamCaptureUnsupported) : cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s)
@@ -413,6 +464,58 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
     if (!emu::stream_ok(s))
         return cudaErrorInvalidResourceHandle;
     delete reinterpret_cast<emu_stream *>(s);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t, enum cudaStreamCaptureMode)
+{
+    if (emu::capturing())
+        return fail(cudaErrorIllegalState);
+    emu::cap_ops = new std::vector<std::function<void()>>();
+    emu::cap_broken = false;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *graph)
+{
+    *graph = nullptr;
+    if (!emu::capturing())
+        return fail(cudaErrorIllegalState);
+    std::vector<std::function<void()>> *ops = emu::cap_ops;
+    emu::cap_ops = nullptr;
+    if (emu::cap_broken) {
+        delete ops;
+        return fail(cudaErrorStreamCaptureInvalidated);
+    }
+    *graph = new CUgraph_st{std::move(*ops)};
+    delete ops;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long)
+{
+    *exec = new CUgraphExec_st{graph->ops};
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t)
+{
+    if (emu::capturing())
+        return fail(cudaErrorStreamCaptureUnsupported);
+    for (auto &op : exec->ops)
+        op();
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    delete graph;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
+{
+    delete exec;
     return cudaSuccess;
 }
 
@@ -432,7 +535,10 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     return cudaSuccess;
 }
 
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t)
+{
+    return refused_in_capture() ? fail(cudaErrorStreamCaptureUnsupported) : cudaSuccess;
+}
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {

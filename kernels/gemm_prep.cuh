@@ -1,0 +1,35 @@
+/* Launchers for the operands of the prefill GEMM (lib/backend/cuda/
+ * cuda_gemm.c): activations rounded to bf16, weights of any device format
+ * decoded (bit-identically to the CPU, kernels/weight_decode.cuh) and
+ * rounded to bf16, and the bias added to the f32 product. Every value is
+ * computed from its own inputs alone. */
+#ifndef MEMRA_KERNELS_GEMM_PREP_CUH
+#define MEMRA_KERNELS_GEMM_PREP_CUH
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/matmul.cuh"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dst[i][j] = bf16(x[i][j]) (round to nearest even) for j < cols, 0 for
+ * cols <= j < ld; n rows of x, cols floats apart. */
+cudaError_t launch_to_bf16(const float *x, int n, int64_t cols, int64_t ld, uint16_t *dst,
+                           cudaStream_t stream);
+/* dst[r][j] = bf16(W[r][j]) for W's rows, ld elements apart (ld >= cols, a
+ * multiple of 8, at most 65536; the rest 0). */
+cudaError_t launch_dequant_bf16(const cu_matrix *w, int64_t ld, uint16_t *dst,
+                                cudaStream_t stream);
+/* out[t][r] += bias[r], t < n. */
+cudaError_t launch_add_bias(float *out, const float *bias, int n, int64_t rows,
+                            cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,357 @@
+/* Decode steps as CUDA graphs: the whole forward of a decode step (a few
+ * hundred kernels) captured once per shape and replayed, so a step costs
+ * one launch instead of one per kernel.
+ *
+ * What changes from step to step (token ids, positions, block tables) is
+ * not baked into the graph: the step's first node copies it from a pinned
+ * host buffer, which step_begin fills before each launch, into a device
+ * buffer the embed and attention ops read during the capture. What the
+ * kernels' grids depend on is the key: the row count n, the attention
+ * split's bucket (the step's most key chunks rounded up to a power of
+ * two; a row's split still depends on its own position only, attention.cuh)
+ * and the block-table width. The logits come back through a copy node into
+ * pinned memory, copied out after the launch.
+ *
+ * A key is run eagerly the first time (in the graph's input layout: that
+ * run sizes the scratch buffers the capture will use and makes one-time
+ * uploads), captured the second time, replayed after that. Graphs whose
+ * buffers moved (a scratch grown, the KV pool remade) are captured again.
+ * A capture that fails (something in it could not be captured) is
+ * abandoned: the key is marked, and the engine runs the step again
+ * eagerly. Replayed steps give the same bytes as eager ones: the same
+ * kernels with the same arguments (tests/unit/test_cuda_engine.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "core/check.h"
+#include "kernels/attention.cuh"
+
+enum { GRAPH_SLOTS = 64 };
+
+typedef struct {
+    int n, bucket, tbl_cap;
+    size_t n_logits;
+    int seen;      /* eager runs of this key */
+    int broken;    /* a capture failed: always eager */
+    cudaGraphExec_t exec;
+    uint64_t epoch;
+    const void *kv_k;
+} graph_entry;
+
+typedef enum { GM_NONE = 0, GM_WARM, GM_CAPTURE } graph_mode;
+
+struct cuda_graphs {
+    graph_entry e[GRAPH_SLOTS];
+    int n_e;
+    /* The step's inputs: [tokens n][pad][meta], pinned host and device. */
+    int32_t *in_host, *in_dev;
+    size_t in_cap;        /* int32s */
+    float *rb_host;       /* logits read back by the graph */
+    size_t rb_cap;        /* floats */
+    /* The step running now. */
+    graph_mode mode;
+    graph_entry *cur;
+    size_t meta_off;
+    int n_reads, bad;
+    const float *read_src;
+    float *read_dst;
+    size_t read_n;
+    int saved_failed;
+    memra_err saved_err;
+    uint64_t replays, captures, abandoned;
+};
+
+static cuda_graphs *graphs_of(cuda_backend *cb)
+{
+    if (!cb->graphs)
+        cb->graphs = xcalloc(1, sizeof *cb->graphs);
+    return cb->graphs;
+}
+
+int cuda_graph_capturing(const cuda_backend *cb)
+{
+    return cb->graphs && cb->graphs->mode == GM_CAPTURE;
+}
+
+const int32_t *cuda_graph_tokens(cuda_backend *cb)
+{
+    cuda_graphs *g = cb->graphs;
+    return g && g->mode != GM_NONE ? g->in_dev : NULL;
+}
+
+const int32_t *cuda_graph_rows(cuda_backend *cb)
+{
+    cuda_graphs *g = cb->graphs;
+    return g && g->mode != GM_NONE ? g->in_dev + g->meta_off : NULL;
+}
+
+int cuda_graph_chunks(cuda_backend *cb)
+{
+    cuda_graphs *g = cb->graphs;
+    return g && g->mode != GM_NONE ? g->cur->bucket : 0;
+}
+
+void cuda_graph_spoil(cuda_backend *cb)
+{
+    if (cuda_graph_capturing(cb))
+        cb->graphs->bad = 1;
+}
+
+void cuda_graph_read(cuda_backend *cb, const float *src, float *dst, size_t n)
+{
+    cuda_graphs *g = cb->graphs;
+    if (cb->failed)
+        return;
+    /* One read, the logits, into the readback buffer sized at begin. */
+    if (g->n_reads++ > 0 || n > g->rb_cap) {
+        g->bad = 1;
+        return;
+    }
+    g->read_src = src;
+    g->read_dst = dst;
+    g->read_n = n;
+    CU_OK(cb, cudaMemcpyAsync(g->rb_host, src, n * sizeof(float), cudaMemcpyDeviceToHost,
+                              cb->stream));
+}
+
+static void entry_drop(graph_entry *e)
+{
+    if (e->exec)
+        cudaGraphExecDestroy(e->exec);
+    e->exec = NULL;
+}
+
+void cuda_graph_stats(cuda_backend *cb, uint64_t *replays, uint64_t *captures,
+                      uint64_t *abandoned)
+{
+    cuda_graphs *g = cb->graphs;
+    *replays = g ? g->replays : 0;
+    *captures = g ? g->captures : 0;
+    *abandoned = g ? g->abandoned : 0;
+}
+
+void cuda_graphs_free(cuda_backend *cb)
+{
+    cuda_graphs *g = cb->graphs;
+    if (!g)
+        return;
+    for (int i = 0; i < g->n_e; i++)
+        entry_drop(&g->e[i]);
+    cudaFreeHost(g->in_host);
+    cudaFree(g->in_dev);
+    cudaFreeHost(g->rb_host);
+    free(g);
+    cb->graphs = NULL;
+}
+
+/* Grow a pinned host buffer and its device twin (never during a capture:
+ * step_begin calls this before one starts). The old device buffer may be
+ * in a graph: those are captured again. */
+static int ensure_inputs(cuda_backend *cb, cuda_graphs *g, size_t n32)
+{
+    if (n32 <= g->in_cap)
+        return 0;
+    if (CU_OK(cb, cudaStreamSynchronize(cb->stream)))
+        return -1;
+    cudaFreeHost(g->in_host);
+    cudaFree(g->in_dev);
+    g->in_host = NULL;
+    g->in_dev = NULL;
+    g->in_cap = 0;
+    size_t want = n32 < 1024 ? 1024 : n32 + n32 / 2;
+    if (CU_OK(cb, cudaMallocHost((void **)&g->in_host, want * sizeof(int32_t))) ||
+        cuda_alloc(cb, (void **)&g->in_dev, want * sizeof(int32_t), "graph inputs", 1, NULL) != 0)
+        return -1;
+    g->in_cap = want;
+    cb->mem_epoch++;
+    return 0;
+}
+
+static int ensure_readback(cuda_backend *cb, cuda_graphs *g, size_t n)
+{
+    if (n <= g->rb_cap)
+        return 0;
+    if (CU_OK(cb, cudaStreamSynchronize(cb->stream)))
+        return -1;
+    cudaFreeHost(g->rb_host);
+    g->rb_host = NULL;
+    g->rb_cap = 0;
+    if (CU_OK(cb, cudaMallocHost((void **)&g->rb_host, n * sizeof(float))))
+        return -1;
+    g->rb_cap = n;
+    cb->mem_epoch++;
+    return 0;
+}
+
+/* The key's slot; NULL when the table is full (the step runs eagerly). */
+static graph_entry *entry_for(cuda_graphs *g, int n, int bucket, int tbl_cap, size_t n_logits)
+{
+    for (int i = 0; i < g->n_e; i++) {
+        graph_entry *e = &g->e[i];
+        if (e->n == n && e->bucket == bucket && e->tbl_cap == tbl_cap && e->n_logits == n_logits)
+            return e;
+    }
+    if (g->n_e == GRAPH_SLOTS)
+        return NULL;
+    graph_entry *e = &g->e[g->n_e++];
+    memset(e, 0, sizeof *e);
+    e->n = n;
+    e->bucket = bucket;
+    e->tbl_cap = tbl_cap;
+    e->n_logits = n_logits;
+    return e;
+}
+
+/* The step's inputs in the graph layout, into the pinned buffer: tokens,
+ * then (at meta_off) [n] positions, [n] table offsets, [n][tbl_cap]
+ * tables. -1 (nothing recorded) when a row does not fit the layout: the
+ * step then runs eagerly, and the ops report what is wrong with it. */
+static int fill_inputs(cuda_graphs *g, const bk_step *st, int tbl_cap)
+{
+    const bk_batch *rows = st->rows;
+    int n = rows->n;
+    int32_t *h = g->in_host;
+    memcpy(h, st->tokens, (size_t)n * sizeof(int32_t));
+    int32_t *m = h + g->meta_off;
+    for (int i = 0; i < n; i++) {
+        const kv_seq *s = rows->seq[i];
+        if (!s || rows->pos[i] < 0 || s->n_blocks > tbl_cap ||
+            (int64_t)rows->pos[i] >= (int64_t)s->n_blocks * s->cache->block_size)
+            return -1;
+        m[i] = rows->pos[i];
+        m[n + i] = i * tbl_cap;
+        int32_t *t = m + 2 * n + (size_t)i * tbl_cap;
+        memcpy(t, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
+        memset(t + s->n_blocks, 0, (size_t)(tbl_cap - s->n_blocks) * sizeof(int32_t));
+    }
+    return 0;
+}
+
+/* Launch the entry's graph and copy the logits out. */
+static int replay(cuda_backend *cb, cuda_graphs *g, graph_entry *e, const bk_step *st)
+{
+    g->replays++;
+    if (CU_OK(cb, cudaGraphLaunch(e->exec, cb->stream)) ||
+        CU_OK(cb, cudaStreamSynchronize(cb->stream)))
+        return -1;
+    memcpy(st->logits, g->rb_host, st->n_logits * sizeof(float));
+    return 1;
+}
+
+static int pow2_at_least(int x)
+{
+    int p = 1;
+    while (p < x)
+        p *= 2;
+    return p;
+}
+
+int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
+{
+    int n = st->rows->n;
+    cb->step = (cuda_step){.active = 1, .prefill = st->prefill, .n = n};
+    if (cb->failed) {
+        cb->step.active = 0;
+        return -1;
+    }
+    if (!cb->tune.graphs || !st->graph_ok || n > cb->tune.graph_max_rows || !st->logits ||
+        st->n_logits == 0 || st->max_blocks <= 0)
+        return 0;
+    cuda_graphs *g = graphs_of(cb);
+    g->mode = GM_NONE;
+    int chunks = 1;
+    for (int i = 0; i < n; i++) {
+        int c = attn_row_chunks(st->rows->pos[i], 0);
+        chunks = c > chunks ? c : chunks;
+    }
+    graph_entry *e = entry_for(g, n, pow2_at_least(chunks), st->max_blocks, st->n_logits);
+    if (!e || e->broken)
+        return 0;
+    g->meta_off = ((size_t)n + 3) & ~(size_t)3;
+    size_t len = g->meta_off + 2 * (size_t)n + (size_t)n * (size_t)st->max_blocks;
+    if (ensure_inputs(cb, g, len) != 0 || ensure_readback(cb, g, st->n_logits) != 0) {
+        cb->step.active = 0;
+        return -1;
+    }
+    if (fill_inputs(g, st, st->max_blocks) != 0)
+        return 0;
+    if (e->exec && (e->epoch != cb->mem_epoch || e->kv_k != cb->kv_k))
+        entry_drop(e);
+    if (e->exec) {
+        cb->step.active = 0;
+        return replay(cb, g, e, st);
+    }
+    g->cur = e;
+    g->n_reads = 0;
+    g->bad = 0;
+    if (e->seen == 0) {
+        /* The warm-up: eager, in the graph's layout. */
+        e->seen = 1;
+        g->mode = GM_WARM;
+        return CU_OK(cb, cudaMemcpyAsync(g->in_dev, g->in_host, len * sizeof(int32_t),
+                                         cudaMemcpyHostToDevice, cb->stream))
+                   ? -1
+                   : 0;
+    }
+    g->saved_failed = cb->failed;
+    g->saved_err = cb->err;
+    if (cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        /* A device or driver without stream capture: this key runs eagerly. */
+        cudaGetLastError();
+        e->broken = 1;
+        return 0;
+    }
+    g->mode = GM_CAPTURE;
+    CU_OK(cb, cudaMemcpyAsync(g->in_dev, g->in_host, len * sizeof(int32_t),
+                              cudaMemcpyHostToDevice, cb->stream));
+    return 0;
+}
+
+/* End a capture: instantiate and launch it, or abandon it (0: the engine
+ * runs the step again eagerly). */
+static int end_capture(cuda_backend *cb, cuda_graphs *g, const bk_step *st)
+{
+    graph_entry *e = g->cur;
+    cudaGraph_t graph = NULL;
+    cudaError_t rc = cudaStreamEndCapture(cb->stream, &graph);
+    g->mode = GM_NONE;
+    int ok = rc == cudaSuccess && graph && !cb->failed && !g->bad && g->n_reads == 1 &&
+             g->read_dst == st->logits && g->read_n == st->n_logits;
+    if (ok) {
+        rc = cudaGraphInstantiate(&e->exec, graph, 0);
+        ok = rc == cudaSuccess;
+    }
+    if (graph)
+        cudaGraphDestroy(graph);
+    if (!ok) {
+        /* What failed inside the capture fails again eagerly if it is real. */
+        e->exec = NULL;
+        e->broken = 1;
+        cudaGetLastError();
+        cb->failed = g->saved_failed;
+        cb->err = g->saved_err;
+        g->abandoned++;
+        return 0;
+    }
+    g->captures++;
+    e->epoch = cb->mem_epoch;
+    e->kv_k = cb->kv_k;
+    return replay(cb, g, e, st);
+}
+
+int cuda_graph_step_end(cuda_backend *cb, const bk_step *st)
+{
+    cuda_flush_pending(cb);
+    cuda_graphs *g = cb->graphs;
+    int r = 1;
+    if (g && g->mode == GM_CAPTURE)
+        r = end_capture(cb, g, st);
+    if (g)
+        g->mode = GM_NONE;
+    cb->step.active = 0;
+    if (r < 0 || cb->failed)
+        return -1;
+    return r;
+}
