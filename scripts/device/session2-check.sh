@@ -5,7 +5,8 @@
 #          Q4_K_M and Q8_0 timed on 16 cores, memra-bench bf16 rows
 #   part2: memra-bench Q8_0 / Q4_K_M rows, memra-gen on both, the server
 #          benchmark against memra-serve on the bf16 model
-# Carry .devcarry/final (stripped bin/ and the GPU unit tests), build/shared
+# Carry .devcarry/final.tar.xz (stripped bin/ and the GPU unit tests, xz with a
+# large dictionary: the binaries share their kernels), build/shared
 # and build/tokref. Logs in $OUT/logs.tgz, the headline in $OUT/summary.txt.
 set -u
 part=${1:-part1}
@@ -13,8 +14,9 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/logs"
 L=$OUT/logs S=$OUT/summary.txt
 here=$(pwd)
 if [ ! -x bin/memra-gen ]; then
-  mkdir -p bin build/release/tests
-  cp .devcarry/final/bin/* bin/ && cp .devcarry/final/tests/* build/release/tests/
+  mkdir -p bin build/release/tests /tmp/fc
+  xz -dc .devcarry/final.tar.xz | tar -C /tmp/fc -xf - && cp /tmp/fc/bin/* bin/ &&
+    cp /tmp/fc/tests/* build/release/tests/ || { echo "unpacking the binaries failed"; exit 1; }
 fi
 export PATH=$here/bin:$PATH MEMRA_CACHE=/tmp/memra-cache
 say() { echo "$*" | tee -a "$S"; }
