@@ -38,14 +38,14 @@ if [ "$part" = part1 ]; then
   ) > $L/timings.log 2>&1 &
   mk=$!
   stamp "GPU suite"
-  OUT=$L/gpu timeout 300 bash tests/gpu/run.sh > $L/gpu-suite.log 2>&1
+  OUT=$L/gpu timeout 280 bash tests/gpu/run.sh > $L/gpu-suite.log 2>&1
   say "gpu suite rc=$? $(tail -1 $L/gpu-suite.log)"
   grep -E "^FAIL" $L/gpu-suite.log | head -20 | tee -a "$S"
   wait $mk
   cat $L/timings.log | tee -a "$S"; tail -n 2 $L/quant-q4km.log | tee -a "$S"
   ls -l $w/*.gguf | tee -a "$S"
   stamp "bench bf16"
-  timeout 260 memra-bench $w/bf16.gguf --backend cuda -p 512 -n 128 -d 0,8192,32768 -b 1,8,32,64 -r 3 \
+  timeout 200 memra-bench $w/bf16.gguf --backend cuda -p 512 -n 128 -d 0,8192,32768 -b 1,8,32,64 -r 3 \
       --json > $L/bench-bf16.json 2> $L/bench-bf16.err
   say "bench bf16 rc=$?"
   jq -r '.rows[]? | "\(.test) \(.tok_s) tok/s  \(.pct_ceiling)% peak_mem \(.peak_mem_bytes)"' $L/bench-bf16.json 2>/dev/null | tee -a "$S"
