@@ -754,7 +754,16 @@ static int run_model_bench(const bench_opts *o)
     eo.kv_type = o->kv;
     eo.device = o->device;
     eo.n_batch = o->n_batch;
-    eo.n_seqs = max_b; /* the KV pool: max_b sequences of the longest row */
+    eo.n_seqs = max_b;
+    /* The KV pool: the longest single row, or max_b sequences of the
+     * longest batched row, whichever is more (not max_b x the longest
+     * row: a depth of 32768 beside -b 64 would ask for 64 x 32768). */
+    int64_t bneed = 0;
+    for (size_t k = 0; k < n_bprompts; k++)
+        for (size_t i = 0; i < o->tg.n; i++)
+            if (o->tg.v[i] > 0 && bprompts[k] + o->tg.v[i] > bneed)
+                bneed = bprompts[k] + o->tg.v[i];
+    eo.kv_tokens = bneed * max_b > need ? bneed * max_b : need;
     engine *e;
     if (engine_load(&ck, &eo, &e, &err) != 0)
         cli_fail(&err);
@@ -773,7 +782,7 @@ static int run_model_bench(const bench_opts *o)
     json_t *dtypes = dtype_bytes(&ck, &main_dtype, &weight_bytes);
     char date[32];
     membw_utc_now(date, sizeof date);
-    int n_batch = o->n_batch > 0 ? o->n_batch : 64;
+    int n_batch = engine_n_batch(e);
     const char *kv_name = kv_type_name(engine_kv_type(e));
     const char *fmt = ck.format == CKPT_GGUF ? "gguf" : "hf";
     double ceiling_tok_s = ceil.gb_s * 1e9 / (double)bpt;

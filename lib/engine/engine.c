@@ -68,6 +68,14 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
     if (blocks_per_seq * eo.n_seqs > INT32_MAX)
         return memra_fail(err, "n_ctx %" PRId64 " x %d sequences is too large", n_ctx,
                           eo.n_seqs);
+    int64_t pool_blocks = blocks_per_seq * eo.n_seqs;
+    if (eo.kv_tokens < 0)
+        return memra_fail(err, "kv_tokens %" PRId64 " is negative", eo.kv_tokens);
+    if (eo.kv_tokens > 0) {
+        /* every sequence may hold one partly filled block besides */
+        int64_t b = (eo.kv_tokens + eo.kv_block_size - 1) / eo.kv_block_size + eo.n_seqs;
+        pool_blocks = b < pool_blocks ? b : pool_blocks;
+    }
     engine *e = xcalloc(1, sizeof *e);
     e->ck = ck;
     e->opts = eo;
@@ -93,7 +101,7 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
         .cap = e->opts.n_batch,
         .kv_type = e->opts.kv_type,
         .kv_block_size = e->opts.kv_block_size,
-        .kv_blocks = (int)(blocks_per_seq * e->opts.n_seqs),
+        .kv_blocks = (int)pool_blocks,
     };
     if (model_init(&e->m, c, &e->binding, ck->format, e->bk, &mo, err) != 0) {
         memra_wrap(err, "%s", ck->path);

@@ -35,6 +35,8 @@ typedef struct {
     int n_batch;        /* prefill chunk: tokens per step; 0: the backend's choice (CUDA:
                            512 on H100/H200, else 64), else 64 */
     int n_seqs;         /* sequences that can hold n_ctx tokens at once; 0: 1 */
+    int64_t kv_tokens;  /* the KV pool in tokens, shared by all sequences; 0: n_seqs x n_ctx
+                         * (set it lower when the sequences never all fill n_ctx at once) */
     int kv_block_size;  /* tokens per KV block; 0: 16 */
     backend_kind backend; /* BK_CPU (default) or BK_CUDA */
     int device;         /* CUDA device index (BK_CUDA); any thread may then drive the
