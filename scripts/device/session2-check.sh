@@ -74,3 +74,18 @@ if [ "$part" = part2 ]; then
   kill $srv; wait $srv 2>/dev/null
   stamp "done part2"
 fi
+
+if [ "$part" = part3 ]; then
+  # Every weight format on the Qwen3-8B shape: quantize the bf16 file and
+  # generate 16 greedy tokens with memra-gen on CUDA (sampled on the device).
+  memra-convert --random tests/fixtures/configs/Qwen3-8B.json --seed 1 $w/bf16.gguf > $L/convert.log 2>&1
+  stamp "bf16 made rc=$?"
+  for t in Q4_0 NVFP4 MXFP8 Q6_K Q5_K; do
+    memra-quantize $w/bf16.gguf $w/$t.gguf $t --threads 16 > $L/quant-$t.log 2>&1
+    q=$?
+    timeout 60 memra-gen $w/$t.gguf --backend cuda --prompt-ids 100,101,102,103,104,105,106,107 -n 16 --temp 0 \
+        > $L/gen-$t.log 2>&1
+    stamp "$t quantize rc=$q gen rc=$? $(grep -o 'decode .*' $L/gen-$t.log | head -1)"
+    rm -f $w/$t.gguf
+  done
+fi
