@@ -55,7 +55,7 @@ fi
 if [ "$part" = part2 ]; then
   for f in q8_0 q4km; do
     stamp "bench $f"
-    timeout 150 memra-bench $w/$f.gguf --backend cuda -p 512 -n 128 -d 0,32768 -b 64 -r 3 --json \
+    timeout 150 memra-bench $w/$f.gguf --backend cuda -p 512 -n 128 -d 0 -b 64 -r 3 --json \
         > $L/bench-$f.json 2> $L/bench-$f.err
     say "bench $f rc=$?"
     jq -r '.rows[]? | "\(.test) \(.tok_s) tok/s  \(.pct_ceiling)% peak_mem \(.peak_mem_bytes)"' $L/bench-$f.json 2>/dev/null | tee -a "$S"
@@ -78,7 +78,10 @@ fi
 if [ "$part" = part3 ]; then
   # Every weight format on the Qwen3-8B shape: quantize the bf16 file and
   # generate 16 greedy tokens with memra-gen on CUDA (sampled on the device).
-  memra-convert --random tests/fixtures/configs/Qwen3-8B.json --seed 1 $w/bf16.gguf > $L/convert.log 2>&1
+  # memra-gen needs a tokenizer even with --prompt-ids: convert with one.
+  mkdir -p $w/tok && gunzip -c build/tokref/qwen3/tokenizer.json.gz > $w/tok/tokenizer.json
+  memra-convert --random tests/fixtures/configs/Qwen3-8B.json --tokenizer $w/tok --seed 1 \
+      $w/bf16.gguf > $L/convert.log 2>&1
   stamp "bf16 made rc=$?"
   for t in Q4_0 NVFP4 MXFP8 Q6_K Q5_K; do
     memra-quantize $w/bf16.gguf $w/$t.gguf $t --threads 16 > $L/quant-$t.log 2>&1
