@@ -12,8 +12,11 @@
  * The checkpoint must stay open while the engine lives: weights are views
  * into its map. A forward appends the tokens to the sequence's KV cache;
  * prompts longer than the step size run in chunks of n_batch tokens, and
- * every token's logits are the same whatever the chunking (each row is
- * computed alone, in a fixed reduction order). */
+ * on the CPU every token's logits are the same whatever the chunking (each
+ * row is computed alone, in a fixed reduction order). On CUDA a prompt
+ * chunk of 32 or more rows goes through a bf16 tensor-core GEMM (within
+ * its bound of the row-by-row result, the same bytes for the same chunk);
+ * decode steps keep the row-by-row, batch-invariant kernels. */
 #ifndef MEMRA_ENGINE_ENGINE_H
 #define MEMRA_ENGINE_ENGINE_H
 
