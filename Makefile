@@ -127,8 +127,15 @@ debug:
 
 # The tests run the release programs and the sanitizer build of the unit
 # tests and programs, so malformed inputs are checked under ASan + UBSan.
+# With CUDA in the build, the kernels also run on the CPU emulation of the
+# CUDA model first (the kernel check and device sampling; about 3 minutes
+# on 2 cores), so CI, which has no GPU, runs the CUDA code and not only
+# compiles it.
 test: all unit-bins
 	$(MAKE) VARIANT=san all unit-bins
+ifeq ($(CUDA),1)
+	@bash tests/gpu/emulate.sh --quick
+endif
 	@bash tests/run.sh
 
 # The CUDA backend's checks, on a machine with a GPU (CI has none):
