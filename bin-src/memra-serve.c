@@ -34,6 +34,9 @@ static const char usage[] =
     "                           env MEMRA_CTX)\n"
     "  --max-sessions N         sequences generating at once per model (default 16;\n"
     "                           env MEMRA_MAX_SESSIONS)\n"
+    "  --prefill-chunk N        prompt tokens a sequence prefills per scheduler tick (default the\n"
+    "                           backend's step: 512 on H100/H200, 64 elsewhere; env\n"
+    "                           MEMRA_PREFILL_CHUNK)\n"
     "  --max-queue N            requests that may wait beyond them, then 429 (default 64;\n"
     "                           env MEMRA_MAX_QUEUE)\n"
     "  --api-key KEY            require this key (env MEMRA_API_KEY)\n"
@@ -62,7 +65,7 @@ typedef struct {
     char *host;
     int port;
     int64_t n_ctx;
-    int max_sessions, max_queue, n_threads, http_threads, insecure;
+    int max_sessions, max_queue, n_threads, http_threads, insecure, prefill_chunk;
     backend_kind backend;
     int backend_given, device, device_given;
     kv_type kv;
@@ -158,6 +161,8 @@ static void parse_args(int argc, char **argv, serve_args *a)
         a->n_ctx = int_or_usage(env, 1, INT32_MAX, "MEMRA_CTX");
     if ((env = getenv("MEMRA_MAX_SESSIONS")) && *env)
         a->max_sessions = (int)int_or_usage(env, 1, 4096, "MEMRA_MAX_SESSIONS");
+    if ((env = getenv("MEMRA_PREFILL_CHUNK")) && *env)
+        a->prefill_chunk = (int)int_or_usage(env, 1, 1 << 16, "MEMRA_PREFILL_CHUNK");
     if ((env = getenv("MEMRA_MAX_QUEUE")) && *env)
         a->max_queue = (int)int_or_usage(env, 0, 1 << 20, "MEMRA_MAX_QUEUE");
     if ((env = getenv("MEMRA_THREADS")) && *env)
@@ -173,12 +178,13 @@ static void parse_args(int argc, char **argv, serve_args *a)
     a->insecure = env_true("MEMRA_INSECURE");
 
     enum { O_HOST = 1000, O_PORT, O_MAXS, O_MAXQ, O_KEY, O_KEYS, O_INSECURE, O_TMPL, O_HTTPT,
-           O_BODY, O_DRAIN, O_BACKEND, O_DEVICE, O_KV };
+           O_BODY, O_DRAIN, O_BACKEND, O_DEVICE, O_KV, O_PCHUNK };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},     {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},   {"ctx", required_argument, NULL, 'c'},
         {"max-sessions", required_argument, NULL, O_MAXS},
         {"max-queue", required_argument, NULL, O_MAXQ},
+        {"prefill-chunk", required_argument, NULL, O_PCHUNK},
         {"api-key", required_argument, NULL, O_KEY}, {"api-keys", required_argument, NULL, O_KEYS},
         {"insecure", no_argument, NULL, O_INSECURE},
         {"chat-template", required_argument, NULL, O_TMPL},
@@ -202,6 +208,9 @@ static void parse_args(int argc, char **argv, serve_args *a)
         case O_PORT: a->port = (int)int_or_usage(optarg, 0, 65535, "--port"); break;
         case 'c': a->n_ctx = int_or_usage(optarg, 1, INT32_MAX, "--ctx"); break;
         case O_MAXS: a->max_sessions = (int)int_or_usage(optarg, 1, 4096, "--max-sessions"); break;
+        case O_PCHUNK:
+            a->prefill_chunk = (int)int_or_usage(optarg, 1, 1 << 16, "--prefill-chunk");
+            break;
         case O_MAXQ: a->max_queue = (int)int_or_usage(optarg, 0, 1 << 20, "--max-queue"); break;
         case O_KEY: flag_key = optarg; break;
         case O_KEYS: flag_keys = optarg; break;
@@ -351,7 +360,8 @@ int main(int argc, char **argv)
         serve_model_opts mo = {.alias = a.aliases[i], .path = a.paths[i], .n_ctx = a.n_ctx,
                                .max_sessions = a.max_sessions, .max_queue = a.max_queue,
                                .n_threads = a.n_threads, .chat_template = tmpl,
-                               .backend = bk, .device = a.device, .kv_type = a.kv};
+                               .backend = bk, .device = a.device, .kv_type = a.kv,
+                               .prefill_chunk = a.prefill_chunk};
         double t0 = mono();
         if (serve_model_load(&mo, &models[i], &err) != 0) {
             for (int j = 0; j < i; j++)

@@ -40,7 +40,8 @@ typedef struct {
     int max_sessions;          /* sequences in flight at once (KV room for each) */
     int max_queue;             /* requests that may wait beyond them */
     int n_threads;             /* engine threads; <= 0: one per core */
-    int prefill_chunk;         /* prompt tokens per slot per tick; <= 0: 64 */
+    int prefill_chunk;         /* prompt tokens per slot per tick; <= 0: the engine's
+                                  step size (engine_n_batch) */
     const char *chat_template; /* template text replacing the checkpoint's, or NULL */
     backend_kind backend;      /* BK_CPU or BK_CUDA */
     int device;                /* CUDA device index (BK_CUDA) */

@@ -202,6 +202,14 @@ stop_server "$PID" >/dev/null
 # Refusals at start.
 expect_error "non-loopback address without a key is refused" 2 "refusing to listen on '0.0.0.0'" memra-serve -m "tiny=$STORIES" --host 0.0.0.0
 expect_error "no model: usage" 2 "no model" memra-serve
+expect_error "--prefill-chunk 0 is refused" 2 "prefill-chunk" memra-serve -m "tiny=$STORIES" --prefill-chunk 0
+expect_error "MEMRA_PREFILL_CHUNK=x is refused" 2 "MEMRA_PREFILL_CHUNK" env MEMRA_PREFILL_CHUNK=x memra-serve -m "tiny=$STORIES"
+# A prompt read two tokens per tick gives the bytes of the default chunk.
+start_server pchunk -m "tiny=$STORIES" --prefill-chunk 2 -t 1
+check "--prefill-chunk 2: greedy text unchanged" bash -c "
+  curl -sS -m 20 $URL/v1/completions -d '{\"model\":\"tiny\",\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}' |
+  jq -r '.choices[0].text' > '$T/pchunk.txt' && [ \"\$(cat '$T/pchunk.txt')\" = \"\$(jq -r .text '$T/gen.json')\" ]"
+stop_server "$PID" >/dev/null
 # A model that does not load: exit 1, its error the last line (after "listening").
 load_error() {
   memra-serve --port 0 "${@:3}" >/dev/null 2>"$T/le.err"; local rc=$?
