@@ -21,7 +21,7 @@ extern "C" {
 cudaError_t launch_to_bf16(const float *x, int n, int64_t cols, int64_t ld, uint16_t *dst,
                            cudaStream_t stream);
 /* dst[r][j] = bf16(W[r][j]) for W's rows, ld elements apart (ld >= cols, a
- * multiple of 8, at most 65536; the rest 0). */
+ * multiple of 8; the rest 0). Every format of kernels/weight_layout.h. */
 cudaError_t launch_dequant_bf16(const cu_matrix *w, int64_t ld, uint16_t *dst,
                                 cudaStream_t stream);
 /* out[t][r] += bias[r], t < n. */

@@ -5,7 +5,9 @@
  * prefill GEMM (bf16 operands) against the CPU within a bf16 bound, run
  * twice for the same bytes. With --perf, each mat-vec variant is timed on
  * decode-sized matrices of every format (GB/s of weights read), and the
- * GEMM on a 512-row prefill chunk (TFLOP/s). */
+ * GEMM on a 512-row prefill chunk (TFLOP/s). The GEMM's weight operand
+ * (every format decoded to bf16) is checked bit for bit against the CPU's
+ * decoder, on the emulation too (the GEMM itself needs cuBLASLt). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -15,6 +17,9 @@
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/kernel_check_internal.h"
 #include "core/check.h"
+#include "format/dequant.h"
+#include "format/half.h"
+#include "kernels/gemm_prep.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/norm.cuh"
 
@@ -293,7 +298,8 @@ void kc_check_gemm(kc *k)
         kc_report_ok(k, "gemm", "not available", 1, why);
         return;
     }
-    static const dtype ts[] = {DT_BF16, DT_F16, DT_F32, DT_Q8_0, DT_Q4_K, DT_Q6_K};
+    static const dtype ts[] = {DT_BF16, DT_F16, DT_F32, DT_Q8_0, DT_Q4_0, DT_Q4_K,
+                               DT_Q5_K, DT_Q6_K, DT_NVFP4, DT_MXFP8};
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(ts); i++)
         gemm_case(k, ts[i], 1000, 1024, 64, i == 0);
     gemm_case(k, DT_BF16, 37, 96, 40, 1);
@@ -302,5 +308,78 @@ void kc_check_gemm(kc *k)
         gemm_case(k, DT_BF16, 12288, 4096, 512, 0);
         gemm_case(k, DT_BF16, 4096, 12288, 512, 0);
         gemm_case(k, DT_Q4_K, 12288, 4096, 512, 0);
+    }
+}
+
+/* ---- the GEMM's weight operand: every format to bf16 ---- */
+
+/* Rows x cols of type t decoded on the device into rows ld apart, against
+ * the CPU's dequant_row rounded to bf16 (round to nearest even): the same
+ * bits, and zeros in the padding. */
+static void dequant_case(kc *k, dtype t, int64_t rows, int64_t cols, int64_t ld)
+{
+    bk_weight w;
+    if (kc_weight(k, &w, t, rows, cols, "dequant.w") != 0)
+        return;
+    size_t n = (size_t)rows * (size_t)ld;
+    uint16_t *ref = xmalloc(n * sizeof *ref), *got = xmalloc(n * sizeof *got);
+    float *row = xmalloc((size_t)cols * sizeof *row);
+    memra_err err;
+    int ok = 1;
+    for (int64_t r = 0; r < rows && ok; r++) {
+        ok = dequant_row(t, w.data + (size_t)r * w.row_bytes, row, cols, &err) == 0;
+        for (int64_t j = 0; j < ld; j++)
+            ref[(size_t)r * (size_t)ld + (size_t)j] = j < cols ? f32_to_bf16(row[j]) : 0;
+    }
+    uint16_t *dev = NULL;
+    cudaStream_t st = cuda_of(k->gpu)->stream;
+    double us = -1;
+    if (ok && cudaMalloc((void **)&dev, n * sizeof *dev) == cudaSuccess) {
+        cudaMemsetAsync(dev, 0xFF, n * sizeof *dev, st); /* no stale zeros pass for padding */
+        ok = launch_dequant_bf16(mat(&w), ld, dev, st) == cudaSuccess &&
+             cudaMemcpyAsync(got, dev, n * sizeof *got, cudaMemcpyDeviceToHost, st) == cudaSuccess &&
+             cudaStreamSynchronize(st) == cudaSuccess;
+        if (ok && k->o->perf)
+            KC_TIME(k, us, launch_dequant_bf16(mat(&w), ld, dev, st));
+        cudaFree(dev);
+    } else {
+        ok = 0;
+    }
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; ok && i < n; i++)
+        if (got[i] != ref[i] && bad++ == 0)
+            first = i;
+    char what[96], detail[160];
+    snprintf(what, sizeof what, "%-5s %" PRId64 "x%" PRId64 " ld %" PRId64, tname(t), rows, cols,
+             ld);
+    if (!ok)
+        snprintf(detail, sizeof detail, "the launch or a copy failed");
+    else if (bad)
+        snprintf(detail, sizeof detail, "%zu of %zu differ, first [%zu][%zu]: 0x%04x, want 0x%04x",
+                 bad, n, first / (size_t)ld, first % (size_t)ld, got[first], ref[first]);
+    else if (us > 0)
+        snprintf(detail, sizeof detail, "bit-exact, %.1f us = %.0f GB/s", us,
+                 ((double)rows * (double)mat(&w)->stride + 2.0 * (double)n) / us / 1e3);
+    else
+        snprintf(detail, sizeof detail, "bit-exact");
+    kc_report_ok(k, "dequant", what, ok && bad == 0, detail);
+    free(ref);
+    free(got);
+    free(row);
+    kc_weight_free(&w);
+}
+
+void kc_check_dequant(kc *k)
+{
+    static const dtype ts[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K,
+                               DT_Q5_K, DT_Q6_K, DT_NVFP4, DT_MXFP8};
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(ts); i++) {
+        dequant_case(k, ts[i], 37, 512, 512);
+        dequant_case(k, ts[i], 5, 768, 776); /* padded rows */
+    }
+    if (k->o->perf) {
+        dequant_case(k, DT_Q4_K, 12288, 4096, 4096);
+        dequant_case(k, DT_Q6_K, 4096, 12288, 12288);
+        dequant_case(k, DT_Q8_0, 12288, 4096, 4096);
     }
 }
