@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/moe_route.h"
 #include "core/check.h"
 #include "format/tensor_names.h"
 
@@ -199,34 +200,6 @@ static void imx_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
     acc_dense(c, down, hb, n);
 }
 
-/* Softmax of one token's router logits and its top n_used experts, the
- * same float arithmetic and tie rule (lower id) as the CPU op, so the
- * statistics follow the routing the forward used. */
-static void route(float *p, int n_experts, int n_used, int *ids)
-{
-    float mx = -INFINITY, sum = 0;
-    for (int e = 0; e < n_experts; e++)
-        if (p[e] > mx)
-            mx = p[e];
-    for (int e = 0; e < n_experts; e++) {
-        p[e] = expf(p[e] - mx);
-        sum += p[e];
-    }
-    for (int e = 0; e < n_experts; e++)
-        p[e] /= sum;
-    for (int k = 0; k < n_used; k++) {
-        int best = -1;
-        for (int e = 0; e < n_experts; e++) {
-            int taken = 0;
-            for (int u = 0; u < k; u++)
-                taken |= ids[u] == e;
-            if (!taken && (best < 0 || p[e] > p[best]))
-                best = e;
-        }
-        ids[k] = best;
-    }
-}
-
 static void imx_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *out)
 {
     imatrix_collector *c = collector_of(b);
@@ -246,7 +219,7 @@ static void imx_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, floa
         c->route_ids = xmalloc(c->route_cap * sizeof(int));
     }
     for (int t = 0; t < n; t++)
-        route(logits + (size_t)t * ne, ne, nu, c->route_ids + (size_t)t * nu);
+        moe_route_token(logits + (size_t)t * ne, ne, nu, 0, c->route_ids + (size_t)t * nu, NULL);
     /* the CPU op keeps its choices (per token, n_used ids): ours must be
      * the same, or the statistics would follow a routing the forward did
      * not take */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/moe_route.h"
 #include "core/check.h"
 
 enum { MOE_PROBS, MOE_X, MOE_Y, MOE_HB, MOE_HB2 };
@@ -31,41 +32,6 @@ void cpu_moe_free(cpu_backend *c)
     free(c->moe_who);
     free(c->moe_w);
     free(c->moe_ww);
-}
-
-/* Softmax of one token's router logits, then its top n_used experts into
- * ids / w, highest probability first (the lower id wins a tie). */
-static void route_token(float *p, int n_experts, int n_used, int norm_topk, int *ids, float *w)
-{
-    float mx = -INFINITY, sum = 0;
-    for (int e = 0; e < n_experts; e++)
-        if (p[e] > mx)
-            mx = p[e];
-    for (int e = 0; e < n_experts; e++) {
-        p[e] = expf(p[e] - mx);
-        sum += p[e];
-    }
-    for (int e = 0; e < n_experts; e++)
-        p[e] /= sum;
-    for (int k = 0; k < n_used; k++) {
-        int best = -1;
-        for (int e = 0; e < n_experts; e++) {
-            int taken = 0;
-            for (int u = 0; u < k; u++)
-                taken |= ids[u] == e;
-            if (!taken && (best < 0 || p[e] > p[best]))
-                best = e;
-        }
-        ids[k] = best;
-        w[k] = p[best];
-    }
-    if (norm_topk) {
-        float s = 0;
-        for (int k = 0; k < n_used; k++)
-            s += w[k];
-        for (int k = 0; k < n_used; k++)
-            w[k] /= s;
-    }
 }
 
 void cpu_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *out)
@@ -95,7 +61,7 @@ void cpu_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *o
     cpu_mm_item r = {m->router, NULL, probs};
     cpu_matmul_multi(c, &r, 1, x, n);
     for (int t = 0; t < n; t++)
-        route_token(probs + (size_t)t * ne, ne, nu, m->norm_topk, c->moe_ids + t * nu,
+        moe_route_token(probs + (size_t)t * ne, ne, nu, m->norm_topk, c->moe_ids + t * nu,
                     c->moe_w + t * nu);
 
     memset(out, 0, rows * (size_t)dim * sizeof(float));
