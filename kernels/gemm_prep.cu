@@ -20,6 +20,26 @@ __global__ void to_bf16_kernel(const float *__restrict__ x, int64_t cols, int64_
         d[j] = j < cols ? to_bf16_bits(xr[j]) : (uint16_t)0;
 }
 
+// The same for rows whose floats and bf16s are 16- and 8-byte aligned
+// (cols a multiple of 4): four values per thread, one 16-byte load and one
+// 8-byte store, over all rows at once. (The scalar kernel ran at about
+// 1 TB/s on a 512 x 4,096 chunk on the H200: 11.8 us, six times a layer.)
+__global__ void to_bf16_vec4_kernel(const float4 *__restrict__ x, int64_t q_cols, int64_t q_ld,
+                                    int64_t n_quads, uint2 *__restrict__ dst)
+{
+    for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < n_quads;
+         g += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = g / q_ld, c = g - r * q_ld;
+        uint2 q = {0, 0};
+        if (c < q_cols) {
+            const float4 v = x[r * q_cols + c];
+            q.x = to_bf16_bits(v.x) | ((uint32_t)to_bf16_bits(v.y) << 16);
+            q.y = to_bf16_bits(v.z) | ((uint32_t)to_bf16_bits(v.w) << 16);
+        }
+        dst[g] = q;
+    }
+}
+
 // Eight (or four, for f32's 4-element units) bf16 values as one store.
 template <int N> struct Bf16Store;
 template <> struct Bf16Store<8> {
@@ -110,6 +130,16 @@ extern "C" cudaError_t launch_to_bf16(const float *x, int n, int64_t cols, int64
         return cudaSuccess;
     if (ld < cols)
         return cudaErrorInvalidValue;
+    if (cols % 4 == 0 && ld % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)dst & 7) == 0) {
+        const int64_t n_quads = (int64_t)n * (ld / 4);
+        int64_t blocks = (n_quads + PREP_THREADS - 1) / PREP_THREADS;
+        if (blocks > (1 << 20))
+            blocks = 1 << 20;
+        to_bf16_vec4_kernel<<<(unsigned)blocks, PREP_THREADS, 0, stream>>>(
+            reinterpret_cast<const float4 *>(x), cols / 4, ld / 4, n_quads,
+            reinterpret_cast<uint2 *>(dst));
+        return cudaGetLastError();
+    }
     to_bf16_kernel<<<n, PREP_THREADS, 0, stream>>>(x, cols, ld, dst);
     return cudaGetLastError();
 }

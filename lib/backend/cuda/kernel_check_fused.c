@@ -369,6 +369,43 @@ static void dequant_case(kc *k, dtype t, int64_t rows, int64_t cols, int64_t ld)
     kc_weight_free(&w);
 }
 
+/* n rows of f32 activations to the GEMM's bf16 operand, ld apart: the
+ * 4-wide path (cols a multiple of 4) and the scalar one, bit for bit. */
+static void to_bf16_case(kc *k, int n, int64_t cols, int64_t ld)
+{
+    size_t nx = (size_t)n * (size_t)cols, nd = (size_t)n * (size_t)ld;
+    float *x = xmalloc(nx * sizeof *x);
+    kc_fill(k, x, nx, 3.0f);
+    uint16_t *ref = xmalloc(nd * sizeof *ref), *got = xmalloc(nd * sizeof *got);
+    for (int r = 0; r < n; r++)
+        for (int64_t j = 0; j < ld; j++)
+            ref[(size_t)r * (size_t)ld + (size_t)j] =
+                j < cols ? f32_to_bf16(x[(size_t)r * (size_t)cols + (size_t)j]) : 0;
+    float *dx = kc_dev(k, x, nx);
+    uint16_t *dev = NULL;
+    cudaStream_t st = cuda_of(k->gpu)->stream;
+    int ok = cudaMalloc((void **)&dev, nd * sizeof *dev) == cudaSuccess;
+    if (ok) {
+        cudaMemsetAsync(dev, 0xFF, nd * sizeof *dev, st);
+        ok = launch_to_bf16(dx, n, cols, ld, dev, st) == cudaSuccess &&
+             cudaMemcpyAsync(got, dev, nd * sizeof *got, cudaMemcpyDeviceToHost, st) == cudaSuccess &&
+             cudaStreamSynchronize(st) == cudaSuccess;
+        cudaFree(dev);
+    }
+    size_t bad = 0;
+    for (size_t i = 0; ok && i < nd; i++)
+        bad += got[i] != ref[i];
+    char what[96], detail[96];
+    snprintf(what, sizeof what, "x to bf16 %dx%" PRId64 " ld %" PRId64, n, cols, ld);
+    snprintf(detail, sizeof detail, !ok ? "the launch or a copy failed"
+                                    : bad ? "%zu values differ" : "bit-exact", bad);
+    kc_report_ok(k, "dequant", what, ok && bad == 0, detail);
+    kc_dev_free(k, dx);
+    free(x);
+    free(ref);
+    free(got);
+}
+
 void kc_check_dequant(kc *k)
 {
     static const dtype ts[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K,
@@ -377,6 +414,8 @@ void kc_check_dequant(kc *k)
         dequant_case(k, ts[i], 37, 512, 512);
         dequant_case(k, ts[i], 5, 768, 776); /* padded rows */
     }
+    to_bf16_case(k, 7, 512, 520);
+    to_bf16_case(k, 5, 510, 512);
     if (k->o->perf) {
         dequant_case(k, DT_Q4_K, 12288, 4096, 4096);
         dequant_case(k, DT_Q6_K, 4096, 12288, 12288);
