@@ -49,9 +49,10 @@ static const char usage[] =
     "  -r N                repetitions (default 5)    --warmup N  warm-up runs (default 1)\n"
     "  -t, --threads N     (default all cores; env MEMRA_THREADS)\n"
     "  -c, --ctx N         the context depth + n must fit (default the model's training context)\n"
-    "  --n-batch N         prefill chunk in tokens (default 64, the engine's)\n"
+    "  --n-batch N         prefill chunk in tokens (default the engine's: 512 on H100/H200,\n"
+    "                      64 on other cards and the CPU)\n"
     "  --kv f32|f16|bf16|q8_0  KV cache type (default f32 on cpu, bf16 on cuda)\n"
-    "  --backend cpu|cuda  (default cpu)\n"
+    "  --backend cpu|cuda  (default cuda when a GPU is present, else cpu)\n"
     "  --device N          CUDA device index (default 0), for the run and the probe\n"
     "  --bandwidth GB/s    use this ceiling instead of the measured one\n"
     "  --remeasure         measure the bandwidth again (and update the cache)\n"
@@ -105,6 +106,7 @@ typedef struct {
     kv_type kv;
     int device, device_given;
     bench_backend backend;
+    int backend_given;
     double bandwidth; /* > 0: given */
     /* flags that only the model bench takes, for a clear error with --tokenizer */
     const char *model_flag;
@@ -228,6 +230,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
             if (!backends[found].built)
                 cli_usage("--backend %s: this build has no CUDA (build with CUDA=1)", optarg);
             o->backend = (bench_backend)found;
+            o->backend_given = 1;
             o->local_flag = "--backend";
             break;
         }
@@ -305,6 +308,11 @@ static void parse_args(int argc, char **argv, bench_opts *o)
                   o->model_flag);
     if (o->text_file && !o->tokenizer)
         cli_usage("-f goes with --tokenizer");
+    /* A naked command measures the card when there is one. */
+#if MEMRA_CUDA
+    if (!o->backend_given && !o->tokenizer && (o->device_given || cuda_device_count() > 0))
+        o->backend = BACKEND_CUDA;
+#endif
     if (o->device_given && o->backend != BACKEND_CUDA)
         cli_usage("--device %d: the cpu backend has no devices (use --backend cuda)", o->device);
     static const int64_t def_pp[] = {512}, def_tg[] = {128}, def_depths[] = {0, 512};
