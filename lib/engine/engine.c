@@ -246,7 +246,8 @@ static int forward_step(engine *e, const bk_batch *rows, const int32_t *tokens, 
 /* The rows of one sequence's tokens, in chunks of n_batch. The logits of
  * every token go to `logits` (logits_all), else those of the last one; with
  * dev_last, the last chunk leaves its last token's logits in the backend's
- * memory and *dev_last points at them. */
+ * memory and *dev_last points at them; with smp too, that chunk samples
+ * them inside its step where the backend can, and *sampled says so. */
 static int forward_seq(engine *e, engine_seq *s, const int32_t *tokens, int n, float *logits,
                        int logits_all, float **dev_last, bk_sample_req *smp, int *sampled,
                        memra_err *err)
