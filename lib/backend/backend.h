@@ -81,6 +81,26 @@ typedef struct {
     bk_act act;
 } bk_moe;
 
+/* Sampling on the device as the last part of a step (bk_step.sample):
+ * backend_ops.sample's request, run by the backend after the step's ops,
+ * so a graphed step replays the forward and the sampling as one graph.
+ * The engine fills everything but `out`, `rc` and `err` before step_begin
+ * (the lists do not depend on the logits), and `logits` after the ops. */
+typedef struct {
+    float *logits;          /* the logits in the backend's memory, [n_rows][n_vocab] */
+    int n_rows;
+    int64_t n_vocab;
+    const smp_row *rows;    /* [n_rows]; bias_at / pen_at index the lists */
+    const smp_bias *bias;
+    const smp_pen *pen;
+    smp_outcome *out;       /* [n_rows] host: filled once the step is done */
+    /* Set by the backend: 0, or -1 when the request itself was bad (a list
+     * out of range: err says which; the step's ops still ran and the
+     * backend has not failed). */
+    int rc;
+    memra_err err;
+} bk_sample_req;
+
 /* One forward step as the engine runs it (backend_ops.step_begin). */
 typedef struct {
     const bk_batch *rows;
@@ -94,8 +114,13 @@ typedef struct {
     float *logits;          /* host destination of the step's logits, or NULL */
     size_t n_logits;        /* floats the step reads into it */
     /* The engine allows the step to be captured and replayed: its only
-     * read is the logits, at the end (no hidden-state hook). */
+     * read is the logits, at the end (no hidden-state hook), or it samples
+     * them on the device (sample) and reads the outcomes only. */
     int graph_ok;
+    /* NULL, or sample the step's logits on the device before the step is
+     * done (only given to a backend with the sample op). The logits then
+     * stay in the backend's memory: logits is NULL. */
+    bk_sample_req *sample;
 } bk_step;
 
 typedef struct backend backend;
@@ -179,11 +204,13 @@ typedef struct {
 
     /* Optional (NULL: the engine just runs the ops). step_begin comes
      * before a step's ops: 1 the backend ran the whole step itself (a
-     * graph replay; the logits are in st->logits), 0 the engine runs the
-     * ops, -1 a failure (recorded: see status). After the ops (only when
-     * step_begin gave 0) step_end: 1 the step is done, 0 the backend could
-     * not finish it (a capture abandoned): run the ops again and call
-     * step_end again, -1 a failure. */
+     * graph replay; the logits are in st->logits, or the outcomes of
+     * st->sample in its out), 0 the engine runs the ops, -1 a failure
+     * (recorded: see status). After the ops (only when step_begin gave 0)
+     * step_end: 1 the step is done (st->sample sampled), 0 the backend
+     * could not finish it (a capture abandoned): run the ops again and
+     * call step_begin and step_end again, -1 a failure. A backend with
+     * both these and sample must honour st->sample. */
     int (*step_begin)(backend *b, const bk_step *st);
     int (*step_end)(backend *b, const bk_step *st);
     /* Optional (NULL: none). The prefill step (rows per forward) this

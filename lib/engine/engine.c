@@ -191,10 +191,13 @@ int64_t engine_seq_pos(const engine_seq *s) { return s->kv.n_tokens; }
  * prefill kernels for it. A step the backend could not finish (a capture
  * it abandoned) runs again, eagerly. With dev_out the logits of rows
  * [logits_from, n) stay in the backend's memory and *dev_out points at
- * them (for sampling on the device); such a step is never graphed: a
- * captured graph delivers its logits to the host. */
-static void forward_step(engine *e, const bk_batch *rows, const int32_t *tokens, int prefill,
-                         int logits_from, float *logits, float **dev_out)
+ * them (for sampling on the device). With dev_out and smp as well, the
+ * backend samples them inside the step, so a decode step is graphed with
+ * its sampling (a replay never hands the logits out): returns 1 when it
+ * did (smp->out filled, or smp->rc -1), 0 when the caller samples
+ * *dev_out itself. */
+static int forward_step(engine *e, const bk_batch *rows, const int32_t *tokens, int prefill,
+                        int logits_from, float *logits, float **dev_out, bk_sample_req *smp)
 {
     backend *bk = e->bk;
     model *m = &e->m;
@@ -203,8 +206,10 @@ static void forward_step(engine *e, const bk_batch *rows, const int32_t *tokens,
             *dev_out = model_forward_logits(m, rows, tokens, logits_from);
         else
             model_forward(m, rows, tokens, logits_from, logits);
-        return;
+        return 0;
     }
+    if (!dev_out || !bk->ops->sample)
+        smp = NULL;
     size_t nl = logits && logits_from < rows->n
                     ? (size_t)(rows->n - logits_from) * (size_t)m->config.n_vocab
                     : 0;
@@ -215,27 +220,37 @@ static void forward_step(engine *e, const bk_batch *rows, const int32_t *tokens,
         .max_blocks = e->max_blocks,
         .logits = dev_out ? NULL : logits,
         .n_logits = dev_out ? 0 : nl,
-        .graph_ok = !dev_out && !prefill && logits && logits_from == 0 && !m->hidden_fn,
+        .graph_ok = !prefill && logits_from == 0 && !m->hidden_fn &&
+                    (dev_out ? smp != NULL : logits != NULL),
+        .sample = smp,
     };
     for (int attempt = 0; attempt < 2; attempt++) {
+        if (smp)
+            smp->logits = NULL;
         if (bk->ops->step_begin(bk, &st) != 0)
-            return; /* replayed, or failed: backend_status says */
-        if (dev_out)
+            return smp != NULL; /* replayed, or failed: backend_status says */
+        if (dev_out) {
             *dev_out = model_forward_logits(m, rows, tokens, logits_from);
-        else
+            if (smp)
+                smp->logits = *dev_out;
+        } else {
             model_forward(m, rows, tokens, logits_from, logits);
+        }
         if (bk->ops->step_end(bk, &st) != 0)
-            return;
+            return smp != NULL;
         st.graph_ok = 0;
     }
+    return smp != NULL;
 }
 
 /* The rows of one sequence's tokens, in chunks of n_batch. The logits of
  * every token go to `logits` (logits_all), else those of the last one; with
  * dev_last, the last chunk leaves its last token's logits in the backend's
- * memory and *dev_last points at them. */
+ * memory and *dev_last points at them; with smp too, that chunk samples
+ * them inside its step where the backend can, and *sampled says so. */
 static int forward_seq(engine *e, engine_seq *s, const int32_t *tokens, int n, float *logits,
-                       int logits_all, float **dev_last, memra_err *err)
+                       int logits_all, float **dev_last, bk_sample_req *smp, int *sampled,
+                       memra_err *err)
 {
     const model_config *c = &e->m.config;
     backend_bind(e->bk);
@@ -267,13 +282,14 @@ static int forward_seq(engine *e, engine_seq *s, const int32_t *tokens, int n, f
         int prefill = step > 1;
         if (logits && logits_all)
             forward_step(e, &rows, tokens + done, prefill, 0, logits + (size_t)done * vocab,
-                         NULL);
+                         NULL, NULL);
         else if (dev_last && last_step)
-            forward_step(e, &rows, tokens + done, prefill, step - 1, NULL, dev_last);
+            *sampled = forward_step(e, &rows, tokens + done, prefill, step - 1, NULL, dev_last,
+                                    smp);
         else if (logits && last_step)
-            forward_step(e, &rows, tokens + done, prefill, step - 1, logits, NULL);
+            forward_step(e, &rows, tokens + done, prefill, step - 1, logits, NULL, NULL);
         else
-            forward_step(e, &rows, tokens + done, prefill, step, NULL, NULL);
+            forward_step(e, &rows, tokens + done, prefill, step, NULL, NULL, NULL);
         done += step;
         s->kv.n_tokens = pos0 + done;
     }
@@ -283,7 +299,7 @@ static int forward_seq(engine *e, engine_seq *s, const int32_t *tokens, int n, f
 int engine_forward(engine *e, engine_seq *s, const int32_t *tokens, int n, float *logits,
                    int logits_all, memra_err *err)
 {
-    return forward_seq(e, s, tokens, n, logits, logits_all, NULL, err);
+    return forward_seq(e, s, tokens, n, logits, logits_all, NULL, NULL, NULL, err);
 }
 
 /* Room for n rows of sampling state, and lists of nb / np entries. */
@@ -303,43 +319,72 @@ static void sample_reserve(engine *e, size_t nb, size_t np)
     }
 }
 
+/* The device's request for rows [0, n) of a step (n <= n_batch), with
+ * smp[i]'s parameters and lists; NULL when the backend has no sample op
+ * (the engine samples on the host). The lists do not depend on the
+ * logits, so this comes before the step: a backend may then sample inside
+ * it (bk_step.sample). */
+static bk_sample_req *sample_request(engine *e, int n, sampler *const *smp, bk_sample_req *req)
+{
+    if (!e->bk->ops->sample)
+        return NULL;
+    sample_reserve(e, 0, 0);
+    size_t nb = 0, np = 0;
+    for (int i = 0; i < n; i++) {
+        const smp_bias *b;
+        const smp_pen *p;
+        smp_row *r = &e->srows[i];
+        sampler_row_export(smp[i], r, &b, &p);
+        sample_reserve(e, nb + (size_t)r->n_bias, np + (size_t)r->n_pen);
+        if (r->n_bias)
+            memcpy(e->sbias + nb, b, (size_t)r->n_bias * sizeof *b);
+        if (r->n_pen)
+            memcpy(e->spen + np, p, (size_t)r->n_pen * sizeof *p);
+        r->bias_at = (int32_t)nb;
+        r->pen_at = (int32_t)np;
+        nb += (size_t)r->n_bias;
+        np += (size_t)r->n_pen;
+    }
+    memset(req, 0, sizeof *req);
+    req->n_rows = n;
+    req->n_vocab = e->m.config.n_vocab;
+    req->rows = e->srows;
+    req->bias = e->sbias;
+    req->pen = e->spen;
+    req->out = e->souts;
+    return req;
+}
+
 /* Sample one token per row of the step's logits (dev: backend memory,
  * n <= n_batch rows) with smp[i]: on the device when the backend has a
- * sample op (only the ids come back), else on the host from the logits
- * read back. Both pick the same token. ids[i] is -1 with errs[i] set when
- * row i cannot be sampled (a NaN logit, every token banned); returns -1
- * only when the backend failed. */
-static int sample_rows(engine *e, float *dev, int n, sampler *const *smp, int32_t *ids,
-                       memra_err *errs, memra_err *err)
+ * sample op (req, from sample_request; `sampled` when the step already
+ * did it, else the op runs now; only the ids come back), else on the host
+ * from the logits read back. Both pick the same token. ids[i] is -1 with
+ * errs[i] set when row i cannot be sampled (a NaN logit, every token
+ * banned); returns -1 only when the backend failed or refused the lists. */
+static int sample_rows(engine *e, float *dev, int n, sampler *const *smp, bk_sample_req *req,
+                       int sampled, int32_t *ids, memra_err *errs, memra_err *err)
 {
     size_t vocab = (size_t)e->m.config.n_vocab;
-    if (!dev)
-        return memra_fail(err, "sample: the step left no logits");
-    if (e->bk->ops->sample) {
-        sample_reserve(e, 0, 0);
-        size_t nb = 0, np = 0;
-        for (int i = 0; i < n; i++) {
-            const smp_bias *b;
-            const smp_pen *p;
-            smp_row *r = &e->srows[i];
-            sampler_row_export(smp[i], r, &b, &p);
-            sample_reserve(e, nb + (size_t)r->n_bias, np + (size_t)r->n_pen);
-            if (r->n_bias)
-                memcpy(e->sbias + nb, b, (size_t)r->n_bias * sizeof *b);
-            if (r->n_pen)
-                memcpy(e->spen + np, p, (size_t)r->n_pen * sizeof *p);
-            r->bias_at = (int32_t)nb;
-            r->pen_at = (int32_t)np;
-            nb += (size_t)r->n_bias;
-            np += (size_t)r->n_pen;
+    if (backend_status(e->bk, err) != 0)
+        return -1;
+    if (req) {
+        if (!sampled) {
+            if (!dev)
+                return memra_fail(err, "sample: the step left no logits");
+            req->rc = e->bk->ops->sample(e->bk, dev, n, (int64_t)vocab, req->rows, req->bias,
+                                         req->pen, req->out, &req->err);
         }
-        if (e->bk->ops->sample(e->bk, dev, n, (int64_t)vocab, e->srows, e->sbias, e->spen,
-                               e->souts, err) != 0)
+        if (req->rc != 0) {
+            *err = req->err;
             return -1;
+        }
         for (int i = 0; i < n; i++)
-            ids[i] = sampler_row_done(smp[i], &e->souts[i], &errs[i]);
+            ids[i] = sampler_row_done(smp[i], &req->out[i], &errs[i]);
         return 0;
     }
+    if (!dev)
+        return memra_fail(err, "sample: the step left no logits");
     if (!e->host_logits)
         e->host_logits = xmalloc((size_t)e->opts.n_batch * vocab * sizeof(float));
     e->bk->ops->act_read(e->bk, dev, e->host_logits, (size_t)n * vocab);
@@ -356,10 +401,13 @@ int engine_forward_sample(engine *e, engine_seq *s, const int32_t *tokens, int n
     float *dev = NULL;
     memra_err row_err;
     int32_t id = -1;
+    bk_sample_req req_store;
+    int sampled = 0;
     /* tokens may be out_id itself (the decode loop's one token) */
-    int rc = forward_seq(e, s, tokens, n, NULL, 0, &dev, err);
+    bk_sample_req *req = sample_request(e, 1, &smp, &req_store);
+    int rc = forward_seq(e, s, tokens, n, NULL, 0, &dev, req, &sampled, err);
     if (rc == 0)
-        rc = sample_rows(e, dev, 1, &smp, &id, &row_err, err);
+        rc = sample_rows(e, dev, 1, &smp, req, sampled, &id, &row_err, err);
     if (rc == 0 && id < 0) {
         *err = row_err;
         rc = -1;
@@ -403,10 +451,12 @@ static int batch_begin(engine *e, engine_seq *const *seqs, const int32_t *tokens
 }
 
 /* One chunk of a batched step, rows [done, done + step): the logits into
- * `logits` (host), or left in the backend's memory and returned (want_dev),
- * or not computed. */
+ * `logits` (host), or left in the backend's memory and returned (want_dev;
+ * with smp sampled inside the step when the backend can: *sampled), or not
+ * computed. */
 static float *batch_chunk(engine *e, engine_seq *const *seqs, const int32_t *tokens, int done,
-                          int step, float *logits, int want_dev)
+                          int step, float *logits, int want_dev, bk_sample_req *smp,
+                          int *sampled)
 {
     for (int i = 0; i < step; i++) {
         e->pos[i] = (int32_t)seqs[done + i]->kv.n_tokens;
@@ -415,11 +465,11 @@ static float *batch_chunk(engine *e, engine_seq *const *seqs, const int32_t *tok
     bk_batch rows = {step, e->pos, e->seqs};
     float *dev = NULL;
     if (logits)
-        forward_step(e, &rows, tokens + done, 0, 0, logits, NULL);
+        forward_step(e, &rows, tokens + done, 0, 0, logits, NULL, NULL);
     else if (want_dev)
-        forward_step(e, &rows, tokens + done, 0, 0, NULL, &dev);
+        *sampled = forward_step(e, &rows, tokens + done, 0, 0, NULL, &dev, smp);
     else
-        forward_step(e, &rows, tokens + done, 0, step, NULL, NULL);
+        forward_step(e, &rows, tokens + done, 0, step, NULL, NULL, NULL);
     for (int i = 0; i < step; i++)
         seqs[done + i]->kv.n_tokens++;
     return dev;
@@ -433,7 +483,8 @@ int engine_forward_batch(engine *e, engine_seq *const *seqs, const int32_t *toke
     size_t vocab = (size_t)e->m.config.n_vocab;
     for (int done = 0; done < n;) {
         int step = n - done < e->opts.n_batch ? n - done : e->opts.n_batch;
-        batch_chunk(e, seqs, tokens, done, step, logits ? logits + (size_t)done * vocab : NULL, 0);
+        batch_chunk(e, seqs, tokens, done, step, logits ? logits + (size_t)done * vocab : NULL, 0,
+                    NULL, NULL);
         done += step;
     }
     return backend_status(e->bk, err);
@@ -448,9 +499,12 @@ int engine_forward_batch_sample(engine *e, engine_seq *const *seqs, const int32_
         return -1;
     for (int done = 0; done < n;) {
         int step = n - done < e->opts.n_batch ? n - done : e->opts.n_batch;
-        float *dev = batch_chunk(e, seqs, tokens, done, step, NULL, 1);
-        if (backend_status(e->bk, err) != 0 ||
-            sample_rows(e, dev, step, smp + done, out_ids + done, row_errs + done, err) != 0)
+        bk_sample_req req_store;
+        int sampled = 0;
+        bk_sample_req *req = sample_request(e, step, smp + done, &req_store);
+        float *dev = batch_chunk(e, seqs, tokens, done, step, NULL, 1, req, &sampled);
+        if (sample_rows(e, dev, step, smp + done, req, sampled, out_ids + done, row_errs + done,
+                        err) != 0)
             return -1;
         done += step;
     }

@@ -8,7 +8,11 @@
  *
  * With a CUDA device (or the emulation, tests/gpu/emulate.sh): the same
  * on CUDA, where the token is picked on the device from logits that never
- * leave it; the CUDA engine defaults to bf16 KV and runs q8_0 KV close to
+ * leave it; sampled decode steps replayed from CUDA graphs (the forward
+ * and the sample kernel in one graph) pick the same ids as the same steps
+ * run eagerly (MEMRA_CUDA_GRAPHS=0), greedy and seeded, with penalties and
+ * logit_bias, alone and batched, and replays really happened; the CUDA
+ * engine defaults to bf16 KV and runs q8_0 KV close to
  * the CPU's q8_0; an engine on the last device works from a thread that
  * never selected it, and a device index past the last is refused naming
  * how many there are. */
@@ -29,6 +33,7 @@
 #if MEMRA_CUDA
 #include <cuda_runtime.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_device.h"
 #endif
 
@@ -255,6 +260,153 @@ static void test_cuda_sampling(void)
     checkpoint_close(&ck);
 }
 
+/* ---- the sampled step graphed ---- */
+
+/* steps of sequence 0 alone, batched steps (3, 3, 2 rows, repeated),
+ * steps of sequence 0 again; ids: a first one per sequence, then one per
+ * row of every step */
+enum { GS_ALONE = 40, GS_BATCH = 12, GS_AGAIN = 8,
+       GS_IDS = 4 + GS_ALONE + 8 * GS_BATCH / 3 + GS_AGAIN };
+
+typedef struct {
+    int32_t ids[GS_IDS];
+    int n_ids;
+    uint64_t replays, sampled_replays, captures, abandoned;
+} sampled_trace;
+
+/* Sequence i's sampler: greedy or seeded temperature / top-k / top-p /
+ * min-p, both with penalties and a logit_bias list (sequence 2's longer
+ * than the device's first staging capacity, so its first batched step
+ * moves the staging buffers and every graph is captured again). */
+static sampler *trace_sampler(int greedy, int i, int32_t vocab, sampler_logit_bias *lb)
+{
+    memra_err err = {{0}};
+    sampler_params p = mixed_params(11 + (uint64_t)i);
+    if (greedy) {
+        p.temperature = 0.0;
+        p.repetition_penalty = 1.3;
+        p.frequency_penalty = 0.4;
+    }
+    int nb = i == 2 ? 300 : 5;
+    for (int j = 0; j < nb; j++)
+        lb[j] = (sampler_logit_bias){(int32_t)((37 * i + 7 * j + 5) % vocab),
+                                     (float)((j % 5) - 2) * 0.75f};
+    if (i != 2)
+        lb[nb - 1].bias = -INFINITY; /* a banned token too */
+    p.logit_bias = lb;
+    p.n_logit_bias = nb;
+    sampler *s = sampler_new(&p, vocab, &err);
+    CHECK_MSG(s != NULL, "sampler_new: %s", err.msg);
+    return s;
+}
+
+/* Ids sampled on the device with graphs on or off: sequence 0 decoded
+ * alone, three more at different depths decoded in batches of 3 and 2,
+ * then sequence 0 alone again; every id fed back. */
+static int sampled_decode_trace(const checkpoint *ck, int graphs, int greedy, sampled_trace *t)
+{
+    memset(t, 0, sizeof *t);
+    setenv("MEMRA_CUDA_GRAPHS", graphs ? "1" : "0", 1);
+    engine *e = load(ck, BK_CUDA, 0, KV_F32, 4);
+    unsetenv("MEMRA_CUDA_GRAPHS");
+    if (!e)
+        return -1;
+    memra_err err = {{0}}, row_errs[3];
+    int32_t vocab = (int32_t)engine_config(e)->n_vocab;
+    sampler_logit_bias lb[4][300];
+    sampler *smp[4];
+    engine_seq *q[4];
+    int32_t tok[4];
+    int ok = 1;
+    for (int i = 0; i < 4; i++) {
+        smp[i] = trace_sampler(greedy, i, vocab, lb[i]);
+        engine_seq_new(e, &q[i], &err);
+    }
+    for (int i = 0; i < 4 && ok; i++) {
+        /* prompts of 3, 2, 5 and 9 tokens: the batch's rows at other depths */
+        int32_t prompt[9];
+        static const int lens[4] = {3, 2, 5, 9};
+        int np = lens[i];
+        for (int j = 0; j < np; j++)
+            prompt[j] = (int32_t)((1 + 53 * i + 29 * j) % vocab);
+        ok = smp[i] && engine_forward_sample(e, q[i], prompt, np, smp[i], &tok[i], &err) == 0 &&
+             sampler_accept(smp[i], tok[i], &err) == 0;
+        t->ids[t->n_ids++] = tok[i];
+        for (int j = 0; ok && i == 0 && j < GS_ALONE; j++) {
+            ok = engine_forward_sample(e, q[0], &tok[0], 1, smp[0], &tok[0], &err) == 0 &&
+                 sampler_accept(smp[0], tok[0], &err) == 0;
+            t->ids[t->n_ids++] = tok[0];
+        }
+    }
+    for (int j = 0; ok && j < GS_BATCH; j++) {
+        int n = j % 3 == 2 ? 2 : 3;
+        ok = engine_forward_batch_sample(e, q + 1, tok + 1, n, smp + 1, tok + 1, row_errs,
+                                         &err) == 0;
+        for (int i = 1; ok && i <= n; i++) {
+            ok = tok[i] >= 0 && sampler_accept(smp[i], tok[i], &err) == 0;
+            if (tok[i] < 0)
+                err = row_errs[i - 1];
+            t->ids[t->n_ids++] = tok[i];
+        }
+    }
+    for (int j = 0; ok && j < GS_AGAIN; j++) {
+        ok = engine_forward_sample(e, q[0], &tok[0], 1, smp[0], &tok[0], &err) == 0 &&
+             sampler_accept(smp[0], tok[0], &err) == 0;
+        t->ids[t->n_ids++] = tok[0];
+    }
+    CHECK_MSG(ok, "sampled trace (%s, graphs %s): %s", greedy ? "greedy" : "seeded",
+              graphs ? "on" : "off", err.msg);
+#if MEMRA_CUDA
+    backend *bk = engine_model(e)->bk;
+    backend_cuda_graph_stats(bk, &t->replays, &t->captures, &t->abandoned);
+    t->sampled_replays = backend_cuda_graph_sampled_replays(bk);
+#endif
+    for (int i = 0; i < 4; i++) {
+        sampler_free(smp[i]);
+        engine_seq_free(q[i]);
+    }
+    engine_free(e);
+    return ok ? 0 : -1;
+}
+
+/* The sampled decode step replayed from a graph (forward and sample
+ * kernel) gives the ids the same steps give eagerly. Most steps must be
+ * replays (a seed or stream position baked into the graph would repeat
+ * the first draw; lists uploaded once would miss the penalties), and the
+ * growth of the staging buffers must have had its graphs captured again. */
+static void test_cuda_graphed_sampling(void)
+{
+    if (skip_without_gpu())
+        return;
+    checkpoint ck;
+    if (open_stories(&ck) != 0)
+        return;
+    for (int greedy = 1; greedy >= 0; greedy--) {
+        const char *how = greedy ? "greedy" : "seeded";
+        sampled_trace off, on;
+        if (sampled_decode_trace(&ck, 0, greedy, &off) != 0 ||
+            sampled_decode_trace(&ck, 1, greedy, &on) != 0)
+            continue;
+        CHECK_MSG(off.n_ids == GS_IDS && on.n_ids == GS_IDS, "%s: %d and %d ids", how,
+                  off.n_ids, on.n_ids);
+        int first = -1;
+        for (int i = 0; i < GS_IDS && first < 0; i++)
+            if (off.ids[i] != on.ids[i])
+                first = i;
+        CHECK_MSG(first < 0, "%s: graphed id %d is %d, eager %d", how, first,
+                  first < 0 ? 0 : on.ids[first], first < 0 ? 0 : off.ids[first]);
+        CHECK_MSG(off.replays == 0, "%s: %" PRIu64 " replays with graphs off", how, off.replays);
+        /* sequence 0 alone: one warm-up, then replays; the batches: a
+         * warm-up per shape; sequence 0 again: captured again, replayed */
+        CHECK_MSG(on.sampled_replays == on.replays && on.sampled_replays >= GS_ALONE + 8,
+                  "%s: %" PRIu64 " of %" PRIu64 " replays sampled", how, on.sampled_replays,
+                  on.replays);
+        CHECK_MSG(on.abandoned == 0 && on.captures >= 4, "%s: %" PRIu64 " captures, %" PRIu64
+                  " abandoned", how, on.captures, on.abandoned);
+    }
+    checkpoint_close(&ck);
+}
+
 /* Greedy ids of a prompt's continuation, and the last logits. */
 static void greedy_run(engine *e, int n, int32_t *ids, float *last)
 {
@@ -387,4 +539,5 @@ static void test_cuda_device_selection(void)
 }
 
 TEST_MAIN(TEST_CASE(test_cpu_sampling), TEST_CASE(test_cuda_sampling),
+          TEST_CASE(test_cuda_graphed_sampling),
           TEST_CASE(test_cuda_kv_types), TEST_CASE(test_cuda_device_selection))

@@ -220,6 +220,11 @@ void backend_cuda_graph_stats(backend *b, uint64_t *replays, uint64_t *captures,
     cuda_graph_stats(cuda_of(b), replays, captures, abandoned);
 }
 
+uint64_t backend_cuda_graph_sampled_replays(backend *b)
+{
+    return cuda_graph_sampled_replays(cuda_of(b));
+}
+
 /* ---- lifetime ---- */
 
 static void cuda_destroy(backend *b)

@@ -20,5 +20,8 @@ uint64_t backend_cuda_weight_bytes(backend *b);
  * (each such step ran eagerly) since b was made. */
 void backend_cuda_graph_stats(backend *b, uint64_t *replays, uint64_t *captures,
                               uint64_t *abandoned);
+/* Of those replays, the steps that sampled on the device (bk_step.sample:
+ * engine_forward_sample, engine_forward_batch_sample). */
+uint64_t backend_cuda_graph_sampled_replays(backend *b);
 
 #endif

@@ -12,6 +12,14 @@
  * and the block-table width. The logits come back through a copy node into
  * pinned memory, copied out after the launch.
  *
+ * A step that samples on the device (bk_step.sample: memra-gen's and
+ * memra-serve's decode) is graphed the same way, under its own key: its
+ * sampling lists go up before the launch (cuda_sample_upload: the seed,
+ * stream position, parameters and lists are read from device memory, at
+ * addresses that stay put), the graph ends with the sample kernel on the
+ * logits, which never leave the device, and the outcomes come back after
+ * the launch, with the step's one wait.
+ *
  * A key is run eagerly the first time (in the graph's input layout: that
  * run sizes the scratch buffers the capture will use and makes one-time
  * uploads), captured the second time, replayed after that. Graphs whose
@@ -33,6 +41,7 @@ enum { GRAPH_SLOTS = 64 };
 typedef struct {
     int n, bucket, tbl_cap;
     size_t n_logits;
+    int sampled;   /* ends with the sample kernel, not a logits copy */
     int seen;      /* eager runs of this key */
     int broken;    /* a capture failed: always eager */
     cudaGraphExec_t exec;
@@ -55,12 +64,13 @@ struct cuda_graphs {
     graph_entry *cur;
     size_t meta_off;
     int n_reads, bad;
+    int sample_launched; /* the capture holds the sample kernel */
     const float *read_src;
     float *read_dst;
     size_t read_n;
     int saved_failed;
     memra_err saved_err;
-    uint64_t replays, captures, abandoned;
+    uint64_t replays, captures, abandoned, sampled_replays;
 };
 
 static cuda_graphs *graphs_of(cuda_backend *cb)
@@ -132,6 +142,11 @@ void cuda_graph_stats(cuda_backend *cb, uint64_t *replays, uint64_t *captures,
     *abandoned = g ? g->abandoned : 0;
 }
 
+uint64_t cuda_graph_sampled_replays(cuda_backend *cb)
+{
+    return cb->graphs ? cb->graphs->sampled_replays : 0;
+}
+
 void cuda_graphs_free(cuda_backend *cb)
 {
     cuda_graphs *g = cb->graphs;
@@ -186,11 +201,13 @@ static int ensure_readback(cuda_backend *cb, cuda_graphs *g, size_t n)
 }
 
 /* The key's slot; NULL when the table is full (the step runs eagerly). */
-static graph_entry *entry_for(cuda_graphs *g, int n, int bucket, int tbl_cap, size_t n_logits)
+static graph_entry *entry_for(cuda_graphs *g, int n, int bucket, int tbl_cap, size_t n_logits,
+                              int sampled)
 {
     for (int i = 0; i < g->n_e; i++) {
         graph_entry *e = &g->e[i];
-        if (e->n == n && e->bucket == bucket && e->tbl_cap == tbl_cap && e->n_logits == n_logits)
+        if (e->n == n && e->bucket == bucket && e->tbl_cap == tbl_cap &&
+            e->n_logits == n_logits && e->sampled == sampled)
             return e;
     }
     if (g->n_e == GRAPH_SLOTS)
@@ -201,6 +218,7 @@ static graph_entry *entry_for(cuda_graphs *g, int n, int bucket, int tbl_cap, si
     e->bucket = bucket;
     e->tbl_cap = tbl_cap;
     e->n_logits = n_logits;
+    e->sampled = sampled;
     return e;
 }
 
@@ -229,12 +247,18 @@ static int fill_inputs(cuda_graphs *g, const bk_step *st, int tbl_cap)
     return 0;
 }
 
-/* Launch the entry's graph and copy the logits out. */
+/* Launch the entry's graph and copy the logits, or the sampled outcomes,
+ * out. */
 static int replay(cuda_backend *cb, cuda_graphs *g, graph_entry *e, const bk_step *st)
 {
     g->replays++;
-    if (CU_OK(cb, cudaGraphLaunch(e->exec, cb->stream)) ||
-        CU_OK(cb, cudaStreamSynchronize(cb->stream)))
+    if (CU_OK(cb, cudaGraphLaunch(e->exec, cb->stream)))
+        return -1;
+    if (e->sampled) {
+        g->sampled_replays++;
+        return cuda_sample_read(cb, st->sample->n_rows, st->sample->out) != 0 ? -1 : 1;
+    }
+    if (CU_OK(cb, cudaStreamSynchronize(cb->stream)))
         return -1;
     memcpy(st->logits, g->rb_host, st->n_logits * sizeof(float));
     return 1;
@@ -256,8 +280,25 @@ int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
         cb->step.active = 0;
         return -1;
     }
-    if (!cb->tune.graphs || !st->graph_ok || n > cb->tune.graph_max_rows || !st->logits ||
-        st->n_logits == 0 || st->max_blocks <= 0)
+    bk_sample_req *sr = st->sample;
+    if (sr) {
+        /* Every step, before any capture or replay: the lists go up
+         * outside the graph, which reads them where they land. */
+        sr->rc = 0;
+        if (cuda_sample_upload(cb, sr->n_rows, sr->n_vocab, sr->rows, sr->bias, sr->pen,
+                               &sr->err) == 0) {
+            cb->step.sample = sr;
+        } else if (cb->failed) {
+            cb->step.active = 0;
+            return -1;
+        } else {
+            sr->rc = -1; /* refused: the ops run, nothing is sampled */
+        }
+    }
+    int sampled = cb->step.sample != NULL;
+    if (!cb->tune.graphs || !st->graph_ok || n > cb->tune.graph_max_rows || st->max_blocks <= 0)
+        return 0;
+    if (sampled ? sr->n_rows != n || st->logits : !st->logits || st->n_logits == 0)
         return 0;
     cuda_graphs *g = graphs_of(cb);
     g->mode = GM_NONE;
@@ -266,12 +307,14 @@ int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
         int c = attn_row_chunks(st->rows->pos[i], 0);
         chunks = c > chunks ? c : chunks;
     }
-    graph_entry *e = entry_for(g, n, pow2_at_least(chunks), st->max_blocks, st->n_logits);
+    graph_entry *e = entry_for(g, n, pow2_at_least(chunks), st->max_blocks, st->n_logits,
+                               sampled);
     if (!e || e->broken)
         return 0;
     g->meta_off = ((size_t)n + 3) & ~(size_t)3;
     size_t len = g->meta_off + 2 * (size_t)n + (size_t)n * (size_t)st->max_blocks;
-    if (ensure_inputs(cb, g, len) != 0 || ensure_readback(cb, g, st->n_logits) != 0) {
+    if (ensure_inputs(cb, g, len) != 0 ||
+        (!sampled && ensure_readback(cb, g, st->n_logits) != 0)) {
         cb->step.active = 0;
         return -1;
     }
@@ -286,6 +329,7 @@ int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
     g->cur = e;
     g->n_reads = 0;
     g->bad = 0;
+    g->sample_launched = 0;
     if (e->seen == 0) {
         /* The warm-up: eager, in the graph's layout. */
         e->seen = 1;
@@ -317,8 +361,11 @@ static int end_capture(cuda_backend *cb, cuda_graphs *g, const bk_step *st)
     cudaGraph_t graph = NULL;
     cudaError_t rc = cudaStreamEndCapture(cb->stream, &graph);
     g->mode = GM_NONE;
-    int ok = rc == cudaSuccess && graph && !cb->failed && !g->bad && g->n_reads == 1 &&
-             g->read_dst == st->logits && g->read_n == st->n_logits;
+    /* The step's one result: the logits copy, or the sample kernel. */
+    int ok = rc == cudaSuccess && graph && !cb->failed && !g->bad &&
+             (e->sampled ? g->n_reads == 0 && g->sample_launched
+                         : g->n_reads == 1 && g->read_dst == st->logits &&
+                               g->read_n == st->n_logits);
     if (ok) {
         rc = cudaGraphInstantiate(&e->exec, graph, 0);
         ok = rc == cudaSuccess;
@@ -345,9 +392,20 @@ int cuda_graph_step_end(cuda_backend *cb, const bk_step *st)
 {
     cuda_flush_pending(cb);
     cuda_graphs *g = cb->graphs;
+    int capturing = g && g->mode == GM_CAPTURE;
+    bk_sample_req *sr = cb->step.sample;
+    if (sr && !sr->logits) {
+        sr->rc = memra_fail(&sr->err, "sample: the step left no logits");
+        sr = NULL;
+    }
+    /* The sample kernel after the forward: into the capture, or run now. */
+    if (sr && cuda_sample_launch(cb, sr->logits, sr->n_rows, sr->n_vocab) == 0 && capturing)
+        g->sample_launched = 1;
     int r = 1;
-    if (g && g->mode == GM_CAPTURE)
-        r = end_capture(cb, g, st);
+    if (capturing)
+        r = end_capture(cb, g, st); /* replays it, outcomes included */
+    else if (sr && cuda_sample_read(cb, sr->n_rows, sr->out) != 0)
+        r = -1;
     if (g)
         g->mode = GM_NONE;
     cb->step.active = 0;

@@ -68,6 +68,9 @@ typedef struct {
     int active;      /* between step_begin and step_end */
     int prefill;     /* the rows are one sequence's prompt chunk */
     int n;
+    /* the step's device sampling (bk_step.sample), its lists uploaded;
+     * NULL when it has none or they were refused */
+    bk_sample_req *sample;
 } cuda_step;
 
 /* A residual add held back so the RMSNorm after it can do it (the add and
@@ -179,6 +182,8 @@ int cuda_graph_step_end(cuda_backend *cb, const bk_step *st);
 void cuda_graphs_free(cuda_backend *cb);
 void cuda_graph_stats(cuda_backend *cb, uint64_t *replays, uint64_t *captures,
                       uint64_t *abandoned);
+/* Replays of steps that sampled on the device (within the replays). */
+uint64_t cuda_graph_sampled_replays(cuda_backend *cb);
 
 /* The prefill GEMM (cuda_gemm.c): out[n][rows] = x . W^T (+ bias) with
  * bf16 (f16 for F16 weights) operands and f32 accumulation. Returns 1 when
@@ -219,5 +224,14 @@ void cuda_moe_free(cuda_backend *cb);
 int cuda_op_sample(backend *b, float *logits, int n_rows, int64_t n_vocab, const smp_row *rows,
                    const smp_bias *bias, const smp_pen *pen, smp_outcome *out, memra_err *err);
 void cuda_sample_free(cuda_backend *cb);
+/* The sample op in three parts (cuda_sample.c), so a graph can hold the
+ * launch: upload checks the lists (a bad one fails into err only, the
+ * backend stays well) and copies them to the device, before a capture or
+ * replay; launch samples logits already there (capturable: every input
+ * at a fixed device address); read brings the outcomes back and waits. */
+int cuda_sample_upload(cuda_backend *cb, int n_rows, int64_t n_vocab, const smp_row *rows,
+                       const smp_bias *bias, const smp_pen *pen, memra_err *err);
+int cuda_sample_launch(cuda_backend *cb, float *logits, int n_rows, int64_t n_vocab);
+int cuda_sample_read(cuda_backend *cb, int n_rows, smp_outcome *out);
 
 #endif

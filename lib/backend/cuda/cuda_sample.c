@@ -1,14 +1,18 @@
-/* Sampling on the device (backend_ops.sample): the rows' parameters, the
- * logit-bias and penalty lists go up in one copy, kernels/sample.cu picks
- * one token per row from the logits where the head left them, and only
- * the outcomes (an id and a status per row) come back. The token is the
- * one the host sampler would pick from the same logits (the arithmetic is
- * lib/engine/sample_math.h's, shared by both).
+/* Sampling on the device (backend_ops.sample, and bk_step.sample inside
+ * a step): the rows' parameters, the logit-bias and penalty lists go up,
+ * kernels/sample.cu picks one token per row from the logits where the
+ * head left them, and only the outcomes (an id and a status per row) come
+ * back. The token is the one the host sampler would pick from the same
+ * logits (the arithmetic is lib/engine/sample_math.h's, shared by both).
  *
- * The staging buffers (pinned host, device) grow and never shrink, so
- * their addresses stay put from step to step: the launch reads everything,
- * seed and stream position included, from device memory and can be
- * captured in a CUDA graph. The one wait is for the outcomes. */
+ * Three parts, so a graphed decode step can hold the middle one: the
+ * upload (before the step, or before a graph replay), the launch (after
+ * the forward: captured with it), the readback (after the step; the one
+ * wait). The launch reads everything, seed and stream position included,
+ * from device memory at fixed addresses: the staging buffers keep one
+ * layout, [rows][bias][pen][outcomes] with a capacity for each, and only
+ * move when one of them must grow, which bumps mem_epoch so the graphs
+ * that hold the old addresses are captured again. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,48 +22,79 @@
 #include "kernels/sample.cuh"
 
 struct cuda_sampler {
-    uint8_t *host; /* pinned */
-    void *dev;
-    size_t cap;
+    uint8_t *host; /* pinned, the device layout */
+    uint8_t *dev;
+    size_t cap_rows, cap_bias, cap_pen; /* entries */
+    size_t o_bias, o_pen, o_out;        /* byte offsets */
+    cudaEvent_t uploaded;               /* the last copy out of host is done */
+    int pending;
 };
 
 static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 void cuda_sample_free(cuda_backend *cb)
 {
-    if (!cb->sampler)
+    cuda_sampler *s = cb->sampler;
+    if (!s)
         return;
-    cudaFreeHost(cb->sampler->host);
-    cudaFree(cb->sampler->dev);
-    free(cb->sampler);
+    cudaFreeHost(s->host);
+    cudaFree(s->dev);
+    if (s->uploaded)
+        cudaEventDestroy(s->uploaded);
+    free(s);
     cb->sampler = NULL;
 }
 
-/* Room for `bytes` in both staging buffers; waits for queued work before
- * replacing them. */
-static int stage_reserve(cuda_backend *cb, size_t bytes)
+static size_t grown(size_t have, size_t need, size_t least)
 {
-    if (!cb->sampler)
+    if (need <= have)
+        return have;
+    size_t want = need + need / 2;
+    return want < least ? least : want;
+}
+
+/* Room for n_rows rows and nb / np list entries. Growing waits for queued
+ * work, moves both buffers and bumps mem_epoch (graphs holding the old
+ * addresses are stale); never during a capture (the callers run before
+ * one starts). */
+static int stage_reserve(cuda_backend *cb, size_t n_rows, size_t nb, size_t np)
+{
+    if (!cb->sampler) {
         cb->sampler = xcalloc(1, sizeof *cb->sampler);
+        if (CU_OK(cb, cudaEventCreateWithFlags(&cb->sampler->uploaded,
+                                               cudaEventDisableTiming)))
+            return -1;
+    }
     cuda_sampler *s = cb->sampler;
-    if (bytes <= s->cap)
+    if (s->host && n_rows <= s->cap_rows && nb <= s->cap_bias && np <= s->cap_pen)
         return 0;
+    if (cuda_graph_capturing(cb))
+        return cuda_failf(cb, "sample: the staging buffers would grow inside a graph capture");
+    size_t cr = grown(s->cap_rows, n_rows, 64), cbias = grown(s->cap_bias, nb, 256),
+           cp = grown(s->cap_pen, np, 1024);
     if (CU_OK(cb, cudaStreamSynchronize(cb->stream)))
         return -1;
+    cb->mem_epoch++;
     cudaFreeHost(s->host);
     cudaFree(s->dev);
-    s->host = NULL;
-    s->dev = NULL;
-    s->cap = 0;
-    size_t want = bytes < 16384 ? 16384 : bytes + bytes / 2;
-    void *h = NULL;
-    if (CU_OK(cb, cudaMallocHost(&h, want)) ||
-        cuda_alloc(cb, &s->dev, want, "the sampler's parameters", 1, NULL) != 0) {
+    s->host = s->dev = NULL;
+    s->cap_rows = s->cap_bias = s->cap_pen = 0;
+    s->pending = 0;
+    s->o_bias = align16(cr * sizeof(smp_row));
+    s->o_pen = s->o_bias + align16(cbias * sizeof(smp_bias));
+    s->o_out = s->o_pen + align16(cp * sizeof(smp_pen));
+    size_t total = s->o_out + cr * sizeof(smp_outcome);
+    void *h = NULL, *d = NULL;
+    if (CU_OK(cb, cudaMallocHost(&h, total)) ||
+        cuda_alloc(cb, &d, total, "the sampler's parameters", 1, NULL) != 0) {
         cudaFreeHost(h);
         return -1;
     }
     s->host = h;
-    s->cap = want;
+    s->dev = d;
+    s->cap_rows = cr;
+    s->cap_bias = cbias;
+    s->cap_pen = cp;
     return 0;
 }
 
@@ -95,44 +130,89 @@ static int check_rows(int n_rows, int64_t n_vocab, const smp_row *rows, const sm
     return 0;
 }
 
-int cuda_op_sample(backend *b, float *logits, int n_rows, int64_t n_vocab, const smp_row *rows,
-                   const smp_bias *bias, const smp_pen *pen, smp_outcome *out, memra_err *err)
+int cuda_sample_upload(cuda_backend *cb, int n_rows, int64_t n_vocab, const smp_row *rows,
+                       const smp_bias *bias, const smp_pen *pen, memra_err *err)
 {
-    cuda_backend *cb = cuda_of(b);
     if (cb->failed) {
         *err = cb->err;
         return -1;
     }
-    if (n_rows <= 0 || n_vocab <= 0 || n_vocab >= INT32_MAX || !logits)
+    if (n_rows <= 0 || n_vocab <= 0 || n_vocab >= INT32_MAX)
         return memra_fail(err, "sample: %d rows of %" PRId64 " logits", n_rows, n_vocab);
     int32_t nb = 0, np = 0;
     if (check_rows(n_rows, n_vocab, rows, bias, pen, &nb, &np, err) != 0)
         return -1;
-    size_t o_rows = 0, o_bias = align16((size_t)n_rows * sizeof *rows);
-    size_t o_pen = o_bias + align16((size_t)nb * sizeof *bias);
-    size_t o_out = o_pen + align16((size_t)np * sizeof *pen);
-    size_t total = o_out + (size_t)n_rows * sizeof *out;
-    if (stage_reserve(cb, total) != 0) {
+    if (stage_reserve(cb, (size_t)n_rows, (size_t)nb, (size_t)np) != 0) {
         *err = cb->err;
         return -1;
     }
     cuda_sampler *s = cb->sampler;
-    memcpy(s->host + o_rows, rows, (size_t)n_rows * sizeof *rows);
-    if (nb)
-        memcpy(s->host + o_bias, bias, (size_t)nb * sizeof *bias);
-    if (np)
-        memcpy(s->host + o_pen, pen, (size_t)np * sizeof *pen);
-    uint8_t *d = s->dev;
-    if (CU_OK(cb, cudaMemcpyAsync(d, s->host, o_out, cudaMemcpyHostToDevice, cb->stream)) ||
-        CU_OK(cb, launch_sample(logits, n_vocab, n_rows, (const smp_row *)(d + o_rows),
-                                (const smp_bias *)(d + o_bias), (const smp_pen *)(d + o_pen),
-                                (smp_outcome *)(d + o_out), cb->stream)) ||
-        CU_OK(cb, cudaMemcpyAsync(s->host + o_out, d + o_out, (size_t)n_rows * sizeof *out,
-                                  cudaMemcpyDeviceToHost, cb->stream)) ||
-        CU_OK(cb, cudaStreamSynchronize(cb->stream))) {
+    /* The pinned buffer is reused: the previous copy out of it must be done. */
+    if (s->pending && CU_OK(cb, cudaEventSynchronize(s->uploaded))) {
         *err = cb->err;
         return -1;
     }
-    memcpy(out, s->host + o_out, (size_t)n_rows * sizeof *out);
+    s->pending = 0;
+    size_t rb = (size_t)n_rows * sizeof *rows, bb = (size_t)nb * sizeof *bias,
+           pb = (size_t)np * sizeof *pen;
+    memcpy(s->host, rows, rb);
+    if (nb)
+        memcpy(s->host + s->o_bias, bias, bb);
+    if (np)
+        memcpy(s->host + s->o_pen, pen, pb);
+    if (CU_OK(cb, cudaMemcpyAsync(s->dev, s->host, rb, cudaMemcpyHostToDevice, cb->stream)) ||
+        (nb && CU_OK(cb, cudaMemcpyAsync(s->dev + s->o_bias, s->host + s->o_bias, bb,
+                                         cudaMemcpyHostToDevice, cb->stream))) ||
+        (np && CU_OK(cb, cudaMemcpyAsync(s->dev + s->o_pen, s->host + s->o_pen, pb,
+                                         cudaMemcpyHostToDevice, cb->stream))) ||
+        CU_OK(cb, cudaEventRecord(s->uploaded, cb->stream))) {
+        *err = cb->err;
+        return -1;
+    }
+    s->pending = 1;
+    return 0;
+}
+
+int cuda_sample_launch(cuda_backend *cb, float *logits, int n_rows, int64_t n_vocab)
+{
+    cuda_sampler *s = cb->sampler;
+    if (cb->failed)
+        return -1;
+    if (!s || !s->host || (size_t)n_rows > s->cap_rows || !logits)
+        return cuda_failf(cb, "sample: %d rows launched without their upload", n_rows);
+    uint8_t *d = s->dev;
+    return CU_OK(cb, launch_sample(logits, n_vocab, n_rows, (const smp_row *)d,
+                                   (const smp_bias *)(d + s->o_bias),
+                                   (const smp_pen *)(d + s->o_pen),
+                                   (smp_outcome *)(d + s->o_out), cb->stream));
+}
+
+int cuda_sample_read(cuda_backend *cb, int n_rows, smp_outcome *out)
+{
+    cuda_sampler *s = cb->sampler;
+    if (cb->failed)
+        return -1;
+    size_t n = (size_t)n_rows * sizeof *out;
+    if (CU_OK(cb, cudaMemcpyAsync(s->host + s->o_out, s->dev + s->o_out, n,
+                                  cudaMemcpyDeviceToHost, cb->stream)) ||
+        CU_OK(cb, cudaStreamSynchronize(cb->stream)))
+        return -1;
+    memcpy(out, s->host + s->o_out, n);
+    return 0;
+}
+
+int cuda_op_sample(backend *b, float *logits, int n_rows, int64_t n_vocab, const smp_row *rows,
+                   const smp_bias *bias, const smp_pen *pen, smp_outcome *out, memra_err *err)
+{
+    cuda_backend *cb = cuda_of(b);
+    if (!logits && !cb->failed)
+        return memra_fail(err, "sample: %d rows of %" PRId64 " logits", n_rows, n_vocab);
+    if (cuda_sample_upload(cb, n_rows, n_vocab, rows, bias, pen, err) != 0)
+        return -1;
+    if (cuda_sample_launch(cb, logits, n_rows, n_vocab) != 0 ||
+        cuda_sample_read(cb, n_rows, out) != 0) {
+        *err = cb->err;
+        return -1;
+    }
     return 0;
 }
