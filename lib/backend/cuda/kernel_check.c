@@ -266,6 +266,7 @@ int kernel_check_run(const kcheck_opts *o, FILE *out, int *n_failed, memra_err *
         {"ffn_glu", kc_check_ffn},     {"ffn_moe", kc_check_moe},
         {"add softcap", kc_check_elementwise}, {"sample", kc_check_sample},
         {"mv_rows fused", kc_check_fused},  {"gemm", kc_check_gemm},
+        {"flash_prefill", kc_check_flash_prefill},
     };
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(checks); i++)
         if (kc_selected(&k, checks[i].op))
