@@ -47,11 +47,11 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
     t->fuse_add_norm = 1;
     t->prefill_chunk = 64;
     t->attn_partials_cap = (size_t)64 << 20; /* 256 MB */
-    /* Flash attention for prompt chunks needs bf16 tensor cores; below 16
-     * rows (one WMMA tile of query rows) the split-K kernel stays
-     * (docs/decisions/0007-flash-prefill.md). */
+    /* Flash attention for prompt chunks needs bf16 tensor cores; it starts
+     * where the GEMM does, so a chunk under 32 rows keeps decode's bytes
+     * whatever the cache (docs/decisions/0007-flash-prefill.md). */
     t->flash = d->cc_major >= 8;
-    t->flash_min_rows = 16;
+    t->flash_min_rows = 32;
     if (d->klass == DEVICE_CLASS_HOPPER) {
         /* Measured on the H200 (docs/decisions/0006-cuda-decode-defaults.md). */
         t->prefill_chunk = 512;

@@ -46,7 +46,10 @@
 #include "engine/kv_codec.h"
 #include "kernels/flash_prefill.cuh"
 
-#define FL_MIN_ROWS 16 /* the threshold the checks run with (tune.flash_min_rows) */
+/* The threshold the kernel's cases run with (tune.flash_min_rows, so the
+ * regroupings can cut a chunk into launches of a few rows); the dispatch
+ * case uses the backend's own. */
+#define FL_MIN_ROWS 16
 #define FL_BOUND_SPLITK 1e-5
 
 typedef struct {
@@ -504,12 +507,14 @@ void kc_check_flash_prefill(kc *k)
     const flash_case f32 = {8, 2, 64, 0, 0.0f, KV_F32, 40, 0};
     const flash_case q8 = {8, 2, 64, 0, 0.0f, KV_Q8_0, 40, 0};
     const flash_case hd80 = {4, 2, 80, 0, 0.0f, KV_BF16, 40, 0};
-    const flash_case few = {8, 2, 64, 0, 0.0f, KV_BF16, FL_MIN_ROWS - 1, 0};
+    /* the backend's own threshold (32, or MEMRA_CUDA_FLASH_MIN_ROWS) */
+    const int def_min = cb->tune.flash_min_rows;
+    const flash_case few = {8, 2, 64, 0, 0.0f, KV_BF16, def_min - 1, 0};
     const flash_case off = {8, 2, 128, 0, 0.0f, KV_BF16, 40, 0};
     splitk_case(k, &f32, 1, FL_MIN_ROWS, "f32 KV");
     splitk_case(k, &q8, 1, FL_MIN_ROWS, "q8_0 KV");
     splitk_case(k, &hd80, 1, FL_MIN_ROWS, "head 80");
-    splitk_case(k, &few, 1, FL_MIN_ROWS, "under the threshold");
+    splitk_case(k, &few, 1, def_min, "under the threshold");
     splitk_case(k, &off, 0, FL_MIN_ROWS, "MEMRA_CUDA_FLASH=0");
     if (k->o->perf) {
         flash_perf_case(k, 512);
