@@ -473,7 +473,9 @@ static void flash_perf_case(kc *k, int n)
         flops += 4.0 * (double)(i + 1) * (double)hq;
     char what[96];
     snprintf(what, sizeof what, "32/8x128 bf16 rows 0+%d q rnd%s", n, step == 1 ? "" : " (sample)");
-    kc_report(k, "flash_prefill", what, err, bound, -1, us, 0);
+    /* bytes: q and out in f32, K and V once */
+    kc_report(k, "flash_prefill", what, err, bound, -1, us,
+              (double)n * (8.0 * (double)hq + 4.0 * (double)hkv));
     if (k->o->perf && us > 0)
         fprintf(k->out, "  flash %.1f us (%.1f TFLOP/s), split-K %.1f us: %.2fx\n", us,
                 flops / (us * 1e-6) / 1e12, us_split, us_split / us);
