@@ -1,7 +1,8 @@
 /* Attention on the device: the rows' metadata (positions and block
  * tables, uploaded once per step), the device KV pool behind the engine's
  * block tables, QK-norm + RoPE, and KV append + split-K attention
- * (kernels/attention.cuh).
+ * (kernels/attention.cuh), or for a prompt chunk over a bf16/f16 cache
+ * the tensor-core flash kernel (kernels/flash_prefill.cuh).
  *
  * The host kv_cache keeps the block tables and hands out blocks; the
  * device pool has the same geometry ((layer, block, slot) addressing, f32,
