@@ -126,9 +126,11 @@ done
 # The f32 references are matched by the f32 path: prompt chunks of 32+ rows
 # otherwise go through the bf16 tensor-core GEMM (x rounded to bf16; its
 # bound is checked by the kernel check and test_cuda_engine), so these
-# checks turn it off (MEMRA_CUDA_GEMM=0; docs/GPU.md).
+# checks turn it off (MEMRA_CUDA_GEMM=0; docs/GPU.md), and with it the
+# flash attention of prompt chunks over a bf16/f16 cache (q and p rounded
+# to bf16; MEMRA_CUDA_FLASH=0).
 check "stories260K on CUDA matches transformers (argmax 41/41: the greedy ids)" \
-  env MEMRA_CUDA_GEMM=0 bash -c "memra-parity '$MEMRA_SHARED/models/stories260K.gguf' --reference $P/stories260K.safetensors --backend cuda --json | tee /dev/stderr | jtrue \"j['pass'] and j['argmax_agree'] == 41\""
+  env MEMRA_CUDA_GEMM=0 MEMRA_CUDA_FLASH=0 bash -c "memra-parity '$MEMRA_SHARED/models/stories260K.gguf' --reference $P/stories260K.safetensors --backend cuda --json | tee /dev/stderr | jtrue \"j['pass'] and j['argmax_agree'] == 41\""
 check "stories260K with f16 KV on CUDA keeps the argmax (>= 39/41)" \
   bash -c "memra-parity '$MEMRA_SHARED/models/stories260K.gguf' --reference $P/stories260K.safetensors --backend cuda --kv f16 --max-abs 1 --json | jtrue \"j['argmax_agree'] >= 39\""
 check "stories260K: cuda agrees with cpu (--backends)" \
@@ -136,7 +138,7 @@ check "stories260K: cuda agrees with cpu (--backends)" \
 for m in memra-tiny memra-tiny-draft; do
   [ -f models/$m.gguf ] || continue
   check "$m on CUDA matches the PyTorch reference (argmax 48/48)" \
-    env MEMRA_CUDA_GEMM=0 bash -c "memra-parity models/$m.gguf --reference $P/$m.safetensors --backend cuda --json | jtrue \"j['pass'] and j['argmax_agree'] == 48\""
+    env MEMRA_CUDA_GEMM=0 MEMRA_CUDA_FLASH=0 bash -c "memra-parity models/$m.gguf --reference $P/$m.safetensors --backend cuda --json | jtrue \"j['pass'] and j['argmax_agree'] == 48\""
 done
 
 if [ $sanitize -eq 1 ]; then

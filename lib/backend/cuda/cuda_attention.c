@@ -1,7 +1,8 @@
 /* Attention on the device: the rows' metadata (positions and block
  * tables, uploaded once per step), the device KV pool behind the engine's
  * block tables, QK-norm + RoPE, and KV append + split-K attention
- * (kernels/attention.cuh).
+ * (kernels/attention.cuh), or for a prompt chunk over a bf16/f16 cache
+ * the tensor-core flash kernel (kernels/flash_prefill.cuh).
  *
  * The host kv_cache keeps the block tables and hands out blocks; the
  * device pool has the same geometry ((layer, block, slot) addressing, f32,
@@ -16,6 +17,7 @@
 #include "backend/cuda/cuda_internal.h"
 #include "core/check.h"
 #include "kernels/attention.cuh"
+#include "kernels/flash_prefill.cuh"
 #include "kernels/norm.cuh"
 
 _Static_assert(CU_KV_F32 == (int)KV_F32 && CU_KV_F16 == (int)KV_F16 &&
@@ -241,6 +243,40 @@ int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err)
     return 0;
 }
 
+/* ---- flash attention for prompt chunks ---- */
+
+/* A prefill step's chunk of at least tune.flash_min_rows rows over a bf16
+ * or f16 KV cache, with a head size the kernel has, runs the tensor-core
+ * flash kernel (Q and P rounded to the cache's type: its bound is in the
+ * kernel check). Decode steps, speculative rows and short chunks keep the
+ * split-K kernel, whose rows are batch-invariant bit for bit. */
+static int flash_applies(const cuda_backend *cb, const kv_cache *kc, const bk_attn *a, int n)
+{
+    return cb->tune.flash && cb->step.active && cb->step.prefill &&
+           n >= cb->tune.flash_min_rows && flash_prefill_supports((int)kc->type, a->head_dim);
+}
+
+/* K/V appended, then one launch per run of consecutive rows of one
+ * sequence (a prefill step has one). */
+static void flash_prefill(cuda_backend *cb, const kv_cache *kc, const bk_attn *a,
+                          const bk_batch *rows, const int32_t *meta, const float *q,
+                          const float *k, const float *v, float *out)
+{
+    cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kc->type, kc->n_blocks, kc->block_size,
+                       kc->kv_dim, (int64_t)kc->row_bytes};
+    cu_attn at = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
+                  a->window};
+    int n = rows->n;
+    if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
+        return;
+    for (int i0 = 0, i1; i0 < n; i0 = i1) {
+        for (i1 = i0 + 1; i1 < n && rows->seq[i1] == rows->seq[i0];)
+            i1++;
+        if (CU_OK(cb, launch_flash_prefill(&pool, &at, meta, n, i0, i1 - i0, q, out, cb->stream)))
+            return;
+    }
+}
+
 void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const float *q,
                        const float *k, const float *v, float *out)
 {
@@ -272,6 +308,10 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
     const int32_t *meta = rows_upload(cb, rows);
     if (!meta)
         return;
+    if (flash_applies(cb, kc, a, n)) {
+        flash_prefill(cb, kc, a, rows, meta, q, k, v, out);
+        return;
+    }
     int max_chunks = 1;
     for (int i = 0; i < n; i++) {
         int c = attn_row_chunks(rows->pos[i], a->window);

@@ -267,6 +267,7 @@ int kernel_check_run(const kcheck_opts *o, FILE *out, int *n_failed, memra_err *
         {"add softcap", kc_check_elementwise}, {"sample", kc_check_sample},
         {"mv_rows fused", kc_check_fused},  {"gemm", kc_check_gemm},
         {"dequant", kc_check_dequant},
+        {"flash_prefill", kc_check_flash_prefill},
     };
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(checks); i++)
         if (kc_selected(&k, checks[i].op))

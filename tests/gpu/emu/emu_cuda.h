@@ -22,16 +22,19 @@
 #ifndef MEMRA_TESTS_EMU_CUDA_H
 #define MEMRA_TESTS_EMU_CUDA_H
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <algorithm>
 #include <functional>
 #include <memory>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #undef __global__
@@ -67,6 +70,23 @@ bool capturing();
 void record(std::function<void()> op);
 
 template <class T> T *dyn_smem() { return static_cast<T *>(dyn_smem_ptr()); }
+
+[[noreturn]] void die(const char *what);
+/* A warp barrier (__syncwarp). */
+void warp_sync();
+int lane_id();
+/* One warp's record of its current collective (WMMA) operation. */
+struct warp_slot {
+    unsigned long long gen;
+    const void *p;
+    unsigned ldm;
+    int layout;
+    float a[256], b[256], c[256], d[256];
+};
+/* The warp barrier a WMMA call begins with; *first: this lane is the
+ * first of its warp to run the call (it fills the slot, the others check
+ * their arguments against it). */
+warp_slot *warp_collective(bool *first);
 
 template <class... P> struct launcher {
     void (*k)(P...);
@@ -170,5 +190,157 @@ template <class F> inline cudaError_t cudaFuncSetAttribute(F *f, cudaFuncAttribu
 }
 using std::max;
 using std::min;
+
+/* Warp barrier: every lane of the warp must reach it (a partial mask is
+ * not emulated). */
+inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+    if (mask != 0xffffffffu)
+        emu::die("__syncwarp with a partial mask is not emulated");
+    emu::warp_sync();
+}
+
+/* ---- WMMA (nvcuda::wmma), 16x16x16 tiles ----
+ *
+ * A fragment here holds its whole tile in every lane, as f32 values (a
+ * bf16 or f16 element converts exactly), row-major over the tile whatever
+ * the memory layout it was loaded from. It has no x[] / num_elements: the
+ * device's element-to-lane layout is unspecified, and a kernel that
+ * depended on it would compute something else here, so it must not
+ * compile. load / store / mma are warp-collective as on the device (each
+ * begins with a warp barrier; a lane that skips one stops the run), and
+ * every lane must pass the same pointer and stride (checked) with the
+ * device's constraints: a 256-bit aligned pointer, ldm a multiple of 16
+ * bytes. store_matrix_sync writes each element from one lane only (element
+ * e from lane e % 32, an arbitrary ownership), so a lane reading what
+ * another lane stored before a __syncwarp reads stale data here, as it
+ * may on the device. mma_sync: bf16 and f16 products are exact in f32;
+ * they are summed in f32 in ascending k, then added to c (the device's
+ * order inside one mma is unspecified; memra's bounds assume none). The
+ * first lane computes it, the others check that their fragments are the
+ * same bits (lanes that loaded different data: a missing __syncwarp). */
+namespace nvcuda {
+namespace wmma {
+
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
+    static_assert(M == 16 && N == 16 && K == 16, "the emulation has 16x16x16 WMMA tiles only");
+    float v[256];
+};
+
+inline float emu_elem(const __nv_bfloat16 *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return __uint_as_float((unsigned)h << 16);
+}
+inline float emu_elem(const __half *p) { return __half2float(*p); }
+inline float emu_elem(const float *p) { return *p; }
+inline float emu_round(float x, const __nv_bfloat16 *) { return __bfloat162float(__float2bfloat16_rn(x)); }
+inline float emu_round(float x, const __half *) { return __half2float(__float2half_rn(x)); }
+inline float emu_round(float x, const float *) { return x; }
+
+inline emu::warp_slot *emu_enter(const void *p, unsigned ldm, int layout, size_t elem,
+                                 const char *what)
+{
+    bool first;
+    emu::warp_slot *s = emu::warp_collective(&first);
+    char msg[200];
+    if ((reinterpret_cast<uintptr_t>(p) & 31) != 0 || (ldm * elem) % 16 != 0) {
+        snprintf(msg, sizeof msg, "%s: pointer %p / ldm %u: the pointer must be 256-bit aligned "
+                 "and ldm a multiple of 16 bytes", what, p, ldm);
+        emu::die(msg);
+    }
+    if (first) {
+        s->p = p;
+        s->ldm = ldm;
+        s->layout = layout;
+    } else if (s->p != p || s->ldm != ldm || s->layout != layout) {
+        snprintf(msg, sizeof msg, "%s: lane %d passes %p / ldm %u, another lane %p / ldm %u", what,
+                 emu::lane_id(), p, ldm, s->p, s->ldm);
+        emu::die(msg);
+    }
+    return s;
+}
+
+template <class Use, int M, int N, int K, class T, class L, class V>
+void fill_fragment(fragment<Use, M, N, K, T, L> &f, const V &v)
+{
+    const float x = emu_round((float)v, static_cast<const T *>(nullptr));
+    for (int i = 0; i < 256; i++)
+        f.v[i] = x;
+}
+
+template <class Use, class T, class L>
+void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, unsigned ldm)
+{
+    const int col = std::is_same<L, col_major>::value;
+    emu_enter(p, ldm, col, sizeof(T), "load_matrix_sync");
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++)
+            f.v[r * 16 + c] = emu_elem(col ? p + (size_t)c * ldm + r : p + (size_t)r * ldm + c);
+}
+
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p,
+                             unsigned ldm, layout_t l)
+{
+    const int col = l == mem_col_major;
+    emu_enter(p, ldm, col, 4, "load_matrix_sync");
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++)
+            f.v[r * 16 + c] = col ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
+}
+
+inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f,
+                              unsigned ldm, layout_t l)
+{
+    const int col = l == mem_col_major;
+    emu_enter(p, ldm, col, 4, "store_matrix_sync");
+    for (int e = emu::lane_id(); e < 256; e += 32) {
+        const int r = e / 16, c = e % 16;
+        (col ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c]) = f.v[e];
+    }
+}
+
+template <class T, class LA, class LB>
+void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
+              const fragment<matrix_a, 16, 16, 16, T, LA> &a,
+              const fragment<matrix_b, 16, 16, 16, T, LB> &b,
+              const fragment<accumulator, 16, 16, 16, float> &c)
+{
+    bool first;
+    emu::warp_slot *s = emu::warp_collective(&first);
+    if (!first) {
+        if (memcmp(s->a, a.v, sizeof a.v) || memcmp(s->b, b.v, sizeof b.v) ||
+            memcmp(s->c, c.v, sizeof c.v)) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "mma_sync: lane %d holds other fragments than the warp's "
+                     "first lane (a load raced a store: a missing __syncwarp?)", emu::lane_id());
+            emu::die(msg);
+        }
+        memcpy(d.v, s->d, sizeof d.v);
+        return;
+    }
+    memcpy(s->a, a.v, sizeof a.v);
+    memcpy(s->b, b.v, sizeof b.v);
+    memcpy(s->c, c.v, sizeof c.v);
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) {
+            float acc = 0.0f;
+            for (int k = 0; k < 16; k++)
+                acc += s->a[i * 16 + k] * s->b[k * 16 + j];
+            s->d[i * 16 + j] = acc + s->c[i * 16 + j];
+        }
+    memcpy(d.v, s->d, sizeof d.v);
+}
+
+} // namespace wmma
+} // namespace nvcuda
 
 #endif

@@ -33,6 +33,7 @@ struct fiber {
     bool started;
     char *stack;
     void *fake_stack; /* ASan's bookkeeping while switched out */
+    unsigned long long coll; /* warp-collective (WMMA) operations this thread reached */
 };
 
 static fiber fibers[MAX_THREADS];
@@ -42,6 +43,8 @@ static body_fn g_fn;
 static void *g_ctx;
 static float xchg[MAX_THREADS];
 static std::vector<unsigned char> smem;
+static unsigned char *smem_base; /* smem's data, aligned to 128 bytes as on the device */
+static warp_slot slots[MAX_THREADS / 32];
 #if EMU_ASAN
 static void *sched_fake_stack;
 static const void *sched_stack_bottom;
@@ -51,7 +54,7 @@ static size_t sched_stack_size;
 uint3 g_block_idx;
 dim3 g_block_dim, g_grid_dim;
 
-[[noreturn]] static void die(const char *what)
+[[noreturn]] void die(const char *what)
 {
     fprintf(stderr, "emu: block (%u,%u,%u) of (%u,%u,%u), %u threads: %s\n", g_block_idx.x,
             g_block_idx.y, g_block_idx.z, g_grid_dim.x, g_grid_dim.y, g_grid_dim.z, g_block_dim.x,
@@ -66,7 +69,7 @@ uint3 &thread_idx()
     return fibers[cur].tid;
 }
 
-void *dyn_smem_ptr() { return smem.data(); }
+void *dyn_smem_ptr() { return smem_base; }
 
 void check_aligned(const void *p, size_t align, const char *what)
 {
@@ -106,6 +109,26 @@ float shfl_xor(float v, int off)
     return r;
 }
 
+void warp_sync() { yield(WAIT_WARP); }
+
+int lane_id() { return (int)(fibers[cur].tid.x & 31); }
+
+/* Every lane of the warp arrives (a warp barrier, as the WMMA calls wait
+ * for the whole warp); the k-th collective of each lane is the same call,
+ * so the lane that runs first after the barrier finds the warp's slot
+ * holding an older generation and fills it, the others compare. */
+warp_slot *warp_collective(bool *first)
+{
+    if (cur < 0)
+        die("a warp-collective operation outside a kernel");
+    yield(WAIT_WARP);
+    const unsigned long long gen = ++fibers[cur].coll;
+    warp_slot *s = &slots[fibers[cur].tid.x >> 5];
+    *first = s->gen != gen;
+    s->gen = gen;
+    return s;
+}
+
 static void fiber_main()
 {
 #if EMU_ASAN
@@ -136,7 +159,10 @@ static void run_block(int n)
         fibers[i].state = RUN;
         fibers[i].started = false;
         fibers[i].tid = make_uint3((unsigned)i, 0, 0);
+        fibers[i].coll = 0;
     }
+    for (int w = 0; w < n / 32; w++)
+        slots[w].gen = 0;
     /* Between barriers the threads run one after another, forward in one
      * round and backward in the next: a thread that rewrites shared data
      * before another has read it (a missing barrier) then shows, whichever
@@ -231,7 +257,8 @@ void run_grid(dim3 grid, dim3 block, size_t smem_bytes, body_fn fn, void *ctx)
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
                 g_block_idx = make_uint3(x, y, z);
-                smem.assign(smem_bytes ? smem_bytes : 1, 0xFF);
+                smem.assign((smem_bytes ? smem_bytes : 1) + 128, 0xFF);
+                smem_base = smem.data() + ((128 - (reinterpret_cast<uintptr_t>(smem.data()) & 127)) & 127);
                 run_block((int)n);
             }
 }

@@ -1,0 +1,290 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <mma.h>
+
+#include "kernels/dev_common.cuh"
+#include "kernels/flash_prefill.cuh"
+#include "engine/kv_codec.h"
+
+// ---- kernels ----
+
+namespace {
+
+using namespace nvcuda;
+
+constexpr int FP_THREADS = 128; // 4 warps, 16 query rows each
+constexpr int FP_WARPS = FP_THREADS / 32;
+static_assert(FP_WARPS * 16 == FP_ROWS, "a warp owns 16 query rows");
+static_assert(FP_KEYS == 64, "the softmax below gives each lane 32 keys of a row");
+
+// The operand type of the products: the KV cache's element type, so K and
+// V are used as stored; Q and P are rounded to it (round to nearest even,
+// the codecs of lib/engine/kv_codec.h).
+struct OpBF16 {
+    typedef __nv_bfloat16 T;
+    static DEV uint16_t round(float x) { return kvc_f32_to_bf16(x); }
+};
+struct OpF16 {
+    typedef __half T;
+    static DEV uint16_t round(float x) { return kvc_f32_to_f16(x); }
+};
+
+// Shared memory, in elements: K and V tiles (Q is staged through K's),
+// the f32 scores, P, the f32 output rows, and per row its position, the
+// first key it sees, its running max and exp-sum. Strides are padded by 16
+// bytes (bank spread) and keep every fragment's first element 32-byte
+// aligned, as WMMA requires.
+template <int HD> struct Smem {
+    static constexpr int LDK = HD + 8;      // K, V, Q staging: 16-bit elements
+    static constexpr int LDS = FP_KEYS + 4; // scores: f32
+    static constexpr int LDP = FP_KEYS + 8; // P: 16-bit
+    static constexpr int LDO = HD + 4;      // output accumulator: f32
+    static constexpr size_t K_OFF = 0;
+    static constexpr size_t V_OFF = K_OFF + (size_t)FP_KEYS * LDK * 2;
+    static constexpr size_t S_OFF = V_OFF + (size_t)FP_KEYS * LDK * 2;
+    static constexpr size_t P_OFF = S_OFF + (size_t)FP_ROWS * LDS * 4;
+    static constexpr size_t O_OFF = P_OFF + (size_t)FP_ROWS * LDP * 2;
+    static constexpr size_t ROW_OFF = O_OFF + (size_t)FP_ROWS * LDO * 4;
+    static constexpr size_t BYTES = ROW_OFF + (size_t)FP_ROWS * 4 * 4;
+    static_assert(V_OFF % 32 == 0 && S_OFF % 32 == 0 && P_OFF % 32 == 0 && O_OFF % 32 == 0,
+                  "WMMA tiles start 32-byte aligned");
+};
+
+DEV int64_t fp_row_index(const int32_t *table, int64_t t, int layer, int n_blocks, int bs)
+{
+    const int64_t blk = table[t / bs];
+    return ((int64_t)layer * n_blocks + blk) * bs + t % bs;
+}
+
+// Block (head, tile): tiles run last first (the longest causal spans
+// start first), and the query heads of one KV head are neighbours in the
+// launch order, so they share its K/V in L2.
+template <typename OP, int HD>
+__global__ void __launch_bounds__(FP_THREADS)
+flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n_meta,
+                     int row0, int n, cu_attn a, int n_blocks, int bs, int64_t row_bytes,
+                     const uint8_t *__restrict__ kp, const uint8_t *__restrict__ vp,
+                     float *__restrict__ out)
+{
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    typedef typename OP::T T;
+    typedef Smem<HD> L;
+    extern __shared__ float4 fp_smem[];
+    uint8_t *sm = reinterpret_cast<uint8_t *>(fp_smem);
+    uint16_t *ks = reinterpret_cast<uint16_t *>(sm + L::K_OFF);
+    uint16_t *vs = reinterpret_cast<uint16_t *>(sm + L::V_OFF);
+    float *ss = reinterpret_cast<float *>(sm + L::S_OFF);
+    uint16_t *ps = reinterpret_cast<uint16_t *>(sm + L::P_OFF);
+    float *os = reinterpret_cast<float *>(sm + L::O_OFF);
+    int32_t *rpos = reinterpret_cast<int32_t *>(sm + L::ROW_OFF);
+    int32_t *rlo = rpos + FP_ROWS;
+    float *rmax = reinterpret_cast<float *>(rlo + FP_ROWS);
+    float *rsum = rmax + FP_ROWS;
+
+    const int h = blockIdx.x, tile = gridDim.y - 1 - blockIdx.y;
+    const int kvh = h / (a.n_heads / a.n_kv_heads);
+    const int r0 = row0 + tile * FP_ROWS;
+    const int nr = min(FP_ROWS, row0 + n - r0);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int32_t *table = meta + 2 * n_meta + meta[n_meta + r0];
+
+    // Rows past the chunk's end see no key.
+    if (tid < FP_ROWS) {
+        const int32_t pos = tid < nr ? meta[r0 + tid] : -1;
+        int32_t lo = INT32_MAX;
+        if (tid < nr)
+            lo = a.window > 0 && (int64_t)pos - a.window + 1 > 0 ? (int32_t)(pos - a.window + 1)
+                                                                  : 0;
+        rpos[tid] = pos;
+        rlo[tid] = lo;
+        rmax[tid] = -INFINITY;
+        rsum[tid] = 0.0f;
+    }
+    // Q rows, rounded, staged in K's tile; the output rows start at zero.
+    for (int idx = tid; idx < FP_ROWS * HD; idx += FP_THREADS) {
+        const int r = idx / HD, e = idx % HD;
+        const float x = r < nr ? q[((int64_t)(r0 + r) * a.n_heads + h) * HD + e] : 0.0f;
+        ks[r * L::LDK + e] = OP::round(x);
+        os[r * L::LDO + e] = 0.0f;
+    }
+    __syncthreads();
+    // The span of keys the tile's rows see.
+    int32_t kmin = INT32_MAX, kmax = -1;
+    for (int r = 0; r < nr; r++) {
+        kmin = min(kmin, rlo[r]);
+        kmax = max(kmax, rpos[r]);
+    }
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> qf[HD / 16];
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+        wmma::load_matrix_sync(qf[kk], reinterpret_cast<const T *>(ks + warp * 16 * L::LDK + kk * 16),
+                               L::LDK);
+    __syncthreads(); // K's tile is overwritten next
+
+    // The lane pair (2r, 2r + 1) does row r of the warp's 16 in the
+    // softmax; each lane takes every other key (lane half c: keys c, c + 2, ...).
+    const int rr = warp * 16 + (lane >> 1), half = lane & 1;
+    const int32_t my_pos = rpos[rr], my_lo = rlo[rr];
+
+    for (int32_t kb = kmin / FP_KEYS; kb <= kmax / FP_KEYS; kb++) {
+        const int32_t t0 = kb * FP_KEYS;
+        // K and V rows of the block's positions, 16 bytes at a time; a
+        // position no row of the tile sees is zero (never read from the
+        // pool: its table entry may not exist).
+        for (int idx = tid; idx < FP_KEYS * (HD / 8); idx += FP_THREADS) {
+            const int j = idx / (HD / 8), c8 = idx % (HD / 8);
+            const int32_t t = t0 + j;
+            uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);
+            if (t >= kmin && t <= kmax) {
+                const int64_t off = fp_row_index(table, t, a.layer, n_blocks, bs) * row_bytes +
+                                    ((int64_t)kvh * HD + c8 * 8) * 2;
+                kv4 = *reinterpret_cast<const uint4 *>(kp + off);
+                vv4 = *reinterpret_cast<const uint4 *>(vp + off);
+            }
+            *reinterpret_cast<uint4 *>(ks + j * L::LDK + c8 * 8) = kv4;
+            *reinterpret_cast<uint4 *>(vs + j * L::LDK + c8 * 8) = vv4;
+        }
+        __syncthreads();
+
+        // S = Q K^T for the warp's 16 rows and the block's 64 keys.
+        {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> sf[FP_KEYS / 16];
+#pragma unroll
+            for (int j = 0; j < FP_KEYS / 16; j++)
+                wmma::fill_fragment(sf[j], 0.0f);
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+#pragma unroll
+                for (int j = 0; j < FP_KEYS / 16; j++) {
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kf;
+                    wmma::load_matrix_sync(
+                        kf, reinterpret_cast<const T *>(ks + j * 16 * L::LDK + kk * 16), L::LDK);
+                    wmma::mma_sync(sf[j], qf[kk], kf, sf[j]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < FP_KEYS / 16; j++)
+                wmma::store_matrix_sync(ss + warp * 16 * L::LDS + j * 16, sf[j], L::LDS,
+                                        wmma::mem_row_major);
+        }
+        __syncwarp();
+
+        // Online softmax of row rr over this block: scale, soft-cap, mask,
+        // the new max, P (rounded) and its f32 sum; the output row is
+        // rescaled by exp(old max - new max), exactly 1 when the block
+        // holds no key the row sees.
+        float *srow = ss + rr * L::LDS;
+        float mx = -INFINITY;
+        for (int c = half; c < FP_KEYS; c += 2) {
+            const int32_t t = t0 + c;
+            if (t < my_lo || t > my_pos)
+                continue;
+            float s = __fmul_rn(srow[c], a.scale);
+            if (a.softcap > 0.0f)
+                s = __fmul_rn(tanhf(__fdiv_rn(s, a.softcap)), a.softcap);
+            srow[c] = s;
+            mx = fmaxf(mx, s);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        const float m_old = rmax[rr], m_new = fmaxf(m_old, mx);
+        const float alpha = m_new == -INFINITY ? 1.0f : expf(__fsub_rn(m_old, m_new));
+        float sum = 0.0f;
+        for (int c = half; c < FP_KEYS; c += 2) {
+            const int32_t t = t0 + c;
+            const float p = t < my_lo || t > my_pos ? 0.0f : expf(__fsub_rn(srow[c], m_new));
+            ps[rr * L::LDP + c] = OP::round(p);
+            sum = __fadd_rn(sum, p);
+        }
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+        if (half == 0) {
+            rmax[rr] = m_new;
+            rsum[rr] = __fadd_rn(__fmul_rn(rsum[rr], alpha), sum);
+        }
+        for (int e = half; e < HD; e += 2)
+            os[rr * L::LDO + e] = __fmul_rn(os[rr * L::LDO + e], alpha);
+        __syncwarp();
+
+        // O += P V for the warp's rows.
+        {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pf[FP_KEYS / 16];
+#pragma unroll
+            for (int kc = 0; kc < FP_KEYS / 16; kc++)
+                wmma::load_matrix_sync(
+                    pf[kc], reinterpret_cast<const T *>(ps + warp * 16 * L::LDP + kc * 16), L::LDP);
+#pragma unroll 2
+            for (int nb = 0; nb < HD / 16; nb++) {
+                wmma::fragment<wmma::accumulator, 16, 16, 16, float> of;
+                float *op = os + warp * 16 * L::LDO + nb * 16;
+                wmma::load_matrix_sync(of, op, L::LDO, wmma::mem_row_major);
+#pragma unroll
+                for (int kc = 0; kc < FP_KEYS / 16; kc++) {
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vf;
+                    wmma::load_matrix_sync(
+                        vf, reinterpret_cast<const T *>(vs + kc * 16 * L::LDK + nb * 16), L::LDK);
+                    wmma::mma_sync(of, pf[kc], vf, of);
+                }
+                wmma::store_matrix_sync(op, of, L::LDO, wmma::mem_row_major);
+            }
+        }
+        __syncthreads(); // the next block overwrites K and V
+    }
+
+    // out = O / exp-sum for the warp's rows that exist.
+    for (int idx = lane; idx < 16 * HD; idx += 32) {
+        const int r = warp * 16 + idx / HD, e = idx % HD;
+        if (r < nr)
+            out[((int64_t)(r0 + r) * a.n_heads + h) * HD + e] =
+                __fdiv_rn(os[r * L::LDO + e], rsum[r]);
+    }
+#else
+    __trap(); // launch_flash_prefill is only called on sm_80 and later
+#endif
+}
+
+template <typename OP, int HD>
+cudaError_t flash_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n_meta,
+                    int row0, int n, const float *q, float *out, cudaStream_t s)
+{
+    const size_t smem = Smem<HD>::BYTES;
+    cudaError_t rc = cudaFuncSetAttribute(flash_prefill_kernel<OP, HD>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (rc != cudaSuccess)
+        return rc;
+    dim3 grid((unsigned)a->n_heads, (unsigned)((n + FP_ROWS - 1) / FP_ROWS));
+    flash_prefill_kernel<OP, HD><<<grid, FP_THREADS, smem, s>>>(
+        q, meta, n_meta, row0, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes,
+        static_cast<const uint8_t *>(kv->k), static_cast<const uint8_t *>(kv->v), out);
+    return cudaGetLastError();
+}
+
+template <typename OP>
+cudaError_t flash_hd(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n_meta,
+                     int row0, int n, const float *q, float *out, cudaStream_t s)
+{
+    switch (a->head_dim) {
+    case 64: return flash_t<OP, 64>(kv, a, meta, n_meta, row0, n, q, out, s);
+    case 128: return flash_t<OP, 128>(kv, a, meta, n_meta, row0, n, q, out, s);
+    case 256: return flash_t<OP, 256>(kv, a, meta, n_meta, row0, n, q, out, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+} // namespace
+
+// ---- launchers ----
+
+extern "C" cudaError_t launch_flash_prefill(const cu_kv_pool *kv, const cu_attn *a,
+                                            const int32_t *meta, int n_meta, int row0, int n,
+                                            const float *q, float *out, cudaStream_t stream)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads != 0 || a->n_heads > 65535 ||
+        row0 < 0 || row0 + n > n_meta || !flash_prefill_supports(kv->type, a->head_dim) ||
+        (int64_t)a->n_kv_heads * a->head_dim != kv->kv_dim)
+        return cudaErrorInvalidValue;
+    if (kv->type == CU_KV_BF16)
+        return flash_hd<OpBF16>(kv, a, meta, n_meta, row0, n, q, out, stream);
+    return flash_hd<OpF16>(kv, a, meta, n_meta, row0, n, q, out, stream);
+}
