@@ -14,9 +14,10 @@
  * prompts longer than the step size run in chunks of n_batch tokens, and
  * on the CPU every token's logits are the same whatever the chunking (each
  * row is computed alone, in a fixed reduction order). On CUDA a prompt
- * chunk of 32 or more rows goes through a bf16 tensor-core GEMM (within
- * its bound of the row-by-row result, the same bytes for the same chunk);
- * decode steps keep the row-by-row, batch-invariant kernels. */
+ * chunk of 32 or more rows goes through a bf16 tensor-core GEMM and, over
+ * a bf16/f16 KV cache, tensor-core flash attention (each within its bound
+ * of the row-by-row result, the same bytes for the same chunk); decode
+ * steps keep the row-by-row, batch-invariant kernels. */
 #ifndef MEMRA_ENGINE_ENGINE_H
 #define MEMRA_ENGINE_ENGINE_H
 
