@@ -47,6 +47,7 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
     t->fuse_add_norm = 1;
     t->prefill_chunk = 64;
     t->attn_partials_cap = (size_t)64 << 20; /* 256 MB */
+    t->attn_decode = 1;
     if (d->klass == DEVICE_CLASS_HOPPER) {
         /* Measured on the H200 (docs/decisions/0006-cuda-decode-defaults.md). */
         t->prefill_chunk = 512;
@@ -55,7 +56,8 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
         env_int("MEMRA_CUDA_GEMM", 0, 1, &t->gemm, err) ||
         env_int("MEMRA_CUDA_FUSE", 0, 1, &t->fuse_add_norm, err) ||
         env_int("MEMRA_CUDA_MV_ROWS", 0, 4, &t->mv_rows_per_warp, err) ||
-        env_int("MEMRA_CUDA_GEMM_MIN_ROWS", 2, 1 << 20, &t->gemm_min_rows, err))
+        env_int("MEMRA_CUDA_GEMM_MIN_ROWS", 2, 1 << 20, &t->gemm_min_rows, err) ||
+        env_int("MEMRA_CUDA_ATTN", 0, 1, &t->attn_decode, err))
         return -1;
     if (t->mv_rows_per_warp == 3)
         return memra_fail(err, "MEMRA_CUDA_MV_ROWS=3: expected 0, 1, 2 or 4");
