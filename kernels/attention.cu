@@ -541,9 +541,9 @@ cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
     if (rc != cudaSuccess)
         return rc;
     dim3 g2((unsigned)n, (unsigned)a->n_heads);
-    attn_decode_combine_kernel<<<g2, COMBINE_THREADS,
-                                 (size_t)COMBINE_WAYS * (size_t)a->head_dim * sizeof(float), s>>>(
-        part, meta, *a, max_splits, out);
+    const size_t csmem = (size_t)COMBINE_WAYS * (size_t)a->head_dim * sizeof(float);
+    attn_decode_combine_kernel<<<g2, COMBINE_THREADS, csmem, s>>>(part, meta, *a, max_splits,
+                                                                  out);
     return cudaGetLastError();
 }
 

@@ -304,8 +304,11 @@ static int long_cache(kc *k, kv_cache *kv, kv_seq *seqs, const attn_case *c, con
     cuda_backend *cb = cuda_of(k->gpu);
     size_t total = (size_t)kv->n_layers * (size_t)kv->n_blocks * (size_t)kv->block_size *
                    kv->row_bytes;
-    if (cudaMemcpy(cb->kv_k, kv->k, total, cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaMemcpy(cb->kv_v, kv->v, total, cudaMemcpyHostToDevice) != cudaSuccess) {
+    if (cudaMemcpyAsync(cb->kv_k, kv->k, total, cudaMemcpyHostToDevice, cb->stream) !=
+            cudaSuccess ||
+        cudaMemcpyAsync(cb->kv_v, kv->v, total, cudaMemcpyHostToDevice, cb->stream) !=
+            cudaSuccess ||
+        cudaStreamSynchronize(cb->stream) != cudaSuccess) {
         kc_report_ok(k, "attention", "KV upload", 0, "cudaMemcpy failed");
         return -1;
     }
