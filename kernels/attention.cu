@@ -210,6 +210,357 @@ __global__ void attn_combine_kernel(const float *__restrict__ part, const int32_
     }
 }
 
+// ---- decode attention: split-K over the row's own span, GQA-shared K/V ----
+//
+// Block (split, KV head, row), DEC_THREADS threads: the split's keys are
+// read once for all G query heads of the KV head. A lane loads 8
+// consecutive values of a key (one 16-byte load for f16/bf16, two for
+// f32, 8 bytes + the block scale for q8_0); the LPK lanes (hd / 8 rounded
+// up to a power of two) of a "key group" cover one key's head, so a warp
+// takes 32 / LPK keys per tile. Scores are the key group's butterfly;
+// each warp keeps an online softmax (max, exp-sum, weighted V) per query
+// head over its tiles, then the block merges its warps in order. Every
+// sum has a fixed shape that depends on the split's key range only.
+
+constexpr int DEC_THREADS = 128;
+constexpr int DEC_WARPS = DEC_THREADS / 32;
+constexpr int DEC_UNROLL = 4;  // tiles whose loads are in flight at once
+constexpr int DEC_PIECE = 256; // keys whose row offsets are staged at once
+
+// Eight values of a stored row starting at element e (e % 8 == 0):
+// fetch() issues the loads into a raw register form (as few registers as
+// the bytes take, so more of them can be in flight), cvt() makes f32s.
+struct Ld8F32 {
+    struct raw { float4 a, b; };
+    static DEV raw fetch(const uint8_t *row, int64_t e)
+    {
+        return {__ldg(reinterpret_cast<const float4 *>(row + e * 4)),
+                __ldg(reinterpret_cast<const float4 *>(row + e * 4 + 16))};
+    }
+    static DEV raw zero() { return {make_float4(0, 0, 0, 0), make_float4(0, 0, 0, 0)}; }
+    static DEV void cvt(const raw &r, float *x)
+    {
+        x[0] = r.a.x, x[1] = r.a.y, x[2] = r.a.z, x[3] = r.a.w;
+        x[4] = r.b.x, x[5] = r.b.y, x[6] = r.b.z, x[7] = r.b.w;
+    }
+};
+
+template <bool BF16> struct Ld8Half {
+    typedef uint4 raw;
+    static DEV raw fetch(const uint8_t *row, int64_t e)
+    {
+        return __ldg(reinterpret_cast<const uint4 *>(row + e * 2));
+    }
+    static DEV raw zero() { return make_uint4(0, 0, 0, 0); }
+    static DEV void cvt(const raw &u, float *x)
+    {
+        const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint16_t lo = (uint16_t)(w[j] & 0xFFFFu), hi = (uint16_t)(w[j] >> 16);
+            x[2 * j] = BF16 ? bf16_bits_to_f32(lo) : f16_bits_to_f32(lo);
+            x[2 * j + 1] = BF16 ? bf16_bits_to_f32(hi) : f16_bits_to_f32(hi);
+        }
+    }
+};
+
+// q8_0: the 8 values lie in one block of 32 (e % 8 == 0); its bytes are
+// only 2-byte aligned (blocks of 34 bytes), so four 2-byte loads, and the
+// block's f16 scale. Each value is q * d, as kvc_q8_0_get.
+struct Ld8Q8 {
+    struct raw { unsigned q0, q1; float d; };
+    static DEV raw fetch(const uint8_t *row, int64_t e)
+    {
+        const uint8_t *b = row + (e / KV_Q8_0_BLOCK) * KV_Q8_0_BYTES;
+        const uint16_t *qs = reinterpret_cast<const uint16_t *>(b + 2 + e % KV_Q8_0_BLOCK);
+        return {(unsigned)qs[0] | (unsigned)qs[1] << 16, (unsigned)qs[2] | (unsigned)qs[3] << 16,
+                f16_bits_to_f32(*reinterpret_cast<const uint16_t *>(b))};
+    }
+    static DEV raw zero() { return {0u, 0u, 0.0f}; }
+    static DEV void cvt(const raw &r, float *x)
+    {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            x[j] = __fmul_rn((float)(int8_t)(r.q0 >> (8 * j)), r.d);
+            x[4 + j] = __fmul_rn((float)(int8_t)(r.q1 >> (8 * j)), r.d);
+        }
+    }
+};
+
+// xor-butterfly over lanes [from, 32) strides (from a power of two).
+DEV float lanes_sum(float v, int from)
+{
+    for (int off = from; off < 32; off <<= 1)
+        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+DEV float lanes_max(float v, int from)
+{
+    for (int off = from; off < 32; off <<= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+// Sum over the key group (lanes differing in the bits below lpk).
+DEV float group_sum(float v, int lpk)
+{
+    for (int off = lpk >> 1; off > 0; off >>= 1)
+        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+// Partials as the old kernel lays them out: [row][head][slot][hd + 2].
+template <typename LD, int GT>
+__global__ void __launch_bounds__(DEC_THREADS)
+attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n, cu_attn a,
+                   int n_blocks, int bs, int64_t row_bytes, const uint8_t *__restrict__ kp,
+                   const uint8_t *__restrict__ vp, int max_splits, float *__restrict__ part)
+{
+    __shared__ int64_t roff[DEC_PIECE];
+    __shared__ float wm[DEC_WARPS][GT], wl[DEC_WARPS][GT];
+    extern __shared__ float wacc[]; // [DEC_WARPS][GT][hd]
+    constexpr int UN = GT >= 8 ? 2 : DEC_UNROLL; // eight heads' registers leave room for 2
+    const int i = blockIdx.z, kvh = blockIdx.y, slot = blockIdx.x;
+    const int hd = a.head_dim, G = a.n_heads / a.n_kv_heads;
+    const int64_t pos = meta[i], lo = span_lo(pos, a.window), span = pos - lo + 1;
+    const int64_t ck = attn_split_keys(span);
+    if ((int64_t)slot * ck >= span)
+        return; // the whole block: this row has fewer splits
+    const int64_t t0 = lo + (int64_t)slot * ck, t1 = min(pos, t0 + ck - 1);
+    const int nt = (int)(t1 - t0 + 1);
+    const int32_t *table = meta + 2 * n + meta[n + i];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nch = hd / 8;
+    int lpk = 1;
+    while (lpk < nch)
+        lpk <<= 1;
+    const int kpw = 32 / lpk, kslot = lane / lpk, ch = lane % lpk;
+    const bool act = ch < nch;
+    const int64_t e0 = (int64_t)kvh * hd + (int64_t)ch * 8;
+
+    // This lane's 8 query values of each head, in registers.
+    float qr[GT][8];
+#pragma unroll
+    for (int g = 0; g < GT; g++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            qr[g][j] = g < G && act ? q[((int64_t)i * a.n_heads + (int64_t)kvh * G + g) * hd +
+                                        ch * 8 + j]
+                                    : 0.0f;
+    float m[GT], l[GT], acc[GT][8];
+#pragma unroll
+    for (int g = 0; g < GT; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            acc[g][j] = 0.0f;
+    }
+
+    for (int p0 = 0; p0 < nt; p0 += DEC_PIECE) {
+        const int np = min(DEC_PIECE, nt - p0);
+        __syncthreads(); // the previous piece's offsets are read
+        for (int tt = threadIdx.x; tt < np; tt += DEC_THREADS)
+            roff[tt] = kv_row_index(table, t0 + p0 + tt, a.layer, n_blocks, bs) * row_bytes;
+        __syncthreads();
+        const int ntiles = (np + kpw - 1) / kpw;
+        // Warp w takes tiles w, w + DEC_WARPS, ...; UN of them at once.
+        for (int tb = warp; tb < ntiles; tb += DEC_WARPS * UN) {
+            typename LD::raw kx[UN], vx[UN];
+            bool ok[UN];
+#pragma unroll
+            for (int u = 0; u < UN; u++) {
+                const int tt = (tb + u * DEC_WARPS) * kpw + kslot;
+                ok[u] = tt < np;
+                kx[u] = vx[u] = LD::zero();
+                if (ok[u] && act) {
+                    kx[u] = LD::fetch(kp + roff[tt], e0);
+                    vx[u] = LD::fetch(vp + roff[tt], e0);
+                }
+            }
+            // Scores: each key's values once, for every head.
+            float s[GT][UN];
+#pragma unroll
+            for (int u = 0; u < UN; u++) {
+                float kf[8];
+                LD::cvt(kx[u], kf);
+#pragma unroll
+                for (int g = 0; g < GT; g++) {
+                    if (g >= G)
+                        break;
+                    float d = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        d = __fmaf_rn(qr[g][j], kf[j], d);
+                    d = __fmul_rn(group_sum(d, lpk), a.scale);
+                    if (a.softcap > 0.0f)
+                        d = __fmul_rn(tanhf(__fdiv_rn(d, a.softcap)), a.softcap);
+                    s[g][u] = ok[u] ? d : -INFINITY;
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < GT; g++) {
+                if (g >= G)
+                    break;
+                float mt = -INFINITY;
+#pragma unroll
+                for (int u = 0; u < UN; u++)
+                    mt = fmaxf(mt, s[g][u]);
+                mt = lanes_max(mt, lpk);
+                const float mn = fmaxf(m[g], mt);
+                const float alpha = expf(__fsub_rn(m[g], mn));
+                m[g] = mn;
+                l[g] = __fmul_rn(l[g], alpha);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    acc[g][j] = __fmul_rn(acc[g][j], alpha);
+#pragma unroll
+                for (int u = 0; u < UN; u++) {
+                    const float p = ok[u] ? expf(__fsub_rn(s[g][u], mn)) : 0.0f;
+                    float vf[8];
+                    LD::cvt(vx[u], vf);
+                    l[g] = __fadd_rn(l[g], p);
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        acc[g][j] = __fmaf_rn(p, vf[j], acc[g][j]);
+                }
+            }
+        }
+    }
+
+    // The warp's key groups share m: sum them, then merge the warps in order.
+    const int acc_stride = GT * hd;
+#pragma unroll
+    for (int g = 0; g < GT; g++) {
+        if (g >= G)
+            break;
+        const float lg = lanes_sum(l[g], lpk);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float v = lanes_sum(acc[g][j], lpk);
+            if (kslot == 0 && act)
+                wacc[warp * acc_stride + g * hd + ch * 8 + j] = v;
+        }
+        if (lane == 0) {
+            wm[warp][g] = m[g];
+            wl[warp][g] = lg;
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < G * hd; idx += DEC_THREADS) {
+        const int g = idx / hd, e = idx % hd;
+        float mx = -INFINITY;
+        for (int w = 0; w < DEC_WARPS; w++)
+            mx = fmaxf(mx, wm[w][g]);
+        float o = 0.0f, ls = 0.0f;
+        for (int w = 0; w < DEC_WARPS; w++) {
+            const float f = expf(__fsub_rn(wm[w][g], mx)); // 0 for a warp without keys
+            o = __fmaf_rn(wacc[w * acc_stride + g * hd + e], f, o);
+            ls = __fmaf_rn(wl[w][g], f, ls);
+        }
+        float *pp =
+            part + (((int64_t)i * a.n_heads + (int64_t)kvh * G + g) * max_splits + slot) * (hd + 2);
+        pp[e] = o;
+        if (e == 0) {
+            pp[hd] = mx;
+            pp[hd + 1] = ls;
+        }
+    }
+}
+
+// Block (row, head), COMBINE_THREADS threads: merge the row's splits.
+// Split c's weight is exp(m_c - max); the exp-sums are added in ascending
+// order, and value e of the output is COMBINE_WAYS sums over the splits
+// c = j (mod COMBINE_WAYS), each ascending, added in order of j: a fixed
+// shape, with that many independent loads in flight per value.
+constexpr int COMBINE_THREADS = 256;
+constexpr int COMBINE_WAYS = 4;
+
+__global__ void __launch_bounds__(COMBINE_THREADS)
+attn_decode_combine_kernel(const float *__restrict__ part, const int32_t *__restrict__ meta,
+                           cu_attn a, int max_splits, float *__restrict__ out)
+{
+    __shared__ float wt[ATTN_SPLITS_MAX], ms[ATTN_SPLITS_MAX];
+    __shared__ float sum_l, mx_all;
+    extern __shared__ float red[]; // [COMBINE_WAYS][hd]
+    const int i = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
+    const int64_t pos = meta[i], span = pos - span_lo(pos, a.window) + 1;
+    const int64_t ck = attn_split_keys(span);
+    const int ns = (int)((span + ck - 1) / ck);
+    const float *pp = part + ((int64_t)i * a.n_heads + h) * max_splits * (hd + 2);
+    for (int c = threadIdx.x; c < ns; c += COMBINE_THREADS)
+        ms[c] = pp[c * (hd + 2) + hd];
+    __syncthreads();
+    if (threadIdx.x < 32) { // a max: exact in any order
+        float m = -INFINITY;
+        for (int c = threadIdx.x; c < ns; c += 32)
+            m = fmaxf(m, ms[c]);
+        m = warp_max(m);
+        if (threadIdx.x == 0)
+            mx_all = m;
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < ns; c += COMBINE_THREADS)
+        wt[c] = expf(__fsub_rn(ms[c], mx_all));
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float l = 0.0f;
+        for (int c = 0; c < ns; c++)
+            l = __fmaf_rn(pp[c * (hd + 2) + hd + 1], wt[c], l);
+        sum_l = l;
+    }
+    for (int idx = threadIdx.x; idx < COMBINE_WAYS * hd; idx += COMBINE_THREADS) {
+        const int j = idx / hd, e = idx % hd;
+        float acc = 0.0f;
+#pragma unroll 8
+        for (int c = j; c < ns; c += COMBINE_WAYS)
+            acc = __fmaf_rn(pp[c * (hd + 2) + e], wt[c], acc);
+        red[j * hd + e] = acc;
+    }
+    __syncthreads();
+    float *o = out + ((int64_t)i * a.n_heads + h) * hd;
+    for (int e = threadIdx.x; e < hd; e += COMBINE_THREADS) {
+        float acc = red[e];
+        for (int j = 1; j < COMBINE_WAYS; j++)
+            acc = __fadd_rn(acc, red[j * hd + e]);
+        o[e] = __fdiv_rn(acc, sum_l);
+    }
+}
+
+template <typename LD, int GT>
+cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
+                     const float *q, int max_splits, float *part, float *out, cudaStream_t s)
+{
+    const size_t smem = (size_t)DEC_WARPS * GT * (size_t)a->head_dim * sizeof(float);
+    dim3 grid((unsigned)max_splits, (unsigned)a->n_kv_heads, (unsigned)n);
+    attn_decode_kernel<LD, GT><<<grid, DEC_THREADS, smem, s>>>(
+        q, meta, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes,
+        static_cast<const uint8_t *>(kv->k), static_cast<const uint8_t *>(kv->v), max_splits, part);
+    cudaError_t rc = cudaGetLastError();
+    if (rc != cudaSuccess)
+        return rc;
+    dim3 g2((unsigned)n, (unsigned)a->n_heads);
+    const size_t csmem = (size_t)COMBINE_WAYS * (size_t)a->head_dim * sizeof(float);
+    attn_decode_combine_kernel<<<g2, COMBINE_THREADS, csmem, s>>>(part, meta, *a, max_splits,
+                                                                  out);
+    return cudaGetLastError();
+}
+
+template <typename LD>
+cudaError_t decode_g(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
+                     const float *q, int max_splits, float *part, float *out, cudaStream_t s)
+{
+    const int G = a->n_heads / a->n_kv_heads;
+    if (G <= 1)
+        return decode_t<LD, 1>(kv, a, meta, n, q, max_splits, part, out, s);
+    if (G <= 2)
+        return decode_t<LD, 2>(kv, a, meta, n, q, max_splits, part, out, s);
+    if (G <= 4)
+        return decode_t<LD, 4>(kv, a, meta, n, q, max_splits, part, out, s);
+    return decode_t<LD, 8>(kv, a, meta, n, q, max_splits, part, out, s);
+}
+
 size_t partial_smem(const cu_attn *a)
 {
     const int G = a->n_heads / a->n_kv_heads;
@@ -291,6 +642,29 @@ extern "C" cudaError_t launch_attention(const cu_kv_pool *kv, const cu_attn *a,
     case CU_KV_F16: return attention_t<KvF16>(kv, a, meta, n, q, max_chunks, part, out, stream);
     case CU_KV_BF16: return attention_t<KvBF16>(kv, a, meta, n, q, max_chunks, part, out, stream);
     case CU_KV_Q8_0: return attention_t<KvQ8>(kv, a, meta, n, q, max_chunks, part, out, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" cudaError_t launch_attention_decode(const cu_kv_pool *kv, const cu_attn *a,
+                                               const int32_t *meta, int n, const float *q,
+                                               int max_splits, float *part, float *out,
+                                               cudaStream_t stream)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    if (!attn_decode_fits(a->n_heads, a->n_kv_heads, a->head_dim) || n > 65535 ||
+        a->n_kv_heads > 65535 || a->n_heads > 65535 || max_splits <= 0 ||
+        max_splits > ATTN_SPLITS_MAX ||
+        (kv->type != CU_KV_Q8_0 ? kv->row_bytes % 16 : kv->row_bytes % 2) != 0)
+        return cudaErrorInvalidValue;
+    switch (kv->type) {
+    case CU_KV_F32: return decode_g<Ld8F32>(kv, a, meta, n, q, max_splits, part, out, stream);
+    case CU_KV_F16:
+        return decode_g<Ld8Half<false>>(kv, a, meta, n, q, max_splits, part, out, stream);
+    case CU_KV_BF16:
+        return decode_g<Ld8Half<true>>(kv, a, meta, n, q, max_splits, part, out, stream);
+    case CU_KV_Q8_0: return decode_g<Ld8Q8>(kv, a, meta, n, q, max_splits, part, out, stream);
     default: return cudaErrorInvalidValue;
     }
 }

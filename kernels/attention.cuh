@@ -17,7 +17,18 @@
  * exp-sum and weighted V for all the query heads of that KV head, and a
  * second kernel merges the chunks in ascending order. The cut depends on
  * the row's own position and window only, so a row's output is the same
- * whatever else is in the batch. */
+ * whatever else is in the batch. That is the old kernel (launch_attention,
+ * MEMRA_CUDA_ATTN=0, and the fallback for shapes the new one does not
+ * take).
+ *
+ * The default (launch_attention_decode) cuts a row's visible span of L
+ * keys into at most ATTN_SPLITS_MAX splits of attn_split_keys(L) keys (a
+ * multiple of ATTN_SPLIT_UNIT): up to 16384 keys splits of 128, then
+ * splits growing so that there are never more than 128. One block per
+ * (split, KV head, row) reads each key's K and V once, with 16-byte
+ * loads, for all the query heads of the KV head (GQA), and keeps an
+ * online softmax per head; a second kernel merges a row's splits in
+ * ascending order. The split again depends on the row's span only. */
 #ifndef MEMRA_KERNELS_ATTENTION_CUH
 #define MEMRA_KERNELS_ATTENTION_CUH
 
@@ -30,6 +41,8 @@ extern "C" {
 #endif
 
 #define ATTN_CHUNK 64
+#define ATTN_SPLIT_UNIT 128
+#define ATTN_SPLITS_MAX 128
 
 /* Element types, the values of lib/engine/kv_cache.h's kv_type. */
 enum { CU_KV_F32 = 0, CU_KV_F16 = 1, CU_KV_BF16 = 2, CU_KV_Q8_0 = 3 };
@@ -56,6 +69,38 @@ static inline int attn_row_chunks(int64_t pos, int64_t window)
     return (int)(pos / ATTN_CHUNK - lo / ATTN_CHUNK + 1);
 }
 
+#ifdef __CUDACC__
+#define ATTN_HD static __host__ __device__ __forceinline__
+#else
+#define ATTN_HD static inline
+#endif
+
+/* Keys per split of a span of L >= 1 keys (launch_attention_decode): a
+ * multiple of ATTN_SPLIT_UNIT making at most ATTN_SPLITS_MAX splits. */
+ATTN_HD int64_t attn_split_keys(int64_t span)
+{
+    const int64_t per = (int64_t)ATTN_SPLIT_UNIT * ATTN_SPLITS_MAX;
+    return (int64_t)ATTN_SPLIT_UNIT * ((span + per - 1) / per);
+}
+
+/* Splits a row at position pos has under launch_attention_decode: at most
+ * ceil(span / 128), so never more than attn_row_chunks(pos, 0), the count
+ * a graph's bucket is made from (cuda_graph.c). */
+ATTN_HD int attn_row_splits(int64_t pos, int64_t window)
+{
+    int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    int64_t span = pos - lo + 1, ck = attn_split_keys(span);
+    return (int)((span + ck - 1) / ck);
+}
+
+/* Whether launch_attention_decode takes this shape: head_dim a multiple
+ * of 8 up to 256, at most 8 query heads per KV head. */
+static inline int attn_decode_fits(int n_heads, int n_kv_heads, int head_dim)
+{
+    return n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= 8 &&
+           head_dim > 0 && head_dim % 8 == 0 && head_dim <= 256;
+}
+
 /* Store k, v [n][kv_dim] at each row's position (q8_0: kv_dim a multiple
  * of 32, else cudaErrorInvalidValue). */
 cudaError_t launch_kv_append(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
@@ -67,6 +112,14 @@ cudaError_t launch_kv_append(const cu_kv_pool *kv, const cu_attn *a, const int32
 cudaError_t launch_attention(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
                              const float *q, int max_chunks, float *part, float *out,
                              cudaStream_t stream);
+
+/* The same result by the split-K decode kernel above (attn_decode_fits
+ * shapes; f32 / f16 / bf16 rows of a multiple of 16 bytes); max_splits:
+ * the largest attn_row_splits of the rows, at most ATTN_SPLITS_MAX; part:
+ * attn_partials_floats(n, n_heads, head_dim, max_splits) floats. */
+cudaError_t launch_attention_decode(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta,
+                                    int n, const float *q, int max_splits, float *part,
+                                    float *out, cudaStream_t stream);
 
 static inline size_t attn_partials_floats(int n, int n_heads, int head_dim, int max_chunks)
 {

@@ -312,14 +312,31 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
         flash_prefill(cb, kc, a, rows, meta, q, k, v, out);
         return;
     }
+    /* The split-K decode kernel where it takes the shape (and the tuning
+     * does not ask for the old one); its grid is the rows' most splits. */
+    const int dec = cb->tune.attn_decode &&
+                    attn_decode_fits(a->n_heads, a->n_kv_heads, a->head_dim) &&
+                    (kc->type == KV_Q8_0 || kc->row_bytes % 16 == 0);
     int max_chunks = 1;
     for (int i = 0; i < n; i++) {
-        int c = attn_row_chunks(rows->pos[i], a->window);
+        int c = dec ? attn_row_splits(rows->pos[i], a->window)
+                    : attn_row_chunks(rows->pos[i], a->window);
         if (c > max_chunks)
             max_chunks = c;
     }
-    if (cuda_graph_chunks(cb) > 0) /* a graphed step: the grid is the key's (cuda_graph.c) */
-        max_chunks = cuda_graph_chunks(cb);
+    if (cuda_graph_chunks(cb) > 0) {
+        /* A graphed step: the grid is the key's (cuda_graph.c), its bucket
+         * made from attn_row_chunks, never below a row's splits. */
+        int bucket = cuda_graph_chunks(cb);
+        if (dec && bucket > ATTN_SPLITS_MAX)
+            bucket = ATTN_SPLITS_MAX;
+        if (bucket < max_chunks) {
+            cuda_failf(cb, "attention: a graph bucket of %d splits for rows needing %d", bucket,
+                       max_chunks);
+            return;
+        }
+        max_chunks = bucket;
+    }
     /* A long prompt chunk deep in the context has many rows x chunks of
      * partials: its rows go in groups, bounding the scratch (a row's
      * result does not depend on its group). */
@@ -339,7 +356,9 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
     if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
         return;
     if (group >= n) {
-        CU_OK(cb, launch_attention(&pool, &at, meta, n, q, max_chunks, part, out, cb->stream));
+        CU_OK(cb, (dec ? launch_attention_decode : launch_attention)(&pool, &at, meta, n, q,
+                                                                     max_chunks, part, out,
+                                                                     cb->stream));
         return;
     }
     size_t qd = (size_t)a->n_heads * (size_t)a->head_dim;
@@ -349,7 +368,8 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
         const int32_t *m = rows_upload(cb, &sub);
         if (!m)
             return;
-        CU_OK(cb, launch_attention(&pool, &at, m, g, q + (size_t)i0 * qd, max_chunks, part,
-                                   out + (size_t)i0 * qd, cb->stream));
+        CU_OK(cb, (dec ? launch_attention_decode : launch_attention)(
+                      &pool, &at, m, g, q + (size_t)i0 * qd, max_chunks, part,
+                      out + (size_t)i0 * qd, cb->stream));
     }
 }

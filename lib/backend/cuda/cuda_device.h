@@ -24,7 +24,9 @@ typedef struct {
  * (docs/decisions/0006-cuda-decode-defaults.md says which measurement set
  * each), then overridden by MEMRA_CUDA_* environment variables:
  * MEMRA_CUDA_GRAPHS, MEMRA_CUDA_GEMM, MEMRA_CUDA_FUSE, MEMRA_CUDA_FLASH (0 or 1),
- * MEMRA_CUDA_MV_ROWS (0, 1, 2, 4), MEMRA_CUDA_GEMM_MIN_ROWS, MEMRA_CUDA_FLASH_MIN_ROWS (>= 2). */
+ * MEMRA_CUDA_MV_ROWS (0, 1, 2, 4), MEMRA_CUDA_GEMM_MIN_ROWS, MEMRA_CUDA_FLASH_MIN_ROWS (>= 2),
+ * MEMRA_CUDA_ATTN (1: the split-K decode attention, 0: the older
+ * per-64-key kernel, kernels/attention.cuh). */
 typedef struct {
     int mv_rows_per_warp; /* weight rows per warp in the mat-vec; 0: by matrix size */
     int graphs;           /* replay decode steps as CUDA graphs */
@@ -36,6 +38,7 @@ typedef struct {
     size_t attn_partials_cap; /* floats of attention partials one launch may use */
     int flash;            /* tensor-core flash attention for prefill chunks (bf16/f16 KV) */
     int flash_min_rows;   /* a prefill chunk of at least this many rows uses it */
+    int attn_decode;      /* 1: launch_attention_decode where it fits; 0: launch_attention */
 } cuda_tuning;
 
 const char *device_class_name(device_class c);

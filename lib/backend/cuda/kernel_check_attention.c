@@ -1,0 +1,416 @@
+/* The kernel check's attention family: KV append and attention over the
+ * paged cache, on both kernels (launch_attention_decode, the default, and
+ * the older launch_attention, MEMRA_CUDA_ATTN=0), against the CPU
+ * backend's attention on the same cache contents.
+ *
+ * Short cases prefill three sequences in chunks through the op (so every
+ * row of a prompt chunk is checked too), then decode one row of each in
+ * one batch. Long cases fill the cache directly (rows through the CPU's
+ * codecs, copied to the device pool: the same bytes both backends store)
+ * up to depths of thousands of keys, where a row has many splits, then
+ * decode a batch of sequences at different depths. Every decode batch is
+ * run again with each row alone and in reverse order, which must give
+ * the same bytes (batch invariance). With --perf, a Qwen3-8B layer (32 / 8
+ * heads of 128, bf16) at depth 8192 and 32768 is timed on both kernels. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/kernel_check_internal.h"
+#include "core/check.h"
+#include "engine/kv_cache.h"
+#include "engine/kv_codec.h"
+#include "kernels/attention.cuh"
+
+#define BOUND_DOT 1e-5
+#define MAX_ROWS 64
+
+typedef struct {
+    int heads, kv_heads, hd;
+    int64_t window;
+    float softcap;
+    kv_type kvt;
+} attn_case;
+
+/* The kernel cuda_op_attention picks for the case (cuda_attention.c). */
+static const char *kernel_name(kc *k, const attn_case *c)
+{
+    return cuda_of(k->gpu)->tune.attn_decode && attn_decode_fits(c->heads, c->kv_heads, c->hd)
+               ? "new"
+               : "old";
+}
+
+/* Runs rows through both backends' attention; returns the error, the GPU
+ * output in *got (malloc'd). */
+static double attn_step(kc *k, const bk_attn *a, const bk_batch *rows, float **got_out)
+{
+    int n = rows->n;
+    size_t nq = (size_t)n * a->n_heads * a->head_dim, nkv = (size_t)n * a->n_kv_heads * a->head_dim;
+    float *in = xmalloc((nq + 2 * nkv) * sizeof(float)), *ref = xmalloc(nq * sizeof(float));
+    kc_fill(k, in, nq + 2 * nkv, 1.5f);
+    k->cpu->ops->attention(k->cpu, a, rows, in, in + nq, in + nq + nkv, ref);
+    float *din = kc_dev(k, in, nq + 2 * nkv), *dout = k->gpu->ops->act_alloc(k->gpu, nq);
+    k->gpu->ops->attention(k->gpu, a, rows, din, din + nq, din + nq + nkv, dout);
+    float *got = kc_read(k, dout, nq);
+    double err = kc_rel_err(got, ref, nq);
+    kc_dev_free(k, din);
+    kc_dev_free(k, dout);
+    free(in);
+    free(ref);
+    if (got_out)
+        *got_out = got;
+    else
+        free(got);
+    return err;
+}
+
+/* The same rows as in `batch`, with the same q/k/v, run on the GPU in
+ * another grouping: each alone, and all in reverse order. */
+static int attn_regroup_identical(kc *k, const bk_attn *a, const bk_batch *batch, const float *in,
+                                  const float *got)
+{
+    int n = batch->n, hq = a->n_heads * a->head_dim, hkv = a->n_kv_heads * a->head_dim;
+    int ok = n <= MAX_ROWS;
+    if (!ok)
+        return 0;
+    float *dout = k->gpu->ops->act_alloc(k->gpu, (size_t)n * hq);
+    float *rin = xmalloc((size_t)n * (hq + 2 * hkv) * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        float *d = kc_dev(k, in + (size_t)i * hq, (size_t)hq);
+        float *dk = kc_dev(k, in + (size_t)n * hq + (size_t)i * hkv, (size_t)hkv);
+        float *dv = kc_dev(k, in + (size_t)n * (hq + hkv) + (size_t)i * hkv, (size_t)hkv);
+        bk_batch one = {1, batch->pos + i, batch->seq + i};
+        k->gpu->ops->attention(k->gpu, a, &one, d, dk, dv, dout);
+        float *g = kc_read(k, dout, (size_t)hq);
+        ok &= memcmp(g, got + (size_t)i * hq, (size_t)hq * 4) == 0;
+        free(g);
+        kc_dev_free(k, d);
+        kc_dev_free(k, dk);
+        kc_dev_free(k, dv);
+    }
+    int32_t rpos[MAX_ROWS];
+    kv_seq *rseq[MAX_ROWS];
+    for (int i = 0; i < n; i++) {
+        int j = n - 1 - i;
+        rpos[i] = batch->pos[j];
+        rseq[i] = batch->seq[j];
+        memcpy(rin + (size_t)i * hq, in + (size_t)j * hq, (size_t)hq * 4);
+        memcpy(rin + (size_t)n * hq + (size_t)i * hkv, in + (size_t)n * hq + (size_t)j * hkv,
+               (size_t)hkv * 4);
+        memcpy(rin + (size_t)n * (hq + hkv) + (size_t)i * hkv,
+               in + (size_t)n * (hq + hkv) + (size_t)j * hkv, (size_t)hkv * 4);
+    }
+    bk_batch rev = {n, rpos, rseq};
+    float *din = kc_dev(k, rin, (size_t)n * (hq + 2 * hkv));
+    k->gpu->ops->attention(k->gpu, a, &rev, din, din + (size_t)n * hq,
+                           din + (size_t)n * (hq + hkv), dout);
+    float *g = kc_read(k, dout, (size_t)n * hq);
+    for (int i = 0; i < n; i++)
+        ok &= memcmp(g + (size_t)i * hq, got + (size_t)(n - 1 - i) * hq, (size_t)hq * 4) == 0;
+    free(g);
+    free(rin);
+    kc_dev_free(k, din);
+    kc_dev_free(k, dout);
+    return ok;
+}
+
+/* Whether the device pool holds the same bytes as the CPU's cache in
+ * every row both stored (positions [0, upto[s]] of layer `layer`): both
+ * backends store through engine/kv_codec.h, so they must. */
+static int kv_bytes_identical(kc *k, const kv_cache *kv, const kv_seq *seqs, const int64_t *upto,
+                              int n_seqs, int layer)
+{
+    cuda_backend *cb = cuda_of(k->gpu);
+    size_t total = (size_t)kv->n_layers * (size_t)kv->n_blocks * (size_t)kv->block_size *
+                   kv->row_bytes;
+    uint8_t *dk = xmalloc(total), *dv = xmalloc(total);
+    int ok = cudaMemcpyAsync(dk, cb->kv_k, total, cudaMemcpyDeviceToHost, cb->stream) ==
+                 cudaSuccess &&
+             cudaMemcpyAsync(dv, cb->kv_v, total, cudaMemcpyDeviceToHost, cb->stream) ==
+                 cudaSuccess &&
+             cudaStreamSynchronize(cb->stream) == cudaSuccess;
+    for (int s = 0; s < n_seqs && ok; s++)
+        for (int64_t t = 0; t <= upto[s] && ok; t++) {
+            size_t off = kv_offset(kv, &seqs[s], layer, t);
+            ok = memcmp(dk + off, kv->k + off, kv->row_bytes) == 0 &&
+                 memcmp(dv + off, kv->v + off, kv->row_bytes) == 0;
+        }
+    free(dk);
+    free(dv);
+    return ok;
+}
+
+/* One decode row per sequence (at position len[s]) in one batch, against
+ * the CPU, then regrouped; reported as "<label>". With perf, timed. */
+static void decode_batch(kc *k, const bk_attn *a, const kv_cache *kv, kv_seq *seqs,
+                         const int64_t *len, int n_seqs, const char *label)
+{
+    int32_t dpos[MAX_ROWS];
+    kv_seq *dseq[MAX_ROWS];
+    for (int s = 0; s < n_seqs; s++) {
+        dpos[s] = (int32_t)len[s];
+        dseq[s] = &seqs[s];
+    }
+    bk_batch dec = {n_seqs, dpos, dseq};
+    int hq = a->n_heads * a->head_dim;
+    int64_t kv_dim = kv->kv_dim;
+    size_t nin = (size_t)n_seqs * (hq + 2 * kv_dim);
+    float *in = xmalloc(nin * sizeof(float)), *ref = xmalloc((size_t)n_seqs * hq * sizeof(float));
+    kc_fill(k, in, nin, 1.5f);
+    k->cpu->ops->attention(k->cpu, a, &dec, in, in + (size_t)n_seqs * hq,
+                           in + (size_t)n_seqs * (hq + kv_dim), ref);
+    float *din = kc_dev(k, in, nin), *dout = k->gpu->ops->act_alloc(k->gpu, (size_t)n_seqs * hq);
+    k->gpu->ops->attention(k->gpu, a, &dec, din, din + (size_t)n_seqs * hq,
+                           din + (size_t)n_seqs * (hq + kv_dim), dout);
+    float *got = kc_read(k, dout, (size_t)n_seqs * hq);
+    double err = kc_rel_err(got, ref, (size_t)n_seqs * hq);
+    double us = -1;
+    if (k->o->perf) /* re-storing the same K/V rows changes nothing */
+        KC_TIME(k, us, k->gpu->ops->attention(k->gpu, a, &dec, din, din + (size_t)n_seqs * hq,
+                                              din + (size_t)n_seqs * (hq + kv_dim), dout));
+    int inv = attn_regroup_identical(k, a, &dec, in, got);
+    double kv_bytes = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int64_t span = a->window > 0 && a->window < len[s] + 1 ? a->window : len[s] + 1;
+        kv_bytes += 2.0 * (double)span * (double)kv->row_bytes;
+    }
+    kc_report(k, "attention", label, err, BOUND_DOT, inv, us, kv_bytes);
+    kc_dev_free(k, din);
+    kc_dev_free(k, dout);
+    free(in);
+    free(ref);
+    free(got);
+}
+
+static void attention_case(kc *k, const attn_case *c)
+{
+    enum { NSEQ = 3, CHUNK = 64, BS = 16 };
+    const int64_t len[NSEQ] = {300, 5, 130};
+    int64_t kv_dim = (int64_t)c->kv_heads * c->hd;
+    kv_cache kc_;
+    memra_err err;
+    int n_blocks = 0;
+    for (int s = 0; s < NSEQ; s++)
+        n_blocks += (int)((len[s] + BS) / BS) + 1;
+    if (kv_cache_init(&kc_, c->kvt, 2, kv_dim, BS, n_blocks, &err) != 0 ||
+        k->gpu->ops->kv_prepare(k->gpu, &kc_, &err) != 0) {
+        kc_report_ok(k, "attention", "KV cache", 0, err.msg);
+        return;
+    }
+    kv_seq seqs[NSEQ];
+    for (int s = 0; s < NSEQ; s++) {
+        kv_seq_init(&seqs[s], &kc_);
+        kv_seq_reserve(&seqs[s], len[s] + 1, &err);
+    }
+    bk_attn a = {.layer = 1, .n_heads = c->heads, .n_kv_heads = c->kv_heads, .head_dim = c->hd,
+                 .scale = 1.0f / sqrtf((float)c->hd), .softcap = c->softcap, .window = c->window};
+    /* Prefill every sequence in chunks (the blocks of the three interleave). */
+    double err_pre = 0;
+    int32_t pos[CHUNK];
+    kv_seq *rs[CHUNK];
+    for (int64_t p0 = 0; p0 < 300; p0 += CHUNK)
+        for (int s = 0; s < NSEQ; s++) {
+            if (p0 >= len[s])
+                continue;
+            int nr = (int)(len[s] - p0 < CHUNK ? len[s] - p0 : CHUNK);
+            for (int i = 0; i < nr; i++) {
+                pos[i] = (int32_t)(p0 + i);
+                rs[i] = &seqs[s];
+            }
+            bk_batch rows = {nr, pos, rs};
+            double e = attn_step(k, &a, &rows, NULL);
+            err_pre = e > err_pre ? e : err_pre;
+        }
+    char what[96];
+    snprintf(what, sizeof what, "%s %d/%dx%d %s win %" PRId64 " cap %g pre", kernel_name(k, c),
+             c->heads, c->kv_heads, c->hd, kv_type_name(c->kvt), c->window, c->softcap);
+    kc_report(k, "attention", what, err_pre, BOUND_DOT, -1, -1, 0);
+    snprintf(what, sizeof what, "%s %d/%dx%d %s win %" PRId64 " cap %g dec3", kernel_name(k, c),
+             c->heads, c->kv_heads, c->hd, kv_type_name(c->kvt), c->window, c->softcap);
+    decode_batch(k, &a, &kc_, seqs, len, NSEQ, what);
+    snprintf(what, sizeof what, "%s %d/%dx%d %s stored bytes", kernel_name(k, c), c->heads,
+             c->kv_heads, c->hd, kv_type_name(c->kvt));
+    kc_report_ok(k, "attention", what, kv_bytes_identical(k, &kc_, seqs, len, NSEQ, a.layer),
+                 "K/V rows the same bytes as the CPU's");
+    for (int s = 0; s < NSEQ; s++)
+        kv_seq_free(&seqs[s]);
+    kv_cache_free(&kc_);
+}
+
+/* Random rows [0, len) of `layer` in the host cache's K and V, through
+ * the codecs both backends store with. */
+static void fill_rows(kc *k, kv_cache *kv, const kv_seq *s, int layer, int64_t len)
+{
+    float *x = xmalloc((size_t)kv->kv_dim * sizeof(float));
+    for (int side = 0; side < 2; side++)
+        for (int64_t t = 0; t < len; t++) {
+            kc_fill(k, x, (size_t)kv->kv_dim, 1.5f);
+            uint8_t *dst = (side ? kv->v : kv->k) + kv_offset(kv, s, layer, t);
+            switch (kv->type) {
+            case KV_F32: memcpy(dst, x, (size_t)kv->kv_dim * 4); break;
+            case KV_F16:
+                for (int64_t i = 0; i < kv->kv_dim; i++)
+                    kvc_st16(dst + 2 * i, kvc_f32_to_f16(x[i]));
+                break;
+            case KV_BF16:
+                for (int64_t i = 0; i < kv->kv_dim; i++)
+                    kvc_st16(dst + 2 * i, kvc_f32_to_bf16(x[i]));
+                break;
+            default:
+                for (int64_t i = 0; i < kv->kv_dim; i += KV_Q8_0_BLOCK)
+                    kvc_q8_0_block(x + i, dst + (i / KV_Q8_0_BLOCK) * KV_Q8_0_BYTES);
+                break;
+            }
+        }
+    free(x);
+}
+
+/* A cache of n_seqs sequences filled to len[s] on both backends (the
+ * device pool a copy of the host's). Returns 0, or -1 reported. */
+static int long_cache(kc *k, kv_cache *kv, kv_seq *seqs, const attn_case *c, const int64_t *len,
+                      int n_seqs)
+{
+    enum { BS = 16 };
+    memra_err err;
+    int n_blocks = 0;
+    for (int s = 0; s < n_seqs; s++)
+        n_blocks += (int)((len[s] + BS) / BS) + 1;
+    if (kv_cache_init(kv, c->kvt, 2, (int64_t)c->kv_heads * c->hd, BS, n_blocks, &err) != 0 ||
+        k->gpu->ops->kv_prepare(k->gpu, kv, &err) != 0) {
+        kc_report_ok(k, "attention", "KV cache", 0, err.msg);
+        return -1;
+    }
+    /* Sequences' blocks interleave: reserve in rounds of 200 tokens. */
+    for (int s = 0; s < n_seqs; s++)
+        kv_seq_init(&seqs[s], kv);
+    for (int64_t r = 200;; r += 200) {
+        int more = 0;
+        for (int s = 0; s < n_seqs; s++) {
+            int64_t want = r < len[s] + 1 ? r : len[s] + 1;
+            if (kv_seq_reserve(&seqs[s], want, &err) != 0) {
+                kc_report_ok(k, "attention", "KV reserve", 0, err.msg);
+                return -1;
+            }
+            more |= r < len[s] + 1;
+        }
+        if (!more)
+            break;
+    }
+    for (int s = 0; s < n_seqs; s++)
+        fill_rows(k, kv, &seqs[s], 1, len[s]);
+    cuda_backend *cb = cuda_of(k->gpu);
+    size_t total = (size_t)kv->n_layers * (size_t)kv->n_blocks * (size_t)kv->block_size *
+                   kv->row_bytes;
+    if (cudaMemcpyAsync(cb->kv_k, kv->k, total, cudaMemcpyHostToDevice, cb->stream) !=
+            cudaSuccess ||
+        cudaMemcpyAsync(cb->kv_v, kv->v, total, cudaMemcpyHostToDevice, cb->stream) !=
+            cudaSuccess ||
+        cudaStreamSynchronize(cb->stream) != cudaSuccess) {
+        kc_report_ok(k, "attention", "KV upload", 0, "cudaMemcpy failed");
+        return -1;
+    }
+    return 0;
+}
+
+static void long_free(kv_cache *kv, kv_seq *seqs, int n_seqs)
+{
+    for (int s = 0; s < n_seqs; s++)
+        kv_seq_free(&seqs[s]);
+    kv_cache_free(kv);
+}
+
+/* Sequences at the depths len[] decoded in one batch (depths that are no
+ * multiples of the block size nor of the split). */
+static void attention_long_case(kc *k, const attn_case *c, const int64_t *len, int n_seqs)
+{
+    kv_cache kv;
+    kv_seq seqs[MAX_ROWS];
+    if (long_cache(k, &kv, seqs, c, len, n_seqs) != 0)
+        return;
+    bk_attn a = {.layer = 1, .n_heads = c->heads, .n_kv_heads = c->kv_heads, .head_dim = c->hd,
+                 .scale = 1.0f / sqrtf((float)c->hd), .softcap = c->softcap, .window = c->window};
+    int64_t deepest = 0;
+    for (int s = 0; s < n_seqs; s++)
+        deepest = len[s] > deepest ? len[s] : deepest;
+    char what[96];
+    snprintf(what, sizeof what, "%s %d/%dx%d %s win %" PRId64 " cap %g dec%d<=%" PRId64,
+             kernel_name(k, c), c->heads, c->kv_heads, c->hd, kv_type_name(c->kvt), c->window,
+             c->softcap, n_seqs, deepest);
+    decode_batch(k, &a, &kv, seqs, len, n_seqs, what);
+    long_free(&kv, seqs, n_seqs);
+}
+
+/* --perf: one Qwen3-8B layer's attention (32 / 8 heads of 128, bf16) for
+ * one row at depth `depth`, on the kernel selected. */
+static void attention_perf(kc *k, int64_t depth)
+{
+    const attn_case c = {32, 8, 128, 0, 0.0f, KV_BF16};
+    attention_long_case(k, &c, &depth, 1);
+}
+
+void kc_check_attention(kc *k)
+{
+    static const attn_case cases[] = {
+        {8, 2, 64, 0, 0.0f, KV_F32},     {8, 2, 64, 0, 0.0f, KV_F16},
+        {8, 2, 64, 0, 0.0f, KV_BF16},    {8, 2, 64, 0, 0.0f, KV_Q8_0},
+        {4, 4, 128, 37, 0.0f, KV_F32},   {4, 4, 128, 37, 0.0f, KV_Q8_0},
+        {6, 2, 32, 0, 0.5f, KV_F32},     {6, 2, 32, 0, 0.5f, KV_BF16},
+        {8, 1, 80, 0, 0.0f, KV_F16},     {8, 1, 80, 0, 0.0f, KV_BF16},
+        {16, 2, 256, 200, 0.0f, KV_F32}, {16, 2, 256, 200, 0.0f, KV_Q8_0},
+        {8, 2, 80, 0, 0.0f, KV_Q8_0}, /* kv_dim 160: head 1 starts inside block 2 */
+        {16, 1, 64, 0, 0.0f, KV_BF16}, /* 16 heads per KV head: the old kernel's */
+        {4, 2, 36, 0, 0.0f, KV_F16},   /* head_dim not a multiple of 8: the old kernel's */
+    };
+    /* Long cases: GQA 4 (the Qwen3-8B ratio), 1 and 8, every KV type,
+     * a window past the first splits, soft-capping. The first also
+     * crosses 16384 keys, where the splits grow past 128 keys. */
+    static const attn_case longs[] = {
+        {8, 2, 128, 0, 0.0f, KV_BF16},  {8, 2, 128, 0, 0.0f, KV_F16},
+        {8, 2, 128, 0, 0.0f, KV_F32},   {8, 2, 128, 0, 0.0f, KV_Q8_0},
+        {2, 2, 64, 3000, 0.0f, KV_BF16}, {8, 1, 64, 0, 30.0f, KV_BF16},
+    };
+    static const int64_t deep[] = {16500, 5, 5000, 130, 1, 1024, 3001, 17};
+    static const int64_t mid[] = {5000, 77, 1200};
+    /* The old kernel (MEMRA_CUDA_ATTN=0): every KV type, a window and
+     * soft-capping (the emulation is slow; these are its paths). */
+    static const int old_cases[] = {0, 1, 2, 3, 4, 6};
+    cuda_backend *cb = cuda_of(k->gpu);
+    const int dec0 = cb->tune.attn_decode;
+    for (int kern = 1; kern >= 0; kern--) {
+        cb->tune.attn_decode = kern;
+        if (kern) {
+            for (size_t c = 0; c < MEMRA_ARRAY_LEN(cases); c++)
+                attention_case(k, &cases[c]);
+            attention_long_case(k, &longs[0], deep, (int)MEMRA_ARRAY_LEN(deep));
+            for (size_t c = 1; c < MEMRA_ARRAY_LEN(longs); c++)
+                attention_long_case(k, &longs[c], mid, (int)MEMRA_ARRAY_LEN(mid));
+        } else {
+            for (size_t c = 0; c < MEMRA_ARRAY_LEN(old_cases); c++)
+                attention_case(k, &cases[old_cases[c]]);
+            attention_long_case(k, &longs[0], mid, (int)MEMRA_ARRAY_LEN(mid));
+        }
+        /* Rows in groups of at most two (a long prompt chunk deep in the
+         * context): the same results. */
+        size_t cap = cb->tune.attn_partials_cap;
+        cb->tune.attn_partials_cap = attn_partials_floats(2, 8, 64, 300 / ATTN_CHUNK + 1);
+        attention_case(k, &cases[0]);
+        cb->tune.attn_partials_cap = cap;
+        if (k->o->perf) {
+            attention_perf(k, 8192);
+            attention_perf(k, 32768);
+        }
+    }
+    cb->tune.attn_decode = dec0;
+    /* q8_0 needs whole blocks of 32 along a row: 1 KV head of 80 is refused
+     * with a message naming the size. */
+    kv_cache bad;
+    memra_err err = {{0}};
+    int rc = kv_cache_init(&bad, KV_Q8_0, 2, 80, 16, 4, &err);
+    kc_report_ok(k, "attention", "q8_0 KV with kv_dim 80 refused",
+                 rc != 0 && strstr(err.msg, "q8_0") && strstr(err.msg, "80"), err.msg);
+    if (rc == 0)
+        kv_cache_free(&bad);
+}
