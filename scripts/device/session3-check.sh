@@ -90,7 +90,7 @@ if [ "$part" = bench ]; then
   bench bf16 300 $w/bf16.gguf --backend cuda -p 512,8192 -n 128 -d 0,8192,32768 -b 64 -r 3
   stamp "A/B"
   MEMRA_CUDA_FLASH=0 bench bf16-noflash 60 $w/bf16.gguf --backend cuda -p 512 -n 0 -r 3
-  MEMRA_CUDA_ATTN=old bench bf16-oldattn 90 $w/bf16.gguf --backend cuda -p 0 -n 128 -d 32768 -r 3
+  MEMRA_CUDA_ATTN=0 bench bf16-oldattn 90 $w/bf16.gguf --backend cuda -p 0 -n 128 -d 32768 -r 3
   stamp "server bench"
   memra-serve -m q=$w/bf16.gguf --port 18090 --max-sessions 64 --ctx 1024 > $L/serve.log 2>&1 &
   srv=$!
