@@ -78,7 +78,11 @@ DEV void unit_acc(const typename WFmt<F>::Raw (&raw)[R], int64_t u, const float 
     constexpr int PW = W::PW;
     const int64_t c0 = u * W::U;
     float a[R][W::P], b[R][W::P];
-    if (!W::DIRECT) {
+    if constexpr (W::INT) {
+#pragma unroll
+        for (int k = 0; k < R; k++)
+            W::iscales(raw[k], u, a[k], b[k]);
+    } else if (!W::DIRECT) {
 #pragma unroll
         for (int k = 0; k < R; k++)
             W::scales(raw[k], u, a[k], b[k]);
@@ -87,8 +91,12 @@ DEV void unit_acc(const typename WFmt<F>::Raw (&raw)[R], int64_t u, const float 
     for (int p = 0; p < W::P; p++) {
         float v[R][PW];
 #pragma unroll
-        for (int k = 0; k < R; k++)
-            W::piece(raw[k], u, p, v[k]);
+        for (int k = 0; k < R; k++) {
+            if constexpr (W::INT)
+                W::ipiece(raw[k], u, p, v[k]);
+            else
+                W::piece(raw[k], u, p, v[k]);
+        }
         const int valid = FULL ? PW : valid_unit - p * PW;
 #pragma unroll
         for (int t = 0; t < T; t++) {
@@ -96,13 +104,33 @@ DEV void unit_acc(const typename WFmt<F>::Raw (&raw)[R], int64_t u, const float 
                 break;
             float xv[PW];
             load_x<PW, AX>(x + t * ldx + c0 + p * PW, valid, xv);
-            if (W::DIRECT) {
+            if constexpr (W::DIRECT) {
 #pragma unroll
                 for (int k = 0; k < R; k++)
 #pragma unroll
                     for (int j = 0; j < PW; j++)
                         if (FULL || j < valid)
                             acc[k][t] = __fmaf_rn(v[k][j], xv[j], acc[k][t]);
+            } else if constexpr (W::INT) {
+                // Subnormal quants (weight_decode.cuh): x_j scaled by
+                // 2^(MV_XEXP - its field's bit), exactly; b takes the sum of x.
+                float xs[PW];
+#pragma unroll
+                for (int j = 0; j < PW; j++)
+                    xs[j] = __fmul_rn(xv[j], xup_of(xpos_of(W::xkind(p), j & 3)));
+                float sx = xv[0];
+#pragma unroll
+                for (int j = 1; j < PW; j++)
+                    sx = __fadd_rn(sx, xv[j]);
+#pragma unroll
+                for (int k = 0; k < R; k++) {
+                    float s = __fmul_rn(v[k][0], xs[0]);
+#pragma unroll
+                    for (int j = 1; j < PW; j++)
+                        s = __fmaf_rn(v[k][j], xs[j], s);
+                    acc[k][t] = __fmaf_rn(a[k][p], s, acc[k][t]);
+                    acc[k][t] = __fmaf_rn(b[k][p], sx, acc[k][t]);
+                }
             } else {
                 float sx = 0.0f;
                 if (W::HAS_B) {
