@@ -16,6 +16,9 @@ constexpr int MV_WARPS = 4;
 constexpr int MV_THREADS = MV_WARPS * 32;
 constexpr int MV_TOKENS = 8;       // input rows a block takes together when n > 1
 constexpr int MV_LANE_BYTES = 128; // raw weight bytes a lane aims to have in flight
+#ifndef MV_PREFETCH
+#define MV_PREFETCH 1 // single-token rows_dot loads the next units before decoding these
+#endif
 
 struct MVSeg {
     const uint8_t *w;
@@ -172,6 +175,39 @@ DEV void rows_dot(const uint8_t *const *wr, size_t soff, int64_t cols, const flo
         for (int t = 0; t < T; t++)
             acc[k][t] = 0.0f;
     int64_t u0 = lane;
+    if (MV_PREFETCH && T == 1 && u0 + 32 * (D - 1) < nfull) {
+        // Software-pipelined: the next D units' loads go out before this
+        // step's decode (on the last step they re-read this step's units,
+        // from L2, and are dropped).
+        typename W::Raw raw[D][R];
+#pragma unroll
+        for (int d = 0; d < D; d++)
+#pragma unroll
+            for (int k = 0; k < R; k++)
+                raw[d][k] = W::fetch(wr[k], soff, u0 + 32 * d);
+        for (;;) {
+            const int64_t un = u0 + 32 * D;
+            const bool more = un + 32 * (D - 1) < nfull;
+            const int64_t uf = more ? un : u0;
+            typename W::Raw nxt[D][R];
+#pragma unroll
+            for (int d = 0; d < D; d++)
+#pragma unroll
+                for (int k = 0; k < R; k++)
+                    nxt[d][k] = W::fetch(wr[k], soff, uf + 32 * d);
+#pragma unroll
+            for (int d = 0; d < D; d++)
+                unit_acc<F, R, T, AX, true>(raw[d], u0 + 32 * d, x, cols, nt, W::U, acc);
+            u0 = un;
+            if (!more)
+                break;
+#pragma unroll
+            for (int d = 0; d < D; d++)
+#pragma unroll
+                for (int k = 0; k < R; k++)
+                    raw[d][k] = nxt[d][k];
+        }
+    }
     for (; u0 + 32 * (D - 1) < nfull; u0 += 32 * D) {
         typename W::Raw raw[D][R];
 #pragma unroll
