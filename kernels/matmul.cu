@@ -16,6 +16,9 @@ constexpr int MV_WARPS = 4;
 constexpr int MV_THREADS = MV_WARPS * 32;
 constexpr int MV_TOKENS = 8;       // input rows a block takes together when n > 1
 constexpr int MV_LANE_BYTES = 128; // raw weight bytes a lane aims to have in flight
+#ifndef MV_PREFETCH
+#define MV_PREFETCH 1 // single-token rows_dot loads the next units before decoding these
+#endif
 
 struct MVSeg {
     const uint8_t *w;
@@ -44,6 +47,25 @@ template <int F, int R, int T> struct MVDepth {
     static constexpr int D = d < 1 ? 1 : d > 4 ? 4 : d;
 };
 
+// The single-token INT path keeps x in shared memory, staged once per
+// block: a warp's lanes read their units' x U floats apart, which from
+// global memory is one L1 wavefront per lane (the mat-vec's bound, not the
+// decode); from shared memory, padded, it is conflict-free. Per unit S
+// floats: its U values of x already scaled as the INT path wants them, then
+// the P sums of x of its pieces, S / 4 odd so that the 8 lanes of a
+// 16-byte access phase hit distinct banks. The values are the very floats
+// the register path computes, so both give the same bytes.
+template <int F> struct MVStage {
+    static constexpr int S0 = WFmt<F>::U + WFmt<F>::P;
+    static constexpr int S = (S0 / 4) % 2 == 0 ? S0 + 4 : S0;
+};
+constexpr size_t MV_STAGE_MAX = 96 * 1024; // bytes; wider rows take the register path
+
+template <int F> size_t mv_stage_bytes(int64_t cols)
+{
+    return (size_t)(cols / WFmt<F>::U) * MVStage<F>::S * sizeof(float);
+}
+
 // PW floats of x at p, the first `valid` of them (the rest 0). AX: p is
 // 16-byte aligned whenever valid >= PW.
 template <int PW, bool AX> DEV void load_x(const float *p, int valid, float (&xv)[PW])
@@ -64,21 +86,62 @@ template <int PW, bool AX> DEV void load_x(const float *p, int valid, float (&xv
     }
 }
 
+// Fill the block's stage (MVStage) from x, one piece per thread at a time.
+template <int F, bool AX> DEV void stage_x(const float *x, int64_t cols, float *sm)
+{
+    using W = WFmt<F>;
+    constexpr int PW = W::PW, S = MVStage<F>::S;
+    const int64_t npieces = cols / PW;
+    for (int64_t q = threadIdx.x; q < npieces; q += blockDim.x) {
+        const int64_t u = q / W::P;
+        const int p = (int)(q % W::P);
+        float xv[PW];
+        load_x<PW, AX>(x + q * PW, PW, xv);
+        float sx = xv[0];
+#pragma unroll
+        for (int j = 1; j < PW; j++)
+            sx = __fadd_rn(sx, xv[j]);
+        float *d = sm + u * S + p * PW;
+#pragma unroll
+        for (int j = 0; j < PW; j++)
+            d[j] = __fmul_rn(xv[j], xup_of(xpos_of(W::xkind(p), j & 3)));
+        sm[u * S + W::U + p] = sx;
+    }
+    __syncthreads();
+}
+
 // acc[k][t] += unit u of row k . x_t, for the first nt of T input rows ldx
 // floats apart. Float formats multiply-add element by element; quant
 // formats sum v . x over a piece, then add a * sum (+ b * sum of x).
 // FULL: the unit lies inside the row (always, but for the last unit of a
 // float-format row whose width is no multiple of U); else only its first
 // `valid` elements count.
-template <int F, int R, int T, bool AX, bool FULL>
+template <int F, int R, int T, bool AX, bool FULL, bool SM>
 DEV void unit_acc(const typename WFmt<F>::Raw (&raw)[R], int64_t u, const float *x, int64_t ldx,
-                  int nt, int valid_unit, float (&acc)[R][T])
+                  int nt, int valid_unit, float (&acc)[R][T], const float *sm)
 {
     using W = WFmt<F>;
     constexpr int PW = W::PW;
     const int64_t c0 = u * W::U;
+    // SM: this unit's staged x and piece sums (T is 1).
+    const float *su = SM ? sm + u * MVStage<F>::S : nullptr;
+    float sxs[W::P];
+    if constexpr (SM) {
+#pragma unroll
+        for (int p = 0; p < W::P; p += 4) {
+            const float4 v = *reinterpret_cast<const float4 *>(su + W::U + p);
+            sxs[p] = v.x;
+            sxs[p + 1] = v.y;
+            sxs[p + 2] = v.z;
+            sxs[p + 3] = v.w;
+        }
+    }
     float a[R][W::P], b[R][W::P];
-    if (!W::DIRECT) {
+    if constexpr (W::INT) {
+#pragma unroll
+        for (int k = 0; k < R; k++)
+            W::iscales(raw[k], u, a[k], b[k]);
+    } else if (!W::DIRECT) {
 #pragma unroll
         for (int k = 0; k < R; k++)
             W::scales(raw[k], u, a[k], b[k]);
@@ -87,22 +150,59 @@ DEV void unit_acc(const typename WFmt<F>::Raw (&raw)[R], int64_t u, const float 
     for (int p = 0; p < W::P; p++) {
         float v[R][PW];
 #pragma unroll
-        for (int k = 0; k < R; k++)
-            W::piece(raw[k], u, p, v[k]);
+        for (int k = 0; k < R; k++) {
+            if constexpr (W::INT)
+                W::ipiece(raw[k], u, p, v[k]);
+            else
+                W::piece(raw[k], u, p, v[k]);
+        }
         const int valid = FULL ? PW : valid_unit - p * PW;
 #pragma unroll
         for (int t = 0; t < T; t++) {
             if (T > 1 && t >= nt)
                 break;
             float xv[PW];
-            load_x<PW, AX>(x + t * ldx + c0 + p * PW, valid, xv);
-            if (W::DIRECT) {
+            if constexpr (!SM)
+                load_x<PW, AX>(x + t * ldx + c0 + p * PW, valid, xv);
+            if constexpr (W::DIRECT) {
 #pragma unroll
                 for (int k = 0; k < R; k++)
 #pragma unroll
                     for (int j = 0; j < PW; j++)
                         if (FULL || j < valid)
                             acc[k][t] = __fmaf_rn(v[k][j], xv[j], acc[k][t]);
+            } else if constexpr (W::INT) {
+                // Subnormal quants (weight_decode.cuh): x_j scaled by
+                // 2^(MV_XEXP - its field's bit), exactly; b takes the sum of x.
+                float xs[PW], sx;
+                if constexpr (SM) {
+#pragma unroll
+                    for (int j = 0; j < PW; j += 4) {
+                        const float4 v = *reinterpret_cast<const float4 *>(su + p * PW + j);
+                        xs[j] = v.x;
+                        xs[j + 1] = v.y;
+                        xs[j + 2] = v.z;
+                        xs[j + 3] = v.w;
+                    }
+                    sx = sxs[p];
+                } else {
+#pragma unroll
+                    for (int j = 0; j < PW; j++)
+                        xs[j] = __fmul_rn(xv[j], xup_of(xpos_of(W::xkind(p), j & 3)));
+                    sx = xv[0];
+#pragma unroll
+                    for (int j = 1; j < PW; j++)
+                        sx = __fadd_rn(sx, xv[j]);
+                }
+#pragma unroll
+                for (int k = 0; k < R; k++) {
+                    float s = __fmul_rn(v[k][0], xs[0]);
+#pragma unroll
+                    for (int j = 1; j < PW; j++)
+                        s = __fmaf_rn(v[k][j], xs[j], s);
+                    acc[k][t] = __fmaf_rn(a[k][p], s, acc[k][t]);
+                    acc[k][t] = __fmaf_rn(b[k][p], sx, acc[k][t]);
+                }
             } else {
                 float sx = 0.0f;
                 if (W::HAS_B) {
@@ -130,9 +230,9 @@ DEV void unit_acc(const typename WFmt<F>::Raw (&raw)[R], int64_t u, const float 
 // the warp: every lane ends with the sums. The main loop takes D units per
 // row at a time with no bounds checks; the tail, one at a time. Either way
 // a lane meets its units in ascending order.
-template <int F, int R, int T, bool AX>
+template <int F, int R, int T, bool AX, bool SM = false>
 DEV void rows_dot(const uint8_t *const *wr, size_t soff, int64_t cols, const float *x, int nt,
-                  float (&acc)[R][T])
+                  float (&acc)[R][T], const float *sm = nullptr)
 {
     using W = WFmt<F>;
     constexpr int D = MVDepth<F, R, T>::D;
@@ -144,6 +244,39 @@ DEV void rows_dot(const uint8_t *const *wr, size_t soff, int64_t cols, const flo
         for (int t = 0; t < T; t++)
             acc[k][t] = 0.0f;
     int64_t u0 = lane;
+    if (MV_PREFETCH && T == 1 && u0 + 32 * (D - 1) < nfull) {
+        // Software-pipelined: the next D units' loads go out before this
+        // step's decode (on the last step they re-read this step's units,
+        // from L2, and are dropped).
+        typename W::Raw raw[D][R];
+#pragma unroll
+        for (int d = 0; d < D; d++)
+#pragma unroll
+            for (int k = 0; k < R; k++)
+                raw[d][k] = W::fetch(wr[k], soff, u0 + 32 * d);
+        for (;;) {
+            const int64_t un = u0 + 32 * D;
+            const bool more = un + 32 * (D - 1) < nfull;
+            const int64_t uf = more ? un : u0;
+            typename W::Raw nxt[D][R];
+#pragma unroll
+            for (int d = 0; d < D; d++)
+#pragma unroll
+                for (int k = 0; k < R; k++)
+                    nxt[d][k] = W::fetch(wr[k], soff, uf + 32 * d);
+#pragma unroll
+            for (int d = 0; d < D; d++)
+                unit_acc<F, R, T, AX, true, SM>(raw[d], u0 + 32 * d, x, cols, nt, W::U, acc, sm);
+            u0 = un;
+            if (!more)
+                break;
+#pragma unroll
+            for (int d = 0; d < D; d++)
+#pragma unroll
+                for (int k = 0; k < R; k++)
+                    raw[d][k] = nxt[d][k];
+        }
+    }
     for (; u0 + 32 * (D - 1) < nfull; u0 += 32 * D) {
         typename W::Raw raw[D][R];
 #pragma unroll
@@ -153,7 +286,7 @@ DEV void rows_dot(const uint8_t *const *wr, size_t soff, int64_t cols, const flo
                 raw[d][k] = W::fetch(wr[k], soff, u0 + 32 * d);
 #pragma unroll
         for (int d = 0; d < D; d++)
-            unit_acc<F, R, T, AX, true>(raw[d], u0 + 32 * d, x, cols, nt, W::U, acc);
+            unit_acc<F, R, T, AX, true, SM>(raw[d], u0 + 32 * d, x, cols, nt, W::U, acc, sm);
     }
     for (; u0 < nu; u0 += 32) {
         typename W::Raw raw[R];
@@ -161,9 +294,9 @@ DEV void rows_dot(const uint8_t *const *wr, size_t soff, int64_t cols, const flo
         for (int k = 0; k < R; k++)
             raw[k] = W::fetch(wr[k], soff, u0);
         if (u0 < nfull)
-            unit_acc<F, R, T, AX, true>(raw, u0, x, cols, nt, W::U, acc);
+            unit_acc<F, R, T, AX, true, SM>(raw, u0, x, cols, nt, W::U, acc, sm);
         else
-            unit_acc<F, R, T, AX, false>(raw, u0, x, cols, nt, (int)(cols - u0 * W::U), acc);
+            unit_acc<F, R, T, AX, false, SM>(raw, u0, x, cols, nt, (int)(cols - u0 * W::U), acc, sm);
     }
 #pragma unroll
     for (int k = 0; k < R; k++)
@@ -172,7 +305,7 @@ DEV void rows_dot(const uint8_t *const *wr, size_t soff, int64_t cols, const flo
             acc[k][t] = warp_sum(acc[k][t]);
 }
 
-template <int F, int R, int T, bool AX>
+template <int F, int R, int T, bool AX, bool SM>
 __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(const MVArgs a)
 {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -199,7 +332,13 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(const MVArgs a)
     const int t0 = blockIdx.y * T;
     const int nt = min(T, a.n - t0);
     float acc[R][T];
-    rows_dot<F, R, T, AX>(wr, sg.soff, a.cols, a.x + (int64_t)t0 * a.cols, nt, acc);
+    if constexpr (SM) {
+        extern __shared__ float mv_stage[];
+        stage_x<F, AX>(a.x + (int64_t)t0 * a.cols, a.cols, mv_stage);
+        rows_dot<F, R, T, AX, true>(wr, sg.soff, a.cols, nullptr, nt, acc, mv_stage);
+    } else {
+        rows_dot<F, R, T, AX>(wr, sg.soff, a.cols, a.x + (int64_t)t0 * a.cols, nt, acc);
+    }
     if (lane != 0)
         return;
 #pragma unroll
@@ -244,7 +383,19 @@ matmul_grouped_kernel(const uint8_t *const *__restrict__ experts, const int32_t 
 template <int F, int R, int T, bool AX>
 void mv_launch(const MVArgs &a, dim3 grid, cudaStream_t s)
 {
-    matvec_kernel<F, R, T, AX><<<grid, MV_THREADS, 0, s>>>(a);
+    if constexpr (T == 1 && WFmt<F>::INT) {
+        const size_t sm = mv_stage_bytes<F>(a.cols);
+        if (sm <= MV_STAGE_MAX) {
+            if (sm > 48 * 1024 &&
+                cudaFuncSetAttribute(matvec_kernel<F, R, T, AX, true>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)sm) != cudaSuccess)
+                return; // launch_matvec reports it (cudaGetLastError)
+            matvec_kernel<F, R, T, AX, true><<<grid, MV_THREADS, sm, s>>>(a);
+            return;
+        }
+    }
+    matvec_kernel<F, R, T, AX, false><<<grid, MV_THREADS, 0, s>>>(a);
 }
 
 // The instance for (R, T, AX): R in {1, 2, 4} with aligned x, {1, 2} else;

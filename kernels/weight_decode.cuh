@@ -20,6 +20,18 @@
 // Integers become floats without the slow int-to-float unit: byte k of a
 // word, put under the exponent of 2^23 with one byte permute, is the float
 // 2^23 + byte; subtracting 2^23 + offset is exact for these small values.
+//
+// INT formats (Q8_0, Q4_0, Q4_K, Q6_K) have a leaner way for the mat-vec:
+// ipiece(raw, u, p, v) gives each element's unsigned quant q as the bits of
+// a subnormal float, q * 2^(XPOS - 149), masked in place: XPOS = xpos(p, j)
+// is the bit the field starts at in its word (0..20), so one AND (or a
+// shift for the word's top byte) per element, no permute, no subtract.
+// The mat-vec multiplies x_j by 2^(MV_XEXP - XPOS) (exact), so each
+// product is q * x * 2^(MV_XEXP - 149) exactly: the same product as
+// q * x, scaled by a power of two, rounded the same way. iscales gives
+// a' = a * 2^(149 - MV_XEXP) (exact) and b, with element = a * q + b as
+// the CPU's value: the signed formats' offset (Q8_0 128, Q4_0 8, Q6_K 32)
+// moves into b = -offset * a, Q4_K's b is -dmin * m as for piece().
 #ifndef MEMRA_KERNELS_WEIGHT_DECODE_CUH
 #define MEMRA_KERNELS_WEIGHT_DECODE_CUH
 
@@ -71,10 +83,55 @@ DEV void bytes_to_f(uint32_t w, float off, float *out)
 
 template <int F> struct WFmt;
 
+// The x exponent offset of the INT path: products carry 2^(MV_XEXP - 149),
+// here 2^-64, which keeps every |q * x| above 2^-62 normal (smaller
+// products underflow by at most 2^-86 each) and x below 2^43 finite after
+// its 2^(MV_XEXP - XPOS) scaling.
+constexpr int MV_XEXP = 85;
+// 2^(149 - MV_XEXP): what turns a scale a into a'.
+#define MV_AUP 18446744073709551616.0f /* 2^64 */
+
+// How a word holds four fields j = 0..3 (one per byte), for ipiece.
+enum { XK_BYTE8 = 0, XK_BYTE6, XK_NIB_LO, XK_NIB_HI };
+
+// Field j of w as a subnormal float: its bits kept where they are when the
+// field lies below bit 23 (the float's exponent), else moved down first;
+// xpos_of says the bit it then starts at. Per word the two nibble kinds
+// share one shift (w >> 16), so a byte of nibbles costs about one op per
+// value. BYTE6: bytes holding values below 64.
+template <int K> DEV float sub_field(uint32_t w, int j)
+{
+    uint32_t f;
+    if (K == XK_BYTE8)
+        f = j == 0 ? w & 0xFFu : j == 1 ? w & 0xFF00u : j == 2 ? __byte_perm(w, 0u, 0x4442u) : w >> 24;
+    else if (K == XK_BYTE6)
+        f = j == 0 ? w & 0xFFu : j == 1 ? w & 0xFF00u : j == 2 ? w & 0xFF0000u : w >> 24;
+    else if (K == XK_NIB_LO)
+        f = j == 0 ? w & 0xFu : j == 1 ? w & 0xF00u : j == 2 ? w & 0xF0000u : (w >> 16) & 0xF00u;
+    else
+        f = j == 0 ? w & 0xF0u : j == 1 ? w & 0xF000u : j == 2 ? (w >> 16) & 0xF0u : w >> 28;
+    return __uint_as_float(f);
+}
+
+// The bit field j of kind k starts at after sub_field.
+DEV int xpos_of(int k, int j)
+{
+    if (k == XK_BYTE8)
+        return j == 1 ? 8 : 0;
+    if (k == XK_BYTE6)
+        return j == 3 ? 0 : 8 * j;
+    if (k == XK_NIB_LO)
+        return j == 3 ? 8 : 8 * j;
+    return j == 0 ? 4 : j == 1 ? 12 : j == 2 ? 4 : 0;
+}
+
+// 2^(MV_XEXP - pos), exact.
+DEV float xup_of(int pos) { return __uint_as_float((uint32_t)(127 + MV_XEXP - pos) << 23); }
+
 // The float formats: a unit is one 16-byte vector, one piece.
 template <> struct WFmt<CW_F32> {
     static constexpr int U = 4, PW = 4, P = 1;
-    static constexpr bool DIRECT = true, HAS_B = false;
+    static constexpr bool DIRECT = true, HAS_B = false, INT = false;
     struct Raw { uint4 q; };
     DEV static Raw fetch(const uint8_t *row, size_t, int64_t u) { return Raw{ld16(row + u * 16)}; }
     DEV static void scales(const Raw &, int64_t, float (&)[P], float (&)[P]) {}
@@ -93,7 +150,7 @@ template <> struct WFmt<CW_F32> {
 
 template <> struct WFmt<CW_F16> {
     static constexpr int U = 8, PW = 8, P = 1;
-    static constexpr bool DIRECT = true, HAS_B = false;
+    static constexpr bool DIRECT = true, HAS_B = false, INT = false;
     struct Raw { uint4 q; };
     DEV static Raw fetch(const uint8_t *row, size_t, int64_t u) { return Raw{ld16(row + u * 16)}; }
     DEV static void scales(const Raw &, int64_t, float (&)[P], float (&)[P]) {}
@@ -114,7 +171,7 @@ template <> struct WFmt<CW_F16> {
 
 template <> struct WFmt<CW_BF16> {
     static constexpr int U = 8, PW = 8, P = 1;
-    static constexpr bool DIRECT = true, HAS_B = false;
+    static constexpr bool DIRECT = true, HAS_B = false, INT = false;
     struct Raw { uint4 q; };
     DEV static Raw fetch(const uint8_t *row, size_t, int64_t u) { return Raw{ld16(row + u * 16)}; }
     DEV static void scales(const Raw &, int64_t, float (&)[P], float (&)[P]) {}
@@ -137,7 +194,7 @@ template <> struct WFmt<CW_BF16> {
 // is quants 8p..8p+7.
 template <> struct WFmt<CW_Q8_0> {
     static constexpr int U = 32, PW = 8, P = 4;
-    static constexpr bool DIRECT = false, HAS_B = false;
+    static constexpr bool DIRECT = false, HAS_B = false, INT = true;
     struct Raw { uint4 a, b; uint32_t d; };
     DEV static Raw fetch(const uint8_t *row, size_t soff, int64_t u)
     {
@@ -157,6 +214,28 @@ template <> struct WFmt<CW_Q8_0> {
         bytes_to_f(word_at(q, 2 * (p & 1)) ^ 0x80808080u, 128.0f, v);
         bytes_to_f(word_at(q, 2 * (p & 1) + 1) ^ 0x80808080u, 128.0f, v + 4);
     }
+    // INT path: q + 128 per byte, b = -128 d.
+    DEV static int xkind(int) { return XK_BYTE8; }
+    DEV static void iscales(const Raw &r, int64_t, float (&a)[P], float (&b)[P])
+    {
+        const float d = f16_bits_to_f32((uint16_t)r.d);
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            a[p] = __fmul_rn(d, MV_AUP);
+            b[p] = __fmul_rn(d, -128.0f);
+        }
+    }
+    DEV static void ipiece(const Raw &r, int64_t, int p, float (&v)[PW])
+    {
+        const uint4 &q = p < 2 ? r.a : r.b;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const uint32_t w = word_at(q, 2 * (p & 1) + i) ^ 0x80808080u;
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                v[4 * i + j] = sub_field<XK_BYTE8>(w, j);
+        }
+    }
     DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
     {
         const uint8_t *q = row + u * 32;
@@ -172,7 +251,7 @@ template <> struct WFmt<CW_Q8_0> {
 // Pieces: 0, 1 the low nibbles of bytes 0..7, 8..15; 2, 3 their high nibbles.
 template <> struct WFmt<CW_Q4_0> {
     static constexpr int U = 32, PW = 8, P = 4;
-    static constexpr bool DIRECT = false, HAS_B = false;
+    static constexpr bool DIRECT = false, HAS_B = false, INT = true;
     struct Raw { uint4 q; uint32_t d; };
     DEV static Raw fetch(const uint8_t *row, size_t soff, int64_t u)
     {
@@ -190,6 +269,27 @@ template <> struct WFmt<CW_Q4_0> {
         const int sh = p < 2 ? 0 : 4;
         bytes_to_f((word_at(r.q, 2 * (p & 1)) >> sh) & 0x0F0F0F0Fu, 8.0f, v);
         bytes_to_f((word_at(r.q, 2 * (p & 1) + 1) >> sh) & 0x0F0F0F0Fu, 8.0f, v + 4);
+    }
+    // INT path: the nibbles unsigned, b = -8 d.
+    DEV static int xkind(int p) { return p < 2 ? XK_NIB_LO : XK_NIB_HI; }
+    DEV static void iscales(const Raw &r, int64_t, float (&a)[P], float (&b)[P])
+    {
+        const float d = f16_bits_to_f32((uint16_t)r.d);
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            a[p] = __fmul_rn(d, MV_AUP);
+            b[p] = __fmul_rn(d, -8.0f);
+        }
+    }
+    DEV static void ipiece(const Raw &r, int64_t, int p, float (&v)[PW])
+    {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const uint32_t w = word_at(r.q, 2 * (p & 1) + i);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                v[4 * i + j] = p < P / 2 ? sub_field<XK_NIB_LO>(w, j) : sub_field<XK_NIB_HI>(w, j);
+        }
     }
     DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
     {
@@ -239,7 +339,7 @@ template <int P> DEV void k4_piece_scales(const uint4 &h, int g, float (&a)[P], 
 // Piece p: the low (p < 4) or high nibbles of qs bytes 8(p%4)..8(p%4)+7.
 template <> struct WFmt<CW_Q4_K> {
     static constexpr int U = 64, PW = 8, P = 8;
-    static constexpr bool DIRECT = false, HAS_B = true;
+    static constexpr bool DIRECT = false, HAS_B = true, INT = true;
     struct Raw { uint4 h, a, b; };
     DEV static Raw fetch(const uint8_t *row, size_t, int64_t u)
     {
@@ -257,6 +357,26 @@ template <> struct WFmt<CW_Q4_K> {
         const int sh = p < 4 ? 0 : 4;
         bytes_to_f((word_at(q, 2 * (p & 1)) >> sh) & 0x0F0F0F0Fu, 0.0f, v);
         bytes_to_f((word_at(q, 2 * (p & 1) + 1) >> sh) & 0x0F0F0F0Fu, 0.0f, v + 4);
+    }
+    // INT path: the nibbles in place; a scaled up, b as for piece().
+    DEV static int xkind(int p) { return p < 4 ? XK_NIB_LO : XK_NIB_HI; }
+    DEV static void iscales(const Raw &r, int64_t u, float (&a)[P], float (&b)[P])
+    {
+        k4_piece_scales<P>(r.h, (int)(u & 3), a, b);
+#pragma unroll
+        for (int p = 0; p < P; p++)
+            a[p] = __fmul_rn(a[p], MV_AUP);
+    }
+    DEV static void ipiece(const Raw &r, int64_t, int p, float (&v)[PW])
+    {
+        const uint4 &q = (p & 3) < 2 ? r.a : r.b;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const uint32_t w = word_at(q, 2 * (p & 1) + i);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                v[4 * i + j] = p < P / 2 ? sub_field<XK_NIB_LO>(w, j) : sub_field<XK_NIB_HI>(w, j);
+        }
     }
     DEV static void load(const uint8_t *row, size_t, int64_t u, float (&v)[U])
     {
@@ -284,7 +404,7 @@ template <> struct WFmt<CW_Q4_K> {
 // takes bit 2g (low half) or 2g+1 (high half) of qh[l] as its fifth bit.
 template <> struct WFmt<CW_Q5_K> {
     static constexpr int U = 64, PW = 8, P = 8;
-    static constexpr bool DIRECT = false, HAS_B = true;
+    static constexpr bool DIRECT = false, HAS_B = true, INT = false;
     struct Raw { uint4 h, qa, qb, ha, hb; };
     DEV static Raw fetch(const uint8_t *row, size_t, int64_t u)
     {
@@ -343,7 +463,7 @@ template <> struct WFmt<CW_Q5_K> {
 // Pieces 0, 1 (l < 16) take the first scale, 2, 3 the second.
 template <> struct WFmt<CW_Q6_K> {
     static constexpr int U = 32, PW = 8, P = 4;
-    static constexpr bool DIRECT = false, HAS_B = false;
+    static constexpr bool DIRECT = false, HAS_B = false, INT = true;
     struct Raw { uint4 la, lb, ha, hb; uint32_t sc2, d; };
     DEV static Raw fetch(const uint8_t *row, size_t soff, int64_t u)
     {
@@ -376,6 +496,33 @@ template <> struct WFmt<CW_Q6_K> {
             const uint32_t lo = (word_at(l, 2 * (p & 1) + i) >> lshift) & 0x0F0F0F0Fu;
             const uint32_t hi = ((word_at(h, 2 * (p & 1) + i) >> hshift) & 0x03030303u) << 4;
             bytes_to_f(lo | hi, 32.0f, v + 4 * i);
+        }
+    }
+    // INT path: the 6-bit q per byte (as piece() assembles it), b = -32 a.
+    DEV static int xkind(int) { return XK_BYTE6; }
+    DEV static void iscales(const Raw &r, int64_t u, float (&a)[P], float (&b)[P])
+    {
+        float a0[P], b0[P];
+        scales(r, u, a0, b0);
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            a[p] = __fmul_rn(a0[p], MV_AUP);
+            b[p] = __fmul_rn(a0[p], -32.0f);
+        }
+    }
+    DEV static void ipiece(const Raw &r, int64_t u, int p, float (&v)[PW])
+    {
+        const int q = (int)(u & 3);
+        const int lshift = (q >> 1) * 4, hshift = 2 * q;
+        const uint4 &l = p < 2 ? r.la : r.lb;
+        const uint4 &h = p < 2 ? r.ha : r.hb;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const uint32_t lo = (word_at(l, 2 * (p & 1) + i) >> lshift) & 0x0F0F0F0Fu;
+            const uint32_t hi = ((word_at(h, 2 * (p & 1) + i) >> hshift) & 0x03030303u) << 4;
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                v[4 * i + j] = sub_field<XK_BYTE6>(lo | hi, j);
         }
     }
     DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
@@ -448,7 +595,7 @@ DEV float e8m0_to_f32(uint32_t e)
 // 16s + 8 + j the high one), its UE4M3 scale byte s of the block's 4.
 template <> struct WFmt<CW_NVFP4> {
     static constexpr int U = 64, PW = 8, P = 8;
-    static constexpr bool DIRECT = false, HAS_B = false;
+    static constexpr bool DIRECT = false, HAS_B = false, INT = false;
     struct Raw { uint4 a, b; uint32_t sc; };
     DEV static Raw fetch(const uint8_t *row, size_t soff, int64_t u)
     {
@@ -497,7 +644,7 @@ template <> struct WFmt<CW_NVFP4> {
 // MXFP8: one 32-element block per unit: 32 E4M3 bytes, then its E8M0 byte.
 template <> struct WFmt<CW_MXFP8> {
     static constexpr int U = 32, PW = 8, P = 4;
-    static constexpr bool DIRECT = false, HAS_B = false;
+    static constexpr bool DIRECT = false, HAS_B = false, INT = false;
     struct Raw { uint4 a, b; uint32_t e; };
     DEV static Raw fetch(const uint8_t *row, size_t soff, int64_t u)
     {

@@ -86,6 +86,132 @@ static void matmul_case(kc *k, dtype t, int64_t rows, int64_t cols, int n, int w
         kc_weight_free(&b);
 }
 
+/* Decode's mat-vec as the model streams it: one token, weights read from
+ * device memory rather than L2 (50 MB on an H200), so the timing rotates
+ * over copies of the weight, 512 MB or more together. GLU: two matrices
+ * of the shape, paired (gate and up) in one launch, as the FFN runs them.
+ * The first copy's result is checked against the CPU's. */
+#define MM_STREAM_BYTES (512.0 * 1024 * 1024)
+#define MM_STREAM_MAX_COPIES 64
+
+static void matmul_stream_case(kc *k, dtype t, int64_t rows, int64_t cols, int glu)
+{
+    char what[96];
+    bk_weight w[2];
+    int nw = glu ? 2 : 1;
+    for (int i = 0; i < nw; i++)
+        if (kc_weight(k, &w[i], t, rows, cols, i ? "mm.stream.up" : "mm.stream") != 0) {
+            if (i)
+                kc_weight_free(&w[0]);
+            return;
+        }
+    cuda_backend *cb = cuda_of(k->gpu);
+    const cu_matrix *m[2] = {&((const cuda_weight *)w[0].dev)->m,
+                             glu ? &((const cuda_weight *)w[1].dev)->m : NULL};
+    const size_t mbytes = (size_t)rows * m[0]->stride;
+    int copies = k->o->perf ? (int)ceil(MM_STREAM_BYTES / ((double)mbytes * nw)) : 1;
+    copies = copies < 1 ? 1 : copies > MM_STREAM_MAX_COPIES ? MM_STREAM_MAX_COPIES : copies;
+    /* copies of each matrix; copy 0 is the prepared weight itself */
+    cu_matrix mc[MM_STREAM_MAX_COPIES][2];
+    void *mem[MM_STREAM_MAX_COPIES][2] = {{0}};
+    int ok = 1;
+    for (int c = 0; c < copies; c++)
+        for (int i = 0; i < nw; i++) {
+            mc[c][i] = *m[i];
+            if (c == 0)
+                continue;
+            if (cudaMalloc(&mem[c][i], mbytes) != cudaSuccess ||
+                cudaMemcpyAsync(mem[c][i], m[i]->data, mbytes, cudaMemcpyDeviceToDevice,
+                                k->stream) != cudaSuccess) {
+                ok = 0;
+                mem[c][i] = NULL;
+                continue;
+            }
+            mc[c][i].data = mem[c][i];
+        }
+    float *x = xmalloc((size_t)cols * sizeof(float)), *ref = xmalloc((size_t)rows * sizeof(float));
+    float *ref2 = xmalloc((size_t)rows * sizeof(float));
+    kc_fill(k, x, (size_t)cols, 1.0f);
+    k->cpu->ops->matmul(k->cpu, &w[0], NULL, x, 1, ref);
+    if (glu) {
+        k->cpu->ops->matmul(k->cpu, &w[1], NULL, x, 1, ref2);
+        for (int64_t r = 0; r < rows; r++) {
+            const float g = ref[r];
+            ref[r] = g / (1.0f + expf(-g)) * ref2[r];
+        }
+    }
+    float *dx = kc_dev(k, x, (size_t)cols), *dout = k->gpu->ops->act_alloc(k->gpu, (size_t)rows);
+    cu_mv_job j;
+    memset(&j, 0, sizeof j);
+    j.n_w = nw;
+    j.mode = glu ? CU_MV_GLU_SILU : CU_MV_STORE;
+    j.x = dx;
+    j.n = 1;
+    j.out[0] = dout;
+    j.rows_per_warp = cb->tune.mv_rows_per_warp;
+    j.sm_count = cb->info.sm_count;
+    double err = INFINITY, us = -1;
+    if (ok) {
+        for (int i = 0; i < nw; i++)
+            j.w[i] = &mc[0][i];
+        ok = launch_matvec(&j, k->stream) == cudaSuccess;
+        float *got = kc_read(k, dout, (size_t)rows);
+        /* The CPU's silu differs from the device's by an ulp or so. */
+        err = kc_rel_err(got, ref, (size_t)rows);
+        free(got);
+    }
+    if (ok && k->o->perf) {
+        const int reps = 4 * copies < 40 ? 40 : 4 * copies;
+        cudaEventRecord(k->ev0, k->stream);
+        for (int r = 0; r < reps; r++) {
+            for (int i = 0; i < nw; i++)
+                j.w[i] = &mc[r % copies][i];
+            ok &= launch_matvec(&j, k->stream) == cudaSuccess;
+        }
+        cudaEventRecord(k->ev1, k->stream);
+        float ms = 0;
+        if (cudaEventSynchronize(k->ev1) == cudaSuccess &&
+            cudaEventElapsedTime(&ms, k->ev0, k->ev1) == cudaSuccess)
+            us = (double)ms * 1000.0 / reps;
+    }
+    snprintf(what, sizeof what, "%-5s %" PRId64 "x%" PRId64 " n=1 %s", tname(t), rows, cols,
+             glu ? "glu x2 stream" : "stream");
+    kc_report(k, "matmul", what, ok ? err : INFINITY, glu ? BOUND_CHAIN : BOUND_DOT, -1, us,
+              (double)mbytes * nw);
+    for (int c = 1; c < copies; c++)
+        for (int i = 0; i < nw; i++)
+            if (mem[c][i])
+                cudaFree(mem[c][i]);
+    kc_dev_free(k, dx);
+    kc_dev_free(k, dout);
+    free(x);
+    free(ref);
+    free(ref2);
+    for (int i = 0; i < nw; i++)
+        kc_weight_free(&w[i]);
+}
+
+/* The Qwen3-8B decode shapes, with --perf: QKV-sized, the FFN's gate+up
+ * pair and down, and the output head; without, two small ones (the GLU
+ * launch checked against the CPU). */
+static void matmul_stream_cases(kc *k)
+{
+    if (!k->o->perf) {
+        matmul_stream_case(k, DT_Q4_K, 96, 512, 1);
+        matmul_stream_case(k, DT_Q6_K, 80, 768, 0);
+        return;
+    }
+    static const dtype ts[] = {DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_BF16};
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(ts); i++) {
+        matmul_stream_case(k, ts[i], 4096, 4096, 0);
+        matmul_stream_case(k, ts[i], 6144, 4096, 0);
+        matmul_stream_case(k, ts[i], 12288, 4096, 1);
+        matmul_stream_case(k, ts[i], 4096, 12288, 0);
+    }
+    matmul_stream_case(k, DT_Q6_K, 151936, 4096, 0);
+    matmul_stream_case(k, DT_Q8_0, 151936, 4096, 0);
+}
+
 void kc_check_matmul(kc *k)
 {
     static const struct {
@@ -114,6 +240,7 @@ void kc_check_matmul(kc *k)
     }
     /* An output head: many rows, two tokens. */
     matmul_case(k, DT_F16, 32000, 256, 2, 0);
+    matmul_stream_cases(k);
 }
 
 /* ---- embed ---- */
