@@ -15,8 +15,8 @@
 # build/tokref. Logs in $OUT/logs-<part>.tgz, the headline in $OUT/summary.txt.
 set -u
 part=${1:-suite}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/logs"
-L=$OUT/logs S=$OUT/summary.txt
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/s3run/logs
+L=/tmp/s3run/logs S=$OUT/summary.txt
 here=$(pwd)
 if [ ! -x bin/memra-gen ]; then
   mkdir -p bin build/release/tests /tmp/fc
@@ -25,7 +25,7 @@ if [ ! -x bin/memra-gen ]; then
 fi
 export PATH=$here/bin:$PATH MEMRA_CACHE=/tmp/memra-cache
 say() { echo "$*" | tee -a "$S"; }
-pack() { tar -C "$OUT" -czf "$OUT/logs-$part.tgz" logs 2>/dev/null; }
+pack() { tar -C /tmp/s3run -czf "$OUT/logs-$part.tgz" logs 2>/dev/null; }
 trap pack EXIT
 t0=$(date +%s)
 stamp() { say "[$(( $(date +%s) - t0 ))s] $*"; }
@@ -42,8 +42,8 @@ make_bf16() {
 }
 quant() { # TYPE [THREADS]
   [ -s $w/$1.gguf ] && return 0
-  memra-quantize $w/bf16.gguf $w/$1.gguf.part $1 --threads ${2:-16} > $L/quant-$1.log 2>&1 &&
-    mv $w/$1.gguf.part $w/$1.gguf
+  memra-quantize $w/bf16.gguf $w/$1.part.gguf $1 --threads ${2:-16} > $L/quant-$1.log 2>&1 &&
+    mv $w/$1.part.gguf $w/$1.gguf
 }
 rows() { # bench JSON -> one line per row
   python3 -c '
@@ -71,11 +71,12 @@ gen() { # TYPE
 if [ "$part" = suite ]; then
   ( make_bf16 && quant Q4_K_M 10 && quant Q8_0 10 ) > $L/make.log 2>&1 &
   mk=$!
-  stamp "GPU suite"
-  OUT=$L/gpu timeout 330 bash tests/gpu/run.sh > $L/gpu-suite.log 2>&1
-  say "gpu suite rc=$? $(tail -1 $L/gpu-suite.log)"
-  grep -E "^FAIL" -A1 $L/gpu-suite.log | head -30 | tee -a "$S"
-  grep -E "^(dequant|attention|flash|gemm|matmul|rmsnorm|qk_norm).*(us|GB/s|TFLOP)" $L/gpu/kernels.log | head -60 > $L/kernel-perf.txt
+  if [ ! -s $L/gpu-suite.log ]; then
+    stamp "GPU suite"
+    OUT=$L/gpu timeout 330 bash tests/gpu/run.sh > $L/gpu-suite.log 2>&1
+    say "gpu suite rc=$? $(tail -1 $L/gpu-suite.log)"
+    grep -E "^FAIL" -A1 $L/gpu-suite.log | head -30 | tee -a "$S"
+  fi
   wait $mk
   stamp "models made"; ls -l $w/*.gguf | tee -a "$S"
   for f in Q8_0 Q4_K_M; do
