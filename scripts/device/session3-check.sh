@@ -127,3 +127,16 @@ if [ "$part" = formats ]; then
   gen $prev
   stamp "done formats"
 fi
+
+if [ "$part" = tune ]; then
+  # Rows per mat-vec warp after the x staging (the quant formats' default
+  # was chosen before it): tg128 at depth 0 for each forced value.
+  make_bf16 && quant Q4_K_M 16 && quant Q8_0 16
+  stamp "models made"
+  for f in Q4_K_M Q8_0; do
+    for r in 0 1 2 4; do
+      MEMRA_CUDA_MV_ROWS=$r bench $f-rows$r 60 $w/$f.gguf --backend cuda -p 0 -n 128 -d 0 -r 3
+    done
+  done
+  stamp "done tune"
+fi
