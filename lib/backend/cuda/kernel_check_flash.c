@@ -101,8 +101,10 @@ static float *gpu_rows(kc *k, flash_seq *fs, int64_t i0, int n, int pre, int min
     float *in = xmalloc((size_t)tot * (hq + 2 * hkv) * sizeof(float));
     float *iq = in, *ik = in + (size_t)tot * hq, *iv = ik + (size_t)tot * hkv;
     for (int r = 0; r < tot; r++) {
-        int64_t src = r < pre ? r : i0 + (r - pre); /* the other sequence reuses the first rows */
-        pos[r] = (int32_t)src;
+        /* The other sequence (positions 0..pre-1) reuses the first rows'
+         * data, wrapping when it is longer than this sequence. */
+        int64_t src = r < pre ? r % fs->len : i0 + (r - pre);
+        pos[r] = (int32_t)(r < pre ? r : src);
         seqs[r] = r < pre ? &fs->other : &fs->seq;
         memcpy(iq + (size_t)r * hq, fs->q + (size_t)src * hq, hq * sizeof(float));
         memcpy(ik + (size_t)r * hkv, fs->k + (size_t)src * hkv, hkv * sizeof(float));
