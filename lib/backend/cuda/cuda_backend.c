@@ -235,6 +235,7 @@ static void cuda_destroy(backend *b)
         cudaStreamSynchronize(cb->stream);
     cuda_graphs_free(cb);
     cuda_gemm_free(cb);
+    cuda_dgemm_free(cb);
     cuda_weights_free(cb);
     cuda_moe_free(cb);
     cuda_attention_free(cb);

@@ -7,6 +7,7 @@
  *   cuda_sample.c     sampling on the device
  *   cuda_graph.c      decode steps captured as CUDA graphs and replayed
  *   cuda_gemm.c       prefill projections as tensor-core GEMMs (cuBLASLt)
+ *   cuda_dgemm.c      decode projections: the bf16 decode GEMM or the mat-vec
  *
  * Everything runs in order on one stream. Ops return nothing (backend.h),
  * so the first failure (a CUDA error, device memory exhausted, a weight the
@@ -56,7 +57,7 @@ typedef struct {
 
 enum { STAGE_TOKENS = 0, STAGE_ROWS, N_STAGES };
 enum { SCR_ATTN = 0, SCR_MOE_PROBS, SCR_MOE_IDS, SCR_MOE_W, SCR_MOE_HB, SCR_MOE_HB2, SCR_MOE_Y,
-       N_SCRATCH };
+       SCR_DG_PARTIALS, N_SCRATCH };
 enum { CUDA_ROPE_CACHE = 8 };
 
 typedef struct cuda_sampler cuda_sampler;
@@ -119,6 +120,10 @@ typedef struct {
     cuda_pending_add pending;
     cuda_graphs *graphs;    /* NULL until the first graphed step */
     cuda_gemm *gemm;        /* NULL until the first prefill GEMM */
+    /* The decode GEMM's split counters (cuda_dgemm.c): zeroed when made,
+     * left zero by every launch. */
+    unsigned *dg_counters;
+    size_t dg_counters_cap;
     /* Bumped whenever a buffer a captured graph may use is freed or moved
      * (scratch, staging, the KV pool): graphs made before are stale. */
     uint64_t mem_epoch;
@@ -194,6 +199,16 @@ void cuda_gemm_free(cuda_backend *cb);
 /* NULL when the prefill GEMM can run (loading cuBLASLt if need be), else
  * why not. */
 const char *cuda_gemm_unavailable(cuda_backend *cb);
+
+/* Launch a projection job (kernels/matmul.cuh): on the decode GEMM
+ * (kernels/decode_gemm.cuh) when tune.dgemm is on and the job fits it
+ * (BF16 weights), else on the mat-vec. Which one depends on the weights
+ * only, never on j->n, so a row's bytes do not depend on the batch. A
+ * failure is recorded. */
+void cuda_mv_run(cuda_backend *cb, const cu_mv_job *j);
+/* Whether cuda_mv_run takes the decode GEMM for this job. */
+int cuda_mv_uses_dgemm(const cuda_backend *cb, const cu_mv_job *j);
+void cuda_dgemm_free(cuda_backend *cb);
 
 /* The vtable entries, across the cuda_*.c files. */
 int cuda_weight_prepare(backend *b, bk_weight *w, memra_err *err);

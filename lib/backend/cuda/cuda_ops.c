@@ -108,7 +108,7 @@ static void project(cuda_backend *cb, const cuda_weight *cw, const float *bias, 
     j.bias[0] = bias;
     j.out[0] = out;
     j.n_w = 1;
-    CU_OK(cb, launch_matvec(&j, cb->stream));
+    cuda_mv_run(cb, &j);
 }
 
 void cuda_op_matmul(backend *b, const bk_weight *w, const bk_weight *bias, const float *x, int n,
@@ -163,7 +163,7 @@ void cuda_op_attn_qkv(backend *b, const bk_weight *wq, const bk_weight *wk, cons
             }
             i++;
         }
-        CU_OK(cb, launch_matvec(&j, cb->stream));
+        cuda_mv_run(cb, &j);
     }
 }
 
@@ -196,7 +196,8 @@ void cuda_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
     j.n_w = 2;
     j.mode = act == BK_ACT_GELU_TANH ? CU_MV_GLU_GELU : CU_MV_GLU_SILU;
     if (!use_gemm(cb, n) && cu_mv_job_ok(&j)) {
-        if (CU_OK(cb, launch_matvec(&j, cb->stream)))
+        cuda_mv_run(cb, &j);
+        if (cb->failed)
             return;
     } else {
         project(cb, cg, NULL, x, n, hb);

@@ -183,6 +183,14 @@ template <class T> inline T __ldg(const T *p)
     emu::check_aligned(p, sizeof(T) >= 16 ? 16 : sizeof(T), "__ldg");
     return *p;
 }
+/* Blocks run one after another, so every write of an earlier block is
+ * seen: a fence has nothing to order, and an L1-bypassing load is a load. */
+inline void __threadfence() {}
+template <class T> inline T __ldcg(const T *p)
+{
+    emu::check_aligned(p, sizeof(T) >= 16 ? 16 : sizeof(T), "__ldcg");
+    return *p;
+}
 /* nvcc's C++ overload taking the kernel itself. */
 template <class F> inline cudaError_t cudaFuncSetAttribute(F *f, cudaFuncAttribute a, int v)
 {

@@ -1,0 +1,57 @@
+/* Decode projections of bf16 weights on the tensor cores: the jobs of
+ * kernels/matmul.cuh (cu_mv_job: one to three matrices of one width, a
+ * bias per matrix, or gate and up paired with act(gate) * up written),
+ * computed with x rounded to bf16 and f32 accumulation (WMMA 16x16x16).
+ *
+ * Why: the mat-vec keeps x in f32, so a batch of 64 tokens costs 64 f32
+ * FMAs per weight element and the L1 traffic of x: about 100 ms a step for
+ * an 8B model. On the tensor cores the same step is bound by reading the
+ * weights once (docs/decisions/0009-decode-gemm.md).
+ *
+ * Batch invariance: a block takes 128 weight rows (in GLU mode 64 rows of
+ * gate and the same 64 of up), a split of the columns, and up to 64 tokens
+ * (grid.y takes the next 64). Each output value is summed as: over the
+ * block's column split, 64 columns at a time in ascending order, four
+ * 16-column mma steps each, into one f32 accumulator; then the splits' sums
+ * added in ascending split order (by the last block of the row tile to
+ * finish, from a scratch of partial sums, whichever block that is). The
+ * number of splits depends on the matrices' shapes and the SM count only,
+ * never on the number of tokens, and a token's column of an mma depends on
+ * that token's x alone, so out[t][r] has the same bits for a batch of 1
+ * and of 64, at any position. */
+#ifndef MEMRA_KERNELS_DECODE_GEMM_CUH
+#define MEMRA_KERNELS_DECODE_GEMM_CUH
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include "kernels/matmul.cuh"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Columns per step of the kernel: a matrix's width must be a multiple. */
+enum { CU_DG_COLS_STEP = 64 };
+
+/* Whether the job can run here: every matrix BF16, the width a positive
+ * multiple of CU_DG_COLS_STEP, x 16-byte aligned (and what cu_mv_job_ok
+ * asks). rows_per_warp is ignored. */
+int cu_dg_job_ok(const cu_mv_job *j);
+/* The column splits for the job's shapes, aiming at blocks_per_sm blocks
+ * per SM (j->sm_count; 0: 16 SMs) in all. Never depends on j->n. With 2
+ * or more, the batch-1 kernel is built for two blocks per SM. */
+int cu_dg_splits(const cu_mv_job *j, int blocks_per_sm);
+/* Scratch a launch needs: floats of partial sums and counters (zeroed
+ * before the first launch; every launch leaves them zero). 0 and 0 with
+ * one split. */
+size_t cu_dg_partial_floats(const cu_mv_job *j, int blocks_per_sm);
+size_t cu_dg_counters(const cu_mv_job *j, int blocks_per_sm);
+cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm, float *partials,
+                               unsigned *counters, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

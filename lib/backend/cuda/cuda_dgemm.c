@@ -1,0 +1,69 @@
+/* Decode projections: a job (kernels/matmul.cuh) goes to the decode GEMM
+ * (kernels/decode_gemm.cuh: bf16 weights on the tensor cores, x rounded to
+ * bf16) when the device has bf16 tensor cores and tune.dgemm is on, else
+ * to the f32 mat-vec. The choice depends on the weights' format and width
+ * and the device, never on the number of rows, so batched decode keeps
+ * plain decode's bytes (DESIGN.md, numerics contract). The GEMM's column
+ * splits need a partial-sum scratch and per-tile counters, made here. */
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "kernels/decode_gemm.cuh"
+
+int cuda_mv_uses_dgemm(const cuda_backend *cb, const cu_mv_job *j)
+{
+    return cb->tune.dgemm && cu_dg_job_ok(j);
+}
+
+/* At least n zeroed counters, grown (never inside a capture: that gives
+ * the capture up and the step runs again eagerly). */
+static unsigned *counters(cuda_backend *cb, size_t n)
+{
+    if (n <= cb->dg_counters_cap)
+        return cb->dg_counters;
+    if (cuda_graph_capturing(cb)) {
+        cuda_graph_spoil(cb);
+        return NULL;
+    }
+    cb->mem_epoch++; /* graphs hold the old address */
+    if (CU_OK(cb, cudaStreamSynchronize(cb->stream)))
+        return NULL;
+    cudaFree(cb->dg_counters);
+    cb->dg_counters = NULL;
+    cb->dg_counters_cap = 0;
+    size_t want = n + n / 2;
+    if (cuda_alloc(cb, (void **)&cb->dg_counters, want * sizeof(unsigned),
+                   "the decode GEMM's counters", 1, NULL) != 0 ||
+        CU_OK(cb, cudaMemsetAsync(cb->dg_counters, 0, want * sizeof(unsigned), cb->stream)))
+        return NULL;
+    cb->dg_counters_cap = want;
+    return cb->dg_counters;
+}
+
+void cuda_mv_run(cuda_backend *cb, const cu_mv_job *j)
+{
+    if (cb->failed)
+        return;
+    if (!cuda_mv_uses_dgemm(cb, j)) {
+        CU_OK(cb, launch_matvec(j, cb->stream));
+        return;
+    }
+    const int bps = cb->tune.dgemm_blocks_per_sm;
+    const size_t np = cu_dg_partial_floats(j, bps), nc = cu_dg_counters(j, bps);
+    float *part = NULL;
+    unsigned *cnt = NULL;
+    if (np) {
+        part = cuda_scratch(cb, SCR_DG_PARTIALS, np * sizeof(float), "the decode GEMM's partial sums");
+        cnt = part ? counters(cb, nc) : NULL;
+        if (!cnt)
+            return; /* failed (recorded) or a capture given up */
+    }
+    CU_OK(cb, launch_decode_gemm(j, bps, part, cnt, cb->stream));
+}
+
+void cuda_dgemm_free(cuda_backend *cb)
+{
+    cudaFree(cb->dg_counters);
+    cb->dg_counters = NULL;
+    cb->dg_counters_cap = 0;
+}
