@@ -60,22 +60,43 @@ struct DGArgs {
     unsigned *counters;
 };
 
-// Round x's step `kc` (DG_KC columns of ntok tokens) to bf16 into d.
-DEV void stage_x(const float *x, int64_t cols, int ntok, int64_t kc, __nv_bfloat16 *d)
-{
-    for (int q = threadIdx.x; q < ntok * (DG_KC / 4); q += DG_THREADS) {
-        const int t = q / (DG_KC / 4), c = (q % (DG_KC / 4)) * 4;
-        const float4 v = __ldg(reinterpret_cast<const float4 *>(x + (int64_t)t * cols + kc * DG_KC + c));
-        __nv_bfloat16 *o = d + t * DG_LDS + c;
-        o[0] = __float2bfloat16_rn(v.x);
-        o[1] = __float2bfloat16_rn(v.y);
-        o[2] = __float2bfloat16_rn(v.z);
-        o[3] = __float2bfloat16_rn(v.w);
+// x's steps reach shared memory through registers, loaded one step ahead
+// so their latency (an L2 round trip) is not paid at every step: XR float4
+// per thread, by threads `who` of `count` (the warp's lanes, or the
+// block's threads) over ntok tokens' DG_KC columns.
+template <int XR> struct XPrefetch {
+    float4 v[XR];
+    DEV void load(const float *x, int64_t cols, int ntok, int64_t kc, int who, int count)
+    {
+#pragma unroll
+        for (int i = 0; i < XR; i++) {
+            const int q = who + i * count;
+            if (q < ntok * (DG_KC / 4))
+                v[i] = __ldg(reinterpret_cast<const float4 *>(
+                    x + (int64_t)(q / (DG_KC / 4)) * cols + kc * DG_KC + (q % (DG_KC / 4)) * 4));
+        }
     }
-}
+    // Round to bf16 into d [token][DG_LDS].
+    DEV void store(__nv_bfloat16 *d, int ntok, int who, int count) const
+    {
+#pragma unroll
+        for (int i = 0; i < XR; i++) {
+            const int q = who + i * count;
+            if (q < ntok * (DG_KC / 4)) {
+                __nv_bfloat16 *o = d + (q / (DG_KC / 4)) * DG_LDS + (q % (DG_KC / 4)) * 4;
+                o[0] = __float2bfloat16_rn(v[i].x);
+                o[1] = __float2bfloat16_rn(v[i].y);
+                o[2] = __float2bfloat16_rn(v[i].z);
+                o[3] = __float2bfloat16_rn(v[i].w);
+            }
+        }
+    }
+};
 
-// MINB: blocks an SM should hold at once (2 caps the registers at 128).
-template <int NT, int MINB>
+// NT: 16-token mma columns; XT: the most tokens a block has (sizes the x
+// prefetch); MINB: blocks an SM should hold at once (2 caps the registers
+// at 128).
+template <int NT, int XT, int MINB>
 __global__ void __launch_bounds__(DG_THREADS, MINB) decode_gemm_kernel(const DGArgs a)
 {
     __shared__ __align__(128) unsigned char sm[DG_SMEM];
@@ -116,13 +137,26 @@ __global__ void __launch_bounds__(DG_THREADS, MINB) decode_gemm_kernel(const DGA
             for (int i = 0; i < 4; i++)
                 raw[p][i] = __ldg(reinterpret_cast<const uint4 *>(wp[i] + p * DG_KC * 2));
 
+    // Up to 16 tokens (NT 1) each warp rounds its own copy of x's steps
+    // (one tile, rewritten between __syncwarp()s: no block barrier in the
+    // loop); more tokens share a double-buffered block copy.
+    constexpr bool WARP_X = NT == 1;
+    constexpr int XR = (XT * (DG_KC / 4) + (WARP_X ? 32 : DG_THREADS) - 1) / (WARP_X ? 32 : DG_THREADS);
+    const int xwho = WARP_X ? lane : (int)threadIdx.x, xcount = WARP_X ? 32 : DG_THREADS;
     __nv_bfloat16 *wt = reinterpret_cast<__nv_bfloat16 *>(sm) + warp * 16 * DG_LDS;
     __nv_bfloat16 *xs = reinterpret_cast<__nv_bfloat16 *>(sm + DG_W_BYTES);
+    __nv_bfloat16 *xw = xs + warp * 16 * DG_LDS;
     for (int i = threadIdx.x; i < (int)(DG_X_BYTES / 16); i += DG_THREADS)
         reinterpret_cast<uint4 *>(xs)[i] = make_uint4(0, 0, 0, 0);
+    XPrefetch<XR> xp;
+    xp.load(x, a.cols, ntok, c0, xwho, xcount);
     __syncthreads();
-    stage_x(x, a.cols, ntok, c0, xs);
-    __syncthreads();
+    if (!WARP_X) {
+        xp.store(xs, ntok, xwho, xcount);
+        if (nc > 1)
+            xp.load(x, a.cols, ntok, c0 + 1, xwho, xcount);
+        __syncthreads();
+    }
 
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NT];
 #pragma unroll
@@ -134,9 +168,16 @@ __global__ void __launch_bounds__(DG_THREADS, MINB) decode_gemm_kernel(const DGA
             const int cc = c + p;
             if (cc >= nc)
                 break;
-            if (cc + 1 < nc)
-                stage_x(x, a.cols, ntok, c0 + cc + 1, xs + ((cc + 1) & 1) * DG_TOK * DG_LDS);
             __syncwarp();
+            if (WARP_X) {
+                xp.store(xw, ntok, xwho, xcount);
+                if (cc + 1 < nc)
+                    xp.load(x, a.cols, ntok, c0 + cc + 1, xwho, xcount);
+            } else if (cc + 1 < nc) {
+                xp.store(xs + ((cc + 1) & 1) * DG_TOK * DG_LDS, ntok, xwho, xcount);
+                if (cc + 2 < nc)
+                    xp.load(x, a.cols, ntok, c0 + cc + 2, xwho, xcount);
+            }
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 *reinterpret_cast<uint4 *>(wt + (i * 4 + (lane >> 3)) * DG_LDS + (lane & 7) * 8) =
@@ -146,7 +187,7 @@ __global__ void __launch_bounds__(DG_THREADS, MINB) decode_gemm_kernel(const DGA
                 for (int i = 0; i < 4; i++)
                     raw[p][i] = __ldg(reinterpret_cast<const uint4 *>(wp[i] + (int64_t)(cc + DG_PD) * DG_KC * 2));
             __syncwarp();
-            const __nv_bfloat16 *xb = xs + (cc & 1) * DG_TOK * DG_LDS;
+            const __nv_bfloat16 *xb = WARP_X ? xw : xs + (cc & 1) * DG_TOK * DG_LDS;
 #pragma unroll
             for (int kk = 0; kk < DG_KC / 16; kk++) {
                 wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
@@ -158,7 +199,8 @@ __global__ void __launch_bounds__(DG_THREADS, MINB) decode_gemm_kernel(const DGA
                     wmma::mma_sync(acc[t], fa, fb, acc[t]);
                 }
             }
-            __syncthreads();
+            if (!WARP_X)
+                __syncthreads();
         }
     }
 
@@ -326,13 +368,15 @@ extern "C" cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm,
     dim3 grid((unsigned)blocks, (unsigned)groups);
     // Tokens per 16-wide mma: the largest group's (the rest are zero).
     const int most = j->n < DG_TOK ? j->n : DG_TOK;
-    if (blocks_per_sm >= 2 && most <= 16)
-        decode_gemm_kernel<1, 2><<<grid, DG_THREADS, 0, stream>>>(a);
+    if (most <= 2 && blocks_per_sm >= 2)
+        decode_gemm_kernel<1, 2, 2><<<grid, DG_THREADS, 0, stream>>>(a);
+    else if (most <= 2)
+        decode_gemm_kernel<1, 2, 1><<<grid, DG_THREADS, 0, stream>>>(a);
     else if (most <= 16)
-        decode_gemm_kernel<1, 1><<<grid, DG_THREADS, 0, stream>>>(a);
+        decode_gemm_kernel<1, 16, 1><<<grid, DG_THREADS, 0, stream>>>(a);
     else if (most <= 32)
-        decode_gemm_kernel<2, 1><<<grid, DG_THREADS, 0, stream>>>(a);
+        decode_gemm_kernel<2, 32, 1><<<grid, DG_THREADS, 0, stream>>>(a);
     else
-        decode_gemm_kernel<4, 1><<<grid, DG_THREADS, 0, stream>>>(a);
+        decode_gemm_kernel<4, DG_TOK, 1><<<grid, DG_THREADS, 0, stream>>>(a);
     return cudaGetLastError();
 }

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Session 4's checks on the GPU machine (calls on one warm machine reuse the
+# models in /tmp/s4):
+#   dgemm: the decode GEMM's kernel check with --perf at 1, 2 and 4 blocks
+#          per SM (A/B against the mat-vec on the same jobs), test_cuda_engine
+#          (batched == alone with it on), memra-bench bf16 with it on and off
+#   suite: the GPU suite (tests/gpu/run.sh), the Q8_0 and Q4_K_M models made
+#          meanwhile, then their memra-bench rows
+#   bench: the bf16 rows of issue 6 (pp512, pp8192, tg at 0/8192/32768, b64)
+# Carry .devcarry/final.tar.xz (stripped bin/ and the GPU unit tests),
+# build/shared and build/tokref. Logs in $OUT/logs-<part>.tgz, the headline
+# in $OUT/summary.txt.
+set -u
+part=${1:-dgemm}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/s4run/logs
+L=/tmp/s4run/logs S=$OUT/summary.txt
+here=$(pwd)
+if [ ! -x bin/memra-gen ]; then
+  mkdir -p bin build/release/tests /tmp/fc
+  xz -dc .devcarry/final.tar.xz | tar -C /tmp/fc -xf - && cp /tmp/fc/bin/* bin/ &&
+    cp /tmp/fc/tests/* build/release/tests/ || { echo "unpacking the binaries failed"; exit 1; }
+fi
+export PATH=$here/bin:$PATH MEMRA_CACHE=/tmp/memra-cache
+say() { echo "$*" | tee -a "$S"; }
+pack() { tar -C /tmp/s4run -czf "$OUT/logs-$part.tgz" logs 2>/dev/null; }
+trap pack EXIT
+t0=$(date +%s)
+stamp() { say "[$(( $(date +%s) - t0 ))s] $*"; }
+w=/tmp/s4; mkdir -p $w
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,driver_version --format=csv,noheader | tee -a "$S"
+
+make_bf16() {
+  [ -s $w/bf16.gguf ] && return 0
+  mkdir -p $w/tok && gunzip -c build/tokref/qwen3/tokenizer.json.gz > $w/tok/tokenizer.json
+  cp build/tokref/qwen3/tokenizer_config.json $w/tok/ 2>/dev/null
+  memra-convert --random tests/fixtures/configs/Qwen3-8B.json --tokenizer $w/tok --seed 1 \
+      $w/bf16.gguf > $L/convert.log 2>&1
+}
+quant() { # TYPE [THREADS]
+  [ -s $w/$1.gguf ] && return 0
+  memra-quantize $w/bf16.gguf $w/$1.part.gguf $1 --threads ${2:-16} > $L/quant-$1.log 2>&1 &&
+    mv $w/$1.part.gguf $w/$1.gguf
+}
+rows() { # bench JSON -> one line per row
+  python3 -c '
+import json,sys
+j=json.load(open(sys.argv[1]))
+for r in j.get("rows",[]):
+    print(" ", r.get("test"), r.get("tok_s"), "tok/s", str(r.get("pct_ceiling"))+"%", "peak", r.get("peak_mem_bytes"))
+' "$1" 2>/dev/null
+}
+bench() { # NAME TIMEOUT ARGS...  (env passes through)
+  local name=$1 lim=$2; shift 2
+  timeout $lim memra-bench "$@" --json > $L/bench-$name.json 2> $L/bench-$name.err
+  say "bench $name rc=$? ($*)"
+  rows $L/bench-$name.json | tee -a "$S"
+}
+
+if [ "$part" = dgemm ]; then
+  make_bf16 &
+  mk=$!
+  for b in ${BPS_LIST:-2 1 4}; do
+    MEMRA_CUDA_DGEMM_BPS=$b timeout 120 memra-parity --kernels --only dgemm --perf > $L/dgemm-bps$b.log 2>&1
+    say "dgemm kernel check bps=$b rc=$? $(tail -1 $L/dgemm-bps$b.log)"
+    grep -E "FAIL|us " $L/dgemm-bps$b.log | sed 's/  */ /g' | tee -a "$S"
+  done
+  stamp "test_cuda_engine"
+  MEMRA_SHARED=$here/build/shared timeout 240 build/release/tests/test_cuda_engine > $L/engine.log 2>&1
+  say "test_cuda_engine rc=$? $(tail -1 $L/engine.log)"
+  grep -E "FAIL|fail" $L/engine.log | head -20 | tee -a "$S"
+  wait $mk
+  stamp "bf16 model made"
+  bench bf16 150 $w/bf16.gguf --backend cuda -p 512 -n 128 -d 0 -b 64 -r 3
+  MEMRA_CUDA_DGEMM=0 bench bf16-nodgemm 150 $w/bf16.gguf --backend cuda -p 0 -n 128 -d 0 -r 3
+  stamp "done dgemm"
+fi
+
+if [ "$part" = suite ]; then
+  ( make_bf16 && quant Q4_K_M 10 && quant Q8_0 10 ) > $L/make.log 2>&1 &
+  mk=$!
+  OUT=$L/gpu timeout 330 bash tests/gpu/run.sh > $L/gpu-suite.log 2>&1
+  say "gpu suite rc=$? $(tail -1 $L/gpu-suite.log)"
+  grep -E "^FAIL" -A1 $L/gpu-suite.log | head -30 | tee -a "$S"
+  wait $mk
+  stamp "models made"
+  for f in Q8_0 Q4_K_M; do
+    bench $f 120 $w/$f.gguf --backend cuda -p 512 -n 128 -d 0 -r 3
+  done
+  stamp "done suite"
+fi
+
+if [ "$part" = bench ]; then
+  make_bf16
+  bench bf16 300 $w/bf16.gguf --backend cuda -p 512,8192 -n 128 -d 0,8192,32768 -b 64 -r 3
+  stamp "done bench"
+fi
