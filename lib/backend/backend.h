@@ -216,6 +216,13 @@ typedef struct {
     /* Optional (NULL: none). The prefill step (rows per forward) this
      * backend runs best at; <= 0: no preference. */
     int (*preferred_batch)(backend *b);
+    /* Optional (NULL: nothing to choose). Called once, before any op, with
+     * the most rows a decode step will hold (the engine's sequences). A
+     * backend may pick its decode kernels by it (CUDA: bf16 weights'
+     * projections on the tensor cores, x rounded to bf16, when more than
+     * one; docs/decisions/0009-decode-gemm.md). The choice holds for the
+     * backend's life, so a row's bytes never depend on the batch it is in. */
+    void (*plan_decode)(backend *b, int max_rows);
 } backend_ops;
 
 struct backend {

@@ -91,6 +91,8 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
         free(e);
         return -1;
     }
+    if (e->bk->ops->plan_decode)
+        e->bk->ops->plan_decode(e->bk, eo.n_seqs);
     /* The prefill step: the caller's, else the backend's (a GPU wants
      * long chunks for its GEMMs), else 64. */
     if (e->opts.n_batch <= 0 && e->bk->ops->preferred_batch)

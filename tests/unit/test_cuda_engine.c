@@ -595,9 +595,9 @@ static int real_disagreements(const float *a, const float *b, int rows, int64_t 
 
 /* CUDA against CPU on the same checkpoint. With every product in f32
  * (MEMRA_CUDA_DGEMM=0): logits within 1e-4 of the largest logit. With the
- * device's defaults (bf16 weights' decode projections on the tensor cores,
- * x rounded to bf16, where the device has them): within 3e-2. Both: the
- * same argmax except at near ties. */
+ * decode GEMM (MEMRA_CUDA_DGEMM=1: bf16 weights' decode projections on the
+ * tensor cores, x rounded to bf16, where the device has them): within
+ * 3e-2. Both: the same argmax except at near ties. */
 static void compare_backends(const checkpoint *ck, kv_type kv, const char *what)
 {
     int32_t toks[40];
@@ -608,8 +608,7 @@ static void compare_backends(const checkpoint *ck, kv_type kv, const char *what)
     engine *ec = load(ck, &lc);
     float *a = ec ? run_logits(ec, toks, 40, 0) : NULL;
     for (int dflt = 0; dflt < 2; dflt++) {
-        if (!dflt)
-            setenv("MEMRA_CUDA_DGEMM", "0", 1);
+        setenv("MEMRA_CUDA_DGEMM", dflt ? "1" : "0", 1);
         engine *eg = load(ck, &lg);
         unsetenv("MEMRA_CUDA_DGEMM");
         float *b = eg ? run_logits(eg, toks, 40, 0) : NULL;

@@ -308,6 +308,16 @@ static int cuda_preferred_batch(backend *b)
     return cuda_of(b)->tune.prefill_chunk;
 }
 
+/* The decode GEMM when the engine will batch (the mat-vec is faster for
+ * one row; the GEMM many times faster for many), unless
+ * MEMRA_CUDA_DGEMM chose. */
+static void cuda_plan_decode(backend *b, int max_rows)
+{
+    cuda_backend *cb = cuda_of(b);
+    if (cb->tune.dgemm < 0)
+        cb->tune.dgemm = max_rows > 1;
+}
+
 static const backend_ops cuda_ops = {
     .destroy = cuda_destroy,
     .weight_prepare = cuda_weight_prepare,
@@ -332,6 +342,7 @@ static const backend_ops cuda_ops = {
     .step_begin = cuda_step_begin,
     .step_end = cuda_step_end,
     .preferred_batch = cuda_preferred_batch,
+    .plan_decode = cuda_plan_decode,
 };
 
 backend *backend_cuda_create(int device, memra_err *err)

@@ -66,10 +66,11 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
         env_int("MEMRA_CUDA_FLASH_MIN_ROWS", 2, 1 << 20, &t->flash_min_rows, err) ||
         env_int("MEMRA_CUDA_ATTN", 0, 1, &t->attn_decode, err))
         return -1;
-    /* The decode GEMM rounds x to bf16 as the prefill GEMM does, so it
-     * follows MEMRA_CUDA_GEMM unless set apart: MEMRA_CUDA_GEMM=0 keeps
-     * every product in f32 (docs/decisions/0009-decode-gemm.md). */
-    t->dgemm = t->gemm;
+    /* The decode GEMM rounds x to bf16 as the prefill GEMM does: with
+     * MEMRA_CUDA_GEMM=0 every product stays f32 unless MEMRA_CUDA_DGEMM
+     * says otherwise. -1: the engine's plan chooses (plan_decode: on when
+     * it batches; docs/decisions/0009-decode-gemm.md). */
+    t->dgemm = t->gemm ? -1 : 0;
     t->dgemm_blocks_per_sm = 2;
     if (env_int("MEMRA_CUDA_DGEMM", 0, 1, &t->dgemm, err) ||
         env_int("MEMRA_CUDA_DGEMM_BPS", 1, 16, &t->dgemm_blocks_per_sm, err))

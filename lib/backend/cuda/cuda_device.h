@@ -27,7 +27,8 @@ typedef struct {
  * MEMRA_CUDA_MV_ROWS (0, 1, 2, 4), MEMRA_CUDA_GEMM_MIN_ROWS, MEMRA_CUDA_FLASH_MIN_ROWS (>= 2),
  * MEMRA_CUDA_ATTN (1: the split-K decode attention, 0: the older
  * per-64-key kernel, kernels/attention.cuh), MEMRA_CUDA_DGEMM (0 or 1;
- * default: as MEMRA_CUDA_GEMM), MEMRA_CUDA_DGEMM_BPS (1 to 16). */
+ * default: on for an engine of several sequences, off for one, off with
+ * MEMRA_CUDA_GEMM=0), MEMRA_CUDA_DGEMM_BPS (1 to 16). */
 typedef struct {
     int mv_rows_per_warp; /* weight rows per warp in the mat-vec; 0: by matrix size */
     int graphs;           /* replay decode steps as CUDA graphs */
@@ -40,7 +41,7 @@ typedef struct {
     int flash;            /* tensor-core flash attention for prefill chunks (bf16/f16 KV) */
     int flash_min_rows;   /* a prefill chunk of at least this many rows uses it */
     int attn_decode;      /* 1: launch_attention_decode where it fits; 0: launch_attention */
-    int dgemm;            /* bf16 projections of decode rows on the tensor cores */
+    int dgemm;            /* bf16 projections of decode rows on the tensor cores; -1: plan_decode */
     int dgemm_blocks_per_sm; /* the decode GEMM's column splits aim at this many blocks per SM */
 } cuda_tuning;
 

@@ -12,7 +12,7 @@
 
 int cuda_mv_uses_dgemm(const cuda_backend *cb, const cu_mv_job *j)
 {
-    return cb->tune.dgemm && cu_dg_job_ok(j);
+    return cb->tune.dgemm > 0 && cu_dg_job_ok(j);
 }
 
 /* At least n zeroed counters, grown (never inside a capture: that gives

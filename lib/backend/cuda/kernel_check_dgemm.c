@@ -257,7 +257,7 @@ void kc_check_dgemm(kc *k)
 {
     const int64_t one[1] = {200}, qkv[3] = {256, 64, 64}, pair[1] = {96}, pair2[1] = {64};
     dg_case(k, CU_MV_STORE, 1, one, 192, 37, 1);
-    dg_case(k, CU_MV_STORE, 3, qkv, 256, 5, 1);
+    dg_case(k, CU_MV_STORE, 3, qkv, 640, 5, 1); /* 10 steps: the ring wraps */
     dg_case(k, CU_MV_GLU_SILU, 2, pair, 128, 20, 0);
     dg_case(k, CU_MV_GLU_GELU, 2, pair2, 64, 70, 0);
     /* What the kernel does not take: another format, a width off its step. */
