@@ -70,8 +70,9 @@ if [ "$part" = dgemm ]; then
   grep -E "FAIL|fail" $L/engine.log | head -20 | tee -a "$S"
   wait $mk
   stamp "bf16 model made"
-  bench bf16 150 $w/bf16.gguf --backend cuda -p 512 -n 128 -d 0 -b 64 -r 3
-  MEMRA_CUDA_DGEMM=0 bench bf16-nodgemm 150 $w/bf16.gguf --backend cuda -p 0 -n 128 -d 0 -r 3
+  bench bf16-c1 100 $w/bf16.gguf --backend cuda -p 0 -n 128 -d 0 -r 3
+  bench bf16-batched 200 $w/bf16.gguf --backend cuda -p 512 -n 128 -b 1,8,64 -r 3
+  MEMRA_CUDA_DGEMM=0 bench bf16-b64-nodgemm 150 $w/bf16.gguf --backend cuda -p 512 -n 128 -b 64 -r 2
   stamp "done dgemm"
 fi
 
