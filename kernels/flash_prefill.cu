@@ -57,6 +57,53 @@ DEV int64_t fp_row_index(const int32_t *table, int64_t t, int layer, int n_block
     return ((int64_t)layer * n_blocks + blk) * bs + t % bs;
 }
 
+// K and V of one key block, thread tid's share: the 16-byte chunk
+// tid % CH of the keys tid / CH + i * JSTEP. All of a batch's table reads
+// are issued before its row reads, and all row reads before any is used,
+// so a block's staging costs two memory latencies, not two per key. A
+// position no row of the tile sees is zero (never read from the pool: its
+// table entry may not exist).
+template <int HD> struct KvStage {
+    static constexpr int CH = HD / 8;                 // 16-byte chunks a row
+    static constexpr int JSTEP = FP_THREADS / CH;     // keys a pass
+    static constexpr int NJ = FP_KEYS / JSTEP;        // passes a key block
+    static_assert(FP_THREADS % CH == 0 && FP_KEYS % JSTEP == 0, "whole passes");
+    uint4 k[NJ], v[NJ];
+
+    DEV void fetch(int i0, int ni, int32_t t0, int32_t kmin, int32_t kmax, const int32_t *table,
+                   const cu_attn &a, int kvh, int n_blocks, int bs, int64_t row_bytes,
+                   const uint8_t *kp, const uint8_t *vp)
+    {
+        const int tid = threadIdx.x, c8 = tid % CH, j0 = tid / CH;
+        int64_t off[NJ];
+#pragma unroll
+        for (int i = i0; i < i0 + ni; i++) {
+            const int32_t t = t0 + j0 + i * JSTEP;
+            off[i] = t >= kmin && t <= kmax
+                         ? fp_row_index(table, t, a.layer, n_blocks, bs) * row_bytes +
+                               ((int64_t)kvh * HD + c8 * 8) * 2
+                         : -1;
+        }
+#pragma unroll
+        for (int i = i0; i < i0 + ni; i++) {
+            k[i] = v[i] = make_uint4(0, 0, 0, 0);
+            if (off[i] >= 0) {
+                k[i] = __ldg(reinterpret_cast<const uint4 *>(kp + off[i]));
+                v[i] = __ldg(reinterpret_cast<const uint4 *>(vp + off[i]));
+            }
+        }
+    }
+    DEV void store(int i0, int ni, uint16_t *ks, uint16_t *vs, int ldk) const
+    {
+        const int tid = threadIdx.x, c8 = tid % CH, j0 = tid / CH;
+#pragma unroll
+        for (int i = i0; i < i0 + ni; i++) {
+            *reinterpret_cast<uint4 *>(ks + (j0 + i * JSTEP) * ldk + c8 * 8) = k[i];
+            *reinterpret_cast<uint4 *>(vs + (j0 + i * JSTEP) * ldk + c8 * 8) = v[i];
+        }
+    }
+};
+
 // Block (head, tile): tiles run last first (the longest causal spans
 // start first), and the query heads of one KV head are neighbours in the
 // launch order, so they share its K/V in L2.
@@ -102,11 +149,16 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
         rsum[tid] = 0.0f;
     }
     // Q rows, rounded, staged in K's tile; the output rows start at zero.
-    for (int idx = tid; idx < FP_ROWS * HD; idx += FP_THREADS) {
-        const int r = idx / HD, e = idx % HD;
-        const float x = r < nr ? q[((int64_t)(r0 + r) * a.n_heads + h) * HD + e] : 0.0f;
-        ks[r * L::LDK + e] = OP::round(x);
-        os[r * L::LDO + e] = 0.0f;
+    for (int idx = tid; idx < FP_ROWS * HD / 4; idx += FP_THREADS) {
+        const int r = idx / (HD / 4), e = idx % (HD / 4) * 4;
+        const float4 x = r < nr ? __ldg(reinterpret_cast<const float4 *>(
+                                      q + ((int64_t)(r0 + r) * a.n_heads + h) * HD + e))
+                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        uint2 b;
+        b.x = OP::round(x.x) | ((uint32_t)OP::round(x.y) << 16);
+        b.y = OP::round(x.z) | ((uint32_t)OP::round(x.w) << 16);
+        *reinterpret_cast<uint2 *>(ks + r * L::LDK + e) = b;
+        *reinterpret_cast<float4 *>(os + r * L::LDO + e) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     __syncthreads();
     // The span of keys the tile's rows see.
@@ -127,25 +179,40 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
     const int rr = warp * 16 + (lane >> 1), half = lane & 1;
     const int32_t my_pos = rpos[rr], my_lo = rlo[rr];
 
-    for (int32_t kb = kmin / FP_KEYS; kb <= kmax / FP_KEYS; kb++) {
+    // The warp's rows' span, to skip its 16-key sub-tiles no row sees.
+    int32_t wlo = INT32_MAX, whi = -1;
+    for (int r = warp * 16; r < warp * 16 + 16; r++) {
+        wlo = min(wlo, rlo[r]);
+        whi = max(whi, rpos[r]);
+    }
+
+    // K/V staging: with head 64 or 128, the next key block's rows are
+    // fetched into registers while this one is computed (PIPE); head 256
+    // (twice the registers) fetches and stores in batches of 4 passes.
+    typedef KvStage<HD> KS;
+    constexpr bool PIPE = HD <= 128;
+    constexpr int BATCH = PIPE ? KS::NJ : (KS::NJ < 4 ? KS::NJ : 4);
+    const int32_t kb_first = kmin / FP_KEYS, kb_last = kmax / FP_KEYS;
+    KS stage;
+    if (PIPE && kb_first <= kb_last)
+        stage.fetch(0, KS::NJ, kb_first * FP_KEYS, kmin, kmax, table, a, kvh, n_blocks, bs,
+                    row_bytes, kp, vp);
+    for (int32_t kb = kb_first; kb <= kb_last; kb++) {
         const int32_t t0 = kb * FP_KEYS;
-        // K and V rows of the block's positions, 16 bytes at a time; a
-        // position no row of the tile sees is zero (never read from the
-        // pool: its table entry may not exist).
-        for (int idx = tid; idx < FP_KEYS * (HD / 8); idx += FP_THREADS) {
-            const int j = idx / (HD / 8), c8 = idx % (HD / 8);
-            const int32_t t = t0 + j;
-            uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);
-            if (t >= kmin && t <= kmax) {
-                const int64_t off = fp_row_index(table, t, a.layer, n_blocks, bs) * row_bytes +
-                                    ((int64_t)kvh * HD + c8 * 8) * 2;
-                kv4 = *reinterpret_cast<const uint4 *>(kp + off);
-                vv4 = *reinterpret_cast<const uint4 *>(vp + off);
+        if (PIPE) {
+            stage.store(0, KS::NJ, ks, vs, L::LDK);
+        } else {
+#pragma unroll
+            for (int i0 = 0; i0 < KS::NJ; i0 += BATCH) {
+                stage.fetch(i0, BATCH, t0, kmin, kmax, table, a, kvh, n_blocks, bs, row_bytes,
+                            kp, vp);
+                stage.store(i0, BATCH, ks, vs, L::LDK);
             }
-            *reinterpret_cast<uint4 *>(ks + j * L::LDK + c8 * 8) = kv4;
-            *reinterpret_cast<uint4 *>(vs + j * L::LDK + c8 * 8) = vv4;
         }
         __syncthreads();
+        if (PIPE && kb < kb_last)
+            stage.fetch(0, KS::NJ, t0 + FP_KEYS, kmin, kmax, table, a, kvh, n_blocks, bs,
+                        row_bytes, kp, vp);
 
         // S = Q K^T for the warp's 16 rows and the block's 64 keys.
         {
@@ -157,6 +224,10 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
             for (int kk = 0; kk < HD / 16; kk++) {
 #pragma unroll
                 for (int j = 0; j < FP_KEYS / 16; j++) {
+                    // Keys none of the warp's rows sees: their scores are
+                    // never read (the softmax masks them).
+                    if (t0 + 16 * j > whi || t0 + 16 * j + 15 < wlo)
+                        continue;
                     wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kf;
                     wmma::load_matrix_sync(
                         kf, reinterpret_cast<const T *>(ks + j * 16 * L::LDK + kk * 16), L::LDK);
@@ -201,8 +272,11 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
             rmax[rr] = m_new;
             rsum[rr] = __fadd_rn(__fmul_rn(rsum[rr], alpha), sum);
         }
-        for (int e = half; e < HD; e += 2)
-            os[rr * L::LDO + e] = __fmul_rn(os[rr * L::LDO + e], alpha);
+        // alpha 1 changes nothing; before the row's first key its output
+        // is still all zeros, which alpha (0) leaves as they are.
+        if (alpha != 1.0f && m_old != -INFINITY)
+            for (int e = half; e < HD; e += 2)
+                os[rr * L::LDO + e] = __fmul_rn(os[rr * L::LDO + e], alpha);
         __syncwarp();
 
         // O += P V for the warp's rows.
@@ -219,6 +293,9 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
                 wmma::load_matrix_sync(of, op, L::LDO, wmma::mem_row_major);
 #pragma unroll
                 for (int kc = 0; kc < FP_KEYS / 16; kc++) {
+                    // P is exactly 0 there for every row of the warp.
+                    if (t0 + 16 * kc > whi || t0 + 16 * kc + 15 < wlo)
+                        continue;
                     wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vf;
                     wmma::load_matrix_sync(
                         vf, reinterpret_cast<const T *>(vs + kc * 16 * L::LDK + nb * 16), L::LDK);

@@ -39,6 +39,7 @@ typedef struct {
     int flash;            /* tensor-core flash attention for prefill chunks (bf16/f16 KV) */
     int flash_min_rows;   /* a prefill chunk of at least this many rows uses it */
     int attn_decode;      /* 1: launch_attention_decode where it fits; 0: launch_attention */
+    int dequant_staged;   /* 1: the prefill GEMM's weight decode stores through shared memory; 0: from registers */
 } cuda_tuning;
 
 const char *device_class_name(device_class c);
