@@ -17,6 +17,12 @@ constexpr int FP_THREADS = 128; // 4 warps, 16 query rows each
 constexpr int FP_WARPS = FP_THREADS / 32;
 static_assert(FP_WARPS * 16 == FP_ROWS, "a warp owns 16 query rows");
 static_assert(FP_KEYS == 64, "the softmax below gives each lane 32 keys of a row");
+// How far a block's max may exceed a row's reference max before the
+// reference moves (and the row's output is rescaled): P <= e^8, 2981.
+constexpr float FP_LAZY = 8.0f;
+// Whether heads 64 and 128 prefetch the next key block's K/V into
+// registers (docs/decisions/0010-prefill-decode-flash.md).
+constexpr bool FP_PREFETCH = true;
 
 // The operand type of the products: the KV cache's element type, so K and
 // V are used as stored; Q and P are rounded to it (round to nearest even,
@@ -107,7 +113,7 @@ template <int HD> struct KvStage {
 // Block (head, tile): tiles run last first (the longest causal spans
 // start first), and the query heads of one KV head are neighbours in the
 // launch order, so they share its K/V in L2.
-template <typename OP, int HD>
+template <typename OP, int HD, bool PF>
 __global__ void __launch_bounds__(FP_THREADS)
 flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n_meta,
                      int row0, int n, cu_attn a, int n_blocks, int bs, int64_t row_bytes,
@@ -186,14 +192,23 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
         whi = max(whi, rpos[r]);
     }
 
-    // K/V staging: with head 64 or 128, the next key block's rows are
-    // fetched into registers while this one is computed (PIPE); head 256
-    // (twice the registers) fetches and stores in batches of 4 passes.
+    // K/V staging: with PF and head 64 or 128, the next key block's rows
+    // are fetched into registers while this one is computed (PIPE);
+    // otherwise each block's rows are fetched all at once (head 256: in
+    // batches of 4 passes, its registers being twice as many) and stored.
     typedef KvStage<HD> KS;
-    constexpr bool PIPE = HD <= 128;
+    constexpr bool PIPE = PF && HD <= 128;
     constexpr int BATCH = PIPE ? KS::NJ : (KS::NJ < 4 ? KS::NJ : 4);
     const int32_t kb_first = kmin / FP_KEYS, kb_last = kmax / FP_KEYS;
     KS stage;
+    // With head 64 or 128 the warp's output rows stay in accumulator
+    // fragments across key blocks (OREG); they go through shared memory
+    // only when a row must be rescaled, and at the end.
+    constexpr bool OREG = HD <= 128;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> oreg[OREG ? HD / 16 : 1];
+#pragma unroll
+    for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++)
+        wmma::fill_fragment(oreg[nb], 0.0f);
     if (PIPE && kb_first <= kb_last)
         stage.fetch(0, KS::NJ, kb_first * FP_KEYS, kmin, kmax, table, a, kvh, n_blocks, bs,
                     row_bytes, kp, vp);
@@ -242,9 +257,13 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
         __syncwarp();
 
         // Online softmax of row rr over this block: scale, soft-cap, mask,
-        // the new max, P (rounded) and its f32 sum; the output row is
-        // rescaled by exp(old max - new max), exactly 1 when the block
-        // holds no key the row sees.
+        // the new reference max, P (rounded) and its f32 sum; the output
+        // row is rescaled by exp(old max - new max). The reference max
+        // moves only when the block's max exceeds it by more than
+        // FP_LAZY (or at the row's first key): P = exp(s - max) is then
+        // at most e^FP_LAZY, and most blocks leave every row's max, so
+        // no rescale, as they are. Which blocks move it depends on the
+        // row's own scores alone.
         float *srow = ss + rr * L::LDS;
         float mx = -INFINITY;
         for (int c = half; c < FP_KEYS; c += 2) {
@@ -258,8 +277,12 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
             mx = fmaxf(mx, s);
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        const float m_old = rmax[rr], m_new = fmaxf(m_old, mx);
-        const float alpha = m_new == -INFINITY ? 1.0f : expf(__fsub_rn(m_old, m_new));
+        const float m_old = rmax[rr];
+        const float m_new = mx > __fadd_rn(m_old, FP_LAZY) ? mx : m_old;
+        const float alpha = m_new == m_old ? 1.0f : expf(__fsub_rn(m_old, m_new));
+        // alpha 1 changes nothing; before the row's first key its output
+        // is still all zeros, which alpha (0) leaves as they are.
+        const bool rescale = alpha != 1.0f && m_old != -INFINITY;
         float sum = 0.0f;
         for (int c = half; c < FP_KEYS; c += 2) {
             const int32_t t = t0 + c;
@@ -272,11 +295,30 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
             rmax[rr] = m_new;
             rsum[rr] = __fadd_rn(__fmul_rn(rsum[rr], alpha), sum);
         }
-        // alpha 1 changes nothing; before the row's first key its output
-        // is still all zeros, which alpha (0) leaves as they are.
-        if (alpha != 1.0f && m_old != -INFINITY)
+        if (OREG) {
+            float any = rescale ? 1.0f : 0.0f;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                any = fmaxf(any, __shfl_xor_sync(0xffffffffu, any, o));
+            if (any != 0.0f) { /* the whole warp: fragments are warp-wide */
+#pragma unroll
+                for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++)
+                    wmma::store_matrix_sync(os + warp * 16 * L::LDO + nb * 16, oreg[nb], L::LDO,
+                                            wmma::mem_row_major);
+                __syncwarp();
+                if (rescale)
+                    for (int e = half; e < HD; e += 2)
+                        os[rr * L::LDO + e] = __fmul_rn(os[rr * L::LDO + e], alpha);
+                __syncwarp();
+#pragma unroll
+                for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++)
+                    wmma::load_matrix_sync(oreg[nb], os + warp * 16 * L::LDO + nb * 16, L::LDO,
+                                           wmma::mem_row_major);
+            }
+        } else if (rescale) {
             for (int e = half; e < HD; e += 2)
                 os[rr * L::LDO + e] = __fmul_rn(os[rr * L::LDO + e], alpha);
+        }
         __syncwarp();
 
         // O += P V for the warp's rows.
@@ -286,6 +328,21 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
             for (int kc = 0; kc < FP_KEYS / 16; kc++)
                 wmma::load_matrix_sync(
                     pf[kc], reinterpret_cast<const T *>(ps + warp * 16 * L::LDP + kc * 16), L::LDP);
+            if (OREG) {
+#pragma unroll
+                for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++) {
+#pragma unroll
+                    for (int kc = 0; kc < FP_KEYS / 16; kc++) {
+                        if (t0 + 16 * kc > whi || t0 + 16 * kc + 15 < wlo)
+                            continue;
+                        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vf;
+                        wmma::load_matrix_sync(
+                            vf, reinterpret_cast<const T *>(vs + kc * 16 * L::LDK + nb * 16),
+                            L::LDK);
+                        wmma::mma_sync(oreg[nb], pf[kc], vf, oreg[nb]);
+                    }
+                }
+            } else
 #pragma unroll 2
             for (int nb = 0; nb < HD / 16; nb++) {
                 wmma::fragment<wmma::accumulator, 16, 16, 16, float> of;
@@ -306,6 +363,13 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
         }
         __syncthreads(); // the next block overwrites K and V
     }
+    if (OREG) {
+#pragma unroll
+        for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++)
+            wmma::store_matrix_sync(os + warp * 16 * L::LDO + nb * 16, oreg[nb], L::LDO,
+                                    wmma::mem_row_major);
+        __syncwarp();
+    }
 
     // out = O / exp-sum for the warp's rows that exist.
     for (int idx = lane; idx < 16 * HD; idx += 32) {
@@ -319,17 +383,17 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
 #endif
 }
 
-template <typename OP, int HD>
+template <typename OP, int HD, bool PF>
 cudaError_t flash_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n_meta,
                     int row0, int n, const float *q, float *out, cudaStream_t s)
 {
     const size_t smem = Smem<HD>::BYTES;
-    cudaError_t rc = cudaFuncSetAttribute(flash_prefill_kernel<OP, HD>,
+    cudaError_t rc = cudaFuncSetAttribute(flash_prefill_kernel<OP, HD, PF>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (rc != cudaSuccess)
         return rc;
     dim3 grid((unsigned)a->n_heads, (unsigned)((n + FP_ROWS - 1) / FP_ROWS));
-    flash_prefill_kernel<OP, HD><<<grid, FP_THREADS, smem, s>>>(
+    flash_prefill_kernel<OP, HD, PF><<<grid, FP_THREADS, smem, s>>>(
         q, meta, n_meta, row0, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes,
         static_cast<const uint8_t *>(kv->k), static_cast<const uint8_t *>(kv->v), out);
     return cudaGetLastError();
@@ -340,9 +404,9 @@ cudaError_t flash_hd(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
                      int row0, int n, const float *q, float *out, cudaStream_t s)
 {
     switch (a->head_dim) {
-    case 64: return flash_t<OP, 64>(kv, a, meta, n_meta, row0, n, q, out, s);
-    case 128: return flash_t<OP, 128>(kv, a, meta, n_meta, row0, n, q, out, s);
-    case 256: return flash_t<OP, 256>(kv, a, meta, n_meta, row0, n, q, out, s);
+    case 64: return flash_t<OP, 64, FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, out, s);
+    case 128: return flash_t<OP, 128, FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, out, s);
+    case 256: return flash_t<OP, 256, false>(kv, a, meta, n_meta, row0, n, q, out, s);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -364,4 +428,18 @@ extern "C" cudaError_t launch_flash_prefill(const cu_kv_pool *kv, const cu_attn 
     if (kv->type == CU_KV_BF16)
         return flash_hd<OpBF16>(kv, a, meta, n_meta, row0, n, q, out, stream);
     return flash_hd<OpF16>(kv, a, meta, n_meta, row0, n, q, out, stream);
+}
+
+extern "C" cudaError_t launch_flash_prefill_other(const cu_kv_pool *kv, const cu_attn *a,
+                                                  const int32_t *meta, int n_meta, int row0,
+                                                  int n, const float *q, float *out,
+                                                  cudaStream_t stream)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    if (kv->type != CU_KV_BF16 || a->head_dim != 128 || a->n_kv_heads <= 0 ||
+        a->n_heads % a->n_kv_heads != 0 || a->n_heads > 65535 || row0 < 0 || row0 + n > n_meta ||
+        (int64_t)a->n_kv_heads * a->head_dim != kv->kv_dim)
+        return cudaErrorInvalidValue;
+    return flash_t<OpBF16, 128, !FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, out, stream);
 }

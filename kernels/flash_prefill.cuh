@@ -56,6 +56,13 @@ cudaError_t launch_flash_prefill(const cu_kv_pool *kv, const cu_attn *a, const i
                                  int n_meta, int row0, int n, const float *q, float *out,
                                  cudaStream_t stream);
 
+/* The same for a bf16 cache and head 128 with the other choice of
+ * prefetching the next key block's K/V (FP_PREFETCH in flash_prefill.cu):
+ * the kernel check times both (memra-parity --kernels --perf). */
+cudaError_t launch_flash_prefill_other(const cu_kv_pool *kv, const cu_attn *a,
+                                       const int32_t *meta, int n_meta, int row0, int n,
+                                       const float *q, float *out, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif
