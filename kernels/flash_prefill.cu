@@ -194,8 +194,8 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
 
     // K/V staging: with PF and head 64 or 128, the next key block's rows
     // are fetched into registers while this one is computed (PIPE);
-    // otherwise each block's rows are fetched all at once (head 256: in
-    // batches of 4 passes, its registers being twice as many) and stored.
+    // otherwise each block's rows are fetched and stored in batches of at
+    // most 4 passes (head 256's 16 passes would take 128 registers).
     typedef KvStage<HD> KS;
     constexpr bool PIPE = PF && HD <= 128;
     constexpr int BATCH = PIPE ? KS::NJ : (KS::NJ < 4 ? KS::NJ : 4);

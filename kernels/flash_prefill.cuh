@@ -12,7 +12,9 @@
  * depends on how a fragment's elements sit in the lanes.
  *
  * Numerics against the f32 reference: Q is rounded to the KV element type
- * when staged, and so is P = exp(s - max) before the P V product; the
+ * when staged, and so is P = exp(s - m) before the P V product, m the
+ * row's reference max (moved to the block's max, and the row's output
+ * rescaled, only when that exceeds it by more than 8: P <= e^8); the
  * exp-sum that divides at the end is of the unrounded f32 P. Keys a row
  * does not see (causal, window, or another row's position) get P = 0 and
  * leave its max untouched, so a key block a row does not see changes
