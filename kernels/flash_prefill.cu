@@ -17,6 +17,12 @@ constexpr int FP_THREADS = 128; // 4 warps, 16 query rows each
 constexpr int FP_WARPS = FP_THREADS / 32;
 static_assert(FP_WARPS * 16 == FP_ROWS, "a warp owns 16 query rows");
 static_assert(FP_KEYS == 64, "the softmax below gives each lane 32 keys of a row");
+// How far a block's max may exceed a row's reference max before the
+// reference moves (and the row's output is rescaled): P <= e^8, 2981.
+constexpr float FP_LAZY = 8.0f;
+// Whether heads 64 and 128 prefetch the next key block's K/V into
+// registers (docs/decisions/0010-prefill-decode-flash.md).
+constexpr bool FP_PREFETCH = true;
 
 // The operand type of the products: the KV cache's element type, so K and
 // V are used as stored; Q and P are rounded to it (round to nearest even,
@@ -57,10 +63,57 @@ DEV int64_t fp_row_index(const int32_t *table, int64_t t, int layer, int n_block
     return ((int64_t)layer * n_blocks + blk) * bs + t % bs;
 }
 
+// K and V of one key block, thread tid's share: the 16-byte chunk
+// tid % CH of the keys tid / CH + i * JSTEP. All of a batch's table reads
+// are issued before its row reads, and all row reads before any is used,
+// so a block's staging costs two memory latencies, not two per key. A
+// position no row of the tile sees is zero (never read from the pool: its
+// table entry may not exist).
+template <int HD> struct KvStage {
+    static constexpr int CH = HD / 8;                 // 16-byte chunks a row
+    static constexpr int JSTEP = FP_THREADS / CH;     // keys a pass
+    static constexpr int NJ = FP_KEYS / JSTEP;        // passes a key block
+    static_assert(FP_THREADS % CH == 0 && FP_KEYS % JSTEP == 0, "whole passes");
+    uint4 k[NJ], v[NJ];
+
+    DEV void fetch(int i0, int ni, int32_t t0, int32_t kmin, int32_t kmax, const int32_t *table,
+                   const cu_attn &a, int kvh, int n_blocks, int bs, int64_t row_bytes,
+                   const uint8_t *kp, const uint8_t *vp)
+    {
+        const int tid = threadIdx.x, c8 = tid % CH, j0 = tid / CH;
+        int64_t off[NJ];
+#pragma unroll
+        for (int i = i0; i < i0 + ni; i++) {
+            const int32_t t = t0 + j0 + i * JSTEP;
+            off[i] = t >= kmin && t <= kmax
+                         ? fp_row_index(table, t, a.layer, n_blocks, bs) * row_bytes +
+                               ((int64_t)kvh * HD + c8 * 8) * 2
+                         : -1;
+        }
+#pragma unroll
+        for (int i = i0; i < i0 + ni; i++) {
+            k[i] = v[i] = make_uint4(0, 0, 0, 0);
+            if (off[i] >= 0) {
+                k[i] = __ldg(reinterpret_cast<const uint4 *>(kp + off[i]));
+                v[i] = __ldg(reinterpret_cast<const uint4 *>(vp + off[i]));
+            }
+        }
+    }
+    DEV void store(int i0, int ni, uint16_t *ks, uint16_t *vs, int ldk) const
+    {
+        const int tid = threadIdx.x, c8 = tid % CH, j0 = tid / CH;
+#pragma unroll
+        for (int i = i0; i < i0 + ni; i++) {
+            *reinterpret_cast<uint4 *>(ks + (j0 + i * JSTEP) * ldk + c8 * 8) = k[i];
+            *reinterpret_cast<uint4 *>(vs + (j0 + i * JSTEP) * ldk + c8 * 8) = v[i];
+        }
+    }
+};
+
 // Block (head, tile): tiles run last first (the longest causal spans
 // start first), and the query heads of one KV head are neighbours in the
 // launch order, so they share its K/V in L2.
-template <typename OP, int HD>
+template <typename OP, int HD, bool PF>
 __global__ void __launch_bounds__(FP_THREADS)
 flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n_meta,
                      int row0, int n, cu_attn a, int n_blocks, int bs, int64_t row_bytes,
@@ -102,11 +155,16 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
         rsum[tid] = 0.0f;
     }
     // Q rows, rounded, staged in K's tile; the output rows start at zero.
-    for (int idx = tid; idx < FP_ROWS * HD; idx += FP_THREADS) {
-        const int r = idx / HD, e = idx % HD;
-        const float x = r < nr ? q[((int64_t)(r0 + r) * a.n_heads + h) * HD + e] : 0.0f;
-        ks[r * L::LDK + e] = OP::round(x);
-        os[r * L::LDO + e] = 0.0f;
+    for (int idx = tid; idx < FP_ROWS * HD / 4; idx += FP_THREADS) {
+        const int r = idx / (HD / 4), e = idx % (HD / 4) * 4;
+        const float4 x = r < nr ? __ldg(reinterpret_cast<const float4 *>(
+                                      q + ((int64_t)(r0 + r) * a.n_heads + h) * HD + e))
+                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        uint2 b;
+        b.x = OP::round(x.x) | ((uint32_t)OP::round(x.y) << 16);
+        b.y = OP::round(x.z) | ((uint32_t)OP::round(x.w) << 16);
+        *reinterpret_cast<uint2 *>(ks + r * L::LDK + e) = b;
+        *reinterpret_cast<float4 *>(os + r * L::LDO + e) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     __syncthreads();
     // The span of keys the tile's rows see.
@@ -127,25 +185,49 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
     const int rr = warp * 16 + (lane >> 1), half = lane & 1;
     const int32_t my_pos = rpos[rr], my_lo = rlo[rr];
 
-    for (int32_t kb = kmin / FP_KEYS; kb <= kmax / FP_KEYS; kb++) {
+    // The warp's rows' span, to skip its 16-key sub-tiles no row sees.
+    int32_t wlo = INT32_MAX, whi = -1;
+    for (int r = warp * 16; r < warp * 16 + 16; r++) {
+        wlo = min(wlo, rlo[r]);
+        whi = max(whi, rpos[r]);
+    }
+
+    // K/V staging: with PF and head 64 or 128, the next key block's rows
+    // are fetched into registers while this one is computed (PIPE);
+    // otherwise each block's rows are fetched and stored in batches of at
+    // most 4 passes (head 256's 16 passes would take 128 registers).
+    typedef KvStage<HD> KS;
+    constexpr bool PIPE = PF && HD <= 128;
+    constexpr int BATCH = PIPE ? KS::NJ : (KS::NJ < 4 ? KS::NJ : 4);
+    const int32_t kb_first = kmin / FP_KEYS, kb_last = kmax / FP_KEYS;
+    KS stage;
+    // With head 64 or 128 the warp's output rows stay in accumulator
+    // fragments across key blocks (OREG); they go through shared memory
+    // only when a row must be rescaled, and at the end.
+    constexpr bool OREG = HD <= 128;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> oreg[OREG ? HD / 16 : 1];
+#pragma unroll
+    for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++)
+        wmma::fill_fragment(oreg[nb], 0.0f);
+    if (PIPE && kb_first <= kb_last)
+        stage.fetch(0, KS::NJ, kb_first * FP_KEYS, kmin, kmax, table, a, kvh, n_blocks, bs,
+                    row_bytes, kp, vp);
+    for (int32_t kb = kb_first; kb <= kb_last; kb++) {
         const int32_t t0 = kb * FP_KEYS;
-        // K and V rows of the block's positions, 16 bytes at a time; a
-        // position no row of the tile sees is zero (never read from the
-        // pool: its table entry may not exist).
-        for (int idx = tid; idx < FP_KEYS * (HD / 8); idx += FP_THREADS) {
-            const int j = idx / (HD / 8), c8 = idx % (HD / 8);
-            const int32_t t = t0 + j;
-            uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);
-            if (t >= kmin && t <= kmax) {
-                const int64_t off = fp_row_index(table, t, a.layer, n_blocks, bs) * row_bytes +
-                                    ((int64_t)kvh * HD + c8 * 8) * 2;
-                kv4 = *reinterpret_cast<const uint4 *>(kp + off);
-                vv4 = *reinterpret_cast<const uint4 *>(vp + off);
+        if (PIPE) {
+            stage.store(0, KS::NJ, ks, vs, L::LDK);
+        } else {
+#pragma unroll
+            for (int i0 = 0; i0 < KS::NJ; i0 += BATCH) {
+                stage.fetch(i0, BATCH, t0, kmin, kmax, table, a, kvh, n_blocks, bs, row_bytes,
+                            kp, vp);
+                stage.store(i0, BATCH, ks, vs, L::LDK);
             }
-            *reinterpret_cast<uint4 *>(ks + j * L::LDK + c8 * 8) = kv4;
-            *reinterpret_cast<uint4 *>(vs + j * L::LDK + c8 * 8) = vv4;
         }
         __syncthreads();
+        if (PIPE && kb < kb_last)
+            stage.fetch(0, KS::NJ, t0 + FP_KEYS, kmin, kmax, table, a, kvh, n_blocks, bs,
+                        row_bytes, kp, vp);
 
         // S = Q K^T for the warp's 16 rows and the block's 64 keys.
         {
@@ -157,6 +239,10 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
             for (int kk = 0; kk < HD / 16; kk++) {
 #pragma unroll
                 for (int j = 0; j < FP_KEYS / 16; j++) {
+                    // Keys none of the warp's rows sees: their scores are
+                    // never read (the softmax masks them).
+                    if (t0 + 16 * j > whi || t0 + 16 * j + 15 < wlo)
+                        continue;
                     wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kf;
                     wmma::load_matrix_sync(
                         kf, reinterpret_cast<const T *>(ks + j * 16 * L::LDK + kk * 16), L::LDK);
@@ -171,9 +257,13 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
         __syncwarp();
 
         // Online softmax of row rr over this block: scale, soft-cap, mask,
-        // the new max, P (rounded) and its f32 sum; the output row is
-        // rescaled by exp(old max - new max), exactly 1 when the block
-        // holds no key the row sees.
+        // the new reference max, P (rounded) and its f32 sum; the output
+        // row is rescaled by exp(old max - new max). The reference max
+        // moves only when the block's max exceeds it by more than
+        // FP_LAZY (or at the row's first key): P = exp(s - max) is then
+        // at most e^FP_LAZY, and most blocks leave every row's max, so
+        // no rescale, as they are. Which blocks move it depends on the
+        // row's own scores alone.
         float *srow = ss + rr * L::LDS;
         float mx = -INFINITY;
         for (int c = half; c < FP_KEYS; c += 2) {
@@ -187,8 +277,12 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
             mx = fmaxf(mx, s);
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        const float m_old = rmax[rr], m_new = fmaxf(m_old, mx);
-        const float alpha = m_new == -INFINITY ? 1.0f : expf(__fsub_rn(m_old, m_new));
+        const float m_old = rmax[rr];
+        const float m_new = mx > __fadd_rn(m_old, FP_LAZY) ? mx : m_old;
+        const float alpha = m_new == m_old ? 1.0f : expf(__fsub_rn(m_old, m_new));
+        // alpha 1 changes nothing; before the row's first key its output
+        // is still all zeros, which alpha (0) leaves as they are.
+        const bool rescale = alpha != 1.0f && m_old != -INFINITY;
         float sum = 0.0f;
         for (int c = half; c < FP_KEYS; c += 2) {
             const int32_t t = t0 + c;
@@ -201,8 +295,30 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
             rmax[rr] = m_new;
             rsum[rr] = __fadd_rn(__fmul_rn(rsum[rr], alpha), sum);
         }
-        for (int e = half; e < HD; e += 2)
-            os[rr * L::LDO + e] = __fmul_rn(os[rr * L::LDO + e], alpha);
+        if (OREG) {
+            float any = rescale ? 1.0f : 0.0f;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                any = fmaxf(any, __shfl_xor_sync(0xffffffffu, any, o));
+            if (any != 0.0f) { /* the whole warp: fragments are warp-wide */
+#pragma unroll
+                for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++)
+                    wmma::store_matrix_sync(os + warp * 16 * L::LDO + nb * 16, oreg[nb], L::LDO,
+                                            wmma::mem_row_major);
+                __syncwarp();
+                if (rescale)
+                    for (int e = half; e < HD; e += 2)
+                        os[rr * L::LDO + e] = __fmul_rn(os[rr * L::LDO + e], alpha);
+                __syncwarp();
+#pragma unroll
+                for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++)
+                    wmma::load_matrix_sync(oreg[nb], os + warp * 16 * L::LDO + nb * 16, L::LDO,
+                                           wmma::mem_row_major);
+            }
+        } else if (rescale) {
+            for (int e = half; e < HD; e += 2)
+                os[rr * L::LDO + e] = __fmul_rn(os[rr * L::LDO + e], alpha);
+        }
         __syncwarp();
 
         // O += P V for the warp's rows.
@@ -212,6 +328,21 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
             for (int kc = 0; kc < FP_KEYS / 16; kc++)
                 wmma::load_matrix_sync(
                     pf[kc], reinterpret_cast<const T *>(ps + warp * 16 * L::LDP + kc * 16), L::LDP);
+            if (OREG) {
+#pragma unroll
+                for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++) {
+#pragma unroll
+                    for (int kc = 0; kc < FP_KEYS / 16; kc++) {
+                        if (t0 + 16 * kc > whi || t0 + 16 * kc + 15 < wlo)
+                            continue;
+                        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vf;
+                        wmma::load_matrix_sync(
+                            vf, reinterpret_cast<const T *>(vs + kc * 16 * L::LDK + nb * 16),
+                            L::LDK);
+                        wmma::mma_sync(oreg[nb], pf[kc], vf, oreg[nb]);
+                    }
+                }
+            } else
 #pragma unroll 2
             for (int nb = 0; nb < HD / 16; nb++) {
                 wmma::fragment<wmma::accumulator, 16, 16, 16, float> of;
@@ -219,6 +350,9 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
                 wmma::load_matrix_sync(of, op, L::LDO, wmma::mem_row_major);
 #pragma unroll
                 for (int kc = 0; kc < FP_KEYS / 16; kc++) {
+                    // P is exactly 0 there for every row of the warp.
+                    if (t0 + 16 * kc > whi || t0 + 16 * kc + 15 < wlo)
+                        continue;
                     wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vf;
                     wmma::load_matrix_sync(
                         vf, reinterpret_cast<const T *>(vs + kc * 16 * L::LDK + nb * 16), L::LDK);
@@ -228,6 +362,13 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
             }
         }
         __syncthreads(); // the next block overwrites K and V
+    }
+    if (OREG) {
+#pragma unroll
+        for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++)
+            wmma::store_matrix_sync(os + warp * 16 * L::LDO + nb * 16, oreg[nb], L::LDO,
+                                    wmma::mem_row_major);
+        __syncwarp();
     }
 
     // out = O / exp-sum for the warp's rows that exist.
@@ -242,17 +383,17 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
 #endif
 }
 
-template <typename OP, int HD>
+template <typename OP, int HD, bool PF>
 cudaError_t flash_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n_meta,
                     int row0, int n, const float *q, float *out, cudaStream_t s)
 {
     const size_t smem = Smem<HD>::BYTES;
-    cudaError_t rc = cudaFuncSetAttribute(flash_prefill_kernel<OP, HD>,
+    cudaError_t rc = cudaFuncSetAttribute(flash_prefill_kernel<OP, HD, PF>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (rc != cudaSuccess)
         return rc;
     dim3 grid((unsigned)a->n_heads, (unsigned)((n + FP_ROWS - 1) / FP_ROWS));
-    flash_prefill_kernel<OP, HD><<<grid, FP_THREADS, smem, s>>>(
+    flash_prefill_kernel<OP, HD, PF><<<grid, FP_THREADS, smem, s>>>(
         q, meta, n_meta, row0, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes,
         static_cast<const uint8_t *>(kv->k), static_cast<const uint8_t *>(kv->v), out);
     return cudaGetLastError();
@@ -263,9 +404,9 @@ cudaError_t flash_hd(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
                      int row0, int n, const float *q, float *out, cudaStream_t s)
 {
     switch (a->head_dim) {
-    case 64: return flash_t<OP, 64>(kv, a, meta, n_meta, row0, n, q, out, s);
-    case 128: return flash_t<OP, 128>(kv, a, meta, n_meta, row0, n, q, out, s);
-    case 256: return flash_t<OP, 256>(kv, a, meta, n_meta, row0, n, q, out, s);
+    case 64: return flash_t<OP, 64, FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, out, s);
+    case 128: return flash_t<OP, 128, FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, out, s);
+    case 256: return flash_t<OP, 256, false>(kv, a, meta, n_meta, row0, n, q, out, s);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -287,4 +428,18 @@ extern "C" cudaError_t launch_flash_prefill(const cu_kv_pool *kv, const cu_attn 
     if (kv->type == CU_KV_BF16)
         return flash_hd<OpBF16>(kv, a, meta, n_meta, row0, n, q, out, stream);
     return flash_hd<OpF16>(kv, a, meta, n_meta, row0, n, q, out, stream);
+}
+
+extern "C" cudaError_t launch_flash_prefill_other(const cu_kv_pool *kv, const cu_attn *a,
+                                                  const int32_t *meta, int n_meta, int row0,
+                                                  int n, const float *q, float *out,
+                                                  cudaStream_t stream)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    if (kv->type != CU_KV_BF16 || a->head_dim != 128 || a->n_kv_heads <= 0 ||
+        a->n_heads % a->n_kv_heads != 0 || a->n_heads > 65535 || row0 < 0 || row0 + n > n_meta ||
+        (int64_t)a->n_kv_heads * a->head_dim != kv->kv_dim)
+        return cudaErrorInvalidValue;
+    return flash_t<OpBF16, 128, !FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, out, stream);
 }

@@ -12,7 +12,9 @@
  * depends on how a fragment's elements sit in the lanes.
  *
  * Numerics against the f32 reference: Q is rounded to the KV element type
- * when staged, and so is P = exp(s - max) before the P V product; the
+ * when staged, and so is P = exp(s - m) before the P V product, m the
+ * row's reference max (moved to the block's max, and the row's output
+ * rescaled, only when that exceeds it by more than 8: P <= e^8); the
  * exp-sum that divides at the end is of the unrounded f32 P. Keys a row
  * does not see (causal, window, or another row's position) get P = 0 and
  * leave its max untouched, so a key block a row does not see changes
@@ -55,6 +57,13 @@ static inline int flash_prefill_supports(int type, int head_dim)
 cudaError_t launch_flash_prefill(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta,
                                  int n_meta, int row0, int n, const float *q, float *out,
                                  cudaStream_t stream);
+
+/* The same for a bf16 cache and head 128 with the other choice of
+ * prefetching the next key block's K/V (FP_PREFETCH in flash_prefill.cu):
+ * the kernel check times both (memra-parity --kernels --perf). */
+cudaError_t launch_flash_prefill_other(const cu_kv_pool *kv, const cu_attn *a,
+                                       const int32_t *meta, int n_meta, int row0, int n,
+                                       const float *q, float *out, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

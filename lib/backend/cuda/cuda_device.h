@@ -43,6 +43,7 @@ typedef struct {
     int attn_decode;      /* 1: launch_attention_decode where it fits; 0: launch_attention */
     int dgemm;            /* bf16 projections of decode rows on the tensor cores; -1: plan_decode */
     int dgemm_blocks_per_sm; /* the decode GEMM's column splits aim at this many blocks per SM */
+    int dequant_staged;   /* 1: the prefill GEMM's weight decode stores through shared memory; 0: from registers */
 } cuda_tuning;
 
 const char *device_class_name(device_class c);

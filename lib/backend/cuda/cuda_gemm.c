@@ -262,7 +262,8 @@ int cuda_gemm_matmul(cuda_backend *cb, const cuda_weight *cw, const float *bias,
     int64_t lda = (int64_t)(w->stride / 2);
     if (w->fmt != CW_BF16) {
         uint16_t *wb = scratch16(cb, &g->wb, &g->wb_cap, (size_t)m * (size_t)ld, "the GEMM's bf16 weight");
-        if (!wb || CU_OK(cb, launch_dequant_bf16(w, ld, wb, cb->stream)))
+        if (!wb || CU_OK(cb, cb->tune.dequant_staged ? launch_dequant_bf16(w, ld, wb, cb->stream)
+                                                     : launch_dequant_bf16_units(w, ld, wb, cb->stream)))
             return 1;
         a = wb;
         lda = ld;

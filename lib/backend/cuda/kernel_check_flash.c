@@ -405,6 +405,50 @@ static void splitk_case(kc *k, const flash_case *c, int flash_on, int min_rows, 
     flash_seq_free(&fs);
 }
 
+/* The flash kernel with the other prefetch choice (launch_flash_prefill_
+ * other) on the step gpu_rows left in the pool: n rows of fs's sequence
+ * from position 0, q on the device. Timed; *same: whether its output is
+ * the default kernel's bytes (got), as it must be (the same arithmetic). */
+static double flash_other_us(kc *k, flash_seq *fs, int n, const float *dq, const float *got,
+                             int *same)
+{
+    cuda_backend *cb = cuda_of(k->gpu);
+    const kv_cache *kvc = fs->seq.cache;
+    const bk_attn *a = &fs->a;
+    size_t hq = (size_t)a->n_heads * a->head_dim;
+    size_t len = 2 * (size_t)n + (size_t)fs->seq.n_blocks;
+    int32_t *m = xmalloc(len * sizeof *m);
+    for (int i = 0; i < n; i++) {
+        m[i] = i;
+        m[n + i] = 0;
+    }
+    memcpy(m + 2 * (size_t)n, fs->seq.blocks, (size_t)fs->seq.n_blocks * sizeof(int32_t));
+    float *mf = xmalloc(len * sizeof *mf); /* kc_dev copies bytes */
+    memcpy(mf, m, len * sizeof *m);
+    float *dmeta = kc_dev(k, mf, len);
+    float *dout = k->gpu->ops->act_alloc(k->gpu, (size_t)n * hq);
+    cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kvc->type, kvc->n_blocks, kvc->block_size,
+                       kvc->kv_dim, (int64_t)kvc->row_bytes};
+    cu_attn at = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
+                  a->window};
+    const int32_t *meta = (const int32_t *)dmeta;
+    double us = -1;
+    *same = 0;
+    if (launch_flash_prefill_other(&pool, &at, meta, n, 0, n, dq, dout, cb->stream) ==
+        cudaSuccess) {
+        KC_TIME(k, us, launch_flash_prefill_other(&pool, &at, meta, n, 0, n, dq, dout,
+                                                  cb->stream));
+        float *o = kc_read(k, dout, (size_t)n * hq);
+        *same = memcmp(o, got, (size_t)n * hq * sizeof(float)) == 0;
+        free(o);
+    }
+    kc_dev_free(k, dmeta);
+    kc_dev_free(k, dout);
+    free(mf);
+    free(m);
+    return us;
+}
+
 /* The perf shapes: n rows from position 0 in one step, flash and split-K
  * timed; checked against the CPU on a sample of rows (all rows up to
  * 1024), whose K/V the CPU's cache gets directly. */
@@ -438,6 +482,8 @@ static void flash_perf_case(kc *k, int n)
     KC_TIME(k, us_split, k->gpu->ops->attention(k->gpu, &fs.a, &rows, din, dk, dv, dout));
     cb->step = st;
     cb->tune.flash = saved;
+    int same = 0;
+    double us_other = flash_other_us(k, &fs, n, din, got, &same);
     kc_dev_free(k, din);
     kc_dev_free(k, dk);
     kc_dev_free(k, dv);
@@ -479,8 +525,11 @@ static void flash_perf_case(kc *k, int n)
     kc_report(k, "flash_prefill", what, err, bound, -1, us,
               (double)n * (8.0 * (double)hq + 4.0 * (double)hkv));
     if (k->o->perf && us > 0)
-        fprintf(k->out, "  flash %.1f us (%.1f TFLOP/s), split-K %.1f us: %.2fx\n", us,
-                flops / (us * 1e-6) / 1e12, us_split, us_split / us);
+        fprintf(k->out, "  flash %.1f us (%.1f TFLOP/s), split-K %.1f us: %.2fx; the other "
+                "prefetch choice %.1f us (%s bytes)\n", us, flops / (us * 1e-6) / 1e12,
+                us_split, us_split / us, us_other, same ? "the same" : "OTHER");
+    kc_report_ok(k, "flash_prefill", "the other prefetch choice: the same bytes", same,
+                 same ? "" : "its output differs");
     free(got);
     free(pos);
     free(seqs);
