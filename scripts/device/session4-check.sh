@@ -7,6 +7,9 @@
 #   suite: the GPU suite (tests/gpu/run.sh), the Q8_0 and Q4_K_M models made
 #          meanwhile, then their memra-bench rows
 #   bench: the bf16 rows of issue 6 (pp512, pp8192, tg at 0/8192/32768, b64)
+#   final: the kernel check (every op) and the GPU unit tests on the merged
+#          tree while the bf16 and Q4_K_M models are made, then the rows of
+#          issue 6 that session 4's work moved, in one call
 # Carry .devcarry/final.tar.xz (stripped bin/ and the GPU unit tests),
 # build/shared and build/tokref. Logs in $OUT/logs-<part>.tgz, the headline
 # in $OUT/summary.txt.
@@ -94,4 +97,23 @@ if [ "$part" = bench ]; then
   make_bf16
   bench bf16 300 $w/bf16.gguf --backend cuda -p 512,8192 -n 128 -d 0,8192,32768 -b 64 -r 3
   stamp "done bench"
+fi
+
+if [ "$part" = final ]; then
+  ( make_bf16 && quant Q4_K_M 12 ) > $L/make.log 2>&1 &
+  mk=$!
+  timeout 200 memra-parity --kernels > $L/kernels.log 2>&1
+  say "kernel check rc=$? $(tail -1 $L/kernels.log)"
+  grep -E "FAIL" $L/kernels.log | head -20 | tee -a "$S"
+  for t in test_cuda_engine test_engine_sample test_cuda_device; do
+    MEMRA_SHARED=$here/build/shared timeout 120 build/release/tests/$t > $L/$t.log 2>&1
+    say "$t rc=$? $(grep -c '^PASS' $L/$t.log) passed $(grep -c '^FAIL' $L/$t.log) failed"
+    grep -A2 "^FAIL" $L/$t.log | head -10 | tee -a "$S"
+  done
+  wait $mk
+  stamp "models made"
+  bench bf16-c1 150 $w/bf16.gguf --backend cuda -p 512,8192 -n 64 -d 0,32768 -r 2
+  bench bf16-b64 120 $w/bf16.gguf --backend cuda -p 512 -n 64 -b 64 -r 2
+  bench Q4_K_M 100 $w/Q4_K_M.gguf --backend cuda -p 512 -n 64 -d 0 -r 2
+  stamp "done final"
 fi
