@@ -53,6 +53,7 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
     t->flash = d->cc_major >= 8;
     t->flash_min_rows = 32;
     t->attn_decode = 1;
+    t->mv_loop = 1;
     if (d->klass == DEVICE_CLASS_HOPPER) {
         /* Measured on the H200 (docs/decisions/0006-cuda-decode-defaults.md). */
         t->prefill_chunk = 512;
@@ -64,6 +65,7 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
         env_int("MEMRA_CUDA_GEMM_MIN_ROWS", 2, 1 << 20, &t->gemm_min_rows, err) ||
         env_int("MEMRA_CUDA_FLASH", 0, 1, &t->flash, err) ||
         env_int("MEMRA_CUDA_FLASH_MIN_ROWS", 2, 1 << 20, &t->flash_min_rows, err) ||
+        env_int("MEMRA_CUDA_MV_LOOP", 0, 1, &t->mv_loop, err) ||
         env_int("MEMRA_CUDA_ATTN", 0, 1, &t->attn_decode, err))
         return -1;
     if (t->mv_rows_per_warp == 3)
