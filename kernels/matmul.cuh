@@ -10,9 +10,9 @@
  * ascending order (kernels/weight_decode.cuh), each unit's pieces in
  * order, each piece's elements in order; then a fixed butterfly. How many
  * rows a warp takes (rows_per_warp), how many tokens a block takes, how
- * many units a lane has in flight, and which matrices share a launch change
- * none of that, so out[t][r] is bit-identical for a batch of 1 and of 64,
- * fused or not. */
+ * many units a lane has in flight, how many groups of rows a block takes
+ * in turn, and which matrices share a launch change none of that, so
+ * out[t][r] is bit-identical for a batch of 1 and of 64, fused or not. */
 #ifndef MEMRA_KERNELS_MATMUL_CUH
 #define MEMRA_KERNELS_MATMUL_CUH
 
@@ -52,6 +52,8 @@ typedef struct {
     int n;
     int rows_per_warp;              /* 1, 2 or 4; 0: the launcher's choice */
     int sm_count;                   /* the device's, for that choice; 0: unknown */
+    int one_pass;                   /* 1: one block per group of rows (session 3's launch,
+                                     * for A/B measurements); 0: the launcher's choice */
 } cu_mv_job;
 
 /* Whether w[0..n_w) can share one launch (same format and width; GLU: the

@@ -21,7 +21,7 @@
 // word, put under the exponent of 2^23 with one byte permute, is the float
 // 2^23 + byte; subtracting 2^23 + offset is exact for these small values.
 //
-// INT formats (Q8_0, Q4_0, Q4_K, Q6_K) have a leaner way for the mat-vec:
+// INT formats (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) have a leaner way for the mat-vec:
 // ipiece(raw, u, p, v) gives each element's unsigned quant q as the bits of
 // a subnormal float, q * 2^(XPOS - 149), masked in place: XPOS = xpos(p, j)
 // is the bit the field starts at in its word (0..20), so one AND (or a
@@ -31,7 +31,7 @@
 // q * x, scaled by a power of two, rounded the same way. iscales gives
 // a' = a * 2^(149 - MV_XEXP) (exact) and b, with element = a * q + b as
 // the CPU's value: the signed formats' offset (Q8_0 128, Q4_0 8, Q6_K 32)
-// moves into b = -offset * a, Q4_K's b is -dmin * m as for piece().
+// moves into b = -offset * a, Q4_K's and Q5_K's b is -dmin * m as for piece().
 #ifndef MEMRA_KERNELS_WEIGHT_DECODE_CUH
 #define MEMRA_KERNELS_WEIGHT_DECODE_CUH
 
@@ -316,6 +316,31 @@ DEV void k4_scale_min(const uint4 &h, int j, uint32_t &sc, uint32_t &m)
     }
 }
 
+// The exact float of byte k (0..3) of w, by the byte permute under 2^23.
+DEV float byte_f(uint32_t w, int k)
+{
+    return __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | (unsigned)k)),
+                     8388608.0f);
+}
+
+// The 6-bit scales and mins of pairs 2g and 2g + 1 of a Q4_K / Q5_K header
+// (k4_scale_min's values) in bytes 0 and 1 of sc and m, by whole-word
+// shifts and masks: pairs 0..3 are the low six bits of bytes 4..7 (scales)
+// and 8..11 (mins); pairs 4..7 take their low four bits from bytes 12..15
+// and their top two from the top bits of bytes 4..7 (scales), 8..11 (mins).
+DEV void k4_group_scale_min(const uint4 &h, int g, uint32_t &sc, uint32_t &m)
+{
+    const int s = 16 * (g & 1);
+    const uint32_t y = h.y >> s, z = h.z >> s, w = h.w >> s;
+    if (g < 2) {
+        sc = y & 0x3F3Fu;
+        m = z & 0x3F3Fu;
+    } else {
+        sc = (w & 0x0F0Fu) | ((y & 0xC0C0u) >> 2);
+        m = ((w >> 4) & 0x0F0Fu) | ((z & 0xC0C0u) >> 2);
+    }
+}
+
 // The scales of group g of a Q4_K / Q5_K super-block: pieces 0..3 (the low
 // nibbles, elements 0..31) take (d1, -m1), pieces 4..7 (d2, -m2).
 template <int P> DEV void k4_piece_scales(const uint4 &h, int g, float (&a)[P], float (&b)[P])
@@ -323,10 +348,9 @@ template <int P> DEV void k4_piece_scales(const uint4 &h, int g, float (&a)[P], 
     const float d = f16_bits_to_f32((uint16_t)(h.x & 0xFFFFu));
     const float dmin = f16_bits_to_f32((uint16_t)(h.x >> 16));
     uint32_t sc, m;
-    k4_scale_min(h, 2 * g, sc, m);
-    const float d1 = __fmul_rn(d, (float)sc), m1 = __fmul_rn(dmin, (float)m);
-    k4_scale_min(h, 2 * g + 1, sc, m);
-    const float d2 = __fmul_rn(d, (float)sc), m2 = __fmul_rn(dmin, (float)m);
+    k4_group_scale_min(h, g, sc, m);
+    const float d1 = __fmul_rn(d, byte_f(sc, 0)), m1 = __fmul_rn(dmin, byte_f(m, 0));
+    const float d2 = __fmul_rn(d, byte_f(sc, 1)), m2 = __fmul_rn(dmin, byte_f(m, 1));
 #pragma unroll
     for (int p = 0; p < P; p++) {
         a[p] = p < P / 2 ? d1 : d2;
@@ -404,7 +428,7 @@ template <> struct WFmt<CW_Q4_K> {
 // takes bit 2g (low half) or 2g+1 (high half) of qh[l] as its fifth bit.
 template <> struct WFmt<CW_Q5_K> {
     static constexpr int U = 64, PW = 8, P = 8;
-    static constexpr bool DIRECT = false, HAS_B = true, INT = false;
+    static constexpr bool DIRECT = false, HAS_B = true, INT = true;
     struct Raw { uint4 h, qa, qb, ha, hb; };
     DEV static Raw fetch(const uint8_t *row, size_t, int64_t u)
     {
@@ -428,6 +452,31 @@ template <> struct WFmt<CW_Q5_K> {
             const uint32_t lo = (word_at(q, 2 * (p & 1) + i) >> sh) & 0x0F0F0F0Fu;
             const uint32_t hi = ((word_at(hq, 2 * (p & 1) + i) >> hs) & 0x01010101u) << 4;
             bytes_to_f(lo | hi, 0.0f, v + 4 * i);
+        }
+    }
+    // INT path: the 5-bit q per byte (as piece() assembles it), a scaled
+    // up, b as for piece().
+    DEV static int xkind(int) { return XK_BYTE6; }
+    DEV static void iscales(const Raw &r, int64_t u, float (&a)[P], float (&b)[P])
+    {
+        k4_piece_scales<P>(r.h, (int)(u & 3), a, b);
+#pragma unroll
+        for (int p = 0; p < P; p++)
+            a[p] = __fmul_rn(a[p], MV_AUP);
+    }
+    DEV static void ipiece(const Raw &r, int64_t u, int p, float (&v)[PW])
+    {
+        const uint4 &q = (p & 3) < 2 ? r.qa : r.qb;
+        const uint4 &hq = (p & 3) < 2 ? r.ha : r.hb;
+        const int sh = p < 4 ? 0 : 4;
+        const int hs = 2 * (int)(u & 3) + (p < 4 ? 0 : 1);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const uint32_t lo = (word_at(q, 2 * (p & 1) + i) >> sh) & 0x0F0F0F0Fu;
+            const uint32_t hi = ((word_at(hq, 2 * (p & 1) + i) >> hs) & 0x01010101u) << 4;
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                v[4 * i + j] = sub_field<XK_BYTE6>(lo | hi, j);
         }
     }
     DEV static void load(const uint8_t *row, size_t, int64_t u, float (&v)[U])
@@ -570,6 +619,17 @@ DEV int e2m1_doubled(uint32_t n)
     return (n & 8u) ? -v : v;
 }
 
+// The doubled E2M1 level of the low nibble of n as a float (e2m1_doubled's
+// value; -0 for 0x8), in a few bit operations and no int-to-float
+// conversion: the nibble's magnitude bits eem put at bits 24..22 make the
+// float E2M1 * 2^-126 exactly (e = 0: the subnormal m * 2^-127), its sign
+// bit goes to bit 31, and * 2^127 is exact.
+DEV float e2m1_doubled_f(uint32_t n)
+{
+    const uint32_t f = ((n << 22) & 0x01C00000u) | ((n << 28) & 0x80000000u);
+    return __fmul_rn(__uint_as_float(f), 1.7014118346046923e38f); /* 2^127 */
+}
+
 // FP8 E4M3 ("fn") as fp8_e4m3_to_f32: S.1111.111 is NaN, e = 0 subnormal
 // m * 2^-9, else (1 + m/8) * 2^(e-7) (exponent field e + 120).
 DEV float e4m3_to_f32(uint32_t x)
@@ -582,6 +642,28 @@ DEV float e4m3_to_f32(uint32_t x)
         return sign ? -v : v;
     }
     return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+// The four E4M3 bytes of w as floats (e4m3_to_f32's values). From sm_89
+// the hardware converts two at a time to f16 (exact: f16 holds every E4M3
+// value, NaN stays NaN), and f16 to f32 is exact.
+DEV void e4m3x4_to_f32(uint32_t w, float *v)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t h01, h23;
+    asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\t"
+        "cvt.rn.f16x2.e4m3x2 %0, lo;\n\tcvt.rn.f16x2.e4m3x2 %1, hi;\n\t}"
+        : "=r"(h01), "=r"(h23)
+        : "r"(w));
+    v[0] = f16_bits_to_f32((uint16_t)(h01 & 0xFFFFu));
+    v[1] = f16_bits_to_f32((uint16_t)(h01 >> 16));
+    v[2] = f16_bits_to_f32((uint16_t)(h23 & 0xFFFFu));
+    v[3] = f16_bits_to_f32((uint16_t)(h23 >> 16));
+#else
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        v[j] = e4m3_to_f32((w >> (8 * j)) & 0xFFu);
+#endif
 }
 
 // MXFP8's E8M0 block scale 2^(e-127): e = 0 is the subnormal 2^-127, 255 NaN.
@@ -619,8 +701,8 @@ template <> struct WFmt<CW_NVFP4> {
         const uint32_t w0 = word_at(q, 2 * (s & 1)), w1 = word_at(q, 2 * (s & 1) + 1);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            v[j] = (float)e2m1_doubled((w0 >> (8 * j + sh)) & 0xFu);
-            v[4 + j] = (float)e2m1_doubled((w1 >> (8 * j + sh)) & 0xFu);
+            v[j] = e2m1_doubled_f(w0 >> (8 * j + sh));
+            v[4 + j] = e2m1_doubled_f(w1 >> (8 * j + sh));
         }
     }
     DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
@@ -662,12 +744,8 @@ template <> struct WFmt<CW_MXFP8> {
     DEV static void piece(const Raw &r, int64_t, int p, float (&v)[PW])
     {
         const uint4 &q = p < 2 ? r.a : r.b;
-        const uint32_t w0 = word_at(q, 2 * (p & 1)), w1 = word_at(q, 2 * (p & 1) + 1);
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            v[j] = e4m3_to_f32((w0 >> (8 * j)) & 0xFFu);
-            v[4 + j] = e4m3_to_f32((w1 >> (8 * j)) & 0xFFu);
-        }
+        e4m3x4_to_f32(word_at(q, 2 * (p & 1)), v);
+        e4m3x4_to_f32(word_at(q, 2 * (p & 1) + 1), v + 4);
     }
     DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
     {

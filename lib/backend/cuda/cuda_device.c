@@ -54,6 +54,7 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
     t->flash_min_rows = 32;
     t->attn_decode = 1;
     t->dequant_staged = 1; /* docs/decisions/0010-prefill-decode-flash.md */
+    t->mv_loop = 1;
     if (d->klass == DEVICE_CLASS_HOPPER) {
         /* Measured on the H200 (docs/decisions/0006-cuda-decode-defaults.md). */
         t->prefill_chunk = 512;
@@ -66,6 +67,7 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
         env_int("MEMRA_CUDA_FLASH", 0, 1, &t->flash, err) ||
         env_int("MEMRA_CUDA_FLASH_MIN_ROWS", 2, 1 << 20, &t->flash_min_rows, err) ||
         env_int("MEMRA_CUDA_ATTN", 0, 1, &t->attn_decode, err) ||
+        env_int("MEMRA_CUDA_MV_LOOP", 0, 1, &t->mv_loop, err) ||
         env_int("MEMRA_CUDA_DEQUANT_STAGED", 0, 1, &t->dequant_staged, err))
         return -1;
     /* The decode GEMM rounds x to bf16 as the prefill GEMM does: with

@@ -28,7 +28,10 @@ typedef struct {
  * MEMRA_CUDA_ATTN (1: the split-K decode attention, 0: the older
  * per-64-key kernel, kernels/attention.cuh), MEMRA_CUDA_DGEMM (0 or 1;
  * default: on for an engine of several sequences, off for one, off with
- * MEMRA_CUDA_GEMM=0), MEMRA_CUDA_DGEMM_BPS (1 to 16). */
+ * MEMRA_CUDA_GEMM=0), MEMRA_CUDA_DGEMM_BPS (1 to 16),
+ * MEMRA_CUDA_DEQUANT_STAGED (0 or 1: the prefill weight decode's kernel),
+ * MEMRA_CUDA_MV_LOOP (1: mat-vec blocks loop over groups of rows; 0: one
+ * block per group, session 3's launch; read by the kernel check only). */
 typedef struct {
     int mv_rows_per_warp; /* weight rows per warp in the mat-vec; 0: by matrix size */
     int graphs;           /* replay decode steps as CUDA graphs */
@@ -44,6 +47,7 @@ typedef struct {
     int dgemm;            /* bf16 projections of decode rows on the tensor cores; -1: plan_decode */
     int dgemm_blocks_per_sm; /* the decode GEMM's column splits aim at this many blocks per SM */
     int dequant_staged;   /* 1: the prefill GEMM's weight decode stores through shared memory; 0: from registers */
+    int mv_loop;          /* kernel check's mat-vec jobs: 0 sets cu_mv_job.one_pass */
 } cuda_tuning;
 
 const char *device_class_name(device_class c);

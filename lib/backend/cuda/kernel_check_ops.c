@@ -150,6 +150,7 @@ static void matmul_stream_case(kc *k, dtype t, int64_t rows, int64_t cols, int g
     j.out[0] = dout;
     j.rows_per_warp = cb->tune.mv_rows_per_warp;
     j.sm_count = cb->info.sm_count;
+    j.one_pass = !cb->tune.mv_loop;
     double err = INFINITY, us = -1;
     if (ok) {
         for (int i = 0; i < nw; i++)
@@ -210,6 +211,10 @@ static void matmul_stream_cases(kc *k)
     }
     matmul_stream_case(k, DT_Q6_K, 151936, 4096, 0);
     matmul_stream_case(k, DT_Q8_0, 151936, 4096, 0);
+    /* The formats without a model shape of their own: the FFN pair. */
+    static const dtype more[] = {DT_Q5_K, DT_NVFP4, DT_MXFP8};
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(more); i++)
+        matmul_stream_case(k, more[i], 12288, 4096, 1);
 }
 
 void kc_check_matmul(kc *k)
