@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention.cuh"
 #include "kernels/copy_bandwidth.cuh"
 
 #define CUDA_TRY(call, err)                                                                \
@@ -53,6 +54,9 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
     t->flash = d->cc_major >= 8;
     t->flash_min_rows = 32;
     t->attn_decode = 1;
+    t->attn_splits = 0;
+    t->attn_pipe = 0;
+    t->attn_heads_first = 0;
     if (d->klass == DEVICE_CLASS_HOPPER) {
         /* Measured on the H200 (docs/decisions/0006-cuda-decode-defaults.md). */
         t->prefill_chunk = 512;
@@ -64,7 +68,10 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
         env_int("MEMRA_CUDA_GEMM_MIN_ROWS", 2, 1 << 20, &t->gemm_min_rows, err) ||
         env_int("MEMRA_CUDA_FLASH", 0, 1, &t->flash, err) ||
         env_int("MEMRA_CUDA_FLASH_MIN_ROWS", 2, 1 << 20, &t->flash_min_rows, err) ||
-        env_int("MEMRA_CUDA_ATTN", 0, 1, &t->attn_decode, err))
+        env_int("MEMRA_CUDA_ATTN", 0, 1, &t->attn_decode, err) ||
+        env_int("MEMRA_CUDA_ATTN_SPLITS", 0, ATTN_SPLITS_MAX, &t->attn_splits, err) ||
+        env_int("MEMRA_CUDA_ATTN_PIPE", 0, 1, &t->attn_pipe, err) ||
+        env_int("MEMRA_CUDA_ATTN_ORDER", 0, 1, &t->attn_heads_first, err))
         return -1;
     if (t->mv_rows_per_warp == 3)
         return memra_fail(err, "MEMRA_CUDA_MV_ROWS=3: expected 0, 1, 2 or 4");

@@ -26,7 +26,9 @@ typedef struct {
  * MEMRA_CUDA_GRAPHS, MEMRA_CUDA_GEMM, MEMRA_CUDA_FUSE, MEMRA_CUDA_FLASH (0 or 1),
  * MEMRA_CUDA_MV_ROWS (0, 1, 2, 4), MEMRA_CUDA_GEMM_MIN_ROWS, MEMRA_CUDA_FLASH_MIN_ROWS (>= 2),
  * MEMRA_CUDA_ATTN (1: the split-K decode attention, 0: the older
- * per-64-key kernel, kernels/attention.cuh). */
+ * per-64-key kernel, kernels/attention.cuh), MEMRA_CUDA_ATTN_SPLITS (0 to 128,
+ * 0: from the SM count), MEMRA_CUDA_ATTN_PIPE, MEMRA_CUDA_ATTN_ORDER (0 or 1;
+ * docs/decisions/0008-decode-attention-split.md). */
 typedef struct {
     int mv_rows_per_warp; /* weight rows per warp in the mat-vec; 0: by matrix size */
     int graphs;           /* replay decode steps as CUDA graphs */
@@ -39,6 +41,9 @@ typedef struct {
     int flash;            /* tensor-core flash attention for prefill chunks (bf16/f16 KV) */
     int flash_min_rows;   /* a prefill chunk of at least this many rows uses it */
     int attn_decode;      /* 1: launch_attention_decode where it fits; 0: launch_attention */
+    int attn_splits;      /* decode attention: most splits of a row's keys; 0: from the SM count */
+    int attn_pipe;        /* decode attention: K/V staged in shared memory by cp.async */
+    int attn_heads_first; /* decode attention: one split's KV heads in neighbouring blocks */
 } cuda_tuning;
 
 const char *device_class_name(device_class c);
