@@ -74,8 +74,9 @@ struct KvQ8 {
 // Row index of (layer, position t) in the pool, through the row's table.
 DEV int64_t kv_row_index(const int32_t *table, int64_t t, int layer, int n_blocks, int bs)
 {
-    const int64_t blk = table[t / bs];
-    return ((int64_t)layer * n_blocks + blk) * bs + t % bs;
+    const int p = (int)t; // positions are int32 (the row metadata): a 32-bit divide
+    const int64_t blk = table[p / bs];
+    return ((int64_t)layer * n_blocks + blk) * bs + p % bs;
 }
 
 template <typename KV>
@@ -232,6 +233,12 @@ constexpr int DEC_PIECE = 256; // keys whose row offsets are staged at once
 // the bytes take, so more of them can be in flight), cvt() makes f32s.
 struct Ld8F32 {
     struct raw { float4 a, b; };
+    static constexpr int ESZ = 4;      // bytes a value
+    static constexpr bool PIPE = true; // 16-byte aligned pieces: cp.async takes them
+    static DEV raw load_sh(const uint8_t *p)
+    {
+        return {*reinterpret_cast<const float4 *>(p), *reinterpret_cast<const float4 *>(p + 16)};
+    }
     static DEV raw fetch(const uint8_t *row, int64_t e)
     {
         return {__ldg(reinterpret_cast<const float4 *>(row + e * 4)),
@@ -247,6 +254,9 @@ struct Ld8F32 {
 
 template <bool BF16> struct Ld8Half {
     typedef uint4 raw;
+    static constexpr int ESZ = 2;
+    static constexpr bool PIPE = true;
+    static DEV raw load_sh(const uint8_t *p) { return *reinterpret_cast<const uint4 *>(p); }
     static DEV raw fetch(const uint8_t *row, int64_t e)
     {
         return __ldg(reinterpret_cast<const uint4 *>(row + e * 2));
@@ -269,6 +279,7 @@ template <bool BF16> struct Ld8Half {
 // block's f16 scale. Each value is q * d, as kvc_q8_0_get.
 struct Ld8Q8 {
     struct raw { unsigned q0, q1; float d; };
+    static constexpr bool PIPE = false; // 34-byte blocks: no 16-byte pieces
     static DEV raw fetch(const uint8_t *row, int64_t e)
     {
         const uint8_t *b = row + (e / KV_Q8_0_BLOCK) * KV_Q8_0_BYTES;
@@ -287,32 +298,217 @@ struct Ld8Q8 {
     }
 };
 
+// The decode kernels' lane reductions, unrolled: with LPK (the lanes of
+// a key group) a constant the dead steps vanish; with LPK 0 the group
+// size lpk comes at run time and every step is a shuffle and a select, so
+// that the code stays straight and the independent chains of a tile
+// interleave (a loop with a run-time bound ran them one after another).
 // xor-butterfly over lanes [from, 32) strides (from a power of two).
-DEV float lanes_sum(float v, int from)
+template <int LPK> DEV float lanes_sum(float v, int from)
 {
-    for (int off = from; off < 32; off <<= 1)
-        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        if (LPK ? off >= LPK : true) {
+            const float o = __shfl_xor_sync(0xffffffffu, v, off);
+            v = LPK || off >= from ? __fadd_rn(v, o) : v;
+        }
+    }
     return v;
 }
 
-DEV float lanes_max(float v, int from)
+template <int LPK> DEV float lanes_max(float v, int from)
 {
-    for (int off = from; off < 32; off <<= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        if (LPK ? off >= LPK : true) {
+            const float o = __shfl_xor_sync(0xffffffffu, v, off);
+            v = LPK || off >= from ? fmaxf(v, o) : v;
+        }
+    }
     return v;
 }
 
-// Sum over the key group (lanes differing in the bits below lpk).
-DEV float group_sum(float v, int lpk)
+// Sum over the key group (lanes differing in the bits below lpk), the
+// largest stride first.
+template <int LPK> DEV float group_sum(float v, int lpk)
 {
-    for (int off = lpk >> 1; off > 0; off >>= 1)
-        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        if (LPK ? off < LPK : true) {
+            const float o = __shfl_xor_sync(0xffffffffu, v, off);
+            v = LPK || off < lpk ? __fadd_rn(v, o) : v;
+        }
+    }
     return v;
+}
+
+// The block's (split, KV head) from its index: split fastest, or (with
+// heads_first) the KV heads of one split next to each other, so blocks
+// running together read neighbouring bytes of the same K/V rows.
+DEV void dec_block(const cu_attn &a, int &slot, int &kvh)
+{
+    slot = a.heads_first ? (int)blockIdx.y : (int)blockIdx.x;
+    kvh = a.heads_first ? (int)blockIdx.x : (int)blockIdx.y;
+}
+
+// UN tiles folded into a warp's online softmax: kx / vx are this lane's
+// raw K and V values of its key in tile u, ok[u] whether that key is in
+// the split (at least tile 0's first key is); per query head g, qr the
+// lane's 8 query values, m the max, l the exp-sum, acc the weighted V of
+// the lane's 8 values. Heads past G (GT rounds G up) have zero queries
+// and are never written: computing them keeps the code free of branches.
+// Both decode kernels call it with the same tiles in the same order, so
+// they give the same bytes.
+template <typename LD, int GT, int UN, int LPK>
+DEV void dec_tiles(const typename LD::raw (&kx)[UN], const typename LD::raw (&vx)[UN],
+                   const bool (&ok)[UN], const float (&qr)[GT][8], float (&m)[GT], float (&l)[GT],
+                   float (&acc)[GT][8], int lpk, float scale, float softcap)
+{
+    // Scores: each key's values once, for every head; then the key
+    // groups' sums, all chains side by side.
+    float s[GT][UN];
+#pragma unroll
+    for (int u = 0; u < UN; u++) {
+        float kf[8];
+        LD::cvt(kx[u], kf);
+#pragma unroll
+        for (int g = 0; g < GT; g++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                d = __fmaf_rn(qr[g][j], kf[j], d);
+            s[g][u] = d;
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < UN; u++)
+#pragma unroll
+        for (int g = 0; g < GT; g++)
+            s[g][u] = __fmul_rn(group_sum<LPK>(s[g][u], lpk), scale);
+    if (softcap > 0.0f) {
+#pragma unroll
+        for (int u = 0; u < UN; u++)
+#pragma unroll
+            for (int g = 0; g < GT; g++)
+                s[g][u] = __fmul_rn(tanhf(__fdiv_rn(s[g][u], softcap)), softcap);
+    }
+#pragma unroll
+    for (int u = 0; u < UN; u++)
+#pragma unroll
+        for (int g = 0; g < GT; g++)
+            s[g][u] = ok[u] ? s[g][u] : -INFINITY;
+#pragma unroll
+    for (int g = 0; g < GT; g++) {
+        float mt = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < UN; u++)
+            mt = fmaxf(mt, s[g][u]);
+        mt = lanes_max<LPK>(mt, lpk);
+        const float mn = fmaxf(m[g], mt);
+        const float alpha = expf(__fsub_rn(m[g], mn));
+        m[g] = mn;
+        l[g] = __fmul_rn(l[g], alpha);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            acc[g][j] = __fmul_rn(acc[g][j], alpha);
+#pragma unroll
+        for (int u = 0; u < UN; u++) {
+            const float p = ok[u] ? expf(__fsub_rn(s[g][u], mn)) : 0.0f;
+            float vf[8];
+            LD::cvt(vx[u], vf);
+            l[g] = __fadd_rn(l[g], p);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                acc[g][j] = __fmaf_rn(p, vf[j], acc[g][j]);
+        }
+    }
+}
+
+// The end of both decode kernels: the warp's key groups share m, so their
+// sums are added; then the block's warps are merged in order (wacc:
+// DEC_WARPS * GT * hd floats of shared memory) into the split's partial,
+// pp + g * pstride for head g: [hd] weighted V, then max and exp-sum.
+template <int GT, int LPK>
+DEV void dec_finish(const float (&m)[GT], const float (&l)[GT], const float (&acc)[GT][8],
+                    float *wacc, float (*wm)[GT], float (*wl)[GT], int G, int hd, int lpk,
+                    float *pp, int64_t pstride)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int kslot = lane / lpk, ch = lane % lpk;
+    const bool act = ch < hd / 8;
+    const int acc_stride = GT * hd;
+#pragma unroll
+    for (int g = 0; g < GT; g++) {
+        if (g >= G)
+            break;
+        const float lg = lanes_sum<LPK>(l[g], lpk);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float v = lanes_sum<LPK>(acc[g][j], lpk);
+            if (kslot == 0 && act)
+                wacc[warp * acc_stride + g * hd + ch * 8 + j] = v;
+        }
+        if (lane == 0) {
+            wm[warp][g] = m[g];
+            wl[warp][g] = lg;
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < G * hd; idx += DEC_THREADS) {
+        const int g = idx / hd, e = idx % hd;
+        float mx = -INFINITY;
+        for (int w = 0; w < DEC_WARPS; w++)
+            mx = fmaxf(mx, wm[w][g]);
+        float o = 0.0f, ls = 0.0f;
+        for (int w = 0; w < DEC_WARPS; w++) {
+            const float f = expf(__fsub_rn(wm[w][g], mx)); // 0 for a warp without keys
+            o = __fmaf_rn(wacc[w * acc_stride + g * hd + e], f, o);
+            ls = __fmaf_rn(wl[w][g], f, ls);
+        }
+        float *pg = pp + (int64_t)g * pstride;
+        pg[e] = o;
+        if (e == 0) {
+            pg[hd] = mx;
+            pg[hd + 1] = ls;
+        }
+    }
+}
+
+// Keys per lane group: the LPK lanes covering one key's head (hd / 8
+// pieces, rounded up to a power of two).
+ATTN_HD int dec_lpk(int hd)
+{
+    int lpk = 1;
+    while (lpk < hd / 8)
+        lpk <<= 1;
+    return lpk;
+}
+
+// The lane's 8 query values of each head in registers, and an empty
+// online softmax.
+template <int GT>
+DEV void dec_start(const float *__restrict__ q, const cu_attn &a, int i, int kvh, int ch, bool act,
+                   float (&qr)[GT][8], float (&m)[GT], float (&l)[GT], float (&acc)[GT][8])
+{
+    const int hd = a.head_dim, G = a.n_heads / a.n_kv_heads;
+#pragma unroll
+    for (int g = 0; g < GT; g++) {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            qr[g][j] = g < G && act ? q[((int64_t)i * a.n_heads + (int64_t)kvh * G + g) * hd +
+                                        ch * 8 + j]
+                                    : 0.0f;
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            acc[g][j] = 0.0f;
+    }
 }
 
 // Partials as the old kernel lays them out: [row][head][slot][hd + 2].
-template <typename LD, int GT>
-__global__ void __launch_bounds__(DEC_THREADS)
+template <typename LD, int GT, int LPK>
+__global__ void __launch_bounds__(DEC_THREADS, GT >= 8 ? 2 : 3)
 attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n, cu_attn a,
                    int n_blocks, int bs, int64_t row_bytes, const uint8_t *__restrict__ kp,
                    const uint8_t *__restrict__ vp, int max_splits, float *__restrict__ part)
@@ -321,42 +517,25 @@ attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta
     __shared__ float wm[DEC_WARPS][GT], wl[DEC_WARPS][GT];
     extern __shared__ float wacc[]; // [DEC_WARPS][GT][hd]
     constexpr int UN = GT >= 8 ? 2 : DEC_UNROLL; // eight heads' registers leave room for 2
-    const int i = blockIdx.z, kvh = blockIdx.y, slot = blockIdx.x;
+    const int i = blockIdx.z;
+    int slot, kvh;
+    dec_block(a, slot, kvh);
     const int hd = a.head_dim, G = a.n_heads / a.n_kv_heads;
     const int64_t pos = meta[i], lo = span_lo(pos, a.window), span = pos - lo + 1;
-    const int64_t ck = attn_split_keys(span);
+    const int64_t ck = attn_split_keys(span, a.splits);
     if ((int64_t)slot * ck >= span)
         return; // the whole block: this row has fewer splits
     const int64_t t0 = lo + (int64_t)slot * ck, t1 = min(pos, t0 + ck - 1);
     const int nt = (int)(t1 - t0 + 1);
     const int32_t *table = meta + 2 * n + meta[n + i];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int nch = hd / 8;
-    int lpk = 1;
-    while (lpk < nch)
-        lpk <<= 1;
+    const int nch = hd / 8, lpk = LPK ? LPK : dec_lpk(hd);
     const int kpw = 32 / lpk, kslot = lane / lpk, ch = lane % lpk;
     const bool act = ch < nch;
     const int64_t e0 = (int64_t)kvh * hd + (int64_t)ch * 8;
 
-    // This lane's 8 query values of each head, in registers.
-    float qr[GT][8];
-#pragma unroll
-    for (int g = 0; g < GT; g++)
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            qr[g][j] = g < G && act ? q[((int64_t)i * a.n_heads + (int64_t)kvh * G + g) * hd +
-                                        ch * 8 + j]
-                                    : 0.0f;
-    float m[GT], l[GT], acc[GT][8];
-#pragma unroll
-    for (int g = 0; g < GT; g++) {
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            acc[g][j] = 0.0f;
-    }
+    float qr[GT][8], m[GT], l[GT], acc[GT][8];
+    dec_start<GT>(q, a, i, kvh, ch, act, qr, m, l, acc);
 
     for (int p0 = 0; p0 < nt; p0 += DEC_PIECE) {
         const int np = min(DEC_PIECE, nt - p0);
@@ -379,94 +558,167 @@ attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta
                     vx[u] = LD::fetch(vp + roff[tt], e0);
                 }
             }
-            // Scores: each key's values once, for every head.
-            float s[GT][UN];
+            dec_tiles<LD, GT, UN, LPK>(kx, vx, ok, qr, m, l, acc, lpk, a.scale, a.softcap);
+        }
+    }
+    dec_finish<GT, LPK>(m, l, acc, wacc, wm, wl, G, hd, lpk,
+                   part + (((int64_t)i * a.n_heads + (int64_t)kvh * G) * max_splits + slot) *
+                              (hd + 2),
+                   (int64_t)max_splits * (hd + 2));
+}
+
+// cp.async: 16 bytes from global to shared memory without a register in
+// between, completing in groups (commit / wait). Where it does not exist
+// (before sm_80, the CPU emulation) a plain copy, which the same waits
+// and barriers then order.
+DEV void cp_async16(void *dst, const void *src)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+#else
+    *reinterpret_cast<uint4 *>(dst) = __ldg(reinterpret_cast<const uint4 *>(src));
+#endif
+}
+
+DEV void cp_async_commit()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Until at most N of this thread's groups are in flight.
+template <int N> DEV void cp_async_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// The staged variant (cu_attn.pipe). A stage is PIPE_TILES tiles of keys
+// (each warp DEC_UNROLL of them, the tiles attn_decode_kernel gives it in
+// one or two of its steps); the block's threads put the stage's K and V
+// pieces in flight with cp.async PIPE_STAGES - 1 stages ahead of the
+// math, which then reads them from shared memory. The math is
+// attn_decode_kernel's, tile for tile: the same bytes.
+constexpr int PIPE_STAGES = 3;
+constexpr int PIPE_TILES = DEC_WARPS * DEC_UNROLL;
+
+// Bytes of dynamic shared memory the staged kernel takes: the stages
+// ([PIPE_STAGES][K, V][keys][hd values]; the warps' merge reuses them),
+// then two slots of the keys' row offsets.
+static size_t pipe_smem(int hd, int esz, int gt)
+{
+    const size_t ks = (size_t)PIPE_TILES * (size_t)(32 / dec_lpk(hd));
+    size_t stages = (size_t)PIPE_STAGES * 2 * ks * (size_t)hd * (size_t)esz;
+    const size_t merge = (size_t)DEC_WARPS * (size_t)gt * (size_t)hd * sizeof(float);
+    return (stages > merge ? stages : merge) + 2 * ks * sizeof(int64_t);
+}
+
+template <typename LD, int GT, int LPK>
+__global__ void __launch_bounds__(DEC_THREADS, GT >= 8 ? 2 : 3)
+attn_decode_pipe_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n,
+                        cu_attn a, int n_blocks, int bs, int64_t row_bytes,
+                        const uint8_t *__restrict__ kp, const uint8_t *__restrict__ vp,
+                        int max_splits, float *__restrict__ part)
+{
+    __shared__ float wm[DEC_WARPS][GT], wl[DEC_WARPS][GT];
+    extern __shared__ uint4 pipe_sh[];
+    constexpr int UN = GT >= 8 ? 2 : DEC_UNROLL;
+    const int i = blockIdx.z;
+    int slot, kvh;
+    dec_block(a, slot, kvh);
+    const int hd = a.head_dim, G = a.n_heads / a.n_kv_heads;
+    const int64_t pos = meta[i], lo = span_lo(pos, a.window), span = pos - lo + 1;
+    const int64_t ck = attn_split_keys(span, a.splits);
+    if ((int64_t)slot * ck >= span)
+        return; // the whole block: this row has fewer splits
+    const int64_t t0 = lo + (int64_t)slot * ck, t1 = min(pos, t0 + ck - 1);
+    const int nt = (int)(t1 - t0 + 1);
+    const int32_t *table = meta + 2 * n + meta[n + i];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lpk = LPK ? LPK : dec_lpk(hd);
+    const int kpw = 32 / lpk, kslot = lane / lpk, ch = lane % lpk;
+    const bool act = ch < hd / 8;
+    const int hb = hd * LD::ESZ;              // bytes of one key's head
+    const int pc = hb / 16;                   // its 16-byte pieces
+    const int ks = PIPE_TILES * kpw;          // keys a stage
+    const int nst = (nt + ks - 1) / ks;       // stages of the split
+    const int64_t head_off = (int64_t)kvh * hb;
+    uint8_t *stage = reinterpret_cast<uint8_t *>(pipe_sh);
+    const size_t stage_bytes = (size_t)2 * ks * hb;
+    const size_t merge_bytes = (size_t)DEC_WARPS * GT * hd * sizeof(float);
+    int64_t *roffs = reinterpret_cast<int64_t *>(
+        stage + (PIPE_STAGES * stage_bytes > merge_bytes ? PIPE_STAGES * stage_bytes : merge_bytes)); // [2][ks]
+
+    float qr[GT][8], m[GT], l[GT], acc[GT][8];
+    dec_start<GT>(q, a, i, kvh, ch, act, qr, m, l, acc);
+
+    // Stage s's keys' byte offsets (of this KV head) into slot s & 1: the
+    // slot was last read issuing stage s - 2, before the barrier the
+    // writing thread has passed since.
+    auto offsets = [&](int s) {
+        const int k0 = s * ks;
+        for (int kk = threadIdx.x; kk < ks && k0 + kk < nt; kk += DEC_THREADS)
+            roffs[(s & 1) * ks + kk] =
+                kv_row_index(table, t0 + k0 + kk, a.layer, n_blocks, bs) * row_bytes + head_off;
+    };
+    // Stage s's pieces in flight into buffer s % PIPE_STAGES, as one group
+    // (empty past the last stage, so the count of groups stays regular).
+    auto issue = [&](int s) {
+        if (s < nst) {
+            const int k0 = s * ks, nk = min(ks, nt - k0);
+            uint8_t *kb = stage + (size_t)(s % PIPE_STAGES) * stage_bytes, *vb = kb + (size_t)ks * hb;
+            const int64_t *ro = roffs + (s & 1) * ks;
+            for (int c = threadIdx.x; c < nk * pc; c += DEC_THREADS) {
+                const int kk = c / pc, o = (c - kk * pc) * 16;
+                cp_async16(kb + kk * hb + o, kp + ro[kk] + o);
+                cp_async16(vb + kk * hb + o, vp + ro[kk] + o);
+            }
+        }
+        cp_async_commit();
+    };
+
+    for (int s = 0; s < PIPE_STAGES - 1; s++) {
+        offsets(s);
+        __syncthreads();
+        issue(s);
+    }
+    for (int s = 0; s < nst; s++) {
+        offsets(s + PIPE_STAGES - 1);
+        cp_async_wait<PIPE_STAGES - 2>(); // this thread's pieces of stage s are in
+        __syncthreads();                  // everyone's; stage s - 1's buffer is read
+        issue(s + PIPE_STAGES - 1);
+        const int nk = min(ks, nt - s * ks);
+        const uint8_t *kb = stage + (size_t)(s % PIPE_STAGES) * stage_bytes;
+        const uint8_t *vb = kb + (size_t)ks * hb;
+        const int lo_b = ch * 8 * LD::ESZ;
+#pragma unroll
+        for (int r = 0; r < DEC_UNROLL / UN; r++) {
+            if ((warp + r * UN * DEC_WARPS) * kpw >= nk)
+                break; // the warp's tiles are past the split's end (a whole warp)
+            typename LD::raw kx[UN], vx[UN];
+            bool ok[UN];
 #pragma unroll
             for (int u = 0; u < UN; u++) {
-                float kf[8];
-                LD::cvt(kx[u], kf);
-#pragma unroll
-                for (int g = 0; g < GT; g++) {
-                    if (g >= G)
-                        break;
-                    float d = 0.0f;
-#pragma unroll
-                    for (int j = 0; j < 8; j++)
-                        d = __fmaf_rn(qr[g][j], kf[j], d);
-                    d = __fmul_rn(group_sum(d, lpk), a.scale);
-                    if (a.softcap > 0.0f)
-                        d = __fmul_rn(tanhf(__fdiv_rn(d, a.softcap)), a.softcap);
-                    s[g][u] = ok[u] ? d : -INFINITY;
+                const int kk = (warp + (r * UN + u) * DEC_WARPS) * kpw + kslot;
+                ok[u] = kk < nk;
+                kx[u] = vx[u] = LD::zero();
+                if (ok[u] && act) {
+                    kx[u] = LD::load_sh(kb + kk * hb + lo_b);
+                    vx[u] = LD::load_sh(vb + kk * hb + lo_b);
                 }
             }
-#pragma unroll
-            for (int g = 0; g < GT; g++) {
-                if (g >= G)
-                    break;
-                float mt = -INFINITY;
-#pragma unroll
-                for (int u = 0; u < UN; u++)
-                    mt = fmaxf(mt, s[g][u]);
-                mt = lanes_max(mt, lpk);
-                const float mn = fmaxf(m[g], mt);
-                const float alpha = expf(__fsub_rn(m[g], mn));
-                m[g] = mn;
-                l[g] = __fmul_rn(l[g], alpha);
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-                    acc[g][j] = __fmul_rn(acc[g][j], alpha);
-#pragma unroll
-                for (int u = 0; u < UN; u++) {
-                    const float p = ok[u] ? expf(__fsub_rn(s[g][u], mn)) : 0.0f;
-                    float vf[8];
-                    LD::cvt(vx[u], vf);
-                    l[g] = __fadd_rn(l[g], p);
-#pragma unroll
-                    for (int j = 0; j < 8; j++)
-                        acc[g][j] = __fmaf_rn(p, vf[j], acc[g][j]);
-                }
-            }
+            dec_tiles<LD, GT, UN, LPK>(kx, vx, ok, qr, m, l, acc, lpk, a.scale, a.softcap);
         }
     }
-
-    // The warp's key groups share m: sum them, then merge the warps in order.
-    const int acc_stride = GT * hd;
-#pragma unroll
-    for (int g = 0; g < GT; g++) {
-        if (g >= G)
-            break;
-        const float lg = lanes_sum(l[g], lpk);
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const float v = lanes_sum(acc[g][j], lpk);
-            if (kslot == 0 && act)
-                wacc[warp * acc_stride + g * hd + ch * 8 + j] = v;
-        }
-        if (lane == 0) {
-            wm[warp][g] = m[g];
-            wl[warp][g] = lg;
-        }
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < G * hd; idx += DEC_THREADS) {
-        const int g = idx / hd, e = idx % hd;
-        float mx = -INFINITY;
-        for (int w = 0; w < DEC_WARPS; w++)
-            mx = fmaxf(mx, wm[w][g]);
-        float o = 0.0f, ls = 0.0f;
-        for (int w = 0; w < DEC_WARPS; w++) {
-            const float f = expf(__fsub_rn(wm[w][g], mx)); // 0 for a warp without keys
-            o = __fmaf_rn(wacc[w * acc_stride + g * hd + e], f, o);
-            ls = __fmaf_rn(wl[w][g], f, ls);
-        }
-        float *pp =
-            part + (((int64_t)i * a.n_heads + (int64_t)kvh * G + g) * max_splits + slot) * (hd + 2);
-        pp[e] = o;
-        if (e == 0) {
-            pp[hd] = mx;
-            pp[hd + 1] = ls;
-        }
-    }
+    cp_async_wait<0>();
+    __syncthreads(); // the stages are read: the merge reuses them
+    dec_finish<GT, LPK>(m, l, acc, reinterpret_cast<float *>(pipe_sh), wm, wl, G, hd, lpk,
+                   part + (((int64_t)i * a.n_heads + (int64_t)kvh * G) * max_splits + slot) *
+                              (hd + 2),
+                   (int64_t)max_splits * (hd + 2));
 }
 
 // Block (row, head), COMBINE_THREADS threads: merge the row's splits.
@@ -486,7 +738,7 @@ attn_decode_combine_kernel(const float *__restrict__ part, const int32_t *__rest
     extern __shared__ float red[]; // [COMBINE_WAYS][hd]
     const int i = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
     const int64_t pos = meta[i], span = pos - span_lo(pos, a.window) + 1;
-    const int64_t ck = attn_split_keys(span);
+    const int64_t ck = attn_split_keys(span, a.splits);
     const int ns = (int)((span + ck - 1) / ck);
     const float *pp = part + ((int64_t)i * a.n_heads + h) * max_splits * (hd + 2);
     for (int c = threadIdx.x; c < ns; c += COMBINE_THREADS)
@@ -528,15 +780,38 @@ attn_decode_combine_kernel(const float *__restrict__ part, const int32_t *__rest
     }
 }
 
-template <typename LD, int GT>
+template <typename LD, int GT, int LPK>
 cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
                      const float *q, int max_splits, float *part, float *out, cudaStream_t s)
 {
-    const size_t smem = (size_t)DEC_WARPS * GT * (size_t)a->head_dim * sizeof(float);
-    dim3 grid((unsigned)max_splits, (unsigned)a->n_kv_heads, (unsigned)n);
-    attn_decode_kernel<LD, GT><<<grid, DEC_THREADS, smem, s>>>(
-        q, meta, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes,
-        static_cast<const uint8_t *>(kv->k), static_cast<const uint8_t *>(kv->v), max_splits, part);
+    const dim3 grid = a->heads_first
+                          ? dim3((unsigned)a->n_kv_heads, (unsigned)max_splits, (unsigned)n)
+                          : dim3((unsigned)max_splits, (unsigned)a->n_kv_heads, (unsigned)n);
+    bool staged = false;
+    if constexpr (LD::PIPE) {
+        if (a->pipe) {
+            const size_t smem = pipe_smem(a->head_dim, LD::ESZ, GT);
+            if (smem > 48 * 1024) {
+                cudaError_t rc = cudaFuncSetAttribute(attn_decode_pipe_kernel<LD, GT, LPK>,
+                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      (int)smem);
+                if (rc != cudaSuccess)
+                    return rc;
+            }
+            attn_decode_pipe_kernel<LD, GT, LPK><<<grid, DEC_THREADS, smem, s>>>(
+                q, meta, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes,
+                static_cast<const uint8_t *>(kv->k), static_cast<const uint8_t *>(kv->v),
+                max_splits, part);
+            staged = true;
+        }
+    }
+    if (!staged) {
+        const size_t smem = (size_t)DEC_WARPS * GT * (size_t)a->head_dim * sizeof(float);
+        attn_decode_kernel<LD, GT, LPK><<<grid, DEC_THREADS, smem, s>>>(
+            q, meta, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes,
+            static_cast<const uint8_t *>(kv->k), static_cast<const uint8_t *>(kv->v), max_splits,
+            part);
+    }
     cudaError_t rc = cudaGetLastError();
     if (rc != cudaSuccess)
         return rc;
@@ -547,18 +822,29 @@ cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
     return cudaGetLastError();
 }
 
+// Key groups of 16 lanes (head_dim 72 to 128) get their own code, the
+// lane reductions' strides fixed; other sizes take them at run time.
+template <typename LD, int GT>
+cudaError_t decode_l(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
+                     const float *q, int max_splits, float *part, float *out, cudaStream_t s)
+{
+    if (dec_lpk(a->head_dim) == 16)
+        return decode_t<LD, GT, 16>(kv, a, meta, n, q, max_splits, part, out, s);
+    return decode_t<LD, GT, 0>(kv, a, meta, n, q, max_splits, part, out, s);
+}
+
 template <typename LD>
 cudaError_t decode_g(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
                      const float *q, int max_splits, float *part, float *out, cudaStream_t s)
 {
     const int G = a->n_heads / a->n_kv_heads;
     if (G <= 1)
-        return decode_t<LD, 1>(kv, a, meta, n, q, max_splits, part, out, s);
+        return decode_l<LD, 1>(kv, a, meta, n, q, max_splits, part, out, s);
     if (G <= 2)
-        return decode_t<LD, 2>(kv, a, meta, n, q, max_splits, part, out, s);
+        return decode_l<LD, 2>(kv, a, meta, n, q, max_splits, part, out, s);
     if (G <= 4)
-        return decode_t<LD, 4>(kv, a, meta, n, q, max_splits, part, out, s);
-    return decode_t<LD, 8>(kv, a, meta, n, q, max_splits, part, out, s);
+        return decode_l<LD, 4>(kv, a, meta, n, q, max_splits, part, out, s);
+    return decode_l<LD, 8>(kv, a, meta, n, q, max_splits, part, out, s);
 }
 
 size_t partial_smem(const cu_attn *a)

@@ -22,13 +22,17 @@
  * take).
  *
  * The default (launch_attention_decode) cuts a row's visible span of L
- * keys into at most ATTN_SPLITS_MAX splits of attn_split_keys(L) keys (a
- * multiple of ATTN_SPLIT_UNIT): up to 16384 keys splits of 128, then
- * splits growing so that there are never more than 128. One block per
- * (split, KV head, row) reads each key's K and V once, with 16-byte
- * loads, for all the query heads of the KV head (GQA), and keeps an
- * online softmax per head; a second kernel merges a row's splits in
- * ascending order. The split again depends on the row's span only. */
+ * keys into at most S splits of attn_split_keys(L, S) keys (a multiple of
+ * ATTN_SPLIT_UNIT), S (cu_attn.splits, at most ATTN_SPLITS_MAX) chosen by
+ * the caller from the device and the model, never from the batch. One
+ * block per (split, KV head, row) reads each key's K and V once, with
+ * 16-byte loads, for all the query heads of the KV head (GQA), and keeps
+ * an online softmax per head; a second kernel merges a row's splits in
+ * ascending order. The split depends on the row's span and S only. With
+ * cu_attn.pipe (f32 / f16 / bf16) the block stages its keys' K/V in
+ * shared memory through cp.async, several stages ahead of the math; the
+ * sums are the same as without (same tiles, same order), so the two give
+ * the same bytes. */
 #ifndef MEMRA_KERNELS_ATTENTION_CUH
 #define MEMRA_KERNELS_ATTENTION_CUH
 
@@ -41,7 +45,7 @@ extern "C" {
 #endif
 
 #define ATTN_CHUNK 64
-#define ATTN_SPLIT_UNIT 128
+#define ATTN_SPLIT_UNIT 64
 #define ATTN_SPLITS_MAX 128
 
 /* Element types, the values of lib/engine/kv_cache.h's kv_type. */
@@ -60,6 +64,10 @@ typedef struct {
     int n_heads, n_kv_heads, head_dim;
     float scale, softcap;
     int64_t window;     /* 0: full causal */
+    /* launch_attention_decode only (zero: the defaults) */
+    int splits;         /* most splits a row's span is cut into, 1..ATTN_SPLITS_MAX (0: the max) */
+    int pipe;           /* 1: K/V staged through shared memory by cp.async (not q8_0) */
+    int heads_first;    /* 1: blocks of one split's KV heads launch next to each other */
 } cu_attn;
 
 /* Chunks a row at position pos has (its partials' slots). */
@@ -75,21 +83,27 @@ static inline int attn_row_chunks(int64_t pos, int64_t window)
 #define ATTN_HD static inline
 #endif
 
-/* Keys per split of a span of L >= 1 keys (launch_attention_decode): a
- * multiple of ATTN_SPLIT_UNIT making at most ATTN_SPLITS_MAX splits. */
-ATTN_HD int64_t attn_split_keys(int64_t span)
+/* The split count S a caller asked for, as the kernels use it. */
+ATTN_HD int attn_split_count(int splits)
 {
-    const int64_t per = (int64_t)ATTN_SPLIT_UNIT * ATTN_SPLITS_MAX;
+    return splits >= 1 && splits <= ATTN_SPLITS_MAX ? splits : ATTN_SPLITS_MAX;
+}
+
+/* Keys per split of a span of L >= 1 keys (launch_attention_decode): the
+ * smallest multiple of ATTN_SPLIT_UNIT making at most S splits. */
+ATTN_HD int64_t attn_split_keys(int64_t span, int splits)
+{
+    const int64_t per = (int64_t)ATTN_SPLIT_UNIT * attn_split_count(splits);
     return (int64_t)ATTN_SPLIT_UNIT * ((span + per - 1) / per);
 }
 
 /* Splits a row at position pos has under launch_attention_decode: at most
- * ceil(span / 128), so never more than attn_row_chunks(pos, 0), the count
- * a graph's bucket is made from (cuda_graph.c). */
-ATTN_HD int attn_row_splits(int64_t pos, int64_t window)
+ * ceil(span / ATTN_SPLIT_UNIT), so never more than attn_row_chunks(pos,
+ * 0), the count a graph's bucket is made from (cuda_graph.c). */
+ATTN_HD int attn_row_splits(int64_t pos, int64_t window, int splits)
 {
     int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-    int64_t span = pos - lo + 1, ck = attn_split_keys(span);
+    int64_t span = pos - lo + 1, ck = attn_split_keys(span, splits);
     return (int)((span + ck - 1) / ck);
 }
 
@@ -114,7 +128,8 @@ cudaError_t launch_attention(const cu_kv_pool *kv, const cu_attn *a, const int32
                              cudaStream_t stream);
 
 /* The same result by the split-K decode kernel above (attn_decode_fits
- * shapes; f32 / f16 / bf16 rows of a multiple of 16 bytes); max_splits:
+ * shapes; f32 / f16 / bf16 rows of a multiple of 16 bytes, or q8_0 rows
+ * of an even size); a->splits, a->pipe, a->heads_first as above; max_splits:
  * the largest attn_row_splits of the rows, at most ATTN_SPLITS_MAX; part:
  * attn_partials_floats(n, n_heads, head_dim, max_splits) floats. */
 cudaError_t launch_attention_decode(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta,

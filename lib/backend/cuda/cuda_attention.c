@@ -23,6 +23,8 @@
 _Static_assert(CU_KV_F32 == (int)KV_F32 && CU_KV_F16 == (int)KV_F16 &&
                    CU_KV_BF16 == (int)KV_BF16 && CU_KV_Q8_0 == (int)KV_Q8_0,
                "kernels/attention.cuh's element types are kv_type's values");
+_Static_assert(ATTN_SPLIT_UNIT >= ATTN_CHUNK,
+               "a row's decode splits never outnumber its chunks, which size a graph's bucket");
 
 /* ---- row metadata ---- */
 
@@ -265,7 +267,7 @@ static void flash_prefill(cuda_backend *cb, const kv_cache *kc, const bk_attn *a
     cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kc->type, kc->n_blocks, kc->block_size,
                        kc->kv_dim, (int64_t)kc->row_bytes};
     cu_attn at = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
-                  a->window};
+                  a->window, 0, 0, 0};
     int n = rows->n;
     if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
         return;
@@ -275,6 +277,23 @@ static void flash_prefill(cuda_backend *cb, const kv_cache *kc, const bk_attn *a
         if (CU_OK(cb, launch_flash_prefill(&pool, &at, meta, n, i0, i1 - i0, q, out, cb->stream)))
             return;
     }
+}
+
+/* Decode attention's split count S for a model with n_kv_heads KV heads
+ * of G query heads each: the tuning's, or from the device: one wave of
+ * (split, KV head) blocks for one row, at the blocks a multiprocessor
+ * holds (kernels/attention.cu bounds the decode kernel's registers to 3
+ * blocks of 128 threads, 2 past 4 query heads a KV head). It depends on
+ * the device and the model only, never on the step's rows, so a row's
+ * splits (attn_row_splits) are its own
+ * (docs/decisions/0008-decode-attention-split.md). */
+static int decode_splits(const cuda_backend *cb, int n_heads, int n_kv_heads)
+{
+    if (cb->tune.attn_splits > 0)
+        return attn_split_count(cb->tune.attn_splits);
+    int per_sm = n_heads / n_kv_heads > 4 ? 2 : 3;
+    int64_t want = ((int64_t)per_sm * cb->info.sm_count + n_kv_heads - 1) / n_kv_heads;
+    return want < 1 ? 1 : want > ATTN_SPLITS_MAX ? ATTN_SPLITS_MAX : (int)want;
 }
 
 void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const float *q,
@@ -317,9 +336,10 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
     const int dec = cb->tune.attn_decode &&
                     attn_decode_fits(a->n_heads, a->n_kv_heads, a->head_dim) &&
                     (kc->type == KV_Q8_0 || kc->row_bytes % 16 == 0);
+    const int splits = dec ? decode_splits(cb, a->n_heads, a->n_kv_heads) : 0;
     int max_chunks = 1;
     for (int i = 0; i < n; i++) {
-        int c = dec ? attn_row_splits(rows->pos[i], a->window)
+        int c = dec ? attn_row_splits(rows->pos[i], a->window, splits)
                     : attn_row_chunks(rows->pos[i], a->window);
         if (c > max_chunks)
             max_chunks = c;
@@ -352,7 +372,7 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
     cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kc->type, kc->n_blocks, kc->block_size,
                        kc->kv_dim, (int64_t)kc->row_bytes};
     cu_attn at = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
-                  a->window};
+                  a->window, splits, cb->tune.attn_pipe, cb->tune.attn_heads_first};
     if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
         return;
     if (group >= n) {

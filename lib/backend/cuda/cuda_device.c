@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention.cuh"
 #include "kernels/copy_bandwidth.cuh"
 
 #define CUDA_TRY(call, err)                                                                \
@@ -55,6 +56,9 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
     t->attn_decode = 1;
     t->dequant_staged = 1; /* docs/decisions/0010-prefill-decode-flash.md */
     t->mv_loop = 1;
+    t->attn_splits = 0;
+    t->attn_pipe = 0;
+    t->attn_heads_first = 0;
     if (d->klass == DEVICE_CLASS_HOPPER) {
         /* Measured on the H200 (docs/decisions/0006-cuda-decode-defaults.md). */
         t->prefill_chunk = 512;
@@ -67,6 +71,9 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
         env_int("MEMRA_CUDA_FLASH", 0, 1, &t->flash, err) ||
         env_int("MEMRA_CUDA_FLASH_MIN_ROWS", 2, 1 << 20, &t->flash_min_rows, err) ||
         env_int("MEMRA_CUDA_ATTN", 0, 1, &t->attn_decode, err) ||
+        env_int("MEMRA_CUDA_ATTN_SPLITS", 0, ATTN_SPLITS_MAX, &t->attn_splits, err) ||
+        env_int("MEMRA_CUDA_ATTN_PIPE", 0, 1, &t->attn_pipe, err) ||
+        env_int("MEMRA_CUDA_ATTN_ORDER", 0, 1, &t->attn_heads_first, err) ||
         env_int("MEMRA_CUDA_MV_LOOP", 0, 1, &t->mv_loop, err) ||
         env_int("MEMRA_CUDA_DEQUANT_STAGED", 0, 1, &t->dequant_staged, err))
         return -1;

@@ -26,7 +26,9 @@ typedef struct {
  * MEMRA_CUDA_GRAPHS, MEMRA_CUDA_GEMM, MEMRA_CUDA_FUSE, MEMRA_CUDA_FLASH (0 or 1),
  * MEMRA_CUDA_MV_ROWS (0, 1, 2, 4), MEMRA_CUDA_GEMM_MIN_ROWS, MEMRA_CUDA_FLASH_MIN_ROWS (>= 2),
  * MEMRA_CUDA_ATTN (1: the split-K decode attention, 0: the older
- * per-64-key kernel, kernels/attention.cuh), MEMRA_CUDA_DGEMM (0 or 1;
+ * per-64-key kernel, kernels/attention.cuh), MEMRA_CUDA_ATTN_SPLITS (0 to 128,
+ * 0: from the SM count), MEMRA_CUDA_ATTN_PIPE, MEMRA_CUDA_ATTN_ORDER (0 or 1;
+ * docs/decisions/0008-decode-attention-split.md), MEMRA_CUDA_DGEMM (0 or 1;
  * default: on for an engine of several sequences, off for one, off with
  * MEMRA_CUDA_GEMM=0), MEMRA_CUDA_DGEMM_BPS (1 to 16),
  * MEMRA_CUDA_DEQUANT_STAGED (0 or 1: the prefill weight decode's kernel),
@@ -48,6 +50,9 @@ typedef struct {
     int dgemm_blocks_per_sm; /* the decode GEMM's column splits aim at this many blocks per SM */
     int dequant_staged;   /* 1: the prefill GEMM's weight decode stores through shared memory; 0: from registers */
     int mv_loop;          /* kernel check's mat-vec jobs: 0 sets cu_mv_job.one_pass */
+    int attn_splits;      /* decode attention: most splits of a row's keys; 0: from the SM count */
+    int attn_pipe;        /* decode attention: K/V staged in shared memory by cp.async */
+    int attn_heads_first; /* decode attention: one split's KV heads in neighbouring blocks */
 } cuda_tuning;
 
 const char *device_class_name(device_class c);
