@@ -429,8 +429,9 @@ static double flash_other_us(kc *k, flash_seq *fs, int n, const float *dq, const
     float *dout = k->gpu->ops->act_alloc(k->gpu, (size_t)n * hq);
     cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kvc->type, kvc->n_blocks, kvc->block_size,
                        kvc->kv_dim, (int64_t)kvc->row_bytes};
-    cu_attn at = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
-                  a->window};
+    cu_attn at = {.layer = a->layer, .n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads,
+                  .head_dim = a->head_dim, .scale = a->scale, .softcap = a->softcap,
+                  .window = a->window};
     const int32_t *meta = (const int32_t *)dmeta;
     double us = -1;
     *same = 0;
