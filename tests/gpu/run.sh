@@ -20,8 +20,10 @@
 # development machine with bin/ and build/release/tests carried over).
 # Prints PASS/FAIL lines and "N passed, N failed"; exits 1 on any failure.
 #
-#   tests/gpu/run.sh [--sanitize] [--device N]
+#   tests/gpu/run.sh [--sanitize] [--device N] [--skip-kernels]
 #
+# --skip-kernels leaves out parts 1 and 2 (a caller that ran the kernel
+# check and the unit tests already, in the same call).
 # --sanitize also runs the kernel check and the CUDA engine test under
 # compute-sanitizer's memcheck (slow; needs a runtime where it works).
 # Environment: MEMRA_SHARED (the shared files; default build/shared when
@@ -29,12 +31,13 @@
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-sanitize=0 device=0
+sanitize=0 device=0 skip_kernels=0
 while [ $# -gt 0 ]; do
   case $1 in
     --sanitize) sanitize=1 ;;
     --device) device=$2; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --skip-kernels) skip_kernels=1 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "tests/gpu/run.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -74,6 +77,7 @@ export -f jtrue
 echo "== device"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -4
 
+if [ $skip_kernels -eq 0 ]; then
 echo "== kernels"
 bin/memra-parity --kernels --perf --device 0 >"$OUT/kernels.log" 2>&1
 rc=$?
@@ -90,6 +94,7 @@ for t in test_cuda_engine test_engine_sample test_cuda_device; do
   elif [ $rc -ne 0 ] || echo "$out" | grep -q '^FAIL'; then fail "$t" "exit $rc"
   else pass "$t ($(echo "$out" | grep -c '^PASS') cases)"; fi
 done
+fi
 
 echo "== device selection"
 STORIES=$MEMRA_SHARED/models/stories260K.gguf
