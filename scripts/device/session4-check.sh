@@ -15,49 +15,8 @@
 # in $OUT/summary.txt.
 set -u
 part=${1:-dgemm}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/s4run/logs
-L=/tmp/s4run/logs S=$OUT/summary.txt
-here=$(pwd)
-if [ ! -x bin/memra-gen ]; then
-  mkdir -p bin build/release/tests /tmp/fc
-  xz -dc .devcarry/final.tar.xz | tar -C /tmp/fc -xf - && cp /tmp/fc/bin/* bin/ &&
-    cp /tmp/fc/tests/* build/release/tests/ || { echo "unpacking the binaries failed"; exit 1; }
-fi
-export PATH=$here/bin:$PATH MEMRA_CACHE=/tmp/memra-cache
-say() { echo "$*" | tee -a "$S"; }
-pack() { tar -C /tmp/s4run -czf "$OUT/logs-$part.tgz" logs 2>/dev/null; }
-trap pack EXIT
-t0=$(date +%s)
-stamp() { say "[$(( $(date +%s) - t0 ))s] $*"; }
-w=/tmp/s4; mkdir -p $w
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,driver_version --format=csv,noheader | tee -a "$S"
-
-make_bf16() {
-  [ -s $w/bf16.gguf ] && return 0
-  mkdir -p $w/tok && gunzip -c build/tokref/qwen3/tokenizer.json.gz > $w/tok/tokenizer.json
-  cp build/tokref/qwen3/tokenizer_config.json $w/tok/ 2>/dev/null
-  memra-convert --random tests/fixtures/configs/Qwen3-8B.json --tokenizer $w/tok --seed 1 \
-      $w/bf16.gguf > $L/convert.log 2>&1
-}
-quant() { # TYPE [THREADS]
-  [ -s $w/$1.gguf ] && return 0
-  memra-quantize $w/bf16.gguf $w/$1.part.gguf $1 --threads ${2:-16} > $L/quant-$1.log 2>&1 &&
-    mv $w/$1.part.gguf $w/$1.gguf
-}
-rows() { # bench JSON -> one line per row
-  python3 -c '
-import json,sys
-j=json.load(open(sys.argv[1]))
-for r in j.get("rows",[]):
-    print(" ", r.get("test"), r.get("tok_s"), "tok/s", str(r.get("pct_ceiling"))+"%", "peak", r.get("peak_mem_bytes"))
-' "$1" 2>/dev/null
-}
-bench() { # NAME TIMEOUT ARGS...  (env passes through)
-  local name=$1 lim=$2; shift 2
-  timeout $lim memra-bench "$@" --json > $L/bench-$name.json 2> $L/bench-$name.err
-  say "bench $name rc=$? ($*)"
-  rows $L/bench-$name.json | tee -a "$S"
-}
+RUN=/tmp/s4run w=/tmp/s4
+. scripts/device/common.sh
 
 if [ "$part" = dgemm ]; then
   make_bf16 &
