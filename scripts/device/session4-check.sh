@@ -7,6 +7,8 @@
 #   suite: the GPU suite (tests/gpu/run.sh), the Q8_0 and Q4_K_M models made
 #          meanwhile, then their memra-bench rows
 #   bench: the bf16 rows of issue 6 (pp512, pp8192, tg at 0/8192/32768, b64)
+#   serve: memra-serve (64 sessions: the decode GEMM) under memra-bench
+#          --server at c=1 and 64
 #   final: the kernel check (every op) and the GPU unit tests on the merged
 #          tree while the bf16 and Q4_K_M models are made, then the rows of
 #          issue 6 that session 4's work moved, in one call
@@ -75,4 +77,26 @@ if [ "$part" = final ]; then
   bench bf16-b64 120 $w/bf16.gguf --backend cuda -p 512 -n 64 -b 64 -r 2
   bench Q4_K_M 100 $w/Q4_K_M.gguf --backend cuda -p 512 -n 64 -d 0 -r 2
   stamp "done final"
+fi
+
+if [ "$part" = serve ]; then
+  make_bf16
+  stamp "bf16 ready"
+  memra-serve -m q=$w/bf16.gguf --port 18090 --max-sessions 64 --ctx 1024 > $L/serve.log 2>&1 &
+  srv=$!
+  for _ in $(seq 300); do curl -sf localhost:18090/readyz >/dev/null && break; sleep 0.5; done
+  timeout 150 memra-bench --server http://127.0.0.1:18090 -c 1,64 -n 128 -p 512 -r 1 --json \
+      > $L/bench-server.json 2> $L/bench-server.err
+  say "server bench rc=$?"
+  python3 -c '
+import json,sys
+j=json.load(open(sys.argv[1]))
+print("cold_ttft_ms", j.get("cold_ttft_ms"))
+for l in j.get("levels",[]):
+    print(" ", {k: l[k] for k in l if not isinstance(l[k], (dict, list))})
+    for k in ("ttft_ms","itl_ms"):
+        if k in l: print("   ", k, l[k])
+' $L/bench-server.json 2>&1 | tee -a "$S"
+  kill $srv; wait $srv 2>/dev/null
+  stamp "done serve"
 fi
