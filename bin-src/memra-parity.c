@@ -33,7 +33,7 @@ static const char usage[] =
     "       memra-parity QUANT --against REF -f TEXT_FILE [--chunk N] [--chunks N] [--json]\n"
     "                    [--backend cpu|cuda]\n"
     "       memra-parity MODEL --backends cpu,cuda --prompt-ids ID,ID,... [--json]\n"
-    "       memra-parity --kernels [--perf] [--only OP] [--device N] [--seed S]\n"
+    "       memra-parity --kernels [--perf] [--only OP] [--skip OP] [--device N] [--seed S]\n"
     "\n"
     "Runs MODEL over the token ids of a reference dump (scripts/hf_reference.py writes them:\n"
     "tokens I32 [n], logits F32 [n, vocab], optional hidden F32 [n_layers + 1, n, dim]) and\n"
@@ -67,6 +67,7 @@ static const char usage[] =
     "                  per check, then ALL GREEN (exit 0) or the failures (exit 1)\n"
     "  --perf          with --kernels: also time each op (us per call, GB/s), large shapes too\n"
     "  --only OP       with --kernels: only the checks whose op name contains OP\n"
+    "  --skip OP       with --kernels: leave out the checks whose op name contains OP\n"
     "  --device N      CUDA device (default 0), for --kernels and --backend(s) cuda\n"
     "  --seed S        with --kernels: the random inputs' seed (default 1)\n"
     "  -t, --threads N worker threads (default all cores; env MEMRA_THREADS)\n"
@@ -84,7 +85,7 @@ typedef struct {
     backend_kind backend;
     int kernels, perf, device, n_backends;
     backend_kind backends[2];
-    const char *prompt_ids, *only;
+    const char *prompt_ids, *only, *skip;
     uint64_t seed;
 } parity_opts;
 
@@ -158,7 +159,7 @@ static void parse_args(int argc, char **argv, parity_opts *o)
         {"prompt-ids", required_argument, NULL, 'p'}, {"perf", no_argument, NULL, 'F'},
         {"device", required_argument, NULL, 'd'},   {"seed", required_argument, NULL, 's'},
         {"only", required_argument, NULL, 'O'},      {"chunk", required_argument, NULL, 'W'},
-        {"chunks", required_argument, NULL, 'N'},
+        {"chunks", required_argument, NULL, 'N'},   {"skip", required_argument, NULL, 'X'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -202,6 +203,7 @@ static void parse_args(int argc, char **argv, parity_opts *o)
         case 'K': o->kernels = 1; break;
         case 'F': o->perf = 1; break;
         case 'O': o->only = optarg; break;
+        case 'X': o->skip = optarg; break;
         case 'p': o->prompt_ids = optarg; break;
         case 'B':
             if (backend_kind_parse(optarg, &o->backend, &err) != 0)
@@ -242,8 +244,8 @@ static void parse_args(int argc, char **argv, parity_opts *o)
         }
     }
     o->n_threads = (int)threads;
-    if ((o->perf || o->only) && !o->kernels)
-        cli_usage("%s goes with --kernels", o->perf ? "--perf" : "--only");
+    if ((o->perf || o->only || o->skip) && !o->kernels)
+        cli_usage("%s goes with --kernels", o->perf ? "--perf" : o->only ? "--only" : "--skip");
     if (o->kernels) {
         if (o->reference || o->perplexity_file || o->n_backends || o->imatrix_out || o->against)
             cli_usage("--kernels is a mode of its own: no --reference, --perplexity, --backends, "
@@ -579,7 +581,8 @@ static int run_kernels(const parity_opts *o)
 {
 #if MEMRA_CUDA
     memra_err err;
-    kcheck_opts ko = {.device = o->device, .perf = o->perf, .seed = o->seed, .only = o->only};
+    kcheck_opts ko = {.device = o->device, .perf = o->perf, .seed = o->seed, .only = o->only,
+                       .skip = o->skip};
     int failed = 0;
     if (kernel_check_run(&ko, stdout, &failed, &err) != 0)
         cli_fail(&err);

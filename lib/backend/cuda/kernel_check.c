@@ -137,6 +137,8 @@ double kc_rel_err(const float *got, const float *ref, size_t n)
 
 int kc_selected(kc *k, const char *op)
 {
+    if (k->o->skip && strstr(op, k->o->skip))
+        return 0;
     return !k->o->only || strstr(op, k->o->only) != NULL;
 }
 

@@ -19,6 +19,7 @@ typedef struct {
     int perf;        /* also time each op and add large shapes */
     uint64_t seed;   /* random inputs */
     const char *only; /* run only the checks whose op name contains this (NULL: all) */
+    const char *skip; /* leave out the checks whose op name contains this (NULL: none) */
 } kcheck_opts;
 
 /* Print one line per check to out and a last line "ALL GREEN" or
