@@ -51,22 +51,7 @@ if [ "$part" = bench ]; then
   MEMRA_CUDA_FLASH=0 bench bf16-noflash 60 $w/bf16.gguf --backend cuda -p 512 -n 0 -r 3
   MEMRA_CUDA_ATTN=0 bench bf16-oldattn 90 $w/bf16.gguf --backend cuda -p 0 -n 128 -d 32768 -r 3
   stamp "server bench"
-  memra-serve -m q=$w/bf16.gguf --port 18090 --max-sessions 64 --ctx 1024 > $L/serve.log 2>&1 &
-  srv=$!
-  for _ in $(seq 300); do curl -sf localhost:18090/readyz >/dev/null && break; sleep 0.5; done
-  timeout 150 memra-bench --server http://127.0.0.1:18090 -c 1,64 -n 128 -p 512 -r 2 --json \
-      > $L/bench-server.json 2> $L/bench-server.err
-  say "server bench rc=$?"
-  python3 -c '
-import json,sys
-j=json.load(open(sys.argv[1]))
-print("cold_ttft_ms", j.get("cold_ttft_ms"))
-for l in j.get("levels",[]):
-    print(" ", {k: l[k] for k in l if not isinstance(l[k], (dict, list))})
-    for k in ("ttft_ms","itl_ms"):
-        if k in l: print("   ", k, l[k])
-' $L/bench-server.json 2>&1 | tee -a "$S"
-  kill $srv; wait $srv 2>/dev/null
+  serve_bench 2
   stamp "done bench"
 fi
 
