@@ -56,6 +56,8 @@ static const char usage[] =
     "  --device N          CUDA device index (default 0), for the run and the probe\n"
     "  --bandwidth GB/s    use this ceiling instead of the measured one\n"
     "  --remeasure         measure the bandwidth again (and update the cache)\n"
+    "  --profile-range     the first timed repetition of each row inside a profiler range\n"
+    "                      (cudaProfilerStart/Stop: ncu --profile-from-start off)\n"
     "  --tokenizer         tokenizer throughput on one thread: MB/s, tokens/s, bytes/token.\n"
     "                      MODEL may be a vocab-only GGUF or a dir holding just tokenizer.json\n"
     "  -f FILE             with --tokenizer: the text (default: a built-in ~1 MB mixed text)\n"
@@ -101,7 +103,7 @@ typedef struct {
 typedef struct {
     const char *model, *text_file;
     int_list pp, tg, depths, batches;
-    int reps, warmup, n_threads, n_batch, json, tokenizer, remeasure;
+    int reps, warmup, n_threads, n_batch, json, tokenizer, remeasure, profile_range;
     int64_t ctx;
     kv_type kv;
     int device, device_given;
@@ -164,7 +166,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
         o->n_threads = (int)parse_int_or_usage(env, 1, 4096, "MEMRA_THREADS");
     enum {
         O_KV = 1000, O_JSON, O_BACKEND, O_BANDWIDTH, O_REMEASURE, O_TOKENIZER, O_WARMUP,
-        O_NBATCH, O_SERVER, O_MODEL, O_APIKEY, O_TIMEOUT, O_VOCAB, O_DEVICE,
+        O_NBATCH, O_SERVER, O_MODEL, O_APIKEY, O_TIMEOUT, O_VOCAB, O_DEVICE, O_PROFILE,
     };
     static const struct option longs[] = {
         {"threads", required_argument, NULL, 't'},   {"ctx", required_argument, NULL, 'c'},
@@ -172,6 +174,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
         {"backend", required_argument, NULL, O_BACKEND},
         {"bandwidth", required_argument, NULL, O_BANDWIDTH},
         {"remeasure", no_argument, NULL, O_REMEASURE},
+        {"profile-range", no_argument, NULL, O_PROFILE},
         {"tokenizer", no_argument, NULL, O_TOKENIZER},
         {"warmup", required_argument, NULL, O_WARMUP},
         {"n-batch", required_argument, NULL, O_NBATCH},
@@ -242,6 +245,10 @@ static void parse_args(int argc, char **argv, bench_opts *o)
         case O_REMEASURE:
             o->remeasure = 1;
             o->model_flag = o->local_flag = "--remeasure";
+            break;
+        case O_PROFILE:
+            o->profile_range = 1;
+            o->model_flag = o->local_flag = "--profile-range";
             break;
         case O_TOKENIZER: o->tokenizer = 1; o->local_flag = "--tokenizer"; break;
         case 'f': o->text_file = optarg; o->local_flag = "-f"; break;
@@ -780,6 +787,8 @@ static int run_model_bench(const bench_opts *o)
         if (engine_seq_new(e, &seqs[i], &err) != 0)
             cli_fail(&err);
     engine_seq *s = seqs[0];
+    if (o->profile_range)
+        bench_profile(e);
     mem_probe mem;
     mem_probe_init(&mem, engine_model(e)->bk);
     const char *mem_what = mem.device ? "device memory in use (cudaMemGetInfo: total - free)"

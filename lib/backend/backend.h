@@ -223,6 +223,12 @@ typedef struct {
      * one; docs/decisions/0009-decode-gemm.md). The choice holds for the
      * backend's life, so a row's bytes never depend on the batch it is in. */
     void (*plan_decode)(backend *b, int max_rows);
+    /* Optional (NULL: nothing to mark). Marks the start (on = 1) and end
+     * (on = 0) of a span of work for an external profiler (CUDA:
+     * cudaProfilerStart / cudaProfilerStop, which `ncu --profile-from-start
+     * off` honours), so a profile can hold one benchmark repetition and
+     * not the model's load and untimed prefill. */
+    void (*profiler_range)(backend *b, int on);
 } backend_ops;
 
 struct backend {

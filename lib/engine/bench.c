@@ -38,6 +38,12 @@ void bench_stats_of(const double *samples, int n, bench_stats *out)
     free(s);
 }
 
+/* One program benchmarks one engine at a time, so the profiled engine is
+ * the tool's setting rather than every measurement's parameter. */
+static engine *profiled;
+
+void bench_profile(engine *e) { profiled = e; }
+
 int bench_repeat(bench_rep_fn fn, void *ctx, int warmup, int reps, bench_stats *out,
                  memra_err *err)
 {
@@ -49,7 +55,12 @@ int bench_repeat(bench_rep_fn fn, void *ctx, int warmup, int reps, bench_stats *
             return -1;
     double *samples = xmalloc((size_t)reps * sizeof *samples);
     for (int i = 0; i < reps; i++) {
-        if (fn(ctx, &samples[i], err) != 0) {
+        if (i == 0 && profiled)
+            engine_profiler_range(profiled, 1);
+        int rc = fn(ctx, &samples[i], err);
+        if (i == 0 && profiled)
+            engine_profiler_range(profiled, 0);
+        if (rc != 0) {
             free(samples);
             return -1;
         }

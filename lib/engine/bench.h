@@ -31,9 +31,15 @@ void bench_stats_of(const double *samples, int n, bench_stats *out);
 /* One repetition: any untimed setup, then the timed part, whose length in
  * ms goes to *ms. Returns 0 or -1 with err filled. */
 typedef int (*bench_rep_fn)(void *ctx, double *ms, memra_err *err);
-/* warmup untimed calls, then reps timed ones summarized into out. */
+/* warmup untimed calls, then reps timed ones summarized into out. When a
+ * profiled engine is set (bench_profile), the first timed call runs inside
+ * its profiler range (engine_profiler_range). */
 int bench_repeat(bench_rep_fn fn, void *ctx, int warmup, int reps, bench_stats *out,
                  memra_err *err);
+
+/* Profile the first timed repetition of every later bench_repeat on e
+ * (NULL: none). For memra-bench --profile-range. */
+void bench_profile(engine *e);
 
 /* Prefill: n_prompt tokens into the empty sequence s (the last token's
  * logits computed, as a real prompt needs). out is the time of the whole

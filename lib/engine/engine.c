@@ -148,6 +148,14 @@ void engine_free(engine *e)
 }
 
 const model_config *engine_config(const engine *e) { return &e->m.config; }
+
+void engine_profiler_range(engine *e, int on)
+{
+    if (e->bk->ops->profiler_range) {
+        backend_bind(e->bk);
+        e->bk->ops->profiler_range(e->bk, on);
+    }
+}
 uint64_t engine_bytes_per_token(const engine *e) { return e->m.bytes_per_token; }
 int64_t engine_n_ctx(const engine *e) { return e->n_ctx; }
 kv_type engine_kv_type(const engine *e) { return e->opts.kv_type; }

@@ -68,6 +68,10 @@ kv_type engine_kv_type(const engine *e);
 int engine_n_batch(const engine *e);
 /* The model, for programs that look inside (parity, bench). */
 model *engine_model(engine *e);
+/* Mark the start (on = 1) or end (0) of a span for an external profiler
+ * (CUDA: ncu --profile-from-start off); nothing on a backend without one.
+ * The engine's work so far is finished before the mark. */
+void engine_profiler_range(engine *e, int on);
 
 /* A new empty sequence. Sequences share the engine's KV pool (n_seqs x
  * n_ctx tokens) and take blocks as they grow; free them before the engine. */

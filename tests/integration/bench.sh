@@ -114,6 +114,9 @@ expect_error "unknown flag" 2 "unknown option '--bogus'" memra-bench "$STORIES" 
 expect_error "no model" 2 "no MODEL given" memra-bench
 expect_error "-f without --tokenizer" 2 "-f goes with --tokenizer" memra-bench "$STORIES" -f README.md
 expect_error "model flags with --tokenizer" 2 "--threads goes with the model bench" memra-bench "$QWEN2" --tokenizer -t 2
+expect_error "--profile-range is a model bench flag" 2 "--profile-range goes with the model bench" memra-bench "$QWEN2" --tokenizer --profile-range
+check "--profile-range on the cpu backend: the same rows, nothing on stderr" \
+  bash -c "memra-bench '$STORIES' -p 8 -n 4 -d 0 -r 2 --bandwidth 10 --profile-range --json 2>\"$T/prof.err\" | jq -e '[.rows[].test] == [\"pp8\", \"tg4\"]' >/dev/null && [ ! -s \"$T/prof.err\" ]"
 expect_error "vocab-only GGUF in the model bench" 1 "vocab-only GGUF has no weights" memra-bench "$QWEN2"
 expect_error "missing model" 1 "nope.gguf" memra-bench "$T/nope.gguf"
 expect_error "missing text file" 1 "missing.txt" memra-bench "$QWEN2" --tokenizer -f "$T/missing.txt"

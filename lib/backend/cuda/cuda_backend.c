@@ -3,6 +3,7 @@
  * host data, and the vtable. The ops live in the sibling files
  * (cuda_internal.h lists them). */
 #include "backend/cuda/cuda_backend.h"
+#include <cuda_profiler_api.h>
 
 #include <math.h>
 #include <stdarg.h>
@@ -318,6 +319,17 @@ static void cuda_plan_decode(backend *b, int max_rows)
         cb->tune.dgemm = max_rows > 1;
 }
 
+/* For ncu --profile-from-start off: the span between start and stop is
+ * what it profiles. The work before is finished first, so none of it
+ * falls inside. */
+static void cuda_profiler_range(backend *b, int on)
+{
+    cuda_backend *cb = cuda_of(b);
+    cuda_bind(b);
+    if (CU_OK(cb, cudaStreamSynchronize(cb->stream)) == 0)
+        CU_OK(cb, on ? cudaProfilerStart() : cudaProfilerStop());
+}
+
 static const backend_ops cuda_ops = {
     .destroy = cuda_destroy,
     .weight_prepare = cuda_weight_prepare,
@@ -343,6 +355,7 @@ static const backend_ops cuda_ops = {
     .step_end = cuda_step_end,
     .preferred_batch = cuda_preferred_batch,
     .plan_decode = cuda_plan_decode,
+    .profiler_range = cuda_profiler_range,
 };
 
 backend *backend_cuda_create(int device, memra_err *err)
