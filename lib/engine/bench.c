@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "core/strbuf.h"
+#include "engine/sampler.h"
 
 double bench_now_ms(void)
 {
@@ -80,7 +81,19 @@ typedef struct {
     int64_t depth;
     int n_gen;
     float *logits;
+    sampler *smp; /* decode: greedy */
 } engine_run;
+
+/* Decode rows generate: each step samples its token greedily (on the
+ * device where the backend samples, as memra-gen and memra-serve do) and
+ * feeds it to the next, so a step costs what a real one does, the logits
+ * never crossing to the host. */
+static sampler *greedy_sampler(const engine *e, memra_err *err)
+{
+    sampler_params p = sampler_params_default();
+    p.temperature = 0;
+    return sampler_new(&p, (int32_t)engine_config(e)->n_vocab, err);
+}
 
 /* Pseudo-random ids over the whole vocabulary: what the weights see does not
  * change the work a step does, and fixed ids keep runs comparable. */
@@ -110,9 +123,11 @@ static int decode_rep(void *ctx, double *ms, memra_err *err)
 {
     engine_run *r = ctx;
     engine_seq_truncate(r->s, r->depth);
+    sampler_reset(r->smp);
+    int32_t tok = r->tokens[r->depth];
     double t0 = bench_now_ms();
     for (int i = 0; i < r->n_gen; i++)
-        if (engine_forward(r->e, r->s, &r->tokens[r->depth + i], 1, r->logits, 0, err) != 0)
+        if (engine_forward_sample(r->e, r->s, &tok, 1, r->smp, &tok, err) != 0)
             return -1;
     *ms = bench_now_ms() - t0;
     return 0;
@@ -143,9 +158,13 @@ int bench_decode(engine *e, engine_seq *s, int64_t depth, int n_gen, int warmup,
                           (long long)depth);
     engine_run r = {
         .e = e, .s = s, .depth = depth, .n_gen = n_gen,
-        .tokens = random_tokens(e, depth + n_gen, seed),
-        .logits = xmalloc((size_t)engine_config(e)->n_vocab * sizeof(float)),
+        .tokens = random_tokens(e, depth + 1, seed),
+        .smp = greedy_sampler(e, err),
     };
+    if (!r.smp) {
+        free(r.tokens);
+        return -1;
+    }
     int rc = 0;
     engine_seq_reset(s);
     /* The fill is a prefill in the engine's chunks, logits skipped. */
@@ -159,7 +178,7 @@ int bench_decode(engine *e, engine_seq *s, int64_t depth, int n_gen, int warmup,
         rc = bench_repeat(decode_rep, &r, warmup, reps, out, err);
     engine_seq_reset(s);
     free(r.tokens);
-    free(r.logits);
+    sampler_free(r.smp);
     return rc;
 }
 
@@ -168,20 +187,33 @@ typedef struct {
     engine_seq *const *seqs;
     int b, n_gen;
     int64_t n_prompt;
-    int32_t *steps;  /* [n_gen][b]: step i's token for each sequence */
-    float *logits;   /* [b][vocab] */
+    int32_t *first;  /* [b]: each sequence's first decode token */
+    int32_t *toks;   /* [b]: the step's tokens, then the sampled ones */
+    sampler **smp;   /* [b]: greedy, one per sequence */
+    memra_err *row_errs; /* [b] */
 } batch_run;
 
+/* Every step samples each sequence's token greedily (on the device where
+ * the backend samples, as memra-serve's batched steps do) and feeds it
+ * to the next step. */
 static int decode_batch_rep(void *ctx, double *ms, memra_err *err)
 {
     batch_run *r = ctx;
-    for (int i = 0; i < r->b; i++)
+    for (int i = 0; i < r->b; i++) {
         engine_seq_truncate(r->seqs[i], r->n_prompt);
+        sampler_reset(r->smp[i]);
+        r->toks[i] = r->first[i];
+    }
     double t0 = bench_now_ms();
-    for (int i = 0; i < r->n_gen; i++)
-        if (engine_forward_batch(r->e, r->seqs, r->steps + (size_t)i * (size_t)r->b, r->b,
-                                 r->logits, err) != 0)
+    for (int i = 0; i < r->n_gen; i++) {
+        if (engine_forward_batch_sample(r->e, r->seqs, r->toks, r->b, r->smp, r->toks,
+                                        r->row_errs, err) != 0)
             return -1;
+        for (int k = 0; k < r->b; k++)
+            if (r->toks[k] < 0)
+                return memra_fail(err, "bench: step %d, sequence %d: %s", i, k,
+                                  r->row_errs[k].msg);
+    }
     *ms = bench_now_ms() - t0;
     return 0;
 }
@@ -194,10 +226,15 @@ int bench_decode_batch(engine *e, engine_seq *const *seqs, int b, int64_t n_prom
                           b, n_gen, (long long)n_prompt);
     batch_run r = {
         .e = e, .seqs = seqs, .b = b, .n_gen = n_gen, .n_prompt = n_prompt,
-        .steps = random_tokens(e, (int64_t)n_gen * b, seed),
-        .logits = xmalloc((size_t)b * (size_t)engine_config(e)->n_vocab * sizeof(float)),
+        .first = random_tokens(e, b, seed),
+        .toks = xmalloc((size_t)b * sizeof(int32_t)),
+        .smp = xcalloc((size_t)b, sizeof(sampler *)),
+        .row_errs = xcalloc((size_t)b, sizeof(memra_err)),
     };
     int rc = 0;
+    for (int i = 0; i < b && rc == 0; i++)
+        if (!(r.smp[i] = greedy_sampler(e, err)))
+            rc = -1;
     for (int i = 0; i < b && rc == 0; i++) {
         engine_seq_reset(seqs[i]);
         if (n_prompt == 0)
@@ -212,10 +249,14 @@ int bench_decode_batch(engine *e, engine_seq *const *seqs, int b, int64_t n_prom
     }
     if (rc == 0)
         rc = bench_repeat(decode_batch_rep, &r, warmup, reps, out, err);
-    for (int i = 0; i < b; i++)
+    for (int i = 0; i < b; i++) {
         engine_seq_reset(seqs[i]);
-    free(r.steps);
-    free(r.logits);
+        sampler_free(r.smp[i]);
+    }
+    free(r.first);
+    free(r.toks);
+    free(r.smp);
+    free(r.row_errs);
     return rc;
 }
 

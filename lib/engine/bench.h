@@ -47,16 +47,18 @@ void bench_profile(engine *e);
 int bench_prefill(engine *e, engine_seq *s, int n_prompt, int warmup, int reps, uint64_t seed,
                   bench_stats *out, memra_err *err);
 /* Decode: s is filled to depth tokens once (untimed), then each
- * repetition runs n_gen single-token steps with logits and is truncated
- * back to depth. out is the time of the n_gen steps in ms. */
+ * repetition runs n_gen single-token steps, each sampling its token
+ * greedily (engine_forward_sample: on the device where the backend
+ * samples) as the next step's input, and is truncated back to depth.
+ * out is the time of the n_gen steps in ms. */
 int bench_decode(engine *e, engine_seq *s, int64_t depth, int n_gen, int warmup, int reps,
                  uint64_t seed, bench_stats *out, memra_err *err);
 /* Batched decode: b sequences, each filled with its own n_prompt
  * pseudo-random ids (untimed; seed + 1 + i for sequence i, so no two
- * prompts are alike), then each repetition runs n_gen engine_forward_batch
- * steps of one token per sequence (every sequence's logits computed) and
- * cuts the sequences back to n_prompt. out is the time of the n_gen steps
- * in ms. The engine needs n_seqs >= b and n_ctx >= n_prompt + n_gen. */
+ * prompts are alike), then each repetition runs n_gen steps of one token
+ * per sequence (engine_forward_batch_sample: every sequence's token
+ * sampled greedily, the next step's input) and cuts the sequences back to
+ * n_prompt. out is the time of the n_gen steps in ms. The engine needs n_seqs >= b and n_ctx >= n_prompt + n_gen. */
 int bench_decode_batch(engine *e, engine_seq *const *seqs, int b, int64_t n_prompt, int n_gen,
                        int warmup, int reps, uint64_t seed, bench_stats *out, memra_err *err);
 /* Tokenizer: tok_encode of the whole text (no BOS/EOS added, special-token
