@@ -1,5 +1,6 @@
 #include "kernels/dev_common.cuh"
 #include "kernels/elementwise.cuh"
+#include "kernels/launch.cuh"
 
 // ---- kernels ----
 
@@ -9,6 +10,8 @@ constexpr int EW_THREADS = 256;
 
 __global__ void add_kernel(float *__restrict__ x, const float *__restrict__ y, size_t n)
 {
+    pdl_trigger();
+    pdl_wait();
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         x[i] = __fadd_rn(x[i], y[i]);
@@ -17,6 +20,8 @@ __global__ void add_kernel(float *__restrict__ x, const float *__restrict__ y, s
 // The CPU's tanhf(x / cap) * cap.
 __global__ void softcap_kernel(float *__restrict__ x, size_t n, float cap)
 {
+    pdl_trigger();
+    pdl_wait();
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         x[i] = __fmul_rn(tanhf(__fdiv_rn(x[i], cap)), cap);
@@ -25,6 +30,8 @@ __global__ void softcap_kernel(float *__restrict__ x, size_t n, float cap)
 template <int ACT>
 __global__ void glu_kernel(float *__restrict__ g, const float *__restrict__ u, size_t n)
 {
+    pdl_trigger();
+    pdl_wait();
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         const float a = ACT == 0 ? silu_f(g[i]) : gelu_tanh_f(g[i]);
@@ -46,7 +53,7 @@ extern "C" cudaError_t launch_add(float *x, const float *y, size_t n, cudaStream
 {
     if (n == 0)
         return cudaSuccess;
-    add_kernel<<<ew_blocks(n), EW_THREADS, 0, stream>>>(x, y, n);
+    launch_pdl(add_kernel, dim3(ew_blocks(n)), dim3(EW_THREADS), 0, stream, x, y, n);
     return cudaGetLastError();
 }
 
@@ -54,7 +61,7 @@ extern "C" cudaError_t launch_softcap(float *x, size_t n, float cap, cudaStream_
 {
     if (n == 0)
         return cudaSuccess;
-    softcap_kernel<<<ew_blocks(n), EW_THREADS, 0, stream>>>(x, n, cap);
+    launch_pdl(softcap_kernel, dim3(ew_blocks(n)), dim3(EW_THREADS), 0, stream, x, n, cap);
     return cudaGetLastError();
 }
 
@@ -64,8 +71,8 @@ extern "C" cudaError_t launch_glu(float *gate, const float *up, size_t n, int ac
     if (n == 0)
         return cudaSuccess;
     if (act == 1)
-        glu_kernel<1><<<ew_blocks(n), EW_THREADS, 0, stream>>>(gate, up, n);
+        launch_pdl(glu_kernel<1>, dim3(ew_blocks(n)), dim3(EW_THREADS), 0, stream, gate, up, n);
     else
-        glu_kernel<0><<<ew_blocks(n), EW_THREADS, 0, stream>>>(gate, up, n);
+        launch_pdl(glu_kernel<0>, dim3(ew_blocks(n)), dim3(EW_THREADS), 0, stream, gate, up, n);
     return cudaGetLastError();
 }

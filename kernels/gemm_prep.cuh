@@ -20,6 +20,20 @@ extern "C" {
  * cols <= j < ld; n rows of x, cols floats apart. */
 cudaError_t launch_to_bf16(const float *x, int n, int64_t cols, int64_t ld, uint16_t *dst,
                            cudaStream_t stream);
+/* Whether launch_glu_to_bf16 takes these operands: cols and ld multiples
+ * of 4, gate and up 16-byte aligned, dst 8-byte aligned. */
+static inline int glu_to_bf16_fits(const float *gate, const float *up, int64_t cols, int64_t ld,
+                                   const uint16_t *dst)
+{
+    return cols % 4 == 0 && ld % 4 == 0 && ((uintptr_t)gate & 15) == 0 &&
+           ((uintptr_t)up & 15) == 0 && ((uintptr_t)dst & 7) == 0;
+}
+/* dst[i][j] = bf16(act(gate[i][j]) * up[i][j]) for j < cols, 0 for cols <=
+ * j < ld (act 0: SiLU, 1: GELU tanh): the bytes launch_glu then
+ * launch_to_bf16 give, in one pass; n rows, cols floats apart. Operands
+ * glu_to_bf16_fits refuses: cudaErrorInvalidValue. */
+cudaError_t launch_glu_to_bf16(const float *gate, const float *up, int n, int64_t cols,
+                               int64_t ld, int act, uint16_t *dst, cudaStream_t stream);
 /* dst[r][j] = bf16(W[r][j]) for W's rows, ld elements apart (ld >= cols, a
  * multiple of 8; the rest 0). Every format of kernels/weight_layout.h. The
  * quant formats are decoded a unit per thread into shared memory and

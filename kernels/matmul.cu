@@ -1,3 +1,4 @@
+#include "kernels/launch.cuh"
 #include "kernels/matmul.cuh"
 #include "kernels/weight_decode.cuh"
 
@@ -405,6 +406,9 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(const MVArgs a)
     typename WFmt<F>::Raw raw[D][R];
     if (mv_pipelined<F, R, T>(a.cols))
         fetch_first<F, R, D>(m.wr, a.seg[m.s].soff, raw);
+    // Weights depend on no kernel: x and the outputs do (kernels/launch.cuh).
+    pdl_trigger();
+    pdl_wait();
     float *stage = nullptr;
     if constexpr (SM) {
         extern __shared__ float mv_stage[];
@@ -545,13 +549,13 @@ void mv_launch(const MVArgs &a, dim3 grid, int sm_count, bool one_pass, cudaStre
                     cudaSuccess)
                 return; // launch_matvec reports it (cudaGetLastError)
             grid = mv_grid(k, sm, grid, sm_count, one_pass, memo);
-            matvec_kernel<F, R, T, AX, true><<<grid, MV_THREADS, sm, s>>>(a);
+            launch_pdl(matvec_kernel<F, R, T, AX, true>, grid, dim3(MV_THREADS), sm, s, a);
             return;
         }
     }
     static std::atomic<uint64_t> memo{0};
     grid = mv_grid(matvec_kernel<F, R, T, AX, false>, 0, grid, sm_count, one_pass, memo);
-    matvec_kernel<F, R, T, AX, false><<<grid, MV_THREADS, 0, s>>>(a);
+    launch_pdl(matvec_kernel<F, R, T, AX, false>, grid, dim3(MV_THREADS), 0, s, a);
 }
 
 // The instance for (R, T, AX): R in {1, 2, 4} with aligned x, {1, 2} else;

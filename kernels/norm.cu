@@ -1,4 +1,5 @@
 #include "kernels/dev_common.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/norm.cuh"
 
 // ---- kernels ----
@@ -6,7 +7,7 @@
 namespace {
 
 constexpr int NORM_MAX_THREADS = 1024;
-constexpr int ROPE_THREADS = 128;
+constexpr int ROPE_WARPS = 8;
 
 // Threads for a row of d: one group of four elements each, up to 1024 (a
 // 4096-wide row in one step: the norm is one block per row, so its latency
@@ -70,6 +71,8 @@ rmsnorm_kernel(float *x, const float *y, int64_t d, const float *__restrict__ w,
                float eps, float *out)
 {
     __shared__ float red[32];
+    pdl_trigger();
+    pdl_wait();
     float *xr = x + (int64_t)blockIdx.x * d;
     const float *yr = ADD ? y + (int64_t)blockIdx.x * d : nullptr;
     float *o = out + (int64_t)blockIdx.x * d;
@@ -109,49 +112,63 @@ void rmsnorm_launch(float *x, const float *y, int n, int64_t d, const float *w, 
                     float eps, float *out, cudaStream_t s)
 {
     if (norm_vec(d, x, y, w, out))
-        rmsnorm_kernel<ADD, true><<<n, norm_threads(d), 0, s>>>(x, y, d, w, off, eps, out);
+        launch_pdl(rmsnorm_kernel<ADD, true>, dim3(n), dim3(norm_threads(d)), 0, s, x, y, d, w,
+                   off, eps, out);
     else
-        rmsnorm_kernel<ADD, false><<<n, norm_threads(d), 0, s>>>(x, y, d, w, off, eps, out);
+        launch_pdl(rmsnorm_kernel<ADD, false>, dim3(n), dim3(norm_threads(d)), 0, s, x, y, d, w,
+                   off, eps, out);
 }
 
-// One block per (row, head): heads [0, n_heads) of q, then the k heads.
-__global__ void __launch_bounds__(ROPE_THREADS)
+// A warp per (row, head): heads [0, n_heads) of q, then the k heads;
+// ROPE_WARPS heads a block (1 when a head is wider than 1024, for the
+// shared memory). The head is staged in the warp's shared slice; the
+// norm's sum of squares is each lane's elements lane, lane + 32, ... in
+// order, then the warp's butterfly: a head's result depends on its own
+// values only. (One block per head made a 512-row prompt chunk 20,480
+// blocks of one head each: 24 us a layer on the H200, mostly placing
+// blocks.)
+__global__ void __launch_bounds__(ROPE_WARPS * 32)
 qk_norm_rope_kernel(float *q, float *k, const int32_t *__restrict__ pos, cu_qk_rope p)
 {
-    extern __shared__ float sh[]; // [head_dim]
-    __shared__ float red[32];
-    const int i = blockIdx.x, h = blockIdx.y, hd = p.head_dim;
+    extern __shared__ float sh[]; // [warps][head_dim]
+    pdl_trigger();
+    pdl_wait();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int i = blockIdx.x, h = blockIdx.y * (blockDim.x >> 5) + warp, hd = p.head_dim;
+    if (h >= p.n_heads + p.n_kv_heads)
+        return;
     const bool is_q = h < p.n_heads;
     float *x = is_q ? q + ((int64_t)i * p.n_heads + h) * hd
                     : k + ((int64_t)i * p.n_kv_heads + (h - p.n_heads)) * hd;
+    float *s = sh + (int64_t)warp * hd;
     const float *nw = is_q ? p.q_norm : p.k_norm;
-    for (int e = threadIdx.x; e < hd; e += blockDim.x)
-        sh[e] = x[e];
-    __syncthreads();
-    if (nw) { // the same for the whole block
+    for (int e = lane; e < hd; e += 32)
+        s[e] = x[e];
+    __syncwarp();
+    if (nw) {
         float ss = 0.0f;
-        for (int e = threadIdx.x; e < hd; e += blockDim.x)
-            ss = __fmaf_rn(sh[e], sh[e], ss);
-        ss = block_sum(ss, red);
+        for (int e = lane; e < hd; e += 32)
+            ss = __fmaf_rn(s[e], s[e], ss);
+        ss = warp_sum(ss);
         const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)hd), p.eps)));
-        for (int e = threadIdx.x; e < hd; e += blockDim.x)
-            sh[e] = __fmul_rn(__fmul_rn(sh[e], inv), __fadd_rn(nw[e], p.w_offset));
-        __syncthreads();
+        for (int e = lane; e < hd; e += 32)
+            s[e] = __fmul_rn(__fmul_rn(s[e], inv), __fadd_rn(nw[e], p.w_offset));
+        __syncwarp();
     }
     const float fpos = (float)pos[i];
-    for (int f = threadIdx.x; f < p.n_freqs; f += blockDim.x) {
+    for (int f = lane; f < p.n_freqs; f += 32) {
         const float ang = __fmul_rn(p.inv_freq[f], fpos);
         const float co = __fmul_rn(cosf(ang), p.attn_factor);
         const float si = __fmul_rn(sinf(ang), p.attn_factor);
         const int a = p.pairing == 0 ? f : 2 * f;
         const int b = p.pairing == 0 ? f + p.n_freqs : 2 * f + 1;
-        const float x1 = sh[a], x2 = sh[b];
+        const float x1 = s[a], x2 = s[b];
         x[a] = __fsub_rn(__fmul_rn(x1, co), __fmul_rn(x2, si));
         x[b] = __fadd_rn(__fmul_rn(x2, co), __fmul_rn(x1, si));
     }
     // Elements past the rotated pairs keep their normed value.
-    for (int e = 2 * p.n_freqs + threadIdx.x; e < hd; e += blockDim.x)
-        x[e] = sh[e];
+    for (int e = 2 * p.n_freqs + lane; e < hd; e += 32)
+        x[e] = s[e];
 }
 
 } // namespace
@@ -186,8 +203,9 @@ extern "C" cudaError_t launch_qk_norm_rope(float *q, float *k, const int32_t *po
     if (2 * p->n_freqs > p->head_dim || p->head_dim > 12288 || n > 65535 ||
         p->n_heads + p->n_kv_heads > 65535)
         return cudaErrorInvalidValue;
-    dim3 grid((unsigned)n, (unsigned)(p->n_heads + p->n_kv_heads));
-    qk_norm_rope_kernel<<<grid, ROPE_THREADS, (size_t)p->head_dim * sizeof(float), stream>>>(q, k,
-                                                                                           pos, *p);
+    const int heads = p->n_heads + p->n_kv_heads, warps = p->head_dim > 1024 ? 1 : ROPE_WARPS;
+    dim3 grid((unsigned)n, (unsigned)((heads + warps - 1) / warps));
+    launch_pdl(qk_norm_rope_kernel, grid, dim3(32 * warps),
+               (size_t)warps * (size_t)p->head_dim * sizeof(float), stream, q, k, pos, *p);
     return cudaGetLastError();
 }

@@ -5,6 +5,12 @@
 #            (bf16 and Q4_K_M, one-sequence engines) and b64 (bf16), by ncu
 #            over memra-bench --profile-range (clocks not locked), then the
 #            same rows' wall times without the profiler
+#   pdl:     programmatic dependent launch on and off (MEMRA_CUDA_PDL): the
+#            kernel check of the ops it touches, test_cuda_engine, then
+#            decode rows of bf16 and Q4_K_M and b64 with it on and off
+#   prefill: the kernel check (all ops), test_cuda_engine and
+#            test_engine_sample, pp512 / tg rows of bf16 and Q4_K_M, and an
+#            ncu profile of one bf16 pp512
 # Carry .devcarry/final.tar.xz (stripped bin/ and the GPU unit tests),
 # build/shared and build/tokref. Logs in $OUT/logs-<part>.tgz, the headline
 # in $OUT/summary.txt, ncu's CSVs in $OUT/ncu-*.csv.
@@ -35,4 +41,49 @@ if [ "$part" = profile ]; then
   bench bf16-b64-wall 120 $w/bf16.gguf --backend cuda -p 512 -n 32 -d 0 -b 64 -r 2
   bench q4km-wall 120 $w/Q4_K_M.gguf --backend cuda -p 512 -n 32 -d 512 -r 3
   stamp "done profile"
+fi
+
+if [ "$part" = pdl ]; then
+  make_bf16
+  stamp "bf16 made"
+  quant Q4_K_M 16 &
+  qk=$!
+  timeout 200 memra-parity --kernels > $L/kernels.log 2>&1
+  say "kernel check rc=$? $(tail -1 $L/kernels.log)"
+  grep FAIL $L/kernels.log | head -20 | tee -a "$S"
+  MEMRA_SHARED=$here/build/shared timeout 200 build/release/tests/test_cuda_engine > $L/engine.log 2>&1
+  say "test_cuda_engine rc=$? $(tail -1 $L/engine.log)"
+  for p in 1 0; do
+    MEMRA_CUDA_PDL=$p bench bf16-pdl$p 100 $w/bf16.gguf --backend cuda -p 0 -n 64 -d 512 -r 3
+  done
+  for p in 1 0; do
+    MEMRA_CUDA_PDL=$p bench bf16-b64-pdl$p 150 $w/bf16.gguf --backend cuda -p 512 -n 32 -d 0 -b 64 -r 2
+  done
+  wait $qk
+  stamp "Q4_K_M made"
+  for p in 1 0; do
+    MEMRA_CUDA_PDL=$p bench q4km-pdl$p 100 $w/Q4_K_M.gguf --backend cuda -p 0 -n 64 -d 512 -r 3
+  done
+  stamp "done pdl"
+fi
+
+if [ "$part" = prefill ]; then
+  make_bf16
+  stamp "bf16 made"
+  quant Q4_K_M 16 &
+  qk=$!
+  timeout 200 memra-parity --kernels > $L/kernels.log 2>&1
+  say "kernel check rc=$? $(tail -1 $L/kernels.log)"
+  grep FAIL $L/kernels.log | head -20 | tee -a "$S"
+  grep -E "glu .* to bf16|qk_norm_rope" $L/kernels.log | head -8 | tee -a "$S"
+  MEMRA_SHARED=$here/build/shared timeout 200 build/release/tests/test_cuda_engine > $L/engine.log 2>&1
+  say "test_cuda_engine rc=$? $(tail -1 $L/engine.log)"
+  MEMRA_SHARED=$here/build/shared timeout 200 build/release/tests/test_engine_sample > $L/sample.log 2>&1
+  say "test_engine_sample rc=$? $(tail -1 $L/sample.log)"
+  bench bf16 150 $w/bf16.gguf --backend cuda -p 512 -n 64 -d 512 -r 3
+  prof bf16-pp512 $w/bf16.gguf --backend cuda -p 512 -n 0 -r 1
+  wait $qk
+  stamp "Q4_K_M made"
+  bench q4km 150 $w/Q4_K_M.gguf --backend cuda -p 512 -n 64 -d 512 -r 3
+  stamp "done prefill"
 fi

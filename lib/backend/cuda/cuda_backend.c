@@ -13,6 +13,7 @@
 
 #include "backend/cuda/cuda_internal.h"
 #include "core/check.h"
+#include "kernels/launch.cuh"
 
 /* ---- errors ---- */
 
@@ -373,6 +374,7 @@ backend *backend_cuda_create(int device, memra_err *err)
     cuda_backend *cb = xcalloc(1, sizeof *cb);
     cb->info = info;
     cb->tune = tune;
+    launch_set_pdl(tune.pdl);
     rc = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking);
     for (int i = 0; i < N_STAGES && rc == cudaSuccess; i++)
         rc = cudaEventCreateWithFlags(&cb->stage[i].done, cudaEventDisableTiming);

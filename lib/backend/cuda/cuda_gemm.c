@@ -248,52 +248,126 @@ static const gemm_plan *plan_for(cuda_gemm *g, gemm_descs *d, int64_t m, int64_t
     return p->ok ? p : NULL;
 }
 
-int cuda_gemm_matmul(cuda_backend *cb, const cuda_weight *cw, const float *bias, const float *x,
-                     int n, float *out)
+/* The GEMM's shape for w at n rows: its descriptors and plan. 1 ready, 0
+ * no GEMM for it (the mat-vec runs it), -1 a failure (recorded). */
+typedef struct {
+    gemm_descs d;
+    const gemm_plan *p;
+    int64_t m, k, ld, lda;
+} gemm_call;
+
+static int call_plan(cuda_backend *cb, const cuda_weight *cw, int n, gemm_call *c)
 {
     const cu_matrix *w = &cw->m;
+    memset(c, 0, sizeof *c);
     if (cb->failed || w->rows < 16 || w->cols < 16 || w->cols > 65536)
         return 0;
     cuda_gemm *g = gemm_of(cb);
     if (!g)
         return 0;
-    const int64_t m = w->rows, k = w->cols, ld = (k + 7) & ~(int64_t)7;
-    const void *a = w->data;
-    int64_t lda = (int64_t)(w->stride / 2);
-    if (w->fmt != CW_BF16) {
-        uint16_t *wb = scratch16(cb, &g->wb, &g->wb_cap, (size_t)m * (size_t)ld, "the GEMM's bf16 weight");
-        if (!wb || CU_OK(cb, cb->tune.dequant_staged ? launch_dequant_bf16(w, ld, wb, cb->stream)
-                                                     : launch_dequant_bf16_units(w, ld, wb, cb->stream)))
-            return 1;
-        a = wb;
-        lda = ld;
-    }
-    gemm_descs d;
-    if (descs_make(g, &d, m, n, k, lda, ld) != 0) {
-        descs_free(g, &d);
+    c->m = w->rows;
+    c->k = w->cols;
+    c->ld = (c->k + 7) & ~(int64_t)7;
+    c->lda = w->fmt == CW_BF16 ? (int64_t)(w->stride / 2) : c->ld;
+    if (descs_make(g, &c->d, c->m, n, c->k, c->lda, c->ld) != 0) {
+        descs_free(g, &c->d);
         cuda_failf(cb, "GEMM for '%s': making the cuBLASLt descriptors failed", cw->name);
-        return 1;
+        return -1;
     }
-    const gemm_plan *p = plan_for(g, &d, m, n, k, lda);
-    if (!p) {
-        descs_free(g, &d);
-        return 0; /* no algorithm for this shape: the mat-vec does it */
+    c->p = plan_for(g, &c->d, c->m, n, c->k, c->lda);
+    if (!c->p) {
+        descs_free(g, &c->d);
+        return 0;
     }
-    uint16_t *xb = scratch16(cb, &g->xb, &g->xb_cap, (size_t)n * (size_t)ld, "the GEMM's bf16 input");
-    if (!xb || CU_OK(cb, launch_to_bf16(x, n, k, ld, xb, cb->stream))) {
-        descs_free(g, &d);
-        return 1;
+    return 1;
+}
+
+int cuda_gemm_takes(cuda_backend *cb, const cuda_weight *cw, int n)
+{
+    gemm_call c;
+    int r = call_plan(cb, cw, n, &c);
+    if (r == 1)
+        descs_free(cb->gemm, &c.d);
+    return r == 1;
+}
+
+uint16_t *cuda_gemm_input(cuda_backend *cb, int n, int64_t cols)
+{
+    cuda_gemm *g = gemm_of(cb);
+    if (!g)
+        return NULL;
+    const int64_t ld = (cols + 7) & ~(int64_t)7;
+    return scratch16(cb, &g->xb, &g->xb_cap, (size_t)n * (size_t)ld, "the GEMM's bf16 input");
+}
+
+uint16_t *cuda_gemm_input_of(cuda_backend *cb, const float *x, int n, int64_t cols)
+{
+    uint16_t *xb = cuda_gemm_input(cb, n, cols);
+    const int64_t ld = (cols + 7) & ~(int64_t)7;
+    if (!xb || CU_OK(cb, launch_to_bf16(x, n, cols, ld, xb, cb->stream)))
+        return NULL;
+    return xb;
+}
+
+/* The planned GEMM on xb: the weight decoded to bf16 first unless it is
+ * bf16, the bias added after. Frees c's descriptors. */
+static void call_run(cuda_backend *cb, const cuda_weight *cw, gemm_call *c, const float *bias,
+                     const uint16_t *xb, int n, float *out)
+{
+    cuda_gemm *g = cb->gemm;
+    const cu_matrix *w = &cw->m;
+    const void *a = w->data;
+    if (w->fmt != CW_BF16) {
+        uint16_t *wb = scratch16(cb, &g->wb, &g->wb_cap, (size_t)c->m * (size_t)c->ld,
+                                 "the GEMM's bf16 weight");
+        if (!wb || CU_OK(cb, cb->tune.dequant_staged
+                                 ? launch_dequant_bf16(w, c->ld, wb, cb->stream)
+                                 : launch_dequant_bf16_units(w, c->ld, wb, cb->stream))) {
+            descs_free(g, &c->d);
+            return;
+        }
+        a = wb;
     }
     const float alpha = 1.0f, beta = 0.0f;
-    cublasStatus_t st = g->matmul(g->h, d.op, &alpha, a, d.a, xb, d.b, &beta, out, d.c, out, d.c,
-                                  &p->algo, g->ws, GEMM_WORKSPACE, cb->stream);
-    descs_free(g, &d);
+    cublasStatus_t st = g->matmul(g->h, c->d.op, &alpha, a, c->d.a, xb, c->d.b, &beta, out,
+                                  c->d.c, out, c->d.c, &c->p->algo, g->ws, GEMM_WORKSPACE,
+                                  cb->stream);
+    descs_free(g, &c->d);
     if (st != CUBLAS_STATUS_SUCCESS) {
         cuda_failf(cb, "GEMM for '%s' (%" PRId64 " x %" PRId64 ", %d rows): cublasLtMatmul "
-                   "failed with status %d", cw->name, m, k, n, (int)st);
-        return 1;
+                   "failed with status %d", cw->name, c->m, c->k, n, (int)st);
+        return;
     }
     if (bias)
-        CU_OK(cb, launch_add_bias(out, bias, n, m, cb->stream));
+        CU_OK(cb, launch_add_bias(out, bias, n, c->m, cb->stream));
+}
+
+int cuda_gemm_matmul(cuda_backend *cb, const cuda_weight *cw, const float *bias, const float *x,
+                     int n, float *out)
+{
+    gemm_call c;
+    int r = call_plan(cb, cw, n, &c);
+    if (r <= 0)
+        return r < 0;
+    uint16_t *xb = cuda_gemm_input_of(cb, x, n, c.k);
+    if (!xb) {
+        descs_free(cb->gemm, &c.d);
+        return 1;
+    }
+    call_run(cb, cw, &c, bias, xb, n, out);
     return 1;
+}
+
+int cuda_gemm_matmul_bf16(cuda_backend *cb, const cuda_weight *cw, const float *bias,
+                          const uint16_t *xb, int n, float *out)
+{
+    gemm_call c;
+    int r = call_plan(cb, cw, n, &c);
+    if (r == 0)
+        cuda_failf(cb, "GEMM for '%s': no cuBLASLt algorithm for %d rows (ask "
+                   "cuda_gemm_takes first)", cw->name, n);
+    if (r <= 0)
+        return -1;
+    call_run(cb, cw, &c, bias, xb, n, out);
+    return cb->failed ? -1 : 0;
 }

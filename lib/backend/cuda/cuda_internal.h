@@ -195,6 +195,18 @@ uint64_t cuda_graph_sampled_replays(cuda_backend *cb);
  * it ran, 0 when it does not apply (the caller uses the mat-vec). */
 int cuda_gemm_matmul(cuda_backend *cb, const cuda_weight *cw, const float *bias, const float *x,
                      int n, float *out);
+/* For ops that run several GEMMs on one input, or make the input in bf16
+ * themselves: whether cuda_gemm_matmul would run cw at n rows (1) or
+ * leave it to the mat-vec (0); the GEMM's bf16 input scratch for n rows of
+ * cols (rows (cols + 7) & ~7 elements apart, valid until the next GEMM
+ * call), empty or holding x rounded as cuda_gemm_matmul rounds it; and the
+ * GEMM on such an input (cuda_gemm_takes must have said 1; -1 after a
+ * failure, recorded). NULL: a failure, recorded, or no GEMM. */
+int cuda_gemm_takes(cuda_backend *cb, const cuda_weight *cw, int n);
+uint16_t *cuda_gemm_input(cuda_backend *cb, int n, int64_t cols);
+uint16_t *cuda_gemm_input_of(cuda_backend *cb, const float *x, int n, int64_t cols);
+int cuda_gemm_matmul_bf16(cuda_backend *cb, const cuda_weight *cw, const float *bias,
+                          const uint16_t *xb, int n, float *out);
 void cuda_gemm_free(cuda_backend *cb);
 /* NULL when the prefill GEMM can run (loading cuBLASLt if need be), else
  * why not. */

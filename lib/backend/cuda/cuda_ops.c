@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_internal.h"
 #include "kernels/elementwise.cuh"
 #include "kernels/embed.cuh"
+#include "kernels/gemm_prep.cuh"
 #include "kernels/norm.cuh"
 
 void cuda_op_embed(backend *b, const bk_weight *table, const int32_t *tokens, int n, float scale,
@@ -143,6 +144,15 @@ void cuda_op_attn_qkv(backend *b, const bk_weight *wq, const bk_weight *wk, cons
         if (proj_of(cb, ws[i], bs[i], "attn_qkv", &cw[i], &bias[i]) != 0)
             return;
     if (use_gemm(cb, n)) {
+        /* x rounded to bf16 once for the three GEMMs when all three run one. */
+        if (cuda_gemm_takes(cb, cw[0], n) && cuda_gemm_takes(cb, cw[1], n) &&
+            cuda_gemm_takes(cb, cw[2], n) && cw[0]->m.cols == cw[1]->m.cols &&
+            cw[0]->m.cols == cw[2]->m.cols) {
+            const uint16_t *xb = cuda_gemm_input_of(cb, x, n, cw[0]->m.cols);
+            for (int i = 0; i < 3 && xb && !cb->failed; i++)
+                cuda_gemm_matmul_bf16(cb, cw[i], bias[i], xb, n, outs[i]);
+            return;
+        }
         for (int i = 0; i < 3 && !cb->failed; i++)
             project(cb, cw[i], bias[i], x, n, outs[i]);
         return;
@@ -170,6 +180,32 @@ void cuda_op_attn_qkv(backend *b, const bk_weight *wq, const bk_weight *wk, cons
 /* gate and up in one launch, each warp taking row r of both and writing
  * act(gate) * up (the bytes the separate projections and launch_glu give),
  * when they share a format and shape; then down. */
+/* A prompt chunk's FFN as three GEMMs when each has one: x rounded to
+ * bf16 once for gate and up, and act(gate) * up rounded to bf16 as it is
+ * made (launch_glu_to_bf16: the bytes launch_glu and the down GEMM's own
+ * rounding give) for down. 1 when it ran (or failed, recorded); 0 when
+ * the caller's path runs it. */
+static int ffn_gemm_fused(cuda_backend *cb, const cuda_weight *cg, const cuda_weight *cu,
+                          const cuda_weight *cd, bk_act act, const float *x, int n, float *hb,
+                          float *hb2, float *out)
+{
+    const int64_t ffn = cg->m.rows, ld = (ffn + 7) & ~(int64_t)7;
+    if (!cuda_gemm_takes(cb, cg, n) || !cuda_gemm_takes(cb, cu, n) ||
+        /* the input scratch is cudaMalloc-aligned: only the f32 operands are in question */
+        !cuda_gemm_takes(cb, cd, n) || !glu_to_bf16_fits(hb, hb2, ffn, ld, NULL))
+        return 0;
+    const uint16_t *xb = cuda_gemm_input_of(cb, x, n, cg->m.cols);
+    if (!xb || cuda_gemm_matmul_bf16(cb, cg, NULL, xb, n, hb) != 0 ||
+        cuda_gemm_matmul_bf16(cb, cu, NULL, xb, n, hb2) != 0)
+        return 1;
+    uint16_t *hbb = cuda_gemm_input(cb, n, ffn);
+    if (!hbb || CU_OK(cb, launch_glu_to_bf16(hb, hb2, n, ffn, ld, act == BK_ACT_GELU_TANH ? 1 : 0,
+                                             hbb, cb->stream)))
+        return 1;
+    cuda_gemm_matmul_bf16(cb, cd, NULL, hbb, n, out);
+    return 1;
+}
+
 void cuda_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
                      const bk_weight *down, bk_act act, const float *x, int n, float *hb,
                      float *hb2, float *out)
@@ -199,6 +235,8 @@ void cuda_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
         cuda_mv_run(cb, &j);
         if (cb->failed)
             return;
+    } else if (use_gemm(cb, n) && ffn_gemm_fused(cb, cg, cu, cd, act, x, n, hb, hb2, out)) {
+        return;
     } else {
         project(cb, cg, NULL, x, n, hb);
         if (!cb->failed)

@@ -406,6 +406,51 @@ static void to_bf16_case(kc *k, int n, int64_t cols, int64_t ld)
     free(got);
 }
 
+/* act(gate) * up rounded to the GEMM's bf16 operand in one pass (the
+ * prefill FFN's down input): the bytes of launch_glu then launch_to_bf16,
+ * for both activations, padded rows included; and a refusal of operands
+ * the 4-wide kernel cannot take. */
+static void glu_to_bf16_case(kc *k, int n, int64_t cols, int64_t ld, int act)
+{
+    size_t nx = (size_t)n * (size_t)cols, nd = (size_t)n * (size_t)ld;
+    float *g = xmalloc(2 * nx * sizeof *g); /* gate, then up */
+    kc_fill(k, g, 2 * nx, 4.0f);
+    uint16_t *ref = xmalloc(nd * sizeof *ref), *got = xmalloc(nd * sizeof *got);
+    float *dg = kc_dev(k, g, 2 * nx), *du = dg + nx;
+    float *dg2 = kc_dev(k, g, nx);
+    uint16_t *dev = NULL, *dref = NULL;
+    cudaStream_t st = cuda_of(k->gpu)->stream;
+    int ok = cudaMalloc((void **)&dev, nd * sizeof *dev) == cudaSuccess &&
+             cudaMalloc((void **)&dref, nd * sizeof *dref) == cudaSuccess;
+    if (ok) {
+        cudaMemsetAsync(dev, 0xFF, nd * sizeof *dev, st);
+        ok = launch_glu(dg2, du, nx, act, st) == cudaSuccess &&
+             launch_to_bf16(dg2, n, cols, ld, dref, st) == cudaSuccess &&
+             launch_glu_to_bf16(dg, du, n, cols, ld, act, dev, st) == cudaSuccess &&
+             cudaMemcpyAsync(got, dev, nd * sizeof *got, cudaMemcpyDeviceToHost, st) == cudaSuccess &&
+             cudaMemcpyAsync(ref, dref, nd * sizeof *ref, cudaMemcpyDeviceToHost, st) == cudaSuccess &&
+             cudaStreamSynchronize(st) == cudaSuccess;
+        /* cols not a multiple of 4: refused, nothing launched */
+        ok = ok && launch_glu_to_bf16(dg, du, n, cols - 1, ld, act, dev, st) == cudaErrorInvalidValue;
+    }
+    cudaFree(dev);
+    cudaFree(dref);
+    size_t bad = 0;
+    for (size_t i = 0; ok && i < nd; i++)
+        bad += got[i] != ref[i];
+    char what[96], detail[96];
+    snprintf(what, sizeof what, "glu %s to bf16 %dx%" PRId64 " ld %" PRId64,
+             act ? "gelu" : "silu", n, cols, ld);
+    snprintf(detail, sizeof detail, !ok ? "a launch or a copy failed, or a bad shape was taken"
+                                    : bad ? "%zu values differ" : "bit-exact", bad);
+    kc_report_ok(k, "dequant", what, ok && bad == 0, detail);
+    kc_dev_free(k, dg);
+    kc_dev_free(k, dg2);
+    free(g);
+    free(ref);
+    free(got);
+}
+
 void kc_check_dequant(kc *k)
 {
     static const dtype ts[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K,
@@ -416,6 +461,8 @@ void kc_check_dequant(kc *k)
     }
     to_bf16_case(k, 7, 512, 520);
     to_bf16_case(k, 5, 510, 512);
+    glu_to_bf16_case(k, 6, 768, 768, 0);
+    glu_to_bf16_case(k, 3, 516, 520, 1);
     if (k->o->perf) {
         dequant_case(k, DT_Q4_K, 12288, 4096, 4096);
         dequant_case(k, DT_Q6_K, 4096, 12288, 12288);
