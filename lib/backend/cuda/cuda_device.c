@@ -86,12 +86,16 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
     /* A kernel's results never depend on it (kernels/launch.cuh); it needs
      * sm_90's griddepcontrol. */
     t->pdl = d->cc_major >= 9;
+    t->dequant_bps = 1;
     if (env_int("MEMRA_CUDA_PDL", 0, 1, &t->pdl, err) ||
+        env_int("MEMRA_CUDA_DEQUANT_BPS", 1, 3, &t->dequant_bps, err) ||
         env_int("MEMRA_CUDA_DGEMM", 0, 1, &t->dgemm, err) ||
         env_int("MEMRA_CUDA_DGEMM_BPS", 1, 16, &t->dgemm_blocks_per_sm, err))
         return -1;
     if (t->mv_rows_per_warp == 3)
         return memra_fail(err, "MEMRA_CUDA_MV_ROWS=3: expected 0, 1, 2 or 4");
+    if (t->dequant_bps == 2)
+        return memra_fail(err, "MEMRA_CUDA_DEQUANT_BPS=2: expected 1 or 3");
     if (d->cc_major < 9)
         t->pdl = 0;
     if (d->cc_major < 8) {

@@ -49,6 +49,7 @@ typedef struct {
     int dgemm;            /* bf16 projections of decode rows on the tensor cores; -1: plan_decode */
     int dgemm_blocks_per_sm; /* the decode GEMM's column splits aim at this many blocks per SM */
     int dequant_staged;   /* 1: the prefill GEMM's weight decode stores through shared memory; 0: from registers */
+    int dequant_bps;      /* the staged weight decode's blocks an SM: 1 (registers unbounded) or 3 */
     int pdl;              /* programmatic dependent launch (kernels/launch.cuh); cc >= 9.0 only */
     int mv_loop;          /* kernel check's mat-vec jobs: 0 sets cu_mv_job.one_pass */
     int attn_splits;      /* decode attention: most splits of a row's keys; 0: from the SM count */
