@@ -7,16 +7,20 @@
 
 // ---- kernels ----
 //
-// A block is DG_WARPS warps over one tile of DG_TILE output slots (weight
-// rows; in GLU mode 64 gate rows then the same 64 up rows), one split of
-// the columns and up to DG_TOK tokens. Each warp owns 16 slots. Per step
-// of DG_KC columns:
-//   - every warp copies its 16 rows' raw bf16 (2 KB, 16-byte loads issued
-//     DG_PD steps ahead, which is what keeps the memory busy at batch 1)
-//     into its own shared tile;
-//   - the block rounds the next step's x to bf16 into the other half of a
-//     double buffer (tokens past the batch stay zero);
-//   - four 16x16x16 mma steps per 16 tokens.
+// A block takes one tile of DG_TILE output slots (weight rows; in GLU mode
+// 64 gate rows then the same 64 up rows), one split of the columns and up
+// to DG_TOK tokens. Its warps own RW groups of 16 slots each (8 / RW
+// warps). Per step of DG_KC columns:
+//   - each warp's lanes put the step DG_STAGES - 1 ahead of its math in
+//     flight with cp.async, 16 bytes a piece, into the warp's rows of a
+//     ring of DG_STAGES weight tiles in shared memory (the weights never
+//     pass through registers, so a block holds ~50 KB of loads in flight
+//     and two blocks fit an SM);
+//   - x's next step is rounded to bf16 from registers loaded a step ahead
+//     (by each warp for its own copy up to DG_WARPX_MAX tokens, else by
+//     the block into a double buffer: one barrier per step);
+//   - four 16x16x16 mma steps per 16 tokens, the weight fragment loaded
+//     once for all the tokens, x's once for the warp's RW groups.
 // The output tile goes through shared memory to the partial-sum scratch
 // or, with one split, straight to the output with bias or activation.
 
@@ -24,19 +28,37 @@ namespace {
 
 using namespace nvcuda;
 
-constexpr int DG_WARPS = 8;
-constexpr int DG_THREADS = DG_WARPS * 32;
-constexpr int DG_TILE = DG_WARPS * 16; // output slots per block
-constexpr int DG_KC = CU_DG_COLS_STEP; // columns per step
-constexpr int DG_LDS = DG_KC + 8;      // bf16 row stride in shared memory (bank spread)
-constexpr int DG_TOK = 64;             // tokens per block
-constexpr int DG_PD = 4;               // steps of weight loads in flight per lane
-constexpr int DG_LDO = DG_TILE + 4;    // f32 row stride of the output tile
-constexpr size_t DG_W_BYTES = (size_t)DG_WARPS * 16 * DG_LDS * 2;
+constexpr int DG_TILE = 128;            // output slots per block
+constexpr int DG_GROUPS = DG_TILE / 16; // 16-slot groups per block
+constexpr int DG_KC = CU_DG_COLS_STEP;  // columns per step
+constexpr int DG_LDS = DG_KC + 8;       // bf16 row stride in shared memory (bank spread)
+constexpr int DG_TOK = 64;              // tokens per block
+constexpr int DG_STAGES = 4;            // weight steps in the ring (DG_STAGES - 1 in flight)
+constexpr int DG_LDO = DG_TILE + 4;     // f32 row stride of the output tile
+constexpr size_t DG_STAGE_BYTES = (size_t)DG_TILE * DG_LDS * 2;
+constexpr size_t DG_W_BYTES = DG_STAGES * DG_STAGE_BYTES;
 constexpr size_t DG_X_BYTES = (size_t)2 * DG_TOK * DG_LDS * 2;
 constexpr size_t DG_O_BYTES = (size_t)DG_TOK * DG_LDO * 4;
 constexpr size_t DG_SMEM = DG_W_BYTES + DG_X_BYTES > DG_O_BYTES ? DG_W_BYTES + DG_X_BYTES
                                                                  : DG_O_BYTES;
+// Blocks an SM holds at once, what every instance is built for (shared
+// memory: 2 x 90 KB of 228; registers: 128 a thread at 256 threads) and
+// what the split count assumes.
+constexpr int DG_MINB = 2;
+// The split count's cost model: a block's fixed cost (the ring's fill, the
+// output tile) in steps of weights.
+constexpr int DG_BLOCK_COST = 2;
+// Splits whose partial sums the reduction loads at once.
+constexpr int DG_RED_BATCH = 8;
+
+// 16-slot groups per warp for more than 16 tokens (2 measured: no faster,
+// decision 0009 session 5).
+constexpr int DG_RW_BIG = 1;
+// The most tokens for which each warp rounds its own copy of x (no block
+// barrier per step); past that the block shares one copy. At 8 tokens
+// the block's copy is 15-20 % faster (eight warps each loading x cost
+// more than a barrier), at one token the same.
+constexpr int DG_WARPX_MAX = 2;
 
 struct DGSeg {
     const uint8_t *w, *w2; // w2: GLU's up matrix
@@ -59,6 +81,35 @@ struct DGArgs {
     float *partials;
     unsigned *counters;
 };
+
+// cp.async: 16 bytes from global to shared memory without a register in
+// between, completing in groups (commit / wait). Where it does not exist
+// (before sm_80, the CPU emulation) a plain copy, which the same waits
+// and barriers then order.
+DEV void dg_cp16(void *dst, const void *src)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+#else
+    *reinterpret_cast<uint4 *>(dst) = __ldg(reinterpret_cast<const uint4 *>(src));
+#endif
+}
+
+DEV void dg_commit()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Until at most N of this thread's groups are in flight.
+template <int N> DEV void dg_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
 
 // x's steps reach shared memory through registers, loaded one step ahead
 // so their latency (an L2 round trip) is not paid at every step: XR float4
@@ -83,23 +134,25 @@ template <int XR> struct XPrefetch {
         for (int i = 0; i < XR; i++) {
             const int q = who + i * count;
             if (q < ntok * (DG_KC / 4)) {
-                __nv_bfloat16 *o = d + (q / (DG_KC / 4)) * DG_LDS + (q % (DG_KC / 4)) * 4;
-                o[0] = __float2bfloat16_rn(v[i].x);
-                o[1] = __float2bfloat16_rn(v[i].y);
-                o[2] = __float2bfloat16_rn(v[i].z);
-                o[3] = __float2bfloat16_rn(v[i].w);
+                __nv_bfloat162 lo = __floats2bfloat162_rn(v[i].x, v[i].y);
+                __nv_bfloat162 hi = __floats2bfloat162_rn(v[i].z, v[i].w);
+                __nv_bfloat162 *o = reinterpret_cast<__nv_bfloat162 *>(
+                    d + (q / (DG_KC / 4)) * DG_LDS + (q % (DG_KC / 4)) * 4);
+                o[0] = lo;
+                o[1] = hi;
             }
         }
     }
 };
 
 // NT: 16-token mma columns; XT: the most tokens a block has (sizes the x
-// prefetch); MINB: blocks an SM should hold at once (2 caps the registers
-// at 128).
-template <int NT, int XT, int MINB>
-__global__ void __launch_bounds__(DG_THREADS, MINB) decode_gemm_kernel(const DGArgs a)
+// prefetch); RW: 16-slot groups per warp (8 / RW warps).
+template <int NT, int XT, int RW>
+__global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kernel(const DGArgs a)
 {
-    __shared__ __align__(128) unsigned char sm[DG_SMEM];
+    constexpr int WARPS = DG_GROUPS / RW, THREADS = WARPS * 32;
+    extern __shared__ uint4 dg_smem[];
+    unsigned char *sm = reinterpret_cast<unsigned char *>(dg_smem);
     __shared__ unsigned last_block;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const unsigned tile = blockIdx.x / (unsigned)a.ks;
@@ -112,8 +165,6 @@ __global__ void __launch_bounds__(DG_THREADS, MINB) decode_gemm_kernel(const DGA
     const DGSeg sg = a.seg[s];
     const bool glu = a.mode != CU_MV_STORE;
     const int64_t base = (int64_t)(tile - sg.tile0) * (glu ? DG_TILE / 2 : DG_TILE);
-    const int64_t row0 = base + (glu ? (warp & 3) * 16 : warp * 16);
-    const uint8_t *wm = glu && warp >= 4 ? sg.w2 : sg.w;
     const int t0 = blockIdx.y * DG_TOK;
     const int ntok = min(DG_TOK, a.n - t0);
     const int64_t nsteps = a.cols / DG_KC;
@@ -121,32 +172,49 @@ __global__ void __launch_bounds__(DG_THREADS, MINB) decode_gemm_kernel(const DGA
     const int nc = (int)min((int64_t)a.cps, nsteps - c0);
     const float *x = a.x + (int64_t)t0 * a.cols;
 
-    // Lane l copies 16-byte piece (l & 7) of rows l / 8, 4 + l / 8, ...;
-    // rows past the matrix read its last row and are never stored.
-    const uint8_t *wp[4];
+    // Group q = warp * RW + g: slots q * 16 .. q * 16 + 15. Lane l copies
+    // 16-byte piece (l & 7) of its rows l / 8, 4 + l / 8, ...; rows past
+    // the matrix read its last row and are never stored.
+    const uint8_t *wp[RW][4];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int64_t r = min(row0 + i * 4 + (lane >> 3), sg.rows - 1);
-        wp[i] = wm + r * (int64_t)sg.stride + (lane & 7) * 16 + c0 * DG_KC * 2;
+    for (int g = 0; g < RW; g++) {
+        const int q = warp * RW + g;
+        const int64_t row0 = base + (glu ? (q & 3) * 16 : q * 16);
+        const uint8_t *wm = glu && q >= DG_GROUPS / 2 ? sg.w2 : sg.w;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int64_t r = min(row0 + i * 4 + (lane >> 3), sg.rows - 1);
+            wp[g][i] = wm + r * (int64_t)sg.stride + (lane & 7) * 16 + c0 * DG_KC * 2;
+        }
     }
-    uint4 raw[DG_PD][4];
+    __nv_bfloat16 *ring = reinterpret_cast<__nv_bfloat16 *>(sm) + warp * RW * 16 * DG_LDS;
+    // Step `step` of the split into ring slot `slot`: this lane's pieces.
+    auto issue = [&](int step, int slot) {
 #pragma unroll
-    for (int p = 0; p < DG_PD; p++)
-        if (p < nc)
+        for (int g = 0; g < RW; g++)
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                raw[p][i] = __ldg(reinterpret_cast<const uint4 *>(wp[i] + p * DG_KC * 2));
+                dg_cp16(ring + (size_t)slot * DG_TILE * DG_LDS +
+                            (g * 16 + i * 4 + (lane >> 3)) * DG_LDS + (lane & 7) * 8,
+                        wp[g][i] + (int64_t)step * DG_KC * 2);
+    };
+#pragma unroll
+    for (int p = 0; p < DG_STAGES - 1; p++) {
+        if (p < nc)
+            issue(p, p);
+        dg_commit();
+    }
 
-    // Up to 16 tokens (NT 1) each warp rounds its own copy of x's steps
+    // Up to DG_WARPX_MAX tokens each warp rounds its own copy of x's steps
     // (one tile, rewritten between __syncwarp()s: no block barrier in the
     // loop); more tokens share a double-buffered block copy.
-    constexpr bool WARP_X = NT == 1;
-    constexpr int XR = (XT * (DG_KC / 4) + (WARP_X ? 32 : DG_THREADS) - 1) / (WARP_X ? 32 : DG_THREADS);
-    const int xwho = WARP_X ? lane : (int)threadIdx.x, xcount = WARP_X ? 32 : DG_THREADS;
-    __nv_bfloat16 *wt = reinterpret_cast<__nv_bfloat16 *>(sm) + warp * 16 * DG_LDS;
+    constexpr bool WARP_X = XT <= DG_WARPX_MAX;
+    static_assert(!WARP_X || (NT == 1 && WARPS * 16 <= 2 * DG_TOK), "the warps' x copies fit");
+    constexpr int XR = (XT * (DG_KC / 4) + (WARP_X ? 32 : THREADS) - 1) / (WARP_X ? 32 : THREADS);
+    const int xwho = WARP_X ? lane : (int)threadIdx.x, xcount = WARP_X ? 32 : THREADS;
     __nv_bfloat16 *xs = reinterpret_cast<__nv_bfloat16 *>(sm + DG_W_BYTES);
     __nv_bfloat16 *xw = xs + warp * 16 * DG_LDS;
-    for (int i = threadIdx.x; i < (int)(DG_X_BYTES / 16); i += DG_THREADS)
+    for (int i = threadIdx.x; i < (int)(DG_X_BYTES / 16); i += THREADS)
         reinterpret_cast<uint4 *>(xs)[i] = make_uint4(0, 0, 0, 0);
     XPrefetch<XR> xp;
     xp.load(x, a.cols, ntok, c0, xwho, xcount);
@@ -158,67 +226,80 @@ __global__ void __launch_bounds__(DG_THREADS, MINB) decode_gemm_kernel(const DGA
         __syncthreads();
     }
 
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NT];
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[RW][NT];
 #pragma unroll
-    for (int t = 0; t < NT; t++)
-        wmma::fill_fragment(acc[t], 0.0f);
-    for (int c = 0; c < nc; c += DG_PD) {
+    for (int g = 0; g < RW; g++)
 #pragma unroll
-        for (int p = 0; p < DG_PD; p++) {
-            const int cc = c + p;
-            if (cc >= nc)
-                break;
-            __syncwarp();
-            if (WARP_X) {
-                xp.store(xw, ntok, xwho, xcount);
-                if (cc + 1 < nc)
-                    xp.load(x, a.cols, ntok, c0 + cc + 1, xwho, xcount);
-            } else if (cc + 1 < nc) {
-                xp.store(xs + ((cc + 1) & 1) * DG_TOK * DG_LDS, ntok, xwho, xcount);
-                if (cc + 2 < nc)
-                    xp.load(x, a.cols, ntok, c0 + cc + 2, xwho, xcount);
-            }
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                *reinterpret_cast<uint4 *>(wt + (i * 4 + (lane >> 3)) * DG_LDS + (lane & 7) * 8) =
-                    raw[p][i];
-            if (cc + DG_PD < nc)
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-                    raw[p][i] = __ldg(reinterpret_cast<const uint4 *>(wp[i] + (int64_t)(cc + DG_PD) * DG_KC * 2));
-            __syncwarp();
-            const __nv_bfloat16 *xb = WARP_X ? xw : xs + (cc & 1) * DG_TOK * DG_LDS;
-#pragma unroll
-            for (int kk = 0; kk < DG_KC / 16; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-                wmma::load_matrix_sync(fa, wt + kk * 16, DG_LDS);
-#pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-                    wmma::load_matrix_sync(fb, xb + t * 16 * DG_LDS + kk * 16, DG_LDS);
-                    wmma::mma_sync(acc[t], fa, fb, acc[t]);
-                }
-            }
-            if (!WARP_X)
-                __syncthreads();
+        for (int t = 0; t < NT; t++)
+            wmma::fill_fragment(acc[g][t], 0.0f);
+    int slot = 0; // the ring slot of step cc
+    for (int cc = 0; cc < nc; cc++) {
+        // The slot the previous step read takes the step DG_STAGES - 1
+        // ahead (every lane is past its reads of it).
+        __syncwarp();
+        {
+            const int ahead = slot == 0 ? DG_STAGES - 1 : slot - 1;
+            if (cc + DG_STAGES - 1 < nc)
+                issue(cc + DG_STAGES - 1, ahead);
+            dg_commit();
         }
+        if (WARP_X) {
+            xp.store(xw, ntok, xwho, xcount);
+            if (cc + 1 < nc)
+                xp.load(x, a.cols, ntok, c0 + cc + 1, xwho, xcount);
+        } else if (cc + 1 < nc) {
+            xp.store(xs + ((cc + 1) & 1) * DG_TOK * DG_LDS, ntok, xwho, xcount);
+            if (cc + 2 < nc)
+                xp.load(x, a.cols, ntok, c0 + cc + 2, xwho, xcount);
+        }
+        dg_wait<DG_STAGES - 1>(); // this lane's pieces of step cc are in
+        __syncwarp();             // and the other lanes'
+        const __nv_bfloat16 *wt = ring + (size_t)slot * DG_TILE * DG_LDS;
+        const __nv_bfloat16 *xb = WARP_X ? xw : xs + (cc & 1) * DG_TOK * DG_LDS;
+#pragma unroll
+        for (int kk = 0; kk < DG_KC / 16; kk++) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[RW];
+#pragma unroll
+            for (int g = 0; g < RW; g++)
+                wmma::load_matrix_sync(fa[g], wt + g * 16 * DG_LDS + kk * 16, DG_LDS);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+                wmma::load_matrix_sync(fb, xb + t * 16 * DG_LDS + kk * 16, DG_LDS);
+#pragma unroll
+                for (int g = 0; g < RW; g++)
+                    wmma::mma_sync(acc[g][t], fa[g], fb, acc[g][t]);
+            }
+        }
+        if (!WARP_X)
+            __syncthreads();
+        slot = slot == DG_STAGES - 1 ? 0 : slot + 1;
     }
+    dg_wait<0>(); // (only empty groups are left)
 
     // o[token][slot]: the block's sums (nc == 0 leaves them 0).
     float *o = reinterpret_cast<float *>(sm);
     __syncthreads();
 #pragma unroll
-    for (int t = 0; t < NT; t++)
-        wmma::store_matrix_sync(o + t * 16 * DG_LDO + warp * 16, acc[t], DG_LDO,
-                                wmma::mem_col_major);
+    for (int g = 0; g < RW; g++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            wmma::store_matrix_sync(o + t * 16 * DG_LDO + (warp * RW + g) * 16, acc[g][t], DG_LDO,
+                                    wmma::mem_col_major);
     __syncthreads();
 
     if (a.ks > 1) {
+        // Partial sums and their reduction in float4 (4 slots), the
+        // reduction's loads DG_RED_BATCH splits at a time: a chain of
+        // dependent L2 round trips per output was most of a 64-token
+        // launch (session 5).
+        constexpr int V = DG_TILE / 4;
         const size_t slots = (size_t)a.tiles * DG_TILE;
-        for (int q = threadIdx.x; q < ntok * DG_TILE; q += DG_THREADS) {
-            const int t = q / DG_TILE, i = q % DG_TILE;
-            a.partials[((size_t)split * a.n + t0 + t) * slots + (size_t)tile * DG_TILE + i] =
-                o[t * DG_LDO + i];
+        for (int q = threadIdx.x; q < ntok * V; q += THREADS) {
+            const int t = q / V, i = (q % V) * 4;
+            *reinterpret_cast<float4 *>(a.partials + ((size_t)split * a.n + t0 + t) * slots +
+                                        (size_t)tile * DG_TILE + i) =
+                *reinterpret_cast<const float4 *>(o + t * DG_LDO + i);
         }
         __threadfence();
         __syncthreads();
@@ -234,19 +315,34 @@ __global__ void __launch_bounds__(DG_THREADS, MINB) decode_gemm_kernel(const DGA
             return;
         __threadfence();
         // The splits' sums in ascending order, whichever block is last.
-        for (int q = threadIdx.x; q < ntok * DG_TILE; q += DG_THREADS) {
-            const int t = q / DG_TILE, i = q % DG_TILE;
-            const float *p = a.partials + ((size_t)t0 + t) * slots + (size_t)tile * DG_TILE + i;
-            float v = __ldcg(p);
-            for (int k = 1; k < a.ks; k++)
-                v = __fadd_rn(v, __ldcg(p + (size_t)k * a.n * slots));
-            o[t * DG_LDO + i] = v;
+        const size_t kstride = (size_t)a.n * slots / 4; // a split's partials, in float4
+        for (int q = threadIdx.x; q < ntok * V; q += THREADS) {
+            const int t = q / V, i = (q % V) * 4;
+            const float4 *p = reinterpret_cast<const float4 *>(
+                a.partials + ((size_t)t0 + t) * slots + (size_t)tile * DG_TILE + i);
+            float4 v = __ldcg(p);
+            for (int k0 = 1; k0 < a.ks; k0 += DG_RED_BATCH) {
+                float4 r[DG_RED_BATCH];
+#pragma unroll
+                for (int u = 0; u < DG_RED_BATCH; u++)
+                    if (k0 + u < a.ks)
+                        r[u] = __ldcg(p + (size_t)(k0 + u) * kstride);
+#pragma unroll
+                for (int u = 0; u < DG_RED_BATCH; u++)
+                    if (k0 + u < a.ks) {
+                        v.x = __fadd_rn(v.x, r[u].x);
+                        v.y = __fadd_rn(v.y, r[u].y);
+                        v.z = __fadd_rn(v.z, r[u].z);
+                        v.w = __fadd_rn(v.w, r[u].w);
+                    }
+            }
+            *reinterpret_cast<float4 *>(o + t * DG_LDO + i) = v;
         }
         __syncthreads();
     }
 
     if (!glu) {
-        for (int q = threadIdx.x; q < ntok * DG_TILE; q += DG_THREADS) {
+        for (int q = threadIdx.x; q < ntok * DG_TILE; q += THREADS) {
             const int t = q / DG_TILE, i = q % DG_TILE;
             const int64_t row = base + i;
             if (row < sg.rows) {
@@ -256,7 +352,7 @@ __global__ void __launch_bounds__(DG_THREADS, MINB) decode_gemm_kernel(const DGA
         }
     } else {
         constexpr int H = DG_TILE / 2;
-        for (int q = threadIdx.x; q < ntok * H; q += DG_THREADS) {
+        for (int q = threadIdx.x; q < ntok * H; q += THREADS) {
             const int t = q / H, i = q % H;
             const int64_t row = base + i;
             if (row < sg.rows) {
@@ -283,19 +379,49 @@ unsigned dg_tiles(const cu_mv_job *j, unsigned *tile0)
     return t;
 }
 
-// (splits, steps per split) for the job: about blocks_per_sm blocks per
-// SM in all, the columns shared out in whole steps.
+// (splits, steps per split) for the job. The blocks (tiles x splits) run
+// in waves of blocks_per_sm x SMs; a count that leaves the last wave
+// nearly empty costs a whole wave (q+k+v's 48 tiles in 6 splits: 288
+// blocks for 264 places took two). So: the count whose waves x (steps per
+// split + a block's fixed cost) is least, the fewest splits on a tie. The
+// shapes and SM count decide it, never the number of tokens.
 void dg_split(const cu_mv_job *j, int blocks_per_sm, int *ks, int *cps)
 {
     const int64_t nsteps = j->w[0]->cols / DG_KC;
-    const unsigned tiles = dg_tiles(j, nullptr);
-    const int64_t target = (int64_t)(blocks_per_sm > 0 ? blocks_per_sm : 1) *
+    const int64_t tiles = dg_tiles(j, nullptr);
+    const int64_t places = (int64_t)(blocks_per_sm > 0 ? blocks_per_sm : 1) *
                            (j->sm_count > 0 ? j->sm_count : 16);
-    int64_t k = (target + tiles / 2) / tiles;
-    k = k < 1 ? 1 : k > nsteps ? nsteps : k;
-    const int64_t per = (nsteps + k - 1) / k;
-    *cps = (int)per;
-    *ks = (int)((nsteps + per - 1) / per);
+    int64_t best_cost = -1;
+    *ks = 1;
+    *cps = (int)nsteps;
+    const int64_t kmax = nsteps < 64 ? nsteps : 64;
+    for (int64_t k = 1; k <= kmax; k++) {
+        const int64_t per = (nsteps + k - 1) / k, n = (nsteps + per - 1) / per;
+        if (n != k)
+            continue; // the same split as a smaller k
+        const int64_t waves = (tiles * n + places - 1) / places;
+        const int64_t cost = waves * (per + DG_BLOCK_COST);
+        if (best_cost < 0 || cost < best_cost) {
+            best_cost = cost;
+            *ks = (int)n;
+            *cps = (int)per;
+        }
+    }
+}
+
+template <int NT, int XT, int RW>
+cudaError_t dg_launch(const DGArgs &a, dim3 grid, cudaStream_t stream)
+{
+    cudaError_t rc = cudaFuncSetAttribute(decode_gemm_kernel<NT, XT, RW>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DG_SMEM);
+    if (rc == cudaSuccess)
+        rc = cudaFuncSetAttribute(decode_gemm_kernel<NT, XT, RW>,
+                                  cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  cudaSharedmemCarveoutMaxShared);
+    if (rc != cudaSuccess)
+        return rc;
+    decode_gemm_kernel<NT, XT, RW><<<grid, DG_GROUPS / RW * 32, DG_SMEM, stream>>>(a);
+    return cudaGetLastError();
 }
 
 } // namespace
@@ -368,15 +494,11 @@ extern "C" cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm,
     dim3 grid((unsigned)blocks, (unsigned)groups);
     // Tokens per 16-wide mma: the largest group's (the rest are zero).
     const int most = j->n < DG_TOK ? j->n : DG_TOK;
-    if (most <= 2 && blocks_per_sm >= 2)
-        decode_gemm_kernel<1, 2, 2><<<grid, DG_THREADS, 0, stream>>>(a);
-    else if (most <= 2)
-        decode_gemm_kernel<1, 2, 1><<<grid, DG_THREADS, 0, stream>>>(a);
-    else if (most <= 16)
-        decode_gemm_kernel<1, 16, 1><<<grid, DG_THREADS, 0, stream>>>(a);
-    else if (most <= 32)
-        decode_gemm_kernel<2, 32, 1><<<grid, DG_THREADS, 0, stream>>>(a);
-    else
-        decode_gemm_kernel<4, DG_TOK, 1><<<grid, DG_THREADS, 0, stream>>>(a);
-    return cudaGetLastError();
+    if (most <= 2)
+        return dg_launch<1, 2, 1>(a, grid, stream);
+    if (most <= 16)
+        return dg_launch<1, 16, 1>(a, grid, stream);
+    if (most <= 32)
+        return dg_launch<2, 32, DG_RW_BIG>(a, grid, stream);
+    return dg_launch<4, DG_TOK, DG_RW_BIG>(a, grid, stream);
 }

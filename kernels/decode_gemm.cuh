@@ -38,9 +38,10 @@ enum { CU_DG_COLS_STEP = 64 };
  * multiple of CU_DG_COLS_STEP, x 16-byte aligned (and what cu_mv_job_ok
  * asks). rows_per_warp is ignored. */
 int cu_dg_job_ok(const cu_mv_job *j);
-/* The column splits for the job's shapes, aiming at blocks_per_sm blocks
- * per SM (j->sm_count; 0: 16 SMs) in all. Never depends on j->n. With 2
- * or more, the batch-1 kernel is built for two blocks per SM. */
+/* The column splits for the job's shapes: the count whose waves of
+ * blocks_per_sm x SMs blocks (j->sm_count; 0: 16 SMs) take the fewest
+ * column steps (the kernel is built for two blocks per SM). Never depends
+ * on j->n. */
 int cu_dg_splits(const cu_mv_job *j, int blocks_per_sm);
 /* Scratch a launch needs: floats of partial sums and counters (zeroed
  * before the first launch; every launch leaves them zero). 0 and 0 with
