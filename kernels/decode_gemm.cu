@@ -2,6 +2,7 @@
 #include <mma.h>
 
 #include "kernels/decode_gemm.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/dev_common.cuh"
 #include "kernels/weight_layout.h"
 
@@ -204,6 +205,10 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
             issue(p, p);
         dg_commit();
     }
+    // The weights depend on no kernel; x, the partials and the counters do
+    // (kernels/launch.cuh).
+    pdl_trigger();
+    pdl_wait();
 
     // Up to DG_WARPX_MAX tokens each warp rounds its own copy of x's steps
     // (one tile, rewritten between __syncwarp()s: no block barrier in the
@@ -420,7 +425,7 @@ cudaError_t dg_launch(const DGArgs &a, dim3 grid, cudaStream_t stream)
                                   cudaSharedmemCarveoutMaxShared);
     if (rc != cudaSuccess)
         return rc;
-    decode_gemm_kernel<NT, XT, RW><<<grid, DG_GROUPS / RW * 32, DG_SMEM, stream>>>(a);
+    launch_pdl(decode_gemm_kernel<NT, XT, RW>, grid, dim3(DG_GROUPS / RW * 32), DG_SMEM, stream, a);
     return cudaGetLastError();
 }
 

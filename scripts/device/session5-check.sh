@@ -11,6 +11,11 @@
 #   prefill: the kernel check (all ops), test_cuda_engine and
 #            test_engine_sample, pp512 / tg rows of bf16 and Q4_K_M, and an
 #            ncu profile of one bf16 pp512
+#   final:   the kernel check (all ops; the weight decode's two instances
+#            with --perf), the GPU unit tests, then issue 6's rows on the
+#            merged tree: bf16 pp512 / tg d0 / d32768 / b64, Q4_K_M and Q8_0
+#            pp512 / tg d0 (Q4_K_M's pp512 under MEMRA_CUDA_DEQUANT_BPS=1 and 3),
+#            and the server at c=1 and 64
 # Carry .devcarry/final.tar.xz (stripped bin/ and the GPU unit tests),
 # build/shared and build/tokref. Logs in $OUT/logs-<part>.tgz, the headline
 # in $OUT/summary.txt, ncu's CSVs in $OUT/ncu-*.csv.
@@ -86,4 +91,29 @@ if [ "$part" = prefill ]; then
   stamp "Q4_K_M made"
   bench q4km 150 $w/Q4_K_M.gguf --backend cuda -p 512 -n 64 -d 512 -r 3
   stamp "done prefill"
+fi
+
+if [ "$part" = final ]; then
+  make_bf16
+  stamp "bf16 made"
+  { quant Q4_K_M 12; quant Q8_0 4; } &
+  qk=$!
+  timeout 200 memra-parity --kernels > $L/kernels.log 2>&1
+  say "kernel check rc=$? $(tail -1 $L/kernels.log)"
+  grep FAIL $L/kernels.log | head -20 | tee -a "$S"
+  timeout 60 memra-parity --kernels --only dequant --perf > $L/dequant-perf.log 2>&1
+  grep -E "12288x4096|4096x12288" $L/dequant-perf.log | sed 's/  */ /g' | tee -a "$S"
+  for t in test_cuda_engine test_engine_sample test_cuda_device; do
+    MEMRA_SHARED=$here/build/shared timeout 200 build/release/tests/$t > $L/$t.log 2>&1
+    say "$t rc=$? $(tail -1 $L/$t.log)"
+  done
+  bench bf16 200 $w/bf16.gguf --backend cuda -p 512 -n 64 -d 0,32768 -r 2
+  bench bf16-b64 150 $w/bf16.gguf --backend cuda -p 512 -n 32 -b 64 -d 0 -r 2
+  wait $qk
+  stamp "Q4_K_M and Q8_0 made"
+  bench q4km 150 $w/Q4_K_M.gguf --backend cuda -p 512 -n 64 -d 0 -r 3
+  MEMRA_CUDA_DEQUANT_BPS=3 bench q4km-bps3 100 $w/Q4_K_M.gguf --backend cuda -p 512 -n 0 -r 3
+  bench q8 150 $w/Q8_0.gguf --backend cuda -p 512 -n 64 -d 0 -r 3
+  serve_bench 1
+  stamp "done final"
 fi
