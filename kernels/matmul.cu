@@ -1,590 +1,42 @@
-#include "kernels/launch.cuh"
-#include "kernels/matmul.cuh"
-#include "kernels/weight_decode.cuh"
-
-#include <atomic>
-
-// ---- kernels ----
-//
-// A block is MV_WARPS warps; a warp computes R weight rows (or, in GLU
-// mode, row r of the gate and of the up matrix) for T tokens. A block takes
-// one group of MV_WARPS * R rows (a "group": the rows the block's warps
-// take together) after another, group g, g + gridDim.x, ..., as many
-// blocks as the device holds at once, so a warp streams without pause: it
-// issues the next group's first loads before it reduces and stores this
-// group's sums, and the single-token path stages x once per block rather
-// than once per group. A lane keeps D units of each of its rows in flight:
-// it issues all their 16-byte loads before it decodes the first, which is
-// what lets a few warps per SM stream weights at the memory's rate. None
-// of R, T, D or the groups a block takes changes the order in which a
-// value is summed (matmul.cuh).
+// The mat-vec's launchers (kernels/matmul.cuh) and its batched and grouped
+// instances; the single-token instances are in kernels/matmul_single.cu, the
+// device code both use in kernels/matmul_kernels.cuh.
+#include "kernels/matmul_kernels.cuh"
 
 namespace {
 
-constexpr int MV_WARPS = 4;
-constexpr int MV_THREADS = MV_WARPS * 32;
-constexpr int MV_TOKENS = 8;       // input rows a block takes together when n > 1
-constexpr int MV_LANE_BYTES = 128; // raw weight bytes a lane aims to have in flight
-#ifndef MV_PREFETCH
-#define MV_PREFETCH 1 // single-token rows_dot loads the next units before decoding these
-#endif
-
-struct MVSeg {
-    const uint8_t *w;
-    size_t stride, soff;
-    int64_t rows;
-    const float *bias;
-    float *out;
-    unsigned blk0; // the segment's first group
-};
-
-struct MVArgs {
-    MVSeg seg[CU_MV_MAX_W];
-    int n_seg;
-    int mode;          // cu_mv_mode
-    const uint8_t *w2; // GLU: the up matrix, row-paired with seg[0]
-    int64_t cols;
-    const float *x;
-    int n;
-    unsigned n_groups; // groups of rows over all segments
-};
-
-// Units in flight per lane and row.
-template <int F, int R, int T> struct MVDepth {
-    static constexpr int raw = (int)sizeof(typename WFmt<F>::Raw);
-    static constexpr int budget = T > 1 ? MV_LANE_BYTES / 2 : MV_LANE_BYTES;
-    static constexpr int d = budget / (raw * R);
-    static constexpr int D = d < 1 ? 1 : d > 4 ? 4 : d;
-};
-
-// Whether this lane's row share starts with D whole units, so that it runs
-// the software-pipelined loop (single-token only), whose first loads the
-// caller issues.
-template <int F, int R, int T> DEV bool mv_pipelined(int64_t cols)
+// The batched instances stage nothing; the declaration is shared
+// (kernels/matmul_kernels.cuh).
+DEV float *mv_stage_smem()
 {
-    constexpr int D = MVDepth<F, R, T>::D;
-    return MV_PREFETCH && T == 1 && (threadIdx.x & 31) + 32 * (D - 1) < cols / WFmt<F>::U;
+    extern __shared__ float mv_stage[];
+    return mv_stage;
 }
 
-// The single-token path of the quant formats keeps x in shared memory,
-// staged once per block: a warp's lanes read their units' x U floats
-// apart, which from global memory is one L1 wavefront per lane (the
-// mat-vec's bound, not the decode); from shared memory, padded, it is
-// conflict-free. Per unit S floats: its U values of x as the piece dot
-// wants them (INT formats: scaled, weight_decode.cuh), then the P sums of
-// x of its pieces, S / 4 odd so that the 8 lanes of a 16-byte access phase
-// hit distinct banks. The values are the very floats the register path
-// computes, so both give the same bytes.
-template <int F> struct MVStage {
-    static constexpr int S0 = WFmt<F>::U + WFmt<F>::P;
-    static constexpr int S = (S0 / 4) % 2 == 0 ? S0 + 4 : S0;
-};
-constexpr size_t MV_STAGE_MAX = 96 * 1024; // bytes; wider rows take the register path
-
-template <int F> size_t mv_stage_bytes(int64_t cols)
-{
-    return (size_t)(cols / WFmt<F>::U) * MVStage<F>::S * sizeof(float);
-}
-
-// PW floats of x at p, the first `valid` of them (the rest 0). AX: p is
-// 16-byte aligned whenever valid >= PW.
-template <int PW, bool AX> DEV void load_x(const float *p, int valid, float (&xv)[PW])
-{
-    if (AX && valid >= PW) {
-#pragma unroll
-        for (int j = 0; j < PW; j += 4) {
-            const float4 v = __ldg(reinterpret_cast<const float4 *>(p + j));
-            xv[j] = v.x;
-            xv[j + 1] = v.y;
-            xv[j + 2] = v.z;
-            xv[j + 3] = v.w;
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < PW; j++)
-            xv[j] = j < valid ? __ldg(p + j) : 0.0f;
-    }
-}
-
-// x as a piece dot of format F multiplies it: INT formats scale element j
-// of piece p by 2^(MV_XEXP - its field's bit) (exact); others take x as it is.
-template <int F> DEV float x_for_piece(float x, int p, int j)
-{
-    if constexpr (WFmt<F>::INT)
-        return __fmul_rn(x, xup_of(xpos_of(WFmt<F>::xkind(p), j & 3)));
-    else
-        return x;
-}
-
-// The sum of a piece's x, in element order.
-template <int PW> DEV float x_sum(const float (&xv)[PW])
-{
-    float sx = xv[0];
-#pragma unroll
-    for (int j = 1; j < PW; j++)
-        sx = __fadd_rn(sx, xv[j]);
-    return sx;
-}
-
-// Fill the block's stage (MVStage) from x, one piece per thread at a time.
-template <int F, bool AX> DEV void stage_x(const float *x, int64_t cols, float *sm)
-{
-    using W = WFmt<F>;
-    constexpr int PW = W::PW, S = MVStage<F>::S;
-    const int64_t npieces = cols / PW;
-    for (int64_t q = threadIdx.x; q < npieces; q += blockDim.x) {
-        const int64_t u = q / W::P;
-        const int p = (int)(q % W::P);
-        float xv[PW];
-        load_x<PW, AX>(x + q * PW, PW, xv);
-        float *d = sm + u * S + p * PW;
-#pragma unroll
-        for (int j = 0; j < PW; j += 4)
-            *reinterpret_cast<float4 *>(d + j) =
-                make_float4(x_for_piece<F>(xv[j], p, j), x_for_piece<F>(xv[j + 1], p, j + 1),
-                            x_for_piece<F>(xv[j + 2], p, j + 2), x_for_piece<F>(xv[j + 3], p, j + 3));
-        sm[u * S + W::U + p] = x_sum(xv);
-    }
-    __syncthreads();
-}
-
-// One row's piece: acc += a * (v . xs) (+ b * sx), the dot in element
-// order. The quant formats' one way to sum a piece, whether x comes staged
-// or from registers: v are the piece's quants (INT: as subnormal floats,
-// xs scaled to match), a and b its scales, sx the sum of its x.
-template <int PW, bool HB>
-DEV void piece_dot(const float (&v)[PW], const float (&xs)[PW], float a, float b, float sx,
-                   float &acc)
-{
-    float s = __fmul_rn(v[0], xs[0]);
-#pragma unroll
-    for (int j = 1; j < PW; j++)
-        s = __fmaf_rn(v[j], xs[j], s);
-    acc = __fmaf_rn(a, s, acc);
-    if (HB)
-        acc = __fmaf_rn(b, sx, acc);
-}
-
-// acc[k][t] += unit u of row k . x_t, for the first nt of T input rows ldx
-// floats apart. Float formats multiply-add element by element; quant
-// formats sum v . x over a piece, then add a * sum (+ b * sum of x).
-// FULL: the unit lies inside the row (always, but for the last unit of a
-// float-format row whose width is no multiple of U); else only its first
-// `valid` elements count. SM: x comes from the block's stage (T is 1).
-template <int F, int R, int T, bool AX, bool FULL, bool SM>
-DEV void unit_acc(const typename WFmt<F>::Raw (&raw)[R], int64_t u, const float *x, int64_t ldx,
-                  int nt, int valid_unit, float (&acc)[R][T], const float *sm)
-{
-    using W = WFmt<F>;
-    constexpr int PW = W::PW;
-    constexpr bool HB = W::INT || W::HAS_B; // the piece adds b * (sum of x)
-    const int64_t c0 = u * W::U;
-    const float *su = SM ? sm + u * MVStage<F>::S : nullptr;
-    float sxs[W::P];
-    if constexpr (SM && HB) {
-#pragma unroll
-        for (int p = 0; p < W::P; p += 4) {
-            const float4 v = *reinterpret_cast<const float4 *>(su + W::U + p);
-            sxs[p] = v.x;
-            sxs[p + 1] = v.y;
-            sxs[p + 2] = v.z;
-            sxs[p + 3] = v.w;
-        }
-    }
-    float a[R][W::P], b[R][W::P];
-    if constexpr (W::INT) {
-#pragma unroll
-        for (int k = 0; k < R; k++)
-            W::iscales(raw[k], u, a[k], b[k]);
-    } else if (!W::DIRECT) {
-#pragma unroll
-        for (int k = 0; k < R; k++)
-            W::scales(raw[k], u, a[k], b[k]);
-    }
-#pragma unroll
-    for (int p = 0; p < W::P; p++) {
-        float v[R][PW];
-#pragma unroll
-        for (int k = 0; k < R; k++) {
-            if constexpr (W::INT)
-                W::ipiece(raw[k], u, p, v[k]);
-            else
-                W::piece(raw[k], u, p, v[k]);
-        }
-        const int valid = FULL ? PW : valid_unit - p * PW;
-#pragma unroll
-        for (int t = 0; t < T; t++) {
-            if (T > 1 && t >= nt)
-                break;
-            if constexpr (W::DIRECT) {
-                float xv[PW];
-                load_x<PW, AX>(x + t * ldx + c0 + p * PW, valid, xv);
-#pragma unroll
-                for (int k = 0; k < R; k++)
-#pragma unroll
-                    for (int j = 0; j < PW; j++)
-                        if (FULL || j < valid)
-                            acc[k][t] = __fmaf_rn(v[k][j], xv[j], acc[k][t]);
-            } else {
-                float xs[PW], sx = 0.0f;
-                if constexpr (SM) {
-#pragma unroll
-                    for (int j = 0; j < PW; j += 4) {
-                        const float4 q = *reinterpret_cast<const float4 *>(su + p * PW + j);
-                        xs[j] = q.x;
-                        xs[j + 1] = q.y;
-                        xs[j + 2] = q.z;
-                        xs[j + 3] = q.w;
-                    }
-                    if (HB)
-                        sx = sxs[p];
-                } else {
-                    float xv[PW];
-                    load_x<PW, AX>(x + t * ldx + c0 + p * PW, valid, xv);
-#pragma unroll
-                    for (int j = 0; j < PW; j++)
-                        xs[j] = x_for_piece<F>(xv[j], p, j);
-                    if (HB)
-                        sx = x_sum(xv);
-                }
-#pragma unroll
-                for (int k = 0; k < R; k++)
-                    piece_dot<PW, HB>(v[k], xs, a[k][p], b[k][p], sx, acc[k][t]);
-            }
-        }
-    }
-}
-
-// The first D units of this lane's share of rows wr, as rows_dot's
-// pipelined loop starts from them.
-template <int F, int R, int D>
-DEV void fetch_first(const uint8_t *const *wr, size_t soff, typename WFmt<F>::Raw (&raw)[D][R])
-{
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int d = 0; d < D; d++)
-#pragma unroll
-        for (int k = 0; k < R; k++)
-            raw[d][k] = WFmt<F>::fetch(wr[k], soff, lane + 32 * d);
-}
-
-// The lane's share of R rows' dot products with nt input rows, summed over
-// the warp: every lane ends with the sums. The main loop takes D units per
-// row at a time with no bounds checks; the tail, one at a time. Either way
-// a lane meets its units in ascending order. Single-token lanes that
-// mv_pipelined start from raw (this group's first D units, fetched by the
-// caller) and leave in it the first D units of the rows next(wn, soffn)
-// names (the block's next group, or wr again when there is none).
-template <int F, int R, int T, bool AX, bool SM = false, class Next>
-DEV void rows_dot(const uint8_t *const *wr, size_t soff, const Next &next, int64_t cols,
-                  const float *x, int nt,
-                  typename WFmt<F>::Raw (&raw)[MVDepth<F, R, T>::D][R], float (&acc)[R][T],
-                  const float *sm = nullptr)
-{
-    using W = WFmt<F>;
-    constexpr int D = MVDepth<F, R, T>::D;
-    const int lane = threadIdx.x & 31;
-    const int64_t nu = wfmt_units<F>(cols), nfull = cols / W::U;
-#pragma unroll
-    for (int k = 0; k < R; k++)
-#pragma unroll
-        for (int t = 0; t < T; t++)
-            acc[k][t] = 0.0f;
-    int64_t u0 = lane;
-    if (mv_pipelined<F, R, T>(cols)) {
-        // Software-pipelined: the next D units' loads go out before this
-        // step's decode; on the last step, the next group's first ones.
-        for (;;) {
-            const int64_t un = u0 + 32 * D;
-            const bool more = un + 32 * (D - 1) < nfull;
-            typename W::Raw nxt[D][R];
-            if (more) {
-#pragma unroll
-                for (int d = 0; d < D; d++)
-#pragma unroll
-                    for (int k = 0; k < R; k++)
-                        nxt[d][k] = W::fetch(wr[k], soff, un + 32 * d);
-            } else {
-                // The next rows' pointers are made here, where they are
-                // used, so they hold no registers through the loop.
-                const uint8_t *wn[R];
-                size_t soffn;
-                next(wn, soffn);
-                fetch_first<F, R, D>(wn, soffn, nxt);
-            }
-#pragma unroll
-            for (int d = 0; d < D; d++)
-                unit_acc<F, R, T, AX, true, SM>(raw[d], u0 + 32 * d, x, cols, nt, W::U, acc, sm);
-            u0 = un;
-#pragma unroll
-            for (int d = 0; d < D; d++)
-#pragma unroll
-                for (int k = 0; k < R; k++)
-                    raw[d][k] = nxt[d][k];
-            if (!more)
-                break;
-        }
-    }
-    for (; u0 + 32 * (D - 1) < nfull; u0 += 32 * D) {
-        typename W::Raw r[D][R];
-#pragma unroll
-        for (int d = 0; d < D; d++)
-#pragma unroll
-            for (int k = 0; k < R; k++)
-                r[d][k] = W::fetch(wr[k], soff, u0 + 32 * d);
-#pragma unroll
-        for (int d = 0; d < D; d++)
-            unit_acc<F, R, T, AX, true, SM>(r[d], u0 + 32 * d, x, cols, nt, W::U, acc, sm);
-    }
-    for (; u0 < nu; u0 += 32) {
-        typename W::Raw r[R];
-#pragma unroll
-        for (int k = 0; k < R; k++)
-            r[k] = W::fetch(wr[k], soff, u0);
-        if (u0 < nfull)
-            unit_acc<F, R, T, AX, true, SM>(r, u0, x, cols, nt, W::U, acc, sm);
-        else
-            unit_acc<F, R, T, AX, false, SM>(r, u0, x, cols, nt, (int)(cols - u0 * W::U), acc, sm);
-    }
-#pragma unroll
-    for (int k = 0; k < R; k++)
-#pragma unroll
-        for (int t = 0; t < T; t++)
-            acc[k][t] = warp_sum(acc[k][t]);
-}
-
-// The rows warp `warp` takes in group g: its segment, its first row and
-// the rows' device pointers. GLU: slots 0 .. R/2-1 are gate rows first..,
-// slots R/2.. the same up rows (mv_row). Rows past the end read the last
-// row (no branch around the shuffles) and store nothing.
-template <int R> struct MVRows {
-    int s;
-    int64_t first;
-    const uint8_t *wr[R];
-};
-
-template <int R> DEV int64_t mv_row(const MVArgs &a, int64_t first, int k)
-{
-    constexpr int RG = R >= 2 ? R / 2 : 1;
-    return a.mode != CU_MV_STORE ? first + (k % RG) : first + k;
-}
-
-template <int R> DEV MVRows<R> mv_rows(const MVArgs &a, unsigned g, int warp)
-{
-    MVRows<R> m;
-    m.s = 0;
-#pragma unroll
-    for (int i = 1; i < CU_MV_MAX_W; i++)
-        if (i < a.n_seg && g >= a.seg[i].blk0)
-            m.s = i;
-    const MVSeg &sg = a.seg[m.s];
-    const bool glu = a.mode != CU_MV_STORE;
-    constexpr int RG = R >= 2 ? R / 2 : 1;
-    m.first = ((int64_t)(g - sg.blk0) * MV_WARPS + warp) * (glu ? RG : R);
-#pragma unroll
-    for (int k = 0; k < R; k++) {
-        const int64_t row = mv_row<R>(a, m.first, k);
-        const int64_t rr = row < sg.rows ? row : sg.rows - 1;
-        m.wr[k] = (glu && k >= RG ? a.w2 : sg.w) + rr * (int64_t)sg.stride;
-    }
-    return m;
-}
-
-template <int F, int R, int T, bool AX, bool SM>
-__global__ void __launch_bounds__(MV_THREADS) matvec_kernel(const MVArgs a)
-{
-    constexpr int D = MVDepth<F, R, T>::D;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const bool glu = a.mode != CU_MV_STORE;
-    constexpr int RG = R >= 2 ? R / 2 : 1;
-    const int t0 = blockIdx.y * T;
-    const int nt = min(T, a.n - t0);
-    const float *x = a.x + (int64_t)t0 * a.cols;
-    unsigned g = blockIdx.x;
-    MVRows<R> m = mv_rows<R>(a, g, warp);
-    // The first group's loads go out before x is staged.
-    typename WFmt<F>::Raw raw[D][R];
-    if (mv_pipelined<F, R, T>(a.cols))
-        fetch_first<F, R, D>(m.wr, a.seg[m.s].soff, raw);
-    // Weights depend on no kernel: x and the outputs do (kernels/launch.cuh).
-    pdl_trigger();
-    pdl_wait();
-    float *stage = nullptr;
-    if constexpr (SM) {
-        extern __shared__ float mv_stage[];
-        stage_x<F, AX>(x, a.cols, mv_stage);
-        stage = mv_stage;
-    }
-    for (;;) {
-        const unsigned gn = g + gridDim.x;
-        const bool more = gn < a.n_groups;
-        const MVSeg &sg = a.seg[m.s];
-        float acc[R][T];
-        const auto next = [&](const uint8_t *(&wn)[R], size_t &soffn) {
-            if (more) {
-                const MVRows<R> mn = mv_rows<R>(a, gn, warp);
-#pragma unroll
-                for (int k = 0; k < R; k++)
-                    wn[k] = mn.wr[k];
-                soffn = a.seg[mn.s].soff;
-            } else {
-#pragma unroll
-                for (int k = 0; k < R; k++)
-                    wn[k] = m.wr[k];
-                soffn = sg.soff;
-            }
-        };
-        rows_dot<F, R, T, AX, SM>(m.wr, sg.soff, next, a.cols, SM ? nullptr : x, nt, raw, acc,
-                                  stage);
-        if (lane == 0) {
-#pragma unroll
-            for (int t = 0; t < T; t++) {
-                if (t >= nt)
-                    break;
-                float *o = sg.out + (int64_t)(t0 + t) * sg.rows;
-                if (glu) {
-#pragma unroll
-                    for (int k = 0; k < RG; k++) {
-                        const int64_t row = mv_row<R>(a, m.first, k);
-                        if (R >= 2 && row < sg.rows) {
-                            const float gt = acc[k][t];
-                            const float act =
-                                a.mode == CU_MV_GLU_GELU ? gelu_tanh_f(gt) : silu_f(gt);
-                            o[row] = __fmul_rn(act, acc[R >= 2 ? k + RG : 0][t]);
-                        }
-                    }
-                } else {
-#pragma unroll
-                    for (int k = 0; k < R; k++) {
-                        const int64_t row = mv_row<R>(a, m.first, k);
-                        if (row < sg.rows)
-                            o[row] = sg.bias ? __fadd_rn(acc[k][t], sg.bias[row]) : acc[k][t];
-                    }
-                }
-            }
-        }
-        if (!more)
-            break;
-        g = gn;
-        m = mv_rows<R>(a, g, warp);
-    }
-}
-
-template <int F, bool AX>
-__global__ void __launch_bounds__(MV_THREADS)
-matmul_grouped_kernel(const uint8_t *const *__restrict__ experts, const int32_t *__restrict__ ids,
-                      int in_div, size_t stride, size_t soff, int64_t rows, int64_t cols,
-                      const float *__restrict__ x, float *__restrict__ out)
-{
-    const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
-    const int p = blockIdx.y;
-    if (r >= rows)
-        return; // the whole warp: no block-wide barrier follows
-    const uint8_t *wr[1] = {experts[ids[p]] + r * (int64_t)stride};
-    typename WFmt<F>::Raw raw[MVDepth<F, 1, 1>::D][1];
-    if (mv_pipelined<F, 1, 1>(cols))
-        fetch_first<F, 1, MVDepth<F, 1, 1>::D>(wr, soff, raw);
-    float acc[1][1];
-    const auto same = [&](const uint8_t *(&wn)[1], size_t &soffn) {
-        wn[0] = wr[0];
-        soffn = soff;
-    };
-    rows_dot<F, 1, 1, AX>(wr, soff, same, cols, x + (int64_t)(p / in_div) * cols, 1, raw, acc);
-    if ((threadIdx.x & 31) == 0)
-        out[(int64_t)p * rows + r] = acc[0][0];
-}
-
-// Blocks of `kernel` an SM holds at once with smem bytes of dynamic shared
-// memory (0: unknown), remembered per kernel for the last smem asked.
-template <class K> int mv_blocks_per_sm(K kernel, size_t smem, std::atomic<uint64_t> &memo)
-{
-    const uint64_t m = memo.load(std::memory_order_relaxed);
-    if (m != 0 && (m >> 16) == smem)
-        return (int)(m & 0xFFFFu);
-#if defined(MEMRA_TESTS_EMU_CUDA_H)
-    // The CPU emulation has no occupancy query: two blocks per emulated SM,
-    // so the kernel check's larger matrices give each block several groups.
-    (void)kernel;
-    int n = 2;
-#else
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, MV_THREADS, smem) != cudaSuccess)
-        return 0;
-#endif
-    n = n > 0xFFFF ? 0xFFFF : n;
-    if (n > 0)
-        memo.store(((uint64_t)smem << 16) | (uint64_t)n, std::memory_order_relaxed);
-    return n;
-}
-
-// grid.x is the number of groups; with sm_count known (and not one_pass),
-// no more blocks than the device holds at once, each looping over groups.
-template <class K>
-dim3 mv_grid(K kernel, size_t smem, dim3 grid, int sm_count, bool one_pass,
-             std::atomic<uint64_t> &memo)
-{
-    if (one_pass || sm_count <= 0)
-        return grid;
-    const int per_sm = mv_blocks_per_sm(kernel, smem, memo);
-    if (per_sm <= 0)
-        return grid;
-    // Blocks of every token group count: resident blocks split among them.
-    const uint64_t cap = (uint64_t)per_sm * (uint64_t)sm_count;
-    const uint64_t want = (cap + grid.y - 1) / grid.y;
-    if (want < grid.x)
-        grid.x = (unsigned)(want < 1 ? 1 : want);
-    return grid;
-}
-
-template <int F, int R, int T, bool AX>
+// The batched instances (MV_TOKENS input rows a block) read x from
+// registers; the single-token ones are in kernels/matmul_single.cu.
+template <int F, int R, bool AX>
 void mv_launch(const MVArgs &a, dim3 grid, int sm_count, bool one_pass, cudaStream_t s)
 {
-    if constexpr (T == 1 && !WFmt<F>::DIRECT) {
-        const size_t sm = mv_stage_bytes<F>(a.cols);
-        if (sm <= MV_STAGE_MAX) {
-            static std::atomic<uint64_t> memo{0};
-            auto *k = matvec_kernel<F, R, T, AX, true>;
-            if (sm > 48 * 1024 &&
-                cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm) !=
-                    cudaSuccess)
-                return; // launch_matvec reports it (cudaGetLastError)
-            grid = mv_grid(k, sm, grid, sm_count, one_pass, memo);
-            launch_pdl(matvec_kernel<F, R, T, AX, true>, grid, dim3(MV_THREADS), sm, s, a);
-            return;
-        }
-    }
     static std::atomic<uint64_t> memo{0};
-    grid = mv_grid(matvec_kernel<F, R, T, AX, false>, 0, grid, sm_count, one_pass, memo);
-    launch_pdl(matvec_kernel<F, R, T, AX, false>, grid, dim3(MV_THREADS), 0, s, a);
+    grid = mv_grid(matvec_kernel<F, R, MV_TOKENS, AX, false>, 0, grid, sm_count, one_pass, memo);
+    launch_pdl(matvec_kernel<F, R, MV_TOKENS, AX, false>, grid, dim3(MV_THREADS), 0, s, a);
 }
 
-// The instance for (R, T, AX): R in {1, 2, 4} with aligned x, {1, 2} else;
-// T in {1, MV_TOKENS}.
-template <int F, int T, bool AX>
-void mv_pick_r(const MVArgs &a, dim3 grid, int r, int sms, bool one, cudaStream_t s)
-{
-    if (r == 1)
-        mv_launch<F, 1, T, AX>(a, grid, sms, one, s);
-    else if (r == 2 || !AX || T > 1)
-        mv_launch<F, 2, T, AX>(a, grid, sms, one, s);
-    else
-        mv_launch<F, 4, 1, true>(a, grid, sms, one, s);
-}
-
+// R is 1 or 2 for the batched instances.
 template <int F>
-void mv_dispatch(const MVArgs &a, dim3 grid, int r, int t, bool ax, int sms, bool one,
-                 cudaStream_t s)
+void mv_dispatch(const MVArgs &a, dim3 grid, int r, bool ax, int sms, bool one, cudaStream_t s)
 {
-    if (t == 1) {
-        if (ax)
-            mv_pick_r<F, 1, true>(a, grid, r, sms, one, s);
+    if (ax) {
+        if (r == 1)
+            mv_launch<F, 1, true>(a, grid, sms, one, s);
         else
-            mv_pick_r<F, 1, false>(a, grid, r, sms, one, s);
+            mv_launch<F, 2, true>(a, grid, sms, one, s);
     } else {
-        if (ax)
-            mv_pick_r<F, MV_TOKENS, true>(a, grid, r, sms, one, s);
+        if (r == 1)
+            mv_launch<F, 1, false>(a, grid, sms, one, s);
         else
-            mv_pick_r<F, MV_TOKENS, false>(a, grid, r, sms, one, s);
+            mv_launch<F, 2, false>(a, grid, sms, one, s);
     }
 }
 
@@ -685,17 +137,24 @@ extern "C" cudaError_t launch_matvec(const cu_mv_job *j, cudaStream_t stream)
     dim3 grid((unsigned)blocks, (unsigned)((j->n + t - 1) / t));
     const int sms = j->sm_count;
     const bool one = j->one_pass != 0;
-    switch (j->w[0]->fmt) {
-    case CW_F32: mv_dispatch<CW_F32>(a, grid, r, t, ax, sms, one, stream); break;
-    case CW_F16: mv_dispatch<CW_F16>(a, grid, r, t, ax, sms, one, stream); break;
-    case CW_BF16: mv_dispatch<CW_BF16>(a, grid, r, t, ax, sms, one, stream); break;
-    case CW_Q8_0: mv_dispatch<CW_Q8_0>(a, grid, r, t, ax, sms, one, stream); break;
-    case CW_Q4_0: mv_dispatch<CW_Q4_0>(a, grid, r, t, ax, sms, one, stream); break;
-    case CW_Q4_K: mv_dispatch<CW_Q4_K>(a, grid, r, t, ax, sms, one, stream); break;
-    case CW_Q5_K: mv_dispatch<CW_Q5_K>(a, grid, r, t, ax, sms, one, stream); break;
-    case CW_Q6_K: mv_dispatch<CW_Q6_K>(a, grid, r, t, ax, sms, one, stream); break;
-    case CW_NVFP4: mv_dispatch<CW_NVFP4>(a, grid, r, t, ax, sms, one, stream); break;
-    case CW_MXFP8: mv_dispatch<CW_MXFP8>(a, grid, r, t, ax, sms, one, stream); break;
+    const int fmt = j->w[0]->fmt;
+    if (fmt < 0 || fmt >= CW_COUNT)
+        return cudaErrorInvalidValue;
+    if (t == 1) {
+        memra_mv::launch_single(fmt, a, grid, r, ax, sms, one, stream);
+        return cudaGetLastError();
+    }
+    switch (fmt) {
+    case CW_F32: mv_dispatch<CW_F32>(a, grid, r, ax, sms, one, stream); break;
+    case CW_F16: mv_dispatch<CW_F16>(a, grid, r, ax, sms, one, stream); break;
+    case CW_BF16: mv_dispatch<CW_BF16>(a, grid, r, ax, sms, one, stream); break;
+    case CW_Q8_0: mv_dispatch<CW_Q8_0>(a, grid, r, ax, sms, one, stream); break;
+    case CW_Q4_0: mv_dispatch<CW_Q4_0>(a, grid, r, ax, sms, one, stream); break;
+    case CW_Q4_K: mv_dispatch<CW_Q4_K>(a, grid, r, ax, sms, one, stream); break;
+    case CW_Q5_K: mv_dispatch<CW_Q5_K>(a, grid, r, ax, sms, one, stream); break;
+    case CW_Q6_K: mv_dispatch<CW_Q6_K>(a, grid, r, ax, sms, one, stream); break;
+    case CW_NVFP4: mv_dispatch<CW_NVFP4>(a, grid, r, ax, sms, one, stream); break;
+    case CW_MXFP8: mv_dispatch<CW_MXFP8>(a, grid, r, ax, sms, one, stream); break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
