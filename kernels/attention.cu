@@ -14,18 +14,23 @@ constexpr int ATTN_WARPS = ATTN_THREADS / 32;
 constexpr int APPEND_THREADS = 256;
 
 // The element codecs: get(row, e) is value e of a stored row, as f32;
-// put_row stores row i of kv_dim values (one block of APPEND_THREADS per
-// row). f16 / bf16 / q8_0 go through lib/engine/kv_codec.h, the CPU's own
-// codecs, so both backends store the same bytes.
+// put2 stores values [e0, e1) of a K row and a V row, a thread a value
+// (both loads first, then both stores). f16 / bf16 / q8_0 go through
+// lib/engine/kv_codec.h, the CPU's own codecs, so both backends store the
+// same bytes.
 struct KvF32 {
     static DEV float get(const uint8_t *row, int64_t e)
     {
         return reinterpret_cast<const float *>(row)[e];
     }
-    static DEV void put_row(const float *x, int64_t kv_dim, uint8_t *row)
+    static DEV void put2(const float *xk, const float *xv, int64_t e0, int64_t e1, uint8_t *rk,
+                         uint8_t *rv)
     {
-        for (int64_t e = threadIdx.x; e < kv_dim; e += blockDim.x)
-            reinterpret_cast<float *>(row)[e] = x[e];
+        for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x) {
+            const float a = xk[e], b = xv[e];
+            reinterpret_cast<float *>(rk)[e] = a;
+            reinterpret_cast<float *>(rv)[e] = b;
+        }
     }
 };
 
@@ -34,10 +39,14 @@ struct KvF16 {
     {
         return __half2float(reinterpret_cast<const __half *>(row)[e]);
     }
-    static DEV void put_row(const float *x, int64_t kv_dim, uint8_t *row)
+    static DEV void put2(const float *xk, const float *xv, int64_t e0, int64_t e1, uint8_t *rk,
+                         uint8_t *rv)
     {
-        for (int64_t e = threadIdx.x; e < kv_dim; e += blockDim.x)
-            reinterpret_cast<uint16_t *>(row)[e] = kvc_f32_to_f16(x[e]);
+        for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x) {
+            const float a = xk[e], b = xv[e];
+            reinterpret_cast<uint16_t *>(rk)[e] = kvc_f32_to_f16(a);
+            reinterpret_cast<uint16_t *>(rv)[e] = kvc_f32_to_f16(b);
+        }
     }
 };
 
@@ -46,27 +55,38 @@ struct KvBF16 {
     {
         return bf16_bits_to_f32(reinterpret_cast<const uint16_t *>(row)[e]);
     }
-    static DEV void put_row(const float *x, int64_t kv_dim, uint8_t *row)
+    static DEV void put2(const float *xk, const float *xv, int64_t e0, int64_t e1, uint8_t *rk,
+                         uint8_t *rv)
     {
-        for (int64_t e = threadIdx.x; e < kv_dim; e += blockDim.x)
-            reinterpret_cast<uint16_t *>(row)[e] = kvc_f32_to_bf16(x[e]);
+        for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x) {
+            const float a = xk[e], b = xv[e];
+            reinterpret_cast<uint16_t *>(rk)[e] = kvc_f32_to_bf16(a);
+            reinterpret_cast<uint16_t *>(rv)[e] = kvc_f32_to_bf16(b);
+        }
     }
 };
 
-// q8_0: a warp per block of 32; lane j quantizes value j. The block's
-// amax is a max (exact in any order), the rest is kv_codec.h's arithmetic.
+// q8_0: a warp per block of 32 (e0 a multiple of 32); lane j quantizes
+// value j. The block's amax is a max (exact in any order), the rest is
+// kv_codec.h's arithmetic.
 struct KvQ8 {
     static DEV float get(const uint8_t *row, int64_t e) { return kvc_q8_0_get(row, e); }
-    static DEV void put_row(const float *x, int64_t kv_dim, uint8_t *row)
+    static DEV void put_block(float x, uint8_t *b)
+    {
+        const int lane = threadIdx.x & 31;
+        const float d = kvc_q8_0_scale(warp_max(fabsf(x)));
+        b[2 + lane] = (uint8_t)kvc_q8_0_quant(x, kvc_q8_0_inv(d));
+        if (lane == 0)
+            kvc_st16(b, kvc_f32_to_f16(d));
+    }
+    static DEV void put2(const float *xk, const float *xv, int64_t e0, int64_t e1, uint8_t *rk,
+                         uint8_t *rv)
     {
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-        for (int64_t blk = warp; blk < kv_dim / KV_Q8_0_BLOCK; blk += nw) {
-            const float v = x[blk * KV_Q8_0_BLOCK + lane];
-            const float d = kvc_q8_0_scale(warp_max(fabsf(v)));
-            uint8_t *b = row + blk * KV_Q8_0_BYTES;
-            b[2 + lane] = (uint8_t)kvc_q8_0_quant(v, kvc_q8_0_inv(d));
-            if (lane == 0)
-                kvc_st16(b, kvc_f32_to_f16(d));
+        for (int64_t blk = e0 / KV_Q8_0_BLOCK + warp; blk < e1 / KV_Q8_0_BLOCK; blk += nw) {
+            const float a = xk[blk * KV_Q8_0_BLOCK + lane], b = xv[blk * KV_Q8_0_BLOCK + lane];
+            put_block(a, rk + blk * KV_Q8_0_BYTES);
+            put_block(b, rv + blk * KV_Q8_0_BYTES);
         }
     }
 };
@@ -79,17 +99,29 @@ DEV int64_t kv_row_index(const int32_t *table, int64_t t, int layer, int n_block
     return ((int64_t)layer * n_blocks + blk) * bs + p % bs;
 }
 
+// Block (row, piece): values [piece * APPEND_PIECE, + APPEND_PIECE) of
+// the row's K and V, so that one row's append is a few blocks working side
+// by side, not one block's loop of dependent loads and stores. Block (i,
+// 0) also zeroes row i's decode counters (launch_kv_append).
+constexpr int APPEND_PIECE = APPEND_THREADS;
+
 template <typename KV>
-__global__ void kv_append_kernel(const float *__restrict__ k, const float *__restrict__ v,
-                                 const int32_t *__restrict__ meta, int n, int layer, int n_blocks,
-                                 int bs, int64_t kv_dim, int64_t row_bytes, uint8_t *kp,
-                                 uint8_t *vp)
+__global__ void __launch_bounds__(APPEND_THREADS)
+kv_append_kernel(const float *__restrict__ k, const float *__restrict__ v,
+                 const int32_t *__restrict__ meta, int n, int layer, int n_blocks, int bs,
+                 int64_t kv_dim, int64_t row_bytes, uint8_t *kp, uint8_t *vp,
+                 unsigned *__restrict__ counters, int per_row, int n_counters)
 {
     const int i = blockIdx.x;
+    const int64_t e0 = (int64_t)blockIdx.y * APPEND_PIECE;
+    const int64_t e1 = min(kv_dim, e0 + APPEND_PIECE);
     const int32_t *table = meta + 2 * n + meta[n + i];
     const int64_t off = kv_row_index(table, meta[i], layer, n_blocks, bs) * row_bytes;
-    KV::put_row(k + (int64_t)i * kv_dim, kv_dim, kp + off);
-    KV::put_row(v + (int64_t)i * kv_dim, kv_dim, vp + off);
+    KV::put2(k + (int64_t)i * kv_dim, v + (int64_t)i * kv_dim, e0, e1, kp + off, vp + off);
+    if (counters && blockIdx.y == 0)
+        for (int t = threadIdx.x; t < per_row; t += blockDim.x)
+            if ((int64_t)i * per_row + t < n_counters)
+                counters[(int64_t)i * per_row + t] = 0u;
 }
 
 // The visible span [lo, pos] of a row.
@@ -506,14 +538,127 @@ DEV void dec_start(const float *__restrict__ q, const cu_attn &a, int i, int kvh
     }
 }
 
+// The splits' merge, as attn_decode_combine_kernel computes it (the same
+// operations in the same order: the same bytes), for the G query heads of
+// one KV head, by the last block of the (row, KV head) to finish: each
+// block's partial is written (dec_finish), fenced, then counted at
+// *counter; the block that brings the count to ns reads every split's
+// partial back (from L2: other blocks wrote them), merges, writes out and
+// resets the counter for the next launch. A row of one split skips the
+// count. cw: GT * ATTN_SPLITS_MAX * 2 floats of shared memory.
+constexpr int COMBINE_WAYS = 4;
+
+template <int GT>
+DEV void dec_fold(const float *pp, int64_t pstride, int ns, int G, int hd, unsigned *counter,
+                  float *cw, float *out)
+{
+    __shared__ int last;
+    __shared__ float mx_s[GT], l_s[GT];
+    if (ns > 1) {
+        __threadfence(); // this block's partial is visible before it is counted
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const unsigned prev = atomicAdd(counter, 1u);
+            last = prev == (unsigned)ns - 1;
+            if (last)
+                *counter = 0u; // every split has counted: ready for the next launch
+        }
+        __syncthreads();
+        if (!last)
+            return;
+        __threadfence();
+    } else {
+        __syncthreads(); // this block's own partial, written by its threads
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float *ms = cw, *ls = cw + GT * ATTN_SPLITS_MAX; // [GT][ATTN_SPLITS_MAX] each
+    for (int idx = threadIdx.x; idx < G * ns; idx += DEC_THREADS) {
+        const int g = idx / ns, c = idx % ns;
+        const float *p = pp + (int64_t)g * pstride + (int64_t)c * (hd + 2);
+        ms[g * ATTN_SPLITS_MAX + c] = __ldcg(p + hd);
+        ls[g * ATTN_SPLITS_MAX + c] = __ldcg(p + hd + 1);
+    }
+    __syncthreads();
+    for (int g = warp; g < G; g += DEC_WARPS) { // a max: exact in any order
+        float m = -INFINITY;
+        for (int c = lane; c < ns; c += 32)
+            m = fmaxf(m, ms[g * ATTN_SPLITS_MAX + c]);
+        m = warp_max(m);
+        if (lane == 0)
+            mx_s[g] = m;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < G * ns; idx += DEC_THREADS) {
+        const int g = idx / ns, c = idx % ns;
+        ms[g * ATTN_SPLITS_MAX + c] = expf(__fsub_rn(ms[g * ATTN_SPLITS_MAX + c], mx_s[g]));
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < G) { // the exp-sums, ascending
+        const int g = (int)threadIdx.x;
+        float l = 0.0f;
+        for (int c = 0; c < ns; c++)
+            l = __fmaf_rn(ls[g * ATTN_SPLITS_MAX + c], ms[g * ATTN_SPLITS_MAX + c], l);
+        l_s[g] = l;
+    }
+    __syncthreads();
+    // Value e of head g: the COMBINE_WAYS sums over the splits c = j (mod
+    // COMBINE_WAYS), each ascending, side by side in one pass (a thread's
+    // loads of all heads and ways in flight at once), added in order of j.
+    static_assert(COMBINE_WAYS == 4, "the ways below are written out");
+    for (int e = threadIdx.x; e < hd; e += DEC_THREADS) {
+        float acc[GT][COMBINE_WAYS];
+#pragma unroll
+        for (int g = 0; g < GT; g++)
+#pragma unroll
+            for (int j = 0; j < COMBINE_WAYS; j++)
+                acc[g][j] = 0.0f;
+        int c = 0;
+        for (; c + COMBINE_WAYS <= ns; c += COMBINE_WAYS) {
+#pragma unroll
+            for (int g = 0; g < GT; g++) {
+                if (g < G) {
+                    const float *p = pp + (int64_t)g * pstride + (int64_t)c * (hd + 2) + e;
+                    const float *w = ms + g * ATTN_SPLITS_MAX + c;
+#pragma unroll
+                    for (int j = 0; j < COMBINE_WAYS; j++)
+                        acc[g][j] = __fmaf_rn(__ldcg(p + (int64_t)j * (hd + 2)), w[j], acc[g][j]);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < COMBINE_WAYS - 1; j++) {
+            if (c + j < ns) {
+#pragma unroll
+                for (int g = 0; g < GT; g++)
+                    if (g < G)
+                        acc[g][j] = __fmaf_rn(
+                            __ldcg(pp + (int64_t)g * pstride + (int64_t)(c + j) * (hd + 2) + e),
+                            ms[g * ATTN_SPLITS_MAX + c + j], acc[g][j]);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GT; g++) {
+            if (g < G) {
+                float o = acc[g][0];
+#pragma unroll
+                for (int j = 1; j < COMBINE_WAYS; j++)
+                    o = __fadd_rn(o, acc[g][j]);
+                out[g * hd + e] = __fdiv_rn(o, l_s[g]);
+            }
+        }
+    }
+}
+
 // Partials as the old kernel lays them out: [row][head][slot][hd + 2].
 template <typename LD, int GT, int LPK>
 __global__ void __launch_bounds__(DEC_THREADS, GT >= 8 ? 2 : 3)
 attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n, cu_attn a,
                    int n_blocks, int bs, int64_t row_bytes, const uint8_t *__restrict__ kp,
-                   const uint8_t *__restrict__ vp, int max_splits, float *__restrict__ part)
+                   const uint8_t *__restrict__ vp, int max_splits, float *__restrict__ part,
+                   unsigned *__restrict__ counters, float *__restrict__ out)
 {
     __shared__ int64_t roff[DEC_PIECE];
+    __shared__ float cw[2 * GT * ATTN_SPLITS_MAX];
     __shared__ float wm[DEC_WARPS][GT], wl[DEC_WARPS][GT];
     extern __shared__ float wacc[]; // [DEC_WARPS][GT][hd]
     constexpr int UN = GT >= 8 ? 2 : DEC_UNROLL; // eight heads' registers leave room for 2
@@ -522,7 +667,7 @@ attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta
     dec_block(a, slot, kvh);
     const int hd = a.head_dim, G = a.n_heads / a.n_kv_heads;
     const int64_t pos = meta[i], lo = span_lo(pos, a.window), span = pos - lo + 1;
-    const int64_t ck = attn_split_keys(span, a.splits);
+    const int64_t ck = attn_split_keys(span, a.splits, a.split_min);
     if ((int64_t)slot * ck >= span)
         return; // the whole block: this row has fewer splits
     const int64_t t0 = lo + (int64_t)slot * ck, t1 = min(pos, t0 + ck - 1);
@@ -561,10 +706,13 @@ attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta
             dec_tiles<LD, GT, UN, LPK>(kx, vx, ok, qr, m, l, acc, lpk, a.scale, a.softcap);
         }
     }
-    dec_finish<GT, LPK>(m, l, acc, wacc, wm, wl, G, hd, lpk,
-                   part + (((int64_t)i * a.n_heads + (int64_t)kvh * G) * max_splits + slot) *
-                              (hd + 2),
-                   (int64_t)max_splits * (hd + 2));
+    float *pp = part + ((int64_t)i * a.n_heads + (int64_t)kvh * G) * max_splits * (hd + 2);
+    dec_finish<GT, LPK>(m, l, acc, wacc, wm, wl, G, hd, lpk, pp + (int64_t)slot * (hd + 2),
+                        (int64_t)max_splits * (hd + 2));
+    if (!a.combine_apart)
+        dec_fold<GT>(pp, (int64_t)max_splits * (hd + 2), (int)((span + ck - 1) / ck), G, hd,
+                     counters + (int64_t)i * a.n_kv_heads + kvh, cw,
+                     out + ((int64_t)i * a.n_heads + (int64_t)kvh * G) * hd);
 }
 
 // cp.async: 16 bytes from global to shared memory without a register in
@@ -621,9 +769,11 @@ __global__ void __launch_bounds__(DEC_THREADS, GT >= 8 ? 2 : 3)
 attn_decode_pipe_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n,
                         cu_attn a, int n_blocks, int bs, int64_t row_bytes,
                         const uint8_t *__restrict__ kp, const uint8_t *__restrict__ vp,
-                        int max_splits, float *__restrict__ part)
+                        int max_splits, float *__restrict__ part,
+                        unsigned *__restrict__ counters, float *__restrict__ out)
 {
     __shared__ float wm[DEC_WARPS][GT], wl[DEC_WARPS][GT];
+    __shared__ float cw[2 * GT * ATTN_SPLITS_MAX];
     extern __shared__ uint4 pipe_sh[];
     constexpr int UN = GT >= 8 ? 2 : DEC_UNROLL;
     const int i = blockIdx.z;
@@ -631,7 +781,7 @@ attn_decode_pipe_kernel(const float *__restrict__ q, const int32_t *__restrict__
     dec_block(a, slot, kvh);
     const int hd = a.head_dim, G = a.n_heads / a.n_kv_heads;
     const int64_t pos = meta[i], lo = span_lo(pos, a.window), span = pos - lo + 1;
-    const int64_t ck = attn_split_keys(span, a.splits);
+    const int64_t ck = attn_split_keys(span, a.splits, a.split_min);
     if ((int64_t)slot * ck >= span)
         return; // the whole block: this row has fewer splits
     const int64_t t0 = lo + (int64_t)slot * ck, t1 = min(pos, t0 + ck - 1);
@@ -715,10 +865,14 @@ attn_decode_pipe_kernel(const float *__restrict__ q, const int32_t *__restrict__
     }
     cp_async_wait<0>();
     __syncthreads(); // the stages are read: the merge reuses them
-    dec_finish<GT, LPK>(m, l, acc, reinterpret_cast<float *>(pipe_sh), wm, wl, G, hd, lpk,
-                   part + (((int64_t)i * a.n_heads + (int64_t)kvh * G) * max_splits + slot) *
-                              (hd + 2),
-                   (int64_t)max_splits * (hd + 2));
+    float *pp = part + ((int64_t)i * a.n_heads + (int64_t)kvh * G) * max_splits * (hd + 2);
+    float *merge = reinterpret_cast<float *>(pipe_sh);
+    dec_finish<GT, LPK>(m, l, acc, merge, wm, wl, G, hd, lpk, pp + (int64_t)slot * (hd + 2),
+                        (int64_t)max_splits * (hd + 2));
+    if (!a.combine_apart)
+        dec_fold<GT>(pp, (int64_t)max_splits * (hd + 2), (int)((span + ck - 1) / ck), G, hd,
+                     counters + (int64_t)i * a.n_kv_heads + kvh, cw,
+                     out + ((int64_t)i * a.n_heads + (int64_t)kvh * G) * hd);
 }
 
 // Block (row, head), COMBINE_THREADS threads: merge the row's splits.
@@ -727,7 +881,6 @@ attn_decode_pipe_kernel(const float *__restrict__ q, const int32_t *__restrict__
 // c = j (mod COMBINE_WAYS), each ascending, added in order of j: a fixed
 // shape, with that many independent loads in flight per value.
 constexpr int COMBINE_THREADS = 256;
-constexpr int COMBINE_WAYS = 4;
 
 __global__ void __launch_bounds__(COMBINE_THREADS)
 attn_decode_combine_kernel(const float *__restrict__ part, const int32_t *__restrict__ meta,
@@ -738,7 +891,7 @@ attn_decode_combine_kernel(const float *__restrict__ part, const int32_t *__rest
     extern __shared__ float red[]; // [COMBINE_WAYS][hd]
     const int i = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
     const int64_t pos = meta[i], span = pos - span_lo(pos, a.window) + 1;
-    const int64_t ck = attn_split_keys(span, a.splits);
+    const int64_t ck = attn_split_keys(span, a.splits, a.split_min);
     const int ns = (int)((span + ck - 1) / ck);
     const float *pp = part + ((int64_t)i * a.n_heads + h) * max_splits * (hd + 2);
     for (int c = threadIdx.x; c < ns; c += COMBINE_THREADS)
@@ -782,7 +935,8 @@ attn_decode_combine_kernel(const float *__restrict__ part, const int32_t *__rest
 
 template <typename LD, int GT, int LPK>
 cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
-                     const float *q, int max_splits, float *part, float *out, cudaStream_t s)
+                     const float *q, int max_splits, float *part, unsigned *counters, float *out,
+                     cudaStream_t s)
 {
     const dim3 grid = a->heads_first
                           ? dim3((unsigned)a->n_kv_heads, (unsigned)max_splits, (unsigned)n)
@@ -801,7 +955,7 @@ cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
             attn_decode_pipe_kernel<LD, GT, LPK><<<grid, DEC_THREADS, smem, s>>>(
                 q, meta, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes,
                 static_cast<const uint8_t *>(kv->k), static_cast<const uint8_t *>(kv->v),
-                max_splits, part);
+                max_splits, part, counters, out);
             staged = true;
         }
     }
@@ -810,10 +964,10 @@ cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
         attn_decode_kernel<LD, GT, LPK><<<grid, DEC_THREADS, smem, s>>>(
             q, meta, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes,
             static_cast<const uint8_t *>(kv->k), static_cast<const uint8_t *>(kv->v), max_splits,
-            part);
+            part, counters, out);
     }
     cudaError_t rc = cudaGetLastError();
-    if (rc != cudaSuccess)
+    if (rc != cudaSuccess || !a->combine_apart)
         return rc;
     dim3 g2((unsigned)n, (unsigned)a->n_heads);
     const size_t csmem = (size_t)COMBINE_WAYS * (size_t)a->head_dim * sizeof(float);
@@ -826,25 +980,27 @@ cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
 // lane reductions' strides fixed; other sizes take them at run time.
 template <typename LD, int GT>
 cudaError_t decode_l(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
-                     const float *q, int max_splits, float *part, float *out, cudaStream_t s)
+                     const float *q, int max_splits, float *part, unsigned *cnt, float *out,
+                     cudaStream_t s)
 {
     if (dec_lpk(a->head_dim) == 16)
-        return decode_t<LD, GT, 16>(kv, a, meta, n, q, max_splits, part, out, s);
-    return decode_t<LD, GT, 0>(kv, a, meta, n, q, max_splits, part, out, s);
+        return decode_t<LD, GT, 16>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
+    return decode_t<LD, GT, 0>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
 }
 
 template <typename LD>
 cudaError_t decode_g(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
-                     const float *q, int max_splits, float *part, float *out, cudaStream_t s)
+                     const float *q, int max_splits, float *part, unsigned *cnt, float *out,
+                     cudaStream_t s)
 {
     const int G = a->n_heads / a->n_kv_heads;
     if (G <= 1)
-        return decode_l<LD, 1>(kv, a, meta, n, q, max_splits, part, out, s);
+        return decode_l<LD, 1>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
     if (G <= 2)
-        return decode_l<LD, 2>(kv, a, meta, n, q, max_splits, part, out, s);
+        return decode_l<LD, 2>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
     if (G <= 4)
-        return decode_l<LD, 4>(kv, a, meta, n, q, max_splits, part, out, s);
-    return decode_l<LD, 8>(kv, a, meta, n, q, max_splits, part, out, s);
+        return decode_l<LD, 4>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
+    return decode_l<LD, 8>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
 }
 
 size_t partial_smem(const cu_attn *a)
@@ -879,39 +1035,41 @@ cudaError_t attention_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *m
     return cudaGetLastError();
 }
 
+template <typename KV>
+cudaError_t append_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
+                     const float *k, const float *v, unsigned *counters, int n_counters,
+                     cudaStream_t stream)
+{
+    const dim3 grid((unsigned)n, (unsigned)((kv->kv_dim + APPEND_PIECE - 1) / APPEND_PIECE));
+    kv_append_kernel<KV><<<grid, APPEND_THREADS, 0, stream>>>(
+        k, v, meta, n, a->layer, kv->n_blocks, kv->block_size, kv->kv_dim, kv->row_bytes,
+        static_cast<uint8_t *>(kv->k), static_cast<uint8_t *>(kv->v), counters, a->n_kv_heads,
+        n_counters);
+    return cudaGetLastError();
+}
+
 } // namespace
 
 // ---- launchers ----
 
 extern "C" cudaError_t launch_kv_append(const cu_kv_pool *kv, const cu_attn *a,
                                         const int32_t *meta, int n, const float *k, const float *v,
-                                        cudaStream_t stream)
+                                        unsigned *counters, int n_counters, cudaStream_t stream)
 {
     if (n <= 0)
         return cudaSuccess;
-    uint8_t *kp = static_cast<uint8_t *>(kv->k), *vp = static_cast<uint8_t *>(kv->v);
+    if (n > 2147483647 || kv->kv_dim <= 0 || (kv->kv_dim + APPEND_PIECE - 1) / APPEND_PIECE > 65535)
+        return cudaErrorInvalidValue;
     switch (kv->type) {
-    case CU_KV_F32:
-        kv_append_kernel<KvF32><<<n, APPEND_THREADS, 0, stream>>>(
-            k, v, meta, n, a->layer, kv->n_blocks, kv->block_size, kv->kv_dim, kv->row_bytes, kp, vp);
-        break;
-    case CU_KV_F16:
-        kv_append_kernel<KvF16><<<n, APPEND_THREADS, 0, stream>>>(
-            k, v, meta, n, a->layer, kv->n_blocks, kv->block_size, kv->kv_dim, kv->row_bytes, kp, vp);
-        break;
-    case CU_KV_BF16:
-        kv_append_kernel<KvBF16><<<n, APPEND_THREADS, 0, stream>>>(
-            k, v, meta, n, a->layer, kv->n_blocks, kv->block_size, kv->kv_dim, kv->row_bytes, kp, vp);
-        break;
+    case CU_KV_F32: return append_t<KvF32>(kv, a, meta, n, k, v, counters, n_counters, stream);
+    case CU_KV_F16: return append_t<KvF16>(kv, a, meta, n, k, v, counters, n_counters, stream);
+    case CU_KV_BF16: return append_t<KvBF16>(kv, a, meta, n, k, v, counters, n_counters, stream);
     case CU_KV_Q8_0:
         if (kv->kv_dim % KV_Q8_0_BLOCK != 0)
             return cudaErrorInvalidValue;
-        kv_append_kernel<KvQ8><<<n, APPEND_THREADS, 0, stream>>>(
-            k, v, meta, n, a->layer, kv->n_blocks, kv->block_size, kv->kv_dim, kv->row_bytes, kp, vp);
-        break;
+        return append_t<KvQ8>(kv, a, meta, n, k, v, counters, n_counters, stream);
     default: return cudaErrorInvalidValue;
     }
-    return cudaGetLastError();
 }
 
 extern "C" cudaError_t launch_attention(const cu_kv_pool *kv, const cu_attn *a,
@@ -934,23 +1092,24 @@ extern "C" cudaError_t launch_attention(const cu_kv_pool *kv, const cu_attn *a,
 
 extern "C" cudaError_t launch_attention_decode(const cu_kv_pool *kv, const cu_attn *a,
                                                const int32_t *meta, int n, const float *q,
-                                               int max_splits, float *part, float *out,
-                                               cudaStream_t stream)
+                                               int max_splits, float *part, unsigned *counters,
+                                               float *out, cudaStream_t stream)
 {
     if (n <= 0)
         return cudaSuccess;
     if (!attn_decode_fits(a->n_heads, a->n_kv_heads, a->head_dim) || n > 65535 ||
         a->n_kv_heads > 65535 || a->n_heads > 65535 || max_splits <= 0 ||
-        max_splits > ATTN_SPLITS_MAX ||
+        max_splits > ATTN_SPLITS_MAX || (!counters && !a->combine_apart) ||
         (kv->type != CU_KV_Q8_0 ? kv->row_bytes % 16 : kv->row_bytes % 2) != 0)
         return cudaErrorInvalidValue;
+    unsigned *c = counters;
     switch (kv->type) {
-    case CU_KV_F32: return decode_g<Ld8F32>(kv, a, meta, n, q, max_splits, part, out, stream);
+    case CU_KV_F32: return decode_g<Ld8F32>(kv, a, meta, n, q, max_splits, part, c, out, stream);
     case CU_KV_F16:
-        return decode_g<Ld8Half<false>>(kv, a, meta, n, q, max_splits, part, out, stream);
+        return decode_g<Ld8Half<false>>(kv, a, meta, n, q, max_splits, part, c, out, stream);
     case CU_KV_BF16:
-        return decode_g<Ld8Half<true>>(kv, a, meta, n, q, max_splits, part, out, stream);
-    case CU_KV_Q8_0: return decode_g<Ld8Q8>(kv, a, meta, n, q, max_splits, part, out, stream);
+        return decode_g<Ld8Half<true>>(kv, a, meta, n, q, max_splits, part, c, out, stream);
+    case CU_KV_Q8_0: return decode_g<Ld8Q8>(kv, a, meta, n, q, max_splits, part, c, out, stream);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -22,13 +22,16 @@
  * take).
  *
  * The default (launch_attention_decode) cuts a row's visible span of L
- * keys into at most S splits of attn_split_keys(L, S) keys (a multiple of
- * ATTN_SPLIT_UNIT), S (cu_attn.splits, at most ATTN_SPLITS_MAX) chosen by
- * the caller from the device and the model, never from the batch. One
- * block per (split, KV head, row) reads each key's K and V once, with
- * 16-byte loads, for all the query heads of the KV head (GQA), and keeps
- * an online softmax per head; a second kernel merges a row's splits in
- * ascending order. The split depends on the row's span and S only. With
+ * keys into at most min(S, ceil(L / F)) splits of attn_split_keys(L, S, F)
+ * keys (a multiple of ATTN_SPLIT_UNIT), S (cu_attn.splits, at most
+ * ATTN_SPLITS_MAX) chosen by the caller from the device and the model,
+ * F (cu_attn.split_min) a constant, never from the batch. One block per
+ * (split, KV head, row) reads each key's K and V once, with 16-byte
+ * loads, for all the query heads of the KV head (GQA), and keeps an
+ * online softmax per head; the last block of a (row, KV head) to finish
+ * (a counter per pair) merges the row's splits in ascending order (or,
+ * with cu_attn.combine_apart, a second kernel does, with the same sums:
+ * the same bytes). The split depends on the row's span, S and F only. With
  * cu_attn.pipe (f32 / f16 / bf16) the block stages its keys' K/V in
  * shared memory through cp.async, several stages ahead of the math; the
  * sums are the same as without (same tiles, same order), so the two give
@@ -47,6 +50,11 @@ extern "C" {
 #define ATTN_CHUNK 64
 #define ATTN_SPLIT_UNIT 64
 #define ATTN_SPLITS_MAX 128
+/* The default floor F of keys a decode split has (cu_attn.split_min 0):
+ * a row of L keys has at most ceil(L / F) splits, so short rows get a few
+ * splits of about F keys rather than many tiny ones (docs/decisions/0008,
+ * session 5). A multiple of ATTN_SPLIT_UNIT. */
+#define ATTN_SPLIT_MIN 128
 
 /* Element types, the values of lib/engine/kv_cache.h's kv_type. */
 enum { CU_KV_F32 = 0, CU_KV_F16 = 1, CU_KV_BF16 = 2, CU_KV_Q8_0 = 3 };
@@ -68,6 +76,9 @@ typedef struct {
     int splits;         /* most splits a row's span is cut into, 1..ATTN_SPLITS_MAX (0: the max) */
     int pipe;           /* 1: K/V staged through shared memory by cp.async (not q8_0) */
     int heads_first;    /* 1: blocks of one split's KV heads launch next to each other */
+    int split_min;      /* F: a row has at most ceil(span / F) splits (F rounded up to
+                           ATTN_SPLIT_UNIT; 0: ATTN_SPLIT_MIN) */
+    int combine_apart;  /* 1: the splits merged by a kernel of their own, not the last block */
 } cu_attn;
 
 /* Chunks a row at position pos has (its partials' slots). */
@@ -89,22 +100,49 @@ ATTN_HD int attn_split_count(int splits)
     return splits >= 1 && splits <= ATTN_SPLITS_MAX ? splits : ATTN_SPLITS_MAX;
 }
 
-/* Keys per split of a span of L >= 1 keys (launch_attention_decode): the
- * smallest multiple of ATTN_SPLIT_UNIT making at most S splits. */
-ATTN_HD int64_t attn_split_keys(int64_t span, int splits)
+/* The floor F of keys a split has, as the kernels use it: split_min
+ * rounded up to a multiple of ATTN_SPLIT_UNIT (0: ATTN_SPLIT_MIN). */
+ATTN_HD int64_t attn_split_floor(int split_min)
 {
-    const int64_t per = (int64_t)ATTN_SPLIT_UNIT * attn_split_count(splits);
+    const int64_t f = split_min > 0 ? split_min : ATTN_SPLIT_MIN;
+    return (int64_t)ATTN_SPLIT_UNIT * ((f + ATTN_SPLIT_UNIT - 1) / ATTN_SPLIT_UNIT);
+}
+
+/* Keys per split of a span of L >= 1 keys (launch_attention_decode): the
+ * span cut into ns = ceil(L / F) splits (at most S), each the smallest
+ * multiple of ATTN_SPLIT_UNIT that makes at most ns: a short row's splits
+ * are about even (513 keys at F 256: 192, 192, 129), a long row's as many
+ * as S allows. At F = ATTN_SPLIT_UNIT this is session 4's split. */
+ATTN_HD int64_t attn_split_keys(int64_t span, int splits, int split_min)
+{
+    const int64_t f = attn_split_floor(split_min);
+    int64_t ns = (span + f - 1) / f;
+    const int s = attn_split_count(splits);
+    ns = ns < 1 ? 1 : ns > s ? s : ns;
+    const int64_t per = (int64_t)ATTN_SPLIT_UNIT * ns;
     return (int64_t)ATTN_SPLIT_UNIT * ((span + per - 1) / per);
 }
 
 /* Splits a row at position pos has under launch_attention_decode: at most
- * ceil(span / ATTN_SPLIT_UNIT), so never more than attn_row_chunks(pos,
+ * S and at most ceil(span / F), so never more than attn_row_chunks(pos,
  * 0), the count a graph's bucket is made from (cuda_graph.c). */
-ATTN_HD int attn_row_splits(int64_t pos, int64_t window, int splits)
+ATTN_HD int attn_row_splits(int64_t pos, int64_t window, int splits, int split_min)
 {
     int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-    int64_t span = pos - lo + 1, ck = attn_split_keys(span, splits);
+    int64_t span = pos - lo + 1, ck = attn_split_keys(span, splits, split_min);
     return (int)((span + ck - 1) / ck);
+}
+
+/* The most splits any row whose span is at most chunks * ATTN_CHUNK keys
+ * has (a graph's bucket of chunks: its decode grid): min(S, ceil(chunks *
+ * ATTN_CHUNK / F)), as attn_split_keys cuts. A function of the bucket, S
+ * and F only, as a graph's grid must be. */
+static inline int attn_bucket_splits(int chunks, int splits, int split_min)
+{
+    const int64_t f = attn_split_floor(split_min);
+    const int64_t by_floor = ((int64_t)chunks * ATTN_CHUNK + f - 1) / f;
+    const int s = attn_split_count(splits);
+    return by_floor < 1 ? 1 : by_floor < s ? (int)by_floor : s;
 }
 
 /* Whether launch_attention_decode takes this shape: head_dim a multiple
@@ -116,9 +154,12 @@ static inline int attn_decode_fits(int n_heads, int n_kv_heads, int head_dim)
 }
 
 /* Store k, v [n][kv_dim] at each row's position (q8_0: kv_dim a multiple
- * of 32, else cudaErrorInvalidValue). */
+ * of 32, else cudaErrorInvalidValue). With counters (not NULL), also
+ * zeroes counters[0 .. n_counters), the decode kernel's counters of the
+ * launch that follows (see launch_attention_decode). */
 cudaError_t launch_kv_append(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
-                             const float *k, const float *v, cudaStream_t stream);
+                             const float *k, const float *v, unsigned *counters, int n_counters,
+                             cudaStream_t stream);
 
 /* out [n][n_heads][head_dim] = softmax(q . K^T * scale, soft-capped, causal
  * and windowed) . V. part: device scratch of attn_partials_floats floats;
@@ -129,12 +170,16 @@ cudaError_t launch_attention(const cu_kv_pool *kv, const cu_attn *a, const int32
 
 /* The same result by the split-K decode kernel above (attn_decode_fits
  * shapes; f32 / f16 / bf16 rows of a multiple of 16 bytes, or q8_0 rows
- * of an even size); a->splits, a->pipe, a->heads_first as above; max_splits:
- * the largest attn_row_splits of the rows, at most ATTN_SPLITS_MAX; part:
- * attn_partials_floats(n, n_heads, head_dim, max_splits) floats. */
+ * of an even size); a->splits, a->split_min, a->pipe, a->heads_first,
+ * a->combine_apart as above; max_splits: at least the largest
+ * attn_row_splits of the rows, at most ATTN_SPLITS_MAX (blocks past a
+ * row's splits return at once); part: attn_partials_floats(n, n_heads,
+ * head_dim, max_splits) floats; counters: n * n_kv_heads of them, zero
+ * on entry (launch_kv_append zeroes them) and again on return (the last
+ * block of each pair resets its own); NULL only with combine_apart. */
 cudaError_t launch_attention_decode(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta,
                                     int n, const float *q, int max_splits, float *part,
-                                    float *out, cudaStream_t stream);
+                                    unsigned *counters, float *out, cudaStream_t stream);
 
 static inline size_t attn_partials_floats(int n, int n_heads, int head_dim, int max_chunks)
 {

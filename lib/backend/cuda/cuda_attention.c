@@ -267,9 +267,9 @@ static void flash_prefill(cuda_backend *cb, const kv_cache *kc, const bk_attn *a
     cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kc->type, kc->n_blocks, kc->block_size,
                        kc->kv_dim, (int64_t)kc->row_bytes};
     cu_attn at = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
-                  a->window, 0, 0, 0};
+                  a->window, 0, 0, 0, 0, 0};
     int n = rows->n;
-    if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
+    if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, NULL, 0, cb->stream)))
         return;
     for (int i0 = 0, i1; i0 < n; i0 = i1) {
         for (i1 = i0 + 1; i1 < n && rows->seq[i1] == rows->seq[i0];)
@@ -283,9 +283,10 @@ static void flash_prefill(cuda_backend *cb, const kv_cache *kc, const bk_attn *a
  * of G query heads each: the tuning's, or from the device: one wave of
  * (split, KV head) blocks for one row, at the blocks a multiprocessor
  * holds (kernels/attention.cu bounds the decode kernel's registers to 3
- * blocks of 128 threads, 2 past 4 query heads a KV head). It depends on
- * the device and the model only, never on the step's rows, so a row's
- * splits (attn_row_splits) are its own
+ * blocks of 128 threads, 2 past 4 query heads a KV head). With the floor
+ * of keys a split has (tune.attn_split_min, ATTN_SPLIT_MIN), a short row
+ * has fewer. It depends on the device and the model only, never on the
+ * step's rows, so a row's splits (attn_row_splits) are its own
  * (docs/decisions/0008-decode-attention-split.md). */
 static int decode_splits(const cuda_backend *cb, int n_heads, int n_kv_heads)
 {
@@ -337,19 +338,22 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
                     attn_decode_fits(a->n_heads, a->n_kv_heads, a->head_dim) &&
                     (kc->type == KV_Q8_0 || kc->row_bytes % 16 == 0);
     const int splits = dec ? decode_splits(cb, a->n_heads, a->n_kv_heads) : 0;
+    const int split_min = cb->tune.attn_split_min;
     int max_chunks = 1;
     for (int i = 0; i < n; i++) {
-        int c = dec ? attn_row_splits(rows->pos[i], a->window, splits)
+        int c = dec ? attn_row_splits(rows->pos[i], a->window, splits, split_min)
                     : attn_row_chunks(rows->pos[i], a->window);
         if (c > max_chunks)
             max_chunks = c;
     }
     if (cuda_graph_chunks(cb) > 0) {
         /* A graphed step: the grid is the key's (cuda_graph.c), its bucket
-         * made from attn_row_chunks, never below a row's splits. */
+         * made from attn_row_chunks, never below a row's splits; for the
+         * decode kernel, the most splits a row in the bucket can have
+         * (blocks past a row's own return at once). */
         int bucket = cuda_graph_chunks(cb);
-        if (dec && bucket > ATTN_SPLITS_MAX)
-            bucket = ATTN_SPLITS_MAX;
+        if (dec)
+            bucket = attn_bucket_splits(bucket, splits, split_min);
         if (bucket < max_chunks) {
             cuda_failf(cb, "attention: a graph bucket of %d splits for rows needing %d", bucket,
                        max_chunks);
@@ -359,37 +363,45 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
     }
     /* A long prompt chunk deep in the context has many rows x chunks of
      * partials: its rows go in groups, bounding the scratch (a row's
-     * result does not depend on its group). */
+     * result does not depend on its group). The decode kernel's counters
+     * (one per row and KV head) follow the partials; the KV append zeroes
+     * them before the kernel runs. */
     size_t per_row = attn_partials_floats(1, a->n_heads, a->head_dim, max_chunks);
     size_t cap = cb->tune.attn_partials_cap;
     int group = n;
     if (!cuda_graph_rows(cb) && per_row * (size_t)n > cap)
         group = per_row > cap ? 1 : (int)(cap / per_row);
-    float *part = cuda_scratch(cb, SCR_ATTN, per_row * (size_t)group * sizeof(float),
+    const int combine_apart = !cb->tune.attn_combine;
+    const int n_counters = dec && !combine_apart ? group * a->n_kv_heads : 0;
+    _Static_assert(sizeof(unsigned) == sizeof(float), "the counters take float slots");
+    float *part = cuda_scratch(cb, SCR_ATTN,
+                               (per_row * (size_t)group + (size_t)n_counters) * sizeof(float),
                                "attention partials");
     if (!part)
         return;
+    unsigned *counters = n_counters ? (unsigned *)(part + per_row * (size_t)group) : NULL;
     cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kc->type, kc->n_blocks, kc->block_size,
                        kc->kv_dim, (int64_t)kc->row_bytes};
     cu_attn at = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
-                  a->window, splits, cb->tune.attn_pipe, cb->tune.attn_heads_first};
-    if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
+                  a->window, splits, cb->tune.attn_pipe, cb->tune.attn_heads_first, split_min,
+                  combine_apart};
+    if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, counters, n_counters, cb->stream)))
         return;
-    if (group >= n) {
-        CU_OK(cb, (dec ? launch_attention_decode : launch_attention)(&pool, &at, meta, n, q,
-                                                                     max_chunks, part, out,
-                                                                     cb->stream));
-        return;
-    }
     size_t qd = (size_t)a->n_heads * (size_t)a->head_dim;
     for (int i0 = 0; i0 < n && !cb->failed; i0 += group) {
         int g = n - i0 < group ? n - i0 : group;
-        bk_batch sub = {g, rows->pos + i0, rows->seq + i0};
-        const int32_t *m = rows_upload(cb, &sub);
-        if (!m)
-            return;
-        CU_OK(cb, (dec ? launch_attention_decode : launch_attention)(
-                      &pool, &at, m, g, q + (size_t)i0 * qd, max_chunks, part,
-                      out + (size_t)i0 * qd, cb->stream));
+        const int32_t *m = meta;
+        if (group < n) {
+            bk_batch sub = {g, rows->pos + i0, rows->seq + i0};
+            if (!(m = rows_upload(cb, &sub)))
+                return;
+        }
+        if (dec)
+            CU_OK(cb, launch_attention_decode(&pool, &at, m, g, q + (size_t)i0 * qd, max_chunks,
+                                              part, counters, out + (size_t)i0 * qd,
+                                              cb->stream));
+        else
+            CU_OK(cb, launch_attention(&pool, &at, m, g, q + (size_t)i0 * qd, max_chunks, part,
+                                       out + (size_t)i0 * qd, cb->stream));
     }
 }

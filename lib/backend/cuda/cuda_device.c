@@ -59,6 +59,8 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
     t->attn_splits = 0;
     t->attn_pipe = 0;
     t->attn_heads_first = 0;
+    t->attn_split_min = 0; /* ATTN_SPLIT_MIN (docs/decisions/0008, session 5) */
+    t->attn_combine = 0;   /* the combine kernel: the last block's merge measured slower */
     if (d->klass == DEVICE_CLASS_HOPPER) {
         /* Measured on the H200 (docs/decisions/0006-cuda-decode-defaults.md). */
         t->prefill_chunk = 512;
@@ -74,6 +76,8 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
         env_int("MEMRA_CUDA_ATTN_SPLITS", 0, ATTN_SPLITS_MAX, &t->attn_splits, err) ||
         env_int("MEMRA_CUDA_ATTN_PIPE", 0, 1, &t->attn_pipe, err) ||
         env_int("MEMRA_CUDA_ATTN_ORDER", 0, 1, &t->attn_heads_first, err) ||
+        env_int("MEMRA_CUDA_ATTN_SPLIT_MIN", 0, 1 << 20, &t->attn_split_min, err) ||
+        env_int("MEMRA_CUDA_ATTN_COMBINE", 0, 1, &t->attn_combine, err) ||
         env_int("MEMRA_CUDA_MV_LOOP", 0, 1, &t->mv_loop, err) ||
         env_int("MEMRA_CUDA_DEQUANT_STAGED", 0, 1, &t->dequant_staged, err))
         return -1;

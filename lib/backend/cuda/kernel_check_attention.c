@@ -11,10 +11,13 @@
  * decode a batch of sequences at different depths. Every decode batch is
  * run again with each row alone and in reverse order, which must give
  * the same bytes (batch invariance). The decode kernel also runs staged
- * through shared memory (cu_attn.pipe, MEMRA_CUDA_ATTN_PIPE=1) on a few
- * batches, both ways, which must give the same bytes. With --perf, a Qwen3-8B layer (32 / 8 heads of 128, bf16) at
- * depth 8192 and 32768 is timed on both kernels, the decode kernel under
- * several split counts, staged or not, in either grid order. */
+ * through shared memory (cu_attn.pipe, MEMRA_CUDA_ATTN_PIPE=1) and with
+ * its splits merged by the combine kernel rather than by the last block
+ * (MEMRA_CUDA_ATTN_COMBINE=0) on a few batches, which must give the same
+ * bytes. With --perf, a Qwen3-8B layer (32 / 8 heads of 128, bf16) for
+ * one row at depth 512, 8192 and 32768 and for 64 rows at about 512 is
+ * timed on both kernels, the decode kernel under several floors of keys a
+ * split has, merged either way, and alone on graph buckets' grids. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -149,6 +152,44 @@ static int kv_bytes_identical(kc *k, const kv_cache *kv, const kv_seq *seqs, con
     return ok;
 }
 
+/* Set by attention_perf: decode_batch then also times the op as a graph
+ * (its shapes run in one group, nothing uploaded once they have run). */
+static int perf_graphed;
+
+/* --perf: the op's launches for these rows, 20 times, captured in one
+ * CUDA graph and replayed, microseconds a time: the device's time for
+ * them without the host's launch gaps (decode steps run as graphs).
+ * Nothing in the op allocates or uploads once it has run on these rows.
+ * -1 when the capture fails. */
+static double attn_time_graphed(kc *k, const bk_attn *a, const bk_batch *rows, const float *q,
+                                const float *kk, const float *v, float *out)
+{
+    enum { REPS = 20 };
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    double us = -1;
+    if (cudaStreamBeginCapture(k->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+        return -1;
+    for (int r = 0; r < REPS; r++)
+        k->gpu->ops->attention(k->gpu, a, rows, q, kk, v, out);
+    cudaError_t rc = cudaStreamEndCapture(k->stream, &g);
+    float ms = 0;
+    if (rc == cudaSuccess && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess &&
+        cudaGraphLaunch(ge, k->stream) == cudaSuccess &&
+        cudaEventRecord(k->ev0, k->stream) == cudaSuccess &&
+        cudaGraphLaunch(ge, k->stream) == cudaSuccess &&
+        cudaEventRecord(k->ev1, k->stream) == cudaSuccess &&
+        cudaEventSynchronize(k->ev1) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, k->ev0, k->ev1) == cudaSuccess)
+        us = (double)ms * 1000.0 / REPS;
+    if (ge)
+        cudaGraphExecDestroy(ge);
+    if (g)
+        cudaGraphDestroy(g);
+    cudaGetLastError();
+    return us;
+}
+
 /* One decode row per sequence (at position len[s]) in one batch, against
  * the CPU, then regrouped; reported as "<label>". With perf, timed. */
 static void decode_batch(kc *k, const bk_attn *a, const kv_cache *kv, kv_seq *seqs,
@@ -173,10 +214,20 @@ static void decode_batch(kc *k, const bk_attn *a, const kv_cache *kv, kv_seq *se
                            din + (size_t)n_seqs * (hq + kv_dim), dout);
     float *got = kc_read(k, dout, (size_t)n_seqs * hq);
     double err = kc_rel_err(got, ref, (size_t)n_seqs * hq);
-    double us = -1;
-    if (k->o->perf) /* re-storing the same K/V rows changes nothing */
-        KC_TIME(k, us, k->gpu->ops->attention(k->gpu, a, &dec, din, din + (size_t)n_seqs * hq,
-                                              din + (size_t)n_seqs * (hq + kv_dim), dout));
+    double us = -1, eager = -1;
+    char lab[160];
+    snprintf(lab, sizeof lab, "%s", label);
+    if (k->o->perf) { /* re-storing the same K/V rows changes nothing */
+        KC_TIME(k, eager, k->gpu->ops->attention(k->gpu, a, &dec, din,
+                                                 din + (size_t)n_seqs * hq,
+                                                 din + (size_t)n_seqs * (hq + kv_dim), dout));
+        if (perf_graphed)
+            us = attn_time_graphed(k, a, &dec, din, din + (size_t)n_seqs * hq,
+                                   din + (size_t)n_seqs * (hq + kv_dim), dout);
+        snprintf(lab, sizeof lab, "%s eager %.1f", label, eager);
+        if (us < 0)
+            us = eager;
+    }
     int inv = attn_regroup_identical(k, a, &dec, in, got);
     double kv_bytes = 0, widest = 0;
     for (int s = 0; s < n_seqs; s++) {
@@ -189,7 +240,7 @@ static void decode_batch(kc *k, const bk_attn *a, const kv_cache *kv, kv_seq *se
      * like sqrt(span) (one row at 32768 keys: 0.7e-5 to 1.01e-5 on the
      * H200, old and new kernels alike), so past 8192 keys the bound does. */
     double bound = BOUND_DOT * (widest > 8192 ? sqrt(widest / 8192) : 1.0);
-    kc_report(k, "attention", label, err, bound, inv, us, kv_bytes);
+    kc_report(k, "attention", lab, err, bound, inv, us, kv_bytes);
     kc_dev_free(k, din);
     kc_dev_free(k, dout);
     free(in);
@@ -360,10 +411,12 @@ static void attention_long_case(kc *k, const attn_case *c, const int64_t *len, i
 }
 
 /* The staged decode kernel and the register one sum the same tiles in
- * the same order: one batch both ways (and each grid order), the same
- * bytes, with ATTN_SPLITS_MAX splits (64 keys each at these depths: a
- * row of many splits, the last one short; the device's own count is used
- * everywhere else). */
+ * the same order, and the last block's merge of a row's splits is the
+ * combine kernel's: one batch three ways (registers, merged by the last
+ * block; staged, in the other grid order; registers, merged by the
+ * combine kernel), the same bytes, with ATTN_SPLITS_MAX splits of
+ * ATTN_SPLIT_UNIT keys (a row of many splits, the last one short; the
+ * defaults are used everywhere else). */
 static void attention_pipe_same(kc *k, const attn_case *c, const int64_t *len, int n_seqs)
 {
     kv_cache kv;
@@ -374,63 +427,172 @@ static void attention_pipe_same(kc *k, const attn_case *c, const int64_t *len, i
                  .scale = 1.0f / sqrtf((float)c->hd), .softcap = c->softcap, .window = c->window};
     cuda_tuning *t = &cuda_of(k->gpu)->tune;
     const cuda_tuning t0 = *t;
-    float *got[2] = {NULL, NULL};
+    float *got[3] = {NULL, NULL, NULL};
     char what[128];
-    const rng_state r0 = k->rng; /* both runs draw the same q, k, v */
+    const rng_state r0 = k->rng; /* every run draws the same q, k, v */
     t->attn_splits = ATTN_SPLITS_MAX;
-    for (int v = 0; v < 2; v++) {
+    t->attn_split_min = ATTN_SPLIT_UNIT;
+    for (int v = 0; v < 3; v++) {
         k->rng = r0;
-        t->attn_pipe = v;
-        t->attn_heads_first = v;
-        snprintf(what, sizeof what, "%s %d/%dx%d %s S%d order %d dec%d", kernel_name(k, c),
+        t->attn_pipe = v == 1;
+        t->attn_heads_first = v == 1;
+        t->attn_combine = v != 2;
+        snprintf(what, sizeof what, "%s %d/%dx%d %s S%d F%d order %d %s dec%d", kernel_name(k, c),
                  c->heads, c->kv_heads, c->hd, kv_type_name(c->kvt), t->attn_splits,
-                 t->attn_heads_first, n_seqs);
+                 t->attn_split_min, t->attn_heads_first, t->attn_combine ? "fold" : "apart",
+                 n_seqs);
         decode_batch(k, &a, &kv, seqs, len, n_seqs, what, &got[v]);
     }
     *t = t0;
     size_t nq = (size_t)n_seqs * (size_t)c->heads * (size_t)c->hd;
-    snprintf(what, sizeof what, "pipe = new %d/%dx%d %s cap %g S%d", c->heads, c->kv_heads,
-             c->hd, kv_type_name(c->kvt), c->softcap, ATTN_SPLITS_MAX);
-    kc_report_ok(k, "attention", what,
-                 got[0] && got[1] && memcmp(got[0], got[1], nq * sizeof(float)) == 0,
-                 "the same bytes staged or not");
-    free(got[0]);
-    free(got[1]);
+    snprintf(what, sizeof what, "pipe = new = apart %d/%dx%d %s cap %g S%d", c->heads,
+             c->kv_heads, c->hd, kv_type_name(c->kvt), c->softcap, ATTN_SPLITS_MAX);
+    int same = got[0] && got[1] && got[2];
+    for (int v = 1; v < 3 && same; v++)
+        same = memcmp(got[0], got[v], nq * sizeof(float)) == 0;
+    kc_report_ok(k, "attention", what, same, "the same bytes staged or not, merged either way");
+    for (int v = 0; v < 3; v++)
+        free(got[v]);
     long_free(&kv, seqs, n_seqs);
 }
 
-/* --perf: one Qwen3-8B layer's attention (32 / 8 heads of 128, bf16) for
- * one row at depth `depth`, on the kernel selected; the decode kernel
- * also under each of its tunings below (splits; staged; grid order), on
- * the same cache, for the A/B of docs/decisions/0008. */
-static void attention_perf(kc *k, int64_t depth)
+/* --perf: the decode kernel alone (launch_attention_decode, no KV
+ * append) on a grid of `grid` splits, which may be more than the rows
+ * need (a graph's bucket: blocks past a row's splits return at once),
+ * 20 launches captured in a graph; microseconds a launch, -1 on failure. */
+static double decode_grid_us(kc *k, const bk_attn *a, const kv_cache *kv, const kv_seq *seqs,
+                             const int64_t *len, int n, int splits, int grid)
 {
-    static const struct { int splits, pipe, order; } tunings[] = {
-        {0, 0, 0}, {0, 1, 0}, {0, 0, 1}, {128, 0, 0}, {33, 0, 0},
+    cuda_backend *cb = cuda_of(k->gpu);
+    const cuda_tuning *t = &cb->tune;
+    size_t len_meta = 2 * (size_t)n;
+    for (int i = 0; i < n; i++)
+        len_meta += (size_t)seqs[i].n_blocks;
+    int32_t *m = xmalloc(len_meta * sizeof(int32_t));
+    size_t at = 2 * (size_t)n;
+    for (int i = 0; i < n; i++) {
+        m[i] = (int32_t)len[i];
+        m[n + i] = (int32_t)(at - 2 * (size_t)n);
+        memcpy(m + at, seqs[i].blocks, (size_t)seqs[i].n_blocks * sizeof(int32_t));
+        at += (size_t)seqs[i].n_blocks;
+    }
+    const size_t np = attn_partials_floats(n, a->n_heads, a->head_dim, grid);
+    const size_t ncnt = (size_t)n * (size_t)a->n_kv_heads;
+    const size_t nq = (size_t)n * (size_t)a->n_heads * (size_t)a->head_dim;
+    void *dm = NULL, *dp = NULL, *dc = NULL, *dq = NULL, *dout = NULL;
+    float *hq = xmalloc(nq * sizeof(float));
+    kc_fill(k, hq, nq, 1.5f);
+    double us = -1;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    float ms = 0;
+    cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kv->type, kv->n_blocks, kv->block_size,
+                       kv->kv_dim, (int64_t)kv->row_bytes};
+    cu_attn at_ = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
+                   a->window, splits, 0, 0, t->attn_split_min, !t->attn_combine};
+    if (cudaMalloc(&dm, len_meta * 4) == cudaSuccess && cudaMalloc(&dp, np * 4) == cudaSuccess &&
+        cudaMalloc(&dc, ncnt * 4) == cudaSuccess && cudaMalloc(&dq, nq * 4) == cudaSuccess &&
+        cudaMalloc(&dout, nq * 4) == cudaSuccess &&
+        cudaMemcpyAsync(dm, m, len_meta * 4, cudaMemcpyHostToDevice, k->stream) == cudaSuccess &&
+        cudaMemcpyAsync(dq, hq, nq * 4, cudaMemcpyHostToDevice, k->stream) == cudaSuccess &&
+        cudaMemsetAsync(dc, 0, ncnt * 4, k->stream) == cudaSuccess &&
+        cudaStreamSynchronize(k->stream) == cudaSuccess &&
+        cudaStreamBeginCapture(k->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+        cudaError_t rc = cudaSuccess;
+        for (int r = 0; r < 20 && rc == cudaSuccess; r++)
+            rc = launch_attention_decode(&pool, &at_, dm, n, dq, grid, dp, dc, dout, k->stream);
+        cudaError_t rc2 = cudaStreamEndCapture(k->stream, &g);
+        if (rc == cudaSuccess && rc2 == cudaSuccess &&
+            cudaGraphInstantiate(&ge, g, 0) == cudaSuccess &&
+            cudaGraphLaunch(ge, k->stream) == cudaSuccess &&
+            cudaEventRecord(k->ev0, k->stream) == cudaSuccess &&
+            cudaGraphLaunch(ge, k->stream) == cudaSuccess &&
+            cudaEventRecord(k->ev1, k->stream) == cudaSuccess &&
+            cudaEventSynchronize(k->ev1) == cudaSuccess &&
+            cudaEventElapsedTime(&ms, k->ev0, k->ev1) == cudaSuccess)
+            us = (double)ms * 1000.0 / 20;
+    }
+    if (ge)
+        cudaGraphExecDestroy(ge);
+    if (g)
+        cudaGraphDestroy(g);
+    cudaGetLastError();
+    cudaFree(dm);
+    cudaFree(dp);
+    cudaFree(dc);
+    cudaFree(dq);
+    cudaFree(dout);
+    free(m);
+    free(hq);
+    return us;
+}
+
+/* --perf: one Qwen3-8B layer's attention (32 / 8 heads of 128, bf16) for
+ * n rows at about depth `depth` (64 rows: depth - 16 to depth + 16), on
+ * the kernel selected; the decode kernel also under each of the tunings
+ * below (the floor F of keys a split has; merged by the last block or by
+ * the combine kernel), on the same cache, for the A/B of
+ * docs/decisions/0008: the op (KV append and attention) timed as a graph
+ * of 20, and eagerly; then the decode kernel alone on the rows' own grid
+ * and on the graph buckets' grids (before session 5: the bucket's chunks,
+ * up to 128; since: attn_bucket_splits). */
+static void attention_perf(kc *k, int64_t depth, int n)
+{
+    static const struct { int split_min, combine, pipe; } tunings[] = {
+        {64, 0, 0}, {64, 1, 0}, {128, 1, 0}, {192, 1, 0}, {256, 1, 0}, {384, 1, 0},
+        {128, 0, 0}, {192, 0, 0}, {256, 0, 0},
     };
     const attn_case c = {32, 8, 128, 0, 0.0f, KV_BF16};
     kv_cache kv;
-    kv_seq seq;
-    if (long_cache(k, &kv, &seq, &c, &depth, 1) != 0)
+    kv_seq seqs[MAX_ROWS];
+    int64_t len[MAX_ROWS];
+    for (int i = 0; i < n; i++)
+        len[i] = n == 1 ? depth : depth - 16 + (i * 7) % 33;
+    if (long_cache(k, &kv, seqs, &c, len, n) != 0)
         return;
     bk_attn a = {.layer = 1, .n_heads = c.heads, .n_kv_heads = c.kv_heads, .head_dim = c.hd,
                  .scale = 1.0f / sqrtf((float)c.hd)};
-    cuda_tuning *t = &cuda_of(k->gpu)->tune;
+    cuda_backend *cb = cuda_of(k->gpu);
+    cuda_tuning *t = &cb->tune;
     const cuda_tuning t0 = *t;
     const size_t nt = t->attn_decode ? MEMRA_ARRAY_LEN(tunings) : 1;
     for (size_t i = 0; i < nt; i++) {
         char what[128];
         if (t->attn_decode) {
-            t->attn_splits = tunings[i].splits ? tunings[i].splits : t0.attn_splits;
+            t->attn_split_min = tunings[i].split_min;
+            t->attn_combine = tunings[i].combine;
             t->attn_pipe = tunings[i].pipe;
-            t->attn_heads_first = tunings[i].order;
         }
-        snprintf(what, sizeof what, "%s 32/8x128 bf16 d%" PRId64 " S%d order %d", kernel_name(k, &c),
-                 depth, t->attn_splits, t->attn_heads_first);
-        decode_batch(k, &a, &kv, &seq, &depth, 1, what, NULL);
+        snprintf(what, sizeof what, "%s 32/8x128 bf16 %dx d%" PRId64 " F%d %s", kernel_name(k, &c),
+                 n, depth, (int)attn_split_floor(t->attn_split_min), t->attn_combine ? "fold" : "apart");
+        perf_graphed = 1;
+        decode_batch(k, &a, &kv, seqs, len, n, what, NULL);
+        perf_graphed = 0;
+        if (!t->attn_decode)
+            continue;
+        /* The kernel alone, on the rows' grid and the graph buckets'. */
+        int s = t->attn_splits > 0 ? attn_split_count(t->attn_splits)
+                                   : (int)((3 * (int64_t)cb->info.sm_count + 7) / 8);
+        int need = 1, chunks = 1;
+        for (int r = 0; r < n; r++) {
+            int x = attn_row_splits(len[r], 0, s, t->attn_split_min);
+            need = x > need ? x : need;
+            x = attn_row_chunks(len[r], 0);
+            chunks = x > chunks ? x : chunks;
+        }
+        int b = 1;
+        while (b < chunks)
+            b <<= 1;
+        const int grids[3] = {need, attn_bucket_splits(b, s, t->attn_split_min),
+                              b < ATTN_SPLITS_MAX ? b : ATTN_SPLITS_MAX};
+        fprintf(k->out, "%-13s   kernel alone: grid %d %.2f us, bucket %d %.2f us, old bucket %d "
+                "%.2f us\n", "attention", grids[0],
+                decode_grid_us(k, &a, &kv, seqs, len, n, s, grids[0]), grids[1],
+                decode_grid_us(k, &a, &kv, seqs, len, n, s, grids[1]), grids[2],
+                decode_grid_us(k, &a, &kv, seqs, len, n, s, grids[2]));
     }
     *t = t0;
-    long_free(&kv, &seq, 1);
+    long_free(&kv, seqs, n);
 }
 
 void kc_check_attention(kc *k)
@@ -447,20 +609,26 @@ void kc_check_attention(kc *k)
         {4, 2, 36, 0, 0.0f, KV_F16},   /* head_dim not a multiple of 8: the old kernel's */
     };
     /* Long cases: GQA 4 (the Qwen3-8B ratio), 1 and 8, every KV type,
-     * a window past the first splits, soft-capping. The first also
-     * crosses 16384 keys, where the splits grow past 128 keys. */
+     * a window past the first splits, soft-capping. The first has a row
+     * of S splits of many pieces of DEC_PIECE keys: 16500 keys on a card
+     * (S from its SM count, 128 for 2 KV heads on the H200: 86 splits
+     * of 192 keys), 4100 on
+     * the emulation (compute capability 0: 4 SMs, S 6, splits of 704
+     * keys), whose blocks run one thread at a time. */
     static const attn_case longs[] = {
         {8, 2, 128, 0, 0.0f, KV_BF16},  {8, 2, 128, 0, 0.0f, KV_F16},
         {8, 2, 128, 0, 0.0f, KV_F32},   {8, 2, 128, 0, 0.0f, KV_Q8_0},
         {2, 2, 64, 3000, 0.0f, KV_BF16}, {8, 1, 64, 0, 30.0f, KV_BF16},
     };
-    static const int64_t deep[] = {16500, 5, 5000, 130, 1, 1024, 3001, 17};
+    int64_t deep[] = {16500, 5, 5000, 130, 1, 1024, 3001, 17};
     static const int64_t mid[] = {5000, 77, 1200};
     static const int64_t shallow[] = {700, 77, 130};
     /* The old kernel (MEMRA_CUDA_ATTN=0): every KV type, a window and
      * soft-capping (the emulation is slow; these are its paths). */
     static const int old_cases[] = {0, 1, 2, 3, 4, 6};
     cuda_backend *cb = cuda_of(k->gpu);
+    if (cb->info.cc_major == 0)
+        deep[0] = 4100;
     const int dec0 = cb->tune.attn_decode;
     for (int kern = 1; kern >= 0; kern--) {
         cb->tune.attn_decode = kern;
@@ -487,8 +655,10 @@ void kc_check_attention(kc *k)
         attention_case(k, &cases[0]);
         cb->tune.attn_partials_cap = cap;
         if (k->o->perf) {
-            attention_perf(k, 8192);
-            attention_perf(k, 32768);
+            attention_perf(k, 512, 1);
+            attention_perf(k, 8192, 1);
+            attention_perf(k, 32768, 1);
+            attention_perf(k, 512, 64);
         }
     }
     cb->tune.attn_decode = dec0;
