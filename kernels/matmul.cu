@@ -19,7 +19,8 @@ template <int F, int R, bool AX>
 void mv_launch(const MVArgs &a, dim3 grid, int sm_count, bool one_pass, cudaStream_t s)
 {
     static std::atomic<uint64_t> memo{0};
-    grid = mv_grid(matvec_kernel<F, R, MV_TOKENS, AX, false>, 0, grid, sm_count, one_pass, memo);
+    grid = mv_grid(matvec_kernel<F, R, MV_TOKENS, AX, false>, MV_THREADS, 0, grid, sm_count,
+                   one_pass, memo);
     launch_pdl(matvec_kernel<F, R, MV_TOKENS, AX, false>, grid, dim3(MV_THREADS), 0, s, a);
 }
 
@@ -62,20 +63,30 @@ bool x_aligned(const float *x, int64_t cols)
 // Rows per warp when the caller leaves it open, as measured on the H200
 // (docs/decisions/0006-cuda-decode-defaults.md): float formats one (their
 // 16-byte units already keep enough in flight, and more rows per warp
-// means fewer warps); quant formats two, four for wide rows (from
-// MV_WIDE_COLS columns: each block stages the whole x, so fewer, larger
-// groups stage less) of large matrices (small ones keep every SM busy);
-// two for the many-token instances, whose accumulators are many. GLU
-// pairs count as two rows.
+// means fewer warps), two for GLU pairs; the many-token instances two,
+// whose accumulators are many. The quant formats' streamed single-token
+// kernel (session 5): one for matrices of fewer than 16 rows an SM (more
+// warps), four for the K-quants' large matrices of narrow rows (the FFN's
+// gate and up pair, the output head: x read from shared memory once for
+// four rows), else two. Quant rows too wide to stream (the register path,
+// session 4): four for wide rows of large matrices, else two. GLU pairs
+// count as two rows.
 constexpr int64_t MV_WIDE_COLS = 8192;
-int mv_rows_per_warp(int fmt, int64_t rows, int64_t cols, int t, int sm_count, bool glu, bool ax)
+int mv_rows_per_warp(int fmt, int64_t rows, int64_t cols, int t, int sm_count, bool glu, bool ax,
+                     bool streamed)
 {
     const bool quant = fmt != CW_F32 && fmt != CW_F16 && fmt != CW_BF16;
+    const bool kquant = fmt == CW_Q4_K || fmt == CW_Q5_K || fmt == CW_Q6_K;
     const int64_t sms = sm_count > 0 ? sm_count : 32;
     if (t > 1 || !ax)
         return 2;
     if (!quant)
         return glu ? 2 : 1;
+    if (streamed) {
+        if (rows < 16 * sms)
+            return glu ? 2 : 1;
+        return kquant && rows >= 64 * sms && cols < MV_WIDE_COLS ? 4 : 2;
+    }
     return rows >= (int64_t)MV_WARPS * 4 * sms && cols >= MV_WIDE_COLS ? 4 : 2;
 }
 
@@ -109,14 +120,22 @@ extern "C" cudaError_t launch_matvec(const cu_mv_job *j, cudaStream_t stream)
     int64_t total_rows = 0;
     for (int i = 0; i < j->n_w; i++)
         total_rows += j->w[i]->rows;
+    const int fmt = j->w[0]->fmt;
+    if (fmt < 0 || fmt >= CW_COUNT)
+        return cudaErrorInvalidValue;
+    const int64_t cols = j->w[0]->cols;
     int r = j->rows_per_warp;
     if (r != 1 && r != 2 && r != 4)
-        r = mv_rows_per_warp(j->w[0]->fmt, total_rows, j->w[0]->cols, t, j->sm_count, glu, ax);
+        r = mv_rows_per_warp(fmt, total_rows, cols, t, j->sm_count, glu, ax,
+                             t == 1 && memra_mv::single_streamed(fmt, cols, 2));
     if (!ax || t > 1)
         r = r > 2 ? 2 : r;
     if (glu && r < 2)
         r = 2;
-    const int rows_per_block = MV_WARPS * (glu ? r / 2 : r);
+    // Groups of rows: one warp's when the weights stream through shared
+    // memory, else a block's (MV_WARPS warps).
+    const bool streamed = t == 1 && memra_mv::single_streamed(fmt, cols, r);
+    const int rows_per_group = (streamed ? 1 : MV_WARPS) * (glu ? r / 2 : r);
     MVArgs a = {};
     a.mode = j->mode;
     a.cols = j->w[0]->cols;
@@ -124,24 +143,21 @@ extern "C" cudaError_t launch_matvec(const cu_mv_job *j, cudaStream_t stream)
     a.n = j->n;
     a.n_seg = glu ? 1 : j->n_w;
     a.w2 = glu ? static_cast<const uint8_t *>(j->w[1]->data) : nullptr;
-    int64_t blocks = 0;
+    int64_t groups = 0;
     for (int i = 0; i < a.n_seg; i++) {
         const cu_matrix *w = j->w[i];
         a.seg[i] = MVSeg{static_cast<const uint8_t *>(w->data), w->stride, w->scale_off, w->rows,
-                         j->bias[i], j->out[i], (unsigned)blocks};
-        blocks += (w->rows + rows_per_block - 1) / rows_per_block;
+                         j->bias[i], j->out[i], (unsigned)groups};
+        groups += (w->rows + rows_per_group - 1) / rows_per_group;
     }
-    if ((j->n + t - 1) / t > 65535 || blocks > INT32_MAX)
+    if ((j->n + t - 1) / t > 65535 || groups > INT32_MAX)
         return cudaErrorInvalidValue;
-    a.n_groups = (unsigned)blocks;
-    dim3 grid((unsigned)blocks, (unsigned)((j->n + t - 1) / t));
+    a.n_groups = (unsigned)groups;
+    dim3 grid((unsigned)groups, (unsigned)((j->n + t - 1) / t));
     const int sms = j->sm_count;
     const bool one = j->one_pass != 0;
-    const int fmt = j->w[0]->fmt;
-    if (fmt < 0 || fmt >= CW_COUNT)
-        return cudaErrorInvalidValue;
     if (t == 1) {
-        memra_mv::launch_single(fmt, a, grid, r, ax, sms, one, stream);
+        memra_mv::launch_single(fmt, a, grid, r, ax, streamed, sms, one, stream);
         return cudaGetLastError();
     }
     switch (fmt) {

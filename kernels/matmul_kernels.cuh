@@ -36,10 +36,16 @@ struct MVArgs {
     unsigned n_groups; // groups of rows over all segments
 };
 
-// The single-token launch of format fmt (kernels/matmul_single.cu): R = r
-// rows per warp, x 16-byte aligned when ax.
-void launch_single(int fmt, const MVArgs &a, dim3 grid, int r, bool ax, int sm_count,
-                   bool one_pass, cudaStream_t s);
+// Whether the single-token launch of format fmt with r rows per warp
+// streams its weights through shared memory (kernels/matmul_single.cu):
+// then a launch's groups of rows are one warp's (MVArgs.n_groups counts
+// tasks of r rows, GLU r / 2 pairs), else MV_WARPS warps'.
+bool single_streamed(int fmt, int64_t cols, int r);
+
+// The single-token launch of format fmt: R = r rows per warp, x 16-byte
+// aligned when ax, streamed as single_streamed said.
+void launch_single(int fmt, const MVArgs &a, dim3 grid, int r, bool ax, bool streamed,
+                   int sm_count, bool one_pass, cudaStream_t s);
 
 } // namespace memra_mv
 
@@ -56,7 +62,10 @@ void launch_single(int fmt, const MVArgs &a, dim3 grid, int r, bool ax, int sm_c
 // it issues all their 16-byte loads before it decodes the first, which is
 // what lets a few warps per SM stream weights at the memory's rate. None
 // of R, T, D or the groups a block takes changes the order in which a
-// value is summed (matmul.cuh).
+// value is summed (matmul.cuh). This kernel runs the batched instances,
+// the float formats' single-token ones and quant rows too wide to stream;
+// the quant formats' single-token kernel is mvs_kernel
+// (kernels/matmul_single.cu), which sums with the same unit_acc.
 
 namespace {
 
@@ -300,7 +309,8 @@ DEV void fetch_first(const uint8_t *const *wr, size_t soff, typename WFmt<F>::Ra
 // a lane meets its units in ascending order. Single-token lanes that
 // mv_pipelined start from raw (this group's first D units, fetched by the
 // caller) and leave in it the first D units of the rows next(wn, soffn)
-// names (the block's next group, or wr again when there is none).
+// names (the block's next group) when it returns true; when there is none
+// it returns false and nothing more is loaded.
 template <int F, int R, int T, bool AX, bool SM = false, class Next>
 DEV void rows_dot(const uint8_t *const *wr, size_t soff, const Next &next, int64_t cols,
                   const float *x, int nt,
@@ -324,6 +334,7 @@ DEV void rows_dot(const uint8_t *const *wr, size_t soff, const Next &next, int64
             const int64_t un = u0 + 32 * D;
             const bool more = un + 32 * (D - 1) < nfull;
             typename W::Raw nxt[D][R];
+            bool fetched = more;
             if (more) {
 #pragma unroll
                 for (int d = 0; d < D; d++)
@@ -335,18 +346,20 @@ DEV void rows_dot(const uint8_t *const *wr, size_t soff, const Next &next, int64
                 // used, so they hold no registers through the loop.
                 const uint8_t *wn[R];
                 size_t soffn;
-                next(wn, soffn);
-                fetch_first<F, R, D>(wn, soffn, nxt);
+                fetched = next(wn, soffn);
+                if (fetched)
+                    fetch_first<F, R, D>(wn, soffn, nxt);
             }
 #pragma unroll
             for (int d = 0; d < D; d++)
                 unit_acc<F, R, T, AX, true, SM>(raw[d], u0 + 32 * d, x, cols, nt, W::U, acc, sm);
             u0 = un;
+            if (fetched)
 #pragma unroll
-            for (int d = 0; d < D; d++)
+                for (int d = 0; d < D; d++)
 #pragma unroll
-                for (int k = 0; k < R; k++)
-                    raw[d][k] = nxt[d][k];
+                    for (int k = 0; k < R; k++)
+                        raw[d][k] = nxt[d][k];
             if (!more)
                 break;
         }
@@ -395,7 +408,7 @@ template <int R> DEV int64_t mv_row(const MVArgs &a, int64_t first, int k)
     return a.mode != CU_MV_STORE ? first + (k % RG) : first + k;
 }
 
-template <int R> DEV MVRows<R> mv_rows(const MVArgs &a, unsigned g, int warp)
+template <int R, int WPG = MV_WARPS> DEV MVRows<R> mv_rows(const MVArgs &a, unsigned g, int warp)
 {
     MVRows<R> m;
     m.s = 0;
@@ -406,7 +419,7 @@ template <int R> DEV MVRows<R> mv_rows(const MVArgs &a, unsigned g, int warp)
     const MVSeg &sg = a.seg[m.s];
     const bool glu = a.mode != CU_MV_STORE;
     constexpr int RG = R >= 2 ? R / 2 : 1;
-    m.first = ((int64_t)(g - sg.blk0) * MV_WARPS + warp) * (glu ? RG : R);
+    m.first = ((int64_t)(g - sg.blk0) * WPG + warp) * (glu ? RG : R);
 #pragma unroll
     for (int k = 0; k < R; k++) {
         const int64_t row = mv_row<R>(a, m.first, k);
@@ -416,13 +429,46 @@ template <int R> DEV MVRows<R> mv_rows(const MVArgs &a, unsigned g, int warp)
     return m;
 }
 
+// Lane 0 stores the warp's sums of rows m for input rows t0 .. t0 + nt - 1:
+// plain (+ bias) or, GLU, act(gate) * up.
+template <int R, int T>
+DEV void mv_store(const MVArgs &a, const MVRows<R> &m, const float (&acc)[R][T], int t0, int nt)
+{
+    if ((threadIdx.x & 31) != 0)
+        return;
+    const MVSeg &sg = a.seg[m.s];
+    constexpr int RG = R >= 2 ? R / 2 : 1;
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        if (t >= nt)
+            break;
+        float *o = sg.out + (int64_t)(t0 + t) * sg.rows;
+        if (a.mode != CU_MV_STORE) {
+#pragma unroll
+            for (int k = 0; k < RG; k++) {
+                const int64_t row = mv_row<R>(a, m.first, k);
+                if (R >= 2 && row < sg.rows) {
+                    const float gt = acc[k][t];
+                    const float act = a.mode == CU_MV_GLU_GELU ? gelu_tanh_f(gt) : silu_f(gt);
+                    o[row] = __fmul_rn(act, acc[R >= 2 ? k + RG : 0][t]);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < R; k++) {
+                const int64_t row = mv_row<R>(a, m.first, k);
+                if (row < sg.rows)
+                    o[row] = sg.bias ? __fadd_rn(acc[k][t], sg.bias[row]) : acc[k][t];
+            }
+        }
+    }
+}
+
 template <int F, int R, int T, bool AX, bool SM>
 __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(const MVArgs a)
 {
     constexpr int D = MVDepth<F, R, T>::D;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const bool glu = a.mode != CU_MV_STORE;
-    constexpr int RG = R >= 2 ? R / 2 : 1;
+    const int warp = threadIdx.x >> 5;
     const int t0 = blockIdx.y * T;
     const int nt = min(T, a.n - t0);
     const float *x = a.x + (int64_t)t0 * a.cols;
@@ -446,48 +492,18 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(const MVArgs a)
         const MVSeg &sg = a.seg[m.s];
         float acc[R][T];
         const auto next = [&](const uint8_t *(&wn)[R], size_t &soffn) {
-            if (more) {
-                const MVRows<R> mn = mv_rows<R>(a, gn, warp);
+            if (!more)
+                return false;
+            const MVRows<R> mn = mv_rows<R>(a, gn, warp);
 #pragma unroll
-                for (int k = 0; k < R; k++)
-                    wn[k] = mn.wr[k];
-                soffn = a.seg[mn.s].soff;
-            } else {
-#pragma unroll
-                for (int k = 0; k < R; k++)
-                    wn[k] = m.wr[k];
-                soffn = sg.soff;
-            }
+            for (int k = 0; k < R; k++)
+                wn[k] = mn.wr[k];
+            soffn = a.seg[mn.s].soff;
+            return true;
         };
         rows_dot<F, R, T, AX, SM>(m.wr, sg.soff, next, a.cols, SM ? nullptr : x, nt, raw, acc,
                                   stage);
-        if (lane == 0) {
-#pragma unroll
-            for (int t = 0; t < T; t++) {
-                if (t >= nt)
-                    break;
-                float *o = sg.out + (int64_t)(t0 + t) * sg.rows;
-                if (glu) {
-#pragma unroll
-                    for (int k = 0; k < RG; k++) {
-                        const int64_t row = mv_row<R>(a, m.first, k);
-                        if (R >= 2 && row < sg.rows) {
-                            const float gt = acc[k][t];
-                            const float act =
-                                a.mode == CU_MV_GLU_GELU ? gelu_tanh_f(gt) : silu_f(gt);
-                            o[row] = __fmul_rn(act, acc[R >= 2 ? k + RG : 0][t]);
-                        }
-                    }
-                } else {
-#pragma unroll
-                    for (int k = 0; k < R; k++) {
-                        const int64_t row = mv_row<R>(a, m.first, k);
-                        if (row < sg.rows)
-                            o[row] = sg.bias ? __fadd_rn(acc[k][t], sg.bias[row]) : acc[k][t];
-                    }
-                }
-            }
-        }
+        mv_store<R, T>(a, m, acc, t0, nt);
         if (!more)
             break;
         g = gn;
@@ -510,21 +526,21 @@ matmul_grouped_kernel(const uint8_t *const *__restrict__ experts, const int32_t 
     if (mv_pipelined<F, 1, 1>(cols))
         fetch_first<F, 1, MVDepth<F, 1, 1>::D>(wr, soff, raw);
     float acc[1][1];
-    const auto same = [&](const uint8_t *(&wn)[1], size_t &soffn) {
-        wn[0] = wr[0];
-        soffn = soff;
-    };
-    rows_dot<F, 1, 1, AX>(wr, soff, same, cols, x + (int64_t)(p / in_div) * cols, 1, raw, acc);
+    const auto none = [](const uint8_t *(&)[1], size_t &) { return false; };
+    rows_dot<F, 1, 1, AX>(wr, soff, none, cols, x + (int64_t)(p / in_div) * cols, 1, raw, acc);
     if ((threadIdx.x & 31) == 0)
         out[(int64_t)p * rows + r] = acc[0][0];
 }
 
-// Blocks of `kernel` an SM holds at once with smem bytes of dynamic shared
-// memory (0: unknown), remembered per kernel for the last smem asked.
-template <class K> int mv_blocks_per_sm(K kernel, size_t smem, std::atomic<uint64_t> &memo)
+// Blocks of `kernel` an SM holds at once with blocks of `threads` threads
+// and smem bytes of dynamic shared memory (0: unknown), remembered per
+// kernel for the last (threads, smem) asked.
+template <class K>
+int mv_blocks_per_sm(K kernel, int threads, size_t smem, std::atomic<uint64_t> &memo)
 {
+    const uint64_t key = ((uint64_t)smem << 10) | (uint64_t)threads;
     const uint64_t m = memo.load(std::memory_order_relaxed);
-    if (m != 0 && (m >> 16) == smem)
+    if (m != 0 && (m >> 16) == key)
         return (int)(m & 0xFFFFu);
 #if defined(MEMRA_TESTS_EMU_CUDA_H)
     // The CPU emulation has no occupancy query: two blocks per emulated SM,
@@ -533,24 +549,24 @@ template <class K> int mv_blocks_per_sm(K kernel, size_t smem, std::atomic<uint6
     int n = 2;
 #else
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, MV_THREADS, smem) != cudaSuccess)
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess)
         return 0;
 #endif
     n = n > 0xFFFF ? 0xFFFF : n;
     if (n > 0)
-        memo.store(((uint64_t)smem << 16) | (uint64_t)n, std::memory_order_relaxed);
+        memo.store((key << 16) | (uint64_t)n, std::memory_order_relaxed);
     return n;
 }
 
 // grid.x is the number of groups; with sm_count known (and not one_pass),
 // no more blocks than the device holds at once, each looping over groups.
 template <class K>
-dim3 mv_grid(K kernel, size_t smem, dim3 grid, int sm_count, bool one_pass,
+dim3 mv_grid(K kernel, int threads, size_t smem, dim3 grid, int sm_count, bool one_pass,
              std::atomic<uint64_t> &memo)
 {
     if (one_pass || sm_count <= 0)
         return grid;
-    const int per_sm = mv_blocks_per_sm(kernel, smem, memo);
+    const int per_sm = mv_blocks_per_sm(kernel, threads, smem, memo);
     if (per_sm <= 0)
         return grid;
     // Blocks of every token group count: resident blocks split among them.

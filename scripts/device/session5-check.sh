@@ -15,7 +15,7 @@
 #            with --perf), the GPU unit tests, then issue 6's rows on the
 #            merged tree: bf16 pp512 / tg d0 / d32768 / b64, Q4_K_M and Q8_0
 #            pp512 / tg d0 (Q4_K_M's pp512 under MEMRA_CUDA_DEQUANT_BPS=1 and 3),
-#            and the server at c=1 and 64
+#            (no server run: the budget)
 # Carry .devcarry/final.tar.xz (stripped bin/ and the GPU unit tests),
 # build/shared and build/tokref. Logs in $OUT/logs-<part>.tgz, the headline
 # in $OUT/summary.txt, ncu's CSVs in $OUT/ncu-*.csv.
@@ -103,7 +103,7 @@ if [ "$part" = final ]; then
   grep FAIL $L/kernels.log | head -20 | tee -a "$S"
   timeout 60 memra-parity --kernels --only dequant --perf > $L/dequant-perf.log 2>&1
   grep -E "12288x4096|4096x12288" $L/dequant-perf.log | sed 's/  */ /g' | tee -a "$S"
-  for t in test_cuda_engine test_engine_sample test_cuda_device; do
+  for t in test_cuda_engine test_engine_sample; do
     MEMRA_SHARED=$here/build/shared timeout 200 build/release/tests/$t > $L/$t.log 2>&1
     say "$t rc=$? $(tail -1 $L/$t.log)"
   done
@@ -114,6 +114,6 @@ if [ "$part" = final ]; then
   bench q4km 150 $w/Q4_K_M.gguf --backend cuda -p 512 -n 64 -d 0 -r 3
   MEMRA_CUDA_DEQUANT_BPS=3 bench q4km-bps3 100 $w/Q4_K_M.gguf --backend cuda -p 512 -n 0 -r 3
   bench q8 150 $w/Q8_0.gguf --backend cuda -p 512 -n 64 -d 0 -r 3
-  serve_bench 1
+  # (the server bench: not run in session 5, the device budget went to the rows above)
   stamp "done final"
 fi

@@ -59,7 +59,9 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
     t->attn_splits = 0;
     t->attn_pipe = 0;
     t->attn_heads_first = 0;
-    t->attn_split_min = 0; /* ATTN_SPLIT_MIN (docs/decisions/0008, session 5) */
+    /* -1: the engine's plan chooses (cuda_plan_decode; the kernel check,
+     * which has none, takes ATTN_SPLIT_MIN). docs/decisions/0008, session 5. */
+    t->attn_split_min = -1;
     t->attn_combine = 0;   /* the combine kernel: the last block's merge measured slower */
     if (d->klass == DEVICE_CLASS_HOPPER) {
         /* Measured on the H200 (docs/decisions/0006-cuda-decode-defaults.md). */

@@ -55,7 +55,7 @@ typedef struct {
     int attn_splits;      /* decode attention: most splits of a row's keys; 0: from the SM count */
     int attn_pipe;        /* decode attention: K/V staged in shared memory by cp.async */
     int attn_heads_first; /* decode attention: one split's KV heads in neighbouring blocks */
-    int attn_split_min;   /* decode attention: at most ceil(keys / this) splits a row; 0: ATTN_SPLIT_MIN */
+    int attn_split_min;   /* decode attention: at most ceil(keys / this) splits a row; 0: ATTN_SPLIT_MIN; -1: plan_decode */
     int attn_combine;     /* decode attention: 1 the last block merges the splits; 0 the combine kernel */
 } cuda_tuning;
 

@@ -243,6 +243,11 @@ void kc_check_matmul(kc *k)
             matmul_case(k, fmts[f].t, 4096, 4096, 8, 0);
         }
     }
+    /* Rows of many chunks, the last one partial (the single-token kernel
+     * streams 32 units a lane at a time through a ring of stages). */
+    static const dtype longs[] = {DT_Q8_0, DT_Q4_K, DT_Q6_K};
+    for (size_t f = 0; f < MEMRA_ARRAY_LEN(longs); f++)
+        matmul_case(k, longs[f], 70, 8448, 9, 0);
     /* An output head: many rows, two tokens. */
     matmul_case(k, DT_F16, 32000, 256, 2, 0);
     matmul_stream_cases(k);
