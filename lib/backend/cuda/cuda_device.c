@@ -92,7 +92,10 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
     /* A kernel's results never depend on it (kernels/launch.cuh); it needs
      * sm_90's griddepcontrol. */
     t->pdl = d->cc_major >= 9;
-    t->dequant_bps = 1;
+    /* Three blocks an SM: Q4_K 12,288 x 4,096 60.9 us against 99.9 with the
+     * registers unbounded, Q6_K 77.8 / 88.8, Q8_0 60.7 / 73.9 (H200,
+     * docs/decisions/0010, session 5). */
+    t->dequant_bps = 3;
     if (env_int("MEMRA_CUDA_PDL", 0, 1, &t->pdl, err) ||
         env_int("MEMRA_CUDA_DEQUANT_BPS", 1, 3, &t->dequant_bps, err) ||
         env_int("MEMRA_CUDA_DGEMM", 0, 1, &t->dgemm, err) ||
