@@ -16,6 +16,9 @@
 #            merged tree: bf16 pp512 / tg d0 / d32768 / b64, Q4_K_M and Q8_0
 #            pp512 / tg d0 (Q4_K_M's pp512 under MEMRA_CUDA_DEQUANT_BPS=1 and 3),
 #            (no server run: the budget)
+#   serve:   tests/gpu/run.sh --skip-kernels (HF parity fixtures on CUDA,
+#            --backends cpu,cuda), then memra-serve (64 sessions) under
+#            memra-bench --server at c=1 and 64
 # Carry .devcarry/final.tar.xz (stripped bin/ and the GPU unit tests),
 # build/shared and build/tokref. Logs in $OUT/logs-<part>.tgz, the headline
 # in $OUT/summary.txt, ncu's CSVs in $OUT/ncu-*.csv.
@@ -116,4 +119,16 @@ if [ "$part" = final ]; then
   bench q8 150 $w/Q8_0.gguf --backend cuda -p 512 -n 64 -d 0 -r 3
   # (the server bench: not run in session 5, the device budget went to the rows above)
   stamp "done final"
+fi
+
+if [ "$part" = serve ]; then
+  make_bf16 &
+  mk=$!
+  timeout 150 tests/gpu/run.sh --skip-kernels > $L/gpu-run.log 2>&1
+  say "tests/gpu/run.sh --skip-kernels rc=$? $(tail -1 $L/gpu-run.log)"
+  grep FAIL $L/gpu-run.log | head -10 | tee -a "$S"
+  wait $mk
+  stamp "bf16 made"
+  serve_bench 1
+  stamp "done serve"
 fi
