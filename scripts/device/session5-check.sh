@@ -35,6 +35,17 @@ prof() { # NAME ARGS...: ncu's per-kernel durations of the profiled repetitions
   say "ncu $name rc=$? kernels=$(grep -c gpu__time_duration $OUT/ncu-$name.csv)"
 }
 
+checks() { # TESTS...: the kernel check (every op), then these GPU unit tests
+  timeout 200 memra-parity --kernels > $L/kernels.log 2>&1
+  say "kernel check rc=$? $(tail -1 $L/kernels.log)"
+  grep FAIL $L/kernels.log | head -20 | tee -a "$S"
+  local t
+  for t in "$@"; do
+    MEMRA_SHARED=$here/build/shared timeout 200 build/release/tests/$t > $L/$t.log 2>&1
+    say "$t rc=$? $(tail -1 $L/$t.log)"
+  done
+}
+
 if [ "$part" = profile ]; then
   make_bf16
   stamp "bf16 made"
@@ -56,11 +67,7 @@ if [ "$part" = pdl ]; then
   stamp "bf16 made"
   quant Q4_K_M 16 &
   qk=$!
-  timeout 200 memra-parity --kernels > $L/kernels.log 2>&1
-  say "kernel check rc=$? $(tail -1 $L/kernels.log)"
-  grep FAIL $L/kernels.log | head -20 | tee -a "$S"
-  MEMRA_SHARED=$here/build/shared timeout 200 build/release/tests/test_cuda_engine > $L/engine.log 2>&1
-  say "test_cuda_engine rc=$? $(tail -1 $L/engine.log)"
+  checks test_cuda_engine
   for p in 1 0; do
     MEMRA_CUDA_PDL=$p bench bf16-pdl$p 100 $w/bf16.gguf --backend cuda -p 0 -n 64 -d 512 -r 3
   done
@@ -80,14 +87,8 @@ if [ "$part" = prefill ]; then
   stamp "bf16 made"
   quant Q4_K_M 16 &
   qk=$!
-  timeout 200 memra-parity --kernels > $L/kernels.log 2>&1
-  say "kernel check rc=$? $(tail -1 $L/kernels.log)"
-  grep FAIL $L/kernels.log | head -20 | tee -a "$S"
+  checks test_cuda_engine test_engine_sample
   grep -E "glu .* to bf16|qk_norm_rope" $L/kernels.log | head -8 | tee -a "$S"
-  MEMRA_SHARED=$here/build/shared timeout 200 build/release/tests/test_cuda_engine > $L/engine.log 2>&1
-  say "test_cuda_engine rc=$? $(tail -1 $L/engine.log)"
-  MEMRA_SHARED=$here/build/shared timeout 200 build/release/tests/test_engine_sample > $L/sample.log 2>&1
-  say "test_engine_sample rc=$? $(tail -1 $L/sample.log)"
   bench bf16 150 $w/bf16.gguf --backend cuda -p 512 -n 64 -d 512 -r 3
   prof bf16-pp512 $w/bf16.gguf --backend cuda -p 512 -n 0 -r 1
   wait $qk
@@ -101,15 +102,9 @@ if [ "$part" = final ]; then
   stamp "bf16 made"
   { quant Q4_K_M 12; quant Q8_0 4; } &
   qk=$!
-  timeout 200 memra-parity --kernels > $L/kernels.log 2>&1
-  say "kernel check rc=$? $(tail -1 $L/kernels.log)"
-  grep FAIL $L/kernels.log | head -20 | tee -a "$S"
+  checks test_cuda_engine test_engine_sample
   timeout 60 memra-parity --kernels --only dequant --perf > $L/dequant-perf.log 2>&1
   grep -E "12288x4096|4096x12288" $L/dequant-perf.log | sed 's/  */ /g' | tee -a "$S"
-  for t in test_cuda_engine test_engine_sample; do
-    MEMRA_SHARED=$here/build/shared timeout 200 build/release/tests/$t > $L/$t.log 2>&1
-    say "$t rc=$? $(tail -1 $L/$t.log)"
-  done
   bench bf16 200 $w/bf16.gguf --backend cuda -p 512 -n 64 -d 0,32768 -r 2
   bench bf16-b64 150 $w/bf16.gguf --backend cuda -p 512 -n 32 -b 64 -d 0 -r 2
   wait $qk
