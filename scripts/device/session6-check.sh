@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Session 6's checks on the GPU machine (calls on one warm machine reuse the
+# models in /tmp/s6):
+#   profile: each kernel's time in one decode step by ncu over memra-bench
+#            --profile-range (clocks not locked): bf16, Q8_0 and Q4_K_M at
+#            depth 512 (one-sequence engines), bf16 at depth 32768 and at
+#            64 sequences; summaries by scripts/device/ncu-steps.py in
+#            $OUT/prof-*.txt; then the rows session 5 did not measure:
+#            pp8192 and tg at depth 8192 (bf16, Q4_K_M) and Q4_K_M at 32768
+#   final:   the kernel check (all ops), the GPU unit tests, then issue 6's
+#            rows on the merged tree
+#   serve:   tests/gpu/run.sh --skip-kernels, then memra-serve under
+#            memra-bench --server at c=1 and 64
+# Carry .devcarry/final.tar.xz (stripped bin/ and the GPU unit tests),
+# build/shared and build/tokref. Logs in $OUT/logs-<part>.tgz, the headline
+# in $OUT/summary.txt.
+set -u
+part=${1:-profile}
+RUN=/tmp/s6run w=/tmp/s6
+. scripts/device/common.sh
+NCU=/usr/local/cuda/bin/ncu
+
+prof() { # NAME ARGS...: ncu's per-kernel durations of the profiled repetitions
+  local name=$1; shift
+  timeout 200 $NCU --profile-from-start off --clock-control none --metrics gpu__time_duration.sum \
+      --csv --print-units base memra-bench "$@" --profile-range > $L/ncu-$name.csv 2> $L/ncu-$name.err
+  say "ncu $name rc=$? kernels=$(grep -c gpu__time_duration $L/ncu-$name.csv)"
+  python3 scripts/device/ncu-steps.py $L/ncu-$name.csv --show -1 --top 22 > $OUT/prof-$name.txt 2>&1
+  grep -A3 "^forward .*us in" $OUT/prof-$name.txt | tail -4 | tee -a "$S"
+}
+
+checks() { # TESTS...: the kernel check (every op), then these GPU unit tests
+  timeout 200 memra-parity --kernels > $L/kernels.log 2>&1
+  say "kernel check rc=$? $(tail -1 $L/kernels.log)"
+  grep FAIL $L/kernels.log | head -20 | tee -a "$S"
+  local t
+  for t in "$@"; do
+    MEMRA_SHARED=$here/build/shared timeout 200 build/release/tests/$t > $L/$t.log 2>&1
+    say "$t rc=$? $(tail -1 $L/$t.log)"
+  done
+}
+
+if [ "$part" = profile ]; then
+  make_bf16
+  stamp "bf16 made"
+  { quant Q4_K_M 10; quant Q8_0 6; } &
+  qk=$!
+  prof bf16-c1 $w/bf16.gguf --backend cuda -p 0 -n 2 -d 512 -r 1
+  prof bf16-d32k $w/bf16.gguf --backend cuda -p 0 -n 2 -d 32768 -r 1
+  prof bf16-b64 $w/bf16.gguf --backend cuda -p 512 -n 2 -d 0 -b 64 -r 1
+  wait $qk
+  stamp "Q4_K_M and Q8_0 made"
+  prof q4km-c1 $w/Q4_K_M.gguf --backend cuda -p 0 -n 2 -d 512 -r 1
+  prof q8-c1 $w/Q8_0.gguf --backend cuda -p 0 -n 2 -d 512 -r 1
+  bench bf16-deep 200 $w/bf16.gguf --backend cuda -p 8192 -n 64 -d 8192 -r 2
+  bench q4km-deep 200 $w/Q4_K_M.gguf --backend cuda -p 8192 -n 64 -d 8192,32768 -r 2
+  stamp "done profile"
+fi
+
+if [ "$part" = final ]; then
+  make_bf16
+  stamp "bf16 made"
+  { quant Q4_K_M 10; quant Q8_0 6; } &
+  qk=$!
+  checks test_cuda_engine test_engine_sample test_cuda_device
+  bench bf16 200 $w/bf16.gguf --backend cuda -p 512 -n 64 -d 0,32768 -r 2
+  bench bf16-b64 150 $w/bf16.gguf --backend cuda -p 512 -n 32 -b 64 -d 0 -r 2
+  wait $qk
+  stamp "Q4_K_M and Q8_0 made"
+  bench q4km 150 $w/Q4_K_M.gguf --backend cuda -p 512 -n 64 -d 0,32768 -r 3
+  bench q8 150 $w/Q8_0.gguf --backend cuda -p 512 -n 64 -d 0 -r 3
+  stamp "done final"
+fi
+
+if [ "$part" = serve ]; then
+  make_bf16 &
+  mk=$!
+  timeout 150 tests/gpu/run.sh --skip-kernels > $L/gpu-run.log 2>&1
+  say "tests/gpu/run.sh --skip-kernels rc=$? $(tail -1 $L/gpu-run.log)"
+  grep FAIL $L/gpu-run.log | head -10 | tee -a "$S"
+  wait $mk
+  stamp "bf16 made"
+  serve_bench 1
+  stamp "done serve"
+fi
