@@ -107,10 +107,14 @@ $(LIBA): $(LIB_OBJ)
 	$(if $(Q),@echo "  AR    $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(BIN)/%: $(B)/bin-src/%.o $(LIBA)
+# A program is bin-src/NAME.c plus, when it has one, the files of its own
+# folder bin-src/NAME/ (a program too large for one file).
+prog_objs = $(patsubst %.c,$(B)/%.o,$(wildcard bin-src/$(1)/*.c))
+.SECONDEXPANSION:
+$(BIN)/%: $(B)/bin-src/%.o $$(call prog_objs,$$*) $(LIBA)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD    $@")
-	$(Q)$(CC) $(LDFLAGS) $< $(LIBA) $(LDLIBS) -o $@
+	$(Q)$(CC) $(LDFLAGS) $(filter %.o,$^) $(LIBA) $(LDLIBS) -o $@
 
 $(B)/tests/%: $(B)/tests/unit/%.o $(LIBA)
 	@mkdir -p $(@D)

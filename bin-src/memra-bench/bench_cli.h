@@ -1,0 +1,71 @@
+/* memra-bench's parts (bin-src/memra-bench/): the options, the output
+ * helpers and the three benches (model, tokenizer, server), each in its own
+ * file; memra-bench.c holds main. */
+#ifndef MEMRA_BENCH_CLI_H
+#define MEMRA_BENCH_CLI_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/kv_cache.h"
+
+#define DEFAULT_TEXT_BYTES 1000000
+
+/* Backends memra-bench knows of; `built` says whether the engine runs on
+ * it today. The ceiling of each is its memory bandwidth: the host's read
+ * bandwidth for cpu (lib/core/membw.c), the device's for cuda (to come with
+ * the CUDA backend, from its device-copy probe). */
+typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } bench_backend;
+typedef struct {
+    const char *name;
+    int built;
+    const char *ceiling_what;
+} bench_backend_desc;
+extern const bench_backend_desc bench_backends[2];
+
+typedef struct {
+    int64_t *v;
+    size_t n;
+    int given;
+} int_list;
+
+typedef struct {
+    const char *model, *text_file;
+    int_list pp, tg, depths, batches;
+    int reps, warmup, n_threads, n_batch, json, tokenizer, remeasure, profile_range;
+    int64_t ctx;
+    kv_type kv;
+    int device, device_given;
+    bench_backend backend;
+    int backend_given;
+    double bandwidth; /* > 0: given */
+    /* flags that only the model bench takes, for a clear error with --tokenizer */
+    const char *model_flag;
+    /* --server: the load client */
+    const char *server, *server_model, *api_key, *c_arg;
+    int_list conc;
+    double timeout_s;
+    int64_t vocab;
+    const char *local_flag;  /* a flag of the model or tokenizer bench */
+    const char *server_flag; /* a flag of --server only */
+} bench_opts;
+
+/* The command line into o (exits 2 with a usage line on a bad one). */
+void bench_parse_args(int argc, char **argv, bench_opts *o);
+
+/* "1.23 GB" and the like. */
+void bench_human_bytes(uint64_t b, char *out, size_t n);
+/* The host's name, CPU model and core count. */
+json_t *bench_host_json(void);
+/* A rate or a percentage for the tables, with the digits that matter. */
+void bench_fmt_num(double v, char *out, size_t n);
+/* j on stdout, indented, keys in order. */
+void bench_print_json(json_t *j);
+
+/* The three benches; each returns the exit status (or exits on failure). */
+int bench_run_model(const bench_opts *o);
+int bench_run_tokenizer(const bench_opts *o);
+int bench_run_server(const bench_opts *o);
+
+#endif
