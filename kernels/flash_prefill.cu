@@ -264,17 +264,21 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
         // at most e^FP_LAZY, and most blocks leave every row's max, so
         // no rescale, as they are. Which blocks move it depends on the
         // row's own scores alone.
+        //
+        // Both loops run unrolled and without branches (a key the row does
+        // not see is masked by a select), so a lane's shared-memory loads
+        // are issued together instead of one latency per key; the values
+        // and the order of the sum are the same as key by key.
         float *srow = ss + rr * L::LDS;
         float mx = -INFINITY;
+#pragma unroll 8
         for (int c = half; c < FP_KEYS; c += 2) {
             const int32_t t = t0 + c;
-            if (t < my_lo || t > my_pos)
-                continue;
             float s = __fmul_rn(srow[c], a.scale);
             if (a.softcap > 0.0f)
                 s = __fmul_rn(tanhf(__fdiv_rn(s, a.softcap)), a.softcap);
             srow[c] = s;
-            mx = fmaxf(mx, s);
+            mx = t < my_lo || t > my_pos ? mx : fmaxf(mx, s);
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         const float m_old = rmax[rr];
@@ -284,9 +288,11 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
         // is still all zeros, which alpha (0) leaves as they are.
         const bool rescale = alpha != 1.0f && m_old != -INFINITY;
         float sum = 0.0f;
+#pragma unroll 8
         for (int c = half; c < FP_KEYS; c += 2) {
             const int32_t t = t0 + c;
-            const float p = t < my_lo || t > my_pos ? 0.0f : expf(__fsub_rn(srow[c], m_new));
+            const float e = expf(__fsub_rn(srow[c], m_new));
+            const float p = t < my_lo || t > my_pos ? 0.0f : e;
             ps[rr * L::LDP + c] = OP::round(p);
             sum = __fadd_rn(sum, p);
         }
