@@ -511,8 +511,8 @@ template <int F, int R, int T, bool AX, bool SM, int MB> DEV void matvec_body(co
             soffn = a.seg[mn.s].soff;
             return true;
         };
-        rows_dot<F, R, T, AX, SM, MB>(m.wr, sg.soff, next, a.cols, SM ? nullptr : x, nt, raw, acc,
-                                  stage);
+        rows_dot<F, R, T, AX, SM, MB>(m.wr, sg.soff, next, a.cols, SM ? nullptr : x, nt, raw,
+                                      acc, stage);
         mv_store<R, T>(a, m, acc, t0, nt);
         if (!more)
             break;
