@@ -11,11 +11,13 @@
  * order, each piece's elements in order; then a fixed butterfly. How many
  * rows a warp takes (rows_per_warp), how many tokens a block takes, how
  * many units a lane has in flight, how many groups of rows a block takes
- * in turn, whether the units come to the lane from registers or through
- * shared memory (the quant formats' single-token kernel streams them
- * there, kernels/matmul_single.cu), and which matrices share a launch
- * change none of that, so out[t][r] is bit-identical for a batch of 1 and
- * of 64, fused or not. */
+ * in turn, how many blocks an SM holds (the float formats' one-row
+ * instance has a build held to 8, kernels/matmul_single.cu), whether the
+ * units come to the lane from registers or through shared memory (the
+ * quant formats' single-token kernel streams them there,
+ * kernels/matmul_single.cu), and which matrices share a launch change
+ * none of that, so out[t][r] is bit-identical for a batch of 1 and of 64,
+ * fused or not. */
 #ifndef MEMRA_KERNELS_MATMUL_CUH
 #define MEMRA_KERNELS_MATMUL_CUH
 

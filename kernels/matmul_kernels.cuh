@@ -84,20 +84,31 @@ constexpr int MV_LANE_BYTES = 128; // raw weight bytes a lane aims to have in fl
 using memra_mv::MVSeg;
 using memra_mv::MVArgs;
 
-// Units in flight per lane and row.
-template <int F, int R, int T> struct MVDepth {
+// Units in flight per lane and row. MB is the blocks an SM must hold at
+// once (__launch_bounds__'s second argument, 1: no bound): the float
+// formats' single-token one-row instance held to 8 (64 registers, so that
+// a 4,096-row matrix's 1,024 groups run in one round on a 132-SM H200,
+// where 72 registers, 7 blocks an SM, left a second round of 100 blocks;
+// docs/decisions/0006, session 6) takes MV_MIN_DEPTH units: four spilled
+// there (two 16-byte units a lane summed while two more load, 32 warps
+// an SM: 64 KB an SM in flight).
+#ifndef MV_MIN_DEPTH
+#define MV_MIN_DEPTH 2
+#endif
+template <int F, int R, int T, int MB = 1> struct MVDepth {
     static constexpr int raw = (int)sizeof(typename WFmt<F>::Raw);
     static constexpr int budget = T > 1 ? MV_LANE_BYTES / 2 : MV_LANE_BYTES;
     static constexpr int d = budget / (raw * R);
-    static constexpr int D = d < 1 ? 1 : d > 4 ? 4 : d;
+    static constexpr int cap = MB > 1 ? MV_MIN_DEPTH : 4;
+    static constexpr int D = d < 1 ? 1 : d > cap ? cap : d;
 };
 
 // Whether this lane's row share starts with D whole units, so that it runs
 // the software-pipelined loop (single-token only), whose first loads the
 // caller issues.
-template <int F, int R, int T> DEV bool mv_pipelined(int64_t cols)
+template <int F, int R, int T, int MB = 1> DEV bool mv_pipelined(int64_t cols)
 {
-    constexpr int D = MVDepth<F, R, T>::D;
+    constexpr int D = MVDepth<F, R, T, MB>::D;
     return MV_PREFETCH && T == 1 && (threadIdx.x & 31) + 32 * (D - 1) < cols / WFmt<F>::U;
 }
 
@@ -311,14 +322,14 @@ DEV void fetch_first(const uint8_t *const *wr, size_t soff, typename WFmt<F>::Ra
 // caller) and leave in it the first D units of the rows next(wn, soffn)
 // names (the block's next group) when it returns true; when there is none
 // it returns false and nothing more is loaded.
-template <int F, int R, int T, bool AX, bool SM = false, class Next>
+template <int F, int R, int T, bool AX, bool SM = false, int MB = 1, class Next>
 DEV void rows_dot(const uint8_t *const *wr, size_t soff, const Next &next, int64_t cols,
                   const float *x, int nt,
-                  typename WFmt<F>::Raw (&raw)[MVDepth<F, R, T>::D][R], float (&acc)[R][T],
+                  typename WFmt<F>::Raw (&raw)[MVDepth<F, R, T, MB>::D][R], float (&acc)[R][T],
                   const float *sm = nullptr)
 {
     using W = WFmt<F>;
-    constexpr int D = MVDepth<F, R, T>::D;
+    constexpr int D = MVDepth<F, R, T, MB>::D;
     const int lane = threadIdx.x & 31;
     const int64_t nu = wfmt_units<F>(cols), nfull = cols / W::U;
 #pragma unroll
@@ -327,7 +338,7 @@ DEV void rows_dot(const uint8_t *const *wr, size_t soff, const Next &next, int64
         for (int t = 0; t < T; t++)
             acc[k][t] = 0.0f;
     int64_t u0 = lane;
-    if (mv_pipelined<F, R, T>(cols)) {
+    if (mv_pipelined<F, R, T, MB>(cols)) {
         // Software-pipelined: the next D units' loads go out before this
         // step's decode; on the last step, the next group's first ones.
         for (;;) {
@@ -464,10 +475,9 @@ DEV void mv_store(const MVArgs &a, const MVRows<R> &m, const float (&acc)[R][T],
     }
 }
 
-template <int F, int R, int T, bool AX, bool SM>
-__global__ void __launch_bounds__(MV_THREADS) matvec_kernel(const MVArgs a)
+template <int F, int R, int T, bool AX, bool SM, int MB> DEV void matvec_body(const MVArgs &a)
 {
-    constexpr int D = MVDepth<F, R, T>::D;
+    constexpr int D = MVDepth<F, R, T, MB>::D;
     const int warp = threadIdx.x >> 5;
     const int t0 = blockIdx.y * T;
     const int nt = min(T, a.n - t0);
@@ -476,7 +486,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(const MVArgs a)
     MVRows<R> m = mv_rows<R>(a, g, warp);
     // The first group's loads go out before x is staged.
     typename WFmt<F>::Raw raw[D][R];
-    if (mv_pipelined<F, R, T>(a.cols))
+    if (mv_pipelined<F, R, T, MB>(a.cols))
         fetch_first<F, R, D>(m.wr, a.seg[m.s].soff, raw);
     // Weights depend on no kernel: x and the outputs do (kernels/launch.cuh).
     pdl_trigger();
@@ -501,14 +511,29 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(const MVArgs a)
             soffn = a.seg[mn.s].soff;
             return true;
         };
-        rows_dot<F, R, T, AX, SM>(m.wr, sg.soff, next, a.cols, SM ? nullptr : x, nt, raw, acc,
-                                  stage);
+        rows_dot<F, R, T, AX, SM, MB>(m.wr, sg.soff, next, a.cols, SM ? nullptr : x, nt, raw,
+                                      acc, stage);
         mv_store<R, T>(a, m, acc, t0, nt);
         if (!more)
             break;
         g = gn;
         m = mv_rows<R>(a, g, warp);
     }
+}
+
+// The mat-vec kernel; the same held to MB blocks an SM (MVDepth). Two
+// kernels, because a minimum of 1 block given to __launch_bounds__ is not
+// the same as none: ptxas then took 109 registers for BF16 where it takes 72.
+template <int F, int R, int T, bool AX, bool SM>
+__global__ void __launch_bounds__(MV_THREADS) matvec_kernel(const MVArgs a)
+{
+    matvec_body<F, R, T, AX, SM, 1>(a);
+}
+
+template <int F, int R, int T, bool AX, bool SM, int MB>
+__global__ void __launch_bounds__(MV_THREADS, MB) matvec_kernel_mb(const MVArgs a)
+{
+    matvec_body<F, R, T, AX, SM, MB>(a);
 }
 
 template <int F, bool AX>

@@ -63,6 +63,35 @@ DEV void cp_async8(void *dst, const void *src, int n)
 #endif
 }
 
+// A shared-memory address as the copies take it: on the device the 32-bit
+// shared-space address (converted once, then offset by plain adds that the
+// copy folds into its address), in the emulation the pointer.
+#if defined(__CUDA_ARCH__)
+using mvs_saddr = unsigned;
+DEV mvs_saddr mvs_shared(void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+#else
+using mvs_saddr = uint8_t *;
+DEV mvs_saddr mvs_shared(void *p) { return static_cast<uint8_t *>(p); }
+#endif
+
+// 16 bytes from global src to shared dst when p: one predicated copy, no
+// branch around it.
+DEV void cp_async16_if(mvs_saddr dst, const void *src, bool p)
+{
+#if defined(__CUDA_ARCH__)
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %2, 0;\n\t"
+                 "@q cp.async.cg.shared.global [%0], [%1], 16;\n\t}\n" ::"r"(dst),
+                 "l"(src), "r"((int)p)
+                 : "memory");
+#else
+    if (p) {
+        const unsigned char *s = static_cast<const unsigned char *>(src);
+        for (int i = 0; i < 16; i++)
+            dst[i] = s[i];
+    }
+#endif
+}
+
 DEV void cp_async_commit()
 {
 #if defined(__CUDA_ARCH__)
@@ -174,32 +203,39 @@ template <int R> struct MVSBounds {
 
 // The warp copies chunk c of its R rows into stage st: 16 bytes a lane at
 // a time, the body then the scales, as much of the chunk as the row has
-// (nu units in all).
+// (nu units in all). A whole chunk (every one but a row's last, when
+// partial) takes the copies the format fixes, each at a constant offset
+// from one source and one destination address a row (the lane's start),
+// so a copy is one instruction and no address arithmetic of its own.
 template <int F, int R>
 DEV void mvs_copy(uint8_t *st, const MVRows<R> &m, size_t soff, int64_t c, int64_t nu, int lane)
 {
     using C = MVChunk<F>;
     constexpr int RB = MVRing<F, R>::RB;
-    const int units = (int)min((int64_t)32, nu - c * 32);
-    const int body = units * (C::CB / 32);
+    constexpr int NJ = (C::CB + 511) / 512;
+    const int64_t left = nu - c * 32;
+    const size_t cofs = (size_t)c * C::CB + (size_t)lane * 16;
+    const mvs_saddr dst = mvs_shared(st + lane * 16);
+    // Body bytes of this chunk: the whole chunk's, or the last units' of a row.
+    const int body = left >= 32 ? C::CB : (int)left * (C::CB / 32);
 #pragma unroll
     for (int k = 0; k < R; k++) {
-        const uint8_t *src = m.wr[k] + c * C::CB;
-        uint8_t *dst = st + k * RB;
+        const uint8_t *src = m.wr[k] + cofs;
 #pragma unroll
-        for (int j = 0; j < (C::CB + 511) / 512; j++) {
-            const int off = j * 512 + lane * 16;
-            if (off < body)
-                cp_async16(dst + off, src + off, 16);
-        }
+        for (int j = 0; j < NJ; j++)
+            cp_async16_if(dst + (k * RB + j * 512), src + j * 512, j * 512 + lane * 16 < body);
+    }
+    const int units = (int)min((int64_t)32, left);
+#pragma unroll
+    for (int k = 0; k < R; k++) {
         if constexpr (C::SCB == 8) {
             if (lane == 0)
-                cp_async8(dst + C::CB, m.wr[k] + soff + c * 8, units / 4);
+                cp_async8(st + k * RB + C::CB, m.wr[k] + soff + c * 8, units / 4);
         } else if constexpr (C::SCB > 0) {
             const int sbytes = units * (C::SCB / 32);
             const int off = lane * 16;
             if (off < sbytes)
-                cp_async16(dst + C::CB + off, m.wr[k] + soff + c * C::SCB + off,
+                cp_async16(st + k * RB + C::CB + off, m.wr[k] + soff + c * C::SCB + off,
                            min(16, sbytes - off));
         }
     }
@@ -351,13 +387,54 @@ bool mvs_launch(const MVArgs &a, int sm_count, bool one_pass, cudaStream_t s)
 }
 
 // The register path: float formats, and quant rows too wide to stage.
+// When the groups outnumber the blocks the device holds at once, every
+// block takes the same number of groups (k or, for the last few, k - 1,
+// k = ceil(groups / resident)): as many blocks as that needs, rather than
+// every resident block with a last, partly empty round (1,536 groups on
+// 924 blocks was two rounds, the second two-thirds full; now 768 blocks of
+// two groups). The float formats' one-row instance has a second build
+// held to MV_FIT_BLOCKS blocks an SM (MVDepth), launched when that puts
+// every group in one round: the 4,096-row matrices. Both choices follow
+// from the shape and the SM count only.
+constexpr int MV_FIT_BLOCKS = 8;
+template <class K>
+void mv_launch_k(K k, std::atomic<uint64_t> &memo, const MVArgs &a, dim3 grid, int sm_count,
+                 bool one_pass, cudaStream_t s)
+{
+    const unsigned groups = grid.x;
+    grid = mv_grid(k, MV_THREADS, 0, grid, sm_count, one_pass, memo);
+    if (grid.x < groups) {
+        const unsigned per = (groups + grid.x - 1) / grid.x;
+        grid.x = (groups + per - 1) / per;
+    }
+    launch_pdl(k, grid, dim3(MV_THREADS), 0, s, a);
+}
+
+template <int F, int R, bool AX, int MB>
+void mv_launch_mb(const MVArgs &a, dim3 grid, int sm_count, bool one_pass, cudaStream_t s)
+{
+    static std::atomic<uint64_t> memo{0};
+    if constexpr (MB > 1)
+        mv_launch_k(matvec_kernel_mb<F, R, 1, AX, false, MB>, memo, a, grid, sm_count, one_pass, s);
+    else
+        mv_launch_k(matvec_kernel<F, R, 1, AX, false>, memo, a, grid, sm_count, one_pass, s);
+}
+
 template <int F, int R, bool AX>
 void mv_launch(const MVArgs &a, dim3 grid, int sm_count, bool one_pass, cudaStream_t s)
 {
-    static std::atomic<uint64_t> memo{0};
-    grid = mv_grid(matvec_kernel<F, R, 1, AX, false>, MV_THREADS, 0, grid, sm_count, one_pass,
-                   memo);
-    launch_pdl(matvec_kernel<F, R, 1, AX, false>, grid, dim3(MV_THREADS), 0, s, a);
+    if constexpr (WFmt<F>::DIRECT && R == 1) {
+        if (!one_pass && sm_count > 0 && grid.x <= (unsigned)(MV_FIT_BLOCKS * sm_count)) {
+            static std::atomic<uint64_t> memo{0};
+            const int per =
+                mv_blocks_per_sm(matvec_kernel<F, R, 1, AX, false>, MV_THREADS, 0, memo);
+            if (per > 0 && grid.x > (unsigned)(per * sm_count)) {
+                mv_launch_mb<F, R, AX, MV_FIT_BLOCKS>(a, grid, sm_count, one_pass, s);
+                return;
+            }
+        }
+    }
+    mv_launch_mb<F, R, AX, 1>(a, grid, sm_count, one_pass, s);
 }
 
 template <int F, int R, bool AX>

@@ -328,24 +328,31 @@ DEV float byte_f(uint32_t w, int k)
 // shifts and masks: pairs 0..3 are the low six bits of bytes 4..7 (scales)
 // and 8..11 (mins); pairs 4..7 take their low four bits from bytes 12..15
 // and their top two from the top bits of bytes 4..7 (scales), 8..11 (mins).
+// Both forms are computed and one selected: g is the lane's own (u & 3),
+// so a branch on it diverges in every warp and runs both sides anyway.
 DEV void k4_group_scale_min(const uint4 &h, int g, uint32_t &sc, uint32_t &m)
 {
     const int s = 16 * (g & 1);
     const uint32_t y = h.y >> s, z = h.z >> s, w = h.w >> s;
-    if (g < 2) {
-        sc = y & 0x3F3Fu;
-        m = z & 0x3F3Fu;
-    } else {
-        sc = (w & 0x0F0Fu) | ((y & 0xC0C0u) >> 2);
-        m = ((w >> 4) & 0x0F0Fu) | ((z & 0xC0C0u) >> 2);
-    }
+    const uint32_t sc_lo = y & 0x3F3Fu, m_lo = z & 0x3F3Fu;
+    const uint32_t sc_hi = (w & 0x0F0Fu) | ((y & 0xC0C0u) >> 2);
+    const uint32_t m_hi = ((w >> 4) & 0x0F0Fu) | ((z & 0xC0C0u) >> 2);
+    sc = g < 2 ? sc_lo : sc_hi;
+    m = g < 2 ? m_lo : m_hi;
 }
 
 // The scales of group g of a Q4_K / Q5_K super-block: pieces 0..3 (the low
-// nibbles, elements 0..31) take (d1, -m1), pieces 4..7 (d2, -m2).
-template <int P> DEV void k4_piece_scales(const uint4 &h, int g, float (&a)[P], float (&b)[P])
+// nibbles, elements 0..31) take (d1, -m1), pieces 4..7 (d2, -m2). UP: a
+// comes times 2^(149 - MV_XEXP) for the INT path, by scaling d first:
+// d * sc is exact in f32 (an 11-bit by a 6-bit integer mantissa) and so is
+// either product by the power of two (d * 2^64 stays normal and finite),
+// so (d * 2^64) * sc is the very float fl(d * sc) * 2^64, one multiply a
+// unit fewer than scaling d1 and d2.
+template <int P, bool UP = false>
+DEV void k4_piece_scales(const uint4 &h, int g, float (&a)[P], float (&b)[P])
 {
-    const float d = f16_bits_to_f32((uint16_t)(h.x & 0xFFFFu));
+    const float d0 = f16_bits_to_f32((uint16_t)(h.x & 0xFFFFu));
+    const float d = UP ? __fmul_rn(d0, MV_AUP) : d0;
     const float dmin = f16_bits_to_f32((uint16_t)(h.x >> 16));
     uint32_t sc, m;
     k4_group_scale_min(h, g, sc, m);
@@ -386,10 +393,7 @@ template <> struct WFmt<CW_Q4_K> {
     DEV static int xkind(int p) { return p < 4 ? XK_NIB_LO : XK_NIB_HI; }
     DEV static void iscales(const Raw &r, int64_t u, float (&a)[P], float (&b)[P])
     {
-        k4_piece_scales<P>(r.h, (int)(u & 3), a, b);
-#pragma unroll
-        for (int p = 0; p < P; p++)
-            a[p] = __fmul_rn(a[p], MV_AUP);
+        k4_piece_scales<P, true>(r.h, (int)(u & 3), a, b);
     }
     DEV static void ipiece(const Raw &r, int64_t, int p, float (&v)[PW])
     {
@@ -459,10 +463,7 @@ template <> struct WFmt<CW_Q5_K> {
     DEV static int xkind(int) { return XK_BYTE6; }
     DEV static void iscales(const Raw &r, int64_t u, float (&a)[P], float (&b)[P])
     {
-        k4_piece_scales<P>(r.h, (int)(u & 3), a, b);
-#pragma unroll
-        for (int p = 0; p < P; p++)
-            a[p] = __fmul_rn(a[p], MV_AUP);
+        k4_piece_scales<P, true>(r.h, (int)(u & 3), a, b);
     }
     DEV static void ipiece(const Raw &r, int64_t u, int p, float (&v)[PW])
     {

@@ -193,8 +193,8 @@ static void matmul_stream_case(kc *k, dtype t, int64_t rows, int64_t cols, int g
 }
 
 /* The Qwen3-8B decode shapes, with --perf: QKV-sized, the FFN's gate+up
- * pair and down, and the output head; without, two small ones (the GLU
- * launch checked against the CPU). */
+ * pair and down, and the output head (Q6_K, Q8_0, BF16); without, two
+ * small ones (the GLU launch checked against the CPU). */
 static void matmul_stream_cases(kc *k)
 {
     if (!k->o->perf) {
@@ -211,6 +211,7 @@ static void matmul_stream_cases(kc *k)
     }
     matmul_stream_case(k, DT_Q6_K, 151936, 4096, 0);
     matmul_stream_case(k, DT_Q8_0, 151936, 4096, 0);
+    matmul_stream_case(k, DT_BF16, 151936, 4096, 0);
     /* The formats without a model shape of their own: the FFN pair. */
     static const dtype more[] = {DT_Q5_K, DT_NVFP4, DT_MXFP8};
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(more); i++)
