@@ -36,7 +36,7 @@ constexpr int DG_STAGES = 4;            // weight steps in the ring (DG_STAGES -
 constexpr int DG_LDO = DG_TILE + 4;     // f32 row stride of the output tile
 constexpr size_t DG_STAGE_BYTES = (size_t)DG_TILE * DG_LDS * 2;
 constexpr size_t DG_W_BYTES = DG_STAGES * DG_STAGE_BYTES;
-constexpr size_t DG_X_BYTES = (size_t)2 * DG_TOK * DG_LDS * 2;
+constexpr size_t DG_X_BYTES = (size_t)3 * DG_TOK * DG_LDS * 2; // three steps of x
 constexpr size_t DG_O_BYTES = (size_t)DG_TOK * DG_LDO * 4;
 constexpr size_t DG_SMEM = DG_W_BYTES + DG_X_BYTES > DG_O_BYTES ? DG_W_BYTES + DG_X_BYTES
                                                                  : DG_O_BYTES;
@@ -47,15 +47,22 @@ constexpr int DG_MINB = 2;
 // The split count's cost model: a block's fixed cost (the ring's fill, the
 // output tile) in steps of weights.
 constexpr int DG_BLOCK_COST = 2;
-// From this many tokens on, x is rounded to bf16 once per launch by
-// dg_round_x_kernel (cu_dg_x_bytes) instead of by every block.
-constexpr int DG_XBF_MIN = 17;
+// x is rounded to bf16 once per launch by dg_round_x_kernel (cu_dg_x_bytes)
+// instead of by every block when that saves the blocks at least this many
+// bytes of x read from L2 (tiles x tokens x columns x 2). The pre-pass
+// costs about 2 us: on the H200 (session 6) it won at gate+up's 50 MB (32
+// tokens) and 100 MB (64), down's 50 MB (64); it lost at down's 24 MiB
+// (32 tokens) and o's 16 MiB (64), and q+k+v's 24 MiB (64) was even.
+constexpr double DG_XBF_SAVED_MIN = 32.0 * 1024 * 1024;
 // Splits whose partial sums the reduction loads at once.
 constexpr int DG_RED_BATCH = 8;
 
 // 16-slot groups per warp for more than 16 tokens (2 measured: no faster,
 // decision 0009 session 5).
 constexpr int DG_RW_BIG = 1;
+// Above 16 tokens, the tokens split between warp pairs (decode_gemm_kernel's
+// TS).
+constexpr bool DG_TS_BIG = true;
 // The most tokens for which each warp rounds its own copy of x (no block
 // barrier per step); past that the block shares one copy. At 8 tokens
 // the block's copy is 15-20 % faster (eight warps each loading x cost
@@ -179,15 +186,26 @@ __global__ void __launch_bounds__(256) dg_round_x_kernel(const float *x, __nv_bf
 
 // NT8: 8-token mma columns; XT: the most tokens a block has (sizes the x
 // prefetch); RW: 16-slot groups per warp (8 / RW warps); XB: x read from
-// the bf16 copy (a.xb).
-template <int NT8, int XT, int RW, bool XB>
+// the bf16 copy (a.xb); TS: the tokens split between warp pairs (below).
+template <int NT8, int XT, int RW, bool XB, bool TS>
 __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kernel(const DGArgs a)
 {
     constexpr int WARPS = DG_GROUPS / RW, THREADS = WARPS * 32;
+    // Who computes what. Plain: warp w its RW groups (the rows its lanes
+    // copy) for all the tokens, so it needs no other warp's weights (a
+    // warp barrier per step). TS: warp w groups 2 (w / 2) and 2 (w / 2) + 1
+    // for half the tokens (8-token tiles (w % 2) NT8 / 2 ...): each warp's
+    // shared-memory reads per step fall from 16 + 64 to 32 + 32 rows' worth
+    // (ldmatrix's traffic bounded the 64-token launch), for a block barrier
+    // per step over weights that another warp copied.
+    static_assert(!TS || (RW == 1 && NT8 % 2 == 0), "the token split pairs warps of one group");
+    constexpr int CG = TS ? 2 : RW, CT = TS ? NT8 / 2 : NT8;
     extern __shared__ uint4 dg_smem[];
     unsigned char *sm = reinterpret_cast<unsigned char *>(dg_smem);
     __shared__ unsigned last_block;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int cgb = TS ? (warp >> 1) * 2 : warp * RW; // the first group this warp computes
+    const int ctb = TS ? (warp & 1) * CT : 0;         // its first 8-token tile
     const unsigned tile = blockIdx.x / (unsigned)a.ks;
     const int split = (int)(blockIdx.x % (unsigned)a.ks);
     int s = 0;
@@ -247,7 +265,7 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
     // (one tile, rewritten between __syncwarp()s: no block barrier in the
     // loop); more tokens share a double-buffered block copy.
     constexpr bool WARP_X = XT <= DG_WARPX_MAX;
-    static_assert(!WARP_X || (NT8 == 1 && WARPS * 16 <= 2 * DG_TOK), "the warps' x copies fit");
+    static_assert(!WARP_X || (NT8 == 1 && !TS && WARPS * 16 <= 3 * DG_TOK), "the warps' x copies fit");
     static_assert(NT8 * 8 <= DG_TOK && XT <= NT8 * 8, "the mma columns cover the tokens");
     constexpr int XR = (XT * (DG_KC / (XB ? 8 : 4)) + (WARP_X ? 32 : THREADS) - 1) / (WARP_X ? 32 : THREADS);
     const int xwho = WARP_X ? lane : (int)threadIdx.x, xcount = WARP_X ? 32 : THREADS;
@@ -265,13 +283,13 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
         __syncthreads();
     }
 
-    // acc[g][t]: the warp's 16 slots of group g x tokens 8t..8t+7, in
-    // mma's C layout (kernels/mma.cuh).
-    float acc[RW][NT8][4];
+    // acc[g][t]: the 16 slots of group cgb + g x tokens 8 (ctb + t) ..
+    // + 7, in mma's C layout (kernels/mma.cuh).
+    float acc[CG][CT][4];
 #pragma unroll
-    for (int g = 0; g < RW; g++)
+    for (int g = 0; g < CG; g++)
 #pragma unroll
-        for (int t = 0; t < NT8; t++)
+        for (int t = 0; t < CT; t++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 acc[g][t][e] = 0.0f;
@@ -280,52 +298,66 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
     // columns 8 ((l / 8) % 2) of each pair of 8-token tiles.
     const int a_off = (lane & 15) * DG_LDS + (lane >> 4) * 8;
     const int b_off = ((lane & 7) + (lane >> 4) * 8) * DG_LDS + ((lane >> 3) & 1) * 8;
+    const __nv_bfloat16 *wtile = reinterpret_cast<const __nv_bfloat16 *>(sm) + cgb * 16 * DG_LDS;
     int slot = 0; // the ring slot of step cc
     for (int cc = 0; cc < nc; cc++) {
-        // The slot the previous step read takes the step DG_STAGES - 1
-        // ahead (every lane is past its reads of it).
-        __syncwarp();
-        {
+        if (!TS) {
+            // The slot the previous step read takes the step DG_STAGES - 1
+            // ahead (every lane is past its reads of it).
+            __syncwarp();
             const int ahead = slot == 0 ? DG_STAGES - 1 : slot - 1;
             if (cc + DG_STAGES - 1 < nc)
                 issue(cc + DG_STAGES - 1, ahead);
             dg_commit();
         }
+        // x's next step into the buffer of step cc - 2: with TS the block
+        // barrier before step cc - 1's math is the last one every warp
+        // passed after reading it; without, the barrier ending step cc - 1.
         if (WARP_X) {
             xp.store(xw, ntok, xwho, xcount);
             if (cc + 1 < nc)
                 xp.load(x, xbt, a.cols, ntok, c0 + cc + 1, xwho, xcount);
         } else if (cc + 1 < nc) {
-            xp.store(xs + ((cc + 1) & 1) * DG_TOK * DG_LDS, ntok, xwho, xcount);
+            xp.store(xs + ((cc + 1) % (TS ? 3 : 2)) * DG_TOK * DG_LDS, ntok, xwho, xcount);
             if (cc + 2 < nc)
                 xp.load(x, xbt, a.cols, ntok, c0 + cc + 2, xwho, xcount);
         }
-        dg_wait<DG_STAGES - 1>(); // this lane's pieces of step cc are in
-        __syncwarp();             // and the other lanes'
-        const __nv_bfloat16 *wt = ring + (size_t)slot * DG_TILE * DG_LDS;
-        const __nv_bfloat16 *xb = WARP_X ? xw : xs + (cc & 1) * DG_TOK * DG_LDS;
+        if (TS) {
+            dg_wait<DG_STAGES - 2>(); // this thread's pieces of step cc are in,
+            __syncthreads();          // and every thread's; step cc - 1's math is done
+            const int ahead = slot == 0 ? DG_STAGES - 1 : slot - 1;
+            if (cc + DG_STAGES - 1 < nc)
+                issue(cc + DG_STAGES - 1, ahead);
+            dg_commit();
+        } else {
+            dg_wait<DG_STAGES - 1>(); // this lane's pieces of step cc are in
+            __syncwarp();             // and the other lanes'
+        }
+        const __nv_bfloat16 *wt = wtile + (size_t)slot * DG_TILE * DG_LDS;
+        const __nv_bfloat16 *xb =
+            (WARP_X ? xw : xs + (cc % (TS ? 3 : 2)) * DG_TOK * DG_LDS) + ctb * 8 * DG_LDS;
 #pragma unroll
         for (int kk = 0; kk < DG_KC / 16; kk++) {
-            unsigned fa[RW][4];
+            unsigned fa[CG][4];
 #pragma unroll
-            for (int g = 0; g < RW; g++)
+            for (int g = 0; g < CG; g++)
                 ldmatrix_x4(fa[g], wt + g * 16 * DG_LDS + kk * 16 + a_off);
 #pragma unroll
-            for (int t = 0; t < NT8; t += 2) {
+            for (int t = 0; t < CT; t += 2) {
                 unsigned fb[4];
-                if (t + 1 < NT8)
+                if (t + 1 < CT)
                     ldmatrix_x4(fb, xb + t * 8 * DG_LDS + kk * 16 + b_off);
                 else
                     ldmatrix_x2(fb, xb + t * 8 * DG_LDS + kk * 16 + b_off);
 #pragma unroll
-                for (int g = 0; g < RW; g++) {
+                for (int g = 0; g < CG; g++) {
                     mma_bf16_16816(acc[g][t], fa[g], fb);
-                    if (t + 1 < NT8)
+                    if (t + 1 < CT)
                         mma_bf16_16816(acc[g][t + 1], fa[g], fb + 2);
                 }
             }
         }
-        if (!WARP_X)
+        if (!WARP_X && !TS)
             __syncthreads();
         slot = slot == DG_STAGES - 1 ? 0 : slot + 1;
     }
@@ -335,12 +367,12 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
     float *o = reinterpret_cast<float *>(sm);
     __syncthreads();
 #pragma unroll
-    for (int g = 0; g < RW; g++)
+    for (int g = 0; g < CG; g++)
 #pragma unroll
-        for (int t = 0; t < NT8; t++)
+        for (int t = 0; t < CT; t++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
-                o[(t * 8 + 2 * (lane & 3) + (e & 1)) * DG_LDO + (warp * RW + g) * 16 + (lane >> 2) +
+                o[((ctb + t) * 8 + 2 * (lane & 3) + (e & 1)) * DG_LDO + (cgb + g) * 16 + (lane >> 2) +
                   (e >> 1) * 8] = acc[g][t][e];
     __syncthreads();
 
@@ -498,26 +530,26 @@ void dg_split(const cu_mv_job *j, int blocks_per_sm, int *ks, int *cps)
     }
 }
 
-template <int NT8, int XT, int RW, bool XB>
+template <int NT8, int XT, int RW, bool XB, bool TS>
 cudaError_t dg_launch_one(const DGArgs &a, dim3 grid, cudaStream_t stream)
 {
-    cudaError_t rc = cudaFuncSetAttribute(decode_gemm_kernel<NT8, XT, RW, XB>,
+    cudaError_t rc = cudaFuncSetAttribute(decode_gemm_kernel<NT8, XT, RW, XB, TS>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DG_SMEM);
     if (rc == cudaSuccess)
-        rc = cudaFuncSetAttribute(decode_gemm_kernel<NT8, XT, RW, XB>,
+        rc = cudaFuncSetAttribute(decode_gemm_kernel<NT8, XT, RW, XB, TS>,
                                   cudaFuncAttributePreferredSharedMemoryCarveout,
                                   cudaSharedmemCarveoutMaxShared);
     if (rc != cudaSuccess)
         return rc;
-    launch_pdl(decode_gemm_kernel<NT8, XT, RW, XB>, grid, dim3(DG_GROUPS / RW * 32), DG_SMEM, stream, a);
+    launch_pdl(decode_gemm_kernel<NT8, XT, RW, XB, TS>, grid, dim3(DG_GROUPS / RW * 32), DG_SMEM, stream, a);
     return cudaGetLastError();
 }
 
-template <int NT8, int XT, int RW>
+template <int NT8, int XT, int RW, bool TS = false>
 cudaError_t dg_launch(const DGArgs &a, dim3 grid, cudaStream_t stream)
 {
-    return a.xb ? dg_launch_one<NT8, XT, RW, true>(a, grid, stream)
-                : dg_launch_one<NT8, XT, RW, false>(a, grid, stream);
+    return a.xb ? dg_launch_one<NT8, XT, RW, true, TS>(a, grid, stream)
+                : dg_launch_one<NT8, XT, RW, false, TS>(a, grid, stream);
 }
 
 } // namespace
@@ -568,7 +600,8 @@ extern "C" size_t cu_dg_counters(const cu_mv_job *j, int blocks_per_sm)
 
 extern "C" size_t cu_dg_x_bytes(const cu_mv_job *j)
 {
-    return j->n >= DG_XBF_MIN ? (size_t)j->n * (size_t)j->w[0]->cols * 2 : 0;
+    const double saved = (double)dg_tiles(j, nullptr) * j->n * (double)j->w[0]->cols * 2;
+    return saved >= DG_XBF_SAVED_MIN ? (size_t)j->n * (size_t)j->w[0]->cols * 2 : 0;
 }
 
 extern "C" cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm, float *partials,
@@ -619,6 +652,6 @@ extern "C" cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm,
     if (most <= 16)
         return dg_launch<2, 16, 1>(a, grid, stream);
     if (most <= 32)
-        return dg_launch<4, 32, DG_RW_BIG>(a, grid, stream);
-    return dg_launch<8, DG_TOK, DG_RW_BIG>(a, grid, stream);
+        return dg_launch<4, 32, DG_TS_BIG ? 1 : DG_RW_BIG, DG_TS_BIG>(a, grid, stream);
+    return dg_launch<8, DG_TOK, DG_TS_BIG ? 1 : DG_RW_BIG, DG_TS_BIG>(a, grid, stream);
 }
