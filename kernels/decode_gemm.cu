@@ -10,18 +10,22 @@
 //
 // A block takes one tile of DG_TILE output slots (weight rows; in GLU mode
 // 64 gate rows then the same 64 up rows), one split of the columns and up
-// to DG_TOK tokens. Its warps own RW groups of 16 slots each (8 / RW
+// to DG_TOK tokens. Its warps copy RW groups of 16 slots each (8 / RW
 // warps). Per step of DG_KC columns:
 //   - each warp's lanes put the step DG_STAGES - 1 ahead of its math in
 //     flight with cp.async, 16 bytes a piece, into the warp's rows of a
 //     ring of DG_STAGES weight tiles in shared memory (the weights never
 //     pass through registers, so a block holds ~50 KB of loads in flight
 //     and two blocks fit an SM);
-//   - x's next step is rounded to bf16 from registers loaded a step ahead
-//     (by each warp for its own copy up to DG_WARPX_MAX tokens, else by
-//     the block into a double buffer: one barrier per step);
-//   - four 16x16x16 mma steps per 16 tokens, the weight fragment loaded
-//     once for all the tokens, x's once for the warp's RW groups.
+//   - x's next step reaches shared memory from registers loaded a step
+//     ahead, rounded to bf16 there or already rounded by a pre-pass
+//     (dg_round_x_kernel, where that saves enough L2 reads); by each warp
+//     for its own copy up to DG_WARPX_MAX tokens, else by the block into
+//     a ring of x steps (one block barrier per step);
+//   - four m16n8k16 mma.sync per 8 tokens and 16 rows (kernels/mma.cuh),
+//     fragments loaded by ldmatrix from padded rows (conflict-free): up to
+//     16 tokens each warp computes its own rows for all the tokens; above,
+//     a pair of warps computes its 32 rows, each for half the tokens (TS).
 // The output tile goes through shared memory to the partial-sum scratch
 // or, with one split, straight to the output with bias or activation.
 

@@ -1,7 +1,8 @@
 /* Decode projections of bf16 weights on the tensor cores: the jobs of
  * kernels/matmul.cuh (cu_mv_job: one to three matrices of one width, a
  * bias per matrix, or gate and up paired with act(gate) * up written),
- * computed with x rounded to bf16 and f32 accumulation (WMMA 16x16x16).
+ * computed with x rounded to bf16 and f32 accumulation (mma.sync
+ * m16n8k16 on the tensor cores, kernels/mma.cuh).
  *
  * Why: the mat-vec keeps x in f32, so a batch of 64 tokens costs 64 f32
  * FMAs per weight element and the L1 traffic of x: about 100 ms a step for
@@ -12,7 +13,8 @@
  * gate and the same 64 of up), a split of the columns, and up to 64 tokens
  * (grid.y takes the next 64). Each output value is summed as: over the
  * block's column split, 64 columns at a time in ascending order, four
- * 16-column mma steps each, into one f32 accumulator; then the splits' sums
+ * 16-column mma steps each, into one f32 accumulator (whether x was
+ * rounded by the blocks or by the launch's pre-pass: the same values); then the splits' sums
  * added in ascending split order (by the last block of the row tile to
  * finish, from a scratch of partial sums, whichever block that is). The
  * number of splits depends on the matrices' shapes and the SM count only,
