@@ -1,8 +1,8 @@
 #include <cuda_bf16.h>
-#include <mma.h>
 
 #include "kernels/decode_gemm.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/mma.cuh"
 #include "kernels/dev_common.cuh"
 #include "kernels/weight_layout.h"
 
@@ -10,24 +10,26 @@
 //
 // A block takes one tile of DG_TILE output slots (weight rows; in GLU mode
 // 64 gate rows then the same 64 up rows), one split of the columns and up
-// to DG_TOK tokens. Its warps own RW groups of 16 slots each (8 / RW
+// to DG_TOK tokens. Its warps copy RW groups of 16 slots each (8 / RW
 // warps). Per step of DG_KC columns:
 //   - each warp's lanes put the step DG_STAGES - 1 ahead of its math in
 //     flight with cp.async, 16 bytes a piece, into the warp's rows of a
 //     ring of DG_STAGES weight tiles in shared memory (the weights never
 //     pass through registers, so a block holds ~50 KB of loads in flight
 //     and two blocks fit an SM);
-//   - x's next step is rounded to bf16 from registers loaded a step ahead
-//     (by each warp for its own copy up to DG_WARPX_MAX tokens, else by
-//     the block into a double buffer: one barrier per step);
-//   - four 16x16x16 mma steps per 16 tokens, the weight fragment loaded
-//     once for all the tokens, x's once for the warp's RW groups.
+//   - x's next step reaches shared memory from registers loaded a step
+//     ahead, rounded to bf16 there or already rounded by a pre-pass
+//     (dg_round_x_kernel, where that saves enough L2 reads); by each warp
+//     for its own copy up to DG_WARPX_MAX tokens, else by the block into
+//     a ring of x steps (one block barrier per step);
+//   - four m16n8k16 mma.sync per 8 tokens and 16 rows (kernels/mma.cuh),
+//     fragments loaded by ldmatrix from padded rows (conflict-free): up to
+//     16 tokens each warp computes its own rows for all the tokens; above,
+//     a pair of warps computes its 32 rows, each for half the tokens (TS).
 // The output tile goes through shared memory to the partial-sum scratch
 // or, with one split, straight to the output with bias or activation.
 
 namespace {
-
-using namespace nvcuda;
 
 constexpr int DG_TILE = 128;            // output slots per block
 constexpr int DG_GROUPS = DG_TILE / 16; // 16-slot groups per block
@@ -38,7 +40,7 @@ constexpr int DG_STAGES = 4;            // weight steps in the ring (DG_STAGES -
 constexpr int DG_LDO = DG_TILE + 4;     // f32 row stride of the output tile
 constexpr size_t DG_STAGE_BYTES = (size_t)DG_TILE * DG_LDS * 2;
 constexpr size_t DG_W_BYTES = DG_STAGES * DG_STAGE_BYTES;
-constexpr size_t DG_X_BYTES = (size_t)2 * DG_TOK * DG_LDS * 2;
+constexpr size_t DG_X_BYTES = (size_t)3 * DG_TOK * DG_LDS * 2; // three steps of x
 constexpr size_t DG_O_BYTES = (size_t)DG_TOK * DG_LDO * 4;
 constexpr size_t DG_SMEM = DG_W_BYTES + DG_X_BYTES > DG_O_BYTES ? DG_W_BYTES + DG_X_BYTES
                                                                  : DG_O_BYTES;
@@ -49,12 +51,22 @@ constexpr int DG_MINB = 2;
 // The split count's cost model: a block's fixed cost (the ring's fill, the
 // output tile) in steps of weights.
 constexpr int DG_BLOCK_COST = 2;
+// x is rounded to bf16 once per launch by dg_round_x_kernel (cu_dg_x_bytes)
+// instead of by every block when that saves the blocks at least this many
+// bytes of x read from L2 (tiles x tokens x columns x 2). The pre-pass
+// costs about 2 us: on the H200 (session 6) it won at gate+up's 50 MB (32
+// tokens) and 100 MB (64), down's 50 MB (64); it lost at down's 24 MiB
+// (32 tokens) and o's 16 MiB (64), and q+k+v's 24 MiB (64) was even.
+constexpr double DG_XBF_SAVED_MIN = 32.0 * 1024 * 1024;
 // Splits whose partial sums the reduction loads at once.
 constexpr int DG_RED_BATCH = 8;
 
 // 16-slot groups per warp for more than 16 tokens (2 measured: no faster,
 // decision 0009 session 5).
 constexpr int DG_RW_BIG = 1;
+// Above 16 tokens, the tokens split between warp pairs (decode_gemm_kernel's
+// TS).
+constexpr bool DG_TS_BIG = true;
 // The most tokens for which each warp rounds its own copy of x (no block
 // barrier per step); past that the block shares one copy. At 8 tokens
 // the block's copy is 15-20 % faster (eight warps each loading x cost
@@ -76,6 +88,7 @@ struct DGArgs {
     int mode;
     int64_t cols;
     const float *x;
+    const __nv_bfloat16 *xb; // x rounded to bf16 by dg_round_x_kernel, or null
     int n;
     int ks, cps;    // splits, steps per split
     unsigned tiles; // in all segments
@@ -113,49 +126,90 @@ template <int N> DEV void dg_wait()
 }
 
 // x's steps reach shared memory through registers, loaded one step ahead
-// so their latency (an L2 round trip) is not paid at every step: XR float4
-// per thread, by threads `who` of `count` (the warp's lanes, or the
-// block's threads) over ntok tokens' DG_KC columns.
-template <int XR> struct XPrefetch {
-    float4 v[XR];
-    DEV void load(const float *x, int64_t cols, int ntok, int64_t kc, int who, int count)
+// so their latency (an L2 round trip) is not paid at every step: XR
+// 16-byte pieces per thread, by threads `who` of `count` (the warp's
+// lanes, or the block's threads) over ntok tokens' DG_KC columns. BF: x
+// was rounded to bf16 by dg_round_x_kernel (half the bytes, no
+// conversion here); else f32, rounded here. Both round with
+// __floats2bfloat162_rn: the same bf16 values either way.
+template <int XR, bool BF> struct XPrefetch {
+    static constexpr int PER = DG_KC / (BF ? 8 : 4); // pieces per token and step
+    uint4 v[XR];
+    DEV void load(const float *x, const __nv_bfloat16 *xb, int64_t cols, int ntok, int64_t kc,
+                  int who, int count)
     {
 #pragma unroll
         for (int i = 0; i < XR; i++) {
             const int q = who + i * count;
-            if (q < ntok * (DG_KC / 4))
-                v[i] = __ldg(reinterpret_cast<const float4 *>(
-                    x + (int64_t)(q / (DG_KC / 4)) * cols + kc * DG_KC + (q % (DG_KC / 4)) * 4));
+            if (q < ntok * PER) {
+                const int64_t e = (int64_t)(q / PER) * cols + kc * DG_KC + (q % PER) * (BF ? 8 : 4);
+                v[i] = BF ? __ldg(reinterpret_cast<const uint4 *>(xb + e))
+                          : __ldg(reinterpret_cast<const uint4 *>(x + e));
+            }
         }
     }
-    // Round to bf16 into d [token][DG_LDS].
+    // Into d [token][DG_LDS], rounded to bf16.
     DEV void store(__nv_bfloat16 *d, int ntok, int who, int count) const
     {
 #pragma unroll
         for (int i = 0; i < XR; i++) {
             const int q = who + i * count;
-            if (q < ntok * (DG_KC / 4)) {
-                __nv_bfloat162 lo = __floats2bfloat162_rn(v[i].x, v[i].y);
-                __nv_bfloat162 hi = __floats2bfloat162_rn(v[i].z, v[i].w);
-                __nv_bfloat162 *o = reinterpret_cast<__nv_bfloat162 *>(
-                    d + (q / (DG_KC / 4)) * DG_LDS + (q % (DG_KC / 4)) * 4);
-                o[0] = lo;
-                o[1] = hi;
+            if (q < ntok * PER) {
+                __nv_bfloat16 *o = d + (q / PER) * DG_LDS + (q % PER) * (BF ? 8 : 4);
+                if (BF) {
+                    *reinterpret_cast<uint4 *>(o) = v[i];
+                } else {
+                    const float4 f = make_float4(__uint_as_float(v[i].x), __uint_as_float(v[i].y),
+                                                 __uint_as_float(v[i].z), __uint_as_float(v[i].w));
+                    __nv_bfloat162 *o2 = reinterpret_cast<__nv_bfloat162 *>(o);
+                    o2[0] = __floats2bfloat162_rn(f.x, f.y);
+                    o2[1] = __floats2bfloat162_rn(f.z, f.w);
+                }
             }
         }
     }
 };
 
-// NT: 16-token mma columns; XT: the most tokens a block has (sizes the x
-// prefetch); RW: 16-slot groups per warp (8 / RW warps).
-template <int NT, int XT, int RW>
+// x rounded to bf16 once per launch, for a GEMM launch that reads the
+// copy: every block of a 64-token launch otherwise reads x's f32 bytes
+// from L2 (as many as the weights) and converts them itself. The same
+// rounding as XPrefetch's f32 path, so the GEMM's bytes do not change.
+__global__ void __launch_bounds__(256) dg_round_x_kernel(const float *x, __nv_bfloat16 *xb, size_t n8)
+{
+    pdl_trigger();
+    pdl_wait();
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float4 lo = __ldg(reinterpret_cast<const float4 *>(x) + 2 * i);
+        const float4 hi = __ldg(reinterpret_cast<const float4 *>(x) + 2 * i + 1);
+        __nv_bfloat162 r[4] = {__floats2bfloat162_rn(lo.x, lo.y), __floats2bfloat162_rn(lo.z, lo.w),
+                               __floats2bfloat162_rn(hi.x, hi.y), __floats2bfloat162_rn(hi.z, hi.w)};
+        reinterpret_cast<uint4 *>(xb)[i] = *reinterpret_cast<const uint4 *>(r);
+    }
+}
+
+// NT8: 8-token mma columns; XT: the most tokens a block has (sizes the x
+// prefetch); RW: 16-slot groups per warp (8 / RW warps); XB: x read from
+// the bf16 copy (a.xb); TS: the tokens split between warp pairs (below).
+template <int NT8, int XT, int RW, bool XB, bool TS>
 __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kernel(const DGArgs a)
 {
     constexpr int WARPS = DG_GROUPS / RW, THREADS = WARPS * 32;
+    // Who computes what. Plain: warp w its RW groups (the rows its lanes
+    // copy) for all the tokens, so it needs no other warp's weights (a
+    // warp barrier per step). TS: warp w groups 2 (w / 2) and 2 (w / 2) + 1
+    // for half the tokens (8-token tiles (w % 2) NT8 / 2 ...): each warp's
+    // shared-memory reads per step fall from 16 + 64 to 32 + 32 rows' worth
+    // (ldmatrix's traffic bounded the 64-token launch), for a block barrier
+    // per step over weights that another warp copied.
+    static_assert(!TS || (RW == 1 && NT8 % 2 == 0), "the token split pairs warps of one group");
+    constexpr int CG = TS ? 2 : RW, CT = TS ? NT8 / 2 : NT8;
     extern __shared__ uint4 dg_smem[];
     unsigned char *sm = reinterpret_cast<unsigned char *>(dg_smem);
     __shared__ unsigned last_block;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int cgb = TS ? (warp >> 1) * 2 : warp * RW; // the first group this warp computes
+    const int ctb = TS ? (warp & 1) * CT : 0;         // its first 8-token tile
     const unsigned tile = blockIdx.x / (unsigned)a.ks;
     const int split = (int)(blockIdx.x % (unsigned)a.ks);
     int s = 0;
@@ -172,6 +226,7 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
     const int64_t c0 = (int64_t)split * a.cps;
     const int nc = (int)min((int64_t)a.cps, nsteps - c0);
     const float *x = a.x + (int64_t)t0 * a.cols;
+    const __nv_bfloat16 *xbt = XB ? a.xb + (int64_t)t0 * a.cols : nullptr;
 
     // Group q = warp * RW + g: slots q * 16 .. q * 16 + 15. Lane l copies
     // 16-byte piece (l & 7) of its rows l / 8, 4 + l / 8, ...; rows past
@@ -214,69 +269,99 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
     // (one tile, rewritten between __syncwarp()s: no block barrier in the
     // loop); more tokens share a double-buffered block copy.
     constexpr bool WARP_X = XT <= DG_WARPX_MAX;
-    static_assert(!WARP_X || (NT == 1 && WARPS * 16 <= 2 * DG_TOK), "the warps' x copies fit");
-    constexpr int XR = (XT * (DG_KC / 4) + (WARP_X ? 32 : THREADS) - 1) / (WARP_X ? 32 : THREADS);
+    static_assert(!WARP_X || (NT8 == 1 && !TS && WARPS * 16 <= 3 * DG_TOK), "the warps' x copies fit");
+    static_assert(NT8 * 8 <= DG_TOK && XT <= NT8 * 8, "the mma columns cover the tokens");
+    constexpr int XR = (XT * (DG_KC / (XB ? 8 : 4)) + (WARP_X ? 32 : THREADS) - 1) / (WARP_X ? 32 : THREADS);
     const int xwho = WARP_X ? lane : (int)threadIdx.x, xcount = WARP_X ? 32 : THREADS;
     __nv_bfloat16 *xs = reinterpret_cast<__nv_bfloat16 *>(sm + DG_W_BYTES);
     __nv_bfloat16 *xw = xs + warp * 16 * DG_LDS;
     for (int i = threadIdx.x; i < (int)(DG_X_BYTES / 16); i += THREADS)
         reinterpret_cast<uint4 *>(xs)[i] = make_uint4(0, 0, 0, 0);
-    XPrefetch<XR> xp;
-    xp.load(x, a.cols, ntok, c0, xwho, xcount);
+    XPrefetch<XR, XB> xp;
+    xp.load(x, xbt, a.cols, ntok, c0, xwho, xcount);
     __syncthreads();
     if (!WARP_X) {
         xp.store(xs, ntok, xwho, xcount);
         if (nc > 1)
-            xp.load(x, a.cols, ntok, c0 + 1, xwho, xcount);
+            xp.load(x, xbt, a.cols, ntok, c0 + 1, xwho, xcount);
         __syncthreads();
     }
 
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[RW][NT];
+    // acc[g][t]: the 16 slots of group cgb + g x tokens 8 (ctb + t) ..
+    // + 7, in mma's C layout (kernels/mma.cuh).
+    float acc[CG][CT][4];
 #pragma unroll
-    for (int g = 0; g < RW; g++)
+    for (int g = 0; g < CG; g++)
 #pragma unroll
-        for (int t = 0; t < NT; t++)
-            wmma::fill_fragment(acc[g][t], 0.0f);
+        for (int t = 0; t < CT; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[g][t][e] = 0.0f;
+    // ldmatrix row addresses (kernels/mma.cuh): A's lane l points at slot
+    // l % 16, columns 8 (l / 16); B's at token (l % 8) + 8 (l / 16),
+    // columns 8 ((l / 8) % 2) of each pair of 8-token tiles.
+    const int a_off = (lane & 15) * DG_LDS + (lane >> 4) * 8;
+    const int b_off = ((lane & 7) + (lane >> 4) * 8) * DG_LDS + ((lane >> 3) & 1) * 8;
+    const __nv_bfloat16 *wtile = reinterpret_cast<const __nv_bfloat16 *>(sm) + cgb * 16 * DG_LDS;
     int slot = 0; // the ring slot of step cc
     for (int cc = 0; cc < nc; cc++) {
-        // The slot the previous step read takes the step DG_STAGES - 1
-        // ahead (every lane is past its reads of it).
-        __syncwarp();
-        {
+        if (!TS) {
+            // The slot the previous step read takes the step DG_STAGES - 1
+            // ahead (every lane is past its reads of it).
+            __syncwarp();
             const int ahead = slot == 0 ? DG_STAGES - 1 : slot - 1;
             if (cc + DG_STAGES - 1 < nc)
                 issue(cc + DG_STAGES - 1, ahead);
             dg_commit();
         }
+        // x's next step into the buffer of step cc - 2: with TS the block
+        // barrier before step cc - 1's math is the last one every warp
+        // passed after reading it; without, the barrier ending step cc - 1.
         if (WARP_X) {
             xp.store(xw, ntok, xwho, xcount);
             if (cc + 1 < nc)
-                xp.load(x, a.cols, ntok, c0 + cc + 1, xwho, xcount);
+                xp.load(x, xbt, a.cols, ntok, c0 + cc + 1, xwho, xcount);
         } else if (cc + 1 < nc) {
-            xp.store(xs + ((cc + 1) & 1) * DG_TOK * DG_LDS, ntok, xwho, xcount);
+            xp.store(xs + ((cc + 1) % (TS ? 3 : 2)) * DG_TOK * DG_LDS, ntok, xwho, xcount);
             if (cc + 2 < nc)
-                xp.load(x, a.cols, ntok, c0 + cc + 2, xwho, xcount);
+                xp.load(x, xbt, a.cols, ntok, c0 + cc + 2, xwho, xcount);
         }
-        dg_wait<DG_STAGES - 1>(); // this lane's pieces of step cc are in
-        __syncwarp();             // and the other lanes'
-        const __nv_bfloat16 *wt = ring + (size_t)slot * DG_TILE * DG_LDS;
-        const __nv_bfloat16 *xb = WARP_X ? xw : xs + (cc & 1) * DG_TOK * DG_LDS;
+        if (TS) {
+            dg_wait<DG_STAGES - 2>(); // this thread's pieces of step cc are in,
+            __syncthreads();          // and every thread's; step cc - 1's math is done
+            const int ahead = slot == 0 ? DG_STAGES - 1 : slot - 1;
+            if (cc + DG_STAGES - 1 < nc)
+                issue(cc + DG_STAGES - 1, ahead);
+            dg_commit();
+        } else {
+            dg_wait<DG_STAGES - 1>(); // this lane's pieces of step cc are in
+            __syncwarp();             // and the other lanes'
+        }
+        const __nv_bfloat16 *wt = wtile + (size_t)slot * DG_TILE * DG_LDS;
+        const __nv_bfloat16 *xb =
+            (WARP_X ? xw : xs + (cc % (TS ? 3 : 2)) * DG_TOK * DG_LDS) + ctb * 8 * DG_LDS;
 #pragma unroll
         for (int kk = 0; kk < DG_KC / 16; kk++) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[RW];
+            unsigned fa[CG][4];
 #pragma unroll
-            for (int g = 0; g < RW; g++)
-                wmma::load_matrix_sync(fa[g], wt + g * 16 * DG_LDS + kk * 16, DG_LDS);
+            for (int g = 0; g < CG; g++)
+                ldmatrix_x4(fa[g], wt + g * 16 * DG_LDS + kk * 16 + a_off);
 #pragma unroll
-            for (int t = 0; t < NT; t++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-                wmma::load_matrix_sync(fb, xb + t * 16 * DG_LDS + kk * 16, DG_LDS);
+            for (int t = 0; t < CT; t += 2) {
+                unsigned fb[4];
+                if (t + 1 < CT)
+                    ldmatrix_x4(fb, xb + t * 8 * DG_LDS + kk * 16 + b_off);
+                else
+                    ldmatrix_x2(fb, xb + t * 8 * DG_LDS + kk * 16 + b_off);
 #pragma unroll
-                for (int g = 0; g < RW; g++)
-                    wmma::mma_sync(acc[g][t], fa[g], fb, acc[g][t]);
+                for (int g = 0; g < CG; g++) {
+                    mma_bf16_16816(acc[g][t], fa[g], fb);
+                    if (t + 1 < CT)
+                        mma_bf16_16816(acc[g][t + 1], fa[g], fb + 2);
+                }
             }
         }
-        if (!WARP_X)
+        if (!WARP_X && !TS)
             __syncthreads();
         slot = slot == DG_STAGES - 1 ? 0 : slot + 1;
     }
@@ -286,11 +371,13 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
     float *o = reinterpret_cast<float *>(sm);
     __syncthreads();
 #pragma unroll
-    for (int g = 0; g < RW; g++)
+    for (int g = 0; g < CG; g++)
 #pragma unroll
-        for (int t = 0; t < NT; t++)
-            wmma::store_matrix_sync(o + t * 16 * DG_LDO + (warp * RW + g) * 16, acc[g][t], DG_LDO,
-                                    wmma::mem_col_major);
+        for (int t = 0; t < CT; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                o[((ctb + t) * 8 + 2 * (lane & 3) + (e & 1)) * DG_LDO + (cgb + g) * 16 + (lane >> 2) +
+                  (e >> 1) * 8] = acc[g][t][e];
     __syncthreads();
 
     if (a.ks > 1) {
@@ -369,6 +456,39 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
     }
 }
 
+// The fragment layouts of kernels/mma.cuh, checked on one tile (one
+// warp): a (16 x 16, [row][k]) and b (16 columns x 16 k, [column][k])
+// rounded to bf16 into padded shared rows; d[16][24] = a b^T + c through
+// ldmatrix .x4 for a and for b's two 8-column tiles (d's columns 0-15)
+// and .x2 for b's second tile again (columns 16-23, + c's columns 8-15).
+// Exact integers make every order of the sums give the same bits, so a
+// layout error, not rounding, is what a difference shows.
+__global__ void dg_mma_selftest_kernel(const float *a, const float *b, const float *c, float *d)
+{
+    __shared__ __align__(16) __nv_bfloat16 sa[16 * DG_LDS], sb[16 * DG_LDS];
+    const int lane = threadIdx.x;
+    for (int i = lane; i < 16 * 16; i += 32) {
+        sa[(i / 16) * DG_LDS + i % 16] = __float2bfloat16_rn(a[i]);
+        sb[(i / 16) * DG_LDS + i % 16] = __float2bfloat16_rn(b[i]);
+    }
+    __syncwarp();
+    unsigned fa[4], fb[4], fb2[2];
+    ldmatrix_x4(fa, sa + (lane & 15) * DG_LDS + (lane >> 4) * 8);
+    ldmatrix_x4(fb, sb + ((lane & 7) + (lane >> 4) * 8) * DG_LDS + ((lane >> 3) & 1) * 8);
+    ldmatrix_x2(fb2, sb + ((lane & 7) + 8) * DG_LDS + ((lane >> 3) & 1) * 8);
+    const int g = lane >> 2, t = lane & 3;
+    float acc[3][4];
+    for (int n = 0; n < 3; n++)
+        for (int e = 0; e < 4; e++)
+            acc[n][e] = c[(g + (e >> 1) * 8) * 16 + (n > 0 ? 8 : 0) + 2 * t + (e & 1)];
+    mma_bf16_16816(acc[0], fa, fb);
+    mma_bf16_16816(acc[1], fa, fb + 2);
+    mma_bf16_16816(acc[2], fa, fb2);
+    for (int n = 0; n < 3; n++)
+        for (int e = 0; e < 4; e++)
+            d[(g + (e >> 1) * 8) * 24 + n * 8 + 2 * t + (e & 1)] = acc[n][e];
+}
+
 // Tiles of each segment and in all.
 unsigned dg_tiles(const cu_mv_job *j, unsigned *tile0)
 {
@@ -414,19 +534,26 @@ void dg_split(const cu_mv_job *j, int blocks_per_sm, int *ks, int *cps)
     }
 }
 
-template <int NT, int XT, int RW>
-cudaError_t dg_launch(const DGArgs &a, dim3 grid, cudaStream_t stream)
+template <int NT8, int XT, int RW, bool XB, bool TS>
+cudaError_t dg_launch_one(const DGArgs &a, dim3 grid, cudaStream_t stream)
 {
-    cudaError_t rc = cudaFuncSetAttribute(decode_gemm_kernel<NT, XT, RW>,
+    cudaError_t rc = cudaFuncSetAttribute(decode_gemm_kernel<NT8, XT, RW, XB, TS>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DG_SMEM);
     if (rc == cudaSuccess)
-        rc = cudaFuncSetAttribute(decode_gemm_kernel<NT, XT, RW>,
+        rc = cudaFuncSetAttribute(decode_gemm_kernel<NT8, XT, RW, XB, TS>,
                                   cudaFuncAttributePreferredSharedMemoryCarveout,
                                   cudaSharedmemCarveoutMaxShared);
     if (rc != cudaSuccess)
         return rc;
-    launch_pdl(decode_gemm_kernel<NT, XT, RW>, grid, dim3(DG_GROUPS / RW * 32), DG_SMEM, stream, a);
+    launch_pdl(decode_gemm_kernel<NT8, XT, RW, XB, TS>, grid, dim3(DG_GROUPS / RW * 32), DG_SMEM, stream, a);
     return cudaGetLastError();
+}
+
+template <int NT8, int XT, int RW, bool TS = false>
+cudaError_t dg_launch(const DGArgs &a, dim3 grid, cudaStream_t stream)
+{
+    return a.xb ? dg_launch_one<NT8, XT, RW, true, TS>(a, grid, stream)
+                : dg_launch_one<NT8, XT, RW, false, TS>(a, grid, stream);
 }
 
 } // namespace
@@ -449,6 +576,13 @@ extern "C" int cu_dg_job_ok(const cu_mv_job *j)
     return 1;
 }
 
+extern "C" cudaError_t launch_dg_mma_selftest(const float *a, const float *b, const float *c,
+                                              float *d, cudaStream_t stream)
+{
+    dg_mma_selftest_kernel<<<1, 32, 0, stream>>>(a, b, c, d);
+    return cudaGetLastError();
+}
+
 extern "C" int cu_dg_splits(const cu_mv_job *j, int blocks_per_sm)
 {
     int ks, cps;
@@ -468,10 +602,16 @@ extern "C" size_t cu_dg_counters(const cu_mv_job *j, int blocks_per_sm)
     return ks > 1 ? (size_t)((j->n + DG_TOK - 1) / DG_TOK) * dg_tiles(j, nullptr) : 0;
 }
 
-extern "C" cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm, float *partials,
-                                          unsigned *counters, cudaStream_t stream)
+extern "C" size_t cu_dg_x_bytes(const cu_mv_job *j)
 {
-    if (!cu_dg_job_ok(j))
+    const double saved = (double)dg_tiles(j, nullptr) * j->n * (double)j->w[0]->cols * 2;
+    return saved >= DG_XBF_SAVED_MIN ? (size_t)j->n * (size_t)j->w[0]->cols * 2 : 0;
+}
+
+extern "C" cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm, float *partials,
+                                          unsigned *counters, void *xbf, cudaStream_t stream)
+{
+    if (!cu_dg_job_ok(j) || (reinterpret_cast<uintptr_t>(xbf) & 15u) != 0)
         return cudaErrorInvalidValue;
     DGArgs a = {};
     const bool glu = j->mode != CU_MV_STORE;
@@ -483,6 +623,7 @@ extern "C" cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm,
     a.mode = j->mode;
     a.cols = j->w[0]->cols;
     a.x = j->x;
+    a.xb = static_cast<const __nv_bfloat16 *>(xbf);
     a.n = j->n;
     a.partials = partials;
     a.counters = counters;
@@ -497,13 +638,24 @@ extern "C" cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm,
     if (blocks > INT32_MAX || groups > 65535)
         return cudaErrorInvalidValue;
     dim3 grid((unsigned)blocks, (unsigned)groups);
-    // Tokens per 16-wide mma: the largest group's (the rest are zero).
+    if (xbf) {
+        const size_t n8 = (size_t)j->n * (size_t)a.cols / 8;
+        const size_t nb = (n8 + 255) / 256;
+        launch_pdl(dg_round_x_kernel, dim3((unsigned)(nb < 1024 ? nb : 1024)), dim3(256), 0, stream,
+                   j->x, static_cast<__nv_bfloat16 *>(xbf), n8);
+        const cudaError_t rc = cudaGetLastError();
+        if (rc != cudaSuccess)
+            return rc;
+    }
+    // 8-token mma columns: the largest group's (the rest are zero).
     const int most = j->n < DG_TOK ? j->n : DG_TOK;
     if (most <= 2)
         return dg_launch<1, 2, 1>(a, grid, stream);
+    if (most <= 8)
+        return dg_launch<1, 8, 1>(a, grid, stream);
     if (most <= 16)
-        return dg_launch<1, 16, 1>(a, grid, stream);
+        return dg_launch<2, 16, 1>(a, grid, stream);
     if (most <= 32)
-        return dg_launch<2, 32, DG_RW_BIG>(a, grid, stream);
-    return dg_launch<4, DG_TOK, DG_RW_BIG>(a, grid, stream);
+        return dg_launch<4, 32, DG_TS_BIG ? 1 : DG_RW_BIG, DG_TS_BIG>(a, grid, stream);
+    return dg_launch<8, DG_TOK, DG_TS_BIG ? 1 : DG_RW_BIG, DG_TS_BIG>(a, grid, stream);
 }

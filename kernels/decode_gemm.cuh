@@ -1,7 +1,8 @@
 /* Decode projections of bf16 weights on the tensor cores: the jobs of
  * kernels/matmul.cuh (cu_mv_job: one to three matrices of one width, a
  * bias per matrix, or gate and up paired with act(gate) * up written),
- * computed with x rounded to bf16 and f32 accumulation (WMMA 16x16x16).
+ * computed with x rounded to bf16 and f32 accumulation (mma.sync
+ * m16n8k16 on the tensor cores, kernels/mma.cuh).
  *
  * Why: the mat-vec keeps x in f32, so a batch of 64 tokens costs 64 f32
  * FMAs per weight element and the L1 traffic of x: about 100 ms a step for
@@ -12,7 +13,8 @@
  * gate and the same 64 of up), a split of the columns, and up to 64 tokens
  * (grid.y takes the next 64). Each output value is summed as: over the
  * block's column split, 64 columns at a time in ascending order, four
- * 16-column mma steps each, into one f32 accumulator; then the splits' sums
+ * 16-column mma steps each, into one f32 accumulator (whether x was
+ * rounded by the blocks or by the launch's pre-pass: the same values); then the splits' sums
  * added in ascending split order (by the last block of the row tile to
  * finish, from a scratch of partial sums, whichever block that is). The
  * number of splits depends on the matrices' shapes and the SM count only,
@@ -48,8 +50,23 @@ int cu_dg_splits(const cu_mv_job *j, int blocks_per_sm);
  * one split. */
 size_t cu_dg_partial_floats(const cu_mv_job *j, int blocks_per_sm);
 size_t cu_dg_counters(const cu_mv_job *j, int blocks_per_sm);
+/* The ldmatrix / mma.sync fragment layouts the kernel assumes
+ * (kernels/mma.cuh), on one tile: d[16][24] = a b^T + c for a[16][16],
+ * b[16][16] (rows: columns of B) and c[16][16] holding values exact in
+ * bf16 (columns 16-23: the second 8 columns of b again, through
+ * ldmatrix .x2, plus c's columns 8-15). Device pointers. */
+cudaError_t launch_dg_mma_selftest(const float *a, const float *b, const float *c, float *d,
+                                   cudaStream_t stream);
+/* Bytes of the bf16 copy of x the launch wants for this job's token
+ * count (a pre-pass rounds x into it once instead of every block rounding
+ * its own f32 reads); 0: none, the blocks round x. The bytes of the
+ * output are the same either way. */
+size_t cu_dg_x_bytes(const cu_mv_job *j);
+/* xbf: null, or cu_dg_x_bytes(j) bytes (16-byte aligned, n x cols bf16)
+ * of scratch that the launch first fills with x rounded to bf16 (with
+ * another size of job: n x cols x 2 bytes; any token count works). */
 cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm, float *partials,
-                               unsigned *counters, cudaStream_t stream);
+                               unsigned *counters, void *xbf, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

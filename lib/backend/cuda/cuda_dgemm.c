@@ -4,7 +4,8 @@
  * to the f32 mat-vec. The choice depends on the weights' format and width
  * and the device, never on the number of rows, so batched decode keeps
  * plain decode's bytes (DESIGN.md, numerics contract). The GEMM's column
- * splits need a partial-sum scratch and per-tile counters, made here. */
+ * splits need a partial-sum scratch and per-tile counters, and from some
+ * token count on it wants a bf16 copy of x: made here. */
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
@@ -49,16 +50,24 @@ void cuda_mv_run(cuda_backend *cb, const cu_mv_job *j)
         return;
     }
     const int bps = cb->tune.dgemm_blocks_per_sm;
+    /* One scratch: the partial sums, then (16-byte aligned) x's bf16 copy. */
     const size_t np = cu_dg_partial_floats(j, bps), nc = cu_dg_counters(j, bps);
-    float *part = NULL;
+    const size_t part_bytes = (np * sizeof(float) + 15) / 16 * 16, nx = cu_dg_x_bytes(j);
+    unsigned char *scr = NULL;
     unsigned *cnt = NULL;
-    if (np) {
-        part = cuda_scratch(cb, SCR_DG_PARTIALS, np * sizeof(float), "the decode GEMM's partial sums");
-        cnt = part ? counters(cb, nc) : NULL;
+    if (part_bytes + nx) {
+        scr = cuda_scratch(cb, SCR_DG_PARTIALS, part_bytes + nx,
+                           "the decode GEMM's partial sums and bf16 x");
+        if (!scr)
+            return; /* failed (recorded) or a capture given up */
+    }
+    if (nc) {
+        cnt = counters(cb, nc);
         if (!cnt)
             return; /* failed (recorded) or a capture given up */
     }
-    CU_OK(cb, launch_decode_gemm(j, bps, part, cnt, cb->stream));
+    CU_OK(cb, launch_decode_gemm(j, bps, np ? (float *)scr : NULL, cnt, nx ? scr + part_bytes : NULL,
+                                 cb->stream));
 }
 
 void cuda_dgemm_free(cuda_backend *cb)

@@ -6,8 +6,11 @@
  * with them (an H200's 132 SMs), and checks batch invariance: single
  * tokens from the start, middle and end of the batch, a second launch (the
  * split counters reset) and, with splits, the same bytes for every batch
- * size. With --perf: the Qwen3-8B decode shapes at 1, 8, 32 and 64 tokens
- * with the weights streamed past L2, against the mat-vec on the same job. */
+ * size, and x rounded by the launch's pre-pass (its bf16 copy) or by the
+ * blocks giving the same bytes. The mma.sync / ldmatrix layouts the kernel
+ * uses are checked on their own first. With --perf: the Qwen3-8B decode
+ * shapes at 1, 8, 16, 32 and 64 tokens with the weights streamed past L2,
+ * with and without x's copy, against the mat-vec on the same job. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -31,9 +34,10 @@ typedef struct {
 } dg_shape;
 
 /* Run the job on x (device) for n tokens into out[] (device), with the
- * scratch it needs; 0 or -1. */
+ * scratch it needs; 0 or -1. xcopy: 1 x rounded to bf16 by the launch's
+ * pre-pass, 0 by the blocks, -1 as the backend chooses (cu_dg_x_bytes). */
 static int dg_run(kc *k, const dg_shape *s, const float *x, int n, float *const *out, int sm_count,
-                  int bps)
+                  int bps, int xcopy)
 {
     cu_mv_job j;
     memset(&j, 0, sizeof j);
@@ -50,18 +54,22 @@ static int dg_run(kc *k, const dg_shape *s, const float *x, int n, float *const 
     if (!cu_dg_job_ok(&j))
         return -1;
     size_t np = cu_dg_partial_floats(&j, bps), nc = cu_dg_counters(&j, bps);
-    void *part = NULL, *cnt = NULL;
+    const int copy = xcopy < 0 ? cu_dg_x_bytes(&j) > 0 : xcopy;
+    void *part = NULL, *cnt = NULL, *xb = NULL;
     int ok = 1;
     if (np && (cudaMalloc(&part, np * sizeof(float)) != cudaSuccess ||
                cudaMalloc(&cnt, nc * sizeof(unsigned)) != cudaSuccess ||
                cudaMemsetAsync(cnt, 0, nc * sizeof(unsigned), k->stream) != cudaSuccess))
         ok = 0;
+    if (ok && copy && cudaMalloc(&xb, (size_t)n * (size_t)s->cols * 2) != cudaSuccess)
+        ok = 0;
     /* Twice: the second launch finds the counters the first left. */
     for (int r = 0; ok && r < 2; r++)
-        ok = launch_decode_gemm(&j, bps, part, cnt, k->stream) == cudaSuccess;
+        ok = launch_decode_gemm(&j, bps, part, cnt, xb, k->stream) == cudaSuccess;
     ok = ok && cudaStreamSynchronize(k->stream) == cudaSuccess;
     cudaFree(part);
     cudaFree(cnt);
+    cudaFree(xb);
     return ok ? 0 : -1;
 }
 
@@ -119,7 +127,7 @@ static void dg_case(kc *k, int mode, int n_w, const int64_t *rows, int64_t cols,
             dout[i] = k->gpu->ops->act_alloc(k->gpu, out_floats(&s, i, n));
             dsingle[i] = k->gpu->ops->act_alloc(k->gpu, out_floats(&s, i, 1));
         }
-        int ok = dg_run(k, &s, dx, n, dout, runs[ri].sm_count, runs[ri].bps) == 0;
+        int ok = dg_run(k, &s, dx, n, dout, runs[ri].sm_count, runs[ri].bps, -1) == 0;
         double err = 0;
         float *got[CU_MV_MAX_W] = {0};
         for (int i = 0; i < n_out; i++) {
@@ -132,7 +140,7 @@ static void dg_case(kc *k, int mode, int n_w, const int64_t *rows, int64_t cols,
         const int singles[3] = {0, n / 2, n - 1};
         for (int t = 0; ok && t < 3; t++) {
             ok = dg_run(k, &s, dx + (size_t)singles[t] * cols, 1, dsingle, runs[ri].sm_count,
-                        runs[ri].bps) == 0;
+                        runs[ri].bps, -1) == 0;
             for (int i = 0; ok && i < n_out; i++) {
                 float *one = kc_read(k, dsingle[i], out_floats(&s, i, 1));
                 inv &= memcmp(one, got[i] + out_floats(&s, i, singles[t]),
@@ -140,6 +148,25 @@ static void dg_case(kc *k, int mode, int n_w, const int64_t *rows, int64_t cols,
                 free(one);
             }
         }
+        /* x rounded by the other path (the pre-pass's copy or the blocks):
+         * the same bytes. */
+        cu_mv_job jn;
+        memset(&jn, 0, sizeof jn);
+        jn.w[0] = s.w[0];
+        jn.n = n;
+        const int copied = cu_dg_x_bytes(&jn) > 0;
+        float *dother[CU_MV_MAX_W] = {0};
+        for (int i = 0; i < n_out; i++)
+            dother[i] = k->gpu->ops->act_alloc(k->gpu, out_floats(&s, i, n));
+        int same = ok && dg_run(k, &s, dx, n, dother, runs[ri].sm_count, runs[ri].bps, !copied) == 0;
+        for (int i = 0; same && i < n_out; i++) {
+            float *o2 = kc_read(k, dother[i], out_floats(&s, i, n));
+            same = memcmp(o2, got[i], out_floats(&s, i, n) * sizeof(float)) == 0;
+            free(o2);
+        }
+        for (int i = 0; i < n_out; i++)
+            kc_dev_free(k, dother[i]);
+        inv &= same;
         char what[96];
         snprintf(what, sizeof what, "%s%s %" PRId64 "x%" PRId64 " n=%d %s%s",
                  mode == CU_MV_GLU_SILU ? "glu " : mode == CU_MV_GLU_GELU ? "gelu " : "",
@@ -221,23 +248,30 @@ static void dg_perf(kc *k, int mode, int64_t rows, int64_t cols, const int *ns, 
         j.w[1] = nw > 1 ? &mc[0][1] : NULL;
         const int bps = cb->tune.dgemm_blocks_per_sm;
         size_t np = cu_dg_partial_floats(&j, bps), nc = cu_dg_counters(&j, bps);
-        void *part = NULL, *cnt = NULL;
+        void *part = NULL, *cnt = NULL, *xb = NULL;
         if (np && (cudaMalloc(&part, np * sizeof(float)) != cudaSuccess ||
                    cudaMalloc(&cnt, nc * sizeof(unsigned)) != cudaSuccess ||
                    cudaMemset(cnt, 0, nc * sizeof(unsigned)) != cudaSuccess))
             ok = 0;
-        for (int which = 0; which < 2 && ok; which++) {
+        if (ok && cudaMalloc(&xb, (size_t)n * (size_t)cols * 2) != cudaSuccess)
+            ok = 0;
+        /* The GEMM with x rounded by its blocks, with x's bf16 copy made
+         * by its pre-pass (both timed: the launch does both), the mat-vec. */
+        static const char *const names[3] = {"dgemm", "dgemm+xcopy", "mat-vec"};
+        for (int which = 0; which < 3 && ok; which++) {
             const int reps = 4 * copies < 40 ? 40 : 4 * copies;
             float ms = 0;
+            void *xbw = which == 1 ? xb : NULL;
             /* One launch unmeasured: the instance's first-use costs. */
-            ok &= (which ? launch_matvec(&j, k->stream)
-                         : launch_decode_gemm(&j, bps, part, cnt, k->stream)) == cudaSuccess;
+            ok &= (which == 2 ? launch_matvec(&j, k->stream)
+                              : launch_decode_gemm(&j, bps, part, cnt, xbw, k->stream)) == cudaSuccess;
             cudaEventRecord(k->ev0, k->stream);
             for (int r = 0; r < reps; r++) {
                 for (int i = 0; i < nw; i++)
                     j.w[i] = &mc[r % copies][i];
-                ok &= (which ? launch_matvec(&j, k->stream)
-                             : launch_decode_gemm(&j, bps, part, cnt, k->stream)) == cudaSuccess;
+                ok &= (which == 2 ? launch_matvec(&j, k->stream)
+                                  : launch_decode_gemm(&j, bps, part, cnt, xbw, k->stream)) ==
+                      cudaSuccess;
             }
             cudaEventRecord(k->ev1, k->stream);
             double us = -1;
@@ -246,9 +280,10 @@ static void dg_perf(kc *k, int mode, int64_t rows, int64_t cols, const int *ns, 
                 us = (double)ms * 1000.0 / reps;
             char what[96];
             snprintf(what, sizeof what, "bf16 %" PRId64 "x%" PRId64 "%s n=%d %s", rows, cols,
-                     nw > 1 ? " glu" : "", n, which ? "mat-vec" : "dgemm");
+                     nw > 1 ? " glu" : "", n, names[which]);
             kc_report(k, "dgemm", what, ok ? 0.0 : INFINITY, 0.0, -1, us, (double)mbytes * nw);
         }
+        cudaFree(xb);
         cudaFree(part);
         cudaFree(cnt);
         kc_dev_free(k, dx);
@@ -262,11 +297,57 @@ static void dg_perf(kc *k, int mode, int64_t rows, int64_t cols, const int *ns, 
         kc_weight_free(&w[i]);
 }
 
+/* The mma.sync / ldmatrix layouts (kernels/mma.cuh) on one tile of small
+ * integers, whose sums are exact in any order: on the device this checks
+ * the layouts the kernel and the emulation assume against the hardware,
+ * under the emulation that the emulation implements them. */
+static void dg_check_mma_layouts(kc *k)
+{
+    float a[256], b[256], c[256], ref[16 * 24];
+    for (int i = 0; i < 256; i++) {
+        a[i] = (float)((int)(rng_next_u64(&k->rng) % 17) - 8);
+        b[i] = (float)((int)(rng_next_u64(&k->rng) % 17) - 8);
+        c[i] = (float)((int)(rng_next_u64(&k->rng) % 2001) - 1000);
+    }
+    for (int r = 0; r < 16; r++)
+        for (int n = 0; n < 24; n++) {
+            const int col = n < 16 ? n : n - 8; /* columns 16-23: b's 8-15 again */
+            float s = 0;
+            for (int q = 0; q < 16; q++)
+                s += a[r * 16 + q] * b[col * 16 + q];
+            ref[r * 24 + n] = s + c[r * 16 + col];
+        }
+    float *da = kc_dev(k, a, 256), *db = kc_dev(k, b, 256), *dc = kc_dev(k, c, 256);
+    float *dd = k->gpu->ops->act_alloc(k->gpu, 16 * 24);
+    int ok = launch_dg_mma_selftest(da, db, dc, dd, k->stream) == cudaSuccess &&
+             cudaStreamSynchronize(k->stream) == cudaSuccess;
+    char detail[128] = "d = a b^T + c exact";
+    if (ok) {
+        float *got = kc_read(k, dd, 16 * 24);
+        for (int i = 0; i < 16 * 24 && ok; i++)
+            if (got[i] != ref[i]) {
+                snprintf(detail, sizeof detail, "d[%d][%d] = %g, want %g", i / 24, i % 24,
+                         (double)got[i], (double)ref[i]);
+                ok = 0;
+            }
+        free(got);
+    } else {
+        snprintf(detail, sizeof detail, "the launch failed");
+    }
+    kc_report_ok(k, "dgemm", "mma.sync / ldmatrix fragment layouts", ok, detail);
+    kc_dev_free(k, da);
+    kc_dev_free(k, db);
+    kc_dev_free(k, dc);
+    kc_dev_free(k, dd);
+}
+
 void kc_check_dgemm(kc *k)
 {
+    dg_check_mma_layouts(k);
     const int64_t one[1] = {200}, qkv[3] = {256, 64, 64}, pair[1] = {96}, pair2[1] = {64};
     dg_case(k, CU_MV_STORE, 1, one, 192, 37, 1);
     dg_case(k, CU_MV_STORE, 3, qkv, 640, 5, 1); /* 10 steps: the ring wraps */
+    dg_case(k, CU_MV_STORE, 1, one, 128, 12, 0); /* the 9-16 token instance */
     dg_case(k, CU_MV_GLU_SILU, 2, pair, 128, 20, 0);
     dg_case(k, CU_MV_GLU_GELU, 2, pair2, 64, 70, 0);
     /* What the kernel does not take: another format, a width off its step. */
@@ -287,7 +368,7 @@ void kc_check_dgemm(kc *k)
     }
     if (!k->o->perf)
         return;
-    static const int ns[] = {1, 8, 32, 64};
+    static const int ns[] = {1, 8, 16, 32, 64};
     const int nn = (int)MEMRA_ARRAY_LEN(ns);
     dg_perf(k, CU_MV_GLU_SILU, 12288, 4096, ns, nn);
     dg_perf(k, CU_MV_STORE, 4096, 12288, ns, nn);

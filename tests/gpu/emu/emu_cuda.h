@@ -351,4 +351,85 @@ void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
 } // namespace wmma
 } // namespace nvcuda
 
+/* ---- mma.sync / ldmatrix (kernels/mma.cuh), warp-collective ----
+ *
+ * kernels/mma.cuh wraps `ldmatrix.sync.aligned.m8n8.{x2,x4}.shared.b16`
+ * and `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` in inline PTX
+ * on the device; under the emulation (MEMRA_CUDA_EMU) it calls these,
+ * which move the values between lanes with the fragment layouts the PTX
+ * ISA documents, so a kernel that puts an element in the wrong lane or
+ * register computes something else here as on the device. With g = lane /
+ * 4, t = lane % 4, and the element of lower index in a register's low 16
+ * bits:
+ *   ldmatrix: lanes 8i..8i+7 give the addresses of matrix i's eight
+ *     16-byte rows; register i of lane l holds row l / 4 of matrix i,
+ *     elements 2 (l % 4) and 2 (l % 4) + 1;
+ *   mma A (16 x 16, row): a[0] (row g, k 2t, 2t+1), a[1] (g + 8, 2t),
+ *     a[2] (g, 2t + 8), a[3] (g + 8, 2t + 8);
+ *   mma B (16 x 8, col): b[0] (k 2t, 2t+1, column g), b[1] (k 2t + 8);
+ *   mma C/D (16 x 8, f32): d[0], d[1] (row g, columns 2t, 2t+1), d[2],
+ *     d[3] (row g + 8).
+ * Each call begins with a warp barrier (every lane must reach it) and ends
+ * with one (nobody's next call overwrites what another lane still reads).
+ * mma: the bf16 products are exact in f32; they are summed in f32 in
+ * ascending k, then added to c, as the WMMA emulation does. */
+#define MEMRA_CUDA_EMU 1
+namespace emu {
+
+struct mma_lane {
+    const void *addr;
+    unsigned a[4], b[2];
+    float c[4];
+};
+inline mma_lane g_mma_lane[1024];
+
+inline float mma_bf16_elem(unsigned reg, int hi)
+{
+    return __uint_as_float((hi ? reg >> 16 : reg & 0xFFFFu) << 16);
+}
+
+/* The registers of ldmatrix .xN (N = 2 or 4) for this lane: p is this
+ * lane's row address (16-byte aligned; for .x2 lanes 16-31's are unused). */
+inline void ldmatrix(unsigned *r, int n, const void *p)
+{
+    const int me = (int)thread_idx().x, w0 = me & ~31, lane = me & 31;
+    g_mma_lane[me].addr = p;
+    warp_sync();
+    for (int i = 0; i < n; i++) {
+        const void *row = g_mma_lane[w0 + i * 8 + lane / 4].addr;
+        check_aligned(row, 16, "ldmatrix row");
+        memcpy(&r[i], static_cast<const unsigned char *>(row) + 4 * (lane % 4), 4);
+    }
+    warp_sync();
+}
+
+/* d = A B + d for this lane's fragments. */
+inline void mma_bf16_16816(float *d, const unsigned *a, const unsigned *b)
+{
+    const int me = (int)thread_idx().x, w0 = me & ~31, lane = me & 31;
+    mma_lane &L = g_mma_lane[me];
+    memcpy(L.a, a, sizeof L.a);
+    memcpy(L.b, b, sizeof L.b);
+    memcpy(L.c, d, sizeof L.c);
+    warp_sync();
+    float out[4];
+    for (int e = 0; e < 4; e++) {
+        const int row = lane / 4 + (e >= 2 ? 8 : 0), col = 2 * (lane % 4) + (e & 1);
+        float acc = 0.0f;
+        for (int k = 0; k < 16; k++) {
+            const int kr = k % 8;
+            const mma_lane &la = g_mma_lane[w0 + (row % 8) * 4 + kr / 2];
+            const mma_lane &lb = g_mma_lane[w0 + col * 4 + kr / 2];
+            const float av = mma_bf16_elem(la.a[(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k & 1);
+            const float bv = mma_bf16_elem(lb.b[k >= 8 ? 1 : 0], k & 1);
+            acc += av * bv;
+        }
+        out[e] = acc + L.c[e];
+    }
+    warp_sync();
+    memcpy(d, out, sizeof out);
+}
+
+} // namespace emu
+
 #endif
