@@ -3,6 +3,7 @@
 
 #include "kernels/attention.cuh"
 #include "kernels/dev_common.cuh"
+#include "kernels/launch.cuh"
 #include "engine/kv_codec.h"
 
 // ---- kernels ----
@@ -112,6 +113,8 @@ kv_append_kernel(const float *__restrict__ k, const float *__restrict__ v,
                  int64_t kv_dim, int64_t row_bytes, uint8_t *kp, uint8_t *vp,
                  unsigned *__restrict__ counters, int per_row, int n_counters)
 {
+    pdl_trigger();
+    pdl_wait(); // k, v come from the kernel before (kernels/launch.cuh)
     const int i = blockIdx.x;
     const int64_t e0 = (int64_t)blockIdx.y * APPEND_PIECE;
     const int64_t e1 = min(kv_dim, e0 + APPEND_PIECE);
@@ -374,15 +377,6 @@ template <int LPK> DEV float group_sum(float v, int lpk)
     return v;
 }
 
-// The block's (split, KV head) from its index: split fastest, or (with
-// heads_first) the KV heads of one split next to each other, so blocks
-// running together read neighbouring bytes of the same K/V rows.
-DEV void dec_block(const cu_attn &a, int &slot, int &kvh)
-{
-    slot = a.heads_first ? (int)blockIdx.y : (int)blockIdx.x;
-    kvh = a.heads_first ? (int)blockIdx.x : (int)blockIdx.y;
-}
-
 // UN tiles folded into a warp's online softmax: kx / vx are this lane's
 // raw K and V values of its key in tile u, ok[u] whether that key is in
 // the split (at least tile 0's first key is); per query head g, qr the
@@ -454,6 +448,179 @@ DEV void dec_tiles(const typename LD::raw (&kx)[UN], const typename LD::raw (&vx
                 acc[g][j] = __fmaf_rn(p, vf[j], acc[g][j]);
         }
     }
+}
+
+// The same fold by a reduce-scatter, for key groups of a constant LPK of
+// 8, 16 or 32 lanes (head sizes 57 to 256). The key group's sums of the
+// V = GT x UN partial dot products of the lane's tiles are taken over the
+// same lanes in the same xor order as group_sum's butterfly, so every
+// score is the same bit for bit; but at each step a lane keeps half of
+// its values and sends the other half, so after log2(LPK) steps it holds
+// V / LPK of the sums (or one, which LPK / V lanes hold): 15 shuffles for
+// 16 sums where the butterfly took 64. A head's max is then a few
+// shuffles over the lanes holding its sums, each exp is taken once (the
+// butterfly's lanes took each of them LPK times), and each weight goes
+// from the lane holding it to its key group as the V values are summed.
+// m, acc and their rescaling are dec_tiles' operations in its order (a
+// rescale by exp(0) = 1, where a head's max did not move, is skipped:
+// the same bytes); only the exp-sum is summed in another order: l[0] is
+// the lane's own sum of its weights, turned into the heads' sums by
+// dec_lane_sums at the end.
+__host__ __device__ constexpr int ilog2(int x) { return x <= 1 ? 0 : 1 + ilog2(x / 2); }
+
+// Tiles a warp folds at once: eight heads' registers leave room for 2.
+__host__ __device__ constexpr int dec_un(int gt) { return gt >= 8 ? 2 : DEC_UNROLL; }
+
+// Where dec_tiles_rs's sums lie: V sums (index g * UN + u) over the LPK
+// lanes of a key group (ch = lane % LPK); a lane holds NV of them from
+// index ch * NV, or (V < LPK) the one of index ch >> REP, which the
+// 1 << REP lanes differing in ch's low REP bits share; its head is
+// ch >> GB.
+template <int GT, int LPK> struct RsShape {
+    static constexpr int UN = dec_un(GT), V = GT * UN;
+    static constexpr int NV = V >= LPK ? V / LPK : 1;
+    static constexpr int REP = V >= LPK ? 0 : ilog2(LPK / V);
+    static constexpr int GB = ilog2(LPK / GT);
+    static_assert(LPK >= 8 && GT <= LPK && NV <= UN, "a lane's sums are of one head");
+};
+
+// Step K of the reduce-scatter on the first C values of s: C halves at
+// each step until one is left, then the steps add that one over the
+// remaining lanes.
+template <int LPK, int C, int K> struct RsStep {
+    static DEV void run(float *s, int lane)
+    {
+        constexpr int off = LPK >> (K + 1);
+        if constexpr (off >= 1) {
+            if constexpr (C > 1) {
+                constexpr int H = C / 2;
+                const bool up = (lane & off) != 0;
+#pragma unroll
+                for (int j = 0; j < H; j++) {
+                    const float send = up ? s[j] : s[j + H], keep = up ? s[j + H] : s[j];
+                    s[j] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, off));
+                }
+                RsStep<LPK, H, K + 1>::run(s, lane);
+            } else {
+                s[0] = __fadd_rn(s[0], __shfl_xor_sync(0xffffffffu, s[0], off));
+                RsStep<LPK, 1, K + 1>::run(s, lane);
+            }
+        }
+    }
+};
+
+template <typename LD, int GT, int UN, int LPK>
+DEV void dec_tiles_rs(const typename LD::raw (&kx)[UN], const typename LD::raw (&vx)[UN],
+                      const bool (&ok)[UN], const float (&qr)[GT][8], float (&m)[GT],
+                      float (&l)[GT], float (&acc)[GT][8], float scale, float softcap)
+{
+    typedef RsShape<GT, LPK> S;
+    static_assert(S::UN == UN, "the tiles dec_un gives");
+    constexpr int V = S::V, NV = S::NV, GB = S::GB;
+    const int lane = threadIdx.x & 31, ch = lane & (LPK - 1), gl = ch >> GB;
+    const int idx0 = V >= LPK ? ch * NV : ch >> S::REP;
+    unsigned okm = 0;
+#pragma unroll
+    for (int u = 0; u < UN; u++)
+        okm |= ok[u] ? 1u << u : 0u;
+    float s[V];
+#pragma unroll
+    for (int u = 0; u < UN; u++) {
+        float kf[8];
+        LD::cvt(kx[u], kf);
+#pragma unroll
+        for (int g = 0; g < GT; g++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                d = __fmaf_rn(qr[g][j], kf[j], d);
+            s[g * UN + u] = d;
+        }
+    }
+    RsStep<LPK, V, 0>::run(s, lane);
+    // The lane's sums scaled, capped and masked; their max over the lanes
+    // of head gl (ch's bits below GB, the lane bits above the key group).
+    float mt = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < NV; r++) {
+        float x = __fmul_rn(s[r], scale);
+        if (softcap > 0.0f)
+            x = __fmul_rn(tanhf(__fdiv_rn(x, softcap)), softcap);
+        s[r] = (okm >> ((idx0 + r) % UN)) & 1u ? x : -INFINITY;
+        mt = fmaxf(mt, s[r]);
+    }
+#pragma unroll
+    for (int off = 1; off < (1 << GB); off <<= 1)
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+#pragma unroll
+    for (int off = LPK; off < 32; off <<= 1)
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+    float ml = -INFINITY; // head gl's max after this fold
+#pragma unroll
+    for (int g = 0; g < GT; g++) {
+        const float mn = fmaxf(m[g], __shfl_xor_sync(0xffffffffu, mt, ch ^ (g << GB)));
+        if (mn > m[g]) { // the same on every lane: no divergence
+            const float alpha = expf(__fsub_rn(m[g], mn));
+            l[0] = g == gl ? __fmul_rn(l[0], alpha) : l[0];
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                acc[g][j] = __fmul_rn(acc[g][j], alpha);
+            m[g] = mn;
+        }
+        ml = g == gl ? m[g] : ml;
+    }
+    float p[NV];
+#pragma unroll
+    for (int r = 0; r < NV; r++) {
+        p[r] = expf(__fsub_rn(s[r], ml)); // 0 for a key past the split
+        l[0] = __fadd_rn(l[0], p[r]);
+    }
+#pragma unroll
+    for (int g = 0; g < GT; g++) {
+#pragma unroll
+        for (int u = 0; u < UN; u++) {
+            const int idx = g * UN + u;
+            const int holder = V >= LPK ? idx / NV : idx << S::REP;
+            const float pv =
+                __shfl_xor_sync(0xffffffffu, p[V >= LPK ? idx % NV : 0], ch ^ holder);
+            float vf[8];
+            LD::cvt(vx[u], vf);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                acc[g][j] = __fmaf_rn(pv, vf[j], acc[g][j]);
+        }
+    }
+}
+
+// dec_tiles_rs's l[0] (the lane's sum of its weights) into l[g], head g's
+// exp-sum over the lane's key group, as dec_finish takes it: one lane of
+// each sum counts it (its copies add 0), summed over the lanes of head g
+// in ascending xor order, then passed to every lane.
+template <int GT, int LPK> DEV void dec_lane_sums(float (&l)[GT])
+{
+    typedef RsShape<GT, LPK> S;
+    const int lane = threadIdx.x & 31, ch = lane & (LPK - 1);
+    float x = ch & ((1 << S::REP) - 1) ? 0.0f : l[0];
+#pragma unroll
+    for (int off = 1; off < (1 << S::GB); off <<= 1)
+        x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, off));
+#pragma unroll
+    for (int g = 0; g < GT; g++)
+        l[g] = __shfl_xor_sync(0xffffffffu, x, ch ^ (g << S::GB));
+}
+
+// One fold of a warp's UN tiles: the reduce-scatter where the key group's
+// size is a constant it takes, else dec_tiles.
+template <typename LD, int GT, int UN, int LPK>
+DEV void dec_fold_tiles(const typename LD::raw (&kx)[UN], const typename LD::raw (&vx)[UN],
+                        const bool (&ok)[UN], const float (&qr)[GT][8], float (&m)[GT],
+                        float (&l)[GT], float (&acc)[GT][8], int lpk, float scale,
+                        float softcap)
+{
+    if constexpr (LPK >= 8)
+        dec_tiles_rs<LD, GT, UN, LPK>(kx, vx, ok, qr, m, l, acc, scale, softcap);
+    else
+        dec_tiles<LD, GT, UN, LPK>(kx, vx, ok, qr, m, l, acc, lpk, scale, softcap);
 }
 
 // The end of both decode kernels: the warp's key groups share m, so their
@@ -649,6 +816,77 @@ DEV void dec_fold(const float *pp, int64_t pstride, int ns, int G, int hd, unsig
     }
 }
 
+// What both decode kernels work out first for their block (split, KV
+// head, row): the split's keys [t0, t0 + nt) of the row's ns splits, its
+// block table, the lane's place in its key group, and (dec_start) the
+// lane's query values and an empty online softmax. The block's (split,
+// KV head) comes from its index: split fastest, or (heads_first) the KV
+// heads of one split next to each other, so blocks running together read
+// neighbouring bytes of the same K/V rows. False: the row has fewer
+// splits, and the whole block returns. Both kernels and the combine
+// kernel are launched with PDL (launch_pdl): each waits for the kernel
+// before it first thing, so only their launches overlap.
+struct DecBlock {
+    int i, slot, kvh, hd, G, ns, nt;
+    int64_t t0;
+    const int32_t *table;
+    int lane, warp, lpk, kpw, kslot, ch;
+    bool act;
+};
+
+template <int GT, int LPK>
+DEV bool dec_setup(const float *__restrict__ q, const int32_t *__restrict__ meta, int n,
+                   const cu_attn &a, DecBlock &b, float (&qr)[GT][8], float (&m)[GT],
+                   float (&l)[GT], float (&acc)[GT][8])
+{
+    pdl_trigger();
+    pdl_wait(); // q, the K/V rows, the counters come from the kernels before
+    b.i = blockIdx.z;
+    b.slot = a.heads_first ? (int)blockIdx.y : (int)blockIdx.x;
+    b.kvh = a.heads_first ? (int)blockIdx.x : (int)blockIdx.y;
+    b.hd = a.head_dim;
+    b.G = a.n_heads / a.n_kv_heads;
+    const int64_t pos = meta[b.i], lo = span_lo(pos, a.window), span = pos - lo + 1;
+    const int64_t ck = attn_split_keys(span, a.splits, a.split_min);
+    if ((int64_t)b.slot * ck >= span)
+        return false;
+    b.ns = (int)((span + ck - 1) / ck);
+    b.t0 = lo + (int64_t)b.slot * ck;
+    b.nt = (int)(min(pos, b.t0 + ck - 1) - b.t0 + 1);
+    b.table = meta + 2 * n + meta[n + b.i];
+    b.lane = threadIdx.x & 31;
+    b.warp = threadIdx.x >> 5;
+    b.lpk = LPK ? LPK : dec_lpk(b.hd);
+    b.kpw = 32 / b.lpk;
+    b.kslot = b.lane / b.lpk;
+    b.ch = b.lane % b.lpk;
+    b.act = b.ch < b.hd / 8;
+    dec_start<GT>(q, a, b.i, b.kvh, b.ch, b.act, qr, m, l, acc);
+    return true;
+}
+
+// The end of both decode kernels: the warps' softmaxes merged into the
+// split's partial (wacc: DEC_WARPS * GT * hd floats of shared memory),
+// then, unless a kernel of its own merges the splits, the last block of
+// the (row, KV head) merges them (dec_fold; cw: its shared memory).
+template <int GT, int LPK>
+DEV void dec_end(const DecBlock &b, const cu_attn &a, const float (&m)[GT], float (&l)[GT],
+                 const float (&acc)[GT][8], float *wacc, float (*wm)[GT], float (*wl)[GT],
+                 float *cw, int max_splits, float *__restrict__ part,
+                 unsigned *__restrict__ counters, float *__restrict__ out)
+{
+    if constexpr (LPK >= 8)
+        dec_lane_sums<GT, LPK>(l);
+    const int hd = b.hd, G = b.G;
+    const int64_t pstride = (int64_t)max_splits * (hd + 2);
+    float *pp = part + ((int64_t)b.i * a.n_heads + (int64_t)b.kvh * G) * pstride;
+    dec_finish<GT, LPK>(m, l, acc, wacc, wm, wl, G, hd, b.lpk, pp + (int64_t)b.slot * (hd + 2),
+                        pstride);
+    if (!a.combine_apart)
+        dec_fold<GT>(pp, pstride, b.ns, G, hd, counters + (int64_t)b.i * a.n_kv_heads + b.kvh, cw,
+                     out + ((int64_t)b.i * a.n_heads + (int64_t)b.kvh * G) * hd);
+}
+
 // Partials as the old kernel lays them out: [row][head][slot][hd + 2].
 template <typename LD, int GT, int LPK>
 __global__ void __launch_bounds__(DEC_THREADS, GT >= 8 ? 2 : 3)
@@ -661,32 +899,20 @@ attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta
     __shared__ float cw[2 * GT * ATTN_SPLITS_MAX];
     __shared__ float wm[DEC_WARPS][GT], wl[DEC_WARPS][GT];
     extern __shared__ float wacc[]; // [DEC_WARPS][GT][hd]
-    constexpr int UN = GT >= 8 ? 2 : DEC_UNROLL; // eight heads' registers leave room for 2
-    const int i = blockIdx.z;
-    int slot, kvh;
-    dec_block(a, slot, kvh);
-    const int hd = a.head_dim, G = a.n_heads / a.n_kv_heads;
-    const int64_t pos = meta[i], lo = span_lo(pos, a.window), span = pos - lo + 1;
-    const int64_t ck = attn_split_keys(span, a.splits, a.split_min);
-    if ((int64_t)slot * ck >= span)
-        return; // the whole block: this row has fewer splits
-    const int64_t t0 = lo + (int64_t)slot * ck, t1 = min(pos, t0 + ck - 1);
-    const int nt = (int)(t1 - t0 + 1);
-    const int32_t *table = meta + 2 * n + meta[n + i];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int nch = hd / 8, lpk = LPK ? LPK : dec_lpk(hd);
-    const int kpw = 32 / lpk, kslot = lane / lpk, ch = lane % lpk;
-    const bool act = ch < nch;
-    const int64_t e0 = (int64_t)kvh * hd + (int64_t)ch * 8;
-
+    constexpr int UN = dec_un(GT);
+    DecBlock b;
     float qr[GT][8], m[GT], l[GT], acc[GT][8];
-    dec_start<GT>(q, a, i, kvh, ch, act, qr, m, l, acc);
+    if (!dec_setup<GT, LPK>(q, meta, n, a, b, qr, m, l, acc))
+        return;
+    const int nt = b.nt, kpw = b.kpw, kslot = b.kslot, warp = b.warp;
+    const bool act = b.act;
+    const int64_t e0 = (int64_t)b.kvh * b.hd + (int64_t)b.ch * 8;
 
     for (int p0 = 0; p0 < nt; p0 += DEC_PIECE) {
         const int np = min(DEC_PIECE, nt - p0);
         __syncthreads(); // the previous piece's offsets are read
         for (int tt = threadIdx.x; tt < np; tt += DEC_THREADS)
-            roff[tt] = kv_row_index(table, t0 + p0 + tt, a.layer, n_blocks, bs) * row_bytes;
+            roff[tt] = kv_row_index(b.table, b.t0 + p0 + tt, a.layer, n_blocks, bs) * row_bytes;
         __syncthreads();
         const int ntiles = (np + kpw - 1) / kpw;
         // Warp w takes tiles w, w + DEC_WARPS, ...; UN of them at once.
@@ -703,16 +929,10 @@ attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta
                     vx[u] = LD::fetch(vp + roff[tt], e0);
                 }
             }
-            dec_tiles<LD, GT, UN, LPK>(kx, vx, ok, qr, m, l, acc, lpk, a.scale, a.softcap);
+            dec_fold_tiles<LD, GT, UN, LPK>(kx, vx, ok, qr, m, l, acc, b.lpk, a.scale, a.softcap);
         }
     }
-    float *pp = part + ((int64_t)i * a.n_heads + (int64_t)kvh * G) * max_splits * (hd + 2);
-    dec_finish<GT, LPK>(m, l, acc, wacc, wm, wl, G, hd, lpk, pp + (int64_t)slot * (hd + 2),
-                        (int64_t)max_splits * (hd + 2));
-    if (!a.combine_apart)
-        dec_fold<GT>(pp, (int64_t)max_splits * (hd + 2), (int)((span + ck - 1) / ck), G, hd,
-                     counters + (int64_t)i * a.n_kv_heads + kvh, cw,
-                     out + ((int64_t)i * a.n_heads + (int64_t)kvh * G) * hd);
+    dec_end<GT, LPK>(b, a, m, l, acc, wacc, wm, wl, cw, max_splits, part, counters, out);
 }
 
 // cp.async: 16 bytes from global to shared memory without a register in
@@ -775,35 +995,23 @@ attn_decode_pipe_kernel(const float *__restrict__ q, const int32_t *__restrict__
     __shared__ float wm[DEC_WARPS][GT], wl[DEC_WARPS][GT];
     __shared__ float cw[2 * GT * ATTN_SPLITS_MAX];
     extern __shared__ uint4 pipe_sh[];
-    constexpr int UN = GT >= 8 ? 2 : DEC_UNROLL;
-    const int i = blockIdx.z;
-    int slot, kvh;
-    dec_block(a, slot, kvh);
-    const int hd = a.head_dim, G = a.n_heads / a.n_kv_heads;
-    const int64_t pos = meta[i], lo = span_lo(pos, a.window), span = pos - lo + 1;
-    const int64_t ck = attn_split_keys(span, a.splits, a.split_min);
-    if ((int64_t)slot * ck >= span)
-        return; // the whole block: this row has fewer splits
-    const int64_t t0 = lo + (int64_t)slot * ck, t1 = min(pos, t0 + ck - 1);
-    const int nt = (int)(t1 - t0 + 1);
-    const int32_t *table = meta + 2 * n + meta[n + i];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int lpk = LPK ? LPK : dec_lpk(hd);
-    const int kpw = 32 / lpk, kslot = lane / lpk, ch = lane % lpk;
-    const bool act = ch < hd / 8;
+    constexpr int UN = dec_un(GT);
+    DecBlock b;
+    float qr[GT][8], m[GT], l[GT], acc[GT][8];
+    if (!dec_setup<GT, LPK>(q, meta, n, a, b, qr, m, l, acc))
+        return;
+    const int hd = b.hd, nt = b.nt, kpw = b.kpw, kslot = b.kslot, warp = b.warp;
+    const bool act = b.act;
     const int hb = hd * LD::ESZ;              // bytes of one key's head
     const int pc = hb / 16;                   // its 16-byte pieces
     const int ks = PIPE_TILES * kpw;          // keys a stage
     const int nst = (nt + ks - 1) / ks;       // stages of the split
-    const int64_t head_off = (int64_t)kvh * hb;
+    const int64_t head_off = (int64_t)b.kvh * hb;
     uint8_t *stage = reinterpret_cast<uint8_t *>(pipe_sh);
     const size_t stage_bytes = (size_t)2 * ks * hb;
     const size_t merge_bytes = (size_t)DEC_WARPS * GT * hd * sizeof(float);
     int64_t *roffs = reinterpret_cast<int64_t *>(
         stage + (PIPE_STAGES * stage_bytes > merge_bytes ? PIPE_STAGES * stage_bytes : merge_bytes)); // [2][ks]
-
-    float qr[GT][8], m[GT], l[GT], acc[GT][8];
-    dec_start<GT>(q, a, i, kvh, ch, act, qr, m, l, acc);
 
     // Stage s's keys' byte offsets (of this KV head) into slot s & 1: the
     // slot was last read issuing stage s - 2, before the barrier the
@@ -812,7 +1020,7 @@ attn_decode_pipe_kernel(const float *__restrict__ q, const int32_t *__restrict__
         const int k0 = s * ks;
         for (int kk = threadIdx.x; kk < ks && k0 + kk < nt; kk += DEC_THREADS)
             roffs[(s & 1) * ks + kk] =
-                kv_row_index(table, t0 + k0 + kk, a.layer, n_blocks, bs) * row_bytes + head_off;
+                kv_row_index(b.table, b.t0 + k0 + kk, a.layer, n_blocks, bs) * row_bytes + head_off;
     };
     // Stage s's pieces in flight into buffer s % PIPE_STAGES, as one group
     // (empty past the last stage, so the count of groups stays regular).
@@ -843,7 +1051,7 @@ attn_decode_pipe_kernel(const float *__restrict__ q, const int32_t *__restrict__
         const int nk = min(ks, nt - s * ks);
         const uint8_t *kb = stage + (size_t)(s % PIPE_STAGES) * stage_bytes;
         const uint8_t *vb = kb + (size_t)ks * hb;
-        const int lo_b = ch * 8 * LD::ESZ;
+        const int lo_b = b.ch * 8 * LD::ESZ;
 #pragma unroll
         for (int r = 0; r < DEC_UNROLL / UN; r++) {
             if ((warp + r * UN * DEC_WARPS) * kpw >= nk)
@@ -860,77 +1068,80 @@ attn_decode_pipe_kernel(const float *__restrict__ q, const int32_t *__restrict__
                     vx[u] = LD::load_sh(vb + kk * hb + lo_b);
                 }
             }
-            dec_tiles<LD, GT, UN, LPK>(kx, vx, ok, qr, m, l, acc, lpk, a.scale, a.softcap);
+            dec_fold_tiles<LD, GT, UN, LPK>(kx, vx, ok, qr, m, l, acc, b.lpk, a.scale, a.softcap);
         }
     }
     cp_async_wait<0>();
     __syncthreads(); // the stages are read: the merge reuses them
-    float *pp = part + ((int64_t)i * a.n_heads + (int64_t)kvh * G) * max_splits * (hd + 2);
-    float *merge = reinterpret_cast<float *>(pipe_sh);
-    dec_finish<GT, LPK>(m, l, acc, merge, wm, wl, G, hd, lpk, pp + (int64_t)slot * (hd + 2),
-                        (int64_t)max_splits * (hd + 2));
-    if (!a.combine_apart)
-        dec_fold<GT>(pp, (int64_t)max_splits * (hd + 2), (int)((span + ck - 1) / ck), G, hd,
-                     counters + (int64_t)i * a.n_kv_heads + kvh, cw,
-                     out + ((int64_t)i * a.n_heads + (int64_t)kvh * G) * hd);
+    dec_end<GT, LPK>(b, a, m, l, acc, reinterpret_cast<float *>(pipe_sh), wm, wl, cw, max_splits,
+                     part, counters, out);
 }
 
-// Block (row, head), COMBINE_THREADS threads: merge the row's splits.
-// Split c's weight is exp(m_c - max); the exp-sums are added in ascending
-// order, and value e of the output is COMBINE_WAYS sums over the splits
-// c = j (mod COMBINE_WAYS), each ascending, added in order of j: a fixed
-// shape, with that many independent loads in flight per value.
-constexpr int COMBINE_THREADS = 256;
+// Block (row, head), one thread per value of the head (a multiple of 32
+// threads): merge the row's splits. Split c's weight is exp(m_c - max);
+// the exp-sums are added in ascending order, and value e of the output is
+// COMBINE_WAYS sums over the splits c = j (mod COMBINE_WAYS), each
+// ascending, added in order of j: a fixed shape (dec_fold's, so both
+// merges give the same bytes). The block's maxima and exp-sums go through
+// shared memory once; each thread keeps its value's ways in registers and
+// has COMBINE_UNROLL of its loads in flight, so a merge is two round
+// trips to memory and two barriers, not one per step of a shared sum.
+constexpr int COMBINE_UNROLL = 8;
 
-__global__ void __launch_bounds__(COMBINE_THREADS)
+__global__ void __launch_bounds__(256)
 attn_decode_combine_kernel(const float *__restrict__ part, const int32_t *__restrict__ meta,
                            cu_attn a, int max_splits, float *__restrict__ out)
 {
-    __shared__ float wt[ATTN_SPLITS_MAX], ms[ATTN_SPLITS_MAX];
-    __shared__ float sum_l, mx_all;
-    extern __shared__ float red[]; // [COMBINE_WAYS][hd]
-    const int i = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
+    __shared__ float wt[ATTN_SPLITS_MAX], ls[ATTN_SPLITS_MAX];
+    pdl_trigger();
+    pdl_wait();
+    const int i = blockIdx.x, h = blockIdx.y, hd = a.head_dim, e = threadIdx.x;
     const int64_t pos = meta[i], span = pos - span_lo(pos, a.window) + 1;
     const int64_t ck = attn_split_keys(span, a.splits, a.split_min);
     const int ns = (int)((span + ck - 1) / ck);
     const float *pp = part + ((int64_t)i * a.n_heads + h) * max_splits * (hd + 2);
-    for (int c = threadIdx.x; c < ns; c += COMBINE_THREADS)
-        ms[c] = pp[c * (hd + 2) + hd];
-    __syncthreads();
-    if (threadIdx.x < 32) { // a max: exact in any order
-        float m = -INFINITY;
-        for (int c = threadIdx.x; c < ns; c += 32)
-            m = fmaxf(m, ms[c]);
-        m = warp_max(m);
-        if (threadIdx.x == 0)
-            mx_all = m;
+    for (int c = threadIdx.x; c < ns; c += blockDim.x) {
+        wt[c] = pp[c * (hd + 2) + hd];
+        ls[c] = pp[c * (hd + 2) + hd + 1];
     }
     __syncthreads();
-    for (int c = threadIdx.x; c < ns; c += COMBINE_THREADS)
-        wt[c] = expf(__fsub_rn(ms[c], mx_all));
+    float mx = -INFINITY; // a max: exact in any order; each warp takes it
+    for (int c = threadIdx.x & 31; c < ns; c += 32)
+        mx = fmaxf(mx, wt[c]);
+    mx = warp_max(mx);
+    __syncthreads(); // every warp has read the maxima
+    for (int c = threadIdx.x; c < ns; c += blockDim.x)
+        wt[c] = expf(__fsub_rn(wt[c], mx));
     __syncthreads();
-    if (threadIdx.x == 0) {
-        float l = 0.0f;
-        for (int c = 0; c < ns; c++)
-            l = __fmaf_rn(pp[c * (hd + 2) + hd + 1], wt[c], l);
-        sum_l = l;
+    if (e >= hd)
+        return;
+    float l = 0.0f;
+    for (int c = 0; c < ns; c++)
+        l = __fmaf_rn(ls[c], wt[c], l);
+    static_assert(COMBINE_WAYS == 4 && COMBINE_UNROLL % COMBINE_WAYS == 0, "ways written out");
+    float acc[COMBINE_WAYS] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const float *pe = pp + e;
+    int c = 0;
+    for (; c + COMBINE_UNROLL <= ns; c += COMBINE_UNROLL) {
+        float x[COMBINE_UNROLL];
+#pragma unroll
+        for (int u = 0; u < COMBINE_UNROLL; u++)
+            x[u] = pe[(int64_t)(c + u) * (hd + 2)];
+#pragma unroll
+        for (int u = 0; u < COMBINE_UNROLL; u++)
+            acc[u % COMBINE_WAYS] = __fmaf_rn(x[u], wt[c + u], acc[u % COMBINE_WAYS]);
     }
-    for (int idx = threadIdx.x; idx < COMBINE_WAYS * hd; idx += COMBINE_THREADS) {
-        const int j = idx / hd, e = idx % hd;
-        float acc = 0.0f;
-#pragma unroll 8
-        for (int c = j; c < ns; c += COMBINE_WAYS)
-            acc = __fmaf_rn(pp[c * (hd + 2) + e], wt[c], acc);
-        red[j * hd + e] = acc;
+    for (; c < ns; c++) { // c % COMBINE_WAYS continues the ways' cycle
+        const float x = pe[(int64_t)c * (hd + 2)], w = wt[c];
+#pragma unroll
+        for (int j = 0; j < COMBINE_WAYS; j++)
+            acc[j] = (c & (COMBINE_WAYS - 1)) == j ? __fmaf_rn(x, w, acc[j]) : acc[j];
     }
-    __syncthreads();
-    float *o = out + ((int64_t)i * a.n_heads + h) * hd;
-    for (int e = threadIdx.x; e < hd; e += COMBINE_THREADS) {
-        float acc = red[e];
-        for (int j = 1; j < COMBINE_WAYS; j++)
-            acc = __fadd_rn(acc, red[j * hd + e]);
-        o[e] = __fdiv_rn(acc, sum_l);
-    }
+    float o = acc[0];
+#pragma unroll
+    for (int j = 1; j < COMBINE_WAYS; j++)
+        o = __fadd_rn(o, acc[j]);
+    out[((int64_t)i * a.n_heads + h) * hd + e] = __fdiv_rn(o, l);
 }
 
 template <typename LD, int GT, int LPK>
@@ -941,51 +1152,51 @@ cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
     const dim3 grid = a->heads_first
                           ? dim3((unsigned)a->n_kv_heads, (unsigned)max_splits, (unsigned)n)
                           : dim3((unsigned)max_splits, (unsigned)a->n_kv_heads, (unsigned)n);
+    const uint8_t *kp = static_cast<const uint8_t *>(kv->k), *vp = static_cast<const uint8_t *>(kv->v);
+    cudaError_t rc = cudaSuccess;
     bool staged = false;
     if constexpr (LD::PIPE) {
         if (a->pipe) {
             const size_t smem = pipe_smem(a->head_dim, LD::ESZ, GT);
             if (smem > 48 * 1024) {
-                cudaError_t rc = cudaFuncSetAttribute(attn_decode_pipe_kernel<LD, GT, LPK>,
-                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                      (int)smem);
+                rc = cudaFuncSetAttribute(attn_decode_pipe_kernel<LD, GT, LPK>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
                 if (rc != cudaSuccess)
                     return rc;
             }
-            attn_decode_pipe_kernel<LD, GT, LPK><<<grid, DEC_THREADS, smem, s>>>(
-                q, meta, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes,
-                static_cast<const uint8_t *>(kv->k), static_cast<const uint8_t *>(kv->v),
-                max_splits, part, counters, out);
+            rc = launch_pdl(attn_decode_pipe_kernel<LD, GT, LPK>, grid, dim3(DEC_THREADS), smem, s,
+                            q, meta, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes, kp, vp,
+                            max_splits, part, counters, out);
             staged = true;
         }
     }
     if (!staged) {
         const size_t smem = (size_t)DEC_WARPS * GT * (size_t)a->head_dim * sizeof(float);
-        attn_decode_kernel<LD, GT, LPK><<<grid, DEC_THREADS, smem, s>>>(
-            q, meta, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes,
-            static_cast<const uint8_t *>(kv->k), static_cast<const uint8_t *>(kv->v), max_splits,
-            part, counters, out);
+        rc = launch_pdl(attn_decode_kernel<LD, GT, LPK>, grid, dim3(DEC_THREADS), smem, s, q, meta,
+                        n, *a, kv->n_blocks, kv->block_size, kv->row_bytes, kp, vp, max_splits,
+                        part, counters, out);
     }
-    cudaError_t rc = cudaGetLastError();
     if (rc != cudaSuccess || !a->combine_apart)
         return rc;
-    dim3 g2((unsigned)n, (unsigned)a->n_heads);
-    const size_t csmem = (size_t)COMBINE_WAYS * (size_t)a->head_dim * sizeof(float);
-    attn_decode_combine_kernel<<<g2, COMBINE_THREADS, csmem, s>>>(part, meta, *a, max_splits,
-                                                                  out);
-    return cudaGetLastError();
+    const dim3 g2((unsigned)n, (unsigned)a->n_heads);
+    return launch_pdl(attn_decode_combine_kernel, g2, dim3((unsigned)(a->head_dim + 31) / 32 * 32),
+                      0, s, part, meta, *a, max_splits, out);
 }
 
-// Key groups of 16 lanes (head_dim 72 to 128) get their own code, the
-// lane reductions' strides fixed; other sizes take them at run time.
+// Key groups of 8, 16 and 32 lanes (head_dim 57 to 256) get their own
+// code, the lane reductions' strides fixed and the reduce-scatter fold
+// (dec_tiles_rs); smaller ones take the strides at run time (dec_tiles).
 template <typename LD, int GT>
 cudaError_t decode_l(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
                      const float *q, int max_splits, float *part, unsigned *cnt, float *out,
                      cudaStream_t s)
 {
-    if (dec_lpk(a->head_dim) == 16)
-        return decode_t<LD, GT, 16>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
-    return decode_t<LD, GT, 0>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
+    switch (dec_lpk(a->head_dim)) {
+    case 8: return decode_t<LD, GT, 8>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
+    case 16: return decode_t<LD, GT, 16>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
+    case 32: return decode_t<LD, GT, 32>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
+    default: return decode_t<LD, GT, 0>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
+    }
 }
 
 template <typename LD>
@@ -1041,11 +1252,10 @@ cudaError_t append_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
                      cudaStream_t stream)
 {
     const dim3 grid((unsigned)n, (unsigned)((kv->kv_dim + APPEND_PIECE - 1) / APPEND_PIECE));
-    kv_append_kernel<KV><<<grid, APPEND_THREADS, 0, stream>>>(
-        k, v, meta, n, a->layer, kv->n_blocks, kv->block_size, kv->kv_dim, kv->row_bytes,
-        static_cast<uint8_t *>(kv->k), static_cast<uint8_t *>(kv->v), counters, a->n_kv_heads,
-        n_counters);
-    return cudaGetLastError();
+    return launch_pdl(kv_append_kernel<KV>, grid, dim3(APPEND_THREADS), 0, stream, k, v, meta, n,
+                      a->layer, kv->n_blocks, kv->block_size, kv->kv_dim, kv->row_bytes,
+                      static_cast<uint8_t *>(kv->k), static_cast<uint8_t *>(kv->v), counters,
+                      a->n_kv_heads, n_counters);
 }
 
 } // namespace

@@ -489,7 +489,7 @@ static double decode_grid_us(kc *k, const bk_attn *a, const kv_cache *kv, const 
     cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kv->type, kv->n_blocks, kv->block_size,
                        kv->kv_dim, (int64_t)kv->row_bytes};
     cu_attn at_ = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
-                   a->window, splits, 0, 0, t->attn_split_min, !t->attn_combine};
+                   a->window, splits, t->attn_pipe, 0, t->attn_split_min, !t->attn_combine};
     if (cudaMalloc(&dm, len_meta * 4) == cudaSuccess && cudaMalloc(&dp, np * 4) == cudaSuccess &&
         cudaMalloc(&dc, ncnt * 4) == cudaSuccess && cudaMalloc(&dq, nq * 4) == cudaSuccess &&
         cudaMalloc(&dout, nq * 4) == cudaSuccess &&
@@ -531,7 +531,7 @@ static double decode_grid_us(kc *k, const bk_attn *a, const kv_cache *kv, const 
  * n rows at about depth `depth` (64 rows: depth - 16 to depth + 16), on
  * the kernel selected; the decode kernel also under each of the tunings
  * below (the floor F of keys a split has; merged by the last block or by
- * the combine kernel), on the same cache, for the A/B of
+ * the combine kernel; staged or not), on the same cache, for the A/B of
  * docs/decisions/0008: the op (KV append and attention) timed as a graph
  * of 20, and eagerly; then the decode kernel alone on the rows' own grid
  * and on the graph buckets' grids (before session 5: the bucket's chunks,
@@ -539,8 +539,8 @@ static double decode_grid_us(kc *k, const bk_attn *a, const kv_cache *kv, const 
 static void attention_perf(kc *k, int64_t depth, int n)
 {
     static const struct { int split_min, combine, pipe; } tunings[] = {
-        {64, 0, 0}, {64, 1, 0}, {128, 1, 0}, {192, 1, 0}, {256, 1, 0}, {384, 1, 0},
-        {128, 0, 0}, {192, 0, 0}, {256, 0, 0},
+        {64, 0, 0}, {64, 0, 1}, {64, 1, 0}, {128, 0, 0}, {192, 0, 0}, {192, 0, 1},
+        {192, 1, 0}, {256, 0, 0},
     };
     const attn_case c = {32, 8, 128, 0, 0.0f, KV_BF16};
     kv_cache kv;
