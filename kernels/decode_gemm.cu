@@ -45,7 +45,7 @@ constexpr size_t DG_O_BYTES = (size_t)DG_TOK * DG_LDO * 4;
 constexpr size_t DG_SMEM = DG_W_BYTES + DG_X_BYTES > DG_O_BYTES ? DG_W_BYTES + DG_X_BYTES
                                                                  : DG_O_BYTES;
 // Blocks an SM holds at once, what every instance is built for (shared
-// memory: 2 x 90 KB of 228; registers: 128 a thread at 256 threads) and
+// memory: 2 x 99 KB of 228; registers: 128 a thread at 256 threads) and
 // what the split count assumes.
 constexpr int DG_MINB = 2;
 // The split count's cost model: a block's fixed cost (the ring's fill, the
