@@ -7,6 +7,9 @@
 #            64 sequences; summaries by scripts/device/ncu-steps.py in
 #            $OUT/prof-*.txt; then the rows session 5 did not measure:
 #            pp8192 and tg at depth 8192 (bf16, Q4_K_M) and Q4_K_M at 32768
+#   lead:    the flash kernel's perf cases before (memra-parity-old, carried)
+#            and after, the sampler's, bf16 pp512 / pp8192 / tg, and a
+#            Q4_K_M pp512 chunk per kernel
 #   final:   the kernel check (all ops), the GPU unit tests, then issue 6's
 #            rows on the merged tree
 #   serve:   tests/gpu/run.sh --skip-kernels, then memra-serve under
@@ -57,17 +60,45 @@ if [ "$part" = profile ]; then
   stamp "done profile"
 fi
 
-if [ "$part" = final ]; then
-  make_bf16
+if [ "$part" = lead ]; then
+  make_bf16 &
+  mk=$!
+  for b in memra-parity-old memra-parity; do
+    timeout 150 $b --kernels --only flash_prefill --perf > $L/flash-$b.log 2>&1
+    say "$b flash_prefill rc=$? $(tail -1 $L/flash-$b.log)"
+    grep -i "perf" $L/flash-$b.log | sed 's/  */ /g' | tee -a "$S"
+  done
+  timeout 60 memra-parity --kernels --only sample --perf > $L/sample.log 2>&1
+  say "sample rc=$? $(tail -1 $L/sample.log)"
+  grep "perf" $L/sample.log | sed 's/  */ /g' | tee -a "$S"
+  wait $mk
   stamp "bf16 made"
-  { quant Q4_K_M 10; quant Q8_0 6; } &
+  quant Q4_K_M 16 &
+  qk=$!
+  bench bf16-pp 200 $w/bf16.gguf --backend cuda -p 512,8192 -n 64 -d 0 -r 2
+  wait $qk
+  stamp "Q4_K_M made"
+  prof q4km-pp512 $w/Q4_K_M.gguf --backend cuda -p 512 -n 0 -r 1
+  bench q4km-pp 150 $w/Q4_K_M.gguf --backend cuda -p 512 -n 64 -d 0 -r 3
+  stamp "done lead"
+fi
+
+if [ "$part" = final ]; then
+  { make_bf16; quant Q4_K_M 12; quant Q8_0 12; } &
   qk=$!
   checks test_cuda_engine test_engine_sample test_cuda_device
+  stamp "checks done"
+  for b in memra-parity-old memra-parity; do
+    [ -x "$(command -v $b)" ] || continue
+    timeout 60 $b --kernels --only dequant --perf > $L/dequant-$b.log 2>&1
+    say "$b dequant rc=$?"
+    grep -E "(Q4_K|Q6_K|Q8_0) +(12288x4096|4096x12288)" $L/dequant-$b.log | sed 's/  */ /g' | tee -a "$S"
+  done
+  wait $qk
+  stamp "models made"
   bench bf16 200 $w/bf16.gguf --backend cuda -p 512 -n 64 -d 0,32768 -r 2
   bench bf16-b64 150 $w/bf16.gguf --backend cuda -p 512 -n 32 -b 64 -d 0 -r 2
-  wait $qk
-  stamp "Q4_K_M and Q8_0 made"
-  bench q4km 150 $w/Q4_K_M.gguf --backend cuda -p 512 -n 64 -d 0,32768 -r 3
+  bench q4km 200 $w/Q4_K_M.gguf --backend cuda -p 512 -n 64 -d 0,32768 -r 2
   bench q8 150 $w/Q8_0.gguf --backend cuda -p 512 -n 64 -d 0 -r 3
   stamp "done final"
 fi
