@@ -451,7 +451,7 @@ DEV void dec_tiles(const typename LD::raw (&kx)[UN], const typename LD::raw (&vx
 }
 
 // The same fold by a reduce-scatter, for key groups of a constant LPK of
-// 8, 16 or 32 lanes (head sizes 57 to 256). The key group's sums of the
+// 8, 16 or 32 lanes (head sizes 40 to 256). The key group's sums of the
 // V = GT x UN partial dot products of the lane's tiles are taken over the
 // same lanes in the same xor order as group_sum's butterfly, so every
 // score is the same bit for bit; but at each step a lane keeps half of
@@ -1183,7 +1183,7 @@ cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
                       0, s, part, meta, *a, max_splits, out);
 }
 
-// Key groups of 8, 16 and 32 lanes (head_dim 57 to 256) get their own
+// Key groups of 8, 16 and 32 lanes (head_dim 40 to 256) get their own
 // code, the lane reductions' strides fixed and the reduce-scatter fold
 // (dec_tiles_rs); smaller ones take the strides at run time (dec_tiles).
 template <typename LD, int GT>

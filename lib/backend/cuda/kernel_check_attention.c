@@ -17,7 +17,8 @@
  * bytes. With --perf, a Qwen3-8B layer (32 / 8 heads of 128, bf16) for
  * one row at depth 512, 8192 and 32768 and for 64 rows at about 512 is
  * timed on both kernels, the decode kernel under several floors of keys a
- * split has, merged either way, and alone on graph buckets' grids. */
+ * split has, merged either way, staged or not, and alone on graph buckets'
+ * grids. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
