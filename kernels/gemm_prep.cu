@@ -1,5 +1,3 @@
-#include <atomic>
-
 #include <cuda_bf16.h>
 
 #include "kernels/gemm_prep.cuh"
@@ -12,17 +10,6 @@ namespace {
 constexpr int PREP_THREADS = 256;
 
 DEV uint16_t to_bf16_bits(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
-
-// A hint that the line holding p will be read soon: fetched into L2 without
-// waiting (nothing under the CPU emulation, which has no caches).
-DEV void prefetch_l2(const void *p)
-{
-#if defined(__CUDA_ARCH__)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#else
-    (void)p;
-#endif
-}
 
 __global__ void to_bf16_kernel(const float *__restrict__ x, int64_t cols, int64_t ld,
                                uint16_t *__restrict__ dst)
@@ -156,17 +143,10 @@ __global__ void dequant_bf16_kernel(const uint8_t *__restrict__ w, size_t stride
 // warp touch eight different bank groups in both phases. MINB: the blocks
 // an SM must hold, which bounds the registers (1: none; Q4_K's instance
 // then takes 128 registers, two blocks an SM; 3: 80, a few bytes spilled).
-//
-// ahead: units from a thread's unit to the one whose bytes it asks L2 to
-// prefetch, about the blocks resident at once (a wave): each block runs
-// one pass, so its loads would otherwise wait on HBM with nothing else in
-// flight behind them; the block a wave later then finds its bytes in L2.
-// The line asked for is the unit's share of its row's bytes (exact for
-// the block formats, near enough for the rest: it is only a hint).
 template <int F, int MINB>
 __global__ void __launch_bounds__(PREP_THREADS, MINB)
 dequant_staged_kernel(const uint8_t *__restrict__ w, size_t stride, size_t soff, int64_t rows,
-                      int64_t cols, int64_t ld, int64_t ahead, uint16_t *__restrict__ dst)
+                      int64_t cols, int64_t ld, uint16_t *__restrict__ dst)
 {
     constexpr int U = WFmt<F>::U, G = U / 8; // 16-byte granules a unit
     static_assert(U % 8 == 0, "whole granules");
@@ -177,10 +157,6 @@ dequant_staged_kernel(const uint8_t *__restrict__ w, size_t stride, size_t soff,
     for (int64_t base = (int64_t)blockIdx.x * PREP_THREADS; base < total;
          base += (int64_t)gridDim.x * PREP_THREADS) {
         const int64_t g = base + tid;
-        if (ahead > 0 && g + ahead < total) {
-            const int64_t r = (g + ahead) / nu, u = (g + ahead) - r * nu;
-            prefetch_l2(w + r * (int64_t)stride + (int64_t)((size_t)u * stride / (size_t)nu));
-        }
         if (g < total) {
             const int64_t r = g / nu, u = g - r * nu, c0 = u * U;
             float v[U];
@@ -235,25 +211,6 @@ cudaError_t dequant_launch(const cu_matrix *w, int64_t ld, uint16_t *dst, cudaSt
     return cudaGetLastError();
 }
 
-// The current device's SM count, asked once per device (0 when unknown:
-// no prefetch).
-int sm_count()
-{
-    static std::atomic<int> known[16];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16)
-        return 0;
-    int n = known[dev].load(std::memory_order_relaxed);
-    if (n == 0) {
-        cudaDeviceProp p;
-        if (cudaGetDeviceProperties(&p, dev) != cudaSuccess)
-            return 0;
-        n = p.multiProcessorCount;
-        known[dev].store(n, std::memory_order_relaxed);
-    }
-    return n;
-}
-
 template <int F>
 cudaError_t dequant_staged_launch(const cu_matrix *w, int64_t ld, int bps, uint16_t *dst,
                                   cudaStream_t s)
@@ -263,16 +220,12 @@ cudaError_t dequant_staged_launch(const cu_matrix *w, int64_t ld, int bps, uint1
     const int64_t blocks = (total + PREP_THREADS - 1) / PREP_THREADS;
     const unsigned grid = (unsigned)(blocks < (1 << 20) ? blocks : (1 << 20));
     const uint8_t *data = static_cast<const uint8_t *>(w->data);
-    // A wave: the SMs times the blocks each holds (3 when bounded for
-    // three; the unbounded instance's registers leave room for two).
-    const int64_t sms = sm_count();
-    const int64_t ahead = (int64_t)sms * (bps >= 3 ? 3 : 2) * PREP_THREADS;
     if (bps >= 3)
-        dequant_staged_kernel<F, 3><<<grid, PREP_THREADS, 0, s>>>(
-            data, w->stride, w->scale_off, w->rows, w->cols, ld, ahead, dst);
+        dequant_staged_kernel<F, 3><<<grid, PREP_THREADS, 0, s>>>(data, w->stride, w->scale_off,
+                                                                 w->rows, w->cols, ld, dst);
     else
-        dequant_staged_kernel<F, 1><<<grid, PREP_THREADS, 0, s>>>(
-            data, w->stride, w->scale_off, w->rows, w->cols, ld, ahead, dst);
+        dequant_staged_kernel<F, 1><<<grid, PREP_THREADS, 0, s>>>(data, w->stride, w->scale_off,
+                                                                 w->rows, w->cols, ld, dst);
     return cudaGetLastError();
 }
 
