@@ -206,18 +206,6 @@ static json_t *census_json(const checkpoint *c, const contract_binding *b, const
     return j;
 }
 
-static void human_bytes(uint64_t b, char *out, size_t n)
-{
-    if (b >= 1000000000ull)
-        snprintf(out, n, "%.2f GB", b / 1e9);
-    else if (b >= 1000000ull)
-        snprintf(out, n, "%.2f MB", b / 1e6);
-    else if (b >= 1000ull)
-        snprintf(out, n, "%.1f kB", b / 1e3);
-    else
-        snprintf(out, n, "%" PRIu64 " B", b);
-}
-
 static void print_table(const checkpoint *c, json_t *j, const census_opts *o)
 {
     printf("%s: %s", c->path, c->format == CKPT_GGUF ? "GGUF" : "HF safetensors");
@@ -276,19 +264,19 @@ static void print_table(const checkpoint *c, json_t *j, const census_opts *o)
     printf("\nby dtype:\n");
     json_object_foreach(json_object_get(totals, "by_dtype"), k, v)
     {
-        human_bytes((uint64_t)json_integer_value(v), hb, sizeof hb);
+        cli_human_bytes((uint64_t)json_integer_value(v), hb, sizeof hb);
         printf("  %-12s %12s\n", k, hb);
     }
     printf("by role:\n");
     json_object_foreach(json_object_get(totals, "by_role"), k, v)
     {
-        human_bytes((uint64_t)json_integer_value(v), hb, sizeof hb);
+        cli_human_bytes((uint64_t)json_integer_value(v), hb, sizeof hb);
         printf("  %-12s %12s\n", k, hb);
     }
-    human_bytes((uint64_t)json_integer_value(json_object_get(totals, "bytes")), hb, sizeof hb);
+    cli_human_bytes((uint64_t)json_integer_value(json_object_get(totals, "bytes")), hb, sizeof hb);
     printf("  %-12s %12s\n", "total", hb);
     json_t *dec = json_object_get(j, "decode");
-    human_bytes((uint64_t)json_integer_value(json_object_get(dec, "bytes_per_token")), hb, sizeof hb);
+    cli_human_bytes((uint64_t)json_integer_value(json_object_get(dec, "bytes_per_token")), hb, sizeof hb);
     printf("\ndecode: %s streamed per token; ceiling %.1f tok/s at %g GB/s\n", hb,
            json_real_value(json_object_get(dec, "ceiling_tok_s")), o->bandwidth_gbs);
 }

@@ -54,8 +54,6 @@ typedef struct {
 /* The command line into o (exits 2 with a usage line on a bad one). */
 void bench_parse_args(int argc, char **argv, bench_opts *o);
 
-/* "1.23 GB" and the like. */
-void bench_human_bytes(uint64_t b, char *out, size_t n);
 /* The host's name, CPU model and core count. */
 json_t *bench_host_json(void);
 /* A rate or a percentage for the tables, with the digits that matter. */

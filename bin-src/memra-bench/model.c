@@ -269,8 +269,8 @@ int bench_run_model(const bench_opts *o)
     json_t *host = bench_host_json();
     if (!o->json) {
         char hb[32], wb[32];
-        bench_human_bytes(bpt, hb, sizeof hb);
-        bench_human_bytes(weight_bytes, wb, sizeof wb);
+        cli_human_bytes(bpt, hb, sizeof hb);
+        cli_human_bytes(weight_bytes, wb, sizeof wb);
         printf("memra-bench %s\n", date);
         printf("model     %s: %s, %s, %s (%s of weights); %" PRId64 " layers, dim %" PRId64
                ", vocab %" PRId64 "\n", ck.path, family_name(cfg->family), fmt, main_dtype, wb,

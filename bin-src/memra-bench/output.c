@@ -8,18 +8,6 @@
 
 #include "bench_cli.h"
 
-void bench_human_bytes(uint64_t b, char *out, size_t n)
-{
-    if (b >= 1000000000ull)
-        snprintf(out, n, "%.2f GB", b / 1e9);
-    else if (b >= 1000000ull)
-        snprintf(out, n, "%.2f MB", b / 1e6);
-    else if (b >= 1000ull)
-        snprintf(out, n, "%.1f kB", b / 1e3);
-    else
-        snprintf(out, n, "%" PRIu64 " B", b);
-}
-
 json_t *bench_host_json(void)
 {
     char cpu[128], host[128];

@@ -1,6 +1,7 @@
 #include "core/cli.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -99,4 +100,16 @@ int cli_parse_bytes(const char *s, uint64_t *out, const char *what, memra_err *e
         }
     }
     return memra_fail(err, "%s: '%s' has an unknown unit (use K, M, G, T or KiB, MiB, GiB)", what, s);
+}
+
+void cli_human_bytes(uint64_t b, char *out, size_t n)
+{
+    if (b >= 1000000000ull)
+        snprintf(out, n, "%.2f GB", b / 1e9);
+    else if (b >= 1000000ull)
+        snprintf(out, n, "%.2f MB", b / 1e6);
+    else if (b >= 1000ull)
+        snprintf(out, n, "%.1f kB", b / 1e3);
+    else
+        snprintf(out, n, "%" PRIu64 " B", b);
 }

@@ -3,6 +3,7 @@
 #ifndef MEMRA_CORE_CLI_H
 #define MEMRA_CORE_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/err.h"
@@ -24,5 +25,8 @@ int cli_parse_f64(const char *s, double min, double max, double *out, const char
                   memra_err *err);
 /* A byte size with an optional K/M/G/T suffix (powers of 1000; KiB/MiB/GiB for 1024). */
 int cli_parse_bytes(const char *s, uint64_t *out, const char *what, memra_err *err);
+/* A byte count for people, in powers of 1000 as cli_parse_bytes reads them:
+ * "512 B", "1.5 kB", "22.24 GB" (truncated to n - 1 characters). */
+void cli_human_bytes(uint64_t b, char *out, size_t n);
 
 #endif

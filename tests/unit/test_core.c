@@ -192,6 +192,15 @@ static void test_cli_parse(void)
     CHECK(cli_parse_bytes("5GB", &b, "--shard-size", &e) == 0 && b == 5000000000ull);
     CHECK(cli_parse_bytes("2MiB", &b, "--shard-size", &e) == 0 && b == 2097152ull);
     CHECK(cli_parse_bytes("3parsecs", &b, "--shard-size", &e) == -1);
+    char h[16];
+    cli_human_bytes(999, h, sizeof h);
+    CHECK(strcmp(h, "999 B") == 0);
+    cli_human_bytes(1500, h, sizeof h);
+    CHECK(strcmp(h, "1.5 kB") == 0);
+    cli_human_bytes(22245343232ull, h, sizeof h);
+    CHECK(strcmp(h, "22.25 GB") == 0);
+    cli_human_bytes(5000000ull, h, 4); /* truncated, terminated */
+    CHECK(strcmp(h, "5.0") == 0);
 }
 
 TEST_MAIN(TEST_CASE(test_rng), TEST_CASE(test_cli_parse), TEST_CASE(test_err_wrap), TEST_CASE(test_strbuf), TEST_CASE(test_arena),
