@@ -377,6 +377,28 @@ template <int LPK> DEV float group_sum(float v, int lpk)
     return v;
 }
 
+// The lane's partial dot products of its UN keys (8 values each, raw as
+// stored) with each head's 8 query values: s[g * UN + u] for head g, tile
+// u, each summed j = 0..7 in order. Both folds below start from these.
+template <typename LD, int GT, int UN>
+DEV void key_partials(const typename LD::raw (&kx)[UN], const float (&qr)[GT][8],
+                      float (&s)[GT * UN])
+{
+#pragma unroll
+    for (int u = 0; u < UN; u++) {
+        float kf[8];
+        LD::cvt(kx[u], kf);
+#pragma unroll
+        for (int g = 0; g < GT; g++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                d = __fmaf_rn(qr[g][j], kf[j], d);
+            s[g * UN + u] = d;
+        }
+    }
+}
+
 // UN tiles folded into a warp's online softmax: kx / vx are this lane's
 // raw K and V values of its key in tile u, ok[u] whether that key is in
 // the split (at least tile 0's first key is); per query head g, qr the
@@ -392,43 +414,31 @@ DEV void dec_tiles(const typename LD::raw (&kx)[UN], const typename LD::raw (&vx
 {
     // Scores: each key's values once, for every head; then the key
     // groups' sums, all chains side by side.
-    float s[GT][UN];
-#pragma unroll
-    for (int u = 0; u < UN; u++) {
-        float kf[8];
-        LD::cvt(kx[u], kf);
-#pragma unroll
-        for (int g = 0; g < GT; g++) {
-            float d = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                d = __fmaf_rn(qr[g][j], kf[j], d);
-            s[g][u] = d;
-        }
-    }
+    float s[GT * UN];
+    key_partials<LD, GT, UN>(kx, qr, s);
 #pragma unroll
     for (int u = 0; u < UN; u++)
 #pragma unroll
         for (int g = 0; g < GT; g++)
-            s[g][u] = __fmul_rn(group_sum<LPK>(s[g][u], lpk), scale);
+            s[g * UN + u] = __fmul_rn(group_sum<LPK>(s[g * UN + u], lpk), scale);
     if (softcap > 0.0f) {
 #pragma unroll
         for (int u = 0; u < UN; u++)
 #pragma unroll
             for (int g = 0; g < GT; g++)
-                s[g][u] = __fmul_rn(tanhf(__fdiv_rn(s[g][u], softcap)), softcap);
+                s[g * UN + u] = __fmul_rn(tanhf(__fdiv_rn(s[g * UN + u], softcap)), softcap);
     }
 #pragma unroll
     for (int u = 0; u < UN; u++)
 #pragma unroll
         for (int g = 0; g < GT; g++)
-            s[g][u] = ok[u] ? s[g][u] : -INFINITY;
+            s[g * UN + u] = ok[u] ? s[g * UN + u] : -INFINITY;
 #pragma unroll
     for (int g = 0; g < GT; g++) {
         float mt = -INFINITY;
 #pragma unroll
         for (int u = 0; u < UN; u++)
-            mt = fmaxf(mt, s[g][u]);
+            mt = fmaxf(mt, s[g * UN + u]);
         mt = lanes_max<LPK>(mt, lpk);
         const float mn = fmaxf(m[g], mt);
         const float alpha = expf(__fsub_rn(m[g], mn));
@@ -439,7 +449,7 @@ DEV void dec_tiles(const typename LD::raw (&kx)[UN], const typename LD::raw (&vx
             acc[g][j] = __fmul_rn(acc[g][j], alpha);
 #pragma unroll
         for (int u = 0; u < UN; u++) {
-            const float p = ok[u] ? expf(__fsub_rn(s[g][u], mn)) : 0.0f;
+            const float p = ok[u] ? expf(__fsub_rn(s[g * UN + u], mn)) : 0.0f;
             float vf[8];
             LD::cvt(vx[u], vf);
             l[g] = __fadd_rn(l[g], p);
@@ -523,20 +533,9 @@ DEV void dec_tiles_rs(const typename LD::raw (&kx)[UN], const typename LD::raw (
 #pragma unroll
     for (int u = 0; u < UN; u++)
         okm |= ok[u] ? 1u << u : 0u;
+    static_assert(V == GT * UN, "one sum a head and tile");
     float s[V];
-#pragma unroll
-    for (int u = 0; u < UN; u++) {
-        float kf[8];
-        LD::cvt(kx[u], kf);
-#pragma unroll
-        for (int g = 0; g < GT; g++) {
-            float d = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                d = __fmaf_rn(qr[g][j], kf[j], d);
-            s[g * UN + u] = d;
-        }
-    }
+    key_partials<LD, GT, UN>(kx, qr, s);
     RsStep<LPK, V, 0>::run(s, lane);
     // The lane's sums scaled, capped and masked; their max over the lanes
     // of head gl (ch's bits below GB, the lane bits above the key group).
