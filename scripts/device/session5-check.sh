@@ -21,30 +21,11 @@
 #            memra-bench --server at c=1 and 64
 # Carry .devcarry/final.tar.xz (stripped bin/ and the GPU unit tests),
 # build/shared and build/tokref. Logs in $OUT/logs-<part>.tgz, the headline
-# in $OUT/summary.txt, ncu's CSVs in $OUT/ncu-*.csv.
+# in $OUT/summary.txt, ncu's per-kernel summaries in $OUT/prof-*.txt (their CSVs in the logs).
 set -u
 part=${1:-profile}
 RUN=/tmp/s5run w=/tmp/s5
 . scripts/device/common.sh
-NCU=/usr/local/cuda/bin/ncu
-
-prof() { # NAME ARGS...: ncu's per-kernel durations of the profiled repetitions
-  local name=$1; shift
-  timeout 200 $NCU --profile-from-start off --clock-control none --metrics gpu__time_duration.sum \
-      --csv --print-units base memra-bench "$@" --profile-range > $OUT/ncu-$name.csv 2> $L/ncu-$name.err
-  say "ncu $name rc=$? kernels=$(grep -c gpu__time_duration $OUT/ncu-$name.csv)"
-}
-
-checks() { # TESTS...: the kernel check (every op), then these GPU unit tests
-  timeout 200 memra-parity --kernels > $L/kernels.log 2>&1
-  say "kernel check rc=$? $(tail -1 $L/kernels.log)"
-  grep FAIL $L/kernels.log | head -20 | tee -a "$S"
-  local t
-  for t in "$@"; do
-    MEMRA_SHARED=$here/build/shared timeout 200 build/release/tests/$t > $L/$t.log 2>&1
-    say "$t rc=$? $(tail -1 $L/$t.log)"
-  done
-}
 
 if [ "$part" = profile ]; then
   make_bf16

@@ -21,27 +21,6 @@ set -u
 part=${1:-profile}
 RUN=/tmp/s6run w=/tmp/s6
 . scripts/device/common.sh
-NCU=/usr/local/cuda/bin/ncu
-
-prof() { # NAME ARGS...: ncu's per-kernel durations of the profiled repetitions
-  local name=$1; shift
-  timeout 200 $NCU --profile-from-start off --clock-control none --metrics gpu__time_duration.sum \
-      --csv --print-units base memra-bench "$@" --profile-range > $L/ncu-$name.csv 2> $L/ncu-$name.err
-  say "ncu $name rc=$? kernels=$(grep -c gpu__time_duration $L/ncu-$name.csv)"
-  python3 scripts/device/ncu-steps.py $L/ncu-$name.csv --show -1 --top 22 > $OUT/prof-$name.txt 2>&1
-  grep -A3 "^forward .*us in" $OUT/prof-$name.txt | tail -4 | tee -a "$S"
-}
-
-checks() { # TESTS...: the kernel check (every op), then these GPU unit tests
-  timeout 200 memra-parity --kernels > $L/kernels.log 2>&1
-  say "kernel check rc=$? $(tail -1 $L/kernels.log)"
-  grep FAIL $L/kernels.log | head -20 | tee -a "$S"
-  local t
-  for t in "$@"; do
-    MEMRA_SHARED=$here/build/shared timeout 200 build/release/tests/$t > $L/$t.log 2>&1
-    say "$t rc=$? $(tail -1 $L/$t.log)"
-  done
-}
 
 if [ "$part" = profile ]; then
   make_bf16
