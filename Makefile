@@ -2,6 +2,7 @@
 #
 #   make                 library + programs into bin/ (CUDA when the toolkit is found)
 #   make test            everything, then the unit and integration tests
+#   make check-layers    fails on an #include that climbs a layer
 #   make debug           ASan + UBSan build of library and programs into build/san/
 #   make fuzz            libFuzzer targets for the parsers, FUZZ_SECONDS each
 #   make install PREFIX=/usr/local
@@ -56,11 +57,20 @@ endif
 STATIC_LIBS := -Wl,-Bstatic -ljansson -lutf8proc -lpcre2-8 -lmicrohttpd -Wl,-Bdynamic -lgnutls
 LDLIBS := $(STATIC_LIBS) -lcurl -lcrypto -lz -lm -ldl
 
-LIB_DIRS := lib/core lib/format lib/tok lib/model lib/engine lib/backend lib/backend/cpu lib/serve
+# The layers, bottom to top (docs/ARCHITECTURE.md; scripts/check-layers.sh
+# enforces the order). libmemra.a holds what every program needs; the bench
+# rows, bandwidth probe and load client (lib/bench) and the kernel check
+# (lib/check) are archives of their own, linked only by the program that
+# uses them (memra-bench, memra-parity) and by the tests.
+LIB_DIRS := lib/core lib/numerics lib/format lib/quant lib/hub lib/jinja lib/tok lib/backend \
+            lib/backend/cpu lib/model lib/engine lib/serve
 LIB_SRC := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
+BENCH_SRC := $(wildcard lib/bench/*.c)
+CHECK_SRC :=
 CU_SRC :=
 ifeq ($(CUDA),1)
   LIB_SRC += $(wildcard lib/backend/cuda/*.c)
+  CHECK_SRC := $(wildcard lib/check/*.c)
   CU_SRC := $(wildcard kernels/*.cu)
   CPPFLAGS += -I$(CUDA_HOME)/include
   LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++
@@ -68,7 +78,15 @@ ifeq ($(CUDA),1)
                -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings -MMD -MP
 endif
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o) $(CU_SRC:%.cu=$(B)/%.cu.o)
+BENCH_OBJ := $(BENCH_SRC:%.c=$(B)/%.o)
+CHECK_OBJ := $(CHECK_SRC:%.c=$(B)/%.o)
 LIBA := $(if $(filter san,$(VARIANT)),$(B)/libmemra.a,lib/libmemra.a)
+BENCHA := $(B)/libmemra-bench.a
+CHECKA := $(B)/libmemra-check.a
+# The extra archives a program links, before libmemra.a.
+PROG_LIBS_memra-bench := $(BENCHA)
+PROG_LIBS_memra-parity := $(CHECKA)
+TEST_LIBS := $(BENCHA) $(CHECKA)
 
 PROGRAMS := $(patsubst bin-src/%.c,$(BIN)/%,$(wildcard bin-src/memra-*.c))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -81,7 +99,7 @@ BUILD_KEY := $(B)/build-key
 $(shell mkdir -p $(B); [ "$$(cat $(BUILD_KEY) 2>/dev/null)" = "cuda=$(CUDA) arch=$(MEMRA_CUDA_ARCH)" ] || \
         echo "cuda=$(CUDA) arch=$(MEMRA_CUDA_ARCH)" > $(BUILD_KEY))
 
-.PHONY: all test test-gpu test-cuda-host debug fuzz install clean unit-bins deps
+.PHONY: all check-layers test test-gpu test-cuda-host debug fuzz install clean unit-bins deps
 all: $(LIBA) $(PROGRAMS)
 
 deps: $(DEPS_STAMP)
@@ -107,18 +125,29 @@ $(LIBA): $(LIB_OBJ)
 	$(if $(Q),@echo "  AR    $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+$(BENCHA): $(BENCH_OBJ)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  AR    $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+# Empty without CUDA (ar makes a valid empty archive).
+$(CHECKA): $(CHECK_OBJ)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  AR    $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
 # A program is bin-src/NAME.c plus, when it has one, the files of its own
 # folder bin-src/NAME/ (a program too large for one file).
 prog_objs = $(patsubst %.c,$(B)/%.o,$(wildcard bin-src/$(1)/*.c))
 .SECONDEXPANSION:
-$(BIN)/%: $(B)/bin-src/%.o $$(call prog_objs,$$*) $(LIBA)
+$(BIN)/%: $(B)/bin-src/%.o $$(call prog_objs,$$*) $$(PROG_LIBS_$$*) $(LIBA)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD    $@")
-	$(Q)$(CC) $(LDFLAGS) $(filter %.o,$^) $(LIBA) $(LDLIBS) -o $@
+	$(Q)$(CC) $(LDFLAGS) $(filter %.o,$^) $(PROG_LIBS_$*) $(LIBA) $(LDLIBS) -o $@
 
-$(B)/tests/%: $(B)/tests/unit/%.o $(LIBA)
+$(B)/tests/%: $(B)/tests/unit/%.o $(TEST_LIBS) $(LIBA)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) $< $(LIBA) $(LDLIBS) -o $@
+	$(Q)$(CC) $(LDFLAGS) $< $(TEST_LIBS) $(LIBA) $(LDLIBS) -o $@
 
 $(B)/tests/tools/%: $(B)/tests/tools/%.o $(LIBA)
 	@mkdir -p $(@D)
@@ -135,7 +164,11 @@ debug:
 # CUDA model first (the kernel check and device sampling; about 3 minutes
 # on 2 cores), so CI, which has no GPU, runs the CUDA code and not only
 # compiles it.
-test: all unit-bins
+# No include climbs a layer (docs/ARCHITECTURE.md).
+check-layers:
+	@bash scripts/check-layers.sh
+
+test: check-layers all unit-bins
 	$(MAKE) VARIANT=san all unit-bins
 ifeq ($(CUDA),1)
 	@bash tests/gpu/emulate.sh --quick

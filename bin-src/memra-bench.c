@@ -1,8 +1,8 @@
 /* memra-bench: how fast the engine and the tokenizer run, against the
  * machine's ceiling. Argument parsing and output only (bin-src/memra-bench/:
  * the options, the model, tokenizer and server benches): the measurements
- * are lib/engine/bench.c, the bandwidth probe and its cache
- * lib/core/membw.c, the load client lib/serve/loadgen.c. */
+ * are lib/bench/bench.c, the bandwidth probe and its cache
+ * lib/bench/membw.c, the load client lib/bench/loadgen.c. */
 #include <stdlib.h>
 
 #include "core/cli.h"

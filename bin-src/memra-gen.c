@@ -23,8 +23,8 @@
 #endif
 #include "engine/generate.h"
 #include "model/checkpoint.h"
-#include "tok/chat_source.h"
-#include "tok/chat_template.h"
+#include "model/chat_source.h"
+#include "jinja/chat_template.h"
 #include "tok/tokenizer.h"
 
 static const char usage[] =
@@ -537,7 +537,7 @@ int main(int argc, char **argv)
     if (checkpoint_open(o.model, &c, &err) != 0)
         cli_fail(&err);
     tokenizer *t = NULL;
-    if (tok_load_checkpoint(&c, &t, &err) != 0) {
+    if (checkpoint_load_tokenizer(&c, &t, &err) != 0) {
         /* A checkpoint without a tokenizer (a random one, say) can still
          * run on ids; the output is then ids only. */
         if (o.mode != MODE_GENERATE || !o.prompt_ids || !o.json || o.n_stop)

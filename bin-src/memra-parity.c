@@ -10,7 +10,7 @@
 
 #include "backend/backend.h"
 #if MEMRA_CUDA
-#include "backend/cuda/kernel_check.h"
+#include "check/kernel_check.h"
 #endif
 #include "core/check.h"
 #include "core/cli.h"
@@ -19,7 +19,7 @@
 #include "engine/imatrix_collect.h"
 #include "engine/perplexity.h"
 #include "engine/quality.h"
-#include "format/imatrix.h"
+#include "quant/imatrix.h"
 #include "core/mapfile.h"
 #include "tok/tokenizer.h"
 #include "format/safetensors.h"
@@ -290,7 +290,7 @@ static void open_model(const char *spec, checkpoint *ck, tokenizer **t)
         cli_fail(&err);
     if (ck->vocab_only)
         cli_failf("%s: a vocab-only GGUF has no weights to run", ck->path);
-    if (tok_load_checkpoint(ck, t, &err) != 0)
+    if (checkpoint_load_tokenizer(ck, t, &err) != 0)
         cli_fail(&err);
 }
 
@@ -576,7 +576,7 @@ static int run_against(const parity_opts *o)
     return 0;
 }
 
-/* --kernels: lib/backend/cuda/kernel_check.c prints the lines. */
+/* --kernels: lib/check/kernel_check.c prints the lines. */
 static int run_kernels(const parity_opts *o)
 {
 #if MEMRA_CUDA

@@ -1,7 +1,7 @@
 /* memra-quantize: a checkpoint to a quantized GGUF, or the plan of one.
  * Argument parsing and output only; the types are lib/model/quant_recipe.c,
  * the pipeline lib/model/quantize_model.c, the block codecs
- * lib/format/quantize_*.c. */
+ * lib/quant/quantize_*.c. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -13,7 +13,7 @@
 
 #include "core/cli.h"
 #include "core/json.h"
-#include "format/imatrix.h"
+#include "quant/imatrix.h"
 #include "model/checkpoint.h"
 #include "model/quantize_model.h"
 

@@ -4,7 +4,7 @@
 #include "kernels/attention.cuh"
 #include "kernels/dev_common.cuh"
 #include "kernels/launch.cuh"
-#include "engine/kv_codec.h"
+#include "numerics/kv_codec.h"
 
 // ---- kernels ----
 
@@ -17,7 +17,7 @@ constexpr int APPEND_THREADS = 256;
 // The element codecs: get(row, e) is value e of a stored row, as f32;
 // put2 stores values [e0, e1) of a K row and a V row, a thread a value
 // (both loads first, then both stores). f16 / bf16 / q8_0 go through
-// lib/engine/kv_codec.h, the CPU's own codecs, so both backends store the
+// lib/numerics/kv_codec.h, the CPU's own codecs, so both backends store the
 // same bytes.
 struct KvF32 {
     static DEV float get(const uint8_t *row, int64_t e)

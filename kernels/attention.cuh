@@ -1,10 +1,10 @@
 /* Launchers for attention over the paged KV cache on the device.
  *
- * The device pool mirrors lib/engine/kv_cache.h: K (and V) of layer l,
+ * The device pool mirrors lib/backend/kv_cache.h: K (and V) of layer l,
  * physical block b, slot s is the row of kv_dim values at byte
  * ((l * n_blocks + b) * block_size + s) * row_bytes, in the host cache's
  * type (f32, f16, bf16 or q8_0), stored and loaded through the codecs the
- * CPU backend uses (lib/engine/kv_codec.h, so both store the same bytes),
+ * CPU backend uses (lib/numerics/kv_codec.h, so both store the same bytes),
  * addressed through the same block tables.
  *
  * Row metadata is one device int32 array: [n] positions, [n] offsets of
@@ -56,7 +56,7 @@ extern "C" {
  * session 5). A multiple of ATTN_SPLIT_UNIT. */
 #define ATTN_SPLIT_MIN 128
 
-/* Element types, the values of lib/engine/kv_cache.h's kv_type. */
+/* Element types, the values of lib/backend/kv_cache.h's kv_type. */
 enum { CU_KV_F32 = 0, CU_KV_F16 = 1, CU_KV_BF16 = 2, CU_KV_Q8_0 = 3 };
 
 typedef struct {

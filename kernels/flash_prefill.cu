@@ -5,7 +5,7 @@
 
 #include "kernels/dev_common.cuh"
 #include "kernels/flash_prefill.cuh"
-#include "engine/kv_codec.h"
+#include "numerics/kv_codec.h"
 
 // ---- kernels ----
 
@@ -26,7 +26,7 @@ constexpr bool FP_PREFETCH = true;
 
 // The operand type of the products: the KV cache's element type, so K and
 // V are used as stored; Q and P are rounded to it (round to nearest even,
-// the codecs of lib/engine/kv_codec.h).
+// the codecs of lib/numerics/kv_codec.h).
 struct OpBF16 {
     typedef __nv_bfloat16 T;
     static DEV uint16_t round(float x) { return kvc_f32_to_bf16(x); }

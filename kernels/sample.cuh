@@ -1,7 +1,7 @@
 /* Launchers for sampling on the device: one token per row of logits, the
  * same token lib/engine/sampler.c picks on the host for the same logits,
  * parameters and stream position (the shared arithmetic is
- * lib/engine/sample_math.h: Philox draws, exact fixed-point weights).
+ * lib/numerics/sample_math.h: Philox draws, exact fixed-point weights).
  *
  * One block per row. Its stages, each over the row's logits in global
  * memory (no sort, nothing sized by the vocabulary but the logits):
@@ -29,7 +29,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "engine/sample_math.h"
+#include "numerics/sample_math.h"
 
 #ifdef __cplusplus
 extern "C" {

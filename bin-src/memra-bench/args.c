@@ -8,9 +8,9 @@
 
 #include "core/check.h"
 #include "core/cli.h"
-#include "core/membw.h"
-#include "engine/kv_cache.h"
-#include "serve/loadgen.h"
+#include "bench/membw.h"
+#include "backend/kv_cache.h"
+#include "bench/loadgen.h"
 #if MEMRA_CUDA
 #include "backend/cuda/cuda_device.h"
 #endif

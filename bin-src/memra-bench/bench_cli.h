@@ -8,13 +8,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/kv_cache.h"
+#include "backend/kv_cache.h"
 
 #define DEFAULT_TEXT_BYTES 1000000
 
 /* Backends memra-bench knows of; `built` says whether the engine runs on
  * it today. The ceiling of each is its memory bandwidth: the host's read
- * bandwidth for cpu (lib/core/membw.c), the device's for cuda (to come with
+ * bandwidth for cpu (lib/bench/membw.c), the device's for cuda (to come with
  * the CUDA backend, from its device-copy probe). */
 typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } bench_backend;
 typedef struct {

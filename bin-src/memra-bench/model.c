@@ -1,6 +1,6 @@
 /* The model bench: prefill, decode at each depth and batched decode rows,
  * against the backend's memory bandwidth ceiling. The measurements are
- * lib/engine/bench.c's. */
+ * lib/bench/bench.c's. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,8 +9,8 @@
 
 #include "core/check.h"
 #include "core/cli.h"
-#include "core/membw.h"
-#include "engine/bench.h"
+#include "bench/membw.h"
+#include "bench/bench.h"
 #include "engine/engine.h"
 #if MEMRA_CUDA
 #include "backend/cuda/cuda_device.h"

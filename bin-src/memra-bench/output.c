@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "core/membw.h"
+#include "bench/membw.h"
 
 #include "bench_cli.h"
 

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "engine/bench.h"
+#include "bench/bench.h"
 
 typedef struct {
     char test[32];      /* "pp512", "tg128" */

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "core/cli.h"
-#include "core/membw.h"
-#include "serve/loadgen.h"
+#include "bench/membw.h"
+#include "bench/loadgen.h"
 
 #include "bench_cli.h"
 

@@ -7,9 +7,9 @@
 #include <unistd.h>
 
 #include "core/cli.h"
-#include "core/membw.h"
+#include "bench/membw.h"
 #include "core/mapfile.h"
-#include "engine/bench.h"
+#include "bench/bench.h"
 #include "model/checkpoint.h"
 #include "tok/tokenizer.h"
 
@@ -46,7 +46,7 @@ int bench_run_tokenizer(const bench_opts *o)
         if (checkpoint_open(o->model, &ck, &err) != 0)
             cli_fail(&err);
         have_ck = 1;
-        if (tok_load_checkpoint(&ck, &t, &err) != 0)
+        if (checkpoint_load_tokenizer(&ck, &t, &err) != 0)
             cli_fail(&err);
         loaded_from = ck.format == CKPT_GGUF ? "GGUF tokenizer.* keys" : "tokenizer.json";
     }

@@ -22,8 +22,8 @@
 #include <stdint.h>
 
 #include "core/err.h"
-#include "engine/kv_cache.h"
-#include "engine/sample_math.h"
+#include "backend/kv_cache.h"
+#include "numerics/sample_math.h"
 #include "format/dtype.h"
 
 typedef struct {
@@ -191,7 +191,7 @@ typedef struct {
      * backend's memory, exactly the token sampler_sample would pick from
      * the same logits with the same parameters and stream position
      * (rows[i], whose bias_at / pen_at index the bias and pen lists; see
-     * engine/sample_math.h); bias and penalties are applied to the logits
+     * numerics/sample_math.h); bias and penalties are applied to the logits
      * in place, as the host sampler does. Only the outcomes come back.
      * Fails on bad lists, or with the backend's recorded failure. */
     int (*sample)(backend *b, float *logits, int n_rows, int64_t n_vocab, const smp_row *rows,

@@ -1,8 +1,8 @@
 /* MEMRA_HD: a function compiled for both the host (C, and the CPU
  * emulation's C++) and the device (nvcc), for the few small helpers whose
  * results must be bit-identical on both sides: the KV cache's element
- * codecs (engine/kv_codec.h), Philox (core/philox.h) and the sampler's
- * arithmetic (engine/sample_math.h). Such helpers use only operations
+ * codecs (numerics/kv_codec.h), Philox (core/philox.h) and the sampler's
+ * arithmetic (numerics/sample_math.h). Such helpers use only operations
  * whose IEEE results are fixed (+, -, *, / in one rounding, conversions,
  * integer ops): the host build never contracts (-std=c11 implies
  * -ffp-contract=off and x86-64 has no FMA by default) and device code

@@ -25,7 +25,7 @@
 
 #include "core/err.h"
 #include "backend/backend.h"
-#include "engine/kv_cache.h"
+#include "backend/kv_cache.h"
 #include "engine/sampler.h"
 #include "model/checkpoint.h"
 #include "model/config.h"

@@ -8,7 +8,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/moe_route.h"
 #include "core/check.h"
-#include "format/tensor_names.h"
+#include "model/tensor_names.h"
 
 /* One weight's running sums: n_mats matrices (experts) of cols columns. */
 typedef struct {

@@ -5,7 +5,7 @@
  * every op goes through unchanged, and the ones that multiply weights
  * (matmul, attn_qkv, ffn_glu, ffn_moe) also add their inputs' squares to
  * host-side double accumulators keyed by the weight's GGUF name (HF names
- * are mapped with format/tensor_names). The FFN's down projection sees
+ * are mapped with model/tensor_names). The FFN's down projection sees
  * act(gate x) * up x, read from the op's hb scratch after the op and
  * checked, first row of every call, against a recomputation. Routed experts
  * are accumulated per expert over only the tokens routed to them: the
@@ -21,7 +21,7 @@
 
 #include "core/err.h"
 #include "engine/engine.h"
-#include "format/imatrix.h"
+#include "quant/imatrix.h"
 
 typedef struct imatrix_collector imatrix_collector;
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/check.h"
-#include "engine/sample_math.h"
+#include "numerics/sample_math.h"
 #include "engine/sampler_select.h"
 
 struct sampler {

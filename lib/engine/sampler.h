@@ -32,7 +32,7 @@
  * random bits from Philox4x32-10 keyed by `seed` at counter n (greedy
  * calls count too but draw nothing), and the surviving tokens are always
  * walked in ascending id order with exact integer weights
- * (engine/sample_math.h), so the token depends only on the seed, the
+ * (numerics/sample_math.h), so the token depends only on the seed, the
  * number of earlier sampling calls since the last reset, the history and
  * the logits; the same surviving set gives the same token whichever
  * stages produced it, and a device sampler (a backend's `sample` op, fed
@@ -51,7 +51,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
-#include "engine/sample_math.h"
+#include "numerics/sample_math.h"
 
 /* {id, bias}: bias finite, or -INFINITY to ban the token. */
 typedef smp_bias sampler_logit_bias;

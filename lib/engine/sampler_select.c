@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "engine/sample_math.h"
+#include "numerics/sample_math.h"
 
 static int cand_better(const sampler_cand *a, const sampler_cand *b)
 {

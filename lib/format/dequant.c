@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "format/half.h"
+#include "numerics/half.h"
 
 static float rd_f16(const uint8_t *p) { return fp16_to_f32((uint16_t)(p[0] | (p[1] << 8))); }
 

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "format/dequant.h"
-#include "format/half.h"
+#include "numerics/half.h"
 
 int cast_to_f32(dtype t, const void *src, float *dst, int64_t n, memra_err *err)
 {

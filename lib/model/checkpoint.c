@@ -6,7 +6,7 @@
 
 #include "core/check.h"
 #include "core/json.h"
-#include "format/model_source.h"
+#include "hub/model_source.h"
 
 static int is_dir(const char *path)
 {
@@ -125,4 +125,11 @@ const tensor_view *checkpoint_find(const checkpoint *c, const char *name)
         if (!strcmp(c->tensors[i].name, name))
             return &c->tensors[i];
     return NULL;
+}
+
+int checkpoint_load_tokenizer(const checkpoint *c, tokenizer **out, memra_err *err)
+{
+    if (c->format == CKPT_GGUF)
+        return tok_load_gguf(&c->gguf, out, err);
+    return tok_load_hf_dir(c->path, out, err);
 }

@@ -13,6 +13,7 @@
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "model/config.h"
+#include "tok/tokenizer.h"
 
 #define TENSOR_MAX_DIMS 8
 
@@ -45,5 +46,7 @@ typedef struct {
 int checkpoint_open(const char *spec, checkpoint *out, memra_err *err);
 void checkpoint_close(checkpoint *c);
 const tensor_view *checkpoint_find(const checkpoint *c, const char *name);
+/* The checkpoint's own tokenizer: its GGUF keys, or its HF dir's files. */
+int checkpoint_load_tokenizer(const checkpoint *c, tokenizer **out, memra_err *err);
 
 #endif

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/check.h"
-#include "format/tensor_names.h"
+#include "model/tensor_names.h"
 
 static const char *const role_names[ROLE_COUNT] = {
     [ROLE_EMBED] = "embed",

@@ -18,7 +18,7 @@
 #include "core/pool.h"
 #include "core/rng.h"
 #include "format/gguf.h"
-#include "format/hf_tokenizer.h"
+#include "tok/hf_tokenizer.h"
 #include "format/safetensors.h"
 #include "format/tensor_cast.h"
 #include "model/contract.h"

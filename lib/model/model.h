@@ -23,7 +23,7 @@
 
 #include "backend/backend.h"
 #include "core/err.h"
-#include "engine/kv_cache.h"
+#include "backend/kv_cache.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/contract.h"

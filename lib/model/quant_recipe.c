@@ -10,7 +10,7 @@
 
 #include "core/check.h"
 #include "core/strbuf.h"
-#include "format/quantize.h"
+#include "quant/quantize.h"
 
 static const struct {
     const char *name;

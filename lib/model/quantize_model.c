@@ -12,8 +12,8 @@
 #include "core/check.h"
 #include "core/pool.h"
 #include "format/gguf.h"
-#include "format/hf_tokenizer.h"
-#include "format/quantize.h"
+#include "tok/hf_tokenizer.h"
+#include "quant/quantize.h"
 #include "format/tensor_cast.h"
 #include "model/contract.h"
 

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
-#include "format/imatrix.h"
+#include "quant/imatrix.h"
 #include "model/checkpoint.h"
 #include "model/quant_recipe.h"
 

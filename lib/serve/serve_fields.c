@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "serve/serve_internal.h"
-#include "tok/chat_template.h"
+#include "jinja/chat_template.h"
 
 int serve_check_fields(const json_t *body, const char *const *allowed, serve_error *e)
 {

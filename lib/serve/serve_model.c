@@ -11,7 +11,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "model/checkpoint.h"
-#include "tok/chat_source.h"
+#include "model/chat_source.h"
 #include "tok/detok.h"
 
 #define KV_BLOCK_SIZE 16
@@ -410,7 +410,7 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
         memra_fail(err, "%s: a vocab-only GGUF has no weights to serve", m->ck.path);
         goto fail;
     }
-    if (tok_load_checkpoint(&m->ck, &m->tok, err) != 0)
+    if (checkpoint_load_tokenizer(&m->ck, &m->tok, err) != 0)
         goto fail;
     engine_opts eo;
     engine_opts_default(&eo);

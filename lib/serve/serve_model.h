@@ -30,7 +30,7 @@
 #include "core/err.h"
 #include "serve/serve_metrics.h"
 #include "serve/serve_req.h"
-#include "tok/jinja.h"
+#include "jinja/jinja.h"
 #include "tok/tokenizer.h"
 
 typedef struct {

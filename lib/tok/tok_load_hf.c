@@ -13,7 +13,7 @@
 #include "core/check.h"
 #include "core/json.h"
 #include "core/mapfile.h"
-#include "format/hf_tokenizer_internal.h"
+#include "tok/hf_tokenizer_internal.h"
 #include "tok/tok_internal.h"
 #include "tok/tok_json_scan.h"
 
@@ -724,11 +724,4 @@ fail:
     free(buf);
     tok_free(t);
     return -1;
-}
-
-int tok_load_checkpoint(const checkpoint *c, tokenizer **out, memra_err *err)
-{
-    if (c->format == CKPT_GGUF)
-        return tok_load_gguf(&c->gguf, out, err);
-    return tok_load_hf_dir(c->path, out, err);
 }

@@ -1,6 +1,6 @@
 /* GGUF tokenizer.ggml.pre names -> split regexes.
  *
- * The regexes themselves live in format/hf_tokenizer_pre.c (the table the
+ * The regexes themselves live in tok/hf_tokenizer_pre.c (the table the
  * HF <-> GGUF conversion matches tokenizer.json pre-tokenizers against);
  * here we only map the other names llama.cpp accepts onto that table's
  * entries (llama.cpp's llama-vocab.cpp groups them the same way), plus the
@@ -8,7 +8,7 @@
  * carries. */
 #include <string.h>
 
-#include "format/hf_tokenizer_internal.h"
+#include "tok/hf_tokenizer_internal.h"
 #include "tok/tok_pre_names.h"
 
 static const struct {

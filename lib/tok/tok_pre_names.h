@@ -1,9 +1,9 @@
-/* GGUF pre-tokenizer names -> the regex table of format/hf_tokenizer_pre.c
- * (reached through format/hf_tokenizer_internal.h, unchanged). */
+/* GGUF pre-tokenizer names -> the regex table of tok/hf_tokenizer_pre.c
+ * (reached through tok/hf_tokenizer_internal.h, unchanged). */
 #ifndef MEMRA_TOK_PRE_NAMES_H
 #define MEMRA_TOK_PRE_NAMES_H
 
-#include "format/hf_tokenizer_internal.h"
+#include "tok/hf_tokenizer_internal.h"
 
 /* The regexes llama.cpp splits with for tokenizer.ggml.pre `name` (NULL or
  * "default": its default list); NULL when the name is unknown. */

@@ -36,7 +36,6 @@
 
 #include "core/err.h"
 #include "format/gguf.h"
-#include "model/checkpoint.h"
 
 typedef struct tokenizer tokenizer;
 
@@ -52,8 +51,6 @@ int tok_load_gguf(const gguf_file *f, tokenizer **out, memra_err *err);
  * present, tokenizer_config.json (special tokens, add_bos_token/
  * add_eos_token) and generation_config.json (extra eos ids). */
 int tok_load_hf_dir(const char *dir, tokenizer **out, memra_err *err);
-/* The checkpoint's own tokenizer: its GGUF keys, or its HF dir's files. */
-int tok_load_checkpoint(const checkpoint *c, tokenizer **out, memra_err *err);
 void tok_free(tokenizer *t);
 
 /* Encode text[0..len) into *ids (malloc'ed, caller frees; *ids may be NULL

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "format/imatrix.h"
+#include "quant/imatrix.h"
 
 int main(int argc, char **argv)
 {

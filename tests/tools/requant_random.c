@@ -16,7 +16,7 @@
 
 #include "format/dtype.h"
 #include "format/gguf.h"
-#include "format/half.h"
+#include "numerics/half.h"
 
 static uint64_t rng_s;
 

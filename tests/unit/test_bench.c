@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "core/mapfile.h"
-#include "core/membw.h"
-#include "engine/bench.h"
+#include "bench/membw.h"
+#include "bench/bench.h"
 #include "engine/engine.h"
 #include "model/checkpoint.h"
 #include "core/utf8.h"
@@ -134,7 +134,7 @@ static void test_tokenize_measurement(void)
     memra_err err;
     CHECK_MSG(checkpoint_open(path, &ck, &err) == 0, "%s", err.msg);
     tokenizer *t;
-    CHECK_MSG(tok_load_checkpoint(&ck, &t, &err) == 0, "%s", err.msg);
+    CHECK_MSG(checkpoint_load_tokenizer(&ck, &t, &err) == 0, "%s", err.msg);
     size_t len, n_tokens = 0;
     char *text = bench_mixed_text(20000, &len);
     bench_stats st;

@@ -12,7 +12,7 @@
 #include "core/check.h"
 #include "core/json.h"
 #include "core/mapfile.h"
-#include "tok/chat_template.h"
+#include "jinja/chat_template.h"
 #include "test.h"
 
 #define FIX "tests/fixtures/chat/"

@@ -10,7 +10,7 @@
 #include "core/check.h"
 #include "core/json.h"
 #include "format/gguf.h"
-#include "format/tensor_names.h"
+#include "model/tensor_names.h"
 #include "model/config.h"
 #include "model/contract.h"
 #include "test.h"

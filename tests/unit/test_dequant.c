@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "format/dequant.h"
-#include "format/half.h"
+#include "numerics/half.h"
 #include "test.h"
 
 /* f16 bit patterns used below */

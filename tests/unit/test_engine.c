@@ -14,9 +14,9 @@
 
 #include "core/check.h"
 #include "engine/engine.h"
-#include "engine/kv_cache.h"
+#include "backend/kv_cache.h"
 #include "format/gguf.h"
-#include "format/half.h"
+#include "numerics/half.h"
 #include "format/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/convert.h"

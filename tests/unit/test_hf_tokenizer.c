@@ -13,8 +13,8 @@
 #include "core/check.h"
 #include "core/mapfile.h"
 #include "format/gguf.h"
-#include "format/hf_tokenizer.h"
-#include "format/hf_tokenizer_internal.h"
+#include "tok/hf_tokenizer.h"
+#include "tok/hf_tokenizer_internal.h"
 #include "test.h"
 
 #define FIX "tests/fixtures/tokenizers/"

@@ -13,11 +13,11 @@
 #include <unistd.h>
 
 #include "core/mapfile.h"
-#include "format/hub.h"
-#include "format/hub_cache.h"
-#include "format/hub_http.h"
-#include "format/hub_sha256.h"
-#include "format/model_source.h"
+#include "hub/hub.h"
+#include "hub/hub_cache.h"
+#include "hub/hub_http.h"
+#include "hub/hub_sha256.h"
+#include "hub/model_source.h"
 #include "test.h"
 
 #define SERVER_JS "tests/tools/hub-server.js"

@@ -7,7 +7,7 @@
 
 #include "core/check.h"
 #include "format/gguf.h"
-#include "format/imatrix.h"
+#include "quant/imatrix.h"
 #include "test.h"
 
 static void tmp_path(char *buf, size_t cap, const char *name)

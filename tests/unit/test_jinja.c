@@ -16,7 +16,7 @@
 #include "core/json.h"
 #include "core/mapfile.h"
 #include "core/strbuf.h"
-#include "tok/jinja.h"
+#include "jinja/jinja.h"
 #include "test.h"
 
 #define CASES "tests/fixtures/chat/jinja_cases.json"

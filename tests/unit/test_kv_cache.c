@@ -1,4 +1,4 @@
-/* The KV cache's element types: the shared codecs (engine/kv_codec.h)
+/* The KV cache's element types: the shared codecs (numerics/kv_codec.h)
  * against the format library's own conversions and ggml's q8_0 rule, the
  * cache geometry per type, tables-only caches, and attention through each
  * type on the CPU backend against f32 KV. */
@@ -8,10 +8,10 @@
 
 #include "backend/backend.h"
 #include "core/rng.h"
-#include "engine/kv_cache.h"
-#include "engine/kv_codec.h"
+#include "backend/kv_cache.h"
+#include "numerics/kv_codec.h"
 #include "format/dequant.h"
-#include "format/half.h"
+#include "numerics/half.h"
 #include "test.h"
 
 /* Random floats over many magnitudes, with the edge cases among them. */

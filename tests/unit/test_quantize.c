@@ -1,4 +1,4 @@
-/* The quantizers (lib/format/quantize_*.c), always judged through the
+/* The quantizers (lib/quant/quantize_*.c), always judged through the
  * reference dequantizer (what a reader of the file gets back).
  *
  * Reference rules. For each type the test builds, by its own code, the
@@ -41,8 +41,8 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "format/dequant.h"
-#include "format/half.h"
-#include "format/quantize.h"
+#include "numerics/half.h"
+#include "quant/quantize.h"
 #include "test.h"
 
 #define SUM_SLACK 1e-5

@@ -1,16 +1,16 @@
-/* Server-sent events both ways: the client parser (lib/serve/sse_parse.c)
+/* Server-sent events both ways: the client parser (lib/bench/sse_parse.c)
  * fed in every possible split, and the server's OpenAI framing
  * (serve_openai_sse_*) read back through it. Also the load client's
- * statistics and URL handling (lib/serve/loadgen.c), which need no
+ * statistics and URL handling (lib/bench/loadgen.c), which need no
  * server. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/loadgen.h"
+#include "bench/loadgen.h"
 #include "serve/serve_internal.h"
-#include "serve/sse_parse.h"
+#include "bench/sse_parse.h"
 #include "test.h"
 
 typedef struct {

@@ -8,7 +8,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
-#include "engine/kv_codec.h"
+#include "numerics/kv_codec.h"
 
 /* Below this much work the calling thread runs every task itself. */
 #define ATTN_INLINE_MACS 32768.0
@@ -92,7 +92,7 @@ void cpu_op_qk_norm_rope(backend *b, float *q, float *k, const bk_batch *rows, c
 /* ---- attention ---- */
 
 /* One row of kv_dim values into the cache, through the codecs the GPU
- * shares (engine/kv_codec.h), so both backends store the same bytes. */
+ * shares (numerics/kv_codec.h), so both backends store the same bytes. */
 static void kv_store(const kv_cache *kc, uint8_t *base, size_t off, const float *src)
 {
     MEMRA_ASSERT(base != NULL); /* a tables-only cache belongs to a device backend */

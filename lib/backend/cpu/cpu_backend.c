@@ -10,7 +10,7 @@
 
 #include "core/check.h"
 #include "format/dequant.h"
-#include "format/half.h"
+#include "numerics/half.h"
 
 /* ---- weight rows ---- */
 

@@ -3,7 +3,7 @@
  * kernels/sample.cu picks one token per row from the logits where the
  * head left them, and only the outcomes (an id and a status per row) come
  * back. The token is the one the host sampler would pick from the same
- * logits (the arithmetic is lib/engine/sample_math.h's, shared by both).
+ * logits (the arithmetic is lib/numerics/sample_math.h's, shared by both).
  *
  * Three parts, so a graphed decode step can hold the middle one: the
  * upload (before the step, or before a graph replay), the launch (after

@@ -1,0 +1,164 @@
+#include "backend/kv_cache.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "numerics/kv_codec.h"
+
+const char *kv_type_name(kv_type t)
+{
+    switch (t) {
+    case KV_F32: return "f32";
+    case KV_F16: return "f16";
+    case KV_BF16: return "bf16";
+    case KV_Q8_0: return "q8_0";
+    case KV_DEFAULT: return "default";
+    }
+    return "?";
+}
+
+int kv_type_parse(const char *s, kv_type *out, memra_err *err)
+{
+    static const kv_type all[] = {KV_F32, KV_F16, KV_BF16, KV_Q8_0};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(s, kv_type_name(all[i]))) {
+            *out = all[i];
+            return 0;
+        }
+    return memra_fail(err, "KV type '%s' is not f32, f16, bf16 or q8_0", s);
+}
+
+size_t kv_row_bytes(kv_type t, int64_t kv_dim)
+{
+    if (kv_dim <= 0)
+        return 0;
+    switch (t) {
+    case KV_F32: return (size_t)kv_dim * 4;
+    case KV_F16: case KV_BF16: return (size_t)kv_dim * 2;
+    case KV_Q8_0:
+        return kv_dim % KV_Q8_0_BLOCK ? 0 : (size_t)(kv_dim / KV_Q8_0_BLOCK) * KV_Q8_0_BYTES;
+    case KV_DEFAULT: break;
+    }
+    return 0;
+}
+
+/* The geometry and the free list; the K/V storage is the caller's. */
+static int init_tables(kv_cache *c, kv_type type, int n_layers, int64_t kv_dim, int block_size,
+                       int n_blocks, memra_err *err)
+{
+    memset(c, 0, sizeof *c);
+    if (type != KV_F32 && type != KV_F16 && type != KV_BF16 && type != KV_Q8_0)
+        return memra_fail(err, "KV cache: unknown element type %d", (int)type);
+    if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0)
+        return memra_fail(err, "KV cache: layers %d, kv_dim %" PRId64 ", block size %d and "
+                          "%d blocks must all be positive", n_layers, kv_dim, block_size,
+                          n_blocks);
+    if (type == KV_Q8_0 && kv_dim % KV_Q8_0_BLOCK != 0)
+        return memra_fail(err, "KV cache: q8_0 needs kv_dim (n_kv_heads x head_dim = %" PRId64
+                          ") to be a multiple of %d; use f16 or bf16", kv_dim, KV_Q8_0_BLOCK);
+    c->type = type;
+    c->n_layers = n_layers;
+    c->kv_dim = kv_dim;
+    c->block_size = block_size;
+    c->n_blocks = n_blocks;
+    c->row_bytes = kv_row_bytes(type, kv_dim);
+    /* The product in double first: a bogus n_ctx must be an error, not a
+     * wrapped size. */
+    double bytes = (double)n_layers * n_blocks * block_size * (double)c->row_bytes;
+    if (bytes > (double)(SIZE_MAX / 4))
+        return memra_fail(err, "KV cache: %.0f bytes per K and V is too large", bytes);
+    c->free_blocks = xmalloc((size_t)n_blocks * sizeof *c->free_blocks);
+    /* Hand out low block ids first. */
+    for (int i = 0; i < n_blocks; i++)
+        c->free_blocks[i] = n_blocks - 1 - i;
+    c->n_free = n_blocks;
+    return 0;
+}
+
+int kv_cache_init_tables(kv_cache *c, kv_type type, int n_layers, int64_t kv_dim,
+                         int block_size, int n_blocks, memra_err *err)
+{
+    return init_tables(c, type, n_layers, kv_dim, block_size, n_blocks, err);
+}
+
+int kv_cache_init(kv_cache *c, kv_type type, int n_layers, int64_t kv_dim, int block_size,
+                  int n_blocks, memra_err *err)
+{
+    if (init_tables(c, type, n_layers, kv_dim, block_size, n_blocks, err) != 0)
+        return -1;
+    size_t nb = (size_t)n_layers * (size_t)n_blocks * (size_t)block_size * c->row_bytes;
+    /* Untouched pages are never committed, so a large pool costs only what
+     * sequences actually use. */
+    c->k = malloc(nb);
+    c->v = malloc(nb);
+    if (!c->k || !c->v) {
+        kv_cache_free(c);
+        return memra_fail(err, "KV cache: cannot allocate 2 x %zu bytes (%s, %d blocks of %d "
+                          "tokens)", nb, kv_type_name(type), n_blocks, block_size);
+    }
+    return 0;
+}
+
+void kv_cache_free(kv_cache *c)
+{
+    free(c->k);
+    free(c->v);
+    free(c->free_blocks);
+    memset(c, 0, sizeof *c);
+}
+
+uint64_t kv_cache_bytes(const kv_cache *c)
+{
+    return 2ull * (uint64_t)c->n_layers * (uint64_t)c->n_blocks * (uint64_t)c->block_size *
+           (uint64_t)c->row_bytes;
+}
+
+void kv_seq_init(kv_seq *s, kv_cache *c)
+{
+    memset(s, 0, sizeof *s);
+    s->cache = c;
+}
+
+void kv_seq_free(kv_seq *s)
+{
+    kv_seq_truncate(s, 0);
+    free(s->blocks);
+    s->blocks = NULL;
+    s->cap = 0;
+}
+
+int kv_seq_reserve(kv_seq *s, int64_t n_tokens, memra_err *err)
+{
+    kv_cache *c = s->cache;
+    if (n_tokens < 0)
+        return memra_fail(err, "KV cache: cannot reserve %" PRId64 " tokens", n_tokens);
+    int64_t need = (n_tokens + c->block_size - 1) / c->block_size;
+    if (need <= s->n_blocks)
+        return 0;
+    int64_t more = need - s->n_blocks;
+    if (more > c->n_free)
+        return memra_fail(err, "KV cache full: %" PRId64 " tokens need %" PRId64 " more blocks "
+                          "of %d tokens, %d of %d free", n_tokens, more, c->block_size, c->n_free,
+                          c->n_blocks);
+    if (need > s->cap) {
+        s->cap = (int)need;
+        s->blocks = xrealloc(s->blocks, (size_t)s->cap * sizeof *s->blocks);
+    }
+    while (s->n_blocks < need)
+        s->blocks[s->n_blocks++] = c->free_blocks[--c->n_free];
+    return 0;
+}
+
+void kv_seq_truncate(kv_seq *s, int64_t n_tokens)
+{
+    kv_cache *c = s->cache;
+    if (n_tokens < 0)
+        n_tokens = 0;
+    int64_t keep = (n_tokens + c->block_size - 1) / c->block_size;
+    while (s->n_blocks > keep)
+        c->free_blocks[c->n_free++] = s->blocks[--s->n_blocks];
+    if (s->n_tokens > n_tokens)
+        s->n_tokens = n_tokens;
+}

@@ -1,0 +1,90 @@
+/* The paged KV cache: keys and values of every layer in fixed-size blocks
+ * of block_size tokens, handed out from one pool, and a block table per
+ * sequence mapping its logical blocks (positions / block_size) to physical
+ * ones. Sequences grow a block at a time and give their blocks back when
+ * reset or freed, so many sequences share one allocation without copies
+ * and without reserving n_ctx tokens each.
+ *
+ * Storage is per layer, then per block: K of layer l, block b, slot s is
+ * the row of kv_dim values at byte ((l * n_blocks + b) * block_size + s) *
+ * row_bytes, in f32, f16 or bf16 (rounded to nearest even on store), or
+ * q8_0 (ggml's blocks of 32 along the row); numerics/kv_codec.h has the
+ * codecs, shared with the GPU. V is laid out the same.
+ *
+ * A backend that keeps K and V in its own memory (the GPU) uses a cache
+ * made by kv_cache_init_tables: the same block tables and geometry, no host
+ * storage (k and v NULL). */
+#ifndef MEMRA_BACKEND_KV_CACHE_H
+#define MEMRA_BACKEND_KV_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+typedef enum {
+    KV_DEFAULT = -1, /* engine_opts only: the backend's default (engine_kv_type_default) */
+    KV_F32 = 0,
+    KV_F16 = 1,
+    KV_BF16 = 2,
+    KV_Q8_0 = 3,
+} kv_type;
+
+typedef struct {
+    kv_type type;
+    int n_layers;
+    int64_t kv_dim;     /* n_kv_heads * head_dim */
+    int block_size;     /* tokens per block */
+    int n_blocks;       /* blocks in the pool */
+    size_t row_bytes;   /* bytes of one position's kv_dim values */
+    uint8_t *k, *v;     /* [n_layers][n_blocks][block_size] rows; NULL: tables only */
+    int *free_blocks;   /* stack of free block ids */
+    int n_free;
+} kv_cache;
+
+typedef struct {
+    kv_cache *cache;
+    int *blocks;        /* block table: logical block -> physical block */
+    int n_blocks, cap;
+    int64_t n_tokens;   /* positions [0, n_tokens) hold valid K/V */
+} kv_seq;
+
+const char *kv_type_name(kv_type t); /* "f32", "f16", "bf16", "q8_0" ("default") */
+/* "f32", "f16", "bf16" or "q8_0"; fails naming the bad value. */
+int kv_type_parse(const char *s, kv_type *out, memra_err *err);
+/* Bytes of one row of kv_dim values of type t (q8_0: kv_dim a multiple of
+ * 32); 0 for a type or size that has none. */
+size_t kv_row_bytes(kv_type t, int64_t kv_dim);
+
+/* Fails (no abort) when the sizes are out of range, q8_0 is asked for a
+ * kv_dim that is not a multiple of 32, or the pool cannot be allocated,
+ * naming the bytes asked for. */
+int kv_cache_init(kv_cache *c, kv_type type, int n_layers, int64_t kv_dim, int block_size,
+                  int n_blocks, memra_err *err);
+/* The same cache without host K/V storage: block tables and geometry only,
+ * for a backend that keeps K and V itself (backend_ops.kv_prepare). */
+int kv_cache_init_tables(kv_cache *c, kv_type type, int n_layers, int64_t kv_dim,
+                         int block_size, int n_blocks, memra_err *err);
+void kv_cache_free(kv_cache *c);
+/* Bytes of K and V together (wherever they are stored). */
+uint64_t kv_cache_bytes(const kv_cache *c);
+
+void kv_seq_init(kv_seq *s, kv_cache *c);
+/* Give every block back and forget the table. */
+void kv_seq_free(kv_seq *s);
+/* Make room for positions [0, n_tokens): take blocks from the pool as
+ * needed. On failure (pool exhausted) nothing is taken. */
+int kv_seq_reserve(kv_seq *s, int64_t n_tokens, memra_err *err);
+/* Keep positions [0, n_tokens); blocks wholly past them go back. */
+void kv_seq_truncate(kv_seq *s, int64_t n_tokens);
+
+/* Byte offset of the row of position pos of layer `layer`; the position
+ * must be reserved. */
+static inline size_t kv_offset(const kv_cache *c, const kv_seq *s, int layer, int64_t pos)
+{
+    int64_t blk = s->blocks[pos / c->block_size];
+    int64_t slot = pos % c->block_size;
+    return (size_t)(((int64_t)layer * c->n_blocks + blk) * c->block_size + slot) * c->row_bytes;
+}
+
+#endif

@@ -1,0 +1,99 @@
+#include "numerics/half.h"
+
+#include <string.h>
+
+static float from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint32_t to_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+float fp16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FF;
+    if (e == 0x1F) /* inf, or NaN with its payload */
+        return from_bits(sign | 0x7F800000u | (m << 13));
+    if (e != 0)
+        return from_bits(sign | ((e + 112) << 23) | (m << 13));
+    if (m == 0)
+        return from_bits(sign);
+    /* Subnormal m * 2^-24: shift the leading one up to the implicit bit. */
+    uint32_t exp = 113;
+    while (!(m & 0x400)) {
+        m <<= 1;
+        exp--;
+    }
+    return from_bits(sign | (exp << 23) | ((m & 0x3FF) << 13));
+}
+
+/* m >> shift, rounded to nearest with ties to even (shift >= 1). */
+static uint32_t round_shift(uint32_t m, int shift)
+{
+    uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1)))
+        r++;
+    return r;
+}
+
+uint16_t f32_to_fp16(float f)
+{
+    uint32_t x = to_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    x &= 0x7FFFFFFFu;
+    if (x > 0x7F800000u) /* NaN: keep the top payload bits, force quiet */
+        return sign | 0x7E00 | (uint16_t)((x >> 13) & 0x3FF);
+    /* 65520 = 65504 + half an ulp rounds (to even) up to infinity. */
+    if (x >= 0x477FF000u)
+        return sign | 0x7C00;
+    uint32_t e = x >> 23;
+    if (e >= 113) /* normal half: rebias, then round 23 mantissa bits to 10 */
+        return sign | (uint16_t)round_shift(((e - 112) << 23) | (x & 0x7FFFFF), 13);
+    /* Below 2^-14: a subnormal half m * 2^-24 (the round may carry into the
+     * smallest normal, which is the right encoding). Below 2^-25 it is 0. */
+    if (e < 102)
+        return sign;
+    return sign | (uint16_t)round_shift((x & 0x7FFFFF) | 0x800000, (int)(126 - e));
+}
+
+float bf16_to_f32(uint16_t h) { return from_bits((uint32_t)h << 16); }
+
+uint16_t f32_to_bf16(float f)
+{
+    uint32_t x = to_bits(f);
+    if ((x & 0x7FFFFFFFu) > 0x7F800000u) /* NaN: truncating could make it inf */
+        return (uint16_t)((x >> 16) | 0x40);
+    return (uint16_t)((x + 0x7FFF + ((x >> 16) & 1)) >> 16);
+}
+
+void fp16_to_f32_row(const uint16_t *src, float *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = fp16_to_f32(src[i]);
+}
+
+void f32_to_fp16_row(const float *src, uint16_t *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = f32_to_fp16(src[i]);
+}
+
+void bf16_to_f32_row(const uint16_t *src, float *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = bf16_to_f32(src[i]);
+}
+
+void f32_to_bf16_row(const float *src, uint16_t *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = f32_to_bf16(src[i]);
+}
