@@ -217,6 +217,7 @@ do_bench() {
 }
 
 do_serve() {
+  [ -n "$tok" ] || say "serve: no --tokenizer dir; memra-serve streams text, so bf16.gguf needs one"
   make_models
   local url=http://127.0.0.1:$port srv
   stamp "serve: memra-serve -m q=$models/bf16.gguf --port $port --max-sessions 64 --ctx 1024"
