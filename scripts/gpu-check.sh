@@ -12,7 +12,8 @@
 #                  --seed 1), Q8_0.gguf and Q4_K_M.gguf (memra-quantize); kept between runs
 #   bench [ROW...] the memra-bench rows of docs/PERFORMANCE.md (default: the current table;
 #                  `rows` lists every row and its command); one JSON a row in OUT
-#   serve          memra-serve on bf16.gguf under memra-bench --server at c = 1 and 64
+#   serve [LEVELS [REPS]]  memra-serve on bf16.gguf under memra-bench --server -c LEVELS
+#                  (default 1,64) -r REPS (default 1), 512-token prompts, 128 tokens each
 #   profile [NAME...]  every kernel's time in one repetition, by ncu over
 #                  memra-bench --profile-range, summed per forward by scripts/ncu-steps.py
 #   references     the HF reference fixtures (scripts/make-references.sh; needs torch,
@@ -38,7 +39,7 @@ root=$(pwd)
 
 out="" models=$root/build/gpu-check-models tok="" device=0 threads="" port=18090 limit=900
 cache=${MEMRA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memra}
-usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "gpu-check: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -68,7 +69,7 @@ export PATH=$root/bin:$PATH
 # also gets --backend cuda --device N --json). The default set is docs/PERFORMANCE.md's
 # current table; the others are its rows not measured again since (older tree, own date).
 default_rows="bf16 bf16-b64 bf16-long q8 q4km q4km-long"
-other_rows="bf16-b8 bf16-b64-d8192 tokenizer"
+other_rows="bf16-b8-b32 bf16-b64-d8192 tokenizer"
 row_spec() {
   case $1 in
     bf16)           echo "bf16.gguf -p 512 -n 64 -d 0,32768 -r 2" ;;
@@ -77,7 +78,7 @@ row_spec() {
     q8)             echo "Q8_0.gguf -p 512 -n 64 -d 0 -r 3" ;;
     q4km)           echo "Q4_K_M.gguf -p 512 -n 64 -d 0,32768 -r 2" ;;
     q4km-long)      echo "Q4_K_M.gguf -p 8192 -n 64 -d 8192 -r 2" ;;
-    bf16-b8)        echo "bf16.gguf -p 512 -n 128 -d 0 -b 8 -r 3" ;;
+    bf16-b8-b32)    echo "bf16.gguf -p 512 -n 128 -d 0 -b 8,32 -r 3" ;;
     bf16-b64-d8192) echo "bf16.gguf -p 8192 -n 128 -d 0 -b 64 -r 3" ;;
     tokenizer)      echo "TOKENIZER --tokenizer -r 9" ;;
     *) return 1 ;;
@@ -217,6 +218,7 @@ do_bench() {
 }
 
 do_serve() {
+  local levels=${1:-1,64} reps=${2:-1}
   [ -n "$tok" ] || say "serve: no --tokenizer dir; memra-serve streams text, so bf16.gguf needs one"
   make_models
   local url=http://127.0.0.1:$port srv
@@ -233,8 +235,8 @@ do_serve() {
     say "serve: the server did not get ready ($out/serve.log)"; status=1
     kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null; return
   fi
-  stamp "serve: memra-bench --server $url -c 1,64 -n 128 -p 512 -r 1"
-  timeout "$limit" memra-bench --server "$url" -c 1,64 -n 128 -p 512 -r 1 --json \
+  stamp "serve: memra-bench --server $url -c $levels -n 128 -p 512 -r $reps"
+  timeout "$limit" memra-bench --server "$url" -c "$levels" -n 128 -p 512 -r "$reps" --json \
       >"$out/bench-server.json" 2>"$out/bench-server.err" || { status=1; say "  server bench failed"; }
   summarize "$out/bench-server.json"
   kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null
@@ -271,7 +273,7 @@ case $cmd in
   test) do_build; do_test "$@" ;;
   models) make_models ;;
   bench) do_build; do_bench "$@" ;;
-  serve) do_build; do_serve ;;
+  serve) do_build; do_serve "$@" ;;
   profile) do_build; do_profile "$@" ;;
   references)
     mkdir -p "$out/references"
