@@ -3,16 +3,17 @@
 # transformers, tokenizers; no internet): the tokenizer, memra-tiny, then
 # memra-tiny-draft distilled from it; then Hugging Face reference dumps of
 # both for the parity tests and HF tokenizer ids of the adversarial corpus.
-# Run from the repo root, with the corpus of scripts/fetch-corpus.sh carried
-# in (the device run takes only paths inside the repo):
+# Run from the repo root on a machine with a GPU, with the corpus of
+# scripts/fetch-corpus.sh:
 #
-#   here:   mkdir -p build && rm -rf build/corpus && cp -r "$(scripts/fetch-corpus.sh)" build/corpus
-#   device: scripts/train/run.sh build/corpus          (carry: build/corpus)
+#   scripts/train/run.sh [--out DIR] [CORPUS_DIR]
+#   e.g. scripts/train/run.sh --out /tmp/train "$(scripts/fetch-corpus.sh)"
 #
-# Environment: OUT (default /tmp/out), TINY_MINUTES (3), DRAFT_MINUTES (1),
-# SEED (1). About TINY_MINUTES + DRAFT_MINUTES + 1.5 minutes in all.
+# CORPUS_DIR defaults to build/corpus; --out to a new temp dir (printed).
+# Environment: TINY_MINUTES (3), DRAFT_MINUTES (1), SEED (1). About
+# TINY_MINUTES + DRAFT_MINUTES + 1.5 minutes in all.
 #
-# Comes back in $OUT (three files, as the device run returns at most eight):
+# Writes to the --out dir:
 #   results.json            both models' results.json and the tokenizer's
 #                           sha256, in one object
 #   train.log               everything printed
@@ -23,9 +24,12 @@
 #                           ids of heldout-sample.txt), refs/tokenizer-ref/
 #                           memra-tiny.json (scripts/hf_tokenize_reference.py)
 set -euo pipefail
+OUT=""
+if [ "${1:-}" = --out ]; then OUT=${2:?--out needs a dir}; shift 2; fi
 corpus=${1:-build/corpus}
-OUT=${OUT:-/tmp/out}
+[ -n "$OUT" ] || OUT=$(mktemp -d /tmp/memra-train.XXXXXX)
 mkdir -p "$OUT"
+echo "run.sh: writing to $OUT" >&2
 for f in train.txt heldout.txt heldout-sample.txt; do
   [ -s "$corpus/$f" ] || { echo "run.sh: $corpus/$f missing (run scripts/fetch-corpus.sh and copy its dir)" >&2; exit 1; }
 done

@@ -7,7 +7,7 @@ For each forward it prints the kernel count and total time, and for the
 forwards named by --show (default: the first and the last) the time per
 kernel name (template arguments kept, parameters dropped), largest first.
 
-  scripts/device/ncu-steps.py ncu.csv [--show 0,-1] [--top 25]
+  scripts/ncu-steps.py ncu.csv [--show 0,-1] [--top 25]
 """
 import csv
 import sys

@@ -1,0 +1,287 @@
+#!/usr/bin/env bash
+# Checks and measures memra on a machine with an NVIDIA GPU. Run from
+# anywhere; it works in the project root.
+#
+#   scripts/gpu-check.sh [OPTIONS] COMMAND [ARGS...]
+#
+# Commands:
+#   build          bin/ and build/release/tests present, else make && make unit-bins
+#   test [ARGS]    tests/gpu/run.sh ARGS (what `make test-gpu` runs; e.g. --sanitize)
+#   models         the random Qwen3-8B-shaped models the rows use, in --models DIR:
+#                  bf16.gguf (memra-convert --random tests/fixtures/configs/Qwen3-8B.json
+#                  --seed 1), Q8_0.gguf and Q4_K_M.gguf (memra-quantize); kept between runs
+#   bench [ROW...] the memra-bench rows of docs/PERFORMANCE.md (default: the current table;
+#                  `rows` lists every row and its command); one JSON a row in OUT
+#   serve [LEVELS [REPS]]  memra-serve on bf16.gguf under memra-bench --server -c LEVELS
+#                  (default 1,64) -r REPS (default 1), 512-token prompts, 128 tokens each
+#   profile [NAME...]  every kernel's time in one repetition, by ncu over
+#                  memra-bench --profile-range, summed per forward by scripts/ncu-steps.py
+#   references     the HF reference fixtures (scripts/make-references.sh; needs torch,
+#                  transformers and tokenizers)
+#   rows           print the bench rows and the memra-bench command of each
+#   all            build, test, bench, serve, profile
+#
+# Options:
+#   --out DIR        logs, JSON and summary.txt (default: a new temp dir, printed)
+#   --models DIR     where the models are made and kept (default build/gpu-check-models)
+#   --tokenizer DIR  a dir with tokenizer.json (+ tokenizer_config.json) carried into
+#                    bf16.gguf, and the tokenizer row's input (default: the Qwen3 one that
+#                    scripts/fetch-tokenizers.sh caches, when present)
+#   --device N       the CUDA device (default 0)
+#   --threads N      memra-quantize threads (default: all cores)
+#   --port N         memra-serve's port for `serve` (default 18090)
+#   --timeout S      limit for each program run (default 900)
+#
+# Exit status: 0 when every step ran and exited 0, 1 otherwise, 2 on bad usage.
+set -u -o pipefail
+cd "$(dirname "$0")/.." || exit 2
+root=$(pwd)
+
+out="" models=$root/build/gpu-check-models tok="" device=0 threads="" port=18090 limit=900
+cache=${MEMRA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memra}
+usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; }
+die() { echo "gpu-check: $*" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case $1 in
+    --out) out=${2:?--out needs a dir}; shift ;;
+    --models) models=${2:?--models needs a dir}; shift ;;
+    --tokenizer) tok=${2:?--tokenizer needs a dir}; shift ;;
+    --device) device=${2:?--device needs N}; shift ;;
+    --threads) threads=${2:?--threads needs N}; shift ;;
+    --port) port=${2:?--port needs N}; shift ;;
+    --timeout) limit=${2:?--timeout needs seconds}; shift ;;
+    -h|--help) usage; exit 0 ;;
+    -*) die "unknown option '$1' (see --help)" ;;
+    *) break ;;
+  esac
+  shift
+done
+[ $# -gt 0 ] || { usage >&2; exit 2; }
+cmd=$1; shift
+[ -n "$threads" ] || threads=$(nproc)
+if [ -z "$tok" ] && [ -f "$cache/tokenizers/qwen3/tokenizer.json" ]; then
+  tok=$cache/tokenizers/qwen3
+fi
+[ -z "$tok" ] || [ -f "$tok/tokenizer.json" ] || die "--tokenizer $tok: no tokenizer.json there"
+export PATH=$root/bin:$PATH
+
+# The memra-bench rows. ROW: MODEL-FILE ARGS (the model is --models DIR/MODEL-FILE; every row
+# also gets --backend cuda --device N --json). The default set is docs/PERFORMANCE.md's
+# current table; the others are its rows not measured again since (older tree, own date).
+default_rows="bf16 bf16-b64 bf16-long q8 q4km q4km-long"
+other_rows="bf16-b8-b32 bf16-b64-d8192 tokenizer"
+row_spec() {
+  case $1 in
+    bf16)           echo "bf16.gguf -p 512 -n 64 -d 0,32768 -r 2" ;;
+    bf16-b64)       echo "bf16.gguf -p 512 -n 32 -d 0 -b 64 -r 2" ;;
+    bf16-long)      echo "bf16.gguf -p 8192 -n 64 -d 8192 -r 2" ;;
+    q8)             echo "Q8_0.gguf -p 512 -n 64 -d 0 -r 3" ;;
+    q4km)           echo "Q4_K_M.gguf -p 512 -n 64 -d 0,32768 -r 2" ;;
+    q4km-long)      echo "Q4_K_M.gguf -p 8192 -n 64 -d 8192 -r 2" ;;
+    bf16-b8-b32)    echo "bf16.gguf -p 512 -n 128 -d 0 -b 8,32 -r 3" ;;
+    bf16-b64-d8192) echo "bf16.gguf -p 8192 -n 128 -d 0 -b 64 -r 3" ;;
+    tokenizer)      echo "TOKENIZER --tokenizer -r 9" ;;
+    *) return 1 ;;
+  esac
+}
+# The ncu profiles: NAME: MODEL-FILE ARGS (one repetition inside --profile-range).
+prof_default="bf16-c1 bf16-d32k bf16-b64 q8-c1 q4km-c1 q4km-pp512"
+prof_spec() {
+  case $1 in
+    bf16-c1)    echo "bf16.gguf -p 0 -n 2 -d 512 -r 1" ;;
+    bf16-d32k)  echo "bf16.gguf -p 0 -n 2 -d 32768 -r 1" ;;
+    bf16-b64)   echo "bf16.gguf -p 512 -n 2 -d 0 -b 64 -r 1" ;;
+    q8-c1)      echo "Q8_0.gguf -p 0 -n 2 -d 512 -r 1" ;;
+    q4km-c1)    echo "Q4_K_M.gguf -p 0 -n 2 -d 512 -r 1" ;;
+    q4km-pp512) echo "Q4_K_M.gguf -p 512 -n 0 -r 1" ;;
+    *) return 1 ;;
+  esac
+}
+
+if [ "$cmd" = rows ]; then
+  for r in $default_rows $other_rows; do
+    read -r m a <<<"$(row_spec "$r")"
+    [ "$m" = TOKENIZER ] && m=TOKENIZER-DIR || m=MODELS/$m
+    case " $default_rows " in *" $r "*) tag="" ;; *) tag="  (not in the default set)" ;; esac
+    if [ "$m" = TOKENIZER-DIR ]; then echo "$r: memra-bench $m $a --json$tag"
+    else echo "$r: memra-bench $m --backend cuda $a --json$tag"; fi
+  done
+  exit 0
+fi
+
+[ -n "$out" ] || out=$(mktemp -d /tmp/memra-gpu-check.XXXXXX)
+mkdir -p "$out" || die "cannot make $out"
+S=$out/summary.txt
+status=0
+say() { echo "$*" | tee -a "$S"; }
+t0=$(date +%s)
+stamp() { say "[$(( $(date +%s) - t0 ))s] $*"; }
+# run NAME CMD...: CMD under the time limit, stdout and stderr into OUT/NAME.log.
+run() {
+  local name=$1; shift
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  [ $rc -eq 0 ] || status=1
+  return $rc
+}
+
+need_bins() {
+  local f
+  for f in bin/memra-bench bin/memra-convert bin/memra-quantize bin/memra-serve bin/memra-parity \
+      build/release/tests/test_cuda_engine; do
+    [ -x "$f" ] || return 1
+  done
+}
+
+do_build() {
+  if need_bins; then
+    say "build: bin/ and build/release/tests present"
+  else
+    stamp "build: make && make unit-bins"
+    run build make -j"$(nproc)" all unit-bins || { say "build failed: $out/build.log"; exit 1; }
+    need_bins || { say "build: programs still missing after make"; exit 1; }
+  fi
+}
+
+do_test() {
+  stamp "test: tests/gpu/run.sh $*"
+  mkdir -p "$out/test"
+  OUT=$out/test timeout "$limit" tests/gpu/run.sh --device "$device" "$@" >"$out/test.log" 2>&1
+  local rc=$?
+  [ $rc -eq 0 ] || status=1
+  say "test rc=$rc: $(tail -1 "$out/test.log")"
+  grep '^FAIL' "$out/test.log" | head -20 | tee -a "$S"
+}
+
+make_models() {
+  mkdir -p "$models"
+  if [ ! -s "$models/bf16.gguf" ]; then
+    stamp "models: bf16.gguf (memra-convert --random, seed 1${tok:+, tokenizer $tok})"
+    run convert memra-convert --random tests/fixtures/configs/Qwen3-8B.json \
+        ${tok:+--tokenizer "$tok"} --seed 1 "$models/bf16.gguf" ||
+      { say "memra-convert failed: $out/convert.log"; exit 1; }
+  fi
+  local q
+  for q in Q8_0 Q4_K_M; do
+    [ -s "$models/$q.gguf" ] && continue
+    stamp "models: $q.gguf (memra-quantize, $threads threads)"
+    if ! run "quantize-$q" memra-quantize "$models/bf16.gguf" "$models/$q.part.gguf" "$q" \
+        --threads "$threads"; then
+      say "memra-quantize $q failed: $out/quantize-$q.log"; exit 1
+    fi
+    mv "$models/$q.part.gguf" "$models/$q.gguf"
+  done
+}
+
+# One line a row of a memra-bench --json file (model, tokenizer or server bench).
+summarize() {
+  python3 - "$1" <<'EOF' 2>&1 | tee -a "$S"
+import json, sys
+j = json.load(open(sys.argv[1]))
+for r in j.get("rows", []):
+    pct = r.get("pct_ceiling")
+    print("  %-22s %12.1f tok/s [%.1f, %.1f]  %s of ceiling  peak %s bytes" % (
+        r.get("test"), r.get("tok_s", 0), r.get("tok_s_min", 0), r.get("tok_s_max", 0),
+        "-" if pct is None else "%.1f%%" % pct, r.get("peak_mem_bytes")))
+if "levels" in j:
+    print("  cold TTFT", j.get("cold_ttft_ms"), "ms")
+    for l in j["levels"]:
+        q = lambda k: "%s / %s" % (l.get(k, {}).get("p50"), l.get(k, {}).get("p99"))
+        print("  c=%s requests %s req/s %s tok/s %s TTFT p50/p99 %s ITL p50/p99 %s errors %s" % (
+            l.get("concurrency"), l.get("requests"), l.get("requests_s"), l.get("tok_s"),
+            q("ttft_ms"), q("itl_ms"), l.get("errors")))
+if "rows" not in j and "levels" not in j:
+    print("  " + ", ".join("%s %s" % (k, v) for k, v in j.items() if not isinstance(v, (dict, list))))
+EOF
+}
+
+do_bench() {
+  local rows=${*:-$default_rows} r m a
+  for r in $rows; do row_spec "$r" >/dev/null || die "bench: no row '$r' (see: $0 rows)"; done
+  case " $rows " in *" bf16"*|*" q"*) make_models ;; esac
+  for r in $rows; do
+    read -r m a <<<"$(row_spec "$r")"
+    # $a is a list of arguments: split on purpose.
+    # shellcheck disable=SC2086
+    if [ "$m" = TOKENIZER ]; then
+      [ -n "$tok" ] || { say "bench $r: skipped (no --tokenizer dir)"; continue; }
+      set -- "$tok" $a --json
+    else
+      set -- "$models/$m" --backend cuda --device "$device" $a --json
+    fi
+    stamp "bench $r: memra-bench $*"
+    timeout "$limit" memra-bench "$@" >"$out/bench-$r.json" 2>"$out/bench-$r.err"
+    local rc=$?
+    [ $rc -eq 0 ] || { status=1; say "  rc=$rc: $(tail -2 "$out/bench-$r.err")"; }
+    summarize "$out/bench-$r.json"
+  done
+}
+
+do_serve() {
+  local levels=${1:-1,64} reps=${2:-1}
+  [ -n "$tok" ] || say "serve: no --tokenizer dir; memra-serve streams text, so bf16.gguf needs one"
+  make_models
+  local url=http://127.0.0.1:$port srv
+  stamp "serve: memra-serve -m q=$models/bf16.gguf --port $port --max-sessions 64 --ctx 1024"
+  memra-serve -m "q=$models/bf16.gguf" --port "$port" --device "$device" --max-sessions 64 \
+      --ctx 1024 >"$out/serve.log" 2>&1 &
+  srv=$!
+  for _ in $(seq 600); do
+    curl -sf "$url/readyz" >/dev/null 2>&1 && break
+    kill -0 "$srv" 2>/dev/null || break
+    sleep 0.5
+  done
+  if ! curl -sf "$url/readyz" >/dev/null 2>&1; then
+    say "serve: the server did not get ready ($out/serve.log)"; status=1
+    kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null; return
+  fi
+  stamp "serve: memra-bench --server $url -c $levels -n 128 -p 512 -r $reps"
+  timeout "$limit" memra-bench --server "$url" -c "$levels" -n 128 -p 512 -r "$reps" --json \
+      >"$out/bench-server.json" 2>"$out/bench-server.err" || { status=1; say "  server bench failed"; }
+  summarize "$out/bench-server.json"
+  kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null
+}
+
+do_profile() {
+  local names=${*:-$prof_default} n m a ncu=${NCU:-}
+  [ -n "$ncu" ] || ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  [ -x "$ncu" ] || { say "profile: no ncu (set NCU=PATH)"; status=1; return; }
+  for n in $names; do prof_spec "$n" >/dev/null || die "profile: no profile '$n'"; done
+  make_models
+  for n in $names; do
+    read -r m a <<<"$(prof_spec "$n")"
+    stamp "profile $n: ncu ... memra-bench $m --backend cuda $a --profile-range"
+    # shellcheck disable=SC2086 # $a is a list of arguments
+    timeout "$limit" "$ncu" --profile-from-start off --clock-control none \
+        --metrics gpu__time_duration.sum --csv --print-units base \
+        memra-bench "$models/$m" --backend cuda --device "$device" $a --profile-range \
+        >"$out/ncu-$n.csv" 2>"$out/ncu-$n.err" || { status=1; say "  ncu rc=$?: $out/ncu-$n.err"; }
+    python3 scripts/ncu-steps.py "$out/ncu-$n.csv" --show -1 --top 22 >"$out/prof-$n.txt" 2>&1
+    grep -A4 '^forward .* us in' "$out/prof-$n.txt" | tee -a "$S"
+  done
+}
+
+device_line() {
+  say "$(date -u '+%Y-%m-%d %H:%M UTC') $(git -C "$root" rev-parse --short HEAD 2>/dev/null) out=$out"
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,driver_version \
+      --format=csv,noheader 2>&1 | head -8 | tee -a "$S" || true
+}
+
+device_line
+case $cmd in
+  build) do_build ;;
+  test) do_build; do_test "$@" ;;
+  models) make_models ;;
+  bench) do_build; do_bench "$@" ;;
+  serve) do_build; do_serve "$@" ;;
+  profile) do_build; do_profile "$@" ;;
+  references)
+    mkdir -p "$out/references"
+    stamp "references: scripts/make-references.sh --out $out/references"
+    scripts/make-references.sh --out "$out/references" "$@" 2>&1 | tee "$out/references.log" ||
+      status=1 ;;
+  all) do_build; do_test; do_bench; do_serve; do_profile ;;
+  *) die "unknown command '$cmd' (see --help)" ;;
+esac
+stamp "done: $cmd (status $status); summary in $S"
+exit $status
