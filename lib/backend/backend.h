@@ -247,6 +247,14 @@ int backend_kind_parse(const char *s, backend_kind *out, memra_err *err);
 
 /* The CPU reference backend with n_threads workers (<= 0: one per core). */
 backend *backend_cpu_create(int n_threads);
+/* The experts the CPU backend's last ffn_moe chose, n_used ids per token
+ * for n_rows tokens, or NULL when b is no CPU backend or its last call had
+ * fewer rows. A wrapper that reproduces the routing (the imatrix collector)
+ * checks its choices against these. */
+const int *backend_cpu_moe_choices(backend *b, size_t n_rows, int n_used);
+/* The CPU reference's activation of one value (SiLU or tanh GELU), for
+ * code that must recompute exactly what the op computed. */
+float backend_cpu_activation(bk_act act, float x);
 /* The CUDA backend on device `device`. NULL with a message when there is
  * no such device, the build has no CUDA (CUDA=0), or setup fails. */
 backend *backend_cuda_create(int device, memra_err *err);

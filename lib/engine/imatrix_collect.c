@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_backend.h"
 #include "backend/moe_route.h"
 #include "core/check.h"
 #include "model/tensor_names.h"
@@ -160,11 +159,6 @@ static void imx_attn_qkv(backend *b, const bk_weight *wq, const bk_weight *wk,
     c->inner->ops->attn_qkv(c->inner, wq, wk, wv, bq, bk, bv, x, n, q, k, v);
 }
 
-static float act_of(bk_act act, float g)
-{
-    return act == BK_ACT_GELU_TANH ? cpu_gelu_tanh(g) : cpu_silu(g);
-}
-
 /* act(gate x) * up x for n rows of x into out [n][gate->rows], by the
  * backend's own matmul and activation, so it is what the op computes. */
 static void glu_input(imatrix_collector *c, const bk_weight *gate, const bk_weight *up, bk_act act,
@@ -175,7 +169,7 @@ static void glu_input(imatrix_collector *c, const bk_weight *gate, const bk_weig
     c->inner->ops->matmul(c->inner, gate, NULL, x, n, out);
     c->inner->ops->matmul(c->inner, up, NULL, x, n, u);
     for (size_t i = 0; i < m; i++)
-        out[i] = act_of(act, out[i]) * u[i];
+        out[i] = backend_cpu_activation(act, out[i]) * u[i];
 }
 
 /* The down projection's input is left in hb by the CPU op; the first row
@@ -223,9 +217,8 @@ static void imx_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, floa
     /* the CPU op keeps its choices (per token, n_used ids): ours must be
      * the same, or the statistics would follow a routing the forward did
      * not take */
-    const cpu_backend *cb = cpu_of(c->inner);
-    if (cb->moe_rows_cap < (size_t)n * (size_t)nu ||
-        memcmp(cb->moe_ids, c->route_ids, (size_t)n * (size_t)nu * sizeof(int)) != 0) {
+    const int *chosen = backend_cpu_moe_choices(c->inner, (size_t)n, nu);
+    if (!chosen || memcmp(chosen, c->route_ids, (size_t)n * (size_t)nu * sizeof(int)) != 0) {
         collect_fail(c, "imatrix: the routing reproduced on the host differs from the CPU "
                         "op's at '%s'", m->router->name);
         return;

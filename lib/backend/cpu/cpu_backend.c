@@ -109,6 +109,11 @@ float cpu_gelu_tanh(float x)
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
+float backend_cpu_activation(bk_act act, float x)
+{
+    return act == BK_ACT_GELU_TANH ? cpu_gelu_tanh(x) : cpu_silu(x);
+}
+
 /* ---- scratch ---- */
 
 void cpu_scratch_reserve(cpu_backend *c, size_t n)

@@ -87,3 +87,13 @@ void cpu_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *o
         }
     }
 }
+
+const int *backend_cpu_moe_choices(backend *b, size_t n_rows, int n_used)
+{
+    if (strcmp(b->name, "cpu") != 0)
+        return NULL;
+    const cpu_backend *c = cpu_of(b);
+    if (c->moe_rows_cap < n_rows * (size_t)n_used)
+        return NULL;
+    return c->moe_ids;
+}
