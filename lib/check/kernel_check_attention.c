@@ -535,7 +535,7 @@ static double decode_grid_us(kc *k, const bk_attn *a, const kv_cache *kv, const 
  * the combine kernel; staged or not), on the same cache, for the A/B of
  * docs/decisions/0008: the op (KV append and attention) timed as a graph
  * of 20, and eagerly; then the decode kernel alone on the rows' own grid
- * and on the graph buckets' grids (before session 5: the bucket's chunks,
+ * and on the graph buckets' grids (before 2026-11-30: the bucket's chunks,
  * up to 128; since: attn_bucket_splits). */
 static void attention_perf(kc *k, int64_t depth, int n)
 {
