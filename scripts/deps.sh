@@ -29,11 +29,21 @@ if [ ${#need[@]} -gt 0 ]; then
   $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
 fi
 
-# Third-party readers and clients the interoperability tests run (pinned in
-# tests/interop/package-lock.json).
+# Third-party readers and clients the interoperability tests run, pinned
+# with their integrity hashes in tests/interop/package-lock.json: the HF
+# GGUF parser, the openai SDK, and node-llama-cpp with its prebuilt Linux
+# x64 CPU binaries (llama.cpp itself, loaded in-process by node). `npm
+# install --no-save` rather than `npm ci`: the lock file holds the optional
+# binary packages of this platform only (npm records no others), which ci
+# refuses; install takes the locked versions and writes nothing back.
+# --omit=optional leaves out the CUDA and Vulkan builds (over 600 MB);
+# --ignore-scripts keeps node-llama-cpp from trying to build or download.
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ ! -d "$root/tests/interop/node_modules/@huggingface/gguf" ] ||
-   [ ! -d "$root/tests/interop/node_modules/openai" ]; then
-  echo "deps: npm ci in tests/interop" >&2
-  (cd "$root/tests/interop" && npm ci --no-audit --no-fund --silent) >&2
+   [ ! -d "$root/tests/interop/node_modules/openai" ] ||
+   [ ! -d "$root/tests/interop/node_modules/node-llama-cpp" ] ||
+   [ ! -d "$root/tests/interop/node_modules/@node-llama-cpp/linux-x64" ]; then
+  echo "deps: npm install in tests/interop" >&2
+  (cd "$root/tests/interop" &&
+     npm install --no-save --omit=optional --ignore-scripts --no-audit --no-fund --silent) >&2
 fi
