@@ -170,6 +170,7 @@ check-layers:
 
 test: check-layers all unit-bins
 	$(MAKE) VARIANT=san all unit-bins
+	@bash scripts/fetch-test-data.sh >/dev/null
 ifeq ($(CUDA),1)
 	@bash tests/gpu/emulate.sh --quick
 endif

@@ -25,7 +25,7 @@ Writes, under tests/fixtures/chat/:
   jinja_cases.json                           fills in "expect" for each case
 
 Usage (from the project root):
-  python3 scripts/render_reference.py [--templates ../shared/templates]
+  python3 scripts/render_reference.py [--templates build/test-data/templates]
 """
 import argparse
 import datetime
@@ -158,7 +158,7 @@ def jinja_cases(env):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--templates", default=os.path.join("..", "shared", "templates"))
+    ap.add_argument("--templates", default=os.path.join("build", "test-data", "templates"))
     args = ap.parse_args()
     if not os.path.isdir(FIXTURES):
         sys.exit("run from the project root")

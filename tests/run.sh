@@ -1,24 +1,29 @@
 #!/usr/bin/env bash
 # Runs every unit test binary (release and sanitizer builds) and every
-# integration script; each prints PASS/FAIL lines, and this closes with
-# "N passed, N failed". A binary that dies without a FAIL line counts as one
-# failure, so a crash can never pass.
+# integration script; each prints PASS, FAIL or SKIP lines (SKIP: the case
+# cannot run here, e.g. no GPU), and this closes with "N passed, N failed,
+# N skipped". A binary that dies without a FAIL line counts as one failure,
+# so a crash can never pass. The test data the repository does not carry is
+# assembled first (scripts/fetch-test-data.sh; MEMRA_TEST_DATA overrides).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-export MEMRA_SHARED=${MEMRA_SHARED:-$root/../shared}
+if [ -z "${MEMRA_TEST_DATA:-}" ]; then
+  MEMRA_TEST_DATA=$(bash scripts/fetch-test-data.sh) || { echo "tests/run.sh: the test data could not be assembled"; exit 1; }
+fi
+export MEMRA_TEST_DATA
 export PATH="$root/bin:$PATH"
 tmp=$(mktemp -d /tmp/memra-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-passed=0 failed=0
+passed=0 failed=0 skipped=0
 
 run_one() { # label, command...
   local label=$1; shift
   local out="$tmp/out.$$" rc
   export MEMRA_TEST_TMP="$tmp/scratch"; rm -rf "$MEMRA_TEST_TMP"; mkdir -p "$MEMRA_TEST_TMP"
   "$@" >"$out" 2>"$out.err"; rc=$?
-  local p f
-  p=$(grep -c '^PASS ' "$out"); f=$(grep -c '^FAIL ' "$out")
+  local p f s
+  p=$(grep -c '^PASS ' "$out"); f=$(grep -c '^FAIL ' "$out"); s=$(grep -c '^SKIP ' "$out")
   grep '^FAIL ' "$out" | sed "s|^|  [$label] |"
   if [ "$f" -gt 0 ] || [ $rc -ne 0 ]; then
     sed 's/^/    /' "$out.err" | tail -30
@@ -27,8 +32,8 @@ run_one() { # label, command...
     echo "  [$label] exited with status $rc and no FAIL line"
     f=1
   fi
-  passed=$((passed + p)); failed=$((failed + f))
-  echo "$label: $p passed, $f failed"
+  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+  echo "$label: $p passed, $f failed, $s skipped"
 }
 
 for t in build/release/tests/test_*; do
@@ -41,5 +46,5 @@ for s in tests/integration/*.sh; do
   [ -f "$s" ] && run_one "integration $(basename "$s" .sh)" bash "$s"
 done
 
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

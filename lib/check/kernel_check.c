@@ -170,6 +170,13 @@ void kc_report_ok(kc *k, const char *op, const char *what, int ok, const char *d
     fflush(k->out);
 }
 
+void kc_report_skip(kc *k, const char *op, const char *what, const char *why)
+{
+    k->n_skipped++;
+    fprintf(k->out, "%-13s %-34s %s  skipped\n", op, what, why);
+    fflush(k->out);
+}
+
 /* ---- error paths ---- */
 
 static void check_errors(kc *k, int device)
@@ -283,9 +290,9 @@ int kernel_check_run(const kcheck_opts *o, FILE *out, int *n_failed, memra_err *
     if (k.n_checks == 0)
         kc_report_ok(&k, "select", o->only ? o->only : "", 0, "no check has that name");
     if (k.n_failed == 0)
-        fprintf(out, "ALL GREEN (%d checks)\n", k.n_checks);
+        fprintf(out, "ALL GREEN (%d checks, %d skipped)\n", k.n_checks, k.n_skipped);
     else
-        fprintf(out, "%d of %d FAILED\n", k.n_failed, k.n_checks);
+        fprintf(out, "%d of %d FAILED (%d skipped)\n", k.n_failed, k.n_checks, k.n_skipped);
     cudaEventDestroy(k.ev0);
     cudaEventDestroy(k.ev1);
     backend_destroy(k.gpu);

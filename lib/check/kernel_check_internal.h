@@ -15,7 +15,7 @@ typedef struct {
     const kcheck_opts *o;
     rng_state rng;
     FILE *out;
-    int n_checks, n_failed;
+    int n_checks, n_failed, n_skipped;
     cudaEvent_t ev0, ev1;
     cudaStream_t stream;
 } kc;
@@ -44,6 +44,8 @@ int kc_selected(kc *k, const char *op);
 void kc_report(kc *k, const char *op, const char *what, double err, double bound, int inv,
                double us, double bytes);
 /* A check with no error figure (the error paths): ok or not, and why. */
+/* A case that cannot run on this device: counted apart, neither ok nor failed. */
+void kc_report_skip(kc *k, const char *op, const char *what, const char *why);
 void kc_report_ok(kc *k, const char *op, const char *what, int ok, const char *detail);
 
 /* Time the statement: one warm-up run, then reps runs between events on

@@ -82,7 +82,7 @@ att=$!
 echo "emulate: the other ops, then test_engine_sample (two emulated devices), beside attention"
 rest_ok=1
 "$B/bin/memra-parity" --kernels --skip attention > "$B/kernels-rest.log" 2>&1 || rest_ok=0
-out=$(MEMRA_EMU_DEVICES=2 MEMRA_SHARED=${MEMRA_SHARED:-../shared} "$B/tests/test_engine_sample" 2>&1) ||
+out=$(MEMRA_EMU_DEVICES=2 MEMRA_TEST_DATA=${MEMRA_TEST_DATA:-build/test-data} "$B/tests/test_engine_sample" 2>&1) ||
   rest_ok=0
 att_ok=1
 wait $att || att_ok=0
@@ -97,7 +97,7 @@ echo "$out"
 if echo "$out" | grep 'skipped' >/dev/null; then echo "emulate: a case was skipped" >&2; exit 1; fi
 [ $quick = 1 ] && exit 0
 echo "emulate: test_cuda_engine"
-MEMRA_SHARED=${MEMRA_SHARED:-../shared} "$B/tests/test_cuda_engine"
+MEMRA_TEST_DATA=${MEMRA_TEST_DATA:-build/test-data} "$B/tests/test_cuda_engine"
 echo "emulate: HF parity fixtures on the emulated device"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
@@ -108,6 +108,6 @@ for n in tiny-llama tiny-qwen2-yarn tiny-qwen3 tiny-qwen3-moe tiny-gemma3; do
   if "$B/bin/memra-parity" "$T/$n" --reference "$P/$n.safetensors" --backend cuda | tail -1; then :
   else fails=$((fails + 1)); fi
 done
-"$B/bin/memra-parity" "${MEMRA_SHARED:-../shared}/models/stories260K.gguf" \
+"$B/bin/memra-parity" "${MEMRA_TEST_DATA:-build/test-data}/models/stories260K.gguf" \
   --reference "$P/stories260K.safetensors" --backend cuda | tail -1 || fails=$((fails + 1))
 [ $fails -eq 0 ] && echo "emulate: all passed"

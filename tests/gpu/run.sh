@@ -26,8 +26,9 @@
 # check and the unit tests already, in the same call).
 # --sanitize also runs the kernel check and the CUDA engine test under
 # compute-sanitizer's memcheck (slow; needs a runtime where it works).
-# Environment: MEMRA_SHARED (the shared files; default build/shared when
-# it exists, else ../shared), OUT (a folder for the logs; default a temp dir).
+# Environment: MEMRA_TEST_DATA (the test data, scripts/fetch-test-data.sh;
+# default build/test-data when it exists, else the repo root, whose models/
+# holds stories260K.gguf), OUT (a folder for the logs; default a temp dir).
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -42,10 +43,10 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-if [ -z "${MEMRA_SHARED:-}" ]; then
-  if [ -d build/shared ]; then MEMRA_SHARED=$root/build/shared; else MEMRA_SHARED=$root/../shared; fi
+if [ -z "${MEMRA_TEST_DATA:-}" ]; then
+  if [ -d build/test-data ]; then MEMRA_TEST_DATA=$root/build/test-data; else MEMRA_TEST_DATA=$root; fi
 fi
-export MEMRA_SHARED PATH="$root/bin:$PATH" CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-$device}
+export MEMRA_TEST_DATA PATH="$root/bin:$PATH" CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-$device}
 OUT=${OUT:-$(mktemp -d /tmp/memra-gpu.XXXXXX)}
 mkdir -p "$OUT"
 T=$(mktemp -d /tmp/memra-gpu-work.XXXXXX)
@@ -54,8 +55,8 @@ export MEMRA_TEST_TMP=$T
 for f in bin/memra-parity bin/memra-convert build/release/tests/test_cuda_engine; do
   [ -x "$f" ] || { echo "tests/gpu/run.sh: $f is missing: run make && make unit-bins first" >&2; exit 2; }
 done
-[ -f "$MEMRA_SHARED/models/stories260K.gguf" ] ||
-  { echo "tests/gpu/run.sh: no $MEMRA_SHARED/models/stories260K.gguf (set MEMRA_SHARED)" >&2; exit 2; }
+[ -f "$MEMRA_TEST_DATA/models/stories260K.gguf" ] ||
+  { echo "tests/gpu/run.sh: no $MEMRA_TEST_DATA/models/stories260K.gguf (set MEMRA_TEST_DATA)" >&2; exit 2; }
 
 passed=0 failed=0
 pass() { echo "PASS $1"; passed=$((passed + 1)); }
@@ -97,7 +98,7 @@ done
 fi
 
 echo "== device selection"
-STORIES=$MEMRA_SHARED/models/stories260K.gguf
+STORIES=$MEMRA_TEST_DATA/models/stories260K.gguf
 check "memra-gen --device past the last: refused, naming the devices found" \
   bash -c "out=\$(memra-gen '$STORIES' --backend cuda --device 64 -n 1 2>&1); rc=\$?; echo \"\$out\"; [ \$rc -eq 1 ] && [[ \$out == *'device'*'found'* ]]"
 check "memra-gen on CUDA: the same seed gives the same sampled tokens" \
@@ -135,11 +136,11 @@ done
 # flash attention of prompt chunks over a bf16/f16 cache (q and p rounded
 # to bf16; MEMRA_CUDA_FLASH=0).
 check "stories260K on CUDA matches transformers (argmax 41/41: the greedy ids)" \
-  env MEMRA_CUDA_GEMM=0 MEMRA_CUDA_FLASH=0 bash -c "memra-parity '$MEMRA_SHARED/models/stories260K.gguf' --reference $P/stories260K.safetensors --backend cuda --json | tee /dev/stderr | jtrue \"j['pass'] and j['argmax_agree'] == 41\""
+  env MEMRA_CUDA_GEMM=0 MEMRA_CUDA_FLASH=0 bash -c "memra-parity '$MEMRA_TEST_DATA/models/stories260K.gguf' --reference $P/stories260K.safetensors --backend cuda --json | tee /dev/stderr | jtrue \"j['pass'] and j['argmax_agree'] == 41\""
 check "stories260K with f16 KV on CUDA keeps the argmax (>= 39/41)" \
-  bash -c "memra-parity '$MEMRA_SHARED/models/stories260K.gguf' --reference $P/stories260K.safetensors --backend cuda --kv f16 --max-abs 1 --json | jtrue \"j['argmax_agree'] >= 39\""
+  bash -c "memra-parity '$MEMRA_TEST_DATA/models/stories260K.gguf' --reference $P/stories260K.safetensors --backend cuda --kv f16 --max-abs 1 --json | jtrue \"j['argmax_agree'] >= 39\""
 check "stories260K: cuda agrees with cpu (--backends)" \
-  memra-parity "$MEMRA_SHARED/models/stories260K.gguf" --backends cpu,cuda --prompt-ids 1,403,407,261,378,432,383,286,261,376,298
+  memra-parity "$MEMRA_TEST_DATA/models/stories260K.gguf" --backends cpu,cuda --prompt-ids 1,403,407,261,378,432,383,286,261,376,298
 for m in memra-tiny memra-tiny-draft; do
   [ -f models/$m.gguf ] || continue
   check "$m on CUDA matches the PyTorch reference (argmax 48/48)" \

@@ -3,9 +3,9 @@
 # tokenizer.json dir, a file), bench-compare.jq, and bad input. Small
 # -p/-n/-r throughout; no speed is ever asserted.
 source tests/integration/lib.bash
-STORIES=$SHARED/models/stories260K.gguf
+STORIES=$DATA/models/stories260K.gguf
 TINY=models/memra-tiny.gguf
-QWEN2=$SHARED/vocab/ggml-vocab-qwen2.gguf
+QWEN2=$DATA/vocab/ggml-vocab-qwen2.gguf
 # Never touch the user's cache: the probe writes under the scratch dir.
 export MEMRA_CACHE=$T/cache
 

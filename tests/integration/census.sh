@@ -1,7 +1,7 @@
 # memra-census on real files from other tools, on our own checkpoints, and
 # on broken ones: every failure one line, exit 1; bad usage exit 2.
 source tests/integration/lib.bash
-STORIES=$SHARED/models/stories260K.gguf
+STORIES=$DATA/models/stories260K.gguf
 
 # The real TinyStories model: llama, all 48 tensors bound.
 check "stories260K json: family llama, 48 tensors all bound" \
@@ -16,7 +16,7 @@ check "--bandwidth and MEMRA_BANDWIDTH set the ceiling, the flag wins" \
   bash -c "a=\$(MEMRA_BANDWIDTH=1000 memra-census '$STORIES' --json | jq '.decode.bandwidth_gbs | floor'); b=\$(MEMRA_BANDWIDTH=1000 memra-census '$STORIES' --json --bandwidth 3350 | jq '.decode.bandwidth_gbs | floor'); [ \"\$a\" = 1000 ] && [ \"\$b\" = 3350 ]"
 
 # Vocab-only GGUFs written by other tools.
-for v in "$SHARED"/vocab/*.gguf; do
+for v in "$DATA"/vocab/*.gguf; do
   check "vocab-only $(basename "$v")" \
     bash -c "memra-census '$v' --json | jq -e '.vocab_only == true and .tokenizer.n_tokens > 100'"
 done

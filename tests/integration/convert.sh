@@ -2,7 +2,7 @@
 # -> HF round trips with identical tensors, real GGUFs from other tools, dtype
 # changes, sharding, determinism and bad input.
 source tests/integration/lib.bash
-STORIES=$SHARED/models/stories260K.gguf
+STORIES=$DATA/models/stories260K.gguf
 CFG=tests/fixtures/configs
 
 # name, dtype, shape and checksum of every tensor, sorted: equal lists mean
@@ -71,7 +71,7 @@ expect_error "--seed without --random" 2 "only apply to --random" memra-convert 
 expect_error "random config missing" 1 "nope\.json" memra-convert --random "$T/nope.json" "$T/x.gguf"
 printf '{"model_type":"bert","hidden_size":8}' >"$T/bert.json"
 expect_error "unsupported model_type named" 1 "bert" memra-convert --random "$T/bert.json" "$T/x.gguf"
-expect_error "vocab-only GGUF has no weights" 1 "vocab-only" memra-convert "$SHARED/vocab/ggml-vocab-qwen2.gguf" "$T/x"
+expect_error "vocab-only GGUF has no weights" 1 "vocab-only" memra-convert "$DATA/vocab/ggml-vocab-qwen2.gguf" "$T/x"
 check "a failed conversion leaves no file" bash -c "[ ! -e '$T/x.gguf' ] && [ ! -e '$T/x.gguf.tmp' ]"
 # A tensor that is not in the contract stops an HF -> HF conversion, and
 # the half-written dir never appears.

@@ -2,8 +2,8 @@
 # stories260K golden output, the project's trained model, sampling,
 # stop strings, chat rendering, and bad input.
 source tests/integration/lib.bash
-STORIES=$SHARED/models/stories260K.gguf
-QWEN2=$SHARED/vocab/ggml-vocab-qwen2.gguf
+STORIES=$DATA/models/stories260K.gguf
+QWEN2=$DATA/vocab/ggml-vocab-qwen2.gguf
 REF="403,407,261,378,432,383,286,261,376,298,315,421,395,317,426,338,401,396,267,337,410,408,419,292,411,322,265,282,295,433,426,385,328,432,358,394,261,370,432,352"
 
 # Tokenizer modes (no weights).
@@ -14,7 +14,7 @@ check "detokenize inverts tokenize" bash -c "[ \"\$(memra-gen '$QWEN2' --detoken
 check "special text is raw unless --parse-special" \
   bash -c "a=\$(memra-gen '$QWEN2' --tokenize -p '<|endoftext|>' --json | jq '.tokens | length'); b=\$(memra-gen '$QWEN2' --tokenize -p '<|endoftext|>' --parse-special --json | jq -c .tokens); [ \"\$a\" -gt 1 ] && [ \"\$b\" = '[151643]' ]"
 check "--add-special adds BOS on the llama-spm vocab" \
-  bash -c "memra-gen '$SHARED/vocab/ggml-vocab-llama-spm.gguf' --tokenize -p 'Hi' --add-special --json | jq -e '.tokens[0] == 1'"
+  bash -c "memra-gen '$DATA/vocab/ggml-vocab-llama-spm.gguf' --tokenize -p 'Hi' --add-special --json | jq -e '.tokens[0] == 1'"
 check "stdin is the prompt when not a terminal" \
   bash -c "[ \"\$(printf 'Hello world' | memra-gen '$QWEN2' --tokenize)\" = '9707,1879' ]"
 

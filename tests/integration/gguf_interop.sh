@@ -16,8 +16,8 @@ export -f theirs ours agree
 export READER
 
 check "reader works on a file from another tool (stories260K)" \
-  bash -c "$READER '$SHARED/models/stories260K.gguf' | jq -e '.architecture == \"llama\" and (.tensors | length) == 48 and .n_tokens == 512'"
-check "reader and census agree on stories260K" agree "$SHARED/models/stories260K.gguf"
+  bash -c "$READER '$DATA/models/stories260K.gguf' | jq -e '.architecture == \"llama\" and (.tensors | length) == 48 and .n_tokens == 512'"
+check "reader and census agree on stories260K" agree "$DATA/models/stories260K.gguf"
 for f in llama llama3 qwen2 qwen3 qwen3-moe gemma3; do
   memra-convert --random "$CFG/tiny-$f.json" --seed 2 --tokenizer tests/fixtures/tokenizers/bpe-qwen2 "$T/$f.gguf" 2>"$T/conv.err" ||
     { fail "$f: random GGUF" "$(cat "$T/conv.err")"; continue; }
@@ -25,4 +25,4 @@ for f in llama llama3 qwen2 qwen3 qwen3-moe gemma3; do
   check "$f: independent reader sees census's tensors" agree "$T/$f.gguf"
 done
 check "stories260K -> HF -> GGUF read by the independent reader" \
-  bash -c "memra-convert '$SHARED/models/stories260K.gguf' '$T/s-hf' && memra-convert '$T/s-hf' '$T/s.gguf' && agree '$T/s.gguf' && $READER '$T/s.gguf' | jq -e '.architecture == \"llama\" and .n_tokens == 512'"
+  bash -c "memra-convert '$DATA/models/stories260K.gguf' '$T/s-hf' && memra-convert '$T/s-hf' '$T/s.gguf' && agree '$T/s.gguf' && $READER '$T/s.gguf' | jq -e '.architecture == \"llama\" and .n_tokens == 512'"

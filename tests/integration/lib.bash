@@ -1,15 +1,17 @@
 # Shared helpers for integration scripts: each check prints one PASS/FAIL
-# line. Scripts run from the project root with bin/ on PATH, MEMRA_SHARED set
+# line. Scripts run from the project root with bin/ on PATH, MEMRA_TEST_DATA (scripts/fetch-test-data.sh) set
 # and a scratch dir in MEMRA_TEST_TMP.
 set -u -o pipefail
 # bash -c children inherit pipefail, so a failing producer fails the check.
 export SHELLOPTS
 T=${MEMRA_TEST_TMP:-$(mktemp -d)}
-SHARED=${MEMRA_SHARED:-../shared}
+DATA=${MEMRA_TEST_DATA:-build/test-data}
 SAN_BIN=build/san/bin
 
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1"; shift; [ $# -gt 0 ] && echo "  $*" >&2; }
+# skip NAME WHY: the check cannot run here (no GPU, no node); counted apart.
+skip() { echo "SKIP $1: $2"; }
 
 # check NAME CMD...: passes when CMD exits 0.
 check() {

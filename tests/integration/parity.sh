@@ -14,17 +14,17 @@ for ref in "$P"/tiny-*.safetensors; do
     bash -c "memra-parity '$T/$n.gguf' --reference '$ref' --json -t 2 | jq -e '.pass and .argmax_agree == .positions'"
 done
 check "stories260K GGUF matches transformers on its reference ids" \
-  bash -c "memra-parity '$SHARED/models/stories260K.gguf' --reference $P/stories260K.safetensors --json | jq -e '.pass and .argmax_agree == 41'"
+  bash -c "memra-parity '$DATA/models/stories260K.gguf' --reference $P/stories260K.safetensors --json | jq -e '.pass and .argmax_agree == 41'"
 check "table output ends with PASS" \
-  bash -c "memra-parity '$SHARED/models/stories260K.gguf' --reference $P/stories260K.safetensors | tail -1 | grep 'PASS\$' >/dev/null"
+  bash -c "memra-parity '$DATA/models/stories260K.gguf' --reference $P/stories260K.safetensors | tail -1 | grep 'PASS\$' >/dev/null"
 
 # Caught: other weights (another seed), f16 KV under a tight gate.
 memra-convert --random "$P/configs/tiny-qwen3.json" --seed 2 --outtype f32 "$T/other" 2>/dev/null
 expect_error "other weights fail the gate" 1 "beyond thresholds" memra-parity "$T/other" --reference "$P/tiny-qwen3.safetensors"
 expect_error "a gate tighter than f16 KV rounding fails" 1 "beyond thresholds" \
-  memra-parity "$SHARED/models/stories260K.gguf" --reference "$P/stories260K.safetensors" --kv f16 --max-abs 1e-9
+  memra-parity "$DATA/models/stories260K.gguf" --reference "$P/stories260K.safetensors" --kv f16 --max-abs 1e-9
 check "f16 KV passes the default gate on stories260K's argmax" \
-  bash -c "memra-parity '$SHARED/models/stories260K.gguf' --reference $P/stories260K.safetensors --kv f16 --json --max-abs 1 | jq -e '.argmax_agree >= 39'"
+  bash -c "memra-parity '$DATA/models/stories260K.gguf' --reference $P/stories260K.safetensors --kv f16 --json --max-abs 1 | jq -e '.argmax_agree >= 39'"
 
 # Bad input.
 expect_error "vocabulary mismatch named" 1 "vocabulary is 256 tokens, the reference's 512" \
@@ -37,6 +37,6 @@ expect_error "--perf without --kernels" 2 "--perf goes with --kernels" memra-par
 expect_error "--backend names cpu or cuda" 2 "backend 'gpu' is not cpu or cuda" memra-parity "$T/other" --reference "$P/tiny-qwen3.safetensors" --backend gpu
 expect_error "--backends needs ids" 2 "--backends needs --prompt-ids" memra-parity "$T/other" --backends cpu,cuda
 check "--backends cpu,cpu agrees exactly" \
-  bash -c "memra-parity '$SHARED/models/stories260K.gguf' --backends cpu,cpu --prompt-ids 1,403,407,261 --json | jq -e '.pass and .max_abs == 0'"
+  bash -c "memra-parity '$DATA/models/stories260K.gguf' --backends cpu,cpu --prompt-ids 1,403,407,261 --json | jq -e '.pass and .max_abs == 0'"
 expect_error "--against needs a text" 2 "--against needs the text" memra-parity "$T/other" --against x
-expect_error "vocab-only model" 1 "vocab-only" memra-parity "$SHARED/vocab/ggml-vocab-qwen2.gguf" --reference "$P/tiny-qwen3.safetensors"
+expect_error "vocab-only model" 1 "vocab-only" memra-parity "$DATA/vocab/ggml-vocab-qwen2.gguf" --reference "$P/tiny-qwen3.safetensors"

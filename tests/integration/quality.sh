@@ -75,7 +75,7 @@ check "memra-quantize takes our imatrix; Q8_0 and Q4_K_M measured against the or
 
 # ---- bad input ----
 expect_error "--against: vocabulary mismatch" 1 "do not share a vocabulary: 512 tokens vs 4096" \
-  memra-parity "$SHARED/models/stories260K.gguf" --against $TINY -f $TEXT
+  memra-parity "$DATA/models/stories260K.gguf" --against $TINY -f $TEXT
 expect_error "--against: missing reference" 1 "$T/nope.gguf" memra-parity $TINY --against "$T/nope.gguf" -f $TEXT
 expect_error "--against: missing text" 1 "$T/nope.txt" memra-parity $TINY --against $TINY -f "$T/nope.txt"
 expect_error "--against needs -f" 2 "--against needs the text: -f TEXT_FILE" memra-parity $TINY --against $TINY

@@ -15,7 +15,7 @@
 #   - greedy text: Q8_0 (stories260K with its 172-wide ffn_down kept F16, and
 #     memra-tiny) generates exactly the source's tokens.
 source tests/integration/lib.bash
-STORIES=$SHARED/models/stories260K.gguf
+STORIES=$DATA/models/stories260K.gguf
 TINY=models/memra-tiny.gguf
 TEXT=tests/fixtures/text/heldout-sample.txt
 KV="node tests/interop/gguf-kv.mjs"

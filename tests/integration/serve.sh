@@ -218,6 +218,6 @@ load_error() {
   else pass "$1"; fi
 }
 load_error "a model that does not load: exit 1 naming it" "no-such.gguf" -m x=/no-such.gguf
-load_error "a vocab-only file cannot be served" "vocab-only" -m "v=$SHARED/vocab/ggml-vocab-qwen2.gguf"
+load_error "a vocab-only file cannot be served" "vocab-only" -m "v=$DATA/vocab/ggml-vocab-qwen2.gguf"
 expect_error "a bad --chat-template file" 1 "no-such.jinja" memra-serve -m "tiny=$STORIES" --chat-template /no-such.jinja
 expect_error "alias given twice" 2 "given twice" memra-serve -m "a=$STORIES" -m "a=$STORIES"

@@ -2,7 +2,7 @@
 # a free loopback port (the server binds port 0 and prints the address),
 # stopped when the script exits; curl with a time bound on every call.
 source tests/integration/lib.bash
-STORIES=$SHARED/models/stories260K.gguf
+STORIES=$DATA/models/stories260K.gguf
 SERVE_PIDS=()
 
 serve_cleanup() {

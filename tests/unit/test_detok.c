@@ -16,7 +16,7 @@ static tokenizer *load(const char *name, gguf_file *g)
 {
     char path[512];
     memra_err err;
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", test_shared_dir(), name);
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", test_data_dir(), name);
     if (gguf_open(path, g, &err)) {
         CHECK_MSG(0, "%s", err.msg);
         return NULL;
@@ -432,4 +432,4 @@ static void test_teardown(void) { teardown(); }
 
 TEST_MAIN(TEST_CASE(test_utf8_every_split), TEST_CASE(test_utf8_no_late_release),
           TEST_CASE(test_byte_tokens), TEST_CASE(test_stop_strings), TEST_CASE(test_stop_release),
-          TEST_CASE(test_matches_decode), TEST_CASE(test_bad_id), TEST_CASE(test_teardown))
+          TEST_CASE(test_matches_decode), TEST_CASE(test_bad_id), TEST_CLEANUP(test_teardown))

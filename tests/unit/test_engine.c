@@ -30,7 +30,7 @@ static const int32_t stories_ref[40] = {
 
 static void stories_path(char *buf, size_t n)
 {
-    snprintf(buf, n, "%s/models/stories260K.gguf", test_shared_dir());
+    snprintf(buf, n, "%s/models/stories260K.gguf", test_data_dir());
 }
 
 /* The 41 tokens of the golden run: BOS and the 40 reference ids. */

@@ -58,7 +58,7 @@ static int open_stories(checkpoint *ck)
 {
     char path[1024];
     memra_err err = {{0}};
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_data_dir());
     if (checkpoint_open(path, ck, &err) != 0) {
         CHECK_MSG(0, "%s", err.msg);
         return -1;

@@ -341,7 +341,7 @@ static const char *const PIECES[] = {
 static void test_fuzz_truncated_and_mutated_templates(void)
 {
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s/templates", test_shared_dir());
+    snprintf(dir, sizeof dir, "%s/templates", test_data_dir());
     DIR *d = opendir(dir);
     CHECK_MSG(d != NULL, "cannot open %s", dir);
     if (!d)

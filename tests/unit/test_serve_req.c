@@ -21,7 +21,7 @@ static int setup(void)
     if (srv.n_models)
         return 0;
     char stories[1024];
-    snprintf(stories, sizeof stories, "%s/models/stories260K.gguf", test_shared_dir());
+    snprintf(stories, sizeof stories, "%s/models/stories260K.gguf", test_data_dir());
     serve_model_opts o = {.alias = "tiny", .path = stories, .max_sessions = 1, .max_queue = 1,
                           .n_threads = 1, .backend = BK_CPU};
     memra_err err;
@@ -298,4 +298,4 @@ static void test_teardown(void)
 
 TEST_MAIN(TEST_CASE(test_completion_fields), TEST_CASE(test_chat_fields),
           TEST_CASE(test_errors_name_the_field), TEST_CASE(test_field_helpers),
-          TEST_CASE(test_blocking_response_shape), TEST_CASE(test_teardown))
+          TEST_CASE(test_blocking_response_shape), TEST_CLEANUP(test_teardown))

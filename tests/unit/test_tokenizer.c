@@ -43,12 +43,12 @@ static int cases_load(const char *name, vocab_cases *c)
     char path[512];
     size_t il, ol;
     memra_err err;
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf.inp", test_shared_dir(), name);
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf.inp", test_data_dir(), name);
     if (read_small_file(path, 1 << 20, &c->inp_buf, &il, &err)) {
         fprintf(stderr, "  %s\n", err.msg);
         return -1;
     }
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf.out", test_shared_dir(), name);
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf.out", test_data_dir(), name);
     if (read_small_file(path, 1 << 20, &c->out_buf, &ol, &err)) {
         fprintf(stderr, "  %s\n", err.msg);
         return -1;
@@ -133,7 +133,7 @@ static tokenizer *load_vocab_gguf(const char *name, gguf_file *g)
 {
     char path[512];
     memra_err err;
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", test_shared_dir(), name);
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", test_data_dir(), name);
     if (gguf_open(path, g, &err)) {
         CHECK_MSG(0, "%s", err.msg);
         return NULL;
@@ -828,4 +828,4 @@ TEST_MAIN(TEST_CASE(test_vocab_qwen2), TEST_CASE(test_vocab_llama_bpe), TEST_CAS
           TEST_CASE(test_hf_reference_llama3), TEST_CASE(test_hf_reference_gemma3), TEST_CASE(test_hf_added_token_flags),
           TEST_CASE(test_special_tokens), TEST_CASE(test_bos_eos), TEST_CASE(test_invalid_utf8),
           TEST_CASE(test_decode_round_trip), TEST_CASE(test_malformed_gguf),
-          TEST_CASE(test_malformed_hf), TEST_CASE(test_free_vocab))
+          TEST_CASE(test_malformed_hf), TEST_CLEANUP(test_free_vocab))
