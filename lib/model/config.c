@@ -1,6 +1,9 @@
 /* The normalized model config, read from an HF config.json or GGUF metadata
  * and written back to either.
  *
+ * The shared keys are read here; a family's own keys, defaults and checks
+ * are in its file, reached through its descriptor (family.h).
+ *
  * HF: each model_type reads the keys its transformers configuration class
  * reads, with that class's defaults, except that the keys fixing the tensor
  * shapes (hidden_size, num_hidden_layers, intermediate_size,
@@ -25,19 +28,6 @@
  *   memra.rope.scaling.{type,factor,low_freq_factor,high_freq_factor,
  *       original_context_length} for llama3 rope scaling.
  *
- * llama3 rope scaling: llama.cpp writes no rope.scaling keys for it (an
- * unknown rope.scaling.type would make llama.cpp refuse the file) and
- * instead stores the computed per-frequency factors as the tensor
- * rope_freqs.weight. We write the memra.rope.scaling.* keys so the config
- * round-trips exactly, and the convert tool also writes rope_freqs.weight
- * (llama_rope_freqs) so llama.cpp scales the same way; the contract lists it
- * as optional and generated. Reading a llama.cpp file that has the tensor
- * but no memra keys, we recover the parameters from the tensor: factor is
- * its largest value, low/high_freq_factor follow from two interpolated
- * entries (smooth is linear in 1/wavelength), original_context_length is
- * 8192 (what llama.cpp's converter always uses), and the factors are then
- * recomputed and must match the tensor.
- *
  * Floats: GGUF stores f32; we read an f32 back as the shortest decimal that
  * rounds to it (1e-05, not 9.99999975e-06), which is what config.json said,
  * so HF -> GGUF -> config round trips are exact for real configs.
@@ -57,76 +47,8 @@
 
 #include "core/check.h"
 #include "core/json.h"
-#include "model/contract.h"
-
-#define MAX_SIZE 10000000       /* dims, vocab, heads, ffn: 1e7 */
-#define MAX_LAYERS 100000
-#define MAX_EXPERTS 65536
-#define MAX_CTX 1000000000      /* positions */
-#define MAX_TENSOR_ELEMS 1e15   /* elements of one tensor */
-
-static const char *const family_names[FAMILY_COUNT] = {"llama", "qwen2", "qwen3", "qwen3_moe",
-                                                       "gemma3"};
-static const char *const family_archs[FAMILY_COUNT] = {"llama", "qwen2", "qwen3", "qwen3moe",
-                                                       "gemma3"};
-
-const char *family_name(model_family f)
-{
-    return (f >= 0 && f < FAMILY_COUNT) ? family_names[f] : "?";
-}
-
-const char *family_gguf_arch(model_family f)
-{
-    return (f >= 0 && f < FAMILY_COUNT) ? family_archs[f] : "?";
-}
-
-/* Per HF model_type: the family and transformers' defaults for the keys
- * that are optional. 0 for n_kv_heads / head_dim means "derive". */
-typedef struct {
-    const char *model_type, *architecture;
-    model_family family;
-    int64_t n_kv_heads, head_dim, n_ctx;
-    double rope_theta;
-    int tie;
-    int64_t bos, eos;
-    int64_t sliding_window;
-} hf_type;
-
-static const hf_type hf_types[] = {
-    /* LlamaConfig */
-    {"llama", "LlamaForCausalLM", FAMILY_LLAMA, 0, 0, 2048, 10000.0, 0, 1, 2, 0},
-    /* MistralConfig: num_key_value_heads 8, 4096*32 positions, sliding_window 4096 */
-    {"mistral", "MistralForCausalLM", FAMILY_LLAMA, 8, 0, 131072, 10000.0, 0, 1, 2, 4096},
-    /* Qwen2Config: num_key_value_heads 32 */
-    {"qwen2", "Qwen2ForCausalLM", FAMILY_QWEN2, 32, 0, 32768, 10000.0, 0, -1, -1, 0},
-    /* Qwen3Config: num_key_value_heads 32, head_dim 128 */
-    {"qwen3", "Qwen3ForCausalLM", FAMILY_QWEN3, 32, 128, 32768, 10000.0, 0, -1, -1, 0},
-    /* Qwen3MoeConfig: num_key_value_heads 4 */
-    {"qwen3_moe", "Qwen3MoeForCausalLM", FAMILY_QWEN3_MOE, 4, 0, 32768, 10000.0, 0, -1, -1, 0},
-    /* Gemma3TextConfig */
-    {"gemma3_text", "Gemma3ForCausalLM", FAMILY_GEMMA3, 4, 256, 131072, 1000000.0, 1, 2, 1,
-     4096},
-};
-
-#define SUPPORTED_HF "llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, gemma3"
-#define SUPPORTED_GGUF "llama, qwen2, qwen3, qwen3moe, gemma3"
-
-static const hf_type *hf_type_of(const char *model_type)
-{
-    for (size_t i = 0; i < sizeof hf_types / sizeof hf_types[0]; i++)
-        if (strcmp(hf_types[i].model_type, model_type) == 0)
-            return &hf_types[i];
-    return NULL;
-}
-
-/* The HF type written for a family when the config does not name one. */
-static const hf_type *hf_type_default(model_family f)
-{
-    for (size_t i = 0; i < sizeof hf_types / sizeof hf_types[0]; i++)
-        if (hf_types[i].family == f)
-            return &hf_types[i];
-    return NULL;
-}
+#include "model/config_keys.h"
+#include "model/family.h"
 
 static double yarn_mscale(double factor, double mscale)
 {
@@ -135,44 +57,19 @@ static double yarn_mscale(double factor, double mscale)
 
 /* ---- sanity, shared by both readers ---- */
 
-static int size_ok(const char *what, const char *key, int64_t v, int64_t max, memra_err *err)
-{
-    if (v <= 0)
-        return memra_fail(err, "%s: %s must be positive, got %" PRId64, what, key, v);
-    if (v > max)
-        return memra_fail(err, "%s: %s %" PRId64 " is absurdly large (limit %" PRId64 ")", what,
-                          key, v, max);
-    return 0;
-}
-
-static int elems_ok(const char *what, const char *tensor, double elems, memra_err *err)
-{
-    if (elems > MAX_TENSOR_ELEMS)
-        return memra_fail(err, "%s: the %s tensor would have %.3g elements, absurdly many", what,
-                          tensor, elems);
-    return 0;
-}
-
-static int finite_pos(const char *what, const char *key, double v, memra_err *err)
-{
-    if (!isfinite(v) || v <= 0)
-        return memra_fail(err, "%s: %s must be a positive number, got %g", what, key, v);
-    return 0;
-}
-
 /* Every size positive and plausible, heads divisible, rope parameters
  * usable. `what` names the source (file, and the key spelling it uses is
  * the HF one since that is what people read). */
 static int config_validate(const model_config *c, const char *what, memra_err *err)
 {
-    if (size_ok(what, "vocab_size", c->n_vocab, MAX_SIZE, err) ||
-        size_ok(what, "hidden_size", c->dim, MAX_SIZE, err) ||
-        size_ok(what, "num_hidden_layers", c->n_layers, MAX_LAYERS, err) ||
-        size_ok(what, "num_attention_heads", c->n_heads, MAX_SIZE, err) ||
-        size_ok(what, "num_key_value_heads", c->n_kv_heads, MAX_SIZE, err) ||
-        size_ok(what, "head_dim", c->head_dim, MAX_SIZE, err) ||
-        size_ok(what, "intermediate_size", c->ffn_dim, MAX_SIZE, err) ||
-        size_ok(what, "max_position_embeddings", c->n_ctx_train, MAX_CTX, err))
+    if (config_size_ok(what, "vocab_size", c->n_vocab, CONFIG_MAX_SIZE, err) ||
+        config_size_ok(what, "hidden_size", c->dim, CONFIG_MAX_SIZE, err) ||
+        config_size_ok(what, "num_hidden_layers", c->n_layers, CONFIG_MAX_LAYERS, err) ||
+        config_size_ok(what, "num_attention_heads", c->n_heads, CONFIG_MAX_SIZE, err) ||
+        config_size_ok(what, "num_key_value_heads", c->n_kv_heads, CONFIG_MAX_SIZE, err) ||
+        config_size_ok(what, "head_dim", c->head_dim, CONFIG_MAX_SIZE, err) ||
+        config_size_ok(what, "intermediate_size", c->ffn_dim, CONFIG_MAX_SIZE, err) ||
+        config_size_ok(what, "max_position_embeddings", c->n_ctx_train, CONFIG_MAX_CTX, err))
         return -1;
     if (c->n_heads % c->n_kv_heads != 0)
         return memra_fail(err,
@@ -183,29 +80,29 @@ static int config_validate(const model_config *c, const char *what, memra_err *e
         return memra_fail(err, "%s: head_dim %" PRId64 " must be even for RoPE", what,
                           c->head_dim);
     double d = (double)c->dim;
-    if (elems_ok(what, "embedding", (double)c->n_vocab * d, err) ||
-        elems_ok(what, "attention", (double)c->n_heads * (double)c->head_dim * d, err) ||
-        elems_ok(what, "ffn", (double)c->ffn_dim * d, err))
+    if (config_elems_ok(what, "embedding", (double)c->n_vocab * d, err) ||
+        config_elems_ok(what, "attention", (double)c->n_heads * (double)c->head_dim * d, err) ||
+        config_elems_ok(what, "ffn", (double)c->ffn_dim * d, err))
         return -1;
     if (!isfinite(c->norm_eps) || c->norm_eps <= 0 || c->norm_eps >= 1)
         return memra_fail(err, "%s: rms_norm_eps %g is not in (0, 1)", what, c->norm_eps);
-    if (finite_pos(what, "rope_theta", c->rope_theta, err))
+    if (config_finite_pos(what, "rope_theta", c->rope_theta, err))
         return -1;
     switch (c->rope_scaling.kind) {
     case ROPE_SCALING_NONE:
         break;
     case ROPE_SCALING_LINEAR:
-        if (finite_pos(what, "rope_scaling.factor", c->rope_scaling.factor, err))
+        if (config_finite_pos(what, "rope_scaling.factor", c->rope_scaling.factor, err))
             return -1;
         break;
     case ROPE_SCALING_LLAMA3:
-        if (finite_pos(what, "rope_scaling.factor", c->rope_scaling.factor, err) ||
-            finite_pos(what, "rope_scaling.low_freq_factor", c->rope_scaling.low_freq_factor,
-                       err) ||
-            finite_pos(what, "rope_scaling.high_freq_factor", c->rope_scaling.high_freq_factor,
-                       err) ||
-            size_ok(what, "rope_scaling.original_max_position_embeddings",
-                    c->rope_scaling.original_ctx, MAX_CTX, err))
+        if (config_finite_pos(what, "rope_scaling.factor", c->rope_scaling.factor, err) ||
+            config_finite_pos(what, "rope_scaling.low_freq_factor",
+                              c->rope_scaling.low_freq_factor, err) ||
+            config_finite_pos(what, "rope_scaling.high_freq_factor",
+                              c->rope_scaling.high_freq_factor, err) ||
+            config_size_ok(what, "rope_scaling.original_max_position_embeddings",
+                           c->rope_scaling.original_ctx, CONFIG_MAX_CTX, err))
             return -1;
         if (!(c->rope_scaling.low_freq_factor < c->rope_scaling.high_freq_factor))
             return memra_fail(err,
@@ -215,38 +112,23 @@ static int config_validate(const model_config *c, const char *what, memra_err *e
                               c->rope_scaling.high_freq_factor);
         break;
     case ROPE_SCALING_YARN:
-        if (finite_pos(what, "rope_scaling.factor", c->rope_scaling.factor, err) ||
-            finite_pos(what, "rope_scaling.beta_fast", c->rope_scaling.beta_fast, err) ||
-            finite_pos(what, "rope_scaling.beta_slow", c->rope_scaling.beta_slow, err) ||
-            finite_pos(what, "rope_scaling.attention_factor", c->rope_scaling.attn_factor, err) ||
-            size_ok(what, "rope_scaling.original_max_position_embeddings",
-                    c->rope_scaling.original_ctx, MAX_CTX, err))
+        if (config_finite_pos(what, "rope_scaling.factor", c->rope_scaling.factor, err) ||
+            config_finite_pos(what, "rope_scaling.beta_fast", c->rope_scaling.beta_fast, err) ||
+            config_finite_pos(what, "rope_scaling.beta_slow", c->rope_scaling.beta_slow, err) ||
+            config_finite_pos(what, "rope_scaling.attention_factor",
+                              c->rope_scaling.attn_factor, err) ||
+            config_size_ok(what, "rope_scaling.original_max_position_embeddings",
+                           c->rope_scaling.original_ctx, CONFIG_MAX_CTX, err))
             return -1;
         break;
     default:
         return memra_fail(err, "%s: unknown rope scaling kind %d", what,
                           (int)c->rope_scaling.kind);
     }
-    if (c->family == FAMILY_QWEN2 && !c->attn_bias)
-        return memra_fail(err, "%s: qwen2 always has q/k/v biases", what);
-    if (c->family == FAMILY_QWEN3_MOE) {
-        if (size_ok(what, "num_experts", c->n_experts, MAX_EXPERTS, err) ||
-            size_ok(what, "num_experts_per_tok", c->n_experts_used, MAX_EXPERTS, err) ||
-            size_ok(what, "moe_intermediate_size", c->moe_ffn_dim, MAX_SIZE, err) ||
-            elems_ok(what, "experts", (double)c->n_experts * (double)c->moe_ffn_dim * d, err))
-            return -1;
-        if (c->n_experts_used > c->n_experts)
-            return memra_fail(err,
-                              "%s: num_experts_per_tok %" PRId64 " exceeds num_experts %" PRId64,
-                              what, c->n_experts_used, c->n_experts);
-    }
-    if (c->family == FAMILY_GEMMA3) {
-        if (size_ok(what, "sliding_window_pattern", c->sliding_window_pattern, MAX_LAYERS, err) ||
-            finite_pos(what, "query_pre_attn_scalar", c->query_pre_attn_scalar, err) ||
-            finite_pos(what, "rope_local_base_freq", c->rope_local_theta, err))
-            return -1;
-    }
-    if (c->sliding_window < 0 || c->sliding_window > MAX_CTX)
+    const model_family_desc *fam = family_desc(c->family);
+    if (fam->validate && fam->validate(c, what, err) != 0)
+        return -1;
+    if (c->sliding_window < 0 || c->sliding_window > CONFIG_MAX_CTX)
         return memra_fail(err, "%s: sliding_window %" PRId64 " is out of range", what,
                           c->sliding_window);
     if (!isfinite(c->attn_softcap) || c->attn_softcap < 0 || !isfinite(c->final_softcap) ||
@@ -382,58 +264,11 @@ static int read_rope_scaling(const json_t *rs, const char *what, model_config *c
                       rwhat, type);
 }
 
-/* gemma3 layer_types (newer configs): "full_attention" every Nth layer and
- * "sliding_attention" otherwise; we need that N. qwen's must be all full. */
-static int read_layer_types(const json_t *obj, const char *what, model_config *c, memra_err *err)
-{
-    json_t *lt = json_object_get(obj, "layer_types");
-    if (!lt || json_is_null(lt))
-        return 0;
-    if (!json_is_array(lt))
-        return memra_fail(err, "%s: layer_types must be a list", what);
-    size_t n = json_array_size(lt);
-    if ((int64_t)n != c->n_layers)
-        return memra_fail(err, "%s: layer_types has %zu entries for %" PRId64 " layers", what, n,
-                          c->n_layers);
-    int64_t pattern = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char *s = json_string_value(json_array_get(lt, i));
-        if (!s || (strcmp(s, "full_attention") != 0 && strcmp(s, "sliding_attention") != 0))
-            return memra_fail(err, "%s: layer_types[%zu] is not \"full_attention\" or "
-                              "\"sliding_attention\"", what, i);
-        if (!pattern && strcmp(s, "full_attention") == 0)
-            pattern = (int64_t)i + 1;
-    }
-    if (c->family != FAMILY_GEMMA3) {
-        if (pattern != 1 || n == 0)
-            goto irregular;
-        for (size_t i = 0; i < n; i++)
-            if (strcmp(json_string_value(json_array_get(lt, i)), "full_attention") != 0)
-                goto irregular;
-        return 0;
-    }
-    if (!pattern) /* every layer slides: the period is longer than the model */
-        pattern = (int64_t)n + 1;
-    for (size_t i = 0; i < n; i++) {
-        int full = strcmp(json_string_value(json_array_get(lt, i)), "full_attention") == 0;
-        if (full != ((int64_t)(i + 1) % pattern == 0))
-            goto irregular;
-    }
-    c->sliding_window_pattern = pattern;
-    return 0;
-irregular:
-    return memra_fail(err, "%s: layer_types is not a pattern this family supports "
-                      "(%s: %s)", what, family_name(c->family),
-                      c->family == FAMILY_GEMMA3 ? "every Nth layer full_attention"
-                                                 : "all full_attention");
-}
-
 /* transformers v5 configs carry rope_theta and the scaling in
  * rope_parameters (per layer type for gemma3) instead of rope_theta /
  * rope_scaling; read them when the v4 keys are absent. */
 static int read_rope_parameters(const json_t *obj, const char *what, model_config *c,
-                                int have_theta, int have_scaling, int have_local,
-                                memra_err *err)
+                                int have_theta, int have_scaling, memra_err *err)
 {
     json_t *rp = json_object_get(obj, "rope_parameters");
     if (!rp || json_is_null(rp))
@@ -445,9 +280,13 @@ static int read_rope_parameters(const json_t *obj, const char *what, model_confi
     json_t *full = json_object_get(rp, "full_attention");
     json_t *sliding = json_object_get(rp, "sliding_attention");
     if (full || sliding) {
-        if (c->family != FAMILY_GEMMA3)
+        if (!family_desc(c->family)->sliding_pattern) {
+            char fams[128];
+            family_list_sliding_pattern(fams, sizeof fams);
             return memra_fail(err, "%s: per-layer-type rope parameters are only supported for "
-                              "gemma3", rwhat);
+                              "%s", rwhat, fams);
+        }
+        int have_local = json_object_get(obj, "rope_local_base_freq") != NULL;
         if (sliding && !have_local &&
             json_get_num(sliding, "rope_theta", 0, &c->rope_local_theta, rwhat, err) != 0)
             return -1;
@@ -476,32 +315,38 @@ int config_from_hf(const json_t *cfg, const char *what, model_config *out, memra
         return -1;
     const json_t *obj = cfg;
     char twhat[600];
-    if (strcmp(mt, "gemma3") == 0) {
-        /* The multimodal gemma-3 (4b and up): its text model is what we run. */
+    const model_family_desc *wrapped = family_by_hf_wrapper(mt);
+    if (wrapped) {
+        /* A multimodal wrapper (gemma-3 4b and up): its text model is what
+         * we run. */
+        const char *inner = wrapped->hf_types[0].model_type;
         obj = json_object_get(cfg, "text_config");
         if (!json_is_object(obj))
-            return memra_fail(err, "%s: model_type \"gemma3\" needs a \"text_config\" object",
-                              what);
+            return memra_fail(err, "%s: model_type \"%s\" needs a \"text_config\" object",
+                              what, mt);
         snprintf(twhat, sizeof twhat, "%.580s: text_config", what);
         what = twhat;
-        const char *tmt = "gemma3_text";
+        const char *tmt = inner;
         if (json_get_str(obj, "model_type", 0, &tmt, what, err) != 0)
             return -1;
-        if (strcmp(tmt, "gemma3_text") != 0)
-            return memra_fail(err, "%s: model_type \"%s\" where \"gemma3_text\" was expected",
-                              what, tmt);
-        mt = "gemma3_text";
+        if (strcmp(tmt, inner) != 0)
+            return memra_fail(err, "%s: model_type \"%s\" where \"%s\" was expected", what,
+                              tmt, inner);
+        mt = inner;
     }
-    const hf_type *ht = hf_type_of(mt);
-    if (!ht)
-        return memra_fail(err, "%s: unsupported model_type \"%s\" (supported: " SUPPORTED_HF ")",
-                          what, mt);
-    c.family = ht->family;
-    int gemma = c.family == FAMILY_GEMMA3;
+    const family_hf_type *ht = NULL;
+    const model_family_desc *fam = family_by_hf_type(mt, &ht);
+    if (!fam) {
+        char supported[256];
+        family_list_hf_types(supported, sizeof supported);
+        return memra_fail(err, "%s: unsupported model_type \"%s\" (supported: %s)", what, mt,
+                          supported);
+    }
+    c.family = fam->id;
     if (copy_name(c.hf_model_type, sizeof c.hf_model_type, ht->model_type, what, "model_type",
                   err))
         return -1;
-    /* A multimodal gemma3 is normalized to its text model. */
+    /* A multimodal wrapper is normalized to its text model. */
     const char *arch = ht->architecture;
     json_t *archs = json_object_get(cfg, "architectures");
     if (obj == cfg && json_is_array(archs) && json_is_string(json_array_get(archs, 0)))
@@ -511,13 +356,13 @@ int config_from_hf(const json_t *cfg, const char *what, model_config *out, memra
         return -1;
 
     /* Shapes. */
-    c.n_vocab = 262208; /* Gemma3TextConfig */
-    c.n_heads = 8;
+    c.n_vocab = ht->n_vocab;
+    c.n_heads = ht->n_heads;
     if (json_get_int(obj, "hidden_size", 1, &c.dim, what, err) ||
         json_get_int(obj, "num_hidden_layers", 1, &c.n_layers, what, err) ||
         json_get_int(obj, "intermediate_size", 1, &c.ffn_dim, what, err) ||
-        json_get_int(obj, "num_attention_heads", !gemma, &c.n_heads, what, err) ||
-        json_get_int(obj, "vocab_size", !gemma, &c.n_vocab, what, err))
+        json_get_int(obj, "num_attention_heads", !ht->n_heads, &c.n_heads, what, err) ||
+        json_get_int(obj, "vocab_size", !ht->n_vocab, &c.n_vocab, what, err))
         return -1;
     c.n_kv_heads = ht->n_kv_heads ? ht->n_kv_heads : c.n_heads;
     if (json_get_int(obj, "num_key_value_heads", 0, &c.n_kv_heads, what, err))
@@ -540,77 +385,24 @@ int config_from_hf(const json_t *cfg, const char *what, model_config *out, memra
     if (json_get_num(obj, "rope_theta", 0, &c.rope_theta, what, err))
         return -1;
 
-    /* Family features. */
-    c.qk_norm = c.family == FAMILY_QWEN3 || c.family == FAMILY_QWEN3_MOE || gemma;
-    if (c.family == FAMILY_QWEN2) {
+    /* Family features: the shared keys, then the family's own. */
+    c.qk_norm = fam->qk_norm;
+    if (fam->attn_bias_always) {
         c.attn_bias = 1;
-    } else if (strcmp(ht->model_type, "mistral") != 0) {
+    } else if (ht->attention_bias_key) {
         if (json_get_bool(obj, "attention_bias", 0, &c.attn_bias, what, err))
             return -1;
     }
-    if (c.family == FAMILY_LLAMA && strcmp(ht->model_type, "llama") == 0) {
-        int mlp_bias = 0;
-        if (json_get_bool(obj, "mlp_bias", 0, &mlp_bias, what, err))
-            return -1;
-        if (mlp_bias)
-            return memra_fail(err, "%s: mlp_bias true is not supported", what);
-    }
-    if (gemma ? check_act(obj, "hidden_activation", "gelu_pytorch_tanh", what, err)
-              : check_act(obj, "hidden_act", "silu", what, err))
+    if (check_act(obj, fam->hf_act_key, fam->hf_act, what, err))
         return -1;
-    if (c.family == FAMILY_QWEN2 || c.family == FAMILY_QWEN3 || c.family == FAMILY_QWEN3_MOE) {
-        int sw = 0;
-        if (json_get_bool(obj, "use_sliding_window", 0, &sw, what, err))
-            return -1;
-        if (sw)
-            return memra_fail(err, "%s: use_sliding_window true is not supported", what);
-    }
-    if (strcmp(ht->model_type, "mistral") == 0 || gemma) {
-        c.sliding_window = ht->sliding_window;
-        json_t *sw = json_object_get(obj, "sliding_window");
-        if (sw && json_is_null(sw))
-            c.sliding_window = 0;
-        else if (json_get_int(obj, "sliding_window", 0, &c.sliding_window, what, err))
-            return -1;
-    }
-    if (c.family == FAMILY_QWEN3_MOE) {
-        int64_t step = 1;
-        if (json_get_int(obj, "num_experts", 1, &c.n_experts, what, err) ||
-            json_get_int(obj, "num_experts_per_tok", 1, &c.n_experts_used, what, err) ||
-            json_get_int(obj, "moe_intermediate_size", 1, &c.moe_ffn_dim, what, err) ||
-            json_get_bool(obj, "norm_topk_prob", 0, &c.norm_topk_prob, what, err) ||
-            json_get_int(obj, "decoder_sparse_step", 0, &step, what, err))
-            return -1;
-        json_t *dense = json_object_get(obj, "mlp_only_layers");
-        if (step != 1 || (json_is_array(dense) && json_array_size(dense) > 0))
-            return memra_fail(err, "%s: dense layers among the MoE layers (decoder_sparse_step "
-                              "or mlp_only_layers) are not supported", what);
-        if (dense && !json_is_null(dense) && !json_is_array(dense))
-            return memra_fail(err, "%s: key \"mlp_only_layers\" must be a list", what);
-    }
-    int have_local = 0;
-    if (gemma) {
-        c.rope_local_theta = 10000.0;
-        c.sliding_window_pattern = 6;
-        c.query_pre_attn_scalar = 256;
-        have_local = json_object_get(obj, "rope_local_base_freq") != NULL;
-        if (json_get_num(obj, "rope_local_base_freq", 0, &c.rope_local_theta, what, err) ||
-            json_get_int(obj, "sliding_window_pattern", 0, &c.sliding_window_pattern, what,
-                         err) ||
-            json_get_num(obj, "query_pre_attn_scalar", 0, &c.query_pre_attn_scalar, what, err) ||
-            json_get_num(obj, "final_logit_softcapping", 0, &c.final_softcap, what, err) ||
-            json_get_num(obj, "attn_logit_softcapping", 0, &c.attn_softcap, what, err))
-            return -1;
-    }
-    if ((c.family != FAMILY_LLAMA) && read_layer_types(obj, what, &c, err) != 0)
+    if (fam->hf_read && fam->hf_read(obj, ht, what, &c, err) != 0)
         return -1;
 
     /* RoPE. */
     json_t *rs = json_object_get(obj, "rope_scaling");
     if (read_rope_scaling(rs, what, &c, err) != 0)
         return -1;
-    if (read_rope_parameters(obj, what, &c, have_theta, rs && !json_is_null(rs), have_local,
-                             err) != 0)
+    if (read_rope_parameters(obj, what, &c, have_theta, rs && !json_is_null(rs), err) != 0)
         return -1;
 
     /* Special tokens: the text config's, else the wrapper's, else the default. */
@@ -634,244 +426,36 @@ int config_from_hf(const json_t *cfg, const char *what, model_config *out, memra
 
 /* ---- GGUF ---- */
 
-typedef struct {
-    const gguf_file *f;
-    const char *arch;
-    const char *what;
-} gguf_ctx;
-
-static const gguf_kv *gkv(const gguf_ctx *g, const char *key, int arch_key, char *full,
-                          size_t n)
-{
-    if (arch_key)
-        snprintf(full, n, "%s.%s", g->arch, key);
-    else
-        snprintf(full, n, "%s", key);
-    return gguf_find_kv(g->f, full);
-}
-
-/* An f32 read back as the shortest decimal that rounds to it. */
-static double f32_shortest(double v)
-{
-    float f = (float)v;
-    if (!isfinite(f))
-        return v;
-    char buf[48];
-    for (int p = 1; p <= 9; p++) {
-        snprintf(buf, sizeof buf, "%.*g", p, (double)f);
-        if (strtof(buf, NULL) == f)
-            return strtod(buf, NULL);
-    }
-    return (double)f;
-}
-
-static double round_sig5(double v)
-{
-    char buf[48];
-    snprintf(buf, sizeof buf, "%.5g", v);
-    return strtod(buf, NULL);
-}
-
-/* Typed readers: a missing key keeps *out and returns 0 unless required; a
- * key of another type is always an error naming it. */
-static int g_int(const gguf_ctx *g, const char *key, int arch_key, int required, int64_t *out,
-                 memra_err *err)
-{
-    char full[256];
-    const gguf_kv *kv = gkv(g, key, arch_key, full, sizeof full);
-    if (!kv) {
-        if (required)
-            return memra_fail(err, "%s: missing required key %s", g->what, full);
-        return 0;
-    }
-    switch (kv->value.type) {
-    case GGUF_UINT8:
-    case GGUF_UINT16:
-    case GGUF_UINT32:
-    case GGUF_UINT64:
-        if (kv->value.v.u > (uint64_t)INT64_MAX)
-            return memra_fail(err, "%s: key %s: %" PRIu64 " is out of range", g->what, full,
-                              kv->value.v.u);
-        *out = (int64_t)kv->value.v.u;
-        return 0;
-    case GGUF_INT8:
-    case GGUF_INT16:
-    case GGUF_INT32:
-    case GGUF_INT64:
-        *out = kv->value.v.i;
-        return 0;
-    default:
-        return memra_fail(err, "%s: key %s has type %s, expected an integer", g->what, full,
-                          gguf_vtype_name(kv->value.type));
-    }
-}
-
-static int g_num(const gguf_ctx *g, const char *key, int arch_key, int required, double *out,
-                 memra_err *err)
-{
-    char full[256];
-    const gguf_kv *kv = gkv(g, key, arch_key, full, sizeof full);
-    if (!kv) {
-        if (required)
-            return memra_fail(err, "%s: missing required key %s", g->what, full);
-        return 0;
-    }
-    switch (kv->value.type) {
-    case GGUF_FLOAT32:
-        *out = f32_shortest(kv->value.v.f);
-        return 0;
-    case GGUF_FLOAT64:
-        *out = kv->value.v.f;
-        return 0;
-    default: {
-        int64_t i = 0;
-        if (g_int(g, key, arch_key, 1, &i, err) != 0)
-            return memra_fail(err, "%s: key %s has type %s, expected a number", g->what, full,
-                              gguf_vtype_name(kv->value.type));
-        *out = (double)i;
-        return 0;
-    }
-    }
-}
-
-static int g_bool(const gguf_ctx *g, const char *key, int arch_key, int *out, memra_err *err)
-{
-    char full[256];
-    const gguf_kv *kv = gkv(g, key, arch_key, full, sizeof full);
-    if (!kv)
-        return 0;
-    if (kv->value.type != GGUF_BOOL)
-        return memra_fail(err, "%s: key %s has type %s, expected a bool", g->what, full,
-                          gguf_vtype_name(kv->value.type));
-    *out = kv->value.v.u != 0;
-    return 0;
-}
-
-static int g_str(const gguf_ctx *g, const char *key, int arch_key, const char **out,
-                 memra_err *err)
-{
-    char full[256];
-    const gguf_kv *kv = gkv(g, key, arch_key, full, sizeof full);
-    if (!kv)
-        return 0;
-    if (kv->value.type != GGUF_STRING)
-        return memra_fail(err, "%s: key %s has type %s, expected a string", g->what, full,
-                          gguf_vtype_name(kv->value.type));
-    if (strlen(kv->value.v.s.str) != kv->value.v.s.len)
-        return memra_fail(err, "%s: key %s holds a NUL byte", g->what, full);
-    *out = kv->value.v.s.str;
-    return 0;
-}
-
-/* A token id key: absent, or llama.cpp's "none" (u32 0xFFFFFFFF / -1), is -1. */
-static int g_token(const gguf_ctx *g, const char *key, int64_t *out, memra_err *err)
-{
-    *out = -1;
-    if (g_int(g, key, 0, 0, out, err) != 0)
-        return -1;
-    if (*out == 0xFFFFFFFFll)
-        *out = -1;
-    return 0;
-}
-
-/* Recover llama3 rope scaling from llama.cpp's rope_freqs.weight (see the
- * comment at the top of the file). */
-static int llama3_from_rope_freqs(const gguf_ctx *g, const gguf_tensor *t, model_config *c,
-                                  memra_err *err)
-{
-    int64_t half = c->head_dim / 2;
-    if (t->type != DT_F32 || t->n_dims != 1 || t->ne[0] != half)
-        return memra_fail(err, "%s: tensor rope_freqs.weight must be F32 [%" PRId64 "]", g->what,
-                          half);
-    const uint8_t *p = t->data;
-    double max = 0;
-    for (int64_t i = 0; i < half; i++) {
-        float v;
-        memcpy(&v, p + 4 * i, 4);
-        if (!isfinite(v) || v < 1.0f)
-            return memra_fail(err, "%s: rope_freqs.weight[%" PRId64 "] = %g is not a llama3 "
-                              "rope factor", g->what, i, (double)v);
-        if (v > max)
-            max = v;
-    }
-    c->rope_scaling.kind = ROPE_SCALING_LLAMA3;
-    c->rope_scaling.factor = f32_shortest(max);
-    c->rope_scaling.original_ctx = 8192;
-    c->rope_scaling.low_freq_factor = 1.0;
-    c->rope_scaling.high_freq_factor = 4.0;
-    /* For an interpolated entry, 1/f_i = (1-s)/factor + s gives
-     * s_i = (1/f_i - 1/factor) / (1 - 1/factor), and s = (x - lo) / (hi - lo)
-     * with x = original_ctx / wavelength: two such entries give lo and hi. */
-    double xs[2], ss[2];
-    int found = 0;
-    for (int64_t i = 0; i < half && found < 2 && max > 1.0; i++) {
-        float v;
-        memcpy(&v, p + 4 * i, 4);
-        if (v <= 1.0f + 1e-6f || v >= (float)max * (1.0f - 1e-6f))
-            continue;
-        double freq = 1.0 / pow(c->rope_theta, (double)(2 * i) / (double)c->head_dim);
-        xs[found] = 8192.0 * freq / (2.0 * M_PI);
-        ss[found] = (1.0 / v - 1.0 / max) / (1.0 - 1.0 / max);
-        found++;
-    }
-    if (found == 2 && fabs(xs[1] - xs[0]) > 1e-12 && fabs(ss[1] - ss[0]) > 1e-9) {
-        double a = (ss[1] - ss[0]) / (xs[1] - xs[0]); /* 1 / (hi - lo) */
-        double lo = xs[0] - ss[0] / a;
-        /* The fit through f32 factors is good to ~1e-7; configs use short
-         * decimals (1, 4, 0.5), so keep 5 significant digits. */
-        c->rope_scaling.low_freq_factor = round_sig5(lo);
-        c->rope_scaling.high_freq_factor = round_sig5(lo + 1.0 / a);
-    }
-    if (!(c->rope_scaling.low_freq_factor > 0 &&
-          c->rope_scaling.low_freq_factor < c->rope_scaling.high_freq_factor))
-        goto mismatch;
-    float *want = xmalloc((size_t)half * sizeof *want);
-    llama_rope_freqs(c, want);
-    int ok = 1;
-    for (int64_t i = 0; i < half && ok; i++) {
-        float v;
-        memcpy(&v, p + 4 * i, 4);
-        ok = fabsf(v - want[i]) <= 1e-4f * want[i];
-    }
-    free(want);
-    if (ok)
-        return 0;
-mismatch:
-    return memra_fail(err, "%s: tensor rope_freqs.weight does not hold llama3 rope factors "
-                      "(no memra.rope.scaling keys to say otherwise)", g->what);
-}
-
 int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err)
 {
     model_config c;
     memset(&c, 0, sizeof c);
     memset(out, 0, sizeof *out);
-    gguf_ctx g = {f, "", f->map.path ? f->map.path : "GGUF"};
+    cfg_gguf g = {f, "", f->map.path ? f->map.path : "GGUF"};
     const char *arch = NULL;
-    if (g_str(&g, "general.architecture", 0, &arch, err) != 0)
+    if (cfg_gguf_str(&g, "general.architecture", 0, &arch, err) != 0)
         return -1;
     if (!arch)
         return memra_fail(err, "%s: missing required key general.architecture", g.what);
-    int fam = -1;
-    for (int i = 0; i < FAMILY_COUNT; i++)
-        if (strcmp(arch, family_archs[i]) == 0)
-            fam = i;
-    if (fam < 0)
-        return memra_fail(err, "%s: unsupported general.architecture \"%s\" (supported: "
-                          SUPPORTED_GGUF ")", g.what, arch);
+    const model_family_desc *fam = family_by_gguf_arch(arch);
+    if (!fam) {
+        char supported[256];
+        family_list_gguf_archs(supported, sizeof supported);
+        return memra_fail(err, "%s: unsupported general.architecture \"%s\" (supported: %s)",
+                          g.what, arch, supported);
+    }
     g.arch = arch;
-    c.family = (model_family)fam;
-    int gemma = c.family == FAMILY_GEMMA3;
+    c.family = fam->id;
 
     /* HF identity: ours when we wrote the file, else the family's. */
-    const hf_type *ht = hf_type_default(c.family);
+    const family_hf_type *ht = &fam->hf_types[0];
     const char *mt = NULL, *ha = NULL;
-    if (g_str(&g, "memra.hf.model_type", 0, &mt, err) ||
-        g_str(&g, "memra.hf.architecture", 0, &ha, err))
+    if (cfg_gguf_str(&g, "memra.hf.model_type", 0, &mt, err) ||
+        cfg_gguf_str(&g, "memra.hf.architecture", 0, &ha, err))
         return -1;
     if (mt) {
-        const hf_type *t = hf_type_of(mt);
-        if (!t || t->family != c.family)
+        const family_hf_type *t = NULL;
+        if (family_by_hf_type(mt, &t) != fam)
             return memra_fail(err, "%s: memra.hf.model_type \"%s\" does not fit architecture "
                               "\"%s\"", g.what, mt, arch);
         ht = t;
@@ -882,22 +466,22 @@ int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err)
                   g.what, "memra.hf.architecture", err))
         return -1;
 
-    if (g_int(&g, "context_length", 1, 1, &c.n_ctx_train, err) ||
-        g_int(&g, "embedding_length", 1, 1, &c.dim, err) ||
-        g_int(&g, "block_count", 1, 1, &c.n_layers, err) ||
-        g_int(&g, "feed_forward_length", 1, 1, &c.ffn_dim, err) ||
-        g_int(&g, "attention.head_count", 1, 1, &c.n_heads, err))
+    if (cfg_gguf_int(&g, "context_length", 1, 1, &c.n_ctx_train, err) ||
+        cfg_gguf_int(&g, "embedding_length", 1, 1, &c.dim, err) ||
+        cfg_gguf_int(&g, "block_count", 1, 1, &c.n_layers, err) ||
+        cfg_gguf_int(&g, "feed_forward_length", 1, 1, &c.ffn_dim, err) ||
+        cfg_gguf_int(&g, "attention.head_count", 1, 1, &c.n_heads, err))
         return -1;
     c.n_kv_heads = c.n_heads;
-    if (g_int(&g, "attention.head_count_kv", 1, 0, &c.n_kv_heads, err))
+    if (cfg_gguf_int(&g, "attention.head_count_kv", 1, 0, &c.n_kv_heads, err))
         return -1;
     if (c.n_heads <= 0)
         return memra_fail(err, "%s: %s.attention.head_count must be positive", g.what, arch);
     c.head_dim = c.dim / c.n_heads;
     int64_t vlen = -1, rope_dims = -1;
-    if (g_int(&g, "attention.key_length", 1, 0, &c.head_dim, err) ||
-        g_int(&g, "attention.value_length", 1, 0, &vlen, err) ||
-        g_int(&g, "rope.dimension_count", 1, 0, &rope_dims, err))
+    if (cfg_gguf_int(&g, "attention.key_length", 1, 0, &c.head_dim, err) ||
+        cfg_gguf_int(&g, "attention.value_length", 1, 0, &vlen, err) ||
+        cfg_gguf_int(&g, "rope.dimension_count", 1, 0, &rope_dims, err))
         return -1;
     if (vlen >= 0 && vlen != c.head_dim)
         return memra_fail(err, "%s: %s.attention.value_length %" PRId64 " differs from key_length "
@@ -907,15 +491,15 @@ int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err)
                           "size %" PRId64 " (partial RoPE is not supported)", g.what, arch,
                           rope_dims, c.head_dim);
     c.rope_theta = 10000.0;
-    if (g_num(&g, "attention.layer_norm_rms_epsilon", 1, 1, &c.norm_eps, err) ||
-        g_num(&g, "rope.freq_base", 1, 0, &c.rope_theta, err))
+    if (cfg_gguf_num(&g, "attention.layer_norm_rms_epsilon", 1, 1, &c.norm_eps, err) ||
+        cfg_gguf_num(&g, "rope.freq_base", 1, 0, &c.rope_theta, err))
         return -1;
 
     /* Vocab: the key, else the token list, else the embedding's rows. */
     const gguf_kv *toks = gguf_find_kv(f, "tokenizer.ggml.tokens");
     const gguf_tensor *embd = gguf_find_tensor(f, "token_embd.weight");
     c.n_vocab = -1;
-    if (g_int(&g, "vocab_size", 1, 0, &c.n_vocab, err))
+    if (cfg_gguf_int(&g, "vocab_size", 1, 0, &c.n_vocab, err))
         return -1;
     if (c.n_vocab < 0 && toks && toks->value.type == GGUF_ARRAY)
         c.n_vocab = toks->value.v.arr.n > (uint64_t)INT64_MAX ? INT64_MAX
@@ -930,22 +514,22 @@ int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err)
     c.tie_embeddings = ht->tie;
     if (f->n_tensors > 0)
         c.tie_embeddings = embd && !gguf_find_tensor(f, "output.weight");
-    if (g_bool(&g, "memra.tie_word_embeddings", 0, &c.tie_embeddings, err))
+    if (cfg_gguf_bool(&g, "memra.tie_word_embeddings", 0, &c.tie_embeddings, err))
         return -1;
-    c.attn_bias = c.family == FAMILY_QWEN2 || gguf_find_tensor(f, "blk.0.attn_q.bias") != NULL;
-    if (g_bool(&g, "memra.attention.bias", 0, &c.attn_bias, err))
+    c.attn_bias = fam->attn_bias_always || gguf_find_tensor(f, "blk.0.attn_q.bias") != NULL;
+    if (cfg_gguf_bool(&g, "memra.attention.bias", 0, &c.attn_bias, err))
         return -1;
-    c.qk_norm = c.family == FAMILY_QWEN3 || c.family == FAMILY_QWEN3_MOE || gemma;
+    c.qk_norm = fam->qk_norm;
 
     /* RoPE scaling. */
     const char *st = NULL, *mst = NULL;
     double scale_linear = 0;
-    if (g_str(&g, "rope.scaling.type", 1, &st, err) ||
-        g_num(&g, "rope.scale_linear", 1, 0, &scale_linear, err) ||
-        g_str(&g, "memra.rope.scaling.type", 0, &mst, err))
+    if (cfg_gguf_str(&g, "rope.scaling.type", 1, &st, err) ||
+        cfg_gguf_num(&g, "rope.scale_linear", 1, 0, &scale_linear, err) ||
+        cfg_gguf_str(&g, "memra.rope.scaling.type", 0, &mst, err))
         return -1;
     if (st && strcmp(st, "none") != 0) {
-        if (g_num(&g, "rope.scaling.factor", 1, 1, &c.rope_scaling.factor, err))
+        if (cfg_gguf_num(&g, "rope.scaling.factor", 1, 1, &c.rope_scaling.factor, err))
             return -1;
         if (strcmp(st, "linear") == 0) {
             c.rope_scaling.kind = ROPE_SCALING_LINEAR;
@@ -955,11 +539,13 @@ int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err)
             c.rope_scaling.original_ctx = c.n_ctx_train;
             c.rope_scaling.beta_fast = 32;
             c.rope_scaling.beta_slow = 1;
-            if (g_int(&g, "rope.scaling.original_context_length", 1, 0,
-                      &c.rope_scaling.original_ctx, err) ||
-                g_num(&g, "rope.scaling.yarn_beta_fast", 1, 0, &c.rope_scaling.beta_fast, err) ||
-                g_num(&g, "rope.scaling.yarn_beta_slow", 1, 0, &c.rope_scaling.beta_slow, err) ||
-                g_num(&g, "rope.scaling.yarn_attn_factor", 1, 0, &attn, err))
+            if (cfg_gguf_int(&g, "rope.scaling.original_context_length", 1, 0,
+                             &c.rope_scaling.original_ctx, err) ||
+                cfg_gguf_num(&g, "rope.scaling.yarn_beta_fast", 1, 0, &c.rope_scaling.beta_fast,
+                             err) ||
+                cfg_gguf_num(&g, "rope.scaling.yarn_beta_slow", 1, 0, &c.rope_scaling.beta_slow,
+                             err) ||
+                cfg_gguf_num(&g, "rope.scaling.yarn_attn_factor", 1, 0, &attn, err))
                 return -1;
             c.rope_scaling.attn_factor = attn * yarn_mscale(c.rope_scaling.factor, 1.0);
         } else {
@@ -978,54 +564,21 @@ int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err)
             return memra_fail(err, "%s: both %s.rope.scaling.type and memra.rope.scaling.type "
                               "are set", g.what, arch);
         c.rope_scaling.kind = ROPE_SCALING_LLAMA3;
-        if (g_num(&g, "memra.rope.scaling.factor", 0, 1, &c.rope_scaling.factor, err) ||
-            g_num(&g, "memra.rope.scaling.low_freq_factor", 0, 1,
-                  &c.rope_scaling.low_freq_factor, err) ||
-            g_num(&g, "memra.rope.scaling.high_freq_factor", 0, 1,
-                  &c.rope_scaling.high_freq_factor, err) ||
-            g_int(&g, "memra.rope.scaling.original_context_length", 0, 1,
-                  &c.rope_scaling.original_ctx, err))
-            return -1;
-    } else if (c.rope_scaling.kind == ROPE_SCALING_NONE && c.family == FAMILY_LLAMA) {
-        const gguf_tensor *rf = gguf_find_tensor(f, "rope_freqs.weight");
-        if (rf) {
-            if (c.head_dim <= 0 || c.head_dim > MAX_SIZE)
-                return memra_fail(err, "%s: head size %" PRId64 " is out of range", g.what,
-                                  c.head_dim);
-            if (finite_pos(g.what, "rope.freq_base", c.rope_theta, err))
-                return -1;
-            if (llama3_from_rope_freqs(&g, rf, &c, err) != 0)
-                return -1;
-        }
-    }
-
-    if (c.family == FAMILY_QWEN3_MOE) {
-        c.norm_topk_prob = 1; /* llama.cpp always renormalizes qwen3moe's top-k */
-        if (g_int(&g, "expert_count", 1, 1, &c.n_experts, err) ||
-            g_int(&g, "expert_used_count", 1, 1, &c.n_experts_used, err) ||
-            g_int(&g, "expert_feed_forward_length", 1, 1, &c.moe_ffn_dim, err) ||
-            g_bool(&g, "expert_weights_norm", 1, &c.norm_topk_prob, err))
+        if (cfg_gguf_num(&g, "memra.rope.scaling.factor", 0, 1, &c.rope_scaling.factor, err) ||
+            cfg_gguf_num(&g, "memra.rope.scaling.low_freq_factor", 0, 1,
+                         &c.rope_scaling.low_freq_factor, err) ||
+            cfg_gguf_num(&g, "memra.rope.scaling.high_freq_factor", 0, 1,
+                         &c.rope_scaling.high_freq_factor, err) ||
+            cfg_gguf_int(&g, "memra.rope.scaling.original_context_length", 0, 1,
+                         &c.rope_scaling.original_ctx, err))
             return -1;
     }
-    if (g_int(&g, "attention.sliding_window", 1, 0, &c.sliding_window, err))
+    if (cfg_gguf_int(&g, "attention.sliding_window", 1, 0, &c.sliding_window, err))
         return -1;
-    if (gemma) {
-        c.rope_local_theta = 10000.0;
-        c.sliding_window_pattern = 6;
-        /* llama.cpp's rule: 27B (62 layers) scales by dim/n_heads. */
-        c.query_pre_attn_scalar =
-            c.n_layers == 62 ? (double)(c.dim / c.n_heads) : (double)c.head_dim;
-        if (g_num(&g, "rope.freq_base_swa", 1, 0, &c.rope_local_theta, err) ||
-            g_int(&g, "memra.attention.sliding_window_pattern", 0, 0, &c.sliding_window_pattern,
-                  err) ||
-            g_num(&g, "memra.attention.query_pre_attn_scalar", 0, 0, &c.query_pre_attn_scalar,
-                  err) ||
-            g_num(&g, "final_logit_softcapping", 1, 0, &c.final_softcap, err) ||
-            g_num(&g, "attn_logit_softcapping", 1, 0, &c.attn_softcap, err))
-            return -1;
-    }
-    if (g_token(&g, "tokenizer.ggml.bos_token_id", &c.bos_id, err) ||
-        g_token(&g, "tokenizer.ggml.eos_token_id", &c.eos_id, err))
+    if (fam->gguf_read && fam->gguf_read(&g, &c, err) != 0)
+        return -1;
+    if (cfg_gguf_token(&g, "tokenizer.ggml.bos_token_id", &c.bos_id, err) ||
+        cfg_gguf_token(&g, "tokenizer.ggml.eos_token_id", &c.eos_id, err))
         return -1;
 
     if (config_validate(&c, g.what, err) != 0)
@@ -1034,37 +587,24 @@ int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err)
     return 0;
 }
 
-static void set_u32(gguf_writer *w, const char *arch, const char *key, int64_t v)
-{
-    char full[256];
-    snprintf(full, sizeof full, "%s.%s", arch, key);
-    gguf_writer_set_u32(w, full, (uint32_t)v);
-}
-
-static void set_f32(gguf_writer *w, const char *arch, const char *key, double v)
-{
-    char full[256];
-    snprintf(full, sizeof full, "%s.%s", arch, key);
-    gguf_writer_set_f32(w, full, (float)v);
-}
-
 void config_to_gguf(const model_config *c, gguf_writer *w)
 {
-    const char *arch = family_gguf_arch(c->family);
-    const hf_type *ht = hf_type_default(c->family);
+    const model_family_desc *fam = family_desc(c->family);
+    const char *arch = fam->gguf_arch;
+    const family_hf_type *ht = &fam->hf_types[0];
     gguf_writer_set_str(w, "general.architecture", arch);
-    set_u32(w, arch, "vocab_size", c->n_vocab);
-    set_u32(w, arch, "context_length", c->n_ctx_train);
-    set_u32(w, arch, "embedding_length", c->dim);
-    set_u32(w, arch, "block_count", c->n_layers);
-    set_u32(w, arch, "feed_forward_length", c->ffn_dim);
-    set_u32(w, arch, "attention.head_count", c->n_heads);
-    set_u32(w, arch, "attention.head_count_kv", c->n_kv_heads);
-    set_u32(w, arch, "attention.key_length", c->head_dim);
-    set_u32(w, arch, "attention.value_length", c->head_dim);
-    set_u32(w, arch, "rope.dimension_count", c->head_dim);
-    set_f32(w, arch, "attention.layer_norm_rms_epsilon", c->norm_eps);
-    set_f32(w, arch, "rope.freq_base", c->rope_theta);
+    cfg_gguf_set_u32(w, arch, "vocab_size", c->n_vocab);
+    cfg_gguf_set_u32(w, arch, "context_length", c->n_ctx_train);
+    cfg_gguf_set_u32(w, arch, "embedding_length", c->dim);
+    cfg_gguf_set_u32(w, arch, "block_count", c->n_layers);
+    cfg_gguf_set_u32(w, arch, "feed_forward_length", c->ffn_dim);
+    cfg_gguf_set_u32(w, arch, "attention.head_count", c->n_heads);
+    cfg_gguf_set_u32(w, arch, "attention.head_count_kv", c->n_kv_heads);
+    cfg_gguf_set_u32(w, arch, "attention.key_length", c->head_dim);
+    cfg_gguf_set_u32(w, arch, "attention.value_length", c->head_dim);
+    cfg_gguf_set_u32(w, arch, "rope.dimension_count", c->head_dim);
+    cfg_gguf_set_f32(w, arch, "attention.layer_norm_rms_epsilon", c->norm_eps);
+    cfg_gguf_set_f32(w, arch, "rope.freq_base", c->rope_theta);
     char key[256];
     switch (c->rope_scaling.kind) {
     case ROPE_SCALING_NONE:
@@ -1072,18 +612,19 @@ void config_to_gguf(const model_config *c, gguf_writer *w)
     case ROPE_SCALING_LINEAR:
         snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
         gguf_writer_set_str(w, key, "linear");
-        set_f32(w, arch, "rope.scaling.factor", c->rope_scaling.factor);
+        cfg_gguf_set_f32(w, arch, "rope.scaling.factor", c->rope_scaling.factor);
         break;
     case ROPE_SCALING_YARN: {
         snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
         gguf_writer_set_str(w, key, "yarn");
-        set_f32(w, arch, "rope.scaling.factor", c->rope_scaling.factor);
-        set_u32(w, arch, "rope.scaling.original_context_length", c->rope_scaling.original_ctx);
-        set_f32(w, arch, "rope.scaling.yarn_beta_fast", c->rope_scaling.beta_fast);
-        set_f32(w, arch, "rope.scaling.yarn_beta_slow", c->rope_scaling.beta_slow);
+        cfg_gguf_set_f32(w, arch, "rope.scaling.factor", c->rope_scaling.factor);
+        cfg_gguf_set_u32(w, arch, "rope.scaling.original_context_length",
+                         c->rope_scaling.original_ctx);
+        cfg_gguf_set_f32(w, arch, "rope.scaling.yarn_beta_fast", c->rope_scaling.beta_fast);
+        cfg_gguf_set_f32(w, arch, "rope.scaling.yarn_beta_slow", c->rope_scaling.beta_slow);
         double ratio = c->rope_scaling.attn_factor / yarn_mscale(c->rope_scaling.factor, 1.0);
         if (ratio != 1.0)
-            set_f32(w, arch, "rope.scaling.yarn_attn_factor", ratio);
+            cfg_gguf_set_f32(w, arch, "rope.scaling.yarn_attn_factor", ratio);
         break;
     }
     case ROPE_SCALING_LLAMA3:
@@ -1097,26 +638,10 @@ void config_to_gguf(const model_config *c, gguf_writer *w)
                             (uint32_t)c->rope_scaling.original_ctx);
         break;
     }
-    if (c->family == FAMILY_QWEN3_MOE) {
-        set_u32(w, arch, "expert_count", c->n_experts);
-        set_u32(w, arch, "expert_used_count", c->n_experts_used);
-        set_u32(w, arch, "expert_feed_forward_length", c->moe_ffn_dim);
-        snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
-        gguf_writer_set_bool(w, key, c->norm_topk_prob);
-    }
     if (c->sliding_window > 0)
-        set_u32(w, arch, "attention.sliding_window", c->sliding_window);
-    if (c->family == FAMILY_GEMMA3) {
-        set_f32(w, arch, "rope.freq_base_swa", c->rope_local_theta);
-        gguf_writer_set_u32(w, "memra.attention.sliding_window_pattern",
-                            (uint32_t)c->sliding_window_pattern);
-        gguf_writer_set_f32(w, "memra.attention.query_pre_attn_scalar",
-                            (float)c->query_pre_attn_scalar);
-        if (c->final_softcap > 0)
-            set_f32(w, arch, "final_logit_softcapping", c->final_softcap);
-        if (c->attn_softcap > 0)
-            set_f32(w, arch, "attn_logit_softcapping", c->attn_softcap);
-    }
+        cfg_gguf_set_u32(w, arch, "attention.sliding_window", c->sliding_window);
+    if (fam->gguf_write)
+        fam->gguf_write(c, arch, w);
     if (c->bos_id >= 0)
         gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)c->bos_id);
     if (c->eos_id >= 0)
@@ -1131,22 +656,12 @@ void config_to_gguf(const model_config *c, gguf_writer *w)
 
 /* ---- HF out ---- */
 
-static void set_int(json_t *o, const char *key, int64_t v)
-{
-    json_object_set_new(o, key, json_integer(v));
-}
-
-static void set_num(json_t *o, const char *key, double v)
-{
-    json_object_set_new(o, key, json_real(v));
-}
-
 json_t *config_to_hf(const model_config *c)
 {
-    const hf_type *ht = hf_type_default(c->family);
-    if (c->hf_model_type[0] && hf_type_of(c->hf_model_type))
-        ht = hf_type_of(c->hf_model_type);
-    int mistral = strcmp(ht->model_type, "mistral") == 0;
+    const model_family_desc *fam = family_desc(c->family);
+    const family_hf_type *ht = &fam->hf_types[0], *named = NULL;
+    if (c->hf_model_type[0] && family_by_hf_type(c->hf_model_type, &named))
+        ht = named;
     json_t *o = json_object();
     json_t *archs = json_array();
     json_array_append_new(archs,
@@ -1154,23 +669,20 @@ json_t *config_to_hf(const model_config *c)
                                                             : ht->architecture));
     json_object_set_new(o, "architectures", archs);
     json_object_set_new(o, "model_type", json_string(ht->model_type));
-    set_int(o, "vocab_size", c->n_vocab);
-    set_int(o, "hidden_size", c->dim);
-    set_int(o, "intermediate_size", c->ffn_dim);
-    set_int(o, "num_hidden_layers", c->n_layers);
-    set_int(o, "num_attention_heads", c->n_heads);
-    set_int(o, "num_key_value_heads", c->n_kv_heads);
-    set_int(o, "head_dim", c->head_dim);
-    set_int(o, "max_position_embeddings", c->n_ctx_train);
-    set_num(o, "rms_norm_eps", c->norm_eps);
-    set_num(o, "rope_theta", c->rope_theta);
+    config_json_set_int(o, "vocab_size", c->n_vocab);
+    config_json_set_int(o, "hidden_size", c->dim);
+    config_json_set_int(o, "intermediate_size", c->ffn_dim);
+    config_json_set_int(o, "num_hidden_layers", c->n_layers);
+    config_json_set_int(o, "num_attention_heads", c->n_heads);
+    config_json_set_int(o, "num_key_value_heads", c->n_kv_heads);
+    config_json_set_int(o, "head_dim", c->head_dim);
+    config_json_set_int(o, "max_position_embeddings", c->n_ctx_train);
+    config_json_set_num(o, "rms_norm_eps", c->norm_eps);
+    config_json_set_num(o, "rope_theta", c->rope_theta);
     json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tie_embeddings));
-    if (c->family != FAMILY_QWEN2 && !mistral)
+    if (ht->attention_bias_key)
         json_object_set_new(o, "attention_bias", json_boolean(c->attn_bias));
-    if (c->family == FAMILY_GEMMA3)
-        json_object_set_new(o, "hidden_activation", json_string("gelu_pytorch_tanh"));
-    else
-        json_object_set_new(o, "hidden_act", json_string("silu"));
+    json_object_set_new(o, fam->hf_act_key, json_string(fam->hf_act));
     json_object_set_new(o, "bos_token_id", c->bos_id >= 0 ? json_integer(c->bos_id) : json_null());
     json_object_set_new(o, "eos_token_id", c->eos_id >= 0 ? json_integer(c->eos_id) : json_null());
     json_t *rs = json_null();
@@ -1180,51 +692,29 @@ json_t *config_to_hf(const model_config *c)
     case ROPE_SCALING_LINEAR:
         rs = json_object();
         json_object_set_new(rs, "rope_type", json_string("linear"));
-        set_num(rs, "factor", c->rope_scaling.factor);
+        config_json_set_num(rs, "factor", c->rope_scaling.factor);
         break;
     case ROPE_SCALING_LLAMA3:
         rs = json_object();
         json_object_set_new(rs, "rope_type", json_string("llama3"));
-        set_num(rs, "factor", c->rope_scaling.factor);
-        set_num(rs, "low_freq_factor", c->rope_scaling.low_freq_factor);
-        set_num(rs, "high_freq_factor", c->rope_scaling.high_freq_factor);
-        set_int(rs, "original_max_position_embeddings", c->rope_scaling.original_ctx);
+        config_json_set_num(rs, "factor", c->rope_scaling.factor);
+        config_json_set_num(rs, "low_freq_factor", c->rope_scaling.low_freq_factor);
+        config_json_set_num(rs, "high_freq_factor", c->rope_scaling.high_freq_factor);
+        config_json_set_int(rs, "original_max_position_embeddings", c->rope_scaling.original_ctx);
         break;
     case ROPE_SCALING_YARN:
         rs = json_object();
         json_object_set_new(rs, "rope_type", json_string("yarn"));
-        set_num(rs, "factor", c->rope_scaling.factor);
-        set_int(rs, "original_max_position_embeddings", c->rope_scaling.original_ctx);
-        set_num(rs, "beta_fast", c->rope_scaling.beta_fast);
-        set_num(rs, "beta_slow", c->rope_scaling.beta_slow);
-        set_num(rs, "attention_factor", c->rope_scaling.attn_factor);
+        config_json_set_num(rs, "factor", c->rope_scaling.factor);
+        config_json_set_int(rs, "original_max_position_embeddings", c->rope_scaling.original_ctx);
+        config_json_set_num(rs, "beta_fast", c->rope_scaling.beta_fast);
+        config_json_set_num(rs, "beta_slow", c->rope_scaling.beta_slow);
+        config_json_set_num(rs, "attention_factor", c->rope_scaling.attn_factor);
         break;
     }
     json_object_set_new(o, "rope_scaling", rs);
-    if (mistral)
-        json_object_set_new(o, "sliding_window",
-                            c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
-    if (c->family == FAMILY_QWEN2 || c->family == FAMILY_QWEN3 || c->family == FAMILY_QWEN3_MOE)
-        json_object_set_new(o, "use_sliding_window", json_false());
-    if (c->family == FAMILY_QWEN3_MOE) {
-        set_int(o, "num_experts", c->n_experts);
-        set_int(o, "num_experts_per_tok", c->n_experts_used);
-        set_int(o, "moe_intermediate_size", c->moe_ffn_dim);
-        json_object_set_new(o, "norm_topk_prob", json_boolean(c->norm_topk_prob));
-        set_int(o, "decoder_sparse_step", 1);
-        json_object_set_new(o, "mlp_only_layers", json_array());
-    }
-    if (c->family == FAMILY_GEMMA3) {
-        set_num(o, "query_pre_attn_scalar", c->query_pre_attn_scalar);
-        json_object_set_new(o, "sliding_window",
-                            c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
-        set_int(o, "sliding_window_pattern", c->sliding_window_pattern);
-        set_num(o, "rope_local_base_freq", c->rope_local_theta);
-        json_object_set_new(o, "final_logit_softcapping",
-                            c->final_softcap > 0 ? json_real(c->final_softcap) : json_null());
-        json_object_set_new(o, "attn_logit_softcapping",
-                            c->attn_softcap > 0 ? json_real(c->attn_softcap) : json_null());
-    }
+    if (fam->hf_write)
+        fam->hf_write(c, ht, o);
     json_object_set_new(o, "torch_dtype", json_string("bfloat16"));
     return o;
 }

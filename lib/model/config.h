@@ -10,12 +10,12 @@
 #include "core/err.h"
 #include "format/gguf.h"
 
+/* FAMILY_LLAMA, FAMILY_QWEN2 ...: one per row of the registry
+ * (families.def); each family's descriptor is in family.h. */
 typedef enum {
-    FAMILY_LLAMA = 0, /* Llama 2/3.x, Mistral */
-    FAMILY_QWEN2,     /* QKV bias */
-    FAMILY_QWEN3,     /* QK-norm */
-    FAMILY_QWEN3_MOE, /* QK-norm + routed experts */
-    FAMILY_GEMMA3,    /* gemma3_text */
+#define MEMRA_FAMILY(id, desc) FAMILY_##id,
+#include "model/families.def"
+#undef MEMRA_FAMILY
     FAMILY_COUNT
 } model_family;
 
@@ -67,6 +67,7 @@ typedef struct {
     int64_t bos_id, eos_id; /* -1 when the config does not say */
 } model_config;
 
+/* From the family's descriptor (families.c); "?" for no family. */
 const char *family_name(model_family f);      /* "llama", "qwen3_moe" ... */
 const char *family_gguf_arch(model_family f); /* "llama", "qwen2", "qwen3", "qwen3moe", "gemma3" */
 

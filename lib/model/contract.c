@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "model/family.h"
 #include "model/tensor_names.h"
 
 static const char *const role_names[ROLE_COUNT] = {
@@ -234,25 +235,10 @@ int contract_build(const model_config *c, checkpoint_format naming, tensor_contr
     if ((double)c->n_layers * per_layer > 1e7)
         return memra_fail(err, "contract: %" PRId64 " layers of %" PRId64 " experts would be "
                           "over 10 million tensors", c->n_layers, c->n_experts);
-    switch (c->family) {
-    case FAMILY_LLAMA:
-        llama_contract(c, out);
-        break;
-    case FAMILY_QWEN2:
-        qwen2_contract(c, out);
-        break;
-    case FAMILY_QWEN3:
-        qwen3_contract(c, out);
-        break;
-    case FAMILY_QWEN3_MOE:
-        qwen3_moe_contract(c, out);
-        break;
-    case FAMILY_GEMMA3:
-        gemma3_contract(c, out);
-        break;
-    default:
+    const model_family_desc *fam = family_desc(c->family);
+    if (!fam || !fam->contract)
         return memra_fail(err, "contract: no tensor contract for family %d", (int)c->family);
-    }
+    fam->contract(c, out);
     build_indexes(out);
     return 0;
 }

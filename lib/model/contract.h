@@ -10,7 +10,8 @@
  * cols]; HF names each expert's [rows, cols] separately.
  *
  * Each family file (llama.c, qwen2.c, ...) declares its tensors through the
- * contract_add_* helpers below; contract.c turns them into either naming. */
+ * contract_add_* helpers below, in the function its descriptor's contract
+ * points to (family.h); contract.c turns them into either naming. */
 #ifndef MEMRA_MODEL_CONTRACT_H
 #define MEMRA_MODEL_CONTRACT_H
 
@@ -172,15 +173,6 @@ void contract_add_experts(tensor_contract *k, tensor_role role, int layer,
                           const char *gguf_name, int64_t n_experts, int64_t rows, int64_t cols);
 /* token_embd, output_norm and output (optional when tied). */
 void contract_add_globals(tensor_contract *k, const model_config *c, unsigned norm_flags);
-
-/* The family contracts (lib/model/<family>.c). */
-void llama_contract(const model_config *c, tensor_contract *k);
-void qwen2_contract(const model_config *c, tensor_contract *k);
-void qwen3_contract(const model_config *c, tensor_contract *k);
-/* qwen3's per-layer attention tensors and pre-FFN norm, shared with qwen3_moe. */
-void qwen3_attention_contract(const model_config *c, tensor_contract *k, int l);
-void qwen3_moe_contract(const model_config *c, tensor_contract *k);
-void gemma3_contract(const model_config *c, tensor_contract *k);
 
 /* llama3 rope scaling as llama.cpp's rope_freqs.weight holds it: for each
  * of the head_dim/2 frequencies, the factor its wavelength is divided by

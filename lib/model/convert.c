@@ -22,6 +22,7 @@
 #include "format/safetensors.h"
 #include "format/tensor_cast.h"
 #include "model/contract.h"
+#include "model/family.h"
 
 /* dir/name into out; a path that does not fit is an error, never a
  * silently shortened name. */
@@ -131,7 +132,8 @@ static void random_values(const produce_ctx *c, const contract_entry *e, int exp
     int is_bias = r == ROLE_ATTN_Q_BIAS || r == ROLE_ATTN_K_BIAS || r == ROLE_ATTN_V_BIAS ||
                   r == ROLE_ATTN_O_BIAS;
     if (is_norm || is_bias) {
-        float v = is_bias ? 0.0f : (c->cfg->family == FAMILY_GEMMA3 ? 0.0f : 1.0f);
+        /* A norm that adds 1 to its weight (gemma3) is neutral at 0. */
+        float v = is_bias ? 0.0f : (family_desc(c->cfg->family)->norm_adds_one ? 0.0f : 1.0f);
         for (int64_t i = 0; i < n; i++)
             dst[i] = v;
         return;

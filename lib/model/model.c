@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "model/family.h"
 
 /* ---- weights ---- */
 
@@ -100,7 +101,7 @@ static int bind_layer(model *m, const contract_binding *b, int l, layer_weights 
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(plain); i++)
         if (bind_weight(m, b, plain[i].role, l, (bk_weight *)((char *)lw + plain[i].off), err))
             return -1;
-    if (m->config.family == FAMILY_QWEN3_MOE) {
+    if (family_desc(m->config.family)->moe) {
         if (bind_experts(m, b, ROLE_MOE_GATE_EXPS, l, &lw->moe_gate, err) ||
             bind_experts(m, b, ROLE_MOE_UP_EXPS, l, &lw->moe_up, err) ||
             bind_experts(m, b, ROLE_MOE_DOWN_EXPS, l, &lw->moe_down, err))
@@ -127,55 +128,44 @@ static int bind_weights(model *m, const contract_binding *b, memra_err *err)
 
 /* ---- derived parameters ---- */
 
-/* gemma3: layer l slides unless (l + 1) is a multiple of the pattern. */
-static int layer_slides(const model_config *c, int l)
-{
-    if (c->family != FAMILY_GEMMA3)
-        return 0;
-    return c->sliding_window_pattern <= 0 || (l + 1) % c->sliding_window_pattern != 0;
-}
-
+/* RoPE tables and each layer's attention shape: every layer global with
+ * scale head_dim^-1/2, the config's window and soft-cap, unless the family's
+ * layer_attention says otherwise (gemma3's sliding layers, with their own
+ * RoPE base). */
 static void setup_layers(model *m)
 {
     const model_config *c = &m->config;
+    const model_family_desc *fam = family_desc(c->family);
     int half = (int)(c->head_dim / 2);
-    rope_pairing pairing = (c->family == FAMILY_LLAMA && m->format == CKPT_GGUF)
+    rope_pairing pairing = (fam->gguf_rope_permuted && m->format == CKPT_GGUF)
                                ? ROPE_PAIR_ADJACENT
                                : ROPE_PAIR_NEOX;
     m->inv_freq_global = xmalloc((size_t)half * sizeof(float));
     model_rope_inv_freq(c, c->rope_theta, 1, m->inv_freq_global, &m->rope_global.attn_factor);
     m->rope_global = (bk_rope){pairing, half, m->inv_freq_global, m->rope_global.attn_factor};
-    /* gemma3's local layers: their own base, never scaled (transformers
-     * builds their rotary embedding with rope_type "default"). */
+    /* The local layers' tables: their own base, never scaled (transformers
+     * builds gemma3's local rotary embedding with rope_type "default"). */
     m->inv_freq_local = xmalloc((size_t)half * sizeof(float));
-    double local_theta = c->family == FAMILY_GEMMA3 ? c->rope_local_theta : c->rope_theta;
+    double local_theta = fam->sliding_pattern ? c->rope_local_theta : c->rope_theta;
     model_rope_inv_freq(c, local_theta, 0, m->inv_freq_local, &m->rope_local.attn_factor);
     m->rope_local = (bk_rope){pairing, half, m->inv_freq_local, 1.0f};
 
-    double scalar = c->family == FAMILY_GEMMA3 ? c->query_pre_attn_scalar : (double)c->head_dim;
-    float scale = (float)pow(scalar, -0.5);
+    float scale = (float)pow((double)c->head_dim, -0.5);
     m->attn = xcalloc((size_t)c->n_layers, sizeof *m->attn);
     m->rope = xcalloc((size_t)c->n_layers, sizeof *m->rope);
     for (int l = 0; l < c->n_layers; l++) {
-        int slides = layer_slides(c, l);
         bk_attn *a = &m->attn[l];
         a->layer = l;
         a->n_heads = (int)c->n_heads;
         a->n_kv_heads = (int)c->n_kv_heads;
         a->head_dim = (int)c->head_dim;
         a->scale = scale;
-        /* gemma3's attn_logit_softcapping is read but not applied:
-         * transformers' Gemma3Attention never passes it to the attention
-         * kernel (gemma2's does), and llama.cpp's gemma3 graph has no
-         * attention soft-cap either. Measured against transformers 5.17
-         * (tests/fixtures/parity/tiny-gemma3, soft-cap 2.5): 3e-7 without
-         * it, 9e-2 with it. The op keeps soft-capping for families that
-         * use it. */
-        a->softcap = c->family == FAMILY_GEMMA3 ? 0.0f : (float)c->attn_softcap;
-        /* Mistral slides every layer; gemma3 only its local layers. */
-        a->window = c->family == FAMILY_GEMMA3 ? (slides ? c->sliding_window : 0)
-                                               : c->sliding_window;
-        m->rope[l] = slides ? &m->rope_local : &m->rope_global;
+        a->softcap = (float)c->attn_softcap;
+        a->window = c->sliding_window; /* Mistral slides every layer */
+        int local = 0;
+        if (fam->layer_attention)
+            fam->layer_attention(c, l, a, &local);
+        m->rope[l] = local ? &m->rope_local : &m->rope_global;
     }
 }
 
@@ -213,19 +203,10 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
     if (c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads != 0)
         return memra_fail(err, "model: %" PRId64 " heads are not a multiple of %" PRId64
                           " KV heads", c->n_heads, c->n_kv_heads);
-    switch (c->family) {
-    case FAMILY_LLAMA: case FAMILY_QWEN2: case FAMILY_QWEN3:
-        m->forward_layers = llama_forward;
-        break;
-    case FAMILY_QWEN3_MOE:
-        m->forward_layers = qwen3_moe_forward;
-        break;
-    case FAMILY_GEMMA3:
-        m->forward_layers = gemma3_forward;
-        break;
-    default:
+    const model_family_desc *fam = family_desc(c->family);
+    if (!fam || !fam->forward)
         return memra_fail(err, "model: family %d has no forward pass", (int)c->family);
-    }
+    m->forward_layers = fam->forward;
     if (bind_weights(m, b, err) != 0) {
         model_free(m);
         return -1;
@@ -233,12 +214,12 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
     contract_bytes cb;
     contract_bytes_of(b, c, &cb);
     m->bytes_per_token = cb.per_token;
-    m->norm_offset = (c->family == FAMILY_GEMMA3 && format == CKPT_HF) ? 1.0f : 0.0f;
+    m->norm_offset = (fam->norm_adds_one && format == CKPT_HF) ? 1.0f : 0.0f;
     /* transformers multiplies by sqrt(hidden_size) cast to the compute
      * dtype; we compute in f32, as the reference does when run in f32. */
-    m->embed_scale = c->family == FAMILY_GEMMA3 ? (float)sqrt((double)c->dim) : 1.0f;
+    m->embed_scale = fam->embed_scale_sqrt_dim ? (float)sqrt((double)c->dim) : 1.0f;
     m->norm_eps = (float)c->norm_eps;
-    m->act = c->family == FAMILY_GEMMA3 ? BK_ACT_GELU_TANH : BK_ACT_SILU;
+    m->act = fam->act;
     setup_layers(m);
     /* A backend that keeps K and V itself (kv_prepare) gets the block
      * tables only: no host storage, not even untouched address space. */

@@ -4,13 +4,14 @@
  * one step of up to `cap` rows, and the paged KV cache), and the model
  * itself: the three plus the backend and the bytes a decode step streams.
  *
- * A family writes its forward pass once against the backend ops
- * (llama_forward.c for llama/qwen2/qwen3, qwen3_moe_forward.c,
- * gemma3_forward.c): embedding and layers, leaving the final residual
- * stream in state.x. model_forward adds the final norm and the head.
+ * A family writes its forward pass once against the backend ops, in its
+ * own file (llama_forward in llama.c, which qwen2 and qwen3 share;
+ * qwen3_moe.c; gemma3.c) and names it in its descriptor (family.h):
+ * embedding and layers, leaving the final residual stream in state.x.
+ * model_forward adds the final norm and the head.
  *
- * Layout facts the forward passes rely on, fixed at load from the family
- * and the checkpoint format, so no weight is ever rewritten:
+ * Layout facts the forward passes rely on, fixed at load from the family's
+ * descriptor and the checkpoint format, so no weight is ever rewritten:
  *   - a llama-family GGUF holds Q/K rows permuted by llama.cpp's converter,
  *     so RoPE pairs adjacent elements there; HF llama weights and every
  *     other family pair element i with i + head_dim/2 (rotate_half);
@@ -134,9 +135,6 @@ void model_report_hidden(model *m, int index, const bk_batch *rows, const float 
  * ([n][dim], before any post-norm and the residual add). */
 void model_attention(model *m, int l, const bk_batch *rows, const float *in, float *out);
 
-void llama_forward(model *m, const bk_batch *rows, const int32_t *tokens);
-void qwen3_moe_forward(model *m, const bk_batch *rows, const int32_t *tokens);
-void gemma3_forward(model *m, const bk_batch *rows, const int32_t *tokens);
 
 /* RoPE inverse frequencies [head_dim / 2] for base theta, as transformers
  * computes them in f32; with `scaled`, the config's rope scaling (linear,

@@ -5,66 +5,33 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "model/family.h"
 
-/* Family bit masks for the name table. */
-#define F_LLAMA (1u << FAMILY_LLAMA)
-#define F_QWEN2 (1u << FAMILY_QWEN2)
-#define F_QWEN3 (1u << FAMILY_QWEN3)
-#define F_QWEN3_MOE (1u << FAMILY_QWEN3_MOE)
-#define F_GEMMA3 (1u << FAMILY_GEMMA3)
-#define F_ALL (F_LLAMA | F_QWEN2 | F_QWEN3 | F_QWEN3_MOE | F_GEMMA3)
-#define F_QKNORM (F_QWEN3 | F_QWEN3_MOE | F_GEMMA3)
-#define F_DENSE (F_LLAMA | F_QWEN2 | F_QWEN3 | F_GEMMA3)
-/* Families whose HF post_attention_layernorm is the pre-FFN norm. */
-#define F_PRE_FFN_IS_POST_ATTN (F_LLAMA | F_QWEN2 | F_QWEN3 | F_QWEN3_MOE)
-
-typedef struct {
-    const char *gguf; /* suffix after "blk.N." */
-    const char *hf;   /* suffix after "model.layers.N."; experts: after "mlp.experts.E." */
-    unsigned families;
-    int expert; /* merged in GGUF, per expert in HF */
-} layer_name;
-
-static const layer_name layer_names[] = {
-    {"attn_norm.weight", "input_layernorm.weight", F_ALL, 0},
-    {"attn_q.weight", "self_attn.q_proj.weight", F_ALL, 0},
-    {"attn_k.weight", "self_attn.k_proj.weight", F_ALL, 0},
-    {"attn_v.weight", "self_attn.v_proj.weight", F_ALL, 0},
-    {"attn_output.weight", "self_attn.o_proj.weight", F_ALL, 0},
-    {"attn_q.bias", "self_attn.q_proj.bias", F_ALL, 0},
-    {"attn_k.bias", "self_attn.k_proj.bias", F_ALL, 0},
-    {"attn_v.bias", "self_attn.v_proj.bias", F_ALL, 0},
-    {"attn_output.bias", "self_attn.o_proj.bias", F_ALL, 0},
-    {"attn_q_norm.weight", "self_attn.q_norm.weight", F_QKNORM, 0},
-    {"attn_k_norm.weight", "self_attn.k_norm.weight", F_QKNORM, 0},
-    {"ffn_norm.weight", "post_attention_layernorm.weight", F_PRE_FFN_IS_POST_ATTN, 0},
-    {"post_attention_norm.weight", "post_attention_layernorm.weight", F_GEMMA3, 0},
-    {"ffn_norm.weight", "pre_feedforward_layernorm.weight", F_GEMMA3, 0},
-    {"post_ffw_norm.weight", "post_feedforward_layernorm.weight", F_GEMMA3, 0},
-    {"ffn_gate.weight", "mlp.gate_proj.weight", F_DENSE, 0},
-    {"ffn_up.weight", "mlp.up_proj.weight", F_DENSE, 0},
-    {"ffn_down.weight", "mlp.down_proj.weight", F_DENSE, 0},
-    {"ffn_gate_inp.weight", "mlp.gate.weight", F_QWEN3_MOE, 0},
-    {"ffn_gate_exps.weight", "gate_proj.weight", F_QWEN3_MOE, 1},
-    {"ffn_up_exps.weight", "up_proj.weight", F_QWEN3_MOE, 1},
-    {"ffn_down_exps.weight", "down_proj.weight", F_QWEN3_MOE, 1},
+/* The names every family shares; a family's own are in its descriptor
+ * (family_tensor_name), looked up after these. */
+static const family_tensor_name common_names[] = {
+    {"token_embd.weight", "model.embed_tokens.weight", 1, 0},
+    {"output_norm.weight", "model.norm.weight", 1, 0},
+    {"output.weight", "lm_head.weight", 1, 0},
+    {"attn_norm.weight", "input_layernorm.weight", 0, 0},
+    {"attn_q.weight", "self_attn.q_proj.weight", 0, 0},
+    {"attn_k.weight", "self_attn.k_proj.weight", 0, 0},
+    {"attn_v.weight", "self_attn.v_proj.weight", 0, 0},
+    {"attn_output.weight", "self_attn.o_proj.weight", 0, 0},
+    {"attn_q.bias", "self_attn.q_proj.bias", 0, 0},
+    {"attn_k.bias", "self_attn.k_proj.bias", 0, 0},
+    {"attn_v.bias", "self_attn.v_proj.bias", 0, 0},
+    {"attn_output.bias", "self_attn.o_proj.bias", 0, 0},
 };
 
-typedef struct {
-    const char *gguf, *hf; /* hf NULL: GGUF-only */
-    unsigned families;
-} global_name;
-
-static const global_name global_names[] = {
-    {"token_embd.weight", "model.embed_tokens.weight", F_ALL},
-    {"output_norm.weight", "model.norm.weight", F_ALL},
-    {"output.weight", "lm_head.weight", F_ALL},
-    {"rope_freqs.weight", NULL, F_LLAMA},
-};
-
-static unsigned family_bit(model_family f)
+/* The i-th name of family d: the common ones first, then its own; NULL
+ * past the last. */
+static const family_tensor_name *name_at(const model_family_desc *d, size_t i)
 {
-    return (f >= 0 && f < FAMILY_COUNT) ? 1u << f : 0;
+    if (i < MEMRA_ARRAY_LEN(common_names))
+        return &common_names[i];
+    i -= MEMRA_ARRAY_LEN(common_names);
+    return i < d->n_tensor_names ? &d->tensor_names[i] : NULL;
 }
 
 /* A layer or expert index: plain decimal digits, no sign, no leading zero
@@ -100,41 +67,36 @@ static const char *strip_prefix(const char *s, const char *prefix)
 
 int tensor_name_hf_to_gguf(model_family f, const char *hf, char *out, size_t n, int *expert)
 {
-    unsigned bit = family_bit(f);
+    const model_family_desc *d = family_desc(f);
     char norm[256];
     if (expert)
         *expert = -1;
-    if (!bit || !hf)
+    if (!d || !hf)
         return -1;
-    /* gemma3 multimodal checkpoints keep the text model under another
-     * prefix; normalize it to the text-only spelling. */
-    if (f == FAMILY_GEMMA3) {
-        const char *rest;
-        if ((rest = strip_prefix(hf, "language_model.model.")) ||
-            (rest = strip_prefix(hf, "model.language_model."))) {
-            if ((size_t)snprintf(norm, sizeof norm, "model.%s", rest) >= sizeof norm)
+    /* A family's other spellings of the prefix (gemma3's multimodal
+     * checkpoints) are normalized to the text-only one. */
+    for (size_t i = 0; i < d->n_hf_prefixes; i++) {
+        const char *rest = strip_prefix(hf, d->hf_prefixes[i].from);
+        if (rest) {
+            if ((size_t)snprintf(norm, sizeof norm, "%s%s", d->hf_prefixes[i].to, rest) >=
+                sizeof norm)
                 return -1;
             hf = norm;
-        } else if ((rest = strip_prefix(hf, "language_model.lm_head."))) {
-            if ((size_t)snprintf(norm, sizeof norm, "lm_head.%s", rest) >= sizeof norm)
-                return -1;
-            hf = norm;
+            break;
         }
     }
-    for (size_t i = 0; i < MEMRA_ARRAY_LEN(global_names); i++) {
-        const global_name *g = &global_names[i];
-        if ((g->families & bit) && g->hf && strcmp(hf, g->hf) == 0)
-            return fits(snprintf(out, n, "%s", g->gguf), n);
-    }
+    const family_tensor_name *e;
+    for (size_t i = 0; (e = name_at(d, i)); i++)
+        if (e->global && e->hf && strcmp(hf, e->hf) == 0)
+            return fits(snprintf(out, n, "%s", e->gguf), n);
     const char *p = strip_prefix(hf, "model.layers.");
     int layer;
     size_t k;
     if (!p || !(k = parse_index(p, &layer)) || p[k] != '.')
         return -1;
     p += k + 1;
-    for (size_t i = 0; i < MEMRA_ARRAY_LEN(layer_names); i++) {
-        const layer_name *e = &layer_names[i];
-        if (!(e->families & bit))
+    for (size_t i = 0; (e = name_at(d, i)); i++) {
+        if (e->global || !e->hf)
             continue;
         if (!e->expert) {
             if (strcmp(p, e->hf) == 0)
@@ -154,15 +116,15 @@ int tensor_name_hf_to_gguf(model_family f, const char *hf, char *out, size_t n, 
 
 int tensor_name_gguf_to_hf(model_family f, const char *gguf, int expert, char *out, size_t n)
 {
-    unsigned bit = family_bit(f);
-    if (!bit || !gguf || expert < -1)
+    const model_family_desc *d = family_desc(f);
+    if (!d || !gguf || expert < -1)
         return -1;
-    for (size_t i = 0; i < MEMRA_ARRAY_LEN(global_names); i++) {
-        const global_name *g = &global_names[i];
-        if ((g->families & bit) && strcmp(gguf, g->gguf) == 0) {
-            if (!g->hf || expert != -1)
+    const family_tensor_name *e;
+    for (size_t i = 0; (e = name_at(d, i)); i++) {
+        if (e->global && strcmp(gguf, e->gguf) == 0) {
+            if (!e->hf || expert != -1)
                 return -1;
-            return fits(snprintf(out, n, "%s", g->hf), n);
+            return fits(snprintf(out, n, "%s", e->hf), n);
         }
     }
     const char *p = strip_prefix(gguf, "blk.");
@@ -171,9 +133,8 @@ int tensor_name_gguf_to_hf(model_family f, const char *gguf, int expert, char *o
     if (!p || !(k = parse_index(p, &layer)) || p[k] != '.')
         return -1;
     p += k + 1;
-    for (size_t i = 0; i < MEMRA_ARRAY_LEN(layer_names); i++) {
-        const layer_name *e = &layer_names[i];
-        if (!(e->families & bit) || strcmp(p, e->gguf) != 0)
+    for (size_t i = 0; (e = name_at(d, i)); i++) {
+        if (e->global || strcmp(p, e->gguf) != 0)
             continue;
         if (e->expert != (expert >= 0))
             return -1;

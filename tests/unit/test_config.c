@@ -11,6 +11,7 @@
 #include "format/gguf.h"
 #include "model/config.h"
 #include "model/contract.h"
+#include "model/family.h"
 #include "test.h"
 
 #define FIXTURES "tests/fixtures/configs/"
@@ -80,6 +81,37 @@ static void test_family_names(void)
     CHECK(strcmp(family_gguf_arch(FAMILY_QWEN3_MOE), "qwen3moe") == 0);
     CHECK(strcmp(family_gguf_arch(FAMILY_GEMMA3), "gemma3") == 0);
     CHECK(strcmp(family_name(FAMILY_COUNT), "?") == 0);
+}
+
+/* Every registered family: its descriptor carries its own enum value, is
+ * found again by its GGUF architecture and each of its HF model_types, and
+ * has what config.c, contract.c and model.c need. */
+static void test_family_registry(void)
+{
+    for (int f = 0; f < FAMILY_COUNT; f++) {
+        const model_family_desc *d = family_desc((model_family)f);
+        CHECK(d && d->id == (model_family)f);
+        if (!d)
+            continue;
+        CHECK(family_by_gguf_arch(d->gguf_arch) == d);
+        CHECK(d->n_hf_types > 0 && d->hf_act_key && d->hf_act);
+        for (size_t t = 0; t < d->n_hf_types; t++) {
+            const family_hf_type *ht = NULL;
+            CHECK(family_by_hf_type(d->hf_types[t].model_type, &ht) == d &&
+                  ht == &d->hf_types[t]);
+        }
+        if (d->hf_wrapper_type)
+            CHECK(family_by_hf_wrapper(d->hf_wrapper_type) == d);
+        CHECK(d->contract && d->forward);
+    }
+    CHECK(family_desc(FAMILY_COUNT) == NULL);
+    CHECK(family_by_gguf_arch("mamba") == NULL);
+    CHECK(family_by_hf_type("mamba", NULL) == NULL);
+    char list[256];
+    family_list_hf_types(list, sizeof list);
+    CHECK(strcmp(list, "llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, gemma3") == 0);
+    family_list_gguf_archs(list, sizeof list);
+    CHECK(strcmp(list, "llama, qwen2, qwen3, qwen3moe, gemma3") == 0);
 }
 
 static void test_llama_fixtures(void)
@@ -656,7 +688,8 @@ static void test_gguf_keys_written(void)
     gguf_close(&f);
 }
 
-TEST_MAIN(TEST_CASE(test_family_names), TEST_CASE(test_llama_fixtures),
+TEST_MAIN(TEST_CASE(test_family_names), TEST_CASE(test_family_registry),
+          TEST_CASE(test_llama_fixtures),
           TEST_CASE(test_qwen_fixtures), TEST_CASE(test_gemma_fixtures),
           TEST_CASE(test_round_trip_gguf), TEST_CASE(test_round_trip_gguf_explicit),
           TEST_CASE(test_gguf_tensor_inference), TEST_CASE(test_round_trip_hf),

@@ -1,0 +1,152 @@
+/* A model family, described in one place: everything that sets it apart
+ * from the shared decoder, as data and hooks that config.c, tensor_names.c,
+ * contract.c and model.c ask instead of branching on the family.
+ *
+ * Each family's file (llama.c, qwen2.c, qwen3.c, qwen3_moe.c, gemma3.c)
+ * defines one model_family_desc and the functions it points to; its row in
+ * families.def registers it. What the shared code does for every family:
+ *   - HF config.json: model_type, architectures, the sizes (hidden_size,
+ *     num_hidden_layers, intermediate_size, heads, head_dim, vocab_size),
+ *     max_position_embeddings, rms_norm_eps, tie_word_embeddings,
+ *     attention_bias, the activation key, rope_theta / rope_scaling /
+ *     rope_parameters, bos/eos ids, and the sanity checks;
+ *   - GGUF: general.architecture, the <arch>.* shape, norm and rope keys,
+ *     attention.sliding_window, the tokenizer's bos/eos, the memra.* keys;
+ *   - tensors: the embedding, final norm, head and the q/k/v/o projections
+ *     (weights and biases) under their common names (tensor_names.c);
+ *   - forward: embedding, the attention sublayer (model_attention), the
+ *     final norm, the head and the final soft-cap (model.c).
+ * A hook left NULL means the family adds nothing there. */
+#ifndef MEMRA_MODEL_FAMILY_H
+#define MEMRA_MODEL_FAMILY_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/err.h"
+#include "format/gguf.h"
+#include "model/config.h"
+#include "model/config_keys.h"
+#include "model/contract.h"
+#include "model/model.h"
+
+/* One HF model_type of a family, with the defaults its transformers
+ * configuration class gives the keys that are optional. */
+typedef struct {
+    const char *model_type, *architecture; /* "mistral", "MistralForCausalLM" */
+    int64_t n_kv_heads, head_dim;          /* 0: n_heads, dim / n_heads */
+    int64_t n_ctx;                         /* max_position_embeddings */
+    double rope_theta;
+    int tie;
+    int64_t bos, eos;
+    int64_t sliding_window; /* for the types that read sliding_window */
+    /* vocab_size and num_attention_heads when absent; 0: the key is required */
+    int64_t n_vocab, n_heads;
+    int attention_bias_key; /* reads and writes "attention_bias" */
+} family_hf_type;
+
+/* A tensor the family names its own way (or has and others lack): gguf is
+ * the name for a global tensor, else the suffix after "blk.N."; hf the name
+ * (global), the suffix after "model.layers.N." (layer) or after
+ * "model.layers.N.mlp.experts.E." (expert). hf NULL: GGUF-only. */
+typedef struct {
+    const char *gguf, *hf;
+    int global;
+    int expert; /* merged [n_experts, rows, cols] in GGUF, one per expert in HF */
+} family_tensor_name;
+
+/* An HF name prefix read as another (gemma3's multimodal checkpoints keep
+ * the text model under language_model.model.). */
+typedef struct {
+    const char *from, *to;
+} family_hf_prefix;
+
+typedef struct model_family_desc model_family_desc;
+
+struct model_family_desc {
+    model_family id;
+    const char *name;      /* "qwen3_moe" */
+    const char *gguf_arch; /* general.architecture: "qwen3moe" */
+
+    /* ---- HF config.json ---- */
+    const family_hf_type *hf_types; /* the first is written when a config names none */
+    size_t n_hf_types;
+    /* A model_type whose "text_config" object holds this family's config
+     * (gemma3's multimodal wrapper), or NULL. */
+    const char *hf_wrapper_type;
+    const char *hf_act_key, *hf_act; /* "hidden_act", "silu" */
+    /* Keys after the shared ones, in the order transformers reads them;
+     * t is the model_type read. */
+    int (*hf_read)(const json_t *obj, const family_hf_type *t, const char *what,
+                   model_config *c, memra_err *err);
+    /* Keys config_to_hf adds after rope_scaling, for a config of type t. */
+    void (*hf_write)(const model_config *c, const family_hf_type *t, json_t *o);
+
+    /* ---- GGUF metadata ---- */
+    /* Keys after the shared ones (and attention.sliding_window). */
+    int (*gguf_read)(const cfg_gguf *g, model_config *c, memra_err *err);
+    void (*gguf_write)(const model_config *c, const char *arch, gguf_writer *w);
+
+    /* Checks on the family's own fields, after the shared ones. */
+    int (*validate)(const model_config *c, const char *what, memra_err *err);
+
+    /* ---- features the config readers set ---- */
+    int attn_bias_always; /* q/k/v biases whatever the config says (qwen2) */
+    int qk_norm;          /* RMSNorm over each head of q and k */
+    /* Layers slide in a pattern, one global every sliding_window_pattern,
+     * the sliding ones with their own RoPE base rope_local_theta (gemma3);
+     * else a sliding_window applies to every layer. */
+    int sliding_pattern;
+    int moe; /* routed experts in place of the dense FFN */
+
+    /* ---- tensors ---- */
+    /* Every tensor of a config of this family (contract.h's helpers). */
+    void (*contract)(const model_config *c, tensor_contract *k);
+    const family_tensor_name *tensor_names; /* beyond the common names */
+    size_t n_tensor_names;
+    const family_hf_prefix *hf_prefixes;
+    size_t n_hf_prefixes;
+
+    /* ---- forward pass ---- */
+    model_forward_fn forward; /* the layers; model_forward adds the head */
+    bk_act act;
+    int gguf_rope_permuted;   /* GGUF Q/K rows in llama.cpp's interleaved order */
+    int norm_adds_one;        /* RMSNorm is x * (1 + w); HF stores w, GGUF w + 1 */
+    int embed_scale_sqrt_dim; /* embeddings multiplied by sqrt(dim) */
+    /* Layer l's attention where it differs from every layer global with
+     * scale head_dim^-1/2, sliding_window and attn_softcap: *local_rope
+     * set when the layer uses the rope_local_theta tables. NULL: none. */
+    void (*layer_attention)(const model_config *c, int layer, bk_attn *a, int *local_rope);
+};
+
+/* Every registered descriptor (the rows of families.def). */
+#define MEMRA_FAMILY(id, desc) extern const model_family_desc desc;
+#include "model/families.def"
+#undef MEMRA_FAMILY
+
+/* ---- the registry (families.c) ---- */
+
+/* The descriptor of f, or NULL when f is no family. */
+const model_family_desc *family_desc(model_family f);
+/* The family whose general.architecture is arch, or NULL. */
+const model_family_desc *family_by_gguf_arch(const char *arch);
+/* The family reading HF model_type mt (and *type, its entry), or NULL. */
+const model_family_desc *family_by_hf_type(const char *mt, const family_hf_type **type);
+/* The family whose multimodal wrapper model_type is mt, or NULL. */
+const model_family_desc *family_by_hf_wrapper(const char *mt);
+/* "llama, mistral, qwen2, ..." (every model_type, wrappers after their
+ * family's) and "llama, qwen2, ..." (every architecture), for errors. */
+void family_list_hf_types(char *out, size_t n);
+void family_list_gguf_archs(char *out, size_t n);
+/* The names of the families with sliding_pattern set, for errors. */
+void family_list_sliding_pattern(char *out, size_t n);
+
+/* The shared pre-norm decoder layers (llama.c), which qwen2 and qwen3 use
+ * as they are: x += attn(rmsnorm(x)); x += ffn_glu(rmsnorm(x)). */
+void llama_forward(model *m, const bk_batch *rows, const int32_t *tokens);
+/* qwen3's per-layer attention tensors and pre-FFN norm, shared with qwen3_moe. */
+void qwen3_attention_contract(const model_config *c, tensor_contract *k, int l);
+
+#endif
