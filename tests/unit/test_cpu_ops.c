@@ -335,6 +335,60 @@ static void test_attention(void)
     backend_destroy(b);
 }
 
+/* Scores far above 100 (exp overflows f32 past 88): the softmax must
+ * subtract the row's maximum first, or the output is inf/NaN. */
+static void test_attention_large_scores(void)
+{
+    enum { NH = 2, NKV = 1, HD = 8, N = 9, BS = 4 };
+    float q[N * NH * HD], k[N * NKV * HD], v[N * NKV * HD], out[N * NH * HD];
+    fill(q, MEMRA_ARRAY_LEN(q), 1);
+    fill(k, MEMRA_ARRAY_LEN(k), 1);
+    fill(v, MEMRA_ARRAY_LEN(v), 1);
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(q); i++)
+        q[i] = 12 + 8 * q[i]; /* 4 to 20 */
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(k); i++)
+        k[i] = 12 + 8 * k[i];
+    backend *b = backend_cpu_create(2);
+    memra_err err = {{0}};
+    kv_cache kc;
+    CHECK(kv_cache_init(&kc, KV_F32, 1, NKV * HD, BS, 8, &err) == 0);
+    kv_seq s;
+    kv_seq_init(&s, &kc);
+    CHECK(kv_seq_reserve(&s, N, &err) == 0);
+    bk_attn a = {0, NH, NKV, HD, 1.0f, 0, 0};
+    int32_t pos[N];
+    kv_seq *seqs[N];
+    for (int i = 0; i < N; i++) {
+        pos[i] = i;
+        seqs[i] = &s;
+    }
+    bk_batch rows = {N, pos, seqs};
+    b->ops->attention(b, &a, &rows, q, k, v, out);
+    double worst = 0, min_score = INFINITY;
+    for (int i = 0; i < N; i++)
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t <= i; t++) {
+                double sc = 0;
+                for (int d = 0; d < HD; d++)
+                    sc += (double)q[(i * NH + h) * HD + d] * k[t * HD + d];
+                min_score = fmin(min_score, sc);
+            }
+            double ref[HD];
+            naive_attention(q + (i * NH + h) * HD, k, v, i, 0, HD, 1.0, 0, ref);
+            for (int d = 0; d < HD; d++) {
+                float o = out[(i * NH + h) * HD + d];
+                CHECK_MSG(isfinite(o), "row %d head %d value %d is %g", i, h, d, o);
+                worst = fmax(worst, fabs(ref[d] - o));
+            }
+        }
+    CHECK_MSG(min_score > 100, "the smallest score is %g: the case does not test large scores",
+              min_score);
+    CHECK_MSG(worst < 1e-5, "max error %g", worst);
+    kv_seq_free(&s);
+    kv_cache_free(&kc);
+    backend_destroy(b);
+}
+
 static double gelu_ref(double x)
 {
     return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
@@ -566,7 +620,7 @@ int main(void)
     static const test_case cases[] = {
         TEST_CASE(test_matmul_formats), TEST_CASE(test_matmul_unaligned_f32),
         TEST_CASE(test_rmsnorm),        TEST_CASE(test_rope_pairings),
-        TEST_CASE(test_attention),      TEST_CASE(test_ffn_glu),
+        TEST_CASE(test_attention),      TEST_CASE(test_attention_large_scores),      TEST_CASE(test_ffn_glu),
         TEST_CASE(test_ffn_moe),        TEST_CASE(test_qk_norm_rope),
         TEST_CASE(test_rope_scaling),
     };

@@ -128,5 +128,62 @@ static void test_compare_models(void)
     checkpoint_close(&d);
 }
 
+/* memra-parity --against reports KL(reference || model): the expectation
+ * under the reference's distribution. Recomputed here position by position
+ * from each engine's own logits, in that direction; swapping the models
+ * inside quality_compare gives KL(model || reference), a different number
+ * for two models this far apart, and fails. */
+static void test_kl_direction(void)
+{
+    checkpoint a, d;
+    memra_err err = {{0}};
+    if (checkpoint_open("models/memra-tiny.gguf", &a, &err) != 0 ||
+        checkpoint_open("models/memra-tiny-draft.gguf", &d, &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    engine *ref = load(&a, 64), *mod = load(&d, 64);
+    enum { N = 12 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((i * 733 + 11) % 4093);
+    if (ref && mod) {
+        int64_t vocab = engine_config(ref)->n_vocab;
+        float *lr = malloc((size_t)N * (size_t)vocab * sizeof(float));
+        float *lm = malloc((size_t)N * (size_t)vocab * sizeof(float));
+        double *pr = malloc((size_t)vocab * sizeof(double)), *pm = malloc((size_t)vocab * sizeof(double));
+        engine_seq *sr = NULL, *sm = NULL;
+        CHECK(engine_seq_new(ref, &sr, &err) == 0 && engine_seq_new(mod, &sm, &err) == 0);
+        CHECK_MSG(engine_forward(ref, sr, ids, N, lr, 1, &err) == 0, "%s", err.msg);
+        CHECK_MSG(engine_forward(mod, sm, ids, N, lm, 1, &err) == 0, "%s", err.msg);
+        double fwd = 0, rev = 0;
+        for (int i = 0; i + 1 < N; i++) {
+            CHECK(quality_log_softmax(lr + (size_t)i * vocab, vocab, pr) == 0);
+            CHECK(quality_log_softmax(lm + (size_t)i * vocab, vocab, pm) == 0);
+            fwd += quality_kl(pr, pm, vocab);
+            rev += quality_kl(pm, pr, vocab);
+        }
+        fwd /= N - 1;
+        rev /= N - 1;
+        quality_result r;
+        CHECK_MSG(quality_compare(ref, mod, ids, N, N, &r, &err) == 0, "%s", err.msg);
+        CHECK(r.n_positions == N - 1);
+        CHECK_MSG(fabs(r.kl_mean - fwd) <= 1e-9 * fwd, "kl_mean %.17g, KL(ref||model) %.17g",
+                  r.kl_mean, fwd);
+        CHECK_MSG(fabs(fwd - rev) > 0.01 * fwd, "both directions %.17g %.17g: the test cannot tell "
+                  "them apart", fwd, rev);
+        engine_seq_free(sr);
+        engine_seq_free(sm);
+        free(lr);
+        free(lm);
+        free(pr);
+        free(pm);
+    }
+    engine_free(ref);
+    engine_free(mod);
+    checkpoint_close(&a);
+    checkpoint_close(&d);
+}
+
 TEST_MAIN(TEST_CASE(test_log_softmax), TEST_CASE(test_kl_hand_computed), TEST_CASE(test_quantile),
-          TEST_CASE(test_compare_models))
+          TEST_CASE(test_compare_models), TEST_CASE(test_kl_direction))
