@@ -10,7 +10,8 @@
 
 /* Parse a whole file (refusing files over max_bytes); the caller decrefs. */
 json_t *json_load_path(const char *path, size_t max_bytes, memra_err *err);
-/* Parse a buffer; `what` names it in errors. */
+/* Parse a buffer; `what` names it in errors. Integers past int64 (real
+ * checkpoints' configs write 1e30 in full) are read as reals, never fatal. */
 json_t *json_parse_buf(const char *buf, size_t len, const char *what, memra_err *err);
 
 /* Typed getters: a missing key leaves *out as the default passed in and
