@@ -1,5 +1,6 @@
 #include "engine/generate.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -32,6 +33,33 @@ void gen_result_free(gen_result *r)
     memset(r, 0, sizeof *r);
 }
 
+/* A sampler that never picks the embedding rows past the tokenizer's
+ * last token (the [PAD<n>] rows of a vocabulary rounded up, as Qwen's
+ * 151936 rows for 151669 tokens): they have no text, and a model's logit
+ * for them is whatever training left there. The request's own bias on
+ * those ids gives way to the ban. */
+static sampler *padding_banned_sampler(const sampler_params *sp, const tokenizer *t,
+                                       int32_t n_vocab, memra_err *err)
+{
+    int32_t n_tok = t ? (int32_t)tok_vocab_size(t) : n_vocab;
+    if (n_tok >= n_vocab)
+        return sampler_new(sp, n_vocab, err);
+    sampler_params p = *sp;
+    size_t n = 0;
+    sampler_logit_bias *merged =
+        xmalloc(((size_t)p.n_logit_bias + (size_t)(n_vocab - n_tok)) * sizeof *merged);
+    for (int32_t i = 0; i < p.n_logit_bias; i++)
+        if (p.logit_bias[i].id < n_tok)
+            merged[n++] = p.logit_bias[i];
+    for (int32_t id = n_tok; id < n_vocab; id++)
+        merged[n++] = (sampler_logit_bias){id, -INFINITY};
+    p.logit_bias = merged;
+    p.n_logit_bias = (int32_t)n;
+    sampler *s = sampler_new(&p, n_vocab, err);
+    free(merged);
+    return s;
+}
+
 int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prompt,
              const gen_params *p, gen_text_fn on_text, void *ctx, gen_result *out,
              memra_err *err)
@@ -47,7 +75,7 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
         return memra_fail(err, "the prompt of %zu tokens does not fit the context of %lld "
                                "(room is needed for at least one generated token)",
                           n_prompt, (long long)n_ctx);
-    sampler *s = sampler_new(&p->sampling, (int32_t)cfg->n_vocab, err);
+    sampler *s = padding_banned_sampler(&p->sampling, t, (int32_t)cfg->n_vocab, err);
     if (!s)
         return -1;
     detok_opts dopts = {.stop = p->stop, .n_stop = p->n_stop, .skip_special = 1, .at_start = 1};

@@ -382,7 +382,7 @@ static int write_gguf(const produce_ctx *c, const checkpoint *src, const char *t
         char probe[4096];
         snprintf(probe, sizeof probe, "%s/tokenizer.json", tok_dir);
         if (file_exists(probe))
-            rc = hf_tokenizer_to_gguf(tok_dir, w, err);
+            rc = hf_tokenizer_to_gguf_rows(tok_dir, c->cfg->n_vocab, w, err);
         else if (tokenizer_dir)
             rc = memra_fail(err, "%s: no tokenizer.json", tokenizer_dir);
     }

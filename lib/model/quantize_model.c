@@ -324,7 +324,7 @@ static int write_metadata(const checkpoint *src, const quant_recipe *r, const qu
     if (src->format == CKPT_HF) {
         char probe[4096];
         snprintf(probe, sizeof probe, "%s/tokenizer.json", src->path);
-        if (file_exists(probe) && hf_tokenizer_to_gguf(src->path, w, err) != 0)
+        if (file_exists(probe) && hf_tokenizer_to_gguf_rows(src->path, src->config.n_vocab, w, err) != 0)
             return -1;
     }
     gguf_writer_set_u32(w, "general.quantization_version", 2);

@@ -43,6 +43,7 @@ static const char *const sp_keys[SP_COUNT] = {
 
 typedef struct {
     const char *dir;
+    int64_t rows; /* the model's embedding rows; -1: config.json's vocab_size */
     arena mem;
     char *tj_path, *tc_path;
     json_t *tj, *tc, *cfg, *gen;
@@ -155,10 +156,24 @@ static int read_vocab(conv *c, memra_err *err)
         return memra_fail(err, "%s: no token has id %zu (ids must be contiguous from 0 to %zu)",
                           c->tj_path, first, n - 1);
     }
-    /* config.json's vocab_size pads the embedding rows past the last token
-     * (Qwen pads to a multiple of 128); convert names them [PAD<id>]. */
+    /* The embedding rows past the last token (Qwen pads to a multiple of
+     * 128) become [PAD<id>] tokens, as convert_hf_to_gguf.py writes them:
+     * llama.cpp sizes token_embd and output from the token count and
+     * refuses a file whose rows differ. The rows are the model's when the
+     * caller knows them (a tokenizer dir given beside a checkpoint or a
+     * random config need not hold a config.json, or may hold another
+     * model's), else config.json's vocab_size. */
     int64_t vocab_size = -1;
-    if (c->cfg) {
+    if (c->rows >= 0) {
+        if ((size_t)c->rows < n)
+            return memra_fail(err, "%s: the tokenizer has %zu tokens but the model's embedding "
+                                   "has %lld rows (GGUF readers need a row for every token)",
+                              c->dir, n, (long long)c->rows);
+        if (c->rows > HF_MAX_VOCAB)
+            return memra_fail(err, "%s: the model's %lld embedding rows are too many for a "
+                                   "tokenizer", c->dir, (long long)c->rows);
+        vocab_size = c->rows;
+    } else if (c->cfg) {
         json_t *holder = c->cfg;
         if (!json_object_get(holder, "vocab_size") && json_is_object(json_object_get(c->cfg, "text_config")))
             holder = json_object_get(c->cfg, "text_config");
@@ -814,9 +829,15 @@ static void write_keys(conv *c, gguf_writer *w, const char *pre)
 
 int hf_tokenizer_to_gguf(const char *dir, gguf_writer *w, memra_err *err)
 {
+    return hf_tokenizer_to_gguf_rows(dir, -1, w, err);
+}
+
+int hf_tokenizer_to_gguf_rows(const char *dir, int64_t rows, gguf_writer *w, memra_err *err)
+{
     conv c;
     memset(&c, 0, sizeof c);
     c.dir = dir;
+    c.rows = rows;
     arena_init(&c.mem, 1 << 16);
     c.tj_path = path_in(&c, "tokenizer.json");
     c.tc_path = path_in(&c, "tokenizer_config.json");

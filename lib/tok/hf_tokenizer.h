@@ -12,7 +12,9 @@
  *                           chat_template.json, when tokenizer_config.json has
  *                           no chat_template
  *   config.json             vocab_size (pads the vocabulary with "[PAD<id>]"
- *                           tokens of type UNUSED, as convert does) and
+ *                           tokens of type UNUSED, score -1000, as convert
+ *                           does; hf_tokenizer_to_gguf_rows pads to the
+ *                           rows it is given instead) and
  *                           <type>_token_id fallbacks (also under text_config)
  *   generation_config.json  <type>_token_id fallbacks (a list: its first id)
  *   tokenizer.model         SentencePiece-style vocabularies only: the scores
@@ -105,6 +107,11 @@
 #include "format/gguf.h"
 
 int hf_tokenizer_to_gguf(const char *dir, gguf_writer *w, memra_err *err);
+/* The same, padded to the model's `rows` embedding rows (rows >= 0; fewer
+ * rows than tokens is an error) instead of config.json's vocab_size: what a
+ * converter that knows the model calls, so that the token count always
+ * equals token_embd's rows, which llama.cpp requires. */
+int hf_tokenizer_to_gguf_rows(const char *dir, int64_t rows, gguf_writer *w, memra_err *err);
 int gguf_tokenizer_to_hf(const gguf_file *f, const char *dir, memra_err *err);
 
 #endif

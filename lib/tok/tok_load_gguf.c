@@ -54,6 +54,19 @@ static void get_id(const gguf_file *f, const char *key, int32_t n_vocab, int32_t
         *id = (int32_t)v;
 }
 
+/* "[PAD<digits>]": the name convert_hf_to_gguf.py and memra-convert give
+ * the embedding rows past the last real token (with the row's id, or a
+ * count from 1 on the SentencePiece path). */
+static int is_pad_text(const gguf_str *s)
+{
+    if (s->len < 6 || memcmp(s->str, "[PAD", 4) != 0 || s->str[s->len - 1] != ']')
+        return 0;
+    for (uint64_t i = 4; i + 1 < s->len; i++)
+        if (s->str[i] < '0' || s->str[i] > '9')
+            return 0;
+    return 1;
+}
+
 static void get_bool(const gguf_file *f, const char *key, int *out)
 {
     const gguf_kv *kv = gguf_find_kv(f, key);
@@ -213,6 +226,14 @@ int tok_load_gguf(const gguf_file *f, tokenizer **out, memra_err *err)
     if (types && types->v.arr.n < (uint64_t)n)
         return memra_fail(err, "%s: tokenizer.ggml.token_type has %llu entries for %d tokens",
                           f->map.path, (unsigned long long)types->v.arr.n, n);
+    const gguf_str *ts = toks->v.arr.data;
+    const int32_t *ty = types ? types->v.arr.data : NULL;
+    /* The trailing run of unused [PAD<n>] tokens pads the list to the
+     * embedding's rows, so that llama.cpp loads the file; they are not
+     * part of the vocabulary: left out, tok_vocab_size is the real count
+     * and generation bans the rows past it (those ids have no text). */
+    while (n > 1 && ty && ty[n - 1] == TOKT_UNUSED && is_pad_text(&ts[n - 1]))
+        n--;
 
     tokenizer *t = xcalloc(1, sizeof *t);
     arena_init(&t->mem, 1 << 20);
@@ -221,8 +242,6 @@ int tok_load_gguf(const gguf_file *f, tokenizer **out, memra_err *err)
     t->source = xstrdup(f->map.path ? f->map.path : "(gguf)");
     tok_alloc_vocab(t, n);
     tok_strmap_init(&t->map, (size_t)n);
-    const gguf_str *ts = toks->v.arr.data;
-    const int32_t *ty = types ? types->v.arr.data : NULL;
     for (int32_t i = 0; i < n; i++) {
         if (ts[i].len == 0) {
             char buf[32];
