@@ -478,6 +478,38 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
     return MHD_YES;
 }
 
+/* The request line and headers get limits of our own, below the memory
+ * libmicrohttpd gives a connection (SERVE_CONN_MEMORY), so that a long URI
+ * or a pile of headers is refused here with the JSON error body; only
+ * what overflows that memory is refused by the library itself (its own
+ * HTML body). */
+#define SERVE_MAX_URI (8u << 10)
+#define SERVE_MAX_HEADERS (32u << 10)
+#define SERVE_CONN_MEMORY ((size_t)96 << 10)
+
+static enum MHD_Result sum_sizes(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 const char *value)
+{
+    (void)kind;
+    *(size_t *)cls += strlen(key) + (value ? strlen(value) : 0) + 4; /* ": ", "\r\n" or "&=" */
+    return MHD_YES;
+}
+
+static int check_sizes(struct MHD_Connection *conn, const char *url, serve_error *e)
+{
+    size_t uri = strlen(url), hdr = 0;
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, sum_sizes, &uri);
+    if (uri > SERVE_MAX_URI)
+        return serve_fail(e, 414, "invalid_request_error", "uri_too_long", NULL,
+                          "the request URI is about %zu bytes, more than %u", uri, SERVE_MAX_URI);
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, sum_sizes, &hdr);
+    if (hdr > SERVE_MAX_HEADERS)
+        return serve_fail(e, 431, "invalid_request_error", "headers_too_large", NULL,
+                          "the request headers are about %zu bytes, more than %u", hdr,
+                          SERVE_MAX_HEADERS);
+    return 0;
+}
+
 static int check_framing(struct MHD_Connection *conn, serve_error *e)
 {
     framing f = {0};
@@ -540,6 +572,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * generation on this keep-alive connection set the long one. */
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, s->opts.idle_timeout);
         serve_error fe;
+        if (check_sizes(conn, url, &fe) != 0) {
+            c->close_after = 1;
+            return send_error(c, &fe);
+        }
         if (check_framing(conn, &fe) != 0) {
             c->close_after = 1; /* the next bytes cannot be trusted to be a request */
             return send_error(c, &fe);
@@ -674,7 +710,8 @@ int serve_start(const serve_opts *o, serve_server **out, memra_err *err)
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(o->http_threads > 0 ? o->http_threads : 4),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
         s->opts.idle_timeout, MHD_OPTION_CONNECTION_LIMIT, 4096u,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->max_conns_per_ip, MHD_OPTION_EXTERNAL_LOGGER,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->max_conns_per_ip,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, SERVE_CONN_MEMORY, MHD_OPTION_EXTERNAL_LOGGER,
         on_log, NULL, MHD_OPTION_END);
     if (!s->daemon) {
         pthread_rwlock_destroy(&s->models_lock);
