@@ -620,7 +620,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)conn;
     serve_server *s = cls;
     conn_ctx *c = *con_cls;
     if (!c)
@@ -628,6 +627,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     log_info("%s -> %d%s (%.1f ms, %s)", c->line, c->status,
              toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : ", connection lost",
              (serve_now() - c->t0) * 1e3, c->rid);
+    /* Back on the short clock while the connection idles between
+     * keep-alive requests (a generation set the long one). */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, s->opts.idle_timeout);
     if (c->has_job) {
         serve_req_cancel(c->job.req); /* a no-op for a request already over */
         serve_job_clear(&c->job);
