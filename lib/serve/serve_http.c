@@ -54,7 +54,7 @@ typedef struct {
     double t0;
     char line[160];       /* "METHOD /path" for the log */
     char rid[80];         /* x-request-id: the client's when sane, else ours */
-    int close_after;      /* answer with Connection: close (a malformed framing) */
+    int close_after;      /* answer with Connection: close (framing or size refused) */
     int answered;         /* a response is queued */
     int has_job;          /* a blocking generation waits */
     serve_job job;
