@@ -53,6 +53,14 @@ static const char usage[] =
     "  --max-body BYTES         largest request body, K/M suffixes (default 8M; env MEMRA_MAX_BODY)\n"
     "  --drain-timeout S        on SIGTERM, seconds in-flight requests get to finish (default 30;\n"
     "                           env MEMRA_DRAIN_TIMEOUT)\n"
+    "  --idle-timeout S         close a connection idle or half-sent this long (default 5;\n"
+    "                           env MEMRA_IDLE_TIMEOUT); a generation's answer gets 120 s\n"
+    "  --max-conns-per-ip N     connections one client address may hold (default 256, 0: no cap;\n"
+    "                           env MEMRA_MAX_CONNS_PER_IP)\n"
+    "  --cors ORIGIN            answer CORS preflights and allow ORIGIN (or *) in browsers\n"
+    "                           (default none: no CORS headers; env MEMRA_CORS)\n"
+    "  --allow-special-in-content  special-token text in chat message content becomes control\n"
+    "                           tokens (default: plain text; env MEMRA_ALLOW_SPECIAL_IN_CONTENT=1)\n"
     "  -v, --verbose            log requests and engine events (env MEMRA_LOG=info|debug)\n"
     "\n"
     "Flags win over the environment. SIGTERM or SIGINT drains: /readyz and new requests answer\n"
@@ -70,6 +78,8 @@ typedef struct {
     int backend_given, device, device_given;
     kv_type kv;
     double drain_timeout;
+    int idle_timeout, max_conns_per_ip, allow_special;
+    const char *cors;
     uint64_t max_body;
     const char *api_key, *api_keys, *template_file;
 } serve_args;
@@ -147,6 +157,8 @@ static void parse_args(int argc, char **argv, serve_args *a)
     a->http_threads = 4;
     a->drain_timeout = 30;
     a->max_body = 8u << 20;
+    a->idle_timeout = 5;
+    a->max_conns_per_ip = 256;
     /* The environment first; flags override it below. */
     const char *env;
     if ((env = getenv("MEMRA_ADDR")) && *env)
@@ -173,12 +185,19 @@ static void parse_args(int argc, char **argv, serve_args *a)
         a->drain_timeout = (double)int_or_usage(env, 0, 86400, "MEMRA_DRAIN_TIMEOUT");
     if ((env = getenv("MEMRA_MAX_BODY")) && *env && cli_parse_bytes(env, &a->max_body, "MEMRA_MAX_BODY", &err) != 0)
         cli_usage("%s", err.msg);
+    if ((env = getenv("MEMRA_IDLE_TIMEOUT")) && *env)
+        a->idle_timeout = (int)int_or_usage(env, 1, 86400, "MEMRA_IDLE_TIMEOUT");
+    if ((env = getenv("MEMRA_MAX_CONNS_PER_IP")) && *env)
+        a->max_conns_per_ip = (int)int_or_usage(env, 0, 1 << 20, "MEMRA_MAX_CONNS_PER_IP");
+    if ((env = getenv("MEMRA_CORS")) && *env)
+        a->cors = env;
+    a->allow_special = env_true("MEMRA_ALLOW_SPECIAL_IN_CONTENT");
     const char *env_key = getenv("MEMRA_API_KEY"), *env_keys = getenv("MEMRA_API_KEYS");
     const char *env_tmpl = getenv("MEMRA_CHAT_TEMPLATE");
     a->insecure = env_true("MEMRA_INSECURE");
 
     enum { O_HOST = 1000, O_PORT, O_MAXS, O_MAXQ, O_KEY, O_KEYS, O_INSECURE, O_TMPL, O_HTTPT,
-           O_BODY, O_DRAIN, O_BACKEND, O_DEVICE, O_KV, O_PCHUNK };
+           O_BODY, O_DRAIN, O_BACKEND, O_DEVICE, O_KV, O_PCHUNK, O_IDLE, O_PERIP, O_CORS, O_SPECIAL };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},     {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},   {"ctx", required_argument, NULL, 'c'},
@@ -195,6 +214,10 @@ static void parse_args(int argc, char **argv, serve_args *a)
         {"backend", required_argument, NULL, O_BACKEND},
         {"device", required_argument, NULL, O_DEVICE},
         {"kv", required_argument, NULL, O_KV},
+        {"idle-timeout", required_argument, NULL, O_IDLE},
+        {"max-conns-per-ip", required_argument, NULL, O_PERIP},
+        {"cors", required_argument, NULL, O_CORS},
+        {"allow-special-in-content", no_argument, NULL, O_SPECIAL},
         {"verbose", no_argument, NULL, 'v'},         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -243,6 +266,12 @@ static void parse_args(int argc, char **argv, serve_args *a)
                 cli_usage("%s", err.msg);
             break;
         case O_DRAIN: a->drain_timeout = (double)int_or_usage(optarg, 0, 86400, "--drain-timeout"); break;
+        case O_IDLE: a->idle_timeout = (int)int_or_usage(optarg, 1, 86400, "--idle-timeout"); break;
+        case O_PERIP:
+            a->max_conns_per_ip = (int)int_or_usage(optarg, 0, 1 << 20, "--max-conns-per-ip");
+            break;
+        case O_CORS: a->cors = optarg; break;
+        case O_SPECIAL: a->allow_special = 1; break;
         case 'v': log_set_level(LOG_INFO); break;
         case 'h': fputs(usage, stdout); exit(0);
         case ':': cli_usage("%s needs a value", argv[optind - 1]);
@@ -272,6 +301,8 @@ static void parse_args(int argc, char **argv, serve_args *a)
     }
     if (a->n_models == 0)
         cli_usage("no model: give -m ALIAS=MODEL (or MEMRA_MODELS=\"alias=/path,...\")");
+    if (a->cors && (!*a->cors || strpbrk(a->cors, "\r\n")))
+        cli_usage("--cors: want an origin such as https://example.com, or *");
     if (a->max_body == 0 || a->max_body > (1ull << 32))
         cli_usage("--max-body: %llu is out of range [1, 4G]", (unsigned long long)a->max_body);
 }
@@ -347,7 +378,10 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     serve_opts so = {.host = a.host, .port = a.port, .http_threads = a.http_threads,
-                     .max_body = (size_t)a.max_body, .conn_timeout = 120, .auth = auth};
+                     .max_body = (size_t)a.max_body, .idle_timeout = (unsigned)a.idle_timeout,
+                     .conn_timeout = 120, .max_conns_per_ip = (unsigned)a.max_conns_per_ip,
+                     .cors_origin = a.cors, .allow_special_in_content = a.allow_special,
+                     .auth = auth};
     serve_server *srv;
     if (serve_start(&so, &srv, &err) != 0)
         cli_fail(&err);

@@ -25,7 +25,13 @@ typedef struct {
     int port;            /* 0: any free port (serve_server_port says which) */
     int http_threads;    /* libmicrohttpd's pool */
     size_t max_body;     /* bytes; a larger body is a 413 */
-    unsigned conn_timeout; /* idle seconds before a connection is closed */
+    unsigned idle_timeout; /* seconds a connection may sit idle or half-sent
+                              before it is closed (headers, body, keep-alive) */
+    unsigned conn_timeout; /* the same once a generation answers: a stream
+                              stalled by a client that does not read */
+    unsigned max_conns_per_ip; /* 0: no cap */
+    const char *cors_origin;   /* NULL: no CORS headers at all */
+    int allow_special_in_content; /* message text may produce control tokens */
     serve_auth *auth;    /* owned by the caller, outlives the server */
 } serve_opts;
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 
 #include "core/check.h"
 #include "core/log.h"
@@ -52,6 +53,8 @@ typedef struct {
     int status;           /* of the response queued */
     double t0;
     char line[160];       /* "METHOD /path" for the log */
+    char rid[80];         /* x-request-id: the client's when sane, else ours */
+    int close_after;      /* answer with Connection: close (framing or size refused) */
     int answered;         /* a response is queued */
     int has_job;          /* a blocking generation waits */
     serve_job job;
@@ -71,6 +74,36 @@ typedef struct {
 
 /* ---- responses -------------------------------------------------------- */
 
+/* What the browser may send across origins: the auth headers, the JSON
+ * content type and the request id. */
+#define CORS_ALLOW_HEADERS "Authorization, Content-Type, X-Api-Key, X-Request-Id"
+
+/* Headers every response of ours carries: the request id, so a client can
+ * quote it and the log line can be found, and with --cors the origin
+ * (without --cors, none: a browser then refuses cross-origin reads). */
+static void add_common_headers(const conn_ctx *c, struct MHD_Response *r)
+{
+    MHD_add_response_header(r, "x-request-id", c->rid);
+    if (c->srv->opts.cors_origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", c->srv->opts.cors_origin);
+        MHD_add_response_header(r, "Access-Control-Expose-Headers", "x-request-id, Retry-After");
+        if (strcmp(c->srv->opts.cors_origin, "*"))
+            MHD_add_response_header(r, "Vary", "Origin");
+    }
+    if (c->close_after)
+        MHD_add_response_header(r, "Connection", "close");
+}
+
+/* The methods a path takes, for Allow and the CORS preflight: a GET path
+ * answers HEAD too. */
+static const char *allowed_methods(const conn_ctx *c)
+{
+    int get = !strcmp(c->rt->method, "GET");
+    if (c->srv->opts.cors_origin)
+        return get ? "GET, HEAD, OPTIONS" : "POST, OPTIONS";
+    return get ? "GET, HEAD" : "POST";
+}
+
 static enum MHD_Result send_buf(conn_ctx *c, int status, const char *ctype, const char *data,
                                 size_t len, int retry_after)
 {
@@ -78,7 +111,9 @@ static enum MHD_Result send_buf(conn_ctx *c, int status, const char *ctype, cons
         MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
     if (!r)
         return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", ctype);
+    if (ctype)
+        MHD_add_response_header(r, "Content-Type", ctype);
+    add_common_headers(c, r);
     if (retry_after > 0) {
         char b[24];
         snprintf(b, sizeof b, "%d", retry_after);
@@ -87,7 +122,7 @@ static enum MHD_Result send_buf(conn_ctx *c, int status, const char *ctype, cons
     if (status == 401)
         MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     if (status == 405 && c->rt)
-        MHD_add_response_header(r, "Allow", c->rt->method);
+        MHD_add_response_header(r, "Allow", allowed_methods(c));
     enum MHD_Result ret = MHD_queue_response(c->conn, (unsigned)status, r);
     MHD_destroy_response(r);
     c->answered = 1;
@@ -134,7 +169,17 @@ static enum MHD_Result poll_blocking(conn_ctx *c)
     }
     if (v.finish == SERVE_FINISH_ERROR) {
         serve_error e;
-        serve_fail(&e, 500, "server_error", NULL, NULL, "%s", v.error);
+        if (!strcmp(v.error, SERVE_SHUTDOWN_WHY)) {
+            /* Cut by the drain timeout: nothing was wrong with the request,
+             * so the client should send it again (to this server's
+             * successor or another replica), not treat it as a failure. */
+            serve_fail(&e, 503, "server_error", "server_draining", NULL,
+                       "the server shut down before this request finished (drain timeout); "
+                       "retry it");
+            e.retry_after = 1;
+        } else {
+            serve_fail(&e, 500, "server_error", NULL, NULL, "%s", v.error);
+        }
         return send_error(c, &e);
     }
     return send_json(c, 200, serve_openai_response(&c->job, sb_str(&c->text), c->text.len, &v), 0);
@@ -202,6 +247,11 @@ static enum MHD_Result generate(conn_ctx *c, serve_kind kind, const json_t *body
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         job.req->watch_fd = ci ? ci->connect_fd : -1;
+        /* The idle timeout is for clients that send nothing; an answer the
+         * engine is still producing may be quiet longer (a blocking request,
+         * a stream whose reader is slow), and parked connections are not
+         * timed anyway. */
+        MHD_set_connection_option(c->conn, MHD_CONNECTION_OPTION_TIMEOUT, s->opts.conn_timeout);
         rc = serve_model_submit(job.model, job.req);
         if (rc == -1)
             serve_fail(&e, 429, "rate_limit_error", "rate_limit_exceeded", NULL,
@@ -237,6 +287,7 @@ static enum MHD_Result generate(conn_ctx *c, serve_kind kind, const json_t *body
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    add_common_headers(c, r);
     enum MHD_Result ret = MHD_queue_response(c->conn, 200, r);
     MHD_destroy_response(r);
     c->answered = 1;
@@ -299,9 +350,29 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
     serve_server *s = c->srv;
     serve_error e;
     const route *rt = c->rt;
-    if (rt && strcmp(method, rt->method)) {
+    if (rt && !strcmp(method, "OPTIONS") && s->opts.cors_origin) {
+        /* A CORS preflight: browsers send it without credentials, so it
+         * is answered before auth and says only what may be asked. */
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        if (!r)
+            return MHD_NO;
+        add_common_headers(c, r);
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", allowed_methods(c));
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", CORS_ALLOW_HEADERS);
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+        MHD_add_response_header(r, "Allow", allowed_methods(c));
+        enum MHD_Result ret = MHD_queue_response(c->conn, 204, r);
+        MHD_destroy_response(r);
+        c->answered = 1;
+        c->status = 204;
+        serve_metrics_request(s->metrics, c->endpoint, 204);
+        return ret;
+    }
+    /* HEAD is GET without the body, which libmicrohttpd leaves out. */
+    int head_ok = !strcmp(method, "HEAD") && rt && !strcmp(rt->method, "GET");
+    if (rt && strcmp(method, rt->method) && !head_ok) {
         serve_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
-                   "%s %s: use %s", method, rt->path, rt->method);
+                   "%s %s: use %s", method, rt->path, allowed_methods(c));
         return send_error(c, &e);
     }
     if (rt && rt->id == R_HEALTH) {
@@ -381,6 +452,97 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
     return ret;
 }
 
+/* Framing two readers could disagree on is refused, and the connection
+ * closed after the answer, so nothing a proxy in front read as one request
+ * can become two here (request smuggling): several Content-Length headers,
+ * or Content-Length beside Transfer-Encoding (RFC 9112 6.3). */
+typedef struct {
+    int n_cl, n_te;
+    const char *cl;
+    int cl_differ;
+} framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    (void)kind;
+    framing *f = cls;
+    if (!strcasecmp(key, "Content-Length")) {
+        if (f->cl && strcmp(f->cl, value ? value : ""))
+            f->cl_differ = 1;
+        f->cl = value ? value : "";
+        f->n_cl++;
+    } else if (!strcasecmp(key, "Transfer-Encoding")) {
+        f->n_te++;
+    }
+    return MHD_YES;
+}
+
+/* The request line and headers get limits of our own, below the memory
+ * libmicrohttpd gives a connection (SERVE_CONN_MEMORY), so that a long URI
+ * or a pile of headers is refused here with the JSON error body; only
+ * what overflows that memory is refused by the library itself (its own
+ * HTML body). */
+#define SERVE_MAX_URI (8u << 10)
+#define SERVE_MAX_HEADERS (32u << 10)
+#define SERVE_CONN_MEMORY ((size_t)96 << 10)
+
+static enum MHD_Result sum_sizes(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 const char *value)
+{
+    (void)kind;
+    *(size_t *)cls += strlen(key) + (value ? strlen(value) : 0) + 4; /* ": ", "\r\n" or "&=" */
+    return MHD_YES;
+}
+
+static int check_sizes(struct MHD_Connection *conn, const char *url, serve_error *e)
+{
+    size_t uri = strlen(url), hdr = 0;
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, sum_sizes, &uri);
+    if (uri > SERVE_MAX_URI)
+        return serve_fail(e, 414, "invalid_request_error", "uri_too_long", NULL,
+                          "the request URI is about %zu bytes, more than %u", uri, SERVE_MAX_URI);
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, sum_sizes, &hdr);
+    if (hdr > SERVE_MAX_HEADERS)
+        return serve_fail(e, 431, "invalid_request_error", "headers_too_large", NULL,
+                          "the request headers are about %zu bytes, more than %u", hdr,
+                          SERVE_MAX_HEADERS);
+    return 0;
+}
+
+static int check_framing(struct MHD_Connection *conn, serve_error *e)
+{
+    framing f = {0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, count_framing, &f);
+    if (f.n_cl > 1)
+        return serve_bad(e, NULL, "%d Content-Length headers%s: send one", f.n_cl,
+                         f.cl_differ ? " that differ" : "");
+    if (f.n_cl && f.n_te)
+        return serve_bad(e, NULL, "Content-Length and Transfer-Encoding together: send one");
+    return 0;
+}
+
+/* The client's X-Request-Id when it is one short token of safe characters
+ * (it goes into a header and the log), else a fresh random one. */
+static void request_id(serve_server *s, struct MHD_Connection *conn, char *out, size_t cap)
+{
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
+    size_t n = h ? strlen(h) : 0;
+    int sane = n > 0 && n <= 64;
+    for (size_t i = 0; sane && i < n; i++)
+        sane = strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:+=/@",
+                      h[i]) != NULL;
+    if (sane) {
+        snprintf(out, cap, "%s", h);
+        return;
+    }
+    uint64_t x = s->rid_seed + 0x9e3779b97f4a7c15ull * (atomic_fetch_add(&s->next_id, 1) + 1);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull; /* splitmix64: unique per request, unguessable */
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    snprintf(out, cap, "req-%016llx", (unsigned long long)x);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_size, void **con_cls)
@@ -405,6 +567,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 *p = '?';
         *con_cls = c;
         atomic_fetch_add(&s->inflight, 1);
+        request_id(s, conn, c->rid, sizeof c->rid);
+        /* Each request starts on the short clock again, after a
+         * generation on this keep-alive connection set the long one. */
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, s->opts.idle_timeout);
+        serve_error fe;
+        if (check_sizes(conn, url, &fe) != 0) {
+            c->close_after = 1;
+            return send_error(c, &fe);
+        }
+        if (check_framing(conn, &fe) != 0) {
+            c->close_after = 1; /* the next bytes cannot be trusted to be a request */
+            return send_error(c, &fe);
+        }
         /* A declared body over the limit is refused before it is read. */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (cl) {
@@ -445,14 +620,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)conn;
     serve_server *s = cls;
     conn_ctx *c = *con_cls;
     if (!c)
         return;
-    log_info("%s -> %d%s (%.1f ms)", c->line, c->status,
+    log_info("%s -> %d%s (%.1f ms, %s)", c->line, c->status,
              toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : ", connection lost",
-             (serve_now() - c->t0) * 1e3);
+             (serve_now() - c->t0) * 1e3, c->rid);
+    /* Back on the short clock while the connection idles between
+     * keep-alive requests (a generation set the long one). */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, s->opts.idle_timeout);
     if (c->has_job) {
         serve_req_cancel(c->job.req); /* a no-op for a request already over */
         serve_job_clear(&c->job);
@@ -518,8 +695,14 @@ int serve_start(const serve_opts *o, serve_server **out, memra_err *err)
         return -1;
     serve_server *s = xcalloc(1, sizeof *s);
     s->opts = *o;
+    if (!s->opts.idle_timeout)
+        s->opts.idle_timeout = 5;
+    if (!s->opts.conn_timeout)
+        s->opts.conn_timeout = 120;
     s->metrics = serve_metrics_new();
     pthread_rwlock_init(&s->models_lock, NULL);
+    if (getrandom(&s->rid_seed, sizeof s->rid_seed, 0) != (ssize_t)sizeof s->rid_seed)
+        s->rid_seed = (uint64_t)(serve_now() * 1e9) ^ (uint64_t)(uintptr_t)s;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6)
@@ -528,8 +711,10 @@ int serve_start(const serve_opts *o, serve_server **out, memra_err *err)
         flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(o->http_threads > 0 ? o->http_threads : 4),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-        o->conn_timeout, MHD_OPTION_CONNECTION_LIMIT, 4096u, MHD_OPTION_EXTERNAL_LOGGER, on_log,
-        NULL, MHD_OPTION_END);
+        s->opts.idle_timeout, MHD_OPTION_CONNECTION_LIMIT, 4096u,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->max_conns_per_ip,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, SERVE_CONN_MEMORY, MHD_OPTION_EXTERNAL_LOGGER,
+        on_log, NULL, MHD_OPTION_END);
     if (!s->daemon) {
         pthread_rwlock_destroy(&s->models_lock);
         serve_metrics_free(s->metrics);

@@ -29,6 +29,7 @@ struct serve_server {
     atomic_int ready, draining;
     atomic_long inflight;
     atomic_ulong next_id;
+    uint64_t rid_seed; /* request ids: splitmix64 of seed + counter */
 };
 
 serve_model *serve_find_model(serve_server *s, const char *alias);
@@ -81,6 +82,13 @@ int serve_field_bool(const json_t *body, const char *key, int *out, serve_error 
 int serve_field_model(serve_server *s, const json_t *body, serve_model **out, serve_error *e);
 /* messages: structure checks the template relies on (text parts only). */
 int serve_check_messages(const json_t *messages, serve_error *e);
+/* Render messages through the model's template and tokenize the prompt:
+ * special-token text the template wrote becomes control tokens, the
+ * messages' content stays plain text unless allow_special (serve_fields.c
+ * says how). *ids malloc'ed. */
+int serve_chat_tokens(serve_model *m, const json_t *messages, int add_generation_prompt,
+                      const json_t *kwargs, int add_special, int allow_special, int32_t **ids,
+                      size_t *n, serve_error *e);
 /* Render messages through the model's template. */
 int serve_render_chat(serve_model *m, const json_t *messages, int add_generation_prompt,
                       const json_t *kwargs, char **out, serve_error *e);

@@ -362,7 +362,7 @@ static void *engine_main(void *arg)
         tick(m);
     }
     /* Shutdown: whatever is left ends with an error. */
-    static const char why[] = "the server is shutting down";
+    static const char why[] = SERVE_SHUTDOWN_WHY;
     for (int i = 0; i < m->max_sessions; i++)
         if (m->slots[i].req)
             slot_end(m, &m->slots[i], SERVE_FINISH_ERROR, why);

@@ -248,7 +248,8 @@ static int completion_prompt(serve_model *m, const json_t *body, serve_req *r, s
     return 0;
 }
 
-static int chat_prompt(serve_model *m, const json_t *body, serve_req *r, serve_error *e)
+static int chat_prompt(serve_server *s, serve_model *m, const json_t *body, serve_req *r,
+                       serve_error *e)
 {
     const json_t *messages = json_object_get(body, "messages");
     if (serve_check_messages(messages, e) != 0)
@@ -256,15 +257,10 @@ static int chat_prompt(serve_model *m, const json_t *body, serve_req *r, serve_e
     const json_t *kwargs = present(body, "chat_template_kwargs");
     if (kwargs && !json_is_object(kwargs))
         return serve_bad(e, "chat_template_kwargs", "chat_template_kwargs: must be an object");
-    char *text;
-    if (serve_render_chat(m, messages, 1, kwargs, &text, e) != 0)
-        return -1;
-    memra_err err;
     size_t n;
-    int rc = tok_encode(serve_model_tokenizer(m), text, strlen(text), 0, 1, &r->prompt, &n, &err);
-    free(text);
-    if (rc != 0)
-        return serve_bad(e, "messages", "messages: %s", err.msg);
+    if (serve_chat_tokens(m, messages, 1, kwargs, 0, s->opts.allow_special_in_content, &r->prompt,
+                          &n, e) != 0)
+        return -1;
     r->n_prompt = n;
     return 0;
 }
@@ -298,7 +294,7 @@ int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body, s
         max_tokens = max_completion;
     if (parse_sampling(s, body, r, serve_model_n_vocab(m), e) != 0 || parse_stop(body, r, e) != 0)
         return -1;
-    if ((kind == SERVE_CHAT ? chat_prompt(m, body, r, e) : completion_prompt(m, body, r, e)) != 0)
+    if ((kind == SERVE_CHAT ? chat_prompt(s, m, body, r, e) : completion_prompt(m, body, r, e)) != 0)
         return -1;
 
     const char *what = kind == SERVE_CHAT ? "messages" : "prompt";

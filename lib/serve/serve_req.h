@@ -32,6 +32,10 @@ typedef enum {
     SERVE_FINISH_ERROR,    /* the engine failed for this request (error says why) */
 } serve_finish;
 
+/* The error of a request cut at shutdown (the drain timeout): the HTTP
+ * side answers it 503 with Retry-After, not 500. */
+#define SERVE_SHUTDOWN_WHY "the server is shutting down"
+
 typedef void (*serve_wake_fn)(void *ctx);
 
 typedef struct serve_req {

@@ -72,37 +72,34 @@ json_t *serve_route_tokenize(serve_server *s, const json_t *body, int *status)
                                                        "one of them");
         return fail_json(&e, status);
     }
-    char *text = NULL;
     int add_special = prompt != NULL, add_gen = 1;
     if (serve_field_bool(body, "add_special", &add_special, &e) != 0 ||
         serve_field_bool(body, "add_generation_prompt", &add_gen, &e) != 0)
         return fail_json(&e, status);
+    size_t n;
+    int32_t *ids;
     if (prompt) {
         if (!json_is_string(prompt)) {
             serve_bad(&e, "prompt", "prompt: must be a string");
             return fail_json(&e, status);
         }
-        text = xmalloc(json_string_length(prompt) + 1);
-        memcpy(text, json_string_value(prompt), json_string_length(prompt) + 1);
+        memra_err err;
+        if (tok_encode(serve_model_tokenizer(m), json_string_value(prompt),
+                       json_string_length(prompt), add_special, 1, &ids, &n, &err) != 0) {
+            serve_bad(&e, "prompt", "%s", err.msg);
+            return fail_json(&e, status);
+        }
     } else {
+        /* The ids a chat request with these messages would get. */
         const json_t *kwargs = json_object_get(body, "chat_template_kwargs");
         if (kwargs && !json_is_null(kwargs) && !json_is_object(kwargs)) {
             serve_bad(&e, "chat_template_kwargs", "chat_template_kwargs: must be an object");
             return fail_json(&e, status);
         }
         if (serve_check_messages(messages, &e) != 0 ||
-            serve_render_chat(m, messages, add_gen, json_is_object(kwargs) ? kwargs : NULL,
-                              &text, &e) != 0)
+            serve_chat_tokens(m, messages, add_gen, json_is_object(kwargs) ? kwargs : NULL,
+                              add_special, s->opts.allow_special_in_content, &ids, &n, &e) != 0)
             return fail_json(&e, status);
-    }
-    size_t len = prompt ? json_string_length(prompt) : strlen(text), n;
-    int32_t *ids;
-    memra_err err;
-    int rc = tok_encode(serve_model_tokenizer(m), text, len, add_special, 1, &ids, &n, &err);
-    free(text);
-    if (rc != 0) {
-        serve_bad(&e, prompt ? "prompt" : "messages", "%s", err.msg);
-        return fail_json(&e, status);
     }
     json_t *out = json_pack("{s:o,s:I,s:I}", "tokens", ids_json(ids, n), "count", (json_int_t)n,
                             "max_model_len", (json_int_t)serve_model_n_ctx(m));

@@ -149,7 +149,7 @@ err "empty stop string: 400" 400 '.error.param == "stop"' $CH "{\"model\":\"chat
 err "logit_bias id out of range: 400" 400 '.error.param == "logit_bias"' $CH "{\"model\":\"chat\",$MSG,\"logit_bias\":{\"99999999\":1}}"
 err "stream_options without stream: 400" 400 '.error.param == "stream_options"' $CH "{\"model\":\"chat\",$MSG,\"stream_options\":{\"include_usage\":true}}"
 err "chat_template_kwargs not an object: 400" 400 '.error.param == "chat_template_kwargs"' $CH "{\"model\":\"chat\",$MSG,\"chat_template_kwargs\":[]}"
-err "template error: 400 naming messages and the template line" 400 '.error.param == "messages" and (.error.message | test("template line [0-9]+"))' $CH '{"model":"qwen","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null}]}'
+err "template error: 400 naming messages and the template line" 400 '.error.param == "messages" and (.error.message | test("template line [0-9]+"))' $CH '{"model":"qwen","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"x","tool_calls":[5]}]}'
 err "context_length_exceeded with the counts" 400 '.error.code == "context_length_exceeded" and (.error.message | test("maximum context length is 2048 tokens.*2053 tokens \\(5 in the prompt, 2048 in the completion\\)"))' $CP '{"model":"tiny","prompt":"Once upon a time","max_tokens":2048}'
 err "prompt of several strings: 400" 400 '.error.param == "prompt"' $CP '{"model":"tiny","prompt":["a","b"]}'
 err "prompt id out of range: 400" 400 '.error.param == "prompt"' $CP '{"model":"tiny","prompt":[1,99999]}'

@@ -131,14 +131,20 @@ check "drain: exit 0 once idle" bash -c "[ $rc = 0 ] && grep -q 'drained, exitin
 start_server cut -m "qwen=$QWEN" -t 1 --drain-timeout 1
 C_MAX=30 post /v1/completions "{\"model\":\"qwen\",\"prompt\":\"hi\",\"max_tokens\":1000,\"stream\":true,$NOSTOP}" -N >"$T/cut.sse" &
 cp_=$!
+# and a blocking one beside it, which must hear a 503 it can retry, not a 500
+C_MAX=30 post /v1/completions "{\"model\":\"qwen\",\"prompt\":\"hi\",\"max_tokens\":1000,$NOSTOP}" -D "$T/cut.hdr" >"$T/cut.json" &
+cb_=$!
 for k in $(seq 100); do grep -q '"text"' "$T/cut.sse" 2>/dev/null && break; sleep 0.05; done
 t0=$(date +%s%N)
 stop_server "$PID" 10; rc=$?
 t1=$(date +%s%N)
-wait $cp_
+wait $cp_ $cb_
 check "drain timeout: exit 0 after about the timeout" bash -c "[ $rc = 0 ] && [ $(( (t1 - t0) / 1000000 )) -lt 4000 ] && grep -q 'requests cut' '$T/cut.log' || { cat '$T/cut.log' >&2; exit 1; }"
 check "drain timeout: the cut stream ends with an error event and [DONE]" bash -c "
   grep '^data: {' '$T/cut.sse' | tail -1 | sed 's/^data: //' | jq -e '.error.message | test(\"shutting down\")' >/dev/null && grep -qx 'data: \[DONE\]' '$T/cut.sse'"
+check "drain timeout: the cut blocking request is a 503 with Retry-After, not a 500" bash -c "
+  head -1 '$T/cut.hdr' | grep -q ' 503' && grep -qi '^retry-after: 1' '$T/cut.hdr' &&
+  jq -e '.error.code == \"server_draining\" and (.error.message | test(\"retry\"))' '$T/cut.json' >/dev/null"
 
 # ---- malformed input never crashes it --------------------------------------
 SERVE_BIN=memra-serve
