@@ -829,6 +829,16 @@ static void test_malformed_hf(void)
                     "\"behavior\": \"Isolated\"}, \"model\": {\"type\": \"BPE\", \"vocab\": "
                     "{\"a\": 0}, \"merges\": []}}",
                     "(a");
+    expect_hf_error("hf-norm-regex",
+                    "{\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": "
+                    "\"[z-a]\"}, \"content\": \"\"}, \"model\": {\"type\": \"BPE\", \"vocab\": "
+                    "{\"a\": 0}, \"merges\": []}}",
+                    "normalizer Replace");
+    expect_hf_error("hf-norm",
+                    "{\"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\": "
+                    "\"\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, "
+                    "\"merges\": []}}",
+                    "Precompiled");
     expect_hf_error("hf-id",
                     "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -3}, \"merges\": []}}",
                     "model.vocab[\"a\"]");
@@ -907,6 +917,22 @@ static void test_hf_normalizers(void)
         {"{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFKC\"}, {\"type\": "
          "\"Lowercase\"}]}",
          "\xC7\x85\xEF\xBC\x8C", "20 0"},
+        {"{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFKD\"}, {\"type\": "
+         "\"StripAccents\"}]}",
+         "\xC7\x85", "1 10"},
+        {"{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFD\"}, {\"type\": "
+         "\"StripAccents\"}, {\"type\": \"NFC\"}]}",
+         "\xC3\xA9" "e\xCC\x81", "13 13"},
+        {"{\"type\": \"Strip\", \"strip_left\": true, \"strip_right\": true}",
+         " \t\xE3\x80\x80" "a\xC2\x85 ", "6"},
+        {"{\"type\": \"Strip\", \"strip_left\": false, \"strip_right\": true}", "a, \n",
+         "6 0"},
+        {"{\"type\": \"Replace\", \"pattern\": {\"Regex\": \"\\\\s+\"}, \"content\": "
+         "\",\"}",
+         " a \xC2\x85\xE3\x80\x80" "a", "0 6 0 6"},
+        {"{\"type\": \"Replace\", \"pattern\": {\"String\": \"\xEF\xBC\x8C\"}, "
+         "\"content\": \"a\"}",
+         "\xEF\xBC\x8C,", "6 0"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char json[4096];
