@@ -980,6 +980,11 @@ static void test_hf_vocab_hole(void)
     CHECK(tok_decode(t, back, 3, 0, &text, &len, &err) == 0);
     CHECK_MSG(text && strcmp(text, "abc<|end|>c") == 0, "decoded \"%s\"", text ? text : "");
     free(text);
+    int32_t hole[] = {0, 3, 1};
+    text = NULL;
+    CHECK_MSG(tok_decode(t, hole, 3, 0, &text, &len, &err) == 0, "%s", err.msg);
+    CHECK_MSG(text && strcmp(text, "ab") == 0, "hole decoded as \"%s\"", text ? text : "");
+    free(text);
     tok_free(t);
 }
 
