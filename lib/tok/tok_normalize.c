@@ -156,6 +156,10 @@ static int unicode_norm(tok_norm_type type, const char *s, size_t n, strbuf *out
     return 0;
 }
 
+/* Lowercase as `tokenizers` does it, character by character with Rust's
+ * char::to_lowercase: the simple mapping, except for the one character
+ * whose unconditional full mapping is longer (SpecialCasing.txt): U+0130
+ * LATIN CAPITAL LETTER I WITH DOT ABOVE becomes "i" + U+0307. */
 static void lowercase(const char *s, size_t n, strbuf *out)
 {
     size_t i = 0;
@@ -166,6 +170,11 @@ static void lowercase(const char *s, size_t n, strbuf *out)
         if (!l) {
             sb_append(out, s + i, bad);
             i += bad;
+            continue;
+        }
+        if (cp == 0x130) {
+            sb_append(out, "i\xCC\x87", 3);
+            i += l;
             continue;
         }
         char buf[4];
