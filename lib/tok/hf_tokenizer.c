@@ -586,6 +586,35 @@ static const char *detect_pre(conv *c)
     return "default";
 }
 
+/* The first normalizer in `node` that rewrites text beyond what GGUF can
+ * say (a Prepend or Replace of the SentencePiece space is add_space_prefix
+ * and the U+2581 escape; NFC is left out because llama.cpp's converter drops
+ * it too and it changes only text that is not already composed), or NULL. */
+static const char *lost_normalizer(const json_t *node)
+{
+    if (!json_is_object(node))
+        return NULL;
+    const char *type = json_string_value(json_object_get(node, "type"));
+    if (!type)
+        return NULL;
+    if (strcmp(type, "Sequence") == 0) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(node, "normalizers"), i, e)
+        {
+            const char *lost = lost_normalizer(e);
+            if (lost)
+                return lost;
+        }
+        return NULL;
+    }
+    static const char *const kept[] = {"NFC", "Prepend", "Replace"};
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+        if (strcmp(type, kept[i]) == 0)
+            return NULL;
+    return type;
+}
+
 /* ---- special tokens ---- */
 
 static int token_content(conv *c, const char *key, const char **out, memra_err *err)
@@ -868,6 +897,12 @@ int hf_tokenizer_to_gguf_rows(const char *dir, int64_t rows, gguf_writer *w, mem
         hf_chat_templates_read(dir, c.tc, c.tc_path, &c.chat, err))
         goto out;
     const char *pre = c.kind == KIND_GPT2 ? detect_pre(&c) : "default";
+    /* GGUF has no key for a normalizer and llama.cpp applies none, so the
+     * converted file tokenizes such text as the raw characters: say so. */
+    const char *lost = lost_normalizer(json_object_get(c.tj, "normalizer"));
+    if (lost)
+        log_warn("%s: normalizer %s has no GGUF equivalent and is not carried over; text it "
+                 "would change tokenizes differently from tokenizer.json", c.tj_path, lost);
     write_keys(&c, w, pre);
     hf_chat_templates_write(c.chat, w);
     rc = 0;

@@ -89,14 +89,18 @@ typedef enum {
     NORM_NFKC,
     NORM_NFKD,
     NORM_PREPEND,
-    NORM_REPLACE, /* literal string pattern */
+    NORM_REPLACE, /* literal string pattern, or a regex when `re` is set */
     NORM_LOWERCASE,
+    NORM_STRIP_ACCENTS, /* drops every combining mark (General_Category M) */
+    NORM_STRIP,         /* White_Space off the left and/or the right end */
 } tok_norm_type;
 
 typedef struct {
     tok_norm_type type;
     char *a, *b; /* PREPEND: a; REPLACE: a -> b */
     size_t alen, blen;
+    pcre2_code *re; /* REPLACE with a Regex pattern (a is its source) */
+    uint8_t strip_left, strip_right; /* STRIP */
 } tok_norm_step;
 
 /* ---- pre-tokenizers ---- */

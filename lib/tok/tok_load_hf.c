@@ -120,10 +120,29 @@ static int load_normalizer(loader *L, const json_t *n)
         if (get_pattern(L, n, "normalizer Replace", &pat, &plen, &is_regex))
             return -1;
         json_t *c = json_object_get(n, "content");
-        if (is_regex || !json_is_string(c))
-            return memra_fail(L->err, "%s: normalizer Replace: only a String pattern with a "
-                              "string content is supported", L->path);
+        if (!json_is_string(c))
+            return memra_fail(L->err, "%s: normalizer Replace needs a string \"content\"",
+                              L->path);
         add_norm(L->t, NORM_REPLACE, pat, plen, json_string_value(c), json_string_length(c));
+        if (is_regex) {
+            tok_norm_step *st = &L->t->norm[L->t->n_norm - 1];
+            st->re = tok_regex_compile(pat, plen, 0, L->err);
+            if (!st->re) {
+                char why[sizeof L->err->msg];
+                snprintf(why, sizeof why, "%s", L->err->msg);
+                return memra_fail(L->err, "%s: normalizer Replace: %s", L->path, why);
+            }
+        }
+        return 0;
+    }
+    if (strcmp(type, "StripAccents") == 0) {
+        add_norm(L->t, NORM_STRIP_ACCENTS, NULL, 0, NULL, 0);
+        return 0;
+    }
+    if (strcmp(type, "Strip") == 0) {
+        add_norm(L->t, NORM_STRIP, NULL, 0, NULL, 0);
+        L->t->norm[L->t->n_norm - 1].strip_left = (uint8_t)get_flag(n, "strip_left", 1);
+        L->t->norm[L->t->n_norm - 1].strip_right = (uint8_t)get_flag(n, "strip_right", 1);
         return 0;
     }
     return memra_fail(L->err, "%s: normalizer type \"%s\" is not supported", L->path, type);

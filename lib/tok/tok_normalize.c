@@ -1,5 +1,6 @@
 /* Normalizers a tokenizer.json declares (NFC/NFD/NFKC/NFKD through
- * utf8proc, Prepend, literal Replace, Lowercase), applied in order to one
+ * utf8proc, Prepend, Replace of a string or a regex, Lowercase,
+ * StripAccents, Strip), applied in order to one
  * text segment at a time, as `tokenizers` applies them to each piece left
  * between added tokens.
  *
@@ -155,6 +156,10 @@ static int unicode_norm(tok_norm_type type, const char *s, size_t n, strbuf *out
     return 0;
 }
 
+/* Lowercase as `tokenizers` does it, character by character with Rust's
+ * char::to_lowercase: the simple mapping, except for the one character
+ * whose unconditional full mapping is longer (SpecialCasing.txt): U+0130
+ * LATIN CAPITAL LETTER I WITH DOT ABOVE becomes "i" + U+0307. */
 static void lowercase(const char *s, size_t n, strbuf *out)
 {
     size_t i = 0;
@@ -165,6 +170,11 @@ static void lowercase(const char *s, size_t n, strbuf *out)
         if (!l) {
             sb_append(out, s + i, bad);
             i += bad;
+            continue;
+        }
+        if (cp == 0x130) {
+            sb_append(out, "i\xCC\x87", 3);
+            i += l;
             continue;
         }
         char buf[4];
@@ -191,6 +201,99 @@ static void replace(const tok_norm_step *st, const char *s, size_t n, strbuf *ou
         i = run = at + st->alen;
     }
     sb_append(out, s + run, n - run);
+}
+
+/* Every match of the step's regex replaced by its content, matches taken
+ * left to right without overlap as `tokenizers` does; an empty match
+ * replaces nothing and the scan steps over one character. */
+static int replace_regex(const tok_norm_step *st, const char *s, size_t n, strbuf *out,
+                         memra_err *err)
+{
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(st->re, NULL);
+    if (!md)
+        return memra_fail(err, "normalizer Replace: out of memory for PCRE2 match data");
+    size_t off = 0, run = 0;
+    int rc = 0;
+    while (off < n) {
+        int m = pcre2_match(st->re, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, md, NULL);
+        if (m == PCRE2_ERROR_NOMATCH)
+            break;
+        if (m < 0) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(m, msg, sizeof msg);
+            rc = memra_fail(err, "normalizer Replace '%s' failed at byte %zu: %s", st->a, off,
+                            (const char *)msg);
+            break;
+        }
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        if (ov[1] > ov[0]) {
+            sb_append(out, s + run, ov[0] - run);
+            sb_append(out, st->b, st->blen);
+            off = run = ov[1];
+        } else {
+            off = ov[0] + 1;
+            while (off < n && ((uint8_t)s[off] & 0xC0) == 0x80)
+                off++;
+        }
+    }
+    sb_append(out, s + run, n - run);
+    pcre2_match_data_free(md);
+    return rc;
+}
+
+/* StripAccents: every character of General_Category Mark (Mn, Mc, Me)
+ * removed, which is what `tokenizers` filters with is_combining_mark.
+ * Ill-formed bytes (none reach here after the U+FFFD pass) are kept. */
+static void strip_accents(const char *s, size_t n, strbuf *out)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        size_t bad;
+        size_t l = tok_utf8_next((const uint8_t *)s + i, n - i, &cp, &bad);
+        if (!l) {
+            sb_append(out, s + i, bad);
+            i += bad;
+            continue;
+        }
+        utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
+        if (c != UTF8PROC_CATEGORY_MN && c != UTF8PROC_CATEGORY_MC && c != UTF8PROC_CATEGORY_ME)
+            sb_append(out, s + i, l);
+        i += l;
+    }
+}
+
+/* Unicode White_Space, Rust's char::is_whitespace, which Strip uses. */
+static int is_white_space(uint32_t cp)
+{
+    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 ||
+           cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+           cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+static void strip(const tok_norm_step *st, const char *s, size_t n, strbuf *out)
+{
+    size_t a = 0, b = n;
+    while (st->strip_left && a < b) {
+        uint32_t cp;
+        size_t bad;
+        size_t l = tok_utf8_next((const uint8_t *)s + a, b - a, &cp, &bad);
+        if (!l || !is_white_space(cp))
+            break;
+        a += l;
+    }
+    while (st->strip_right && b > a) {
+        size_t k = b - 1;
+        while (k > a && ((uint8_t)s[k] & 0xC0) == 0x80)
+            k--;
+        uint32_t cp;
+        size_t bad;
+        size_t l = tok_utf8_next((const uint8_t *)s + k, b - k, &cp, &bad);
+        if (!l || k + l != b || !is_white_space(cp))
+            break;
+        b = k;
+    }
+    sb_append(out, s + a, b - a);
 }
 
 /* Each step reads the previous step's output: the last step writes into
@@ -226,10 +329,19 @@ int tok_normalize(const tokenizer *t, const char *s, size_t n, strbuf *out, memr
             sb_append(dst, src, src_len);
             break;
         case NORM_REPLACE:
-            replace(st, src, src_len, dst);
+            if (st->re)
+                rc = replace_regex(st, src, src_len, dst, err);
+            else
+                replace(st, src, src_len, dst);
             break;
         case NORM_LOWERCASE:
             lowercase(src, src_len, dst);
+            break;
+        case NORM_STRIP_ACCENTS:
+            strip_accents(src, src_len, dst);
+            break;
+        case NORM_STRIP:
+            strip(st, src, src_len, dst);
             break;
         }
         src = dst->data ? dst->data : "";

@@ -43,10 +43,25 @@ static const hf_pre_type default_pre = {
     0,
 };
 
+/* Falcon's tokenizer.json chains Punctuation, ByteLevel and Digits
+ * (individual_digits false) pre-tokenizers, which llama.cpp renders as these
+ * three regexes; no Split list in a tokenizer.json spells them, so they live
+ * here rather than in the HF table. */
+static const hf_pre_type falcon_pre = {
+    "falcon",
+    3,
+    {"[\\p{P}\\$\\+<=>\\^~\\|`]+",
+     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+     "[0-9][0-9][0-9]"},
+    0,
+};
+
 const hf_pre_type *tok_pre_for_gguf(const char *name)
 {
     if (!name || strcmp(name, "default") == 0)
         return &default_pre;
+    if (strcmp(name, "falcon") == 0)
+        return &falcon_pre;
     for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
         if (strcmp(aliases[i].alias, name) == 0)
             return hf_pre_find(aliases[i].name);

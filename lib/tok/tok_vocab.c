@@ -411,6 +411,8 @@ void tok_free(tokenizer *t)
     for (size_t i = 0; i < t->n_norm; i++) {
         free(t->norm[i].a);
         free(t->norm[i].b);
+        if (t->norm[i].re)
+            pcre2_code_free(t->norm[i].re);
     }
     free(t->norm);
     for (size_t i = 0; i < t->n_pre; i++) {
