@@ -137,7 +137,7 @@ static void pad_text(strbuf *sb, const char *s, size_t n, int64_t width, int64_t
             sb_putc(sb, ' ');
 }
 
-jv *jstr_percent(jctx *c, int line, const jv *fmt, jv *args)
+static jv *percent(jctx *c, int line, const jv *fmt, jv *args)
 {
     jv **items = &args;
     size_t n_items = 1, next = 0;
@@ -384,7 +384,7 @@ static int format_spec(jctx *c, int line, strbuf *sb, const jv *v, const char *s
     return rc;
 }
 
-jv *jstr_format(jctx *c, int line, const jv *fmt, const jargs *a)
+static jv *format(jctx *c, int line, const jv *fmt, const jargs *a)
 {
     strbuf sb;
     sb_init(&sb);
@@ -492,4 +492,51 @@ jv *jstr_format(jctx *c, int line, const jv *fmt, const jargs *a)
         }
     }
     return jstr_finish(c, line, &sb);
+}
+
+/* Markup.__mod__ wraps its arguments so that %s of them is escaped (each
+ * item of a tuple, each value of a dict); the result is a Markup. */
+jv *jstr_percent(jctx *c, int line, const jv *fmt, jv *args)
+{
+    if (!fmt->safe)
+        return percent(c, line, fmt, args);
+    jv *ea;
+    if (args->k == JV_TUPLE) {
+        jv **items = jh_alloc(c->h, (args->u.l.n ? args->u.l.n : 1) * sizeof *items);
+        for (size_t i = 0; i < args->u.l.n; i++)
+            if (!(items[i] = jescape_arg(c, line, args->u.l.v[i], 0)))
+                return NULL;
+        ea = jv_tuple(c->h, items, args->u.l.n);
+    } else if (args->k == JV_DICT) {
+        ea = jv_dict(c->h);
+        for (size_t i = 0; i < args->u.d->n; i++) {
+            jv *ev = jescape_arg(c, line, args->u.d->vals[i], 0);
+            if (!ev)
+                return NULL;
+            jdict_set(c->h, ea->u.d, args->u.d->keys[i], ev);
+        }
+    } else if (!(ea = jescape_arg(c, line, args, 0))) {
+        return NULL;
+    }
+    jv *r = percent(c, line, fmt, ea);
+    return r ? jv_markup(c->h, r) : NULL;
+}
+
+/* Markup.format formats with an escaping formatter: every replacement
+ * field's text is escaped; the result is a Markup. */
+jv *jstr_format(jctx *c, int line, const jv *fmt, const jargs *a)
+{
+    if (!fmt->safe)
+        return format(c, line, fmt, a);
+    jv **pos = jh_alloc(c->h, (a->n_pos ? a->n_pos : 1) * sizeof *pos);
+    jv **kw = jh_alloc(c->h, (a->n_kw ? a->n_kw : 1) * sizeof *kw);
+    for (size_t i = 0; i < a->n_pos; i++)
+        if (!(pos[i] = jescape_arg(c, line, a->pos[i], 0)))
+            return NULL;
+    for (size_t i = 0; i < a->n_kw; i++)
+        if (!(kw[i] = jescape_arg(c, line, a->kw[i], 0)))
+            return NULL;
+    jargs ea = {pos, a->n_pos, a->kw_names, kw, a->n_kw};
+    jv *r = format(c, line, fmt, &ea);
+    return r ? jv_markup(c->h, r) : NULL;
 }
