@@ -740,6 +740,31 @@ static jv *f_unique(jctx *c, int line, jv *v, const jargs *a)
     return jv_list(c->h, out, k);
 }
 
+void jescape_into(strbuf *sb, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        switch (s[i]) {
+        case '&':
+            sb_puts(sb, "&amp;");
+            break;
+        case '<':
+            sb_puts(sb, "&lt;");
+            break;
+        case '>':
+            sb_puts(sb, "&gt;");
+            break;
+        case '"':
+            sb_puts(sb, "&#34;");
+            break;
+        case '\'':
+            sb_puts(sb, "&#39;");
+            break;
+        default:
+            sb_putc(sb, s[i]);
+        }
+    }
+}
+
 jv *jescape(jctx *c, int line, jv *v)
 {
     if (v->k == JV_STR && v->safe)
@@ -749,43 +774,14 @@ jv *jescape(jctx *c, int line, jv *v)
         return NULL;
     strbuf sb;
     sb_init(&sb);
-    for (size_t i = 0; i < s->u.s.n; i++) {
-        switch (s->u.s.s[i]) {
-        case '&':
-            sb_puts(&sb, "&amp;");
-            break;
-        case '<':
-            sb_puts(&sb, "&lt;");
-            break;
-        case '>':
-            sb_puts(&sb, "&gt;");
-            break;
-        case '"':
-            sb_puts(&sb, "&#34;");
-            break;
-        case '\'':
-            sb_puts(&sb, "&#39;");
-            break;
-        default:
-            sb_putc(&sb, s->u.s.s[i]);
-        }
-    }
-    jv *r = NULL;
-    if (!jreserve(c, line, sb.len)) {
-        r = jv_str(c->h, sb_str(&sb), sb.len);
-        r->safe = 1;
-    }
-    sb_free(&sb);
-    return r;
+    jescape_into(&sb, s->u.s.s, s->u.s.n);
+    jv *r = jstr_finish(c, line, &sb);
+    return r ? jv_markup(c->h, r) : NULL;
 }
 
-jv *jescape_arg(jctx *c, int line, jv *v, int strings_only)
+jv *jescape_arg(jctx *c, int line, jv *v)
 {
-    if (v->k == JV_STR)
-        return jescape(c, line, v);
-    if (strings_only || jv_is_num(v) || v->k == JV_NONE)
-        return v;
-    return jescape(c, line, v);
+    return v->k == JV_STR ? jescape(c, line, v) : v;
 }
 
 static jv *f_title(jctx *c, int line, jv *v)

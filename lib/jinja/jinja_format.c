@@ -221,6 +221,14 @@ static jv *percent(jctx *c, int line, const jv *fmt, jv *args)
                 jv_str_into(&tmp, v);
             else
                 jv_repr_into(&tmp, v);
+            if (fmt->safe && !(type == 's' && v->k == JV_STR && v->safe)) {
+                /* Markup % x: %s gives escape(x) (a Markup as it is), %r escape(repr(x)) */
+                strbuf esc;
+                sb_init(&esc);
+                jescape_into(&esc, sb_str(&tmp), tmp.len);
+                sb_free(&tmp);
+                tmp = esc;
+            }
             pad_text(&sb, sb_str(&tmp), tmp.len, width, prec, strchr(flags, '-') != NULL);
             sb_free(&tmp);
         } else if (type == 'c') {
@@ -486,57 +494,43 @@ static jv *format(jctx *c, int line, const jv *fmt, const jargs *a)
             sb_free(&sb);
             return jfail(c, line, "unknown conversion specifier %c", conv);
         }
+        if (fmt->safe && v->k == JV_STR && v->safe) {
+            /* Markup.__html_format__: taken as it is, and it takes no spec */
+            if (spec_e > spec_b) {
+                sb_free(&sb);
+                return jfail(c, line, "Unsupported format specification for Markup.");
+            }
+            sb_append(&sb, v->u.s.s, v->u.s.n);
+            continue;
+        }
+        size_t from = sb.len;
         if (jreserve(c, line, sb.len) || format_spec(c, line, &sb, v, p + spec_b, spec_e - spec_b)) {
             sb_free(&sb);
             return NULL;
+        }
+        if (fmt->safe && sb.len > from) {
+            /* markupsafe's EscapeFormatter: escape(format(value, spec)) */
+            strbuf field;
+            sb_init(&field);
+            sb_append(&field, sb.data + from, sb.len - from);
+            sb.len = from;
+            jescape_into(&sb, sb_str(&field), field.len);
+            sb_free(&field);
         }
     }
     return jstr_finish(c, line, &sb);
 }
 
-/* Markup.__mod__ wraps its arguments so that %s of them is escaped (each
- * item of a tuple, each value of a dict); the result is a Markup. */
+/* Markup.__mod__ and Markup.format escape what they put in (percent and
+ * format look at fmt->safe); the result is a Markup. */
 jv *jstr_percent(jctx *c, int line, const jv *fmt, jv *args)
 {
-    if (!fmt->safe)
-        return percent(c, line, fmt, args);
-    jv *ea;
-    if (args->k == JV_TUPLE) {
-        jv **items = jh_alloc(c->h, (args->u.l.n ? args->u.l.n : 1) * sizeof *items);
-        for (size_t i = 0; i < args->u.l.n; i++)
-            if (!(items[i] = jescape_arg(c, line, args->u.l.v[i], 0)))
-                return NULL;
-        ea = jv_tuple(c->h, items, args->u.l.n);
-    } else if (args->k == JV_DICT) {
-        ea = jv_dict(c->h);
-        for (size_t i = 0; i < args->u.d->n; i++) {
-            jv *ev = jescape_arg(c, line, args->u.d->vals[i], 0);
-            if (!ev)
-                return NULL;
-            jdict_set(c->h, ea->u.d, args->u.d->keys[i], ev);
-        }
-    } else if (!(ea = jescape_arg(c, line, args, 0))) {
-        return NULL;
-    }
-    jv *r = percent(c, line, fmt, ea);
-    return r ? jv_markup(c->h, r) : NULL;
+    jv *r = percent(c, line, fmt, args);
+    return r && fmt->safe ? jv_markup(c->h, r) : r;
 }
 
-/* Markup.format formats with an escaping formatter: every replacement
- * field's text is escaped; the result is a Markup. */
 jv *jstr_format(jctx *c, int line, const jv *fmt, const jargs *a)
 {
-    if (!fmt->safe)
-        return format(c, line, fmt, a);
-    jv **pos = jh_alloc(c->h, (a->n_pos ? a->n_pos : 1) * sizeof *pos);
-    jv **kw = jh_alloc(c->h, (a->n_kw ? a->n_kw : 1) * sizeof *kw);
-    for (size_t i = 0; i < a->n_pos; i++)
-        if (!(pos[i] = jescape_arg(c, line, a->pos[i], 0)))
-            return NULL;
-    for (size_t i = 0; i < a->n_kw; i++)
-        if (!(kw[i] = jescape_arg(c, line, a->kw[i], 0)))
-            return NULL;
-    jargs ea = {pos, a->n_pos, a->kw_names, kw, a->n_kw};
-    jv *r = format(c, line, fmt, &ea);
-    return r ? jv_markup(c->h, r) : NULL;
+    jv *r = format(c, line, fmt, a);
+    return r && fmt->safe ? jv_markup(c->h, r) : r;
 }

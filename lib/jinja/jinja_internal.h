@@ -451,9 +451,10 @@ jv *jstr_of(jctx *c, int line, const jv *v);
 /* markupsafe.escape(v): a Markup stays as it is, anything else becomes
  * str(v) with & < > " ' replaced, as a Markup. */
 jv *jescape(jctx *c, int line, jv *v);
-/* What markupsafe does to an argument a Markup's method or % / .format
- * receives: strings (and, for formatting, anything without a number's
- * meaning) escaped; numbers, booleans and None as they are. */
-jv *jescape_arg(jctx *c, int line, jv *v, int strings_only);
+/* The same escaping, of n bytes, appended to sb. */
+void jescape_into(strbuf *sb, const char *s, size_t n);
+/* A Markup method's argument as markupsafe passes it on: a string escaped,
+ * anything else as it is. */
+jv *jescape_arg(jctx *c, int line, jv *v);
 
 #endif

@@ -778,7 +778,7 @@ static jv *markup_method(jctx *c, int line, jv *self, const char *name, const ja
         memcpy(pos, a->pos, a->n_pos * sizeof *pos);
         ea.pos = pos;
     }
-    if (esc2 && a->n_pos == 2 && !(pos[1] = jescape_arg(c, line, a->pos[1], 1)))
+    if (esc2 && a->n_pos == 2 && !(pos[1] = jescape_arg(c, line, a->pos[1])))
         return NULL;
     if (!strcmp(name, "join") && a->n_pos == 1) {
         size_t n;

@@ -144,7 +144,8 @@ jv *jv_undef_attr(jheap *h, const jv *obj, const char *attr)
     if (obj->k == JV_UNDEF)
         snprintf(s, n, "'%s' is undefined", attr);
     else
-        snprintf(s, n, "'%s object' has no attribute '%s'", jv_type_name(obj), attr);
+        snprintf(s, n, "'%s object' has no attribute '%s'", /* jinja2's object_type_repr */
+                 obj->k == JV_STR && obj->safe ? "markupsafe.Markup" : jv_type_name(obj), attr);
     return jv_undef(h, s);
 }
 
