@@ -342,6 +342,13 @@ static int slice_arg_ok(const jv *v)
     return !v || v->k == JV_NONE || v->k == JV_INT || v->k == JV_BOOL;
 }
 
+/* r made from the string `from` is a Markup when `from` was one (Markup's
+ * __mul__ and __getitem__ wrap their results). */
+static jv *keep_markup(jctx *c, const jv *from, jv *r)
+{
+    return r && r->k == JV_STR && from->k == JV_STR && from->safe ? jv_markup(c->h, r) : r;
+}
+
 static jv *eval_slice(jctx *c, jscope *s, const jnode *n)
 {
     jv *obj = jeval(c, s, n->a);
@@ -400,7 +407,7 @@ static jv *eval_slice(jctx *c, jscope *s, const jnode *n)
     if (obj->k == JV_STR) {
         if (stepv == 1) {
             size_t b = offs[count ? start : 0], e = count ? offs[stop] : b;
-            return jv_str_ref(c->h, obj->u.s.s + b, e - b);
+            return keep_markup(c, obj, jv_str_ref(c->h, obj->u.s.s + b, e - b));
         }
         if (jreserve(c, n->line, obj->u.s.n))
             return NULL;
@@ -412,7 +419,7 @@ static jv *eval_slice(jctx *c, jscope *s, const jnode *n)
         }
         jv *r = jv_str(c->h, sb_str(&sb), sb.len);
         sb_free(&sb);
-        return r;
+        return keep_markup(c, obj, r);
     }
     jv **items = jh_alloc(c->h, (count ? count : 1) * sizeof *items);
     for (uint64_t k = 0; k < count; k++)
@@ -515,6 +522,12 @@ static jv *binop(jctx *c, int line, int op, jv *a, jv *b)
         }
         if (both_num)
             return jv_float(c->h, jv_num(a) + jv_num(b));
+        if (a->k == JV_STR && b->k == JV_STR && a->safe != b->safe) {
+            /* Markup.__add__ / __radd__: the plain operand is escaped first */
+            jv *ea = jescape(c, line, a), *eb = jescape(c, line, b);
+            jv *m = ea && eb ? binop(c, line, op, ea, eb) : NULL;
+            return m ? jv_markup(c->h, m) : NULL;
+        }
         if (a->k == JV_STR && b->k == JV_STR) {
             size_t n = a->u.s.n + b->u.s.n;
             if (jreserve(c, line, n))
@@ -522,7 +535,9 @@ static jv *binop(jctx *c, int line, int op, jv *a, jv *b)
             char *buf = jh_alloc(c->h, n + 1);
             memcpy(buf, a->u.s.s, a->u.s.n);
             memcpy(buf + a->u.s.n, b->u.s.s, b->u.s.n);
-            return jv_str_ref(c->h, buf, n);
+            jv *sum = jv_str_ref(c->h, buf, n);
+            sum->safe = a->safe; /* Markup + Markup is a Markup */
+            return sum;
         }
         if ((a->k == JV_LIST || a->k == JV_TUPLE) && a->k == b->k) {
             size_t n = a->u.l.n + b->u.l.n;
@@ -556,9 +571,9 @@ static jv *binop(jctx *c, int line, int op, jv *a, jv *b)
         if (both_num)
             return jv_float(c->h, jv_num(a) * jv_num(b));
         if ((a->k == JV_STR || jv_is_seq(a)) && is_intlike(b))
-            return repeat(c, line, a, ival(b));
+            return keep_markup(c, a, repeat(c, line, a, ival(b)));
         if ((b->k == JV_STR || jv_is_seq(b)) && is_intlike(a))
-            return repeat(c, line, b, ival(a));
+            return keep_markup(c, b, repeat(c, line, b, ival(a)));
         return type_error(c, line, "*", a, b);
     case JT_DIV:
         if (!both_num)
@@ -903,7 +918,7 @@ jv *jeval(jctx *c, jscope *s, const jnode *n)
         if (!a)
             return NULL;
         b = jeval(c, s, n->b);
-        return b ? jgetitem(c, n->line, a, b) : NULL;
+        return b ? keep_markup(c, a, jgetitem(c, n->line, a, b)) : NULL;
     case JN_SLICE:
         return eval_slice(c, s, n);
     case JN_CALL:

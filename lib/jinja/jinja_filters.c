@@ -740,39 +740,48 @@ static jv *f_unique(jctx *c, int line, jv *v, const jargs *a)
     return jv_list(c->h, out, k);
 }
 
-static jv *f_escape(jctx *c, int line, jv *v)
+void jescape_into(strbuf *sb, const char *s, size_t n)
 {
+    for (size_t i = 0; i < n; i++) {
+        switch (s[i]) {
+        case '&':
+            sb_puts(sb, "&amp;");
+            break;
+        case '<':
+            sb_puts(sb, "&lt;");
+            break;
+        case '>':
+            sb_puts(sb, "&gt;");
+            break;
+        case '"':
+            sb_puts(sb, "&#34;");
+            break;
+        case '\'':
+            sb_puts(sb, "&#39;");
+            break;
+        default:
+            sb_putc(sb, s[i]);
+        }
+    }
+}
+
+jv *jescape(jctx *c, int line, jv *v)
+{
+    if (v->k == JV_STR && v->safe)
+        return v;
     jv *s = jstr_of(c, line, v);
     if (!s)
         return NULL;
     strbuf sb;
     sb_init(&sb);
-    for (size_t i = 0; i < s->u.s.n; i++) {
-        switch (s->u.s.s[i]) {
-        case '&':
-            sb_puts(&sb, "&amp;");
-            break;
-        case '<':
-            sb_puts(&sb, "&lt;");
-            break;
-        case '>':
-            sb_puts(&sb, "&gt;");
-            break;
-        case '"':
-            sb_puts(&sb, "&#34;");
-            break;
-        case '\'':
-            sb_puts(&sb, "&#39;");
-            break;
-        default:
-            sb_putc(&sb, s->u.s.s[i]);
-        }
-    }
-    jv *r = NULL;
-    if (!jreserve(c, line, sb.len))
-        r = jv_str(c->h, sb_str(&sb), sb.len);
-    sb_free(&sb);
-    return r;
+    jescape_into(&sb, s->u.s.s, s->u.s.n);
+    jv *r = jstr_finish(c, line, &sb);
+    return r ? jv_markup(c->h, r) : NULL;
+}
+
+jv *jescape_arg(jctx *c, int line, jv *v)
+{
+    return v->k == JV_STR ? jescape(c, line, v) : v;
 }
 
 static jv *f_title(jctx *c, int line, jv *v)
@@ -846,7 +855,7 @@ static jv *f_truncate(jctx *c, int line, jv *v, const jargs *a)
     return r;
 }
 
-jv *jinja_apply_filter(jctx *c, jscope *s, int line, const char *name, jv *v, const jargs *a)
+static jv *apply_filter(jctx *c, jscope *s, int line, const char *name, jv *v, const jargs *a)
 {
     if (c->failed)
         return NULL;
@@ -867,8 +876,12 @@ jv *jinja_apply_filter(jctx *c, jscope *s, int line, const char *name, jv *v, co
         return f_title(c, line, v);
     if (!strcmp(name, "length") || !strcmp(name, "count"))
         return f_length(c, line, v);
-    if (!strcmp(name, "string") || !strcmp(name, "safe"))
+    if (!strcmp(name, "string")) /* soft_str: a Markup stays one */
         return jstr_of(c, line, v);
+    if (!strcmp(name, "safe")) {
+        jv *str = jstr_of(c, line, v);
+        return str ? jv_markup(c->h, str) : NULL;
+    }
     if (!strcmp(name, "default") || !strcmp(name, "d")) {
         jv *dv = jarg(a, 0, "default_value"), *boolean = jarg(a, 1, "boolean");
         if (v->k == JV_UNDEF || (boolean && jv_truthy(boolean) && !jv_truthy(v)))
@@ -1021,8 +1034,10 @@ jv *jinja_apply_filter(jctx *c, jscope *s, int line, const char *name, jv *v, co
         jargs ca = {(jv *[]){width ? width : jv_int(c->h, 80)}, 1, NULL, NULL, 0};
         return jinja_call_method(c, line, str, "center", &ca);
     }
-    if (!strcmp(name, "escape") || !strcmp(name, "e") || !strcmp(name, "forceescape"))
-        return f_escape(c, line, v);
+    if (!strcmp(name, "escape") || !strcmp(name, "e"))
+        return jescape(c, line, v);
+    if (!strcmp(name, "forceescape")) /* escape(str(value)): a Markup too */
+        return jescape(c, line, v->k == JV_STR ? jv_plain(c->h, v) : v);
     if (!strcmp(name, "format")) {
         jv *str = jstr_of(c, line, v);
         if (!str)
@@ -1232,4 +1247,52 @@ int jinja_apply_test(jctx *c, jscope *s, int line, const char *name, jv *v, cons
     }
     jfail(c, line, "no test named '%s'", name);
     return -1;
+}
+
+static int name_in(const char *name, const char *const *set)
+{
+    for (; *set; set++)
+        if (!strcmp(name, *set))
+            return 1;
+    return 0;
+}
+
+/* jinja2's filters run on soft_str(value), so on a Markup the Markup's own
+ * methods do the work and the result is a Markup again (upper, trim ...),
+ * and |last too, as reversed() indexes the Markup. title, replace and join
+ * build a plain str whatever they were given (the last two call str() when
+ * autoescape is off). */
+jv *jinja_apply_filter(jctx *c, jscope *s, int line, const char *name, jv *v, const jargs *a)
+{
+    static const char *const keeps[] = {"upper", "lower", "capitalize", "trim", "center", "string",
+                                        "format", "indent", "reverse", "truncate", "last", NULL};
+    static const char *const drops[] = {"title", "replace", "join", NULL};
+    int markup_in = v->k == JV_STR && v->safe;
+    jv *r = apply_filter(c, s, line, name, v, a);
+    if (!r || r->k != JV_STR)
+        return r;
+    if (name_in(name, drops))
+        return jv_plain(c->h, r);
+    if (markup_in && !strcmp(name, "truncate") &&
+        (r->u.s.n != v->u.s.n || memcmp(r->u.s.s, v->u.s.s, r->u.s.n))) {
+        /* cut, so the result is Markup(s[:k]) + end, and that escapes end:
+         * the cut itself was measured with end as given */
+        jv *end = jarg(a, 2, "end");
+        if (!end)
+            end = jv_cstr(c->h, "...");
+        if (end->k != JV_STR || end->u.s.n > r->u.s.n) /* not what a cut leaves */
+            return jfail(c, line, "truncate: cannot cut a Markup with end %s", jv_type_name(end));
+        jv *esc = jescape(c, line, end);
+        if (!esc)
+            return NULL;
+        strbuf sb;
+        sb_init(&sb);
+        sb_append(&sb, r->u.s.s, r->u.s.n - end->u.s.n);
+        sb_append(&sb, esc->u.s.s, esc->u.s.n);
+        jv *m = jstr_finish(c, line, &sb);
+        return m ? jv_markup(c->h, m) : NULL;
+    }
+    if (markup_in && name_in(name, keeps))
+        return jv_markup(c->h, r);
+    return r;
 }

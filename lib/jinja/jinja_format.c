@@ -137,7 +137,7 @@ static void pad_text(strbuf *sb, const char *s, size_t n, int64_t width, int64_t
             sb_putc(sb, ' ');
 }
 
-jv *jstr_percent(jctx *c, int line, const jv *fmt, jv *args)
+static jv *percent(jctx *c, int line, const jv *fmt, jv *args)
 {
     jv **items = &args;
     size_t n_items = 1, next = 0;
@@ -221,6 +221,14 @@ jv *jstr_percent(jctx *c, int line, const jv *fmt, jv *args)
                 jv_str_into(&tmp, v);
             else
                 jv_repr_into(&tmp, v);
+            if (fmt->safe && !(type == 's' && v->k == JV_STR && v->safe)) {
+                /* Markup % x: %s gives escape(x) (a Markup as it is), %r escape(repr(x)) */
+                strbuf esc;
+                sb_init(&esc);
+                jescape_into(&esc, sb_str(&tmp), tmp.len);
+                sb_free(&tmp);
+                tmp = esc;
+            }
             pad_text(&sb, sb_str(&tmp), tmp.len, width, prec, strchr(flags, '-') != NULL);
             sb_free(&tmp);
         } else if (type == 'c') {
@@ -384,7 +392,7 @@ static int format_spec(jctx *c, int line, strbuf *sb, const jv *v, const char *s
     return rc;
 }
 
-jv *jstr_format(jctx *c, int line, const jv *fmt, const jargs *a)
+static jv *format(jctx *c, int line, const jv *fmt, const jargs *a)
 {
     strbuf sb;
     sb_init(&sb);
@@ -486,10 +494,43 @@ jv *jstr_format(jctx *c, int line, const jv *fmt, const jargs *a)
             sb_free(&sb);
             return jfail(c, line, "unknown conversion specifier %c", conv);
         }
+        if (fmt->safe && v->k == JV_STR && v->safe) {
+            /* Markup.__html_format__: taken as it is, and it takes no spec */
+            if (spec_e > spec_b) {
+                sb_free(&sb);
+                return jfail(c, line, "Unsupported format specification for Markup.");
+            }
+            sb_append(&sb, v->u.s.s, v->u.s.n);
+            continue;
+        }
+        size_t from = sb.len;
         if (jreserve(c, line, sb.len) || format_spec(c, line, &sb, v, p + spec_b, spec_e - spec_b)) {
             sb_free(&sb);
             return NULL;
         }
+        if (fmt->safe && sb.len > from) {
+            /* markupsafe's EscapeFormatter: escape(format(value, spec)) */
+            strbuf field;
+            sb_init(&field);
+            sb_append(&field, sb.data + from, sb.len - from);
+            sb.len = from;
+            jescape_into(&sb, sb_str(&field), field.len);
+            sb_free(&field);
+        }
     }
     return jstr_finish(c, line, &sb);
+}
+
+/* Markup.__mod__ and Markup.format escape what they put in (percent and
+ * format look at fmt->safe); the result is a Markup. */
+jv *jstr_percent(jctx *c, int line, const jv *fmt, jv *args)
+{
+    jv *r = percent(c, line, fmt, args);
+    return r && fmt->safe ? jv_markup(c->h, r) : r;
+}
+
+jv *jstr_format(jctx *c, int line, const jv *fmt, const jargs *a)
+{
+    jv *r = format(c, line, fmt, a);
+    return r && fmt->safe ? jv_markup(c->h, r) : r;
 }

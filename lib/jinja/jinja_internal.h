@@ -176,6 +176,11 @@ typedef enum {
 
 struct jv {
     jv_kind k;
+    /* A STR that is a markupsafe.Markup (from |safe, |escape, or an
+     * operation on a Markup). Autoescape is off, so it prints as it is; what
+     * it changes is what meets it: a plain str added to it, % or .format
+     * arguments, and arguments of its own methods are HTML-escaped first. */
+    unsigned char safe;
     union {
         int b;
         int64_t i;
@@ -215,6 +220,10 @@ jv *jv_str(jheap *h, const char *s, size_t n);
 /* Takes the bytes as they are (they must live as long as the arena). */
 jv *jv_str_ref(jheap *h, const char *s, size_t n);
 jv *jv_cstr(jheap *h, const char *s);
+/* The same string as a Markup (v itself when it already is one). */
+jv *jv_markup(jheap *h, jv *v);
+/* The same string as a plain str (str(markup)); v itself when plain. */
+jv *jv_plain(jheap *h, jv *v);
 jv *jv_list(jheap *h, jv **items, size_t n); /* copies the pointer array */
 jv *jv_tuple(jheap *h, jv **items, size_t n);
 jv *jv_dict(jheap *h);
@@ -439,5 +448,13 @@ jv *jstr_format(jctx *c, int line, const jv *fmt, const jargs *a);
 jv *jstr_finish(jctx *c, int line, strbuf *sb);
 /* a value's str() as a string value, charging its size */
 jv *jstr_of(jctx *c, int line, const jv *v);
+/* markupsafe.escape(v): a Markup stays as it is, anything else becomes
+ * str(v) with & < > " ' replaced, as a Markup. */
+jv *jescape(jctx *c, int line, jv *v);
+/* The same escaping, of n bytes, appended to sb. */
+void jescape_into(strbuf *sb, const char *s, size_t n);
+/* A Markup method's argument as markupsafe passes it on: a string escaped,
+ * anything else as it is. */
+jv *jescape_arg(jctx *c, int line, jv *v);
 
 #endif

@@ -749,10 +749,68 @@ static jv *str_method(jctx *c, int line, jv *s, const char *name, const jargs *a
     return jfail(c, line, "'str' object has no attribute '%s'", name);
 }
 
+/* markupsafe's (3.x) Markup methods: the str-returning ones give a Markup
+ * back, and replace's new text and the fill character of ljust, rjust and
+ * center are escaped first (other arguments are not: markupsafe 2.x escaped
+ * them all); split and its kin give lists of Markup; join escapes the items;
+ * format escapes what it formats. Methods returning numbers or booleans are
+ * str's own. */
+static jv *markup_method(jctx *c, int line, jv *self, const char *name, const jargs *a)
+{
+    static const char *const wrapped[] = {"capitalize", "title", "lower", "upper", "replace", "ljust",
+                                          "rjust", "lstrip", "rstrip", "center", "strip", "translate",
+                                          "expandtabs", "swapcase", "zfill", "casefold", "removeprefix",
+                                          "removesuffix", "join", NULL};
+    static const char *const listed[] = {"split", "rsplit", "splitlines", "partition", "rpartition", NULL};
+    static const char *const escape_second[] = {"replace", "ljust", "rjust", "center", NULL};
+    if (!strcmp(name, "format"))
+        return jstr_format(c, line, self, a);
+    int wrap = 0, list = 0, esc2 = 0;
+    for (const char *const *w = wrapped; *w; w++)
+        wrap |= !strcmp(name, *w);
+    for (const char *const *w = listed; *w; w++)
+        list |= !strcmp(name, *w);
+    for (const char *const *w = escape_second; *w; w++)
+        esc2 |= !strcmp(name, *w);
+    jargs ea = *a;
+    jv *pos[2];
+    if ((esc2 && a->n_pos == 2) || (!strcmp(name, "join") && a->n_pos == 1)) {
+        memcpy(pos, a->pos, a->n_pos * sizeof *pos);
+        ea.pos = pos;
+    }
+    if (esc2 && a->n_pos == 2 && !(pos[1] = jescape_arg(c, line, a->pos[1])))
+        return NULL;
+    if (!strcmp(name, "join") && a->n_pos == 1) {
+        size_t n;
+        jv **items = jiterate(c, line, a->pos[0], &n);
+        if (!items)
+            return NULL;
+        jv **esc = jh_alloc(c->h, (n ? n : 1) * sizeof *esc);
+        for (size_t i = 0; i < n; i++)
+            if (!(esc[i] = jescape(c, line, items[i])))
+                return NULL;
+        pos[0] = jv_list(c->h, esc, n);
+    }
+    jv *r = str_method(c, line, jv_plain(c->h, self), name, &ea);
+    if (!r)
+        return NULL;
+    if (wrap && r->k == JV_STR)
+        return jv_markup(c->h, r);
+    if ((wrap || list) && jv_is_seq(r)) {
+        jv **items = jh_alloc(c->h, (r->u.l.n ? r->u.l.n : 1) * sizeof *items);
+        for (size_t i = 0; i < r->u.l.n; i++)
+            items[i] = r->u.l.v[i]->k == JV_STR ? jv_markup(c->h, r->u.l.v[i]) : r->u.l.v[i];
+        return r->k == JV_TUPLE ? jv_tuple(c->h, items, r->u.l.n) : jv_list(c->h, items, r->u.l.n);
+    }
+    return r;
+}
+
 jv *jinja_call_method(jctx *c, int line, jv *self, const char *name, const jargs *a)
 {
     switch (self->k) {
     case JV_STR:
+        if (self->safe)
+            return markup_method(c, line, self, name, a);
         return str_method(c, line, self, name, a);
     case JV_DICT:
         if (!strcmp(name, "get")) {

@@ -21,6 +21,7 @@ static jv *alloc(jheap *h, jv_kind k)
 {
     jv *v = jh_alloc(h, sizeof *v);
     v->k = k;
+    v->safe = 0;
     return v;
 }
 
@@ -73,6 +74,20 @@ jv *jv_str_ref(jheap *h, const char *s, size_t n)
 jv *jv_str(jheap *h, const char *s, size_t n)
 {
     return jv_str_ref(h, jh_strndup(h, s, n), n);
+}
+
+jv *jv_markup(jheap *h, jv *v)
+{
+    if (v->safe)
+        return v;
+    jv *m = jv_str_ref(h, v->u.s.s, v->u.s.n);
+    m->safe = 1;
+    return m;
+}
+
+jv *jv_plain(jheap *h, jv *v)
+{
+    return v->k == JV_STR && v->safe ? jv_str_ref(h, v->u.s.s, v->u.s.n) : v;
 }
 
 jv *jv_cstr(jheap *h, const char *s)
@@ -129,7 +144,8 @@ jv *jv_undef_attr(jheap *h, const jv *obj, const char *attr)
     if (obj->k == JV_UNDEF)
         snprintf(s, n, "'%s' is undefined", attr);
     else
-        snprintf(s, n, "'%s object' has no attribute '%s'", jv_type_name(obj), attr);
+        snprintf(s, n, "'%s object' has no attribute '%s'", /* jinja2's object_type_repr */
+                 obj->k == JV_STR && obj->safe ? "markupsafe.Markup" : jv_type_name(obj), attr);
     return jv_undef(h, s);
 }
 
@@ -268,7 +284,7 @@ const char *jv_type_name(const jv *v)
     case JV_FLOAT:
         return "float";
     case JV_STR:
-        return "str";
+        return v->safe ? "Markup" : "str";
     case JV_LIST:
         return "list";
     case JV_TUPLE:
@@ -611,7 +627,11 @@ void jv_str_into(strbuf *sb, const jv *v)
 
 void jv_repr_into(strbuf *sb, const jv *v)
 {
-    if (v->k == JV_STR)
+    if (v->k == JV_STR && v->safe) { /* Markup.__repr__ */
+        sb_puts(sb, "Markup(");
+        str_repr(sb, v->u.s.s, v->u.s.n);
+        sb_putc(sb, ')');
+    } else if (v->k == JV_STR)
         str_repr(sb, v->u.s.s, v->u.s.n);
     else if (v->k == JV_UNDEF)
         sb_puts(sb, "Undefined");

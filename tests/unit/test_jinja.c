@@ -1,6 +1,6 @@
 /* The Jinja interpreter: every case of tests/fixtures/chat/jinja_cases.json
  * (language features, whitespace control, Python printing, filters, tests,
- * errors) against the output Python's jinja2 gave with Hugging Face's
+ * Markup, errors) against the output Python's jinja2 gave with Hugging Face's
  * settings (scripts/render_reference.py); error messages carry the
  * template line; bad inputs and runaway templates fail cleanly; and a
  * fuzz-style pass over truncated and mutated real templates must never
