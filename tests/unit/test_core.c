@@ -3,6 +3,7 @@
 
 #include "core/arena.h"
 #include "core/err.h"
+#include "core/hash.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mapfile.h"
@@ -11,6 +12,7 @@
 #include "core/cli.h"
 #include <math.h>
 #include "core/strbuf.h"
+#include "core/strmap.h"
 #include "format/dtype.h"
 #include "test.h"
 
@@ -176,6 +178,38 @@ static void test_rng(void)
     CHECK(rng_hash_str("a") != rng_hash_str("b"));
 }
 
+/* FNV-1a's published vectors: census checksums and random-weight streams
+ * depend on these values, so they are pinned. */
+static void test_hash(void)
+{
+    CHECK(hash_fnv1a64("", 0) == 0xcbf29ce484222325ull);
+    CHECK(hash_fnv1a64("a", 1) == 0xaf63dc4c8601ec8cull);
+    CHECK(hash_fnv1a64_str("foobar") == 0x85944171f73967e8ull);
+    CHECK(hash_fnv1a64("foobar", 6) == hash_fnv1a64_str("foobar"));
+    CHECK(hash_fnv1a32_str("a") == 0xe40c292cu);
+    CHECK(hash_fnv1a32_str("foobar") == 0xbf9cf968u);
+    CHECK(rng_hash_str("blk.0.attn_q.weight") == hash_fnv1a64_str("blk.0.attn_q.weight"));
+}
+
+static void test_strmap(void)
+{
+    strmap m;
+    strmap_init(&m, 2);
+    static char keys[3000][8];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(keys[i], sizeof keys[i], "k%d", i);
+        CHECK(strmap_put(&m, keys[i], strlen(keys[i]), i) == i);
+    }
+    CHECK(m.n == 3000 && m.cap >= 6000);
+    CHECK(strmap_put(&m, "k7", 2, 99) == 7); /* present: the first value stays */
+    CHECK(strmap_get(&m, "k2999", 5) == 2999);
+    CHECK(strmap_get(&m, "k29990", 6) == -1);
+    CHECK(strmap_get(&m, "k1", 1) == -1); /* a prefix is another key */
+    CHECK(strmap_put(&m, "", 0, 5000) == 5000 && strmap_get(&m, "", 0) == 5000);
+    strmap_free(&m);
+    CHECK(strmap_get(&m, "k7", 2) == -1);
+}
+
 static void test_cli_parse(void)
 {
     memra_err e;
@@ -203,6 +237,6 @@ static void test_cli_parse(void)
     CHECK(strcmp(h, "5.0") == 0);
 }
 
-TEST_MAIN(TEST_CASE(test_rng), TEST_CASE(test_cli_parse), TEST_CASE(test_err_wrap), TEST_CASE(test_strbuf), TEST_CASE(test_arena),
+TEST_MAIN(TEST_CASE(test_rng), TEST_CASE(test_hash), TEST_CASE(test_strmap), TEST_CASE(test_cli_parse), TEST_CASE(test_err_wrap), TEST_CASE(test_strbuf), TEST_CASE(test_arena),
           TEST_CASE(test_pool), TEST_CASE(test_json_getters), TEST_CASE(test_files),
           TEST_CASE(test_dtype_table), TEST_CASE(test_log_levels))
