@@ -31,6 +31,7 @@
 #include "model/checkpoint.h"
 #include "model/convert.h"
 #include "test.h"
+#include "test_model.h"
 #if MEMRA_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_device.h"
@@ -57,18 +58,6 @@ static int skip_without_gpu(void)
         return 0;
     printf("# %s skipped: no CUDA device\n", test_current);
     return 1;
-}
-
-static int open_stories(checkpoint *ck)
-{
-    char path[1024];
-    memra_err err = {{0}};
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
-    if (checkpoint_open(path, ck, &err) != 0) {
-        CHECK_MSG(0, "%s", err.msg);
-        return -1;
-    }
-    return 0;
 }
 
 static void tmp_path(char *buf, size_t n, const char *name)
