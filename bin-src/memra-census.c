@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/cli.h"
+#include "core/hash.h"
 #include "core/rng.h"
 #include "model/checkpoint.h"
 #include "model/contract.h"
@@ -34,16 +35,6 @@ typedef struct {
     int json, no_tensors, checksum;
     double bandwidth_gbs;
 } census_opts;
-
-static uint64_t fnv1a64(const uint8_t *p, uint64_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (uint64_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
 
 static json_t *config_json(const model_config *c)
 {
@@ -175,7 +166,7 @@ static json_t *census_json(const checkpoint *c, const contract_binding *b, const
         json_object_set_new(t, "layer", json_integer(e ? e->layer : -1));
         if (o->checksum) {
             char hex[17];
-            snprintf(hex, sizeof hex, "%016" PRIx64, fnv1a64(v->data, v->nbytes));
+            snprintf(hex, sizeof hex, "%016" PRIx64, hash_fnv1a64(v->data, (size_t)v->nbytes));
             json_object_set_new(t, "fnv1a64", json_string(hex));
         }
         json_array_append_new(tensors, t);

@@ -37,10 +37,7 @@ int main(int argc, char **argv)
     convert_opts o = {.outtype = DT_INVALID, .n_threads = 0, .shard_bytes = 5000000000ull};
     const char *random_config = NULL;
     int vocab_only = 0, seed_given = 0;
-    int64_t seed = 0, threads = 0;
-    const char *env = getenv("MEMRA_THREADS");
-    if (env && cli_parse_i64(env, 1, 4096, &threads, "MEMRA_THREADS", &err) != 0)
-        cli_usage("%s", err.msg);
+    int64_t seed = 0, threads = cli_threads_default();
     static const struct option longs[] = {
         {"outtype", required_argument, NULL, 'o'},   {"random", required_argument, NULL, 'r'},
         {"seed", required_argument, NULL, 's'},      {"tokenizer", required_argument, NULL, 'k'},

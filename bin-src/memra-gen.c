@@ -80,15 +80,6 @@ typedef struct {
     size_t n_stop;
 } gen_opts;
 
-static int64_t parse_int_or_usage(const char *s, int64_t lo, int64_t hi, const char *what)
-{
-    memra_err err;
-    int64_t v;
-    if (cli_parse_i64(s, lo, hi, &v, what, &err) != 0)
-        cli_usage("%s", err.msg);
-    return v;
-}
-
 static double parse_num_or_usage(const char *s, double lo, double hi, const char *what)
 {
     memra_err err;
@@ -108,7 +99,7 @@ static int32_t *parse_id_list(const char *s, size_t *n, const char *what)
     for (char *tok = strtok_r(copy, ", \t\n", &save); tok; tok = strtok_r(NULL, ", \t\n", &save)) {
         if (*n == cap)
             ids = xrealloc(ids, (cap *= 2) * sizeof *ids);
-        ids[(*n)++] = (int32_t)parse_int_or_usage(tok, 0, INT32_MAX, what);
+        ids[(*n)++] = (int32_t)cli_int_or_usage(tok, 0, INT32_MAX, what);
     }
     free(copy);
     return ids;
@@ -151,12 +142,8 @@ static void parse_args(int argc, char **argv, gen_opts *o)
     o->gp.sampling.top_p = 0.95;
     o->gp.sampling.min_p = 0.05;
     o->n_predict = 256;
-    const char *env = getenv("MEMRA_THREADS");
-    if (env)
-        o->n_threads = (int)parse_int_or_usage(env, 1, 4096, "MEMRA_THREADS");
-    env = getenv("MEMRA_CHAT");
-    if (env && (!strcmp(env, "1") || !strcasecmp(env, "true") || !strcasecmp(env, "yes")))
-        o->chat = 1;
+    o->n_threads = cli_threads_default();
+    o->chat = cli_env_true("MEMRA_CHAT");
     enum {
         O_TEMP = 1000, O_TOPK, O_TOPP, O_MINP, O_SEED, O_REP, O_PRES, O_FREQ, O_STOP, O_CHAT,
         O_SYSTEM, O_BACKEND, O_JSON, O_TOKENIZE, O_DETOKENIZE, O_RENDER, O_IDS, O_ADDSP, O_PARSESP,
@@ -190,13 +177,13 @@ static void parse_args(int argc, char **argv, gen_opts *o)
         case 'p': o->prompt = optarg; break;
         case 'f': o->prompt_file = optarg; break;
         case O_PROMPT_IDS: o->prompt_ids = optarg; break;
-        case 'n': o->n_predict = (int)parse_int_or_usage(optarg, -1, INT32_MAX, "-n"); break;
+        case 'n': o->n_predict = (int)cli_int_or_usage(optarg, -1, INT32_MAX, "-n"); break;
         case O_TEMP: o->gp.sampling.temperature = parse_num_or_usage(optarg, 0, 1e6, "--temp"); break;
-        case O_TOPK: o->gp.sampling.top_k = (int32_t)parse_int_or_usage(optarg, 0, INT32_MAX, "--top-k"); break;
+        case O_TOPK: o->gp.sampling.top_k = (int32_t)cli_int_or_usage(optarg, 0, INT32_MAX, "--top-k"); break;
         case O_TOPP: o->gp.sampling.top_p = parse_num_or_usage(optarg, 0, 1, "--top-p"); break;
         case O_MINP: o->gp.sampling.min_p = parse_num_or_usage(optarg, 0, 1, "--min-p"); break;
         case O_SEED:
-            o->gp.sampling.seed = (uint64_t)parse_int_or_usage(optarg, 0, INT64_MAX, "--seed");
+            o->gp.sampling.seed = (uint64_t)cli_int_or_usage(optarg, 0, INT64_MAX, "--seed");
             o->seed_given = 1;
             break;
         case O_REP: o->gp.sampling.repetition_penalty = parse_num_or_usage(optarg, 1e-6, 1e6, "--repeat-penalty"); break;
@@ -222,10 +209,10 @@ static void parse_args(int argc, char **argv, gen_opts *o)
             }
             o->backend_given = 1;
             break;
-        case 't': o->n_threads = (int)parse_int_or_usage(optarg, 1, 4096, "--threads"); break;
-        case 'c': o->n_ctx = parse_int_or_usage(optarg, 1, INT32_MAX, "--ctx"); break;
+        case 't': o->n_threads = (int)cli_int_or_usage(optarg, 1, 4096, "--threads"); break;
+        case 'c': o->n_ctx = cli_int_or_usage(optarg, 1, INT32_MAX, "--ctx"); break;
         case O_DEVICE:
-            o->device = (int)parse_int_or_usage(optarg, 0, 1024, "--device");
+            o->device = (int)cli_int_or_usage(optarg, 0, 1024, "--device");
             o->device_given = 1;
             break;
         case O_KV: {

@@ -142,10 +142,7 @@ static const st_tensor *need_tensor(const st_set *s, const char *name, dtype typ
 static void parse_args(int argc, char **argv, parity_opts *o)
 {
     memra_err err;
-    int64_t threads = 0;
-    const char *env = getenv("MEMRA_THREADS");
-    if (env && cli_parse_i64(env, 1, 4096, &threads, "MEMRA_THREADS", &err) != 0)
-        cli_usage("%s", err.msg);
+    int64_t threads = cli_threads_default();
     o->max_abs = o->min_cosine = -1;
     o->kv = KV_F32;
     static const struct option longs[] = {

@@ -49,9 +49,7 @@ typedef struct {
 static void parse_args(int argc, char **argv, q_args *a)
 {
     memra_err err;
-    const char *env = getenv("MEMRA_THREADS");
-    if (env && cli_parse_i64(env, 1, 4096, &a->threads, "MEMRA_THREADS", &err) != 0)
-        cli_usage("%s", err.msg);
+    a->threads = cli_threads_default();
     static const struct option longs[] = {
         {"threads", required_argument, NULL, 't'}, {"keep", required_argument, NULL, 'k'},
         {"imatrix", required_argument, NULL, 'i'}, {"dry-run", no_argument, NULL, 'n'},

@@ -84,15 +84,6 @@ typedef struct {
     const char *api_key, *api_keys, *template_file;
 } serve_args;
 
-static int64_t int_or_usage(const char *s, int64_t lo, int64_t hi, const char *what)
-{
-    memra_err err;
-    int64_t v;
-    if (cli_parse_i64(s, lo, hi, &v, what, &err) != 0)
-        cli_usage("%s", err.msg);
-    return v;
-}
-
 /* "ALIAS=MODEL", or "MODEL" whose alias is the file name without .gguf. */
 static void add_model(serve_args *a, const char *spec, const char *what)
 {
@@ -123,12 +114,6 @@ static void add_model(serve_args *a, const char *spec, const char *what)
     a->n_models++;
 }
 
-static int env_true(const char *name)
-{
-    const char *v = getenv(name);
-    return v && (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes"));
-}
-
 /* HOST:PORT, [V6]:PORT. */
 static void parse_addr(serve_args *a, const char *s)
 {
@@ -144,7 +129,7 @@ static void parse_addr(serve_args *a, const char *s)
     a->host = xmalloc((size_t)(he - h) + 1);
     memcpy(a->host, h, (size_t)(he - h));
     a->host[he - h] = '\0';
-    a->port = (int)int_or_usage(colon + 1, 0, 65535, "MEMRA_ADDR port");
+    a->port = (int)cli_int_or_usage(colon + 1, 0, 65535, "MEMRA_ADDR port");
 }
 
 static void parse_args(int argc, char **argv, serve_args *a)
@@ -168,33 +153,32 @@ static void parse_args(int argc, char **argv, serve_args *a)
         a->host = xstrdup(env);
     }
     if ((env = getenv("MEMRA_PORT")) && *env)
-        a->port = (int)int_or_usage(env, 0, 65535, "MEMRA_PORT");
+        a->port = (int)cli_int_or_usage(env, 0, 65535, "MEMRA_PORT");
     if ((env = getenv("MEMRA_CTX")) && *env)
-        a->n_ctx = int_or_usage(env, 1, INT32_MAX, "MEMRA_CTX");
+        a->n_ctx = cli_int_or_usage(env, 1, INT32_MAX, "MEMRA_CTX");
     if ((env = getenv("MEMRA_MAX_SESSIONS")) && *env)
-        a->max_sessions = (int)int_or_usage(env, 1, 4096, "MEMRA_MAX_SESSIONS");
+        a->max_sessions = (int)cli_int_or_usage(env, 1, 4096, "MEMRA_MAX_SESSIONS");
     if ((env = getenv("MEMRA_PREFILL_CHUNK")) && *env)
-        a->prefill_chunk = (int)int_or_usage(env, 1, 1 << 16, "MEMRA_PREFILL_CHUNK");
+        a->prefill_chunk = (int)cli_int_or_usage(env, 1, 1 << 16, "MEMRA_PREFILL_CHUNK");
     if ((env = getenv("MEMRA_MAX_QUEUE")) && *env)
-        a->max_queue = (int)int_or_usage(env, 0, 1 << 20, "MEMRA_MAX_QUEUE");
-    if ((env = getenv("MEMRA_THREADS")) && *env)
-        a->n_threads = (int)int_or_usage(env, 1, 4096, "MEMRA_THREADS");
+        a->max_queue = (int)cli_int_or_usage(env, 0, 1 << 20, "MEMRA_MAX_QUEUE");
+    a->n_threads = cli_threads_default();
     if ((env = getenv("MEMRA_HTTP_THREADS")) && *env)
-        a->http_threads = (int)int_or_usage(env, 1, 1024, "MEMRA_HTTP_THREADS");
+        a->http_threads = (int)cli_int_or_usage(env, 1, 1024, "MEMRA_HTTP_THREADS");
     if ((env = getenv("MEMRA_DRAIN_TIMEOUT")) && *env)
-        a->drain_timeout = (double)int_or_usage(env, 0, 86400, "MEMRA_DRAIN_TIMEOUT");
+        a->drain_timeout = (double)cli_int_or_usage(env, 0, 86400, "MEMRA_DRAIN_TIMEOUT");
     if ((env = getenv("MEMRA_MAX_BODY")) && *env && cli_parse_bytes(env, &a->max_body, "MEMRA_MAX_BODY", &err) != 0)
         cli_usage("%s", err.msg);
     if ((env = getenv("MEMRA_IDLE_TIMEOUT")) && *env)
-        a->idle_timeout = (int)int_or_usage(env, 1, 86400, "MEMRA_IDLE_TIMEOUT");
+        a->idle_timeout = (int)cli_int_or_usage(env, 1, 86400, "MEMRA_IDLE_TIMEOUT");
     if ((env = getenv("MEMRA_MAX_CONNS_PER_IP")) && *env)
-        a->max_conns_per_ip = (int)int_or_usage(env, 0, 1 << 20, "MEMRA_MAX_CONNS_PER_IP");
+        a->max_conns_per_ip = (int)cli_int_or_usage(env, 0, 1 << 20, "MEMRA_MAX_CONNS_PER_IP");
     if ((env = getenv("MEMRA_CORS")) && *env)
         a->cors = env;
-    a->allow_special = env_true("MEMRA_ALLOW_SPECIAL_IN_CONTENT");
+    a->allow_special = cli_env_true("MEMRA_ALLOW_SPECIAL_IN_CONTENT");
     const char *env_key = getenv("MEMRA_API_KEY"), *env_keys = getenv("MEMRA_API_KEYS");
     const char *env_tmpl = getenv("MEMRA_CHAT_TEMPLATE");
-    a->insecure = env_true("MEMRA_INSECURE");
+    a->insecure = cli_env_true("MEMRA_INSECURE");
 
     enum { O_HOST = 1000, O_PORT, O_MAXS, O_MAXQ, O_KEY, O_KEYS, O_INSECURE, O_TMPL, O_HTTPT,
            O_BODY, O_DRAIN, O_BACKEND, O_DEVICE, O_KV, O_PCHUNK, O_IDLE, O_PERIP, O_CORS, O_SPECIAL };
@@ -228,18 +212,18 @@ static void parse_args(int argc, char **argv, serve_args *a)
         switch (ch) {
         case 'm': add_model(a, optarg, "-m"); flag_models = 1; break;
         case O_HOST: free(a->host); a->host = xstrdup(optarg); break;
-        case O_PORT: a->port = (int)int_or_usage(optarg, 0, 65535, "--port"); break;
-        case 'c': a->n_ctx = int_or_usage(optarg, 1, INT32_MAX, "--ctx"); break;
-        case O_MAXS: a->max_sessions = (int)int_or_usage(optarg, 1, 4096, "--max-sessions"); break;
+        case O_PORT: a->port = (int)cli_int_or_usage(optarg, 0, 65535, "--port"); break;
+        case 'c': a->n_ctx = cli_int_or_usage(optarg, 1, INT32_MAX, "--ctx"); break;
+        case O_MAXS: a->max_sessions = (int)cli_int_or_usage(optarg, 1, 4096, "--max-sessions"); break;
         case O_PCHUNK:
-            a->prefill_chunk = (int)int_or_usage(optarg, 1, 1 << 16, "--prefill-chunk");
+            a->prefill_chunk = (int)cli_int_or_usage(optarg, 1, 1 << 16, "--prefill-chunk");
             break;
-        case O_MAXQ: a->max_queue = (int)int_or_usage(optarg, 0, 1 << 20, "--max-queue"); break;
+        case O_MAXQ: a->max_queue = (int)cli_int_or_usage(optarg, 0, 1 << 20, "--max-queue"); break;
         case O_KEY: flag_key = optarg; break;
         case O_KEYS: flag_keys = optarg; break;
         case O_INSECURE: a->insecure = 1; break;
         case O_TMPL: a->template_file = optarg; break;
-        case 't': a->n_threads = (int)int_or_usage(optarg, 1, 4096, "--threads"); break;
+        case 't': a->n_threads = (int)cli_int_or_usage(optarg, 1, 4096, "--threads"); break;
         case O_BACKEND:
             if (!strcmp(optarg, "cuda")) {
                 if (!MEMRA_CUDA)
@@ -253,22 +237,22 @@ static void parse_args(int argc, char **argv, serve_args *a)
             a->backend_given = 1;
             break;
         case O_DEVICE:
-            a->device = (int)int_or_usage(optarg, 0, 1024, "--device");
+            a->device = (int)cli_int_or_usage(optarg, 0, 1024, "--device");
             a->device_given = 1;
             break;
         case O_KV:
             if (kv_type_parse(optarg, &a->kv, &err) != 0)
                 cli_usage("--kv: %s", err.msg);
             break;
-        case O_HTTPT: a->http_threads = (int)int_or_usage(optarg, 1, 1024, "--http-threads"); break;
+        case O_HTTPT: a->http_threads = (int)cli_int_or_usage(optarg, 1, 1024, "--http-threads"); break;
         case O_BODY:
             if (cli_parse_bytes(optarg, &a->max_body, "--max-body", &err) != 0)
                 cli_usage("%s", err.msg);
             break;
-        case O_DRAIN: a->drain_timeout = (double)int_or_usage(optarg, 0, 86400, "--drain-timeout"); break;
-        case O_IDLE: a->idle_timeout = (int)int_or_usage(optarg, 1, 86400, "--idle-timeout"); break;
+        case O_DRAIN: a->drain_timeout = (double)cli_int_or_usage(optarg, 0, 86400, "--drain-timeout"); break;
+        case O_IDLE: a->idle_timeout = (int)cli_int_or_usage(optarg, 1, 86400, "--idle-timeout"); break;
         case O_PERIP:
-            a->max_conns_per_ip = (int)int_or_usage(optarg, 0, 1 << 20, "--max-conns-per-ip");
+            a->max_conns_per_ip = (int)cli_int_or_usage(optarg, 0, 1 << 20, "--max-conns-per-ip");
             break;
         case O_CORS: a->cors = optarg; break;
         case O_SPECIAL: a->allow_special = 1; break;

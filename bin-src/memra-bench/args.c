@@ -76,15 +76,6 @@ const bench_backend_desc bench_backends[2] = {
     [BACKEND_CUDA] = {"cuda", MEMRA_CUDA, "device memory bandwidth (16-byte copy probe)"},
 };
 
-static int64_t parse_int_or_usage(const char *s, int64_t lo, int64_t hi, const char *what)
-{
-    memra_err err;
-    int64_t v;
-    if (cli_parse_i64(s, lo, hi, &v, what, &err) != 0)
-        cli_usage("%s", err.msg);
-    return v;
-}
-
 /* "0,512" into a list; every entry in [lo, hi]. */
 static void parse_list(const char *s, int64_t lo, int64_t hi, const char *what, int_list *out)
 {
@@ -95,7 +86,7 @@ static void parse_list(const char *s, int64_t lo, int64_t hi, const char *what, 
     char *copy = xstrdup(s), *save = NULL;
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         out->v = xrealloc(out->v, (out->n + 1) * sizeof *out->v);
-        out->v[out->n++] = parse_int_or_usage(tok, lo, hi, what);
+        out->v[out->n++] = cli_int_or_usage(tok, lo, hi, what);
     }
     free(copy);
     if (out->n == 0)
@@ -116,9 +107,7 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
     o->warmup = 1;
     o->kv = KV_DEFAULT;
     o->backend = BACKEND_CPU;
-    const char *env = getenv("MEMRA_THREADS");
-    if (env && *env)
-        o->n_threads = (int)parse_int_or_usage(env, 1, 4096, "MEMRA_THREADS");
+    o->n_threads = cli_threads_default();
     enum {
         O_KV = 1000, O_JSON, O_BACKEND, O_BANDWIDTH, O_REMEASURE, O_TOKENIZER, O_WARMUP,
         O_NBATCH, O_SERVER, O_MODEL, O_APIKEY, O_TIMEOUT, O_VOCAB, O_DEVICE, O_PROFILE,
@@ -157,15 +146,15 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
             parse_list(optarg, 1, 65536, "-b", &o->batches);
             o->model_flag = o->local_flag = "-b";
             break;
-        case 'r': o->reps = (int)parse_int_or_usage(optarg, 1, 100000, "-r"); break;
-        case O_WARMUP: o->warmup = (int)parse_int_or_usage(optarg, 0, 100000, "--warmup"); break;
+        case 'r': o->reps = (int)cli_int_or_usage(optarg, 1, 100000, "-r"); break;
+        case O_WARMUP: o->warmup = (int)cli_int_or_usage(optarg, 0, 100000, "--warmup"); break;
         case 't':
-            o->n_threads = (int)parse_int_or_usage(optarg, 1, 4096, "--threads");
+            o->n_threads = (int)cli_int_or_usage(optarg, 1, 4096, "--threads");
             o->model_flag = o->local_flag = "--threads";
             break;
         case 'c': o->c_arg = optarg; break; /* --ctx, or with --server the concurrencies */
         case O_NBATCH:
-            o->n_batch = (int)parse_int_or_usage(optarg, 1, 1 << 16, "--n-batch");
+            o->n_batch = (int)cli_int_or_usage(optarg, 1, 1 << 16, "--n-batch");
             o->model_flag = o->local_flag = "--n-batch";
             break;
         case O_KV:
@@ -174,7 +163,7 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
             o->model_flag = o->local_flag = "--kv";
             break;
         case O_DEVICE:
-            o->device = (int)parse_int_or_usage(optarg, 0, 1024, "--device");
+            o->device = (int)cli_int_or_usage(optarg, 0, 1024, "--device");
             o->device_given = 1;
             o->model_flag = "--device";
             break;
@@ -216,7 +205,7 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
             o->server_flag = "--timeout";
             break;
         case O_VOCAB:
-            o->vocab = parse_int_or_usage(optarg, 1, INT32_MAX, "--vocab");
+            o->vocab = cli_int_or_usage(optarg, 1, INT32_MAX, "--vocab");
             o->server_flag = "--vocab";
             break;
         case O_JSON: o->json = 1; break;
@@ -257,7 +246,7 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
     if (o->server_flag)
         cli_usage("%s goes with --server", o->server_flag);
     if (o->c_arg) {
-        o->ctx = parse_int_or_usage(o->c_arg, 1, INT32_MAX, "--ctx");
+        o->ctx = cli_int_or_usage(o->c_arg, 1, INT32_MAX, "--ctx");
         o->model_flag = "--ctx";
     }
     if (optind >= argc)

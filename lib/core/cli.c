@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 static const char *program_name = "memra";
 
@@ -60,6 +61,30 @@ int cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out, const c
                           (long long)max);
     *out = v;
     return 0;
+}
+
+int64_t cli_int_or_usage(const char *s, int64_t min, int64_t max, const char *what)
+{
+    memra_err err;
+    int64_t v;
+    if (cli_parse_i64(s, min, max, &v, what, &err) != 0)
+        cli_usage("%s", err.msg);
+    return v;
+}
+
+int cli_env_true(const char *name)
+{
+    const char *v = getenv(name);
+    return v && (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes"));
+}
+
+int cli_threads_default(void)
+{
+    const char *env = getenv("MEMRA_THREADS");
+    if (env && *env)
+        return (int)cli_int_or_usage(env, 1, 4096, "MEMRA_THREADS");
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 }
 
 int cli_parse_f64(const char *s, double min, double max, double *out, const char *what,

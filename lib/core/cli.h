@@ -23,6 +23,16 @@ int cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out, const c
                   memra_err *err);
 int cli_parse_f64(const char *s, double min, double max, double *out, const char *what,
                   memra_err *err);
+/* cli_parse_i64 for a flag or environment variable whose bad value is a
+ * usage error: "memra-x: WHAT: ... (try --help)" on stderr, exit 2. */
+int64_t cli_int_or_usage(const char *s, int64_t min, int64_t max, const char *what);
+/* Whether environment variable `name` says yes: 1, true or yes (any case).
+ * Anything else, unset included, is no. */
+int cli_env_true(const char *name);
+/* The worker-thread count a program starts from, before its --threads flag:
+ * MEMRA_THREADS when set and not empty (1 to 4096; anything else is a usage
+ * error naming MEMRA_THREADS), else the number of online CPUs. */
+int cli_threads_default(void);
 /* A byte size with an optional K/M/G/T suffix (powers of 1000; KiB/MiB/GiB for 1024). */
 int cli_parse_bytes(const char *s, uint64_t *out, const char *what, memra_err *err);
 /* A byte count for people, in powers of 1000 as cli_parse_bytes reads them:

@@ -2,6 +2,8 @@
 
 #include <math.h>
 
+#include "core/hash.h"
+
 static uint64_t splitmix64(uint64_t *x)
 {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
@@ -43,12 +45,4 @@ float rng_normal(rng_state *r)
     return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530717958647692f * u2);
 }
 
-uint64_t rng_hash_str(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
+uint64_t rng_hash_str(const char *s) { return hash_fnv1a64_str(s); }

@@ -17,7 +17,8 @@ uint64_t rng_next_u64(rng_state *r);
 float rng_uniform(rng_state *r);
 /* Standard normal (Box-Muller). */
 float rng_normal(rng_state *r);
-/* FNV-1a of a string, for turning a tensor name into a stream id. */
+/* A tensor name's stream id: its FNV-1a 64 (core/hash.h), which fixes the
+ * random weights memra-convert --random writes, so it never changes. */
 uint64_t rng_hash_str(const char *s);
 
 #endif

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/hash.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the GGUF reader copies little-endian arrays as they are: it needs a little-endian host"
@@ -154,14 +155,6 @@ typedef struct {
     uint64_t cap; /* power of two, at least twice the names inserted */
 } name_set;
 
-static uint64_t hash_bytes(const uint8_t *s, uint64_t n)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (uint64_t i = 0; i < n; i++)
-        h = (h ^ s[i]) * 1099511628211ull;
-    return h;
-}
-
 static void set_init(name_set *set, uint64_t n)
 {
     uint64_t cap = 16;
@@ -185,7 +178,7 @@ static void set_free(name_set *set)
 static int64_t set_insert(name_set *set, const uint8_t *s, uint64_t n, uint64_t idx)
 {
     uint64_t mask = set->cap - 1;
-    for (uint64_t h = hash_bytes(s, n) & mask;; h = (h + 1) & mask) {
+    for (uint64_t h = hash_fnv1a64(s, (size_t)n) & mask;; h = (h + 1) & mask) {
         if (!set->ptr[h]) {
             set->ptr[h] = s;
             set->len[h] = n;
@@ -604,7 +597,7 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name)
         return NULL;
     size_t n = strlen(name);
     uint64_t mask = f->tensor_index_cap - 1;
-    for (uint64_t h = hash_bytes((const uint8_t *)name, n) & mask;; h = (h + 1) & mask) {
+    for (uint64_t h = hash_fnv1a64(name, n) & mask;; h = (h + 1) & mask) {
         uint64_t slot = f->tensor_index[h];
         if (slot == 0)
             return NULL;

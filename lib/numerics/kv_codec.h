@@ -5,8 +5,9 @@
  *
  *   f32   4 bytes per value, as is
  *   f16   IEEE binary16, rounded to nearest even (subnormals, overflow to
- *         inf, NaN kept a quiet NaN), as lib/numerics/half.c
- *   bf16  the top 16 bits of the f32, rounded to nearest even (NaN kept)
+ *         inf, NaN kept a quiet NaN): lib/numerics/half.h
+ *   bf16  the top 16 bits of the f32, rounded to nearest even (NaN kept):
+ *         lib/numerics/half.h
  *   q8_0  ggml's block of 32: an f16 scale d then 32 int8 q, value = q * d;
  *         quantized as ggml's quantize_row_q8_0_ref: d = amax / 127,
  *         q = roundf(x * (1 / d)); a row's blocks run along the row (its
@@ -22,77 +23,17 @@
 #include <string.h>
 
 #include "core/hd.h"
+#include "numerics/half.h"
 
 #define KV_Q8_0_BLOCK 32      /* values per q8_0 block */
 #define KV_Q8_0_BYTES 34      /* bytes per q8_0 block: f16 d + 32 int8 */
 
-MEMRA_HD uint32_t kvc_f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-MEMRA_HD float kvc_bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* m >> shift rounded to nearest, ties to even (1 <= shift < 32). */
-MEMRA_HD uint32_t kvc_round_shift(uint32_t m, int shift)
-{
-    uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (r & 1)))
-        r++;
-    return r;
-}
-
-MEMRA_HD uint16_t kvc_f32_to_f16(float f)
-{
-    uint32_t x = kvc_f32_bits(f);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-    x &= 0x7FFFFFFFu;
-    if (x > 0x7F800000u)
-        return (uint16_t)(sign | 0x7E00 | ((x >> 13) & 0x3FF));
-    if (x >= 0x477FF000u) /* 65520 and up round to infinity */
-        return (uint16_t)(sign | 0x7C00);
-    uint32_t e = x >> 23;
-    if (e >= 113)
-        return (uint16_t)(sign | kvc_round_shift(((e - 112) << 23) | (x & 0x7FFFFF), 13));
-    if (e < 102)
-        return sign;
-    return (uint16_t)(sign | kvc_round_shift((x & 0x7FFFFF) | 0x800000, (int)(126 - e)));
-}
-
-MEMRA_HD float kvc_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FF;
-    if (e == 0x1F)
-        return kvc_bits_f32(sign | 0x7F800000u | (m << 13));
-    if (e != 0)
-        return kvc_bits_f32(sign | ((e + 112) << 23) | (m << 13));
-    if (m == 0)
-        return kvc_bits_f32(sign);
-    uint32_t ex = 113;
-    while (!(m & 0x400)) {
-        m <<= 1;
-        ex--;
-    }
-    return kvc_bits_f32(sign | (ex << 23) | ((m & 0x3FF) << 13));
-}
-
-MEMRA_HD uint16_t kvc_f32_to_bf16(float f)
-{
-    uint32_t x = kvc_f32_bits(f);
-    if ((x & 0x7FFFFFFFu) > 0x7F800000u)
-        return (uint16_t)((x >> 16) | 0x40);
-    return (uint16_t)((x + 0x7FFFu + ((x >> 16) & 1)) >> 16);
-}
-
-MEMRA_HD float kvc_bf16_to_f32(uint16_t h) { return kvc_bits_f32((uint32_t)h << 16); }
+/* The f16 / bf16 element codecs are numerics/half.h's, under the names the
+ * KV code uses. */
+MEMRA_HD uint16_t kvc_f32_to_f16(float f) { return f32_to_fp16(f); }
+MEMRA_HD float kvc_f16_to_f32(uint16_t h) { return fp16_to_f32(h); }
+MEMRA_HD uint16_t kvc_f32_to_bf16(float f) { return f32_to_bf16(f); }
+MEMRA_HD float kvc_bf16_to_f32(uint16_t h) { return bf16_to_f32(h); }
 
 MEMRA_HD uint16_t kvc_ld16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 

@@ -51,8 +51,8 @@ typedef struct {
     int kind;
     tok_entry *tok;
     size_t n;
-    tokmap vocab_map; /* model.vocab text -> id */
-    tokmap added_map; /* added token content -> first id */
+    strmap vocab_map; /* model.vocab text -> id */
+    strmap added_map; /* added token content -> first id */
     char **merges;    /* as written to GGUF ("a b") */
     const char **merge_a, **merge_b; /* the two halves, for score derivation */
     size_t *merge_alen, *merge_blen;
@@ -192,8 +192,8 @@ static int read_vocab(conv *c, memra_err *err)
 
     c->tok = xcalloc(n_total, sizeof *c->tok);
     c->n = n_total;
-    tokmap_init(&c->vocab_map, n);
-    tokmap_init(&c->added_map, n_added + 1);
+    strmap_init(&c->vocab_map, n);
+    strmap_init(&c->added_map, n_added + 1);
 
     json_object_keylen_foreach(vocab, key, klen, v)
     {
@@ -207,7 +207,7 @@ static int read_vocab(conv *c, memra_err *err)
         c->tok[id].text = key;
         c->tok[id].len = klen;
         c->tok[id].in_vocab = 1;
-        tokmap_put(&c->vocab_map, key, klen, (int32_t)id);
+        strmap_put(&c->vocab_map, key, klen, (int32_t)id);
     }
     for (size_t i = 0; i < n_added; i++) {
         json_t *a = json_array_get(added, i);
@@ -225,12 +225,12 @@ static int read_vocab(conv *c, memra_err *err)
         if (t->text && (t->len != len || memcmp(t->text, text, len) != 0))
             return memra_fail(err, "%s: added_tokens[%zu]: \"%s\" has id %zu, which model.vocab "
                                    "gives to \"%s\"", c->tj_path, i, text, id, t->text);
-        int32_t vid = tokmap_get(&c->vocab_map, text, len);
+        int32_t vid = strmap_get(&c->vocab_map, text, len);
         if (vid >= 0 && (size_t)vid != id)
             return memra_fail(err, "%s: added_tokens[%zu]: \"%s\" has id %zu but model.vocab "
                                    "has it at id %d", c->tj_path, i, text, id, vid);
-        int32_t prev = tokmap_put(&c->added_map, text, len, (int32_t)id);
-        if (prev >= 0)
+        int32_t prev = strmap_put(&c->added_map, text, len, (int32_t)id);
+        if (prev != (int32_t)id)
             return memra_fail(err, "%s: added_tokens[%zu]: \"%s\" is already added with id %d",
                               c->tj_path, i, text, prev);
         t->text = text;
@@ -443,7 +443,7 @@ static int assign_scores(conv *c, memra_err *err)
         sb_clear(&sb);
         sb_append(&sb, c->merge_a[m], c->merge_alen[m]);
         sb_append(&sb, c->merge_b[m], c->merge_blen[m]);
-        int32_t id = tokmap_get(&c->vocab_map, sb.data, sb.len);
+        int32_t id = strmap_get(&c->vocab_map, sb.data, sb.len);
         if (id >= 0 && c->tok[id].type == HFT_NORMAL)
             c->tok[id].score = -(float)(m + 1);
     }
@@ -641,9 +641,9 @@ static int token_content(conv *c, const char *key, const char **out, memra_err *
 static int64_t lookup_id(conv *c, const char *text)
 {
     size_t len = strlen(text);
-    int32_t id = tokmap_get(&c->added_map, text, len);
+    int32_t id = strmap_get(&c->added_map, text, len);
     if (id < 0)
-        id = tokmap_get(&c->vocab_map, text, len);
+        id = strmap_get(&c->vocab_map, text, len);
     return id;
 }
 
@@ -804,17 +804,17 @@ static int decide_kind(conv *c, memra_err *err)
 
 static int check_unique(conv *c, memra_err *err)
 {
-    tokmap m;
-    tokmap_init(&m, c->n);
+    strmap m;
+    strmap_init(&m, c->n);
     for (size_t i = 0; i < c->n; i++) {
-        int32_t prev = tokmap_put(&m, c->tok[i].text, c->tok[i].len, (int32_t)i);
-        if (prev >= 0) {
-            tokmap_free(&m);
+        int32_t prev = strmap_put(&m, c->tok[i].text, c->tok[i].len, (int32_t)i);
+        if (prev != (int32_t)i) {
+            strmap_free(&m);
             return memra_fail(err, "%s: token \"%s\" would appear at both id %d and id %zu",
                               c->tj_path, c->tok[i].text, prev, i);
         }
     }
-    tokmap_free(&m);
+    strmap_free(&m);
     return 0;
 }
 
@@ -913,8 +913,8 @@ out:
     json_decref(c.gen);
     json_decref(c.chat);
     free(c.tok);
-    tokmap_free(&c.vocab_map);
-    tokmap_free(&c.added_map);
+    strmap_free(&c.vocab_map);
+    strmap_free(&c.added_map);
     arena_free(&c.mem);
     return rc;
 }

@@ -33,7 +33,7 @@ typedef struct {
     const gguf_str *merges;
     size_t n_merges;
     const char *pre;
-    tokmap map;
+    strmap map;
     int64_t sp_id[6]; /* bos, eos, unk, sep, pad, mask; -1 absent */
     int add_flag[3];  /* bos, eos, sep; -1 absent */
     int add_space_prefix;
@@ -115,12 +115,12 @@ static int read_keys(exporter *x, memra_err *err)
         return memra_fail(err, "%s: tokenizer.ggml.tokens has too many entries", x->what);
     x->tokens = v->v.arr.data;
     x->n = (size_t)v->v.arr.n;
-    tokmap_init(&x->map, x->n);
+    strmap_init(&x->map, x->n);
     for (size_t i = 0; i < x->n; i++) {
         if (check_text(x, "tokenizer.ggml.tokens", i, &x->tokens[i], err))
             return -1;
-        int32_t prev = tokmap_put(&x->map, x->tokens[i].str, x->tokens[i].len, (int32_t)i);
-        if (prev >= 0)
+        int32_t prev = strmap_put(&x->map, x->tokens[i].str, x->tokens[i].len, (int32_t)i);
+        if (prev != (int32_t)i)
             return memra_fail(err, "%s: tokenizer.ggml.tokens: \"%s\" appears at ids %d and %zu",
                               x->what, x->tokens[i].str, prev, i);
     }
@@ -244,8 +244,8 @@ static json_t *spm_merges(const exporter *x)
             score = -INFINITY;
         for (size_t k = utf8_len((unsigned char)s->str[0]); k < s->len;
              k += utf8_len((unsigned char)s->str[k])) {
-            int32_t a = tokmap_get(&x->map, s->str, k);
-            int32_t b = tokmap_get(&x->map, s->str + k, s->len - k);
+            int32_t a = strmap_get(&x->map, s->str, k);
+            int32_t b = strmap_get(&x->map, s->str + k, s->len - k);
             if (a < 0 || b < 0 || type_of(x, (size_t)a) != HFT_NORMAL ||
                 type_of(x, (size_t)b) != HFT_NORMAL)
                 continue;
@@ -553,6 +553,6 @@ int gguf_tokenizer_to_hf(const gguf_file *f, const char *dir, memra_err *err)
 out:
     json_decref(tj);
     json_decref(tc);
-    tokmap_free(&x.map);
+    strmap_free(&x.map);
     return rc;
 }

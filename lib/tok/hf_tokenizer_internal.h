@@ -12,6 +12,7 @@
 
 #include "core/arena.h"
 #include "core/err.h"
+#include "core/strmap.h"
 #include "format/gguf.h"
 
 /* GGUF token types (llama.cpp's llama_token_type; SentencePiece uses the
@@ -49,28 +50,6 @@ int hf_chat_templates_read(const char *dir, const json_t *tc, const char *tc_pat
 /* tokenizer.chat_template, tokenizer.chat_template.<name> and
  * tokenizer.chat_templates for a value from hf_chat_templates_read. */
 void hf_chat_templates_write(const json_t *tmpl, gguf_writer *w);
-
-/* ---- string -> non-negative int32 map (open addressing) ---- */
-
-typedef struct {
-    const char *key; /* not owned */
-    size_t len;
-    int32_t val;
-} tokmap_entry;
-
-typedef struct {
-    tokmap_entry *e;
-    size_t cap, n;
-} tokmap;
-
-void tokmap_init(tokmap *m, size_t expected);
-void tokmap_free(tokmap *m);
-/* Insert key -> val (val >= 0). When the key is already present nothing
- * changes and the existing value is returned; otherwise -1. The key bytes
- * must outlive the map. */
-int32_t tokmap_put(tokmap *m, const char *key, size_t len, int32_t val);
-/* The value for key, or -1. */
-int32_t tokmap_get(const tokmap *m, const char *key, size_t len);
 
 /* ---- pre-tokenizers ---- */
 

@@ -103,7 +103,7 @@ static size_t init_spm_symbols(const tokenizer *t, tok_scratch *s, const char *w
         size_t l = tok_utf8_next((const uint8_t *)w + i, n - i, &cp, &bad);
         if (!l)
             l = bad; /* input is sanitized; keep going on anything else */
-        int32_t id = tok_strmap_get(&t->map, w + i, l);
+        int32_t id = strmap_get(&t->map, w + i, l);
         if (id >= 0 && !in_model(t, id))
             id = -1;
         if (id >= 0) {
@@ -149,7 +149,7 @@ static void emit_extra(const tokenizer *t, int32_t id, tok_ids *ids)
     if (k < 0 || k >= t->n_extra)
         return;
     for (uint32_t i = 0; i < t->extra_len[k]; i++) {
-        int32_t b = tok_strmap_get(&t->map, t->extra[k] + i, 1);
+        int32_t b = strmap_get(&t->map, t->extra[k] + i, 1);
         if (b >= 0)
             tok_ids_push(ids, b);
     }
@@ -162,7 +162,7 @@ void tok_bpe_word(const tokenizer *t, tok_scratch *s, const char *w, size_t n, t
     if (t->ignore_merges) {
         size_t el = n;
         const char *e = t->kind == TOK_BPE_BYTELEVEL ? encode_bytelevel(s, w, n, &el) : w;
-        int32_t id = tok_strmap_get(&t->map, e, el);
+        int32_t id = strmap_get(&t->map, e, el);
         if (in_model(t, id)) {
             tok_ids_push(ids, id);
             return;
@@ -258,7 +258,7 @@ void tok_bpe_word_cached(const tokenizer *t, tok_scratch *s, const char *w, size
         s->wc_cap = cap;
         s->wc = xcalloc(cap, sizeof *s->wc);
     }
-    uint64_t h = tok_hash_bytes(w, n);
+    uint64_t h = strmap_hash(w, n);
     size_t mask = s->wc_cap - 1, i = (size_t)h & mask;
     while (s->wc[i].used) {
         const struct tok_wc_entry *e = &s->wc[i];

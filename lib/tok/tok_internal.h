@@ -13,6 +13,7 @@
 #include "core/arena.h"
 #include "core/err.h"
 #include "core/strbuf.h"
+#include "core/strmap.h"
 #include "tok/tokenizer.h"
 
 /* Token types, as GGUF tokenizer.ggml.token_type numbers them. */
@@ -40,27 +41,6 @@ typedef struct {
     uint8_t type;  /* TOKT_* */
     uint8_t flags; /* TOKF_* */
 } tok_token;
-
-/* ---- string -> id map (open addressing, keys borrowed) ---- */
-
-typedef struct {
-    const char *key;
-    uint32_t len;
-    int32_t val; /* -1: empty slot */
-    uint32_t tag; /* high bits of the hash: most mismatches skip the key */
-} tok_strmap_entry;
-
-typedef struct {
-    tok_strmap_entry *e;
-    size_t cap, n;
-} tok_strmap;
-
-void tok_strmap_init(tok_strmap *m, size_t expected);
-void tok_strmap_free(tok_strmap *m);
-/* Inserts unless present; returns the value now stored for the key. */
-int32_t tok_strmap_put(tok_strmap *m, const char *key, size_t len, int32_t val);
-int32_t tok_strmap_get(const tok_strmap *m, const char *key, size_t len);
-uint64_t tok_hash_bytes(const void *p, size_t n);
 
 /* ---- (left id, right id) -> (rank, merged id) ---- */
 
@@ -186,7 +166,7 @@ struct tokenizer {
     arena mem;
     int32_t n_vocab;
     tok_token *tok;
-    tok_strmap map; /* vocabulary text -> id (all tokens; first id wins) */
+    strmap map; /* vocabulary text -> id (all tokens; first id wins) */
 
     /* Rank-ordered merges over symbol ids. Strings that merges mention but
      * the vocabulary lacks (GGUF only) get ids from n_vocab up, with their

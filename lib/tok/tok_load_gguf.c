@@ -76,12 +76,12 @@ static void get_bool(const gguf_file *f, const char *key, int *out)
 
 /* The id of a merge part, giving strings the vocabulary lacks an id past
  * the vocabulary (llama.cpp merges strings, so such merges still apply). */
-static int32_t part_id(tokenizer *t, tok_strmap *extra_map, const char *s, size_t len)
+static int32_t part_id(tokenizer *t, strmap *extra_map, const char *s, size_t len)
 {
-    int32_t id = tok_strmap_get(&t->map, s, len);
+    int32_t id = strmap_get(&t->map, s, len);
     if (id >= 0)
         return id;
-    id = tok_strmap_get(extra_map, s, len);
+    id = strmap_get(extra_map, s, len);
     if (id >= 0)
         return id;
     int32_t k = t->n_extra++;
@@ -91,7 +91,7 @@ static int32_t part_id(tokenizer *t, tok_strmap *extra_map, const char *s, size_
     memcpy(t->extra[k], s, len);
     t->extra[k][len] = '\0';
     t->extra_len[k] = (uint32_t)len;
-    tok_strmap_put(extra_map, t->extra[k], len, t->n_vocab + k);
+    strmap_put(extra_map, t->extra[k], len, t->n_vocab + k);
     return t->n_vocab + k;
 }
 
@@ -106,8 +106,8 @@ static int load_merges(tokenizer *t, const gguf_file *f, memra_err *err)
     if (n > UINT32_MAX)
         return memra_fail(err, "%s: %llu merges", f->map.path, (unsigned long long)n);
     tok_pairmap_init(&t->merges, (size_t)n);
-    tok_strmap extra_map;
-    tok_strmap_init(&extra_map, 16);
+    strmap extra_map;
+    strmap_init(&extra_map, 16);
     strbuf cat;
     sb_init(&cat);
     for (uint64_t i = 0; i < n; i++) {
@@ -126,7 +126,7 @@ static int load_merges(tokenizer *t, const gguf_file *f, memra_err *err)
         tok_pairmap_put(&t->merges, a, b, (uint32_t)i, r);
     }
     sb_free(&cat);
-    tok_strmap_free(&extra_map);
+    strmap_free(&extra_map);
     return 0;
 }
 
@@ -241,7 +241,13 @@ int tok_load_gguf(const gguf_file *f, tokenizer **out, memra_err *err)
     t->flavor = TOK_FLAVOR_GGUF;
     t->source = xstrdup(f->map.path ? f->map.path : "(gguf)");
     tok_alloc_vocab(t, n);
+<<<<<<< HEAD
     tok_strmap_init(&t->map, (size_t)n);
+=======
+    strmap_init(&t->map, (size_t)n);
+    const gguf_str *ts = toks->v.arr.data;
+    const int32_t *ty = types ? types->v.arr.data : NULL;
+>>>>>>> small
     for (int32_t i = 0; i < n; i++) {
         if (ts[i].len == 0) {
             char buf[32];
@@ -250,9 +256,9 @@ int tok_load_gguf(const gguf_file *f, tokenizer **out, memra_err *err)
         } else {
             tok_set_text(t, i, ts[i].str, (size_t)ts[i].len);
         }
-        if (tok_strmap_put(&t->map, t->tok[i].text, t->tok[i].len, i) != i) {
+        if (strmap_put(&t->map, t->tok[i].text, t->tok[i].len, i) != i) {
             memra_fail(err, "%s: duplicate token '%s' has ids %d and %d", f->map.path,
-                       t->tok[i].text, tok_strmap_get(&t->map, t->tok[i].text, t->tok[i].len), i);
+                       t->tok[i].text, strmap_get(&t->map, t->tok[i].text, t->tok[i].len), i);
             tok_free(t);
             return -1;
         }
@@ -313,7 +319,7 @@ int tok_load_gguf(const gguf_file *f, tokenizer **out, memra_err *err)
     }
     if (t->eot < 0)
         for (size_t k = 0; t->eot < 0 && k < sizeof eot_texts / sizeof eot_texts[0]; k++)
-            t->eot = tok_strmap_get(&t->map, eot_texts[k], strlen(eot_texts[k]));
+            t->eot = strmap_get(&t->map, eot_texts[k], strlen(eot_texts[k]));
 
     if (kind == TOK_BPE_BYTELEVEL) {
         if (load_merges(t, f, err)) {

@@ -481,7 +481,7 @@ static int load_model(loader *L, const json_t *model, const json_t *added, int b
     if (max_id < 0)
         return memra_fail(L->err, "%s: empty vocabulary", L->path);
     tok_alloc_vocab(t, (int32_t)max_id + 1);
-    tok_strmap_init(&t->map, (size_t)max_id + 1);
+    strmap_init(&t->map, (size_t)max_id + 1);
     for (int32_t k = 0; k < t->n_vocab; k++)
         t->tok[k].type = TOKT_UNUSED;
     for (size_t k = 0; k < big->n_vocab; k++) {
@@ -493,7 +493,7 @@ static int load_model(loader *L, const json_t *model, const json_t *added, int b
         tok_set_text(t, id, e->s, e->len);
         t->tok[id].type = TOKT_NORMAL;
         t->tok[id].flags = TOKF_IN_MODEL;
-        tok_strmap_put(&t->map, t->tok[id].text, t->tok[id].len, id);
+        strmap_put(&t->map, t->tok[id].text, t->tok[id].len, id);
     }
     /* added tokens: matched before the split, in their own id order */
     t->added = xcalloc(json_array_size(added) + 1, sizeof *t->added);
@@ -518,7 +518,7 @@ static int load_model(loader *L, const json_t *model, const json_t *added, int b
         a->len = t->tok[id].len;
         t->tok[id].type = a->special ? TOKT_CONTROL : TOKT_USER_DEFINED;
         t->tok[id].flags |= TOKF_ADDED | (a->special ? TOKF_CONTROL : 0);
-        tok_strmap_put(&t->map, t->tok[id].text, t->tok[id].len, id);
+        strmap_put(&t->map, t->tok[id].text, t->tok[id].len, id);
     }
     t->byte_fallback = get_flag(model, "byte_fallback", 0);
     t->fuse_unk = get_flag(model, "fuse_unk", 0);
@@ -526,7 +526,7 @@ static int load_model(loader *L, const json_t *model, const json_t *added, int b
     t->kind = bytelevel ? TOK_BPE_BYTELEVEL : TOK_SPM;
     const char *unk = json_string_value(json_object_get(model, "unk_token"));
     if (unk) {
-        t->unk = tok_strmap_get(&t->map, unk, strlen(unk));
+        t->unk = strmap_get(&t->map, unk, strlen(unk));
         if (t->unk < 0)
             return memra_fail(L->err, "%s: model.unk_token \"%s\" is not in the vocabulary",
                               L->path, unk);
@@ -545,11 +545,11 @@ static int load_model(loader *L, const json_t *model, const json_t *added, int b
     sb_init(&cat);
     for (size_t k = 0; k < big->n_merges; k++) {
         const tok_json_merge *m = &big->merges[k];
-        int32_t ia = tok_strmap_get(&t->map, m->a, m->la), ib = tok_strmap_get(&t->map, m->b, m->lb);
+        int32_t ia = strmap_get(&t->map, m->a, m->la), ib = strmap_get(&t->map, m->b, m->lb);
         sb_clear(&cat);
         sb_append(&cat, m->a, m->la);
         sb_append(&cat, m->b, m->lb);
-        int32_t ic = tok_strmap_get(&t->map, cat.data, cat.len);
+        int32_t ic = strmap_get(&t->map, cat.data, cat.len);
         if (ia < 0 || ib < 0 || ic < 0) {
             memra_fail(L->err, "%s: model.merges[%zu] (\"%.*s\" \"%.*s\") names a token not in "
                        "the vocabulary", L->path, k, (int)m->la, m->a, (int)m->lb, m->b);
@@ -616,7 +616,7 @@ static int read_configs(loader *L, const char *dir, int32_t pp_bos, int32_t pp_e
             const char *s = config_token(tc, names[k]);
             if (!s)
                 continue;
-            int32_t id = tok_strmap_get(&t->map, s, strlen(s));
+            int32_t id = strmap_get(&t->map, s, strlen(s));
             if (id < 0) {
                 memra_fail(L->err, "%s: %s \"%s\" is not in the vocabulary", path, names[k], s);
                 json_decref(tc);
@@ -654,7 +654,7 @@ static int read_configs(loader *L, const char *dir, int32_t pp_bos, int32_t pp_e
         json_decref(gc);
     }
     for (size_t k = 0; t->eot < 0 && k < sizeof eot_texts / sizeof eot_texts[0]; k++)
-        t->eot = tok_strmap_get(&t->map, eot_texts[k], strlen(eot_texts[k]));
+        t->eot = strmap_get(&t->map, eot_texts[k], strlen(eot_texts[k]));
     tok_build_stop_ids(t, more, n_more);
     free(more);
     return 0;

@@ -29,7 +29,7 @@ static void try_bigram(const tokenizer *t, tok_scratch *s, const char *w, int32_
         return;
     const tok_sym *l = &s->sym[left], *r = &s->sym[right];
     uint32_t size = l->len + r->len;
-    int32_t id = tok_strmap_get(&t->map, w + l->start, size);
+    int32_t id = strmap_get(&t->map, w + l->start, size);
     if (id < 0)
         return;
     tok_cand c = {.score = t->tok[id].score, .left = left, .right = right, .size = size};
@@ -79,7 +79,7 @@ void tok_spm_fragment(const tokenizer *t, tok_scratch *s, const char *w, size_t 
     }
     for (int32_t k = 0; k >= 0; k = s->sym[k].next) {
         const tok_sym *y = &s->sym[k];
-        int32_t id = tok_strmap_get(&t->map, w + y->start, y->len);
+        int32_t id = strmap_get(&t->map, w + y->start, y->len);
         if (id >= 0) {
             tok_ids_push(ids, id);
             continue;
@@ -88,7 +88,7 @@ void tok_spm_fragment(const tokenizer *t, tok_scratch *s, const char *w, size_t 
             uint8_t byte = (uint8_t)w[y->start + b];
             int32_t bid = t->byte_id[byte];
             if (bid < 0)
-                bid = tok_strmap_get(&t->map, w + y->start + b, 1);
+                bid = strmap_get(&t->map, w + y->start + b, 1);
             if (bid < 0)
                 bid = t->unk;
             if (bid >= 0)

@@ -1,104 +1,12 @@
-/* The vocabulary: token texts, pieces and types, the text -> id and
- * pair -> merge hash maps, the byte-level alphabet, the end-of-generation
- * ids, and the small public accessors. */
+/* The vocabulary: token texts, pieces and types, the pair -> merge hash
+ * map (text -> id is a core/strmap.h map), the byte-level alphabet, the
+ * end-of-generation ids, and the small public accessors. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
 #include "tok/tok_internal.h"
-
-/* ---- hashing ---- */
-
-/* A multiply-xorshift hash over 8-byte words: vocabulary lookups run once
- * per merge candidate, so this is on the hot path of SentencePiece merges. */
-uint64_t tok_hash_bytes(const void *p, size_t n)
-{
-    const uint8_t *s = p;
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xC2B2AE3D27D4EB4Full);
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, s, 8);
-        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
-        h ^= h >> 29;
-        s += 8;
-        n -= 8;
-    }
-    uint64_t w = 0;
-    memcpy(&w, s, n);
-    h = (h ^ w ^ ((uint64_t)n << 59)) * 0xC4CEB9FE1A85EC53ull;
-    h ^= h >> 32;
-    h *= 0x9E3779B97F4A7C15ull;
-    h ^= h >> 29;
-    return h;
-}
-
-void tok_strmap_init(tok_strmap *m, size_t expected)
-{
-    size_t cap = 16;
-    while (cap < expected * 2 + 2)
-        cap *= 2;
-    m->e = xmalloc(cap * sizeof *m->e);
-    for (size_t i = 0; i < cap; i++)
-        m->e[i].val = -1;
-    m->cap = cap;
-    m->n = 0;
-}
-
-void tok_strmap_free(tok_strmap *m)
-{
-    free(m->e);
-    memset(m, 0, sizeof *m);
-}
-
-static size_t strmap_slot(const tok_strmap *m, const char *key, size_t len, uint32_t *tag)
-{
-    uint64_t h = tok_hash_bytes(key, len);
-    size_t mask = m->cap - 1;
-    size_t i = (size_t)h & mask;
-    *tag = (uint32_t)(h >> 32);
-    while (m->e[i].val >= 0) {
-        if (m->e[i].tag == *tag && m->e[i].len == len && memcmp(m->e[i].key, key, len) == 0)
-            return i;
-        i = (i + 1) & mask;
-    }
-    return i;
-}
-
-int32_t tok_strmap_put(tok_strmap *m, const char *key, size_t len, int32_t val)
-{
-    if ((m->n + 1) * 2 > m->cap) {
-        tok_strmap big;
-        tok_strmap_init(&big, m->cap);
-        for (size_t i = 0; i < m->cap; i++) {
-            if (m->e[i].val < 0)
-                continue;
-            uint32_t tag;
-            big.e[strmap_slot(&big, m->e[i].key, m->e[i].len, &tag)] = m->e[i];
-        }
-        big.n = m->n;
-        free(m->e);
-        *m = big;
-    }
-    uint32_t tag;
-    size_t i = strmap_slot(m, key, len, &tag);
-    if (m->e[i].val >= 0)
-        return m->e[i].val;
-    m->e[i].key = key;
-    m->e[i].len = (uint32_t)len;
-    m->e[i].val = val;
-    m->e[i].tag = tag;
-    m->n++;
-    return val;
-}
-
-int32_t tok_strmap_get(const tok_strmap *m, const char *key, size_t len)
-{
-    if (!m->e)
-        return -1;
-    uint32_t tag;
-    return m->e[strmap_slot(m, key, len, &tag)].val;
-}
 
 /* ---- pair map ---- */
 
@@ -327,7 +235,7 @@ void tok_build_byte_ids(tokenizer *t)
             snprintf(buf, sizeof buf, "<0x%02X>", b);
             n = 6;
         }
-        int32_t id = tok_strmap_get(&t->map, buf, n);
+        int32_t id = strmap_get(&t->map, buf, n);
         if (id >= 0 && t->flavor == TOK_FLAVOR_HF && !(t->tok[id].flags & TOKF_IN_MODEL))
             id = -1;
         t->byte_id[b] = id;
@@ -397,7 +305,7 @@ void tok_free(tokenizer *t)
 {
     if (!t)
         return;
-    tok_strmap_free(&t->map);
+    strmap_free(&t->map);
     tok_pairmap_free(&t->merges);
     for (int32_t i = 0; i < t->n_extra; i++)
         free(t->extra[i]);
@@ -474,5 +382,5 @@ int tok_is_control(const tokenizer *t, int32_t id)
 
 int32_t tok_id_of(const tokenizer *t, const char *text)
 {
-    return tok_strmap_get(&t->map, text, strlen(text));
+    return strmap_get(&t->map, text, strlen(text));
 }

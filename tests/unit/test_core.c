@@ -1,8 +1,12 @@
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "core/arena.h"
 #include "core/err.h"
+#include "core/hash.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mapfile.h"
@@ -11,6 +15,7 @@
 #include "core/cli.h"
 #include <math.h>
 #include "core/strbuf.h"
+#include "core/strmap.h"
 #include "format/dtype.h"
 #include "test.h"
 
@@ -176,6 +181,38 @@ static void test_rng(void)
     CHECK(rng_hash_str("a") != rng_hash_str("b"));
 }
 
+/* FNV-1a's published vectors: census checksums and random-weight streams
+ * depend on these values, so they are pinned. */
+static void test_hash(void)
+{
+    CHECK(hash_fnv1a64("", 0) == 0xcbf29ce484222325ull);
+    CHECK(hash_fnv1a64("a", 1) == 0xaf63dc4c8601ec8cull);
+    CHECK(hash_fnv1a64_str("foobar") == 0x85944171f73967e8ull);
+    CHECK(hash_fnv1a64("foobar", 6) == hash_fnv1a64_str("foobar"));
+    CHECK(hash_fnv1a32_str("a") == 0xe40c292cu);
+    CHECK(hash_fnv1a32_str("foobar") == 0xbf9cf968u);
+    CHECK(rng_hash_str("blk.0.attn_q.weight") == hash_fnv1a64_str("blk.0.attn_q.weight"));
+}
+
+static void test_strmap(void)
+{
+    strmap m;
+    strmap_init(&m, 2);
+    static char keys[3000][8];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(keys[i], sizeof keys[i], "k%d", i);
+        CHECK(strmap_put(&m, keys[i], strlen(keys[i]), i) == i);
+    }
+    CHECK(m.n == 3000 && m.cap >= 6000);
+    CHECK(strmap_put(&m, "k7", 2, 99) == 7); /* present: the first value stays */
+    CHECK(strmap_get(&m, "k2999", 5) == 2999);
+    CHECK(strmap_get(&m, "k29990", 6) == -1);
+    CHECK(strmap_get(&m, "k1", 1) == -1); /* a prefix is another key */
+    CHECK(strmap_put(&m, "", 0, 5000) == 5000 && strmap_get(&m, "", 0) == 5000);
+    strmap_free(&m);
+    CHECK(strmap_get(&m, "k7", 2) == -1);
+}
+
 static void test_cli_parse(void)
 {
     memra_err e;
@@ -203,6 +240,79 @@ static void test_cli_parse(void)
     CHECK(strcmp(h, "5.0") == 0);
 }
 
-TEST_MAIN(TEST_CASE(test_rng), TEST_CASE(test_cli_parse), TEST_CASE(test_err_wrap), TEST_CASE(test_strbuf), TEST_CASE(test_arena),
+/* Runs fn(arg) in a child with stderr into a pipe: its exit status, and
+ * what it wrote there in line. */
+static int run_child(void (*fn)(const char *), const char *arg, char *line, size_t n)
+{
+    int fd[2];
+    if (pipe(fd) != 0)
+        return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 2);
+        fn(arg);
+        _exit(0);
+    }
+    close(fd[1]);
+    size_t used = 0; /* stderr is unbuffered: the line comes in pieces */
+    for (ssize_t got; used < n - 1 && (got = read(fd[0], line + used, n - 1 - used)) > 0;)
+        used += (size_t)got;
+    line[used] = '\0';
+    close(fd[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void int_or_usage_child(const char *s) { cli_int_or_usage(s, 1, 9, "--reps"); }
+
+static void threads_child(const char *s)
+{
+    setenv("MEMRA_THREADS", s, 1);
+    cli_threads_default();
+}
+
+static void test_cli_or_usage(void)
+{
+    char line[256];
+    cli_set_program("memra-test");
+    CHECK(cli_int_or_usage("7", 1, 9, "--reps") == 7);
+    CHECK(run_child(int_or_usage_child, "7", line, sizeof line) == 0 && !line[0]);
+    CHECK(run_child(int_or_usage_child, "x7", line, sizeof line) == 2);
+    CHECK_MSG(!strcmp(line, "memra-test: --reps: 'x7' is not an integer (try --help)\n"), "%s", line);
+    CHECK(run_child(int_or_usage_child, "10", line, sizeof line) == 2);
+    CHECK_MSG(!strcmp(line, "memra-test: --reps: 10 is out of range [1, 9] (try --help)\n"), "%s", line);
+    CHECK(run_child(threads_child, "0", line, sizeof line) == 2);
+    CHECK_MSG(strstr(line, "MEMRA_THREADS: 0 is out of range") && strchr(line, '\n') == line + strlen(line) - 1, "%s", line);
+    CHECK(run_child(threads_child, "many", line, sizeof line) == 2);
+    CHECK_MSG(strstr(line, "MEMRA_THREADS: 'many' is not an integer"), "%s", line);
+
+    const char *saved = getenv("MEMRA_THREADS");
+    char *keep = saved ? strdup(saved) : NULL;
+    setenv("MEMRA_THREADS", "3", 1);
+    CHECK(cli_threads_default() == 3);
+    setenv("MEMRA_THREADS", "", 1); /* empty is unset */
+    CHECK(cli_threads_default() == (int)sysconf(_SC_NPROCESSORS_ONLN));
+    unsetenv("MEMRA_THREADS");
+    CHECK(cli_threads_default() == (int)sysconf(_SC_NPROCESSORS_ONLN));
+    if (keep)
+        setenv("MEMRA_THREADS", keep, 1);
+    free(keep);
+
+    unsetenv("MEMRA_TEST_FLAG");
+    CHECK(!cli_env_true("MEMRA_TEST_FLAG"));
+    const char *yes[] = {"1", "true", "TRUE", "yes", "Yes"}, *no[] = {"0", "", "no", "on", "2"};
+    for (size_t i = 0; i < 5; i++) {
+        setenv("MEMRA_TEST_FLAG", yes[i], 1);
+        CHECK_MSG(cli_env_true("MEMRA_TEST_FLAG"), "%s", yes[i]);
+        setenv("MEMRA_TEST_FLAG", no[i], 1);
+        CHECK_MSG(!cli_env_true("MEMRA_TEST_FLAG"), "%s", no[i]);
+    }
+    unsetenv("MEMRA_TEST_FLAG");
+}
+
+TEST_MAIN(TEST_CASE(test_rng), TEST_CASE(test_hash), TEST_CASE(test_strmap), TEST_CASE(test_cli_parse), TEST_CASE(test_cli_or_usage), TEST_CASE(test_err_wrap), TEST_CASE(test_strbuf), TEST_CASE(test_arena),
           TEST_CASE(test_pool), TEST_CASE(test_json_getters), TEST_CASE(test_files),
           TEST_CASE(test_dtype_table), TEST_CASE(test_log_levels))

@@ -12,7 +12,7 @@
  * close and reproducible); decode steps replayed from CUDA graphs are
  * byte-identical to eager ones; every family's tiny random checkpoint
  * and every weight format agree with the CPU backend; f16 KV too. Without
- * a device those cases print "# skipped" and pass. */
+ * a device those cases report SKIP. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
@@ -31,6 +31,7 @@
 #include "model/checkpoint.h"
 #include "model/convert.h"
 #include "test.h"
+#include "test_model.h"
 #if MEMRA_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_device.h"
@@ -55,10 +56,11 @@ static int skip_without_gpu(void)
 {
     if (have_gpu())
         return 0;
-    printf("# %s skipped: no CUDA device\n", test_current);
+    test_skip("no CUDA device");
     return 1;
 }
 
+<<<<<<< HEAD
 static int open_stories(checkpoint *ck)
 {
     char path[1024];
@@ -71,6 +73,8 @@ static int open_stories(checkpoint *ck)
     return 0;
 }
 
+=======
+>>>>>>> small
 static void tmp_path(char *buf, size_t n, const char *name)
 {
     snprintf(buf, n, "%s/memra-test-cuda-engine-%d-%s", test_tmp_dir(), (int)getpid(), name);

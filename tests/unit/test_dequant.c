@@ -23,20 +23,6 @@ static void put16(uint8_t *p, uint16_t v)
     p[1] = (uint8_t)(v >> 8);
 }
 
-static uint32_t fbits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static float bits_f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* Dequantize through the public entry point and check y[idx] == want. */
 typedef struct {
     int idx;
@@ -52,7 +38,7 @@ static void run(dtype t, const uint8_t *blk, int64_t n, const expect *e, int ne,
     int rc = dequant_row(t, blk, y, n, &err);
     CHECK_MSG(rc == 0, "line %d: %s", line, err.msg);
     for (int i = 0; i < ne; i++)
-        CHECK_MSG(fbits(y[e[i].idx]) == fbits(e[i].want), "line %d: y[%d] = %.9g, want %.9g", line,
+        CHECK_MSG(half_f32_bits(y[e[i].idx]) == half_f32_bits(e[i].want), "line %d: y[%d] = %.9g, want %.9g", line,
                   e[i].idx, y[e[i].idx], e[i].want);
     for (int64_t i = 0; i < n; i++)
         CHECK_MSG(y[i] != -12345.0f, "line %d: y[%d] not written", line, (int)i);
@@ -154,8 +140,8 @@ static void test_mxfp4(void)
     RUN(DT_MXFP4, b, 128, {0, 1.0f}, {16, -12.0f}, {15, 12.0f}, {31, 6.0f}, {1, 0.0f},
         {32, ldexpf(1.5f, -125)}, {64, ldexpf(1.0f, -126)}, {96, -ldexpf(1.0f, 126)},
         {112, 0.0f});
-    CHECK(fbits(dequant_e8m0_half(0)) == 0x00200000u);
-    CHECK(fbits(dequant_e8m0_half(1)) == 0x00400000u);
+    CHECK(half_f32_bits(dequant_e8m0_half(0)) == 0x00200000u);
+    CHECK(half_f32_bits(dequant_e8m0_half(1)) == 0x00400000u);
     CHECK(dequant_e8m0_half(127) == 0.5f); /* 2^0 / 2 */
     CHECK(dequant_e8m0_half(255) == ldexpf(1.0f, 127));
 }
@@ -451,13 +437,13 @@ static void test_fp16_edges(void)
     /* Overflow: 65520 is exactly halfway between 65504 (odd mantissa 0x3FF)
      * and 65536 (infinity): ties to even -> infinity; just below stays. */
     CHECK(f32_to_fp16(65520.0f) == 0x7C00);
-    CHECK(f32_to_fp16(bits_f(fbits(65520.0f) - 1)) == 0x7BFF);
+    CHECK(f32_to_fp16(half_bits_f32(half_f32_bits(65520.0f) - 1)) == 0x7BFF);
     CHECK(f32_to_fp16(1e10f) == 0x7C00);
     CHECK(f32_to_fp16(INFINITY) == 0x7C00 && f32_to_fp16(-INFINITY) == 0xFC00);
     /* NaN stays NaN (exponent all ones, mantissa non-zero), sign kept */
     uint16_t n = f32_to_fp16(NAN);
     CHECK((n & 0x7C00) == 0x7C00 && (n & 0x3FF) != 0);
-    n = f32_to_fp16(bits_f(0xFF800001u)); /* a negative NaN with payload only in low bits */
+    n = f32_to_fp16(half_bits_f32(0xFF800001u)); /* a negative NaN with payload only in low bits */
     CHECK((n & 0x7C00) == 0x7C00 && (n & 0x3FF) != 0 && (n & 0x8000));
     /* Normal ties: 1 + 2^-11 is halfway between 0x3C00 (even) and 0x3C01 ->
      * 0x3C00; 1 + 3 * 2^-11 is halfway between 0x3C01 (odd) and 0x3C02 ->
@@ -488,7 +474,7 @@ static void test_fp16_edges(void)
     CHECK(fp16_to_f32(0x3555) == 0x155 / 1024.0f * 0.25f + 0.25f); /* (1 + m/1024) * 2^(13-15) */
     CHECK(fp16_to_f32(0xFC00) == -INFINITY);
     CHECK(isnan(fp16_to_f32(0x7E00)) && isnan(fp16_to_f32(0x7C01)));
-    CHECK(fbits(fp16_to_f32(0x8000)) == 0x80000000u);
+    CHECK(half_f32_bits(fp16_to_f32(0x8000)) == 0x80000000u);
     /* Every non-NaN half survives the round trip; NaNs stay NaN. */
     int bad = 0;
     for (uint32_t h = 0; h < 65536; h++) {
@@ -514,7 +500,7 @@ static void test_fp16_vs_compiler(void)
         x = x * 1664525u + 1013904223u;
         /* Bias half the samples into the f16 range, where rounding matters. */
         uint32_t u = (i & 1) ? x : ((x & 0x80000000u) | (0x33000000u + (x % 0x14800000u)));
-        float f = bits_f(u);
+        float f = half_bits_f32(u);
         if (isnan(f))
             continue;
         volatile _Float16 hv = (_Float16)f;
@@ -536,22 +522,22 @@ static void test_bf16_edges(void)
     /* Ties: 1 + 2^-8 is halfway between 0x3F80 (even) and 0x3F81 -> 0x3F80;
      * 1 + 3 * 2^-8 is halfway between 0x3F81 (odd) and 0x3F82 -> 0x3F82;
      * a hair above halfway rounds up. */
-    CHECK(f32_to_bf16(bits_f(0x3F808000u)) == 0x3F80);
-    CHECK(f32_to_bf16(bits_f(0x3F818000u)) == 0x3F82);
-    CHECK(f32_to_bf16(bits_f(0x3F808001u)) == 0x3F81);
-    CHECK(f32_to_bf16(bits_f(0x3F807FFFu)) == 0x3F80);
+    CHECK(f32_to_bf16(half_bits_f32(0x3F808000u)) == 0x3F80);
+    CHECK(f32_to_bf16(half_bits_f32(0x3F818000u)) == 0x3F82);
+    CHECK(f32_to_bf16(half_bits_f32(0x3F808001u)) == 0x3F81);
+    CHECK(f32_to_bf16(half_bits_f32(0x3F807FFFu)) == 0x3F80);
     /* Subnormals round the same way: 0x00018000 ties to 2, 0x00008000 to 0. */
-    CHECK(f32_to_bf16(bits_f(0x00010000u)) == 0x0001);
-    CHECK(f32_to_bf16(bits_f(0x00008000u)) == 0x0000);
-    CHECK(f32_to_bf16(bits_f(0x00018000u)) == 0x0002);
-    CHECK(bf16_to_f32(0x0001) == bits_f(0x00010000u));
+    CHECK(f32_to_bf16(half_bits_f32(0x00010000u)) == 0x0001);
+    CHECK(f32_to_bf16(half_bits_f32(0x00008000u)) == 0x0000);
+    CHECK(f32_to_bf16(half_bits_f32(0x00018000u)) == 0x0002);
+    CHECK(bf16_to_f32(0x0001) == half_bits_f32(0x00010000u));
     /* Overflow: the largest f32 is above the largest bf16 plus half an ulp -> inf. */
-    CHECK(f32_to_bf16(bits_f(0x7F7FFFFFu)) == 0x7F80);
+    CHECK(f32_to_bf16(half_bits_f32(0x7F7FFFFFu)) == 0x7F80);
     CHECK(f32_to_bf16(INFINITY) == 0x7F80 && f32_to_bf16(-INFINITY) == 0xFF80);
     CHECK(f32_to_bf16(-0.0f) == 0x8000);
     /* NaN stays NaN even when its payload is only in the low 16 bits (plain
      * truncation would turn 0x7F800001 into infinity). */
-    uint16_t n = f32_to_bf16(bits_f(0x7F800001u));
+    uint16_t n = f32_to_bf16(half_bits_f32(0x7F800001u));
     CHECK((n & 0x7F80) == 0x7F80 && (n & 0x7F) != 0);
     n = f32_to_bf16(NAN);
     CHECK((n & 0x7F80) == 0x7F80 && (n & 0x7F) != 0);

@@ -21,6 +21,7 @@
 #include "model/checkpoint.h"
 #include "model/convert.h"
 #include "test.h"
+#include "test_model.h"
 
 static const int32_t stories_ref[40] = {
     403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317,
@@ -28,28 +29,19 @@ static const int32_t stories_ref[40] = {
     295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352,
 };
 
+<<<<<<< HEAD
 static void stories_path(char *buf, size_t n)
 {
     snprintf(buf, n, "%s/models/stories260K.gguf", test_data_dir());
 }
 
+=======
+>>>>>>> small
 /* The 41 tokens of the golden run: BOS and the 40 reference ids. */
 static void stories_tokens(int32_t *t)
 {
     t[0] = 1;
     memcpy(t + 1, stories_ref, sizeof stories_ref);
-}
-
-static int open_stories(checkpoint *ck)
-{
-    char path[1024];
-    memra_err err = {{0}};
-    stories_path(path, sizeof path);
-    if (checkpoint_open(path, ck, &err) != 0) {
-        CHECK_MSG(0, "%s", err.msg);
-        return -1;
-    }
-    return 0;
 }
 
 static int argmax(const float *x, int64_t n)

@@ -30,6 +30,7 @@
 #include "engine/sampler.h"
 #include "model/checkpoint.h"
 #include "test.h"
+#include "test_model.h"
 #if MEMRA_CUDA
 #include <cuda_runtime.h>
 
@@ -50,20 +51,8 @@ static int skip_without_gpu(void)
 {
     if (n_devices() > 0)
         return 0;
-    printf("# %s skipped: no CUDA device\n", test_current);
+    test_skip("no CUDA device");
     return 1;
-}
-
-static int open_stories(checkpoint *ck)
-{
-    char path[1024];
-    memra_err err = {{0}};
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_data_dir());
-    if (checkpoint_open(path, ck, &err) != 0) {
-        CHECK_MSG(0, "%s", err.msg);
-        return -1;
-    }
-    return 0;
 }
 
 static engine *load(const checkpoint *ck, backend_kind kind, int device, kv_type kv, int n_seqs)
