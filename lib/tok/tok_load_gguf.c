@@ -241,13 +241,7 @@ int tok_load_gguf(const gguf_file *f, tokenizer **out, memra_err *err)
     t->flavor = TOK_FLAVOR_GGUF;
     t->source = xstrdup(f->map.path ? f->map.path : "(gguf)");
     tok_alloc_vocab(t, n);
-<<<<<<< HEAD
-    tok_strmap_init(&t->map, (size_t)n);
-=======
     strmap_init(&t->map, (size_t)n);
-    const gguf_str *ts = toks->v.arr.data;
-    const int32_t *ty = types ? types->v.arr.data : NULL;
->>>>>>> small
     for (int32_t i = 0; i < n; i++) {
         if (ts[i].len == 0) {
             char buf[32];

@@ -60,21 +60,6 @@ static int skip_without_gpu(void)
     return 1;
 }
 
-<<<<<<< HEAD
-static int open_stories(checkpoint *ck)
-{
-    char path[1024];
-    memra_err err = {{0}};
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_data_dir());
-    if (checkpoint_open(path, ck, &err) != 0) {
-        CHECK_MSG(0, "%s", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
-=======
->>>>>>> small
 static void tmp_path(char *buf, size_t n, const char *name)
 {
     snprintf(buf, n, "%s/memra-test-cuda-engine-%d-%s", test_tmp_dir(), (int)getpid(), name);

@@ -29,14 +29,6 @@ static const int32_t stories_ref[40] = {
     295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352,
 };
 
-<<<<<<< HEAD
-static void stories_path(char *buf, size_t n)
-{
-    snprintf(buf, n, "%s/models/stories260K.gguf", test_data_dir());
-}
-
-=======
->>>>>>> small
 /* The 41 tokens of the golden run: BOS and the 40 reference ids. */
 static void stories_tokens(int32_t *t)
 {
