@@ -99,6 +99,13 @@ static void shape_str(const tensor_view *v, char *out, size_t n)
         snprintf(out + len, n - len, "]");
 }
 
+/* obj[key] += n (bytes). */
+static void add_bytes(json_t *obj, const char *key, uint64_t n)
+{
+    json_t *cur = json_object_get(obj, key);
+    json_object_set_new(obj, key, json_integer((cur ? json_integer_value(cur) : 0) + (json_int_t)n));
+}
+
 /* The contract entry a view is bound to (for role and layer), or NULL. */
 static const contract_entry *entry_of(const contract_binding *b, const tensor_view *v)
 {
@@ -141,19 +148,21 @@ static json_t *census_json(const checkpoint *c, const contract_binding *b, const
     json_object_set_new(j, "family", json_string(family_name(c->config.family)));
     json_object_set_new(j, "config", config_json(&c->config));
 
-    json_t *by_dtype = json_object(), *by_role = json_object(), *tensors = json_array();
+    /* One set of role names: a tensor's "role" is its contract role, and
+     * totals.by_role sums bytes by that same name; "group" (embed, norms,
+     * attention, ffn, ...) is the coarser sum, in both places too. */
+    json_t *by_dtype = json_object(), *by_role = json_object(), *by_group = json_object();
+    json_t *tensors = json_array();
     uint64_t total = 0;
     for (int i = 0; i < c->n_tensors; i++) {
         const tensor_view *v = &c->tensors[i];
         const contract_entry *e = entry_of(b, v);
         const char *dt = dtype_get(v->type)->name;
         const char *group = e ? role_group(e->role) : "ignored";
-        json_t *cur = json_object_get(by_dtype, dt);
-        json_object_set_new(by_dtype, dt, json_integer((cur ? json_integer_value(cur) : 0) +
-                                                       (json_int_t)v->nbytes));
-        cur = json_object_get(by_role, group);
-        json_object_set_new(by_role, group, json_integer((cur ? json_integer_value(cur) : 0) +
-                                                         (json_int_t)v->nbytes));
+        const char *role = e ? role_name(e->role) : "ignored";
+        add_bytes(by_dtype, dt, v->nbytes);
+        add_bytes(by_role, role, v->nbytes);
+        add_bytes(by_group, group, v->nbytes);
         total += v->nbytes;
         if (o->no_tensors)
             continue;
@@ -162,7 +171,8 @@ static json_t *census_json(const checkpoint *c, const contract_binding *b, const
         json_object_set_new(t, "dtype", json_string(dt));
         json_object_set_new(t, "shape", shape_json(v));
         json_object_set_new(t, "bytes", json_integer((json_int_t)v->nbytes));
-        json_object_set_new(t, "role", json_string(e ? role_name(e->role) : "ignored"));
+        json_object_set_new(t, "role", json_string(role));
+        json_object_set_new(t, "group", json_string(group));
         json_object_set_new(t, "layer", json_integer(e ? e->layer : -1));
         if (o->checksum) {
             char hex[17];
@@ -185,6 +195,7 @@ static json_t *census_json(const checkpoint *c, const contract_binding *b, const
     json_object_set_new(totals, "bytes", json_integer((json_int_t)total));
     json_object_set_new(totals, "by_dtype", by_dtype);
     json_object_set_new(totals, "by_role", by_role);
+    json_object_set_new(totals, "by_group", by_group);
     json_object_set_new(j, "totals", totals);
     contract_bytes cb;
     contract_bytes_of(b, &c->config, &cb);
@@ -258,8 +269,8 @@ static void print_table(const checkpoint *c, json_t *j, const census_opts *o)
         cli_human_bytes((uint64_t)json_integer_value(v), hb, sizeof hb);
         printf("  %-12s %12s\n", k, hb);
     }
-    printf("by role:\n");
-    json_object_foreach(json_object_get(totals, "by_role"), k, v)
+    printf("by group:\n");
+    json_object_foreach(json_object_get(totals, "by_group"), k, v)
     {
         cli_human_bytes((uint64_t)json_integer_value(v), hb, sizeof hb);
         printf("  %-12s %12s\n", k, hb);

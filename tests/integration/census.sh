@@ -67,3 +67,11 @@ for bin in bin "$SAN_BIN"; do
   expect_error "$tag: safetensors overlapping offsets" 1 "model\.safetensors: .*overlap" "$bin/memra-census" "$mal/st-overlap"
   expect_error "$tag: safetensors unknown dtype" 1 "model\.safetensors: .*F7" "$bin/memra-census" "$mal/st-dtype"
 done
+
+# One set of role names: the tensors' roles and groups are exactly the keys
+# their bytes are summed under in totals.by_role and totals.by_group.
+check "census --json: tensors' roles and groups sum to totals.by_role and by_group" \
+  bash -c "memra-census models/memra-tiny.gguf --json | jq -e '
+    (reduce .tensors[] as \$t ({}; .[\$t.role] += \$t.bytes)) == .totals.by_role and
+    (reduce .tensors[] as \$t ({}; .[\$t.group] += \$t.bytes)) == .totals.by_group and
+    (.totals.by_group | add) == .totals.bytes'"

@@ -7,7 +7,7 @@ source "$(dirname "$0")/lib.bash"
 # The options a text names: -x or --long-name, as --help or a man page
 # (groff escapes \- unescaped first) writes them.
 options_of() {
-  sed 's/\\-/-/g' | grep -oE '(^|[^a-zA-Z0-9-])--?[a-zA-Z][a-zA-Z0-9-]*' |
+  sed 's/\\f[BIRP]//g; s/\\-/-/g' | grep -oE '(^|[^a-zA-Z0-9-])--?[a-zA-Z][a-zA-Z0-9-]*' |
     sed -E 's/^[^-]+//' | sort -u
 }
 
@@ -32,8 +32,9 @@ done
 # continues it onto) between .SH EXAMPLES and the next .SH runs as written,
 # in order, in a scratch dir where models/ and tests/ are the repo's, when
 # every path-like word in it (a word with a '/' or a file extension of
-# ours) exists by then, the last one excepted (the command's output). Lines
-# that start a server or talk to one (&, http, curl) are left out.
+# ours) exists by then, except the command's outputs (its last word, the
+# second path of memra-convert and memra-quantize, the file after --imatrix). Lines that start a server or talk to one (&, http,
+# curl) or fetch from the Hub (hf:) are left out.
 root=$(pwd)
 for man in man/man1/memra-*.1; do
   prog=$(basename "$man" .1)
@@ -42,16 +43,21 @@ for man in man/man1/memra-*.1; do
   rm -rf "$ex"; mkdir -p "$ex"; ln -s "$root/models" "$root/tests" "$ex/"
   while IFS= read -r line; do
     case $line in .*|"") continue ;; esac
-    case $line in *'&'*|*http*|*curl*|*localhost*) continue ;; esac
-    words=() missing=0
+    case $line in *'&'*|*http*|*curl*|*localhost*|*hf:*) continue ;; esac
+    missing=0 prev="" last="" k=0
+    for w in $line; do last=$w; done
+    case $line in memra-convert*|memra-quantize*) out2=1 ;; *) out2=0 ;; esac
     for w in $line; do
       w=${w%\"}; w=${w#\"}; w=${w%\'}; w=${w#\'}
       case $w in
-        */*|*.gguf|*.json|*.safetensors|*.txt|*.imatrix) words+=("$w") ;;
+        */*|*.gguf|*.json|*.safetensors|*.txt|*.imatrix)
+          k=$((k + 1))
+          if [ "$w" != "${last//[\"\']/}" ] && [ "$prev" != --imatrix ] &&
+             ! { [ $out2 -eq 1 ] && [ $k -eq 2 ]; }; then
+            (cd "$ex" && [ -e "$w" ]) || missing=1
+          fi ;;
       esac
-    done
-    for ((i = 0; i < ${#words[@]} - 1; i++)); do
-      (cd "$ex" && [ -e "${words[$i]}" ]) || missing=1
+      prev=$w
     done
     [ $missing -eq 0 ] || continue
     n=$((n + 1))

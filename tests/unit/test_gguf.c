@@ -529,12 +529,14 @@ static void test_vocab_files(void)
     CHECK_MSG(d != NULL, "cannot open %s", dir);
     if (!d)
         return;
-    int seen = 0;
+    int seen = 0, named = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         size_t n = strlen(e->d_name);
         if (n < 5 || strcmp(e->d_name + n - 5, ".gguf") != 0)
             continue;
+        named += strstr(e->d_name, "gpt-2") || strstr(e->d_name, "llama-spm") ||
+                 strstr(e->d_name, "llama-bpe") || strstr(e->d_name, "qwen2");
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         gguf_file f;
@@ -572,7 +574,8 @@ static void test_vocab_files(void)
         gguf_close(&f);
     }
     closedir(d);
-    CHECK(seen == 4);
+    /* every vocab file parses, and the four checked by name are there */
+    CHECK_MSG(named == 4 && seen >= 4, "%d files parsed, %d of the four named", seen, named);
 }
 
 /* ---- malformed files ---- */
