@@ -474,8 +474,20 @@ static int run_generate(const gen_opts *o, const checkpoint *c, const tokenizer 
     engine *e;
     if (engine_load(c, &eo, &e, &err) != 0)
         cli_fail(&err);
+    /* -n past what the context leaves is clamped, with one line saying so
+     * (the server clamps max_tokens the same way). */
+    gen_params gp = o->gp;
+    int64_t room = engine_n_ctx(e) - (int64_t)n_prompt;
+    if (room > 0 && gp.n_predict > room) {
+        fprintf(stderr,
+                "memra-gen: warning: -n %d is more than the context of %lld leaves after the "
+                "%zu-token prompt: generating at most %lld tokens\n",
+                gp.n_predict, (long long)engine_n_ctx(e), n_prompt, (long long)room);
+        gp.n_predict = (int)room;
+    }
     gen_result r;
-    if (generate(e, t, prompt, n_prompt, &o->gp, o->json ? NULL : stream_text, NULL, &r, &err) != 0)
+    int streamed = !o->json && t != NULL;
+    if (generate(e, t, prompt, n_prompt, &gp, streamed ? stream_text : NULL, NULL, &r, &err) != 0)
         cli_fail(&err);
     double prefill_tps = r.prefill_ms > 0 ? n_prompt / (r.prefill_ms / 1e3) : 0;
     double decode_tps = r.decode_ms > 0 ? r.n_tokens / (r.decode_ms / 1e3) : 0;
@@ -500,9 +512,16 @@ static int run_generate(const gen_opts *o, const checkpoint *c, const tokenizer 
         puts(s);
         free(s);
         json_decref(j);
-    } else if (isatty(STDOUT_FILENO)) {
+    } else if (!t) {
+        /* no tokenizer: the generated ids are the output */
+        for (size_t i = 0; i < r.n_tokens; i++)
+            printf("%s%d", i ? " " : "", r.tokens[i]);
+        putchar('\n');
+    } else {
+        /* the text ends its line, so the timing line on stderr starts its own */
         putchar('\n');
     }
+    fflush(stdout);
     fprintf(stderr,
             "memra-gen: prefill %zu tokens in %.1f ms (%.1f tok/s); decode %zu tokens in %.1f ms "
             "(%.1f tok/s, %.3f ms/token); finish %s\n",
@@ -527,7 +546,7 @@ int main(int argc, char **argv)
     if (checkpoint_load_tokenizer(&c, &t, &err) != 0) {
         /* A checkpoint without a tokenizer (a random one, say) can still
          * run on ids; the output is then ids only. */
-        if (o.mode != MODE_GENERATE || !o.prompt_ids || !o.json || o.n_stop)
+        if (o.mode != MODE_GENERATE || !o.prompt_ids || o.n_stop)
             cli_fail(&err);
         log_info("%s; generating ids only", err.msg);
         t = NULL;

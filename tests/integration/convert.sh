@@ -95,3 +95,7 @@ for pair in llama3:128256 qwen3:151936 gemma3:262208; do
   check "real $name tokenizer files convert (model_max_length and all)" \
     bash -c "memra-convert --random '$T/real-$name.json' --tokenizer '$REAL/$name' '$T/real-$name.gguf' && memra-census '$T/real-$name.gguf' --json | jq -e '.tokenizer.n_tokens == $rows'"
 done
+# A tokenizer larger than the model's vocabulary is refused, naming both.
+expect_error "--random --tokenizer larger than the config's vocabulary" 1 \
+  "tokenizer has 151669 tokens but the model's embedding has [0-9]+ rows" \
+  memra-convert --random "$CFG/tiny-qwen3.json" --tokenizer "$REAL/qwen3" "$T/too-big.gguf"

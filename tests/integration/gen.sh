@@ -78,3 +78,18 @@ expect_error "two modes" 2 "separate modes" memra-gen "$QWEN2" --tokenize --rend
 expect_error "no template" 1 "no chat template" memra-gen "$STORIES" --chat -p hi
 expect_error "malformed request JSON" 1 "request: invalid JSON" bash -c "printf '{\"messages\":' | memra-gen '$QWEN2' --render --chat-template '$T/t.jinja'"
 expect_error "template error names the line" 1 "template line 2" bash -c "printf '{{ 1 }}\n{%% if %%}' >'$T/bad.jinja'; memra-gen '$QWEN2' --render --chat-template '$T/bad.jinja' <'$T/req.json'"
+
+# The text ends its line (the timing line on stderr starts its own).
+check "the generated text ends with a newline" \
+  bash -c "memra-gen '$DATA/models/stories260K.gguf' -p '' -n 8 --temp 0 2>/dev/null | tail -c 1 | od -An -c | grep -q '\\\\n'"
+# -n past the context: clamped, one warning line naming both numbers.
+check "-n past the context is clamped with one warning" \
+  bash -c "memra-gen '$DATA/models/stories260K.gguf' -p '' -n 1000 -c 32 --temp 0 --json 2>'$T/clamp.err' | jq -e '(.tokens | length) == 31 and .finish_reason == \"length\"' &&
+           [ \$(grep -c 'warning: -n 1000 is more than the context of 32 leaves after the 1-token prompt: generating at most 31' '$T/clamp.err') = 1 ]"
+# A checkpoint without a tokenizer runs on ids, and prints the ids.
+memra-convert --random tests/fixtures/configs/tiny-qwen3.json --seed 3 "$T/notok.gguf" 2>/dev/null
+check "--prompt-ids on a model without a tokenizer prints the generated ids" \
+  bash -c "a=\$(memra-gen '$T/notok.gguf' --prompt-ids 1,2,3 -n 6 --temp 0 2>/dev/null) &&
+           b=\$(memra-gen '$T/notok.gguf' --prompt-ids 1,2,3 -n 6 --temp 0 --json 2>/dev/null | jq -r '.tokens | map(tostring) | join(\" \")') &&
+           [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ] && [ \$(echo \"\$a\" | wc -w) = 6 ]"
+expect_error "text needs a tokenizer" 1 "no tokenizer|tokenizer" memra-gen "$T/notok.gguf" -p "hello" -n 2
