@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The library's layers, bottom to top (docs/ARCHITECTURE.md draws them):
 #
-#   core < numerics < format < quant, hub < jinja < tok < backend (+ kernels)
+#   core < numerics < format < quant, hub < jinja < tok, grammar < backend (+ kernels)
 #        < model < engine < check, bench < serve < programs and tests
 #
 # A file may include headers of its own layer and of the layers below it,
@@ -27,7 +27,7 @@ files=$(find lib kernels bin-src -type f \( -name '*.c' -o -name '*.h' -o -name 
 # shellcheck disable=SC2086
 awk '
 BEGIN {
-  n = split("core:0 numerics:1 format:2 quant:3 hub:3 jinja:4 tok:5 backend:6 kernels:6 " \
+  n = split("core:0 numerics:1 format:2 quant:3 hub:3 jinja:4 tok:5 grammar:5 backend:6 kernels:6 " \
             "model:7 engine:8 check:9 bench:9 serve:10 programs:11", kv, " ")
   for (i = 1; i <= n; i++) { split(kv[i], p, ":"); rank[p[1]] = p[2] }
 }
