@@ -198,7 +198,7 @@ static void test_strmap(void)
 {
     strmap m;
     strmap_init(&m, 2);
-    static char keys[3000][8];
+    static char keys[3000][16];
     for (int i = 0; i < 3000; i++) {
         snprintf(keys[i], sizeof keys[i], "k%d", i);
         CHECK(strmap_put(&m, keys[i], strlen(keys[i]), i) == i);
