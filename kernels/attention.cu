@@ -102,16 +102,14 @@ DEV int64_t kv_row_index(const int32_t *table, int64_t t, int layer, int n_block
 
 // Block (row, piece): values [piece * APPEND_PIECE, + APPEND_PIECE) of
 // the row's K and V, so that one row's append is a few blocks working side
-// by side, not one block's loop of dependent loads and stores. Block (i,
-// 0) also zeroes row i's decode counters (launch_kv_append).
+// by side, not one block's loop of dependent loads and stores.
 constexpr int APPEND_PIECE = APPEND_THREADS;
 
 template <typename KV>
 __global__ void __launch_bounds__(APPEND_THREADS)
 kv_append_kernel(const float *__restrict__ k, const float *__restrict__ v,
                  const int32_t *__restrict__ meta, int n, int layer, int n_blocks, int bs,
-                 int64_t kv_dim, int64_t row_bytes, uint8_t *kp, uint8_t *vp,
-                 unsigned *__restrict__ counters, int per_row, int n_counters)
+                 int64_t kv_dim, int64_t row_bytes, uint8_t *kp, uint8_t *vp)
 {
     pdl_trigger();
     pdl_wait(); // k, v come from the kernel before (kernels/launch.cuh)
@@ -121,10 +119,6 @@ kv_append_kernel(const float *__restrict__ k, const float *__restrict__ v,
     const int32_t *table = meta + 2 * n + meta[n + i];
     const int64_t off = kv_row_index(table, meta[i], layer, n_blocks, bs) * row_bytes;
     KV::put2(k + (int64_t)i * kv_dim, v + (int64_t)i * kv_dim, e0, e1, kp + off, vp + off);
-    if (counters && blockIdx.y == 0)
-        for (int t = threadIdx.x; t < per_row; t += blockDim.x)
-            if ((int64_t)i * per_row + t < n_counters)
-                counters[(int64_t)i * per_row + t] = 0u;
 }
 
 // The visible span [lo, pos] of a row.
@@ -268,12 +262,6 @@ constexpr int DEC_PIECE = 256; // keys whose row offsets are staged at once
 // the bytes take, so more of them can be in flight), cvt() makes f32s.
 struct Ld8F32 {
     struct raw { float4 a, b; };
-    static constexpr int ESZ = 4;      // bytes a value
-    static constexpr bool PIPE = true; // 16-byte aligned pieces: cp.async takes them
-    static DEV raw load_sh(const uint8_t *p)
-    {
-        return {*reinterpret_cast<const float4 *>(p), *reinterpret_cast<const float4 *>(p + 16)};
-    }
     static DEV raw fetch(const uint8_t *row, int64_t e)
     {
         return {__ldg(reinterpret_cast<const float4 *>(row + e * 4)),
@@ -289,9 +277,6 @@ struct Ld8F32 {
 
 template <bool BF16> struct Ld8Half {
     typedef uint4 raw;
-    static constexpr int ESZ = 2;
-    static constexpr bool PIPE = true;
-    static DEV raw load_sh(const uint8_t *p) { return *reinterpret_cast<const uint4 *>(p); }
     static DEV raw fetch(const uint8_t *row, int64_t e)
     {
         return __ldg(reinterpret_cast<const uint4 *>(row + e * 2));
@@ -314,7 +299,6 @@ template <bool BF16> struct Ld8Half {
 // block's f16 scale. Each value is q * d, as kvc_q8_0_get.
 struct Ld8Q8 {
     struct raw { unsigned q0, q1; float d; };
-    static constexpr bool PIPE = false; // 34-byte blocks: no 16-byte pieces
     static DEV raw fetch(const uint8_t *row, int64_t e)
     {
         const uint8_t *b = row + (e / KV_Q8_0_BLOCK) * KV_Q8_0_BYTES;
@@ -704,125 +688,12 @@ DEV void dec_start(const float *__restrict__ q, const cu_attn &a, int i, int kvh
     }
 }
 
-// The splits' merge, as attn_decode_combine_kernel computes it (the same
-// operations in the same order: the same bytes), for the G query heads of
-// one KV head, by the last block of the (row, KV head) to finish: each
-// block's partial is written (dec_finish), fenced, then counted at
-// *counter; the block that brings the count to ns reads every split's
-// partial back (from L2: other blocks wrote them), merges, writes out and
-// resets the counter for the next launch. A row of one split skips the
-// count. cw: GT * ATTN_SPLITS_MAX * 2 floats of shared memory.
-constexpr int COMBINE_WAYS = 4;
-
-template <int GT>
-DEV void dec_fold(const float *pp, int64_t pstride, int ns, int G, int hd, unsigned *counter,
-                  float *cw, float *out)
-{
-    __shared__ int last;
-    __shared__ float mx_s[GT], l_s[GT];
-    if (ns > 1) {
-        __threadfence(); // this block's partial is visible before it is counted
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            const unsigned prev = atomicAdd(counter, 1u);
-            last = prev == (unsigned)ns - 1;
-            if (last)
-                *counter = 0u; // every split has counted: ready for the next launch
-        }
-        __syncthreads();
-        if (!last)
-            return;
-        __threadfence();
-    } else {
-        __syncthreads(); // this block's own partial, written by its threads
-    }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float *ms = cw, *ls = cw + GT * ATTN_SPLITS_MAX; // [GT][ATTN_SPLITS_MAX] each
-    for (int idx = threadIdx.x; idx < G * ns; idx += DEC_THREADS) {
-        const int g = idx / ns, c = idx % ns;
-        const float *p = pp + (int64_t)g * pstride + (int64_t)c * (hd + 2);
-        ms[g * ATTN_SPLITS_MAX + c] = __ldcg(p + hd);
-        ls[g * ATTN_SPLITS_MAX + c] = __ldcg(p + hd + 1);
-    }
-    __syncthreads();
-    for (int g = warp; g < G; g += DEC_WARPS) { // a max: exact in any order
-        float m = -INFINITY;
-        for (int c = lane; c < ns; c += 32)
-            m = fmaxf(m, ms[g * ATTN_SPLITS_MAX + c]);
-        m = warp_max(m);
-        if (lane == 0)
-            mx_s[g] = m;
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < G * ns; idx += DEC_THREADS) {
-        const int g = idx / ns, c = idx % ns;
-        ms[g * ATTN_SPLITS_MAX + c] = expf(__fsub_rn(ms[g * ATTN_SPLITS_MAX + c], mx_s[g]));
-    }
-    __syncthreads();
-    if ((int)threadIdx.x < G) { // the exp-sums, ascending
-        const int g = (int)threadIdx.x;
-        float l = 0.0f;
-        for (int c = 0; c < ns; c++)
-            l = __fmaf_rn(ls[g * ATTN_SPLITS_MAX + c], ms[g * ATTN_SPLITS_MAX + c], l);
-        l_s[g] = l;
-    }
-    __syncthreads();
-    // Value e of head g: the COMBINE_WAYS sums over the splits c = j (mod
-    // COMBINE_WAYS), each ascending, side by side in one pass (a thread's
-    // loads of all heads and ways in flight at once), added in order of j.
-    static_assert(COMBINE_WAYS == 4, "the ways below are written out");
-    for (int e = threadIdx.x; e < hd; e += DEC_THREADS) {
-        float acc[GT][COMBINE_WAYS];
-#pragma unroll
-        for (int g = 0; g < GT; g++)
-#pragma unroll
-            for (int j = 0; j < COMBINE_WAYS; j++)
-                acc[g][j] = 0.0f;
-        int c = 0;
-        for (; c + COMBINE_WAYS <= ns; c += COMBINE_WAYS) {
-#pragma unroll
-            for (int g = 0; g < GT; g++) {
-                if (g < G) {
-                    const float *p = pp + (int64_t)g * pstride + (int64_t)c * (hd + 2) + e;
-                    const float *w = ms + g * ATTN_SPLITS_MAX + c;
-#pragma unroll
-                    for (int j = 0; j < COMBINE_WAYS; j++)
-                        acc[g][j] = __fmaf_rn(__ldcg(p + (int64_t)j * (hd + 2)), w[j], acc[g][j]);
-                }
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < COMBINE_WAYS - 1; j++) {
-            if (c + j < ns) {
-#pragma unroll
-                for (int g = 0; g < GT; g++)
-                    if (g < G)
-                        acc[g][j] = __fmaf_rn(
-                            __ldcg(pp + (int64_t)g * pstride + (int64_t)(c + j) * (hd + 2) + e),
-                            ms[g * ATTN_SPLITS_MAX + c + j], acc[g][j]);
-            }
-        }
-#pragma unroll
-        for (int g = 0; g < GT; g++) {
-            if (g < G) {
-                float o = acc[g][0];
-#pragma unroll
-                for (int j = 1; j < COMBINE_WAYS; j++)
-                    o = __fadd_rn(o, acc[g][j]);
-                out[g * hd + e] = __fdiv_rn(o, l_s[g]);
-            }
-        }
-    }
-}
-
-// What both decode kernels work out first for their block (split, KV
+// What the decode kernel works out first for its block (split, KV
 // head, row): the split's keys [t0, t0 + nt) of the row's ns splits, its
 // block table, the lane's place in its key group, and (dec_start) the
 // lane's query values and an empty online softmax. The block's (split,
-// KV head) comes from its index: split fastest, or (heads_first) the KV
-// heads of one split next to each other, so blocks running together read
-// neighbouring bytes of the same K/V rows. False: the row has fewer
-// splits, and the whole block returns. Both kernels and the combine
+// KV head) comes from its index, split fastest. False: the row has fewer
+// splits, and the whole block returns. The decode kernel and the combine
 // kernel are launched with PDL (launch_pdl): each waits for the kernel
 // before it first thing, so only their launches overlap.
 struct DecBlock {
@@ -839,10 +710,10 @@ DEV bool dec_setup(const float *__restrict__ q, const int32_t *__restrict__ meta
                    float (&l)[GT], float (&acc)[GT][8])
 {
     pdl_trigger();
-    pdl_wait(); // q, the K/V rows, the counters come from the kernels before
+    pdl_wait(); // q and the K/V rows come from the kernels before
     b.i = blockIdx.z;
-    b.slot = a.heads_first ? (int)blockIdx.y : (int)blockIdx.x;
-    b.kvh = a.heads_first ? (int)blockIdx.x : (int)blockIdx.y;
+    b.slot = (int)blockIdx.x;
+    b.kvh = (int)blockIdx.y;
     b.hd = a.head_dim;
     b.G = a.n_heads / a.n_kv_heads;
     const int64_t pos = meta[b.i], lo = span_lo(pos, a.window), span = pos - lo + 1;
@@ -864,15 +735,13 @@ DEV bool dec_setup(const float *__restrict__ q, const int32_t *__restrict__ meta
     return true;
 }
 
-// The end of both decode kernels: the warps' softmaxes merged into the
-// split's partial (wacc: DEC_WARPS * GT * hd floats of shared memory),
-// then, unless a kernel of its own merges the splits, the last block of
-// the (row, KV head) merges them (dec_fold; cw: its shared memory).
+// The end of the decode kernel: the warps' softmaxes merged into the
+// split's partial (wacc: DEC_WARPS * GT * hd floats of shared memory);
+// attn_decode_combine_kernel then merges a row's splits.
 template <int GT, int LPK>
 DEV void dec_end(const DecBlock &b, const cu_attn &a, const float (&m)[GT], float (&l)[GT],
                  const float (&acc)[GT][8], float *wacc, float (*wm)[GT], float (*wl)[GT],
-                 float *cw, int max_splits, float *__restrict__ part,
-                 unsigned *__restrict__ counters, float *__restrict__ out)
+                 int max_splits, float *__restrict__ part)
 {
     if constexpr (LPK >= 8)
         dec_lane_sums<GT, LPK>(l);
@@ -881,9 +750,6 @@ DEV void dec_end(const DecBlock &b, const cu_attn &a, const float (&m)[GT], floa
     float *pp = part + ((int64_t)b.i * a.n_heads + (int64_t)b.kvh * G) * pstride;
     dec_finish<GT, LPK>(m, l, acc, wacc, wm, wl, G, hd, b.lpk, pp + (int64_t)b.slot * (hd + 2),
                         pstride);
-    if (!a.combine_apart)
-        dec_fold<GT>(pp, pstride, b.ns, G, hd, counters + (int64_t)b.i * a.n_kv_heads + b.kvh, cw,
-                     out + ((int64_t)b.i * a.n_heads + (int64_t)b.kvh * G) * hd);
 }
 
 // Partials as the old kernel lays them out: [row][head][slot][hd + 2].
@@ -891,11 +757,9 @@ template <typename LD, int GT, int LPK>
 __global__ void __launch_bounds__(DEC_THREADS, GT >= 8 ? 2 : 3)
 attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n, cu_attn a,
                    int n_blocks, int bs, int64_t row_bytes, const uint8_t *__restrict__ kp,
-                   const uint8_t *__restrict__ vp, int max_splits, float *__restrict__ part,
-                   unsigned *__restrict__ counters, float *__restrict__ out)
+                   const uint8_t *__restrict__ vp, int max_splits, float *__restrict__ part)
 {
     __shared__ int64_t roff[DEC_PIECE];
-    __shared__ float cw[2 * GT * ATTN_SPLITS_MAX];
     __shared__ float wm[DEC_WARPS][GT], wl[DEC_WARPS][GT];
     extern __shared__ float wacc[]; // [DEC_WARPS][GT][hd]
     constexpr int UN = dec_un(GT);
@@ -931,160 +795,18 @@ attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta
             dec_fold_tiles<LD, GT, UN, LPK>(kx, vx, ok, qr, m, l, acc, b.lpk, a.scale, a.softcap);
         }
     }
-    dec_end<GT, LPK>(b, a, m, l, acc, wacc, wm, wl, cw, max_splits, part, counters, out);
-}
-
-// cp.async: 16 bytes from global to shared memory without a register in
-// between, completing in groups (commit / wait). Where it does not exist
-// (before sm_80, the CPU emulation) a plain copy, which the same waits
-// and barriers then order.
-DEV void cp_async16(void *dst, const void *src)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-#else
-    *reinterpret_cast<uint4 *>(dst) = __ldg(reinterpret_cast<const uint4 *>(src));
-#endif
-}
-
-DEV void cp_async_commit()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-// Until at most N of this thread's groups are in flight.
-template <int N> DEV void cp_async_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
-// The staged variant (cu_attn.pipe). A stage is PIPE_TILES tiles of keys
-// (each warp DEC_UNROLL of them, the tiles attn_decode_kernel gives it in
-// one or two of its steps); the block's threads put the stage's K and V
-// pieces in flight with cp.async PIPE_STAGES - 1 stages ahead of the
-// math, which then reads them from shared memory. The math is
-// attn_decode_kernel's, tile for tile: the same bytes.
-constexpr int PIPE_STAGES = 3;
-constexpr int PIPE_TILES = DEC_WARPS * DEC_UNROLL;
-
-// Bytes of dynamic shared memory the staged kernel takes: the stages
-// ([PIPE_STAGES][K, V][keys][hd values]; the warps' merge reuses them),
-// then two slots of the keys' row offsets.
-static size_t pipe_smem(int hd, int esz, int gt)
-{
-    const size_t ks = (size_t)PIPE_TILES * (size_t)(32 / dec_lpk(hd));
-    size_t stages = (size_t)PIPE_STAGES * 2 * ks * (size_t)hd * (size_t)esz;
-    const size_t merge = (size_t)DEC_WARPS * (size_t)gt * (size_t)hd * sizeof(float);
-    return (stages > merge ? stages : merge) + 2 * ks * sizeof(int64_t);
-}
-
-template <typename LD, int GT, int LPK>
-__global__ void __launch_bounds__(DEC_THREADS, GT >= 8 ? 2 : 3)
-attn_decode_pipe_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n,
-                        cu_attn a, int n_blocks, int bs, int64_t row_bytes,
-                        const uint8_t *__restrict__ kp, const uint8_t *__restrict__ vp,
-                        int max_splits, float *__restrict__ part,
-                        unsigned *__restrict__ counters, float *__restrict__ out)
-{
-    __shared__ float wm[DEC_WARPS][GT], wl[DEC_WARPS][GT];
-    __shared__ float cw[2 * GT * ATTN_SPLITS_MAX];
-    extern __shared__ uint4 pipe_sh[];
-    constexpr int UN = dec_un(GT);
-    DecBlock b;
-    float qr[GT][8], m[GT], l[GT], acc[GT][8];
-    if (!dec_setup<GT, LPK>(q, meta, n, a, b, qr, m, l, acc))
-        return;
-    const int hd = b.hd, nt = b.nt, kpw = b.kpw, kslot = b.kslot, warp = b.warp;
-    const bool act = b.act;
-    const int hb = hd * LD::ESZ;              // bytes of one key's head
-    const int pc = hb / 16;                   // its 16-byte pieces
-    const int ks = PIPE_TILES * kpw;          // keys a stage
-    const int nst = (nt + ks - 1) / ks;       // stages of the split
-    const int64_t head_off = (int64_t)b.kvh * hb;
-    uint8_t *stage = reinterpret_cast<uint8_t *>(pipe_sh);
-    const size_t stage_bytes = (size_t)2 * ks * hb;
-    const size_t merge_bytes = (size_t)DEC_WARPS * GT * hd * sizeof(float);
-    int64_t *roffs = reinterpret_cast<int64_t *>(
-        stage + (PIPE_STAGES * stage_bytes > merge_bytes ? PIPE_STAGES * stage_bytes : merge_bytes)); // [2][ks]
-
-    // Stage s's keys' byte offsets (of this KV head) into slot s & 1: the
-    // slot was last read issuing stage s - 2, before the barrier the
-    // writing thread has passed since.
-    auto offsets = [&](int s) {
-        const int k0 = s * ks;
-        for (int kk = threadIdx.x; kk < ks && k0 + kk < nt; kk += DEC_THREADS)
-            roffs[(s & 1) * ks + kk] =
-                kv_row_index(b.table, b.t0 + k0 + kk, a.layer, n_blocks, bs) * row_bytes + head_off;
-    };
-    // Stage s's pieces in flight into buffer s % PIPE_STAGES, as one group
-    // (empty past the last stage, so the count of groups stays regular).
-    auto issue = [&](int s) {
-        if (s < nst) {
-            const int k0 = s * ks, nk = min(ks, nt - k0);
-            uint8_t *kb = stage + (size_t)(s % PIPE_STAGES) * stage_bytes, *vb = kb + (size_t)ks * hb;
-            const int64_t *ro = roffs + (s & 1) * ks;
-            for (int c = threadIdx.x; c < nk * pc; c += DEC_THREADS) {
-                const int kk = c / pc, o = (c - kk * pc) * 16;
-                cp_async16(kb + kk * hb + o, kp + ro[kk] + o);
-                cp_async16(vb + kk * hb + o, vp + ro[kk] + o);
-            }
-        }
-        cp_async_commit();
-    };
-
-    for (int s = 0; s < PIPE_STAGES - 1; s++) {
-        offsets(s);
-        __syncthreads();
-        issue(s);
-    }
-    for (int s = 0; s < nst; s++) {
-        offsets(s + PIPE_STAGES - 1);
-        cp_async_wait<PIPE_STAGES - 2>(); // this thread's pieces of stage s are in
-        __syncthreads();                  // everyone's; stage s - 1's buffer is read
-        issue(s + PIPE_STAGES - 1);
-        const int nk = min(ks, nt - s * ks);
-        const uint8_t *kb = stage + (size_t)(s % PIPE_STAGES) * stage_bytes;
-        const uint8_t *vb = kb + (size_t)ks * hb;
-        const int lo_b = b.ch * 8 * LD::ESZ;
-#pragma unroll
-        for (int r = 0; r < DEC_UNROLL / UN; r++) {
-            if ((warp + r * UN * DEC_WARPS) * kpw >= nk)
-                break; // the warp's tiles are past the split's end (a whole warp)
-            typename LD::raw kx[UN], vx[UN];
-            bool ok[UN];
-#pragma unroll
-            for (int u = 0; u < UN; u++) {
-                const int kk = (warp + (r * UN + u) * DEC_WARPS) * kpw + kslot;
-                ok[u] = kk < nk;
-                kx[u] = vx[u] = LD::zero();
-                if (ok[u] && act) {
-                    kx[u] = LD::load_sh(kb + kk * hb + lo_b);
-                    vx[u] = LD::load_sh(vb + kk * hb + lo_b);
-                }
-            }
-            dec_fold_tiles<LD, GT, UN, LPK>(kx, vx, ok, qr, m, l, acc, b.lpk, a.scale, a.softcap);
-        }
-    }
-    cp_async_wait<0>();
-    __syncthreads(); // the stages are read: the merge reuses them
-    dec_end<GT, LPK>(b, a, m, l, acc, reinterpret_cast<float *>(pipe_sh), wm, wl, cw, max_splits,
-                     part, counters, out);
+    dec_end<GT, LPK>(b, a, m, l, acc, wacc, wm, wl, max_splits, part);
 }
 
 // Block (row, head), one thread per value of the head (a multiple of 32
 // threads): merge the row's splits. Split c's weight is exp(m_c - max);
 // the exp-sums are added in ascending order, and value e of the output is
 // COMBINE_WAYS sums over the splits c = j (mod COMBINE_WAYS), each
-// ascending, added in order of j: a fixed shape (dec_fold's, so both
-// merges give the same bytes). The block's maxima and exp-sums go through
+// ascending, added in order of j: a fixed shape. The block's maxima and exp-sums go through
 // shared memory once; each thread keeps its value's ways in registers and
 // has COMBINE_UNROLL of its loads in flight, so a merge is two round
 // trips to memory and two barriers, not one per step of a shared sum.
+constexpr int COMBINE_WAYS = 4;
 constexpr int COMBINE_UNROLL = 8;
 
 __global__ void __launch_bounds__(256)
@@ -1145,37 +867,15 @@ attn_decode_combine_kernel(const float *__restrict__ part, const int32_t *__rest
 
 template <typename LD, int GT, int LPK>
 cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
-                     const float *q, int max_splits, float *part, unsigned *counters, float *out,
-                     cudaStream_t s)
+                     const float *q, int max_splits, float *part, float *out, cudaStream_t s)
 {
-    const dim3 grid = a->heads_first
-                          ? dim3((unsigned)a->n_kv_heads, (unsigned)max_splits, (unsigned)n)
-                          : dim3((unsigned)max_splits, (unsigned)a->n_kv_heads, (unsigned)n);
+    const dim3 grid((unsigned)max_splits, (unsigned)a->n_kv_heads, (unsigned)n);
     const uint8_t *kp = static_cast<const uint8_t *>(kv->k), *vp = static_cast<const uint8_t *>(kv->v);
-    cudaError_t rc = cudaSuccess;
-    bool staged = false;
-    if constexpr (LD::PIPE) {
-        if (a->pipe) {
-            const size_t smem = pipe_smem(a->head_dim, LD::ESZ, GT);
-            if (smem > 48 * 1024) {
-                rc = cudaFuncSetAttribute(attn_decode_pipe_kernel<LD, GT, LPK>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-                if (rc != cudaSuccess)
-                    return rc;
-            }
-            rc = launch_pdl(attn_decode_pipe_kernel<LD, GT, LPK>, grid, dim3(DEC_THREADS), smem, s,
-                            q, meta, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes, kp, vp,
-                            max_splits, part, counters, out);
-            staged = true;
-        }
-    }
-    if (!staged) {
-        const size_t smem = (size_t)DEC_WARPS * GT * (size_t)a->head_dim * sizeof(float);
-        rc = launch_pdl(attn_decode_kernel<LD, GT, LPK>, grid, dim3(DEC_THREADS), smem, s, q, meta,
-                        n, *a, kv->n_blocks, kv->block_size, kv->row_bytes, kp, vp, max_splits,
-                        part, counters, out);
-    }
-    if (rc != cudaSuccess || !a->combine_apart)
+    const size_t smem = (size_t)DEC_WARPS * GT * (size_t)a->head_dim * sizeof(float);
+    cudaError_t rc = launch_pdl(attn_decode_kernel<LD, GT, LPK>, grid, dim3(DEC_THREADS), smem, s,
+                                q, meta, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes, kp,
+                                vp, max_splits, part);
+    if (rc != cudaSuccess)
         return rc;
     const dim3 g2((unsigned)n, (unsigned)a->n_heads);
     return launch_pdl(attn_decode_combine_kernel, g2, dim3((unsigned)(a->head_dim + 31) / 32 * 32),
@@ -1187,30 +887,28 @@ cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
 // (dec_tiles_rs); smaller ones take the strides at run time (dec_tiles).
 template <typename LD, int GT>
 cudaError_t decode_l(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
-                     const float *q, int max_splits, float *part, unsigned *cnt, float *out,
-                     cudaStream_t s)
+                     const float *q, int max_splits, float *part, float *out, cudaStream_t s)
 {
     switch (dec_lpk(a->head_dim)) {
-    case 8: return decode_t<LD, GT, 8>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
-    case 16: return decode_t<LD, GT, 16>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
-    case 32: return decode_t<LD, GT, 32>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
-    default: return decode_t<LD, GT, 0>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
+    case 8: return decode_t<LD, GT, 8>(kv, a, meta, n, q, max_splits, part, out, s);
+    case 16: return decode_t<LD, GT, 16>(kv, a, meta, n, q, max_splits, part, out, s);
+    case 32: return decode_t<LD, GT, 32>(kv, a, meta, n, q, max_splits, part, out, s);
+    default: return decode_t<LD, GT, 0>(kv, a, meta, n, q, max_splits, part, out, s);
     }
 }
 
 template <typename LD>
 cudaError_t decode_g(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
-                     const float *q, int max_splits, float *part, unsigned *cnt, float *out,
-                     cudaStream_t s)
+                     const float *q, int max_splits, float *part, float *out, cudaStream_t s)
 {
     const int G = a->n_heads / a->n_kv_heads;
     if (G <= 1)
-        return decode_l<LD, 1>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
+        return decode_l<LD, 1>(kv, a, meta, n, q, max_splits, part, out, s);
     if (G <= 2)
-        return decode_l<LD, 2>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
+        return decode_l<LD, 2>(kv, a, meta, n, q, max_splits, part, out, s);
     if (G <= 4)
-        return decode_l<LD, 4>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
-    return decode_l<LD, 8>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
+        return decode_l<LD, 4>(kv, a, meta, n, q, max_splits, part, out, s);
+    return decode_l<LD, 8>(kv, a, meta, n, q, max_splits, part, out, s);
 }
 
 size_t partial_smem(const cu_attn *a)
@@ -1247,14 +945,12 @@ cudaError_t attention_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *m
 
 template <typename KV>
 cudaError_t append_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
-                     const float *k, const float *v, unsigned *counters, int n_counters,
-                     cudaStream_t stream)
+                     const float *k, const float *v, cudaStream_t stream)
 {
     const dim3 grid((unsigned)n, (unsigned)((kv->kv_dim + APPEND_PIECE - 1) / APPEND_PIECE));
     return launch_pdl(kv_append_kernel<KV>, grid, dim3(APPEND_THREADS), 0, stream, k, v, meta, n,
                       a->layer, kv->n_blocks, kv->block_size, kv->kv_dim, kv->row_bytes,
-                      static_cast<uint8_t *>(kv->k), static_cast<uint8_t *>(kv->v), counters,
-                      a->n_kv_heads, n_counters);
+                      static_cast<uint8_t *>(kv->k), static_cast<uint8_t *>(kv->v));
 }
 
 } // namespace
@@ -1263,20 +959,20 @@ cudaError_t append_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
 
 extern "C" cudaError_t launch_kv_append(const cu_kv_pool *kv, const cu_attn *a,
                                         const int32_t *meta, int n, const float *k, const float *v,
-                                        unsigned *counters, int n_counters, cudaStream_t stream)
+                                        cudaStream_t stream)
 {
     if (n <= 0)
         return cudaSuccess;
     if (n > 2147483647 || kv->kv_dim <= 0 || (kv->kv_dim + APPEND_PIECE - 1) / APPEND_PIECE > 65535)
         return cudaErrorInvalidValue;
     switch (kv->type) {
-    case CU_KV_F32: return append_t<KvF32>(kv, a, meta, n, k, v, counters, n_counters, stream);
-    case CU_KV_F16: return append_t<KvF16>(kv, a, meta, n, k, v, counters, n_counters, stream);
-    case CU_KV_BF16: return append_t<KvBF16>(kv, a, meta, n, k, v, counters, n_counters, stream);
+    case CU_KV_F32: return append_t<KvF32>(kv, a, meta, n, k, v, stream);
+    case CU_KV_F16: return append_t<KvF16>(kv, a, meta, n, k, v, stream);
+    case CU_KV_BF16: return append_t<KvBF16>(kv, a, meta, n, k, v, stream);
     case CU_KV_Q8_0:
         if (kv->kv_dim % KV_Q8_0_BLOCK != 0)
             return cudaErrorInvalidValue;
-        return append_t<KvQ8>(kv, a, meta, n, k, v, counters, n_counters, stream);
+        return append_t<KvQ8>(kv, a, meta, n, k, v, stream);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -1301,24 +997,23 @@ extern "C" cudaError_t launch_attention(const cu_kv_pool *kv, const cu_attn *a,
 
 extern "C" cudaError_t launch_attention_decode(const cu_kv_pool *kv, const cu_attn *a,
                                                const int32_t *meta, int n, const float *q,
-                                               int max_splits, float *part, unsigned *counters,
-                                               float *out, cudaStream_t stream)
+                                               int max_splits, float *part, float *out,
+                                               cudaStream_t stream)
 {
     if (n <= 0)
         return cudaSuccess;
     if (!attn_decode_fits(a->n_heads, a->n_kv_heads, a->head_dim) || n > 65535 ||
         a->n_kv_heads > 65535 || a->n_heads > 65535 || max_splits <= 0 ||
-        max_splits > ATTN_SPLITS_MAX || (!counters && !a->combine_apart) ||
+        max_splits > ATTN_SPLITS_MAX ||
         (kv->type != CU_KV_Q8_0 ? kv->row_bytes % 16 : kv->row_bytes % 2) != 0)
         return cudaErrorInvalidValue;
-    unsigned *c = counters;
     switch (kv->type) {
-    case CU_KV_F32: return decode_g<Ld8F32>(kv, a, meta, n, q, max_splits, part, c, out, stream);
+    case CU_KV_F32: return decode_g<Ld8F32>(kv, a, meta, n, q, max_splits, part, out, stream);
     case CU_KV_F16:
-        return decode_g<Ld8Half<false>>(kv, a, meta, n, q, max_splits, part, c, out, stream);
+        return decode_g<Ld8Half<false>>(kv, a, meta, n, q, max_splits, part, out, stream);
     case CU_KV_BF16:
-        return decode_g<Ld8Half<true>>(kv, a, meta, n, q, max_splits, part, c, out, stream);
-    case CU_KV_Q8_0: return decode_g<Ld8Q8>(kv, a, meta, n, q, max_splits, part, c, out, stream);
+        return decode_g<Ld8Half<true>>(kv, a, meta, n, q, max_splits, part, out, stream);
+    case CU_KV_Q8_0: return decode_g<Ld8Q8>(kv, a, meta, n, q, max_splits, part, out, stream);
     default: return cudaErrorInvalidValue;
     }
 }

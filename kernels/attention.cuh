@@ -17,9 +17,8 @@
  * exp-sum and weighted V for all the query heads of that KV head, and a
  * second kernel merges the chunks in ascending order. The cut depends on
  * the row's own position and window only, so a row's output is the same
- * whatever else is in the batch. That is the old kernel (launch_attention,
- * MEMRA_CUDA_ATTN=0, and the fallback for shapes the new one does not
- * take).
+ * whatever else is in the batch. That is the older kernel
+ * (launch_attention), kept for the shapes the decode kernel does not take.
  *
  * The default (launch_attention_decode) cuts a row's visible span of L
  * keys into at most min(S, ceil(L / F)) splits of attn_split_keys(L, S, F)
@@ -28,14 +27,12 @@
  * F (cu_attn.split_min) a constant, never from the batch. One block per
  * (split, KV head, row) reads each key's K and V once, with 16-byte
  * loads, for all the query heads of the KV head (GQA), and keeps an
- * online softmax per head; the last block of a (row, KV head) to finish
- * (a counter per pair) merges the row's splits in ascending order (or,
- * with cu_attn.combine_apart, a second kernel does, with the same sums:
- * the same bytes). The split depends on the row's span, S and F only. With
- * cu_attn.pipe (f32 / f16 / bf16) the block stages its keys' K/V in
- * shared memory through cp.async, several stages ahead of the math; the
- * sums are the same as without (same tiles, same order), so the two give
- * the same bytes. */
+ * online softmax per head; a second kernel merges each row's splits in
+ * ascending order. The split depends on the row's span, S and F only.
+ * Variants measured slower on the H200 and deleted (K/V staged through
+ * shared memory by cp.async, the splits merged by the last block, the KV
+ * heads of a split in neighbouring blocks) are in git history and
+ * docs/decisions/0008 and 0012. */
 #ifndef MEMRA_KERNELS_ATTENTION_CUH
 #define MEMRA_KERNELS_ATTENTION_CUH
 
@@ -52,8 +49,8 @@ extern "C" {
 #define ATTN_SPLITS_MAX 128
 /* The default floor F of keys a decode split has (cu_attn.split_min 0):
  * a row of L keys has at most ceil(L / F) splits, so short rows get a few
- * splits of about F keys rather than many tiny ones (docs/decisions/0008,
- * session 5). A multiple of ATTN_SPLIT_UNIT. */
+ * splits of about F keys rather than many tiny ones (docs/decisions/0008).
+ * A multiple of ATTN_SPLIT_UNIT. */
 #define ATTN_SPLIT_MIN 128
 
 /* Element types, the values of lib/backend/kv_cache.h's kv_type. */
@@ -74,11 +71,8 @@ typedef struct {
     int64_t window;     /* 0: full causal */
     /* launch_attention_decode only (zero: the defaults) */
     int splits;         /* most splits a row's span is cut into, 1..ATTN_SPLITS_MAX (0: the max) */
-    int pipe;           /* 1: K/V staged through shared memory by cp.async (not q8_0) */
-    int heads_first;    /* 1: blocks of one split's KV heads launch next to each other */
     int split_min;      /* F: a row has at most ceil(span / F) splits (F rounded up to
                            ATTN_SPLIT_UNIT; 0: ATTN_SPLIT_MIN) */
-    int combine_apart;  /* 1: the splits merged by a kernel of their own, not the last block */
 } cu_attn;
 
 /* Chunks a row at position pos has (its partials' slots). */
@@ -112,7 +106,8 @@ ATTN_HD int64_t attn_split_floor(int split_min)
  * span cut into ns = ceil(L / F) splits (at most S), each the smallest
  * multiple of ATTN_SPLIT_UNIT that makes at most ns: a short row's splits
  * are about even (513 keys at F 256: 192, 192, 129), a long row's as many
- * as S allows. At F = ATTN_SPLIT_UNIT this is session 4's split. */
+ * as S allows. At F = ATTN_SPLIT_UNIT every split but the last has S's
+ * share of the span, the split before the floor F was introduced. */
 ATTN_HD int64_t attn_split_keys(int64_t span, int splits, int split_min)
 {
     const int64_t f = attn_split_floor(split_min);
@@ -154,12 +149,9 @@ static inline int attn_decode_fits(int n_heads, int n_kv_heads, int head_dim)
 }
 
 /* Store k, v [n][kv_dim] at each row's position (q8_0: kv_dim a multiple
- * of 32, else cudaErrorInvalidValue). With counters (not NULL), also
- * zeroes counters[0 .. n_counters), the decode kernel's counters of the
- * launch that follows (see launch_attention_decode). */
+ * of 32, else cudaErrorInvalidValue). */
 cudaError_t launch_kv_append(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
-                             const float *k, const float *v, unsigned *counters, int n_counters,
-                             cudaStream_t stream);
+                             const float *k, const float *v, cudaStream_t stream);
 
 /* out [n][n_heads][head_dim] = softmax(q . K^T * scale, soft-capped, causal
  * and windowed) . V. part: device scratch of attn_partials_floats floats;
@@ -170,16 +162,13 @@ cudaError_t launch_attention(const cu_kv_pool *kv, const cu_attn *a, const int32
 
 /* The same result by the split-K decode kernel above (attn_decode_fits
  * shapes; f32 / f16 / bf16 rows of a multiple of 16 bytes, or q8_0 rows
- * of an even size); a->splits, a->split_min, a->pipe, a->heads_first,
- * a->combine_apart as above; max_splits: at least the largest
- * attn_row_splits of the rows, at most ATTN_SPLITS_MAX (blocks past a
- * row's splits return at once); part: attn_partials_floats(n, n_heads,
- * head_dim, max_splits) floats; counters: n * n_kv_heads of them, zero
- * on entry (launch_kv_append zeroes them) and again on return (the last
- * block of each pair resets its own); NULL only with combine_apart. */
+ * of an even size); a->splits, a->split_min as above; max_splits: at
+ * least the largest attn_row_splits of the rows, at most ATTN_SPLITS_MAX
+ * (blocks past a row's splits return at once); part:
+ * attn_partials_floats(n, n_heads, head_dim, max_splits) floats. */
 cudaError_t launch_attention_decode(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta,
                                     int n, const float *q, int max_splits, float *part,
-                                    unsigned *counters, float *out, cudaStream_t stream);
+                                    float *out, cudaStream_t stream);
 
 static inline size_t attn_partials_floats(int n, int n_heads, int head_dim, int max_chunks)
 {

@@ -54,7 +54,7 @@ constexpr int DG_BLOCK_COST = 2;
 // x is rounded to bf16 once per launch by dg_round_x_kernel (cu_dg_x_bytes)
 // instead of by every block when that saves the blocks at least this many
 // bytes of x read from L2 (tiles x tokens x columns x 2). The pre-pass
-// costs about 2 us: on the H200 (session 6) it won at gate+up's 50 MB (32
+// costs about 2 us: on the H200 (2026-11-30) it won at gate+up's 50 MB (32
 // tokens) and 100 MB (64), down's 50 MB (64); it lost at down's 24 MiB
 // (32 tokens) and o's 16 MiB (64), and q+k+v's 24 MiB (64) was even.
 constexpr double DG_XBF_SAVED_MIN = 32.0 * 1024 * 1024;
@@ -62,7 +62,7 @@ constexpr double DG_XBF_SAVED_MIN = 32.0 * 1024 * 1024;
 constexpr int DG_RED_BATCH = 8;
 
 // 16-slot groups per warp for more than 16 tokens (2 measured: no faster,
-// decision 0009 session 5).
+// docs/decisions/0009).
 constexpr int DG_RW_BIG = 1;
 // Above 16 tokens, the tokens split between warp pairs (decode_gemm_kernel's
 // TS).
@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
         // Partial sums and their reduction in float4 (4 slots), the
         // reduction's loads DG_RED_BATCH splits at a time: a chain of
         // dependent L2 round trips per output was most of a 64-token
-        // launch (session 5).
+        // launch before the batched loads (docs/decisions/0009).
         constexpr int V = DG_TILE / 4;
         const size_t slots = (size_t)a.tiles * DG_TILE;
         for (int q = threadIdx.x; q < ntok * V; q += THREADS) {

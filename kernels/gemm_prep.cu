@@ -138,13 +138,14 @@ __global__ void dequant_bf16_kernel(const uint8_t *__restrict__ w, size_t stride
 // storing the next 16 bytes, so a warp's store is 512 contiguous bytes.
 // The unit-per-thread kernel above stores straight from registers at a
 // lane stride of U * 2 bytes: for Q4_K 32 partial lines per store, about
-// 1.3 TB/s on the H200. A unit's 16-byte granule c sits at slot
-// (c + i) % G of the thread's G slots, so the eight lanes of a quarter
-// warp touch eight different bank groups in both phases. MINB: the blocks
-// an SM must hold, which bounds the registers (1: none; Q4_K's instance
-// then takes 128 registers, two blocks an SM; 3: 80, a few bytes spilled).
-template <int F, int MINB>
-__global__ void __launch_bounds__(PREP_THREADS, MINB)
+// 1.3 TB/s on the H200; it stays for the float formats only. A unit's
+// 16-byte granule c sits at slot (c + i) % G of the thread's G slots, so
+// the eight lanes of a quarter warp touch eight different bank groups in
+// both phases. The registers are bounded for three blocks an SM (Q4_K:
+// 80, a few bytes spilled; unbounded it took 128, two blocks an SM, and
+// ran 99.9 against 60.9 us on a 12,288 x 4,096 matrix; decision 0010).
+template <int F>
+__global__ void __launch_bounds__(PREP_THREADS, 3)
 dequant_staged_kernel(const uint8_t *__restrict__ w, size_t stride, size_t soff, int64_t rows,
                       int64_t cols, int64_t ld, uint16_t *__restrict__ dst)
 {
@@ -212,20 +213,15 @@ cudaError_t dequant_launch(const cu_matrix *w, int64_t ld, uint16_t *dst, cudaSt
 }
 
 template <int F>
-cudaError_t dequant_staged_launch(const cu_matrix *w, int64_t ld, int bps, uint16_t *dst,
-                                  cudaStream_t s)
+cudaError_t dequant_staged_launch(const cu_matrix *w, int64_t ld, uint16_t *dst, cudaStream_t s)
 {
     constexpr int U = WFmt<F>::U;
     const int64_t total = w->rows * ((ld + U - 1) / U);
     const int64_t blocks = (total + PREP_THREADS - 1) / PREP_THREADS;
     const unsigned grid = (unsigned)(blocks < (1 << 20) ? blocks : (1 << 20));
     const uint8_t *data = static_cast<const uint8_t *>(w->data);
-    if (bps >= 3)
-        dequant_staged_kernel<F, 3><<<grid, PREP_THREADS, 0, s>>>(data, w->stride, w->scale_off,
-                                                                 w->rows, w->cols, ld, dst);
-    else
-        dequant_staged_kernel<F, 1><<<grid, PREP_THREADS, 0, s>>>(data, w->stride, w->scale_off,
-                                                                 w->rows, w->cols, ld, dst);
+    dequant_staged_kernel<F><<<grid, PREP_THREADS, 0, s>>>(data, w->stride, w->scale_off, w->rows,
+                                                          w->cols, ld, dst);
     return cudaGetLastError();
 }
 
@@ -278,8 +274,8 @@ extern "C" cudaError_t launch_glu_to_bf16(const float *gate, const float *up, in
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t launch_dequant_bf16(const cu_matrix *w, int64_t ld, int bps,
-                                           uint16_t *dst, cudaStream_t stream)
+extern "C" cudaError_t launch_dequant_bf16(const cu_matrix *w, int64_t ld, uint16_t *dst,
+                                           cudaStream_t stream)
 {
     if (w->rows <= 0)
         return cudaSuccess;
@@ -287,35 +283,16 @@ extern "C" cudaError_t launch_dequant_bf16(const cu_matrix *w, int64_t ld, int b
     if (ld < w->cols || ld % 8 != 0 || w->rows > INT32_MAX)
         return cudaErrorInvalidValue;
     switch (w->fmt) {
-    case CW_Q8_0: return dequant_staged_launch<CW_Q8_0>(w, ld, bps, dst, stream);
-    case CW_Q4_0: return dequant_staged_launch<CW_Q4_0>(w, ld, bps, dst, stream);
-    case CW_Q4_K: return dequant_staged_launch<CW_Q4_K>(w, ld, bps, dst, stream);
-    case CW_Q5_K: return dequant_staged_launch<CW_Q5_K>(w, ld, bps, dst, stream);
-    case CW_Q6_K: return dequant_staged_launch<CW_Q6_K>(w, ld, bps, dst, stream);
-    case CW_NVFP4: return dequant_staged_launch<CW_NVFP4>(w, ld, bps, dst, stream);
-    case CW_MXFP8: return dequant_staged_launch<CW_MXFP8>(w, ld, bps, dst, stream);
-    default: return launch_dequant_bf16_units(w, ld, dst, stream);
-    }
-}
-
-extern "C" cudaError_t launch_dequant_bf16_units(const cu_matrix *w, int64_t ld, uint16_t *dst,
-                                                 cudaStream_t stream)
-{
-    if (w->rows <= 0)
-        return cudaSuccess;
-    if (ld < w->cols || ld % 8 != 0 || w->rows > INT32_MAX)
-        return cudaErrorInvalidValue;
-    switch (w->fmt) {
+    case CW_Q8_0: return dequant_staged_launch<CW_Q8_0>(w, ld, dst, stream);
+    case CW_Q4_0: return dequant_staged_launch<CW_Q4_0>(w, ld, dst, stream);
+    case CW_Q4_K: return dequant_staged_launch<CW_Q4_K>(w, ld, dst, stream);
+    case CW_Q5_K: return dequant_staged_launch<CW_Q5_K>(w, ld, dst, stream);
+    case CW_Q6_K: return dequant_staged_launch<CW_Q6_K>(w, ld, dst, stream);
+    case CW_NVFP4: return dequant_staged_launch<CW_NVFP4>(w, ld, dst, stream);
+    case CW_MXFP8: return dequant_staged_launch<CW_MXFP8>(w, ld, dst, stream);
     case CW_F32: return dequant_launch<CW_F32>(w, ld, dst, stream);
     case CW_F16: return dequant_launch<CW_F16>(w, ld, dst, stream);
     case CW_BF16: return dequant_launch<CW_BF16>(w, ld, dst, stream);
-    case CW_Q8_0: return dequant_launch<CW_Q8_0>(w, ld, dst, stream);
-    case CW_Q4_0: return dequant_launch<CW_Q4_0>(w, ld, dst, stream);
-    case CW_Q4_K: return dequant_launch<CW_Q4_K>(w, ld, dst, stream);
-    case CW_Q5_K: return dequant_launch<CW_Q5_K>(w, ld, dst, stream);
-    case CW_Q6_K: return dequant_launch<CW_Q6_K>(w, ld, dst, stream);
-    case CW_NVFP4: return dequant_launch<CW_NVFP4>(w, ld, dst, stream);
-    case CW_MXFP8: return dequant_launch<CW_MXFP8>(w, ld, dst, stream);
     default: return cudaErrorInvalidValue;
     }
 }

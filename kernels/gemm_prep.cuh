@@ -37,16 +37,11 @@ cudaError_t launch_glu_to_bf16(const float *gate, const float *up, int n, int64_
 /* dst[r][j] = bf16(W[r][j]) for W's rows, ld elements apart (ld >= cols, a
  * multiple of 8; the rest 0). Every format of kernels/weight_layout.h. The
  * quant formats are decoded a unit per thread into shared memory and
- * written out 16 contiguous bytes per lane; the float formats (whose
- * units are 16 bytes or less of bf16) straight from registers. bps: 1,
- * or 3 for the quant formats' kernel with its registers bounded so that
- * an SM holds three blocks (the same bytes; tune.dequant_bps). */
-cudaError_t launch_dequant_bf16(const cu_matrix *w, int64_t ld, int bps, uint16_t *dst,
+ * written out 16 contiguous bytes per lane, with registers bounded for
+ * three blocks an SM; the float formats (whose units are 16 bytes or less
+ * of bf16) straight from registers. */
+cudaError_t launch_dequant_bf16(const cu_matrix *w, int64_t ld, uint16_t *dst,
                                 cudaStream_t stream);
-/* The same bytes, stored from registers for every format (session 3's kernel):
- * kept for MEMRA_CUDA_DEQUANT_STAGED=0, to measure the two against each other. */
-cudaError_t launch_dequant_bf16_units(const cu_matrix *w, int64_t ld, uint16_t *dst,
-                                      cudaStream_t stream);
 /* out[t][r] += bias[r], t < n. */
 cudaError_t launch_add_bias(float *out, const float *bias, int n, int64_t rows,
                             cudaStream_t stream);

@@ -17,8 +17,8 @@
  * computes is unchanged, so results are the same bytes with PDL on or off.
  *
  * launch_set_pdl turns the attribute on or off for the process (the CUDA
- * backend: on when the device has compute capability >= 9.0 and
- * MEMRA_CUDA_PDL is not 0; off wins when devices disagree). Off, the
+ * backend: on when the device has compute capability >= 9.0; off wins
+ * when devices disagree). Off, the
  * launches are plain stream-ordered ones. */
 #ifndef MEMRA_KERNELS_LAUNCH_CUH
 #define MEMRA_KERNELS_LAUNCH_CUH

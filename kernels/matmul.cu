@@ -16,28 +16,28 @@ DEV float *mv_stage_smem()
 // The batched instances (MV_TOKENS input rows a block) read x from
 // registers; the single-token ones are in kernels/matmul_single.cu.
 template <int F, int R, bool AX>
-void mv_launch(const MVArgs &a, dim3 grid, int sm_count, bool one_pass, cudaStream_t s)
+void mv_launch(const MVArgs &a, dim3 grid, int sm_count, cudaStream_t s)
 {
     static std::atomic<uint64_t> memo{0};
     grid = mv_grid(matvec_kernel<F, R, MV_TOKENS, AX, false>, MV_THREADS, 0, grid, sm_count,
-                   one_pass, memo);
+                   memo);
     launch_pdl(matvec_kernel<F, R, MV_TOKENS, AX, false>, grid, dim3(MV_THREADS), 0, s, a);
 }
 
 // R is 1 or 2 for the batched instances.
 template <int F>
-void mv_dispatch(const MVArgs &a, dim3 grid, int r, bool ax, int sms, bool one, cudaStream_t s)
+void mv_dispatch(const MVArgs &a, dim3 grid, int r, bool ax, int sms, cudaStream_t s)
 {
     if (ax) {
         if (r == 1)
-            mv_launch<F, 1, true>(a, grid, sms, one, s);
+            mv_launch<F, 1, true>(a, grid, sms, s);
         else
-            mv_launch<F, 2, true>(a, grid, sms, one, s);
+            mv_launch<F, 2, true>(a, grid, sms, s);
     } else {
         if (r == 1)
-            mv_launch<F, 1, false>(a, grid, sms, one, s);
+            mv_launch<F, 1, false>(a, grid, sms, s);
         else
-            mv_launch<F, 2, false>(a, grid, sms, one, s);
+            mv_launch<F, 2, false>(a, grid, sms, s);
     }
 }
 
@@ -65,11 +65,11 @@ bool x_aligned(const float *x, int64_t cols)
 // 16-byte units already keep enough in flight, and more rows per warp
 // means fewer warps), two for GLU pairs; the many-token instances two,
 // whose accumulators are many. The quant formats' streamed single-token
-// kernel (session 5): one for matrices of fewer than 16 rows an SM (more
+// kernel: one for matrices of fewer than 16 rows an SM (more
 // warps), four for the K-quants' large matrices of narrow rows (the FFN's
 // gate and up pair, the output head: x read from shared memory once for
 // four rows), else two. Quant rows too wide to stream (the register path,
-// session 4): four for wide rows of large matrices, else two. GLU pairs
+// measured before the streamed kernel existed): four for wide rows of large matrices, else two. GLU pairs
 // count as two rows.
 constexpr int64_t MV_WIDE_COLS = 8192;
 int mv_rows_per_warp(int fmt, int64_t rows, int64_t cols, int t, int sm_count, bool glu, bool ax,
@@ -155,22 +155,21 @@ extern "C" cudaError_t launch_matvec(const cu_mv_job *j, cudaStream_t stream)
     a.n_groups = (unsigned)groups;
     dim3 grid((unsigned)groups, (unsigned)((j->n + t - 1) / t));
     const int sms = j->sm_count;
-    const bool one = j->one_pass != 0;
     if (t == 1) {
-        memra_mv::launch_single(fmt, a, grid, r, ax, streamed, sms, one, stream);
+        memra_mv::launch_single(fmt, a, grid, r, ax, streamed, sms, stream);
         return cudaGetLastError();
     }
     switch (fmt) {
-    case CW_F32: mv_dispatch<CW_F32>(a, grid, r, ax, sms, one, stream); break;
-    case CW_F16: mv_dispatch<CW_F16>(a, grid, r, ax, sms, one, stream); break;
-    case CW_BF16: mv_dispatch<CW_BF16>(a, grid, r, ax, sms, one, stream); break;
-    case CW_Q8_0: mv_dispatch<CW_Q8_0>(a, grid, r, ax, sms, one, stream); break;
-    case CW_Q4_0: mv_dispatch<CW_Q4_0>(a, grid, r, ax, sms, one, stream); break;
-    case CW_Q4_K: mv_dispatch<CW_Q4_K>(a, grid, r, ax, sms, one, stream); break;
-    case CW_Q5_K: mv_dispatch<CW_Q5_K>(a, grid, r, ax, sms, one, stream); break;
-    case CW_Q6_K: mv_dispatch<CW_Q6_K>(a, grid, r, ax, sms, one, stream); break;
-    case CW_NVFP4: mv_dispatch<CW_NVFP4>(a, grid, r, ax, sms, one, stream); break;
-    case CW_MXFP8: mv_dispatch<CW_MXFP8>(a, grid, r, ax, sms, one, stream); break;
+    case CW_F32: mv_dispatch<CW_F32>(a, grid, r, ax, sms, stream); break;
+    case CW_F16: mv_dispatch<CW_F16>(a, grid, r, ax, sms, stream); break;
+    case CW_BF16: mv_dispatch<CW_BF16>(a, grid, r, ax, sms, stream); break;
+    case CW_Q8_0: mv_dispatch<CW_Q8_0>(a, grid, r, ax, sms, stream); break;
+    case CW_Q4_0: mv_dispatch<CW_Q4_0>(a, grid, r, ax, sms, stream); break;
+    case CW_Q4_K: mv_dispatch<CW_Q4_K>(a, grid, r, ax, sms, stream); break;
+    case CW_Q5_K: mv_dispatch<CW_Q5_K>(a, grid, r, ax, sms, stream); break;
+    case CW_Q6_K: mv_dispatch<CW_Q6_K>(a, grid, r, ax, sms, stream); break;
+    case CW_NVFP4: mv_dispatch<CW_NVFP4>(a, grid, r, ax, sms, stream); break;
+    case CW_MXFP8: mv_dispatch<CW_MXFP8>(a, grid, r, ax, sms, stream); break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();

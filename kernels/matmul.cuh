@@ -57,8 +57,6 @@ typedef struct {
     int n;
     int rows_per_warp;              /* 1, 2 or 4; 0: the launcher's choice */
     int sm_count;                   /* the device's, for that choice; 0: unknown */
-    int one_pass;                   /* 1: one block per group of rows (session 3's launch,
-                                     * for A/B measurements); 0: the launcher's choice */
 } cu_mv_job;
 
 /* Whether w[0..n_w) can share one launch (same format and width; GLU: the

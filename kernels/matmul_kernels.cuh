@@ -45,7 +45,7 @@ bool single_streamed(int fmt, int64_t cols, int r);
 // The single-token launch of format fmt: R = r rows per warp, x 16-byte
 // aligned when ax, streamed as single_streamed said.
 void launch_single(int fmt, const MVArgs &a, dim3 grid, int r, bool ax, bool streamed,
-                   int sm_count, bool one_pass, cudaStream_t s);
+                   int sm_count, cudaStream_t s);
 
 } // namespace memra_mv
 
@@ -89,7 +89,7 @@ using memra_mv::MVArgs;
 // formats' single-token one-row instance held to 8 (64 registers, so that
 // a 4,096-row matrix's 1,024 groups run in one round on a 132-SM H200,
 // where 72 registers, 7 blocks an SM, left a second round of 100 blocks;
-// docs/decisions/0006, session 6) takes MV_MIN_DEPTH units: four spilled
+// docs/decisions/0006, 2026-11-30) takes MV_MIN_DEPTH units: four spilled
 // there (two 16-byte units a lane summed while two more load, 32 warps
 // an SM: 64 KB an SM in flight).
 #ifndef MV_MIN_DEPTH
@@ -583,13 +583,13 @@ int mv_blocks_per_sm(K kernel, int threads, size_t smem, std::atomic<uint64_t> &
     return n;
 }
 
-// grid.x is the number of groups; with sm_count known (and not one_pass),
+// grid.x is the number of groups; with sm_count known,
 // no more blocks than the device holds at once, each looping over groups.
 template <class K>
-dim3 mv_grid(K kernel, int threads, size_t smem, dim3 grid, int sm_count, bool one_pass,
+dim3 mv_grid(K kernel, int threads, size_t smem, dim3 grid, int sm_count,
              std::atomic<uint64_t> &memo)
 {
-    if (one_pass || sm_count <= 0)
+    if (sm_count <= 0)
         return grid;
     const int per_sm = mv_blocks_per_sm(kernel, threads, smem, memo);
     if (per_sm <= 0)

@@ -13,7 +13,7 @@
 // value keeps its order: lane l takes units l, l + 32, ..., the fixed
 // butterfly follows, and out[t][r] is bit-identical to the batched
 // instances' and to any rows per warp (kernels/matmul.cuh). Measured on
-// the H200 (docs/decisions/0006-cuda-decode-defaults.md, session 5) the
+// the H200 (docs/decisions/0006-cuda-decode-defaults.md, 2026-11-30) the
 // quant mat-vec is bound by its instruction issue (about 4.7 warp
 // instructions a 32 elements for Q4_K, two thirds of the issue slots
 // busy), not by the bytes in flight: two stages (one copied while the
@@ -355,10 +355,10 @@ size_t mvs_align16(size_t n) { return (n + 15) & ~(size_t)15; }
 // The streamed launch: W warps a block, as many as registers and shared
 // memory (next to the staged x) allow, but no more than spread the tasks
 // over every SM; blocks as many as the device holds at once (one block a
-// group of W tasks when one_pass or the SM count is unknown). Returns
+// group of W tasks when the SM count is unknown). Returns
 // false when one warp's stages do not fit (mvs_fits said they would).
 template <int F, int R, bool AX>
-bool mvs_launch(const MVArgs &a, int sm_count, bool one_pass, cudaStream_t s)
+bool mvs_launch(const MVArgs &a, int sm_count, cudaStream_t s)
 {
     using Ring = MVRing<F, R>;
     const size_t xb = mvs_align16(mv_stage_bytes<F>(a.cols));
@@ -381,7 +381,7 @@ bool mvs_launch(const MVArgs &a, int sm_count, bool one_pass, cudaStream_t s)
         return true; // launch_matvec reports it (cudaGetLastError)
     static std::atomic<uint64_t> memo{0};
     const dim3 want((unsigned)((a.n_groups + (unsigned)w - 1) / (unsigned)w));
-    const dim3 grid = mv_grid(k, w * 32, smem, want, sm_count, one_pass, memo);
+    const dim3 grid = mv_grid(k, w * 32, smem, want, sm_count, memo);
     launch_pdl(mvs_kernel<F, R, AX>, grid, dim3(w * 32), smem, s, a, xb);
     return true;
 }
@@ -399,10 +399,10 @@ bool mvs_launch(const MVArgs &a, int sm_count, bool one_pass, cudaStream_t s)
 constexpr int MV_FIT_BLOCKS = 8;
 template <class K>
 void mv_launch_k(K k, std::atomic<uint64_t> &memo, const MVArgs &a, dim3 grid, int sm_count,
-                 bool one_pass, cudaStream_t s)
+                 cudaStream_t s)
 {
     const unsigned groups = grid.x;
-    grid = mv_grid(k, MV_THREADS, 0, grid, sm_count, one_pass, memo);
+    grid = mv_grid(k, MV_THREADS, 0, grid, sm_count, memo);
     if (grid.x < groups) {
         const unsigned per = (groups + grid.x - 1) / grid.x;
         grid.x = (groups + per - 1) / per;
@@ -411,59 +411,59 @@ void mv_launch_k(K k, std::atomic<uint64_t> &memo, const MVArgs &a, dim3 grid, i
 }
 
 template <int F, int R, bool AX, int MB>
-void mv_launch_mb(const MVArgs &a, dim3 grid, int sm_count, bool one_pass, cudaStream_t s)
+void mv_launch_mb(const MVArgs &a, dim3 grid, int sm_count, cudaStream_t s)
 {
     static std::atomic<uint64_t> memo{0};
     if constexpr (MB > 1)
-        mv_launch_k(matvec_kernel_mb<F, R, 1, AX, false, MB>, memo, a, grid, sm_count, one_pass, s);
+        mv_launch_k(matvec_kernel_mb<F, R, 1, AX, false, MB>, memo, a, grid, sm_count, s);
     else
-        mv_launch_k(matvec_kernel<F, R, 1, AX, false>, memo, a, grid, sm_count, one_pass, s);
+        mv_launch_k(matvec_kernel<F, R, 1, AX, false>, memo, a, grid, sm_count, s);
 }
 
 template <int F, int R, bool AX>
-void mv_launch(const MVArgs &a, dim3 grid, int sm_count, bool one_pass, cudaStream_t s)
+void mv_launch(const MVArgs &a, dim3 grid, int sm_count, cudaStream_t s)
 {
     if constexpr (WFmt<F>::DIRECT && R == 1) {
-        if (!one_pass && sm_count > 0 && grid.x <= (unsigned)(MV_FIT_BLOCKS * sm_count)) {
+        if (sm_count > 0 && grid.x <= (unsigned)(MV_FIT_BLOCKS * sm_count)) {
             static std::atomic<uint64_t> memo{0};
             const int per =
                 mv_blocks_per_sm(matvec_kernel<F, R, 1, AX, false>, MV_THREADS, 0, memo);
             if (per > 0 && grid.x > (unsigned)(per * sm_count)) {
-                mv_launch_mb<F, R, AX, MV_FIT_BLOCKS>(a, grid, sm_count, one_pass, s);
+                mv_launch_mb<F, R, AX, MV_FIT_BLOCKS>(a, grid, sm_count, s);
                 return;
             }
         }
     }
-    mv_launch_mb<F, R, AX, 1>(a, grid, sm_count, one_pass, s);
+    mv_launch_mb<F, R, AX, 1>(a, grid, sm_count, s);
 }
 
 template <int F, int R, bool AX>
-void mv_launch_any(const MVArgs &a, dim3 grid, bool streamed, int sms, bool one, cudaStream_t s)
+void mv_launch_any(const MVArgs &a, dim3 grid, bool streamed, int sms, cudaStream_t s)
 {
     if constexpr (!WFmt<F>::DIRECT)
         if (streamed) {
-            mvs_launch<F, R, AX>(a, sms, one, s);
+            mvs_launch<F, R, AX>(a, sms, s);
             return;
         }
-    mv_launch<F, R, AX>(a, grid, sms, one, s);
+    mv_launch<F, R, AX>(a, grid, sms, s);
 }
 
 // The instance for R: 1, 2 or 4 with aligned x, 1 or 2 else.
 template <int F>
-void mv_pick(const MVArgs &a, dim3 grid, int r, bool ax, bool streamed, int sms, bool one,
+void mv_pick(const MVArgs &a, dim3 grid, int r, bool ax, bool streamed, int sms,
              cudaStream_t s)
 {
     if (!ax) {
         if (r == 1)
-            mv_launch_any<F, 1, false>(a, grid, streamed, sms, one, s);
+            mv_launch_any<F, 1, false>(a, grid, streamed, sms, s);
         else
-            mv_launch_any<F, 2, false>(a, grid, streamed, sms, one, s);
+            mv_launch_any<F, 2, false>(a, grid, streamed, sms, s);
     } else if (r == 1) {
-        mv_launch_any<F, 1, true>(a, grid, streamed, sms, one, s);
+        mv_launch_any<F, 1, true>(a, grid, streamed, sms, s);
     } else if (r == 2) {
-        mv_launch_any<F, 2, true>(a, grid, streamed, sms, one, s);
+        mv_launch_any<F, 2, true>(a, grid, streamed, sms, s);
     } else {
-        mv_launch_any<F, 4, true>(a, grid, streamed, sms, one, s);
+        mv_launch_any<F, 4, true>(a, grid, streamed, sms, s);
     }
 }
 
@@ -500,20 +500,20 @@ bool memra_mv::single_streamed(int fmt, int64_t cols, int r)
 }
 
 void memra_mv::launch_single(int fmt, const MVArgs &a, dim3 grid, int r, bool ax, bool streamed,
-                             int sm_count, bool one_pass, cudaStream_t s)
+                             int sm_count, cudaStream_t s)
 {
     const bool st = streamed;
     switch (fmt) {
-    case CW_F32: mv_pick<CW_F32>(a, grid, r, ax, st, sm_count, one_pass, s); break;
-    case CW_F16: mv_pick<CW_F16>(a, grid, r, ax, st, sm_count, one_pass, s); break;
-    case CW_BF16: mv_pick<CW_BF16>(a, grid, r, ax, st, sm_count, one_pass, s); break;
-    case CW_Q8_0: mv_pick<CW_Q8_0>(a, grid, r, ax, st, sm_count, one_pass, s); break;
-    case CW_Q4_0: mv_pick<CW_Q4_0>(a, grid, r, ax, st, sm_count, one_pass, s); break;
-    case CW_Q4_K: mv_pick<CW_Q4_K>(a, grid, r, ax, st, sm_count, one_pass, s); break;
-    case CW_Q5_K: mv_pick<CW_Q5_K>(a, grid, r, ax, st, sm_count, one_pass, s); break;
-    case CW_Q6_K: mv_pick<CW_Q6_K>(a, grid, r, ax, st, sm_count, one_pass, s); break;
-    case CW_NVFP4: mv_pick<CW_NVFP4>(a, grid, r, ax, st, sm_count, one_pass, s); break;
-    case CW_MXFP8: mv_pick<CW_MXFP8>(a, grid, r, ax, st, sm_count, one_pass, s); break;
+    case CW_F32: mv_pick<CW_F32>(a, grid, r, ax, st, sm_count, s); break;
+    case CW_F16: mv_pick<CW_F16>(a, grid, r, ax, st, sm_count, s); break;
+    case CW_BF16: mv_pick<CW_BF16>(a, grid, r, ax, st, sm_count, s); break;
+    case CW_Q8_0: mv_pick<CW_Q8_0>(a, grid, r, ax, st, sm_count, s); break;
+    case CW_Q4_0: mv_pick<CW_Q4_0>(a, grid, r, ax, st, sm_count, s); break;
+    case CW_Q4_K: mv_pick<CW_Q4_K>(a, grid, r, ax, st, sm_count, s); break;
+    case CW_Q5_K: mv_pick<CW_Q5_K>(a, grid, r, ax, st, sm_count, s); break;
+    case CW_Q6_K: mv_pick<CW_Q6_K>(a, grid, r, ax, st, sm_count, s); break;
+    case CW_NVFP4: mv_pick<CW_NVFP4>(a, grid, r, ax, st, sm_count, s); break;
+    case CW_MXFP8: mv_pick<CW_MXFP8>(a, grid, r, ax, st, sm_count, s); break;
     default: break; // launch_matvec checked the format
     }
 }

@@ -7,7 +7,7 @@
 // narrowest. mma.sync's fragments are documented registers, ldmatrix
 // fills them from shared memory in one instruction per four 8x8 matrices,
 // and a column tile is 8 wide: the decode GEMM spends a fraction of the
-// instructions per step (docs/decisions/0009-decode-gemm.md, session 6).
+// instructions per step (docs/decisions/0009-decode-gemm.md).
 //
 // The fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16",
 // "ldmatrix"), with g = lane / 4, t = lane % 4 and a register's element

@@ -1,7 +1,7 @@
 /* The kernel check's attention family: KV append and attention over the
- * paged cache, on both kernels (launch_attention_decode, the default, and
- * the older launch_attention, MEMRA_CUDA_ATTN=0), against the CPU
- * backend's attention on the same cache contents.
+ * paged cache, on both kernels (launch_attention_decode where it takes the
+ * shape, the older launch_attention for the shapes it does not), against
+ * the CPU backend's attention on the same cache contents.
  *
  * Short cases prefill three sequences in chunks through the op (so every
  * row of a prompt chunk is checked too), then decode one row of each in
@@ -10,15 +10,12 @@
  * up to depths of thousands of keys, where a row has many splits, then
  * decode a batch of sequences at different depths. Every decode batch is
  * run again with each row alone and in reverse order, which must give
- * the same bytes (batch invariance). The decode kernel also runs staged
- * through shared memory (cu_attn.pipe, MEMRA_CUDA_ATTN_PIPE=1) and with
- * its splits merged by the combine kernel rather than by the last block
- * (MEMRA_CUDA_ATTN_COMBINE=0) on a few batches, which must give the same
- * bytes. With --perf, a Qwen3-8B layer (32 / 8 heads of 128, bf16) for
- * one row at depth 512, 8192 and 32768 and for 64 rows at about 512 is
- * timed on both kernels, the decode kernel under several floors of keys a
- * split has, merged either way, staged or not, and alone on graph buckets'
- * grids. */
+ * the same bytes (batch invariance). The decode kernel also runs a few
+ * batches with the most splits of the fewest keys (a row of many splits,
+ * the last one short). With --perf, a Qwen3-8B layer (32 / 8 heads of
+ * 128, bf16) for one row at depth 512, 8192 and 32768 and for 64 rows at
+ * about 512 is timed under several floors of keys a split has, and the
+ * decode kernel alone on graph buckets' grids. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -43,14 +40,10 @@ typedef struct {
 } attn_case;
 
 /* The kernel cuda_op_attention picks for the case (cuda_attention.c):
- * "old", "new" (the decode kernel, registers) or "pipe" (the decode
- * kernel staging K/V through shared memory). */
-static const char *kernel_name(kc *k, const attn_case *c)
+ * "new" (the split-K decode kernel) where it takes the shape, else "old". */
+static const char *kernel_name(const attn_case *c)
 {
-    const cuda_tuning *t = &cuda_of(k->gpu)->tune;
-    if (!t->attn_decode || !attn_decode_fits(c->heads, c->kv_heads, c->hd))
-        return "old";
-    return t->attn_pipe && c->kvt != KV_Q8_0 ? "pipe" : "new";
+    return attn_decode_fits(c->heads, c->kv_heads, c->hd) ? "new" : "old";
 }
 
 /* Runs rows through both backends' attention; returns the error, the GPU
@@ -292,13 +285,13 @@ static void attention_case(kc *k, const attn_case *c)
             err_pre = e > err_pre ? e : err_pre;
         }
     char what[96];
-    snprintf(what, sizeof what, "%s %d/%dx%d %s win %" PRId64 " cap %g pre", kernel_name(k, c),
+    snprintf(what, sizeof what, "%s %d/%dx%d %s win %" PRId64 " cap %g pre", kernel_name(c),
              c->heads, c->kv_heads, c->hd, kv_type_name(c->kvt), c->window, c->softcap);
     kc_report(k, "attention", what, err_pre, BOUND_DOT, -1, -1, 0);
-    snprintf(what, sizeof what, "%s %d/%dx%d %s win %" PRId64 " cap %g dec3", kernel_name(k, c),
+    snprintf(what, sizeof what, "%s %d/%dx%d %s win %" PRId64 " cap %g dec3", kernel_name(c),
              c->heads, c->kv_heads, c->hd, kv_type_name(c->kvt), c->window, c->softcap);
     decode_batch(k, &a, &kc_, seqs, len, NSEQ, what, NULL);
-    snprintf(what, sizeof what, "%s %d/%dx%d %s stored bytes", kernel_name(k, c), c->heads,
+    snprintf(what, sizeof what, "%s %d/%dx%d %s stored bytes", kernel_name(c), c->heads,
              c->kv_heads, c->hd, kv_type_name(c->kvt));
     kc_report_ok(k, "attention", what, kv_bytes_identical(k, &kc_, seqs, len, NSEQ, a.layer),
                  "K/V rows the same bytes as the CPU's");
@@ -405,20 +398,16 @@ static void attention_long_case(kc *k, const attn_case *c, const int64_t *len, i
     const cuda_tuning *t = &cuda_of(k->gpu)->tune;
     char what[128];
     snprintf(what, sizeof what, "%s %d/%dx%d %s win %" PRId64 " cap %g dec%d<=%" PRId64 "%s",
-             kernel_name(k, c), c->heads, c->kv_heads, c->hd, kv_type_name(c->kvt), c->window,
+             kernel_name(c), c->heads, c->kv_heads, c->hd, kv_type_name(c->kvt), c->window,
              c->softcap, n_seqs, deepest, t->attn_splits ? " S set" : "");
     decode_batch(k, &a, &kv, seqs, len, n_seqs, what, NULL);
     long_free(&kv, seqs, n_seqs);
 }
 
-/* The staged decode kernel and the register one sum the same tiles in
- * the same order, and the last block's merge of a row's splits is the
- * combine kernel's: one batch three ways (registers, merged by the last
- * block; staged, in the other grid order; registers, merged by the
- * combine kernel), the same bytes, with ATTN_SPLITS_MAX splits of
- * ATTN_SPLIT_UNIT keys (a row of many splits, the last one short; the
- * defaults are used everywhere else). */
-static void attention_pipe_same(kc *k, const attn_case *c, const int64_t *len, int n_seqs)
+/* One batch with ATTN_SPLITS_MAX splits of ATTN_SPLIT_UNIT keys: a row
+ * of many splits, the last one short (the defaults are used everywhere
+ * else). */
+static void attention_many_splits(kc *k, const attn_case *c, const int64_t *len, int n_seqs)
 {
     kv_cache kv;
     kv_seq seqs[MAX_ROWS];
@@ -428,32 +417,14 @@ static void attention_pipe_same(kc *k, const attn_case *c, const int64_t *len, i
                  .scale = 1.0f / sqrtf((float)c->hd), .softcap = c->softcap, .window = c->window};
     cuda_tuning *t = &cuda_of(k->gpu)->tune;
     const cuda_tuning t0 = *t;
-    float *got[3] = {NULL, NULL, NULL};
     char what[128];
-    const rng_state r0 = k->rng; /* every run draws the same q, k, v */
     t->attn_splits = ATTN_SPLITS_MAX;
     t->attn_split_min = ATTN_SPLIT_UNIT;
-    for (int v = 0; v < 3; v++) {
-        k->rng = r0;
-        t->attn_pipe = v == 1;
-        t->attn_heads_first = v == 1;
-        t->attn_combine = v != 2;
-        snprintf(what, sizeof what, "%s %d/%dx%d %s S%d F%d order %d %s dec%d", kernel_name(k, c),
-                 c->heads, c->kv_heads, c->hd, kv_type_name(c->kvt), t->attn_splits,
-                 t->attn_split_min, t->attn_heads_first, t->attn_combine ? "fold" : "apart",
-                 n_seqs);
-        decode_batch(k, &a, &kv, seqs, len, n_seqs, what, &got[v]);
-    }
+    snprintf(what, sizeof what, "%s %d/%dx%d %s cap %g S%d F%d dec%d", kernel_name(c), c->heads,
+             c->kv_heads, c->hd, kv_type_name(c->kvt), c->softcap, t->attn_splits,
+             t->attn_split_min, n_seqs);
+    decode_batch(k, &a, &kv, seqs, len, n_seqs, what, NULL);
     *t = t0;
-    size_t nq = (size_t)n_seqs * (size_t)c->heads * (size_t)c->hd;
-    snprintf(what, sizeof what, "pipe = new = apart %d/%dx%d %s cap %g S%d", c->heads,
-             c->kv_heads, c->hd, kv_type_name(c->kvt), c->softcap, ATTN_SPLITS_MAX);
-    int same = got[0] && got[1] && got[2];
-    for (int v = 1; v < 3 && same; v++)
-        same = memcmp(got[0], got[v], nq * sizeof(float)) == 0;
-    kc_report_ok(k, "attention", what, same, "the same bytes staged or not, merged either way");
-    for (int v = 0; v < 3; v++)
-        free(got[v]);
     long_free(&kv, seqs, n_seqs);
 }
 
@@ -478,9 +449,8 @@ static double decode_grid_us(kc *k, const bk_attn *a, const kv_cache *kv, const 
         at += (size_t)seqs[i].n_blocks;
     }
     const size_t np = attn_partials_floats(n, a->n_heads, a->head_dim, grid);
-    const size_t ncnt = (size_t)n * (size_t)a->n_kv_heads;
     const size_t nq = (size_t)n * (size_t)a->n_heads * (size_t)a->head_dim;
-    void *dm = NULL, *dp = NULL, *dc = NULL, *dq = NULL, *dout = NULL;
+    void *dm = NULL, *dp = NULL, *dq = NULL, *dout = NULL;
     float *hq = xmalloc(nq * sizeof(float));
     kc_fill(k, hq, nq, 1.5f);
     double us = -1;
@@ -490,18 +460,17 @@ static double decode_grid_us(kc *k, const bk_attn *a, const kv_cache *kv, const 
     cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kv->type, kv->n_blocks, kv->block_size,
                        kv->kv_dim, (int64_t)kv->row_bytes};
     cu_attn at_ = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
-                   a->window, splits, t->attn_pipe, 0, t->attn_split_min, !t->attn_combine};
+                   a->window, splits, t->attn_split_min};
     if (cudaMalloc(&dm, len_meta * 4) == cudaSuccess && cudaMalloc(&dp, np * 4) == cudaSuccess &&
-        cudaMalloc(&dc, ncnt * 4) == cudaSuccess && cudaMalloc(&dq, nq * 4) == cudaSuccess &&
+        cudaMalloc(&dq, nq * 4) == cudaSuccess &&
         cudaMalloc(&dout, nq * 4) == cudaSuccess &&
         cudaMemcpyAsync(dm, m, len_meta * 4, cudaMemcpyHostToDevice, k->stream) == cudaSuccess &&
         cudaMemcpyAsync(dq, hq, nq * 4, cudaMemcpyHostToDevice, k->stream) == cudaSuccess &&
-        cudaMemsetAsync(dc, 0, ncnt * 4, k->stream) == cudaSuccess &&
         cudaStreamSynchronize(k->stream) == cudaSuccess &&
         cudaStreamBeginCapture(k->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
         cudaError_t rc = cudaSuccess;
         for (int r = 0; r < 20 && rc == cudaSuccess; r++)
-            rc = launch_attention_decode(&pool, &at_, dm, n, dq, grid, dp, dc, dout, k->stream);
+            rc = launch_attention_decode(&pool, &at_, dm, n, dq, grid, dp, dout, k->stream);
         cudaError_t rc2 = cudaStreamEndCapture(k->stream, &g);
         if (rc == cudaSuccess && rc2 == cudaSuccess &&
             cudaGraphInstantiate(&ge, g, 0) == cudaSuccess &&
@@ -520,7 +489,6 @@ static double decode_grid_us(kc *k, const bk_attn *a, const kv_cache *kv, const 
     cudaGetLastError();
     cudaFree(dm);
     cudaFree(dp);
-    cudaFree(dc);
     cudaFree(dq);
     cudaFree(dout);
     free(m);
@@ -529,20 +497,15 @@ static double decode_grid_us(kc *k, const bk_attn *a, const kv_cache *kv, const 
 }
 
 /* --perf: one Qwen3-8B layer's attention (32 / 8 heads of 128, bf16) for
- * n rows at about depth `depth` (64 rows: depth - 16 to depth + 16), on
- * the kernel selected; the decode kernel also under each of the tunings
- * below (the floor F of keys a split has; merged by the last block or by
- * the combine kernel; staged or not), on the same cache, for the A/B of
- * docs/decisions/0008: the op (KV append and attention) timed as a graph
- * of 20, and eagerly; then the decode kernel alone on the rows' own grid
- * and on the graph buckets' grids (before 2026-11-30: the bucket's chunks,
- * up to 128; since: attn_bucket_splits). */
+ * n rows at about depth `depth` (64 rows: depth - 16 to depth + 16)
+ * under each floor F of keys a split has below, on the same cache, for
+ * the A/B of docs/decisions/0008: the op (KV append and attention) timed
+ * as a graph of 20, and eagerly; then the decode kernel alone on the
+ * rows' own grid, on the graph bucket's grid (attn_bucket_splits) and on
+ * the grid buckets had before the floor (the bucket's chunks, up to 128). */
 static void attention_perf(kc *k, int64_t depth, int n)
 {
-    static const struct { int split_min, combine, pipe; } tunings[] = {
-        {64, 0, 0}, {64, 0, 1}, {64, 1, 0}, {128, 0, 0}, {192, 0, 0}, {192, 0, 1},
-        {192, 1, 0}, {256, 0, 0},
-    };
+    static const int split_mins[] = {64, 128, 192, 256};
     const attn_case c = {32, 8, 128, 0, 0.0f, KV_BF16};
     kv_cache kv;
     kv_seq seqs[MAX_ROWS];
@@ -556,21 +519,14 @@ static void attention_perf(kc *k, int64_t depth, int n)
     cuda_backend *cb = cuda_of(k->gpu);
     cuda_tuning *t = &cb->tune;
     const cuda_tuning t0 = *t;
-    const size_t nt = t->attn_decode ? MEMRA_ARRAY_LEN(tunings) : 1;
-    for (size_t i = 0; i < nt; i++) {
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(split_mins); i++) {
         char what[128];
-        if (t->attn_decode) {
-            t->attn_split_min = tunings[i].split_min;
-            t->attn_combine = tunings[i].combine;
-            t->attn_pipe = tunings[i].pipe;
-        }
-        snprintf(what, sizeof what, "%s 32/8x128 bf16 %dx d%" PRId64 " F%d %s", kernel_name(k, &c),
-                 n, depth, (int)attn_split_floor(t->attn_split_min), t->attn_combine ? "fold" : "apart");
+        t->attn_split_min = split_mins[i];
+        snprintf(what, sizeof what, "%s 32/8x128 bf16 %dx d%" PRId64 " F%d", kernel_name(&c), n,
+                 depth, (int)attn_split_floor(t->attn_split_min));
         perf_graphed = 1;
         decode_batch(k, &a, &kv, seqs, len, n, what, NULL);
         perf_graphed = 0;
-        if (!t->attn_decode)
-            continue;
         /* The kernel alone, on the rows' grid and the graph buckets'. */
         int s = t->attn_splits > 0 ? attn_split_count(t->attn_splits)
                                    : (int)((3 * (int64_t)cb->info.sm_count + 7) / 8);
@@ -598,6 +554,9 @@ static void attention_perf(kc *k, int64_t depth, int n)
 
 void kc_check_attention(kc *k)
 {
+    /* The last seven: more than 8 query heads a KV head or a head_dim not
+     * a multiple of 8, the shapes only the older kernel takes; every KV
+     * type, a window and soft-capping on it too. */
     static const attn_case cases[] = {
         {8, 2, 64, 0, 0.0f, KV_F32},     {8, 2, 64, 0, 0.0f, KV_F16},
         {8, 2, 64, 0, 0.0f, KV_BF16},    {8, 2, 64, 0, 0.0f, KV_Q8_0},
@@ -606,63 +565,51 @@ void kc_check_attention(kc *k)
         {8, 1, 80, 0, 0.0f, KV_F16},     {8, 1, 80, 0, 0.0f, KV_BF16},
         {16, 2, 256, 200, 0.0f, KV_F32}, {16, 2, 256, 200, 0.0f, KV_Q8_0},
         {8, 2, 80, 0, 0.0f, KV_Q8_0}, /* kv_dim 160: head 1 starts inside block 2 */
-        {16, 1, 64, 0, 0.0f, KV_BF16}, /* 16 heads per KV head: the old kernel's */
-        {4, 2, 36, 0, 0.0f, KV_F16},   /* head_dim not a multiple of 8: the old kernel's */
+        {16, 1, 64, 0, 0.0f, KV_BF16},  {16, 1, 64, 0, 0.0f, KV_F32},
+        {16, 1, 64, 0, 0.0f, KV_Q8_0},  {16, 1, 64, 37, 0.0f, KV_F16},
+        {16, 1, 64, 0, 0.5f, KV_BF16},  {4, 2, 36, 0, 0.0f, KV_F16},
+        {4, 2, 36, 0, 0.0f, KV_F32},
     };
     /* Long cases: GQA 4 (the Qwen3-8B ratio), 1 and 8, every KV type,
-     * a window past the first splits, soft-capping. The first has a row
-     * of S splits of many pieces of DEC_PIECE keys: 16500 keys on a card
-     * (S from its SM count, 128 for 2 KV heads on the H200: 86 splits
-     * of 192 keys), 4100 on
-     * the emulation (compute capability 0: 4 SMs, S 6, splits of 704
-     * keys), whose blocks run one thread at a time. */
+     * a window past the first splits, soft-capping; the last on the older
+     * kernel. The first has a row of S splits of many pieces of DEC_PIECE
+     * keys: 16500 keys on a card (S from its SM count, 128 for 2 KV heads
+     * on the H200: 86 splits of 192 keys), 4100 on the emulation (compute
+     * capability 0: 4 SMs, S 6, splits of 704 keys), whose blocks run one
+     * thread at a time. */
     static const attn_case longs[] = {
         {8, 2, 128, 0, 0.0f, KV_BF16},  {8, 2, 128, 0, 0.0f, KV_F16},
         {8, 2, 128, 0, 0.0f, KV_F32},   {8, 2, 128, 0, 0.0f, KV_Q8_0},
         {2, 2, 64, 3000, 0.0f, KV_BF16}, {8, 1, 64, 0, 30.0f, KV_BF16},
+        {16, 1, 64, 0, 0.0f, KV_BF16},
     };
     int64_t deep[] = {16500, 5, 5000, 130, 1, 1024, 3001, 17};
     static const int64_t mid[] = {5000, 77, 1200};
     static const int64_t shallow[] = {700, 77, 130};
-    /* The old kernel (MEMRA_CUDA_ATTN=0): every KV type, a window and
-     * soft-capping (the emulation is slow; these are its paths). */
-    static const int old_cases[] = {0, 1, 2, 3, 4, 6};
     cuda_backend *cb = cuda_of(k->gpu);
     if (cb->info.cc_major == 0)
         deep[0] = 4100;
-    const int dec0 = cb->tune.attn_decode;
-    for (int kern = 1; kern >= 0; kern--) {
-        cb->tune.attn_decode = kern;
-        if (kern) {
-            for (size_t c = 0; c < MEMRA_ARRAY_LEN(cases); c++)
-                attention_case(k, &cases[c]);
-            attention_long_case(k, &longs[0], deep, (int)MEMRA_ARRAY_LEN(deep));
-            for (size_t c = 1; c < MEMRA_ARRAY_LEN(longs); c++)
-                attention_long_case(k, &longs[c], mid, (int)MEMRA_ARRAY_LEN(mid));
-            /* bf16 and f32 with head_dim 128, soft-capped bf16 of 64 */
-            static const int staged[] = {0, 2, 5};
-            for (size_t c = 0; c < MEMRA_ARRAY_LEN(staged); c++)
-                attention_pipe_same(k, &longs[staged[c]], shallow,
-                                    (int)MEMRA_ARRAY_LEN(shallow));
-        } else {
-            for (size_t c = 0; c < MEMRA_ARRAY_LEN(old_cases); c++)
-                attention_case(k, &cases[old_cases[c]]);
-            attention_long_case(k, &longs[0], mid, (int)MEMRA_ARRAY_LEN(mid));
-        }
-        /* Rows in groups of at most two (a long prompt chunk deep in the
-         * context): the same results. */
-        size_t cap = cb->tune.attn_partials_cap;
-        cb->tune.attn_partials_cap = attn_partials_floats(2, 8, 64, 300 / ATTN_CHUNK + 1);
-        attention_case(k, &cases[0]);
-        cb->tune.attn_partials_cap = cap;
-        if (k->o->perf) {
-            attention_perf(k, 512, 1);
-            attention_perf(k, 8192, 1);
-            attention_perf(k, 32768, 1);
-            attention_perf(k, 512, 64);
-        }
+    for (size_t c = 0; c < MEMRA_ARRAY_LEN(cases); c++)
+        attention_case(k, &cases[c]);
+    attention_long_case(k, &longs[0], deep, (int)MEMRA_ARRAY_LEN(deep));
+    for (size_t c = 1; c < MEMRA_ARRAY_LEN(longs); c++)
+        attention_long_case(k, &longs[c], mid, (int)MEMRA_ARRAY_LEN(mid));
+    /* bf16 and f32 with head_dim 128, soft-capped bf16 of 64 */
+    static const int many[] = {0, 2, 5};
+    for (size_t c = 0; c < MEMRA_ARRAY_LEN(many); c++)
+        attention_many_splits(k, &longs[many[c]], shallow, (int)MEMRA_ARRAY_LEN(shallow));
+    /* Rows in groups of at most two (a long prompt chunk deep in the
+     * context): the same results. */
+    size_t cap = cb->tune.attn_partials_cap;
+    cb->tune.attn_partials_cap = attn_partials_floats(2, 8, 64, 300 / ATTN_CHUNK + 1);
+    attention_case(k, &cases[0]);
+    cb->tune.attn_partials_cap = cap;
+    if (k->o->perf) {
+        attention_perf(k, 512, 1);
+        attention_perf(k, 8192, 1);
+        attention_perf(k, 32768, 1);
+        attention_perf(k, 512, 64);
     }
-    cb->tune.attn_decode = dec0;
     /* q8_0 needs whole blocks of 32 along a row: 1 KV head of 80 is refused
      * with a message naming the size. */
     kv_cache bad;

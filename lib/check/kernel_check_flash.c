@@ -29,8 +29,8 @@
  * own, and the chunk after another sequence's rows in one step.
  *
  * Dispatch: f32 and q8_0 caches, a head size the kernel lacks, a chunk
- * under the row threshold and MEMRA_CUDA_FLASH=0 (tune.flash) keep the
- * split-K kernel, whose error is that of a dot product (1e-5). With perf,
+ * under the row threshold and a card without bf16 tensor cores (tune.flash
+ * 0) keep the split-K kernel, whose error is that of a dot product (1e-5). With perf,
  * the 512-row chunk of the Qwen3-8B shape and an 8192-row prompt, flash
  * and split-K timed, checked on a sample of rows. */
 #include <inttypes.h>
@@ -561,7 +561,7 @@ void kc_check_flash_prefill(kc *k)
     const flash_case f32 = {8, 2, 64, 0, 0.0f, KV_F32, 40, 0};
     const flash_case q8 = {8, 2, 64, 0, 0.0f, KV_Q8_0, 40, 0};
     const flash_case hd80 = {4, 2, 80, 0, 0.0f, KV_BF16, 40, 0};
-    /* the backend's own threshold (32, or MEMRA_CUDA_FLASH_MIN_ROWS) */
+    /* the backend's own threshold (32) */
     const int def_min = cb->tune.flash_min_rows;
     const flash_case few = {8, 2, 64, 0, 0.0f, KV_BF16, def_min - 1, 0};
     const flash_case off = {8, 2, 128, 0, 0.0f, KV_BF16, 40, 0};
@@ -569,7 +569,7 @@ void kc_check_flash_prefill(kc *k)
     splitk_case(k, &q8, 1, FL_MIN_ROWS, "q8_0 KV");
     splitk_case(k, &hd80, 1, FL_MIN_ROWS, "head 80");
     splitk_case(k, &few, 1, def_min, "under the threshold");
-    splitk_case(k, &off, 0, FL_MIN_ROWS, "MEMRA_CUDA_FLASH=0");
+    splitk_case(k, &off, 0, FL_MIN_ROWS, "no tensor cores");
     if (k->o->perf) {
         flash_perf_case(k, 512);
         flash_perf_case(k, 8192);

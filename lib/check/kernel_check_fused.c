@@ -316,7 +316,7 @@ void kc_check_gemm(kc *k)
 /* Rows x cols of type t decoded on the device into rows ld apart, against
  * the CPU's dequant_row rounded to bf16 (round to nearest even): the same
  * bits, and zeros in the padding. */
-static void dequant_case(kc *k, dtype t, int64_t rows, int64_t cols, int64_t ld, int bps)
+static void dequant_case(kc *k, dtype t, int64_t rows, int64_t cols, int64_t ld)
 {
     bk_weight w;
     if (kc_weight(k, &w, t, rows, cols, "dequant.w") != 0)
@@ -336,11 +336,11 @@ static void dequant_case(kc *k, dtype t, int64_t rows, int64_t cols, int64_t ld,
     double us = -1;
     if (ok && cudaMalloc((void **)&dev, n * sizeof *dev) == cudaSuccess) {
         cudaMemsetAsync(dev, 0xFF, n * sizeof *dev, st); /* no stale zeros pass for padding */
-        ok = launch_dequant_bf16(mat(&w), ld, bps, dev, st) == cudaSuccess &&
+        ok = launch_dequant_bf16(mat(&w), ld, dev, st) == cudaSuccess &&
              cudaMemcpyAsync(got, dev, n * sizeof *got, cudaMemcpyDeviceToHost, st) == cudaSuccess &&
              cudaStreamSynchronize(st) == cudaSuccess;
         if (ok && k->o->perf)
-            KC_TIME(k, us, launch_dequant_bf16(mat(&w), ld, bps, dev, st));
+            KC_TIME(k, us, launch_dequant_bf16(mat(&w), ld, dev, st));
         cudaFree(dev);
     } else {
         ok = 0;
@@ -350,8 +350,8 @@ static void dequant_case(kc *k, dtype t, int64_t rows, int64_t cols, int64_t ld,
         if (got[i] != ref[i] && bad++ == 0)
             first = i;
     char what[96], detail[160];
-    snprintf(what, sizeof what, "%-5s %" PRId64 "x%" PRId64 " ld %" PRId64 " bps %d", tname(t),
-             rows, cols, ld, bps);
+    snprintf(what, sizeof what, "%-5s %" PRId64 "x%" PRId64 " ld %" PRId64, tname(t), rows, cols,
+             ld);
     if (!ok)
         snprintf(detail, sizeof detail, "the launch or a copy failed");
     else if (bad)
@@ -456,19 +456,16 @@ void kc_check_dequant(kc *k)
     static const dtype ts[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K,
                                DT_Q5_K, DT_Q6_K, DT_NVFP4, DT_MXFP8};
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(ts); i++) {
-        dequant_case(k, ts[i], 37, 512, 512, 1);
-        dequant_case(k, ts[i], 5, 768, 776, 1); /* padded rows */
-        dequant_case(k, ts[i], 5, 768, 776, 3);
+        dequant_case(k, ts[i], 37, 512, 512);
+        dequant_case(k, ts[i], 5, 768, 776); /* padded rows */
     }
     to_bf16_case(k, 7, 512, 520);
     to_bf16_case(k, 5, 510, 512);
     glu_to_bf16_case(k, 6, 768, 768, 0);
     glu_to_bf16_case(k, 3, 516, 520, 1);
     if (k->o->perf) {
-        for (int bps = 1; bps <= 3; bps += 2) {
-            dequant_case(k, DT_Q4_K, 12288, 4096, 4096, bps);
-            dequant_case(k, DT_Q6_K, 4096, 12288, 12288, bps);
-            dequant_case(k, DT_Q8_0, 12288, 4096, 4096, bps);
-        }
+        dequant_case(k, DT_Q4_K, 12288, 4096, 4096);
+        dequant_case(k, DT_Q6_K, 4096, 12288, 12288);
+        dequant_case(k, DT_Q8_0, 12288, 4096, 4096);
     }
 }

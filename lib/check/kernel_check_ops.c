@@ -148,9 +148,7 @@ static void matmul_stream_case(kc *k, dtype t, int64_t rows, int64_t cols, int g
     j.x = dx;
     j.n = 1;
     j.out[0] = dout;
-    j.rows_per_warp = cb->tune.mv_rows_per_warp;
     j.sm_count = cb->info.sm_count;
-    j.one_pass = !cb->tune.mv_loop;
     double err = INFINITY, us = -1;
     if (ok) {
         for (int i = 0; i < nw; i++)

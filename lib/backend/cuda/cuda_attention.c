@@ -267,9 +267,9 @@ static void flash_prefill(cuda_backend *cb, const kv_cache *kc, const bk_attn *a
     cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kc->type, kc->n_blocks, kc->block_size,
                        kc->kv_dim, (int64_t)kc->row_bytes};
     cu_attn at = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
-                  a->window, 0, 0, 0, 0, 0};
+                  a->window, 0, 0};
     int n = rows->n;
-    if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, NULL, 0, cb->stream)))
+    if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
         return;
     for (int i0 = 0, i1; i0 < n; i0 = i1) {
         for (i1 = i0 + 1; i1 < n && rows->seq[i1] == rows->seq[i0];)
@@ -332,10 +332,10 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
         flash_prefill(cb, kc, a, rows, meta, q, k, v, out);
         return;
     }
-    /* The split-K decode kernel where it takes the shape (and the tuning
-     * does not ask for the old one); its grid is the rows' most splits. */
-    const int dec = cb->tune.attn_decode &&
-                    attn_decode_fits(a->n_heads, a->n_kv_heads, a->head_dim) &&
+    /* The split-K decode kernel where it takes the shape, else the older
+     * per-64-key kernel (docs/decisions/0008); the grid is the rows' most
+     * splits. */
+    const int dec = attn_decode_fits(a->n_heads, a->n_kv_heads, a->head_dim) &&
                     (kc->type == KV_Q8_0 || kc->row_bytes % 16 == 0);
     const int splits = dec ? decode_splits(cb, a->n_heads, a->n_kv_heads) : 0;
     const int split_min = cb->tune.attn_split_min;
@@ -363,29 +363,21 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
     }
     /* A long prompt chunk deep in the context has many rows x chunks of
      * partials: its rows go in groups, bounding the scratch (a row's
-     * result does not depend on its group). The decode kernel's counters
-     * (one per row and KV head) follow the partials; the KV append zeroes
-     * them before the kernel runs. */
+     * result does not depend on its group). */
     size_t per_row = attn_partials_floats(1, a->n_heads, a->head_dim, max_chunks);
     size_t cap = cb->tune.attn_partials_cap;
     int group = n;
     if (!cuda_graph_rows(cb) && per_row * (size_t)n > cap)
         group = per_row > cap ? 1 : (int)(cap / per_row);
-    const int combine_apart = !cb->tune.attn_combine;
-    const int n_counters = dec && !combine_apart ? group * a->n_kv_heads : 0;
-    _Static_assert(sizeof(unsigned) == sizeof(float), "the counters take float slots");
-    float *part = cuda_scratch(cb, SCR_ATTN,
-                               (per_row * (size_t)group + (size_t)n_counters) * sizeof(float),
+    float *part = cuda_scratch(cb, SCR_ATTN, per_row * (size_t)group * sizeof(float),
                                "attention partials");
     if (!part)
         return;
-    unsigned *counters = n_counters ? (unsigned *)(part + per_row * (size_t)group) : NULL;
     cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kc->type, kc->n_blocks, kc->block_size,
                        kc->kv_dim, (int64_t)kc->row_bytes};
     cu_attn at = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
-                  a->window, splits, cb->tune.attn_pipe, cb->tune.attn_heads_first, split_min,
-                  combine_apart};
-    if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, counters, n_counters, cb->stream)))
+                  a->window, splits, split_min};
+    if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
         return;
     size_t qd = (size_t)a->n_heads * (size_t)a->head_dim;
     for (int i0 = 0; i0 < n && !cb->failed; i0 += group) {
@@ -398,7 +390,7 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
         }
         if (dec)
             CU_OK(cb, launch_attention_decode(&pool, &at, m, g, q + (size_t)i0 * qd, max_chunks,
-                                              part, counters, out + (size_t)i0 * qd,
+                                              part, out + (size_t)i0 * qd,
                                               cb->stream));
         else
             CU_OK(cb, launch_attention(&pool, &at, m, g, q + (size_t)i0 * qd, max_chunks, part,

@@ -318,10 +318,10 @@ static void cuda_plan_decode(backend *b, int max_rows)
     cuda_backend *cb = cuda_of(b);
     if (cb->tune.dgemm < 0)
         cb->tune.dgemm = max_rows > 1;
-    /* Decode attention's floor of keys a split: 64 (session 4's cut) where
-     * one row decodes alone, 192 where many share a step (one row of 512
-     * keys 11.9 vs 16.7 us a layer, 64 rows 102.5 vs 81.1 on the H200:
-     * docs/decisions/0008, session 5). Fixed for the engine's life, so a
+    /* Decode attention's floor of keys a split: 64 where one row decodes
+     * alone, 192 where many share a step (one row of 512 keys 11.9 vs
+     * 16.7 us a layer, 64 rows 102.5 vs 81.1 on the H200, 2026-11-30:
+     * docs/decisions/0008). Fixed for the engine's life, so a
      * row's splits never depend on its batch. */
     if (cb->tune.attn_split_min < 0)
         cb->tune.attn_split_min = max_rows > 1 ? 192 : 64;

@@ -37,77 +37,57 @@ static int env_int(const char *name, int lo, int hi, int *v, memra_err *err)
 
 int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
 {
-    /* Every class: graphs and fusion change no result (tests check the
-     * bytes), so they are on wherever they run. The GEMM needs bf16
-     * tensor cores (sm_80 and later). */
-    t->mv_rows_per_warp = 0;
+    /* Every class: graphs change no result (tests check the bytes), so
+     * they are on wherever they run. The prefill GEMM, flash prefill and
+     * the decode GEMM need bf16 tensor cores (sm_80 and later); older
+     * cards keep the mat-vec and the split-K attention, which every card
+     * also runs where those do not apply. Each starts at 32 rows, so a
+     * chunk under 32 rows keeps decode's bytes whatever the cache
+     * (docs/decisions/0006-cuda-decode-defaults.md, 0007-flash-prefill.md). */
+    const int tensor_cores = d->cc_major >= 8;
     t->graphs = 1;
     t->graph_max_rows = 64;
-    t->gemm = d->cc_major >= 8;
+    t->gemm = tensor_cores;
     t->gemm_min_rows = 32;
-    t->fuse_add_norm = 1;
     t->prefill_chunk = 64;
     t->attn_partials_cap = (size_t)64 << 20; /* 256 MB */
-    /* Flash attention for prompt chunks needs bf16 tensor cores; it starts
-     * where the GEMM does, so a chunk under 32 rows keeps decode's bytes
-     * whatever the cache (docs/decisions/0007-flash-prefill.md). */
-    t->flash = d->cc_major >= 8;
+    t->flash = tensor_cores;
     t->flash_min_rows = 32;
-    t->attn_decode = 1;
-    t->dequant_staged = 1; /* docs/decisions/0010-prefill-decode-flash.md */
-    t->mv_loop = 1;
     t->attn_splits = 0;
-    t->attn_pipe = 0;
-    t->attn_heads_first = 0;
     /* -1: the engine's plan chooses (cuda_plan_decode; the kernel check,
-     * which has none, takes ATTN_SPLIT_MIN). docs/decisions/0008, session 5. */
+     * which has none, takes ATTN_SPLIT_MIN). docs/decisions/0008. */
     t->attn_split_min = -1;
-    t->attn_combine = 0;   /* the combine kernel: the last block's merge measured slower */
+    /* The decode GEMM rounds x to bf16 as the prefill GEMM does. -1: the
+     * engine's plan chooses (plan_decode: on when it batches;
+     * docs/decisions/0009-decode-gemm.md). */
+    t->dgemm = tensor_cores ? -1 : 0;
+    t->dgemm_blocks_per_sm = 2;
+    /* Programmatic dependent launch needs sm_90's griddepcontrol; a
+     * kernel's results never depend on it (kernels/launch.cuh,
+     * docs/decisions/0011). */
+    t->pdl = d->cc_major >= 9;
     if (d->klass == DEVICE_CLASS_HOPPER) {
         /* Measured on the H200 (docs/decisions/0006-cuda-decode-defaults.md). */
         t->prefill_chunk = 512;
     }
+    /* The overrides left (docs/FLAGS.md, docs/decisions/0012-knobs.md):
+     * graphs off, for the tests that compare graph replay with plain
+     * launches and for debugging a driver; the prefill GEMM and flash
+     * prefill off, for f32 parity with a reference (tests/gpu/run.sh
+     * matches transformers' f32 logits); the decode GEMM forced on or off,
+     * for an operator who wants a batching server's numerics to be a
+     * single sequence's (f32 products) and for the tests that compare both
+     * with the CPU. With the prefill GEMM off every product stays f32
+     * unless MEMRA_CUDA_DGEMM says otherwise. */
     if (env_int("MEMRA_CUDA_GRAPHS", 0, 1, &t->graphs, err) ||
         env_int("MEMRA_CUDA_GEMM", 0, 1, &t->gemm, err) ||
-        env_int("MEMRA_CUDA_FUSE", 0, 1, &t->fuse_add_norm, err) ||
-        env_int("MEMRA_CUDA_MV_ROWS", 0, 4, &t->mv_rows_per_warp, err) ||
-        env_int("MEMRA_CUDA_GEMM_MIN_ROWS", 2, 1 << 20, &t->gemm_min_rows, err) ||
-        env_int("MEMRA_CUDA_FLASH", 0, 1, &t->flash, err) ||
-        env_int("MEMRA_CUDA_FLASH_MIN_ROWS", 2, 1 << 20, &t->flash_min_rows, err) ||
-        env_int("MEMRA_CUDA_ATTN", 0, 1, &t->attn_decode, err) ||
-        env_int("MEMRA_CUDA_ATTN_SPLITS", 0, ATTN_SPLITS_MAX, &t->attn_splits, err) ||
-        env_int("MEMRA_CUDA_ATTN_PIPE", 0, 1, &t->attn_pipe, err) ||
-        env_int("MEMRA_CUDA_ATTN_ORDER", 0, 1, &t->attn_heads_first, err) ||
-        env_int("MEMRA_CUDA_ATTN_SPLIT_MIN", 0, 1 << 20, &t->attn_split_min, err) ||
-        env_int("MEMRA_CUDA_ATTN_COMBINE", 0, 1, &t->attn_combine, err) ||
-        env_int("MEMRA_CUDA_MV_LOOP", 0, 1, &t->mv_loop, err) ||
-        env_int("MEMRA_CUDA_DEQUANT_STAGED", 0, 1, &t->dequant_staged, err))
+        env_int("MEMRA_CUDA_FLASH", 0, 1, &t->flash, err))
         return -1;
-    /* The decode GEMM rounds x to bf16 as the prefill GEMM does: with
-     * MEMRA_CUDA_GEMM=0 every product stays f32 unless MEMRA_CUDA_DGEMM
-     * says otherwise. -1: the engine's plan chooses (plan_decode: on when
-     * it batches; docs/decisions/0009-decode-gemm.md). */
-    t->dgemm = t->gemm ? -1 : 0;
-    t->dgemm_blocks_per_sm = 2;
-    /* A kernel's results never depend on it (kernels/launch.cuh); it needs
-     * sm_90's griddepcontrol. */
-    t->pdl = d->cc_major >= 9;
-    /* Three blocks an SM: Q4_K 12,288 x 4,096 60.9 us against 99.9 with the
-     * registers unbounded, Q6_K 77.8 / 88.8, Q8_0 60.7 / 73.9 (H200,
-     * docs/decisions/0010, session 5). */
-    t->dequant_bps = 3;
-    if (env_int("MEMRA_CUDA_PDL", 0, 1, &t->pdl, err) ||
-        env_int("MEMRA_CUDA_DEQUANT_BPS", 1, 3, &t->dequant_bps, err) ||
-        env_int("MEMRA_CUDA_DGEMM", 0, 1, &t->dgemm, err) ||
-        env_int("MEMRA_CUDA_DGEMM_BPS", 1, 16, &t->dgemm_blocks_per_sm, err))
+    if (!t->gemm)
+        t->dgemm = 0;
+    if (env_int("MEMRA_CUDA_DGEMM", 0, 1, &t->dgemm, err))
         return -1;
-    if (t->mv_rows_per_warp == 3)
-        return memra_fail(err, "MEMRA_CUDA_MV_ROWS=3: expected 0, 1, 2 or 4");
-    if (t->dequant_bps == 2)
-        return memra_fail(err, "MEMRA_CUDA_DEQUANT_BPS=2: expected 1 or 3");
-    if (d->cc_major < 9)
-        t->pdl = 0;
-    if (d->cc_major < 8) {
+    if (!tensor_cores) {
         t->gemm = 0;
         t->flash = 0;
         t->dgemm = 0;

@@ -320,9 +320,7 @@ static void call_run(cuda_backend *cb, const cuda_weight *cw, gemm_call *c, cons
     if (w->fmt != CW_BF16) {
         uint16_t *wb = scratch16(cb, &g->wb, &g->wb_cap, (size_t)c->m * (size_t)c->ld,
                                  "the GEMM's bf16 weight");
-        if (!wb || CU_OK(cb, cb->tune.dequant_staged
-                                 ? launch_dequant_bf16(w, c->ld, cb->tune.dequant_bps, wb, cb->stream)
-                                 : launch_dequant_bf16_units(w, c->ld, wb, cb->stream))) {
+        if (!wb || CU_OK(cb, launch_dequant_bf16(w, c->ld, wb, cb->stream))) {
             descs_free(g, &c->d);
             return;
         }

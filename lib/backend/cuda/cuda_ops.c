@@ -84,7 +84,6 @@ static void job_init(cuda_backend *cb, cu_mv_job *j, const float *x, int n)
     j->mode = CU_MV_STORE;
     j->x = x;
     j->n = n;
-    j->rows_per_warp = cb->tune.mv_rows_per_warp;
     j->sm_count = cb->info.sm_count;
 }
 
@@ -266,7 +265,7 @@ void cuda_op_add(backend *b, float *x, const float *y, size_t n)
     cuda_flush_pending(cb);
     if (cb->failed || n == 0)
         return;
-    if (cb->step.active && cb->tune.fuse_add_norm) {
+    if (cb->step.active) {
         cb->pending = (cuda_pending_add){x, y, n};
         return;
     }
