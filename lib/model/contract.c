@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/hash.h"
 #include "model/family.h"
 #include "model/tensor_names.h"
 
@@ -179,14 +180,6 @@ void contract_add_globals(tensor_contract *k, const model_config *c, unsigned no
                     c->tie_embeddings ? CE_OPTIONAL : 0, 0);
 }
 
-static uint32_t name_hash(const char *s)
-{
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 16777619u;
-    return h;
-}
-
 /* Index the entries by name and by (role, layer) so binding and lookups
  * stay linear in the number of tensors (Qwen3-30B-A3B has ~19k in HF). */
 static void build_indexes(tensor_contract *k)
@@ -199,7 +192,7 @@ static void build_indexes(tensor_contract *k)
     for (uint32_t i = 0; i < cap; i++)
         k->hash[i] = -1;
     for (int i = 0; i < k->n; i++) {
-        uint32_t h = name_hash(k->entries[i].name) & (cap - 1);
+        uint32_t h = hash_fnv1a32_str(k->entries[i].name) & (cap - 1);
         while (k->hash[h] >= 0) {
             /* Two entries of one name would be a family-file bug. */
             MEMRA_ASSERT(strcmp(k->entries[k->hash[h]].name, k->entries[i].name) != 0);
@@ -255,7 +248,7 @@ static int find_index(const tensor_contract *k, const char *name)
 {
     if (!k->hash_cap)
         return -1;
-    uint32_t h = name_hash(name) & (k->hash_cap - 1);
+    uint32_t h = hash_fnv1a32_str(name) & (k->hash_cap - 1);
     while (k->hash[h] >= 0) {
         if (strcmp(k->entries[k->hash[h]].name, name) == 0)
             return k->hash[h];
