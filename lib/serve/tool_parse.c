@@ -525,10 +525,17 @@ static void harmony_header(toolparse *p, const char *h, size_t n)
 
 static int step_h_header(toolparse *p, int eof)
 {
-    const char *hit = memmem(p->buf.data, p->buf.len, "<|message|>", 11);
+    /* Only the first HARMONY_HEADER_MAX bytes may hold the end of a header,
+     * so the decision does not depend on how much has arrived. */
+    size_t lim = HARMONY_HEADER_MAX + 11;
+    const char *hit = memmem(p->buf.data, p->buf.len < lim ? p->buf.len : lim, "<|message|>", 11);
     if (!hit) {
-        /* Not a header after all (a model answering without channels). */
-        if (eof || p->buf.len > HARMONY_HEADER_MAX) {
+        /* Not a header after all (a model answering without channels): the
+         * text is content, and the body scan resumes after it. */
+        if (eof || p->buf.len >= lim) {
+            size_t n = eof ? p->buf.len : HARMONY_HEADER_MAX;
+            sink_put(p, K_CONTENT, p->buf.data, n);
+            consume(p, n);
             p->h_kind = K_CONTENT;
             p->mode = M_H_BODY;
             return 1;

@@ -342,6 +342,63 @@ static void test_recorded_outputs(void)
     printf("  %d recorded outputs, each parsed 12 ways\n", n_fixtures);
 }
 
+/* Random texts stitched from every family's markers, JSON pieces, spaces
+ * and multi-byte characters: whatever the text, in whatever pieces, each
+ * format gives the same result and its events add up to it. This is the
+ * property the server relies on; the recorded outputs check the meaning. */
+static void test_random_texts_chunk_invariant(void)
+{
+    static const char *const parts[] = {
+        "<think>", "</think>", "<tool_call>", "</tool_call>", "<tool", "_call>", "\n", " \n",
+        "  ", "{\"name\": \"f\", \"arguments\": {\"a\": 1}}",
+        "{\"name\": \"g\", \"parameters\": {}}", "{", "}", "\"", "[", "]", ";",
+        "<function=f>", "<parameter=x>", "</parameter>", "</function>", "5", "text",
+        "<|python_tag|>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]",
+        "get_weather",
+        "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>",
+        "<|channel|>", "analysis", "final", "commentary to=functions.f ", "<|message|>",
+        "<|end|>", "<|call|>", "<|return|>", "<|start|>assistant", "<|tool_calls_section_begin|>",
+        "<|tool_call_begin|>", "functions.f:0", "<|tool_call_argument_begin|>",
+        "<|tool_call_end|>", "<|tool_call>", "call:f{", "<|\"|>", "<tool_call|>",
+        "<|channel>thought", "<channel|>", "<arg_key>", "</arg_key>", "<arg_value>",
+        "</arg_value>", "\xc3\xa7", "\xe6\x9d\xb1", "\xf0\x9f\x99\x82", "<", "|", ">",
+    };
+    int np = (int)(sizeof parts / sizeof parts[0]), bad = 0;
+    uint64_t s = 12345;
+    for (int f = 0; f < TOOLPARSE_FORMAT_COUNT && bad < 5; f++) {
+        for (int iter = 0; iter < 300 && bad < 5; iter++) {
+            strbuf t;
+            sb_init(&t);
+            int k = 1 + iter % 24;
+            for (int i = 0; i < k; i++) {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                sb_puts(&t, parts[s % (uint64_t)np]);
+            }
+            int sir = iter % 5 == 4;
+            toolparse_result whole, r;
+            int before = test_failed_checks;
+            parse_in_pieces("random", (toolparse_format)f, sir, t.data, t.len, 0, 0, &whole);
+            for (int seed = 0; seed < 4; seed++) {
+                parse_in_pieces("random", (toolparse_format)f, sir, t.data, t.len,
+                                seed ? -1 : 1, (uint64_t)(iter * 4 + seed), &r);
+                CHECK_MSG(same_result(&r, &whole), "%s: [%s] gives [%s] whole, [%s] in pieces",
+                          toolparse_format_name((toolparse_format)f), t.data, whole.content,
+                          r.content);
+                toolparse_result_free(&r);
+            }
+            if (test_failed_checks != before)
+                bad++;
+            toolparse_result_free(&whole);
+            sb_free(&t);
+        }
+    }
+}
+
 /* Ids come from the caller's generator when it gives one. */
 static uint64_t counter_rand(void *ctx)
 {
@@ -388,5 +445,6 @@ static void test_content_not_held(void)
 
 TEST_MAIN(TEST_CASE(test_detect_templates), TEST_CASE(test_format_names),
           TEST_CASE(test_json_extent), TEST_CASE(test_value_rule),
-          TEST_CASE(test_recorded_outputs), TEST_CASE(test_caller_ids),
+          TEST_CASE(test_recorded_outputs), TEST_CASE(test_random_texts_chunk_invariant),
+          TEST_CASE(test_caller_ids),
           TEST_CASE(test_content_not_held))
