@@ -457,10 +457,17 @@ int tcp_parse_body(toolparse_format f, const char *body, size_t n, char **name, 
 {
     switch (f) {
     case TOOLPARSE_HERMES:
+        /* Qwen3.5-era fine-tunes sometimes answer a Hermes template in the
+         * XML form inside the same <tool_call> tags; both read unambiguously. */
+        if (find(body, n, "<function="))
+            return body_qwen3_coder(body, n, name, args);
+        return body_json_call(body, n, name, args);
     case TOOLPARSE_LLAMA3:
     case TOOLPARSE_MISTRAL:
         return body_json_call(body, n, name, args);
     case TOOLPARSE_QWEN3_CODER:
+        if (!find(body, n, "<function="))
+            return body_json_call(body, n, name, args);
         return body_qwen3_coder(body, n, name, args);
     case TOOLPARSE_GLM45:
         return body_glm(body, n, name, args);
