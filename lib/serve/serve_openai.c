@@ -16,15 +16,18 @@ static const char *const chat_fields[] = {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
     "min_p", "seed", "stop", "presence_penalty", "frequency_penalty", "repetition_penalty",
     "logit_bias", "n", "user", "chat_template_kwargs", "stream", "stream_options", "ignore_eos",
+    "logprobs", "top_logprobs", "reasoning_effort",
+    /* accepted and checked, changing nothing here (see check_accepted) */
+    "store", "metadata", "service_tier", "prompt_cache_key", "parallel_tool_calls", "modalities",
     /* accepted only with the values that ask for nothing more */
-    "logprobs", "top_logprobs", "response_format", "tools", "tool_choice", NULL,
+    "response_format", "tools", "tool_choice", NULL,
 };
 
 static const char *const completion_fields[] = {
     "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "n", "user",
-    "stream", "stream_options", "ignore_eos",
-    "logprobs", "echo", "best_of", "suffix", NULL,
+    "stream", "stream_options", "ignore_eos", "logprobs", "service_tier", "prompt_cache_key",
+    "echo", "best_of", "suffix", NULL,
 };
 
 void serve_job_clear(serve_job *job)
@@ -38,6 +41,8 @@ static const json_t *present(const json_t *body, const char *key)
     const json_t *v = json_object_get(body, key);
     return v && !json_is_null(v) ? v : NULL;
 }
+
+static int check_accepted(const json_t *body, serve_error *e);
 
 /* Fields accepted only where they ask for nothing this server lacks. */
 static int check_unsupported(serve_kind kind, const json_t *body, serve_error *e)
@@ -79,8 +84,75 @@ static int check_unsupported(serve_kind kind, const json_t *body, serve_error *e
         return -1;
     if (n != 1)
         return serve_bad(e, "n", "n: only n=1 is supported (got %lld)", (long long)n);
+    return check_accepted(body, e);
+}
+
+/* Fields clients (the openai SDK, agent frameworks) send that ask this
+ * server for nothing it would have to do differently: each is checked for
+ * its documented type, so a typo'd value is still a 400, then ignored.
+ * store: nothing is stored (true is accepted: refusing it would break
+ * clients that set it everywhere). metadata: OpenAI's 16 string pairs,
+ * kept with nothing. service_tier: one tier here. prompt_cache_key: a
+ * routing hint for a prefix cache. parallel_tool_calls: tools are off.
+ * modalities: text is the only output, so anything else is refused. */
+static int check_accepted(const json_t *body, serve_error *e)
+{
+    static const char *const tiers[] = {"auto", "default", "flex", "scale", "priority", NULL};
+    const json_t *v;
+    if ((v = present(body, "store")) && !json_is_boolean(v))
+        return serve_bad(e, "store", "store: must be true or false");
+    if ((v = present(body, "parallel_tool_calls")) && !json_is_boolean(v))
+        return serve_bad(e, "parallel_tool_calls", "parallel_tool_calls: must be true or false");
+    if ((v = present(body, "prompt_cache_key")) && !json_is_string(v))
+        return serve_bad(e, "prompt_cache_key", "prompt_cache_key: must be a string");
     if ((v = present(body, "user")) && !json_is_string(v))
         return serve_bad(e, "user", "user: must be a string");
+    if ((v = present(body, "service_tier"))) {
+        int ok = 0;
+        for (const char *const *t = tiers; json_is_string(v) && *t && !ok; t++)
+            ok = !strcmp(*t, json_string_value(v));
+        if (!ok)
+            return serve_bad(e, "service_tier", "service_tier: must be one of auto, default, "
+                                                "flex, scale, priority");
+    }
+    if ((v = present(body, "metadata"))) {
+        if (!json_is_object(v))
+            return serve_bad(e, "metadata", "metadata: must be an object of string values");
+        if (json_object_size(v) > 16)
+            return serve_bad(e, "metadata", "metadata: at most 16 keys (got %zu)",
+                             json_object_size(v));
+        const char *key;
+        json_t *val;
+        json_object_foreach((json_t *)v, key, val) {
+            if (strlen(key) > 64)
+                return serve_bad(e, "metadata", "metadata: key '%.64s...' is over 64 characters",
+                                 key);
+            if (!json_is_string(val) || json_string_length(val) > 512)
+                return serve_bad(e, "metadata", "metadata['%s']: must be a string of at most 512 "
+                                 "characters", key);
+        }
+    }
+    if ((v = present(body, "modalities"))) {
+        if (!json_is_array(v) || json_array_size(v) == 0)
+            return serve_bad(e, "modalities", "modalities: must be a non-empty array (only "
+                                              "[\"text\"])");
+        size_t i;
+        json_t *m;
+        json_array_foreach(v, i, m) {
+            if (!json_is_string(m) || strcmp(json_string_value(m), "text"))
+                return serve_bad(e, "modalities", "modalities[%zu]: only \"text\" output is "
+                                 "supported", i);
+        }
+    }
+    if ((v = present(body, "reasoning_effort"))) {
+        static const char *const efforts[] = {"none", "minimal", "low", "medium", "high", NULL};
+        int ok = 0;
+        for (const char *const *t = efforts; json_is_string(v) && *t && !ok; t++)
+            ok = !strcmp(*t, json_string_value(v));
+        if (!ok)
+            return serve_bad(e, "reasoning_effort", "reasoning_effort: must be one of none, "
+                                                    "minimal, low, medium, high");
+    }
     return 0;
 }
 
@@ -254,12 +326,31 @@ static int chat_prompt(serve_server *s, serve_model *m, const json_t *body, serv
     const json_t *messages = json_object_get(body, "messages");
     if (serve_check_messages(messages, e) != 0)
         return -1;
-    const json_t *kwargs = present(body, "chat_template_kwargs");
-    if (kwargs && !json_is_object(kwargs))
+    const json_t *given = present(body, "chat_template_kwargs");
+    if (given && !json_is_object(given))
         return serve_bad(e, "chat_template_kwargs", "chat_template_kwargs: must be an object");
+    /* reasoning_effort reaches the template as the variable of that name,
+     * as Hugging Face's gpt-oss template reads it; given both ways, the
+     * two must agree. */
+    const json_t *effort = present(body, "reasoning_effort");
+    json_t *kwargs = given ? json_deep_copy(given) : NULL;
+    if (effort) {
+        const json_t *k = kwargs ? json_object_get(kwargs, "reasoning_effort") : NULL;
+        if (k && !json_equal(k, effort)) {
+            json_decref(kwargs);
+            return serve_bad(e, "reasoning_effort", "reasoning_effort: '%s' disagrees with "
+                             "chat_template_kwargs.reasoning_effort: give one",
+                             json_string_value(effort));
+        }
+        if (!kwargs)
+            kwargs = json_object();
+        json_object_set(kwargs, "reasoning_effort", (json_t *)effort);
+    }
     size_t n;
-    if (serve_chat_tokens(m, messages, 1, kwargs, 0, s->opts.allow_special_in_content, &r->prompt,
-                          &n, e) != 0)
+    int rc = serve_chat_tokens(m, messages, 1, kwargs, 0, s->opts.allow_special_in_content,
+                               &r->prompt, &n, e);
+    json_decref(kwargs);
+    if (rc != 0)
         return -1;
     r->n_prompt = n;
     return 0;

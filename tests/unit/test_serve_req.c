@@ -398,6 +398,101 @@ static void test_chat_roles(void)
     serve_job_clear(&job);
 }
 
+/* The fields clients send that change nothing here are accepted and
+ * checked; reasoning_effort and chat_template_kwargs reach the template as
+ * variables. */
+static void test_client_fields(void)
+{
+    if (setup() != 0)
+        return;
+    serve_job job;
+    serve_error e;
+    int rc = prep(SERVE_CHAT,
+                  "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                  "\"store\":true,\"metadata\":{\"k\":\"v\"},\"user\":\"u\",\"service_tier\":\"auto\","
+                  "\"prompt_cache_key\":\"p\",\"parallel_tool_calls\":false,\"modalities\":[\"text\"],"
+                  "\"reasoning_effort\":\"low\",\"stream\":true,\"stream_options\":{\"include_usage\":false}}",
+                  &job, &e);
+    CHECK_MSG(rc == 0, "%s", e.message);
+    serve_job_clear(&job);
+    rc = prep(SERVE_COMPLETION, "{\"model\":\"tiny\",\"prompt\":\"a\",\"service_tier\":\"default\","
+              "\"prompt_cache_key\":\"p\",\"user\":\"u\"}", &job, &e);
+    CHECK_MSG(rc == 0, "%s", e.message);
+    serve_job_clear(&job);
+
+    static const struct { const char *extra, *param, *message; } bad[] = {
+        {"\"store\":1", "store", "true or false"},
+        {"\"metadata\":[]", "metadata", "must be an object"},
+        {"\"metadata\":{\"k\":1}", "metadata", "metadata['k']"},
+        {"\"service_tier\":\"gold\"", "service_tier", "one of"},
+        {"\"prompt_cache_key\":5", "prompt_cache_key", "must be a string"},
+        {"\"parallel_tool_calls\":\"yes\"", "parallel_tool_calls", "true or false"},
+        {"\"modalities\":[\"text\",\"audio\"]", "modalities", "modalities[1]"},
+        {"\"modalities\":\"text\"", "modalities", "non-empty array"},
+        {"\"reasoning_effort\":\"max\"", "reasoning_effort", "one of"},
+        {"\"reasoning_effort\":\"low\",\"chat_template_kwargs\":{\"reasoning_effort\":\"high\"}",
+         "reasoning_effort", "disagrees"},
+        {"\"audio\":{}", "audio", "unknown field 'audio'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\","
+                 "\"content\":\"hi\"}],%s}", bad[i].extra);
+        rc = prep(SERVE_CHAT, body, &job, &e);
+        CHECK_MSG(rc == -1 && e.status == 400 && !strcmp(e.param, bad[i].param) &&
+                  strstr(e.message, bad[i].message), "case %zu (%s): rc %d, %s: %s", i,
+                  bad[i].extra, rc, e.param, e.message);
+        serve_job_clear(&job);
+    }
+    /* chat-only fields on completions are unknown there */
+    rc = prep(SERVE_COMPLETION, "{\"model\":\"tiny\",\"prompt\":\"a\",\"modalities\":[\"text\"]}",
+              &job, &e);
+    CHECK(rc == -1 && !strcmp(e.param, "modalities"));
+    serve_job_clear(&job);
+
+    /* template variables: a template that prints them */
+    memra_err err;
+    serve_model_opts o = {.alias = "vars", .path = "models/memra-tiny.gguf", .max_sessions = 1,
+                          .max_queue = 1, .n_threads = 1, .backend = BK_CPU,
+                          .chat_template = "[{{ reasoning_effort }}|{{ enable_thinking }}]"
+                                           "{% for m in messages %}{{ m.content }}{% endfor %}"};
+    serve_model *vars, *three[3] = {models[0], models[1], NULL};
+    if (serve_model_load(&o, &vars, &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    three[2] = vars;
+    srv.models = three;
+    srv.n_models = 3;
+    static const struct { const char *extra, *want; } cases[] = {
+        {"\"reasoning_effort\":\"high\"", "[high|]hi"},
+        {"\"chat_template_kwargs\":{\"enable_thinking\":false}", "[|False]hi"},
+        {"\"reasoning_effort\":\"low\",\"chat_template_kwargs\":{\"enable_thinking\":true,"
+         "\"reasoning_effort\":\"low\"}", "[low|True]hi"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body, "{\"model\":\"vars\",\"messages\":[{\"role\":\"user\","
+                 "\"content\":\"hi\"}],%s}", cases[i].extra);
+        rc = prep(SERVE_CHAT, body, &job, &e);
+        CHECK_MSG(rc == 0, "case %zu: %s", i, e.message);
+        if (rc == 0) {
+            int32_t *want;
+            size_t n_want;
+            CHECK(tok_encode(serve_model_tokenizer(vars), cases[i].want, strlen(cases[i].want), 0,
+                             1, &want, &n_want, &err) == 0);
+            CHECK_MSG(n_want == job.req->n_prompt &&
+                      !memcmp(want, job.req->prompt, n_want * sizeof *want),
+                      "case %zu: the prompt is not '%s'", i, cases[i].want);
+            free(want);
+        }
+        serve_job_clear(&job);
+    }
+    srv.models = models;
+    srv.n_models = 2;
+    serve_model_free(vars);
+}
+
 static void test_teardown(void)
 {
     for (int i = 0; i < srv.n_models; i++)
@@ -407,5 +502,5 @@ static void test_teardown(void)
 
 TEST_MAIN(TEST_CASE(test_completion_fields), TEST_CASE(test_chat_fields),
           TEST_CASE(test_errors_name_the_field), TEST_CASE(test_field_helpers),
-          TEST_CASE(test_blocking_response_shape), TEST_CASE(test_chat_special_text),
+          TEST_CASE(test_blocking_response_shape), TEST_CASE(test_chat_special_text), TEST_CASE(test_client_fields),
           TEST_CASE(test_chat_roles), TEST_CLEANUP(test_teardown))
