@@ -171,7 +171,14 @@ static void test_errors_name_the_field(void)
         {CP, "{\"model\":7,\"prompt\":\"a\"}", 400, "model", NULL, "must be a string"},
         {CP, "{\"model\":\"nope\",\"prompt\":\"a\"}", 404, "model", "model_not_found", "'nope' does not exist"},
         {CP, "{\"model\":\"tiny\"}", 400, "prompt", NULL, "prompt: required"},
-        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"n\":2}", 400, "n", NULL, "only n=1"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"n\":2}", 400, "n", NULL, "need as many sessions"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"n\":17}", 400, "n", NULL, "out of range [1, 16]"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"n\":0}", 400, "n", NULL, "out of range"},
+        {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"top_logprobs\":2}", 400, "top_logprobs", NULL, "needs \"logprobs\": true"},
+        {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"logprobs\":true,\"top_logprobs\":21}", 400, "top_logprobs", NULL, "out of range"},
+        {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"logprobs\":1}", 400, "logprobs", NULL, "true or false"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logprobs\":6}", 400, "logprobs", NULL, "out of range [0, 5]"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logprobs\":true}", 400, "logprobs", NULL, "must be an integer"},
         {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"temperature\":3}", 400, "temperature", NULL, "out of range"},
         {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"top_p\":\"x\"}", 400, "top_p", NULL, "must be a number"},
         {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"max_tokens\":0}", 400, "max_tokens", NULL, "out of range"},
@@ -196,7 +203,6 @@ static void test_errors_name_the_field(void)
         {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"stop\":5}", 400, "stop", NULL, "string or an array"},
         {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"echo\":true}", 400, "echo", NULL, "not supported"},
         {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"suffix\":\"z\"}", 400, "suffix", NULL, "not supported"},
-        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logprobs\":2}", 400, "logprobs", NULL, "not supported"},
         {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"max_completion_tokens\":3}", 400, "max_completion_tokens", NULL, "unknown field"},
         {CH, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 400, "messages", NULL, "cannot render chat messages"},
         {CH, "{\"model\":\"chat\",\"messages\":[]}", 400, "messages", NULL, "must not be empty"},
@@ -274,8 +280,10 @@ static void test_blocking_response_shape(void)
         CHECK(!"prepare");
         return;
     }
-    serve_req_view v = {.finish = SERVE_FINISH_STOP, .n_generated = 3};
-    json_t *j = serve_openai_response(&job, "Hello", 5, &v);
+    serve_req_view v = {.finish = SERVE_FINISH_STOP, .n_generated = 3,
+                        .choice_finish = {SERVE_FINISH_STOP}};
+    sb_puts(&job.got[0].text, "Hello");
+    json_t *j = serve_openai_response(&job, &v);
     CHECK(!strcmp(json_string_value(json_object_get(j, "object")), "chat.completion"));
     json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
     json_t *msg = json_object_get(c0, "message");

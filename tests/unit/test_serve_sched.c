@@ -87,7 +87,7 @@ static int wait_counts(int running, int waiting, int timeout_ms)
 static size_t generated(serve_req *r)
 {
     pthread_mutex_lock(&r->mu);
-    size_t n = r->n_generated;
+    size_t n = r->choice[0].n_generated;
     pthread_mutex_unlock(&r->mu);
     return n;
 }
