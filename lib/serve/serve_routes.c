@@ -17,7 +17,8 @@ static json_t *model_json(serve_model *m)
     static const char *const params[] = {
         "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
         "stop", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
-        "stream", "stream_options", "chat_template_kwargs", "ignore_eos", NULL,
+        "stream", "stream_options", "chat_template_kwargs", "ignore_eos", "n", "logprobs",
+        "top_logprobs", "reasoning_effort", NULL,
     };
     json_t *sp = json_array();
     for (const char *const *p = params; *p; p++)
