@@ -229,6 +229,12 @@ check "chat n=2 streamed: chunks carry each choice's index, text and finish as t
   sed -n 's/^data: //p' '$T/cn2.sse' | grep -v '^\[DONE\]' | jq -s -c '[range(2) as \$i | {text: ([.[].choices[] | select(.index == \$i) | .delta.content // \"\"] | join(\"\")), finish: ([.[].choices[] | select(.index == \$i) | .finish_reason // empty] | first)}]' >'$T/cn2.stream.json' &&
   jq -e --slurpfile s '$T/cn2.stream.json' '[.choices[] | {text: .message.content, finish: .finish_reason}] == \$s[0]' '$T/cn2.json' >/dev/null &&
   sed -n 's/^data: //p' '$T/cn2.sse' | grep -v '^\[DONE\]' | tail -1 | jq -e --slurpfile b '$T/cn2.json' '.usage == \$b[0].usage' >/dev/null"
+ban=$(jq -nc '[range(512) | {key: tostring, value: -100}] | from_entries')
+err "n=3 whose sampling fails: one 500 naming why" 500 '.error.type == "server_error" and (.error.message | test("banned"))' $CP "{\"model\":\"tiny\",\"prompt\":\"Once\",\"max_tokens\":4,\"n\":3,\"logit_bias\":$ban}"
+C_MAX=2 post $CP '{"model":"tiny","prompt":"Once","max_tokens":2000,"n":3,"stream":true,"ignore_eos":true}' "${A[@]}" -N >/dev/null 2>&1
+sleep 0.3
+check "n=3: a failed and a disconnected request give back every choice's session" bash -c "
+  curl -sS -m 5 ${A[*]@Q} $URL/metrics | grep -q '^memra_requests_running{model=\"tiny\"} 0'"
 err "n=17: 400" 400 '.error.param == "n"' $CH "{\"model\":\"chat\",$MSG,\"n\":17}"
 err "n=0: 400" 400 '.error.param == "n"' $CH "{\"model\":\"chat\",$MSG,\"n\":0}"
 
