@@ -192,8 +192,8 @@ void serve_route_metrics(serve_server *s, strbuf *out)
     for (int i = 0; i < n; i++)
         serve_model_get_stats(s->models[i], &st[i]);
     static const family gauges[] = {
-        {"memra_requests_running", "gauge", "Requests holding a sequence (prefill or decode)."},
-        {"memra_requests_waiting", "gauge", "Requests queued for a sequence."},
+        {"memra_requests_running", "gauge", "Sequences in use, prefill or decode (a request of n choices holds n)."},
+        {"memra_requests_waiting", "gauge", "Sequences queued (a request of n choices waits for n)."},
         {"memra_kv_blocks_used", "gauge", "KV cache blocks held by running sequences."},
         {"memra_kv_blocks_total", "gauge", "KV cache blocks in the pool."},
         {"memra_prompt_tokens_total", "counter", "Prompt tokens prefilled."},
