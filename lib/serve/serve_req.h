@@ -143,7 +143,7 @@ void serve_req_emit(serve_req *r, int choice, const char *text, size_t len, size
 void serve_req_end_choice(serve_req *r, int choice, serve_finish f, size_t n_generated,
                           const char *error);
 /* Every choice still running ends with f (the shutdown of a queued
- * request). */
+ * request); n_generated is choice 0's, the others keep their count. */
 void serve_req_end(serve_req *r, serve_finish f, size_t n_generated, const char *error);
 void serve_req_ping(serve_req *r);
 int serve_req_cancelled(serve_req *r);
