@@ -58,7 +58,6 @@ typedef struct {
     int answered;         /* a response is queued */
     int has_job;          /* a blocking generation waits */
     serve_job job;
-    strbuf text;
 } conn_ctx;
 
 /* One SSE stream: owned by its MHD response. */
@@ -68,7 +67,6 @@ typedef struct {
     serve_job job;
     strbuf out;
     size_t off;
-    strbuf text;
     int done;
 } stream_ctx;
 
@@ -159,7 +157,7 @@ static void wake_conn(void *conn) { MHD_resume_connection(conn); }
 static enum MHD_Result poll_blocking(conn_ctx *c)
 {
     serve_req_view v;
-    if (serve_req_poll(c->job.req, &c->text, &v, park_conn, c->conn))
+    if (serve_req_poll_choices(c->job.req, c->job.got, &v, park_conn, c->conn))
         return MHD_YES; /* suspended until the engine ends it */
     if (v.cancelled && v.finish == SERVE_FINISH_NONE) {
         /* the engine saw the client hang up: nobody is left to answer */
@@ -182,7 +180,7 @@ static enum MHD_Result poll_blocking(conn_ctx *c)
         }
         return send_error(c, &e);
     }
-    return send_json(c, 200, serve_openai_response(&c->job, sb_str(&c->text), c->text.len, &v), 0);
+    return send_json(c, 200, serve_openai_response(&c->job, &v), 0);
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -198,19 +196,14 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             serve_openai_sse_start(&st->job, &st->out);
         } else {
             serve_req_view v;
-            sb_clear(&st->text);
-            if (serve_req_poll(st->job.req, &st->text, &v, park_conn, st->conn))
+            if (serve_req_poll_choices(st->job.req, st->job.got, &v, park_conn, st->conn))
                 return 0; /* suspended: the engine resumes us */
             if (v.cancelled && v.finish == SERVE_FINISH_NONE)
                 return MHD_CONTENT_READER_END_WITH_ERROR; /* the client hung up */
-            if (st->text.len)
-                serve_openai_sse_text(&st->job, &st->out, st->text.data, st->text.len);
-            else if (v.keepalive)
+            if (!serve_openai_sse_update(&st->job, &st->out, &v) && v.keepalive)
                 sb_puts(&st->out, ": keep-alive\n\n");
-            if (v.finish != SERVE_FINISH_NONE) {
-                serve_openai_sse_end(&st->job, &st->out, &v);
+            if (v.finish != SERVE_FINISH_NONE)
                 st->done = 1;
-            }
         }
         if (st->out.len == 0)
             return st->done ? MHD_CONTENT_READER_END_OF_STREAM : 0;
@@ -230,7 +223,6 @@ static void stream_free(void *cls)
         serve_req_cancel(st->job.req); /* the client went away */
     serve_job_clear(&st->job);
     sb_free(&st->out);
-    sb_free(&st->text);
     free(st);
 }
 
@@ -277,7 +269,6 @@ static enum MHD_Result generate(conn_ctx *c, serve_kind kind, const json_t *body
     st->conn = c->conn;
     st->job = job;
     sb_init(&st->out);
-    sb_init(&st->text);
     struct MHD_Response *r =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
     if (!r) {
@@ -559,7 +550,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (c->rt && c->rt->id == R_MODEL_ONE)
             c->endpoint = "/v1/models/{id}";
         sb_init(&c->body);
-        sb_init(&c->text);
         c->t0 = serve_now();
         snprintf(c->line, sizeof c->line, "%s %s", method, url);
         for (char *p = c->line; *p; p++) /* the log stays one line of printable text */
@@ -635,7 +625,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         serve_job_clear(&c->job);
     }
     sb_free(&c->body);
-    sb_free(&c->text);
     free(c);
     *con_cls = NULL;
     atomic_fetch_sub(&s->inflight, 1);

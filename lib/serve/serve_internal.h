@@ -46,6 +46,12 @@ typedef struct {
     char id[64];
     long long created;
     int sent_role;
+    int n_choices;
+    /* What the engine has produced and the response has not used yet
+     * (serve_req_poll_choices fills it). */
+    serve_choice got[SERVE_MAX_CHOICES];
+    int sent_finish[SERVE_MAX_CHOICES];   /* a stream sent this choice's finish */
+    size_t text_offset[SERVE_MAX_CHOICES]; /* completions' logprobs: bytes so far */
 } serve_job;
 
 /* Validate a chat or completion request body, render and tokenize: on
@@ -53,14 +59,14 @@ typedef struct {
 int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body, serve_job *job,
                          serve_error *e);
 void serve_job_clear(serve_job *job);
-/* The blocking response body. */
-json_t *serve_openai_response(const serve_job *job, const char *text, size_t len,
-                              const serve_req_view *v);
-/* SSE events: the first one (chat: the role), new text, the end
- * (finish_reason, usage when asked, [DONE]). */
+/* The blocking response body, from job->got. */
+json_t *serve_openai_response(serve_job *job, const serve_req_view *v);
+/* SSE events: the first ones (chat: the role, one per choice); then what
+ * job->got holds (text and log-probabilities, each choice's finish as it
+ * comes), which it takes; when v says the request is over, the end
+ * (usage when asked, [DONE]). Returns whether anything was written. */
 void serve_openai_sse_start(serve_job *job, strbuf *out);
-void serve_openai_sse_text(const serve_job *job, strbuf *out, const char *text, size_t len);
-void serve_openai_sse_end(const serve_job *job, strbuf *out, const serve_req_view *v);
+int serve_openai_sse_update(serve_job *job, strbuf *out, const serve_req_view *v);
 
 /* The other endpoints: fill *status and return the body (JSON). */
 json_t *serve_route_models(serve_server *s, const char *one, int *status);

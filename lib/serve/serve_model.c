@@ -19,6 +19,11 @@
 
 typedef struct {
     serve_req *req; /* NULL: the slot is free */
+    int choice;     /* which of the request's choices this slot generates */
+    serve_logprob lp; /* the sampled token's log-probabilities (req->logprobs) */
+    strbuf lp_bytes;  /* the bytes lp's offsets point into */
+    int32_t host_in;  /* the token a host-path slot runs next (host_pending) */
+    int host_pending;
     engine_seq *seq;
     sampler *smp;
     detok *dt;
@@ -65,6 +70,7 @@ struct serve_model {
     int32_t *next_ids;    /* [max_sessions] */
     int *rc;
     memra_err *errs;
+    float *logits, *raw;  /* [n_vocab] each: the host path (logprobs) */
 };
 
 /* ---- scheduling ------------------------------------------------------- */
@@ -79,6 +85,7 @@ static void slot_release(serve_model *m, serve_slot *s)
     serve_req_unref(s->req);
     s->req = NULL;
     s->has_logits = 0;
+    s->host_pending = 0;
     pthread_mutex_lock(&m->mu);
     m->n_running--;
     pthread_mutex_unlock(&m->mu);
@@ -102,8 +109,13 @@ static void slot_end(serve_model *m, serve_slot *s, serve_finish f, const char *
     pthread_mutex_unlock(&m->mu);
     if (error)
         log_warn("%s: request failed: %s", m->alias, error);
+    int choice = s->choice;
     slot_release(m, s);
-    serve_req_end(r, f, n_generated, error);
+    serve_req_end_choice(r, choice, f, n_generated, error);
+    /* One choice's error ends the request: its other choices stop too. */
+    for (int i = 0; f == SERVE_FINISH_ERROR && i < m->max_sessions; i++)
+        if (m->slots[i].req == r)
+            slot_release(m, &m->slots[i]);
     serve_req_unref(r);
 }
 
@@ -111,14 +123,16 @@ static void slot_end(serve_model *m, serve_slot *s, serve_finish f, const char *
  * the tokenizer's (the padding rows of a model whose embedding is rounded
  * up, as Qwen's 151936 rows for 151669 tokens) have no text: they are
  * banned, whatever the request's own logit_bias says about them. */
-static void slot_start(serve_model *m, serve_slot *s, serve_req *r)
+static void slot_start(serve_model *m, serve_slot *s, serve_req *r, int choice)
 {
     memra_err err;
     s->req = r;
+    s->choice = choice;
     s->n_prefilled = s->n_generated = 0;
     s->has_logits = 0;
     s->t_last = serve_now();
     sampler_params p = r->sampling;
+    p.seed += (uint64_t)choice; /* choice i is the single request of seed + i */
     sampler_logit_bias *merged = NULL;
     if (m->n_tok < m->n_vocab) {
         size_t n = 0, cap = (size_t)p.n_logit_bias + (size_t)(m->n_vocab - m->n_tok);
@@ -138,6 +152,75 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r)
     s->dt = detok_new(m->tok, &dopts);
     if (!s->smp)
         slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
+}
+
+/* The log-probabilities OpenAI reports: the model's own distribution,
+ * log-softmax of the raw logits over the tokenizer's ids (the padding
+ * rows, never sampled, left out), before logit bias, penalties,
+ * truncation and temperature, so they describe the model, not this
+ * request's sampling. The top list is the k most likely ids, ties to the
+ * lower id. A -inf (or NaN) logit is reported as -9999, as OpenAI does. */
+static void slot_logprobs(serve_model *m, serve_slot *s, const float *logits, int32_t id)
+{
+    int32_t n = m->n_tok, k = s->req->top_logprobs;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        if (logits[i] > mx)
+            mx = logits[i];
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++)
+        sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    int32_t top[SERVE_MAX_TOP_LOGPROBS];
+    int32_t n_top = 0;
+    for (int32_t i = 0; i < n && k > 0; i++) {
+        if (n_top == k && !(logits[i] > logits[top[n_top - 1]]))
+            continue;
+        int32_t j = n_top < k ? n_top++ : k - 1;
+        while (j > 0 && logits[i] > logits[top[j - 1]]) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j] = i;
+    }
+    sb_clear(&s->lp_bytes);
+    serve_tok_lp *all[1 + SERVE_MAX_TOP_LOGPROBS];
+    int32_t ids[1 + SERVE_MAX_TOP_LOGPROBS];
+    all[0] = &s->lp.tok;
+    ids[0] = id;
+    for (int32_t j = 0; j < n_top; j++) {
+        all[1 + j] = &s->lp.top[j];
+        ids[1 + j] = top[j];
+    }
+    s->lp.n_top = n_top;
+    for (int32_t j = 0; j <= n_top; j++) {
+        size_t len = 0;
+        const char *piece = tok_piece(m->tok, ids[j], &len);
+        double lp = ids[j] < n ? (double)logits[ids[j]] - lse : -INFINITY;
+        all[j]->id = ids[j];
+        all[j]->logprob = isfinite(lp) ? (float)lp : -9999.0f;
+        all[j]->off = (uint32_t)s->lp_bytes.len;
+        all[j]->len = (uint32_t)len;
+        if (len)
+            sb_append(&s->lp_bytes, piece, len);
+    }
+}
+
+/* The host path of a slot whose request wants log-probabilities: run the
+ * tokens with the logits read back, then the host's sampler picks the
+ * token (the same one the device would from these logits). Sampling
+ * applies bias and penalties to the logits in place, so the
+ * log-probabilities are taken from a copy of the raw ones. */
+static int host_forward_sample(serve_model *m, serve_slot *s, const int32_t *tokens, int n,
+                               memra_err *err)
+{
+    if (engine_forward(m->eng, s->seq, tokens, n, m->logits, 0, err) != 0)
+        return -1;
+    memcpy(m->raw, m->logits, (size_t)m->n_vocab * sizeof *m->raw);
+    s->next = sampler_sample(s->smp, m->logits, &s->next_err);
+    if (s->next >= 0)
+        slot_logprobs(m, s, m->raw, s->next);
+    return 0;
 }
 
 /* One decode step for every running slot, as one batch of rows, each
@@ -197,19 +280,26 @@ static int slot_sample(serve_model *m, serve_slot *s, double now, int32_t *next)
     serve_finish fin = SERVE_FINISH_NONE;
     int stop_index = -1, st = 0;
     sb_clear(&s->piece);
+    /* Every token but the end-of-generation one that ends the request has
+     * its log-probabilities reported (those of a stop string included,
+     * though its text is not). */
+    const serve_logprob *lp = r->logprobs ? &s->lp : NULL;
     if (tok_is_stop(m->tok, id) && !r->ignore_eos) {
         fin = SERVE_FINISH_STOP;
+        lp = NULL;
     } else {
         st = detok_feed(s->dt, id, &s->piece, &stop_index, &err);
         if (st < 0) {
-            serve_req_emit(r, s->piece.data, s->piece.len, s->n_generated);
+            serve_req_emit(r, s->choice, s->piece.data, s->piece.len, s->n_generated, lp,
+                           s->lp_bytes.data);
             slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
             return 0;
         }
         if (st == 1)
             fin = SERVE_FINISH_STOP;
         else if (sampler_accept(s->smp, id, &err) != 0) {
-            serve_req_emit(r, s->piece.data, s->piece.len, s->n_generated);
+            serve_req_emit(r, s->choice, s->piece.data, s->piece.len, s->n_generated, lp,
+                           s->lp_bytes.data);
             slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
             return 0;
         } else if (engine_seq_pos(s->seq) >= m->n_ctx ||
@@ -218,7 +308,8 @@ static int slot_sample(serve_model *m, serve_slot *s, double now, int32_t *next)
     }
     if (fin != SERVE_FINISH_NONE && st != 1)
         detok_flush(s->dt, &s->piece); /* a held partial stop string or UTF-8 tail */
-    serve_req_emit(r, s->piece.data, s->piece.len, s->n_generated);
+    serve_req_emit(r, s->choice, s->piece.data, s->piece.len, s->n_generated, lp,
+                           s->lp_bytes.data);
     if (fin != SERVE_FINISH_NONE) {
         slot_end(m, s, fin, NULL);
         return 0;
@@ -253,10 +344,11 @@ static void tick(serve_model *m)
         if (n > (size_t)m->prefill_chunk)
             n = (size_t)m->prefill_chunk;
         int last = s->n_prefilled + n == r->n_prompt;
-        if ((last ? engine_forward_sample(m->eng, s->seq, r->prompt + s->n_prefilled, (int)n,
-                                          s->smp, &s->next, &err)
-                  : engine_forward(m->eng, s->seq, r->prompt + s->n_prefilled, (int)n, NULL, 0,
-                                   &err)) != 0) {
+        const int32_t *chunk = r->prompt + s->n_prefilled;
+        if ((!last ? engine_forward(m->eng, s->seq, chunk, (int)n, NULL, 0, &err)
+             : r->logprobs ? host_forward_sample(m, s, chunk, (int)n, &err)
+                           : engine_forward_sample(m->eng, s->seq, chunk, (int)n, s->smp,
+                                                   &s->next, &err)) != 0) {
             slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
             continue;
         }
@@ -271,22 +363,48 @@ static void tick(serve_model *m)
             serve_req_ping(r);
         }
     }
-    /* 3. sample, 4. one decode step for those that go on */
-    int n = 0;
+    /* 3. sample, 4. one decode step for those that go on: the batch, and
+     * beside it the slots on the host path (logprobs), one by one */
+    int n = 0, n_host = 0;
     now = serve_now();
     for (int i = 0; i < m->max_sessions; i++) {
         serve_slot *s = &m->slots[i];
-        if (s->req && s->has_logits && slot_sample(m, s, now, &m->ids[n]))
+        if (!s->req || !s->has_logits)
+            continue;
+        int32_t id;
+        if (!slot_sample(m, s, now, &id))
+            continue;
+        if (s->req->logprobs) {
+            s->host_in = id;
+            s->host_pending = 1;
+            n_host++;
+        } else {
+            m->ids[n] = id;
             m->batch[n++] = s;
+        }
     }
     if (n > 0) {
         decode_step(m, m->batch, m->ids, n, m->rc, m->errs);
         for (int i = 0; i < n; i++) {
+            if (!m->batch[i]->req)
+                continue; /* a sibling choice's error released it */
             if (m->rc[i] != 0)
                 slot_end(m, m->batch[i], SERVE_FINISH_ERROR, m->errs[i].msg);
             else
                 m->batch[i]->has_logits = 1;
         }
+    }
+    for (int i = 0; n_host > 0 && i < m->max_sessions; i++) {
+        serve_slot *s = &m->slots[i];
+        if (!s->host_pending)
+            continue;
+        s->host_pending = 0;
+        if (!s->req)
+            continue;
+        if (host_forward_sample(m, s, &s->host_in, 1, &err) != 0)
+            slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
+        else
+            s->has_logits = 1;
     }
     /* bookkeeping: KV blocks in use, keep-alives for streams still queued */
     int64_t used = 0;
@@ -303,7 +421,7 @@ static void tick(serve_model *m)
             *pp = r->next;
             if (m->q_tail == r)
                 m->q_tail = prev;
-            m->n_waiting--;
+            m->n_waiting -= r->n_choices;
             m->n_cancelled++;
             r->next = NULL;
             serve_req_unref(r);
@@ -331,33 +449,52 @@ static void *engine_main(void *arg)
             pthread_mutex_unlock(&m->mu);
             break;
         }
-        /* Admission: free slots take waiting requests, oldest first;
-         * cancelled ones are dropped here. */
+        /* Admission: free slots take waiting requests, oldest first, one
+         * slot per choice (a request of n choices waits at the head until
+         * n are free); cancelled ones are dropped here. Counts are in
+         * slots. */
         int n_admit = 0;
         int free_slots = m->max_sessions - m->n_running;
-        while (m->q_head && n_admit < free_slots) {
+        while (m->q_head && n_admit + m->q_head->n_choices <= free_slots) {
             serve_req *r = m->q_head;
             m->q_head = r->next;
             if (!m->q_head)
                 m->q_tail = NULL;
-            m->n_waiting--;
+            m->n_waiting -= r->n_choices;
             r->next = NULL;
-            admit[n_admit++] = r;
-            m->n_running++;
+            for (int c = 0; c < r->n_choices; c++)
+                admit[n_admit++] = r;
+            m->n_running += r->n_choices;
         }
         pthread_mutex_unlock(&m->mu);
-        for (int k = 0, i = 0; k < n_admit; k++) {
-            while (m->slots[i].req)
-                i++;
-            if (serve_req_check_client(admit[k])) {
+        for (int k = 0, i = 0; k < n_admit;) {
+            serve_req *r = admit[k];
+            int nc = r->n_choices;
+            if (serve_req_check_client(r)) {
                 pthread_mutex_lock(&m->mu);
-                m->n_running--;
+                m->n_running -= nc;
                 m->n_cancelled++;
                 pthread_mutex_unlock(&m->mu);
-                serve_req_unref(admit[k]);
+                serve_req_unref(r);
+                k += nc;
                 continue;
             }
-            slot_start(m, &m->slots[i], admit[k]);
+            /* The queue's reference goes to the first choice's slot; each
+             * other slot takes its own. */
+            for (int c = 0; c < nc; c++, k++) {
+                while (m->slots[i].req)
+                    i++;
+                if (c > 0)
+                    serve_req_ref(r);
+                if (r->finish != SERVE_FINISH_NONE) { /* an earlier choice failed to start */
+                    pthread_mutex_lock(&m->mu);
+                    m->n_running--;
+                    pthread_mutex_unlock(&m->mu);
+                    serve_req_unref(r);
+                    continue;
+                }
+                slot_start(m, &m->slots[i], r, c);
+            }
         }
         tick(m);
     }
@@ -458,11 +595,14 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
     m->next_ids = xmalloc((size_t)m->max_sessions * sizeof *m->next_ids);
     m->rc = xmalloc((size_t)m->max_sessions * sizeof *m->rc);
     m->errs = xmalloc((size_t)m->max_sessions * sizeof *m->errs);
+    m->logits = xmalloc((size_t)m->n_vocab * sizeof *m->logits);
+    m->raw = xmalloc((size_t)m->n_vocab * sizeof *m->raw);
     for (int i = 0; i < m->max_sessions; i++) {
         serve_slot *s = &m->slots[i];
         if (engine_seq_new(m->eng, &s->seq, err) != 0)
             goto fail;
         sb_init(&s->piece);
+        sb_init(&s->lp_bytes);
     }
     if (pthread_create(&m->thread, NULL, engine_main, m) != 0) {
         memra_fail(err, "%s: cannot start the engine thread", o->alias);
@@ -491,6 +631,7 @@ void serve_model_free(serve_model *m)
         if (m->slots[i].seq)
             engine_seq_free(m->slots[i].seq);
         sb_free(&m->slots[i].piece);
+        sb_free(&m->slots[i].lp_bytes);
     }
     free(m->slots);
     free(m->ids);
@@ -500,6 +641,8 @@ void serve_model_free(serve_model *m)
     free(m->next_ids);
     free(m->rc);
     free(m->errs);
+    free(m->logits);
+    free(m->raw);
     if (m->eng)
         engine_free(m->eng);
     if (m->tmpl)
@@ -523,6 +666,7 @@ const char *serve_model_alias(const serve_model *m) { return m->alias; }
 const tokenizer *serve_model_tokenizer(const serve_model *m) { return m->tok; }
 int64_t serve_model_n_ctx(const serve_model *m) { return m->n_ctx; }
 int32_t serve_model_n_vocab(const serve_model *m) { return m->n_vocab; }
+int serve_model_max_sessions(const serve_model *m) { return m->max_sessions; }
 const char *serve_model_bos_text(const serve_model *m) { return m->bos; }
 const char *serve_model_eos_text(const serve_model *m) { return m->eos; }
 
@@ -540,7 +684,8 @@ int serve_model_submit(serve_model *m, serve_req *r)
         pthread_mutex_unlock(&m->mu);
         return -2;
     }
-    if (m->n_waiting + m->n_running >= m->max_sessions + m->max_queue) {
+    if (r->n_choices > m->max_sessions ||
+        m->n_waiting + m->n_running + r->n_choices > m->max_sessions + m->max_queue) {
         pthread_mutex_unlock(&m->mu);
         return -1;
     }
@@ -552,7 +697,7 @@ int serve_model_submit(serve_model *m, serve_req *r)
     else
         m->q_head = r;
     m->q_tail = r;
-    m->n_waiting++;
+    m->n_waiting += r->n_choices;
     pthread_cond_signal(&m->cv);
     pthread_mutex_unlock(&m->mu);
     return 0;

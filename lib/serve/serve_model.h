@@ -20,7 +20,15 @@
  *
  * Sampling follows lib/engine/generate.c: stop ids (tok_is_stop), stop
  * strings and UTF-8 holdback through the streaming detokenizer, the end of
- * the context and max_tokens finish "length". */
+ * the context and max_tokens finish "length".
+ *
+ * A request of n choices takes n slots at once (it waits at the head of
+ * the queue until n are free), each prefilling the prompt itself: the
+ * engine has no KV fork yet, so the prompt is read n times. A request
+ * asking for log-probabilities takes the host path: its row's logits come
+ * back (n_vocab floats a step) and the host samples them, which picks the
+ * same token the device would (the sampler's contract); it decodes alone,
+ * beside the batch, so requests without logprobs keep theirs. */
 #ifndef MEMRA_SERVE_SERVE_MODEL_H
 #define MEMRA_SERVE_SERVE_MODEL_H
 
@@ -67,6 +75,7 @@ const char *serve_model_alias(const serve_model *m);
 const tokenizer *serve_model_tokenizer(const serve_model *m);
 int64_t serve_model_n_ctx(const serve_model *m);
 int32_t serve_model_n_vocab(const serve_model *m);
+int serve_model_max_sessions(const serve_model *m);
 /* The parsed chat template, or NULL with the reason in *why. */
 const jinja_template *serve_model_template(const serve_model *m, const char **why);
 /* BOS / EOS token text for the template (NULL when the tokenizer has none). */

@@ -16,20 +16,25 @@ static const char *const chat_fields[] = {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
     "min_p", "seed", "stop", "presence_penalty", "frequency_penalty", "repetition_penalty",
     "logit_bias", "n", "user", "chat_template_kwargs", "stream", "stream_options", "ignore_eos",
+    "logprobs", "top_logprobs", "reasoning_effort",
+    /* accepted and checked, changing nothing here (see check_accepted) */
+    "store", "metadata", "service_tier", "prompt_cache_key", "parallel_tool_calls", "modalities",
     /* accepted only with the values that ask for nothing more */
-    "logprobs", "top_logprobs", "response_format", "tools", "tool_choice", NULL,
+    "response_format", "tools", "tool_choice", NULL,
 };
 
 static const char *const completion_fields[] = {
     "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "n", "user",
-    "stream", "stream_options", "ignore_eos",
-    "logprobs", "echo", "best_of", "suffix", NULL,
+    "stream", "stream_options", "ignore_eos", "logprobs", "service_tier", "prompt_cache_key",
+    "echo", "best_of", "suffix", NULL,
 };
 
 void serve_job_clear(serve_job *job)
 {
     serve_req_unref(job->req);
+    for (int i = 0; i < SERVE_MAX_CHOICES; i++)
+        serve_choice_free(&job->got[i]);
     memset(job, 0, sizeof *job);
 }
 
@@ -39,17 +44,13 @@ static const json_t *present(const json_t *body, const char *key)
     return v && !json_is_null(v) ? v : NULL;
 }
 
+static int check_accepted(const json_t *body, serve_error *e);
+
 /* Fields accepted only where they ask for nothing this server lacks. */
 static int check_unsupported(serve_kind kind, const json_t *body, serve_error *e)
 {
     const json_t *v;
-    if ((v = present(body, "logprobs"))) {
-        if (kind == SERVE_CHAT ? !json_is_false(v) : !(json_is_integer(v) && json_integer_value(v) == 0))
-            return serve_bad(e, "logprobs", "logprobs: not supported by this server");
-    }
-    if ((v = present(body, "top_logprobs")))
-        if (!(json_is_integer(v) && json_integer_value(v) == 0))
-            return serve_bad(e, "top_logprobs", "top_logprobs: not supported by this server");
+    (void)kind;
     if ((v = present(body, "response_format"))) {
         const json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
         if (!json_is_string(t))
@@ -74,13 +75,75 @@ static int check_unsupported(serve_kind kind, const json_t *body, serve_error *e
             return serve_bad(e, "best_of", "best_of: only 1 is supported");
     if ((v = present(body, "suffix")))
         return serve_bad(e, "suffix", "suffix: insertion is not supported");
-    int64_t n = 1;
-    if (serve_field_int(body, "n", INT32_MIN, INT32_MAX, &n, e) != 0)
-        return -1;
-    if (n != 1)
-        return serve_bad(e, "n", "n: only n=1 is supported (got %lld)", (long long)n);
+    return check_accepted(body, e);
+}
+
+/* Fields clients (the openai SDK, agent frameworks) send that ask this
+ * server for nothing it would have to do differently: each is checked for
+ * its documented type, so a typo'd value is still a 400, then ignored.
+ * store: nothing is stored (true is accepted: refusing it would break
+ * clients that set it everywhere). metadata: OpenAI's 16 string pairs,
+ * kept with nothing. service_tier: one tier here. prompt_cache_key: a
+ * routing hint for a prefix cache. parallel_tool_calls: tools are off.
+ * modalities: text is the only output, so anything else is refused. */
+static int check_accepted(const json_t *body, serve_error *e)
+{
+    static const char *const tiers[] = {"auto", "default", "flex", "scale", "priority", NULL};
+    const json_t *v;
+    if ((v = present(body, "store")) && !json_is_boolean(v))
+        return serve_bad(e, "store", "store: must be true or false");
+    if ((v = present(body, "parallel_tool_calls")) && !json_is_boolean(v))
+        return serve_bad(e, "parallel_tool_calls", "parallel_tool_calls: must be true or false");
+    if ((v = present(body, "prompt_cache_key")) && !json_is_string(v))
+        return serve_bad(e, "prompt_cache_key", "prompt_cache_key: must be a string");
     if ((v = present(body, "user")) && !json_is_string(v))
         return serve_bad(e, "user", "user: must be a string");
+    if ((v = present(body, "service_tier"))) {
+        int ok = 0;
+        for (const char *const *t = tiers; json_is_string(v) && *t && !ok; t++)
+            ok = !strcmp(*t, json_string_value(v));
+        if (!ok)
+            return serve_bad(e, "service_tier", "service_tier: must be one of auto, default, "
+                                                "flex, scale, priority");
+    }
+    if ((v = present(body, "metadata"))) {
+        if (!json_is_object(v))
+            return serve_bad(e, "metadata", "metadata: must be an object of string values");
+        if (json_object_size(v) > 16)
+            return serve_bad(e, "metadata", "metadata: at most 16 keys (got %zu)",
+                             json_object_size(v));
+        const char *key;
+        json_t *val;
+        json_object_foreach((json_t *)v, key, val) {
+            if (strlen(key) > 64)
+                return serve_bad(e, "metadata", "metadata: key '%.64s...' is over 64 characters",
+                                 key);
+            if (!json_is_string(val) || json_string_length(val) > 512)
+                return serve_bad(e, "metadata", "metadata['%s']: must be a string of at most 512 "
+                                 "characters", key);
+        }
+    }
+    if ((v = present(body, "modalities"))) {
+        if (!json_is_array(v) || json_array_size(v) == 0)
+            return serve_bad(e, "modalities", "modalities: must be a non-empty array (only "
+                                              "[\"text\"])");
+        size_t i;
+        json_t *m;
+        json_array_foreach(v, i, m) {
+            if (!json_is_string(m) || strcmp(json_string_value(m), "text"))
+                return serve_bad(e, "modalities", "modalities[%zu]: only \"text\" output is "
+                                 "supported", i);
+        }
+    }
+    if ((v = present(body, "reasoning_effort"))) {
+        static const char *const efforts[] = {"none", "minimal", "low", "medium", "high", NULL};
+        int ok = 0;
+        for (const char *const *t = efforts; json_is_string(v) && *t && !ok; t++)
+            ok = !strcmp(*t, json_string_value(v));
+        if (!ok)
+            return serve_bad(e, "reasoning_effort", "reasoning_effort: must be one of none, "
+                                                    "minimal, low, medium, high");
+    }
     return 0;
 }
 
@@ -208,6 +271,37 @@ static int parse_stream(const json_t *body, serve_job *job, serve_error *e)
     return serve_field_bool(so, "include_usage", &job->include_usage, e);
 }
 
+/* n, logprobs and top_logprobs. Chat: logprobs a boolean, top_logprobs
+ * 0-20 and only with logprobs (as OpenAI). Completions: logprobs an
+ * integer 0-5, the number of top entries (0: the sampled tokens only).
+ * n: 1-16, and no more than the model's sessions, since every choice holds
+ * a sequence of its own. */
+static int parse_choices(serve_kind kind, const json_t *body, serve_job *job, serve_error *e)
+{
+    serve_req *r = job->req;
+    int64_t n = 1, top = 0;
+    if (serve_field_int(body, "n", 1, SERVE_MAX_CHOICES, &n, e) != 0)
+        return -1;
+    if (n > serve_model_max_sessions(job->model))
+        return serve_bad(e, "n", "n: %lld choices need as many sessions, and model '%s' has "
+                         "%d (--max-sessions)", (long long)n, job->model_name,
+                         serve_model_max_sessions(job->model));
+    r->n_choices = job->n_choices = (int)n;
+    if (kind == SERVE_CHAT) {
+        if (serve_field_bool(body, "logprobs", &r->logprobs, e) != 0 ||
+            serve_field_int(body, "top_logprobs", 0, SERVE_MAX_TOP_LOGPROBS, &top, e) != 0)
+            return -1;
+        if (top > 0 && !r->logprobs)
+            return serve_bad(e, "top_logprobs", "top_logprobs: needs \"logprobs\": true");
+    } else if (present(body, "logprobs")) {
+        if (serve_field_int(body, "logprobs", 0, 5, &top, e) != 0)
+            return -1;
+        r->logprobs = 1;
+    }
+    r->top_logprobs = (int)top;
+    return 0;
+}
+
 /* The completion prompt: a string, an array of one string, token ids, or
  * an array of one array of token ids. */
 static int completion_prompt(serve_model *m, const json_t *body, serve_req *r, serve_error *e)
@@ -254,12 +348,31 @@ static int chat_prompt(serve_server *s, serve_model *m, const json_t *body, serv
     const json_t *messages = json_object_get(body, "messages");
     if (serve_check_messages(messages, e) != 0)
         return -1;
-    const json_t *kwargs = present(body, "chat_template_kwargs");
-    if (kwargs && !json_is_object(kwargs))
+    const json_t *given = present(body, "chat_template_kwargs");
+    if (given && !json_is_object(given))
         return serve_bad(e, "chat_template_kwargs", "chat_template_kwargs: must be an object");
+    /* reasoning_effort reaches the template as the variable of that name,
+     * as Hugging Face's gpt-oss template reads it; given both ways, the
+     * two must agree. */
+    const json_t *effort = present(body, "reasoning_effort");
+    json_t *kwargs = given ? json_deep_copy(given) : NULL;
+    if (effort) {
+        const json_t *k = kwargs ? json_object_get(kwargs, "reasoning_effort") : NULL;
+        if (k && !json_equal(k, effort)) {
+            json_decref(kwargs);
+            return serve_bad(e, "reasoning_effort", "reasoning_effort: '%s' disagrees with "
+                             "chat_template_kwargs.reasoning_effort: give one",
+                             json_string_value(effort));
+        }
+        if (!kwargs)
+            kwargs = json_object();
+        json_object_set(kwargs, "reasoning_effort", (json_t *)effort);
+    }
     size_t n;
-    if (serve_chat_tokens(m, messages, 1, kwargs, 0, s->opts.allow_special_in_content, &r->prompt,
-                          &n, e) != 0)
+    int rc = serve_chat_tokens(m, messages, 1, kwargs, 0, s->opts.allow_special_in_content,
+                               &r->prompt, &n, e);
+    json_decref(kwargs);
+    if (rc != 0)
         return -1;
     r->n_prompt = n;
     return 0;
@@ -278,6 +391,8 @@ int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body, s
     snprintf(job->model_name, sizeof job->model_name, "%s", serve_model_alias(m));
     serve_req *r = job->req = serve_req_new();
     r->stream = job->stream;
+    if (parse_choices(kind, body, job, e) != 0)
+        return -1;
     if (serve_field_bool(body, "ignore_eos", &r->ignore_eos, e) != 0)
         return -1;
     int64_t max_tokens = -1, max_completion = -1;
@@ -342,22 +457,101 @@ static json_t *envelope(const serve_job *job, const char *object)
                      (json_int_t)job->created, "model", job->model_name);
 }
 
-json_t *serve_openai_response(const serve_job *job, const char *text, size_t len,
-                              const serve_req_view *v)
+/* A token's text for the logprobs lists: its bytes when they are UTF-8,
+ * else OpenAI's spelling of a partial character, "bytes:\xe2\x80". */
+static json_t *token_string(const char *b, size_t len)
 {
-    json_t *choice;
-    json_t *root;
-    if (job->kind == SERVE_CHAT) {
-        root = envelope(job, "chat.completion");
-        choice = json_pack("{s:i,s:{s:s,s:s%},s:n,s:s}", "index", 0, "message", "role",
-                           "assistant", "content", text, len, "logprobs", "finish_reason",
-                           finish_name(v->finish));
-    } else {
-        root = envelope(job, "text_completion");
-        choice = json_pack("{s:s%,s:i,s:n,s:s}", "text", text, len, "index", 0, "logprobs",
-                           "finish_reason", finish_name(v->finish));
+    json_t *t = json_stringn(b, len);
+    if (t)
+        return t;
+    strbuf sb;
+    sb_init(&sb);
+    sb_puts(&sb, "bytes:");
+    for (size_t i = 0; i < len; i++) {
+        char hex[8];
+        snprintf(hex, sizeof hex, "\\x%02x", (unsigned char)b[i]);
+        sb_puts(&sb, hex);
     }
-    json_object_set_new(root, "choices", json_pack("[o]", choice));
+    t = json_stringn(sb_str(&sb), sb.len);
+    sb_free(&sb);
+    return t;
+}
+
+static json_t *bytes_array(const char *b, size_t len)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < len; i++)
+        json_array_append_new(a, json_integer((unsigned char)b[i]));
+    return a;
+}
+
+static json_t *tok_entry(const serve_choice *c, const serve_tok_lp *t)
+{
+    const char *b = c->bytes.data + t->off;
+    return json_pack("{s:o,s:f,s:o}", "token", token_string(b, t->len), "logprob",
+                     (double)t->logprob, "bytes", bytes_array(b, t->len));
+}
+
+/* The choice's logprobs in OpenAI's shape: chat {"content": [{token,
+ * logprob, bytes, top_logprobs}]}, completions {tokens, token_logprobs,
+ * top_logprobs, text_offset}; null when the request did not ask. */
+static json_t *logprobs_json(serve_job *job, int i)
+{
+    const serve_choice *c = &job->got[i];
+    if (!job->req->logprobs)
+        return json_null();
+    if (job->kind == SERVE_CHAT) {
+        json_t *content = json_array();
+        for (size_t k = 0; k < c->n_lp; k++) {
+            const serve_logprob *lp = &c->lp[k];
+            json_t *e = tok_entry(c, &lp->tok), *top = json_array();
+            for (int32_t j = 0; j < lp->n_top; j++)
+                json_array_append_new(top, tok_entry(c, &lp->top[j]));
+            json_object_set_new(e, "top_logprobs", top);
+            json_array_append_new(content, e);
+        }
+        return json_pack("{s:o,s:n}", "content", content, "refusal");
+    }
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(),
+           *offs = json_array();
+    for (size_t k = 0; k < c->n_lp; k++) {
+        const serve_logprob *lp = &c->lp[k];
+        json_array_append_new(tokens, token_string(c->bytes.data + lp->tok.off, lp->tok.len));
+        json_array_append_new(lps, json_real(lp->tok.logprob));
+        json_t *top = json_object();
+        for (int32_t j = 0; j < lp->n_top; j++) {
+            json_t *t = token_string(c->bytes.data + lp->top[j].off, lp->top[j].len);
+            if (!json_object_get(top, json_string_value(t))) /* two ids, one text: the likelier */
+                json_object_set_new(top, json_string_value(t), json_real(lp->top[j].logprob));
+            json_decref(t);
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(offs, json_integer((json_int_t)job->text_offset[i]));
+        job->text_offset[i] += lp->tok.len;
+    }
+    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps,
+                     "top_logprobs", tops, "text_offset", offs);
+}
+
+json_t *serve_openai_response(serve_job *job, const serve_req_view *v)
+{
+    json_t *root = envelope(job, job->kind == SERVE_CHAT ? "chat.completion" : "text_completion");
+    json_t *choices = json_array();
+    for (int i = 0; i < job->n_choices; i++) {
+        const serve_choice *c = &job->got[i];
+        const char *fin = finish_name(v->choice_finish[i]);
+        json_t *choice;
+        if (job->kind == SERVE_CHAT)
+            choice = json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", i, "message", "role",
+                               "assistant", "content", sb_str(&c->text), c->text.len, "logprobs",
+                               logprobs_json(job, i), "finish_reason", fin);
+        else
+            choice = json_pack("{s:s%,s:i,s:o,s:s}", "text", sb_str(&c->text), c->text.len,
+                               "index", i, "logprobs", logprobs_json(job, i), "finish_reason",
+                               fin);
+        json_array_append_new(choices, choice);
+    }
+    json_object_set_new(root, "choices", choices);
     json_object_set_new(root, "usage", usage_json(job, v->n_generated));
     return root;
 }
@@ -372,16 +566,21 @@ static void sse_event(strbuf *out, json_t *j)
     json_decref(j);
 }
 
-/* A chunk with one choice; delta (chat) or text (completion) given. */
-static json_t *chunk(const serve_job *job, json_t *delta_or_text, const char *finish)
+/* A chunk with choice i; delta (chat) or text (completion) given. */
+static json_t *chunk(const serve_job *job, int i, json_t *delta_or_text, json_t *logprobs,
+                     const char *finish)
 {
     json_t *root, *choice;
+    if (!logprobs)
+        logprobs = json_null();
     if (job->kind == SERVE_CHAT) {
         root = envelope(job, "chat.completion.chunk");
-        choice = json_pack("{s:i,s:o,s:n}", "index", 0, "delta", delta_or_text, "logprobs");
+        choice = json_pack("{s:i,s:o,s:o}", "index", i, "delta", delta_or_text, "logprobs",
+                           logprobs);
     } else {
         root = envelope(job, "text_completion");
-        choice = json_pack("{s:o,s:i,s:n}", "text", delta_or_text, "index", 0, "logprobs");
+        choice = json_pack("{s:o,s:i,s:o}", "text", delta_or_text, "index", i, "logprobs",
+                           logprobs);
     }
     json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
     json_object_set_new(root, "choices", json_pack("[o]", choice));
@@ -393,36 +592,49 @@ static json_t *chunk(const serve_job *job, json_t *delta_or_text, const char *fi
 void serve_openai_sse_start(serve_job *job, strbuf *out)
 {
     job->sent_role = 1;
-    if (job->kind == SERVE_CHAT)
-        sse_event(out, chunk(job, json_pack("{s:s,s:s}", "role", "assistant", "content", ""),
-                             NULL));
+    for (int i = 0; job->kind == SERVE_CHAT && i < job->n_choices; i++)
+        sse_event(out, chunk(job, i, json_pack("{s:s,s:s}", "role", "assistant", "content", ""),
+                             NULL, NULL));
 }
 
-void serve_openai_sse_text(const serve_job *job, strbuf *out, const char *text, size_t len)
+int serve_openai_sse_update(serve_job *job, strbuf *out, const serve_req_view *v)
 {
-    json_t *t = json_stringn(text, len);
-    if (!t) /* the detokenizer only emits valid UTF-8; never send a broken chunk */
-        return;
-    sse_event(out, chunk(job, job->kind == SERVE_CHAT ? json_pack("{s:o}", "content", t) : t,
-                         NULL));
-}
-
-void serve_openai_sse_end(const serve_job *job, strbuf *out, const serve_req_view *v)
-{
+    size_t len0 = out->len;
+    for (int i = 0; i < job->n_choices; i++) {
+        serve_choice *c = &job->got[i];
+        if (c->text.len || c->n_lp) {
+            json_t *t = json_stringn(sb_str(&c->text), c->text.len);
+            /* the detokenizer only emits valid UTF-8; never send a broken chunk */
+            if (t) {
+                json_t *lp = c->n_lp ? logprobs_json(job, i) : NULL;
+                sse_event(out, chunk(job, i, job->kind == SERVE_CHAT
+                                                 ? json_pack("{s:o}", "content", t) : t,
+                                     lp, NULL));
+            }
+            sb_clear(&c->text);
+            c->n_lp = 0;
+            sb_clear(&c->bytes);
+        }
+        if (v->finish != SERVE_FINISH_ERROR && v->choice_finish[i] != SERVE_FINISH_NONE &&
+            !job->sent_finish[i]) {
+            job->sent_finish[i] = 1;
+            sse_event(out, chunk(job, i, job->kind == SERVE_CHAT ? json_object() : json_string(""),
+                                 NULL, finish_name(v->choice_finish[i])));
+        }
+    }
+    if (v->finish == SERVE_FINISH_NONE)
+        return out->len > len0;
     if (v->finish == SERVE_FINISH_ERROR) {
         serve_error e;
         serve_fail(&e, 500, "server_error", NULL, NULL, "%s", v->error);
         sse_event(out, serve_error_json(&e));
-    } else {
-        sse_event(out, chunk(job, job->kind == SERVE_CHAT ? json_object() : json_string(""),
-                             finish_name(v->finish)));
-        if (job->include_usage) {
-            json_t *root = envelope(job, job->kind == SERVE_CHAT ? "chat.completion.chunk"
-                                                                 : "text_completion");
-            json_object_set_new(root, "choices", json_array());
-            json_object_set_new(root, "usage", usage_json(job, v->n_generated));
-            sse_event(out, root);
-        }
+    } else if (job->include_usage) {
+        json_t *root = envelope(job, job->kind == SERVE_CHAT ? "chat.completion.chunk"
+                                                             : "text_completion");
+        json_object_set_new(root, "choices", json_array());
+        json_object_set_new(root, "usage", usage_json(job, v->n_generated));
+        sse_event(out, root);
     }
     sb_puts(out, "data: [DONE]\n\n");
+    return 1;
 }

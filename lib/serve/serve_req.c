@@ -15,11 +15,61 @@ double serve_now(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+void serve_choice_init(serve_choice *c)
+{
+    memset(c, 0, sizeof *c);
+    sb_init(&c->text);
+    sb_init(&c->bytes);
+}
+
+void serve_choice_free(serve_choice *c)
+{
+    sb_free(&c->text);
+    sb_free(&c->bytes);
+    free(c->lp);
+    memset(c, 0, sizeof *c);
+}
+
+static void push_lp(serve_choice *c, const serve_logprob *lp, const char *bytes)
+{
+    if (c->n_lp == c->cap_lp) {
+        c->cap_lp = c->cap_lp ? 2 * c->cap_lp : 16;
+        c->lp = xrealloc(c->lp, c->cap_lp * sizeof *c->lp);
+    }
+    /* The bytes are copied and the offsets moved onto this buffer. */
+    serve_logprob *d = &c->lp[c->n_lp++];
+    *d = *lp;
+    serve_tok_lp *all[1 + SERVE_MAX_TOP_LOGPROBS];
+    all[0] = &d->tok;
+    for (int32_t k = 0; k < d->n_top; k++)
+        all[1 + k] = &d->top[k];
+    for (int32_t k = 0; k <= d->n_top; k++) {
+        size_t at = c->bytes.len;
+        sb_append(&c->bytes, bytes + all[k]->off, all[k]->len);
+        all[k]->off = (uint32_t)at;
+    }
+}
+
+void serve_choice_take(serve_choice *dst, serve_choice *src)
+{
+    if (src->text.len)
+        sb_append(&dst->text, src->text.data, src->text.len);
+    sb_clear(&src->text);
+    for (size_t i = 0; i < src->n_lp; i++)
+        push_lp(dst, &src->lp[i], src->bytes.data);
+    src->n_lp = 0;
+    sb_clear(&src->bytes);
+    dst->n_generated = src->n_generated;
+    dst->finish = src->finish;
+}
+
 serve_req *serve_req_new(void)
 {
     serve_req *r = xcalloc(1, sizeof *r);
     pthread_mutex_init(&r->mu, NULL);
-    sb_init(&r->text);
+    r->n_choices = 1;
+    for (int i = 0; i < SERVE_MAX_CHOICES; i++)
+        serve_choice_init(&r->choice[i]);
     r->sampling = sampler_params_default();
     r->refs = 1;
     r->watch_fd = -1;
@@ -44,7 +94,8 @@ void serve_req_unref(serve_req *r)
     if (left > 0)
         return;
     pthread_mutex_destroy(&r->mu);
-    sb_free(&r->text);
+    for (int i = 0; i < SERVE_MAX_CHOICES; i++)
+        serve_choice_free(&r->choice[i]);
     free(r->prompt);
     free(r->bias);
     for (size_t i = 0; i < r->n_stop; i++)
@@ -70,13 +121,47 @@ static int take_parked(serve_req *r)
     return w && r->wake;
 }
 
-void serve_req_emit(serve_req *r, const char *text, size_t len, size_t n_generated)
+void serve_req_emit(serve_req *r, int choice, const char *text, size_t len, size_t n_generated,
+                    const serve_logprob *lp, const char *lp_bytes)
 {
     pthread_mutex_lock(&r->mu);
+    serve_choice *c = &r->choice[choice];
     if (len)
-        sb_append(&r->text, text, len);
-    r->n_generated = n_generated;
+        sb_append(&c->text, text, len);
+    if (lp)
+        push_lp(c, lp, lp_bytes);
+    c->n_generated = n_generated;
     int wake = len && r->stream ? take_parked(r) : 0; /* a blocking reply waits for the end */
+    pthread_mutex_unlock(&r->mu);
+    if (wake)
+        r->wake(r->wake_ctx);
+}
+
+/* With mu held: end one choice; returns whether the caller must wake. */
+static int end_choice(serve_req *r, int choice, serve_finish f, size_t n_generated,
+                      const char *error)
+{
+    serve_choice *c = &r->choice[choice];
+    if (r->finish != SERVE_FINISH_NONE || c->finish != SERVE_FINISH_NONE)
+        return 0;
+    c->finish = f;
+    c->n_generated = n_generated;
+    r->n_over++;
+    if (f == SERVE_FINISH_ERROR) {
+        r->finish = f;
+        if (error)
+            snprintf(r->error, sizeof r->error, "%s", error);
+    } else if (r->n_over == r->n_choices) {
+        r->finish = f;
+    }
+    return r->finish != SERVE_FINISH_NONE ? take_parked(r) : 0;
+}
+
+void serve_req_end_choice(serve_req *r, int choice, serve_finish f, size_t n_generated,
+                          const char *error)
+{
+    pthread_mutex_lock(&r->mu);
+    int wake = end_choice(r, choice, f, n_generated, error);
     pthread_mutex_unlock(&r->mu);
     if (wake)
         r->wake(r->wake_ctx);
@@ -85,15 +170,10 @@ void serve_req_emit(serve_req *r, const char *text, size_t len, size_t n_generat
 void serve_req_end(serve_req *r, serve_finish f, size_t n_generated, const char *error)
 {
     pthread_mutex_lock(&r->mu);
-    if (r->finish != SERVE_FINISH_NONE) {
-        pthread_mutex_unlock(&r->mu);
-        return;
-    }
-    r->finish = f;
-    r->n_generated = n_generated;
-    if (error)
-        snprintf(r->error, sizeof r->error, "%s", error);
-    int wake = take_parked(r);
+    int wake = 0;
+    for (int i = 0; i < r->n_choices; i++)
+        if (r->choice[i].finish == SERVE_FINISH_NONE)
+            wake |= end_choice(r, i, f, i == 0 ? n_generated : r->choice[i].n_generated, error);
     pthread_mutex_unlock(&r->mu);
     if (wake)
         r->wake(r->wake_ctx);
@@ -139,17 +219,23 @@ int serve_req_check_client(serve_req *r)
     return gone;
 }
 
-int serve_req_poll(serve_req *r, strbuf *out, serve_req_view *v, void (*park)(void *),
-                   void *park_ctx)
+int serve_req_poll_choices(serve_req *r, serve_choice *out, serve_req_view *v,
+                           void (*park)(void *), void *park_ctx)
 {
     pthread_mutex_lock(&r->mu);
-    int fresh = r->text.len > 0 || r->keepalive;
-    if (r->text.len) {
-        sb_append(out, r->text.data, r->text.len);
-        sb_clear(&r->text);
+    int fresh = r->keepalive;
+    v->n_generated = 0;
+    for (int i = 0; i < r->n_choices; i++) {
+        serve_choice *c = &r->choice[i];
+        fresh |= c->text.len > 0;
+        if (out)
+            serve_choice_take(&out[i], c);
+        else
+            sb_clear(&c->text);
+        v->choice_finish[i] = c->finish;
+        v->n_generated += c->n_generated;
     }
     v->finish = r->finish;
-    v->n_generated = r->n_generated;
     v->keepalive = r->keepalive;
     v->cancelled = r->cancelled;
     r->keepalive = 0;
@@ -161,6 +247,20 @@ int serve_req_poll(serve_req *r, strbuf *out, serve_req_view *v, void (*park)(vo
         parked = 1;
     }
     pthread_mutex_unlock(&r->mu);
+    return parked;
+}
+
+int serve_req_poll(serve_req *r, strbuf *out, serve_req_view *v, void (*park)(void *),
+                   void *park_ctx)
+{
+    serve_choice c[SERVE_MAX_CHOICES];
+    for (int i = 0; i < r->n_choices; i++)
+        serve_choice_init(&c[i]);
+    int parked = serve_req_poll_choices(r, c, v, park, park_ctx);
+    if (c[0].text.len)
+        sb_append(out, c[0].text.data, c[0].text.len);
+    for (int i = 0; i < r->n_choices; i++)
+        serve_choice_free(&c[i]);
     return parked;
 }
 

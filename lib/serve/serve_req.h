@@ -14,7 +14,13 @@
  *
  * Lifetime: reference counted; the HTTP side and the engine each hold one
  * while they use the request. A client that goes away sets `cancelled`,
- * and the engine drops the sequence at its next tick. */
+ * and the engine drops the sequence at its next tick.
+ *
+ * Choices: a request asking for n completions (OpenAI's `n`) is one
+ * request of n choices, each generated in a sequence of its own (the
+ * engine holds one slot per choice) and each with its own pending text,
+ * token log-probabilities and finish. The request is over when every
+ * choice is; one choice's error ends them all. */
 #ifndef MEMRA_SERVE_SERVE_REQ_H
 #define MEMRA_SERVE_SERVE_REQ_H
 
@@ -38,6 +44,42 @@ typedef enum {
 
 typedef void (*serve_wake_fn)(void *ctx);
 
+/* OpenAI's limits: n up to 16 here (OpenAI allows 128; each choice is a
+ * sequence), top_logprobs up to 20. */
+#define SERVE_MAX_CHOICES 16
+#define SERVE_MAX_TOP_LOGPROBS 20
+
+/* A token's bytes, as an offset into the choice's `bytes` buffer. */
+typedef struct {
+    int32_t id;
+    float logprob;
+    uint32_t off, len;
+} serve_tok_lp;
+
+/* One generated token's log-probability and the most likely tokens at its
+ * position (n_top of them, most likely first). */
+typedef struct {
+    serve_tok_lp tok;
+    int32_t n_top;
+    serve_tok_lp top[SERVE_MAX_TOP_LOGPROBS];
+} serve_logprob;
+
+/* What one choice has produced and nobody has taken yet (the engine fills
+ * it under the request's mutex; the HTTP side moves it into its own). */
+typedef struct {
+    strbuf text;
+    serve_logprob *lp;
+    size_t n_lp, cap_lp;
+    strbuf bytes;        /* the tokens' bytes lp points into */
+    size_t n_generated;  /* tokens sampled so far (a stop token included) */
+    serve_finish finish;
+} serve_choice;
+
+void serve_choice_init(serve_choice *c);
+void serve_choice_free(serve_choice *c);
+/* Move src's pending text and log-probabilities to the end of dst. */
+void serve_choice_take(serve_choice *dst, serve_choice *src);
+
 typedef struct serve_req {
     /* Set before submission, read-only afterwards. */
     int32_t *prompt; /* owned */
@@ -47,6 +89,9 @@ typedef struct serve_req {
     sampler_logit_bias *bias; /* owned */
     char **stop;              /* owned stop strings */
     size_t n_stop;
+    int n_choices;            /* [1, SERVE_MAX_CHOICES]; choice i samples with seed + i */
+    int logprobs;             /* report each token's log-probability */
+    int top_logprobs;         /* and this many of the most likely [0, 20] */
     int stream;               /* the engine sends keep-alives only to streams */
     int ignore_eos;           /* end-of-generation ids do not end it (vLLM's ignore_eos) */
     int watch_fd;             /* the client's socket, polled while parked; -1: none */
@@ -56,9 +101,9 @@ typedef struct serve_req {
 
     /* Shared, under mu. */
     pthread_mutex_t mu;
-    strbuf text;         /* generated text the HTTP side has not taken yet */
-    size_t n_generated;  /* tokens sampled so far (a stop token included) */
-    serve_finish finish;
+    serve_choice choice[SERVE_MAX_CHOICES]; /* [n_choices] */
+    int n_over;          /* choices that have finished */
+    serve_finish finish; /* NONE until every choice is over, or ERROR at once */
     char error[512];
     int cancelled;       /* the client is gone */
     int parked;          /* the HTTP side waits for a wake */
@@ -72,8 +117,9 @@ typedef struct serve_req {
 
 /* A snapshot the HTTP side takes with the pending text. */
 typedef struct {
-    serve_finish finish;
-    size_t n_generated;
+    serve_finish finish;     /* of the request: NONE while any choice runs */
+    size_t n_generated;      /* all choices' tokens */
+    serve_finish choice_finish[SERVE_MAX_CHOICES];
     int keepalive;
     int cancelled;  /* the client is gone: send nothing more, close */
     char error[512];
@@ -88,8 +134,16 @@ void serve_req_unref(serve_req *r);
 /* Stop strings (copied); empty strings are the caller's to refuse. */
 void serve_req_set_stop(serve_req *r, const char *const *stop, size_t n);
 
-/* Engine side. */
-void serve_req_emit(serve_req *r, const char *text, size_t len, size_t n_generated);
+/* Engine side. Text (and, when the request asked, the token's
+ * log-probabilities: lp with the bytes its offsets point into) for one
+ * choice. */
+void serve_req_emit(serve_req *r, int choice, const char *text, size_t len, size_t n_generated,
+                    const serve_logprob *lp, const char *lp_bytes);
+/* One choice is over; an error ends the whole request. */
+void serve_req_end_choice(serve_req *r, int choice, serve_finish f, size_t n_generated,
+                          const char *error);
+/* Every choice still running ends with f (the shutdown of a queued
+ * request); n_generated is choice 0's, the others keep their count. */
 void serve_req_end(serve_req *r, serve_finish f, size_t n_generated, const char *error);
 void serve_req_ping(serve_req *r);
 int serve_req_cancelled(serve_req *r);
@@ -101,7 +155,12 @@ int serve_req_cancelled(serve_req *r);
  * closes the connection. Engine side, between ticks. */
 int serve_req_check_client(serve_req *r);
 
-/* HTTP side: move the pending text to the end of `out` and fill `v`. When
+/* HTTP side: move every choice's pending text and log-probabilities to
+ * the end of out[0 .. n_choices) and fill `v`; otherwise as
+ * serve_req_poll. */
+int serve_req_poll_choices(serve_req *r, serve_choice *out, serve_req_view *v,
+                           void (*park)(void *), void *park_ctx);
+/* HTTP side: move the pending text (of choice 0) to the end of `out` and fill `v`. When
  * the request is not over and there is nothing new (a stream) or it is not
  * over at all (a blocking request, woken only at the end), park(park_ctx)
  * runs under the mutex and the call returns 1 (wait for the wake); else 0.

@@ -17,7 +17,8 @@ static json_t *model_json(serve_model *m)
     static const char *const params[] = {
         "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
         "stop", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
-        "stream", "stream_options", "chat_template_kwargs", "ignore_eos", NULL,
+        "stream", "stream_options", "chat_template_kwargs", "ignore_eos", "n", "logprobs",
+        "top_logprobs", "reasoning_effort", NULL,
     };
     json_t *sp = json_array();
     for (const char *const *p = params; *p; p++)
@@ -191,8 +192,8 @@ void serve_route_metrics(serve_server *s, strbuf *out)
     for (int i = 0; i < n; i++)
         serve_model_get_stats(s->models[i], &st[i]);
     static const family gauges[] = {
-        {"memra_requests_running", "gauge", "Requests holding a sequence (prefill or decode)."},
-        {"memra_requests_waiting", "gauge", "Requests queued for a sequence."},
+        {"memra_requests_running", "gauge", "Sequences in use, prefill or decode (a request of n choices holds n)."},
+        {"memra_requests_waiting", "gauge", "Sequences queued (a request of n choices waits for n)."},
         {"memra_kv_blocks_used", "gauge", "KV cache blocks held by running sequences."},
         {"memra_kv_blocks_total", "gauge", "KV cache blocks in the pool."},
         {"memra_prompt_tokens_total", "counter", "Prompt tokens prefilled."},

@@ -137,8 +137,6 @@ err "unknown model: 404 model_not_found" 404 '.error.code == "model_not_found" a
 err "missing messages: 400" 400 '.error.param == "messages"' $CH '{"model":"chat"}'
 err "message without role: 400" 400 '.error.param == "messages[0].role"' $CH '{"model":"chat","messages":[{"content":"hi"}]}'
 err "image part: 400 naming it" 400 '.error.param == "messages[0].content[0].type"' $CH '{"model":"chat","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}'
-err "n=2: 400" 400 '.error.param == "n"' $CH "{\"model\":\"chat\",$MSG,\"n\":2}"
-err "logprobs: 400" 400 '.error.param == "logprobs"' $CH "{\"model\":\"chat\",$MSG,\"logprobs\":true}"
 err "response_format json_object: 400" 400 '.error.param == "response_format.type"' $CH "{\"model\":\"chat\",$MSG,\"response_format\":{\"type\":\"json_object\"}}"
 err "tools: 400" 400 '.error.param == "tools"' $CH "{\"model\":\"chat\",$MSG,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}"
 err "temperature 3: 400" 400 '.error.param == "temperature" and (.error.message | test("out of range"))' $CH "{\"model\":\"chat\",$MSG,\"temperature\":3}"
@@ -165,6 +163,80 @@ big=$(head -c 70000 /dev/zero | tr '\0' a)
 err "body over --max-body: 413" 413 '.error.code == "request_too_large"' $CP "{\"model\":\"tiny\",\"prompt\":\"$big\"}"
 check "413 also for a chunked body" bash -c "
   head -c 70000 /dev/zero | tr '\\0' a | curl -sS -m 5 -o /dev/null -w '%{http_code}' ${A[*]@Q} -H 'Transfer-Encoding: chunked' --data-binary @- $URL/v1/completions | grep -qx 413"
+
+# Fields clients send that change nothing here: accepted, type-checked.
+post $CH "{\"model\":\"chat\",$MSG,\"max_tokens\":3,\"store\":true,\"metadata\":{\"k\":\"v\"},\"user\":\"u\",\"service_tier\":\"auto\",\"prompt_cache_key\":\"conv-1\",\"parallel_tool_calls\":false,\"reasoning_effort\":\"low\",\"modalities\":[\"text\"],\"chat_template_kwargs\":{\"enable_thinking\":false},\"stream\":true,\"stream_options\":{\"include_usage\":true}}" "${A[@]}" -N >"$T/fields.sse"
+check "chat: store, metadata, user, service_tier, prompt_cache_key, parallel_tool_calls, reasoning_effort, modalities, chat_template_kwargs, stream_options accepted" \
+  bash -c "grep -q '^data: \[DONE\]' '$T/fields.sse' && ! grep -q '\"error\"' '$T/fields.sse'"
+post $CP '{"model":"tiny","prompt":"Once","max_tokens":3,"user":"u","service_tier":"default","prompt_cache_key":"p"}' "${A[@]}" >"$T/fields.json"
+check "completions: user, service_tier, prompt_cache_key accepted" jq -e '.usage.completion_tokens == 3' "$T/fields.json"
+err "modalities audio: 400 naming it" 400 '.error.param == "modalities"' $CH "{\"model\":\"chat\",$MSG,\"modalities\":[\"text\",\"audio\"]}"
+err "store not a boolean: 400" 400 '.error.param == "store"' $CH "{\"model\":\"chat\",$MSG,\"store\":\"yes\"}"
+err "metadata value not a string: 400" 400 '.error.param == "metadata"' $CH "{\"model\":\"chat\",$MSG,\"metadata\":{\"k\":1}}"
+err "service_tier unknown: 400" 400 '.error.param == "service_tier"' $CH "{\"model\":\"chat\",$MSG,\"service_tier\":\"gold\"}"
+err "reasoning_effort unknown: 400" 400 '.error.param == "reasoning_effort"' $CH "{\"model\":\"chat\",$MSG,\"reasoning_effort\":\"max\"}"
+err "modalities on completions: unknown field" 400 '.error.param == "modalities"' $CP '{"model":"tiny","prompt":"a","modalities":["text"]}'
+
+# logprobs: the model's log-softmax; the text is the same with and without.
+post $CH "{\"model\":\"chat\",$MSG,\"max_tokens\":12,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":3}" "${A[@]}" >"$T/lp.json"
+post $CH "{\"model\":\"chat\",$MSG,\"max_tokens\":12,\"temperature\":0}" "${A[@]}" >"$T/nolp.json"
+check "chat logprobs: the same text as without" jq -e --slurpfile w "$T/nolp.json" '.choices[0].message.content == $w[0].choices[0].message.content' "$T/lp.json"
+check "chat logprobs: OpenAI's shape, one entry per token, 3 top entries sorted, greedy token first" jq -e '
+  .choices[0].logprobs.content as $c | ($c | length) == .usage.completion_tokens and
+  ([$c[].token] | join("")) == .choices[0].message.content and
+  all($c[]; (.logprob <= 0) and (.bytes | length) > 0 and (.top_logprobs | length) == 3 and
+      .top_logprobs[0].token == .token and .top_logprobs[0].logprob == .logprob and
+      .top_logprobs[0].logprob >= .top_logprobs[1].logprob and .top_logprobs[1].logprob >= .top_logprobs[2].logprob and
+      (.bytes | implode) == .token)' "$T/lp.json"
+post $CH "{\"model\":\"chat\",$MSG,\"max_tokens\":12,\"seed\":5,\"logprobs\":true}" "${A[@]}" >"$T/lps.json"
+post $CH "{\"model\":\"chat\",$MSG,\"max_tokens\":12,\"seed\":5}" "${A[@]}" >"$T/nolps.json"
+check "chat logprobs: seeded, the same text as without (the host path samples as the engine does)" \
+  jq -e --slurpfile w "$T/nolps.json" '.choices[0].message.content == $w[0].choices[0].message.content and (.choices[0].logprobs.content[0].top_logprobs == [])' "$T/lps.json"
+post $CH "{\"model\":\"chat\",$MSG,\"max_tokens\":12,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":3,\"stream\":true}" "${A[@]}" -N >"$T/lp.sse"
+check "chat logprobs streamed: the chunks' entries are the blocking reply's" bash -c "
+  sed -n 's/^data: //p' '$T/lp.sse' | grep -v '^\[DONE\]' | jq -s -c '[.[].choices[0].logprobs.content // [] | .[]]' >'$T/lp.stream.json' &&
+  jq -e --slurpfile s '$T/lp.stream.json' '.choices[0].logprobs.content == \$s[0]' '$T/lp.json' >/dev/null"
+post $CP '{"model":"tiny","prompt":"Once upon a time","max_tokens":10,"temperature":0,"logprobs":2}' "${A[@]}" >"$T/clp.json"
+check "completion logprobs: tokens, token_logprobs, top_logprobs (2), text_offset" jq -e '
+  .choices[0].logprobs as $l | .choices[0].text as $t |
+  ($l.tokens | length) == 10 and ($l.tokens | join("")) == $t and ($l.token_logprobs | length) == 10 and
+  all($l.token_logprobs[]; . <= 0) and all($l.top_logprobs[]; length == 2) and
+  ([range(10) as $i | $l.top_logprobs[$i][$l.tokens[$i]] == $l.token_logprobs[$i]] | all) and
+  $l.text_offset[0] == 0 and ([range(1;10) as $i | $l.text_offset[$i] == $l.text_offset[$i-1] + ($l.tokens[$i-1] | utf8bytelength)] | all)' "$T/clp.json"
+post $CP '{"model":"tiny","prompt":"Once upon a time","max_tokens":10,"temperature":0,"logprobs":2,"stream":true}' "${A[@]}" -N >"$T/clp.sse"
+check "completion logprobs streamed: the same tokens and offsets" bash -c "
+  sed -n 's/^data: //p' '$T/clp.sse' | grep -v '^\[DONE\]' | jq -s -c '[.[].choices[0].logprobs // empty] | {tokens: [.[].tokens[]], text_offset: [.[].text_offset[]]}' >'$T/clp.stream.json' &&
+  jq -e --slurpfile s '$T/clp.stream.json' '.choices[0].logprobs.tokens == \$s[0].tokens and .choices[0].logprobs.text_offset == \$s[0].text_offset' '$T/clp.json' >/dev/null"
+err "top_logprobs without logprobs: 400" 400 '.error.param == "top_logprobs"' $CH "{\"model\":\"chat\",$MSG,\"top_logprobs\":2}"
+err "top_logprobs 21: 400" 400 '.error.param == "top_logprobs"' $CH "{\"model\":\"chat\",$MSG,\"logprobs\":true,\"top_logprobs\":21}"
+err "completion logprobs 6: 400" 400 '.error.param == "logprobs"' $CP '{"model":"tiny","prompt":"a","logprobs":6}'
+
+# n: choice i samples with seed + i, so it is the single request of that seed.
+post $CP '{"model":"tiny","prompt":"Once upon a time","max_tokens":16,"n":3,"seed":11}' "${A[@]}" >"$T/n3.json"
+for i in 0 1 2; do
+  post $CP "{\"model\":\"tiny\",\"prompt\":\"Once upon a time\",\"max_tokens\":16,\"seed\":$((11 + i))}" "${A[@]}" >"$T/n1.$i.json"
+done
+check "completion n=3: choice i is the single request with seed 11+i" bash -c "
+  for i in 0 1 2; do jq -e --argjson i \$i --slurpfile w '$T/n1.'\$i'.json' '.choices[\$i].index == \$i and .choices[\$i].text == \$w[0].choices[0].text' '$T/n3.json' >/dev/null || exit 1; done"
+check "completion n=3: usage counts every choice's tokens" jq -e '(.choices | length) == 3 and .usage.completion_tokens == 48 and .usage.prompt_tokens == 5' "$T/n3.json"
+post $CH "{\"model\":\"chat\",$MSG,\"max_tokens\":8,\"n\":2,\"seed\":3,\"logprobs\":true}" "${A[@]}" >"$T/cn2.json"
+post $CH "{\"model\":\"chat\",$MSG,\"max_tokens\":8,\"seed\":4}" "${A[@]}" >"$T/cn1.json"
+check "chat n=2 with logprobs: choice 1 is seed 4's reply, each choice its own logprobs" jq -e --slurpfile w "$T/cn1.json" '
+  .choices[1].message.content == $w[0].choices[0].message.content and
+  all(.choices[]; (.logprobs.content | map(.token) | join("")) == .message.content)' "$T/cn2.json"
+post $CH "{\"model\":\"chat\",$MSG,\"max_tokens\":8,\"n\":2,\"seed\":3,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" "${A[@]}" -N >"$T/cn2.sse"
+check "chat n=2 streamed: chunks carry each choice's index, text and finish as the blocking reply" bash -c "
+  sed -n 's/^data: //p' '$T/cn2.sse' | grep -v '^\[DONE\]' | jq -s -c '[range(2) as \$i | {text: ([.[].choices[] | select(.index == \$i) | .delta.content // \"\"] | join(\"\")), finish: ([.[].choices[] | select(.index == \$i) | .finish_reason // empty] | first)}]' >'$T/cn2.stream.json' &&
+  jq -e --slurpfile s '$T/cn2.stream.json' '[.choices[] | {text: .message.content, finish: .finish_reason}] == \$s[0]' '$T/cn2.json' >/dev/null &&
+  sed -n 's/^data: //p' '$T/cn2.sse' | grep -v '^\[DONE\]' | tail -1 | jq -e --slurpfile b '$T/cn2.json' '.usage == \$b[0].usage' >/dev/null"
+ban=$(jq -nc '[range(512) | {key: tostring, value: -100}] | from_entries')
+err "n=3 whose sampling fails: one 500 naming why" 500 '.error.type == "server_error" and (.error.message | test("banned"))' $CP "{\"model\":\"tiny\",\"prompt\":\"Once\",\"max_tokens\":4,\"n\":3,\"logit_bias\":$ban}"
+C_MAX=2 post $CP '{"model":"tiny","prompt":"Once","max_tokens":2000,"n":3,"stream":true,"ignore_eos":true}' "${A[@]}" -N >/dev/null 2>&1
+sleep 0.3
+check "n=3: a failed and a disconnected request give back every choice's session" bash -c "
+  curl -sS -m 5 ${A[*]@Q} $URL/metrics | grep -q '^memra_requests_running{model=\"tiny\"} 0'"
+err "n=17: 400" 400 '.error.param == "n"' $CH "{\"model\":\"chat\",$MSG,\"n\":17}"
+err "n=0: 400" 400 '.error.param == "n"' $CH "{\"model\":\"chat\",$MSG,\"n\":0}"
 
 check "/metrics in Prometheus text" bash -c "
   curl -sS -m 5 ${A[*]@Q} $URL/metrics >'$T/m.txt' &&

@@ -126,13 +126,82 @@ await check("sdk: unknown model is NotFoundError model_not_found", async () => {
     return all(eq("class", e instanceof OpenAI.NotFoundError, true), eq("status", e.status, 404), eq("code", e.code, "model_not_found"));
   }
 });
-await check("sdk: n=2 is BadRequestError naming n", async () => {
+await check("sdk: n=17 is BadRequestError naming n", async () => {
   try {
-    await client.completions.create({ model: c.model, prompt: "x", n: 2 });
+    await client.completions.create({ model: c.model, prompt: "x", n: 17 });
     return "no error";
   } catch (e) {
     return all(eq("class", e instanceof OpenAI.BadRequestError, true), eq("param", e.param, "n"));
   }
+});
+
+// Fields the SDK and agent frameworks send: accepted (modalities other
+// than text refused, naming it).
+const chatModel = expect.chat[0].model;
+const hi = [{ role: "user", content: "hi" }];
+await check("sdk: store, metadata, user, service_tier, prompt_cache_key, parallel_tool_calls, reasoning_effort, modalities accepted", async () => {
+  const r = await client.chat.completions.create({
+    model: chatModel, messages: hi, max_tokens: 3, store: true, metadata: { run: "sdk" }, user: "u",
+    service_tier: "auto", prompt_cache_key: "conv-1", parallel_tool_calls: false, reasoning_effort: "low",
+    modalities: ["text"],
+  });
+  return eq("completion_tokens", r.usage.completion_tokens, 3);
+});
+await check("sdk: modalities audio is BadRequestError naming it", async () => {
+  try {
+    await client.chat.completions.create({ model: chatModel, messages: hi, modalities: ["text", "audio"] });
+    return "no error";
+  } catch (e) {
+    return all(eq("class", e instanceof OpenAI.BadRequestError, true), eq("param", e.param, "modalities"));
+  }
+});
+
+// logprobs: chat's content list, completions' four arrays.
+let chatLp = null;
+await check("sdk: chat logprobs with top_logprobs", async () => {
+  const r = await client.chat.completions.create({ model: chatModel, messages: hi, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 2 });
+  chatLp = r.choices[0].logprobs.content;
+  return all(
+    eq("one per token", chatLp.length, r.usage.completion_tokens),
+    eq("tokens make the text", chatLp.map((t) => t.token).join(""), r.choices[0].message.content),
+    eq("top 2, greedy first", chatLp.every((t) => t.top_logprobs.length === 2 && t.top_logprobs[0].token === t.token && t.logprob <= 0), true),
+    eq("bytes", chatLp.every((t) => Buffer.from(t.bytes).toString("utf8") === t.token), true),
+  );
+});
+await check("sdk: chat logprobs streamed", async () => {
+  const stream = await client.chat.completions.create({ model: chatModel, messages: hi, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 2, stream: true });
+  const got = [];
+  for await (const ch of stream) if (ch.choices.length && ch.choices[0].logprobs) got.push(...ch.choices[0].logprobs.content);
+  return eq("entries", got, chatLp);
+});
+await check("sdk: completions logprobs", async () => {
+  const r = await client.completions.create({ model: c.model, prompt: c.prompt, max_tokens: 6, temperature: 0, logprobs: 3 });
+  const l = r.choices[0].logprobs;
+  return all(
+    eq("tokens make the text", l.tokens.join(""), r.choices[0].text),
+    eq("lengths", [l.token_logprobs.length, l.top_logprobs.length, l.text_offset.length], [6, 6, 6]),
+    eq("top 3 each", l.top_logprobs.every((t) => Object.keys(t).length === 3), true),
+  );
+});
+
+// n: choice i is the single request of seed + i.
+await check("sdk: n=3 with a seed, choice i equals seed + i", async () => {
+  const r = await client.completions.create({ model: c.model, prompt: c.prompt, max_tokens: 12, n: 3, seed: 21 });
+  const singles = [];
+  for (let i = 0; i < 3; i++)
+    singles.push((await client.completions.create({ model: c.model, prompt: c.prompt, max_tokens: 12, seed: 21 + i })).choices[0].text);
+  return all(
+    eq("texts", r.choices.map((x) => x.text), singles),
+    eq("indexes", r.choices.map((x) => x.index), [0, 1, 2]),
+    eq("usage", r.usage.completion_tokens, 36),
+  );
+});
+await check("sdk: chat n=2 streamed, each chunk's index", async () => {
+  const b = await client.chat.completions.create({ model: chatModel, messages: hi, max_tokens: 6, n: 2, seed: 9 });
+  const stream = await client.chat.completions.create({ model: chatModel, messages: hi, max_tokens: 6, n: 2, seed: 9, stream: true });
+  const text = ["", ""];
+  for await (const ch of stream) for (const x of ch.choices) text[x.index] += x.delta.content ?? "";
+  return eq("texts", text, b.choices.map((x) => x.message.content));
 });
 await check("sdk: a wrong key is AuthenticationError", async () => {
   const bad = new OpenAI({ baseURL: `${url}/v1`, apiKey: "wrong", maxRetries: 0 });

@@ -171,7 +171,14 @@ static void test_errors_name_the_field(void)
         {CP, "{\"model\":7,\"prompt\":\"a\"}", 400, "model", NULL, "must be a string"},
         {CP, "{\"model\":\"nope\",\"prompt\":\"a\"}", 404, "model", "model_not_found", "'nope' does not exist"},
         {CP, "{\"model\":\"tiny\"}", 400, "prompt", NULL, "prompt: required"},
-        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"n\":2}", 400, "n", NULL, "only n=1"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"n\":2}", 400, "n", NULL, "need as many sessions"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"n\":17}", 400, "n", NULL, "out of range [1, 16]"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"n\":0}", 400, "n", NULL, "out of range"},
+        {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"top_logprobs\":2}", 400, "top_logprobs", NULL, "needs \"logprobs\": true"},
+        {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"logprobs\":true,\"top_logprobs\":21}", 400, "top_logprobs", NULL, "out of range"},
+        {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"logprobs\":1}", 400, "logprobs", NULL, "true or false"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logprobs\":6}", 400, "logprobs", NULL, "out of range [0, 5]"},
+        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logprobs\":true}", 400, "logprobs", NULL, "must be an integer"},
         {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"temperature\":3}", 400, "temperature", NULL, "out of range"},
         {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"top_p\":\"x\"}", 400, "top_p", NULL, "must be a number"},
         {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"max_tokens\":0}", 400, "max_tokens", NULL, "out of range"},
@@ -196,7 +203,6 @@ static void test_errors_name_the_field(void)
         {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"stop\":5}", 400, "stop", NULL, "string or an array"},
         {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"echo\":true}", 400, "echo", NULL, "not supported"},
         {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"suffix\":\"z\"}", 400, "suffix", NULL, "not supported"},
-        {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logprobs\":2}", 400, "logprobs", NULL, "not supported"},
         {CP, "{\"model\":\"tiny\",\"prompt\":\"a\",\"max_completion_tokens\":3}", 400, "max_completion_tokens", NULL, "unknown field"},
         {CH, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 400, "messages", NULL, "cannot render chat messages"},
         {CH, "{\"model\":\"chat\",\"messages\":[]}", 400, "messages", NULL, "must not be empty"},
@@ -274,8 +280,10 @@ static void test_blocking_response_shape(void)
         CHECK(!"prepare");
         return;
     }
-    serve_req_view v = {.finish = SERVE_FINISH_STOP, .n_generated = 3};
-    json_t *j = serve_openai_response(&job, "Hello", 5, &v);
+    serve_req_view v = {.finish = SERVE_FINISH_STOP, .n_generated = 3,
+                        .choice_finish = {SERVE_FINISH_STOP}};
+    sb_puts(&job.got[0].text, "Hello");
+    json_t *j = serve_openai_response(&job, &v);
     CHECK(!strcmp(json_string_value(json_object_get(j, "object")), "chat.completion"));
     json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
     json_t *msg = json_object_get(c0, "message");
@@ -398,6 +406,101 @@ static void test_chat_roles(void)
     serve_job_clear(&job);
 }
 
+/* The fields clients send that change nothing here are accepted and
+ * checked; reasoning_effort and chat_template_kwargs reach the template as
+ * variables. */
+static void test_client_fields(void)
+{
+    if (setup() != 0)
+        return;
+    serve_job job;
+    serve_error e;
+    int rc = prep(SERVE_CHAT,
+                  "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                  "\"store\":true,\"metadata\":{\"k\":\"v\"},\"user\":\"u\",\"service_tier\":\"auto\","
+                  "\"prompt_cache_key\":\"p\",\"parallel_tool_calls\":false,\"modalities\":[\"text\"],"
+                  "\"reasoning_effort\":\"low\",\"stream\":true,\"stream_options\":{\"include_usage\":false}}",
+                  &job, &e);
+    CHECK_MSG(rc == 0, "%s", e.message);
+    serve_job_clear(&job);
+    rc = prep(SERVE_COMPLETION, "{\"model\":\"tiny\",\"prompt\":\"a\",\"service_tier\":\"default\","
+              "\"prompt_cache_key\":\"p\",\"user\":\"u\"}", &job, &e);
+    CHECK_MSG(rc == 0, "%s", e.message);
+    serve_job_clear(&job);
+
+    static const struct { const char *extra, *param, *message; } bad[] = {
+        {"\"store\":1", "store", "true or false"},
+        {"\"metadata\":[]", "metadata", "must be an object"},
+        {"\"metadata\":{\"k\":1}", "metadata", "metadata['k']"},
+        {"\"service_tier\":\"gold\"", "service_tier", "one of"},
+        {"\"prompt_cache_key\":5", "prompt_cache_key", "must be a string"},
+        {"\"parallel_tool_calls\":\"yes\"", "parallel_tool_calls", "true or false"},
+        {"\"modalities\":[\"text\",\"audio\"]", "modalities", "modalities[1]"},
+        {"\"modalities\":\"text\"", "modalities", "non-empty array"},
+        {"\"reasoning_effort\":\"max\"", "reasoning_effort", "one of"},
+        {"\"reasoning_effort\":\"low\",\"chat_template_kwargs\":{\"reasoning_effort\":\"high\"}",
+         "reasoning_effort", "disagrees"},
+        {"\"audio\":{}", "audio", "unknown field 'audio'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\","
+                 "\"content\":\"hi\"}],%s}", bad[i].extra);
+        rc = prep(SERVE_CHAT, body, &job, &e);
+        CHECK_MSG(rc == -1 && e.status == 400 && !strcmp(e.param, bad[i].param) &&
+                  strstr(e.message, bad[i].message), "case %zu (%s): rc %d, %s: %s", i,
+                  bad[i].extra, rc, e.param, e.message);
+        serve_job_clear(&job);
+    }
+    /* chat-only fields on completions are unknown there */
+    rc = prep(SERVE_COMPLETION, "{\"model\":\"tiny\",\"prompt\":\"a\",\"modalities\":[\"text\"]}",
+              &job, &e);
+    CHECK(rc == -1 && !strcmp(e.param, "modalities"));
+    serve_job_clear(&job);
+
+    /* template variables: a template that prints them */
+    memra_err err;
+    serve_model_opts o = {.alias = "vars", .path = "models/memra-tiny.gguf", .max_sessions = 1,
+                          .max_queue = 1, .n_threads = 1, .backend = BK_CPU,
+                          .chat_template = "[{{ reasoning_effort }}|{{ enable_thinking }}]"
+                                           "{% for m in messages %}{{ m.content }}{% endfor %}"};
+    serve_model *vars, *three[3] = {models[0], models[1], NULL};
+    if (serve_model_load(&o, &vars, &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    three[2] = vars;
+    srv.models = three;
+    srv.n_models = 3;
+    static const struct { const char *extra, *want; } cases[] = {
+        {"\"reasoning_effort\":\"high\"", "[high|]hi"},
+        {"\"chat_template_kwargs\":{\"enable_thinking\":false}", "[|False]hi"},
+        {"\"reasoning_effort\":\"low\",\"chat_template_kwargs\":{\"enable_thinking\":true,"
+         "\"reasoning_effort\":\"low\"}", "[low|True]hi"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body, "{\"model\":\"vars\",\"messages\":[{\"role\":\"user\","
+                 "\"content\":\"hi\"}],%s}", cases[i].extra);
+        rc = prep(SERVE_CHAT, body, &job, &e);
+        CHECK_MSG(rc == 0, "case %zu: %s", i, e.message);
+        if (rc == 0) {
+            int32_t *want;
+            size_t n_want;
+            CHECK(tok_encode(serve_model_tokenizer(vars), cases[i].want, strlen(cases[i].want), 0,
+                             1, &want, &n_want, &err) == 0);
+            CHECK_MSG(n_want == job.req->n_prompt &&
+                      !memcmp(want, job.req->prompt, n_want * sizeof *want),
+                      "case %zu: the prompt is not '%s'", i, cases[i].want);
+            free(want);
+        }
+        serve_job_clear(&job);
+    }
+    srv.models = models;
+    srv.n_models = 2;
+    serve_model_free(vars);
+}
+
 static void test_teardown(void)
 {
     for (int i = 0; i < srv.n_models; i++)
@@ -407,5 +510,5 @@ static void test_teardown(void)
 
 TEST_MAIN(TEST_CASE(test_completion_fields), TEST_CASE(test_chat_fields),
           TEST_CASE(test_errors_name_the_field), TEST_CASE(test_field_helpers),
-          TEST_CASE(test_blocking_response_shape), TEST_CASE(test_chat_special_text),
+          TEST_CASE(test_blocking_response_shape), TEST_CASE(test_chat_special_text), TEST_CASE(test_client_fields),
           TEST_CASE(test_chat_roles), TEST_CLEANUP(test_teardown))

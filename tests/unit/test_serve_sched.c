@@ -87,7 +87,7 @@ static int wait_counts(int running, int waiting, int timeout_ms)
 static size_t generated(serve_req *r)
 {
     pthread_mutex_lock(&r->mu);
-    size_t n = r->n_generated;
+    size_t n = r->choice[0].n_generated;
     pthread_mutex_unlock(&r->mu);
     return n;
 }
@@ -275,6 +275,84 @@ static void test_shutdown_ends_the_rest(void)
     serve_req_unref(r2);
 }
 
+/* Run r to its end on m, taking every choice's text and logprobs. */
+static serve_req_view run_choices(serve_model *m, serve_req *r, serve_choice *got)
+{
+    serve_req_view v;
+    for (int i = 0; i < SERVE_MAX_CHOICES; i++)
+        serve_choice_init(&got[i]);
+    CHECK(serve_model_submit(m, r) == 0);
+    for (int t = 0; t < 20000; t += 5) {
+        serve_req_poll_choices(r, got, &v, NULL, NULL);
+        if (v.finish != SERVE_FINISH_NONE)
+            break;
+        sleep_ms(5);
+    }
+    return v;
+}
+
+/* n choices: one slot each (a request of more choices than sessions is
+ * refused, one that does not fit yet waits whole), choice i sampled with
+ * seed + i, each with its own log-probabilities. */
+static void test_choices_and_logprobs(void)
+{
+    serve_model_opts o = {.alias = "three", .path = "models/memra-tiny.gguf", .max_sessions = 3,
+                          .max_queue = 3, .n_threads = 1, .backend = BK_CPU};
+    serve_model *m;
+    memra_err err;
+    if (serve_model_load(&o, &m, &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    serve_req *big = make_req(4, 1);
+    big->n_choices = 4;
+    CHECK(serve_model_submit(m, big) == -1); /* more choices than sessions */
+    serve_req_unref(big);
+
+    serve_req *r = make_req(6, 1);
+    r->n_choices = 3;
+    r->sampling.temperature = 1;
+    r->sampling.seed = 40;
+    r->logprobs = 1;
+    r->top_logprobs = 2;
+    serve_choice got[SERVE_MAX_CHOICES], one[SERVE_MAX_CHOICES];
+    serve_req_view v = run_choices(m, r, got);
+    CHECK(v.finish == SERVE_FINISH_LENGTH && v.n_generated == 18);
+    for (int i = 0; i < 3; i++) {
+        CHECK_MSG(got[i].n_lp == 6 && v.choice_finish[i] == SERVE_FINISH_LENGTH,
+                  "choice %d: %zu entries", i, got[i].n_lp);
+        for (size_t k = 0; k < got[i].n_lp; k++) {
+            const serve_logprob *lp = &got[i].lp[k];
+            CHECK(lp->n_top == 2 && lp->top[0].logprob >= lp->top[1].logprob &&
+                  lp->tok.logprob <= 0 && lp->tok.logprob <= lp->top[0].logprob);
+        }
+    }
+    /* choice 2 is the single request of seed 42, with or without logprobs */
+    for (int with_lp = 0; with_lp < 2; with_lp++) {
+        serve_req *s = make_req(6, 1);
+        s->sampling.temperature = 1;
+        s->sampling.seed = 42;
+        s->logprobs = with_lp;
+        serve_req_view vs = run_choices(m, s, one);
+        CHECK(vs.finish == SERVE_FINISH_LENGTH);
+        CHECK_MSG(one[0].text.len == got[2].text.len &&
+                  !memcmp(sb_str(&one[0].text), sb_str(&got[2].text), one[0].text.len),
+                  "seed 42 %s logprobs: '%s', choice 2: '%s'", with_lp ? "with" : "without",
+                  sb_str(&one[0].text), sb_str(&got[2].text));
+        if (with_lp)
+            CHECK(one[0].n_lp == 6 && one[0].lp[3].tok.id == got[2].lp[3].tok.id &&
+                  one[0].lp[3].tok.logprob == got[2].lp[3].tok.logprob);
+        for (int i = 0; i < SERVE_MAX_CHOICES; i++)
+            serve_choice_free(&one[i]);
+        serve_req_unref(s);
+    }
+    for (int i = 0; i < SERVE_MAX_CHOICES; i++)
+        serve_choice_free(&got[i]);
+    serve_req_unref(r);
+    serve_model_free(m);
+}
+
 TEST_MAIN(TEST_CASE(test_capacity_and_fifo), TEST_CASE(test_cancel_in_queue),
           TEST_CASE(test_hangup_seen_on_the_socket), TEST_CASE(test_hangup_through_the_engine),
-          TEST_CASE(test_ignore_eos), TEST_CASE(test_shutdown_ends_the_rest))
+          TEST_CASE(test_ignore_eos), TEST_CASE(test_choices_and_logprobs),
+          TEST_CASE(test_shutdown_ends_the_rest))

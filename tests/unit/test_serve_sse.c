@@ -151,6 +151,23 @@ static void make_job(serve_job *job, serve_kind kind, int include_usage)
     snprintf(job->model_name, sizeof job->model_name, "tiny");
     snprintf(job->id, sizeof job->id, "%s", kind == SERVE_CHAT ? "chatcmpl-1" : "cmpl-1");
     job->created = 1700000000;
+    job->n_choices = 1;
+}
+
+/* What the HTTP side does with new text of choice 0, and at the end. */
+static void sse_text(serve_job *job, strbuf *out, const char *text, size_t len)
+{
+    sb_append(&job->got[0].text, text, len);
+    serve_req_view v = {.finish = SERVE_FINISH_NONE};
+    serve_openai_sse_update(job, out, &v);
+}
+
+static void sse_end(serve_job *job, strbuf *out, const serve_req_view *end)
+{
+    serve_req_view v = *end;
+    if (v.finish != SERVE_FINISH_ERROR)
+        v.choice_finish[0] = v.finish;
+    serve_openai_sse_update(job, out, &v);
 }
 
 static void test_sse_framing_chat(void)
@@ -160,11 +177,11 @@ static void test_sse_framing_chat(void)
     strbuf out;
     sb_init(&out);
     serve_openai_sse_start(&job, &out);
-    serve_openai_sse_text(&job, &out, "Hel", 3);
-    serve_openai_sse_text(&job, &out, "lo \xE2\x82\xAC", 6);
-    serve_openai_sse_text(&job, &out, "\xff", 1); /* never a broken chunk */
+    sse_text(&job, &out, "Hel", 3);
+    sse_text(&job, &out, "lo \xE2\x82\xAC", 6);
+    sse_text(&job, &out, "\xff", 1); /* never a broken chunk */
     serve_req_view v = {.finish = SERVE_FINISH_LENGTH, .n_generated = 4};
-    serve_openai_sse_end(&job, &out, &v);
+    sse_end(&job, &out, &v);
     /* every event is "data: ...\n\n" */
     CHECK(!strncmp(out.data, "data: ", 6) && out.len > 2 && !strcmp(out.data + out.len - 2, "\n\n"));
     CHECK(strstr(out.data, "\n\ndata: [DONE]\n\n") == out.data + out.len - 16);
@@ -207,9 +224,9 @@ static void test_sse_framing_completion_and_error(void)
     sb_init(&out);
     serve_openai_sse_start(&job, &out);
     CHECK(out.len == 0); /* completions have no role chunk */
-    serve_openai_sse_text(&job, &out, "Once", 4);
+    sse_text(&job, &out, "Once", 4);
     serve_req_view v = {.finish = SERVE_FINISH_STOP, .n_generated = 2};
-    serve_openai_sse_end(&job, &out, &v);
+    sse_end(&job, &out, &v);
     chunks c;
     parse_chunks(&out, &c);
     CHECK(c.done == 1 && c.n == 2);
@@ -228,7 +245,7 @@ static void test_sse_framing_completion_and_error(void)
     sb_clear(&out);
     serve_req_view ve = {.finish = SERVE_FINISH_ERROR};
     snprintf(ve.error, sizeof ve.error, "the server is shutting down");
-    serve_openai_sse_end(&job, &out, &ve);
+    sse_end(&job, &out, &ve);
     parse_chunks(&out, &c);
     CHECK(c.done == 1 && c.n == 1);
     if (c.n == 1) {
