@@ -114,10 +114,19 @@ typedef struct {
     uint32_t n_nodes, cap_nodes;
     uint32_t *tops;
     uint32_t n_tops, cap_tops;
+    /* When set (the mask walk), nodes are hash-consed: one node per
+     * (position, parent), so equal stacks are equal ids. Open addressing,
+     * 0 empty. */
+    uint32_t *intern;
+    uint32_t intern_cap;
 } gram_pool;
 
 void gram_pool_init(gram_pool *p, const gram_grammar *g);
 void gram_pool_free(gram_pool *p);
+/* Turns hash-consing on (before the first node past the bottom). */
+void gram_pool_intern(gram_pool *p);
+/* A node for (pos, below): new, or the existing one when interning. */
+uint32_t gram_pool_node(gram_pool *p, uint32_t pos, uint32_t below);
 /* Appends to the set that starts at tops[set_start] (and ends at n_tops)
  * every stack reached from position pos over stack `below`, without
  * duplicates. */

@@ -24,6 +24,7 @@ void gram_pool_free(gram_pool *p)
 {
     free(p->nodes);
     free(p->tops);
+    free(p->intern);
     memset(p, 0, sizeof *p);
 }
 
@@ -33,14 +34,56 @@ static uint32_t node_hash(const gram_pool *p, uint32_t pos, uint32_t below)
     return h ^ (h >> 15);
 }
 
+static uint32_t intern_slot(const gram_pool *p, uint32_t pos, uint32_t below)
+{
+    uint32_t h = pos * 0x9E3779B1u ^ (below + 0x7F4A7C15u) * 0x85EBCA77u;
+    return (h ^ (h >> 16)) & (p->intern_cap - 1);
+}
+
+void gram_pool_intern(gram_pool *p)
+{
+    p->intern_cap = 1024;
+    p->intern = xcalloc(p->intern_cap, sizeof *p->intern);
+}
+
+static void intern_grow(gram_pool *p)
+{
+    free(p->intern);
+    p->intern_cap *= 2;
+    p->intern = xcalloc(p->intern_cap, sizeof *p->intern);
+    for (uint32_t n = 1; n < p->n_nodes; n++) {
+        uint32_t i = intern_slot(p, p->nodes[n].pos, p->nodes[n].parent);
+        while (p->intern[i])
+            i = (i + 1) & (p->intern_cap - 1);
+        p->intern[i] = n;
+    }
+}
+
 static uint32_t new_node(gram_pool *p, uint32_t pos, uint32_t below, uint32_t hash)
 {
+    uint32_t slot = 0;
+    if (p->intern) {
+        slot = intern_slot(p, pos, below);
+        for (uint32_t n; (n = p->intern[slot]); slot = (slot + 1) & (p->intern_cap - 1))
+            if (p->nodes[n].pos == pos && p->nodes[n].parent == below)
+                return n;
+    }
     if (p->n_nodes == p->cap_nodes) {
         p->cap_nodes *= 2;
         p->nodes = xrealloc(p->nodes, p->cap_nodes * sizeof *p->nodes);
     }
     p->nodes[p->n_nodes] = (gram_node){pos, below, hash};
+    if (p->intern) {
+        p->intern[slot] = p->n_nodes;
+        if (2 * p->n_nodes > p->intern_cap)
+            intern_grow(p);
+    }
     return p->n_nodes++;
+}
+
+uint32_t gram_pool_node(gram_pool *p, uint32_t pos, uint32_t below)
+{
+    return new_node(p, pos, below, node_hash(p, pos, below));
 }
 
 static int same_stack(const gram_pool *p, uint32_t a, uint32_t b)
@@ -76,6 +119,14 @@ static void add_top(gram_pool *p, uint32_t pos, uint32_t below, uint32_t set_sta
         return;
     }
     uint32_t h = node_hash(p, pos, below);
+    if (p->intern) {
+        uint32_t n = new_node(p, pos, below, h);
+        for (uint32_t i = set_start; i < p->n_tops; i++)
+            if (p->tops[i] == n)
+                return;
+        push_top(p, n);
+        return;
+    }
     for (uint32_t i = set_start; i < p->n_tops; i++) {
         uint32_t t = p->tops[i];
         if (t && p->nodes[t].hash == h && p->nodes[t].pos == pos &&

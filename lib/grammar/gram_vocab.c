@@ -159,44 +159,176 @@ size_t gram_mask_words(const gram_vocab *v)
     return ((size_t)v->n + 31) / 32;
 }
 
+/* The walk caches what it computes. Stack sets are interned (nodes are
+ * hash-consed and a set is its sorted list of tops), so a set is a small id
+ * and (set, byte) -> set is a transition computed once per mask: inside a
+ * JSON string almost every byte leads back to the same few sets, and the
+ * walk over most of the trie becomes table lookups. */
+typedef struct {
+    uint32_t start, end; /* tops of the pool */
+    uint32_t hash;
+    gram_byteset bytes;  /* what any stack of the set reads next */
+} walk_set;
+
 typedef struct {
     gram_pool pool;
     const gram_vocab *v;
     uint32_t *mask;
     int allowed;
+    walk_set *sets;
+    uint32_t n_sets, cap_sets;
+    uint32_t *set_tab; /* open addressing: set id + 1, 0 empty */
+    uint32_t set_cap;
+    uint64_t *trans; /* open addressing: (set << 8 | byte) + 1 << 32 | result + 1 */
+    uint32_t trans_cap, n_trans;
 } walker;
 
-static void walk(walker *w, uint32_t node, uint32_t from, uint32_t to)
+static uint32_t mix32(uint32_t h)
 {
-    const gram_grammar *g = w->pool.g;
-    gram_byteset any;
-    memset(&any, 0, sizeof any);
-    for (uint32_t i = from; i < to; i++) {
-        uint32_t t = w->pool.tops[i];
+    h ^= h >> 16;
+    h *= 0x7FEB352Du;
+    h ^= h >> 15;
+    h *= 0x846CA68Bu;
+    return h ^ (h >> 16);
+}
+
+static void sort_tops(uint32_t *t, uint32_t n)
+{
+    for (uint32_t i = 1; i < n; i++) {
+        uint32_t x = t[i], j = i;
+        while (j > 0 && t[j - 1] > x) {
+            t[j] = t[j - 1];
+            j--;
+        }
+        t[j] = x;
+    }
+}
+
+static int same_set(const walker *w, const walk_set *a, uint32_t start, uint32_t end)
+{
+    return a->end - a->start == end - start &&
+           memcmp(&w->pool.tops[a->start], &w->pool.tops[start],
+                  (end - start) * sizeof(uint32_t)) == 0;
+}
+
+static void set_tab_put(walker *w, uint32_t id)
+{
+    uint32_t i = w->sets[id].hash & (w->set_cap - 1);
+    while (w->set_tab[i])
+        i = (i + 1) & (w->set_cap - 1);
+    w->set_tab[i] = id + 1;
+}
+
+/* The id of the set tops[start..n_tops); a set seen before gives its old id
+ * and its tops are dropped. */
+static uint32_t intern_set(walker *w, uint32_t start)
+{
+    gram_pool *p = &w->pool;
+    uint32_t end = p->n_tops;
+    sort_tops(&p->tops[start], end - start);
+    uint32_t h = 0x811C9DC5u;
+    for (uint32_t i = start; i < end; i++)
+        h = mix32(h ^ p->tops[i]);
+    for (uint32_t i = h & (w->set_cap - 1); w->set_tab[i]; i = (i + 1) & (w->set_cap - 1)) {
+        const walk_set *s = &w->sets[w->set_tab[i] - 1];
+        if (s->hash == h && same_set(w, s, start, end)) {
+            p->n_tops = start;
+            return w->set_tab[i] - 1;
+        }
+    }
+    if (w->n_sets == w->cap_sets) {
+        w->cap_sets *= 2;
+        w->sets = xrealloc(w->sets, w->cap_sets * sizeof *w->sets);
+    }
+    walk_set *s = &w->sets[w->n_sets];
+    s->start = start;
+    s->end = end;
+    s->hash = h;
+    memset(&s->bytes, 0, sizeof s->bytes);
+    const gram_grammar *g = p->g;
+    for (uint32_t i = start; i < end; i++) {
+        uint32_t t = p->tops[i];
         if (!t)
             continue;
-        const gram_byteset *s = &g->sets[g->elems[w->pool.nodes[t].pos].arg];
+        const gram_byteset *b = &g->sets[g->elems[p->nodes[t].pos].arg];
         for (int k = 0; k < 8; k++)
-            any.w[k] |= s->w[k];
+            s->bytes.w[k] |= b->w[k];
     }
+    uint32_t id = w->n_sets++;
+    if (2 * w->n_sets > w->set_cap) {
+        free(w->set_tab);
+        w->set_cap *= 2;
+        w->set_tab = xcalloc(w->set_cap, sizeof *w->set_tab);
+        for (uint32_t k = 0; k < w->n_sets; k++)
+            set_tab_put(w, k);
+    } else {
+        set_tab_put(w, id);
+    }
+    return id;
+}
+
+static uint32_t trans_slot(const walker *w, uint32_t key)
+{
+    return mix32(key) & (w->trans_cap - 1);
+}
+
+static void trans_put(walker *w, uint32_t key, uint32_t val)
+{
+    uint32_t i = trans_slot(w, key);
+    while (w->trans[i])
+        i = (i + 1) & (w->trans_cap - 1);
+    w->trans[i] = ((uint64_t)(key + 1) << 32) | val;
+}
+
+/* The set after reading `byte` from set `id`; UINT32_MAX when no stack
+ * reads it. */
+static uint32_t step(walker *w, uint32_t id, unsigned byte)
+{
+    uint32_t key = id << 8 | byte;
+    for (uint32_t i = trans_slot(w, key); w->trans[i]; i = (i + 1) & (w->trans_cap - 1))
+        if ((uint32_t)(w->trans[i] >> 32) == key + 1)
+            return (uint32_t)w->trans[i] - 1;
+    uint32_t start = gram_pool_advance(&w->pool, w->sets[id].start, w->sets[id].end, byte);
+    uint32_t r = start == w->pool.n_tops ? UINT32_MAX : intern_set(w, start);
+    if (2 * (w->n_trans + 1) > w->trans_cap) {
+        uint64_t *old = w->trans;
+        uint32_t old_cap = w->trans_cap;
+        w->trans_cap *= 2;
+        w->trans = xcalloc(w->trans_cap, sizeof *w->trans);
+        for (uint32_t i = 0; i < old_cap; i++)
+            if (old[i])
+                trans_put(w, (uint32_t)(old[i] >> 32) - 1, (uint32_t)old[i]);
+        free(old);
+    }
+    trans_put(w, key, r + 1);
+    w->n_trans++;
+    return r;
+}
+
+static void walk(walker *w, uint32_t node, uint32_t id)
+{
     const trie_node *nodes = w->v->nodes;
     for (uint32_t c = nodes[node].first_child; c; c = nodes[c].next_sibling) {
-        if (!gram_bs_has(&any, nodes[c].byte))
+        if (!gram_bs_has(&w->sets[id].bytes, nodes[c].byte))
             continue;
-        uint32_t mark_nodes = w->pool.n_nodes, mark_tops = w->pool.n_tops;
-        uint32_t start = gram_pool_advance(&w->pool, from, to, nodes[c].byte);
-        uint32_t end = w->pool.n_tops;
-        if (start < end) {
-            for (int32_t id = nodes[c].first_token; id >= 0; id = w->v->next_token[id]) {
-                w->mask[id >> 5] |= 1u << (id & 31);
-                w->allowed++;
-            }
-            if (nodes[c].first_child)
-                walk(w, c, start, end);
+        uint32_t next = step(w, id, nodes[c].byte);
+        if (next == UINT32_MAX)
+            continue;
+        for (int32_t t = nodes[c].first_token; t >= 0; t = w->v->next_token[t]) {
+            w->mask[t >> 5] |= 1u << (t & 31);
+            w->allowed++;
         }
-        w->pool.n_nodes = mark_nodes;
-        w->pool.n_tops = mark_tops;
+        if (nodes[c].first_child)
+            walk(w, c, next);
     }
+}
+
+static uint32_t copy_interned(gram_pool *dst, const gram_pool *src, uint32_t n)
+{
+    if (n == 0)
+        return 0;
+    uint32_t below = copy_interned(dst, src, src->nodes[n].parent);
+    return gram_pool_node(dst, src->nodes[n].pos, below);
 }
 
 int gram_mask(const gram_state *s, const gram_vocab *v, uint32_t *mask_bits)
@@ -205,15 +337,35 @@ int gram_mask(const gram_state *s, const gram_vocab *v, uint32_t *mask_bits)
     if (s->finished)
         return 0;
     walker w = {.v = v, .mask = mask_bits};
-    /* The walk works on a copy of the state's pool: it appends and cuts back
-     * and must leave the state as it was. */
-    w.pool = s->pool;
-    w.pool.nodes = xmalloc(s->pool.cap_nodes * sizeof *w.pool.nodes);
-    memcpy(w.pool.nodes, s->pool.nodes, s->pool.n_nodes * sizeof *w.pool.nodes);
-    w.pool.tops = xmalloc(s->pool.cap_tops * sizeof *w.pool.tops);
-    memcpy(w.pool.tops, s->pool.tops, s->pool.n_tops * sizeof *w.pool.tops);
-    walk(&w, 0, s->set_start, s->set_end);
+    /* The walk has a pool of its own, hash-consed, seeded with the state's
+     * live stacks; the state is not touched. */
+    gram_pool_init(&w.pool, s->pool.g);
+    gram_pool_intern(&w.pool);
+    w.cap_sets = 64;
+    w.sets = xmalloc(w.cap_sets * sizeof *w.sets);
+    w.set_cap = 256;
+    w.set_tab = xcalloc(w.set_cap, sizeof *w.set_tab);
+    w.trans_cap = 4096;
+    w.trans = xcalloc(w.trans_cap, sizeof *w.trans);
+    uint32_t start = w.pool.n_tops;
+    for (uint32_t i = s->set_start; i < s->set_end; i++) {
+        uint32_t t = copy_interned(&w.pool, &s->pool, s->pool.tops[i]);
+        uint32_t j = start;
+        while (j < w.pool.n_tops && w.pool.tops[j] != t)
+            j++;
+        if (j == w.pool.n_tops) {
+            if (w.pool.n_tops == w.pool.cap_tops) {
+                w.pool.cap_tops *= 2;
+                w.pool.tops = xrealloc(w.pool.tops, w.pool.cap_tops * sizeof *w.pool.tops);
+            }
+            w.pool.tops[w.pool.n_tops++] = t;
+        }
+    }
+    walk(&w, 0, intern_set(&w, start));
     gram_pool_free(&w.pool);
+    free(w.sets);
+    free(w.set_tab);
+    free(w.trans);
     if (gram_is_complete(s))
         for (int i = 0; i < v->n; i++)
             if (v->is_eog[i]) {

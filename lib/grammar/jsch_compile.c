@@ -9,7 +9,8 @@
  *   array  ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
  * so whitespace may follow any opening bracket, value or comma, and never
  * precedes the document or follows its end. Numbers are bounded too (16
- * integer digits, 16 fraction digits, 3 exponent digits): a model cannot
+ * integer digits, 16 fraction digits, 2 exponent digits, so
+ * every number is a finite double): a model cannot
  * spin forever inside one number or one run of whitespace. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,9 +30,13 @@ static const char PRIMITIVES[] =
     "member ::= string ws \":\" ws value ws\n"
     "array ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
     "string ::= \"\\\"\" char* \"\\\"\"\n"
-    "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n"
+    "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" unit )\n"
+    /* \\u escapes name whole characters: no lone surrogate halves, which
+     * many JSON parsers refuse. */
+    "unit ::= [0-9a-cA-CefEF] hex{3} | [dD] [0-7] hex{2} | [dD] [89abAB] hex{2} \"\\\\u\" [dD] [c-fC-F] hex{2}\n"
+    "hex ::= [0-9a-fA-F]\n"
     "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
-    "number ::= integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
+    "number ::= integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?\n"
     "boolean ::= \"true\" | \"false\"\n"
     "null ::= \"null\"\n"
     "date ::= [0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )\n"
