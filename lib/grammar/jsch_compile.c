@@ -19,6 +19,7 @@
 #include "core/check.h"
 #include "core/json.h"
 #include "core/strbuf.h"
+#include "grammar/jsch_internal.h"
 #include "grammar/json_schema.h"
 
 #define JSCH_MAX_COUNT 4096
@@ -55,7 +56,7 @@ static const char *const ANNOTATIONS[] = {
 static const char *const HANDLED[] = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
     "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "format", "minLength", "maxLength",
-    "uniqueItems", NULL};
+    "uniqueItems", "pattern", NULL};
 
 typedef struct {
     char *ref;
@@ -316,6 +317,19 @@ static int gen_string(jsch_ctx *c, const json_t *s, const char *path, strbuf *bo
     if (max >= 0 && max < min)
         return memra_fail(c->err, "schema %s: maxLength %d is below minLength %d", path, max,
                           min);
+    const json_t *pat = json_object_get(s, "pattern");
+    if (pat) {
+        if (!json_is_string(pat))
+            return memra_fail(c->err, "schema %s: 'pattern' must be a string", path);
+        if (fmt || json_object_get(s, "minLength") || json_object_get(s, "maxLength"))
+            return memra_fail(c->err, "schema %s: 'pattern' beside format/minLength/maxLength "
+                              "is not supported", path);
+        sb_puts(body, "\"\\\"\" ");
+        if (jsch_pattern(json_string_value(pat), path, body, c->err))
+            return -1;
+        sb_puts(body, " \"\\\"\"");
+        return 0;
+    }
     if (fmt) {
         const char *f = json_string_value(fmt);
         static const char *const formats[] = {"date-time", "date", "time", "uuid", "email", NULL};
@@ -565,7 +579,8 @@ static int gen(jsch_ctx *c, const json_t *s, const char *path, char **name)
             else if (json_object_get(s, "items") || json_object_get(s, "minItems") ||
                      json_object_get(s, "maxItems"))
                 rc = gen_type(c, s, "array", path, &body);
-            else if (json_object_get(s, "format") || json_object_get(s, "minLength") ||
+            else if (json_object_get(s, "format") || json_object_get(s, "pattern") ||
+                     json_object_get(s, "minLength") ||
                      json_object_get(s, "maxLength"))
                 rc = gen_type(c, s, "string", path, &body);
             else

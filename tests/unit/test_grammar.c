@@ -430,12 +430,59 @@ static void test_schema_arrays_enums_refs(void)
     }
 }
 
+static void test_schema_pattern(void)
+{
+    gram_grammar *g = schema("{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3,4}$\"}");
+    if (g) {
+        ACCEPTS(g, "\"AB-123\"");
+        ACCEPTS(g, "\"ZZ-0000\"");
+        REJECTS(g, "\"AB-12\"");
+        REJECTS(g, "\"ab-123\"");
+        REJECTS(g, "\"xAB-123\"");
+        gram_free(g);
+    }
+    /* Unanchored: anything around the match. */
+    g = schema("{\"pattern\":\"(cat|dog)s?\"}");
+    if (g) {
+        ACCEPTS(g, "\"a dog\"");
+        ACCEPTS(g, "\"cats!\"");
+        REJECTS(g, "\"cow\"");
+        gram_free(g);
+    }
+    /* Quotes, backslashes and control characters are written escaped. */
+    g = schema("{\"pattern\":\"^[\\\"\\\\\\\\]+x$\"}");
+    if (g) {
+        ACCEPTS(g, "\"\\\"\\\\x\"");
+        REJECTS(g, "\"x\"");
+        gram_free(g);
+    }
+    g = schema("{\"pattern\":\"^\\\\n$\"}");
+    if (g) {
+        ACCEPTS(g, "\"\\n\"");
+        REJECTS(g, "\"n\"");
+        gram_free(g);
+    }
+    g = schema("{\"pattern\":\"^[^a-z]\\\\w*?(?:\\\\.\\\\w+)?$\"}");
+    if (g) {
+        ACCEPTS(g, "\"X_1.b\"");
+        ACCEPTS(g, "\"\xc3\xa9\"");
+        REJECTS(g, "\"a\"");
+        REJECTS(g, "\"X.\"");
+        gram_free(g);
+    }
+}
+
 static void test_schema_refusals(void)
 {
     schema_error_is("{\"type\":\"integer\",\"minimum\":0}",
                     "schema #: keyword 'minimum' is not supported");
-    schema_error_is("{\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^x$\"}}}",
-                    "schema #/properties/a: keyword 'pattern' is not supported");
+    schema_error_is("{\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^(?=x)$\"}}}",
+                    "schema #/properties/a: pattern '^(?=x)$': lookaround and named groups are "
+                    "not supported at offset 2");
+    schema_error_is("{\"pattern\":\"(a)\\\\1\"}", "back-references are not supported");
+    schema_error_is("{\"pattern\":\"a^b\"}", "'^' inside the pattern is not supported");
+    schema_error_is("{\"pattern\":\"[a-\"}", "unterminated '['");
+    schema_error_is("{\"pattern\":\"x\",\"maxLength\":3}", "'pattern' beside");
     schema_error_is("{\"type\":\"array\",\"items\":{\"not\":{}}}",
                     "schema #/items: keyword 'not' is not supported");
     schema_error_is("{\"type\":\"array\",\"uniqueItems\":true}",
@@ -585,5 +632,5 @@ TEST_MAIN(TEST_CASE(test_gbnf_literals_and_alternatives), TEST_CASE(test_gbnf_ru
           TEST_CASE(test_gbnf_errors), TEST_CASE(test_matcher_state),
           TEST_CASE(test_schema_primitives), TEST_CASE(test_schema_formats),
           TEST_CASE(test_schema_objects), TEST_CASE(test_schema_arrays_enums_refs),
-          TEST_CASE(test_schema_refusals), TEST_CASE(test_masks_small_vocab),
+          TEST_CASE(test_schema_pattern), TEST_CASE(test_schema_refusals), TEST_CASE(test_masks_small_vocab),
           TEST_CASE(test_masks_match_per_token))

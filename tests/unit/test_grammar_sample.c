@@ -11,6 +11,8 @@
 #include <time.h>
 
 #include <jansson.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 #include "core/strbuf.h"
 #include "format/gguf.h"
@@ -129,6 +131,23 @@ static int format_ok(const char *f, const char *s)
     return 0;
 }
 
+/* An independent regex engine (PCRE2; the subset the compiler accepts means
+ * the same there as in ECMA-262): does the pattern match anywhere in s? */
+static int pattern_ok(const char *re, const char *s, size_t len)
+{
+    int code;
+    PCRE2_SIZE off;
+    pcre2_code *c = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &code, &off,
+                                  NULL);
+    if (!c)
+        return 0;
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(c, NULL);
+    int rc = pcre2_match(c, (PCRE2_SPTR)s, len, 0, 0, md, NULL);
+    pcre2_match_data_free(md);
+    pcre2_code_free(c);
+    return rc >= 0;
+}
+
 static int type_is(const char *t, const json_t *v)
 {
     if (strcmp(t, "object") == 0)
@@ -214,6 +233,9 @@ static int validate(const json_t *v, const json_t *s, const json_t *root, strbuf
         if ((k = json_object_get(s, "format")) &&
             !format_ok(json_string_value(k), json_string_value(v)))
             return fail(why, "format");
+        if ((k = json_object_get(s, "pattern")) &&
+            !pattern_ok(json_string_value(k), json_string_value(v), json_string_length(v)))
+            return fail(why, "pattern");
     }
     if (json_is_array(v)) {
         size_t n = json_array_size(v);
@@ -417,6 +439,15 @@ static void test_sample_recursive_ref(void)
                   "\"$ref\":\"#/$defs/node\"}");
 }
 
+static void test_sample_patterns(void)
+{
+    sample_schema("{\"type\":\"object\",\"properties\":{"
+                  "\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}$\"},"
+                  "\"word\":{\"type\":\"string\",\"pattern\":\"^(ok|fine|[\\\"\\\\\\\\.]{2})\"},"
+                  "\"any\":{\"type\":\"string\",\"pattern\":\"^[^a-z]?\"}},"
+                  "\"required\":[\"code\",\"word\",\"any\"]}");
+}
+
 static void test_sample_json_object(void)
 {
     sample_schema("{\"type\":\"object\"}");
@@ -471,5 +502,5 @@ static void cleanup(void)
 
 TEST_MAIN(TEST_CASE(test_sample_person), TEST_CASE(test_sample_enum_anyof),
           TEST_CASE(test_sample_nested_arrays), TEST_CASE(test_sample_recursive_ref),
-          TEST_CASE(test_sample_json_object), TEST_CASE(test_mask_timing),
+          TEST_CASE(test_sample_patterns), TEST_CASE(test_sample_json_object), TEST_CASE(test_mask_timing),
           TEST_CLEANUP(cleanup))
