@@ -56,7 +56,10 @@ static const char *const ANNOTATIONS[] = {
 static const char *const HANDLED[] = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
     "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "format", "minLength", "maxLength",
-    "uniqueItems", "pattern", NULL};
+    "uniqueItems", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+
+static const char *const BOUNDS[] = {"minimum", "maximum", "exclusiveMinimum",
+                                     "exclusiveMaximum", NULL};
 
 typedef struct {
     char *ref;
@@ -356,6 +359,69 @@ static int gen_string(jsch_ctx *c, const json_t *s, const char *path, strbuf *bo
     return 0;
 }
 
+static int has_bounds(const json_t *s)
+{
+    for (int i = 0; BOUNDS[i]; i++)
+        if (json_object_get(s, BOUNDS[i]))
+            return 1;
+    return 0;
+}
+
+/* Integer bounds become a digit grammar; bounds past 16 digits are the
+ * integer rule's own. */
+static int gen_integer(jsch_ctx *c, const json_t *s, const char *path, strbuf *body)
+{
+    if (!has_bounds(s)) {
+        sb_puts(body, "integer");
+        return 0;
+    }
+    int has_lo = 0, has_hi = 0;
+    double lo = 0, hi = 0;
+    for (int i = 0; BOUNDS[i]; i++) {
+        const json_t *v = json_object_get(s, BOUNDS[i]);
+        if (!v)
+            continue;
+        if (!json_is_number(v))
+            return memra_fail(c->err, "schema %s: '%s' must be a number", path, BOUNDS[i]);
+        double d = json_number_value(v);
+        if (d > 9999999999999999.0 || d < -9999999999999999.0)
+            return memra_fail(c->err, "schema %s: '%s' %g is past the 16-digit integers", path,
+                              BOUNDS[i], d);
+        double f = (double)(int64_t)d; /* truncation toward zero */
+        if (i == 0 || i == 2) { /* a lower bound: the least integer allowed */
+            double b = i == 0 ? (f < d ? f + 1 : f) : (f <= d ? f + 1 : f);
+            if (!has_lo || b > lo)
+                lo = b;
+            has_lo = 1;
+        } else { /* an upper bound: the greatest integer allowed */
+            double b = i == 1 ? (f > d ? f - 1 : f) : (f >= d ? f - 1 : f);
+            if (!has_hi || b < hi)
+                hi = b;
+            has_hi = 1;
+        }
+    }
+    if (has_lo && has_hi && lo > hi)
+        return memra_fail(c->err, "schema %s: no integer lies within the bounds", path);
+    jsch_int_range(has_lo, (int64_t)lo, has_hi, (int64_t)hi, body);
+    return 0;
+}
+
+/* Of the bounds on a number, only a lower bound of 0 (inclusive) can be
+ * written as a grammar without digit-by-digit decimals: no minus sign. */
+static int gen_number(jsch_ctx *c, const json_t *s, const char *path, strbuf *body)
+{
+    const json_t *min = json_object_get(s, "minimum");
+    for (int i = 0; BOUNDS[i]; i++) {
+        const json_t *v = json_object_get(s, BOUNDS[i]);
+        if (v && !(i == 0 && json_is_number(v) && json_number_value(v) == 0))
+            return memra_fail(c->err, "schema %s: keyword '%s' on a number is not supported "
+                              "(only minimum 0; integers take any bounds)", path, BOUNDS[i]);
+    }
+    sb_puts(body, min ? "( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,16} )? "
+                        "( [eE] [-+]? [0-9]{1,2} )?" : "number");
+    return 0;
+}
+
 /* The body for one type name. */
 static int gen_type(jsch_ctx *c, const json_t *s, const char *type, const char *path,
                     strbuf *body)
@@ -366,8 +432,11 @@ static int gen_type(jsch_ctx *c, const json_t *s, const char *type, const char *
         return gen_array(c, s, path, body);
     if (strcmp(type, "string") == 0)
         return gen_string(c, s, path, body);
-    if (strcmp(type, "number") == 0 || strcmp(type, "integer") == 0 ||
-        strcmp(type, "boolean") == 0 || strcmp(type, "null") == 0) {
+    if (strcmp(type, "integer") == 0)
+        return gen_integer(c, s, path, body);
+    if (strcmp(type, "number") == 0)
+        return gen_number(c, s, path, body);
+    if (strcmp(type, "boolean") == 0 || strcmp(type, "null") == 0) {
         sb_puts(body, type);
         return 0;
     }
@@ -583,6 +652,9 @@ static int gen(jsch_ctx *c, const json_t *s, const char *path, char **name)
                      json_object_get(s, "minLength") ||
                      json_object_get(s, "maxLength"))
                 rc = gen_type(c, s, "string", path, &body);
+            else if (has_bounds(s))
+                rc = memra_fail(c->err, "schema %s: numeric bounds without 'type' (integer or "
+                                "number) are not supported", path);
             else
                 sb_puts(&body, "value");
         } else if (json_is_string(type)) {

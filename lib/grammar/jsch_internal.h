@@ -10,4 +10,9 @@
  * character). Errors name the schema path, the pattern and the offset. */
 int jsch_pattern(const char *re, const char *path, strbuf *out, memra_err *err);
 
+/* Appends a GBNF expression for the integers in [lo, hi] (a missing bound:
+ * the integer rule's own, 16 digits). lo <= hi. */
+#include <stdint.h>
+void jsch_int_range(int has_lo, int64_t lo, int has_hi, int64_t hi, strbuf *out);
+
 #endif

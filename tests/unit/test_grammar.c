@@ -472,10 +472,61 @@ static void test_schema_pattern(void)
     }
 }
 
+/* Every integer from -1200 to 1200 against bounds, compared with arithmetic. */
+static void test_schema_integer_bounds(void)
+{
+    static const struct {
+        const char *bounds;
+        double lo, hi;
+    } cases[] = {
+        {"\"minimum\":0", 0, 1e9},
+        {"\"minimum\":1,\"maximum\":10", 1, 10},
+        {"\"minimum\":-37,\"maximum\":405", -37, 405},
+        {"\"exclusiveMinimum\":-100,\"exclusiveMaximum\":-7", -99, -8},
+        {"\"minimum\":99,\"maximum\":1000", 99, 1000},
+        {"\"minimum\":2.5,\"maximum\":19.5", 3, 19},
+        {"\"maximum\":-3.5", -1e9, -4},
+        {"\"minimum\":118,\"maximum\":118", 118, 118},
+        {"\"minimum\":-1001,\"maximum\":1099", -1001, 1099},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "{\"type\":\"integer\",%s}", cases[i].bounds);
+        gram_grammar *g = schema(text);
+        if (!g)
+            continue;
+        int bad = 0;
+        for (int v = -1200; v <= 1200 && bad < 3; v++) {
+            char num[16];
+            snprintf(num, sizeof num, "%d", v);
+            int want = v >= cases[i].lo && v <= cases[i].hi;
+            if (matches(g, num) != want) {
+                CHECK_MSG(0, "%s: %d %s", text, v, want ? "refused" : "accepted");
+                bad++;
+            }
+        }
+        REJECTS(g, "-0");
+        REJECTS(g, "007");
+        gram_free(g);
+    }
+    gram_grammar *g = schema("{\"type\":\"number\",\"minimum\":0}");
+    if (g) {
+        ACCEPTS(g, "0.5");
+        ACCEPTS(g, "12e-3");
+        REJECTS(g, "-1");
+        gram_free(g);
+    }
+}
+
 static void test_schema_refusals(void)
 {
-    schema_error_is("{\"type\":\"integer\",\"minimum\":0}",
-                    "schema #: keyword 'minimum' is not supported");
+    schema_error_is("{\"type\":\"integer\",\"multipleOf\":2}",
+                    "schema #: keyword 'multipleOf' is not supported");
+    schema_error_is("{\"type\":\"number\",\"maximum\":1}",
+                    "schema #: keyword 'maximum' on a number is not supported");
+    schema_error_is("{\"minimum\":1}", "numeric bounds without 'type'");
+    schema_error_is("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}",
+                    "no integer lies within the bounds");
     schema_error_is("{\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^(?=x)$\"}}}",
                     "schema #/properties/a: pattern '^(?=x)$': lookaround and named groups are "
                     "not supported at offset 2");
@@ -632,5 +683,5 @@ TEST_MAIN(TEST_CASE(test_gbnf_literals_and_alternatives), TEST_CASE(test_gbnf_ru
           TEST_CASE(test_gbnf_errors), TEST_CASE(test_matcher_state),
           TEST_CASE(test_schema_primitives), TEST_CASE(test_schema_formats),
           TEST_CASE(test_schema_objects), TEST_CASE(test_schema_arrays_enums_refs),
-          TEST_CASE(test_schema_pattern), TEST_CASE(test_schema_refusals), TEST_CASE(test_masks_small_vocab),
+          TEST_CASE(test_schema_pattern), TEST_CASE(test_schema_integer_bounds), TEST_CASE(test_schema_refusals), TEST_CASE(test_masks_small_vocab),
           TEST_CASE(test_masks_match_per_token))

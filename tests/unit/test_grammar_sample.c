@@ -237,6 +237,17 @@ static int validate(const json_t *v, const json_t *s, const json_t *root, strbuf
             !pattern_ok(json_string_value(k), json_string_value(v), json_string_length(v)))
             return fail(why, "pattern");
     }
+    if (json_is_number(v)) {
+        double d = json_number_value(v);
+        if ((k = json_object_get(s, "minimum")) && d < json_number_value(k))
+            return fail(why, "minimum");
+        if ((k = json_object_get(s, "maximum")) && d > json_number_value(k))
+            return fail(why, "maximum");
+        if ((k = json_object_get(s, "exclusiveMinimum")) && d <= json_number_value(k))
+            return fail(why, "exclusiveMinimum");
+        if ((k = json_object_get(s, "exclusiveMaximum")) && d >= json_number_value(k))
+            return fail(why, "exclusiveMaximum");
+    }
     if (json_is_array(v)) {
         size_t n = json_array_size(v);
         if ((k = json_object_get(s, "minItems")) && n < (size_t)json_integer_value(k))
@@ -444,8 +455,11 @@ static void test_sample_patterns(void)
     sample_schema("{\"type\":\"object\",\"properties\":{"
                   "\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}$\"},"
                   "\"word\":{\"type\":\"string\",\"pattern\":\"^(ok|fine|[\\\"\\\\\\\\.]{2})\"},"
-                  "\"any\":{\"type\":\"string\",\"pattern\":\"^[^a-z]?\"}},"
-                  "\"required\":[\"code\",\"word\",\"any\"]}");
+                  "\"any\":{\"type\":\"string\",\"pattern\":\"^[^a-z]?\"},"
+                  "\"n\":{\"type\":\"integer\",\"minimum\":-40,\"exclusiveMaximum\":1234},"
+                  "\"m\":{\"type\":[\"integer\",\"null\"],\"exclusiveMinimum\":7},"
+                  "\"x\":{\"type\":\"number\",\"minimum\":0}},"
+                  "\"required\":[\"code\",\"word\",\"any\",\"n\",\"m\",\"x\"]}");
 }
 
 static void test_sample_json_object(void)
