@@ -191,9 +191,11 @@ static int cmp_range(const void *a, const void *b)
 void gb_push_class(gram_builder *b, gb_seq *seq, const gram_cprange *r, int n, int negated,
                    const char *base)
 {
-    /* Normalize: sorted, merged, surrogates cut out, then complemented. */
+    /* Normalize: sorted, merged, then complemented; surrogates are cut out
+     * when the ranges are encoded. */
     gram_cprange *v = xmalloc(((size_t)n + 2) * 2 * sizeof *v);
-    memcpy(v, r, (size_t)n * sizeof *v);
+    if (n)
+        memcpy(v, r, (size_t)n * sizeof *v);
     qsort(v, (size_t)n, sizeof *v, cmp_range);
     int m = 0;
     for (int i = 0; i < n; i++) {

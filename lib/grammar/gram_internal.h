@@ -114,11 +114,11 @@ typedef struct {
     uint32_t n_nodes, cap_nodes;
     uint32_t *tops;
     uint32_t n_tops, cap_tops;
-    /* When set (the mask walk), nodes are hash-consed: one node per
-     * (position, parent), so equal stacks are equal ids. Open addressing,
-     * 0 empty. */
+    /* When set, nodes are hash-consed: one node per (position, parent), so
+     * equal stacks are equal ids. Open addressing, 0 empty; an entry at or
+     * past n_nodes is stale (the pool was cut back) and is skipped. */
     uint32_t *intern;
-    uint32_t intern_cap;
+    uint32_t intern_cap, intern_used;
 } gram_pool;
 
 void gram_pool_init(gram_pool *p, const gram_grammar *g);
@@ -127,6 +127,8 @@ void gram_pool_free(gram_pool *p);
 void gram_pool_intern(gram_pool *p);
 /* A node for (pos, below): new, or the existing one when interning. */
 uint32_t gram_pool_node(gram_pool *p, uint32_t pos, uint32_t below);
+/* Stack n of src rebuilt in dst (interned there when dst interns). */
+uint32_t gram_pool_copy_stack(gram_pool *dst, const gram_pool *src, uint32_t n);
 /* Appends to the set that starts at tops[set_start] (and ends at n_tops)
  * every stack reached from position pos over stack `below`, without
  * duplicates. */
@@ -138,6 +140,7 @@ uint32_t gram_pool_advance(gram_pool *p, uint32_t from, uint32_t to, unsigned by
 struct gram_state {
     gram_pool pool;
     uint32_t set_start, set_end;
+    uint32_t live_nodes; /* nodes after the last compaction */
     int finished;
 };
 

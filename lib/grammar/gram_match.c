@@ -36,8 +36,13 @@ static uint32_t node_hash(const gram_pool *p, uint32_t pos, uint32_t below)
 
 static uint32_t intern_slot(const gram_pool *p, uint32_t pos, uint32_t below)
 {
-    uint32_t h = pos * 0x9E3779B1u ^ (below + 0x7F4A7C15u) * 0x85EBCA77u;
-    return (h ^ (h >> 16)) & (p->intern_cap - 1);
+    uint32_t h = pos * 0x9E3779B1u + below;
+    h ^= h >> 16;
+    h *= 0x7FEB352Du;
+    h ^= h >> 15;
+    h *= 0x846CA68Bu;
+    h ^= h >> 16;
+    return h & (p->intern_cap - 1);
 }
 
 void gram_pool_intern(gram_pool *p)
@@ -51,6 +56,7 @@ static void intern_grow(gram_pool *p)
     free(p->intern);
     p->intern_cap *= 2;
     p->intern = xcalloc(p->intern_cap, sizeof *p->intern);
+    p->intern_used = p->n_nodes - 1;
     for (uint32_t n = 1; n < p->n_nodes; n++) {
         uint32_t i = intern_slot(p, p->nodes[n].pos, p->nodes[n].parent);
         while (p->intern[i])
@@ -65,7 +71,7 @@ static uint32_t new_node(gram_pool *p, uint32_t pos, uint32_t below, uint32_t ha
     if (p->intern) {
         slot = intern_slot(p, pos, below);
         for (uint32_t n; (n = p->intern[slot]); slot = (slot + 1) & (p->intern_cap - 1))
-            if (p->nodes[n].pos == pos && p->nodes[n].parent == below)
+            if (n < p->n_nodes && p->nodes[n].pos == pos && p->nodes[n].parent == below)
                 return n;
     }
     if (p->n_nodes == p->cap_nodes) {
@@ -74,9 +80,10 @@ static uint32_t new_node(gram_pool *p, uint32_t pos, uint32_t below, uint32_t ha
     }
     p->nodes[p->n_nodes] = (gram_node){pos, below, hash};
     if (p->intern) {
-        p->intern[slot] = p->n_nodes;
-        if (2 * p->n_nodes > p->intern_cap)
+        p->intern[slot] = p->n_nodes++;
+        if (2 * ++p->intern_used > p->intern_cap)
             intern_grow(p);
+        return p->n_nodes - 1;
     }
     return p->n_nodes++;
 }
@@ -188,6 +195,7 @@ gram_state *gram_state_new(const gram_grammar *g)
 {
     gram_state *s = xcalloc(1, sizeof *s);
     gram_pool_init(&s->pool, g);
+    gram_pool_intern(&s->pool);
     s->set_start = 0;
     for (uint32_t a = g->alt_first[g->root]; a < g->alt_first[g->root + 1]; a++)
         gram_pool_expand(&s->pool, g->alts[a], 0, 0);
@@ -203,6 +211,8 @@ gram_state *gram_state_clone(const gram_state *s)
     memcpy(c->pool.nodes, s->pool.nodes, s->pool.n_nodes * sizeof *c->pool.nodes);
     c->pool.tops = xmalloc(s->pool.cap_tops * sizeof *c->pool.tops);
     memcpy(c->pool.tops, s->pool.tops, s->pool.n_tops * sizeof *c->pool.tops);
+    c->pool.intern = xmalloc(s->pool.intern_cap * sizeof *c->pool.intern);
+    memcpy(c->pool.intern, s->pool.intern, s->pool.intern_cap * sizeof *c->pool.intern);
     return c;
 }
 
@@ -214,26 +224,60 @@ void gram_state_free(gram_state *s)
     free(s);
 }
 
-static uint32_t copy_chain(const gram_pool *src, gram_pool *dst, uint32_t n)
+/* Copies a stack into another pool, bottom first, without recursion (a
+ * deeply nested document makes deep stacks). */
+uint32_t gram_pool_copy_stack(gram_pool *dst, const gram_pool *src, uint32_t n)
 {
-    if (n == 0)
+    uint32_t depth = 0;
+    for (uint32_t k = n; k; k = src->nodes[k].parent)
+        depth++;
+    if (!depth)
         return 0;
-    uint32_t below = copy_chain(src, dst, src->nodes[n].parent);
-    return new_node(dst, src->nodes[n].pos, below, src->nodes[n].hash);
+    uint32_t *chain = xmalloc(depth * sizeof *chain);
+    uint32_t i = depth;
+    for (uint32_t k = n; k; k = src->nodes[k].parent)
+        chain[--i] = k;
+    uint32_t below = 0;
+    for (i = 0; i < depth; i++)
+        below = gram_pool_node(dst, src->nodes[chain[i]].pos, below);
+    free(chain);
+    return below;
 }
 
 /* Keeps only the live set's stacks, so a long generation does not grow the
- * pool without bound. */
+ * pool without bound. A node shared by several stacks is copied once (map:
+ * old index -> new index, 0 not yet copied). */
 static void compact(gram_state *s)
 {
     gram_pool fresh;
     gram_pool_init(&fresh, s->pool.g);
-    for (uint32_t i = s->set_start; i < s->set_end; i++)
-        push_top(&fresh, copy_chain(&s->pool, &fresh, s->pool.tops[i]));
+    gram_pool_intern(&fresh);
+    uint32_t *map = xcalloc(s->pool.n_nodes, sizeof *map);
+    uint32_t *chain = NULL;
+    uint32_t cap = 0;
+    for (uint32_t i = s->set_start; i < s->set_end; i++) {
+        uint32_t depth = 0, k = s->pool.tops[i];
+        for (; k && !map[k]; k = s->pool.nodes[k].parent) {
+            if (depth == cap) {
+                cap = cap ? 2 * cap : 64;
+                chain = xrealloc(chain, cap * sizeof *chain);
+            }
+            chain[depth++] = k;
+        }
+        uint32_t below = k ? map[k] : 0;
+        while (depth--) {
+            below = gram_pool_node(&fresh, s->pool.nodes[chain[depth]].pos, below);
+            map[chain[depth]] = below;
+        }
+        push_top(&fresh, s->pool.tops[i] ? map[s->pool.tops[i]] : 0);
+    }
+    free(chain);
+    free(map);
     gram_pool_free(&s->pool);
     s->pool = fresh;
     s->set_start = 0;
     s->set_end = fresh.n_tops;
+    s->live_nodes = fresh.n_nodes;
 }
 
 int gram_accept_bytes(gram_state *s, const void *bytes, size_t len, memra_err *err)
@@ -258,8 +302,16 @@ int gram_accept_bytes(gram_state *s, const void *bytes, size_t len, memra_err *e
     }
     s->set_start = from;
     s->set_end = to;
-    if (s->pool.n_nodes > 4096 || s->pool.n_tops > 4096)
+    /* Compacting costs the live stacks' size, so it waits until the pool
+     * has doubled past them: amortized, even for deeply nested text. */
+    if (s->pool.n_nodes > 2 * s->live_nodes + 4096) {
         compact(s);
+    } else if (s->set_start > 4096) {
+        /* Old sets are dead: only the live one moves, to the front. */
+        memmove(s->pool.tops, s->pool.tops + s->set_start, (to - from) * sizeof *s->pool.tops);
+        s->pool.n_tops = s->set_end = to - from;
+        s->set_start = 0;
+    }
     return 0;
 }
 

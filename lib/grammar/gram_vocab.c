@@ -181,7 +181,13 @@ typedef struct {
     uint32_t set_cap;
     uint64_t *trans; /* open addressing: (set << 8 | byte) + 1 << 32 | result + 1 */
     uint32_t trans_cap, n_trans;
+    /* The first sets also get a direct table (256 entries: 0 unknown, 1 no
+     * stack reads the byte, else the next set + 2):
+     * the lookups that run once per trie node stay a single load. */
+    uint32_t **direct;
 } walker;
+
+#define WALK_DIRECT_SETS 4096
 
 static uint32_t mix32(uint32_t h)
 {
@@ -282,7 +288,23 @@ static void trans_put(walker *w, uint32_t key, uint32_t val)
 
 /* The set after reading `byte` from set `id`; UINT32_MAX when no stack
  * reads it. */
-static uint32_t step(walker *w, uint32_t id, unsigned byte)
+static uint32_t step_hashed(walker *w, uint32_t id, unsigned byte);
+
+static inline uint32_t step(walker *w, uint32_t id, unsigned byte)
+{
+    if (id >= WALK_DIRECT_SETS)
+        return step_hashed(w, id, byte);
+    uint32_t *d = w->direct[id];
+    if (!d)
+        d = w->direct[id] = xcalloc(256, sizeof *d);
+    if (!d[byte]) {
+        uint32_t r = step_hashed(w, id, byte);
+        d[byte] = r == UINT32_MAX ? 1 : r + 2;
+    }
+    return d[byte] == 1 ? UINT32_MAX : d[byte] - 2;
+}
+
+static uint32_t step_hashed(walker *w, uint32_t id, unsigned byte)
 {
     uint32_t key = id << 8 | byte;
     for (uint32_t i = trans_slot(w, key); w->trans[i]; i = (i + 1) & (w->trans_cap - 1))
@@ -323,14 +345,6 @@ static void walk(walker *w, uint32_t node, uint32_t id)
     }
 }
 
-static uint32_t copy_interned(gram_pool *dst, const gram_pool *src, uint32_t n)
-{
-    if (n == 0)
-        return 0;
-    uint32_t below = copy_interned(dst, src, src->nodes[n].parent);
-    return gram_pool_node(dst, src->nodes[n].pos, below);
-}
-
 int gram_mask(const gram_state *s, const gram_vocab *v, uint32_t *mask_bits)
 {
     memset(mask_bits, 0, gram_mask_words(v) * sizeof *mask_bits);
@@ -347,9 +361,10 @@ int gram_mask(const gram_state *s, const gram_vocab *v, uint32_t *mask_bits)
     w.set_tab = xcalloc(w.set_cap, sizeof *w.set_tab);
     w.trans_cap = 4096;
     w.trans = xcalloc(w.trans_cap, sizeof *w.trans);
+    w.direct = xcalloc(WALK_DIRECT_SETS, sizeof *w.direct);
     uint32_t start = w.pool.n_tops;
     for (uint32_t i = s->set_start; i < s->set_end; i++) {
-        uint32_t t = copy_interned(&w.pool, &s->pool, s->pool.tops[i]);
+        uint32_t t = gram_pool_copy_stack(&w.pool, &s->pool, s->pool.tops[i]);
         uint32_t j = start;
         while (j < w.pool.n_tops && w.pool.tops[j] != t)
             j++;
@@ -366,6 +381,9 @@ int gram_mask(const gram_state *s, const gram_vocab *v, uint32_t *mask_bits)
     free(w.sets);
     free(w.set_tab);
     free(w.trans);
+    for (uint32_t i = 0; i < WALK_DIRECT_SETS && i < w.n_sets; i++)
+        free(w.direct[i]);
+    free(w.direct);
     if (gram_is_complete(s))
         for (int i = 0; i < v->n; i++)
             if (v->is_eog[i]) {

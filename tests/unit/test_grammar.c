@@ -193,6 +193,25 @@ static void test_matcher_state(void)
     CHECK(gram_is_complete(s));
     gram_state_free(s);
     gram_free(g);
+    /* Deep nesting: deep stacks are copied without recursion, and masks
+     * still work at depth. */
+    g = jsch_json_object(NULL);
+    s = gram_state_new(g);
+    CHECK(gram_accept_bytes(s, "{\"a\":", 5, &err) == 0);
+    for (int i = 0; i < 200000; i++)
+        if (gram_accept_bytes(s, "[", 1, &err)) {
+            CHECK_MSG(0, "%s", err.msg);
+            break;
+        }
+    const char *pieces[] = {"]", "[", "}", "1"};
+    size_t lens[] = {1, 1, 1, 1};
+    gram_vocab *v = gram_vocab_build(pieces, lens, 4, NULL);
+    uint32_t m[1];
+    CHECK(gram_mask(s, v, m) == 3);
+    CHECK(m[0] == 0xB);
+    gram_vocab_free(v);
+    gram_state_free(s);
+    gram_free(g);
 }
 
 static gram_grammar *schema(const char *text)
