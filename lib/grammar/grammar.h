@@ -64,7 +64,8 @@ void gram_vocab_set_eog(gram_vocab *v, const int32_t *ids, int n);
 void gram_vocab_free(gram_vocab *v);
 int gram_vocab_size(const gram_vocab *v);
 
-/* Fill mask_bits (gram_mask_words(v) words; bit i%32 of word i/32 is token i)
+/* Fill mask_bits (gram_mask_words(v) words; bit i%32 of word i/32 is token i;
+ * logits past gram_vocab_size are the caller's to mask)
  * with the tokens that may come next; returns how many are allowed (0 when
  * finished; never a failure). */
 int gram_mask(const gram_state *s, const gram_vocab *v, uint32_t *mask_bits);
