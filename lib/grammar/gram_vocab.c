@@ -337,6 +337,8 @@ static void walk(walker *w, uint32_t node, uint32_t id)
         if (next == UINT32_MAX)
             continue;
         for (int32_t t = nodes[c].first_token; t >= 0; t = w->v->next_token[t]) {
+            if (w->v->is_eog[t])
+                continue; /* allowed by completeness, never by its bytes */
             w->mask[t >> 5] |= 1u << (t & 31);
             w->allowed++;
         }

@@ -59,7 +59,8 @@ gram_vocab *gram_vocab_build(const char *const *pieces, const size_t *lens, int 
 /* From a tokenizer: control tokens are never allowed; the end-of-generation
  * ids are tok_stop_ids. */
 gram_vocab *gram_vocab_from_tok(const tokenizer *t, memra_err *err);
-/* End-of-generation ids: allowed exactly when the grammar is complete. */
+/* End-of-generation ids: allowed exactly when the grammar is complete (their
+ * pieces, if given, are ignored). */
 void gram_vocab_set_eog(gram_vocab *v, const int32_t *ids, int n);
 void gram_vocab_free(gram_vocab *v);
 int gram_vocab_size(const gram_vocab *v);

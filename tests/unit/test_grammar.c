@@ -659,6 +659,30 @@ static void test_masks_small_vocab(void)
     gram_vocab_free(v);
 }
 
+/* An end-of-generation token with a piece is still allowed only at the end. */
+static void test_masks_eog_with_piece(void)
+{
+    const char *pieces[] = {"a", "</s>"};
+    size_t lens[] = {1, 4};
+    gram_vocab *v = gram_vocab_build(pieces, lens, 2, NULL);
+    int32_t eos = 1;
+    gram_vocab_set_eog(v, &eos, 1);
+    gram_grammar *g = gbnf("root ::= [a-z<>/]+");
+    if (!g || !v)
+        return;
+    gram_state *s = gram_state_new(g);
+    uint32_t m[1];
+    CHECK(gram_mask(s, v, m) == 1 && m[0] == 1);
+    CHECK(gram_accept_token(s, v, 1, NULL) == -1);
+    CHECK(gram_accept_token(s, v, 0, NULL) == 0);
+    CHECK(gram_mask(s, v, m) == 2 && m[0] == 3);
+    CHECK(gram_accept_token(s, v, 1, NULL) == 0);
+    CHECK(gram_is_finished(s));
+    gram_state_free(s);
+    gram_free(g);
+    gram_vocab_free(v);
+}
+
 /* The mask agrees with checking each token alone, on a vocabulary where
  * tokens share prefixes. */
 static void test_masks_match_per_token(void)
@@ -702,5 +726,5 @@ TEST_MAIN(TEST_CASE(test_gbnf_literals_and_alternatives), TEST_CASE(test_gbnf_ru
           TEST_CASE(test_gbnf_errors), TEST_CASE(test_matcher_state),
           TEST_CASE(test_schema_primitives), TEST_CASE(test_schema_formats),
           TEST_CASE(test_schema_objects), TEST_CASE(test_schema_arrays_enums_refs),
-          TEST_CASE(test_schema_pattern), TEST_CASE(test_schema_integer_bounds), TEST_CASE(test_schema_refusals), TEST_CASE(test_masks_small_vocab),
+          TEST_CASE(test_schema_pattern), TEST_CASE(test_schema_integer_bounds), TEST_CASE(test_schema_refusals), TEST_CASE(test_masks_small_vocab), TEST_CASE(test_masks_eog_with_piece),
           TEST_CASE(test_masks_match_per_token))
