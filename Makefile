@@ -62,7 +62,7 @@ LDLIBS := $(STATIC_LIBS) -lcurl -lcrypto -lz -lm -ldl
 # rows, bandwidth probe and load client (lib/bench) and the kernel check
 # (lib/check) are archives of their own, linked only by the program that
 # uses them (memra-bench, memra-parity) and by the tests.
-LIB_DIRS := lib/core lib/numerics lib/format lib/quant lib/hub lib/jinja lib/tok lib/backend \
+LIB_DIRS := lib/core lib/numerics lib/format lib/quant lib/hub lib/jinja lib/tok lib/grammar lib/backend \
             lib/backend/cpu lib/model lib/engine lib/serve
 LIB_SRC := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
 BENCH_SRC := $(wildcard lib/bench/*.c)
