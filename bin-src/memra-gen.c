@@ -22,6 +22,8 @@
 #include "backend/cuda/cuda_device.h"
 #endif
 #include "engine/generate.h"
+#include "grammar/grammar.h"
+#include "grammar/json_schema.h"
 #include "model/checkpoint.h"
 #include "model/chat_source.h"
 #include "jinja/chat_template.h"
@@ -45,6 +47,8 @@ static const char usage[] =
     "  --repeat-penalty R  (default 1 = off)  --presence-penalty X  --frequency-penalty X\n"
     "  --stop STR          stop string (repeatable; never printed)\n"
     "  --ignore-eos        do not stop at end-of-generation tokens\n"
+    "  --grammar FILE      constrain the output to a GBNF grammar (root rule 'root')\n"
+    "  --json-schema FILE  constrain the output to JSON valid against a JSON Schema\n"
     "  --chat              apply the model's chat template (env MEMRA_CHAT=1); --system TEXT\n"
     "  --parse-special     special-token text in a plain prompt becomes those tokens\n"
     "  --backend cpu|cuda  (default cuda when a GPU is present, else cpu)\n"
@@ -69,6 +73,7 @@ typedef enum { MODE_GENERATE, MODE_TOKENIZE, MODE_DETOKENIZE, MODE_RENDER } gen_
 typedef struct {
     gen_mode mode;
     const char *model, *prompt, *prompt_file, *prompt_ids, *ids, *system, *template_file;
+    const char *grammar_file, *schema_file;
     int json, chat, add_special, parse_special, ignore_eos;
     int n_predict, n_threads, seed_given;
     backend_kind backend;
@@ -147,7 +152,7 @@ static void parse_args(int argc, char **argv, gen_opts *o)
     enum {
         O_TEMP = 1000, O_TOPK, O_TOPP, O_MINP, O_SEED, O_REP, O_PRES, O_FREQ, O_STOP, O_CHAT,
         O_SYSTEM, O_BACKEND, O_JSON, O_TOKENIZE, O_DETOKENIZE, O_RENDER, O_IDS, O_ADDSP, O_PARSESP,
-        O_TEMPLATE, O_PROMPT_IDS, O_IGNORE_EOS, O_DEVICE, O_KV,
+        O_TEMPLATE, O_PROMPT_IDS, O_IGNORE_EOS, O_DEVICE, O_KV, O_GRAMMAR, O_SCHEMA,
     };
     static const struct option longs[] = {
         {"prompt", required_argument, NULL, 'p'},       {"file", required_argument, NULL, 'f'},
@@ -168,6 +173,8 @@ static void parse_args(int argc, char **argv, gen_opts *o)
         {"chat-template", required_argument, NULL, O_TEMPLATE},
         {"ignore-eos", no_argument, NULL, O_IGNORE_EOS}, {"help", no_argument, NULL, 'h'},
         {"device", required_argument, NULL, O_DEVICE},  {"kv", required_argument, NULL, O_KV},
+        {"grammar", required_argument, NULL, O_GRAMMAR},
+        {"json-schema", required_argument, NULL, O_SCHEMA},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -230,6 +237,8 @@ static void parse_args(int argc, char **argv, gen_opts *o)
         case O_PARSESP: o->parse_special = 1; break;
         case O_TEMPLATE: o->template_file = optarg; break;
         case O_IGNORE_EOS: o->ignore_eos = 1; break;
+        case O_GRAMMAR: o->grammar_file = optarg; break;
+        case O_SCHEMA: o->schema_file = optarg; break;
         case 'h': fputs(usage, stdout); exit(0);
         case ':': cli_usage("%s needs a value", argv[optind - 1]);
         default: cli_usage("unknown option '%s'", argv[optind - 1]);
@@ -485,6 +494,29 @@ static int run_generate(const gen_opts *o, const checkpoint *c, const tokenizer 
                 gp.n_predict, (long long)engine_n_ctx(e), n_prompt, (long long)room);
         gp.n_predict = (int)room;
     }
+    /* --grammar / --json-schema: the grammar and the vocabulary's trie,
+     * built once; the output can only be what the grammar allows. */
+    gram_grammar *grammar = NULL;
+    gram_vocab *gvocab = NULL;
+    if (o->grammar_file || o->schema_file) {
+        const char *path = o->grammar_file ? o->grammar_file : o->schema_file;
+        if (o->grammar_file && o->schema_file)
+            cli_usage("--grammar and --json-schema: give one");
+        if (!t)
+            cli_failf("%s: a constrained output needs the model's tokenizer", path);
+        char *buf;
+        size_t len;
+        if (read_small_file(path, 16u << 20, &buf, &len, &err) != 0)
+            cli_fail(&err);
+        grammar = o->grammar_file ? gram_parse_gbnf(buf, len, &err) : jsch_compile_text(buf, len, &err);
+        free(buf);
+        if (!grammar)
+            cli_failf("%s: %s", path, err.msg);
+        if (!(gvocab = gram_vocab_from_tok(t, &err)))
+            cli_fail(&err);
+        gp.grammar = grammar;
+        gp.grammar_vocab = gvocab;
+    }
     gen_result r;
     int streamed = !o->json && t != NULL;
     if (generate(e, t, prompt, n_prompt, &gp, streamed ? stream_text : NULL, NULL, &r, &err) != 0)
@@ -528,6 +560,8 @@ static int run_generate(const gen_opts *o, const checkpoint *c, const tokenizer 
             n_prompt, r.prefill_ms, prefill_tps, r.n_tokens, r.decode_ms, decode_tps,
             ms_per_token, gen_finish_name(r.finish));
     gen_result_free(&r);
+    gram_vocab_free(gvocab);
+    gram_free(grammar);
     engine_free(e);
     free(prompt);
     return 0;

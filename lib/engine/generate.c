@@ -60,6 +60,38 @@ static sampler *padding_banned_sampler(const sampler_params *sp, const tokenizer
     return s;
 }
 
+/* The constrained step: the forward pass's last logits, every token the
+ * grammar refuses (and every id past its vocabulary) set to -inf, sampled
+ * on the host, and the grammar advanced by the token. */
+typedef struct {
+    gram_state *state;
+    const gram_vocab *vocab;
+    uint32_t *mask;
+    float *logits;
+    int32_t n_vocab;
+} constrained;
+
+static int forward_constrained(engine *e, engine_seq *seq, const int32_t *tokens, int n,
+                               sampler *s, constrained *c, int32_t *out_id, memra_err *err)
+{
+    if (engine_forward(e, seq, tokens, n, c->logits, 0, err) != 0)
+        return -1;
+    if (gram_mask(c->state, c->vocab, c->mask) == 0)
+        return memra_fail(err, "grammar: no token can continue the output here (the "
+                               "grammar admits nothing the vocabulary can write)");
+    int32_t gv = gram_vocab_size(c->vocab);
+    for (int32_t id = 0; id < c->n_vocab; id++)
+        if (id >= gv || !(c->mask[id >> 5] >> (id & 31) & 1u))
+            c->logits[id] = -INFINITY;
+    int32_t id = sampler_sample(s, c->logits, err);
+    if (id < 0)
+        return -1;
+    if (gram_accept_token(c->state, c->vocab, id, err) != 0)
+        return -1;
+    *out_id = id;
+    return 0;
+}
+
 int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prompt,
              const gen_params *p, gen_text_fn on_text, void *ctx, gen_result *out,
              memra_err *err)
@@ -75,9 +107,19 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
         return memra_fail(err, "the prompt of %zu tokens does not fit the context of %lld "
                                "(room is needed for at least one generated token)",
                           n_prompt, (long long)n_ctx);
+    if ((p->grammar != NULL) != (p->grammar_vocab != NULL))
+        return memra_fail(err, "a grammar needs its vocabulary (gen_params.grammar_vocab)");
     sampler *s = padding_banned_sampler(&p->sampling, t, (int32_t)cfg->n_vocab, err);
     if (!s)
         return -1;
+    constrained con = {0};
+    if (p->grammar) {
+        con.state = gram_state_new(p->grammar);
+        con.vocab = p->grammar_vocab;
+        con.mask = xmalloc(gram_mask_words(p->grammar_vocab) * sizeof(uint32_t));
+        con.n_vocab = (int32_t)cfg->n_vocab;
+        con.logits = xmalloc((size_t)cfg->n_vocab * sizeof(float));
+    }
     detok_opts dopts = {.stop = p->stop, .n_stop = p->n_stop, .skip_special = 1, .at_start = 1};
     /* Without a tokenizer (a checkpoint that carries none, fed ids) the
      * loop still runs: no text, no end-of-generation ids. */
@@ -99,6 +141,8 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
     int32_t id = -1;
     if (rc == 0 && p->n_predict == 0)
         rc = engine_forward(e, seq, prompt, (int)n_prompt, NULL, 0, err);
+    else if (rc == 0 && p->grammar)
+        rc = forward_constrained(e, seq, prompt, (int)n_prompt, s, &con, &id, err);
     else if (rc == 0)
         rc = engine_forward_sample(e, seq, prompt, (int)n_prompt, s, &id, err);
     out->prefill_ms = now_ms() - t0;
@@ -139,7 +183,10 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
             break; /* the context is full: finish "length" */
         if (p->n_predict >= 0 && (int64_t)out->n_tokens >= p->n_predict)
             break; /* no forward step for a token nobody will sample after */
-        rc = engine_forward_sample(e, seq, &id, 1, s, &id, err);
+        if (p->grammar)
+            rc = forward_constrained(e, seq, &id, 1, s, &con, &id, err);
+        else
+            rc = engine_forward_sample(e, seq, &id, 1, s, &id, err);
         out->n_decoded++;
     }
     out->decode_ms = now_ms() - t1;
@@ -154,6 +201,11 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
     }
     out->text = sb_take(&text);
     sb_free(&piece);
+    if (con.state) {
+        gram_state_free(con.state);
+        free(con.mask);
+        free(con.logits);
+    }
     if (seq)
         engine_seq_free(seq);
     if (d)

@@ -15,6 +15,7 @@
 #include "core/err.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "tok/tokenizer.h"
 
 typedef struct {
@@ -24,6 +25,12 @@ typedef struct {
     size_t n_stop;
     int ignore_eos;
     int penalize_prompt;      /* prompt tokens count for the penalties (llama.cpp does) */
+    /* Constrained decoding: when set (both), each step samples only tokens
+     * the grammar allows from its state (gram_mask over the logits, on the
+     * host), and an end-of-generation token only once the grammar is
+     * complete; the sampling runs on the host for these requests. */
+    const gram_grammar *grammar;
+    const gram_vocab *grammar_vocab;
 } gen_params;
 
 /* Called with each piece of text as it becomes safe to show. */

@@ -93,3 +93,24 @@ check "--prompt-ids on a model without a tokenizer prints the generated ids" \
            b=\$(memra-gen '$T/notok.gguf' --prompt-ids 1,2,3 -n 6 --temp 0 --json 2>/dev/null | jq -r '.tokens | map(tostring) | join(\" \")') &&
            [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ] && [ \$(echo \"\$a\" | wc -w) = 6 ]"
 expect_error "text needs a tokenizer" 1 "no tokenizer|tokenizer" memra-gen "$T/notok.gguf" -p "hello" -n 2
+
+# Constrained output (lib/grammar): memra-tiny was never trained on JSON,
+# yet every sampled output parses and validates against the schema.
+G=tests/fixtures/grammar
+ok=0
+for seed in 1 2 3 4 5 6 7 8; do
+  memra-gen models/memra-tiny.gguf -p "A record:" -n 300 --temp 1 --seed $seed \
+    --json-schema $G/person.schema.json --backend cpu 2>/dev/null >"$T/g$seed.json" &&
+  jq -e '(keys == ["age","name","tags"]) and (.name | type == "string" and length <= 20) and
+         (.age | type == "number" and . == floor and . >= 0 and . <= 120) and
+         (.tags | type == "array" and length <= 3 and all(. == "a" or . == "b" or . == "c"))' \
+    "$T/g$seed.json" >/dev/null && ok=$((ok + 1))
+done
+[ $ok -eq 8 ] && pass "--json-schema: 8 sampled outputs of memra-tiny parse and validate" ||
+  fail "--json-schema: 8 sampled outputs of memra-tiny parse and validate" "$ok of 8: $(cat "$T"/g*.json | head -c 400)"
+check "--grammar: a GBNF yes/no answer is exactly yes or no" \
+  bash -c "for s in 1 2 3; do a=\$(memra-gen models/memra-tiny.gguf -p 'Answer:' -n 20 --temp 1 --seed \$s --grammar $G/yes-no.gbnf 2>/dev/null) && case \$a in yes|no) ;; *) exit 1 ;; esac; done"
+expect_error "--json-schema with an unsupported keyword names it" 1 "multipleOf" \
+  memra-gen models/memra-tiny.gguf -p x -n 4 --json-schema $G/unsupported.schema.json
+expect_error "--grammar and --json-schema together" 2 "give one" \
+  memra-gen models/memra-tiny.gguf -p x -n 4 --grammar $G/yes-no.gbnf --json-schema $G/person.schema.json
