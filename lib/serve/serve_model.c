@@ -23,6 +23,7 @@ typedef struct {
     serve_logprob lp; /* the sampled token's log-probabilities (req->logprobs) */
     strbuf lp_bytes;  /* the bytes lp's offsets point into */
     int32_t host_in;  /* the token a host-path slot runs next (host_pending) */
+    gram_state *gst;  /* the request's grammar, advanced token by token (req->grammar) */
     int host_pending;
     engine_seq *seq;
     sampler *smp;
@@ -70,7 +71,9 @@ struct serve_model {
     int32_t *next_ids;    /* [max_sessions] */
     int *rc;
     memra_err *errs;
-    float *logits, *raw;  /* [n_vocab] each: the host path (logprobs) */
+    float *logits, *raw;  /* [n_vocab] each: the host path (logprobs, grammar) */
+    gram_vocab *gvocab;   /* the tokenizer's pieces as a trie, made at the first grammar */
+    uint32_t *gmask;      /* [gram_mask_words] the allowed tokens of one step */
 };
 
 /* ---- scheduling ------------------------------------------------------- */
@@ -80,6 +83,8 @@ static void slot_release(serve_model *m, serve_slot *s)
     engine_seq_reset(s->seq);
     sampler_free(s->smp);
     detok_free(s->dt);
+    gram_state_free(s->gst);
+    s->gst = NULL;
     s->smp = NULL;
     s->dt = NULL;
     serve_req_unref(s->req);
@@ -150,6 +155,15 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r, int choice)
     detok_opts dopts = {.stop = (const char *const *)r->stop, .n_stop = r->n_stop,
                         .skip_special = 1, .at_start = 1};
     s->dt = detok_new(m->tok, &dopts);
+    if (s->smp && r->grammar) {
+        if (!m->gvocab && (m->gvocab = gram_vocab_from_tok(m->tok, &err)) != NULL)
+            m->gmask = xmalloc(gram_mask_words(m->gvocab) * sizeof *m->gmask);
+        if (!m->gvocab) {
+            slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
+            return;
+        }
+        s->gst = gram_state_new(r->grammar);
+    }
     if (!s->smp)
         slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
 }
@@ -217,8 +231,23 @@ static int host_forward_sample(serve_model *m, serve_slot *s, const int32_t *tok
     if (engine_forward(m->eng, s->seq, tokens, n, m->logits, 0, err) != 0)
         return -1;
     memcpy(m->raw, m->logits, (size_t)m->n_vocab * sizeof *m->raw);
+    if (s->gst) {
+        /* the grammar's step: what it refuses cannot be sampled */
+        if (gram_mask(s->gst, m->gvocab, m->gmask) == 0) {
+            s->next = -1;
+            memra_fail(&s->next_err, "response_format: no token can continue the output (the "
+                                     "schema admits nothing the vocabulary can write)");
+            return 0;
+        }
+        int32_t gv = gram_vocab_size(m->gvocab);
+        for (int32_t id = 0; id < m->n_vocab; id++)
+            if (id >= gv || !(m->gmask[id >> 5] >> (id & 31) & 1u))
+                m->logits[id] = -INFINITY;
+    }
     s->next = sampler_sample(s->smp, m->logits, &s->next_err);
-    if (s->next >= 0)
+    if (s->next >= 0 && s->gst && gram_accept_token(s->gst, m->gvocab, s->next, &s->next_err) != 0)
+        s->next = -1;
+    if (s->next >= 0 && s->req->logprobs)
         slot_logprobs(m, s, m->raw, s->next);
     return 0;
 }
@@ -346,7 +375,7 @@ static void tick(serve_model *m)
         int last = s->n_prefilled + n == r->n_prompt;
         const int32_t *chunk = r->prompt + s->n_prefilled;
         if ((!last ? engine_forward(m->eng, s->seq, chunk, (int)n, NULL, 0, &err)
-             : r->logprobs ? host_forward_sample(m, s, chunk, (int)n, &err)
+             : r->logprobs || r->grammar ? host_forward_sample(m, s, chunk, (int)n, &err)
                            : engine_forward_sample(m->eng, s->seq, chunk, (int)n, s->smp,
                                                    &s->next, &err)) != 0) {
             slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
@@ -374,7 +403,7 @@ static void tick(serve_model *m)
         int32_t id;
         if (!slot_sample(m, s, now, &id))
             continue;
-        if (s->req->logprobs) {
+        if (s->req->logprobs || s->req->grammar) {
             s->host_in = id;
             s->host_pending = 1;
             n_host++;
@@ -642,6 +671,8 @@ void serve_model_free(serve_model *m)
     free(m->rc);
     free(m->errs);
     free(m->logits);
+    gram_vocab_free(m->gvocab);
+    free(m->gmask);
     free(m->raw);
     if (m->eng)
         engine_free(m->eng);

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "core/check.h"
+#include "grammar/json_schema.h"
 #include "serve/serve_internal.h"
 
 static const char *const chat_fields[] = {
@@ -51,15 +52,6 @@ static int check_unsupported(serve_kind kind, const json_t *body, serve_error *e
 {
     const json_t *v;
     (void)kind;
-    if ((v = present(body, "response_format"))) {
-        const json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-        if (!json_is_string(t))
-            return serve_bad(e, "response_format", "response_format: must be {\"type\": \"text\"}");
-        if (strcmp(json_string_value(t), "text") || json_object_size(v) != 1)
-            return serve_bad(e, "response_format.type",
-                             "response_format: '%s' is not supported (only \"text\")",
-                             json_string_value(t));
-    }
     if ((v = present(body, "tools")))
         if (!json_is_array(v) || json_array_size(v) > 0)
             return serve_bad(e, "tools", "tools: tool calling is not supported yet");
@@ -302,6 +294,56 @@ static int parse_choices(serve_kind kind, const json_t *body, serve_job *job, se
     return 0;
 }
 
+/* response_format: "text" (nothing to enforce), "json_object" (any JSON
+ * object) or "json_schema" ({name, schema, strict, description}): the
+ * output is held to the grammar while it is sampled (lib/grammar), so it
+ * always parses, and validates against the schema. A schema keyword the
+ * compiler does not enforce is a 400 naming it, never dropped. */
+static int parse_response_format(const json_t *body, serve_req *r, serve_error *e)
+{
+    const json_t *v = present(body, "response_format");
+    if (!v)
+        return 0;
+    const json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+    if (!json_is_string(t))
+        return serve_bad(e, "response_format", "response_format: must be an object with a "
+                                               "\"type\": text, json_object or json_schema");
+    const char *type = json_string_value(t);
+    memra_err err = {{0}};
+    if (!strcmp(type, "text")) {
+        if (json_object_size(v) != 1)
+            return serve_bad(e, "response_format", "response_format: \"text\" takes no other field");
+        return 0;
+    }
+    if (!strcmp(type, "json_object")) {
+        if (json_object_size(v) != 1)
+            return serve_bad(e, "response_format",
+                             "response_format: \"json_object\" takes no other field");
+        r->grammar = jsch_json_object(&err);
+    } else if (!strcmp(type, "json_schema")) {
+        const json_t *js = json_object_get(v, "json_schema");
+        const json_t *schema = json_is_object(js) ? json_object_get(js, "schema") : NULL;
+        if (!json_is_object(schema))
+            return serve_bad(e, "response_format.json_schema.schema",
+                             "response_format.json_schema.schema: a JSON Schema object is required");
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)js, k, x)
+            if (strcmp(k, "name") && strcmp(k, "schema") && strcmp(k, "strict") &&
+                strcmp(k, "description"))
+                return serve_bad(e, "response_format.json_schema",
+                                 "response_format.json_schema: unknown field '%s'", k);
+        r->grammar = jsch_compile(schema, &err);
+    } else {
+        return serve_bad(e, "response_format.type",
+                         "response_format: type '%s' is not one of text, json_object, json_schema",
+                         type);
+    }
+    if (!r->grammar)
+        return serve_bad(e, "response_format", "response_format: %s", err.msg);
+    return 0;
+}
+
 /* The completion prompt: a string, an array of one string, token ids, or
  * an array of one array of token ids. */
 static int completion_prompt(serve_model *m, const json_t *body, serve_req *r, serve_error *e)
@@ -391,7 +433,7 @@ int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body, s
     snprintf(job->model_name, sizeof job->model_name, "%s", serve_model_alias(m));
     serve_req *r = job->req = serve_req_new();
     r->stream = job->stream;
-    if (parse_choices(kind, body, job, e) != 0)
+    if (parse_choices(kind, body, job, e) != 0 || parse_response_format(body, r, e) != 0)
         return -1;
     if (serve_field_bool(body, "ignore_eos", &r->ignore_eos, e) != 0)
         return -1;

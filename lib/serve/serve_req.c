@@ -98,6 +98,7 @@ void serve_req_unref(serve_req *r)
         serve_choice_free(&r->choice[i]);
     free(r->prompt);
     free(r->bias);
+    gram_free(r->grammar);
     for (size_t i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->stop);

@@ -30,6 +30,7 @@
 
 #include "core/strbuf.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 
 typedef enum {
     SERVE_FINISH_NONE = 0, /* still running */
@@ -92,6 +93,7 @@ typedef struct serve_req {
     int n_choices;            /* [1, SERVE_MAX_CHOICES]; choice i samples with seed + i */
     int logprobs;             /* report each token's log-probability */
     int top_logprobs;         /* and this many of the most likely [0, 20] */
+    gram_grammar *grammar;    /* owned: response_format json_object / json_schema, or NULL */
     int stream;               /* the engine sends keep-alives only to streams */
     int ignore_eos;           /* end-of-generation ids do not end it (vLLM's ignore_eos) */
     int watch_fd;             /* the client's socket, polled while parked; -1: none */

@@ -137,7 +137,15 @@ err "unknown model: 404 model_not_found" 404 '.error.code == "model_not_found" a
 err "missing messages: 400" 400 '.error.param == "messages"' $CH '{"model":"chat"}'
 err "message without role: 400" 400 '.error.param == "messages[0].role"' $CH '{"model":"chat","messages":[{"content":"hi"}]}'
 err "image part: 400 naming it" 400 '.error.param == "messages[0].content[0].type"' $CH '{"model":"chat","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}'
-err "response_format json_object: 400" 400 '.error.param == "response_format.type"' $CH "{\"model\":\"chat\",$MSG,\"response_format\":{\"type\":\"json_object\"}}"
+err "response_format of an unknown type: 400" 400 '.error.param == "response_format.type"' $CH "{\"model\":\"chat\",$MSG,\"response_format\":{\"type\":\"xml\"}}"
+# response_format json_schema: the output is held to the schema while it is
+# sampled, blocking and streamed (the streamed text equals the blocking one).
+RF='"response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object","properties":{"n":{"type":"integer","minimum":0,"maximum":99},"s":{"type":"string","maxLength":8}},"required":["n","s"],"additionalProperties":false}}}'
+c "${A[@]}" "$URL$CH" --data-binary "{\"model\":\"chat\",$MSG,\"max_tokens\":120,\"temperature\":1,\"seed\":5,$RF}" > "$T/rf.json"
+check "response_format json_schema: content parses and validates" jq -e '.choices[0].finish_reason == "stop" and (.choices[0].message.content | fromjson | (keys == ["n","s"]) and (.n >= 0 and .n <= 99 and .n == (.n|floor)) and (.s | length <= 8))' "$T/rf.json"
+c -N "${A[@]}" "$URL$CH" --data-binary "{\"model\":\"chat\",$MSG,\"max_tokens\":120,\"temperature\":1,\"seed\":5,\"stream\":true,$RF}" |
+  sed -n 's/^data: //p' | grep -v DONE | jq -rj '.choices[0].delta.content // empty' > "$T/rf.txt"
+check "response_format json_schema streamed: the same text" bash -c "[ -s '$T/rf.txt' ] && [ \"\$(cat '$T/rf.txt')\" = \"\$(jq -r '.choices[0].message.content' '$T/rf.json')\" ]"
 err "tools: 400" 400 '.error.param == "tools"' $CH "{\"model\":\"chat\",$MSG,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}"
 err "temperature 3: 400" 400 '.error.param == "temperature" and (.error.message | test("out of range"))' $CH "{\"model\":\"chat\",$MSG,\"temperature\":3}"
 err "top_p a string: 400" 400 '.error.param == "top_p"' $CH "{\"model\":\"chat\",$MSG,\"top_p\":\"x\"}"

@@ -10,6 +10,7 @@
 // where text is what memra-gen produced greedily (null: not compared).
 import fs from "node:fs";
 import OpenAI from "openai";
+import { makeParseableResponseFormat } from "openai/lib/parser";
 
 const [url, key, expectPath] = process.argv.slice(2);
 if (!url || !key || !expectPath) {
@@ -202,6 +203,45 @@ await check("sdk: chat n=2 streamed, each chunk's index", async () => {
   const text = ["", ""];
   for await (const ch of stream) for (const x of ch.choices) text[x.index] += x.delta.content ?? "";
   return eq("texts", text, b.choices.map((x) => x.message.content));
+});
+// Structured output: chat.completions.parse() with a JSON Schema (made
+// auto-parseable the way the SDK's zod helper does, without zod) returns
+// the parsed object; the server holds the output to the schema while it
+// samples, so even memra-tiny's output parses and validates.
+const personSchema = {
+  type: "object", additionalProperties: false, required: ["name", "age", "tags"],
+  properties: {
+    name: { type: "string", maxLength: 20 },
+    age: { type: "integer", minimum: 0, maximum: 120 },
+    tags: { type: "array", maxItems: 3, items: { type: "string", enum: ["a", "b", "c"] } },
+  },
+};
+for (const seed of [1, 2, 3]) {
+  await check(`sdk: chat.completions.parse() with a json_schema (seed ${seed})`, async () => {
+    const response_format = makeParseableResponseFormat(
+      { type: "json_schema", json_schema: { name: "person", strict: true, schema: personSchema } },
+      (content) => JSON.parse(content));
+    const r = await client.chat.completions.parse({
+      model: chatModel, messages: [{ role: "user", content: "A person, please." }],
+      max_tokens: 300, temperature: 1, seed, response_format });
+    const p = r.choices[0].message.parsed;
+    if (!p) return `parsed is ${JSON.stringify(p)}; content ${JSON.stringify(r.choices[0].message.content)}`;
+    return all(
+      eq("keys", Object.keys(p).sort(), ["age", "name", "tags"]),
+      eq("name", typeof p.name === "string" && p.name.length <= 20, true),
+      eq("age", Number.isInteger(p.age) && p.age >= 0 && p.age <= 120, true),
+      eq("tags", Array.isArray(p.tags) && p.tags.length <= 3 && p.tags.every((t) => ["a", "b", "c"].includes(t)), true),
+      eq("finish_reason", r.choices[0].finish_reason, "stop"));
+  });
+}
+await check("sdk: response_format with an unsupported schema keyword is a 400 naming it", async () => {
+  try {
+    await client.chat.completions.create({ model: chatModel, messages: hi, response_format: {
+      type: "json_schema", json_schema: { name: "x", schema: { type: "number", multipleOf: 2 } } } });
+    return "no error";
+  } catch (e) {
+    return all(eq("status", e.status, 400), eq("names it", /multipleOf/.test(e.message), true));
+  }
 });
 await check("sdk: a wrong key is AuthenticationError", async () => {
   const bad = new OpenAI({ baseURL: `${url}/v1`, apiKey: "wrong", maxRetries: 0 });
