@@ -47,7 +47,7 @@ if [ "$(cat "$B/headers.sha256" 2>/dev/null)" != "$hdr" ]; then
 fi
 # The library's C sources, as the Makefile builds them with CUDA=1.
 ls lib/core/*.c lib/numerics/*.c lib/format/*.c lib/quant/*.c lib/hub/*.c lib/jinja/*.c \
-   lib/tok/*.c lib/model/*.c lib/engine/*.c lib/backend/*.c lib/check/*.c \
+   lib/tok/*.c lib/grammar/*.c lib/model/*.c lib/engine/*.c lib/backend/*.c lib/check/*.c \
    lib/backend/cpu/*.c lib/backend/cuda/*.c bin-src/memra-parity.c bin-src/memra-convert.c \
    tests/unit/test_cuda_engine.c tests/unit/test_engine_sample.c 2>/dev/null |
   xargs -P "$(nproc)" -I{} bash -c 'o=$B/obj/$(echo {} | tr / _).o; [ "$o" -nt {} ] || gcc $CPPFLAGS $CFLAGS -c {} -o $o'
