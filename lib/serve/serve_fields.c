@@ -7,6 +7,7 @@
 #include <sys/random.h>
 
 #include "serve/serve_internal.h"
+#include "serve/serve_tools.h"
 #include "core/check.h"
 #include "jinja/chat_template.h"
 #include "tok/tokenizer.h"
@@ -143,21 +144,42 @@ int serve_check_messages(const json_t *messages, serve_error *e)
                 return serve_bad(e, param, "%s: required, a string", param);
         }
     }
-    return 0;
+    return serve_check_tool_messages(messages, e);
 }
 
 /* Content given as text parts becomes one string (the parts joined by
  * newlines, as vLLM does): most templates, Qwen3's among them, call string
  * methods on message.content and fail on a list. A null or absent content
  * (an assistant turn that only calls tools) becomes "", which templates
- * test as false like none but can also concatenate. Only the copy
+ * test as false like none but can also concatenate. A tool call's
+ * arguments, a JSON text on the wire, become the object templates expect
+ * (they write `arguments | tojson`, or iterate its items). Only the copy
  * changes. */
+static void arguments_as_objects(json_t *msg)
+{
+    json_t *calls = json_object_get(msg, "tool_calls");
+    size_t j;
+    json_t *c;
+    json_array_foreach(calls, j, c) {
+        json_t *fn = json_object_get(c, "function");
+        json_t *args = json_object_get(fn, "arguments");
+        if (!json_is_string(args))
+            continue;
+        json_t *o = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
+        if (json_is_object(o))
+            json_object_set_new(fn, "arguments", o);
+        else
+            json_decref(o);
+    }
+}
+
 static json_t *flatten_parts(const json_t *messages)
 {
     json_t *copy = json_deep_copy(messages);
     size_t i;
     json_t *msg;
     json_array_foreach(copy, i, msg) {
+        arguments_as_objects(msg);
         json_t *content = json_object_get(msg, "content");
         if (!content || json_is_null(content)) {
             json_object_set_new(msg, "content", json_string(""));
@@ -181,8 +203,8 @@ static json_t *flatten_parts(const json_t *messages)
     return copy;
 }
 
-static int render_flat(serve_model *m, json_t *flat, int add_generation_prompt,
-                       const json_t *kwargs, char **out, serve_error *e)
+static int render_flat(serve_model *m, json_t *flat, const json_t *tools,
+                       int add_generation_prompt, const json_t *kwargs, char **out, serve_error *e)
 {
     const char *why;
     const jinja_template *t = serve_model_template(m, &why);
@@ -190,7 +212,7 @@ static int render_flat(serve_model *m, json_t *flat, int add_generation_prompt,
         return serve_bad(e, "messages", "model '%s' cannot render chat messages: %s",
                          serve_model_alias(m), why);
     memra_err err;
-    int rc = chat_template_render_parsed(t, flat, NULL, NULL, add_generation_prompt, kwargs,
+    int rc = chat_template_render_parsed(t, flat, tools, NULL, add_generation_prompt, kwargs,
                                          serve_model_bos_text(m), serve_model_eos_text(m), out,
                                          &err);
     if (rc != 0)
@@ -198,11 +220,11 @@ static int render_flat(serve_model *m, json_t *flat, int add_generation_prompt,
     return 0;
 }
 
-int serve_render_chat(serve_model *m, const json_t *messages, int add_generation_prompt,
-                      const json_t *kwargs, char **out, serve_error *e)
+int serve_render_chat(serve_model *m, const json_t *messages, const json_t *tools,
+                      int add_generation_prompt, const json_t *kwargs, char **out, serve_error *e)
 {
     json_t *flat = flatten_parts(messages);
-    int rc = render_flat(m, flat, add_generation_prompt, kwargs, out, e);
+    int rc = render_flat(m, flat, tools, add_generation_prompt, kwargs, out, e);
     json_decref(flat);
     return rc;
 }
@@ -267,7 +289,8 @@ static int has_special_text(const tokenizer *t, const char *text, size_t len, me
     return differ;
 }
 
-int serve_chat_tokens(serve_model *m, const json_t *messages, int add_generation_prompt,
+int serve_chat_tokens(serve_model *m, const json_t *messages, const json_t *tools,
+                      int add_generation_prompt,
                       const json_t *kwargs, int add_special, int allow_special, int32_t **ids,
                       size_t *n, serve_error *e)
 {
@@ -304,7 +327,7 @@ int serve_chat_tokens(serve_model *m, const json_t *messages, int add_generation
                  (unsigned long long)nonce, i);
         json_object_set_new(json_array_get(flat, i), "content", json_string(k->mark));
     }
-    if (render_flat(m, flat, add_generation_prompt, kwargs, &text, e) != 0)
+    if (render_flat(m, flat, tools, add_generation_prompt, kwargs, &text, e) != 0)
         goto out;
     size_t len = strlen(text);
     if (n_marks == 0) {

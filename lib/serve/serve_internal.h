@@ -15,6 +15,7 @@
 #include "serve/serve_metrics.h"
 #include "serve/serve_model.h"
 #include "serve/serve_req.h"
+#include "serve/tool_parse.h"
 
 struct serve_server {
     serve_opts opts;
@@ -52,6 +53,10 @@ typedef struct {
     serve_choice got[SERVE_MAX_CHOICES];
     int sent_finish[SERVE_MAX_CHOICES];   /* a stream sent this choice's finish */
     size_t text_offset[SERVE_MAX_CHOICES]; /* completions' logprobs: bytes so far */
+    /* Chat replies split into content, reasoning and tool calls (the
+     * request has tools, or the template thinks): a parser per choice. */
+    toolparse *tp[SERVE_MAX_CHOICES];
+    int n_calls[SERVE_MAX_CHOICES]; /* tool calls a stream has announced */
 } serve_job;
 
 /* Validate a chat or completion request body, render and tokenize: on
@@ -92,11 +97,13 @@ int serve_check_messages(const json_t *messages, serve_error *e);
  * special-token text the template wrote becomes control tokens, the
  * messages' content stays plain text unless allow_special (serve_fields.c
  * says how). *ids malloc'ed. */
-int serve_chat_tokens(serve_model *m, const json_t *messages, int add_generation_prompt,
+int serve_chat_tokens(serve_model *m, const json_t *messages, const json_t *tools,
+                      int add_generation_prompt,
                       const json_t *kwargs, int add_special, int allow_special, int32_t **ids,
                       size_t *n, serve_error *e);
-/* Render messages through the model's template. */
-int serve_render_chat(serve_model *m, const json_t *messages, int add_generation_prompt,
+/* Render messages (and tools, may be NULL) through the model's template. */
+int serve_render_chat(serve_model *m, const json_t *messages, const json_t *tools,
+                      int add_generation_prompt,
                       const json_t *kwargs, char **out, serve_error *e);
 
 #endif

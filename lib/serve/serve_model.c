@@ -34,6 +34,12 @@ typedef struct {
     size_t n_prefilled, n_generated;
     double t_last;  /* when its last token (or the request) came */
     strbuf piece;
+    /* reasoning tokens (req->reason_open): inside it now, how many, and the
+     * last bytes generated, where the markers are looked for */
+    int in_reason;
+    size_t n_reasoning;
+    char tail[96];
+    size_t n_tail;
 } serve_slot;
 
 struct serve_model {
@@ -45,6 +51,9 @@ struct serve_model {
     jinja_template *tmpl;
     char *tmpl_why;
     char *bos, *eos;
+    toolparse_format tool_fmt; /* what the template teaches (toolparse_detect) */
+    const char *reason_open;   /* the reasoning markup the template knows, or NULL */
+    const char *reason_close;
     int64_t n_ctx;
     int32_t n_vocab;
     int32_t n_tok;  /* the tokenizer's ids: [n_tok, n_vocab) is padding */
@@ -115,6 +124,7 @@ static void slot_end(serve_model *m, serve_slot *s, serve_finish f, const char *
     if (error)
         log_warn("%s: request failed: %s", m->alias, error);
     int choice = s->choice;
+    serve_req_set_reasoning(r, choice, s->n_reasoning);
     slot_release(m, s);
     serve_req_end_choice(r, choice, f, n_generated, error);
     /* One choice's error ends the request: its other choices stop too. */
@@ -135,6 +145,9 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r, int choice)
     s->choice = choice;
     s->n_prefilled = s->n_generated = 0;
     s->has_logits = 0;
+    s->in_reason = r->reason_open[0] && r->starts_in_reasoning;
+    s->n_reasoning = 0;
+    s->n_tail = 0;
     s->t_last = serve_now();
     sampler_params p = r->sampling;
     p.seed += (uint64_t)choice; /* choice i is the single request of seed + i */
@@ -153,7 +166,7 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r, int choice)
     s->smp = sampler_new(&p, m->n_vocab, &err);
     free(merged);
     detok_opts dopts = {.stop = (const char *const *)r->stop, .n_stop = r->n_stop,
-                        .skip_special = 1, .at_start = 1};
+                        .skip_special = !r->keep_special, .at_start = 1};
     s->dt = detok_new(m->tok, &dopts);
     if (s->smp && r->grammar) {
         if (!m->gvocab && (m->gvocab = gram_vocab_from_tok(m->tok, &err)) != NULL)
@@ -284,6 +297,62 @@ static void decode_step(serve_model *m, serve_slot **batch, const int32_t *ids, 
                                       &batch[i]->next, &errs[i]);
 }
 
+/* Where marker starts in s->tail at or after `from`, or -1. */
+static long tail_find(const serve_slot *s, size_t from, const char *marker)
+{
+    size_t n = strlen(marker);
+    for (size_t i = from; n && i + n <= s->n_tail; i++)
+        if (!memcmp(s->tail + i, marker, n))
+            return (long)i;
+    return -1;
+}
+
+/* Counts the reasoning tokens: those from the one that completes the
+ * opening marker to the one that completes the closing marker (a marker
+ * may span tokens, and a token may hold the end of one and more text).
+ * The markers are looked for in the tokens' own bytes, not in the
+ * streamed text, which a stop string can hold back. */
+static void track_reasoning(serve_model *m, serve_slot *s, int32_t id)
+{
+    const serve_req *r = s->req;
+    if (!r->reason_open[0])
+        return;
+    size_t len = 0;
+    const char *piece = tok_piece(m->tok, id, &len);
+    if (len > sizeof s->tail / 2) { /* only a marker's worth of bytes matters */
+        piece += len - sizeof s->tail / 2;
+        len = sizeof s->tail / 2;
+    }
+    if (s->n_tail + len > sizeof s->tail) {
+        size_t drop = s->n_tail + len - sizeof s->tail;
+        memmove(s->tail, s->tail + drop, s->n_tail - drop);
+        s->n_tail -= drop;
+    }
+    size_t before = s->n_tail;
+    memcpy(s->tail + s->n_tail, piece, len);
+    s->n_tail += len;
+    size_t from = 0;
+    int counted = 0;
+    for (;;) {
+        const char *marker = s->in_reason ? r->reason_close : r->reason_open;
+        size_t n = strlen(marker);
+        size_t lo = before + 1 >= n ? before + 1 - n : 0; /* overlapping the new bytes */
+        long at = tail_find(s, lo > from ? lo : from, marker);
+        if (s->in_reason && !counted) {
+            s->n_reasoning++;
+            counted = 1;
+        }
+        if (at < 0)
+            break;
+        s->in_reason = !s->in_reason;
+        from = (size_t)at + n;
+    }
+    if (from) { /* keep only what follows the last marker */
+        memmove(s->tail, s->tail + from, s->n_tail - from);
+        s->n_tail -= from;
+    }
+}
+
 /* Take the token the engine sampled for a slot; returns 1 when the request goes
  * on (its token is in *next), 0 when it ended here. */
 static int slot_sample(serve_model *m, serve_slot *s, double now, int32_t *next)
@@ -317,6 +386,7 @@ static int slot_sample(serve_model *m, serve_slot *s, double now, int32_t *next)
         fin = SERVE_FINISH_STOP;
         lp = NULL;
     } else {
+        track_reasoning(m, s, id);
         st = detok_feed(s->dt, id, &s->piece, &stop_index, &err);
         if (st < 0) {
             serve_req_emit(r, s->choice, s->piece.data, s->piece.len, s->n_generated, lp,
@@ -555,6 +625,28 @@ static char *token_text(const tokenizer *t, int32_t id)
     return s ? xstrdup(s) : NULL;
 }
 
+/* A template that writes the model's past reasoning (or strips it) names
+ * the markup the model thinks in. */
+static void reasoning_markers(serve_model *m, const char *src)
+{
+    static const char *const pairs[][2] = {
+        {"<think>", "</think>"},
+        {"[THINK]", "[/THINK]"},
+        {"<|channel>thought", "<channel|>"}, /* Gemma 4 */
+    };
+    if (m->tool_fmt == TOOLPARSE_HARMONY) {
+        m->reason_open = "<|channel|>analysis<|message|>";
+        m->reason_close = "<|end|>";
+        return;
+    }
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+        if (strstr(src, pairs[i][0])) {
+            m->reason_open = pairs[i][0];
+            m->reason_close = pairs[i][1];
+            return;
+        }
+}
+
 int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *err)
 {
     *out = NULL;
@@ -606,6 +698,8 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
     else if (chat_template_of(&m->ck, &src, &terr) != 0)
         m->tmpl_why = xstrdup(terr.msg);
     if (src) {
+        m->tool_fmt = toolparse_detect(src);
+        reasoning_markers(m, src);
         m->tmpl = jinja_parse(src, strlen(src), err);
         free(src);
         if (!m->tmpl) {
@@ -692,6 +786,15 @@ void serve_model_free(serve_model *m)
 }
 
 /* ---- accessors -------------------------------------------------------- */
+
+toolparse_format serve_model_tool_format(const serve_model *m) { return m->tool_fmt; }
+
+int serve_model_reasoning(const serve_model *m, const char **open, const char **close)
+{
+    *open = m->reason_open;
+    *close = m->reason_close;
+    return m->reason_open != NULL;
+}
 
 const char *serve_model_alias(const serve_model *m) { return m->alias; }
 const tokenizer *serve_model_tokenizer(const serve_model *m) { return m->tok; }

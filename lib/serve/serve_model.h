@@ -38,6 +38,7 @@
 #include "core/err.h"
 #include "serve/serve_metrics.h"
 #include "serve/serve_req.h"
+#include "serve/tool_parse.h"
 #include "jinja/jinja.h"
 #include "tok/tokenizer.h"
 
@@ -78,6 +79,12 @@ int32_t serve_model_n_vocab(const serve_model *m);
 int serve_model_max_sessions(const serve_model *m);
 /* The parsed chat template, or NULL with the reason in *why. */
 const jinja_template *serve_model_template(const serve_model *m, const char **why);
+/* The tool-call convention the chat template teaches (toolparse_detect). */
+toolparse_format serve_model_tool_format(const serve_model *m);
+/* Whether the template knows reasoning markup (<think>, [THINK], harmony's
+ * analysis channel), and which: the reply is then split into reasoning and
+ * content. */
+int serve_model_reasoning(const serve_model *m, const char **open, const char **close);
 /* BOS / EOS token text for the template (NULL when the tokenizer has none). */
 const char *serve_model_bos_text(const serve_model *m);
 const char *serve_model_eos_text(const serve_model *m);

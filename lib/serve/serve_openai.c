@@ -12,30 +12,32 @@
 #include "core/check.h"
 #include "grammar/json_schema.h"
 #include "serve/serve_internal.h"
+#include "serve/serve_tools.h"
 
 static const char *const chat_fields[] = {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
     "min_p", "seed", "stop", "presence_penalty", "frequency_penalty", "repetition_penalty",
     "logit_bias", "n", "user", "chat_template_kwargs", "stream", "stream_options", "ignore_eos",
-    "logprobs", "top_logprobs", "reasoning_effort",
+    "logprobs", "top_logprobs", "reasoning_effort", "response_format", "grammar", "tools",
+    "tool_choice", "parallel_tool_calls",
     /* accepted and checked, changing nothing here (see check_accepted) */
-    "store", "metadata", "service_tier", "prompt_cache_key", "parallel_tool_calls", "modalities",
-    /* accepted only with the values that ask for nothing more */
-    "response_format", "tools", "tool_choice", NULL,
+    "store", "metadata", "service_tier", "prompt_cache_key", "modalities", NULL,
 };
 
 static const char *const completion_fields[] = {
     "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "n", "user",
     "stream", "stream_options", "ignore_eos", "logprobs", "service_tier", "prompt_cache_key",
-    "echo", "best_of", "suffix", NULL,
+    "grammar", "echo", "best_of", "suffix", NULL,
 };
 
 void serve_job_clear(serve_job *job)
 {
     serve_req_unref(job->req);
-    for (int i = 0; i < SERVE_MAX_CHOICES; i++)
+    for (int i = 0; i < SERVE_MAX_CHOICES; i++) {
         serve_choice_free(&job->got[i]);
+        toolparse_free(job->tp[i]);
+    }
     memset(job, 0, sizeof *job);
 }
 
@@ -52,13 +54,6 @@ static int check_unsupported(serve_kind kind, const json_t *body, serve_error *e
 {
     const json_t *v;
     (void)kind;
-    if ((v = present(body, "tools")))
-        if (!json_is_array(v) || json_array_size(v) > 0)
-            return serve_bad(e, "tools", "tools: tool calling is not supported yet");
-    if ((v = present(body, "tool_choice")))
-        if (!json_is_string(v) || strcmp(json_string_value(v), "none"))
-            return serve_bad(e, "tool_choice", "tool_choice: tool calling is not supported yet "
-                                               "(only \"none\")");
     if ((v = present(body, "echo")))
         if (!json_is_false(v))
             return serve_bad(e, "echo", "echo: not supported by this server (only false)");
@@ -76,16 +71,13 @@ static int check_unsupported(serve_kind kind, const json_t *body, serve_error *e
  * store: nothing is stored (true is accepted: refusing it would break
  * clients that set it everywhere). metadata: OpenAI's 16 string pairs,
  * kept with nothing. service_tier: one tier here. prompt_cache_key: a
- * routing hint for a prefix cache. parallel_tool_calls: tools are off.
- * modalities: text is the only output, so anything else is refused. */
+ * routing hint for a prefix cache. modalities: text is the only output, so anything else is refused. */
 static int check_accepted(const json_t *body, serve_error *e)
 {
     static const char *const tiers[] = {"auto", "default", "flex", "scale", "priority", NULL};
     const json_t *v;
     if ((v = present(body, "store")) && !json_is_boolean(v))
         return serve_bad(e, "store", "store: must be true or false");
-    if ((v = present(body, "parallel_tool_calls")) && !json_is_boolean(v))
-        return serve_bad(e, "parallel_tool_calls", "parallel_tool_calls: must be true or false");
     if ((v = present(body, "prompt_cache_key")) && !json_is_string(v))
         return serve_bad(e, "prompt_cache_key", "prompt_cache_key: must be a string");
     if ((v = present(body, "user")) && !json_is_string(v))
@@ -344,6 +336,25 @@ static int parse_response_format(const json_t *body, serve_req *r, serve_error *
     return 0;
 }
 
+/* grammar: GBNF text (llama.cpp's field), held to while sampling; one
+ * constraint per request, so it excludes a JSON response_format. */
+static int parse_grammar(const json_t *body, serve_req *r, serve_error *e)
+{
+    const json_t *v = present(body, "grammar");
+    if (!v)
+        return 0;
+    if (!json_is_string(v))
+        return serve_bad(e, "grammar", "grammar: must be GBNF text (a string)");
+    if (r->grammar)
+        return serve_bad(e, "grammar", "grammar: response_format already constrains the output; "
+                                       "give one of them");
+    memra_err err = {{0}};
+    r->grammar = gram_parse_gbnf(json_string_value(v), json_string_length(v), &err);
+    if (!r->grammar)
+        return serve_bad(e, "grammar", "grammar: %s", err.msg);
+    return 0;
+}
+
 /* The completion prompt: a string, an array of one string, token ids, or
  * an array of one array of token ids. */
 static int completion_prompt(serve_model *m, const json_t *body, serve_req *r, serve_error *e)
@@ -384,8 +395,8 @@ static int completion_prompt(serve_model *m, const json_t *body, serve_req *r, s
     return 0;
 }
 
-static int chat_prompt(serve_server *s, serve_model *m, const json_t *body, serve_req *r,
-                       serve_error *e)
+static int chat_prompt(serve_server *s, serve_model *m, const json_t *body, const json_t *tools,
+                       serve_req *r, serve_error *e)
 {
     const json_t *messages = json_object_get(body, "messages");
     if (serve_check_messages(messages, e) != 0)
@@ -411,7 +422,7 @@ static int chat_prompt(serve_server *s, serve_model *m, const json_t *body, serv
         json_object_set(kwargs, "reasoning_effort", (json_t *)effort);
     }
     size_t n;
-    int rc = serve_chat_tokens(m, messages, 1, kwargs, 0, s->opts.allow_special_in_content,
+    int rc = serve_chat_tokens(m, messages, tools, 1, kwargs, 0, s->opts.allow_special_in_content,
                                &r->prompt, &n, e);
     json_decref(kwargs);
     if (rc != 0)
@@ -420,9 +431,62 @@ static int chat_prompt(serve_server *s, serve_model *m, const json_t *body, serv
     return 0;
 }
 
+/* Whether the prompt ends inside an opened reasoning block (a template
+ * that writes "<think>\n" after the assistant header). */
+static int prompt_opens(const serve_model *m, const serve_req *r, const char *open)
+{
+    size_t k = r->n_prompt < 8 ? r->n_prompt : 8, len;
+    char *text;
+    memra_err err;
+    if (tok_decode(serve_model_tokenizer(m), r->prompt + r->n_prompt - k, k, 0, &text, &len,
+                   &err) != 0)
+        return 0;
+    while (len && (text[len - 1] == ' ' || text[len - 1] == '\n' || text[len - 1] == '\r'))
+        len--;
+    size_t n = strlen(open);
+    int opens = len >= n && !memcmp(text + len - n, open, n);
+    free(text);
+    return opens;
+}
+
+/* Which parser a chat reply goes through (serve_tools.h: forced calls are
+ * written in the Hermes form), and what the engine must write for it:
+ * control tokens when the convention's markup may be made of them, the
+ * reasoning markers for the token count. No tools and no reasoning: no
+ * parser, the reply is content as generated. */
+static void setup_reply_parser(serve_server *s, serve_model *m, const serve_tools *t,
+                               serve_job *job)
+{
+    serve_req *r = job->req;
+    toolparse_format native = serve_model_tool_format(m), f;
+    const char *open = NULL, *close = NULL;
+    int thinks = serve_model_reasoning(m, &open, &close);
+    if (t->choice == SERVE_TOOLS_REQUIRED || t->choice == SERVE_TOOLS_NAMED)
+        f = TOOLPARSE_HERMES;
+    else if (t->choice == SERVE_TOOLS_AUTO || native == TOOLPARSE_HARMONY)
+        f = native;
+    else /* no tools: only the reasoning is split, in the template's markup */
+        f = native == TOOLPARSE_MISTRAL || native == TOOLPARSE_GEMMA4 ? native : TOOLPARSE_NONE;
+    if (f == TOOLPARSE_NONE && !thinks)
+        return;
+    r->keep_special = f != TOOLPARSE_NONE;
+    toolparse_opts o = {.id_seed = fresh_seed(s)};
+    if (thinks) {
+        snprintf(r->reason_open, sizeof r->reason_open, "%s", open);
+        snprintf(r->reason_close, sizeof r->reason_close, "%s", close);
+        r->starts_in_reasoning = o.starts_in_reasoning =
+            f != TOOLPARSE_HARMONY && prompt_opens(m, r, open);
+    }
+    for (int i = 0; i < job->n_choices; i++) {
+        o.id_seed += 0x9E3779B97F4A7C15ull;
+        job->tp[i] = toolparse_new(f, &o);
+    }
+}
+
 int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body, serve_job *job,
                          serve_error *e)
 {
+    serve_tools tools = {0};
     memset(job, 0, sizeof *job);
     job->kind = kind;
     if (serve_check_fields(body, kind == SERVE_CHAT ? chat_fields : completion_fields, e) != 0 ||
@@ -433,8 +497,19 @@ int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body, s
     snprintf(job->model_name, sizeof job->model_name, "%s", serve_model_alias(m));
     serve_req *r = job->req = serve_req_new();
     r->stream = job->stream;
-    if (parse_choices(kind, body, job, e) != 0 || parse_response_format(body, r, e) != 0)
+    if (parse_choices(kind, body, job, e) != 0 || parse_response_format(body, r, e) != 0 ||
+        parse_grammar(body, r, e) != 0)
         return -1;
+    if (kind == SERVE_CHAT && serve_tools_parse(body, &tools, e) != 0)
+        return -1;
+    if (tools.choice == SERVE_TOOLS_REQUIRED || tools.choice == SERVE_TOOLS_NAMED) {
+        if (r->grammar)
+            return serve_bad(e, "tool_choice", "tool_choice: forced tool calls and %s both "
+                             "constrain the output; give one",
+                             present(body, "grammar") ? "grammar" : "response_format");
+        if (!(r->grammar = serve_tools_grammar(&tools, e)))
+            return -1;
+    }
     if (serve_field_bool(body, "ignore_eos", &r->ignore_eos, e) != 0)
         return -1;
     int64_t max_tokens = -1, max_completion = -1;
@@ -451,7 +526,8 @@ int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body, s
         max_tokens = max_completion;
     if (parse_sampling(s, body, r, serve_model_n_vocab(m), e) != 0 || parse_stop(body, r, e) != 0)
         return -1;
-    if ((kind == SERVE_CHAT ? chat_prompt(s, m, body, r, e) : completion_prompt(m, body, r, e)) != 0)
+    if ((kind == SERVE_CHAT ? chat_prompt(s, m, body, tools.tools, r, e)
+                            : completion_prompt(m, body, r, e)) != 0)
         return -1;
 
     const char *what = kind == SERVE_CHAT ? "messages" : "prompt";
@@ -473,6 +549,8 @@ int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body, s
             max_tokens = 16;
     }
     r->max_tokens = (int32_t)max_tokens;
+    if (kind == SERVE_CHAT && r->n_prompt)
+        setup_reply_parser(s, m, &tools, job);
 
     unsigned long id = atomic_fetch_add(&s->next_id, 1);
     snprintf(job->id, sizeof job->id, "%s-%016llx%08lx", kind == SERVE_CHAT ? "chatcmpl" : "cmpl",
@@ -486,11 +564,18 @@ static const char *finish_name(serve_finish f)
     return f == SERVE_FINISH_LENGTH ? "length" : "stop";
 }
 
-static json_t *usage_json(const serve_job *job, size_t n_generated)
+/* Chat usage also counts the reasoning tokens among the completion's, as
+ * OpenAI's completion_tokens_details does. */
+static json_t *usage_json(const serve_job *job, const serve_req_view *v)
 {
     size_t p = job->req->n_prompt;
-    return json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)p, "completion_tokens",
-                     (json_int_t)n_generated, "total_tokens", (json_int_t)(p + n_generated));
+    json_t *u = json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)p, "completion_tokens",
+                          (json_int_t)v->n_generated, "total_tokens",
+                          (json_int_t)(p + v->n_generated));
+    if (job->kind == SERVE_CHAT)
+        json_object_set_new(u, "completion_tokens_details",
+                            json_pack("{s:I}", "reasoning_tokens", (json_int_t)v->n_reasoning));
+    return u;
 }
 
 static json_t *envelope(const serve_job *job, const char *object)
@@ -583,7 +668,18 @@ json_t *serve_openai_response(serve_job *job, const serve_req_view *v)
         const serve_choice *c = &job->got[i];
         const char *fin = finish_name(v->choice_finish[i]);
         json_t *choice;
-        if (job->kind == SERVE_CHAT)
+        if (job->kind == SERVE_CHAT && job->tp[i]) {
+            /* the whole reply through the parser: content, reasoning, calls */
+            toolparse_result res;
+            toolparse_feed(job->tp[i], sb_str(&c->text), c->text.len, NULL, NULL);
+            toolparse_finish(job->tp[i], NULL, NULL, &res);
+            if (res.n_calls && v->choice_finish[i] == SERVE_FINISH_STOP)
+                fin = "tool_calls";
+            choice = json_pack("{s:i,s:o,s:o,s:s}", "index", i, "message",
+                               toolparse_result_message(&res), "logprobs", logprobs_json(job, i),
+                               "finish_reason", fin);
+            toolparse_result_free(&res);
+        } else if (job->kind == SERVE_CHAT)
             choice = json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", i, "message", "role",
                                "assistant", "content", sb_str(&c->text), c->text.len, "logprobs",
                                logprobs_json(job, i), "finish_reason", fin);
@@ -594,7 +690,7 @@ json_t *serve_openai_response(serve_job *job, const serve_req_view *v)
         json_array_append_new(choices, choice);
     }
     json_object_set_new(root, "choices", choices);
-    json_object_set_new(root, "usage", usage_json(job, v->n_generated));
+    json_object_set_new(root, "usage", usage_json(job, v));
     return root;
 }
 
@@ -639,11 +735,79 @@ void serve_openai_sse_start(serve_job *job, strbuf *out)
                              NULL, NULL));
 }
 
+/* A parsed stream: each parser event is a delta; the log-probabilities of
+ * the tokens polled ride on the first of them (or on an empty delta). */
+typedef struct {
+    serve_job *job;
+    int choice;
+    strbuf *out;
+    json_t *lp; /* not sent yet, or NULL */
+} parsed_stream;
+
+static void on_parse_event(void *user, const toolparse_event *ev)
+{
+    parsed_stream *ps = user;
+    json_t *delta = NULL;
+    switch (ev->kind) {
+    case TOOLPARSE_EV_CONTENT:
+    case TOOLPARSE_EV_REASONING:
+        delta = json_pack("{s:s%}", ev->kind == TOOLPARSE_EV_CONTENT ? "content"
+                                                                     : "reasoning_content",
+                          ev->text, ev->len);
+        break;
+    case TOOLPARSE_EV_CALL_START:
+        ps->job->n_calls[ps->choice]++;
+        delta = json_pack("{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]}", "tool_calls", "index", ev->index,
+                          "id", ev->id, "type", "function", "function", "name", ev->name,
+                          "arguments", "");
+        break;
+    case TOOLPARSE_EV_CALL_ARGS:
+        delta = json_pack("{s:[{s:i,s:{s:s%}}]}", "tool_calls", "index", ev->index, "function",
+                          "arguments", ev->text, ev->len);
+        break;
+    case TOOLPARSE_EV_CALL_END:
+        return;
+    }
+    if (!delta)
+        return; /* text the parser passed is whole UTF-8; never send a broken chunk */
+    sse_event(ps->out, chunk(ps->job, ps->choice, delta, ps->lp, NULL));
+    ps->lp = NULL;
+}
+
+static void sse_parsed(serve_job *job, int i, strbuf *out, const serve_req_view *v)
+{
+    serve_choice *c = &job->got[i];
+    parsed_stream ps = {job, i, out, c->n_lp ? logprobs_json(job, i) : NULL};
+    if (c->text.len)
+        toolparse_feed(job->tp[i], sb_str(&c->text), c->text.len, on_parse_event, &ps);
+    sb_clear(&c->text);
+    c->n_lp = 0;
+    sb_clear(&c->bytes);
+    if (v->finish != SERVE_FINISH_ERROR && v->choice_finish[i] != SERVE_FINISH_NONE &&
+        !job->sent_finish[i]) {
+        toolparse_result res;
+        toolparse_finish(job->tp[i], on_parse_event, &ps, &res);
+        toolparse_result_free(&res);
+        if (ps.lp)
+            sse_event(out, chunk(job, i, json_object(), ps.lp, NULL));
+        job->sent_finish[i] = 1;
+        const char *fin = job->n_calls[i] && v->choice_finish[i] == SERVE_FINISH_STOP
+                              ? "tool_calls" : finish_name(v->choice_finish[i]);
+        sse_event(out, chunk(job, i, json_object(), NULL, fin));
+    } else if (ps.lp) {
+        sse_event(out, chunk(job, i, json_object(), ps.lp, NULL));
+    }
+}
+
 int serve_openai_sse_update(serve_job *job, strbuf *out, const serve_req_view *v)
 {
     size_t len0 = out->len;
     for (int i = 0; i < job->n_choices; i++) {
         serve_choice *c = &job->got[i];
+        if (job->tp[i]) {
+            sse_parsed(job, i, out, v);
+            continue;
+        }
         if (c->text.len || c->n_lp) {
             json_t *t = json_stringn(sb_str(&c->text), c->text.len);
             /* the detokenizer only emits valid UTF-8; never send a broken chunk */
@@ -674,7 +838,7 @@ int serve_openai_sse_update(serve_job *job, strbuf *out, const serve_req_view *v
         json_t *root = envelope(job, job->kind == SERVE_CHAT ? "chat.completion.chunk"
                                                              : "text_completion");
         json_object_set_new(root, "choices", json_array());
-        json_object_set_new(root, "usage", usage_json(job, v->n_generated));
+        json_object_set_new(root, "usage", usage_json(job, v));
         sse_event(out, root);
     }
     sb_puts(out, "data: [DONE]\n\n");

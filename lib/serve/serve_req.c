@@ -60,6 +60,7 @@ void serve_choice_take(serve_choice *dst, serve_choice *src)
     src->n_lp = 0;
     sb_clear(&src->bytes);
     dst->n_generated = src->n_generated;
+    dst->n_reasoning = src->n_reasoning;
     dst->finish = src->finish;
 }
 
@@ -139,6 +140,13 @@ void serve_req_emit(serve_req *r, int choice, const char *text, size_t len, size
 }
 
 /* With mu held: end one choice; returns whether the caller must wake. */
+void serve_req_set_reasoning(serve_req *r, int choice, size_t n_reasoning)
+{
+    pthread_mutex_lock(&r->mu);
+    r->choice[choice].n_reasoning = n_reasoning;
+    pthread_mutex_unlock(&r->mu);
+}
+
 static int end_choice(serve_req *r, int choice, serve_finish f, size_t n_generated,
                       const char *error)
 {
@@ -225,7 +233,7 @@ int serve_req_poll_choices(serve_req *r, serve_choice *out, serve_req_view *v,
 {
     pthread_mutex_lock(&r->mu);
     int fresh = r->keepalive;
-    v->n_generated = 0;
+    v->n_generated = v->n_reasoning = 0;
     for (int i = 0; i < r->n_choices; i++) {
         serve_choice *c = &r->choice[i];
         fresh |= c->text.len > 0;
@@ -235,6 +243,7 @@ int serve_req_poll_choices(serve_req *r, serve_choice *out, serve_req_view *v,
             sb_clear(&c->text);
         v->choice_finish[i] = c->finish;
         v->n_generated += c->n_generated;
+        v->n_reasoning += c->n_reasoning;
     }
     v->finish = r->finish;
     v->keepalive = r->keepalive;

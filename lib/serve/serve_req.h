@@ -73,6 +73,7 @@ typedef struct {
     size_t n_lp, cap_lp;
     strbuf bytes;        /* the tokens' bytes lp points into */
     size_t n_generated;  /* tokens sampled so far (a stop token included) */
+    size_t n_reasoning;  /* of those, the tokens of the reasoning (req->reason_open) */
     serve_finish finish;
 } serve_choice;
 
@@ -93,7 +94,13 @@ typedef struct serve_req {
     int n_choices;            /* [1, SERVE_MAX_CHOICES]; choice i samples with seed + i */
     int logprobs;             /* report each token's log-probability */
     int top_logprobs;         /* and this many of the most likely [0, 20] */
-    gram_grammar *grammar;    /* owned: response_format json_object / json_schema, or NULL */
+    gram_grammar *grammar;    /* owned: response_format, grammar or forced tool calls, or NULL */
+    int keep_special;         /* the text writes control tokens too (tool-call markup) */
+    /* Reasoning, for the token count: the text from reason_open to
+     * reason_close (both included) is the model's thought; "" when the
+     * model does not think. starts_in_reasoning: the prompt opened it. */
+    char reason_open[48], reason_close[48];
+    int starts_in_reasoning;
     int stream;               /* the engine sends keep-alives only to streams */
     int ignore_eos;           /* end-of-generation ids do not end it (vLLM's ignore_eos) */
     int watch_fd;             /* the client's socket, polled while parked; -1: none */
@@ -121,6 +128,7 @@ typedef struct serve_req {
 typedef struct {
     serve_finish finish;     /* of the request: NONE while any choice runs */
     size_t n_generated;      /* all choices' tokens */
+    size_t n_reasoning;      /* of those, the reasoning tokens */
     serve_finish choice_finish[SERVE_MAX_CHOICES];
     int keepalive;
     int cancelled;  /* the client is gone: send nothing more, close */
@@ -141,6 +149,9 @@ void serve_req_set_stop(serve_req *r, const char *const *stop, size_t n);
  * choice. */
 void serve_req_emit(serve_req *r, int choice, const char *text, size_t len, size_t n_generated,
                     const serve_logprob *lp, const char *lp_bytes);
+/* How many of a choice's tokens so far were reasoning (engine side, before
+ * its end). */
+void serve_req_set_reasoning(serve_req *r, int choice, size_t n_reasoning);
 /* One choice is over; an error ends the whole request. */
 void serve_req_end_choice(serve_req *r, int choice, serve_finish f, size_t n_generated,
                           const char *error);

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "serve/serve_internal.h"
+#include "serve/serve_tools.h"
 
 static json_t *fail_json(const serve_error *e, int *status)
 {
@@ -98,7 +99,7 @@ json_t *serve_route_tokenize(serve_server *s, const json_t *body, int *status)
             return fail_json(&e, status);
         }
         if (serve_check_messages(messages, &e) != 0 ||
-            serve_chat_tokens(m, messages, add_gen, json_is_object(kwargs) ? kwargs : NULL,
+            serve_chat_tokens(m, messages, NULL, add_gen, json_is_object(kwargs) ? kwargs : NULL,
                               add_special, s->opts.allow_special_in_content, &ids, &n, &e) != 0)
             return fail_json(&e, status);
     }
@@ -153,7 +154,7 @@ json_t *serve_route_detokenize(serve_server *s, const json_t *body, int *status)
 json_t *serve_route_apply_template(serve_server *s, const json_t *body, int *status)
 {
     static const char *const fields[] = {"model", "messages", "add_generation_prompt",
-                                         "chat_template_kwargs", NULL};
+                                         "chat_template_kwargs", "tools", NULL};
     serve_error e;
     serve_model *m;
     int add_gen = 1;
@@ -167,8 +168,9 @@ json_t *serve_route_apply_template(serve_server *s, const json_t *body, int *sta
         return fail_json(&e, status);
     }
     char *text;
-    if (serve_check_messages(messages, &e) != 0 ||
-        serve_render_chat(m, messages, add_gen, json_is_object(kwargs) ? kwargs : NULL, &text,
+    serve_tools tools;
+    if (serve_check_messages(messages, &e) != 0 || serve_tools_parse(body, &tools, &e) != 0 ||
+        serve_render_chat(m, messages, tools.tools, add_gen, json_is_object(kwargs) ? kwargs : NULL, &text,
                           &e) != 0)
         return fail_json(&e, status);
     json_t *out = json_pack("{s:s}", "prompt", text);

@@ -146,7 +146,63 @@ check "response_format json_schema: content parses and validates" jq -e '.choice
 c -N "${A[@]}" "$URL$CH" --data-binary "{\"model\":\"chat\",$MSG,\"max_tokens\":120,\"temperature\":1,\"seed\":5,\"stream\":true,$RF}" |
   sed -n 's/^data: //p' | grep -v DONE | jq -rj '.choices[0].delta.content // empty' > "$T/rf.txt"
 check "response_format json_schema streamed: the same text" bash -c "[ -s '$T/rf.txt' ] && [ \"\$(cat '$T/rf.txt')\" = \"\$(jq -r '.choices[0].message.content' '$T/rf.json')\" ]"
-err "tools: 400" 400 '.error.param == "tools"' $CH "{\"model\":\"chat\",$MSG,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}"
+# Tools. Forced calls (tool_choice required or named) are held to a grammar
+# of calls with each tool's parameters schema, so memra-tiny, which never
+# saw a tool, writes valid ones; "auto" parses the model's own convention
+# (Hermes for Qwen3), checked here by forcing a call through `grammar`.
+TOOLS='"tools":[{"type":"function","function":{"name":"add","strict":true,"parameters":{"type":"object","properties":{"a":{"type":"integer","minimum":0,"maximum":99},"b":{"type":"integer","minimum":0,"maximum":99}},"required":["a","b"],"additionalProperties":false}}},{"type":"function","function":{"name":"ping","description":"no arguments"}}]'
+c "${A[@]}" "$URL$CH" --data-binary "{\"model\":\"chat\",$MSG,$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"add\"}},\"max_tokens\":300,\"temperature\":1,\"seed\":3}" >"$T/tc.json"
+check "tool_choice named: one call of that tool, arguments valid, content null, finish tool_calls" jq -e '
+  .choices[0] as $c | $c.finish_reason == "tool_calls" and $c.message.content == null and
+  ($c.message.tool_calls | length == 1) and $c.message.tool_calls[0].type == "function" and
+  ($c.message.tool_calls[0].id | test("^call_[A-Za-z0-9]{24}$")) and $c.message.tool_calls[0].function.name == "add" and
+  ($c.message.tool_calls[0].function.arguments | fromjson | keys == ["a","b"] and all(.[]; . >= 0 and . <= 99 and . == floor))' "$T/tc.json"
+c -N "${A[@]}" "$URL$CH" --data-binary "{\"model\":\"chat\",$MSG,$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"add\"}},\"max_tokens\":300,\"temperature\":1,\"seed\":3,\"stream\":true}" |
+  sed -n 's/^data: //p' | grep -v DONE >"$T/tc.sse"
+check "tool_choice named streamed: id, type and name in the first delta, the arguments add up to the blocking call" bash -c "
+  jq -se '[.[].choices[0].delta.tool_calls // empty | .[]] as \$d | \$d[0].id != null and \$d[0].type == \"function\" and \$d[0].function.name == \"add\" and all(\$d[1:][]; .id == null and .index == 0)' '$T/tc.sse' >/dev/null &&
+  [ \"\$(jq -rj '.choices[0].delta.tool_calls // empty | .[].function.arguments' '$T/tc.sse')\" = \"\$(jq -r '.choices[0].message.tool_calls[0].function.arguments' '$T/tc.json')\" ] &&
+  jq -se 'map(.choices[0].finish_reason // empty) == [\"tool_calls\"] and all(.[]; .choices[0].delta.content == null or .choices[0].delta.content == \"\")' '$T/tc.sse' >/dev/null"
+c "${A[@]}" "$URL$CH" --data-binary "{\"model\":\"chat\",$MSG,$TOOLS,\"tool_choice\":\"required\",\"parallel_tool_calls\":false,\"max_tokens\":300,\"temperature\":1,\"seed\":4}" >"$T/tr.json"
+check "tool_choice required, parallel_tool_calls false: exactly one call of a listed tool" jq -e '
+  .choices[0].finish_reason == "tool_calls" and (.choices[0].message.tool_calls | length == 1) and
+  (.choices[0].message.tool_calls[0].function | (.name == "add" or .name == "ping") and (.arguments | fromjson | type == "object"))' "$T/tr.json"
+c "${A[@]}" "$URL$CH" --data-binary "{\"model\":\"chat\",$MSG,$TOOLS,\"tool_choice\":\"none\",\"max_tokens\":8,\"temperature\":0}" >"$T/tn.json"
+c "${A[@]}" "$URL$CH" --data-binary "{\"model\":\"chat\",$MSG,\"max_tokens\":8,\"temperature\":0}" >"$T/tn0.json"
+check "tool_choice none: the same content as without tools" jq -e --slurpfile w "$T/tn0.json" '.choices[0].message.content == $w[0].choices[0].message.content and .choices[0].message.tool_calls == null' "$T/tn.json"
+GR='root ::= \"<tool_call>\\n{\\\"name\\\": \\\"add\\\", \\\"arguments\\\": {\\\"a\\\": 1, \\\"b\\\": 2}}\\n</tool_call>\"'
+c "${A[@]}" "$URL$CH" --data-binary "{\"model\":\"qwen\",$MSG,$TOOLS,\"grammar\":\"$GR\",\"max_tokens\":60}" >"$T/ta.json"
+check "tool_choice auto on Qwen3: a Hermes call in the output becomes tool_calls, no markup in content" jq -e '
+  .choices[0].finish_reason == "tool_calls" and .choices[0].message.content == null and
+  .choices[0].message.tool_calls[0].function.name == "add" and (.choices[0].message.tool_calls[0].function.arguments | fromjson) == {"a":1,"b":2}' "$T/ta.json"
+RG='root ::= \"<think>\" [a-z ]{4,30} \"</think>\" [a-z]{1,10}'
+c "${A[@]}" "$URL$CH" --data-binary "{\"model\":\"qwen\",$MSG,\"grammar\":\"$RG\",\"max_tokens\":60,\"seed\":2}" >"$T/th.json"
+check "reasoning: <think> text in reasoning_content, the rest in content, reasoning_tokens counted" jq -e '
+  (.choices[0].message.reasoning_content | test("^[a-z ]+$")) and (.choices[0].message.content | test("^[a-z]+$")) and
+  .usage.completion_tokens_details.reasoning_tokens > 2 and .usage.completion_tokens_details.reasoning_tokens < .usage.completion_tokens' "$T/th.json"
+c -N "${A[@]}" "$URL$CH" --data-binary "{\"model\":\"qwen\",$MSG,\"grammar\":\"$RG\",\"max_tokens\":60,\"seed\":2,\"stream\":true}" |
+  sed -n 's/^data: //p' | grep -v DONE >"$T/th.sse"
+check "reasoning streamed: delta.reasoning_content and delta.content add up to the blocking message" bash -c "
+  [ \"\$(jq -rj '.choices[0].delta.reasoning_content // empty' '$T/th.sse')\" = \"\$(jq -r .choices[0].message.reasoning_content '$T/th.json')\" ] &&
+  [ \"\$(jq -rj '.choices[0].delta.content // empty' '$T/th.sse')\" = \"\$(jq -r .choices[0].message.content '$T/th.json')\" ]"
+HIST='"messages":[{"role":"user","content":"add 1 and 2"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"add","arguments":"{\"a\":1,\"b\":2}"}}]},{"role":"tool","tool_call_id":"call_1","content":"3"}]'
+check "a conversation with an assistant's tool_calls and a tool result renders through the Qwen3 template" bash -c "
+  curl -sS -m 10 ${A[*]@Q} $URL/apply-template -d '{\"model\":\"qwen\",$HIST,$TOOLS}' | jq -r .prompt |
+  grep -qzF \$'<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n3\n</tool_response>'"
+c "${A[@]}" "$URL$CH" --data-binary "{\"model\":\"qwen\",$HIST,$TOOLS,\"max_tokens\":4}" >"$T/th2.json"
+check "that conversation is answered" jq -e '.choices[0].finish_reason != null' "$T/th2.json"
+err "tools: a tool that is not a function: 400" 400 '.error.param == "tools[0].type"' $CH "{\"model\":\"chat\",$MSG,\"tools\":[{\"type\":\"web_search\"}]}"
+err "tools: a bad name: 400" 400 '.error.param == "tools[0].function.name"' $CH "{\"model\":\"chat\",$MSG,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}"
+err "tools: two tools of one name: 400" 400 '.error.param == "tools"' $CH "{\"model\":\"chat\",$MSG,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}"
+err "tool_choice naming a missing tool: 400" 400 '.error.param == "tool_choice"' $CH "{\"model\":\"chat\",$MSG,$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}"
+err "tool_choice required without tools: 400" 400 '.error.param == "tool_choice"' $CH "{\"model\":\"chat\",$MSG,\"tool_choice\":\"required\"}"
+err "tool_choice required with response_format: 400" 400 '.error.param == "tool_choice"' $CH "{\"model\":\"chat\",$MSG,$TOOLS,\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}"
+err "tool_choice required with a parameters keyword it cannot enforce: 400 naming it" 400 '.error.param == "tools" and (.error.message | test("multipleOf"))' $CH "{\"model\":\"chat\",$MSG,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\",\"multipleOf\":2}}}}}],\"tool_choice\":\"required\"}"
+err "an assistant's tool call with arguments that are not a JSON object: 400" 400 '.error.param == "messages[1].tool_calls[0]"' $CH '{"model":"chat","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"[1"}}]}]}'
+err "grammar: bad GBNF: 400 naming the line" 400 '.error.param == "grammar" and (.error.message | test("gbnf 1:"))' $CH "{\"model\":\"chat\",$MSG,\"grammar\":\"root ::= [a-\"}"
+err "grammar with response_format: 400" 400 '.error.param == "grammar"' $CH "{\"model\":\"chat\",$MSG,\"grammar\":\"root ::= \\\"a\\\"\",\"response_format\":{\"type\":\"json_object\"}}"
+c "${A[@]}" "$URL$CP" --data-binary '{"model":"tiny","prompt":"Once","grammar":"root ::= (\"yes\" | \"no\") \" sir\"","max_tokens":10,"temperature":1,"seed":9}' >"$T/gc.json"
+check "completions: grammar holds the text" jq -e '.choices[0].text | test("^(yes|no) sir$")' "$T/gc.json"
 err "temperature 3: 400" 400 '.error.param == "temperature" and (.error.message | test("out of range"))' $CH "{\"model\":\"chat\",$MSG,\"temperature\":3}"
 err "top_p a string: 400" 400 '.error.param == "top_p"' $CH "{\"model\":\"chat\",$MSG,\"top_p\":\"x\"}"
 err "max_tokens 0: 400" 400 '.error.param == "max_tokens"' $CH "{\"model\":\"chat\",$MSG,\"max_tokens\":0}"
@@ -155,7 +211,7 @@ err "empty stop string: 400" 400 '.error.param == "stop"' $CH "{\"model\":\"chat
 err "logit_bias id out of range: 400" 400 '.error.param == "logit_bias"' $CH "{\"model\":\"chat\",$MSG,\"logit_bias\":{\"99999999\":1}}"
 err "stream_options without stream: 400" 400 '.error.param == "stream_options"' $CH "{\"model\":\"chat\",$MSG,\"stream_options\":{\"include_usage\":true}}"
 err "chat_template_kwargs not an object: 400" 400 '.error.param == "chat_template_kwargs"' $CH "{\"model\":\"chat\",$MSG,\"chat_template_kwargs\":[]}"
-err "template error: 400 naming messages and the template line" 400 '.error.param == "messages" and (.error.message | test("template line [0-9]+"))' $CH '{"model":"qwen","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"x","tool_calls":[5]}]}'
+err "template error: 400 naming messages and the template line" 400 '.error.param == "messages" and (.error.message | test("template line [0-9]+"))' $CH '{"model":"qwen","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"x","reasoning_content":5}]}'
 err "context_length_exceeded with the counts" 400 '.error.code == "context_length_exceeded" and (.error.message | test("maximum context length is 2048 tokens.*2053 tokens \\(5 in the prompt, 2048 in the completion\\)"))' $CP '{"model":"tiny","prompt":"Once upon a time","max_tokens":2048}'
 err "prompt of several strings: 400" 400 '.error.param == "prompt"' $CP '{"model":"tiny","prompt":["a","b"]}'
 err "prompt id out of range: 400" 400 '.error.param == "prompt"' $CP '{"model":"tiny","prompt":[1,99999]}'

@@ -243,6 +243,91 @@ await check("sdk: response_format with an unsupported schema keyword is a 400 na
     return all(eq("status", e.status, 400), eq("names it", /multipleOf/.test(e.message), true));
   }
 });
+// Tool calls. memra-tiny's template shows no tools and the model was never
+// trained to call any, so "auto" gives content; "required" and a named
+// tool_choice hold the output to a grammar of calls whose arguments follow
+// each tool's parameters schema, so the calls are valid by construction.
+const addTool = {
+  type: "function",
+  function: {
+    name: "add", description: "Adds two integers", strict: true,
+    parameters: { type: "object", additionalProperties: false, required: ["a", "b"],
+                  properties: { a: { type: "integer", minimum: 0, maximum: 999 }, b: { type: "integer", minimum: 0, maximum: 999 } } },
+  },
+};
+const cityTool = {
+  type: "function",
+  function: {
+    name: "weather", strict: true,
+    parameters: { type: "object", additionalProperties: false, required: ["city", "unit"],
+                  properties: { city: { type: "string", maxLength: 16 }, unit: { enum: ["c", "f"] } } },
+  },
+};
+const validArgs = (name, text) => {
+  let a;
+  try { a = JSON.parse(text); } catch (e) { return `arguments ${JSON.stringify(text)} do not parse: ${e.message}`; }
+  if (name === "add")
+    return eq("add arguments", Object.keys(a).sort().join() === "a,b" && [a.a, a.b].every((x) => Number.isInteger(x) && x >= 0 && x <= 999), true);
+  if (name === "weather")
+    return eq("weather arguments", Object.keys(a).sort().join() === "city,unit" && typeof a.city === "string" && a.city.length <= 16 && ["c", "f"].includes(a.unit), true);
+  return `unknown tool ${name}`;
+};
+for (const seed of [1, 2]) {
+  await check(`sdk: tool_choice required, strict tools, blocking (seed ${seed})`, async () => {
+    const r = await client.chat.completions.create({
+      model: chatModel, messages: [{ role: "user", content: "What is the weather?" }], tools: [addTool, cityTool],
+      tool_choice: "required", parallel_tool_calls: false, max_tokens: 400, temperature: 1, seed });
+    const m = r.choices[0].message, calls = m.tool_calls ?? [];
+    if (calls.length !== 1) return `tool_calls ${JSON.stringify(m)}`;
+    return all(eq("finish_reason", r.choices[0].finish_reason, "tool_calls"), eq("content", m.content, null),
+      eq("id", /^call_[A-Za-z0-9]{24}$/.test(calls[0].id), true), eq("type", calls[0].type, "function"),
+      validArgs(calls[0].function.name, calls[0].function.arguments));
+  });
+}
+await check("sdk: tool_choice required streamed, the SDK's accumulated tool_calls", async () => {
+  const stream = client.chat.completions.stream({
+    model: chatModel, messages: [{ role: "user", content: "Add them." }], tools: [addTool, cityTool],
+    tool_choice: "required", parallel_tool_calls: false, max_tokens: 400, temperature: 1, seed: 7 });
+  let deltas = 0;
+  for await (const chunk of stream) if (chunk.choices[0]?.delta?.tool_calls) deltas++;
+  const r = await stream.finalChatCompletion();
+  const calls = r.choices[0].message.tool_calls ?? [];
+  if (calls.length !== 1) return `tool_calls ${JSON.stringify(r.choices[0].message)}`;
+  return all(eq("finish_reason", r.choices[0].finish_reason, "tool_calls"), eq("deltas >= 2", deltas >= 2, true),
+    validArgs(calls[0].function.name, calls[0].function.arguments));
+});
+await check("sdk: a named tool_choice calls that tool", async () => {
+  const r = await client.chat.completions.create({
+    model: chatModel, messages: [{ role: "user", content: "Weather in Paris?" }], tools: [addTool, cityTool],
+    tool_choice: { type: "function", function: { name: "weather" } }, max_tokens: 400, temperature: 1, seed: 3 });
+  const calls = r.choices[0].message.tool_calls ?? [];
+  return all(eq("calls", calls.length, 1), eq("name", calls[0]?.function.name, "weather"),
+    calls[0] ? validArgs("weather", calls[0].function.arguments) : "no call");
+});
+await check("sdk: runTools() loop: calls run, their results go back as tool messages", async () => {
+  const seen = [];
+  const runner = client.chat.completions.runTools({
+    model: chatModel, messages: [{ role: "user", content: "Add 2 and 3." }], tool_choice: "required",
+    parallel_tool_calls: false, max_tokens: 400, temperature: 1, seed: 11,
+    tools: [{ type: "function", function: { name: "add", parameters: addTool.function.parameters,
+      parse: JSON.parse, function: (a) => { seen.push(a); return String(a.a + a.b); } } }],
+  }, { maxChatCompletions: 2 });
+  await runner.done();
+  const msgs = runner.messages;
+  return all(eq("tool ran twice", seen.length, 2),
+    eq("integers", seen.every((a) => Number.isInteger(a.a) && Number.isInteger(a.b)), true),
+    eq("tool messages", msgs.filter((m) => m.role === "tool").length, 2),
+    eq("tool results", msgs.filter((m) => m.role === "tool").map((m) => m.content), seen.map((a) => String(a.a + a.b))));
+});
+await check("sdk: tool_choice naming a missing tool is a 400 naming tool_choice", async () => {
+  try {
+    await client.chat.completions.create({ model: chatModel, messages: hi, tools: [addTool],
+      tool_choice: { type: "function", function: { name: "nope" } } });
+    return "no error";
+  } catch (e) {
+    return all(eq("status", e.status, 400), eq("param", e.param, "tool_choice"));
+  }
+});
 await check("sdk: a wrong key is AuthenticationError", async () => {
   const bad = new OpenAI({ baseURL: `${url}/v1`, apiKey: "wrong", maxRetries: 0 });
   try {
