@@ -18,8 +18,8 @@
 #include "serve/serve_internal.h"
 
 typedef enum {
-    R_HEALTH, R_READYZ, R_METRICS, R_MODELS, R_MODEL_ONE, R_CHAT, R_COMPLETIONS, R_TOKENIZE,
-    R_DETOKENIZE, R_TEMPLATE, R_NONE,
+    R_ROOT, R_HEALTH, R_READYZ, R_METRICS, R_MODELS, R_MODEL_ONE, R_CHAT, R_COMPLETIONS,
+    R_MESSAGES, R_COUNT_TOKENS, R_TOKENIZE, R_DETOKENIZE, R_TEMPLATE, R_NONE,
 } route_id;
 
 typedef struct {
@@ -27,19 +27,23 @@ typedef struct {
     const char *method;
     route_id id;
     int prefix; /* path is a prefix: /v1/models/{id} */
+    const serve_dialect *dialect; /* the API whose shapes it answers in; NULL: OpenAI's */
 } route;
 
 static const route routes[] = {
-    {"/health", "GET", R_HEALTH, 0},
-    {"/readyz", "GET", R_READYZ, 0},
-    {"/metrics", "GET", R_METRICS, 0},
-    {"/v1/models", "GET", R_MODELS, 0},
-    {"/v1/models/", "GET", R_MODEL_ONE, 1},
-    {"/v1/chat/completions", "POST", R_CHAT, 0},
-    {"/v1/completions", "POST", R_COMPLETIONS, 0},
-    {"/tokenize", "POST", R_TOKENIZE, 0},
-    {"/detokenize", "POST", R_DETOKENIZE, 0},
-    {"/apply-template", "POST", R_TEMPLATE, 0},
+    {"/", "GET", R_ROOT, 0, NULL},
+    {"/health", "GET", R_HEALTH, 0, NULL},
+    {"/readyz", "GET", R_READYZ, 0, NULL},
+    {"/metrics", "GET", R_METRICS, 0, NULL},
+    {"/v1/models", "GET", R_MODELS, 0, NULL},
+    {"/v1/models/", "GET", R_MODEL_ONE, 1, NULL},
+    {"/v1/chat/completions", "POST", R_CHAT, 0, NULL},
+    {"/v1/completions", "POST", R_COMPLETIONS, 0, NULL},
+    {"/v1/messages", "POST", R_MESSAGES, 0, &serve_dialect_anthropic},
+    {"/v1/messages/count_tokens", "POST", R_COUNT_TOKENS, 0, &serve_dialect_anthropic},
+    {"/tokenize", "POST", R_TOKENIZE, 0, NULL},
+    {"/detokenize", "POST", R_DETOKENIZE, 0, NULL},
+    {"/apply-template", "POST", R_TEMPLATE, 0, NULL},
 };
 
 /* One HTTP request. */
@@ -82,6 +86,8 @@ typedef struct {
 static void add_common_headers(const conn_ctx *c, struct MHD_Response *r)
 {
     MHD_add_response_header(r, "x-request-id", c->rid);
+    if (c->rt && c->rt->dialect == &serve_dialect_anthropic)
+        MHD_add_response_header(r, "request-id", c->rid); /* where Anthropic's SDKs look */
     if (c->srv->opts.cors_origin) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", c->srv->opts.cors_origin);
         MHD_add_response_header(r, "Access-Control-Expose-Headers", "x-request-id, Retry-After");
@@ -143,9 +149,11 @@ static enum MHD_Result send_json(conn_ctx *c, int status, json_t *j, int retry_a
     return ret;
 }
 
+/* In the shape of the API the path belongs to. */
 static enum MHD_Result send_error(conn_ctx *c, const serve_error *e)
 {
-    return send_json(c, e->status, serve_error_json(e), e->retry_after);
+    const serve_dialect *d = c->rt ? c->rt->dialect : NULL;
+    return send_json(c, e->status, d ? d->error_json(e) : serve_error_json(e), e->retry_after);
 }
 
 /* ---- waiting on the engine -------------------------------------------- */
@@ -180,7 +188,9 @@ static enum MHD_Result poll_blocking(conn_ctx *c)
         }
         return send_error(c, &e);
     }
-    return send_json(c, 200, serve_openai_response(&c->job, &v), 0);
+    const serve_dialect *d = c->job.dialect;
+    return send_json(c, 200, d ? d->response(&c->job, &v) : serve_openai_response(&c->job, &v),
+                     0);
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -192,16 +202,18 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         st->off = 0;
         if (st->done)
             return MHD_CONTENT_READER_END_OF_STREAM;
+        const serve_dialect *d = st->job.dialect;
         if (!st->job.sent_role) {
-            serve_openai_sse_start(&st->job, &st->out);
+            (d ? d->sse_start : serve_openai_sse_start)(&st->job, &st->out);
         } else {
             serve_req_view v;
             if (serve_req_poll_choices(st->job.req, st->job.got, &v, park_conn, st->conn))
                 return 0; /* suspended: the engine resumes us */
             if (v.cancelled && v.finish == SERVE_FINISH_NONE)
                 return MHD_CONTENT_READER_END_WITH_ERROR; /* the client hung up */
-            if (!serve_openai_sse_update(&st->job, &st->out, &v) && v.keepalive)
-                sb_puts(&st->out, ": keep-alive\n\n");
+            if (!(d ? d->sse_update : serve_openai_sse_update)(&st->job, &st->out, &v) &&
+                v.keepalive)
+                sb_puts(&st->out, d ? d->keepalive : ": keep-alive\n\n");
             if (v.finish != SERVE_FINISH_NONE)
                 st->done = 1;
         }
@@ -226,13 +238,27 @@ static void stream_free(void *cls)
     free(st);
 }
 
-static enum MHD_Result generate(conn_ctx *c, serve_kind kind, const json_t *body)
+/* A generation: chat or completions, or another API's request translated
+ * into a chat body (dialect). */
+static enum MHD_Result generate(conn_ctx *c, serve_kind kind, const serve_dialect *dialect,
+                                const json_t *body)
 {
     serve_server *s = c->srv;
     serve_job job;
     serve_error e;
+    serve_prepare_opts po = {0};
+    json_t *chat = NULL;
+    memset(&job, 0, sizeof job);
+    if (dialect && !(chat = dialect->translate(s, body, &po, &e)))
+        return send_error(c, &e);
     pthread_rwlock_rdlock(&s->models_lock);
-    int rc = serve_openai_prepare(s, kind, body, &job, &e);
+    int rc = serve_openai_prepare(s, kind, chat ? chat : body, &po, &job, &e);
+    if (rc == 0 && dialect) {
+        job.dialect = dialect;
+        if (dialect->begin)
+            rc = dialect->begin(s, &job, body, &e);
+    }
+    json_decref(chat);
     if (rc == 0) {
         job.req->wake = wake_conn;
         job.req->wake_ctx = c->conn;
@@ -366,6 +392,8 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
                    "%s %s: use %s", method, rt->path, allowed_methods(c));
         return send_error(c, &e);
     }
+    if (rt && rt->id == R_ROOT) /* a reachability probe (agents send HEAD /) */
+        return send_json(c, 200, json_pack("{s:s}", "status", "ok"), 0);
     if (rt && rt->id == R_HEALTH) {
         int ready = atomic_load(&s->ready);
         return send_json(c, 200, json_pack("{s:s}", "status", ready ? "ok" : "loading"), 0);
@@ -429,8 +457,14 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
     if (!body)
         return send_error(c, &e);
     enum MHD_Result ret;
-    if (rt->id == R_CHAT || rt->id == R_COMPLETIONS) {
-        ret = generate(c, rt->id == R_CHAT ? SERVE_CHAT : SERVE_COMPLETION, body);
+    if (rt->id == R_CHAT || rt->id == R_COMPLETIONS || rt->id == R_MESSAGES) {
+        ret = generate(c, rt->id == R_COMPLETIONS ? SERVE_COMPLETION : SERVE_CHAT, rt->dialect,
+                       body);
+    } else if (rt->id == R_COUNT_TOKENS) {
+        pthread_rwlock_rdlock(&s->models_lock);
+        res = serve_anthropic_count_tokens(s, body, &status);
+        pthread_rwlock_unlock(&s->models_lock);
+        ret = send_json(c, status, res, 0);
     } else {
         pthread_rwlock_rdlock(&s->models_lock);
         res = rt->id == R_TOKENIZE     ? serve_route_tokenize(s, body, &status)

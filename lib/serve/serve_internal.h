@@ -37,6 +37,14 @@ serve_model *serve_find_model(serve_server *s, const char *alias);
 
 typedef enum { SERVE_CHAT = 0, SERVE_COMPLETION = 1 } serve_kind;
 
+struct serve_dialect;
+
+/* How serve_openai_prepare treats a request another API translated. */
+typedef struct {
+    int clamp_max_tokens; /* a max_tokens past the context is cut to fit, not refused */
+    int always_parse;     /* every reply goes through a parser (content blocks, items) */
+} serve_prepare_opts;
+
 /* A generation request on its way through the HTTP side. */
 typedef struct {
     serve_kind kind;
@@ -57,12 +65,38 @@ typedef struct {
      * request has tools, or the template thinks): a parser per choice. */
     toolparse *tp[SERVE_MAX_CHOICES];
     int n_calls[SERVE_MAX_CHOICES]; /* tool calls a stream has announced */
+    /* The API the request came in through (NULL: OpenAI's), and what its
+     * response writer keeps between calls. */
+    const struct serve_dialect *dialect;
+    void *ext;
+    void (*ext_free)(void *ext);
 } serve_job;
+
+/* An API other than OpenAI's chat and completions, on the same engine:
+ * its request is translated into an OpenAI chat body, prepared as one,
+ * and its response written in its own shape from the same parsed reply. */
+typedef struct serve_dialect {
+    /* The error body in this API's shape. */
+    json_t *(*error_json)(const serve_error *e);
+    /* The request as an OpenAI chat body (a new reference), or NULL with e
+     * set; may set opts. */
+    json_t *(*translate)(serve_server *s, const json_t *body, serve_prepare_opts *opts,
+                         serve_error *e);
+    /* After the chat body is prepared: what the response needs of the
+     * original request (job->ext). May be NULL. */
+    int (*begin)(serve_server *s, serve_job *job, const json_t *body, serve_error *e);
+    json_t *(*response)(serve_job *job, const serve_req_view *v);
+    void (*sse_start)(serve_job *job, strbuf *out);
+    int (*sse_update)(serve_job *job, strbuf *out, const serve_req_view *v);
+    const char *keepalive; /* the SSE text of a keep-alive */
+} serve_dialect;
+
+extern const serve_dialect serve_dialect_anthropic;
 
 /* Validate a chat or completion request body, render and tokenize: on
  * success job->req is ready to submit (the caller sets its wake). */
-int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body, serve_job *job,
-                         serve_error *e);
+int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body,
+                         const serve_prepare_opts *opts, serve_job *job, serve_error *e);
 void serve_job_clear(serve_job *job);
 /* The blocking response body, from job->got. */
 json_t *serve_openai_response(serve_job *job, const serve_req_view *v);
@@ -78,6 +112,8 @@ json_t *serve_route_models(serve_server *s, const char *one, int *status);
 json_t *serve_route_tokenize(serve_server *s, const json_t *body, int *status);
 json_t *serve_route_detokenize(serve_server *s, const json_t *body, int *status);
 json_t *serve_route_apply_template(serve_server *s, const json_t *body, int *status);
+/* POST /v1/messages/count_tokens (serve_anthropic.c): {"input_tokens"}. */
+json_t *serve_anthropic_count_tokens(serve_server *s, const json_t *body, int *status);
 /* Prometheus text. */
 void serve_route_metrics(serve_server *s, strbuf *out);
 

@@ -38,6 +38,7 @@ typedef struct {
      * last bytes generated, where the markers are looked for */
     int in_reason;
     size_t n_reasoning;
+    int stop_hit;   /* 1 + the index of the stop string that ended it */
     char tail[96];
     size_t n_tail;
 } serve_slot;
@@ -124,7 +125,7 @@ static void slot_end(serve_model *m, serve_slot *s, serve_finish f, const char *
     if (error)
         log_warn("%s: request failed: %s", m->alias, error);
     int choice = s->choice;
-    serve_req_set_reasoning(r, choice, s->n_reasoning);
+    serve_req_set_details(r, choice, s->n_reasoning, s->stop_hit);
     slot_release(m, s);
     serve_req_end_choice(r, choice, f, n_generated, error);
     /* One choice's error ends the request: its other choices stop too. */
@@ -148,6 +149,7 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r, int choice)
     s->in_reason = r->reason_open[0] && r->starts_in_reasoning;
     s->n_reasoning = 0;
     s->n_tail = 0;
+    s->stop_hit = 0;
     s->t_last = serve_now();
     sampler_params p = r->sampling;
     p.seed += (uint64_t)choice; /* choice i is the single request of seed + i */
@@ -394,8 +396,10 @@ static int slot_sample(serve_model *m, serve_slot *s, double now, int32_t *next)
             slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
             return 0;
         }
-        if (st == 1)
+        if (st == 1) {
             fin = SERVE_FINISH_STOP;
+            s->stop_hit = stop_index + 1;
+        }
         else if (sampler_accept(s->smp, id, &err) != 0) {
             serve_req_emit(r, s->choice, s->piece.data, s->piece.len, s->n_generated, lp,
                            s->lp_bytes.data);

@@ -38,6 +38,8 @@ void serve_job_clear(serve_job *job)
         serve_choice_free(&job->got[i]);
         toolparse_free(job->tp[i]);
     }
+    if (job->ext_free)
+        job->ext_free(job->ext);
     memset(job, 0, sizeof *job);
 }
 
@@ -455,7 +457,7 @@ static int prompt_opens(const serve_model *m, const serve_req *r, const char *op
  * reasoning markers for the token count. No tools and no reasoning: no
  * parser, the reply is content as generated. */
 static void setup_reply_parser(serve_server *s, serve_model *m, const serve_tools *t,
-                               serve_job *job)
+                               int always, serve_job *job)
 {
     serve_req *r = job->req;
     toolparse_format native = serve_model_tool_format(m), f;
@@ -467,7 +469,7 @@ static void setup_reply_parser(serve_server *s, serve_model *m, const serve_tool
         f = native;
     else /* no tools: only the reasoning is split, in the template's markup */
         f = native == TOOLPARSE_MISTRAL || native == TOOLPARSE_GEMMA4 ? native : TOOLPARSE_NONE;
-    if (f == TOOLPARSE_NONE && !thinks)
+    if (f == TOOLPARSE_NONE && !thinks && !always)
         return;
     r->keep_special = f != TOOLPARSE_NONE;
     toolparse_opts o = {.id_seed = fresh_seed(s)};
@@ -483,10 +485,13 @@ static void setup_reply_parser(serve_server *s, serve_model *m, const serve_tool
     }
 }
 
-int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body, serve_job *job,
-                         serve_error *e)
+int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body,
+                         const serve_prepare_opts *opts, serve_job *job, serve_error *e)
 {
+    static const serve_prepare_opts none = {0};
     serve_tools tools = {0};
+    if (!opts)
+        opts = &none;
     memset(job, 0, sizeof *job);
     job->kind = kind;
     if (serve_check_fields(body, kind == SERVE_CHAT ? chat_fields : completion_fields, e) != 0 ||
@@ -534,6 +539,9 @@ int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body, s
     int64_t n_ctx = serve_model_n_ctx(m);
     if (r->n_prompt == 0)
         return serve_bad(e, what, "%s: the prompt is empty (no tokens, not even BOS)", what);
+    if (opts->clamp_max_tokens && max_tokens > 0 && (int64_t)r->n_prompt < n_ctx &&
+        (int64_t)r->n_prompt + max_tokens > n_ctx)
+        max_tokens = n_ctx - (int64_t)r->n_prompt;
     if ((int64_t)r->n_prompt >= n_ctx || (max_tokens > 0 && (int64_t)r->n_prompt + max_tokens > n_ctx))
         return serve_fail(e, 400, "invalid_request_error", "context_length_exceeded", what,
                           "This model's maximum context length is %lld tokens. However, you "
@@ -550,7 +558,7 @@ int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body, s
     }
     r->max_tokens = (int32_t)max_tokens;
     if (kind == SERVE_CHAT && r->n_prompt)
-        setup_reply_parser(s, m, &tools, job);
+        setup_reply_parser(s, m, &tools, opts->always_parse, job);
 
     unsigned long id = atomic_fetch_add(&s->next_id, 1);
     snprintf(job->id, sizeof job->id, "%s-%016llx%08lx", kind == SERVE_CHAT ? "chatcmpl" : "cmpl",

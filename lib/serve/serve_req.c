@@ -61,6 +61,7 @@ void serve_choice_take(serve_choice *dst, serve_choice *src)
     sb_clear(&src->bytes);
     dst->n_generated = src->n_generated;
     dst->n_reasoning = src->n_reasoning;
+    dst->stop_hit = src->stop_hit;
     dst->finish = src->finish;
 }
 
@@ -140,10 +141,11 @@ void serve_req_emit(serve_req *r, int choice, const char *text, size_t len, size
 }
 
 /* With mu held: end one choice; returns whether the caller must wake. */
-void serve_req_set_reasoning(serve_req *r, int choice, size_t n_reasoning)
+void serve_req_set_details(serve_req *r, int choice, size_t n_reasoning, int stop_hit)
 {
     pthread_mutex_lock(&r->mu);
     r->choice[choice].n_reasoning = n_reasoning;
+    r->choice[choice].stop_hit = stop_hit;
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -242,6 +244,7 @@ int serve_req_poll_choices(serve_req *r, serve_choice *out, serve_req_view *v,
         else
             sb_clear(&c->text);
         v->choice_finish[i] = c->finish;
+        v->choice_stop[i] = c->stop_hit;
         v->n_generated += c->n_generated;
         v->n_reasoning += c->n_reasoning;
     }

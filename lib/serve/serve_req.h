@@ -74,6 +74,7 @@ typedef struct {
     strbuf bytes;        /* the tokens' bytes lp points into */
     size_t n_generated;  /* tokens sampled so far (a stop token included) */
     size_t n_reasoning;  /* of those, the tokens of the reasoning (req->reason_open) */
+    int stop_hit;        /* 1 + the index of the stop string that ended it; 0: none did */
     serve_finish finish;
 } serve_choice;
 
@@ -130,6 +131,7 @@ typedef struct {
     size_t n_generated;      /* all choices' tokens */
     size_t n_reasoning;      /* of those, the reasoning tokens */
     serve_finish choice_finish[SERVE_MAX_CHOICES];
+    int choice_stop[SERVE_MAX_CHOICES]; /* serve_choice.stop_hit */
     int keepalive;
     int cancelled;  /* the client is gone: send nothing more, close */
     char error[512];
@@ -149,9 +151,9 @@ void serve_req_set_stop(serve_req *r, const char *const *stop, size_t n);
  * choice. */
 void serve_req_emit(serve_req *r, int choice, const char *text, size_t len, size_t n_generated,
                     const serve_logprob *lp, const char *lp_bytes);
-/* How many of a choice's tokens so far were reasoning (engine side, before
- * its end). */
-void serve_req_set_reasoning(serve_req *r, int choice, size_t n_reasoning);
+/* How many of a choice's tokens were reasoning, and which stop string
+ * ended it (1 + its index, 0: none): engine side, before its end. */
+void serve_req_set_details(serve_req *r, int choice, size_t n_reasoning, int stop_hit);
 /* One choice is over; an error ends the whole request. */
 void serve_req_end_choice(serve_req *r, int choice, serve_finish f, size_t n_generated,
                           const char *error);
