@@ -299,11 +299,37 @@ static void test_schema_formats(void)
         ACCEPTS(g, "\"ann.lee@mail.example.com\"");
         REJECTS(g, "\"ann\"");
         REJECTS(g, "\"@x.com\"");
+        ACCEPTS(g, "\"a+b_c%d-e@x-y.z.io\"");
+        REJECTS(g, "\"ann..lee@x.com\"");
+        REJECTS(g, "\".ann@x.com\"");
+        REJECTS(g, "\"ann.@x.com\"");
+        REJECTS(g, "\"ann@x-.com\"");
+        REJECTS(g, "\"ann@-x.com\"");
+        REJECTS(g, "\"ann@x..com\"");
         gram_free(g);
     }
     g = schema("{\"type\":\"string\",\"format\":\"date\"}");
     if (g) {
         ACCEPTS(g, "\"1999-01-31\"");
+        ACCEPTS(g, "\"1999-12-31\"");
+        ACCEPTS(g, "\"1999-11-30\"");
+        REJECTS(g, "\"1999-11-31\"");
+        REJECTS(g, "\"1999-04-31\"");
+        REJECTS(g, "\"1999-02-30\"");
+        REJECTS(g, "\"1999-00-10\"");
+        REJECTS(g, "\"1999-10-00\"");
+        /* February 29 exactly in the leap years, against the arithmetic. */
+        for (int y = 1888; y <= 2420; y += 1) {
+            char d[16];
+            snprintf(d, sizeof d, "\"%04d-02-29\"", y);
+            int leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+            gram_state *st = gram_state_new(g);
+            int ok = gram_accept_bytes(st, d, strlen(d), NULL) == 0 && gram_is_complete(st);
+            CHECK_MSG(ok == leap, "%s: accepted %d, leap %d", d, ok, leap);
+            gram_state_free(st);
+        }
+        ACCEPTS(g, "\"0000-02-29\"");
+        REJECTS(g, "\"0100-02-29\"");
         gram_free(g);
     }
     g = schema("{\"type\":\"string\",\"format\":\"time\"}");
