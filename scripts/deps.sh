@@ -31,8 +31,8 @@ fi
 
 # Third-party readers and clients the interoperability tests run, pinned
 # with their integrity hashes in tests/interop/package-lock.json: the HF
-# GGUF parser, the openai SDK, and node-llama-cpp with its prebuilt Linux
-# x64 CPU binaries (llama.cpp itself, loaded in-process by node). `npm
+# GGUF parser, the openai SDK, ajv (JSON Schema) and node-llama-cpp with its
+# prebuilt Linux x64 CPU binaries (llama.cpp itself, loaded in-process by node). `npm
 # install --no-save` rather than `npm ci`: the lock file holds the optional
 # binary packages of this platform only (npm records no others), which ci
 # refuses; install takes the locked versions and writes nothing back.
@@ -42,7 +42,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 if [ ! -d "$root/tests/interop/node_modules/@huggingface/gguf" ] ||
    [ ! -d "$root/tests/interop/node_modules/openai" ] ||
    [ ! -d "$root/tests/interop/node_modules/node-llama-cpp" ] ||
-   [ ! -d "$root/tests/interop/node_modules/@node-llama-cpp/linux-x64" ]; then
+   [ ! -d "$root/tests/interop/node_modules/@node-llama-cpp/linux-x64" ] ||
+   [ ! -d "$root/tests/interop/node_modules/ajv-formats" ]; then
   echo "deps: npm install in tests/interop" >&2
   (cd "$root/tests/interop" &&
      npm install --no-save --omit=optional --ignore-scripts --no-audit --no-fund --silent) >&2

@@ -137,11 +137,30 @@ void gram_pool_expand(gram_pool *p, uint32_t pos, uint32_t below, uint32_t set_s
  * [returned start, n_tops). */
 uint32_t gram_pool_advance(gram_pool *p, uint32_t from, uint32_t to, unsigned byte);
 
+/* Recent masks of one state, keyed by its stack set's contents and the
+ * vocabulary (gram_mask_cache.c). */
+typedef struct gram_mask_cache gram_mask_cache;
+gram_mask_cache *gram_mask_cache_new(int entries);
+void gram_mask_cache_free(gram_mask_cache *c);
+int gram_mask_cache_capacity(const gram_mask_cache *c);
+
 struct gram_state {
     gram_pool pool;
     uint32_t set_start, set_end;
     uint32_t live_nodes; /* nodes after the last compaction */
     int finished;
+    /* Written by gram_mask through a const state: a state belongs to one
+     * thread, and the cache changes no answer, only its cost. */
+    gram_mask_cache *cache;
 };
+
+/* The mask computed by walking the vocabulary's trie (what gram_mask
+ * returns on a cache miss); *visits (when not NULL) is set to the number of
+ * trie nodes the walk entered, its cost. */
+int gram_mask_walk(const gram_state *s, const gram_vocab *v, uint32_t *mask_bits,
+                   uint64_t *visits);
+/* A number no other vocabulary built in this process has: masks cached for
+ * one vocabulary are never taken for another, even at a reused address. */
+uint64_t gram_vocab_serial(const gram_vocab *v);
 
 #endif

@@ -200,6 +200,7 @@ gram_state *gram_state_new(const gram_grammar *g)
     for (uint32_t a = g->alt_first[g->root]; a < g->alt_first[g->root + 1]; a++)
         gram_pool_expand(&s->pool, g->alts[a], 0, 0);
     s->set_end = s->pool.n_tops;
+    s->cache = gram_mask_cache_new(GRAM_MASK_CACHE_DEFAULT);
     return s;
 }
 
@@ -213,6 +214,9 @@ gram_state *gram_state_clone(const gram_state *s)
     memcpy(c->pool.tops, s->pool.tops, s->pool.n_tops * sizeof *c->pool.tops);
     c->pool.intern = xmalloc(s->pool.intern_cap * sizeof *c->pool.intern);
     memcpy(c->pool.intern, s->pool.intern, s->pool.intern_cap * sizeof *c->pool.intern);
+    /* The clone's cache starts empty: the masks would be right for it, but
+     * copying them costs more than a clone for one token check is worth. */
+    c->cache = gram_mask_cache_new(gram_mask_cache_capacity(s->cache));
     return c;
 }
 
@@ -221,6 +225,7 @@ void gram_state_free(gram_state *s)
     if (!s)
         return;
     gram_pool_free(&s->pool);
+    gram_mask_cache_free(s->cache);
     free(s);
 }
 

@@ -4,6 +4,7 @@
  * (every token that starts with that prefix) at once. Tokens that end at a
  * node the walk reaches are allowed. The work is one advance per trie node
  * visited, not per byte of every token. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +25,15 @@ struct gram_vocab {
     char **pieces;        /* copies, for gram_token_allowed / accept */
     size_t *lens;
     uint8_t *is_eog;
+    uint64_t serial;
 };
+
+static atomic_uint_fast64_t g_vocab_serial;
+
+uint64_t gram_vocab_serial(const gram_vocab *v)
+{
+    return v->serial;
+}
 
 typedef struct {
     const char *const *pieces;
@@ -52,6 +61,7 @@ gram_vocab *gram_vocab_build(const char *const *pieces, const size_t *lens, int 
         return memra_fail(err, "grammar vocab: %d tokens", n), NULL;
     gram_vocab *v = xcalloc(1, sizeof *v);
     v->n = n;
+    v->serial = atomic_fetch_add(&g_vocab_serial, 1) + 1;
     v->next_token = xmalloc((size_t)n * sizeof *v->next_token);
     v->pieces = xcalloc((size_t)n, sizeof *v->pieces);
     v->lens = xcalloc((size_t)n, sizeof *v->lens);
@@ -175,6 +185,7 @@ typedef struct {
     const gram_vocab *v;
     uint32_t *mask;
     int allowed;
+    uint64_t visits;
     walk_set *sets;
     uint32_t n_sets, cap_sets;
     uint32_t *set_tab; /* open addressing: set id + 1, 0 empty */
@@ -336,6 +347,7 @@ static void walk(walker *w, uint32_t node, uint32_t id)
         uint32_t next = step(w, id, nodes[c].byte);
         if (next == UINT32_MAX)
             continue;
+        w->visits++;
         for (int32_t t = nodes[c].first_token; t >= 0; t = w->v->next_token[t]) {
             if (w->v->is_eog[t])
                 continue; /* allowed by completeness, never by its bytes */
@@ -347,7 +359,8 @@ static void walk(walker *w, uint32_t node, uint32_t id)
     }
 }
 
-int gram_mask(const gram_state *s, const gram_vocab *v, uint32_t *mask_bits)
+int gram_mask_walk(const gram_state *s, const gram_vocab *v, uint32_t *mask_bits,
+                   uint64_t *visits)
 {
     memset(mask_bits, 0, gram_mask_words(v) * sizeof *mask_bits);
     if (s->finished)
@@ -392,6 +405,8 @@ int gram_mask(const gram_state *s, const gram_vocab *v, uint32_t *mask_bits)
                 mask_bits[i >> 5] |= 1u << (i & 31);
                 w.allowed++;
             }
+    if (visits)
+        *visits = w.visits;
     return w.allowed;
 }
 

@@ -15,7 +15,9 @@
  * a token that ends inside a multi-byte character is followed exactly.
  *
  * Thread safety: a grammar and a vocab are read-only once built (any number
- * of states and threads may use them); a state belongs to one thread. */
+ * of states and threads may use them); a state belongs to one thread, and
+ * that holds for gram_mask too, though it takes a const state: it keeps a
+ * cache of recent masks inside the state. */
 #ifndef MEMRA_GRAMMAR_GRAMMAR_H
 #define MEMRA_GRAMMAR_GRAMMAR_H
 
@@ -71,6 +73,25 @@ int gram_vocab_size(const gram_vocab *v);
  * finished; never a failure). */
 int gram_mask(const gram_state *s, const gram_vocab *v, uint32_t *mask_bits);
 size_t gram_mask_words(const gram_vocab *v);
+
+/* gram_mask remembers the last few expensive masks of a state, keyed by the
+ * matcher's whole stack set and the vocab: a state that comes back to a set
+ * it had (inside a free JSON string, after every ordinary character) gets
+ * its mask as a copy, in microseconds, instead of a walk over the trie. The
+ * answer is the same either way. Each entry holds one mask
+ * (gram_mask_words(v) * 4 bytes) and its key (at most 16 KB); a state has
+ * GRAM_MASK_CACHE_DEFAULT entries, least recently used out first, and a
+ * clone starts with an empty cache of the same size. */
+#define GRAM_MASK_CACHE_DEFAULT 8
+/* Empties the state's cache and gives it room for `entries` masks
+ * (0: none, every mask is walked). */
+void gram_state_set_mask_cache(gram_state *s, int entries);
+typedef struct {
+    uint64_t hits, misses; /* gram_mask calls answered from the cache, and not */
+    int entries, capacity;
+    size_t bytes; /* what the cache holds now */
+} gram_mask_cache_stats;
+void gram_state_mask_cache_stats(const gram_state *s, gram_mask_cache_stats *out);
 /* Whether one token may come next (for a sampler that tries its pick first
  * and computes the mask only when the pick is refused). */
 int gram_token_allowed(const gram_state *s, const gram_vocab *v, int32_t id);

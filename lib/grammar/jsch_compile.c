@@ -40,12 +40,22 @@ static const char PRIMITIVES[] =
     "number ::= integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?\n"
     "boolean ::= \"true\" | \"false\"\n"
     "null ::= \"null\"\n"
-    "date ::= [0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )\n"
+    /* Days as each month has them; February 29 only in a leap year (by 4,
+     * not by 100 unless by 400), as RFC 3339 and validators check. */
+    "date ::= [0-9]{4} \"-\" month-day | leap-year \"-02-29\"\n"
+    "month-day ::= ( \"0\" [13578] | \"1\" [02] ) \"-\" ( day-28 | \"29\" | \"30\" | \"31\" ) | "
+    "( \"0\" [469] | \"11\" ) \"-\" ( day-28 | \"29\" | \"30\" ) | \"02-\" day-28\n"
+    "day-28 ::= \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]\n"
+    "leap-year ::= [0-9]{2} ( \"0\" [48] | [2468] [048] | [13579] [26] ) | "
+    "( \"0\" [048] | [2468] [048] | [13579] [26] ) \"00\"\n"
     "time ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? "
     "( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n"
     "uuid ::= [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12}\n"
-    "email ::= [a-zA-Z0-9_%+-] [a-zA-Z0-9._%+-]{0,63} \"@\" ( [a-zA-Z0-9] [a-zA-Z0-9-]{0,62} \".\" ){1,4} "
-    "[a-zA-Z]{2,24}\n";
+    /* Dots only between atoms, hyphens only inside a label: what the
+     * RFC 5322 dot-atom form and validators (ajv-formats) accept. */
+    "email ::= email-atom ( \".\" email-atom ){0,3} \"@\" ( email-label \".\" ){1,4} [a-zA-Z]{2,24}\n"
+    "email-atom ::= [a-zA-Z0-9_%+-]{1,16}\n"
+    "email-label ::= [a-zA-Z0-9] ( \"-\"? [a-zA-Z0-9] ){0,31}\n";
 
 /* Keywords that only describe: they never change what is valid. */
 static const char *const ANNOTATIONS[] = {

@@ -299,11 +299,37 @@ static void test_schema_formats(void)
         ACCEPTS(g, "\"ann.lee@mail.example.com\"");
         REJECTS(g, "\"ann\"");
         REJECTS(g, "\"@x.com\"");
+        ACCEPTS(g, "\"a+b_c%d-e@x-y.z.io\"");
+        REJECTS(g, "\"ann..lee@x.com\"");
+        REJECTS(g, "\".ann@x.com\"");
+        REJECTS(g, "\"ann.@x.com\"");
+        REJECTS(g, "\"ann@x-.com\"");
+        REJECTS(g, "\"ann@-x.com\"");
+        REJECTS(g, "\"ann@x..com\"");
         gram_free(g);
     }
     g = schema("{\"type\":\"string\",\"format\":\"date\"}");
     if (g) {
         ACCEPTS(g, "\"1999-01-31\"");
+        ACCEPTS(g, "\"1999-12-31\"");
+        ACCEPTS(g, "\"1999-11-30\"");
+        REJECTS(g, "\"1999-11-31\"");
+        REJECTS(g, "\"1999-04-31\"");
+        REJECTS(g, "\"1999-02-30\"");
+        REJECTS(g, "\"1999-00-10\"");
+        REJECTS(g, "\"1999-10-00\"");
+        /* February 29 exactly in the leap years, against the arithmetic. */
+        for (int y = 1888; y <= 2420; y += 1) {
+            char d[16];
+            snprintf(d, sizeof d, "\"%04d-02-29\"", y);
+            int leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+            gram_state *st = gram_state_new(g);
+            int ok = gram_accept_bytes(st, d, strlen(d), NULL) == 0 && gram_is_complete(st);
+            CHECK_MSG(ok == leap, "%s: accepted %d, leap %d", d, ok, leap);
+            gram_state_free(st);
+        }
+        ACCEPTS(g, "\"0000-02-29\"");
+        REJECTS(g, "\"0100-02-29\"");
         gram_free(g);
     }
     g = schema("{\"type\":\"string\",\"format\":\"time\"}");
@@ -721,10 +747,101 @@ static void test_masks_match_per_token(void)
     gram_vocab_free(v);
 }
 
+/* A vocabulary of n random pieces over a few letters, 1 to 4 bytes, plus
+ * '"' and '\\' alone (seeded: the same every run). */
+static gram_vocab *random_vocab(int n, uint64_t seed, char (*buf)[5])
+{
+    const char **pieces = malloc((size_t)n * sizeof *pieces);
+    size_t *lens = malloc((size_t)n * sizeof *lens);
+    for (int i = 0; i < n; i++) {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        int len = 1 + (int)(seed % 4);
+        for (int k = 0; k < len; k++)
+            buf[i][k] = "abcdefghij \"\\xyz"[(seed >> (8 + 5 * k)) % 15];
+        pieces[i] = buf[i];
+        lens[i] = (size_t)len;
+    }
+    gram_vocab *v = gram_vocab_build(pieces, lens, n, NULL);
+    free(pieces);
+    free(lens);
+    return v;
+}
+
+/* gram_mask with its cache equals the walk without one, bit for bit, step
+ * after step (inside strings the state comes back to a set it had, so the
+ * cache answers), for two vocabularies used with one state; the cache
+ * stays within its entries. */
+static void test_masks_cached_equal_walked(void)
+{
+    enum { N = 6000 };
+    static char buf1[N][5], buf2[N][5];
+    gram_vocab *v1 = random_vocab(N, 0x1234567ull, buf1), *v2 = random_vocab(N, 0x7654321ull, buf2);
+    memra_err err = {{0}};
+    const char *schema = "{\"type\":\"array\",\"items\":{\"type\":\"string\"}}";
+    gram_grammar *g = jsch_compile_text(schema, strlen(schema), &err);
+    CHECK_MSG(g != NULL, "%s", err.msg);
+    if (!g || !v1 || !v2) {
+        gram_free(g);
+        gram_vocab_free(v1);
+        gram_vocab_free(v2);
+        return;
+    }
+    size_t words = gram_mask_words(v1);
+    uint32_t *a = malloc(words * 4), *b = malloc(words * 4);
+    gram_state *s = gram_state_new(g), *plain = gram_state_new(g);
+    gram_state_set_mask_cache(plain, 0);
+    const char *text = "[\"";
+    CHECK(gram_accept_bytes(s, text, 2, NULL) == 0 && gram_accept_bytes(plain, text, 2, NULL) == 0);
+    uint64_t rng = 99;
+    int mismatches = 0, steps = 0;
+    for (; steps < 3000; steps++) {
+        gram_vocab *v = steps % 3 == 2 ? v2 : v1;
+        int na = gram_mask(s, v, a), nb = gram_mask(plain, v, b);
+        if (na != nb || memcmp(a, b, words * 4) != 0)
+            mismatches++;
+        gram_mask_cache_stats st;
+        gram_state_mask_cache_stats(s, &st);
+        CHECK(st.entries <= GRAM_MASK_CACHE_DEFAULT && st.capacity == GRAM_MASK_CACHE_DEFAULT);
+        CHECK(st.bytes < 64 * 1024);
+        /* Mostly ordinary characters; now and then a string ends and a new
+         * one starts (",\"" after the closing quote). */
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        int pick = (int)((rng >> 33) % 50);
+        const char *ins = pick == 0 ? "\",\"" : pick == 1 ? "\\n" : "q";
+        if (gram_accept_bytes(s, ins, strlen(ins), &err) ||
+            gram_accept_bytes(plain, ins, strlen(ins), &err)) {
+            CHECK_MSG(0, "step %d: %s", steps, err.msg);
+            break;
+        }
+    }
+    CHECK_MSG(mismatches == 0, "%d of %d cached masks differ from the walk", mismatches, steps);
+    gram_mask_cache_stats st;
+    gram_state_mask_cache_stats(s, &st);
+    CHECK_MSG(st.hits > st.misses * 10, "hits %llu, misses %llu", (unsigned long long)st.hits,
+              (unsigned long long)st.misses);
+    gram_state_mask_cache_stats(plain, &st);
+    CHECK(st.hits == 0 && st.entries == 0 && st.capacity == 0);
+    /* A clone starts empty and gets the same answers. */
+    gram_state *c = gram_state_clone(s);
+    gram_state_mask_cache_stats(c, &st);
+    CHECK(st.entries == 0 && st.capacity == GRAM_MASK_CACHE_DEFAULT);
+    CHECK(gram_mask(c, v1, a) == gram_mask(plain, v1, b) && memcmp(a, b, words * 4) == 0);
+    gram_state_free(c);
+    gram_state_free(s);
+    gram_state_free(plain);
+    free(a);
+    free(b);
+    gram_free(g);
+    gram_vocab_free(v1);
+    gram_vocab_free(v2);
+}
+
 TEST_MAIN(TEST_CASE(test_gbnf_literals_and_alternatives), TEST_CASE(test_gbnf_rules_groups_multiline),
           TEST_CASE(test_gbnf_classes), TEST_CASE(test_gbnf_repetition),
           TEST_CASE(test_gbnf_errors), TEST_CASE(test_matcher_state),
           TEST_CASE(test_schema_primitives), TEST_CASE(test_schema_formats),
           TEST_CASE(test_schema_objects), TEST_CASE(test_schema_arrays_enums_refs),
           TEST_CASE(test_schema_pattern), TEST_CASE(test_schema_integer_bounds), TEST_CASE(test_schema_refusals), TEST_CASE(test_masks_small_vocab), TEST_CASE(test_masks_eog_with_piece),
-          TEST_CASE(test_masks_match_per_token))
+          TEST_CASE(test_masks_match_per_token), TEST_CASE(test_masks_cached_equal_walked))

@@ -25,6 +25,9 @@
 #define MAX_TOKENS 400
 /* Past this many bytes the sampler prefers tokens that close things. */
 #define SOFT_BYTES 48
+/* The first samples of each schema also compare every cached mask with a
+ * walked one. */
+#define CACHE_CHECKED_SAMPLES 15
 
 static gguf_file g_gguf;
 static tokenizer *g_tok;
@@ -32,6 +35,8 @@ static gram_vocab *g_vocab;
 static double g_mask_us;
 static long g_mask_steps;
 static double g_mask_max_us;
+static long g_cache_checked;
+static uint64_t g_cache_hits;
 /* The token of each single byte (-1: none), for the closing bias. */
 static int32_t g_byte_tok[256];
 
@@ -328,17 +333,38 @@ static int32_t pick(const uint32_t *mask, int n_allowed, size_t out_len)
     return -1;
 }
 
-/* One generation; the text is in *out. 0 when the grammar finished. */
-static int generate(const gram_grammar *g, strbuf *out)
+/* One generation; the text is in *out. 0 when the grammar finished. With
+ * `check_cache`, a second state without a mask cache follows the same
+ * tokens and every mask must equal its walked one bit for bit. */
+static int generate(const gram_grammar *g, strbuf *out, int check_cache)
 {
     gram_state *s = gram_state_new(g);
-    uint32_t *mask = malloc(gram_mask_words(g_vocab) * sizeof *mask);
+    gram_state *plain = NULL;
+    size_t words = gram_mask_words(g_vocab);
+    uint32_t *mask = malloc(words * sizeof *mask);
+    uint32_t *walked = NULL;
+    if (check_cache) {
+        plain = gram_state_new(g);
+        gram_state_set_mask_cache(plain, 0);
+        walked = malloc(words * sizeof *walked);
+    }
     int rc = -1;
     sb_clear(out);
     for (int step = 0; step < MAX_TOKENS; step++) {
         double t0 = now_us();
         int n = gram_mask(s, g_vocab, mask);
         double dt = now_us() - t0;
+        if (plain) {
+            int nw = gram_mask(plain, g_vocab, walked);
+            g_cache_checked++;
+            CHECK_MSG(nw == n && memcmp(walked, mask, words * sizeof *mask) == 0,
+                      "cached mask differs from the walk after '%s'", sb_str(out));
+            gram_mask_cache_stats st;
+            gram_state_mask_cache_stats(s, &st);
+            CHECK(st.entries <= st.capacity && st.capacity == GRAM_MASK_CACHE_DEFAULT);
+            /* Each entry: one mask and a key of at most 16 KB. */
+            CHECK(st.bytes <= (size_t)st.capacity * (words * 4 + 16384 + 64) + 32768);
+        }
         g_mask_us += dt;
         g_mask_steps++;
         if (dt > g_mask_max_us) {
@@ -356,6 +382,8 @@ static int generate(const gram_grammar *g, strbuf *out)
             CHECK_MSG(0, "masked token refused: %s", err.msg);
             break;
         }
+        if (plain)
+            CHECK(gram_accept_token(plain, g_vocab, id, NULL) == 0);
         if (gram_is_finished(s)) {
             rc = 0;
             break;
@@ -364,8 +392,13 @@ static int generate(const gram_grammar *g, strbuf *out)
         const char *p = tok_piece(g_tok, id, &len);
         sb_append(out, p, len);
     }
+    gram_mask_cache_stats st;
+    gram_state_mask_cache_stats(s, &st);
+    g_cache_hits += st.hits;
     free(mask);
+    free(walked);
     gram_state_free(s);
+    gram_state_free(plain);
     return rc;
 }
 
@@ -386,7 +419,7 @@ static void sample_schema(const char *schema_text)
     sb_init(&out);
     int ok = 0;
     for (int i = 0; i < SAMPLES; i++) {
-        if (generate(g, &out)) {
+        if (generate(g, &out, i < CACHE_CHECKED_SAMPLES)) {
             CHECK_MSG(0, "sample %d did not finish: '%s'", i, sb_str(&out));
             continue;
         }
@@ -470,47 +503,93 @@ static void test_sample_json_object(void)
     sample_schema("{\"type\":\"object\"}");
 }
 
-static void test_mask_timing(void)
+/* The mask after `text` under `schema`: the first call on a fresh state
+ * (the walk) and the best of 20 more (from the state's cache when the walk
+ * was worth keeping). */
+static void time_point(const char *schema, const char *text)
 {
-    if (!setup() || !g_mask_steps)
-        return;
-    printf("# mask: %.0f us/step (mean over %ld steps, max %.0f us; Qwen2 vocabulary, "
-           "%d tokens)\n",
-           g_mask_us / (double)g_mask_steps, g_mask_steps, g_mask_max_us,
-           gram_vocab_size(g_vocab));
-    /* The two extremes: inside a free string (most of the vocabulary is
-     * allowed) and right after a '{' of a fixed-key object (few are). */
     memra_err err = {{0}};
-    gram_grammar *g = jsch_compile_text("{\"type\":\"object\",\"properties\":{\"a\":"
-                                        "{\"type\":\"string\"}},\"required\":[\"a\"]}",
-                                        71, &err);
+    gram_grammar *g = jsch_compile_text(schema, strlen(schema), &err);
     CHECK_MSG(g != NULL, "%s", err.msg);
     if (!g)
         return;
     gram_state *s = gram_state_new(g);
     uint32_t *mask = malloc(gram_mask_words(g_vocab) * sizeof *mask);
-    const char *points[] = {"", "{", "{\"a\":\"", "{\"a\":\"hello"};
-    size_t done = 0;
-    for (size_t i = 0; i < sizeof points / sizeof points[0]; i++) {
-        size_t len = strlen(points[i]);
-        CHECK(gram_accept_bytes(s, points[i] + done, len - done, &err) == 0);
-        done = len;
-        int reps = 20, n = 0;
-        double best = 1e30, total = 0;
-        for (int r = 0; r < reps; r++) {
-            double t0 = now_us();
-            n = gram_mask(s, g_vocab, mask);
-            double dt = now_us() - t0;
-            total += dt;
-            if (dt < best)
-                best = dt;
-        }
-        printf("# mask after '%s': %.0f us/step (best of %d; mean %.0f), %d tokens allowed\n",
-               points[i], best, reps, total / reps, n);
+    CHECK(gram_accept_bytes(s, text, strlen(text), &err) == 0);
+    double t0 = now_us();
+    int n = gram_mask(s, g_vocab, mask);
+    double first = now_us() - t0, best = 1e30, total = 0;
+    int reps = 20;
+    for (int r = 0; r < reps; r++) {
+        t0 = now_us();
+        gram_mask(s, g_vocab, mask);
+        double dt = now_us() - t0;
+        total += dt;
+        if (dt < best)
+            best = dt;
     }
+    printf("# mask after '%s': first %.1f us, then %.1f us (best of %d; mean %.1f), "
+           "%d tokens allowed\n",
+           text, first, best, reps, total / reps, n);
     free(mask);
     gram_state_free(s);
     gram_free(g);
+}
+
+/* Decoding inside one string: each step masks, then takes a 4-byte token
+ * (" abc"); the mean over the steps, first included. */
+static void time_string_steps(const char *schema, const char *text, int steps)
+{
+    memra_err err = {{0}};
+    gram_grammar *g = jsch_compile_text(schema, strlen(schema), &err);
+    CHECK_MSG(g != NULL, "%s", err.msg);
+    if (!g)
+        return;
+    gram_state *s = gram_state_new(g);
+    uint32_t *mask = malloc(gram_mask_words(g_vocab) * sizeof *mask);
+    CHECK(gram_accept_bytes(s, text, strlen(text), &err) == 0);
+    double total = 0, worst = 0;
+    for (int i = 0; i < steps; i++) {
+        double t0 = now_us();
+        gram_mask(s, g_vocab, mask);
+        double dt = now_us() - t0;
+        total += dt;
+        if (dt > worst)
+            worst = dt;
+        CHECK(gram_accept_bytes(s, " abc", 4, &err) == 0);
+    }
+    printf("# mask while decoding '%s...' (%s): %.1f us/step (mean of %d steps, max %.0f)\n",
+           text, schema, total / steps, steps, worst);
+    free(mask);
+    gram_state_free(s);
+    gram_free(g);
+}
+
+static void test_mask_timing(void)
+{
+    if (!setup() || !g_mask_steps)
+        return;
+    printf("# mask: %.0f us/step (mean over %ld steps, max %.0f us; Qwen2 vocabulary, "
+           "%d tokens; %llu answered from the state's cache)\n",
+           g_mask_us / (double)g_mask_steps, g_mask_steps, g_mask_max_us,
+           gram_vocab_size(g_vocab), (unsigned long long)g_cache_hits);
+    printf("# mask cache: %ld masks equal to the walk, bit for bit\n", g_cache_checked);
+    CHECK(g_cache_checked > 1000 && g_cache_hits > 0);
+    /* The extremes: the start and after a '{' of a fixed-key object (few
+     * tokens), inside a free string (most of the vocabulary), inside a
+     * string with maxLength (every position its own state). */
+    const char *obj = "{\"type\":\"object\",\"properties\":{\"a\":"
+                      "{\"type\":\"string\"}},\"required\":[\"a\"]}";
+    const char *capped = "{\"type\":\"object\",\"properties\":{\"a\":"
+                         "{\"type\":\"string\",\"maxLength\":12}},\"required\":[\"a\"]}";
+    time_point(obj, "");
+    time_point(obj, "{");
+    time_point(obj, "{\"a\":\"");
+    time_point(obj, "{\"a\":\"hello");
+    time_point(capped, "{\"a\":\"");
+    time_point(capped, "{\"a\":\"hello");
+    time_string_steps("{\"type\":\"string\"}", "\"", 200);
+    time_string_steps("{\"type\":\"string\",\"maxLength\":200}", "\"", 40);
 }
 
 static void cleanup(void)
