@@ -269,17 +269,35 @@ static void send_raw(toolparse *p, const char *body, size_t n, const char *close
     sb_clear(&p->raw);
 }
 
+/* Llama 3's end of turn after a call (<|eom_id|> when it awaits a built-in
+ * tool's result): when the detokenizer writes it out, it ends the calls and
+ * stays content, as every format's end-of-turn token does. */
+static const char *const llama3_turn_ends[] = {"<|eot_id|>", "<|eom_id|>"};
+
+static size_t turn_end_at(const char *s, size_t n)
+{
+    for (size_t j = 0; j < sizeof llama3_turn_ends / sizeof *llama3_turn_ends; j++) {
+        size_t m = strlen(llama3_turn_ends[j]);
+        if (n >= m && !memcmp(s, llama3_turn_ends[j], m))
+            return m;
+    }
+    return 0;
+}
+
 /* Calls written as JSON objects one after another (Llama 3 may separate
- * them with ';'): all of them, or none (-1). */
+ * them with ';'), up to the end or an end-of-turn token: all of them, or
+ * none (-1). What follows the end-of-turn token is content. */
 static int send_json_calls(toolparse *p, const char *s, size_t n)
 {
     char *names[64], *args[64];
     int k = 0, ok = 1;
-    size_t i = 0;
+    size_t i = 0, tail = n;
     for (;;) {
         while (i < n && (is_ws(s[i]) || s[i] == ';'))
             i++;
-        if (i == n)
+        if (i < n && k && turn_end_at(s + i, n - i))
+            tail = i;
+        if (i == n || tail < n)
             break;
         long ext = tcp_json_extent(s + i, n - i);
         if (ext <= 0 || k == 64 || tcp_parse_body(p->f, s + i, (size_t)ext, &names[k], &args[k])) {
@@ -298,6 +316,7 @@ static int send_json_calls(toolparse *p, const char *s, size_t n)
     }
     for (int j = 0; j < k; j++)
         send_call(p, names[j], args[j]);
+    sink_put(p, K_CONTENT, s + tail, n - tail);
     return 0;
 }
 
