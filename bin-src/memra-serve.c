@@ -37,6 +37,10 @@ static const char usage[] =
     "  --prefill-chunk N        prompt tokens a sequence prefills per scheduler tick (default the\n"
     "                           backend's step: 512 on H100/H200, 64 elsewhere; env\n"
     "                           MEMRA_PREFILL_CHUNK)\n"
+    "  --prefix-cache on|off    keep prompts' KV blocks for later requests that start the same\n"
+    "                           way, per tenant (default on; env MEMRA_PREFIX_CACHE)\n"
+    "  --cache-blocks N         KV blocks kept cached that no request holds (default: all the\n"
+    "                           pool's free room; env MEMRA_CACHE_BLOCKS)\n"
     "  --max-queue N            requests that may wait beyond them, then 429 (default 64;\n"
     "                           env MEMRA_MAX_QUEUE)\n"
     "  --api-key KEY            require this key (env MEMRA_API_KEY)\n"
@@ -74,6 +78,7 @@ typedef struct {
     int port;
     int64_t n_ctx;
     int max_sessions, max_queue, n_threads, http_threads, insecure, prefill_chunk;
+    int prefix_cache, cache_blocks;
     backend_kind backend;
     int backend_given, device, device_given;
     kv_type kv;
@@ -115,6 +120,15 @@ static void add_model(serve_args *a, const char *spec, const char *what)
 }
 
 /* HOST:PORT, [V6]:PORT. */
+static int on_off(const char *v, const char *what)
+{
+    if (!strcmp(v, "on"))
+        return 1;
+    if (!strcmp(v, "off"))
+        return 0;
+    cli_usage("%s: '%s' is not on or off", what, v);
+}
+
 static void parse_addr(serve_args *a, const char *s)
 {
     const char *colon = strrchr(s, ':');
@@ -160,6 +174,11 @@ static void parse_args(int argc, char **argv, serve_args *a)
         a->max_sessions = (int)cli_int_or_usage(env, 1, 4096, "MEMRA_MAX_SESSIONS");
     if ((env = getenv("MEMRA_PREFILL_CHUNK")) && *env)
         a->prefill_chunk = (int)cli_int_or_usage(env, 1, 1 << 16, "MEMRA_PREFILL_CHUNK");
+    a->prefix_cache = 1;
+    if ((env = getenv("MEMRA_PREFIX_CACHE")) && *env)
+        a->prefix_cache = on_off(env, "MEMRA_PREFIX_CACHE");
+    if ((env = getenv("MEMRA_CACHE_BLOCKS")) && *env)
+        a->cache_blocks = (int)cli_int_or_usage(env, 1, INT32_MAX, "MEMRA_CACHE_BLOCKS");
     if ((env = getenv("MEMRA_MAX_QUEUE")) && *env)
         a->max_queue = (int)cli_int_or_usage(env, 0, 1 << 20, "MEMRA_MAX_QUEUE");
     a->n_threads = cli_threads_default();
@@ -181,13 +200,16 @@ static void parse_args(int argc, char **argv, serve_args *a)
     a->insecure = cli_env_true("MEMRA_INSECURE");
 
     enum { O_HOST = 1000, O_PORT, O_MAXS, O_MAXQ, O_KEY, O_KEYS, O_INSECURE, O_TMPL, O_HTTPT,
-           O_BODY, O_DRAIN, O_BACKEND, O_DEVICE, O_KV, O_PCHUNK, O_IDLE, O_PERIP, O_CORS, O_SPECIAL };
+           O_BODY, O_DRAIN, O_BACKEND, O_DEVICE, O_KV, O_PCHUNK, O_IDLE, O_PERIP, O_CORS, O_SPECIAL,
+           O_PCACHE, O_CBLOCKS };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},     {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},   {"ctx", required_argument, NULL, 'c'},
         {"max-sessions", required_argument, NULL, O_MAXS},
         {"max-queue", required_argument, NULL, O_MAXQ},
         {"prefill-chunk", required_argument, NULL, O_PCHUNK},
+        {"prefix-cache", required_argument, NULL, O_PCACHE},
+        {"cache-blocks", required_argument, NULL, O_CBLOCKS},
         {"api-key", required_argument, NULL, O_KEY}, {"api-keys", required_argument, NULL, O_KEYS},
         {"insecure", no_argument, NULL, O_INSECURE},
         {"chat-template", required_argument, NULL, O_TMPL},
@@ -215,6 +237,12 @@ static void parse_args(int argc, char **argv, serve_args *a)
         case O_PORT: a->port = (int)cli_int_or_usage(optarg, 0, 65535, "--port"); break;
         case 'c': a->n_ctx = cli_int_or_usage(optarg, 1, INT32_MAX, "--ctx"); break;
         case O_MAXS: a->max_sessions = (int)cli_int_or_usage(optarg, 1, 4096, "--max-sessions"); break;
+        case O_PCACHE:
+            a->prefix_cache = on_off(optarg, "--prefix-cache");
+            break;
+        case O_CBLOCKS:
+            a->cache_blocks = (int)cli_int_or_usage(optarg, 1, INT32_MAX, "--cache-blocks");
+            break;
         case O_PCHUNK:
             a->prefill_chunk = (int)cli_int_or_usage(optarg, 1, 1 << 16, "--prefill-chunk");
             break;
@@ -379,7 +407,8 @@ int main(int argc, char **argv)
                                .max_sessions = a.max_sessions, .max_queue = a.max_queue,
                                .n_threads = a.n_threads, .chat_template = tmpl,
                                .backend = bk, .device = a.device, .kv_type = a.kv,
-                               .prefill_chunk = a.prefill_chunk};
+                               .prefill_chunk = a.prefill_chunk,
+                               .prefix_cache = a.prefix_cache, .cache_blocks = a.cache_blocks};
         double t0 = mono();
         if (serve_model_load(&mo, &models[i], &err) != 0) {
             for (int j = 0; j < i; j++)

@@ -74,6 +74,7 @@ static int init_tables(kv_cache *c, kv_type type, int n_layers, int64_t kv_dim, 
     for (int i = 0; i < n_blocks; i++)
         c->free_blocks[i] = n_blocks - 1 - i;
     c->n_free = n_blocks;
+    c->refs = xcalloc((size_t)n_blocks, sizeof *c->refs);
     return 0;
 }
 
@@ -106,6 +107,8 @@ void kv_cache_free(kv_cache *c)
     free(c->k);
     free(c->v);
     free(c->free_blocks);
+    free(c->refs);
+    kv_prefix_free(c->prefix);
     memset(c, 0, sizeof *c);
 }
 
@@ -129,6 +132,97 @@ void kv_seq_free(kv_seq *s)
     s->cap = 0;
 }
 
+int kv_cache_enable_prefix(kv_cache *c, int max_idle, memra_err *err)
+{
+    if (c->prefix)
+        return 0;
+    c->prefix = kv_prefix_new(c->n_blocks, c->block_size, max_idle, err);
+    return c->prefix ? 0 : -1;
+}
+
+int kv_cache_available(const kv_cache *c)
+{
+    return c->n_free + (c->prefix ? kv_prefix_n_idle(c->prefix) : 0);
+}
+
+/* A block for a sequence: a free one, else the least recently used idle
+ * indexed one (evicted). The caller checked kv_cache_available. */
+static int take_block(kv_cache *c)
+{
+    int b = c->n_free ? c->free_blocks[--c->n_free] : kv_prefix_evict(c->prefix);
+    c->refs[b] = 1;
+    return b;
+}
+
+static void release_block(kv_cache *c, int b)
+{
+    if (--c->refs[b] > 0)
+        return;
+    if (c->prefix && kv_prefix_has(c->prefix, b)) {
+        kv_prefix_idle(c->prefix, b);
+        for (int x; (x = kv_prefix_over_cap(c->prefix)) >= 0;)
+            c->free_blocks[c->n_free++] = x;
+        return;
+    }
+    c->free_blocks[c->n_free++] = b;
+}
+
+static void ensure_cap(kv_seq *s, int64_t need)
+{
+    if (need > s->cap) {
+        s->cap = (int)need;
+        s->blocks = xrealloc(s->blocks, (size_t)s->cap * sizeof *s->blocks);
+    }
+}
+
+int64_t kv_seq_adopt(kv_seq *s, uint64_t ns, const int32_t *tokens, int64_t n, int64_t granule)
+{
+    kv_cache *c = s->cache;
+    if (!c->prefix || s->n_blocks || granule <= 0 || granule % c->block_size)
+        return 0;
+    int bs = c->block_size;
+    int64_t limit = (n - 1) / granule * granule / bs; /* blocks, leaving a token to compute */
+    ensure_cap(s, limit);
+    int64_t got = 0;
+    uint64_t parent = kv_prefix_root(ns);
+    for (; got < limit; got++) {
+        const int32_t *t = tokens + got * bs;
+        uint64_t key = kv_prefix_key(parent, t, bs);
+        int b = kv_prefix_find(c->prefix, key, parent, t);
+        if (b < 0)
+            break;
+        s->blocks[got] = b;
+        parent = key;
+    }
+    got = got * bs / granule * granule / bs;
+    for (int64_t i = 0; i < got; i++) {
+        int b = s->blocks[i];
+        if (c->refs[b]++ == 0)
+            kv_prefix_unidle(c->prefix, b);
+    }
+    kv_prefix_count_hits(c->prefix, (int)got);
+    s->n_blocks = (int)got;
+    s->n_tokens = got * bs;
+    return s->n_tokens;
+}
+
+void kv_seq_publish(kv_seq *s, uint64_t ns, const int32_t *tokens, int64_t n)
+{
+    kv_cache *c = s->cache;
+    if (!c->prefix)
+        return;
+    int bs = c->block_size;
+    if (n > s->n_tokens)
+        n = s->n_tokens;
+    uint64_t parent = kv_prefix_root(ns);
+    for (int64_t i = 0; i < n / bs; i++) {
+        const int32_t *t = tokens + i * bs;
+        uint64_t key = kv_prefix_key(parent, t, bs);
+        kv_prefix_insert(c->prefix, s->blocks[i], key, parent, t);
+        parent = key;
+    }
+}
+
 int kv_seq_reserve(kv_seq *s, int64_t n_tokens, memra_err *err)
 {
     kv_cache *c = s->cache;
@@ -138,16 +232,13 @@ int kv_seq_reserve(kv_seq *s, int64_t n_tokens, memra_err *err)
     if (need <= s->n_blocks)
         return 0;
     int64_t more = need - s->n_blocks;
-    if (more > c->n_free)
+    if (more > kv_cache_available(c))
         return memra_fail(err, "KV cache full: %" PRId64 " tokens need %" PRId64 " more blocks "
-                          "of %d tokens, %d of %d free", n_tokens, more, c->block_size, c->n_free,
-                          c->n_blocks);
-    if (need > s->cap) {
-        s->cap = (int)need;
-        s->blocks = xrealloc(s->blocks, (size_t)s->cap * sizeof *s->blocks);
-    }
+                          "of %d tokens, %d of %d free", n_tokens, more, c->block_size,
+                          kv_cache_available(c), c->n_blocks);
+    ensure_cap(s, need);
     while (s->n_blocks < need)
-        s->blocks[s->n_blocks++] = c->free_blocks[--c->n_free];
+        s->blocks[s->n_blocks++] = take_block(c);
     return 0;
 }
 
@@ -158,7 +249,12 @@ void kv_seq_truncate(kv_seq *s, int64_t n_tokens)
         n_tokens = 0;
     int64_t keep = (n_tokens + c->block_size - 1) / c->block_size;
     while (s->n_blocks > keep)
-        c->free_blocks[c->n_free++] = s->blocks[--s->n_blocks];
+        release_block(c, s->blocks[--s->n_blocks]);
+    if (c->prefix && keep > 0 && n_tokens % c->block_size && n_tokens < s->n_tokens) {
+        int b = s->blocks[keep - 1]; /* written again from n_tokens on */
+        MEMRA_ASSERT(c->refs[b] == 1); /* no other sequence may read what is rewritten */
+        kv_prefix_remove(c->prefix, b);
+    }
     if (s->n_tokens > n_tokens)
         s->n_tokens = n_tokens;
 }

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/kv_prefix.h"
 #include "core/err.h"
 
 typedef enum {
@@ -40,6 +41,8 @@ typedef struct {
     uint8_t *k, *v;     /* [n_layers][n_blocks][block_size] rows; NULL: tables only */
     int *free_blocks;   /* stack of free block ids */
     int n_free;
+    int *refs;          /* [n_blocks] sequences holding each block */
+    kv_prefix *prefix;  /* the prefix index, NULL when off (kv_cache_enable_prefix) */
 } kv_cache;
 
 typedef struct {
@@ -72,10 +75,30 @@ uint64_t kv_cache_bytes(const kv_cache *c);
 void kv_seq_init(kv_seq *s, kv_cache *c);
 /* Give every block back and forget the table. */
 void kv_seq_free(kv_seq *s);
+/* Turn the prefix index on (kv_prefix.h): full blocks can then be shared
+ * between sequences (kv_seq_adopt, kv_seq_publish); max_idle caps the
+ * blocks kept indexed that no sequence holds (< 0: the whole pool). */
+int kv_cache_enable_prefix(kv_cache *c, int max_idle, memra_err *err);
+/* Blocks a sequence could take now: free ones and idle indexed ones. */
+int kv_cache_available(const kv_cache *c);
+
+/* Map the longest indexed prefix of tokens[0, n) in namespace ns onto the
+ * empty sequence s: whole blocks, a multiple of `granule` tokens (a
+ * multiple of the block size), and short of n by at least one token (the
+ * caller still computes the last token's logits). Returns the tokens
+ * mapped (s->n_tokens), 0 when none or when the index is off. */
+int64_t kv_seq_adopt(kv_seq *s, uint64_t ns, const int32_t *tokens, int64_t n, int64_t granule);
+/* Enter the whole blocks of positions [0, n) into the index (n <= the
+ * sequence's valid tokens; tokens[0, n) are what they hold). Blocks
+ * already indexed stay as they are. Nothing when the index is off. */
+void kv_seq_publish(kv_seq *s, uint64_t ns, const int32_t *tokens, int64_t n);
+
 /* Make room for positions [0, n_tokens): take blocks from the pool as
  * needed. On failure (pool exhausted) nothing is taken. */
 int kv_seq_reserve(kv_seq *s, int64_t n_tokens, memra_err *err);
-/* Keep positions [0, n_tokens); blocks wholly past them go back. */
+/* Keep positions [0, n_tokens); blocks wholly past them go back. A block
+ * cut in part is written again, so it leaves the prefix index; cutting into
+ * a block other sequences share is a programming error (aborts). */
 void kv_seq_truncate(kv_seq *s, int64_t n_tokens);
 
 /* Byte offset of the row of position pos of layer `layer`; the position

@@ -123,11 +123,41 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
         free(e);
         return -1;
     }
+    if (e->opts.prefix_cache &&
+        kv_cache_enable_prefix(&e->m.state.kv,
+                               e->opts.prefix_cache_idle > 0 ? e->opts.prefix_cache_idle : -1,
+                               err) != 0) {
+        model_free(&e->m);
+        backend_destroy(e->bk);
+        contract_binding_free(&e->binding);
+        free(e);
+        return -1;
+    }
     e->pos = xmalloc((size_t)e->opts.n_batch * sizeof *e->pos);
     e->seqs = xmalloc((size_t)e->opts.n_batch * sizeof *e->seqs);
     *out = e;
     return 0;
 }
+
+int64_t engine_seq_adopt_prefix(engine_seq *s, uint64_t ns, const int32_t *tokens, int64_t n,
+                                int64_t granule)
+{
+    return kv_seq_adopt(&s->kv, ns, tokens, n, granule);
+}
+
+void engine_seq_publish_prefix(engine_seq *s, uint64_t ns, const int32_t *tokens, int64_t n)
+{
+    kv_seq_publish(&s->kv, ns, tokens, n);
+}
+
+void engine_prefix_stats(const engine *e, kv_prefix_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (e->m.state.kv.prefix)
+        kv_prefix_get_stats(e->m.state.kv.prefix, out);
+}
+
+int engine_kv_block_size(const engine *e) { return e->m.state.kv.block_size; }
 
 void engine_free(engine *e)
 {

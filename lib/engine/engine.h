@@ -42,6 +42,8 @@ typedef struct {
     int64_t kv_tokens;  /* the KV pool in tokens, shared by all sequences; 0: n_seqs x n_ctx
                          * (set it lower when the sequences never all fill n_ctx at once) */
     int kv_block_size;  /* tokens per KV block; 0: 16 */
+    int prefix_cache;   /* share full KV blocks between sequences by content (kv_prefix.h) */
+    int prefix_cache_idle; /* blocks kept cached that no sequence holds; <= 0: the pool */
     backend_kind backend; /* BK_CPU (default) or BK_CUDA */
     int device;         /* CUDA device index (BK_CUDA); any thread may then drive the
                          * engine: every entry point binds it to that device */
@@ -83,6 +85,34 @@ void engine_seq_reset(engine_seq *s);
 void engine_seq_truncate(engine_seq *s, int64_t n);
 /* Tokens in the sequence: the position the next token takes. */
 int64_t engine_seq_pos(const engine_seq *s);
+
+/* ---- the prefix cache (opts.prefix_cache) ----
+ *
+ * A sequence that starts with tokens another has run maps their KV blocks
+ * instead of computing them. Exactness: a block's values are those a
+ * prefill of the same tokens would compute only when they were computed
+ * the same way, and a prefill chunk's bytes depend on the chunk (on CUDA a
+ * chunk of 32 or more rows runs a GEMM whose bytes may change with the row
+ * count). So blocks are shared in units of `granule` tokens: the caller
+ * prefills in chunks of exactly granule tokens from position 0 (memra-serve
+ * does: its prefill chunk), publishes only the tokens of whole chunks
+ * (never a partial last chunk, never decoded tokens), and adopts a
+ * multiple of granule; the rest of a prompt is then chunked exactly as it
+ * would be without the cache, and every byte is the same. On the CPU every
+ * row is computed alone, so any granule is exact there. */
+
+/* Map the longest cached prefix of tokens[0, n) in namespace ns (memra-
+ * serve: the tenant) onto the empty sequence s, a multiple of granule
+ * tokens and at least one token short of n. Returns the tokens mapped (the
+ * sequence's position), 0 when none or when the cache is off. */
+int64_t engine_seq_adopt_prefix(engine_seq *s, uint64_t ns, const int32_t *tokens, int64_t n,
+                                int64_t granule);
+/* Offer the whole blocks of positions [0, n) (tokens[0, n), run by this
+ * sequence) to the cache. */
+void engine_seq_publish_prefix(engine_seq *s, uint64_t ns, const int32_t *tokens, int64_t n);
+/* The cache's counters (all zero when it is off); the KV block size. */
+void engine_prefix_stats(const engine *e, kv_prefix_stats *out);
+int engine_kv_block_size(const engine *e);
 
 /* Run n tokens at the end of s. logits, when not NULL, receives [n][vocab]
  * floats when logits_all, else [vocab] for the last token. Fails, changing

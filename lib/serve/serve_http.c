@@ -14,6 +14,7 @@
 #include <sys/random.h>
 
 #include "core/check.h"
+#include "core/hash.h"
 #include "core/log.h"
 #include "serve/serve_internal.h"
 
@@ -61,6 +62,7 @@ typedef struct {
     int close_after;      /* answer with Connection: close (framing or size refused) */
     int answered;         /* a response is queued */
     int has_job;          /* a blocking generation waits */
+    uint64_t cache_ns;    /* the prefix cache's namespace: the tenant, else the key */
     serve_job job;
 } conn_ctx;
 
@@ -260,6 +262,7 @@ static enum MHD_Result generate(conn_ctx *c, serve_kind kind, const serve_dialec
     }
     json_decref(chat);
     if (rc == 0) {
+        job.req->cache_ns = c->cache_ns;
         job.req->wake = wake_conn;
         job.req->wake_ctx = c->conn;
         const union MHD_ConnectionInfo *ci =
@@ -433,6 +436,15 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
     }
     if (tenant[0])
         log_debug("%s %s (tenant %s)", method, url, tenant);
+    /* One tenant's cached prompts never shorten another's prefill (a
+     * timing side channel): the namespace is the tenant the key file
+     * names, else the key itself; without keys, everyone is one tenant. */
+    {
+        const char *key = presented_key(c->conn);
+        c->cache_ns = tenant[0] ? hash_fnv1a64_str(tenant) ^ 0x7465
+                      : key     ? hash_fnv1a64_str(key) ^ 0x6b6579
+                                : 0;
+    }
     if (rt->id == R_METRICS) {
         strbuf out;
         sb_init(&out);

@@ -39,6 +39,7 @@ typedef struct {
     int in_reason;
     size_t n_reasoning;
     int stop_hit;   /* 1 + the index of the stop string that ended it */
+    size_t n_adopted; /* prompt tokens the prefix cache gave */
     char tail[96];
     size_t n_tail;
 } serve_slot;
@@ -59,6 +60,7 @@ struct serve_model {
     int32_t n_vocab;
     int32_t n_tok;  /* the tokenizer's ids: [n_tok, n_vocab) is padding */
     int max_sessions, max_queue, prefill_chunk;
+    int64_t granule;  /* prefix cache: tokens shared in multiples of this (0: off) */
 
     pthread_t thread;
     int thread_started;
@@ -70,6 +72,8 @@ struct serve_model {
     int64_t kv_used;
     uint64_t prompt_tokens, generated_tokens;
     uint64_t fin_stop, fin_length, fin_error, n_cancelled;
+    uint64_t prompt_cached;
+    kv_prefix_stats prefix_stats; /* the engine's, as of the last tick */
     serve_histo ttft, itl;
 
     serve_slot *slots; /* [max_sessions], engine thread only */
@@ -144,7 +148,7 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r, int choice)
     memra_err err;
     s->req = r;
     s->choice = choice;
-    s->n_prefilled = s->n_generated = 0;
+    s->n_prefilled = s->n_generated = s->n_adopted = 0;
     s->has_logits = 0;
     s->in_reason = r->reason_open[0] && r->starts_in_reasoning;
     s->n_reasoning = 0;
@@ -179,8 +183,18 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r, int choice)
         }
         s->gst = gram_state_new(r->grammar);
     }
-    if (!s->smp)
+    if (!s->smp) {
         slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
+        return;
+    }
+    if (m->granule) {
+        /* the prompt's cached whole chunks: prefill starts after them */
+        int64_t got = engine_seq_adopt_prefix(s->seq, r->cache_ns, r->prompt,
+                                              (int64_t)r->n_prompt, m->granule);
+        s->n_prefilled = s->n_adopted = (size_t)got;
+        if (choice == 0)
+            serve_req_set_cached(r, (size_t)got);
+    }
 }
 
 /* The log-probabilities OpenAI reports: the model's own distribution,
@@ -456,10 +470,15 @@ static void tick(serve_model *m)
             continue;
         }
         s->n_prefilled += n;
+        if (m->granule) /* whole chunks only: a partial one is chunked differently later */
+            engine_seq_publish_prefix(s->seq, r->cache_ns, r->prompt,
+                                      (int64_t)(s->n_prefilled / (size_t)m->granule *
+                                                (size_t)m->granule));
         if (last) {
             s->has_logits = 1;
             pthread_mutex_lock(&m->mu);
             m->prompt_tokens += r->n_prompt;
+            m->prompt_cached += s->n_adopted;
             pthread_mutex_unlock(&m->mu);
         } else if (r->stream && serve_now() - r->t_ping >= KEEPALIVE_S) {
             r->t_ping = serve_now();
@@ -515,8 +534,11 @@ static void tick(serve_model *m)
         if (m->slots[i].req)
             used += (engine_seq_pos(m->slots[i].seq) + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE;
     now = serve_now();
+    kv_prefix_stats ps;
+    engine_prefix_stats(m->eng, &ps);
     pthread_mutex_lock(&m->mu);
     m->kv_used = used;
+    m->prefix_stats = ps;
     /* queued clients that hung up leave the queue now, not at admission */
     for (serve_req **pp = &m->q_head, *prev = NULL; *pp;) {
         serve_req *r = *pp;
@@ -683,6 +705,8 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
     eo.n_ctx = o->n_ctx;
     eo.n_seqs = o->max_sessions;
     eo.kv_block_size = KV_BLOCK_SIZE;
+    eo.prefix_cache = o->prefix_cache;
+    eo.prefix_cache_idle = o->cache_blocks;
     if (engine_load(&m->ck, &eo, &m->eng, err) != 0)
         goto fail;
     m->n_ctx = engine_n_ctx(m->eng);
@@ -690,6 +714,16 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
      * backend's measured choice: 512 rows on Hopper, decision 0006), so a
      * cold prompt is one forward, not eight. */
     m->prefill_chunk = o->prefill_chunk > 0 ? o->prefill_chunk : engine_n_batch(m->eng);
+    if (o->prefix_cache) {
+        /* whole prefill chunks of whole blocks (engine.h: why) */
+        int64_t a = m->prefill_chunk, b = KV_BLOCK_SIZE;
+        while (b) {
+            int64_t t = a % b;
+            a = b;
+            b = t;
+        }
+        m->granule = m->prefill_chunk / a * KV_BLOCK_SIZE;
+    }
     m->n_vocab = (int32_t)engine_config(m->eng)->n_vocab;
     m->n_tok = (int32_t)tok_vocab_size(m->tok);
     if (m->n_tok > m->n_vocab)
@@ -854,6 +888,8 @@ void serve_model_get_stats(serve_model *m, serve_model_stats *s)
     s->finished_length = m->fin_length;
     s->finished_error = m->fin_error;
     s->cancelled = m->n_cancelled;
+    s->prompt_cached_tokens = m->prompt_cached;
+    s->prefix = m->prefix_stats;
     s->ttft = m->ttft;
     s->itl = m->itl;
     pthread_mutex_unlock(&m->mu);

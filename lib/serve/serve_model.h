@@ -55,6 +55,8 @@ typedef struct {
     backend_kind backend;      /* BK_CPU or BK_CUDA */
     int device;                /* CUDA device index (BK_CUDA) */
     kv_type kv_type;           /* KV_DEFAULT: the backend's default (zero is KV_F32) */
+    int prefix_cache;          /* share prompts' KV blocks across requests (per tenant) */
+    int cache_blocks;          /* idle cached blocks kept; <= 0: as many as the pool holds */
 } serve_model_opts;
 
 typedef struct {
@@ -62,6 +64,8 @@ typedef struct {
     int64_t kv_blocks_used, kv_blocks_total;
     uint64_t prompt_tokens, generated_tokens;
     uint64_t finished_stop, finished_length, finished_error, cancelled;
+    uint64_t prompt_cached_tokens; /* prompt tokens mapped from the prefix cache */
+    kv_prefix_stats prefix;        /* the cache's own counters */
     serve_histo ttft, itl;
 } serve_model_stats;
 

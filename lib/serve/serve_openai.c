@@ -577,9 +577,10 @@ static const char *finish_name(serve_finish f)
 static json_t *usage_json(const serve_job *job, const serve_req_view *v)
 {
     size_t p = job->req->n_prompt;
-    json_t *u = json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)p, "completion_tokens",
-                          (json_int_t)v->n_generated, "total_tokens",
-                          (json_int_t)(p + v->n_generated));
+    json_t *u = json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)p,
+                          "completion_tokens", (json_int_t)v->n_generated, "total_tokens",
+                          (json_int_t)(p + v->n_generated), "prompt_tokens_details",
+                          "cached_tokens", (json_int_t)v->n_cached);
     if (job->kind == SERVE_CHAT)
         json_object_set_new(u, "completion_tokens_details",
                             json_pack("{s:I}", "reasoning_tokens", (json_int_t)v->n_reasoning));

@@ -141,6 +141,13 @@ void serve_req_emit(serve_req *r, int choice, const char *text, size_t len, size
 }
 
 /* With mu held: end one choice; returns whether the caller must wake. */
+void serve_req_set_cached(serve_req *r, size_t n_cached)
+{
+    pthread_mutex_lock(&r->mu);
+    r->n_cached = n_cached;
+    pthread_mutex_unlock(&r->mu);
+}
+
 void serve_req_set_details(serve_req *r, int choice, size_t n_reasoning, int stop_hit)
 {
     pthread_mutex_lock(&r->mu);
@@ -249,6 +256,7 @@ int serve_req_poll_choices(serve_req *r, serve_choice *out, serve_req_view *v,
         v->n_reasoning += c->n_reasoning;
     }
     v->finish = r->finish;
+    v->n_cached = r->n_cached;
     v->keepalive = r->keepalive;
     v->cancelled = r->cancelled;
     r->keepalive = 0;

@@ -102,6 +102,7 @@ typedef struct serve_req {
      * model does not think. starts_in_reasoning: the prompt opened it. */
     char reason_open[48], reason_close[48];
     int starts_in_reasoning;
+    uint64_t cache_ns;        /* the prefix cache's namespace: the tenant */
     int stream;               /* the engine sends keep-alives only to streams */
     int ignore_eos;           /* end-of-generation ids do not end it (vLLM's ignore_eos) */
     int watch_fd;             /* the client's socket, polled while parked; -1: none */
@@ -113,6 +114,7 @@ typedef struct serve_req {
     pthread_mutex_t mu;
     serve_choice choice[SERVE_MAX_CHOICES]; /* [n_choices] */
     int n_over;          /* choices that have finished */
+    size_t n_cached;     /* prompt tokens the prefix cache gave (choice 0) */
     serve_finish finish; /* NONE until every choice is over, or ERROR at once */
     char error[512];
     int cancelled;       /* the client is gone */
@@ -130,6 +132,7 @@ typedef struct {
     serve_finish finish;     /* of the request: NONE while any choice runs */
     size_t n_generated;      /* all choices' tokens */
     size_t n_reasoning;      /* of those, the reasoning tokens */
+    size_t n_cached;         /* prompt tokens read from the prefix cache */
     serve_finish choice_finish[SERVE_MAX_CHOICES];
     int choice_stop[SERVE_MAX_CHOICES]; /* serve_choice.stop_hit */
     int keepalive;
@@ -151,6 +154,8 @@ void serve_req_set_stop(serve_req *r, const char *const *stop, size_t n);
  * choice. */
 void serve_req_emit(serve_req *r, int choice, const char *text, size_t len, size_t n_generated,
                     const serve_logprob *lp, const char *lp_bytes);
+/* The prompt tokens the prefix cache gave (engine side, at the start). */
+void serve_req_set_cached(serve_req *r, size_t n_cached);
 /* How many of a choice's tokens were reasoning, and which stop string
  * ended it (1 + its index, 0: none): engine side, before its end. */
 void serve_req_set_details(serve_req *r, int choice, size_t n_reasoning, int stop_hit);

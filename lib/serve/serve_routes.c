@@ -198,8 +198,13 @@ void serve_route_metrics(serve_server *s, strbuf *out)
         {"memra_requests_waiting", "gauge", "Sequences queued (a request of n choices waits for n)."},
         {"memra_kv_blocks_used", "gauge", "KV cache blocks held by running sequences."},
         {"memra_kv_blocks_total", "gauge", "KV cache blocks in the pool."},
-        {"memra_prompt_tokens_total", "counter", "Prompt tokens prefilled."},
+        {"memra_prompt_tokens_total", "counter", "Prompt tokens of the requests started."},
         {"memra_generation_tokens_total", "counter", "Tokens generated."},
+        {"memra_prefix_cache_hit_tokens_total", "counter", "Prompt tokens read from the prefix cache instead of prefilled."},
+        {"memra_prefix_cache_miss_tokens_total", "counter", "Prompt tokens prefilled (not in the prefix cache)."},
+        {"memra_prefix_cache_evictions_total", "counter", "Cached KV blocks whose room was taken back."},
+        {"memra_prefix_cache_blocks", "gauge", "KV blocks in the prefix cache (held by requests or idle)."},
+        {"memra_prefix_cache_idle_blocks", "gauge", "Cached KV blocks no request holds (evictable)."},
     };
     for (size_t f = 0; f < MEMRA_ARRAY_LEN(gauges); f++) {
         serve_prom_family(out, gauges[f].name, gauges[f].type, gauges[f].help);
@@ -207,7 +212,12 @@ void serve_route_metrics(serve_server *s, strbuf *out)
             long long v = f == 0 ? st[i].running : f == 1 ? st[i].waiting
                         : f == 2 ? st[i].kv_blocks_used : f == 3 ? st[i].kv_blocks_total
                         : f == 4 ? (long long)st[i].prompt_tokens
-                                 : (long long)st[i].generated_tokens;
+                        : f == 5 ? (long long)st[i].generated_tokens
+                        : f == 6 ? (long long)st[i].prompt_cached_tokens
+                        : f == 7 ? (long long)(st[i].prompt_tokens - st[i].prompt_cached_tokens)
+                        : f == 8 ? (long long)st[i].prefix.evictions
+                        : f == 9 ? st[i].prefix.indexed
+                                 : st[i].prefix.idle;
             sb_printf(out, "%s{model=\"", gauges[f].name);
             serve_prom_label(out, serve_model_alias(s->models[i]));
             sb_printf(out, "\"} %lld\n", v);
