@@ -309,14 +309,14 @@ template <bool FIRST, bool ARG> DEV void scan_row(const float *l, int64_t n, uin
 __global__ void __launch_bounds__(ST)
 sample_kernel(float *__restrict__ logits, int64_t n, const smp_row *__restrict__ rows,
               const smp_bias *__restrict__ bias, const smp_pen *__restrict__ pen,
-              smp_outcome *__restrict__ out)
+              const uint32_t *__restrict__ mask, smp_outcome *__restrict__ out)
 {
     __shared__ Shared sh;
     const int t = threadIdx.x;
     const smp_row r = rows[blockIdx.x];
     float *l = logits + (int64_t)blockIdx.x * n;
     smp_outcome res = {-1, SMP_OK, 0, 0.0f};
-    const bool plain = r.n_bias == 0 && r.n_pen == 0;
+    const bool plain = r.n_bias == 0 && r.n_pen == 0 && r.n_mask == 0;
 
     // 1. NaN / +inf, any finite; without bias or penalties also the
     // argmax (the key and the complement of the id, packed) and the count.
@@ -333,8 +333,17 @@ sample_kernel(float *__restrict__ logits, int64_t n, const smp_row *__restrict__
         res.bad_value = l[res.bad_id];
         goto done;
     }
-    // 2. bias, then penalties (ids distinct within each list), in place.
+    // 2. the mask's bans, bias, then penalties (ids distinct within each
+    // list), in place. The mask pass is one coalesced sweep: consecutive
+    // threads share a mask word and write consecutive logits.
     if (!plain) {
+        if (r.n_mask) {
+            const uint32_t *mk = mask + r.mask_at;
+            for (int64_t i = t; i < n; i += ST)
+                if (!smp_mask_allows(mk, i))
+                    l[i] = -INFINITY;
+            __syncthreads();
+        }
         for (int j = t; j < r.n_bias; j += ST) {
             const smp_bias b = bias[r.bias_at + j];
             l[b.id] = __fadd_rn(l[b.id], b.bias);
@@ -433,12 +442,13 @@ done:
 
 extern "C" cudaError_t launch_sample(float *logits, int64_t n_vocab, int n_rows,
                                      const smp_row *rows, const smp_bias *bias,
-                                     const smp_pen *pen, smp_outcome *out, cudaStream_t stream)
+                                     const smp_pen *pen, const uint32_t *mask,
+                                     smp_outcome *out, cudaStream_t stream)
 {
     if (n_rows <= 0)
         return cudaSuccess;
     if (n_vocab <= 0 || n_vocab >= INT32_MAX)
         return cudaErrorInvalidValue;
-    sample_kernel<<<n_rows, ST, 0, stream>>>(logits, n_vocab, rows, bias, pen, out);
+    sample_kernel<<<n_rows, ST, 0, stream>>>(logits, n_vocab, rows, bias, pen, mask, out);
     return cudaGetLastError();
 }

@@ -7,7 +7,8 @@
  * memory (no sort, nothing sized by the vocabulary but the logits):
  *   1. NaN / +inf check and, when the row has no bias or penalties, the
  *      argmax (highest logit, lowest id on ties) in the same pass;
- *   2. bias then penalties, in place, and the argmax after them;
+ *   2. the mask's bans (-inf where its bit is clear), bias, then
+ *      penalties, in place, and the argmax after them;
  *   3. top-k: a radix select (8-bit digits of an order-preserving key,
  *      histograms in shared memory) for the k-th best key, then the
  *      ties at that key taken lowest id first;
@@ -35,12 +36,13 @@
 extern "C" {
 #endif
 
-/* logits [n_rows][n_vocab] (bias and penalties are applied in place, as
- * the host sampler does), rows [n_rows], the bias and penalty lists they
- * index, out [n_rows]: all device memory. n_vocab < 2^31. */
+/* logits [n_rows][n_vocab] (the mask's bans, bias and penalties are
+ * applied in place, as the host sampler does), rows [n_rows], the bias,
+ * penalty and mask lists they index, out [n_rows]: all device memory.
+ * n_vocab < 2^31. */
 cudaError_t launch_sample(float *logits, int64_t n_vocab, int n_rows, const smp_row *rows,
-                          const smp_bias *bias, const smp_pen *pen, smp_outcome *out,
-                          cudaStream_t stream);
+                          const smp_bias *bias, const smp_pen *pen, const uint32_t *mask,
+                          smp_outcome *out, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

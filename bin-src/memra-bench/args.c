@@ -51,6 +51,9 @@ static const char usage[] =
     "  --remeasure         measure the bandwidth again (and update the cache)\n"
     "  --profile-range     the first timed repetition of each row inside a profiler range\n"
     "                      (cudaProfilerStart/Stop: ncu --profile-from-start off)\n"
+    "  --json-schema FILE  constrain the decode rows (tg and -b) by a JSON Schema, as\n"
+    "                      memra-serve's response_format: each step masks each sequence's\n"
+    "                      tokens by its grammar (timed); compare with a run without it\n"
     "  --tokenizer         tokenizer throughput on one thread: MB/s, tokens/s, bytes/token.\n"
     "                      MODEL may be a vocab-only GGUF or a dir holding just tokenizer.json\n"
     "  -f FILE             with --tokenizer: the text (default: a built-in ~1 MB mixed text)\n"
@@ -111,6 +114,7 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
     enum {
         O_KV = 1000, O_JSON, O_BACKEND, O_BANDWIDTH, O_REMEASURE, O_TOKENIZER, O_WARMUP,
         O_NBATCH, O_SERVER, O_MODEL, O_APIKEY, O_TIMEOUT, O_VOCAB, O_DEVICE, O_PROFILE,
+        O_SCHEMA,
     };
     static const struct option longs[] = {
         {"threads", required_argument, NULL, 't'},   {"ctx", required_argument, NULL, 'c'},
@@ -119,6 +123,7 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
         {"bandwidth", required_argument, NULL, O_BANDWIDTH},
         {"remeasure", no_argument, NULL, O_REMEASURE},
         {"profile-range", no_argument, NULL, O_PROFILE},
+        {"json-schema", required_argument, NULL, O_SCHEMA},
         {"tokenizer", no_argument, NULL, O_TOKENIZER},
         {"warmup", required_argument, NULL, O_WARMUP},
         {"n-batch", required_argument, NULL, O_NBATCH},
@@ -193,6 +198,10 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
         case O_PROFILE:
             o->profile_range = 1;
             o->model_flag = o->local_flag = "--profile-range";
+            break;
+        case O_SCHEMA:
+            o->json_schema = optarg;
+            o->model_flag = o->local_flag = "--json-schema";
             break;
         case O_TOKENIZER: o->tokenizer = 1; o->local_flag = "--tokenizer"; break;
         case 'f': o->text_file = optarg; o->local_flag = "-f"; break;
@@ -282,6 +291,8 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
         cli_usage("-p 0 and -n 0: nothing to measure");
     if (o->batches.n && !any_tg)
         cli_usage("-b needs decode steps: -n 0 leaves the batched rows nothing to run");
+    if (o->json_schema && !any_tg)
+        cli_usage("--json-schema constrains the decode rows: -n 0 leaves none");
     if (o->n_threads <= 0)
         o->n_threads = membw_online_cpus();
 }

@@ -15,6 +15,9 @@
 #if MEMRA_CUDA
 #include "backend/cuda/cuda_device.h"
 #endif
+#include "core/mapfile.h"
+#include "grammar/grammar.h"
+#include "grammar/json_schema.h"
 #include "model/checkpoint.h"
 
 #include "bench_cli.h"
@@ -251,6 +254,27 @@ int bench_run_model(const bench_opts *o)
     engine_seq *s = seqs[0];
     if (o->profile_range)
         bench_profile(e);
+    /* --json-schema: the grammar and the vocabulary's trie, built once, as
+     * memra-serve builds them for response_format. */
+    gram_grammar *grammar = NULL;
+    gram_vocab *gvocab = NULL;
+    tokenizer *tok = NULL;
+    if (o->json_schema) {
+        char *buf;
+        size_t len;
+        if (read_small_file(o->json_schema, 16u << 20, &buf, &len, &err) != 0)
+            cli_fail(&err);
+        grammar = jsch_compile_text(buf, len, &err);
+        free(buf);
+        if (!grammar)
+            cli_failf("%s: %s", o->json_schema, err.msg);
+        if (checkpoint_load_tokenizer(&ck, &tok, &err) != 0)
+            cli_failf("--json-schema: %s: a constrained decode needs the model's tokenizer: %s",
+                      ck.path, err.msg);
+        if (!(gvocab = gram_vocab_from_tok(tok, &err)))
+            cli_fail(&err);
+        bench_constrain(grammar, gvocab);
+    }
     mem_probe mem;
     bench_mem_init(&mem, engine_model(e)->bk);
     const char *mem_what = mem.device ? "device memory in use (cudaMemGetInfo: total - free)"
@@ -285,6 +309,9 @@ int bench_run_model(const bench_opts *o)
                json_string_value(json_object_get(host, "cpu")), membw_online_cpus());
         printf("timing    %d warm-up, median of %d [min, max]; GB/s: decode = bytes/token x "
                "tok/s, prefill = weight bytes / prompt time\n", o->warmup, o->reps);
+        if (o->json_schema)
+            printf("schema    %s constrains every decode row (a grammar mask per sequence "
+                   "per step)\n", o->json_schema);
         if (mem.device) {
             char tb[32];
             bench_fmt_mem(mem.total, tb, sizeof tb);
@@ -321,7 +348,8 @@ int bench_run_model(const bench_opts *o)
             continue;
         for (size_t k = 0; k < n_depths; k++) {
             bench_row r = {.decode = 1, .n_gen = o->tg.v[i], .depth = depths[k],
-                           .tokens = o->tg.v[i], .batch = 1};
+                           .tokens = o->tg.v[i], .batch = 1,
+                           .constrained = o->json_schema != NULL};
             snprintf(r.test, sizeof r.test, "tg%" PRId64, r.n_gen);
             bench_mem_row_begin(&mem);
             if (bench_decode(e, s, r.depth, (int)r.n_gen, o->warmup, o->reps, seed, &r.ms,
@@ -343,7 +371,7 @@ int bench_run_model(const bench_opts *o)
                 int b = (int)o->batches.v[j];
                 bench_row r = {.decode = 1, .batched = 1, .batch = b, .n_gen = o->tg.v[i],
                                .n_prompt = bprompts[k], .depth = bprompts[k],
-                               .tokens = o->tg.v[i] * b};
+                               .tokens = o->tg.v[i] * b, .constrained = o->json_schema != NULL};
                 snprintf(r.test, sizeof r.test, "tg%" PRId64, r.n_gen);
                 bench_mem_row_begin(&mem);
                 if (bench_decode_batch(e, seqs, b, r.n_prompt, (int)r.n_gen, o->warmup, o->reps,
@@ -387,6 +415,8 @@ int bench_run_model(const bench_opts *o)
         json_object_set_new(j, "n_batch", json_integer(n_batch));
         json_object_set_new(j, "n_ctx", json_integer(engine_n_ctx(e)));
         json_object_set_new(j, "n_seqs", json_integer(max_b));
+        if (o->json_schema)
+            json_object_set_new(j, "json_schema", json_string(o->json_schema));
         json_t *mj = json_object();
         json_object_set_new(mj, "what", json_string(mem.device ? "device" : "host_rss"));
         json_object_set_new(mj, "source", json_string(mem.device ? "cudaMemGetInfo" : "VmHWM"));
@@ -426,6 +456,11 @@ int bench_run_model(const bench_opts *o)
     for (int i = 0; i < max_b; i++)
         engine_seq_free(seqs[i]);
     free(seqs);
+    bench_constrain(NULL, NULL);
+    gram_vocab_free(gvocab);
+    gram_free(grammar);
+    if (tok)
+        tok_free(tok);
     engine_free(e);
     checkpoint_close(&ck);
     return 0;

@@ -39,6 +39,8 @@ json_t *bench_row_json(const bench_row *r)
     json_object_set_new(j, "n_gen", json_integer(r->n_gen));
     json_object_set_new(j, "depth", json_integer(r->depth));
     json_object_set_new(j, "batch", json_integer(r->batch));
+    if (r->constrained)
+        json_object_set_new(j, "constrained", json_true());
     json_object_set_new(j, "tokens", json_integer(r->tokens));
     json_object_set_new(j, "tok_s", json_real(r->tok_s));
     json_object_set_new(j, "tok_s_min", json_real(r->tok_s_min));

@@ -14,6 +14,7 @@ typedef struct {
     int decode;         /* a decode row (batch 1 or batched) */
     int batched;        /* a -b row: B sequences through engine_forward_batch */
     int batch;          /* sequences per step */
+    int constrained;    /* a decode row under --json-schema (bench_constrain) */
     int64_t n_prompt, n_gen, depth, tokens;
     bench_stats ms;     /* per repetition: the whole prompt, or all n_gen steps */
     double tok_s, tok_s_min, tok_s_max, ms_per_token, gb_s, pct;

@@ -90,9 +90,10 @@ typedef struct {
     float *logits;          /* the logits in the backend's memory, [n_rows][n_vocab] */
     int n_rows;
     int64_t n_vocab;
-    const smp_row *rows;    /* [n_rows]; bias_at / pen_at index the lists */
+    const smp_row *rows;    /* [n_rows]; bias_at / pen_at / mask_at index the lists */
     const smp_bias *bias;
     const smp_pen *pen;
+    const uint32_t *mask;   /* the rows' allowed-token masks (smp_row.n_mask words each) */
     smp_outcome *out;       /* [n_rows] host: filled once the step is done */
     /* Set by the backend: 0, or -1 when the request itself was bad (a list
      * out of range: err says which; the step's ops still ran and the
@@ -190,12 +191,14 @@ typedef struct {
      * host). One token per row of logits [n_rows][n_vocab] in the
      * backend's memory, exactly the token sampler_sample would pick from
      * the same logits with the same parameters and stream position
-     * (rows[i], whose bias_at / pen_at index the bias and pen lists; see
-     * numerics/sample_math.h); bias and penalties are applied to the logits
-     * in place, as the host sampler does. Only the outcomes come back.
-     * Fails on bad lists, or with the backend's recorded failure. */
+     * (rows[i], whose bias_at / pen_at / mask_at index the bias, pen and
+     * mask lists; see numerics/sample_math.h); the mask's bans, bias and
+     * penalties are applied to the logits in place, as the host sampler
+     * does. Only the outcomes come back. Fails on bad lists, or with the
+     * backend's recorded failure. */
     int (*sample)(backend *b, float *logits, int n_rows, int64_t n_vocab, const smp_row *rows,
-                  const smp_bias *bias, const smp_pen *pen, smp_outcome *out, memra_err *err);
+                  const smp_bias *bias, const smp_pen *pen, const uint32_t *mask,
+                  smp_outcome *out, memra_err *err);
     /* Optional (NULL: nothing to do). Make the calling thread use this
      * backend's device (cudaSetDevice), so any thread can drive it; the
      * engine calls it at the start of each entry point. A failure is

@@ -73,6 +73,75 @@ int bench_repeat(bench_rep_fn fn, void *ctx, int warmup, int reps, bench_stats *
 
 /* ---- engine measurements ---- */
 
+/* ---- constrained decode rows (bench_constrain) ---- */
+
+static const gram_grammar *c_grammar;
+static const gram_vocab *c_vocab;
+
+void bench_constrain(const gram_grammar *g, const gram_vocab *v)
+{
+    c_grammar = g && v ? g : NULL;
+    c_vocab = g && v ? v : NULL;
+}
+
+/* One sequence's grammar: its matcher and its mask's words. */
+typedef struct {
+    gram_state *st;
+    uint32_t *mask;
+} seq_grammar;
+
+static seq_grammar *grammars_new(int n)
+{
+    if (!c_grammar)
+        return NULL;
+    seq_grammar *g = xcalloc((size_t)n, sizeof *g);
+    for (int i = 0; i < n; i++)
+        g[i].mask = xmalloc(gram_mask_words(c_vocab) * sizeof *g[i].mask);
+    return g;
+}
+
+static void grammars_free(seq_grammar *g, int n)
+{
+    for (int i = 0; g && i < n; i++) {
+        gram_state_free(g[i].st);
+        free(g[i].mask);
+    }
+    free(g);
+}
+
+/* A repetition starts every grammar at its beginning. */
+static void grammars_restart(seq_grammar *g, int n)
+{
+    for (int i = 0; g && i < n; i++) {
+        gram_state_free(g[i].st);
+        g[i].st = gram_state_new(c_grammar);
+    }
+}
+
+/* Before a step: the sequence's allowed tokens become its sampler's mask
+ * (a finished grammar starts over). */
+static int grammar_before(seq_grammar *g, sampler *s, memra_err *err)
+{
+    if (gram_mask(g->st, c_vocab, g->mask) == 0) {
+        gram_state_free(g->st);
+        g->st = gram_state_new(c_grammar);
+        if (gram_mask(g->st, c_vocab, g->mask) == 0)
+            return memra_fail(err, "bench: the grammar allows no first token in this "
+                                   "vocabulary");
+    }
+    sampler_set_mask(s, g->mask, gram_vocab_size(c_vocab));
+    return 0;
+}
+
+/* After a step: the grammar takes the sampled token. */
+static int grammar_after(seq_grammar *g, int32_t id, memra_err *err)
+{
+    if (gram_accept_token(g->st, c_vocab, id, err) != 0)
+        return memra_wrap(err, "bench: the grammar refused the token %d sampled under its "
+                               "mask", id);
+    return 0;
+}
+
 typedef struct {
     engine *e;
     engine_seq *s;
@@ -82,6 +151,7 @@ typedef struct {
     int n_gen;
     float *logits;
     sampler *smp; /* decode: greedy */
+    seq_grammar *gram; /* decode: the constraint (bench_constrain), or NULL */
 } engine_run;
 
 /* Decode rows generate: each step samples its token greedily (on the
@@ -124,11 +194,17 @@ static int decode_rep(void *ctx, double *ms, memra_err *err)
     engine_run *r = ctx;
     engine_seq_truncate(r->s, r->depth);
     sampler_reset(r->smp);
+    grammars_restart(r->gram, 1);
     int32_t tok = r->tokens[r->depth];
     double t0 = bench_now_ms();
-    for (int i = 0; i < r->n_gen; i++)
+    for (int i = 0; i < r->n_gen; i++) {
+        if (r->gram && grammar_before(r->gram, r->smp, err) != 0)
+            return -1;
         if (engine_forward_sample(r->e, r->s, &tok, 1, r->smp, &tok, err) != 0)
             return -1;
+        if (r->gram && grammar_after(r->gram, tok, err) != 0)
+            return -1;
+    }
     *ms = bench_now_ms() - t0;
     return 0;
 }
@@ -160,9 +236,11 @@ int bench_decode(engine *e, engine_seq *s, int64_t depth, int n_gen, int warmup,
         .e = e, .s = s, .depth = depth, .n_gen = n_gen,
         .tokens = random_tokens(e, depth + 1, seed),
         .smp = greedy_sampler(e, err),
+        .gram = grammars_new(1),
     };
     if (!r.smp) {
         free(r.tokens);
+        grammars_free(r.gram, 1);
         return -1;
     }
     int rc = 0;
@@ -179,6 +257,7 @@ int bench_decode(engine *e, engine_seq *s, int64_t depth, int n_gen, int warmup,
     engine_seq_reset(s);
     free(r.tokens);
     sampler_free(r.smp);
+    grammars_free(r.gram, 1);
     return rc;
 }
 
@@ -191,6 +270,7 @@ typedef struct {
     int32_t *toks;   /* [b]: the step's tokens, then the sampled ones */
     sampler **smp;   /* [b]: greedy, one per sequence */
     memra_err *row_errs; /* [b] */
+    seq_grammar *gram;   /* [b]: the constraint (bench_constrain), or NULL */
 } batch_run;
 
 /* Every step samples each sequence's token greedily (on the device where
@@ -204,8 +284,12 @@ static int decode_batch_rep(void *ctx, double *ms, memra_err *err)
         sampler_reset(r->smp[i]);
         r->toks[i] = r->first[i];
     }
+    grammars_restart(r->gram, r->b);
     double t0 = bench_now_ms();
     for (int i = 0; i < r->n_gen; i++) {
+        for (int k = 0; r->gram && k < r->b; k++)
+            if (grammar_before(&r->gram[k], r->smp[k], err) != 0)
+                return -1;
         if (engine_forward_batch_sample(r->e, r->seqs, r->toks, r->b, r->smp, r->toks,
                                         r->row_errs, err) != 0)
             return -1;
@@ -213,6 +297,9 @@ static int decode_batch_rep(void *ctx, double *ms, memra_err *err)
             if (r->toks[k] < 0)
                 return memra_fail(err, "bench: step %d, sequence %d: %s", i, k,
                                   r->row_errs[k].msg);
+        for (int k = 0; r->gram && k < r->b; k++)
+            if (grammar_after(&r->gram[k], r->toks[k], err) != 0)
+                return -1;
     }
     *ms = bench_now_ms() - t0;
     return 0;
@@ -230,6 +317,7 @@ int bench_decode_batch(engine *e, engine_seq *const *seqs, int b, int64_t n_prom
         .toks = xmalloc((size_t)b * sizeof(int32_t)),
         .smp = xcalloc((size_t)b, sizeof(sampler *)),
         .row_errs = xcalloc((size_t)b, sizeof(memra_err)),
+        .gram = grammars_new(b),
     };
     int rc = 0;
     for (int i = 0; i < b && rc == 0; i++)
@@ -257,6 +345,7 @@ int bench_decode_batch(engine *e, engine_seq *const *seqs, int b, int64_t n_prom
     free(r.toks);
     free(r.smp);
     free(r.row_errs);
+    grammars_free(r.gram, b);
     return rc;
 }
 

@@ -15,6 +15,7 @@
 
 #include "core/err.h"
 #include "engine/engine.h"
+#include "grammar/grammar.h"
 #include "tok/tokenizer.h"
 
 typedef struct {
@@ -40,6 +41,18 @@ int bench_repeat(bench_rep_fn fn, void *ctx, int warmup, int reps, bench_stats *
 /* Profile the first timed repetition of every later bench_repeat on e
  * (NULL: none). For memra-bench --profile-range. */
 void bench_profile(engine *e);
+
+/* Constrain every later decode row (bench_decode, bench_decode_batch) by
+ * grammar g over vocabulary v (NULL: unconstrained), as memra-serve runs a
+ * response_format request: before each step, each sequence's allowed
+ * tokens (gram_mask) become its sampler's mask, sampled under it (on the
+ * device where the backend samples), and after it the grammar takes the
+ * token (gram_accept_token); the mask and the accept are timed with the
+ * step. A sequence whose grammar has finished, or allows nothing more,
+ * starts a fresh one, so a long row keeps writing objects. Each
+ * repetition starts every sequence's grammar anew. For memra-bench
+ * --json-schema. Both stay the caller's and must outlive the rows. */
+void bench_constrain(const gram_grammar *g, const gram_vocab *v);
 
 /* Prefill: n_prompt tokens into the empty sequence s (the last token's
  * logits computed, as a real prompt needs). out is the time of the whole

@@ -1,5 +1,6 @@
 /* The kernel check of sampling on the device: for every parameter mix
- * (greedy, temperature, top-k, top-p, min-p, penalties, logit bias, ties,
+ * (greedy, temperature, top-k, top-p, min-p, penalties, logit bias, an
+ * allowed-token mask as a grammar sets it, ties,
  * -inf logits, extreme temperatures, the error rows) the device's token
  * must be the CPU sampler's token for the same logits and stream position,
  * step after step, and a row's token must not change when it is sampled
@@ -28,7 +29,25 @@ typedef struct {
     double top_p, min_p, rep, pres, freq;
     int bias;     /* 0 none, 1 bans and boosts, 2 ban everything */
     int history;  /* tokens accepted before the first step (penalties) */
+    int mask;     /* 0 none, 1 a grammar-like mask (few ids, new each step), 2 none allowed */
 } sample_case;
+
+/* A row's allowed-token mask at a step: a few ids scattered over the
+ * vocabulary (a grammar's step: mostly banned), or none; n_bits stops
+ * short of the vocabulary so the ids past it are banned too. */
+static int32_t make_mask(const sample_case *c, int r, int step, uint32_t *bits)
+{
+    int64_t words = (c->vocab + 31) / 32;
+    memset(bits, 0, (size_t)words * sizeof *bits);
+    if (c->mask == 2)
+        return (int32_t)c->vocab;
+    for (int64_t i = 0; i < c->vocab; i++) {
+        uint64_t h = (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(r * 131 + step);
+        if (h % 29 == 0 || i == (int64_t)(step * 17 + r) % c->vocab)
+            bits[i / 32] |= 1u << (i % 32);
+    }
+    return (int32_t)(c->vocab - 5);
+}
 
 static void gen_logits(kc *k, const sample_case *c, float *l)
 {
@@ -101,34 +120,42 @@ static int device_sample(kc *k, const sample_case *c, const float *host, int n, 
 {
     size_t nl = (size_t)n * (size_t)c->vocab;
     smp_row *rows = xcalloc((size_t)n, sizeof *rows);
-    size_t nb = 0, np = 0, cap = 16;
+    size_t nb = 0, np = 0, nm = 0, cap = 16;
     for (int r = 0; r < n; r++) {
         const smp_bias *b;
         const smp_pen *p;
-        sampler_row_export(smp[r], &rows[r], &b, &p);
-        cap += (size_t)rows[r].n_bias + (size_t)rows[r].n_pen;
+        const uint32_t *m;
+        sampler_row_export(smp[r], &rows[r], &b, &p, &m);
+        cap += (size_t)rows[r].n_bias + (size_t)rows[r].n_pen + (size_t)rows[r].n_mask;
     }
     smp_bias *bias = xmalloc(cap * sizeof *bias);
     smp_pen *pen = xmalloc(cap * sizeof *pen);
+    uint32_t *mask = xmalloc(cap * sizeof *mask);
     for (int r = 0; r < n; r++) {
         const smp_bias *b;
         const smp_pen *p;
-        sampler_row_export(smp[r], &rows[r], &b, &p);
+        const uint32_t *m;
+        sampler_row_export(smp[r], &rows[r], &b, &p, &m);
         if (rows[r].n_bias)
             memcpy(bias + nb, b, (size_t)rows[r].n_bias * sizeof *b);
         if (rows[r].n_pen)
             memcpy(pen + np, p, (size_t)rows[r].n_pen * sizeof *p);
+        if (rows[r].n_mask)
+            memcpy(mask + nm, m, (size_t)rows[r].n_mask * sizeof *m);
         rows[r].bias_at = (int32_t)nb;
         rows[r].pen_at = (int32_t)np;
+        rows[r].mask_at = (int32_t)nm;
         nb += (size_t)rows[r].n_bias;
         np += (size_t)rows[r].n_pen;
+        nm += (size_t)rows[r].n_mask;
     }
     float *dl = kc_dev(k, host, nl);
-    int rc = k->gpu->ops->sample(k->gpu, dl, n, c->vocab, rows, bias, pen, out, err);
+    int rc = k->gpu->ops->sample(k->gpu, dl, n, c->vocab, rows, bias, pen, mask, out, err);
     kc_dev_free(k, dl);
     free(rows);
     free(bias);
     free(pen);
+    free(mask);
     return rc;
 }
 
@@ -145,6 +172,7 @@ static void sample_case_run(kc *k, const sample_case *c)
         gpu[r] = make_sampler(c, r, bias, n_bias);
     }
     smp_outcome *out = xcalloc((size_t)n, sizeof *out);
+    uint32_t *bits = xmalloc((size_t)((c->vocab + 31) / 32) * sizeof *bits);
     int draws = 0, same = 0, inv = 1, errors = 0;
     char detail[2304] = "";
     memra_err err = {{0}};
@@ -152,6 +180,11 @@ static void sample_case_run(kc *k, const sample_case *c)
         gen_logits(k, c, l);
         for (int r = 1; r < n; r++)
             gen_logits(k, c, l + (size_t)r * (size_t)c->vocab);
+        for (int r = 0; c->mask && r < n; r++) {
+            int32_t n_bits = make_mask(c, r, step, bits);
+            sampler_set_mask(cpu[r], bits, n_bits);
+            sampler_set_mask(gpu[r], bits, n_bits);
+        }
         if (device_sample(k, c, l, n, gpu, out, &err) != 0) {
             snprintf(detail, sizeof detail, "sample op: %s", err.msg);
             same = -1;
@@ -197,6 +230,7 @@ static void sample_case_run(kc *k, const sample_case *c)
     free(cpu);
     free(gpu);
     free(out);
+    free(bits);
     free(bias);
     free(l);
     free(work);
@@ -232,11 +266,12 @@ static void sample_perf(kc *k)
             smp_row rows[8];
             const smp_bias *b;
             const smp_pen *pp;
+            const uint32_t *mk;
             for (int r = 0; r < n; r++)
-                sampler_row_export(s, &rows[r], &b, &pp);
+                sampler_row_export(s, &rows[r], &b, &pp, &mk);
             smp_outcome out[8];
             double us = -1;
-            KC_TIME(k, us, k->gpu->ops->sample(k->gpu, dl, n, V, rows, NULL, NULL, out, &err));
+            KC_TIME(k, us, k->gpu->ops->sample(k->gpu, dl, n, V, rows, NULL, NULL, NULL, out, &err));
             char what[96];
             snprintf(what, sizeof what, "perf %s V=%" PRId64 " x%d", cfg[c].name, V, n);
             kc_report(k, "sample", what, 0, 0, -1, us, (double)n * (double)V * 4.0);
@@ -249,29 +284,35 @@ static void sample_perf(kc *k)
 void kc_check_sample(kc *k)
 {
     static const sample_case cases[] = {
-        /* name        vocab  rows steps gen            temp  top_k top_p min_p rep pres freq bias hist */
-        {"greedy", 1000, 3, 3, GEN_NORMAL, 0, 0, 1, 0, 1, 0, 0, 0, 0},
-        {"greedy ties", 4099, 2, 3, GEN_TIES, 0, 0, 1, 0, 1, 0, 0, 0, 0},
-        {"temp 1", 4099, 3, 4, GEN_NORMAL, 1.0, 0, 1, 0, 1, 0, 0, 0, 0},
-        {"top-k 40 T0.7", 50257, 2, 3, GEN_NORMAL, 0.7, 40, 1, 0, 1, 0, 0, 0, 0},
-        {"top-k ties", 4099, 2, 3, GEN_TIES, 1.0, 7, 1, 0, 1, 0, 0, 0, 0},
-        {"top-p 0.9 T1.3", 50257, 2, 3, GEN_NORMAL, 1.3, 0, 0.9, 0, 1, 0, 0, 0, 0},
-        {"top-p 0.5 ties", 4099, 3, 3, GEN_TIES, 1.0, 0, 0.5, 0, 1, 0, 0, 0, 0},
-        {"top-p 0 (best)", 1000, 2, 2, GEN_TIES, 1.0, 0, 0.0, 0, 1, 0, 0, 0, 0},
-        {"min-p 0.05", 4099, 2, 3, GEN_NORMAL, 0.9, 0, 1, 0.05, 1, 0, 0, 0, 0},
-        {"k+p+min-p", 32000, 3, 3, GEN_PEAKED, 0.8, 100, 0.95, 0.02, 1, 0, 0, 0, 0},
-        {"top-k V-1", 1000, 2, 2, GEN_NORMAL, 1.0, 999, 1, 0, 1, 0, 0, 0, 0},
-        {"penalties+bias", 32000, 3, 4, GEN_NORMAL, 0.8, 50, 0.95, 0.02, 1.2, 0.3, 0.2, 1, 40},
-        {"greedy+penalties", 4099, 2, 4, GEN_TIES, 0, 0, 1, 0, 1.5, 0.5, 0.5, 1, 30},
-        {"half -inf", 4099, 2, 3, GEN_HALF_NEG_INF, 1.0, 20, 0.9, 0, 1, 0, 0, 0, 0},
-        {"T 1e-30", 1000, 2, 2, GEN_NORMAL, 1e-30, 0, 1, 0, 1, 0, 0, 0, 0},
-        {"T 1e30", 1000, 2, 2, GEN_NORMAL, 1e30, 0, 1, 0, 1, 0, 0, 0, 0},
-        {"peaked 151936", 151936, 2, 2, GEN_PEAKED, 1.0, 0, 0.95, 0, 1, 0, 0, 0, 0},
-        {"error: NaN", 1000, 2, 1, GEN_NAN, 1.0, 0, 1, 0, 1, 0, 0, 0, 0},
-        {"error: +inf", 1000, 2, 1, GEN_POS_INF, 0.0, 0, 1, 0, 1, 0, 0, 0, 0},
-        {"error: all -inf", 1000, 1, 1, GEN_ALL_NEG_INF, 1.0, 0, 1, 0, 1, 0, 0, 0, 0},
-        {"error: all banned", 64, 2, 1, GEN_NORMAL, 1.0, 0, 1, 0, 1, 0, 0, 2, 0},
-        {"error: bias to +inf", 1000, 2, 2, GEN_HUGE, 1.0, 0, 1, 0, 1, 0, 0, 1, 0},
+        /* name        vocab  rows steps gen            temp  top_k top_p min_p rep pres freq bias hist mask */
+        {"greedy", 1000, 3, 3, GEN_NORMAL, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
+        {"greedy ties", 4099, 2, 3, GEN_TIES, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
+        {"temp 1", 4099, 3, 4, GEN_NORMAL, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
+        {"top-k 40 T0.7", 50257, 2, 3, GEN_NORMAL, 0.7, 40, 1, 0, 1, 0, 0, 0, 0, 0},
+        {"top-k ties", 4099, 2, 3, GEN_TIES, 1.0, 7, 1, 0, 1, 0, 0, 0, 0, 0},
+        {"top-p 0.9 T1.3", 50257, 2, 3, GEN_NORMAL, 1.3, 0, 0.9, 0, 1, 0, 0, 0, 0, 0},
+        {"top-p 0.5 ties", 4099, 3, 3, GEN_TIES, 1.0, 0, 0.5, 0, 1, 0, 0, 0, 0, 0},
+        {"top-p 0 (best)", 1000, 2, 2, GEN_TIES, 1.0, 0, 0.0, 0, 1, 0, 0, 0, 0, 0},
+        {"min-p 0.05", 4099, 2, 3, GEN_NORMAL, 0.9, 0, 1, 0.05, 1, 0, 0, 0, 0, 0},
+        {"k+p+min-p", 32000, 3, 3, GEN_PEAKED, 0.8, 100, 0.95, 0.02, 1, 0, 0, 0, 0, 0},
+        {"top-k V-1", 1000, 2, 2, GEN_NORMAL, 1.0, 999, 1, 0, 1, 0, 0, 0, 0, 0},
+        {"penalties+bias", 32000, 3, 4, GEN_NORMAL, 0.8, 50, 0.95, 0.02, 1.2, 0.3, 0.2, 1, 40, 0},
+        {"greedy+penalties", 4099, 2, 4, GEN_TIES, 0, 0, 1, 0, 1.5, 0.5, 0.5, 1, 30, 0},
+        {"half -inf", 4099, 2, 3, GEN_HALF_NEG_INF, 1.0, 20, 0.9, 0, 1, 0, 0, 0, 0, 0},
+        {"T 1e-30", 1000, 2, 2, GEN_NORMAL, 1e-30, 0, 1, 0, 1, 0, 0, 0, 0, 0},
+        {"T 1e30", 1000, 2, 2, GEN_NORMAL, 1e30, 0, 1, 0, 1, 0, 0, 0, 0, 0},
+        {"peaked 151936", 151936, 2, 2, GEN_PEAKED, 1.0, 0, 0.95, 0, 1, 0, 0, 0, 0, 0},
+        {"error: NaN", 1000, 2, 1, GEN_NAN, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
+        {"error: +inf", 1000, 2, 1, GEN_POS_INF, 0.0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
+        {"error: all -inf", 1000, 1, 1, GEN_ALL_NEG_INF, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
+        {"error: all banned", 64, 2, 1, GEN_NORMAL, 1.0, 0, 1, 0, 1, 0, 0, 2, 0, 0},
+        {"error: bias to +inf", 1000, 2, 2, GEN_HUGE, 1.0, 0, 1, 0, 1, 0, 0, 1, 0, 0},
+        /* the allowed-token mask (a grammar's step), alone and with everything */
+        {"mask greedy", 4099, 3, 4, GEN_NORMAL, 0, 0, 1, 0, 1, 0, 0, 0, 0, 1},
+        {"mask T0.8 k+p", 151936, 3, 3, GEN_PEAKED, 0.8, 40, 0.95, 0, 1, 0, 0, 0, 0, 1},
+        {"mask+penalties+bias", 32000, 3, 4, GEN_NORMAL, 0.8, 50, 0.95, 0.02, 1.2, 0.3, 0.2, 1,
+         40, 1},
+        {"error: mask bans all", 1000, 2, 1, GEN_NORMAL, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 2},
     };
     for (size_t c = 0; c < MEMRA_ARRAY_LEN(cases); c++)
         sample_case_run(k, &cases[c]);
@@ -282,10 +323,18 @@ void kc_check_sample(kc *k)
     memra_err err = {{0}};
     float host[8] = {0};
     float *dl = kc_dev(k, host, 8);
-    int rc = k->gpu->ops->sample(k->gpu, dl, 1, 8, &row, &bad, NULL, &out, &err);
-    kc_dev_free(k, dl);
+    int rc = k->gpu->ops->sample(k->gpu, dl, 1, 8, &row, &bad, NULL, NULL, &out, &err);
     kc_report_ok(k, "sample", "bias id outside the vocabulary",
                  rc != 0 && strstr(err.msg, "1000") && backend_status(k->gpu, &err) == 0,
+                 err.msg);
+    /* A mask that does not cover the vocabulary is refused too. */
+    smp_row mrow = {.temperature = 0, .n_mask = 2};
+    uint32_t words[2] = {~0u, ~0u};
+    err.msg[0] = 0;
+    rc = k->gpu->ops->sample(k->gpu, dl, 1, 8, &mrow, NULL, NULL, words, &out, &err);
+    kc_dev_free(k, dl);
+    kc_report_ok(k, "sample", "mask of the wrong length",
+                 rc != 0 && strstr(err.msg, "mask of 2 words") && backend_status(k->gpu, &err) == 0,
                  err.msg);
     if (k->o->perf)
         sample_perf(k);

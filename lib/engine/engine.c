@@ -26,7 +26,8 @@ struct engine {
     smp_outcome *souts;
     smp_bias *sbias;
     smp_pen *spen;
-    size_t sbias_cap, spen_cap;
+    uint32_t *smask; /* the rows' allowed-token masks, ceil(n_vocab / 32) words each */
+    size_t sbias_cap, spen_cap, smask_cap;
     float *host_logits;
 };
 
@@ -173,6 +174,7 @@ void engine_free(engine *e)
     free(e->souts);
     free(e->sbias);
     free(e->spen);
+    free(e->smask);
     free(e->host_logits);
     free(e);
 }
@@ -342,8 +344,8 @@ int engine_forward(engine *e, engine_seq *s, const int32_t *tokens, int n, float
     return forward_seq(e, s, tokens, n, logits, logits_all, NULL, NULL, NULL, err);
 }
 
-/* Room for n rows of sampling state, and lists of nb / np entries. */
-static void sample_reserve(engine *e, size_t nb, size_t np)
+/* Room for n rows of sampling state, and lists of nb / np / nm entries. */
+static void sample_reserve(engine *e, size_t nb, size_t np, size_t nm)
 {
     if (!e->srows) {
         e->srows = xcalloc((size_t)e->opts.n_batch, sizeof *e->srows);
@@ -357,6 +359,10 @@ static void sample_reserve(engine *e, size_t nb, size_t np)
         e->spen_cap = np + np / 2;
         e->spen = xrealloc(e->spen, e->spen_cap * sizeof *e->spen);
     }
+    if (nm > e->smask_cap) {
+        e->smask_cap = nm + nm / 2;
+        e->smask = xrealloc(e->smask, e->smask_cap * sizeof *e->smask);
+    }
 }
 
 /* The device's request for rows [0, n) of a step (n <= n_batch), with
@@ -368,22 +374,27 @@ static bk_sample_req *sample_request(engine *e, int n, sampler *const *smp, bk_s
 {
     if (!e->bk->ops->sample)
         return NULL;
-    sample_reserve(e, 0, 0);
-    size_t nb = 0, np = 0;
+    sample_reserve(e, 0, 0, 0);
+    size_t nb = 0, np = 0, nm = 0;
     for (int i = 0; i < n; i++) {
         const smp_bias *b;
         const smp_pen *p;
+        const uint32_t *mk;
         smp_row *r = &e->srows[i];
-        sampler_row_export(smp[i], r, &b, &p);
-        sample_reserve(e, nb + (size_t)r->n_bias, np + (size_t)r->n_pen);
+        sampler_row_export(smp[i], r, &b, &p, &mk);
+        sample_reserve(e, nb + (size_t)r->n_bias, np + (size_t)r->n_pen, nm + (size_t)r->n_mask);
         if (r->n_bias)
             memcpy(e->sbias + nb, b, (size_t)r->n_bias * sizeof *b);
         if (r->n_pen)
             memcpy(e->spen + np, p, (size_t)r->n_pen * sizeof *p);
+        if (r->n_mask)
+            memcpy(e->smask + nm, mk, (size_t)r->n_mask * sizeof *mk);
         r->bias_at = (int32_t)nb;
         r->pen_at = (int32_t)np;
+        r->mask_at = (int32_t)nm;
         nb += (size_t)r->n_bias;
         np += (size_t)r->n_pen;
+        nm += (size_t)r->n_mask;
     }
     memset(req, 0, sizeof *req);
     req->n_rows = n;
@@ -391,6 +402,7 @@ static bk_sample_req *sample_request(engine *e, int n, sampler *const *smp, bk_s
     req->rows = e->srows;
     req->bias = e->sbias;
     req->pen = e->spen;
+    req->mask = e->smask;
     req->out = e->souts;
     return req;
 }
@@ -413,7 +425,7 @@ static int sample_rows(engine *e, float *dev, int n, sampler *const *smp, bk_sam
             if (!dev)
                 return memra_fail(err, "sample: the step left no logits");
             req->rc = e->bk->ops->sample(e->bk, dev, n, (int64_t)vocab, req->rows, req->bias,
-                                         req->pen, req->out, &req->err);
+                                         req->pen, req->mask, req->out, &req->err);
         }
         if (req->rc != 0) {
             *err = req->err;

@@ -60,31 +60,25 @@ static sampler *padding_banned_sampler(const sampler_params *sp, const tokenizer
     return s;
 }
 
-/* The constrained step: the forward pass's last logits, every token the
- * grammar refuses (and every id past its vocabulary) set to -inf, sampled
- * on the host, and the grammar advanced by the token. */
+/* The constrained step: the tokens the grammar allows next become the
+ * sampler's mask (every id past its vocabulary banned), the engine runs
+ * the step and samples under it (on the device when the backend samples:
+ * the logits stay there), and the grammar advances by the token. */
 typedef struct {
     gram_state *state;
     const gram_vocab *vocab;
     uint32_t *mask;
-    float *logits;
-    int32_t n_vocab;
 } constrained;
 
 static int forward_constrained(engine *e, engine_seq *seq, const int32_t *tokens, int n,
                                sampler *s, constrained *c, int32_t *out_id, memra_err *err)
 {
-    if (engine_forward(e, seq, tokens, n, c->logits, 0, err) != 0)
-        return -1;
     if (gram_mask(c->state, c->vocab, c->mask) == 0)
         return memra_fail(err, "grammar: no token can continue the output here (the "
                                "grammar admits nothing the vocabulary can write)");
-    int32_t gv = gram_vocab_size(c->vocab);
-    for (int32_t id = 0; id < c->n_vocab; id++)
-        if (id >= gv || !(c->mask[id >> 5] >> (id & 31) & 1u))
-            c->logits[id] = -INFINITY;
-    int32_t id = sampler_sample(s, c->logits, err);
-    if (id < 0)
+    sampler_set_mask(s, c->mask, gram_vocab_size(c->vocab));
+    int32_t id = -1;
+    if (engine_forward_sample(e, seq, tokens, n, s, &id, err) != 0)
         return -1;
     if (gram_accept_token(c->state, c->vocab, id, err) != 0)
         return -1;
@@ -117,8 +111,6 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
         con.state = gram_state_new(p->grammar);
         con.vocab = p->grammar_vocab;
         con.mask = xmalloc(gram_mask_words(p->grammar_vocab) * sizeof(uint32_t));
-        con.n_vocab = (int32_t)cfg->n_vocab;
-        con.logits = xmalloc((size_t)cfg->n_vocab * sizeof(float));
     }
     detok_opts dopts = {.stop = p->stop, .n_stop = p->n_stop, .skip_special = 1, .at_start = 1};
     /* Without a tokenizer (a checkpoint that carries none, fed ids) the
@@ -204,7 +196,6 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
     if (con.state) {
         gram_state_free(con.state);
         free(con.mask);
-        free(con.logits);
     }
     if (seq)
         engine_seq_free(seq);

@@ -26,9 +26,10 @@ typedef struct {
     int ignore_eos;
     int penalize_prompt;      /* prompt tokens count for the penalties (llama.cpp does) */
     /* Constrained decoding: when set (both), each step samples only tokens
-     * the grammar allows from its state (gram_mask over the logits, on the
-     * host), and an end-of-generation token only once the grammar is
-     * complete; the sampling runs on the host for these requests. */
+     * the grammar allows from its state (gram_mask, set as the sampler's
+     * allowed-token mask: the sampling stays on the device where the
+     * backend samples), and an end-of-generation token only once the
+     * grammar is complete. */
     const gram_grammar *grammar;
     const gram_vocab *grammar_vocab;
 } gen_params;

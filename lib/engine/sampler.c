@@ -17,6 +17,11 @@ struct sampler {
     uint64_t step;            /* sampling calls since the last reset: the Philox counter */
     uint64_t top_p_q32;       /* top_p in 2^-32 units */
     double min_p_log;         /* log(min_p), -inf when off */
+    /* The allowed-token mask (sampler_set_mask), mask_words words with no
+     * bit set at or past n_vocab; has_mask 0: none. */
+    uint32_t *mask;
+    int32_t mask_words;
+    int has_mask;
 
     /* History (only when penalize): how often each id occurs in the window,
      * the ids with a count (lazily pruned of zeros, listed[] says who is in
@@ -147,6 +152,7 @@ sampler *sampler_new(const sampler_params *p, int32_t n_vocab, memra_err *err)
     s->out_w = xmalloc((size_t)n_vocab * sizeof *s->out_w);
     s->out_probs = xmalloc((size_t)n_vocab * sizeof *s->out_probs);
     s->mark = xcalloc((size_t)n_vocab, 1);
+    s->mask_words = (int32_t)(((int64_t)n_vocab + 31) / 32);
     sampler_reset(s);
     return s;
 }
@@ -166,7 +172,28 @@ void sampler_free(sampler *s)
     free(s->out_probs);
     free(s->mark);
     free(s->pen);
+    free(s->mask);
     free(s);
+}
+
+void sampler_set_mask(sampler *s, const uint32_t *bits, int32_t n_bits)
+{
+    if (!bits) {
+        s->has_mask = 0;
+        return;
+    }
+    if (!s->mask)
+        s->mask = xmalloc((size_t)s->mask_words * sizeof *s->mask);
+    int32_t n = n_bits < 0 ? 0 : n_bits > s->n_vocab ? s->n_vocab : n_bits;
+    int32_t full = n / 32, rest = n % 32;
+    memcpy(s->mask, bits, (size_t)full * sizeof *s->mask);
+    int32_t w = full;
+    if (rest) {
+        s->mask[w] = bits[w] & ((1u << rest) - 1u);
+        w++;
+    }
+    memset(s->mask + w, 0, (size_t)(s->mask_words - w) * sizeof *s->mask);
+    s->has_mask = 1;
 }
 
 void sampler_reset(sampler *s)
@@ -231,10 +258,27 @@ static void prune_seen(sampler *s)
     s->n_seen = kept;
 }
 
-/* Bias and penalties touch only the listed and seen ids; the arithmetic
- * is sample_math.h's, the device's. */
+/* The mask's bans: -inf at every id it leaves out, a word at a time (a
+ * grammar's mask is mostly zeros or mostly ones). */
+static void apply_mask(const sampler *s, float *logits)
+{
+    for (int32_t w = 0; w < s->mask_words; w++) {
+        uint32_t banned = ~s->mask[w];
+        if (!banned)
+            continue;
+        int32_t base = w * 32, end = base + 32 < s->n_vocab ? base + 32 : s->n_vocab;
+        for (int32_t id = base; id < end; id++)
+            if (banned >> (id - base) & 1u)
+                logits[id] = -INFINITY;
+    }
+}
+
+/* Mask, bias and penalties touch only the listed and seen ids (the mask
+ * every id it bans); the arithmetic is sample_math.h's, the device's. */
 static void apply_bias_and_penalties(sampler *s, float *logits)
 {
+    if (s->has_mask)
+        apply_mask(s, logits);
     for (int32_t i = 0; i < s->p.n_logit_bias; i++)
         logits[s->bias[i].id] += s->bias[i].bias;
     if (!s->penalize)
@@ -262,6 +306,9 @@ static int fail_status(const sampler *s, int status, int32_t id, float value, me
         int bans = 0;
         for (int32_t i = 0; i < s->p.n_logit_bias; i++)
             bans |= s->bias[i].bias == -INFINITY;
+        if (s->has_mask)
+            return memra_fail(err, "every token is banned by the allowed-token mask%s",
+                              bans ? " and logit_bias" : "");
         if (bans)
             return memra_fail(err, "every token is banned by logit_bias");
         return memra_fail(err, "sampler: every logit is -inf after logit_bias and penalties");
@@ -404,7 +451,8 @@ int32_t sampler_sample(sampler *s, float *logits, memra_err *err)
     return s->out_ids[n - 1];
 }
 
-void sampler_row_export(sampler *s, smp_row *row, const smp_bias **bias, const smp_pen **pen)
+void sampler_row_export(sampler *s, smp_row *row, const smp_bias **bias, const smp_pen **pen,
+                        const uint32_t **mask)
 {
     memset(row, 0, sizeof *row);
     row->temperature = s->p.temperature;
@@ -419,6 +467,8 @@ void sampler_row_export(sampler *s, smp_row *row, const smp_bias **bias, const s
     row->n_bias = s->p.n_logit_bias;
     *bias = s->bias;
     *pen = s->pen;
+    row->n_mask = s->has_mask ? s->mask_words : 0;
+    *mask = s->has_mask ? s->mask : NULL;
     if (!s->penalize)
         return;
     prune_seen(s);

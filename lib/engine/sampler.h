@@ -3,7 +3,9 @@
  * Order of operations (llama.cpp's default chain, common/sampling:
  * logit bias, penalties, top-k, top-p, min-p, temperature, draw):
  *
- *   1. logit bias     logit[id] += bias; a bias of -inf bans the token.
+ *   1. mask and bias  a token the allowed-token mask (sampler_set_mask)
+ *                     leaves out is banned (its logit becomes -inf), then
+ *                     logit[id] += bias; a bias of -inf bans the token.
  *   2. penalties      over the last penalty_last_n accepted tokens, for every
  *                     token seen c > 0 times: repetition (logit > 0 divided
  *                     by the penalty, logit < 0 multiplied, as llama.cpp and
@@ -90,6 +92,17 @@ void sampler_free(sampler *s);
  * 0), so a reset sampler reproduces the same tokens. */
 void sampler_reset(sampler *s);
 
+/* The allowed-token mask of the next sampling calls (a grammar's step):
+ * bit i % 32 of bits[i / 32] set = token i allowed; ids >= n_bits (and
+ * ids past the vocabulary) are banned. The bits are copied; the mask
+ * holds until the next sampler_set_mask, and NULL clears it (every token
+ * allowed again). A banned token is treated as a logit bias of -inf
+ * (stage 1): sampler_sample and sampler_probs never pick it, and
+ * sampler_row_export hands the mask to a device sampler, which bans the
+ * same tokens. Every token banned is sampler_sample's "every token is
+ * banned" error. A negative n_bits counts as 0. */
+void sampler_set_mask(sampler *s, const uint32_t *bits, int32_t n_bits);
+
 /* Add a token to the history the penalties count (the caller decides what
  * goes in: prompt tokens too, as llama.cpp does, or only generated ones). */
 int sampler_accept(sampler *s, int32_t id, memra_err *err);
@@ -110,11 +123,13 @@ int sampler_probs(sampler *s, float *logits, const int32_t **ids, const double *
 /* ---- sampling elsewhere (a backend's sample op) ----
  *
  * What the next sampler_sample would use, for a device to sample instead:
- * the parameters and the stream position in *row (its bias_at / pen_at
- * left 0), the logit-bias list and the penalty counts (ids with a count in
- * the window). The lists belong to the sampler and stay valid until its
+ * the parameters and the stream position in *row (its bias_at / pen_at /
+ * mask_at left 0), the logit-bias list, the penalty counts (ids with a
+ * count in the window) and the allowed-token mask (row->n_mask words,
+ * 0 when none). The lists belong to the sampler and stay valid until its
  * next call. */
-void sampler_row_export(sampler *s, smp_row *row, const smp_bias **bias, const smp_pen **pen);
+void sampler_row_export(sampler *s, smp_row *row, const smp_bias **bias, const smp_pen **pen,
+                        const uint32_t **mask);
 
 /* The device's outcome for the row exported last: advances the stream as
  * sampler_sample would and returns the token, or -1 with the error

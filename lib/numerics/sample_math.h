@@ -50,6 +50,11 @@ typedef struct {
     int32_t top_k;             /* 0: off */
     int32_t n_bias, n_pen;     /* entries of this row in the bias and penalty lists */
     int32_t bias_at, pen_at;   /* where they start in those lists */
+    /* The allowed-token mask (sampler_set_mask): 0, or ceil(n_vocab / 32)
+     * words at mask_at in the mask list; bit i % 32 of word i / 32 set =
+     * token i allowed. A token not allowed is banned before the bias, as
+     * a logit of -inf. */
+    int32_t n_mask, mask_at;
 } smp_row;
 
 enum {
@@ -71,6 +76,12 @@ typedef struct {
 #define SMP_TOP_P_OFF ((uint64_t)1 << 32)
 /* Philox stream id of the sampler's uniforms ("samp"). */
 #define SMP_STREAM 0x706d6173ull
+
+/* Whether a row's mask allows token id (the mask covers id). */
+MEMRA_HD int smp_mask_allows(const uint32_t *mask, int64_t id)
+{
+    return (int)(mask[id >> 5] >> (id & 31) & 1u);
+}
 
 /* ---- 128-bit unsigned integers ---- */
 

@@ -85,7 +85,7 @@ struct serve_model {
     int32_t *next_ids;    /* [max_sessions] */
     int *rc;
     memra_err *errs;
-    float *logits, *raw;  /* [n_vocab] each: the host path (logprobs, grammar) */
+    float *logits, *raw;  /* [n_vocab] each: the host path (logprobs) */
     gram_vocab *gvocab;   /* the tokenizer's pieces as a trie, made at the first grammar */
     uint32_t *gmask;      /* [gram_mask_words] the allowed tokens of one step */
 };
@@ -249,33 +249,62 @@ static void slot_logprobs(serve_model *m, serve_slot *s, const float *logits, in
     }
 }
 
+/* The grammar's step for a slot (req->grammar): the tokens it allows
+ * next become the slot's sampler mask, ids past the grammar's vocabulary
+ * (the padding rows among them) banned, so the sampler, on the device or
+ * on the host, picks only what the grammar can take. Returns 0, or -1
+ * with s->next_err set when no token can continue. */
+static int slot_grammar_mask(serve_model *m, serve_slot *s)
+{
+    if (gram_mask(s->gst, m->gvocab, m->gmask) == 0)
+        return memra_fail(&s->next_err, "response_format: no token can continue the output "
+                                        "(the schema admits nothing the vocabulary can write)");
+    sampler_set_mask(s->smp, m->gmask, gram_vocab_size(m->gvocab));
+    return 0;
+}
+
+/* After a grammar slot's token is sampled: the grammar takes it (a
+ * refusal, which the mask should make impossible, is the slot's error). */
+static void slot_grammar_accept(serve_model *m, serve_slot *s)
+{
+    if (s->next >= 0 && gram_accept_token(s->gst, m->gvocab, s->next, &s->next_err) != 0)
+        s->next = -1;
+}
+
+/* A grammar slot's last prompt chunk, sampled in the engine (on the device
+ * when the backend samples) under the grammar's mask. */
+static int grammar_forward_sample(serve_model *m, serve_slot *s, const int32_t *tokens, int n,
+                                  memra_err *err)
+{
+    if (slot_grammar_mask(m, s) != 0) {
+        s->next = -1; /* the slot ends with next_err at its next sample */
+        return engine_forward(m->eng, s->seq, tokens, n, NULL, 0, err);
+    }
+    if (engine_forward_sample(m->eng, s->seq, tokens, n, s->smp, &s->next, err) != 0)
+        return -1;
+    slot_grammar_accept(m, s);
+    return 0;
+}
+
 /* The host path of a slot whose request wants log-probabilities: run the
  * tokens with the logits read back, then the host's sampler picks the
- * token (the same one the device would from these logits). Sampling
- * applies bias and penalties to the logits in place, so the
- * log-probabilities are taken from a copy of the raw ones. */
+ * token (the same one the device would from these logits), under the
+ * grammar's mask when it has one. Sampling applies the mask, bias and
+ * penalties to the logits in place, so the log-probabilities are taken
+ * from a copy of the raw ones. */
 static int host_forward_sample(serve_model *m, serve_slot *s, const int32_t *tokens, int n,
                                memra_err *err)
 {
     if (engine_forward(m->eng, s->seq, tokens, n, m->logits, 0, err) != 0)
         return -1;
     memcpy(m->raw, m->logits, (size_t)m->n_vocab * sizeof *m->raw);
-    if (s->gst) {
-        /* the grammar's step: what it refuses cannot be sampled */
-        if (gram_mask(s->gst, m->gvocab, m->gmask) == 0) {
-            s->next = -1;
-            memra_fail(&s->next_err, "response_format: no token can continue the output (the "
-                                     "schema admits nothing the vocabulary can write)");
-            return 0;
-        }
-        int32_t gv = gram_vocab_size(m->gvocab);
-        for (int32_t id = 0; id < m->n_vocab; id++)
-            if (id >= gv || !(m->gmask[id >> 5] >> (id & 31) & 1u))
-                m->logits[id] = -INFINITY;
+    if (s->gst && slot_grammar_mask(m, s) != 0) {
+        s->next = -1;
+        return 0;
     }
     s->next = sampler_sample(s->smp, m->logits, &s->next_err);
-    if (s->next >= 0 && s->gst && gram_accept_token(s->gst, m->gvocab, s->next, &s->next_err) != 0)
-        s->next = -1;
+    if (s->gst)
+        slot_grammar_accept(m, s);
     if (s->next >= 0 && s->req->logprobs)
         slot_logprobs(m, s, m->raw, s->next);
     return 0;
@@ -463,9 +492,10 @@ static void tick(serve_model *m)
         int last = s->n_prefilled + n == r->n_prompt;
         const int32_t *chunk = r->prompt + s->n_prefilled;
         if ((!last ? engine_forward(m->eng, s->seq, chunk, (int)n, NULL, 0, &err)
-             : r->logprobs || r->grammar ? host_forward_sample(m, s, chunk, (int)n, &err)
-                           : engine_forward_sample(m->eng, s->seq, chunk, (int)n, s->smp,
-                                                   &s->next, &err)) != 0) {
+             : r->logprobs ? host_forward_sample(m, s, chunk, (int)n, &err)
+             : r->grammar ? grammar_forward_sample(m, s, chunk, (int)n, &err)
+                          : engine_forward_sample(m->eng, s->seq, chunk, (int)n, s->smp,
+                                                  &s->next, &err)) != 0) {
             slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
             continue;
         }
@@ -485,8 +515,9 @@ static void tick(serve_model *m)
             serve_req_ping(r);
         }
     }
-    /* 3. sample, 4. one decode step for those that go on: the batch, and
-     * beside it the slots on the host path (logprobs), one by one */
+    /* 3. sample, 4. one decode step for those that go on: the batch
+     * (grammar slots too, each under its grammar's mask), and beside it
+     * the slots on the host path (logprobs), one by one */
     int n = 0, n_host = 0;
     now = serve_now();
     for (int i = 0; i < m->max_sessions; i++) {
@@ -496,10 +527,12 @@ static void tick(serve_model *m)
         int32_t id;
         if (!slot_sample(m, s, now, &id))
             continue;
-        if (s->req->logprobs || s->req->grammar) {
+        if (s->req->logprobs) {
             s->host_in = id;
             s->host_pending = 1;
             n_host++;
+        } else if (s->gst && slot_grammar_mask(m, s) != 0) {
+            slot_end(m, s, SERVE_FINISH_ERROR, s->next_err.msg);
         } else {
             m->ids[n] = id;
             m->batch[n++] = s;
@@ -510,10 +543,13 @@ static void tick(serve_model *m)
         for (int i = 0; i < n; i++) {
             if (!m->batch[i]->req)
                 continue; /* a sibling choice's error released it */
-            if (m->rc[i] != 0)
+            if (m->rc[i] != 0) {
                 slot_end(m, m->batch[i], SERVE_FINISH_ERROR, m->errs[i].msg);
-            else
-                m->batch[i]->has_logits = 1;
+                continue;
+            }
+            if (m->batch[i]->gst)
+                slot_grammar_accept(m, m->batch[i]);
+            m->batch[i]->has_logits = 1;
         }
     }
     for (int i = 0; n_host > 0 && i < m->max_sessions; i++) {

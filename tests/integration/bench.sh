@@ -49,6 +49,23 @@ memra-bench "$STORIES" -p 8 -n 4 -d 0 -b 2,4 -r 1 --bandwidth 10 >"$T/bt.txt"
 check "the table has a batched-decode section" \
   bash -c "grep -Eq '^\\| batched decode +\\| +aggregate tok/s' '$T/bt.txt' && grep -Eq '^\\| tg4 b2 @ d8 ' '$T/bt.txt' && grep -Eq '^\\| tg4 b4 @ d8 ' '$T/bt.txt' && grep -Eq '^memory +peak resident set' '$T/bt.txt'"
 
+# Constrained decode rows: every tg and -b step under the schema's grammar
+# mask (a token the grammar refused would fail the row: gram_accept_token
+# after each step), 48 steps so memra-tiny finishes objects and starts new ones.
+memra-bench "$TINY" -p 16 -n 48 -d 0 -b 1,3 -r 2 -t 2 --bandwidth 10 \
+  --json-schema bench/schemas/ten-fields.json --json >"$T/js.json" 2>"$T/js.err"
+check "--json-schema: tg and batch rows, constrained, named in the header" \
+  jq -e '.json_schema == "bench/schemas/ten-fields.json" and ([.rows[] | [.test, .kind, .batch, (.constrained // false)]] == [["pp16","prefill",1,false],["tg48","decode",1,true],["tg48","batch",1,true],["tg48","batch",3,true]]) and (.rows | all(.tok_s > 0))' "$T/js.json"
+memra-bench "$TINY" -p 8 -n 8 -d 0 -r 1 -t 2 --bandwidth 10 \
+  --json-schema bench/schemas/ten-fields.json >"$T/js.txt"
+check "--json-schema: the table names the schema" \
+  grep -Eq '^schema +bench/schemas/ten-fields.json constrains every decode row' "$T/js.txt"
+printf '{"type": "object", "properties": {"a": {"type": "nonsense"}}}' >"$T/bad-schema.json"
+expect_error "--json-schema: a schema it cannot compile names the file" 1 "bad-schema.json" \
+  memra-bench "$TINY" -p 8 -n 4 -d 0 -r 1 -t 2 --bandwidth 10 --json-schema "$T/bad-schema.json"
+expect_error "--json-schema with -n 0: usage error" 2 "json-schema" \
+  memra-bench "$TINY" -p 8 -n 0 -r 1 --bandwidth 10 --json-schema bench/schemas/ten-fields.json
+
 memra-bench "$TINY" -p 16 -n 4 -r 1 -t 2 --bandwidth 10 --json >"$T/d.json" 2>"$T/d.err"
 check "a default depth that does not fit (512 + 4 > 512) is skipped with a note" \
   bash -c "grep -q 'default depth 512 skipped' '$T/d.err' && jq -e '[.rows[] | .depth] == [0, 0]' '$T/d.json'"

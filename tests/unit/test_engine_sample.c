@@ -11,7 +11,8 @@
  * leave it; sampled decode steps replayed from CUDA graphs (the forward
  * and the sample kernel in one graph) pick the same ids as the same steps
  * run eagerly (MEMRA_CUDA_GRAPHS=0), greedy and seeded, with penalties and
- * logit_bias, alone and batched, and replays really happened; the CUDA
+ * logit_bias, under allowed-token masks that change every step, alone
+ * and batched, and replays really happened; the CUDA
  * engine defaults to bf16 KV and runs q8_0 KV close to
  * the CPU's q8_0; an engine on the last device works from a thread that
  * never selected it, and a device index past the last is refused naming
@@ -87,6 +88,18 @@ static sampler_params mixed_params(uint64_t seed)
     return p;
 }
 
+/* An allowed-token mask that changes every step, as a grammar's does:
+ * about a third of the ids, none at or past vocab - 3 (salt picks which). */
+static void step_mask(sampler *s, int32_t vocab, int salt)
+{
+    uint32_t *bits = calloc(((size_t)vocab + 31) / 32, sizeof *bits);
+    for (int32_t id = 0; id < vocab; id++)
+        if (((uint32_t)id * 2654435761u + (uint32_t)salt * 40503u) % 3 == 0)
+            bits[id / 32] |= 1u << (id % 32);
+    sampler_set_mask(s, bits, vocab - 3);
+    free(bits);
+}
+
 /* STEPS tokens sampled two ways on one engine: engine_forward's logits
  * through sampler_sample, and engine_forward_sample (the device path on a
  * backend that samples). The tokens must be the same. */
@@ -104,6 +117,9 @@ static void sample_two_ways(engine *e, const char *label)
     float *logits = malloc((size_t)vocab * sizeof *logits);
     const int32_t prompt[3] = {1, 403, 407};
     int32_t ta = -1, tb = -1;
+    /* every other step under a mask (a grammar's step), the same on both */
+    step_mask(host, (int32_t)vocab, 0);
+    step_mask(dev, (int32_t)vocab, 0);
     int rc = engine_forward(e, a, prompt, 3, logits, 0, &err);
     if (rc == 0)
         ta = sampler_sample(host, logits, &err);
@@ -116,6 +132,13 @@ static void sample_two_ways(engine *e, const char *label)
             break;
         sampler_accept(host, ta, &err);
         sampler_accept(dev, tb, &err);
+        if (s % 2) {
+            step_mask(host, (int32_t)vocab, s);
+            step_mask(dev, (int32_t)vocab, s);
+        } else {
+            sampler_set_mask(host, NULL, 0);
+            sampler_set_mask(dev, NULL, 0);
+        }
         rc = engine_forward(e, a, &ta, 1, logits, 0, &err);
         if (rc == 0)
             ta = sampler_sample(host, logits, &err);
@@ -318,6 +341,8 @@ static int sampled_decode_trace(const checkpoint *ck, int graphs, int greedy, sa
         int np = lens[i];
         for (int j = 0; j < np; j++)
             prompt[j] = (int32_t)((1 + 53 * i + 29 * j) % vocab);
+        if (smp[i] && (i & 1))
+            step_mask(smp[i], vocab, i);
         ok = smp[i] && engine_forward_sample(e, q[i], prompt, np, smp[i], &tok[i], &err) == 0 &&
              sampler_accept(smp[i], tok[i], &err) == 0;
         t->ids[t->n_ids++] = tok[i];
@@ -329,6 +354,8 @@ static int sampled_decode_trace(const checkpoint *ck, int graphs, int greedy, sa
     }
     for (int j = 0; ok && j < GS_BATCH; j++) {
         int n = j % 3 == 2 ? 2 : 3;
+        for (int i = 1; i <= n; i += 2) /* sequences 1 and 3: a new mask every step */
+            step_mask(smp[i], vocab, 10 + 4 * j + i);
         ok = engine_forward_batch_sample(e, q + 1, tok + 1, n, smp + 1, tok + 1, row_errs,
                                          &err) == 0;
         for (int i = 1; ok && i <= n; i++) {

@@ -833,7 +833,9 @@ static void test_row_export_and_done(void)
     smp_row row;
     const smp_bias *bias;
     const smp_pen *pen;
-    sampler_row_export(s, &row, &bias, &pen);
+    const uint32_t *mask;
+    sampler_row_export(s, &row, &bias, &pen, &mask);
+    CHECK(row.n_mask == 0 && mask == NULL);
     CHECK(row.temperature == 0.7 && row.top_k == 3 && row.seed == 77 && row.step == 0);
     CHECK(row.top_p_q32 == smp_top_p_q32(0.9) && row.min_p_log == log(0.1));
     CHECK(row.n_bias == 2 && bias[0].id == 2 && bias[1].bias == 0.5f);
@@ -844,7 +846,7 @@ static void test_row_export_and_done(void)
     CHECK(seen[7] == 1 && seen[1] == 1 && seen[4] == 1);
     smp_outcome ok = {5, SMP_OK, 0, 0};
     CHECK(sampler_row_done(s, &ok, &e) == 5);
-    sampler_row_export(s, &row, &bias, &pen);
+    sampler_row_export(s, &row, &bias, &pen, &mask);
     CHECK(row.step == 1);
     smp_outcome o = {-1, SMP_BAD_LOGIT, 6, NAN};
     CHECK(sampler_row_done(s, &o, &e) == -1);
@@ -858,12 +860,128 @@ static void test_row_export_and_done(void)
                         "penalties") == 0);
     o = (smp_outcome){12, SMP_OK, 0, 0};
     CHECK(sampler_row_done(s, &o, &e) == -1); /* an id outside the vocabulary */
-    sampler_row_export(s, &row, &bias, &pen);
+    sampler_row_export(s, &row, &bias, &pen, &mask);
     CHECK(row.step == 5);
     sampler_reset(s);
-    sampler_row_export(s, &row, &bias, &pen);
+    sampler_row_export(s, &row, &bias, &pen, &mask);
     CHECK(row.step == 0 && row.n_pen == 0);
     sampler_free(s);
+}
+
+/* The allowed-token mask: a ban like a -inf logit bias, before the
+ * penalties and truncation, so a masked sampler and one banning the same
+ * ids by logit_bias pick the same tokens from the same stream. */
+static void test_mask(void)
+{
+    enum { NV = 70 };
+    float l[NV], work[NV];
+    memra_err e;
+    uint32_t bits[3] = {0, 0, 0};
+    for (int i = 0; i < NV; i++)
+        l[i] = (float)((i * 37) % 23) * 0.25f;
+    l[5] = 9.0f; /* the best token, banned below */
+    /* allowed: every id = 1 mod 3 but 64; 67 has a bit but is >= n_bits */
+    for (int i = 0; i < NV; i++)
+        if (i % 3 == 1 && i != 64)
+            bits[i / 32] |= 1u << (i % 32);
+    bits[5 / 32] &= ~(1u << 5);
+    sampler_params p = sampler_params_default();
+    p.temperature = 0;
+    sampler *s = make(&p, NV);
+    sampler_set_mask(s, bits, 66);
+    memcpy(work, l, sizeof l);
+    int32_t want = -1;
+    for (int i = 0; i < 66; i++)
+        if (i % 3 == 1 && i != 64 && (want < 0 || l[i] > l[want]))
+            want = i;
+    CHECK_MSG(sampler_sample(s, work, &e) == want, "greedy under the mask: want %d", want);
+    CHECK(work[5] == -INFINITY && work[67] == -INFINITY && work[64] == -INFINITY);
+    CHECK(work[want] == l[want]);
+    /* NULL clears it: the best token is back */
+    sampler_set_mask(s, NULL, 0);
+    memcpy(work, l, sizeof l);
+    CHECK(sampler_sample(s, work, &e) == 5);
+    sampler_free(s);
+
+    /* The same tokens as -inf logit_bias, with every stage on and penalties. */
+    sampler_logit_bias ban[NV];
+    int n_ban = 0;
+    for (int i = 0; i < NV; i++)
+        if (i >= 66 || !(bits[i / 32] >> (i % 32) & 1u))
+            ban[n_ban++] = (sampler_logit_bias){i, -INFINITY};
+    p.temperature = 0.9;
+    p.top_k = 12;
+    p.top_p = 0.95;
+    p.min_p = 0.01;
+    p.repetition_penalty = 1.2;
+    p.seed = 4242;
+    sampler *masked = make(&p, NV);
+    sampler_set_mask(masked, bits, 66);
+    p.logit_bias = ban;
+    p.n_logit_bias = n_ban;
+    sampler *biased = make(&p, NV);
+    for (int step = 0; step < 200; step++) {
+        float w2[NV];
+        for (int i = 0; i < NV; i++)
+            l[i] = (float)(((i + step) * 37) % 23) * 0.3f;
+        memcpy(work, l, sizeof l);
+        memcpy(w2, l, sizeof l);
+        int32_t a = sampler_sample(masked, work, &e), b = sampler_sample(biased, w2, &e);
+        CHECK_MSG(a == b && a >= 0, "step %d: masked %d, biased %d", step, a, b);
+        CHECK(a < 0 || (a < 66 && a % 3 == 1 && a != 64));
+        CHECK(memcmp(work, w2, sizeof work) == 0);
+        if (a >= 0) {
+            sampler_accept(masked, a, &e);
+            sampler_accept(biased, a, &e);
+        }
+    }
+    /* sampler_probs honours it too */
+    const int32_t *ids;
+    const double *probs;
+    int32_t n = 0;
+    memcpy(work, l, sizeof l);
+    CHECK(sampler_probs(masked, work, &ids, &probs, &n, &e) == 0);
+    for (int32_t i = 0; i < n; i++)
+        CHECK(ids[i] < 66 && ids[i] % 3 == 1 && ids[i] != 64);
+    CHECK(n > 0);
+    /* the export: the words, every bit past n_bits clear */
+    smp_row row;
+    const smp_bias *bias;
+    const smp_pen *pen;
+    const uint32_t *mask;
+    sampler_row_export(masked, &row, &bias, &pen, &mask);
+    CHECK(row.n_mask == 3 && mask != NULL);
+    CHECK(mask && mask[0] == bits[0] && mask[1] == bits[1] && mask[2] == (bits[2] & 3u));
+    CHECK(mask && smp_mask_allows(mask, 4) && !smp_mask_allows(mask, 5) &&
+          !smp_mask_allows(mask, 67));
+    smp_outcome none = {-1, SMP_NONE_LEFT, 0, 0};
+    CHECK(sampler_row_done(masked, &none, &e) == -1);
+    CHECK_MSG(strcmp(e.msg, "every token is banned by the allowed-token mask") == 0, "%s",
+              e.msg);
+    sampler_set_mask(masked, NULL, 0);
+    sampler_row_export(masked, &row, &bias, &pen, &mask);
+    CHECK(row.n_mask == 0 && mask == NULL);
+    sampler_free(masked);
+    sampler_free(biased);
+
+    /* Every token banned: sampler_sample's error, greedy or drawn; a
+     * negative n_bits bans everything. */
+    uint32_t zero[3] = {0, 0, 0};
+    for (int t = 0; t < 3; t++) {
+        p = sampler_params_default();
+        p.temperature = t ? 1.0 : 0.0;
+        s = make(&p, NV);
+        if (t == 2)
+            sampler_set_mask(s, bits, -5);
+        else
+            sampler_set_mask(s, zero, NV);
+        memcpy(work, l, sizeof l);
+        e.msg[0] = 0;
+        CHECK(sampler_sample(s, work, &e) == -1);
+        CHECK_MSG(strcmp(e.msg, "every token is banned by the allowed-token mask") == 0, "%s",
+                  e.msg);
+        sampler_free(s);
+    }
 }
 
 TEST_MAIN(TEST_CASE(test_greedy_argmax_and_ties), TEST_CASE(test_top_k_1_is_greedy),
@@ -873,4 +991,4 @@ TEST_MAIN(TEST_CASE(test_greedy_argmax_and_ties), TEST_CASE(test_top_k_1_is_gree
           TEST_CASE(test_validation), TEST_CASE(test_large_vocab_matches_full_sort),
           TEST_CASE(test_philox_known_answers), TEST_CASE(test_smp_exp),
           TEST_CASE(test_smp_u128), TEST_CASE(test_draw_is_philox_stream),
-          TEST_CASE(test_row_export_and_done))
+          TEST_CASE(test_row_export_and_done), TEST_CASE(test_mask))

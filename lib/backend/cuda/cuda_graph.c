@@ -285,7 +285,7 @@ int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
         /* Every step, before any capture or replay: the lists go up
          * outside the graph, which reads them where they land. */
         sr->rc = 0;
-        if (cuda_sample_upload(cb, sr->n_rows, sr->n_vocab, sr->rows, sr->bias, sr->pen,
+        if (cuda_sample_upload(cb, sr->n_rows, sr->n_vocab, sr->rows, sr->bias, sr->pen, sr->mask,
                                &sr->err) == 0) {
             cb->step.sample = sr;
         } else if (cb->failed) {

@@ -249,7 +249,8 @@ void cuda_attention_free(cuda_backend *cb);
 void cuda_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *out);
 void cuda_moe_free(cuda_backend *cb);
 int cuda_op_sample(backend *b, float *logits, int n_rows, int64_t n_vocab, const smp_row *rows,
-                   const smp_bias *bias, const smp_pen *pen, smp_outcome *out, memra_err *err);
+                   const smp_bias *bias, const smp_pen *pen, const uint32_t *mask,
+                   smp_outcome *out, memra_err *err);
 void cuda_sample_free(cuda_backend *cb);
 /* The sample op in three parts (cuda_sample.c), so a graph can hold the
  * launch: upload checks the lists (a bad one fails into err only, the
@@ -257,7 +258,8 @@ void cuda_sample_free(cuda_backend *cb);
  * replay; launch samples logits already there (capturable: every input
  * at a fixed device address); read brings the outcomes back and waits. */
 int cuda_sample_upload(cuda_backend *cb, int n_rows, int64_t n_vocab, const smp_row *rows,
-                       const smp_bias *bias, const smp_pen *pen, memra_err *err);
+                       const smp_bias *bias, const smp_pen *pen, const uint32_t *mask,
+                       memra_err *err);
 int cuda_sample_launch(cuda_backend *cb, float *logits, int n_rows, int64_t n_vocab);
 int cuda_sample_read(cuda_backend *cb, int n_rows, smp_outcome *out);
 

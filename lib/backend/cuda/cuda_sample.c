@@ -2,15 +2,16 @@
  * a step): the rows' parameters, the logit-bias and penalty lists go up,
  * kernels/sample.cu picks one token per row from the logits where the
  * head left them, and only the outcomes (an id and a status per row) come
- * back. The token is the one the host sampler would pick from the same
- * logits (the arithmetic is lib/numerics/sample_math.h's, shared by both).
+ * back. Rows with an allowed-token mask (a grammar's step) send its
+ * ceil(n_vocab / 32) words up with the lists. The token is the one the
+ * host sampler would pick from the same logits (the arithmetic is lib/numerics/sample_math.h's, shared by both).
  *
  * Three parts, so a graphed decode step can hold the middle one: the
  * upload (before the step, or before a graph replay), the launch (after
  * the forward: captured with it), the readback (after the step; the one
  * wait). The launch reads everything, seed and stream position included,
  * from device memory at fixed addresses: the staging buffers keep one
- * layout, [rows][bias][pen][outcomes] with a capacity for each, and only
+ * layout, [rows][bias][pen][mask][outcomes] with a capacity for each, and only
  * move when one of them must grow, which bumps mem_epoch so the graphs
  * that hold the old addresses are captured again. */
 #include <inttypes.h>
@@ -24,8 +25,8 @@
 struct cuda_sampler {
     uint8_t *host; /* pinned, the device layout */
     uint8_t *dev;
-    size_t cap_rows, cap_bias, cap_pen; /* entries */
-    size_t o_bias, o_pen, o_out;        /* byte offsets */
+    size_t cap_rows, cap_bias, cap_pen, cap_mask; /* entries (mask: words) */
+    size_t o_bias, o_pen, o_mask, o_out;          /* byte offsets */
     cudaEvent_t uploaded;               /* the last copy out of host is done */
     int pending;
 };
@@ -53,11 +54,11 @@ static size_t grown(size_t have, size_t need, size_t least)
     return want < least ? least : want;
 }
 
-/* Room for n_rows rows and nb / np list entries. Growing waits for queued
+/* Room for n_rows rows, nb / np list entries and nm mask words. Growing waits for queued
  * work, moves both buffers and bumps mem_epoch (graphs holding the old
  * addresses are stale); never during a capture (the callers run before
  * one starts). */
-static int stage_reserve(cuda_backend *cb, size_t n_rows, size_t nb, size_t np)
+static int stage_reserve(cuda_backend *cb, size_t n_rows, size_t nb, size_t np, size_t nm)
 {
     if (!cb->sampler) {
         cb->sampler = xcalloc(1, sizeof *cb->sampler);
@@ -66,23 +67,25 @@ static int stage_reserve(cuda_backend *cb, size_t n_rows, size_t nb, size_t np)
             return -1;
     }
     cuda_sampler *s = cb->sampler;
-    if (s->host && n_rows <= s->cap_rows && nb <= s->cap_bias && np <= s->cap_pen)
+    if (s->host && n_rows <= s->cap_rows && nb <= s->cap_bias && np <= s->cap_pen &&
+        nm <= s->cap_mask)
         return 0;
     if (cuda_graph_capturing(cb))
         return cuda_failf(cb, "sample: the staging buffers would grow inside a graph capture");
     size_t cr = grown(s->cap_rows, n_rows, 64), cbias = grown(s->cap_bias, nb, 256),
-           cp = grown(s->cap_pen, np, 1024);
+           cp = grown(s->cap_pen, np, 1024), cm = grown(s->cap_mask, nm, 0);
     if (CU_OK(cb, cudaStreamSynchronize(cb->stream)))
         return -1;
     cb->mem_epoch++;
     cudaFreeHost(s->host);
     cudaFree(s->dev);
     s->host = s->dev = NULL;
-    s->cap_rows = s->cap_bias = s->cap_pen = 0;
+    s->cap_rows = s->cap_bias = s->cap_pen = s->cap_mask = 0;
     s->pending = 0;
     s->o_bias = align16(cr * sizeof(smp_row));
     s->o_pen = s->o_bias + align16(cbias * sizeof(smp_bias));
-    s->o_out = s->o_pen + align16(cp * sizeof(smp_pen));
+    s->o_mask = s->o_pen + align16(cp * sizeof(smp_pen));
+    s->o_out = s->o_mask + align16(cm * sizeof(uint32_t));
     size_t total = s->o_out + cr * sizeof(smp_outcome);
     void *h = NULL, *d = NULL;
     if (CU_OK(cb, cudaMallocHost(&h, total)) ||
@@ -95,20 +98,29 @@ static int stage_reserve(cuda_backend *cb, size_t n_rows, size_t nb, size_t np)
     s->cap_rows = cr;
     s->cap_bias = cbias;
     s->cap_pen = cp;
+    s->cap_mask = cm;
     return 0;
 }
 
 /* Each row's lists inside the given lists, every id inside the
- * vocabulary: the kernel writes logits at those ids. */
+ * vocabulary: the kernel writes logits at those ids. A mask covers the
+ * whole vocabulary (the kernel reads its word for every id). */
 static int check_rows(int n_rows, int64_t n_vocab, const smp_row *rows, const smp_bias *bias,
-                      const smp_pen *pen, int32_t *n_bias, int32_t *n_pen, memra_err *err)
+                      const smp_pen *pen, const uint32_t *mask, int32_t *n_bias, int32_t *n_pen,
+                      int32_t *n_mask, memra_err *err)
 {
-    int64_t nb = 0, np = 0;
+    int64_t nb = 0, np = 0, nm = 0, words = (n_vocab + 31) / 32;
     for (int i = 0; i < n_rows; i++) {
         const smp_row *r = &rows[i];
         if (r->n_bias < 0 || r->n_pen < 0 || r->bias_at < 0 || r->pen_at < 0 ||
             (r->n_bias > 0 && !bias) || (r->n_pen > 0 && !pen))
             return memra_fail(err, "sample: row %d has a bad bias or penalty list", i);
+        if (r->n_mask != 0 && (r->n_mask != words || r->mask_at < 0 || !mask))
+            return memra_fail(err, "sample: row %d has a mask of %" PRId32 " words at %" PRId32
+                              " (want 0, or %" PRId64 " for %" PRId64 " tokens)", i, r->n_mask,
+                              r->mask_at, words, n_vocab);
+        if (r->n_mask && (int64_t)r->mask_at + r->n_mask > nm)
+            nm = (int64_t)r->mask_at + r->n_mask;
         if ((int64_t)r->bias_at + r->n_bias > nb)
             nb = (int64_t)r->bias_at + r->n_bias;
         if ((int64_t)r->pen_at + r->n_pen > np)
@@ -122,16 +134,18 @@ static int check_rows(int n_rows, int64_t n_vocab, const smp_row *rows, const sm
                 return memra_fail(err, "sample: row %d: penalized id %" PRId32 " is out of "
                                   "range [0, %" PRId64 ")", i, pen[r->pen_at + j].id, n_vocab);
     }
-    if (nb > INT32_MAX || np > INT32_MAX)
-        return memra_fail(err, "sample: %" PRId64 " bias and %" PRId64 " penalty entries are "
-                          "too many", nb, np);
+    if (nb > INT32_MAX || np > INT32_MAX || nm > INT32_MAX)
+        return memra_fail(err, "sample: %" PRId64 " bias, %" PRId64 " penalty entries and %"
+                          PRId64 " mask words are too many", nb, np, nm);
     *n_bias = (int32_t)nb;
     *n_pen = (int32_t)np;
+    *n_mask = (int32_t)nm;
     return 0;
 }
 
 int cuda_sample_upload(cuda_backend *cb, int n_rows, int64_t n_vocab, const smp_row *rows,
-                       const smp_bias *bias, const smp_pen *pen, memra_err *err)
+                       const smp_bias *bias, const smp_pen *pen, const uint32_t *mask,
+                       memra_err *err)
 {
     if (cb->failed) {
         *err = cb->err;
@@ -139,10 +153,10 @@ int cuda_sample_upload(cuda_backend *cb, int n_rows, int64_t n_vocab, const smp_
     }
     if (n_rows <= 0 || n_vocab <= 0 || n_vocab >= INT32_MAX)
         return memra_fail(err, "sample: %d rows of %" PRId64 " logits", n_rows, n_vocab);
-    int32_t nb = 0, np = 0;
-    if (check_rows(n_rows, n_vocab, rows, bias, pen, &nb, &np, err) != 0)
+    int32_t nb = 0, np = 0, nm = 0;
+    if (check_rows(n_rows, n_vocab, rows, bias, pen, mask, &nb, &np, &nm, err) != 0)
         return -1;
-    if (stage_reserve(cb, (size_t)n_rows, (size_t)nb, (size_t)np) != 0) {
+    if (stage_reserve(cb, (size_t)n_rows, (size_t)nb, (size_t)np, (size_t)nm) != 0) {
         *err = cb->err;
         return -1;
     }
@@ -154,16 +168,20 @@ int cuda_sample_upload(cuda_backend *cb, int n_rows, int64_t n_vocab, const smp_
     }
     s->pending = 0;
     size_t rb = (size_t)n_rows * sizeof *rows, bb = (size_t)nb * sizeof *bias,
-           pb = (size_t)np * sizeof *pen;
+           pb = (size_t)np * sizeof *pen, mb = (size_t)nm * sizeof *mask;
     memcpy(s->host, rows, rb);
     if (nb)
         memcpy(s->host + s->o_bias, bias, bb);
     if (np)
         memcpy(s->host + s->o_pen, pen, pb);
+    if (nm)
+        memcpy(s->host + s->o_mask, mask, mb);
     if (CU_OK(cb, cudaMemcpyAsync(s->dev, s->host, rb, cudaMemcpyHostToDevice, cb->stream)) ||
         (nb && CU_OK(cb, cudaMemcpyAsync(s->dev + s->o_bias, s->host + s->o_bias, bb,
                                          cudaMemcpyHostToDevice, cb->stream))) ||
         (np && CU_OK(cb, cudaMemcpyAsync(s->dev + s->o_pen, s->host + s->o_pen, pb,
+                                         cudaMemcpyHostToDevice, cb->stream))) ||
+        (nm && CU_OK(cb, cudaMemcpyAsync(s->dev + s->o_mask, s->host + s->o_mask, mb,
                                          cudaMemcpyHostToDevice, cb->stream))) ||
         CU_OK(cb, cudaEventRecord(s->uploaded, cb->stream))) {
         *err = cb->err;
@@ -184,6 +202,7 @@ int cuda_sample_launch(cuda_backend *cb, float *logits, int n_rows, int64_t n_vo
     return CU_OK(cb, launch_sample(logits, n_vocab, n_rows, (const smp_row *)d,
                                    (const smp_bias *)(d + s->o_bias),
                                    (const smp_pen *)(d + s->o_pen),
+                                   (const uint32_t *)(d + s->o_mask),
                                    (smp_outcome *)(d + s->o_out), cb->stream));
 }
 
@@ -202,12 +221,13 @@ int cuda_sample_read(cuda_backend *cb, int n_rows, smp_outcome *out)
 }
 
 int cuda_op_sample(backend *b, float *logits, int n_rows, int64_t n_vocab, const smp_row *rows,
-                   const smp_bias *bias, const smp_pen *pen, smp_outcome *out, memra_err *err)
+                   const smp_bias *bias, const smp_pen *pen, const uint32_t *mask,
+                   smp_outcome *out, memra_err *err)
 {
     cuda_backend *cb = cuda_of(b);
     if (!logits && !cb->failed)
         return memra_fail(err, "sample: %d rows of %" PRId64 " logits", n_rows, n_vocab);
-    if (cuda_sample_upload(cb, n_rows, n_vocab, rows, bias, pen, err) != 0)
+    if (cuda_sample_upload(cb, n_rows, n_vocab, rows, bias, pen, mask, err) != 0)
         return -1;
     if (cuda_sample_launch(cb, logits, n_rows, n_vocab) != 0 ||
         cuda_sample_read(cb, n_rows, out) != 0) {
