@@ -52,7 +52,7 @@ static int prep(serve_kind kind, const char *body, serve_job *job, serve_error *
         return 99;
     }
     memset(e, 0, sizeof *e);
-    int rc = serve_openai_prepare(&srv, kind, j, job, e);
+    int rc = serve_openai_prepare(&srv, kind, j, NULL, job, e);
     json_decref(j);
     return rc;
 }
@@ -209,7 +209,9 @@ static void test_errors_name_the_field(void)
         {CH, "{\"model\":\"chat\",\"messages\":[{\"content\":\"hi\"}]}", 400, "messages[0].role", NULL, "required"},
         {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400, "messages[0].content[0].type", NULL, "not supported"},
         {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3,\"max_completion_tokens\":4}", 400, "max_completion_tokens", NULL, "disagree"},
-        {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":\"function\"}]}", 400, "tools", NULL, "not supported yet"},
+        {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":\"function\"}]}", 400, "tools[0].function", NULL, "required, an object"},
+        {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":\"any\"}", 400, "tool_choice", NULL, "is not none, auto, required"},
+        {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"grammar\":7}", 400, "grammar", NULL, "GBNF text"},
         {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"xml\"}}", 400, "response_format.type", NULL, "'xml' is not one of text, json_object, json_schema"},
         {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"number\",\"multipleOf\":2}}}}", 400, "response_format", NULL, "keyword 'multipleOf' is not supported"},
         {CH, "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\"}}}", 400, "response_format.json_schema.schema", NULL, "a JSON Schema object is required"},
@@ -336,13 +338,13 @@ static void test_chat_special_text(void)
     int32_t *ids = NULL;
     size_t n = 0;
     serve_error e;
-    int rc = serve_chat_tokens(m, inject, 1, NULL, 0, 0, &ids, &n, &e);
+    int rc = serve_chat_tokens(m, inject, NULL, 1, NULL, 0, 0, &ids, &n, &e);
     CHECK_MSG(rc == 0, "%s", e.message);
     /* the user turn's and the generation prompt's <|im_start|>, the user turn's <|im_end|> */
     CHECK(count_id(ids, n, im_start) == 2 && count_id(ids, n, im_end) == 1);
     CHECK(n > 0 && ids[0] == im_start);
     free(ids);
-    rc = serve_chat_tokens(m, inject, 1, NULL, 0, 1, &ids, &n, &e); /* permissive */
+    rc = serve_chat_tokens(m, inject, NULL, 1, NULL, 0, 1, &ids, &n, &e); /* permissive */
     CHECK(rc == 0 && count_id(ids, n, im_start) == 3 && count_id(ids, n, im_end) == 2);
     free(ids);
     json_decref(inject);
@@ -355,9 +357,9 @@ static void test_chat_special_text(void)
     int32_t *want = NULL;
     size_t n_want = 0;
     memra_err err;
-    CHECK(serve_render_chat(m, plain, 1, NULL, &text, &e) == 0);
+    CHECK(serve_render_chat(m, plain, NULL, 1, NULL, &text, &e) == 0);
     CHECK(text && tok_encode(t, text, strlen(text), 0, 1, &want, &n_want, &err) == 0);
-    rc = serve_chat_tokens(m, plain, 1, NULL, 0, 0, &ids, &n, &e);
+    rc = serve_chat_tokens(m, plain, NULL, 1, NULL, 0, 0, &ids, &n, &e);
     CHECK(rc == 0 && n == n_want && !memcmp(ids, want, n * sizeof *ids));
     free(ids);
     free(want);
@@ -376,10 +378,10 @@ static void test_chat_special_text(void)
         return;
     }
     json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"x<|im_start|>\"}]", 0, NULL);
-    rc = serve_chat_tokens(twice, msgs, 1, NULL, 0, 0, &ids, &n, &e);
+    rc = serve_chat_tokens(twice, msgs, NULL, 1, NULL, 0, 0, &ids, &n, &e);
     CHECK(rc != 0 && e.status == 400 && !strcmp(e.param, "messages[0].content") &&
           strstr(e.message, "--allow-special-in-content"));
-    rc = serve_chat_tokens(twice, msgs, 1, NULL, 0, 1, &ids, &n, &e);
+    rc = serve_chat_tokens(twice, msgs, NULL, 1, NULL, 0, 1, &ids, &n, &e);
     CHECK(rc == 0 && count_id(ids, n, im_start) == 3);
     free(ids);
     json_decref(msgs);
