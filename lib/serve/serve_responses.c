@@ -111,7 +111,7 @@ static const char *const request_fields[] = {
     "service_tier",
     /* accepted where they ask for nothing this server would do differently */
     "background", "safety_identifier", "stream_options", "top_logprobs",
-    "prompt_cache_retention", NULL,
+    "prompt_cache_retention", "client_metadata", NULL,
 };
 
 /* Text parts (input_text, output_text, refusal) joined by newlines; a
@@ -561,6 +561,17 @@ static int check_accepted(const json_t *body, serve_error *e)
             return serve_bad(e, "stream_options", "stream_options: must be an object");
         if (only_keys(v, keys, "stream_options", e) != 0)
             return -1;
+    }
+    /* Codex's: ids of its session and turn, for OpenAI's logs */
+    if ((v = present(body, "client_metadata"))) {
+        const char *k;
+        json_t *x;
+        if (!json_is_object(v))
+            return serve_bad(e, "client_metadata", "client_metadata: must be an object");
+        json_object_foreach((json_t *)v, k, x)
+            if (!json_is_string(x))
+                return serve_bad(e, "client_metadata", "client_metadata['%s']: must be a string",
+                                 k);
     }
     if ((v = present(body, "instructions")) && !json_is_string(v))
         return serve_bad(e, "instructions", "instructions: must be a string");
