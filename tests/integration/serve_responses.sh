@@ -71,3 +71,41 @@ jq -e '.object == "response" and .store == false and .tools == []' <<<"$r" >/dev
 r=$(post /v1/responses '{"model":"chat","input":"hi","truncation":"auto"}' "${A[@]}")
 jq -e '.error.param == "truncation"' <<<"$r" >/dev/null && pass "truncation auto is refused by name" || fail "truncation auto is refused by name" "$r"
 stop_server "$PID" >/dev/null
+
+# Reasoning: a template whose generation prompt opens <think> puts the reply
+# in a reasoning item; reasoning passed back reaches the template.
+cat >"$T/think.jinja" <<'JINJA'
+{%- for m in messages %}<|im_start|>{{ m.role }}
+{% if m.reasoning_content %}<think>
+{{ m.reasoning_content }}
+</think>
+
+{% endif %}{{ m.content }}<|im_end|>
+{% endfor %}{%- if add_generation_prompt %}<|im_start|>assistant
+<think>
+{% endif %}
+JINJA
+start_server think -m chat=models/memra-tiny.gguf --chat-template "$T/think.jinja" -t 1
+if [ -n "$URL" ]; then
+  rb='{"model":"chat","input":"hi","max_output_tokens":8,"temperature":0}'
+  r=$(post /v1/responses "$rb")
+  jq -e '(.output | length) == 1 and .output[0].type == "reasoning" and (.output[0].id | startswith("rs_")) and .output[0].summary == [] and .output[0].content[0].type == "reasoning_text" and (.output[0].content[0].text | length) > 0 and .usage.output_tokens_details.reasoning_tokens == 8' <<<"$r" >/dev/null \
+    && pass "reasoning: a reasoning item, its tokens counted" || fail "reasoning: a reasoning item, its tokens counted" "$r"
+  post /v1/responses "${rb%\}},\"stream\":true}" -N >"$T/think.sse"
+  shape=$(grep '^event: ' "$T/think.sse" | cut -c8- | uniq | tr '\n' ' ')
+  [ "$shape" = 'response.created response.in_progress response.output_item.added response.content_part.added response.reasoning_text.delta response.reasoning_text.done response.content_part.done response.output_item.done response.incomplete ' ] \
+    && pass "reasoning: the streamed event sequence" || fail "reasoning: the streamed event sequence" "$shape"
+  streamed=$(sed -n 's/^data: //p' "$T/think.sse" | jq -j 'select(.type == "response.reasoning_text.delta") | .delta')
+  [ "$streamed" = "$(jq -j '.output[0].content[0].text' <<<"$r")" ] && pass "reasoning: streamed deltas equal the blocking item" \
+    || fail "reasoning: streamed deltas equal the blocking item" "$streamed"
+  user='{"role":"user","content":"hi"}'
+  rs='{"type":"reasoning","id":"rs_1","summary":[],"content":[{"type":"reasoning_text","text":"I think so."}]}'
+  rest='{"role":"assistant","content":[{"type":"output_text","text":"Hello."}]},{"role":"user","content":"again"}'
+  with=$(post /v1/responses "{\"model\":\"chat\",\"max_output_tokens\":1,\"input\":[$user,$rs,$rest]}" | jq .usage.input_tokens)
+  without=$(post /v1/responses "{\"model\":\"chat\",\"max_output_tokens\":1,\"input\":[$user,$rest]}" | jq .usage.input_tokens)
+  [ "$with" -gt "$without" ] 2>/dev/null && pass "reasoning: a reasoning item passed back reaches the template ($without -> $with tokens)" \
+    || fail "reasoning: a reasoning item passed back reaches the template" "$without -> $with"
+  stop_server "$PID" >/dev/null
+else
+  fail "server with a thinking template starts" "see $T/think.log"
+fi
