@@ -20,7 +20,7 @@
 
 typedef enum {
     R_ROOT, R_HEALTH, R_READYZ, R_METRICS, R_MODELS, R_MODEL_ONE, R_CHAT, R_COMPLETIONS,
-    R_MESSAGES, R_COUNT_TOKENS, R_TOKENIZE, R_DETOKENIZE, R_TEMPLATE, R_NONE,
+    R_MESSAGES, R_COUNT_TOKENS, R_RESPONSES, R_RESPONSE_ONE, R_RESPONSE_DELETE, R_TOKENIZE, R_DETOKENIZE, R_TEMPLATE, R_NONE,
 } route_id;
 
 typedef struct {
@@ -42,6 +42,9 @@ static const route routes[] = {
     {"/v1/completions", "POST", R_COMPLETIONS, 0, NULL},
     {"/v1/messages", "POST", R_MESSAGES, 0, &serve_dialect_anthropic},
     {"/v1/messages/count_tokens", "POST", R_COUNT_TOKENS, 0, &serve_dialect_anthropic},
+    {"/v1/responses", "POST", R_RESPONSES, 0, &serve_dialect_responses},
+    {"/v1/responses/", "GET", R_RESPONSE_ONE, 1, NULL},
+    {"/v1/responses/", "DELETE", R_RESPONSE_DELETE, 1, NULL},
     {"/tokenize", "POST", R_TOKENIZE, 0, NULL},
     {"/detokenize", "POST", R_DETOKENIZE, 0, NULL},
     {"/apply-template", "POST", R_TEMPLATE, 0, NULL},
@@ -105,6 +108,8 @@ static void add_common_headers(const conn_ctx *c, struct MHD_Response *r)
 static const char *allowed_methods(const conn_ctx *c)
 {
     int get = !strcmp(c->rt->method, "GET");
+    if (c->rt->id == R_RESPONSE_ONE || c->rt->id == R_RESPONSE_DELETE)
+        return c->srv->opts.cors_origin ? "GET, HEAD, DELETE, OPTIONS" : "GET, HEAD, DELETE";
     if (c->srv->opts.cors_origin)
         return get ? "GET, HEAD, OPTIONS" : "POST, OPTIONS";
     return get ? "GET, HEAD" : "POST";
@@ -240,15 +245,17 @@ static void stream_free(void *cls)
     free(st);
 }
 
+static const char *presented_key(struct MHD_Connection *conn);
+
 /* A generation: chat or completions, or another API's request translated
  * into a chat body (dialect). */
 static enum MHD_Result generate(conn_ctx *c, serve_kind kind, const serve_dialect *dialect,
-                                const json_t *body)
+                                const json_t *body, const char *tenant)
 {
     serve_server *s = c->srv;
     serve_job job;
     serve_error e;
-    serve_prepare_opts po = {0};
+    serve_prepare_opts po = {.tenant = tenant, .api_key = presented_key(c->conn)};
     json_t *chat = NULL;
     memset(&job, 0, sizeof job);
     if (dialect && !(chat = dialect->translate(s, body, &po, &e)))
@@ -318,15 +325,22 @@ static enum MHD_Result generate(conn_ctx *c, serve_kind kind, const serve_dialec
 
 /* ---- routing ---------------------------------------------------------- */
 
-static const route *find_route(const char *url)
+/* The route of this path and method, else the path's first (whose
+ * method check answers 405), else NULL. */
+static const route *find_route(const char *url, const char *method)
 {
+    const route *first = NULL;
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(routes); i++) {
         const route *r = &routes[i];
         if (r->prefix ? !strncmp(url, r->path, strlen(r->path)) && url[strlen(r->path)]
-                      : !strcmp(url, r->path))
-            return r;
+                      : !strcmp(url, r->path)) {
+            if (!strcmp(r->method, method))
+                return r;
+            if (!first)
+                first = r;
+        }
     }
-    return NULL;
+    return first;
 }
 
 static const char *presented_key(struct MHD_Connection *conn)
@@ -465,13 +479,19 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
         pthread_rwlock_unlock(&s->models_lock);
         return send_json(c, status, res, 0);
     }
+    if (rt->id == R_RESPONSE_ONE || rt->id == R_RESPONSE_DELETE) {
+        res = serve_responses_stored(url + strlen(rt->path), rt->id == R_RESPONSE_DELETE, tenant,
+                                     presented_key(c->conn), &status);
+        return send_json(c, status, res, 0);
+    }
     json_t *body = parse_body(c, &e);
     if (!body)
         return send_error(c, &e);
     enum MHD_Result ret;
-    if (rt->id == R_CHAT || rt->id == R_COMPLETIONS || rt->id == R_MESSAGES) {
+    if (rt->id == R_CHAT || rt->id == R_COMPLETIONS || rt->id == R_MESSAGES ||
+        rt->id == R_RESPONSES) {
         ret = generate(c, rt->id == R_COMPLETIONS ? SERVE_COMPLETION : SERVE_CHAT, rt->dialect,
-                       body);
+                       body, tenant);
     } else if (rt->id == R_COUNT_TOKENS) {
         pthread_rwlock_rdlock(&s->models_lock);
         res = serve_anthropic_count_tokens(s, body, &status);
@@ -591,10 +611,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         c = xcalloc(1, sizeof *c);
         c->srv = s;
         c->conn = conn;
-        c->rt = find_route(url);
+        c->rt = find_route(url, method);
         c->endpoint = c->rt ? c->rt->path : "other";
         if (c->rt && c->rt->id == R_MODEL_ONE)
             c->endpoint = "/v1/models/{id}";
+        if (c->rt && (c->rt->id == R_RESPONSE_ONE || c->rt->id == R_RESPONSE_DELETE))
+            c->endpoint = "/v1/responses/{id}";
         sb_init(&c->body);
         c->t0 = serve_now();
         snprintf(c->line, sizeof c->line, "%s %s", method, url);

@@ -43,6 +43,15 @@ struct serve_dialect;
 typedef struct {
     int clamp_max_tokens; /* a max_tokens past the context is cut to fit, not refused */
     int always_parse;     /* every reply goes through a parser (content blocks, items) */
+    /* Who asks (set by the HTTP side before translate): the API key's
+     * tenant ("" when it names none) and the key (NULL when none), for
+     * state kept per client (the Responses store). */
+    const char *tenant;
+    const char *api_key;
+    /* What translate hands the job (job->ext and its free), so the
+     * response writer can use what the translation learnt. */
+    void *ext;
+    void (*ext_free)(void *ext);
 } serve_prepare_opts;
 
 /* A generation request on its way through the HTTP side. */
@@ -92,6 +101,7 @@ typedef struct serve_dialect {
 } serve_dialect;
 
 extern const serve_dialect serve_dialect_anthropic;
+extern const serve_dialect serve_dialect_responses;
 
 /* Validate a chat or completion request body, render and tokenize: on
  * success job->req is ready to submit (the caller sets its wake). */
@@ -114,6 +124,10 @@ json_t *serve_route_detokenize(serve_server *s, const json_t *body, int *status)
 json_t *serve_route_apply_template(serve_server *s, const json_t *body, int *status);
 /* POST /v1/messages/count_tokens (serve_anthropic.c): {"input_tokens"}. */
 json_t *serve_anthropic_count_tokens(serve_server *s, const json_t *body, int *status);
+/* GET (del 0) or DELETE (del 1) /v1/responses/{id} (serve_responses.c):
+ * a stored response of the caller's scope, or a 404 body. */
+json_t *serve_responses_stored(const char *id, int del, const char *tenant, const char *key,
+                               int *status);
 /* Prometheus text. */
 void serve_route_metrics(serve_server *s, strbuf *out);
 

@@ -493,6 +493,9 @@ int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body,
     if (!opts)
         opts = &none;
     memset(job, 0, sizeof *job);
+    /* the job owns what the translation made from here on, failure or not */
+    job->ext = opts->ext;
+    job->ext_free = opts->ext_free;
     job->kind = kind;
     if (serve_check_fields(body, kind == SERVE_CHAT ? chat_fields : completion_fields, e) != 0 ||
         serve_field_model(s, body, &job->model, e) != 0 ||
