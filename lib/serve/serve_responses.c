@@ -674,8 +674,9 @@ static json_t *echo(const json_t *body, const char *key, json_t *dflt)
 static json_t *usage(const serve_job *job, const serve_req_view *v)
 {
     size_t in = job->req->n_prompt, out = v->n_generated;
-    return json_pack("{s:I,s:{s:i},s:I,s:{s:I},s:I}", "input_tokens", (json_int_t)in,
-                     "input_tokens_details", "cached_tokens", 0, "output_tokens", (json_int_t)out,
+    return json_pack("{s:I,s:{s:I},s:I,s:{s:I},s:I}", "input_tokens", (json_int_t)in,
+                     "input_tokens_details", "cached_tokens", (json_int_t)v->n_cached,
+                     "output_tokens", (json_int_t)out,
                      "output_tokens_details", "reasoning_tokens", (json_int_t)v->n_reasoning,
                      "total_tokens", (json_int_t)(in + out));
 }
