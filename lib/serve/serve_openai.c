@@ -562,6 +562,14 @@ int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body,
     r->max_tokens = (int32_t)max_tokens;
     if (kind == SERVE_CHAT && r->n_prompt)
         setup_reply_parser(s, m, &tools, opts->always_parse, job);
+    /* Strict tools under auto, in the Hermes convention: each call the
+     * model opens is held to the tools' schemas until it closes. */
+    if (tools.choice == SERVE_TOOLS_AUTO && !r->grammar &&
+        serve_model_tool_format(m) == TOOLPARSE_HERMES) {
+        if (!(r->lazy_grammar = serve_tools_lazy_grammar(&tools, e)) && e->status)
+            return -1;
+        snprintf(r->lazy_trigger, sizeof r->lazy_trigger, "<tool_call>");
+    }
 
     unsigned long id = atomic_fetch_add(&s->next_id, 1);
     snprintf(job->id, sizeof job->id, "%s-%016llx%08lx", kind == SERVE_CHAT ? "chatcmpl" : "cmpl",

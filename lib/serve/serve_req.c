@@ -101,6 +101,7 @@ void serve_req_unref(serve_req *r)
     free(r->prompt);
     free(r->bias);
     gram_free(r->grammar);
+    gram_free(r->lazy_grammar);
     for (size_t i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->stop);

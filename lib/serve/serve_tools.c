@@ -170,7 +170,12 @@ static void move_refs(json_t *s, const char *prefix)
 
 /* {"anyOf": [{"type": "object", "properties": {"name": {"const": N},
  * "arguments": PARAMETERS}, ...}, ...]}, one branch per tool allowed. */
-static json_t *calls_schema(const serve_tools *t)
+static int is_strict(const json_t *tool)
+{
+    return json_is_true(json_object_get(json_object_get(tool, "function"), "strict"));
+}
+
+static json_t *calls_schema(const serve_tools *t, int lazy)
 {
     json_t *any = json_array();
     size_t i;
@@ -180,6 +185,8 @@ static json_t *calls_schema(const serve_tools *t)
         if (t->choice == SERVE_TOOLS_NAMED && strcmp(name, t->named))
             continue;
         const json_t *params = present(json_object_get(tool, "function"), "parameters");
+        if (lazy && !is_strict(tool))
+            params = NULL; /* only strict tools promise their schema: any object */
         json_t *args = params ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
         char prefix[64];
         snprintf(prefix, sizeof prefix, "#/anyOf/%zu/properties/arguments",
@@ -193,15 +200,23 @@ static json_t *calls_schema(const serve_tools *t)
     return json_pack("{s:o}", "anyOf", any);
 }
 
-gram_grammar *serve_tools_grammar(const serve_tools *t, serve_error *e)
+/* The grammar of calls (lazy: of one call's body after its opening
+ * marker, up to its closing one). */
+static gram_grammar *build(const serve_tools *t, int lazy, serve_error *e)
 {
     memra_err err = {{0}};
-    json_t *schema = calls_schema(t);
+    json_t *schema = calls_schema(t, lazy);
     char *body = jsch_to_gbnf(schema, &err);
     json_decref(schema);
     if (!body) {
-        serve_bad(e, "tools", "tools: a parameters schema cannot be enforced for tool_choice "
-                  "'%s': %s", t->choice == SERVE_TOOLS_NAMED ? t->named : "required", err.msg);
+        if (lazy)
+            serve_bad(e, "tools", "tools: a strict tool's parameters schema cannot be enforced: "
+                      "%s", err.msg);
+        else
+            serve_bad(e, "tools", "tools: a parameters schema cannot be enforced for "
+                      "tool_choice '%s': %s", t->choice == SERVE_TOOLS_NAMED ? t->named
+                                                                            : "required",
+                      err.msg);
         return NULL;
     }
     /* The schema's grammar becomes one call's body: its root rule is
@@ -210,9 +225,14 @@ gram_grammar *serve_tools_grammar(const serve_tools *t, serve_error *e)
     char *at = strncmp(body, "root ::= ", 9) ? strstr(body, "\nroot ::= ") + 1 : body;
     strbuf g;
     sb_init(&g);
-    sb_printf(&g, "root ::= call%s\n", t->parallel && t->choice == SERVE_TOOLS_REQUIRED
-                                          ? " (\"\\n\" call)*" : "");
-    sb_puts(&g, "call ::= \"<tool_call>\\n\" call-body \"\\n</tool_call>\"\n");
+    if (lazy) {
+        sb_puts(&g, "root ::= lz-ws call-body lz-ws \"</tool_call>\"\n");
+        sb_puts(&g, "lz-ws ::= [ \\n]? [ \\n]?\n");
+    } else {
+        sb_printf(&g, "root ::= call%s\n", t->parallel && t->choice == SERVE_TOOLS_REQUIRED
+                                              ? " (\"\\n\" call)*" : "");
+        sb_puts(&g, "call ::= \"<tool_call>\\n\" call-body \"\\n</tool_call>\"\n");
+    }
     sb_append(&g, body, (size_t)(at - body));
     sb_puts(&g, "call-body ::= ");
     sb_puts(&g, at + 9);
@@ -274,4 +294,21 @@ int serve_check_tool_messages(const json_t *messages, serve_error *e)
         }
     }
     return 0;
+}
+
+gram_grammar *serve_tools_grammar(const serve_tools *t, serve_error *e)
+{
+    return build(t, 0, e);
+}
+
+gram_grammar *serve_tools_lazy_grammar(const serve_tools *t, serve_error *e)
+{
+    int any = 0;
+    for (size_t i = 0; t->tools && i < json_array_size(t->tools) && !any; i++)
+        any = is_strict(json_array_get(t->tools, i));
+    if (!any) {
+        e->status = 0;
+        return NULL;
+    }
+    return build(t, 1, e);
 }

@@ -48,6 +48,14 @@ int serve_tools_parse(const json_t *body, serve_tools *t, serve_error *e);
  * field. */
 gram_grammar *serve_tools_grammar(const serve_tools *t, serve_error *e);
 
+/* With tool_choice auto and at least one strict tool, in the Hermes
+ * convention: the grammar of one call's body, from after "<tool_call>" to
+ * "</tool_call>" (strict tools' arguments held to their schema, the others'
+ * to any object), which memra-serve starts when the model opens a call
+ * (req->lazy_grammar). NULL with e->status 0 when no tool is strict; NULL
+ * with e set when a strict schema cannot be enforced. */
+gram_grammar *serve_tools_lazy_grammar(const serve_tools *t, serve_error *e);
+
 /* The messages' tool-call structure: an assistant's tool_calls (id, type
  * "function", function.name, function.arguments a JSON object text) and a
  * tool message's tool_call_id. */

@@ -175,6 +175,14 @@ c "${A[@]}" "$URL$CH" --data-binary "{\"model\":\"qwen\",$MSG,$TOOLS,\"grammar\"
 check "tool_choice auto on Qwen3: a Hermes call in the output becomes tool_calls, no markup in content" jq -e '
   .choices[0].finish_reason == "tool_calls" and .choices[0].message.content == null and
   .choices[0].message.tool_calls[0].function.name == "add" and (.choices[0].message.tool_calls[0].function.arguments | fromjson) == {"a":1,"b":2}' "$T/ta.json"
+# A strict tool under auto: each call the model opens (forced here with a
+# logit_bias on Qwen3's <tool_call> token) is held to the tool's schema
+# until </tool_call>, so the random-weight model's calls are all valid.
+STRICT='"tools":[{"type":"function","function":{"name":"add","strict":true,"parameters":{"type":"object","properties":{"a":{"type":"integer","minimum":0,"maximum":99},"b":{"type":"integer","minimum":0,"maximum":99}},"required":["a","b"],"additionalProperties":false}}}]'
+c "${A[@]}" "$URL$CH" --data-binary "{\"model\":\"qwen\",$MSG,$STRICT,\"logit_bias\":{\"151657\":100},\"max_tokens\":300,\"temperature\":1,\"seed\":2}" >"$T/ts.json"
+check "strict tool under auto: every call the model opened is valid" jq -e '
+  (.choices[0].message.tool_calls | length >= 2) and
+  all(.choices[0].message.tool_calls[].function; .name == "add" and (.arguments | fromjson | keys == ["a","b"] and all(.[]; . >= 0 and . <= 99 and . == floor)))' "$T/ts.json"
 RG='root ::= \"<think>\" [a-z ]{4,30} \"</think>\" [a-z]{1,10}'
 c "${A[@]}" "$URL$CH" --data-binary "{\"model\":\"qwen\",$MSG,\"grammar\":\"$RG\",\"max_tokens\":60,\"seed\":2}" >"$T/th.json"
 check "reasoning: <think> text in reasoning_content, the rest in content, reasoning_tokens counted" jq -e '
