@@ -43,6 +43,7 @@ typedef struct {
     size_t n_reasoning;
     int stop_hit;   /* 1 + the index of the stop string that ended it */
     size_t n_adopted; /* prompt tokens the prefix cache gave */
+    int follows;      /* waited last tick for another slot computing its next chunk */
     char tail[96];
     size_t n_tail;
 } serve_slot;
@@ -153,6 +154,7 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r, int choice)
     s->req = r;
     s->choice = choice;
     s->n_prefilled = s->n_generated = s->n_adopted = 0;
+    s->follows = 0;
     s->has_logits = 0;
     s->in_reason = r->reason_open[0] && r->starts_in_reasoning;
     s->n_reasoning = 0;
@@ -513,6 +515,43 @@ static int slot_sample(serve_model *m, serve_slot *s, double now, int32_t *next)
     return 1;
 }
 
+/* Whether slot i's next chunk is one another slot is computing: the
+ * same tenant, the same tokens up to the end of that chunk, and the other
+ * ahead (or level and earlier in slot order, so two never wait on each
+ * other). Then slot i waits a tick and maps the chunk from the cache once
+ * it is published: concurrent identical prefixes are computed once. A slot
+ * that waited maps again what the cache has before it computes. */
+static int prefix_follow(serve_model *m, int i)
+{
+    serve_slot *s = &m->slots[i];
+    const serve_req *r = s->req;
+    if (s->n_prefilled != s->n_adopted)
+        return 0; /* it has computed chunks of its own: no mapping any more */
+    if (s->follows) {
+        s->follows = 0;
+        engine_seq_reset(s->seq);
+        int64_t got = engine_seq_adopt_prefix(s->seq, r->cache_ns, r->prompt,
+                                              (int64_t)r->n_prompt, m->granule);
+        s->n_prefilled = s->n_adopted = (size_t)got;
+        if (s->choice == 0)
+            serve_req_set_cached(s->req, (size_t)got);
+    }
+    size_t upto = s->n_prefilled + (size_t)m->granule;
+    if (upto >= r->n_prompt)
+        return 0; /* its last chunk: never published, so nothing to wait for */
+    for (int j = 0; j < m->max_sessions; j++) {
+        const serve_slot *o = &m->slots[j];
+        if (j == i || !o->req || o->req->cache_ns != r->cache_ns ||
+            o->n_prefilled >= o->req->n_prompt || o->req->n_prompt <= upto ||
+            !(o->n_prefilled > s->n_prefilled || (o->n_prefilled == s->n_prefilled && j < i)) ||
+            memcmp(o->req->prompt, r->prompt, upto * sizeof *r->prompt))
+            continue;
+        s->follows = 1;
+        return 1;
+    }
+    return 0;
+}
+
 static void tick(serve_model *m)
 {
     double now = serve_now();
@@ -533,6 +572,8 @@ static void tick(serve_model *m)
     for (int i = 0; i < m->max_sessions; i++) {
         serve_slot *s = &m->slots[i];
         if (!s->req || s->n_prefilled >= s->req->n_prompt)
+            continue;
+        if (m->granule && prefix_follow(m, i))
             continue;
         serve_req *r = s->req;
         size_t n = r->n_prompt - s->n_prefilled;
