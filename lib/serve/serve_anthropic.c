@@ -414,7 +414,11 @@ static json_t *translate_common(const json_t *body, int generation, serve_error 
         const char *role = json_is_object(m) ? json_string_value(json_object_get(m, "role"))
                                              : NULL;
         if (role && !strcmp(role, "system")) {
+            static const char *const keys[] = {"role", "content", NULL};
             char where[64];
+            snprintf(where, sizeof where, "messages[%zu]", i);
+            if (only_keys(m, keys, where, e) != 0)
+                goto fail;
             snprintf(where, sizeof where, "messages[%zu].content", i);
             if (sys.len)
                 sb_puts(&sys, "\n\n");
