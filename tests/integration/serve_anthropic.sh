@@ -138,6 +138,31 @@ else fail "thinking block reaches the Qwen3 template" "without $a, with $b, the 
 check "thinking passed back: the request succeeds" bash -c \
   "am /v1/messages '$(jq -c '. + {max_tokens: 2, thinking: {type: "enabled", budget_tokens: 1024}}' <<<"$thought")'  | jq -e '.type == \"message\"'"
 
+# Thinking blocks out: memra-tiny under a template whose generation prompt
+# opens "<think>" (as Qwen3's does when it thinks) replies inside the
+# reasoning, which memra-tiny never closes: one thinking block, streamed as
+# thinking_delta pieces and a signature_delta, equal to the blocking one.
+stop_server "$PID" >/dev/null
+printf '%s\n' '{%- for message in messages %}<|im_start|>{{ message.role }}' \
+  '{{ message.content }}<|im_end|>' \
+  '{% endfor %}{%- if add_generation_prompt %}<|im_start|>assistant' '<think>' '{% endif %}' \
+  >"$T/think.jinja"
+start_server think -m tiny=models/memra-tiny.gguf --chat-template "$T/think.jinja" --api-key ak -t 1
+export URL
+TH='{"model":"tiny","max_tokens":8,"temperature":0,"messages":[{"role":"user","content":"hi"}]}'
+am /v1/messages "$TH" >"$T/think.json"
+am /v1/messages "$(jq -c '. + {stream: true}' <<<"$TH")" | sed -n 's/^data: //p' >"$T/think.sse"
+check "thinking: the blocking reply is one thinking block" \
+  jq -e '[.content[].type] == ["thinking"] and (.content[0].thinking | length > 0) and .content[0].signature == "" and .stop_reason == "max_tokens"' "$T/think.json"
+check "thinking: streamed as thinking_delta then signature_delta, equal to the blocking text" bash -c "
+  jq -s -e --slurpfile b '$T/think.json' '
+    (map(select(.type == \"content_block_start\"))[0].content_block == {type: \"thinking\", thinking: \"\", signature: \"\"}) and
+    ([.[] | select(.type == \"content_block_delta\") | .delta.type] | (.[-1] == \"signature_delta\") and (.[:-1] | all(. == \"thinking_delta\"))) and
+    ([.[] | select(.type == \"content_block_delta\" and .delta.type == \"thinking_delta\") | .delta.thinking] | join(\"\")) == \$b[0].content[0].thinking' '$T/think.sse'"
+stop_server "$PID" >/dev/null
+start_server anthropic3 -m tiny=models/memra-tiny.gguf -m "qwen=$QWEN" --api-key ak -t 1
+export URL
+
 # What Claude Code 2.1 sends beside the basics: a system-role message inside
 # messages, tools with defer_loading, thinking.display, output_config.effort,
 # context_management, metadata.user_id.
