@@ -543,6 +543,10 @@ typedef struct {
     int n_blocks;
     int n_calls;
     long long max_tokens; /* as asked, before any clamp */
+    /* tool_choice any or tool: the grammar lets the model write calls
+     * only, so any text the parser leaves is a call max_tokens cut before
+     * it closed, markup rather than prose; it is not shown. */
+    int forced;
     strbuf *out;      /* where events go during a feed */
     serve_job *job;
 } msg_state;
@@ -617,7 +621,7 @@ static json_t *response(serve_job *job, const serve_req_view *v)
     if (res.reasoning[0])
         json_array_append_new(content, json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking",
                                                  res.reasoning, "signature", ""));
-    if (res.content[0])
+    if (res.content[0] && !st->forced)
         json_array_append_new(content, json_pack("{s:s,s:s}", "type", "text", "text",
                                                  res.content));
     for (int i = 0; i < res.n_calls; i++) {
@@ -674,6 +678,8 @@ static void on_event(void *user, const toolparse_event *ev)
     case TOOLPARSE_EV_CONTENT:
     case TOOLPARSE_EV_REASONING: {
         int think = ev->kind == TOOLPARSE_EV_REASONING;
+        if (!think && st->forced)
+            return;
         json_t *piece = json_stringn(ev->text, ev->len);
         if (!piece)
             return; /* the parser passes whole UTF-8 only */
@@ -758,6 +764,9 @@ static int begin(serve_server *s, serve_job *job, const json_t *body, serve_erro
     (void)e;
     msg_state *st = xcalloc(1, sizeof *st);
     st->max_tokens = json_integer_value(json_object_get(body, "max_tokens"));
+    const char *choice = json_string_value(json_object_get(json_object_get(body, "tool_choice"),
+                                                           "type"));
+    st->forced = choice && (!strcmp(choice, "any") || !strcmp(choice, "tool"));
     random_id(st->id, sizeof st->id, "msg_");
     st->block = -1;
     st->job = job;

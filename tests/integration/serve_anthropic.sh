@@ -61,6 +61,13 @@ check "SSE: tool_use block, input_json_delta, stop_reason tool_use" bash -c "
     ([.[] | select(.type == \"content_block_delta\" and .delta.type == \"input_json_delta\") | .delta.partial_json] | join(\"\") | fromjson | (.city | type) == \"string\") and
     (map(select(.type == \"message_delta\"))[0].delta.stop_reason == \"tool_use\")'"
 
+# A forced call that max_tokens cuts before it closes is markup, not text:
+# the reply holds no text block (blocking or streamed), stop_reason max_tokens.
+CUT='{"model":"tiny","max_tokens":30,"temperature":0,"tools":'"$TOOLS"',"tool_choice":{"type":"any"},"messages":[{"role":"user","content":"weather?"}]}'
+check "a forced call cut by max_tokens leaves no markup in text" bash -c "
+  am /v1/messages '$CUT' | jq -e '.stop_reason == \"max_tokens\" and ([.content[] | select(.type == \"text\")] == [])' &&
+  am /v1/messages '$(jq -c '. + {stream: true}' <<<"$CUT")' | sed -n 's/^data: //p' | jq -s -e '[.[] | select(.type == \"content_block_start\" and .content_block.type == \"text\")] == []'"
+
 # Ping keep-alives while the prompt is prefilled: a long prompt on one thread.
 long=$(python3 -c 'print(" ".join(["whale"] * 3000))' 2>/dev/null || printf 'whale %.0s' $(seq 3000))
 start_server slow -m "qwen=$QWEN" --api-key ak -t 1 -c 4096 --prefill-chunk 64
