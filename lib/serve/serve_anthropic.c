@@ -428,6 +428,14 @@ static json_t *translate_common(const json_t *body, int generation, serve_error 
         }
         if (translate_message(m, i, out, e) != 0)
             goto fail;
+        /* Anthropic continues a final assistant turn (prefill); a chat
+         * template can only close it and open another, which would answer
+         * a different question, so it is refused rather than misread. */
+        if (role && !strcmp(role, "assistant") && i + 1 == json_array_size(msgs)) {
+            serve_bad(e, "messages", "messages[%zu]: a final assistant message (prefill) is not "
+                      "supported: end with a user message", i);
+            goto fail;
+        }
     }
     if (system || sys.len) {
         json_t *sm = json_pack("{s:s,s:s%}", "role", "system", "content", sb_str(&sys), sys.len);

@@ -111,6 +111,8 @@ err_is "error: a server tool type is refused" 400 invalid_request_error \
   '{"model":"tiny","max_tokens":4,"tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":"hi"}]}' "${H[@]}"
 err_is "error: an unknown key in a system-role message is refused" 400 invalid_request_error \
   '{"model":"tiny","max_tokens":4,"messages":[{"role":"user","content":"hi"},{"role":"system","content":"x","name":"env"}]}' "${H[@]}"
+err_is "error: a final assistant message (prefill) is refused" 400 invalid_request_error \
+  '{"model":"tiny","max_tokens":4,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"{"}]}' "${H[@]}"
 check "error: invalid JSON is 400 in Anthropic's shape" bash -c \
   "am /v1/messages '{'  | jq -e '.type == \"error\" and .error.type == \"invalid_request_error\"'"
 
