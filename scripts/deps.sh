@@ -31,8 +31,10 @@ fi
 
 # Third-party readers and clients the interoperability tests run, pinned
 # with their integrity hashes in tests/interop/package-lock.json: the HF
-# GGUF parser, the openai SDK, ajv (JSON Schema) and node-llama-cpp with its
-# prebuilt Linux x64 CPU binaries (llama.cpp itself, loaded in-process by node). `npm
+# GGUF parser, the openai SDK, the Anthropic SDK (0.x and 1.x, as npm
+# aliases anthropic-sdk-0 and -1), ajv (JSON Schema) and node-llama-cpp with
+# its prebuilt Linux x64 CPU binaries (llama.cpp itself, loaded in-process by
+# node). `npm
 # install --no-save` rather than `npm ci`: the lock file holds the optional
 # binary packages of this platform only (npm records no others), which ci
 # refuses; install takes the locked versions and writes nothing back.
@@ -42,6 +44,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 if [ ! -d "$root/tests/interop/node_modules/@huggingface/gguf" ] ||
    [ ! -d "$root/tests/interop/node_modules/openai" ] ||
    [ ! -d "$root/tests/interop/node_modules/node-llama-cpp" ] ||
+   [ ! -d "$root/tests/interop/node_modules/anthropic-sdk-0" ] ||
+   [ ! -d "$root/tests/interop/node_modules/anthropic-sdk-1" ] ||
    [ ! -d "$root/tests/interop/node_modules/@node-llama-cpp/linux-x64" ] ||
    [ ! -d "$root/tests/interop/node_modules/ajv-formats" ]; then
   echo "deps: npm install in tests/interop" >&2

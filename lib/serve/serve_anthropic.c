@@ -105,7 +105,7 @@ static int translate_message(const json_t *m, size_t i, json_t *out, serve_error
         return -1;
     const char *role = json_string_value(json_object_get(m, "role"));
     if (!role || (strcmp(role, "user") && strcmp(role, "assistant")))
-        return serve_bad(e, where, "%s.role: must be \"user\" or \"assistant\"", where);
+        return serve_bad(e, where, "%s.role: must be \"user\", \"assistant\" or \"system\"", where);
     int user = role[0] == 'u';
     const json_t *content = json_object_get(m, "content");
     if (json_is_string(content)) {
@@ -236,8 +236,15 @@ static int translate_tools(const json_t *body, json_t *chat, serve_error *e)
         json_array_foreach(tools, i, t) {
             char w[48];
             snprintf(w, sizeof w, "tools[%zu]", i);
+            /* defer_loading (tool search: the tool is found by a search
+             * tool, not shown up front) leaves it out of the prompt;
+             * eager_input_streaming, input_examples and allowed_callers
+             * shape how Anthropic's service streams or calls it, which
+             * changes nothing here. */
             static const char *const keys[] = {"name", "description", "input_schema", "strict",
-                                               "cache_control", "type", NULL};
+                                               "cache_control", "type", "defer_loading",
+                                               "eager_input_streaming", "input_examples",
+                                               "allowed_callers", NULL};
             if (!json_is_object(t) || only_keys(t, keys, w, e) != 0) {
                 json_decref(out);
                 return json_is_object(t) ? -1 : serve_bad(e, w, "%s: must be an object", w);
@@ -249,6 +256,13 @@ static int translate_tools(const json_t *body, json_t *chat, serve_error *e)
                                  "with an input_schema)", w,
                                  json_is_string(type) ? json_string_value(type) : "?");
             }
+            const json_t *dl = present(t, "defer_loading");
+            if (dl && !json_is_boolean(dl)) {
+                json_decref(out);
+                return serve_bad(e, w, "%s.defer_loading: must be true or false", w);
+            }
+            if (json_is_true(dl))
+                continue;
             const json_t *schema = json_object_get(t, "input_schema");
             if (!json_is_object(schema)) {
                 json_decref(out);
@@ -266,7 +280,10 @@ static int translate_tools(const json_t *body, json_t *chat, serve_error *e)
                 json_object_set(fn, "strict", json_object_get(t, "strict"));
             json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
         }
-        json_object_set_new(chat, "tools", out);
+        if (json_array_size(out))
+            json_object_set_new(chat, "tools", out);
+        else
+            json_decref(out); /* every tool deferred */
     }
     if (!choice)
         return 0;
@@ -311,7 +328,9 @@ static int translate_thinking(const json_t *body, json_t *chat, serve_error *e)
     const json_t *th = present(body, "thinking"), *oc = present(body, "output_config");
     int think = 0;
     if (th) {
-        static const char *const keys[] = {"type", "budget_tokens", NULL};
+        /* display (summarized / omitted) says how Anthropic's service
+         * shows a thought; this server's thoughts are the model's own. */
+        static const char *const keys[] = {"type", "budget_tokens", "display", NULL};
         const char *type = json_is_object(th) ? json_string_value(json_object_get(th, "type"))
                                               : NULL;
         if (!type || only_keys(th, keys, "thinking", e) != 0)
@@ -337,10 +356,11 @@ static int translate_thinking(const json_t *body, json_t *chat, serve_error *e)
     if (effort) {
         const char *v = json_string_value(effort);
         if (!v || (strcmp(v, "low") && strcmp(v, "medium") && strcmp(v, "high") &&
-                   strcmp(v, "max")))
-            return serve_bad(e, "output_config", "output_config.effort: must be low, medium, high "
-                                                 "or max");
-        json_object_set_new(chat, "reasoning_effort", json_string(strcmp(v, "max") ? v : "high"));
+                   strcmp(v, "xhigh") && strcmp(v, "max")))
+            return serve_bad(e, "output_config", "output_config.effort: must be low, medium, high, "
+                                                 "xhigh or max");
+        int top = !strcmp(v, "max") || !strcmp(v, "xhigh"); /* OpenAI's scale ends at high */
+        json_object_set_new(chat, "reasoning_effort", json_string(top ? "high" : v));
     }
     const json_t *fmt = present(oc, "format");
     if (fmt) {
@@ -379,33 +399,63 @@ static json_t *translate_common(const json_t *body, int generation, serve_error 
     }
     json_t *chat = json_pack("{s:O}", "model", model), *out = json_array();
     json_object_set_new(chat, "messages", out);
+    strbuf sys;
+    sb_init(&sys);
     const json_t *system = present(body, "system");
-    if (system) {
-        strbuf sb;
-        sb_init(&sb);
-        if (join_text(system, "system", &sb, e) != 0) {
-            sb_free(&sb);
-            json_decref(chat);
-            return NULL;
-        }
-        json_array_append_new(out, json_pack("{s:s,s:s%}", "role", "system", "content",
-                                             sb_str(&sb), sb.len));
-        sb_free(&sb);
-    }
+    if (system && join_text(system, "system", &sys, e) != 0)
+        goto fail;
     size_t i;
     json_t *m;
     json_array_foreach(msgs, i, m) {
-        if (translate_message(m, i, out, e) != 0) {
-            json_decref(chat);
-            return NULL;
+        /* A system message inside the conversation (Claude Code sends its
+         * environment so) joins the system prompt: not every template
+         * renders a system turn anywhere but first, and one that does
+         * would see the same instructions. */
+        const char *role = json_is_object(m) ? json_string_value(json_object_get(m, "role"))
+                                             : NULL;
+        if (role && !strcmp(role, "system")) {
+            static const char *const keys[] = {"role", "content", NULL};
+            char where[64];
+            snprintf(where, sizeof where, "messages[%zu]", i);
+            if (only_keys(m, keys, where, e) != 0)
+                goto fail;
+            snprintf(where, sizeof where, "messages[%zu].content", i);
+            if (sys.len)
+                sb_puts(&sys, "\n\n");
+            if (join_text(json_object_get(m, "content"), where, &sys, e) != 0)
+                goto fail;
+            continue;
+        }
+        if (translate_message(m, i, out, e) != 0)
+            goto fail;
+        /* Anthropic continues a final assistant turn (prefill); a chat
+         * template can only close it and open another, which would answer
+         * a different question, so it is refused rather than misread. */
+        if (role && !strcmp(role, "assistant") && i + 1 == json_array_size(msgs)) {
+            serve_bad(e, "messages", "messages[%zu]: a final assistant message (prefill) is not "
+                      "supported: end with a user message", i);
+            goto fail;
         }
     }
+    if (system || sys.len) {
+        json_t *sm = json_pack("{s:s,s:s%}", "role", "system", "content", sb_str(&sys), sys.len);
+        if (!sm) {
+            serve_bad(e, "system", "system: not valid UTF-8");
+            goto fail;
+        }
+        json_array_insert_new(out, 0, sm);
+    }
+    sb_free(&sys);
     if (translate_tools(body, chat, e) != 0 || translate_thinking(body, chat, e) != 0) {
         json_decref(chat);
         return NULL;
     }
     (void)generation;
     return chat;
+fail:
+    sb_free(&sys);
+    json_decref(chat);
+    return NULL;
 }
 
 static json_t *translate(serve_server *s, const json_t *body, serve_prepare_opts *opts,
@@ -500,6 +550,11 @@ typedef struct {
     int block_kind;   /* its kind: a toolparse_event_kind (CONTENT, REASONING, CALL_START) */
     int n_blocks;
     int n_calls;
+    long long max_tokens; /* as asked, before any clamp */
+    /* tool_choice any or tool: the grammar lets the model write calls
+     * only, so any text the parser leaves is a call max_tokens cut before
+     * it closed, markup rather than prose; it is not shown. */
+    int forced;
     strbuf *out;      /* where events go during a feed */
     serve_job *job;
 } msg_state;
@@ -528,10 +583,16 @@ static json_t *tool_use_id(const char *call_id)
     return j;
 }
 
-static const char *stop_reason(const serve_req_view *v, int has_calls)
+/* A length stop short of the max_tokens asked for is the context filling
+ * up (the request was clamped to it): Anthropic names that
+ * model_context_window_exceeded, and agents treat it as a finished turn
+ * where max_tokens would be an error. */
+static const char *stop_reason(const serve_job *job, const serve_req_view *v, int has_calls)
 {
+    const msg_state *st = job->ext;
     if (v->choice_finish[0] == SERVE_FINISH_LENGTH)
-        return "max_tokens";
+        return (long long)v->n_generated < st->max_tokens ? "model_context_window_exceeded"
+                                                          : "max_tokens";
     if (has_calls)
         return "tool_use";
     return v->choice_stop[0] ? "stop_sequence" : "end_turn";
@@ -568,7 +629,7 @@ static json_t *response(serve_job *job, const serve_req_view *v)
     if (res.reasoning[0])
         json_array_append_new(content, json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking",
                                                  res.reasoning, "signature", ""));
-    if (res.content[0])
+    if (res.content[0] && !st->forced)
         json_array_append_new(content, json_pack("{s:s,s:s}", "type", "text", "text",
                                                  res.content));
     for (int i = 0; i < res.n_calls; i++) {
@@ -580,7 +641,7 @@ static json_t *response(serve_job *job, const serve_req_view *v)
     }
     json_t *msg = message_shell(job, st->id);
     json_object_set_new(msg, "content", content);
-    json_object_set_new(msg, "stop_reason", json_string(stop_reason(v, res.n_calls > 0)));
+    json_object_set_new(msg, "stop_reason", json_string(stop_reason(job, v, res.n_calls > 0)));
     json_object_set_new(msg, "stop_sequence", stop_sequence(job, v));
     json_object_set_new(msg, "usage", usage(job, v->n_generated));
     toolparse_result_free(&res);
@@ -625,6 +686,8 @@ static void on_event(void *user, const toolparse_event *ev)
     case TOOLPARSE_EV_CONTENT:
     case TOOLPARSE_EV_REASONING: {
         int think = ev->kind == TOOLPARSE_EV_REASONING;
+        if (!think && st->forced)
+            return;
         json_t *piece = json_stringn(ev->text, ev->len);
         if (!piece)
             return; /* the parser passes whole UTF-8 only */
@@ -697,7 +760,7 @@ static int sse_update(serve_job *job, strbuf *out, const serve_req_view *v)
     close_block(st);
     event(out, "message_delta",
           json_pack("{s:s,s:{s:s,s:o},s:o}", "type", "message_delta", "delta", "stop_reason",
-                    stop_reason(v, st->n_calls > 0), "stop_sequence", stop_sequence(job, v),
+                    stop_reason(job, v, st->n_calls > 0), "stop_sequence", stop_sequence(job, v),
                     "usage", usage(job, v->n_generated)));
     event(out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
     return 1;
@@ -706,9 +769,12 @@ static int sse_update(serve_job *job, strbuf *out, const serve_req_view *v)
 static int begin(serve_server *s, serve_job *job, const json_t *body, serve_error *e)
 {
     (void)s;
-    (void)body;
     (void)e;
     msg_state *st = xcalloc(1, sizeof *st);
+    st->max_tokens = json_integer_value(json_object_get(body, "max_tokens"));
+    const char *choice = json_string_value(json_object_get(json_object_get(body, "tool_choice"),
+                                                           "type"));
+    st->forced = choice && (!strcmp(choice, "any") || !strcmp(choice, "tool"));
     random_id(st->id, sizeof st->id, "msg_");
     st->block = -1;
     st->job = job;
