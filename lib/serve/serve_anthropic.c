@@ -605,11 +605,17 @@ static json_t *stop_sequence(const serve_job *job, const serve_req_view *v)
                                                   : json_null();
 }
 
-static json_t *usage(const serve_job *job, size_t out_tokens)
+/* Anthropic counts the prompt in parts: input_tokens are those computed,
+ * cache_read_input_tokens those read from the prefix cache (known once the
+ * engine has started the request: 0 in message_start). */
+static json_t *usage(const serve_job *job, size_t out_tokens, size_t cached)
 {
-    return json_pack("{s:I,s:I,s:i,s:i}", "input_tokens", (json_int_t)job->req->n_prompt,
+    size_t n = job->req->n_prompt;
+    if (cached > n)
+        cached = n;
+    return json_pack("{s:I,s:I,s:i,s:I}", "input_tokens", (json_int_t)(n - cached),
                      "output_tokens", (json_int_t)out_tokens, "cache_creation_input_tokens", 0,
-                     "cache_read_input_tokens", 0);
+                     "cache_read_input_tokens", (json_int_t)cached);
 }
 
 static json_t *message_shell(const serve_job *job, const char *id)
@@ -643,7 +649,7 @@ static json_t *response(serve_job *job, const serve_req_view *v)
     json_object_set_new(msg, "content", content);
     json_object_set_new(msg, "stop_reason", json_string(stop_reason(job, v, res.n_calls > 0)));
     json_object_set_new(msg, "stop_sequence", stop_sequence(job, v));
-    json_object_set_new(msg, "usage", usage(job, v->n_generated));
+    json_object_set_new(msg, "usage", usage(job, v->n_generated, v->n_cached));
     toolparse_result_free(&res);
     return msg;
 }
@@ -731,7 +737,7 @@ static void sse_start(serve_job *job, strbuf *out)
     json_object_set_new(msg, "content", json_array());
     json_object_set_new(msg, "stop_reason", json_null());
     json_object_set_new(msg, "stop_sequence", json_null());
-    json_object_set_new(msg, "usage", usage(job, 0));
+    json_object_set_new(msg, "usage", usage(job, 0, 0));
     event(out, "message_start", json_pack("{s:s,s:o}", "type", "message_start", "message", msg));
 }
 
@@ -761,7 +767,7 @@ static int sse_update(serve_job *job, strbuf *out, const serve_req_view *v)
     event(out, "message_delta",
           json_pack("{s:s,s:{s:s,s:o},s:o}", "type", "message_delta", "delta", "stop_reason",
                     stop_reason(job, v, st->n_calls > 0), "stop_sequence", stop_sequence(job, v),
-                    "usage", usage(job, v->n_generated)));
+                    "usage", usage(job, v->n_generated, v->n_cached)));
     event(out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
     return 1;
 }

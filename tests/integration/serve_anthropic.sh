@@ -127,7 +127,7 @@ check "max_tokens 32000 is clamped to the context" bash -c \
 # count_tokens equals what a create reports, system, tools and all.
 CT='{"model":"qwen","system":[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}],"tools":'"$TOOLS"',"messages":[{"role":"user","content":"weather in Oslo?"}]}'
 n1=$(am /v1/messages/count_tokens "$CT" "${H[@]}" | jq .input_tokens)
-n2=$(am /v1/messages "$(jq '. + {max_tokens: 1}' <<<"$CT")" "${H[@]}" | jq .usage.input_tokens)
+n2=$(am /v1/messages "$(jq '. + {max_tokens: 1}' <<<"$CT")" "${H[@]}" | jq '.usage.input_tokens + .usage.cache_read_input_tokens')
 if [ -n "$n1" ] && [ "$n1" != null ] && [ "$n1" = "$n2" ]; then pass "count_tokens = usage.input_tokens ($n1)"
 else fail "count_tokens = usage.input_tokens" "count_tokens $n1, create $n2"; fi
 
