@@ -23,6 +23,8 @@ static const char usage[] =
     "       memra-bench MODEL --tokenizer [-f TEXT] [-r 5] [--json]\n"
     "       memra-bench --server URL [-c 1,8,32,64] [-p 512] [-n 128] [-r 5] [--model ALIAS]\n"
     "                         [--api-key KEY] [--json]\n"
+    "       memra-bench --server URL --turns N [--system-tokens T] [--turn-tokens K] [-c LIST]\n"
+    "                         [-n 128] [-r 1] [--json]\n"
     "\n"
     "Measures prefill (pp<P>: a P-token prompt from empty) and decode (tg<N>: N single-token\n"
     "steps after the KV cache is filled to each depth D, untimed) and batched decode (B\n"
@@ -69,6 +71,14 @@ static const char usage[] =
     "  --api-key KEY       sent as a Bearer token (env MEMRA_API_KEY)\n"
     "  --vocab N           draw prompt ids below N (when /v1/models gives no vocab_size)\n"
     "  --timeout S         per request (default 600)\n"
+    "With --turns N, multi-turn conversations instead: each of the c clients runs -r (default\n"
+    "1) conversations of N turns through streamed /v1/chat/completions, each turn resending\n"
+    "the whole history (a system prompt all clients share, earlier user messages and the\n"
+    "replies they got) plus a new user message; per turn and in all: TTFT mean/p50/p99,\n"
+    "prompt tokens, the cached tokens the server reports, prompt tok/s and decode tok/s.\n"
+    "  --turns N           turns per conversation\n"
+    "  --system-tokens T   the shared system prompt, about T tokens of filler (default 4096)\n"
+    "  --turn-tokens K     each new user message, about K tokens of filler (default 64)\n"
     "  -h, --help          this text\n"
     "\n"
     "GB = 1e9 bytes, MB = 1e6 bytes. The bandwidth cache is $MEMRA_CACHE/bandwidth-<host>.json\n"
@@ -107,6 +117,7 @@ static void set_default_list(int_list *l, const int64_t *v, size_t n)
 void bench_parse_args(int argc, char **argv, bench_opts *o)
 {
     o->reps = 5;
+    o->system_tokens = -1; /* not given: 0 is a run without a system prompt */
     o->warmup = 1;
     o->kv = KV_DEFAULT;
     o->backend = BACKEND_CPU;
@@ -114,7 +125,7 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
     enum {
         O_KV = 1000, O_JSON, O_BACKEND, O_BANDWIDTH, O_REMEASURE, O_TOKENIZER, O_WARMUP,
         O_NBATCH, O_SERVER, O_MODEL, O_APIKEY, O_TIMEOUT, O_VOCAB, O_DEVICE, O_PROFILE,
-        O_SCHEMA,
+        O_SCHEMA, O_TURNS, O_SYSTOK, O_TURNTOK,
     };
     static const struct option longs[] = {
         {"threads", required_argument, NULL, 't'},   {"ctx", required_argument, NULL, 'c'},
@@ -134,6 +145,9 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
         {"api-key", required_argument, NULL, O_APIKEY},
         {"timeout", required_argument, NULL, O_TIMEOUT},
         {"vocab", required_argument, NULL, O_VOCAB},
+        {"turns", required_argument, NULL, O_TURNS},
+        {"system-tokens", required_argument, NULL, O_SYSTOK},
+        {"turn-tokens", required_argument, NULL, O_TURNTOK},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -151,7 +165,10 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
             parse_list(optarg, 1, 65536, "-b", &o->batches);
             o->model_flag = o->local_flag = "-b";
             break;
-        case 'r': o->reps = (int)cli_int_or_usage(optarg, 1, 100000, "-r"); break;
+        case 'r':
+            o->reps = (int)cli_int_or_usage(optarg, 1, 100000, "-r");
+            o->reps_given = 1;
+            break;
         case O_WARMUP: o->warmup = (int)cli_int_or_usage(optarg, 0, 100000, "--warmup"); break;
         case 't':
             o->n_threads = (int)cli_int_or_usage(optarg, 1, 4096, "--threads");
@@ -217,6 +234,18 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
             o->vocab = cli_int_or_usage(optarg, 1, INT32_MAX, "--vocab");
             o->server_flag = "--vocab";
             break;
+        case O_TURNS:
+            o->turns = (int)cli_int_or_usage(optarg, 1, 10000, "--turns");
+            o->server_flag = "--turns";
+            break;
+        case O_SYSTOK:
+            o->system_tokens = cli_int_or_usage(optarg, 0, INT32_MAX, "--system-tokens");
+            o->server_flag = o->turns_flag = "--system-tokens";
+            break;
+        case O_TURNTOK:
+            o->turn_tokens = cli_int_or_usage(optarg, 1, INT32_MAX, "--turn-tokens");
+            o->server_flag = o->turns_flag = "--turn-tokens";
+            break;
         case O_JSON: o->json = 1; break;
         case 'h': fputs(usage, stdout); exit(0);
         case ':': cli_usage("%s needs a value", argv[optind - 1]);
@@ -238,11 +267,24 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
             parse_list(o->c_arg, 1, 4096, "-c", &o->conc);
         else
             set_default_list(&o->conc, def_c, 4);
-        if (!o->pp.given)
+        if (o->turns_flag && !o->turns)
+            cli_usage("%s goes with --turns", o->turns_flag);
+        if (o->turns && o->pp.given)
+            cli_usage("-p: with --turns the prompts are sized by --system-tokens and "
+                      "--turn-tokens");
+        if (o->turns) {
+            if (o->system_tokens < 0)
+                o->system_tokens = 4096;
+            if (!o->turn_tokens)
+                o->turn_tokens = 64;
+            if (!o->reps_given)
+                o->reps = 1;
+        }
+        if (!o->pp.given && !o->turns)
             set_default_list(&o->pp, one_pp, 1);
         if (!o->tg.given)
             set_default_list(&o->tg, one_tg, 1);
-        if (o->pp.n != 1 || o->pp.v[0] < 1)
+        if (!o->turns && (o->pp.n != 1 || o->pp.v[0] < 1))
             cli_usage("-p: --server takes one prompt length, at least 1");
         if (o->tg.n != 1 || o->tg.v[0] < 1)
             cli_usage("-n: --server takes one number of tokens to generate, at least 1");

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "backend/kv_cache.h"
+#include "bench/loadgen.h"
 
 #define DEFAULT_TEXT_BYTES 1000000
 
@@ -50,6 +51,10 @@ typedef struct {
     int64_t vocab;
     const char *local_flag;  /* a flag of the model or tokenizer bench */
     const char *server_flag; /* a flag of --server only */
+    /* --server --turns: multi-turn conversations */
+    int turns, reps_given;
+    int64_t system_tokens, turn_tokens;
+    const char *turns_flag;  /* a flag of --turns only */
 } bench_opts;
 
 /* The command line into o (exits 2 with a usage line on a bad one). */
@@ -66,5 +71,9 @@ void bench_print_json(json_t *j);
 int bench_run_model(const bench_opts *o);
 int bench_run_tokenizer(const bench_opts *o);
 int bench_run_server(const bench_opts *o);
+/* --server --turns (server_turns.c). */
+int bench_run_server_turns(const bench_opts *o);
+/* A load level as JSON (server.c), for both server benches. */
+json_t *bench_level_json(const loadgen_level *l);
 
 #endif

@@ -17,7 +17,7 @@ static json_t *dist_json(const loadgen_dist *d)
                      d->mean);
 }
 
-static json_t *level_json(const loadgen_level *l)
+json_t *bench_level_json(const loadgen_level *l)
 {
     json_t *j = json_object();
     json_object_set_new(j, "concurrency", json_integer(l->concurrency));
@@ -34,6 +34,8 @@ static json_t *level_json(const loadgen_level *l)
     json_object_set_new(j, "short_requests", json_integer(l->short_requests));
     json_object_set_new(j, "textless_requests", json_integer(l->textless_requests));
     json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)l->prompt_tokens));
+    json_object_set_new(j, "cached_tokens", json_integer((json_int_t)l->cached_tokens));
+    json_object_set_new(j, "prompt_tok_s", json_real(l->prompt_tok_s));
     json_object_set_new(j, "ttft_ms", dist_json(&l->ttft_ms));
     json_object_set_new(j, "itl_ms", dist_json(&l->itl_ms));
     json_object_set_new(j, "tpot_ms", dist_json(&l->tpot_ms));
@@ -43,6 +45,8 @@ static json_t *level_json(const loadgen_level *l)
 
 int bench_run_server(const bench_opts *o)
 {
+    if (o->turns)
+        return bench_run_server_turns(o);
     memra_err err;
     loadgen_opts lo = {
         .url = o->server, .model = o->server_model, .api_key = o->api_key,
@@ -110,7 +114,7 @@ int bench_run_server(const bench_opts *o)
         textless += lv.textless_requests;
         if (lv.errors && !first_error[0])
             snprintf(first_error, sizeof first_error, "%s", lv.first_error);
-        json_array_append_new(levels, level_json(&lv));
+        json_array_append_new(levels, bench_level_json(&lv));
         if (!o->json) {
             char rs[32], ts[32], got[48];
             bench_fmt_num(lv.requests_s, rs, sizeof rs);

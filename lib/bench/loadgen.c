@@ -13,20 +13,10 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "core/strbuf.h"
+#include "bench/loadgen_priv.h"
 #include "bench/sse_parse.h"
 
 #define MAX_ERROR_BODY (64 * 1024)
-
-struct loadgen {
-    loadgen_opts o;
-    char *base;       /* the URL without a trailing "/" or "/v1" */
-    char *endpoint;   /* base + "/v1/completions" */
-    char model[256];
-    int64_t n_ctx, n_vocab;
-    struct curl_slist *headers;
-    CURLM *multi;
-    uint64_t next_request; /* every request's prompt comes from its own index */
-};
 
 /* ---- statistics ---- */
 
@@ -66,19 +56,14 @@ void loadgen_dist_of(const double *v, size_t n, loadgen_dist *out)
     free(s);
 }
 
-typedef struct {
-    double *v;
-    size_t n, cap;
-} dvec;
-
-static void dv_push(dvec *d, double x)
+void lg_dv_push(lg_dvec *d, double x)
 {
     if (d->n == d->cap)
         d->v = xrealloc(d->v, (d->cap = d->cap ? 2 * d->cap : 256) * sizeof *d->v);
     d->v[d->n++] = x;
 }
 
-static double now_ms(void)
+double lg_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -246,7 +231,8 @@ static int pick_model(loadgen *lg, memra_err *err)
                    "ids are drawn below it)", url, lg->model);
         goto out;
     }
-    if (lg->n_ctx > 0 && (int64_t)lg->o.n_prompt + lg->o.n_gen > lg->n_ctx) {
+    if (lg->n_ctx > 0 && lg->o.n_prompt > 0 &&
+        (int64_t)lg->o.n_prompt + lg->o.n_gen > lg->n_ctx) {
         memra_fail(err, "model '%s': prompt %d + %d generated tokens = %d do not fit its "
                    "context of %lld", lg->model, lg->o.n_prompt, lg->o.n_gen,
                    lg->o.n_prompt + lg->o.n_gen, (long long)lg->n_ctx);
@@ -262,8 +248,8 @@ out:
 int loadgen_new(const loadgen_opts *o, loadgen **out, memra_err *err)
 {
     *out = NULL;
-    if (o->n_prompt < 1 || o->n_gen < 1)
-        return memra_fail(err, "loadgen: prompt %d and max_tokens %d must be >= 1", o->n_prompt,
+    if (o->n_prompt < 0 || o->n_gen < 1)
+        return memra_fail(err, "loadgen: prompt %d must be >= 0 and max_tokens %d >= 1", o->n_prompt,
                           o->n_gen);
     pthread_once(&curl_once, curl_init);
     if (curl_init_rc != CURLE_OK)
@@ -278,6 +264,8 @@ int loadgen_new(const loadgen_opts *o, loadgen **out, memra_err *err)
     sb_init(&ep);
     sb_printf(&ep, "%s/v1/completions", lg->base);
     lg->endpoint = sb_take(&ep);
+    sb_printf(&ep, "%s/v1/chat/completions", lg->base);
+    lg->chat_endpoint = sb_take(&ep);
     lg->headers = curl_slist_append(lg->headers, "Content-Type: application/json");
     lg->headers = curl_slist_append(lg->headers, "Accept: text/event-stream");
     lg->headers = curl_slist_append(lg->headers, "Expect:"); /* no 100-continue round trip */
@@ -311,6 +299,7 @@ void loadgen_free(loadgen *lg)
     curl_slist_free_all(lg->headers);
     free(lg->base);
     free(lg->endpoint);
+    free(lg->chat_endpoint);
     free(lg);
 }
 
@@ -318,23 +307,46 @@ const char *loadgen_model(const loadgen *lg) { return lg->model; }
 int64_t loadgen_n_ctx(const loadgen *lg) { return lg->n_ctx; }
 int64_t loadgen_n_vocab(const loadgen *lg) { return lg->n_vocab; }
 const char *loadgen_endpoint(const loadgen *lg) { return lg->endpoint; }
+const char *loadgen_chat_endpoint(const loadgen *lg) { return lg->chat_endpoint; }
+
+int lg_post_json(loadgen *lg, const char *url, const char *body, json_t **out, memra_err *err)
+{
+    *out = NULL;
+    char errbuf[CURL_ERROR_SIZE] = "";
+    CURL *h = curl_easy_init();
+    if (!h)
+        return memra_fail(err, "%s: curl_easy_init failed", url);
+    strbuf reply;
+    sb_init(&reply);
+    common_opts(h, lg, errbuf);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_POST, 1L);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &reply);
+    CURLcode rc = curl_easy_perform(h);
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(h);
+    int ret = -1;
+    if (rc != CURLE_OK) {
+        memra_fail(err, "%s: %s%s%s%s", url, curl_easy_strerror(rc), errbuf[0] ? " (" : "",
+                   errbuf, errbuf[0] ? ")" : "");
+    } else if (status != 200) {
+        char msg[512];
+        error_of_body(sb_str(&reply), reply.len, msg, sizeof msg);
+        memra_fail(err, "%s: HTTP %ld: %s", url, status, msg);
+    } else if (!(*out = json_loadb(sb_str(&reply), reply.len, 0, NULL))) {
+        memra_fail(err, "%s: the reply is not JSON", url);
+    } else {
+        ret = 0;
+    }
+    sb_free(&reply);
+    return ret;
+}
 
 /* ---- one stream ---- */
-
-typedef struct {
-    loadgen *lg;
-    CURL *h;
-    char errbuf[CURL_ERROR_SIZE];
-    char *body;
-    sse_parser sse;
-    strbuf raw;          /* a non-200 body */
-    long status;         /* 0 until the first body bytes */
-    double t_start, t_first, t_last;
-    dvec gaps;           /* this request's ITL samples, ms */
-    long completion_tokens, prompt_tokens; /* -1: no usage seen */
-    int done;            /* data: [DONE] came */
-    char error[512];     /* the request failed: why */
-} lg_stream;
 
 static void set_error(lg_stream *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void set_error(lg_stream *st, const char *fmt, ...)
@@ -351,7 +363,7 @@ static void on_event(void *ctx, const char *event, const char *data, size_t len)
 {
     (void)event;
     lg_stream *st = ctx;
-    double t = now_ms();
+    double t = lg_now_ms();
     if (len == 6 && !memcmp(data, "[DONE]", 6)) {
         st->done = 1;
         return;
@@ -381,16 +393,22 @@ static void on_event(void *ctx, const char *event, const char *data, size_t len)
             if (st->t_first == 0)
                 st->t_first = t;
             else
-                dv_push(&st->gaps, t - st->t_last);
+                lg_dv_push(&st->gaps, t - st->t_last);
             st->t_last = t;
+            /* a multi-turn run resends it as the assistant's message */
+            sb_append(&st->reply, json_string_value(text), json_string_length(text));
         }
     }
     json_t *u = json_object_get(j, "usage");
     if (json_is_object(u)) {
         json_t *ct = json_object_get(u, "completion_tokens"),
-               *pt = json_object_get(u, "prompt_tokens");
+               *pt = json_object_get(u, "prompt_tokens"),
+               *cached = json_object_get(json_object_get(u, "prompt_tokens_details"),
+                                         "cached_tokens");
         st->completion_tokens = json_is_integer(ct) ? (long)json_integer_value(ct) : -1;
         st->prompt_tokens = json_is_integer(pt) ? (long)json_integer_value(pt) : -1;
+        /* servers without a prefix cache (or without the field) cache nothing */
+        st->cached_tokens = json_is_integer(cached) ? (long)json_integer_value(cached) : 0;
     }
     json_decref(j);
 }
@@ -410,17 +428,18 @@ static size_t on_body(char *p, size_t sz, size_t n, void *ctx)
     return len;
 }
 
-static int stream_init(lg_stream *st, loadgen *lg, memra_err *err)
+static int stream_init(lg_stream *st, loadgen *lg, int index, memra_err *err)
 {
     memset(st, 0, sizeof *st);
     st->lg = lg;
+    st->index = index;
     st->h = curl_easy_init();
     if (!st->h)
         return memra_fail(err, "libcurl: curl_easy_init failed");
     sb_init(&st->raw);
+    sb_init(&st->reply);
     sse_init(&st->sse, on_event, st, 0);
     common_opts(st->h, lg, st->errbuf);
-    curl_easy_setopt(st->h, CURLOPT_URL, lg->endpoint);
     curl_easy_setopt(st->h, CURLOPT_POST, 1L);
     curl_easy_setopt(st->h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(st->h, CURLOPT_WRITEDATA, st);
@@ -436,7 +455,168 @@ static void stream_free(lg_stream *st)
     free(st->gaps.v);
     sse_free(&st->sse);
     sb_free(&st->raw);
+    sb_free(&st->reply);
 }
+
+/* The request goes out with body (the stream's from now on) to url. */
+static int stream_start(lg_stream *st, const char *url, char *body, memra_err *err)
+{
+    free(st->body);
+    st->body = body;
+    sse_reset(&st->sse);
+    sb_clear(&st->raw);
+    sb_clear(&st->reply);
+    st->status = 0;
+    st->t_first = st->t_last = 0;
+    st->gaps.n = 0;
+    st->completion_tokens = st->prompt_tokens = -1;
+    st->cached_tokens = 0;
+    st->done = 0;
+    st->error[0] = st->errbuf[0] = '\0';
+    curl_easy_setopt(st->h, CURLOPT_URL, url);
+    curl_easy_setopt(st->h, CURLOPT_POSTFIELDS, st->body);
+    curl_easy_setopt(st->h, CURLOPT_POSTFIELDSIZE, (long)strlen(st->body));
+    st->t_start = lg_now_ms();
+    CURLMcode mc = curl_multi_add_handle(st->lg->multi, st->h);
+    if (mc != CURLM_OK)
+        return memra_fail(err, "libcurl: %s", curl_multi_strerror(mc));
+    return 0;
+}
+
+int lg_stream_finish(lg_stream *st, CURLcode rc, double t_end, loadgen_level *lv,
+                     lg_samples *ls)
+{
+    loadgen *lg = st->lg;
+    const char *url = NULL;
+    curl_easy_getinfo(st->h, CURLINFO_EFFECTIVE_URL, &url);
+    if (rc != CURLE_OK) {
+        set_error(st, "%s: %s%s%s%s", url ? url : lg->endpoint, curl_easy_strerror(rc),
+                  st->errbuf[0] ? " (" : "", st->errbuf, st->errbuf[0] ? ")" : "");
+    } else if (st->status != 200) {
+        char msg[400];
+        long status = st->status;
+        if (status == 0)
+            curl_easy_getinfo(st->h, CURLINFO_RESPONSE_CODE, &status);
+        error_of_body(sb_str(&st->raw), st->raw.len, msg, sizeof msg);
+        set_error(st, "HTTP %ld: %s", status, msg);
+    } else if (!st->done) {
+        set_error(st, "the stream ended without data: [DONE]");
+    } else if (st->completion_tokens < 0) {
+        set_error(st, "no usage in the stream (is stream_options.include_usage supported?)");
+    }
+    lv->requests++;
+    if (ls->t_first_sent == 0 || st->t_start < ls->t_first_sent)
+        ls->t_first_sent = st->t_start;
+    if (t_end > ls->t_last_end)
+        ls->t_last_end = t_end;
+    if (st->error[0]) {
+        lv->errors++;
+        if (!lv->first_error[0])
+            snprintf(lv->first_error, sizeof lv->first_error, "%s", st->error);
+        return 0;
+    }
+    lv->ok++;
+    lv->tokens_requested += (uint64_t)lg->o.n_gen;
+    lv->tokens_received += (uint64_t)st->completion_tokens;
+    if (st->prompt_tokens > 0)
+        lv->prompt_tokens += (uint64_t)st->prompt_tokens;
+    if (st->cached_tokens > 0)
+        lv->cached_tokens += (uint64_t)st->cached_tokens;
+    if (st->completion_tokens < lg->o.n_gen)
+        lv->short_requests++;
+    lg_dv_push(&ls->e2e, t_end - st->t_start);
+    if (st->t_first == 0 && st->completion_tokens > 0)
+        lv->textless_requests++; /* greedy on random weights can loop on a special token */
+    if (st->t_first > 0) {
+        lg_dv_push(&ls->ttft, st->t_first - st->t_start);
+        for (size_t i = 0; i < st->gaps.n; i++)
+            lg_dv_push(&ls->itl, st->gaps.v[i]);
+        if (st->completion_tokens > 1)
+            lg_dv_push(&ls->tpot,
+                       (st->t_last - st->t_first) / (double)(st->completion_tokens - 1));
+    }
+    return 1;
+}
+
+void lg_level_finish(loadgen_level *lv, lg_samples *ls, double duration_s)
+{
+    lv->duration_s = duration_s;
+    if (duration_s > 0) {
+        lv->requests_s = lv->ok / duration_s;
+        lv->tok_s = (double)lv->tokens_received / duration_s;
+        lv->prompt_tok_s = (double)lv->prompt_tokens / duration_s;
+    }
+    loadgen_dist_of(ls->ttft.v, ls->ttft.n, &lv->ttft_ms);
+    loadgen_dist_of(ls->itl.v, ls->itl.n, &lv->itl_ms);
+    loadgen_dist_of(ls->tpot.v, ls->tpot.n, &lv->tpot_ms);
+    loadgen_dist_of(ls->e2e.v, ls->e2e.n, &lv->e2e_ms);
+    free(ls->ttft.v);
+    free(ls->itl.v);
+    free(ls->tpot.v);
+    free(ls->e2e.v);
+    memset(ls, 0, sizeof *ls);
+}
+
+/* ---- the closed loop ---- */
+
+/* The stream's next request from the plan, sent; *more 0 when it had none. */
+static int stream_next(lg_stream *st, const lg_plan *plan, int *more, memra_err *err)
+{
+    const char *url = NULL;
+    char *body = plan->next(plan->ctx, st, &url);
+    *more = body != NULL;
+    return body ? stream_start(st, url, body, err) : 0;
+}
+
+int lg_drive(loadgen *lg, int c, const lg_plan *plan, double *t_begin, double *t_end,
+             memra_err *err)
+{
+    lg_stream *st = xcalloc((size_t)c, sizeof *st);
+    int rc = 0, n_init = 0, active = 0, more;
+    for (; n_init < c && rc == 0; n_init++)
+        rc = stream_init(&st[n_init], lg, n_init, err);
+    *t_begin = *t_end = lg_now_ms();
+    for (int i = 0; i < c && rc == 0; i++) {
+        rc = stream_next(&st[i], plan, &more, err);
+        active += more;
+    }
+    while (rc == 0 && active > 0) {
+        int still;
+        CURLMcode mc = curl_multi_perform(lg->multi, &still);
+        if (mc != CURLM_OK) {
+            rc = memra_fail(err, "libcurl: %s", curl_multi_strerror(mc));
+            break;
+        }
+        CURLMsg *msg;
+        int left;
+        while (rc == 0 && (msg = curl_multi_info_read(lg->multi, &left))) {
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            lg_stream *s;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&s);
+            CURLcode res = msg->data.result;
+            curl_multi_remove_handle(lg->multi, s->h);
+            *t_end = lg_now_ms();
+            plan->ended(plan->ctx, s, res, *t_end);
+            rc = stream_next(s, plan, &more, err);
+            active -= !more;
+        }
+        if (rc == 0 && active > 0) {
+            mc = curl_multi_poll(lg->multi, NULL, 0, 100, NULL);
+            if (mc != CURLM_OK)
+                rc = memra_fail(err, "libcurl: %s", curl_multi_strerror(mc));
+        }
+    }
+    for (int i = 0; i < n_init; i++) {
+        if (st[i].h)
+            curl_multi_remove_handle(lg->multi, st[i].h);
+        stream_free(&st[i]);
+    }
+    free(st);
+    return rc;
+}
+
+/* ---- the single-turn run ---- */
 
 /* The next request's body: a fresh prompt of n_prompt ids. */
 static char *request_body(loadgen *lg)
@@ -460,74 +640,28 @@ static char *request_body(loadgen *lg)
     return sb_take(&b);
 }
 
-static int stream_start(lg_stream *st, memra_err *err)
+typedef struct {
+    loadgen *lg;
+    int n_requests, sent;
+    loadgen_level *out;
+    lg_samples ls;
+} single_run;
+
+static char *single_next(void *ctx, lg_stream *st, const char **url)
 {
-    free(st->body);
-    st->body = request_body(st->lg);
-    sse_reset(&st->sse);
-    sb_clear(&st->raw);
-    st->status = 0;
-    st->t_first = st->t_last = 0;
-    st->gaps.n = 0;
-    st->completion_tokens = st->prompt_tokens = -1;
-    st->done = 0;
-    st->error[0] = st->errbuf[0] = '\0';
-    curl_easy_setopt(st->h, CURLOPT_POSTFIELDS, st->body);
-    curl_easy_setopt(st->h, CURLOPT_POSTFIELDSIZE, (long)strlen(st->body));
-    st->t_start = now_ms();
-    CURLMcode mc = curl_multi_add_handle(st->lg->multi, st->h);
-    if (mc != CURLM_OK)
-        return memra_fail(err, "libcurl: %s", curl_multi_strerror(mc));
-    return 0;
+    (void)st;
+    single_run *r = ctx;
+    if (r->sent == r->n_requests)
+        return NULL;
+    r->sent++;
+    *url = r->lg->endpoint;
+    return request_body(r->lg);
 }
 
-typedef struct {
-    dvec ttft, itl, tpot, e2e;
-} level_samples;
-
-/* A request ended: judge it and take its samples. */
-static void stream_finish(lg_stream *st, CURLcode rc, loadgen_level *lv, level_samples *ls)
+static void single_ended(void *ctx, lg_stream *st, CURLcode rc, double t_end)
 {
-    double t_end = now_ms();
-    loadgen *lg = st->lg;
-    if (rc != CURLE_OK) {
-        set_error(st, "%s: %s%s%s%s", lg->endpoint, curl_easy_strerror(rc),
-                  st->errbuf[0] ? " (" : "", st->errbuf, st->errbuf[0] ? ")" : "");
-    } else if (st->status != 200) {
-        char msg[400];
-        long status = st->status;
-        if (status == 0)
-            curl_easy_getinfo(st->h, CURLINFO_RESPONSE_CODE, &status);
-        error_of_body(sb_str(&st->raw), st->raw.len, msg, sizeof msg);
-        set_error(st, "HTTP %ld: %s", status, msg);
-    } else if (!st->done) {
-        set_error(st, "the stream ended without data: [DONE]");
-    } else if (st->completion_tokens < 0) {
-        set_error(st, "no usage in the stream (is stream_options.include_usage supported?)");
-    }
-    if (st->error[0]) {
-        lv->errors++;
-        if (!lv->first_error[0])
-            snprintf(lv->first_error, sizeof lv->first_error, "%s", st->error);
-        return;
-    }
-    lv->ok++;
-    lv->tokens_requested += (uint64_t)lg->o.n_gen;
-    lv->tokens_received += (uint64_t)st->completion_tokens;
-    if (st->prompt_tokens > 0)
-        lv->prompt_tokens += (uint64_t)st->prompt_tokens;
-    if (st->completion_tokens < lg->o.n_gen)
-        lv->short_requests++;
-    dv_push(&ls->e2e, t_end - st->t_start);
-    if (st->t_first == 0 && st->completion_tokens > 0)
-        lv->textless_requests++; /* greedy on random weights can loop on a special token */
-    if (st->t_first > 0) {
-        dv_push(&ls->ttft, st->t_first - st->t_start);
-        for (size_t i = 0; i < st->gaps.n; i++)
-            dv_push(&ls->itl, st->gaps.v[i]);
-        if (st->completion_tokens > 1)
-            dv_push(&ls->tpot, (st->t_last - st->t_first) / (double)(st->completion_tokens - 1));
-    }
+    single_run *r = ctx;
+    lg_stream_finish(st, rc, t_end, r->out, &r->ls);
 }
 
 int loadgen_run(loadgen *lg, int c, int n_requests, loadgen_level *out, memra_err *err)
@@ -536,65 +670,14 @@ int loadgen_run(loadgen *lg, int c, int n_requests, loadgen_level *out, memra_er
     out->concurrency = c;
     if (c < 1 || n_requests < c)
         return memra_fail(err, "loadgen: %d requests at concurrency %d", n_requests, c);
-    lg_stream *st = xcalloc((size_t)c, sizeof *st);
-    level_samples ls = {0};
-    int rc = 0, n_init = 0, active = 0;
-    for (; n_init < c && rc == 0; n_init++)
-        rc = stream_init(&st[n_init], lg, err);
-    double t_begin = now_ms(), t_end = t_begin;
-    for (int i = 0; i < c && rc == 0; i++, active++) {
-        rc = stream_start(&st[i], err);
-        out->requests++;
-    }
-    while (rc == 0 && active > 0) {
-        int still;
-        CURLMcode mc = curl_multi_perform(lg->multi, &still);
-        if (mc != CURLM_OK) {
-            rc = memra_fail(err, "libcurl: %s", curl_multi_strerror(mc));
-            break;
-        }
-        CURLMsg *msg;
-        int left;
-        while (rc == 0 && (msg = curl_multi_info_read(lg->multi, &left))) {
-            if (msg->msg != CURLMSG_DONE)
-                continue;
-            lg_stream *s;
-            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&s);
-            CURLcode res = msg->data.result;
-            curl_multi_remove_handle(lg->multi, s->h);
-            stream_finish(s, res, out, &ls);
-            t_end = now_ms();
-            if (out->requests < n_requests) {
-                rc = stream_start(s, err);
-                out->requests++;
-            } else {
-                active--;
-            }
-        }
-        if (rc == 0 && active > 0) {
-            mc = curl_multi_poll(lg->multi, NULL, 0, 100, NULL);
-            if (mc != CURLM_OK)
-                rc = memra_fail(err, "libcurl: %s", curl_multi_strerror(mc));
-        }
-    }
-    for (int i = 0; i < n_init; i++) {
-        if (st[i].h)
-            curl_multi_remove_handle(lg->multi, st[i].h);
-        stream_free(&st[i]);
-    }
-    free(st);
-    out->duration_s = (t_end - t_begin) / 1e3;
-    if (out->duration_s > 0) {
-        out->requests_s = out->ok / out->duration_s;
-        out->tok_s = (double)out->tokens_received / out->duration_s;
-    }
-    loadgen_dist_of(ls.ttft.v, ls.ttft.n, &out->ttft_ms);
-    loadgen_dist_of(ls.itl.v, ls.itl.n, &out->itl_ms);
-    loadgen_dist_of(ls.tpot.v, ls.tpot.n, &out->tpot_ms);
-    loadgen_dist_of(ls.e2e.v, ls.e2e.n, &out->e2e_ms);
-    free(ls.ttft.v);
-    free(ls.itl.v);
-    free(ls.tpot.v);
-    free(ls.e2e.v);
+    if (lg->o.n_prompt < 1)
+        return memra_fail(err, "loadgen: no prompt length for single-turn requests");
+    single_run r = {.lg = lg, .n_requests = n_requests, .out = out};
+    lg_plan plan = {single_next, single_ended, &r};
+    double t_begin, t_end;
+    int rc = lg_drive(lg, c, &plan, &t_begin, &t_end, err);
+    /* requests sent but not ended (the client failed) count as sent */
+    out->requests = r.sent;
+    lg_level_finish(out, &r.ls, (t_end - t_begin) / 1e3);
     return rc;
 }

@@ -3,7 +3,9 @@
 # agreeing with what the client says it got, errors counted (429s from a
 # server with no room), bench-compare.jq on two server runs, and bad input
 # (bad URL, server down, wrong key, unknown model, a prompt over the
-# context). No speed is asserted.
+# context); the multi-turn mode against servers with the prefix cache on
+# and off (cached tokens on turns 2+ with it, none without). No speed is
+# asserted.
 source tests/integration/serve_common.bash
 TINY=models/memra-tiny.gguf
 KEY=sk-bench-1
@@ -50,6 +52,57 @@ expect_error "unknown model: the served ones named" 1 "model 'nope' is not serve
 expect_error "prompt + n over the context" 1 "prompt 500 \\+ 100 generated tokens = 600 do not fit its context of 512" \
   memra-bench --server "$URL" --api-key "$KEY" -c 1 -n 100 -p 500 -r 1
 stop_server "$PID" >/dev/null
+
+# Multi-turn (--turns): 2 clients x 3 turns over a shared ~200-token system
+# prompt, against a server with the prefix cache on and one with it off.
+start_server turns_on -m "chat=$TINY" -t 1
+ON=$URL ON_PID=$PID
+start_server turns_off -m "chat=$TINY" -t 1 --prefix-cache off
+OFF=$URL OFF_PID=$PID
+[ -n "$ON" ] && [ -n "$OFF" ] && pass "servers with the prefix cache on and off start" || fail "servers start"
+mt() { memra-bench --server "$1" --turns 3 --system-tokens 200 --turn-tokens 16 -c 2 -n 8 "${@:2}"; }
+mt "$ON" --json >"$T/mt_on.json" 2>"$T/mt_on.err"
+mt "$OFF" --json >"$T/mt_off.json" 2>"$T/mt_off.err"
+check "multi-turn: exit 0, well-formed JSON on stdout, nothing on stderr" bash -c "
+  jq -e '.program == \"memra-bench\" and .mode == \"server\"' '$T/mt_on.json' >/dev/null && [ ! -s '$T/mt_on.err' ] &&
+  jq -e '.mode == \"server\"' '$T/mt_off.json' >/dev/null && [ ! -s '$T/mt_off.err' ]"
+check "multi-turn: the run's shape (chat endpoint, filler sized by calibration)" \
+  jq -e '(.server.endpoint | endswith("/v1/chat/completions")) and .n_gen == 8 and .multiturn.turns == 3 and .multiturn.conversations_per_client == 1 and .multiturn.system_tokens == 200 and .multiturn.turn_tokens == 16 and .multiturn.tokens_per_word > 0 and .multiturn.system_words > .multiturn.turn_words' "$T/mt_on.json"
+for f in mt_on mt_off; do
+  check "multi-turn ($f): one level, 2 conversations x 3 turns, a row per turn, none failed" \
+    jq -e '[.levels[] | [.concurrency, .conversations, .requests, .ok, .errors, (.per_turn | map([.turn, .requests, .ok, .errors]))]] == [[2, 2, 6, 6, 0, [[1,2,2,0],[2,2,2,0],[3,2,2,0]]]]' "$T/$f.json"
+  check "multi-turn ($f): tokens as asked; all = the sum of the turns; prompts grow by turn" \
+    jq -e '.levels[0] as $l | $l.tokens_received == 48 and ($l.per_turn | all(.tokens_received == 16)) and $l.prompt_tokens == ($l.per_turn | map(.prompt_tokens) | add) and $l.cached_tokens == ($l.per_turn | map(.cached_tokens) | add) and ($l.per_turn | .[0].prompt_tokens < .[1].prompt_tokens and .[1].prompt_tokens < .[2].prompt_tokens) and $l.prompt_tok_s > 0 and $l.tok_s > 0 and $l.ttft_ms.n == 6 and ($l.per_turn | all(.ttft_ms.n == 2 and .ttft_ms.min <= .ttft_ms.p50 and .ttft_ms.p50 <= .ttft_ms.p99 and .ttft_ms.mean > 0))' "$T/$f.json"
+done
+check "multi-turn: the system prompt is about 200 tokens (turn 1: it, 16 user tokens, the template)" \
+  jq -e '.levels[0].per_turn[0].prompt_tokens / 2 | . >= 200 and . <= 280' "$T/mt_on.json"
+check "multi-turn: the same first turns sent to both servers" \
+  bash -c "[ \"\$(jq '.levels[0].per_turn[0].prompt_tokens' '$T/mt_on.json')\" = \"\$(jq '.levels[0].per_turn[0].prompt_tokens' '$T/mt_off.json')\" ]"
+check "cache on: turns 2 and 3 report cached tokens, in whole 64-token chunks, less than their prompts" \
+  jq -e '.levels[0].per_turn[1:] | all(.cached_tokens > 0 and .cached_tokens % 64 == 0 and .cached_tokens < .prompt_tokens)' "$T/mt_on.json"
+check "cache on: the server's hit counter is the cached tokens the client read" bash -c "
+  hit=\$(curl -sS -m 5 $ON/metrics | sed -n 's/^memra_prefix_cache_hit_tokens_total{model=\"chat\"} //p')
+  [ \"\$hit\" = \"\$(jq '.levels[0].cached_tokens' '$T/mt_on.json')\" ]"
+check "cache off: no turn reports cached tokens" \
+  jq -e '.levels[0].cached_tokens == 0 and (.levels[0].per_turn | all(.cached_tokens == 0))' "$T/mt_off.json"
+mt "$ON" -r 1 >"$T/mt.txt"
+check "multi-turn: the table, a row per turn and one for all" bash -c "
+  grep -Eq '^prompts +a shared system prompt of [0-9]+ words \\(~200 tokens\\)' '$T/mt.txt' && grep -Eq '^c=2: 2 conversations, 6 requests' '$T/mt.txt' &&
+  grep -Eq '^\\| turn \\| requests \\|' '$T/mt.txt' && grep -Eq '^\\|    3 \\|        2 \\|      0 \\|' '$T/mt.txt' && grep -Eq '^\\|  all \\|        6 \\|      0 \\|' '$T/mt.txt'"
+jq -s -r -f scripts/bench-compare.jq "$T/mt_off.json" "$T/mt_on.json" >"$T/mtcmp.txt"
+check "bench-compare: cache off against on, prompt tok/s and TTFT per turn" bash -c "
+  grep -Eq '^\\| server c=2 prompt tok/s \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+x \\|' '$T/mtcmp.txt' &&
+  grep -Eq '^\\| server c=2 cached tokens \\| 0 \\| [1-9][0-9]* \\| - \\|' '$T/mtcmp.txt' &&
+  grep -Eq '^\\| server c=2 turn 3 TTFT p50 ms \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+x \\|' '$T/mtcmp.txt'"
+expect_error "bench-compare: multi-turn against single-turn" 5 "one run is server, the other multi-turn server" \
+  jq -s -r -f scripts/bench-compare.jq "$T/s.json" "$T/mt_on.json"
+expect_error "a prompt that outgrows the context by the last turn" 1 "--turns 40: the last turn's prompt \\(about [0-9]+ tokens\\) \\+ 8 generated do not fit the context of 512" \
+  memra-bench --server "$ON" --turns 40 --system-tokens 200 -n 8 -c 1
+stop_server "$ON_PID" >/dev/null
+stop_server "$OFF_PID" >/dev/null
+expect_error "--system-tokens without --turns" 2 "--system-tokens goes with --turns" memra-bench --server "$ON" --system-tokens 100
+expect_error "-p with --turns" 2 "-p: with --turns the prompts are sized by" memra-bench --server "$ON" --turns 2 -p 16
+expect_error "--turns without --server" 2 "--turns goes with --server" memra-bench "$TINY" --turns 2
 
 # A server with room for one request and no queue: at c=3 the others are
 # refused (429), counted as errors, and the run fails after reporting.

@@ -11,6 +11,8 @@
 #include "core/mapfile.h"
 #include "bench/membw.h"
 #include "bench/bench.h"
+#include "bench/convo.h"
+#include <jansson.h>
 #include "engine/engine.h"
 #include "model/checkpoint.h"
 #include "core/utf8.h"
@@ -245,7 +247,65 @@ static void test_membw_host_ceiling(void)
     unsetenv("MEMRA_CACHE");
 }
 
-TEST_MAIN(TEST_CASE(test_stats), TEST_CASE(test_repeat), TEST_CASE(test_mixed_text),
+/* The multi-turn filler: the same bytes for the same seed, stream and
+ * length, n words in sentences, another stream another text, and a
+ * conversation's bodies resending the whole history. */
+static void test_convo(void)
+{
+    char *a = convo_filler(7, 1, 50), *b = convo_filler(7, 1, 50), *c = convo_filler(7, 2, 50);
+    char *e = convo_filler(7, 1, 0);
+    CHECK(!strcmp(a, b) && strcmp(a, c) && !strcmp(e, ""));
+    size_t spaces = 0;
+    for (const char *p = a; *p; p++)
+        spaces += *p == ' ';
+    CHECK(spaces == 49 && a[0] >= 'A' && a[0] <= 'Z' && a[strlen(a) - 1] == '.');
+    CHECK(utf8_valid(a, strlen(a)));
+    free(a);
+    free(b);
+    free(c);
+    free(e);
+
+    convo *cv = convo_new("You are terse.", 7, 3, 10);
+    CHECK(convo_turns(cv) == 0);
+    char *b1 = convo_next_body(cv, "chat", 8);
+    convo_reply(cv, "first reply", 11);
+    char *b2 = convo_next_body(cv, "chat", 8);
+    CHECK(convo_turns(cv) == 2);
+    json_t *j1 = json_loads(b1, 0, NULL), *j2 = json_loads(b2, 0, NULL);
+    CHECK(j1 && j2);
+    json_t *m1 = json_object_get(j1, "messages"), *m2 = json_object_get(j2, "messages");
+    CHECK(json_array_size(m1) == 2 && json_array_size(m2) == 4);
+    /* turn 2 resends turn 1's messages, then the reply, then a new message */
+    CHECK(json_equal(json_array_get(m1, 0), json_array_get(m2, 0)) &&
+          json_equal(json_array_get(m1, 1), json_array_get(m2, 1)));
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(m2, 0), "content")),
+                  "You are terse."));
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(m2, 2), "role")),
+                  "assistant") &&
+          !strcmp(json_string_value(json_object_get(json_array_get(m2, 2), "content")),
+                  "first reply"));
+    const char *u1 = json_string_value(json_object_get(json_array_get(m1, 1), "content")),
+               *u2 = json_string_value(json_object_get(json_array_get(m2, 3), "content"));
+    CHECK(u1 && u2 && strcmp(u1, u2));
+    CHECK(json_integer_value(json_object_get(j2, "max_tokens")) == 8 &&
+          json_is_true(json_object_get(j2, "stream")) &&
+          json_is_true(json_object_get(json_object_get(j2, "stream_options"), "include_usage")) &&
+          json_integer_value(json_object_get(j2, "temperature")) == 0 &&
+          !strcmp(json_string_value(json_object_get(j2, "model")), "chat"));
+    /* the same conversation again: the same bytes */
+    convo *again = convo_new("You are terse.", 7, 3, 10);
+    char *a1 = convo_next_body(again, "chat", 8);
+    CHECK(!strcmp(a1, b1));
+    json_decref(j1);
+    json_decref(j2);
+    free(b1);
+    free(b2);
+    free(a1);
+    convo_free(cv);
+    convo_free(again);
+}
+
+TEST_MAIN(TEST_CASE(test_stats), TEST_CASE(test_convo), TEST_CASE(test_repeat), TEST_CASE(test_mixed_text),
           TEST_CASE(test_engine_measurements), TEST_CASE(test_tokenize_measurement),
           TEST_CASE(test_membw_probe), TEST_CASE(test_membw_cache),
           TEST_CASE(test_membw_host_ceiling))
