@@ -3,11 +3,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/check.h"
 #include "core/rng.h"
 #include "core/strbuf.h"
 #include "engine/sampler.h"
+#include "grammar/gram_maskpool.h"
 
 double bench_now_ms(void)
 {
@@ -77,11 +79,16 @@ int bench_repeat(bench_rep_fn fn, void *ctx, int warmup, int reps, bench_stats *
 
 static const gram_grammar *c_grammar;
 static const gram_vocab *c_vocab;
+static gram_maskpool *c_pool; /* a batch's masks on worker threads, as memra-serve's */
 
 void bench_constrain(const gram_grammar *g, const gram_vocab *v)
 {
     c_grammar = g && v ? g : NULL;
     c_vocab = g && v ? v : NULL;
+    if (c_grammar && !c_pool) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        c_pool = gram_maskpool_new(n > 16 ? 16 : n > 0 ? (int)n : 1);
+    }
 }
 
 /* One sequence's grammar: its matcher and its mask's words. */
@@ -130,6 +137,32 @@ static int grammar_before(seq_grammar *g, sampler *s, memra_err *err)
                                    "vocabulary");
     }
     sampler_set_mask(s, g->mask, gram_vocab_size(c_vocab));
+    return 0;
+}
+
+/* Before a batched step: every sequence's mask, computed together on the
+ * pool's threads (those whose grammar finished start over, serially). */
+static int grammars_before_all(seq_grammar *g, sampler *const *smp, int n, memra_err *err)
+{
+    gram_state *st[256];
+    uint32_t *mk[256];
+    int cnt[256];
+    for (int k0 = 0; k0 < n; k0 += 256) {
+        int m = n - k0 < 256 ? n - k0 : 256;
+        for (int k = 0; k < m; k++) {
+            st[k] = g[k0 + k].st;
+            mk[k] = g[k0 + k].mask;
+        }
+        gram_maskpool_masks(c_pool, st, c_vocab, mk, cnt, m);
+        for (int k = 0; k < m; k++) {
+            if (cnt[k] == 0) {
+                if (grammar_before(&g[k0 + k], smp[k0 + k], err) != 0)
+                    return -1;
+                continue;
+            }
+            sampler_set_mask(smp[k0 + k], g[k0 + k].mask, gram_vocab_size(c_vocab));
+        }
+    }
     return 0;
 }
 
@@ -287,9 +320,8 @@ static int decode_batch_rep(void *ctx, double *ms, memra_err *err)
     grammars_restart(r->gram, r->b);
     double t0 = bench_now_ms();
     for (int i = 0; i < r->n_gen; i++) {
-        for (int k = 0; r->gram && k < r->b; k++)
-            if (grammar_before(&r->gram[k], r->smp[k], err) != 0)
-                return -1;
+        if (r->gram && grammars_before_all(r->gram, r->smp, r->b, err) != 0)
+            return -1;
         if (engine_forward_batch_sample(r->e, r->seqs, r->toks, r->b, r->smp, r->toks,
                                         r->row_errs, err) != 0)
             return -1;

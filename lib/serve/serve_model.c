@@ -12,6 +12,7 @@
 #include "engine/sampler.h"
 #include "model/checkpoint.h"
 #include "model/chat_source.h"
+#include "grammar/gram_maskpool.h"
 #include "tok/detok.h"
 
 #define KV_BLOCK_SIZE 16
@@ -25,6 +26,7 @@ typedef struct {
     int32_t host_in;  /* the token a host-path slot runs next (host_pending) */
     gram_state *gst;  /* the request's grammar, advanced token by token (req->grammar) */
     int lazy;         /* gst is req->lazy_grammar's, started at its trigger */
+    uint32_t *gmask;  /* [gram_mask_words] this slot's mask of the step (batched masks) */
     char ltail[48];   /* the last bytes generated, where the trigger is looked for */
     size_t n_ltail;
     int host_pending;
@@ -92,6 +94,11 @@ struct serve_model {
     float *logits, *raw;  /* [n_vocab] each: the host path (logprobs) */
     gram_vocab *gvocab;   /* the tokenizer's pieces as a trie, made at the first grammar */
     uint32_t *gmask;      /* [gram_mask_words] the allowed tokens of one step */
+    gram_maskpool *gpool;     /* the batch's masks computed on worker threads */
+    gram_state **gstates; /* [max_sessions] scratch for gram_maskpool_masks */
+    uint32_t **gmasks;
+    int *gcounts;
+    serve_slot **gslots;
 };
 
 /* ---- scheduling ------------------------------------------------------- */
@@ -552,6 +559,46 @@ static int prefix_follow(serve_model *m, int i)
     return 0;
 }
 
+/* The masks of the batch's grammar slots, computed together on the mask
+ * pool's threads and set on their samplers; a slot whose grammar allows no
+ * token ends with that error and leaves the batch. Returns the batch's new
+ * size. */
+static int batch_grammar_masks(serve_model *m, int n)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        serve_slot *s = m->batch[i];
+        if (!s->gst)
+            continue;
+        if (!s->gmask)
+            s->gmask = xmalloc(gram_mask_words(m->gvocab) * sizeof *s->gmask);
+        m->gslots[k] = s;
+        m->gstates[k] = s->gst;
+        m->gmasks[k] = s->gmask;
+        k++;
+    }
+    if (k == 0)
+        return n;
+    gram_maskpool_masks(m->gpool, m->gstates, m->gvocab, m->gmasks, m->gcounts, k);
+    for (int j = 0; j < k; j++) {
+        serve_slot *s = m->gslots[j];
+        if (m->gcounts[j] == 0) {
+            memra_fail(&s->next_err, "response_format: no token can continue the output (the "
+                                     "schema admits nothing the vocabulary can write)");
+            slot_end(m, s, SERVE_FINISH_ERROR, s->next_err.msg);
+        } else {
+            sampler_set_mask(s->smp, s->gmask, gram_vocab_size(m->gvocab));
+        }
+    }
+    int w = 0;
+    for (int i = 0; i < n; i++)
+        if (m->batch[i]->req) {
+            m->ids[w] = m->ids[i];
+            m->batch[w++] = m->batch[i];
+        }
+    return w;
+}
+
 static void tick(serve_model *m)
 {
     double now = serve_now();
@@ -621,13 +668,12 @@ static void tick(serve_model *m)
             s->host_in = id;
             s->host_pending = 1;
             n_host++;
-        } else if (s->gst && slot_grammar_mask(m, s) != 0) {
-            slot_end(m, s, SERVE_FINISH_ERROR, s->next_err.msg);
-        } else {
+            } else {
             m->ids[n] = id;
             m->batch[n++] = s;
         }
     }
+    n = batch_grammar_masks(m, n);
     if (n > 0) {
         decode_step(m, m->batch, m->ids, n, m->rc, m->errs);
         for (int i = 0; i < n; i++) {
@@ -881,6 +927,12 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
     m->smps = xmalloc((size_t)m->max_sessions * sizeof *m->smps);
     m->next_ids = xmalloc((size_t)m->max_sessions * sizeof *m->next_ids);
     m->rc = xmalloc((size_t)m->max_sessions * sizeof *m->rc);
+    /* a batch's masks on up to 16 threads (the engine's own between steps) */
+    m->gpool = gram_maskpool_new(o->n_threads > 16 ? 16 : o->n_threads > 0 ? o->n_threads : 1);
+    m->gstates = xmalloc((size_t)m->max_sessions * sizeof *m->gstates);
+    m->gmasks = xmalloc((size_t)m->max_sessions * sizeof *m->gmasks);
+    m->gcounts = xmalloc((size_t)m->max_sessions * sizeof *m->gcounts);
+    m->gslots = xmalloc((size_t)m->max_sessions * sizeof *m->gslots);
     m->errs = xmalloc((size_t)m->max_sessions * sizeof *m->errs);
     m->logits = xmalloc((size_t)m->n_vocab * sizeof *m->logits);
     m->raw = xmalloc((size_t)m->n_vocab * sizeof *m->raw);
@@ -918,6 +970,7 @@ void serve_model_free(serve_model *m)
         if (m->slots[i].seq)
             engine_seq_free(m->slots[i].seq);
         sb_free(&m->slots[i].piece);
+        free(m->slots[i].gmask);
         sb_free(&m->slots[i].lp_bytes);
     }
     free(m->slots);
@@ -929,6 +982,11 @@ void serve_model_free(serve_model *m)
     free(m->rc);
     free(m->errs);
     free(m->logits);
+    gram_maskpool_free(m->gpool);
+    free(m->gstates);
+    free(m->gmasks);
+    free(m->gcounts);
+    free(m->gslots);
     gram_vocab_free(m->gvocab);
     free(m->gmask);
     free(m->raw);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/gram_maskpool.h"
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
 #include "test.h"
@@ -838,7 +839,61 @@ static void test_masks_cached_equal_walked(void)
     gram_vocab_free(v2);
 }
 
-TEST_MAIN(TEST_CASE(test_gbnf_literals_and_alternatives), TEST_CASE(test_gbnf_rules_groups_multiline),
+/* The mask pool gives each state the mask gram_mask gives it alone, for
+ * states at different places in a grammar, on 4 threads and on 1. */
+static void test_mask_pool_equals_serial(void)
+{
+    enum { N = 3000, S = 24 };
+    static char buf[N][5];
+    gram_vocab *v = random_vocab(N, 0xabcdefull, buf);
+    memra_err err = {{0}};
+    const char *schema = "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"string\"},"
+                         "{\"type\":\"integer\"}]}}";
+    gram_grammar *g = jsch_compile_text(schema, strlen(schema), &err);
+    CHECK_MSG(g != NULL, "%s", err.msg);
+    if (!g || !v) {
+        gram_free(g);
+        gram_vocab_free(v);
+        return;
+    }
+    static const char *const prefixes[] = {"", "[", "[\"", "[1", "[\"ab", "[12,", "[\"x\",\"", "[3,\"q"};
+    size_t words = gram_mask_words(v);
+    gram_state *st[S];
+    uint32_t *mk[S], *want = malloc(words * 4);
+    int cnt[S];
+    for (int i = 0; i < S; i++) {
+        st[i] = gram_state_new(g);
+        const char *p = prefixes[i % 8];
+        CHECK(gram_accept_bytes(st[i], p, strlen(p), NULL) == 0);
+        mk[i] = malloc(words * 4);
+    }
+    for (int threads = 1; threads <= 4; threads += 3) {
+        gram_maskpool *pool = gram_maskpool_new(threads);
+        CHECK(pool != NULL);
+        for (int round = 0; round < 3; round++) {
+            memset(cnt, 0xff, sizeof cnt);
+            gram_maskpool_masks(pool, st, v, mk, cnt, S);
+            int bad = 0;
+            for (int i = 0; i < S; i++) {
+                gram_state *alone = gram_state_clone(st[i]);
+                int n = gram_mask(alone, v, want);
+                bad += n != cnt[i] || memcmp(want, mk[i], words * 4) != 0;
+                gram_state_free(alone);
+            }
+            CHECK_MSG(bad == 0, "%d threads, round %d: %d masks differ", threads, round, bad);
+        }
+        gram_maskpool_free(pool);
+    }
+    for (int i = 0; i < S; i++) {
+        gram_state_free(st[i]);
+        free(mk[i]);
+    }
+    free(want);
+    gram_free(g);
+    gram_vocab_free(v);
+}
+
+TEST_MAIN(TEST_CASE(test_mask_pool_equals_serial), TEST_CASE(test_gbnf_literals_and_alternatives), TEST_CASE(test_gbnf_rules_groups_multiline),
           TEST_CASE(test_gbnf_classes), TEST_CASE(test_gbnf_repetition),
           TEST_CASE(test_gbnf_errors), TEST_CASE(test_matcher_state),
           TEST_CASE(test_schema_primitives), TEST_CASE(test_schema_formats),
