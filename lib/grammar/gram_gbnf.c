@@ -480,7 +480,14 @@ gram_grammar *gram_parse_gbnf(const char *text, size_t len, memra_err *err)
             goto fail;
         }
     }
-    return gb_finish(&p.b, err);
+    gram_grammar *g = gb_finish(&p.b, err);
+    if (g) {
+        uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)len;
+        for (size_t i = 0; i < len; i++)
+            h = (h ^ (unsigned char)text[i]) * 0x100000001b3ull;
+        g->fingerprint = h | 1;
+    }
+    return g;
 fail:
     gb_free(&p.b);
     return NULL;

@@ -45,6 +45,9 @@ struct gram_grammar {
     uint32_t n_rules;
     uint32_t root;
     char **names;
+    /* Of the GBNF text it was parsed from: grammars of the same text (every
+     * request with one schema) share the process-wide mask cache. */
+    uint64_t fingerprint;
 };
 
 /* The builder: rules as lists of alternatives of element sequences, with

@@ -14,6 +14,7 @@
  * expensive ones out. The cache holds a few entries, least recently used
  * out first, and lives in the state (a state belongs to one thread), so it
  * needs no lock. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,31 +140,10 @@ static uint32_t build_key(gram_mask_cache *c, const gram_state *s, uint64_t *has
     return len;
 }
 
-int gram_mask(const gram_state *s, const gram_vocab *v, uint32_t *mask_bits)
+/* Keep a mask in the state's cache (the least recently used entry goes). */
+static void put(gram_mask_cache *c, const uint32_t *key, uint32_t len, uint64_t h,
+                uint64_t serial, const uint32_t *mask, size_t words, int allowed)
 {
-    gram_mask_cache *c = s->cache;
-    size_t words = gram_mask_words(v);
-    if (s->finished || !c || !c->cap)
-        return gram_mask_walk(s, v, mask_bits, NULL);
-    uint64_t h = 0, serial = gram_vocab_serial(v);
-    uint32_t len = build_key(c, s, &h);
-    c->clock++;
-    if (len)
-        for (int i = 0; i < c->n; i++) {
-            cache_entry *e = &c->e[i];
-            if (e->hash == h && e->vocab_serial == serial && e->key_len == len &&
-                memcmp(e->key, c->key, len * sizeof *c->key) == 0) {
-                memcpy(mask_bits, e->mask, words * sizeof *mask_bits);
-                e->used = c->clock;
-                c->hits++;
-                return e->allowed;
-            }
-        }
-    c->misses++;
-    uint64_t visits = 0;
-    int allowed = gram_mask_walk(s, v, mask_bits, &visits);
-    if (!len || visits < CACHE_MIN_VISITS)
-        return allowed;
     cache_entry *e = &c->e[0];
     if (c->n < c->cap) {
         e = &c->e[c->n++];
@@ -182,13 +162,108 @@ int gram_mask(const gram_state *s, const gram_vocab *v, uint32_t *mask_bits)
         e->key = xmalloc(len * sizeof *e->key);
         e->key_cap = len;
     }
-    memcpy(e->key, c->key, len * sizeof *c->key);
-    memcpy(e->mask, mask_bits, words * sizeof *mask_bits);
+    memcpy(e->key, key, len * sizeof *key);
+    memcpy(e->mask, mask, words * sizeof *mask);
     e->key_len = len;
     e->hash = h;
     e->vocab_serial = serial;
     e->allowed = allowed;
     e->used = c->clock;
+}
+
+/* ---- the process-wide cache ----
+ *
+ * Many sequences decode under grammars of one text at once (a batch of
+ * requests with one schema, n choices, memra-bench's rows) and meet the
+ * same states: the first token of a string value, say, whose mask is a
+ * walk of the whole trie. A state's own cache helps that state only; this
+ * one, keyed also by the grammar text's fingerprint, lets every sequence
+ * reuse a mask any of them walked. It is bounded (SHARED_ENTRIES masks,
+ * least recently used out first) and locked: a lookup is a key compare
+ * and a copy under the lock, against a walk of milliseconds. */
+#define SHARED_ENTRIES 256
+
+typedef struct {
+    cache_entry e;
+    uint64_t fingerprint;
+} shared_entry;
+
+static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
+static shared_entry shared[SHARED_ENTRIES];
+static int shared_n;
+static uint64_t shared_clock;
+
+static int shared_get(uint64_t fp, uint64_t h, uint64_t serial, const uint32_t *key,
+                      uint32_t len, uint32_t *mask, size_t words, int *allowed)
+{
+    int hit = 0;
+    pthread_mutex_lock(&shared_mu);
+    for (int i = 0; i < shared_n && !hit; i++) {
+        cache_entry *e = &shared[i].e;
+        if (shared[i].fingerprint == fp && e->hash == h && e->vocab_serial == serial &&
+            e->key_len == len && e->mask_words == words &&
+            memcmp(e->key, key, len * sizeof *key) == 0) {
+            memcpy(mask, e->mask, words * sizeof *mask);
+            *allowed = e->allowed;
+            e->used = ++shared_clock;
+            hit = 1;
+        }
+    }
+    pthread_mutex_unlock(&shared_mu);
+    return hit;
+}
+
+static void shared_put(uint64_t fp, uint64_t h, uint64_t serial, const uint32_t *key,
+                       uint32_t len, const uint32_t *mask, size_t words, int allowed)
+{
+    pthread_mutex_lock(&shared_mu);
+    shared_entry *se = &shared[0];
+    if (shared_n < SHARED_ENTRIES) {
+        se = &shared[shared_n++];
+    } else {
+        for (int i = 1; i < shared_n; i++)
+            if (shared[i].e.used < se->e.used)
+                se = &shared[i];
+    }
+    gram_mask_cache one = {.cap = 1, .n = 0, .e = &se->e, .clock = ++shared_clock};
+    put(&one, key, len, h, serial, mask, words, allowed);
+    se->fingerprint = fp;
+    pthread_mutex_unlock(&shared_mu);
+}
+
+int gram_mask(const gram_state *s, const gram_vocab *v, uint32_t *mask_bits)
+{
+    gram_mask_cache *c = s->cache;
+    size_t words = gram_mask_words(v);
+    if (s->finished || !c || !c->cap)
+        return gram_mask_walk(s, v, mask_bits, NULL);
+    uint64_t h = 0, serial = gram_vocab_serial(v);
+    uint32_t len = build_key(c, s, &h);
+    int allowed_shared = 0;
+    c->clock++;
+    if (len)
+        for (int i = 0; i < c->n; i++) {
+            cache_entry *e = &c->e[i];
+            if (e->hash == h && e->vocab_serial == serial && e->key_len == len &&
+                memcmp(e->key, c->key, len * sizeof *c->key) == 0) {
+                memcpy(mask_bits, e->mask, words * sizeof *mask_bits);
+                e->used = c->clock;
+                c->hits++;
+                return e->allowed;
+            }
+        }
+    c->misses++;
+    uint64_t fp = s->pool.g->fingerprint;
+    if (len && shared_get(fp, h, serial, c->key, len, mask_bits, words, &allowed_shared)) {
+        put(c, c->key, len, h, serial, mask_bits, words, allowed_shared);
+        return allowed_shared;
+    }
+    uint64_t visits = 0;
+    int allowed = gram_mask_walk(s, v, mask_bits, &visits);
+    if (!len || visits < CACHE_MIN_VISITS)
+        return allowed;
+    put(c, c->key, len, h, serial, mask_bits, words, allowed);
+    shared_put(fp, h, serial, c->key, len, mask_bits, words, allowed);
     return allowed;
 }
 
