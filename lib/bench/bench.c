@@ -306,27 +306,6 @@ typedef struct {
     seq_grammar *gram;   /* [b]: the constraint (bench_constrain), or NULL */
 } batch_run;
 
-/* After a batched step: every grammar takes its sequence's token, together
- * on the mask pool (a refusal, which the mask makes impossible, fails the
- * row with the first sequence's error). */
-static void after_task(void *ctx, int k)
-{
-    batch_run *r = ctx;
-    if (grammar_after(&r->gram[k], r->toks[k], &r->row_errs[k]) != 0)
-        r->toks[k] = -1;
-}
-
-static int grammars_after_all(batch_run *r, memra_err *err)
-{
-    gram_maskpool_run(c_pool, after_task, r, r->b);
-    for (int k = 0; k < r->b; k++)
-        if (r->toks[k] < 0) {
-            *err = r->row_errs[k];
-            return -1;
-        }
-    return 0;
-}
-
 /* Every step samples each sequence's token greedily (on the device where
  * the backend samples, as memra-serve's batched steps do) and feeds it
  * to the next step. */
@@ -350,8 +329,9 @@ static int decode_batch_rep(void *ctx, double *ms, memra_err *err)
             if (r->toks[k] < 0)
                 return memra_fail(err, "bench: step %d, sequence %d: %s", i, k,
                                   r->row_errs[k].msg);
-        if (r->gram && grammars_after_all(r, err) != 0)
-            return -1;
+        for (int k = 0; r->gram && k < r->b; k++)
+            if (grammar_after(&r->gram[k], r->toks[k], err) != 0)
+                return -1;
     }
     *ms = bench_now_ms() - t0;
     return 0;

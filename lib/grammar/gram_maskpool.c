@@ -18,8 +18,10 @@ struct gram_maskpool {
     int busy;      /* under mu: workers still in the current call */
     int stop;
     /* the current call */
-    gram_task_fn fn;
-    void *ctx;
+    gram_state *const *states;
+    const gram_vocab *vocab;
+    uint32_t *const *masks;
+    int *counts;
     int n;
     atomic_int next;
 };
@@ -27,7 +29,7 @@ struct gram_maskpool {
 static void drain(gram_maskpool *p)
 {
     for (int i; (i = atomic_fetch_add(&p->next, 1)) < p->n;)
-        p->fn(p->ctx, i);
+        p->counts[i] = gram_mask(p->states[i], p->vocab, p->masks[i]);
 }
 
 static void *worker(void *arg)
@@ -86,16 +88,19 @@ void gram_maskpool_free(gram_maskpool *p)
     free(p);
 }
 
-void gram_maskpool_run(gram_maskpool *p, gram_task_fn fn, void *ctx, int n)
+void gram_maskpool_masks(gram_maskpool *p, gram_state *const *states, const gram_vocab *v,
+                     uint32_t *const *masks, int *counts, int n)
 {
     if (!p || p->n_workers == 0 || n < 2) {
         for (int i = 0; i < n; i++)
-            fn(ctx, i);
+            counts[i] = gram_mask(states[i], v, masks[i]);
         return;
     }
     pthread_mutex_lock(&p->mu);
-    p->fn = fn;
-    p->ctx = ctx;
+    p->states = states;
+    p->vocab = v;
+    p->masks = masks;
+    p->counts = counts;
     p->n = n;
     atomic_store(&p->next, 0);
     p->busy = p->n_workers;
@@ -107,24 +112,4 @@ void gram_maskpool_run(gram_maskpool *p, gram_task_fn fn, void *ctx, int n)
     while (p->busy > 0)
         pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
-}
-
-typedef struct {
-    gram_state *const *states;
-    const gram_vocab *vocab;
-    uint32_t *const *masks;
-    int *counts;
-} mask_job;
-
-static void mask_one(void *ctx, int i)
-{
-    mask_job *j = ctx;
-    j->counts[i] = gram_mask(j->states[i], j->vocab, j->masks[i]);
-}
-
-void gram_maskpool_masks(gram_maskpool *p, gram_state *const *states, const gram_vocab *v,
-                         uint32_t *const *masks, int *counts, int n)
-{
-    mask_job j = {states, v, masks, counts};
-    gram_maskpool_run(p, mask_one, &j, n);
 }

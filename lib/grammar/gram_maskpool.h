@@ -1,8 +1,7 @@
 /* Masks for many grammar states at once, on worker threads: a batch of
  * constrained sequences needs one mask each per decode step, and computed
  * one after another on the engine's thread they add up (64 masks of a
- * ~150 us average are most of an H200 decode step), and so do the 64
- * gram_accept_token calls after it (gram_maskpool_run). Each state belongs to
+ * ~150 us average are most of an H200 decode step). Each state belongs to
  * one worker for the call, as grammar.h requires; the vocab is shared
  * read-only.
  *
@@ -24,11 +23,6 @@ typedef struct gram_maskpool gram_maskpool;
  * gram_mask directly). */
 gram_maskpool *gram_maskpool_new(int n_threads);
 void gram_maskpool_free(gram_maskpool *p);
-/* fn(ctx, i) for every i in [0, n), spread over the workers (each i once;
- * the tasks must not share a grammar state); returns when all are done.
- * p may be NULL (serial). */
-typedef void (*gram_task_fn)(void *ctx, int i);
-void gram_maskpool_run(gram_maskpool *p, gram_task_fn fn, void *ctx, int n);
 /* counts[i] = gram_mask(states[i], v, masks[i]) for i in [0, n); returns
  * when all are done. p may be NULL (serial). */
 void gram_maskpool_masks(gram_maskpool *p, gram_state *const *states, const gram_vocab *v,

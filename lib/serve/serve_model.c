@@ -559,12 +559,6 @@ static int prefix_follow(serve_model *m, int i)
     return 0;
 }
 
-static void accept_task(void *ctx, int i)
-{
-    serve_model *m = ctx;
-    slot_grammar_accept(m, m->gslots[i]);
-}
-
 /* The masks of the batch's grammar slots, computed together on the mask
  * pool's threads and set on their samplers; a slot whose grammar allows no
  * token ends with that error and leaves the batch. Returns the batch's new
@@ -682,7 +676,6 @@ static void tick(serve_model *m)
     n = batch_grammar_masks(m, n);
     if (n > 0) {
         decode_step(m, m->batch, m->ids, n, m->rc, m->errs);
-        int k = 0;
         for (int i = 0; i < n; i++) {
             if (!m->batch[i]->req)
                 continue; /* a sibling choice's error released it */
@@ -691,11 +684,9 @@ static void tick(serve_model *m)
                 continue;
             }
             if (m->batch[i]->gst)
-                m->gslots[k++] = m->batch[i];
+                slot_grammar_accept(m, m->batch[i]);
             m->batch[i]->has_logits = 1;
         }
-        /* the grammars take their tokens, together on the mask pool */
-        gram_maskpool_run(m->gpool, accept_task, m, k);
     }
     for (int i = 0; n_host > 0 && i < m->max_sessions; i++) {
         serve_slot *s = &m->slots[i];
