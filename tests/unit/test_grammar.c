@@ -321,7 +321,7 @@ static void test_schema_formats(void)
         REJECTS(g, "\"1999-10-00\"");
         /* February 29 exactly in the leap years, against the arithmetic. */
         for (int y = 1888; y <= 2420; y += 1) {
-            char d[16];
+            char d[32];
             snprintf(d, sizeof d, "\"%04d-02-29\"", y);
             int leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
             gram_state *st = gram_state_new(g);
