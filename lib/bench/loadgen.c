@@ -248,9 +248,10 @@ out:
 int loadgen_new(const loadgen_opts *o, loadgen **out, memra_err *err)
 {
     *out = NULL;
-    if (o->n_prompt < 0 || o->n_gen < 1)
-        return memra_fail(err, "loadgen: prompt %d must be >= 0 and max_tokens %d >= 1", o->n_prompt,
-                          o->n_gen);
+    if (o->n_prompt < 0)
+        return memra_fail(err, "loadgen: prompt length %d must be >= 0", o->n_prompt);
+    if (o->n_gen < 1)
+        return memra_fail(err, "loadgen: max_tokens %d must be >= 1", o->n_gen);
     pthread_once(&curl_once, curl_init);
     if (curl_init_rc != CURLE_OK)
         return memra_fail(err, "libcurl: %s", curl_easy_strerror(curl_init_rc));
