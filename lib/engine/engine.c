@@ -160,6 +160,11 @@ void engine_prefix_stats(const engine *e, kv_prefix_stats *out)
 
 int engine_kv_block_size(const engine *e) { return e->m.state.kv.block_size; }
 
+int64_t engine_kv_blocks_held(const engine *e)
+{
+    return (int64_t)e->m.state.kv.n_blocks - kv_cache_available(&e->m.state.kv);
+}
+
 void engine_free(engine *e)
 {
     if (!e)

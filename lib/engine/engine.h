@@ -113,6 +113,9 @@ void engine_seq_publish_prefix(engine_seq *s, uint64_t ns, const int32_t *tokens
 /* The cache's counters (all zero when it is off); the KV block size. */
 void engine_prefix_stats(const engine *e, kv_prefix_stats *out);
 int engine_kv_block_size(const engine *e);
+/* KV blocks sequences hold now (a block several share counts once; idle
+ * cached blocks do not count). */
+int64_t engine_kv_blocks_held(const engine *e);
 
 /* Run n tokens at the end of s. logits, when not NULL, receives [n][vocab]
  * floats when logits_all, else [vocab] for the last token. Fails, changing

@@ -701,10 +701,7 @@ static void tick(serve_model *m)
             s->has_logits = 1;
     }
     /* bookkeeping: KV blocks in use, keep-alives for streams still queued */
-    int64_t used = 0;
-    for (int i = 0; i < m->max_sessions; i++)
-        if (m->slots[i].req)
-            used += (engine_seq_pos(m->slots[i].seq) + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE;
+    int64_t used = engine_kv_blocks_held(m->eng); /* a shared block counts once */
     now = serve_now();
     kv_prefix_stats ps;
     engine_prefix_stats(m->eng, &ps);
