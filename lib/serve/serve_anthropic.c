@@ -36,26 +36,6 @@ static json_t *error_json(const serve_error *e)
 
 /* ---- the request ------------------------------------------------------ */
 
-static const json_t *present(const json_t *o, const char *key)
-{
-    const json_t *v = json_object_get(o, key);
-    return v && !json_is_null(v) ? v : NULL;
-}
-
-static int only_keys(const json_t *o, const char *const *keys, const char *where, serve_error *e)
-{
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)o, k, v) {
-        int ok = 0;
-        for (const char *const *a = keys; *a && !ok; a++)
-            ok = !strcmp(*a, k);
-        if (!ok)
-            return serve_bad(e, where, "%s: unknown field '%s'", where, k);
-    }
-    return 0;
-}
-
 static const char *block_type(const json_t *b)
 {
     return json_string_value(json_object_get(b, "type"));
@@ -101,7 +81,7 @@ static int translate_message(const json_t *m, size_t i, json_t *out, serve_error
     if (!json_is_object(m))
         return serve_bad(e, where, "%s: must be an object", where);
     static const char *const keys[] = {"role", "content", NULL};
-    if (only_keys(m, keys, where, e) != 0)
+    if (serve_only_keys(m, keys, where, e) != 0)
         return -1;
     const char *role = json_string_value(json_object_get(m, "role"));
     if (!role || (strcmp(role, "user") && strcmp(role, "assistant")))
@@ -140,7 +120,7 @@ static int translate_message(const json_t *m, size_t i, json_t *out, serve_error
                 sb_putc(&text, '\n');
             sb_append(&text, json_string_value(tx), json_string_length(tx));
         } else if (!strcmp(t, "tool_result") && user) {
-            const json_t *id = json_object_get(b, "tool_use_id"), *c = present(b, "content");
+            const json_t *id = json_object_get(b, "tool_use_id"), *c = serve_present(b, "content");
             if (!json_is_string(id)) {
                 rc = serve_bad(e, bw, "%s.tool_use_id: required, a string", bw);
                 break;
@@ -154,7 +134,7 @@ static int translate_message(const json_t *m, size_t i, json_t *out, serve_error
                 rc = -1;
                 break;
             }
-            const json_t *err = present(b, "is_error");
+            const json_t *err = serve_present(b, "is_error");
             if (err && !json_is_boolean(err)) {
                 sb_free(&res);
                 rc = serve_bad(e, bw, "%s.is_error: must be true or false", bw);
@@ -226,7 +206,7 @@ static int translate_message(const json_t *m, size_t i, json_t *out, serve_error
 
 static int translate_tools(const json_t *body, json_t *chat, serve_error *e)
 {
-    const json_t *tools = present(body, "tools"), *choice = present(body, "tool_choice");
+    const json_t *tools = serve_present(body, "tools"), *choice = serve_present(body, "tool_choice");
     if (tools) {
         if (!json_is_array(tools))
             return serve_bad(e, "tools", "tools: must be an array");
@@ -245,18 +225,18 @@ static int translate_tools(const json_t *body, json_t *chat, serve_error *e)
                                                "cache_control", "type", "defer_loading",
                                                "eager_input_streaming", "input_examples",
                                                "allowed_callers", NULL};
-            if (!json_is_object(t) || only_keys(t, keys, w, e) != 0) {
+            if (!json_is_object(t) || serve_only_keys(t, keys, w, e) != 0) {
                 json_decref(out);
                 return json_is_object(t) ? -1 : serve_bad(e, w, "%s: must be an object", w);
             }
-            const json_t *type = present(t, "type");
+            const json_t *type = serve_present(t, "type");
             if (type && !(json_is_string(type) && !strcmp(json_string_value(type), "custom"))) {
                 json_decref(out);
                 return serve_bad(e, w, "%s: tool type '%s' is not supported (only custom tools "
                                  "with an input_schema)", w,
                                  json_is_string(type) ? json_string_value(type) : "?");
             }
-            const json_t *dl = present(t, "defer_loading");
+            const json_t *dl = serve_present(t, "defer_loading");
             if (dl && !json_is_boolean(dl)) {
                 json_decref(out);
                 return serve_bad(e, w, "%s.defer_loading: must be true or false", w);
@@ -274,9 +254,9 @@ static int translate_tools(const json_t *body, json_t *chat, serve_error *e)
                 json_decref(out);
                 return serve_bad(e, w, "%s.name: required, a string", w);
             }
-            if (present(t, "description"))
+            if (serve_present(t, "description"))
                 json_object_set(fn, "description", json_object_get(t, "description"));
-            if (present(t, "strict"))
+            if (serve_present(t, "strict"))
                 json_object_set(fn, "strict", json_object_get(t, "strict"));
             json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
         }
@@ -292,9 +272,9 @@ static int translate_tools(const json_t *body, json_t *chat, serve_error *e)
     static const char *const keys[] = {"type", "name", "disable_parallel_tool_use", NULL};
     if (!type)
         return serve_bad(e, "tool_choice", "tool_choice: must be an object with a type");
-    if (only_keys(choice, keys, "tool_choice", e) != 0)
+    if (serve_only_keys(choice, keys, "tool_choice", e) != 0)
         return -1;
-    const json_t *dp = present(choice, "disable_parallel_tool_use");
+    const json_t *dp = serve_present(choice, "disable_parallel_tool_use");
     if (dp && !json_is_boolean(dp))
         return serve_bad(e, "tool_choice", "tool_choice.disable_parallel_tool_use: must be true "
                                            "or false");
@@ -325,7 +305,7 @@ static int translate_tools(const json_t *body, json_t *chat, serve_error *e)
  * reasoning_effort; a JSON schema format through the grammar engine. */
 static int translate_thinking(const json_t *body, json_t *chat, serve_error *e)
 {
-    const json_t *th = present(body, "thinking"), *oc = present(body, "output_config");
+    const json_t *th = serve_present(body, "thinking"), *oc = serve_present(body, "output_config");
     int think = 0;
     if (th) {
         /* display (summarized / omitted) says how Anthropic's service
@@ -333,12 +313,12 @@ static int translate_thinking(const json_t *body, json_t *chat, serve_error *e)
         static const char *const keys[] = {"type", "budget_tokens", "display", NULL};
         const char *type = json_is_object(th) ? json_string_value(json_object_get(th, "type"))
                                               : NULL;
-        if (!type || only_keys(th, keys, "thinking", e) != 0)
+        if (!type || serve_only_keys(th, keys, "thinking", e) != 0)
             return type ? -1 : serve_bad(e, "thinking", "thinking: must be an object with a type");
         if (strcmp(type, "enabled") && strcmp(type, "disabled") && strcmp(type, "adaptive"))
             return serve_bad(e, "thinking", "thinking.type: '%s' is not enabled, disabled or "
                                             "adaptive", type);
-        const json_t *b = present(th, "budget_tokens");
+        const json_t *b = serve_present(th, "budget_tokens");
         if (b && !(json_is_integer(b) && json_integer_value(b) >= 1))
             return serve_bad(e, "thinking", "thinking.budget_tokens: must be a positive integer");
         think = strcmp(type, "disabled") != 0;
@@ -350,9 +330,9 @@ static int translate_thinking(const json_t *body, json_t *chat, serve_error *e)
     static const char *const keys[] = {"effort", "format", NULL};
     if (!json_is_object(oc))
         return serve_bad(e, "output_config", "output_config: must be an object");
-    if (only_keys(oc, keys, "output_config", e) != 0)
+    if (serve_only_keys(oc, keys, "output_config", e) != 0)
         return -1;
-    const json_t *effort = present(oc, "effort");
+    const json_t *effort = serve_present(oc, "effort");
     if (effort) {
         const char *v = json_string_value(effort);
         if (!v || (strcmp(v, "low") && strcmp(v, "medium") && strcmp(v, "high") &&
@@ -362,7 +342,7 @@ static int translate_thinking(const json_t *body, json_t *chat, serve_error *e)
         int top = !strcmp(v, "max") || !strcmp(v, "xhigh"); /* OpenAI's scale ends at high */
         json_object_set_new(chat, "reasoning_effort", json_string(top ? "high" : v));
     }
-    const json_t *fmt = present(oc, "format");
+    const json_t *fmt = serve_present(oc, "format");
     if (fmt) {
         const char *type = json_is_object(fmt) ? json_string_value(json_object_get(fmt, "type"))
                                                : NULL;
@@ -401,7 +381,7 @@ static json_t *translate_common(const json_t *body, int generation, serve_error 
     json_object_set_new(chat, "messages", out);
     strbuf sys;
     sb_init(&sys);
-    const json_t *system = present(body, "system");
+    const json_t *system = serve_present(body, "system");
     if (system && join_text(system, "system", &sys, e) != 0)
         goto fail;
     size_t i;
@@ -417,7 +397,7 @@ static json_t *translate_common(const json_t *body, int generation, serve_error 
             static const char *const keys[] = {"role", "content", NULL};
             char where[64];
             snprintf(where, sizeof where, "messages[%zu]", i);
-            if (only_keys(m, keys, where, e) != 0)
+            if (serve_only_keys(m, keys, where, e) != 0)
                 goto fail;
             snprintf(where, sizeof where, "messages[%zu].content", i);
             if (sys.len)
@@ -470,26 +450,26 @@ static json_t *translate(serve_server *s, const json_t *body, serve_prepare_opts
         return NULL;
     }
     const json_t *v;
-    if ((v = present(body, "temperature")) &&
+    if ((v = serve_present(body, "temperature")) &&
         !(json_is_number(v) && json_number_value(v) >= 0 && json_number_value(v) <= 1)) {
         serve_bad(e, "temperature", "temperature: must be a number in [0, 1]");
         return NULL;
     }
-    if ((v = present(body, "metadata"))) {
+    if ((v = serve_present(body, "metadata"))) {
         static const char *const keys[] = {"user_id", NULL};
-        if (!json_is_object(v) || only_keys(v, keys, "metadata", e) != 0) {
+        if (!json_is_object(v) || serve_only_keys(v, keys, "metadata", e) != 0) {
             if (!json_is_object(v))
                 serve_bad(e, "metadata", "metadata: must be an object");
             return NULL;
         }
     }
-    if ((v = present(body, "service_tier")) &&
+    if ((v = serve_present(body, "service_tier")) &&
         !(json_is_string(v) && (!strcmp(json_string_value(v), "auto") ||
                                 !strcmp(json_string_value(v), "standard_only")))) {
         serve_bad(e, "service_tier", "service_tier: must be auto or standard_only");
         return NULL;
     }
-    if ((v = present(body, "context_management")) && !json_is_object(v)) {
+    if ((v = serve_present(body, "context_management")) && !json_is_object(v)) {
         serve_bad(e, "context_management", "context_management: must be an object");
         return NULL;
     }
@@ -499,9 +479,9 @@ static json_t *translate(serve_server *s, const json_t *body, serve_prepare_opts
     json_object_set(chat, "max_tokens", (json_t *)mt);
     static const char *const copied[] = {"temperature", "top_p", "top_k", "stream", NULL};
     for (const char *const *k = copied; *k; k++)
-        if ((v = present(body, *k)))
+        if ((v = serve_present(body, *k)))
             json_object_set(chat, *k, (json_t *)v);
-    if ((v = present(body, "stop_sequences"))) {
+    if ((v = serve_present(body, "stop_sequences"))) {
         if (!json_is_array(v)) {
             json_decref(chat);
             serve_bad(e, "stop_sequences", "stop_sequences: must be an array of strings");

@@ -32,16 +32,30 @@ int serve_check_fields(const json_t *body, const char *const *allowed, serve_err
     return 0;
 }
 
-static const json_t *present(const json_t *body, const char *key)
+const json_t *serve_present(const json_t *o, const char *key)
 {
-    const json_t *v = json_object_get(body, key);
+    const json_t *v = json_object_get(o, key);
     return v && !json_is_null(v) ? v : NULL;
+}
+
+int serve_only_keys(const json_t *o, const char *const *keys, const char *where, serve_error *e)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)o, k, v) {
+        int ok = 0;
+        for (const char *const *a = keys; *a && !ok; a++)
+            ok = !strcmp(*a, k);
+        if (!ok)
+            return serve_bad(e, where, "%s: unknown field '%s'", where, k);
+    }
+    return 0;
 }
 
 int serve_field_num(const json_t *body, const char *key, double lo, double hi, double *out,
                     serve_error *e)
 {
-    const json_t *v = present(body, key);
+    const json_t *v = serve_present(body, key);
     if (!v)
         return 0;
     if (!json_is_number(v))
@@ -56,7 +70,7 @@ int serve_field_num(const json_t *body, const char *key, double lo, double hi, d
 int serve_field_int(const json_t *body, const char *key, int64_t lo, int64_t hi, int64_t *out,
                     serve_error *e)
 {
-    const json_t *v = present(body, key);
+    const json_t *v = serve_present(body, key);
     if (!v)
         return 0;
     if (!json_is_integer(v))
@@ -71,7 +85,7 @@ int serve_field_int(const json_t *body, const char *key, int64_t lo, int64_t hi,
 
 int serve_field_bool(const json_t *body, const char *key, int *out, serve_error *e)
 {
-    const json_t *v = present(body, key);
+    const json_t *v = serve_present(body, key);
     if (!v)
         return 0;
     if (!json_is_boolean(v))

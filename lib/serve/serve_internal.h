@@ -134,6 +134,11 @@ void serve_route_metrics(serve_server *s, strbuf *out);
 /* Shared request-field helpers (serve_fields.c). A JSON null counts as
  * absent. Each names the field in its error. */
 int serve_check_fields(const json_t *body, const char *const *allowed, serve_error *e);
+/* The value of key in o; NULL when absent or null. */
+const json_t *serve_present(const json_t *o, const char *key);
+/* Every key of o is one of keys (NULL-terminated); else a 400 naming `where`
+ * and the key. */
+int serve_only_keys(const json_t *o, const char *const *keys, const char *where, serve_error *e);
 int serve_field_num(const json_t *body, const char *key, double lo, double hi, double *out,
                     serve_error *e);
 int serve_field_int(const json_t *body, const char *key, int64_t lo, int64_t hi, int64_t *out,

@@ -43,12 +43,6 @@ void serve_job_clear(serve_job *job)
     memset(job, 0, sizeof *job);
 }
 
-static const json_t *present(const json_t *body, const char *key)
-{
-    const json_t *v = json_object_get(body, key);
-    return v && !json_is_null(v) ? v : NULL;
-}
-
 static int check_accepted(const json_t *body, serve_error *e);
 
 /* Fields accepted only where they ask for nothing this server lacks. */
@@ -56,13 +50,13 @@ static int check_unsupported(serve_kind kind, const json_t *body, serve_error *e
 {
     const json_t *v;
     (void)kind;
-    if ((v = present(body, "echo")))
+    if ((v = serve_present(body, "echo")))
         if (!json_is_false(v))
             return serve_bad(e, "echo", "echo: not supported by this server (only false)");
-    if ((v = present(body, "best_of")))
+    if ((v = serve_present(body, "best_of")))
         if (!(json_is_integer(v) && json_integer_value(v) == 1))
             return serve_bad(e, "best_of", "best_of: only 1 is supported");
-    if ((v = present(body, "suffix")))
+    if ((v = serve_present(body, "suffix")))
         return serve_bad(e, "suffix", "suffix: insertion is not supported");
     return check_accepted(body, e);
 }
@@ -78,13 +72,13 @@ static int check_accepted(const json_t *body, serve_error *e)
 {
     static const char *const tiers[] = {"auto", "default", "flex", "scale", "priority", NULL};
     const json_t *v;
-    if ((v = present(body, "store")) && !json_is_boolean(v))
+    if ((v = serve_present(body, "store")) && !json_is_boolean(v))
         return serve_bad(e, "store", "store: must be true or false");
-    if ((v = present(body, "prompt_cache_key")) && !json_is_string(v))
+    if ((v = serve_present(body, "prompt_cache_key")) && !json_is_string(v))
         return serve_bad(e, "prompt_cache_key", "prompt_cache_key: must be a string");
-    if ((v = present(body, "user")) && !json_is_string(v))
+    if ((v = serve_present(body, "user")) && !json_is_string(v))
         return serve_bad(e, "user", "user: must be a string");
-    if ((v = present(body, "service_tier"))) {
+    if ((v = serve_present(body, "service_tier"))) {
         int ok = 0;
         for (const char *const *t = tiers; json_is_string(v) && *t && !ok; t++)
             ok = !strcmp(*t, json_string_value(v));
@@ -92,7 +86,7 @@ static int check_accepted(const json_t *body, serve_error *e)
             return serve_bad(e, "service_tier", "service_tier: must be one of auto, default, "
                                                 "flex, scale, priority");
     }
-    if ((v = present(body, "metadata"))) {
+    if ((v = serve_present(body, "metadata"))) {
         if (!json_is_object(v))
             return serve_bad(e, "metadata", "metadata: must be an object of string values");
         if (json_object_size(v) > 16)
@@ -109,7 +103,7 @@ static int check_accepted(const json_t *body, serve_error *e)
                                  "characters", key);
         }
     }
-    if ((v = present(body, "modalities"))) {
+    if ((v = serve_present(body, "modalities"))) {
         if (!json_is_array(v) || json_array_size(v) == 0)
             return serve_bad(e, "modalities", "modalities: must be a non-empty array (only "
                                               "[\"text\"])");
@@ -121,7 +115,7 @@ static int check_accepted(const json_t *body, serve_error *e)
                                  "supported", i);
         }
     }
-    if ((v = present(body, "reasoning_effort"))) {
+    if ((v = serve_present(body, "reasoning_effort"))) {
         static const char *const efforts[] = {"none", "minimal", "low", "medium", "high", NULL};
         int ok = 0;
         for (const char *const *t = efforts; json_is_string(v) && *t && !ok; t++)
@@ -137,7 +131,7 @@ static int check_accepted(const json_t *body, serve_error *e)
 
 static int parse_stop(const json_t *body, serve_req *r, serve_error *e)
 {
-    const json_t *v = present(body, "stop");
+    const json_t *v = serve_present(body, "stop");
     if (!v)
         return 0;
     const char *stops[MAX_STOP];
@@ -166,7 +160,7 @@ static int parse_stop(const json_t *body, serve_req *r, serve_error *e)
 
 static int parse_logit_bias(const json_t *body, serve_req *r, int32_t n_vocab, serve_error *e)
 {
-    const json_t *v = present(body, "logit_bias");
+    const json_t *v = serve_present(body, "logit_bias");
     if (!v)
         return 0;
     if (!json_is_object(v))
@@ -227,7 +221,7 @@ static int parse_sampling(serve_server *s, const json_t *body, serve_req *r, int
         serve_field_num(body, "repetition_penalty", 1e-6, 100, &p->repetition_penalty, e))
         return -1;
     p->top_k = top_k < 0 ? 0 : (int32_t)top_k; /* -1: off, as vLLM spells it */
-    if (present(body, "seed")) {
+    if (serve_present(body, "seed")) {
         if (serve_field_int(body, "seed", INT64_MIN, INT64_MAX, &seed, e) != 0)
             return -1;
         p->seed = (uint64_t)seed;
@@ -241,7 +235,7 @@ static int parse_stream(const json_t *body, serve_job *job, serve_error *e)
 {
     if (serve_field_bool(body, "stream", &job->stream, e) != 0)
         return -1;
-    const json_t *so = present(body, "stream_options");
+    const json_t *so = serve_present(body, "stream_options");
     if (!so)
         return 0;
     if (!job->stream)
@@ -279,7 +273,7 @@ static int parse_choices(serve_kind kind, const json_t *body, serve_job *job, se
             return -1;
         if (top > 0 && !r->logprobs)
             return serve_bad(e, "top_logprobs", "top_logprobs: needs \"logprobs\": true");
-    } else if (present(body, "logprobs")) {
+    } else if (serve_present(body, "logprobs")) {
         if (serve_field_int(body, "logprobs", 0, 5, &top, e) != 0)
             return -1;
         r->logprobs = 1;
@@ -295,7 +289,7 @@ static int parse_choices(serve_kind kind, const json_t *body, serve_job *job, se
  * compiler does not enforce is a 400 naming it, never dropped. */
 static int parse_response_format(const json_t *body, serve_req *r, serve_error *e)
 {
-    const json_t *v = present(body, "response_format");
+    const json_t *v = serve_present(body, "response_format");
     if (!v)
         return 0;
     const json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
@@ -342,7 +336,7 @@ static int parse_response_format(const json_t *body, serve_req *r, serve_error *
  * constraint per request, so it excludes a JSON response_format. */
 static int parse_grammar(const json_t *body, serve_req *r, serve_error *e)
 {
-    const json_t *v = present(body, "grammar");
+    const json_t *v = serve_present(body, "grammar");
     if (!v)
         return 0;
     if (!json_is_string(v))
@@ -403,13 +397,13 @@ static int chat_prompt(serve_server *s, serve_model *m, const json_t *body, cons
     const json_t *messages = json_object_get(body, "messages");
     if (serve_check_messages(messages, e) != 0)
         return -1;
-    const json_t *given = present(body, "chat_template_kwargs");
+    const json_t *given = serve_present(body, "chat_template_kwargs");
     if (given && !json_is_object(given))
         return serve_bad(e, "chat_template_kwargs", "chat_template_kwargs: must be an object");
     /* reasoning_effort reaches the template as the variable of that name,
      * as Hugging Face's gpt-oss template reads it; given both ways, the
      * two must agree. */
-    const json_t *effort = present(body, "reasoning_effort");
+    const json_t *effort = serve_present(body, "reasoning_effort");
     json_t *kwargs = given ? json_deep_copy(given) : NULL;
     if (effort) {
         const json_t *k = kwargs ? json_object_get(kwargs, "reasoning_effort") : NULL;
@@ -514,7 +508,7 @@ int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body,
         if (r->grammar)
             return serve_bad(e, "tool_choice", "tool_choice: forced tool calls and %s both "
                              "constrain the output; give one",
-                             present(body, "grammar") ? "grammar" : "response_format");
+                             serve_present(body, "grammar") ? "grammar" : "response_format");
         if (!(r->grammar = serve_tools_grammar(&tools, e)))
             return -1;
     }

@@ -22,26 +22,6 @@
 #include "serve/serve_internal.h"
 #include "serve/serve_responses_store.h"
 
-static const json_t *present(const json_t *o, const char *key)
-{
-    const json_t *v = json_object_get(o, key);
-    return v && !json_is_null(v) ? v : NULL;
-}
-
-static int only_keys(const json_t *o, const char *const *keys, const char *where, serve_error *e)
-{
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)o, k, v) {
-        int ok = 0;
-        for (const char *const *a = keys; *a && !ok; a++)
-            ok = !strcmp(*a, k);
-        if (!ok)
-            return serve_bad(e, where, "%s: unknown field '%s'", where, k);
-    }
-    return 0;
-}
-
 static int one_of(const json_t *v, const char *const *names)
 {
     if (!json_is_string(v))
@@ -190,12 +170,12 @@ static int reasoning_item(conv *cv, const json_t *it, const char *where, serve_e
 {
     static const char *const keys[] = {"type", "id", "summary", "content", "encrypted_content",
                                        "status", NULL};
-    if (only_keys(it, keys, where, e) != 0)
+    if (serve_only_keys(it, keys, where, e) != 0)
         return -1;
     start_assistant(cv);
     const char *lists[] = {"content", "summary"};
     for (int l = 0; l < 2; l++) {
-        const json_t *a = present(it, lists[l]);
+        const json_t *a = serve_present(it, lists[l]);
         if (a && !json_is_array(a))
             return serve_bad(e, where, "%s.%s: must be an array", where, lists[l]);
         size_t n0 = cv->thought.len, i;
@@ -219,7 +199,7 @@ static int message_item(conv *cv, const json_t *it, const char *where, serve_err
 {
     static const char *const keys[] = {"type", "role", "content", "id", "status", "phase", NULL};
     static const char *const roles[] = {"user", "assistant", "system", "developer", NULL};
-    if (only_keys(it, keys, where, e) != 0)
+    if (serve_only_keys(it, keys, where, e) != 0)
         return -1;
     const json_t *role = json_object_get(it, "role");
     if (!one_of(role, roles))
@@ -261,7 +241,7 @@ static int call_item(conv *cv, const json_t *it, const char *where, serve_error 
 {
     static const char *const keys[] = {"type", "id", "call_id", "name", "arguments", "status",
                                        NULL};
-    if (only_keys(it, keys, where, e) != 0)
+    if (serve_only_keys(it, keys, where, e) != 0)
         return -1;
     const json_t *id = json_object_get(it, "call_id"), *name = json_object_get(it, "name");
     const json_t *args = json_object_get(it, "arguments");
@@ -278,7 +258,7 @@ static int call_item(conv *cv, const json_t *it, const char *where, serve_error 
 static int call_output_item(conv *cv, const json_t *it, const char *where, serve_error *e)
 {
     static const char *const keys[] = {"type", "id", "call_id", "output", "status", NULL};
-    if (only_keys(it, keys, where, e) != 0)
+    if (serve_only_keys(it, keys, where, e) != 0)
         return -1;
     const json_t *id = json_object_get(it, "call_id");
     if (!json_is_string(id))
@@ -366,7 +346,7 @@ static int translate_items(const json_t *items, const json_t *instructions, json
  * function tools are kept for the response's echo. */
 static int translate_tools(const json_t *body, json_t *chat, resp_state *st, serve_error *e)
 {
-    const json_t *tools = present(body, "tools"), *choice = present(body, "tool_choice");
+    const json_t *tools = serve_present(body, "tools"), *choice = serve_present(body, "tool_choice");
     st->tools = json_array();
     if (tools && !json_is_array(tools))
         return serve_bad(e, "tools", "tools: must be an array");
@@ -389,7 +369,7 @@ static int translate_tools(const json_t *body, json_t *chat, resp_state *st, ser
         }
         static const char *const keys[] = {"type", "name", "description", "parameters",
                                            "strict", NULL};
-        if (only_keys(t, keys, w, e) != 0) {
+        if (serve_only_keys(t, keys, w, e) != 0) {
             json_decref(out);
             return -1;
         }
@@ -398,14 +378,14 @@ static int translate_tools(const json_t *body, json_t *chat, resp_state *st, ser
             return serve_bad(e, "tools", "%s.name: required, a string", w);
         }
         json_t *fn = json_pack("{s:O}", "name", json_object_get(t, "name"));
-        const json_t *params = present(t, "parameters");
+        const json_t *params = serve_present(t, "parameters");
         /* a tool without parameters takes none */
         json_object_set_new(fn, "parameters",
                             params ? json_incref((json_t *)params)
                                    : json_pack("{s:s,s:{}}", "type", "object", "properties"));
         static const char *const copied[] = {"description", "strict", NULL};
         for (const char *const *k = copied; *k; k++)
-            if (present(t, *k))
+            if (serve_present(t, *k))
                 json_object_set(fn, *k, json_object_get(t, *k));
         json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
         json_array_append(st->tools, t);
@@ -434,7 +414,7 @@ static int translate_tools(const json_t *body, json_t *chat, resp_state *st, ser
         return serve_bad(e, "tool_choice", "tool_choice: an object must be {\"type\": "
                          "\"function\", \"name\": ...} (got type '%s')", type ? type : "?");
     static const char *const keys[] = {"type", "name", NULL};
-    if (only_keys(choice, keys, "tool_choice", e) != 0)
+    if (serve_only_keys(choice, keys, "tool_choice", e) != 0)
         return -1;
     if (!have)
         return serve_bad(e, "tool_choice", "tool_choice: names '%s' but there are no function "
@@ -447,18 +427,18 @@ static int translate_tools(const json_t *body, json_t *chat, resp_state *st, ser
 /* text (format, verbosity) and reasoning (effort, summary). */
 static int translate_text_reasoning(const json_t *body, json_t *chat, serve_error *e)
 {
-    const json_t *text = present(body, "text"), *rs = present(body, "reasoning");
+    const json_t *text = serve_present(body, "text"), *rs = serve_present(body, "reasoning");
     if (text) {
         static const char *const keys[] = {"format", "verbosity", NULL};
         static const char *const verb[] = {"low", "medium", "high", NULL};
         if (!json_is_object(text))
             return serve_bad(e, "text", "text: must be an object");
-        if (only_keys(text, keys, "text", e) != 0)
+        if (serve_only_keys(text, keys, "text", e) != 0)
             return -1;
-        const json_t *v = present(text, "verbosity");
+        const json_t *v = serve_present(text, "verbosity");
         if (v && !one_of(v, verb))
             return serve_bad(e, "text.verbosity", "text.verbosity: must be low, medium or high");
-        const json_t *f = present(text, "format");
+        const json_t *f = serve_present(text, "format");
         const char *type = json_is_object(f) ? json_string_value(json_object_get(f, "type"))
                                              : NULL;
         if (f && !type)
@@ -466,7 +446,7 @@ static int translate_text_reasoning(const json_t *body, json_t *chat, serve_erro
         if (type && !strcmp(type, "json_schema")) {
             static const char *const fk[] = {"type", "name", "schema", "strict", "description",
                                              NULL};
-            if (only_keys(f, fk, "text.format", e) != 0)
+            if (serve_only_keys(f, fk, "text.format", e) != 0)
                 return -1;
             json_t *js = json_deep_copy(f);
             json_object_del(js, "type");
@@ -491,15 +471,15 @@ static int translate_text_reasoning(const json_t *body, json_t *chat, serve_erro
         static const char *const summaries[] = {"auto", "concise", "detailed", NULL};
         if (!json_is_object(rs))
             return serve_bad(e, "reasoning", "reasoning: must be an object");
-        if (only_keys(rs, keys, "reasoning", e) != 0)
+        if (serve_only_keys(rs, keys, "reasoning", e) != 0)
             return -1;
-        const json_t *ef = present(rs, "effort");
+        const json_t *ef = serve_present(rs, "effort");
         if (ef && !one_of(ef, efforts))
             return serve_bad(e, "reasoning.effort", "reasoning.effort: must be none, minimal, "
                              "low, medium, high or xhigh");
         for (int k = 0; k < 2; k++) {
             const char *key = k ? "generate_summary" : "summary";
-            const json_t *s = present(rs, key);
+            const json_t *s = serve_present(rs, key);
             if (s && !one_of(s, summaries))
                 return serve_bad(e, "reasoning.summary", "reasoning.%s: must be auto, concise "
                                  "or detailed", key);
@@ -527,7 +507,7 @@ static int check_accepted(const json_t *body, serve_error *e)
         "computer_call_output.output.image_url", "file_search_call.results",
         "message.input_image.image_url", NULL,
     };
-    if ((v = present(body, "include"))) {
+    if ((v = serve_present(body, "include"))) {
         if (!json_is_array(v))
             return serve_bad(e, "include", "include: must be an array of strings");
         size_t i;
@@ -541,29 +521,29 @@ static int check_accepted(const json_t *body, serve_error *e)
                                  json_is_string(s) ? json_string_value(s) : "?");
         }
     }
-    if ((v = present(body, "truncation")) &&
+    if ((v = serve_present(body, "truncation")) &&
         !(json_is_string(v) && !strcmp(json_string_value(v), "disabled")))
         return serve_bad(e, "truncation", "truncation: only \"disabled\" (the input is never cut; "
                          "one past the context is refused)");
-    if ((v = present(body, "background")) && !json_is_false(v))
+    if ((v = serve_present(body, "background")) && !json_is_false(v))
         return serve_bad(e, "background", "background: only false (responses are not run in "
                          "the background)");
-    if ((v = present(body, "top_logprobs")) && !(json_is_integer(v) && json_integer_value(v) == 0))
+    if ((v = serve_present(body, "top_logprobs")) && !(json_is_integer(v) && json_integer_value(v) == 0))
         return serve_bad(e, "top_logprobs", "top_logprobs: only 0 (use /v1/chat/completions for "
                          "log-probabilities)");
-    if ((v = present(body, "safety_identifier")) && !json_is_string(v))
+    if ((v = serve_present(body, "safety_identifier")) && !json_is_string(v))
         return serve_bad(e, "safety_identifier", "safety_identifier: must be a string");
-    if ((v = present(body, "prompt_cache_retention")) && !json_is_string(v))
+    if ((v = serve_present(body, "prompt_cache_retention")) && !json_is_string(v))
         return serve_bad(e, "prompt_cache_retention", "prompt_cache_retention: must be a string");
-    if ((v = present(body, "stream_options"))) {
+    if ((v = serve_present(body, "stream_options"))) {
         static const char *const keys[] = {"include_obfuscation", NULL};
         if (!json_is_object(v))
             return serve_bad(e, "stream_options", "stream_options: must be an object");
-        if (only_keys(v, keys, "stream_options", e) != 0)
+        if (serve_only_keys(v, keys, "stream_options", e) != 0)
             return -1;
     }
     /* Codex's: ids of its session and turn, for OpenAI's logs */
-    if ((v = present(body, "client_metadata"))) {
+    if ((v = serve_present(body, "client_metadata"))) {
         const char *k;
         json_t *x;
         if (!json_is_object(v))
@@ -573,9 +553,9 @@ static int check_accepted(const json_t *body, serve_error *e)
                 return serve_bad(e, "client_metadata", "client_metadata['%s']: must be a string",
                                  k);
     }
-    if ((v = present(body, "instructions")) && !json_is_string(v))
+    if ((v = serve_present(body, "instructions")) && !json_is_string(v))
         return serve_bad(e, "instructions", "instructions: must be a string");
-    if ((v = present(body, "previous_response_id")) && !json_is_string(v))
+    if ((v = serve_present(body, "previous_response_id")) && !json_is_string(v))
         return serve_bad(e, "previous_response_id", "previous_response_id: must be a string");
     return 0;
 }
@@ -584,7 +564,7 @@ static int check_accepted(const json_t *body, serve_error *e)
  * items (a string is one user message). */
 static int gather_items(const json_t *body, resp_state *st, serve_error *e)
 {
-    const json_t *prev = present(body, "previous_response_id");
+    const json_t *prev = serve_present(body, "previous_response_id");
     if (prev) {
         if (rstore_get(st->scope, json_string_value(prev), &st->items, NULL) != 0)
             return serve_fail(e, 404, "invalid_request_error", "previous_response_not_found",
@@ -629,11 +609,11 @@ static json_t *translate(serve_server *s, const json_t *body, serve_prepare_opts
     st->store = !json_is_false(json_object_get(body, "store"));
     json_t *chat = json_pack("{s:O}", "model", model);
     if (gather_items(body, st, e) != 0 ||
-        translate_items(st->items, present(body, "instructions"), chat, e) != 0 ||
+        translate_items(st->items, serve_present(body, "instructions"), chat, e) != 0 ||
         translate_tools(body, chat, st, e) != 0 || translate_text_reasoning(body, chat, e) != 0)
         goto fail;
     const json_t *v;
-    if ((v = present(body, "max_output_tokens"))) {
+    if ((v = serve_present(body, "max_output_tokens"))) {
         if (!json_is_integer(v) || json_integer_value(v) < 1) {
             serve_bad(e, "max_output_tokens", "max_output_tokens: must be an integer >= 1");
             goto fail;
@@ -644,7 +624,7 @@ static json_t *translate(serve_server *s, const json_t *body, serve_prepare_opts
                                          "prompt_cache_key", "metadata", "user", "store",
                                          "service_tier", NULL};
     for (const char *const *k = copied; *k; k++)
-        if ((v = present(body, *k)))
+        if ((v = serve_present(body, *k)))
             json_object_set(chat, *k, (json_t *)v);
     random_id(st->id, sizeof st->id, "resp_");
     st->created = (long long)time(NULL);
@@ -663,7 +643,7 @@ fail:
 
 static json_t *echo(const json_t *body, const char *key, json_t *dflt)
 {
-    const json_t *v = present(body, key);
+    const json_t *v = serve_present(body, key);
     if (v) {
         json_decref(dflt);
         return json_incref((json_t *)v);
@@ -686,12 +666,12 @@ static json_t *response_object(const serve_job *job, const resp_state *st, const
                                const serve_req_view *v)
 {
     const json_t *b = st->body;
-    const json_t *rs = present(b, "reasoning");
+    const json_t *rs = serve_present(b, "reasoning");
     json_t *text = json_pack("{s:{s:s},s:s}", "format", "type", "text", "verbosity", "medium");
-    const json_t *tx = present(b, "text");
-    if (tx && present(tx, "format"))
+    const json_t *tx = serve_present(b, "text");
+    if (tx && serve_present(tx, "format"))
         json_object_set(text, "format", json_object_get(tx, "format"));
-    if (tx && present(tx, "verbosity"))
+    if (tx && serve_present(tx, "verbosity"))
         json_object_set(text, "verbosity", json_object_get(tx, "verbosity"));
     json_t *r = json_pack("{s:s,s:s,s:I,s:s,s:b,s:n}", "id", st->id, "object", "response",
                           "created_at", (json_int_t)st->created, "status", status, "background",
@@ -710,10 +690,10 @@ static json_t *response_object(const serve_job *job, const resp_state *st, const
     json_object_set_new(r, "prompt_cache_key", echo(b, "prompt_cache_key", json_null()));
     json_object_set_new(r, "reasoning",
                         json_pack("{s:O,s:O}", "effort",
-                                  rs && present(rs, "effort") ? json_object_get(rs, "effort")
+                                  rs && serve_present(rs, "effort") ? json_object_get(rs, "effort")
                                                               : json_null(),
                                   "summary",
-                                  rs && present(rs, "summary") ? json_object_get(rs, "summary")
+                                  rs && serve_present(rs, "summary") ? json_object_get(rs, "summary")
                                                                : json_null()));
     json_object_set_new(r, "safety_identifier", echo(b, "safety_identifier", json_null()));
     json_object_set_new(r, "service_tier", json_string("default"));

@@ -1,6 +1,8 @@
 /* Tool calling, the request side (serve_tools.h). */
 #include "serve/serve_tools.h"
 
+#include "serve/serve_internal.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,12 +10,6 @@
 #include "core/check.h"
 #include "core/strbuf.h"
 #include "grammar/json_schema.h"
-
-static const json_t *present(const json_t *body, const char *key)
-{
-    const json_t *v = json_object_get(body, key);
-    return v && !json_is_null(v) ? v : NULL;
-}
 
 static int valid_name(const char *s)
 {
@@ -59,11 +55,11 @@ static int check_tool(const json_t *tool, size_t i, serve_error *e)
         return serve_bad(e, param, "%s: required, 1-64 characters of a-z, A-Z, 0-9, _ and -",
                          param);
     }
-    if ((v = (json_t *)present(fn, "description")) && !json_is_string(v))
+    if ((v = (json_t *)serve_present(fn, "description")) && !json_is_string(v))
         return serve_bad(e, param, "%s.description: must be a string", param);
-    if ((v = (json_t *)present(fn, "parameters")) && !json_is_object(v))
+    if ((v = (json_t *)serve_present(fn, "parameters")) && !json_is_object(v))
         return serve_bad(e, param, "%s.parameters: must be a JSON Schema object", param);
-    if ((v = (json_t *)present(fn, "strict")) && !json_is_boolean(v))
+    if ((v = (json_t *)serve_present(fn, "strict")) && !json_is_boolean(v))
         return serve_bad(e, param, "%s.strict: must be true or false", param);
     return 0;
 }
@@ -77,8 +73,8 @@ int serve_tools_parse(const json_t *body, serve_tools *t, serve_error *e)
 {
     memset(t, 0, sizeof *t);
     t->parallel = 1;
-    const json_t *tools = present(body, "tools"), *choice = present(body, "tool_choice");
-    const json_t *par = present(body, "parallel_tool_calls");
+    const json_t *tools = serve_present(body, "tools"), *choice = serve_present(body, "tool_choice");
+    const json_t *par = serve_present(body, "parallel_tool_calls");
     if (par && !json_is_boolean(par))
         return serve_bad(e, "parallel_tool_calls", "parallel_tool_calls: must be true or false");
     t->parallel = !par || json_is_true(par);
@@ -184,7 +180,7 @@ static json_t *calls_schema(const serve_tools *t, int lazy)
         const char *name = tool_name(tool);
         if (t->choice == SERVE_TOOLS_NAMED && strcmp(name, t->named))
             continue;
-        const json_t *params = present(json_object_get(tool, "function"), "parameters");
+        const json_t *params = serve_present(json_object_get(tool, "function"), "parameters");
         if (lazy && !is_strict(tool))
             params = NULL; /* only strict tools promise their schema: any object */
         json_t *args = params ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
@@ -251,7 +247,7 @@ int serve_check_tool_messages(const json_t *messages, serve_error *e)
     json_t *msg;
     json_array_foreach(messages, i, msg) {
         const char *role = json_string_value(json_object_get(msg, "role"));
-        const json_t *calls = present(msg, "tool_calls"), *id = present(msg, "tool_call_id");
+        const json_t *calls = serve_present(msg, "tool_calls"), *id = serve_present(msg, "tool_call_id");
         if (calls && strcmp(role, "assistant"))
             return serve_bad(e, "messages", "messages[%zu].tool_calls: only assistant messages "
                              "carry tool calls", i);
