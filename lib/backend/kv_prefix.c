@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/salt.h"
 
 struct kv_prefix {
     int n_blocks, block_size, max_idle;
@@ -32,7 +33,11 @@ static uint64_t mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
-uint64_t kv_prefix_root(uint64_t ns) { return mix(ns ^ 0x6d656d7261707265ull); }
+/* The process's secret is in every root: keys cannot be computed from
+ * outside, so nobody can make a block of theirs collide with the key of a
+ * block another request's chain passes through (a lookup compares a
+ * parent by its key only). */
+uint64_t kv_prefix_root(uint64_t ns) { return mix(ns ^ 0x6d656d7261707265ull ^ memra_process_salt()); }
 
 uint64_t kv_prefix_key(uint64_t parent, const int32_t *tokens, int block_size)
 {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/salt.h"
 #include "grammar/gram_internal.h"
 
 #define GBNF_MAX_REPEAT 4096
@@ -482,7 +483,8 @@ gram_grammar *gram_parse_gbnf(const char *text, size_t len, memra_err *err)
     }
     gram_grammar *g = gb_finish(&p.b, err);
     if (g) {
-        uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)len;
+        /* salted: nobody can craft a text whose masks land on another's */
+        uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)len ^ memra_process_salt();
         for (size_t i = 0; i < len; i++)
             h = (h ^ (unsigned char)text[i]) * 0x100000001b3ull;
         g->fingerprint = h | 1;

@@ -280,17 +280,21 @@ static int translate_tools(const json_t *body, json_t *chat, serve_error *e)
                                            "or false");
     if (json_is_true(dp))
         json_object_set_new(chat, "parallel_tool_calls", json_false());
-    if (!strcmp(type, "auto") || !strcmp(type, "none"))
-        json_object_set_new(chat, "tool_choice", json_string(type));
-    else if (!strcmp(type, "any"))
-        json_object_set_new(chat, "tool_choice", json_string("required"));
-    else if (!strcmp(type, "tool")) {
+    int shown = json_object_get(chat, "tools") != NULL; /* some tool not deferred */
+    if (!strcmp(type, "auto") || !strcmp(type, "none")) {
+        if (shown) /* with every tool deferred there is nothing to choose among */
+            json_object_set_new(chat, "tool_choice", json_string(type));
+    } else if (!strcmp(type, "any") || !strcmp(type, "tool")) {
+        if (!shown && tools)
+            return serve_bad(e, "tool_choice", "tool_choice: '%s' needs a tool that is not "
+                             "defer_loading", type);
         const json_t *name = json_object_get(choice, "name");
-        if (!json_is_string(name))
+        if (type[0] == 't' && !json_is_string(name))
             return serve_bad(e, "tool_choice", "tool_choice.name: required with type \"tool\"");
         json_object_set_new(chat, "tool_choice",
-                            json_pack("{s:s,s:{s:O}}", "type", "function", "function", "name",
-                                      name));
+                            type[0] == 'a' ? json_string("required")
+                                           : json_pack("{s:s,s:{s:O}}", "type", "function",
+                                                       "function", "name", name));
     } else {
         return serve_bad(e, "tool_choice", "tool_choice.type: '%s' is not auto, any, tool or none",
                          type);

@@ -301,8 +301,10 @@ static void slot_grammar_accept(serve_model *m, serve_slot *s)
 static void lazy_grammar_watch(serve_model *m, serve_slot *s, int32_t id)
 {
     const serve_req *r = s->req;
-    if (!r->lazy_grammar || s->gst)
+    if (!r->lazy_grammar || s->gst || s->in_reason) {
+        s->n_ltail = 0; /* a call opened inside the thought is not a call */
         return;
+    }
     size_t len = 0;
     const char *piece = tok_piece(m->tok, id, &len);
     size_t cap = sizeof s->ltail;
@@ -545,7 +547,7 @@ static int prefix_follow(serve_model *m, int i)
     }
     size_t upto = s->n_prefilled + (size_t)m->granule;
     if (upto >= r->n_prompt)
-        return 0; /* its last chunk: never published, so nothing to wait for */
+        return 0; /* its last chunk: it computes that one itself */
     for (int j = 0; j < m->max_sessions; j++) {
         const serve_slot *o = &m->slots[j];
         if (j == i || !o->req || o->req->cache_ns != r->cache_ns ||
@@ -582,6 +584,8 @@ static int batch_grammar_masks(serve_model *m, int n)
     gram_maskpool_masks(m->gpool, m->gstates, m->gvocab, m->gmasks, m->gcounts, k);
     for (int j = 0; j < k; j++) {
         serve_slot *s = m->gslots[j];
+        if (!s->req)
+            continue; /* a sibling choice's error released it */
         if (m->gcounts[j] == 0) {
             memra_fail(&s->next_err, "response_format: no token can continue the output (the "
                                      "schema admits nothing the vocabulary can write)");

@@ -138,7 +138,20 @@ int serve_tools_parse(const json_t *body, serve_tools *t, serve_error *e)
 
 /* Moves local references ("#", "#/$defs/x") under `prefix`, so a tool's
  * parameters schema still resolves its own definitions once nested in the
- * grammar's schema. */
+ * grammar's schema. Values (const, enum, default, examples) are data and
+ * stay as they are; anchors ("#name") are left alone. */
+static void move_refs(json_t *s, const char *prefix);
+
+/* An object whose keys are names and whose values are schemas
+ * (properties, $defs ...). */
+static void move_refs_in_values(json_t *o, const char *prefix)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v)
+        move_refs(v, prefix);
+}
+
 static void move_refs(json_t *s, const char *prefix)
 {
     const char *key;
@@ -152,10 +165,21 @@ static void move_refs(json_t *s, const char *prefix)
     if (!json_is_object(s))
         return;
     json_object_foreach(s, key, v) {
-        if (!strcmp(key, "$ref") && json_is_string(v) && json_string_value(v)[0] == '#') {
+        /* values, not schemas: a "$ref" key in them is data */
+        if (!strcmp(key, "const") || !strcmp(key, "enum") || !strcmp(key, "default") ||
+            !strcmp(key, "examples"))
+            continue;
+        if (json_is_object(v) && (!strcmp(key, "properties") || !strcmp(key, "$defs") ||
+                                  !strcmp(key, "definitions") ||
+                                  !strcmp(key, "patternProperties"))) {
+            move_refs_in_values(v, prefix);
+            continue;
+        }
+        const char *r = json_is_string(v) ? json_string_value(v) : "";
+        if (!strcmp(key, "$ref") && r[0] == '#' && (r[1] == '\0' || r[1] == '/')) {
             strbuf sb;
             sb_init(&sb);
-            sb_printf(&sb, "%s%s", prefix, json_string_value(v) + 1);
+            sb_printf(&sb, "%s%s", prefix, r + 1);
             json_object_set_new(s, key, json_string(sb_str(&sb)));
             sb_free(&sb);
         } else {
@@ -218,7 +242,14 @@ static gram_grammar *build(const serve_tools *t, int lazy, serve_error *e)
     /* The schema's grammar becomes one call's body: its root rule is
      * renamed (generated rule names always end in -rN) and a root of
      * call markers put around it. */
-    char *at = strncmp(body, "root ::= ", 9) ? strstr(body, "\nroot ::= ") + 1 : body;
+    char *at = strncmp(body, "root ::= ", 9) ? strstr(body, "\nroot ::= ") : body;
+    if (!at) { /* jsch_to_gbnf always writes one */
+        free(body);
+        serve_bad(e, "tools", "tools: the tool-call grammar (internal): no root rule");
+        return NULL;
+    }
+    if (at != body)
+        at++;
     strbuf g;
     sb_init(&g);
     if (lazy) {

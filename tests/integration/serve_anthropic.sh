@@ -188,4 +188,7 @@ check "Claude Code's request shape is accepted and streamed" bash -c \
   "am '/v1/messages?beta=true' '$CC'  | sed -n 's/^event: //p' | tail -1 | grep -qx message_stop"
 check "count_tokens takes Claude Code's shape too" bash -c \
   "am /v1/messages/count_tokens '$(jq -c 'del(.max_tokens, .stream, .stop_sequences, .metadata)' <<<"$CC")'  | jq -e '.input_tokens > 0'"
+DEFER=$(jq -c '.tools |= map(. + {defer_loading: true}) | .tool_choice = {type: "auto"} | .stream = false' <<<"$CC")
+check "every tool deferred with tool_choice auto: answered (nothing to choose among)" bash -c \
+  "am /v1/messages '$DEFER' | jq -e '.type == \"message\"'"
 stop_server "$PID" >/dev/null
