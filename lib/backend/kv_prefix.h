@@ -5,9 +5,10 @@
  * A block's key is a chain hash: of its block_size tokens, of its parent
  * block's key (so the same tokens after different prefixes are different
  * blocks), and of a namespace the caller chooses (memra-serve: the
- * tenant, so one tenant's prompts never shorten another's prefill). A
- * lookup compares the tokens and the parent key too, so a 64-bit hash
- * collision can never map the wrong block: exact or nothing.
+ * tenant, so one tenant's prompts never shorten another's prefill), and of
+ * a secret drawn per process (core/salt.h), so no client can compute a key.
+ * A lookup compares the tokens and the parent key too: a block is mapped
+ * only under the exact tokens and a parent chain no outsider can forge.
  *
  * A published block is read-only: its sequences never write it again
  * (they only append past it). When no sequence holds it any more it stays
