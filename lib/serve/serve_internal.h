@@ -108,6 +108,10 @@ extern const serve_dialect serve_dialect_responses;
 int serve_openai_prepare(serve_server *s, serve_kind kind, const json_t *body,
                          const serve_prepare_opts *opts, serve_job *job, serve_error *e);
 void serve_job_clear(serve_job *job);
+/* Feeds choice i's pending text to its reply parser (events to cb) and
+ * drops what the choice holds (text, log-probabilities): the streaming
+ * writers of the other APIs, which report no log-probabilities. */
+void serve_job_parse_pending(serve_job *job, int i, toolparse_cb cb, void *user);
 /* The blocking response body, from job->got. */
 json_t *serve_openai_response(serve_job *job, const serve_req_view *v);
 /* SSE events: the first ones (chat: the role, one per choice); then what

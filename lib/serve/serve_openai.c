@@ -43,6 +43,16 @@ void serve_job_clear(serve_job *job)
     memset(job, 0, sizeof *job);
 }
 
+void serve_job_parse_pending(serve_job *job, int i, toolparse_cb cb, void *user)
+{
+    serve_choice *c = &job->got[i];
+    if (c->text.len)
+        toolparse_feed(job->tp[i], sb_str(&c->text), c->text.len, cb, user);
+    sb_clear(&c->text);
+    c->n_lp = 0;
+    sb_clear(&c->bytes);
+}
+
 static int check_accepted(const json_t *body, serve_error *e);
 
 /* Fields accepted only where they ask for nothing this server lacks. */

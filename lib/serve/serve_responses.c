@@ -933,14 +933,9 @@ static void sse_start(serve_job *job, strbuf *out)
 static int sse_update(serve_job *job, strbuf *out, const serve_req_view *v)
 {
     resp_state *st = job->ext;
-    serve_choice *c = &job->got[0];
     size_t len0 = out->len;
     st->out = out;
-    if (c->text.len)
-        toolparse_feed(job->tp[0], sb_str(&c->text), c->text.len, on_event, st);
-    sb_clear(&c->text);
-    c->n_lp = 0;
-    sb_clear(&c->bytes);
+    serve_job_parse_pending(job, 0, on_event, st);
     if (v->finish == SERVE_FINISH_NONE)
         return out->len > len0;
     if (v->finish == SERVE_FINISH_ERROR) {
