@@ -122,6 +122,12 @@ typedef struct {
      * done (only given to a backend with the sample op). The logits then
      * stay in the backend's memory: logits is NULL. */
     bk_sample_req *sample;
+    /* NULL, or the step keeps its logits in the backend's memory for a
+     * sample op the engine runs after it (its lists were not ready when
+     * the step began): the engine sets *dev_logits to them after the ops,
+     * and a backend that ran the whole step itself (a replay) sets it to
+     * where that step left them. Never with sample or logits. */
+    float **dev_logits;
 } bk_step;
 
 typedef struct backend backend;
@@ -208,7 +214,7 @@ typedef struct {
     /* Optional (NULL: the engine just runs the ops). step_begin comes
      * before a step's ops: 1 the backend ran the whole step itself (a
      * graph replay; the logits are in st->logits, or the outcomes of
-     * st->sample in its out), 0 the engine runs the ops, -1 a failure
+     * st->sample in its out, or *st->dev_logits says where they are), 0 the engine runs the ops, -1 a failure
      * (recorded: see status). After the ops (only when step_begin gave 0)
      * step_end: 1 the step is done (st->sample sampled), 0 the backend
      * could not finish it (a capture abandoned): run the ops again and

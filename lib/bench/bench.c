@@ -166,6 +166,21 @@ static int grammars_before_all(seq_grammar *g, sampler *const *smp, int n, memra
     return 0;
 }
 
+/* The batch's masks as the engine's overlap work: computed while the
+ * step's forward runs on the device, as memra-serve does. */
+typedef struct {
+    seq_grammar *g;
+    sampler *const *smp;
+    int n, rc;
+    memra_err err;
+} masks_job;
+
+static void grammars_overlap(void *ctx)
+{
+    masks_job *j = ctx;
+    j->rc = grammars_before_all(j->g, j->smp, j->n, &j->err);
+}
+
 /* After a step: the grammar takes the sampled token. */
 static int grammar_after(seq_grammar *g, int32_t id, memra_err *err)
 {
@@ -320,11 +335,15 @@ static int decode_batch_rep(void *ctx, double *ms, memra_err *err)
     grammars_restart(r->gram, r->b);
     double t0 = bench_now_ms();
     for (int i = 0; i < r->n_gen; i++) {
-        if (r->gram && grammars_before_all(r->gram, r->smp, r->b, err) != 0)
+        masks_job mj = {.g = r->gram, .smp = r->smp, .n = r->b};
+        if (engine_forward_batch_sample_with(r->e, r->seqs, r->toks, r->b, r->smp, r->toks,
+                                             r->row_errs, r->gram ? grammars_overlap : NULL,
+                                             &mj, err) != 0)
             return -1;
-        if (engine_forward_batch_sample(r->e, r->seqs, r->toks, r->b, r->smp, r->toks,
-                                        r->row_errs, err) != 0)
+        if (mj.rc != 0) {
+            *err = mj.err;
             return -1;
+        }
         for (int k = 0; k < r->b; k++)
             if (r->toks[k] < 0)
                 return memra_fail(err, "bench: step %d, sequence %d: %s", i, k,

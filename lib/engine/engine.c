@@ -268,8 +268,10 @@ static int forward_step(engine *e, const bk_batch *rows, const int32_t *tokens, 
         .logits = dev_out ? NULL : logits,
         .n_logits = dev_out ? 0 : nl,
         .graph_ok = !prefill && logits_from == 0 && !m->hidden_fn &&
-                    (dev_out ? smp != NULL : logits != NULL),
+                    (dev_out ? smp != NULL || bk->ops->sample : logits != NULL),
         .sample = smp,
+        /* logits kept on the device for a sample op after the step */
+        .dev_logits = dev_out && !smp && bk->ops->sample ? dev_out : NULL,
     };
     for (int attempt = 0; attempt < 2; attempt++) {
         if (smp)
@@ -551,6 +553,15 @@ int engine_forward_batch_sample(engine *e, engine_seq *const *seqs, const int32_
                                 sampler *const *smp, int32_t *out_ids, memra_err *row_errs,
                                 memra_err *err)
 {
+    return engine_forward_batch_sample_with(e, seqs, tokens, n, smp, out_ids, row_errs, NULL,
+                                            NULL, err);
+}
+
+int engine_forward_batch_sample_with(engine *e, engine_seq *const *seqs, const int32_t *tokens,
+                                     int n, sampler *const *smp, int32_t *out_ids,
+                                     memra_err *row_errs, engine_overlap_fn overlap, void *ctx,
+                                     memra_err *err)
+{
     /* out_ids may be tokens: untouched when the step is refused */
     if (batch_begin(e, seqs, tokens, n, err) != 0)
         return -1;
@@ -558,8 +569,20 @@ int engine_forward_batch_sample(engine *e, engine_seq *const *seqs, const int32_
         int step = n - done < e->opts.n_batch ? n - done : e->opts.n_batch;
         bk_sample_req req_store;
         int sampled = 0;
-        bk_sample_req *req = sample_request(e, step, smp + done, &req_store);
-        float *dev = batch_chunk(e, seqs, tokens, done, step, NULL, 1, req, &sampled);
+        bk_sample_req *req = NULL;
+        float *dev;
+        if (overlap) {
+            /* The forward goes first, its logits stay on the device; the
+             * host work runs while it computes, then the rows are sampled
+             * with the lists as the work left them. */
+            dev = batch_chunk(e, seqs, tokens, done, step, NULL, 1, NULL, &sampled);
+            overlap(ctx);
+            overlap = NULL;
+            req = sample_request(e, step, smp + done, &req_store);
+        } else {
+            req = sample_request(e, step, smp + done, &req_store);
+            dev = batch_chunk(e, seqs, tokens, done, step, NULL, 1, req, &sampled);
+        }
         if (sample_rows(e, dev, step, smp + done, req, sampled, out_ids + done, row_errs + done,
                         err) != 0)
             return -1;

@@ -155,6 +155,21 @@ int engine_forward_batch_sample(engine *e, engine_seq *const *seqs, const int32_
                                 sampler *const *smp, int32_t *out_ids, memra_err *row_errs,
                                 memra_err *err);
 
+/* Host work that runs while a batched step's forward is on the device:
+ * called once, after the forward is launched and before any row is
+ * sampled, so it may still change the samplers (a grammar's masks, which
+ * depend only on the tokens already taken). On a backend that computes on
+ * the host it simply runs between the forward and the sampling. */
+typedef void (*engine_overlap_fn)(void *ctx);
+
+/* engine_forward_batch_sample with `overlap(ctx)` in the middle (NULL: as
+ * engine_forward_batch_sample). The tokens are the same as if overlap had
+ * run before the call. */
+int engine_forward_batch_sample_with(engine *e, engine_seq *const *seqs, const int32_t *tokens,
+                                     int n, sampler *const *smp, int32_t *out_ids,
+                                     memra_err *row_errs, engine_overlap_fn overlap, void *ctx,
+                                     memra_err *err);
+
 /* Capture hidden states (see model_hidden_fn for the convention); NULL
  * turns it off. */
 void engine_set_hidden_hook(engine *e, model_hidden_fn fn, void *ctx);

@@ -26,6 +26,7 @@ typedef struct {
     int32_t host_in;  /* the token a host-path slot runs next (host_pending) */
     gram_state *gst;  /* the request's grammar, advanced token by token (req->grammar) */
     int lazy;         /* gst is req->lazy_grammar's, started at its trigger */
+    int gram_dead;    /* the step's mask allowed nothing: ends after the step */
     uint32_t *gmask;  /* [gram_mask_words] this slot's mask of the step (batched masks) */
     char ltail[48];   /* the last bytes generated, where the trigger is looked for */
     size_t n_ltail;
@@ -99,6 +100,7 @@ struct serve_model {
     uint32_t **gmasks;
     int *gcounts;
     serve_slot **gslots;
+    int n_gram;           /* gslots gathered for the coming step's masks */
 };
 
 /* ---- scheduling ------------------------------------------------------- */
@@ -111,6 +113,7 @@ static void slot_release(serve_model *m, serve_slot *s)
     gram_state_free(s->gst);
     s->gst = NULL;
     s->lazy = 0;
+    s->gram_dead = 0;
     s->smp = NULL;
     s->dt = NULL;
     serve_req_unref(s->req);
@@ -377,6 +380,8 @@ static int host_forward_sample(serve_model *m, serve_slot *s, const int32_t *tok
  * (one sequence's context full, say), the slots run one by one so the
  * failure stays with the request that caused it. A row that cannot be
  * sampled keeps its error for slot_sample. */
+static void batch_grammar_masks(void *ctx);
+
 static void decode_step(serve_model *m, serve_slot **batch, const int32_t *ids, int n, int *rc,
                         memra_err *errs)
 {
@@ -386,8 +391,8 @@ static void decode_step(serve_model *m, serve_slot **batch, const int32_t *ids, 
             m->smps[i] = batch[i]->smp;
         }
         memra_err err;
-        if (engine_forward_batch_sample(m->eng, m->seqs, ids, n, m->smps, m->next_ids, errs,
-                                        &err) == 0) {
+        if (engine_forward_batch_sample_with(m->eng, m->seqs, ids, n, m->smps, m->next_ids, errs,
+                                             batch_grammar_masks, m, &err) == 0) {
             for (int i = 0; i < n; i++) {
                 batch[i]->next = m->next_ids[i];
                 batch[i]->next_err = errs[i];
@@ -396,6 +401,7 @@ static void decode_step(serve_model *m, serve_slot **batch, const int32_t *ids, 
             return;
         }
     }
+    batch_grammar_masks(m); /* unless the refused batched step ran it */
     for (int i = 0; i < n; i++)
         rc[i] = engine_forward_sample(m->eng, batch[i]->seq, &ids[i], 1, batch[i]->smp,
                                       &batch[i]->next, &errs[i]);
@@ -561,11 +567,8 @@ static int prefix_follow(serve_model *m, int i)
     return 0;
 }
 
-/* The masks of the batch's grammar slots, computed together on the mask
- * pool's threads and set on their samplers; a slot whose grammar allows no
- * token ends with that error and leaves the batch. Returns the batch's new
- * size. */
-static int batch_grammar_masks(serve_model *m, int n)
+/* The batch's grammar slots, gathered before a step (m->n_gram of them). */
+static void batch_grammar_gather(serve_model *m, int n)
 {
     int k = 0;
     for (int i = 0; i < n; i++) {
@@ -579,28 +582,28 @@ static int batch_grammar_masks(serve_model *m, int n)
         m->gmasks[k] = s->gmask;
         k++;
     }
+    m->n_gram = k;
+}
+
+/* The gathered slots' masks, computed together on the mask pool's threads
+ * and set on their samplers: the engine runs this while the step's forward
+ * is on the device (engine_forward_batch_sample_with), so the masks cost
+ * the step nothing while they take less time than the forward. A slot
+ * whose grammar allows no token gets the empty mask (its row samples
+ * nothing) and is marked to end after the step with that error. */
+static void batch_grammar_masks(void *ctx)
+{
+    serve_model *m = ctx;
+    int k = m->n_gram;
     if (k == 0)
-        return n;
+        return;
     gram_maskpool_masks(m->gpool, m->gstates, m->gvocab, m->gmasks, m->gcounts, k);
     for (int j = 0; j < k; j++) {
         serve_slot *s = m->gslots[j];
-        if (!s->req)
-            continue; /* a sibling choice's error released it */
-        if (m->gcounts[j] == 0) {
-            memra_fail(&s->next_err, "response_format: no token can continue the output (the "
-                                     "schema admits nothing the vocabulary can write)");
-            slot_end(m, s, SERVE_FINISH_ERROR, s->next_err.msg);
-        } else {
-            sampler_set_mask(s->smp, s->gmask, gram_vocab_size(m->gvocab));
-        }
+        s->gram_dead = m->gcounts[j] == 0;
+        sampler_set_mask(s->smp, s->gmask, gram_vocab_size(m->gvocab));
     }
-    int w = 0;
-    for (int i = 0; i < n; i++)
-        if (m->batch[i]->req) {
-            m->ids[w] = m->ids[i];
-            m->batch[w++] = m->batch[i];
-        }
-    return w;
+    m->n_gram = 0;
 }
 
 static void tick(serve_model *m)
@@ -677,12 +680,20 @@ static void tick(serve_model *m)
             m->batch[n++] = s;
         }
     }
-    n = batch_grammar_masks(m, n);
     if (n > 0) {
+        batch_grammar_gather(m, n);
         decode_step(m, m->batch, m->ids, n, m->rc, m->errs);
         for (int i = 0; i < n; i++) {
-            if (!m->batch[i]->req)
+            serve_slot *s = m->batch[i];
+            if (!s->req)
                 continue; /* a sibling choice's error released it */
+            if (s->gram_dead) {
+                s->gram_dead = 0;
+                memra_fail(&s->next_err, "response_format: no token can continue the output "
+                                         "(the schema admits nothing the vocabulary can write)");
+                slot_end(m, s, SERVE_FINISH_ERROR, s->next_err.msg);
+                continue;
+            }
             if (m->rc[i] != 0) {
                 slot_end(m, m->batch[i], SERVE_FINISH_ERROR, m->errs[i].msg);
                 continue;

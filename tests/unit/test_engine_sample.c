@@ -155,9 +155,16 @@ static void sample_two_ways(engine *e, const char *label)
     sampler_free(dev);
 }
 
-/* Three sequences decoded together with engine_forward_batch_sample give
- * each the tokens engine_forward_sample gives it alone; a fourth whose
- * sampler bans every token fails alone, with the sampler's message. */
+static void count_call(void *ctx)
+{
+    ++*(int *)ctx;
+}
+
+/* Three sequences decoded together with engine_forward_batch_sample (every
+ * other step through engine_forward_batch_sample_with, its overlap work
+ * run once) give each the tokens engine_forward_sample gives it alone; a
+ * fourth whose sampler bans every token fails alone, with the sampler's
+ * message. */
 static void batch_vs_single(engine *e, const char *label)
 {
     enum { N = 4 };
@@ -185,9 +192,10 @@ static void batch_vs_single(engine *e, const char *label)
         engine_forward(e, sq[i], prompt, 1 + (i & 1), NULL, 0, &err);
         bt[i] = st[i] = (int32_t)(400 + i);
     }
-    int bad = 0, row3 = 1;
+    int bad = 0, row3 = 1, calls = 0;
     for (int step = 0; step < 10; step++) {
-        if (engine_forward_batch_sample(e, bq, bt, N, bs, bt, row_errs, &err) != 0) {
+        if (engine_forward_batch_sample_with(e, bq, bt, N, bs, bt, row_errs,
+                                             step % 2 ? count_call : NULL, &calls, &err) != 0) {
             CHECK_MSG(0, "%s: batch: %s", label, err.msg);
             break;
         }
@@ -209,6 +217,7 @@ static void batch_vs_single(engine *e, const char *label)
         }
     }
     CHECK_MSG(bad == 0, "%s: %d batched tokens differ from alone", label, bad);
+    CHECK_MSG(calls == 5, "%s: the overlap work ran %d times in 5 steps", label, calls);
     CHECK_MSG(row3, "%s: the all-banned row did not fail alone with its message", label);
     for (int i = 0; i < N; i++) {
         sampler_free(bs[i]);
@@ -312,10 +321,30 @@ static sampler *trace_sampler(int greedy, int i, int32_t vocab, sampler_logit_bi
     return s;
 }
 
+/* The batch's new masks, set from the overlap work of
+ * engine_forward_batch_sample_with: while the forward runs, as memra-serve
+ * sets its grammars' masks. */
+typedef struct {
+    sampler **smp; /* the batch's, from sequence 1 */
+    int32_t vocab;
+    int j, n, calls;
+} overlap_masks;
+
+static void set_masks_overlapped(void *ctx)
+{
+    overlap_masks *o = ctx;
+    o->calls++;
+    for (int i = 1; i <= o->n; i += 2)
+        step_mask(o->smp[i - 1], o->vocab, 10 + 4 * o->j + i);
+}
+
 /* Ids sampled on the device with graphs on or off: sequence 0 decoded
  * alone, three more at different depths decoded in batches of 3 and 2,
- * then sequence 0 alone again; every id fed back. */
-static int sampled_decode_trace(const checkpoint *ck, int graphs, int greedy, sampled_trace *t)
+ * then sequence 0 alone again; every id fed back. With `overlap`, the
+ * batches' masks are set by the overlap work of
+ * engine_forward_batch_sample_with instead of before the call. */
+static int sampled_decode_trace(const checkpoint *ck, int graphs, int greedy, int overlap,
+                                sampled_trace *t)
 {
     memset(t, 0, sizeof *t);
     setenv("MEMRA_CUDA_GRAPHS", graphs ? "1" : "0", 1);
@@ -354,10 +383,17 @@ static int sampled_decode_trace(const checkpoint *ck, int graphs, int greedy, sa
     }
     for (int j = 0; ok && j < GS_BATCH; j++) {
         int n = j % 3 == 2 ? 2 : 3;
-        for (int i = 1; i <= n; i += 2) /* sequences 1 and 3: a new mask every step */
-            step_mask(smp[i], vocab, 10 + 4 * j + i);
-        ok = engine_forward_batch_sample(e, q + 1, tok + 1, n, smp + 1, tok + 1, row_errs,
-                                         &err) == 0;
+        overlap_masks om = {smp + 1, vocab, j, n, 0};
+        if (!overlap)
+            set_masks_overlapped(&om); /* sequences 1 and 3: a new mask every step */
+        ok = engine_forward_batch_sample_with(e, q + 1, tok + 1, n, smp + 1, tok + 1, row_errs,
+                                              overlap ? set_masks_overlapped : NULL, &om,
+                                              &err) == 0;
+        if (ok && om.calls != 1) {
+            ok = 0;
+            snprintf(err.msg, sizeof err.msg, "the masks were set %d times in one step",
+                     om.calls);
+        }
         for (int i = 1; ok && i <= n; i++) {
             ok = tok[i] >= 0 && sampler_accept(smp[i], tok[i], &err) == 0;
             if (tok[i] < 0)
@@ -399,10 +435,26 @@ static void test_cuda_graphed_sampling(void)
         return;
     for (int greedy = 1; greedy >= 0; greedy--) {
         const char *how = greedy ? "greedy" : "seeded";
-        sampled_trace off, on;
-        if (sampled_decode_trace(&ck, 0, greedy, &off) != 0 ||
-            sampled_decode_trace(&ck, 1, greedy, &on) != 0)
+        sampled_trace off, on, lap;
+        if (sampled_decode_trace(&ck, 0, greedy, 0, &off) != 0 ||
+            sampled_decode_trace(&ck, 1, greedy, 0, &on) != 0 ||
+            sampled_decode_trace(&ck, 1, greedy, 1, &lap) != 0)
             continue;
+        /* Overlapped: the batches' forwards replayed from graphs that leave
+         * the logits on the device, sampled after their masks were set:
+         * the same ids as the masks set before the step. */
+        int lap_first = -1;
+        for (int i = 0; i < GS_IDS && lap_first < 0; i++)
+            if (lap.ids[i] != on.ids[i])
+                lap_first = i;
+        CHECK_MSG(lap.n_ids == GS_IDS && lap_first < 0, "%s: overlapped id %d is %d, not %d",
+                  how, lap_first, lap_first < 0 ? 0 : lap.ids[lap_first],
+                  lap_first < 0 ? 0 : on.ids[lap_first]);
+        /* the batches: a warm-up and a capture per shape, replays after */
+        CHECK_MSG(lap.replays - lap.sampled_replays >= GS_BATCH - 4 && lap.abandoned == 0,
+                  "%s: %" PRIu64 " of %" PRIu64 " replays left the logits on the device, "
+                  "%" PRIu64 " abandoned", how, lap.replays - lap.sampled_replays,
+                  lap.replays, lap.abandoned);
         CHECK_MSG(off.n_ids == GS_IDS && on.n_ids == GS_IDS, "%s: %d and %d ids", how,
                   off.n_ids, on.n_ids);
         int first = -1;

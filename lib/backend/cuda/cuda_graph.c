@@ -42,6 +42,8 @@ typedef struct {
     int n, bucket, tbl_cap;
     size_t n_logits;
     int sampled;   /* ends with the sample kernel, not a logits copy */
+    int dev;       /* ends with the logits left on the device (bk_step.dev_logits) */
+    float *dev_logits; /* where, for the replays */
     int seen;      /* eager runs of this key */
     int broken;    /* a capture failed: always eager */
     cudaGraphExec_t exec;
@@ -202,12 +204,12 @@ static int ensure_readback(cuda_backend *cb, cuda_graphs *g, size_t n)
 
 /* The key's slot; NULL when the table is full (the step runs eagerly). */
 static graph_entry *entry_for(cuda_graphs *g, int n, int bucket, int tbl_cap, size_t n_logits,
-                              int sampled)
+                              int sampled, int dev)
 {
     for (int i = 0; i < g->n_e; i++) {
         graph_entry *e = &g->e[i];
         if (e->n == n && e->bucket == bucket && e->tbl_cap == tbl_cap &&
-            e->n_logits == n_logits && e->sampled == sampled)
+            e->n_logits == n_logits && e->sampled == sampled && e->dev == dev)
             return e;
     }
     if (g->n_e == GRAPH_SLOTS)
@@ -219,6 +221,7 @@ static graph_entry *entry_for(cuda_graphs *g, int n, int bucket, int tbl_cap, si
     e->tbl_cap = tbl_cap;
     e->n_logits = n_logits;
     e->sampled = sampled;
+    e->dev = dev;
     return e;
 }
 
@@ -248,12 +251,17 @@ static int fill_inputs(cuda_graphs *g, const bk_step *st, int tbl_cap)
 }
 
 /* Launch the entry's graph and copy the logits, or the sampled outcomes,
- * out. */
+ * out; a graph that leaves its logits on the device returns at once, the
+ * device still computing. */
 static int replay(cuda_backend *cb, cuda_graphs *g, graph_entry *e, const bk_step *st)
 {
     g->replays++;
     if (CU_OK(cb, cudaGraphLaunch(e->exec, cb->stream)))
         return -1;
+    if (e->dev) {
+        *st->dev_logits = e->dev_logits;
+        return 1;
+    }
     if (e->sampled) {
         g->sampled_replays++;
         return cuda_sample_read(cb, st->sample->n_rows, st->sample->out) != 0 ? -1 : 1;
@@ -296,9 +304,12 @@ int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
         }
     }
     int sampled = cb->step.sample != NULL;
+    int dev = !sampled && st->dev_logits;
     if (!cb->tune.graphs || !st->graph_ok || n > cb->tune.graph_max_rows || st->max_blocks <= 0)
         return 0;
-    if (sampled ? sr->n_rows != n || st->logits : !st->logits || st->n_logits == 0)
+    if (sampled ? sr->n_rows != n || st->logits
+        : dev   ? st->logits != NULL
+                : !st->logits || st->n_logits == 0)
         return 0;
     cuda_graphs *g = graphs_of(cb);
     g->mode = GM_NONE;
@@ -308,13 +319,13 @@ int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
         chunks = c > chunks ? c : chunks;
     }
     graph_entry *e = entry_for(g, n, pow2_at_least(chunks), st->max_blocks, st->n_logits,
-                               sampled);
+                               sampled, dev);
     if (!e || e->broken)
         return 0;
     g->meta_off = ((size_t)n + 3) & ~(size_t)3;
     size_t len = g->meta_off + 2 * (size_t)n + (size_t)n * (size_t)st->max_blocks;
     if (ensure_inputs(cb, g, len) != 0 ||
-        (!sampled && ensure_readback(cb, g, st->n_logits) != 0)) {
+        (!sampled && !dev && ensure_readback(cb, g, st->n_logits) != 0)) {
         cb->step.active = 0;
         return -1;
     }
@@ -361,11 +372,15 @@ static int end_capture(cuda_backend *cb, cuda_graphs *g, const bk_step *st)
     cudaGraph_t graph = NULL;
     cudaError_t rc = cudaStreamEndCapture(cb->stream, &graph);
     g->mode = GM_NONE;
-    /* The step's one result: the logits copy, or the sample kernel. */
+    /* The step's one result: the logits copy, the sample kernel, or the
+     * logits left where the ops wrote them. */
     int ok = rc == cudaSuccess && graph && !cb->failed && !g->bad &&
              (e->sampled ? g->n_reads == 0 && g->sample_launched
+              : e->dev   ? g->n_reads == 0 && !g->sample_launched && *st->dev_logits
                          : g->n_reads == 1 && g->read_dst == st->logits &&
                                g->read_n == st->n_logits);
+    if (e->dev)
+        e->dev_logits = *st->dev_logits;
     if (ok) {
         rc = cudaGraphInstantiate(&e->exec, graph, 0);
         ok = rc == cudaSuccess;
