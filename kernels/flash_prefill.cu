@@ -52,10 +52,38 @@ template <int HD> struct Smem {
     static constexpr size_t P_OFF = S_OFF + (size_t)FP_ROWS * LDS * 4;
     static constexpr size_t O_OFF = P_OFF + (size_t)FP_ROWS * LDP * 2;
     static constexpr size_t ROW_OFF = O_OFF + (size_t)FP_ROWS * LDO * 4;
-    static constexpr size_t BYTES = ROW_OFF + (size_t)FP_ROWS * 4 * 4;
+    // per row: position, first key, running max and exp-sum, the folded
+    // segments' max and exp-sum, the fold's two factors and its mode
+    static constexpr int ROW_WORDS = 9;
+    static constexpr size_t BYTES = ROW_OFF + (size_t)FP_ROWS * ROW_WORDS * 4;
     static_assert(V_OFF % 32 == 0 && S_OFF % 32 == 0 && P_OFF % 32 == 0 && O_OFF % 32 == 0,
                   "WMMA tiles start 32-byte aligned");
 };
+
+// The fold of a segment (max ms, exp-sum ls, output o) into the rows'
+// folded ones (M, L, oc; M -inf before the first): the same arithmetic in
+// the flash kernel and in the split launch's fold kernel, so a row's bytes
+// do not depend on which did it. The first fold gives (ms, ls, o) exactly
+// (factors 0 and 1, oc 0).
+DEV void fp_fold_factors(float M, float L, float ms, float ls, float *Mn, float *Ln, float *fa,
+                         float *fb)
+{
+    const float mn = fmaxf(M, ms);
+    *fa = M == -INFINITY ? 0.0f : expf(__fsub_rn(M, mn));
+    *fb = expf(__fsub_rn(ms, mn));
+    *Ln = __fadd_rn(__fmul_rn(L, *fa), __fmul_rn(ls, *fb));
+    *Mn = mn;
+}
+
+DEV float fp_fold(float oc, float o, float fa, float fb)
+{
+    return __fadd_rn(__fmul_rn(oc, fa), __fmul_rn(o, fb));
+}
+
+DEV int32_t fp_first_key(int32_t pos, int window)
+{
+    return window > 0 && (int64_t)pos - window + 1 > 0 ? (int32_t)(pos - window + 1) : 0;
+}
 
 DEV int64_t fp_row_index(const int32_t *table, int64_t t, int layer, int n_blocks, int bs)
 {
@@ -118,7 +146,7 @@ __global__ void __launch_bounds__(FP_THREADS)
 flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n_meta,
                      int row0, int n, cu_attn a, int n_blocks, int bs, int64_t row_bytes,
                      const uint8_t *__restrict__ kp, const uint8_t *__restrict__ vp,
-                     float *__restrict__ out)
+                     cu_flash_cut cut, float *__restrict__ out)
 {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     typedef typename OP::T T;
@@ -134,6 +162,9 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
     int32_t *rlo = rpos + FP_ROWS;
     float *rmax = reinterpret_cast<float *>(rlo + FP_ROWS);
     float *rsum = rmax + FP_ROWS;
+    float *cmax = rsum + FP_ROWS, *csum = cmax + FP_ROWS; // the folded segments'
+    float *rfa = csum + FP_ROWS, *rfb = rfa + FP_ROWS;    // the fold's factors
+    int32_t *rmode = reinterpret_cast<int32_t *>(rfb + FP_ROWS);
 
     const int h = blockIdx.x, tile = gridDim.y - 1 - blockIdx.y;
     const int kvh = h / (a.n_heads / a.n_kv_heads);
@@ -145,14 +176,13 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
     // Rows past the chunk's end see no key.
     if (tid < FP_ROWS) {
         const int32_t pos = tid < nr ? meta[r0 + tid] : -1;
-        int32_t lo = INT32_MAX;
-        if (tid < nr)
-            lo = a.window > 0 && (int64_t)pos - a.window + 1 > 0 ? (int32_t)(pos - a.window + 1)
-                                                                  : 0;
+        const int32_t lo = tid < nr ? fp_first_key(pos, a.window) : INT32_MAX;
         rpos[tid] = pos;
         rlo[tid] = lo;
         rmax[tid] = -INFINITY;
         rsum[tid] = 0.0f;
+        cmax[tid] = -INFINITY;
+        csum[tid] = 0.0f;
     }
     // Q rows, rounded, staged in K's tile; the output rows start at zero.
     for (int idx = tid; idx < FP_ROWS * HD / 4; idx += FP_THREADS) {
@@ -199,12 +229,21 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
     typedef KvStage<HD> KS;
     constexpr bool PIPE = PF && HD <= 128;
     constexpr int BATCH = PIPE ? KS::NJ : (KS::NJ < 4 ? KS::NJ : 4);
-    const int32_t kb_first = kmin / FP_KEYS, kb_last = kmax / FP_KEYS;
-    KS stage;
     // With head 64 or 128 the warp's output rows stay in accumulator
     // fragments across key blocks (OREG); they go through shared memory
-    // only when a row must be rescaled, and at the end.
+    // only when a row must be rescaled, and at each segment's end.
     constexpr bool OREG = HD <= 128;
+    const int seg_kb = OREG ? cut.seg_keys / FP_KEYS : 1; // key blocks a segment
+    int32_t kb_first = kmin / FP_KEYS, kb_last = kmax / FP_KEYS;
+    if (OREG && cut.nseg > 0) {
+        // Split: this block takes one segment of the tile's span.
+        const int32_t sg = cut.seg0 + (int32_t)blockIdx.z;
+        kb_first = max(kb_first, sg * seg_kb);
+        kb_last = min(kb_last, sg * seg_kb + seg_kb - 1);
+        if (kb_first > kb_last)
+            return; // the whole block: no row of the tile sees that segment
+    }
+    KS stage;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> oreg[OREG ? HD / 16 : 1];
 #pragma unroll
     for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++)
@@ -368,17 +407,64 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
             }
         }
         __syncthreads(); // the next block overwrites K and V
-    }
-    if (OREG) {
+        if (OREG && (kb == kb_last || (kb + 1) % seg_kb == 0)) {
+            // The segment's end: its output rows, max and exp-sum are
+            // folded into the rows' (through out; the row's last segment
+            // writes the result), or written as the split launch's
+            // partials. Then the next segment starts afresh.
 #pragma unroll
-        for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++)
-            wmma::store_matrix_sync(os + warp * 16 * L::LDO + nb * 16, oreg[nb], L::LDO,
-                                    wmma::mem_row_major);
-        __syncwarp();
+            for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++) {
+                wmma::store_matrix_sync(os + warp * 16 * L::LDO + nb * 16, oreg[nb], L::LDO,
+                                        wmma::mem_row_major);
+                wmma::fill_fragment(oreg[nb], 0.0f);
+            }
+            const int32_t sg = kb / seg_kb;
+            const size_t wrow = (size_t)(r0 + rr - row0) * a.n_heads + h;
+            if (half == 0) {
+                const float ms = rmax[rr], ls = rsum[rr];
+                int mode = 0; // 0 no key here, 1 fold, | 2 the first, | 4 the last, 8 partial
+                if (ms != -INFINITY && cut.nseg > 0) {
+                    float *ml = cut.ws + (size_t)n * a.n_heads * cut.nseg * HD +
+                                (wrow * cut.nseg + (size_t)(sg - cut.seg0)) * 2;
+                    ml[0] = ms;
+                    ml[1] = ls;
+                    mode = 8;
+                } else if (ms != -INFINITY) {
+                    float mn, ln, fa, fb;
+                    fp_fold_factors(cmax[rr], csum[rr], ms, ls, &mn, &ln, &fa, &fb);
+                    mode = 1 | (cmax[rr] == -INFINITY ? 2 : 0) |
+                           (my_pos / (seg_kb * FP_KEYS) == sg ? 4 : 0);
+                    cmax[rr] = mn;
+                    csum[rr] = ln;
+                    rfa[rr] = fa;
+                    rfb[rr] = fb;
+                }
+                rmode[rr] = mode;
+                rmax[rr] = -INFINITY;
+                rsum[rr] = 0.0f;
+            }
+            __syncwarp();
+            for (int idx = lane; idx < 16 * HD; idx += 32) {
+                const int r = warp * 16 + idx / HD, e = idx % HD;
+                const int mode = rmode[r];
+                if (!mode)
+                    continue;
+                const float o = os[r * L::LDO + e];
+                const size_t wr = (size_t)(r0 + r - row0) * a.n_heads + h;
+                if (mode & 8) {
+                    cut.ws[(wr * cut.nseg + (size_t)(sg - cut.seg0)) * HD + e] = o;
+                    continue;
+                }
+                float *dst = out + ((int64_t)(r0 + r) * a.n_heads + h) * HD + e;
+                const float oc = fp_fold(mode & 2 ? 0.0f : *dst, o, rfa[r], rfb[r]);
+                *dst = mode & 4 ? __fdiv_rn(oc, csum[r]) : oc;
+            }
+            __syncwarp();
+        }
     }
 
-    // out = O / exp-sum for the warp's rows that exist.
-    for (int idx = lane; idx < 16 * HD; idx += 32) {
+    // Head 256 (one pass): out = O / exp-sum for the warp's rows that exist.
+    for (int idx = lane; !OREG && idx < 16 * HD; idx += 32) {
         const int r = warp * 16 + idx / HD, e = idx % HD;
         if (r < nr)
             out[((int64_t)(r0 + r) * a.n_heads + h) * HD + e] =
@@ -389,32 +475,74 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
 #endif
 }
 
+// A split launch's fold: block (row, head), a thread per element, folds the
+// row's segments' partials in order (fp_fold, as the flash kernel does)
+// and writes the result.
+template <int HD>
+__global__ void __launch_bounds__(HD)
+flash_fold_kernel(const int32_t *__restrict__ meta, int row0, int n, int n_heads, int window,
+                  cu_flash_cut cut, float *__restrict__ out)
+{
+    const int r = blockIdx.x, h = blockIdx.y, e = threadIdx.x;
+    const int32_t pos = meta[row0 + r];
+    const int32_t s_lo = fp_first_key(pos, window) / cut.seg_keys, s_hi = pos / cut.seg_keys;
+    const size_t wr = (size_t)r * n_heads + h;
+    const float *ml = cut.ws + (size_t)n * n_heads * cut.nseg * HD + wr * cut.nseg * 2;
+    float m = -INFINITY, l = 0.0f, oc = 0.0f;
+    for (int32_t sg = s_lo; sg <= s_hi; sg++) {
+        const int z = sg - cut.seg0;
+        float mn, ln, fa, fb;
+        fp_fold_factors(m, l, ml[2 * z], ml[2 * z + 1], &mn, &ln, &fa, &fb);
+        oc = fp_fold(oc, cut.ws[(wr * cut.nseg + (size_t)z) * HD + e], fa, fb);
+        m = mn;
+        l = ln;
+    }
+    out[((int64_t)(row0 + r) * n_heads + h) * HD + e] = __fdiv_rn(oc, l);
+}
+
 template <typename OP, int HD, bool PF>
 cudaError_t flash_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n_meta,
-                    int row0, int n, const float *q, float *out, cudaStream_t s)
+                    int row0, int n, const float *q, const cu_flash_cut *cut, float *out,
+                    cudaStream_t s)
 {
     const size_t smem = Smem<HD>::BYTES;
     cudaError_t rc = cudaFuncSetAttribute(flash_prefill_kernel<OP, HD, PF>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (rc != cudaSuccess)
         return rc;
-    dim3 grid((unsigned)a->n_heads, (unsigned)((n + FP_ROWS - 1) / FP_ROWS));
+    const int split = HD <= 128 && cut->nseg > 0;
+    dim3 grid((unsigned)a->n_heads, (unsigned)((n + FP_ROWS - 1) / FP_ROWS),
+              split ? (unsigned)cut->nseg : 1u);
     flash_prefill_kernel<OP, HD, PF><<<grid, FP_THREADS, smem, s>>>(
         q, meta, n_meta, row0, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes,
-        static_cast<const uint8_t *>(kv->k), static_cast<const uint8_t *>(kv->v), out);
+        static_cast<const uint8_t *>(kv->k), static_cast<const uint8_t *>(kv->v), *cut, out);
+    if (split)
+        flash_fold_kernel<HD><<<dim3((unsigned)n, (unsigned)a->n_heads), HD, 0, s>>>(
+            meta, row0, n, a->n_heads, a->window, *cut, out);
     return cudaGetLastError();
 }
 
 template <typename OP>
 cudaError_t flash_hd(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n_meta,
-                     int row0, int n, const float *q, float *out, cudaStream_t s)
+                     int row0, int n, const float *q, const cu_flash_cut *cut, float *out,
+                     cudaStream_t s)
 {
     switch (a->head_dim) {
-    case 64: return flash_t<OP, 64, FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, out, s);
-    case 128: return flash_t<OP, 128, FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, out, s);
-    case 256: return flash_t<OP, 256, false>(kv, a, meta, n_meta, row0, n, q, out, s);
+    case 64: return flash_t<OP, 64, FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, cut, out, s);
+    case 128:
+        return flash_t<OP, 128, FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, cut, out, s);
+    case 256: return flash_t<OP, 256, false>(kv, a, meta, n_meta, row0, n, q, cut, out, s);
     default: return cudaErrorInvalidValue;
     }
+}
+
+// A cut the kernel can take: whole key blocks a segment; a split's
+// segments cover every key of the launch's rows (checked by the caller,
+// who knows the positions) and its partials have somewhere to go.
+bool cut_fits(const cu_flash_cut *c)
+{
+    return c->seg_keys >= FP_KEYS && c->seg_keys % FP_KEYS == 0 && c->nseg >= 0 &&
+           c->nseg <= 65535 && c->seg0 >= 0 && (c->nseg == 0 || c->ws != nullptr);
 }
 
 } // namespace
@@ -423,29 +551,31 @@ cudaError_t flash_hd(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
 
 extern "C" cudaError_t launch_flash_prefill(const cu_kv_pool *kv, const cu_attn *a,
                                             const int32_t *meta, int n_meta, int row0, int n,
-                                            const float *q, float *out, cudaStream_t stream)
+                                            const float *q, const cu_flash_cut *cut, float *out,
+                                            cudaStream_t stream)
 {
     if (n <= 0)
         return cudaSuccess;
     if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads != 0 || a->n_heads > 65535 ||
         row0 < 0 || row0 + n > n_meta || !flash_prefill_supports(kv->type, a->head_dim) ||
-        (int64_t)a->n_kv_heads * a->head_dim != kv->kv_dim)
+        (int64_t)a->n_kv_heads * a->head_dim != kv->kv_dim || !cut_fits(cut))
         return cudaErrorInvalidValue;
     if (kv->type == CU_KV_BF16)
-        return flash_hd<OpBF16>(kv, a, meta, n_meta, row0, n, q, out, stream);
-    return flash_hd<OpF16>(kv, a, meta, n_meta, row0, n, q, out, stream);
+        return flash_hd<OpBF16>(kv, a, meta, n_meta, row0, n, q, cut, out, stream);
+    return flash_hd<OpF16>(kv, a, meta, n_meta, row0, n, q, cut, out, stream);
 }
 
 extern "C" cudaError_t launch_flash_prefill_other(const cu_kv_pool *kv, const cu_attn *a,
                                                   const int32_t *meta, int n_meta, int row0,
-                                                  int n, const float *q, float *out,
+                                                  int n, const float *q,
+                                                  const cu_flash_cut *cut, float *out,
                                                   cudaStream_t stream)
 {
     if (n <= 0)
         return cudaSuccess;
     if (kv->type != CU_KV_BF16 || a->head_dim != 128 || a->n_kv_heads <= 0 ||
         a->n_heads % a->n_kv_heads != 0 || a->n_heads > 65535 || row0 < 0 || row0 + n > n_meta ||
-        (int64_t)a->n_kv_heads * a->head_dim != kv->kv_dim)
+        (int64_t)a->n_kv_heads * a->head_dim != kv->kv_dim || !cut_fits(cut))
         return cudaErrorInvalidValue;
-    return flash_t<OpBF16, 128, !FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, out, stream);
+    return flash_t<OpBF16, 128, !FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, cut, out, stream);
 }

@@ -52,6 +52,12 @@
 #define FL_MIN_ROWS 16
 #define FL_BOUND_SPLITK 1e-5
 
+/* The segment size and split the GPU runs with (gpu_rows): 0 / -1 the
+ * backend's own; the cases take segments of one key block, so their
+ * hundred-odd positions make rows of several segments, and compare the
+ * launch split (1) and not (0). */
+static int g_seg_keys, g_split = -1;
+
 typedef struct {
     int heads, kv_heads, hd;
     int64_t window;
@@ -114,18 +120,21 @@ static float *gpu_rows(kc *k, flash_seq *fs, int64_t i0, int n, int pre, int min
     float *din = kc_dev(k, in, (size_t)tot * (hq + 2 * hkv));
     float *dout = k->gpu->ops->act_alloc(k->gpu, (size_t)tot * hq);
     cuda_step saved = cb->step;
-    int saved_min = cb->tune.flash_min_rows, saved_on = cb->tune.flash;
+    cuda_tuning saved_tune = cb->tune;
     cb->step = (cuda_step){.active = 1, .prefill = 1, .n = tot};
     cb->tune.flash_min_rows = min_rows;
     cb->tune.flash = 1;
+    if (g_seg_keys > 0)
+        cb->tune.flash_seg_keys = g_seg_keys;
+    if (g_split >= 0)
+        cb->tune.flash_split_blocks = g_split ? INT32_MAX : 0;
     k->gpu->ops->attention(k->gpu, a, &rows, din, din + (size_t)tot * hq,
                            din + (size_t)tot * (hq + hkv), dout);
     if (us && k->o->perf) /* re-storing the same K/V rows changes nothing */
         KC_TIME(k, *us, k->gpu->ops->attention(k->gpu, a, &rows, din, din + (size_t)tot * hq,
                                                din + (size_t)tot * (hq + hkv), dout));
     cb->step = saved;
-    cb->tune.flash_min_rows = saved_min;
-    cb->tune.flash = saved_on;
+    cb->tune = saved_tune;
     float *all = kc_read(k, dout, (size_t)tot * hq);
     float *got = xmalloc((size_t)n * hq * sizeof(float));
     memcpy(got, all + (size_t)pre * hq, (size_t)n * hq * sizeof(float));
@@ -318,6 +327,14 @@ static void flash_chunk(kc *k, flash_seq *fs, const flash_case *c, int64_t i0, i
         float *mixed = gpu_rows(k, fs, i0, n, FL_MIN_ROWS + 3, FL_MIN_ROWS, NULL);
         inv &= memcmp(mixed, got, no * sizeof(float)) == 0;
         free(mixed);
+        /* split by segments (one block each, then the fold) and not */
+        for (int split = 0; split <= 1; split++) {
+            g_split = split;
+            float *cut = gpu_rows(k, fs, i0, n, 0, FL_MIN_ROWS, NULL);
+            g_split = -1;
+            inv &= memcmp(cut, got, no * sizeof(float)) == 0;
+            free(cut);
+        }
     }
     char what[96];
     snprintf(what, sizeof what, "%d/%dx%d %s win %" PRId64 " cap %g rows %" PRId64 "+%d q rnd",
@@ -435,9 +452,11 @@ static double flash_other_us(kc *k, flash_seq *fs, int n, const float *dq, const
     const int32_t *meta = (const int32_t *)dmeta;
     double us = -1;
     *same = 0;
-    if (launch_flash_prefill_other(&pool, &at, meta, n, 0, n, dq, dout, cb->stream) ==
+    /* not split (its blocks fill the card), as the default kernel ran */
+    cu_flash_cut cut = {cb->tune.flash_seg_keys, 0, 0, NULL};
+    if (launch_flash_prefill_other(&pool, &at, meta, n, 0, n, dq, &cut, dout, cb->stream) ==
         cudaSuccess) {
-        KC_TIME(k, us, launch_flash_prefill_other(&pool, &at, meta, n, 0, n, dq, dout,
+        KC_TIME(k, us, launch_flash_prefill_other(&pool, &at, meta, n, 0, n, dq, &cut, dout,
                                                   cb->stream));
         float *o = kc_read(k, dout, (size_t)n * hq);
         *same = memcmp(o, got, (size_t)n * hq * sizeof(float)) == 0;
@@ -537,6 +556,51 @@ static void flash_perf_case(kc *k, int n)
     flash_seq_free(&fs);
 }
 
+/* A short chunk deep in the context (a conversation's next turn over a
+ * cached prompt): n rows after `depth` positions, the launch split by
+ * segments (the default: its tiles are few) and not, timed; the same
+ * bytes both ways, the last row checked against the CPU. */
+static void flash_perf_deep(kc *k, int depth, int n)
+{
+    const flash_case c = {32, 8, 128, 0, 0.0f, KV_BF16, depth, n};
+    flash_seq fs;
+    int64_t len = (int64_t)depth + n;
+    if (flash_seq_init(k, &fs, &c, len, 0) != 0) {
+        flash_seq_free(&fs);
+        return;
+    }
+    size_t hq = (size_t)c.heads * c.hd, hkv = (size_t)c.kv_heads * c.hd;
+    free(gpu_rows(k, &fs, 0, depth, 0, FL_MIN_ROWS, NULL)); /* the prefix's K/V */
+    double us = -1, us_one = -1;
+    float *got = gpu_rows(k, &fs, depth, n, 0, FL_MIN_ROWS, &us);
+    g_split = 0;
+    float *one = gpu_rows(k, &fs, depth, n, 0, FL_MIN_ROWS, &us_one);
+    g_split = -1;
+    int same = memcmp(got, one, (size_t)n * hq * sizeof(float)) == 0;
+    for (int64_t t = 0; t < len; t++) {
+        size_t off = kv_offset(&fs.kc, &fs.seq, fs.a.layer, t);
+        for (size_t e = 0; e < hkv; e++) {
+            kvc_st16(fs.kc.k + off + 2 * e, kvc_f32_to_bf16(fs.k[(size_t)t * hkv + e]));
+            kvc_st16(fs.kc.v + off + 2 * e, kvc_f32_to_bf16(fs.v[(size_t)t * hkv + e]));
+        }
+    }
+    float *ref = cpu_rows(k, &fs, len - 1, 1, 1);
+    int64_t span;
+    double s1 = score_mass(&fs, len - 1, 1, &span);
+    double err = err_over_v(got + (size_t)(n - 1) * hq, ref, hq, vmax_of(&fs));
+    char what[96];
+    snprintf(what, sizeof what, "32/8x128 bf16 rows %d+%d split (last row)", depth, n);
+    kc_report(k, "flash_prefill", what, err, flash_bound(&fs, s1, span, 0), same, us,
+              (double)n * 8.0 * (double)hq + (double)len * 4.0 * (double)hkv);
+    if (us > 0)
+        fprintf(k->out, "  split by segments %.1f us, one block a tile %.1f us: %.2fx (%s bytes)\n",
+                us, us_one, us_one / us, same ? "the same" : "OTHER");
+    free(ref);
+    free(got);
+    free(one);
+    flash_seq_free(&fs);
+}
+
 void kc_check_flash_prefill(kc *k)
 {
     cuda_backend *cb = cuda_of(k->gpu);
@@ -556,8 +620,10 @@ void kc_check_flash_prefill(kc *k)
         {6, 2, 64, 0, 0.0f, KV_BF16, 1, 16},      /* one row of prefix, the threshold */
         {4, 2, 128, 0, 0.0f, KV_BF16, 130, 17},   /* a deep chunk: three key blocks */
     };
+    g_seg_keys = FP_KEYS;
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(cases); i++)
         flash_case_run(k, &cases[i]);
+    g_seg_keys = 0;
     const flash_case f32 = {8, 2, 64, 0, 0.0f, KV_F32, 40, 0};
     const flash_case q8 = {8, 2, 64, 0, 0.0f, KV_Q8_0, 40, 0};
     const flash_case hd80 = {4, 2, 80, 0, 0.0f, KV_BF16, 40, 0};
@@ -573,5 +639,6 @@ void kc_check_flash_prefill(kc *k)
     if (k->o->perf) {
         flash_perf_case(k, 512);
         flash_perf_case(k, 8192);
+        flash_perf_deep(k, 8192, 96);
     }
 }

@@ -258,6 +258,38 @@ static int flash_applies(const cuda_backend *cb, const kv_cache *kc, const bk_at
            n >= cb->tune.flash_min_rows && flash_prefill_supports((int)kc->type, a->head_dim);
 }
 
+/* How the launch of rows [i0, i0 + n) cuts its keys: segments of
+ * tune.flash_seg_keys, and split one block a segment when its (head,
+ * tile) blocks are under tune.flash_split_blocks and the partials fit
+ * tune.flash_ws_cap. Split or not, a row's result is the same bytes
+ * (kernels/flash_prefill.cuh). */
+static cu_flash_cut flash_cut(cuda_backend *cb, const bk_attn *a, const bk_batch *rows, int i0,
+                              int n)
+{
+    cu_flash_cut cut = {cb->tune.flash_seg_keys, 0, 0, NULL};
+    if (!flash_prefill_splits(a->head_dim))
+        return cut;
+    int64_t lo = INT64_MAX, hi = -1;
+    for (int i = i0; i < i0 + n; i++) {
+        int64_t p = rows->pos[i];
+        int64_t f = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        lo = f < lo ? f : lo;
+        hi = p > hi ? p : hi;
+    }
+    int64_t seg0 = lo / cut.seg_keys, nseg = hi / cut.seg_keys - seg0 + 1;
+    int64_t blocks = (int64_t)a->n_heads * ((n + FP_ROWS - 1) / FP_ROWS);
+    size_t ws = flash_prefill_ws_floats(n, a->n_heads, a->head_dim, (int)(nseg < 65535 ? nseg : 65535));
+    if (nseg < 2 || nseg > 65535 || blocks >= cb->tune.flash_split_blocks ||
+        ws > cb->tune.flash_ws_cap)
+        return cut;
+    cut.ws = cuda_scratch(cb, SCR_FLASH, ws * sizeof(float), "flash attention partials");
+    if (cut.ws) {
+        cut.seg0 = (int)seg0;
+        cut.nseg = (int)nseg;
+    }
+    return cut;
+}
+
 /* K/V appended, then one launch per run of consecutive rows of one
  * sequence (a prefill step has one). */
 static void flash_prefill(cuda_backend *cb, const kv_cache *kc, const bk_attn *a,
@@ -274,7 +306,10 @@ static void flash_prefill(cuda_backend *cb, const kv_cache *kc, const bk_attn *a
     for (int i0 = 0, i1; i0 < n; i0 = i1) {
         for (i1 = i0 + 1; i1 < n && rows->seq[i1] == rows->seq[i0];)
             i1++;
-        if (CU_OK(cb, launch_flash_prefill(&pool, &at, meta, n, i0, i1 - i0, q, out, cb->stream)))
+        cu_flash_cut cut = flash_cut(cb, a, rows, i0, i1 - i0);
+        if (cb->failed ||
+            CU_OK(cb, launch_flash_prefill(&pool, &at, meta, n, i0, i1 - i0, q, &cut, out,
+                                           cb->stream)))
             return;
     }
 }

@@ -53,6 +53,13 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
     t->attn_partials_cap = (size_t)64 << 20; /* 256 MB */
     t->flash = tensor_cores;
     t->flash_min_rows = 32;
+    /* A short chunk over a long context has few (head, 64-row) tiles, each
+     * walking every key: under two blocks a multiprocessor (two fit at
+     * head 128) its launch is split by segments of 1,024 keys, one block
+     * each (docs/decisions/0015-flash-segments.md). */
+    t->flash_seg_keys = 1024;
+    t->flash_split_blocks = 2 * d->sm_count;
+    t->flash_ws_cap = (size_t)64 << 20; /* 256 MB */
     t->attn_splits = 0;
     /* -1: the engine's plan chooses (cuda_plan_decode; the kernel check,
      * which has none, takes ATTN_SPLIT_MIN). docs/decisions/0008. */

@@ -38,6 +38,9 @@ typedef struct {
     size_t attn_partials_cap; /* floats of attention partials one launch may use */
     int flash;            /* tensor-core flash attention for prefill chunks (bf16/f16 KV) */
     int flash_min_rows;   /* a prefill chunk of at least this many rows uses it */
+    int flash_seg_keys;   /* flash: keys a segment of a row's (a row's bytes depend on it) */
+    int flash_split_blocks; /* flash: a launch of fewer blocks is split by segments */
+    size_t flash_ws_cap;  /* flash: floats a split launch's partials may use */
     int dgemm;            /* bf16 projections of decode rows on the tensor cores; -1: plan_decode */
     int dgemm_blocks_per_sm; /* the decode GEMM's column splits aim at this many blocks per SM */
     int pdl;              /* programmatic dependent launch (kernels/launch.cuh); cc >= 9.0 only */

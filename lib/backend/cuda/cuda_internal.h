@@ -57,7 +57,7 @@ typedef struct {
 
 enum { STAGE_TOKENS = 0, STAGE_ROWS, N_STAGES };
 enum { SCR_ATTN = 0, SCR_MOE_PROBS, SCR_MOE_IDS, SCR_MOE_W, SCR_MOE_HB, SCR_MOE_HB2, SCR_MOE_Y,
-       SCR_DG_PARTIALS, N_SCRATCH };
+       SCR_DG_PARTIALS, SCR_FLASH, N_SCRATCH };
 enum { CUDA_ROPE_CACHE = 8 };
 
 typedef struct cuda_sampler cuda_sampler;
