@@ -53,8 +53,8 @@ template <int HD> struct Smem {
     static constexpr size_t O_OFF = P_OFF + (size_t)FP_ROWS * LDP * 2;
     static constexpr size_t ROW_OFF = O_OFF + (size_t)FP_ROWS * LDO * 4;
     // per row: position, first key, running max and exp-sum, the folded
-    // segments' max and exp-sum, the fold's two factors and its mode
-    static constexpr int ROW_WORDS = 9;
+    // segments' max and exp-sum, what its segment's end does
+    static constexpr int ROW_WORDS = 7;
     static constexpr size_t BYTES = ROW_OFF + (size_t)FP_ROWS * ROW_WORDS * 4;
     static_assert(V_OFF % 32 == 0 && S_OFF % 32 == 0 && P_OFF % 32 == 0 && O_OFF % 32 == 0,
                   "WMMA tiles start 32-byte aligned");
@@ -163,8 +163,7 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
     float *rmax = reinterpret_cast<float *>(rlo + FP_ROWS);
     float *rsum = rmax + FP_ROWS;
     float *cmax = rsum + FP_ROWS, *csum = cmax + FP_ROWS; // the folded segments'
-    float *rfa = csum + FP_ROWS, *rfb = rfa + FP_ROWS;    // the fold's factors
-    int32_t *rmode = reinterpret_cast<int32_t *>(rfb + FP_ROWS);
+    int32_t *rmode = reinterpret_cast<int32_t *>(csum + FP_ROWS); // at a segment's end
 
     const int h = blockIdx.x, tile = gridDim.y - 1 - blockIdx.y;
     const int kvh = h / (a.n_heads / a.n_kv_heads);
@@ -230,8 +229,9 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
     constexpr bool PIPE = PF && HD <= 128;
     constexpr int BATCH = PIPE ? KS::NJ : (KS::NJ < 4 ? KS::NJ : 4);
     // With head 64 or 128 the warp's output rows stay in accumulator
-    // fragments across key blocks (OREG); they go through shared memory
-    // only when a row must be rescaled, and at each segment's end.
+    // fragments across the key blocks of a segment (OREG), rescaled there
+    // (by a factor fragment, below); at the segment's end they are folded
+    // into the rows in shared memory.
     constexpr bool OREG = HD <= 128;
     const int seg_kb = OREG ? cut.seg_keys / FP_KEYS : 1; // key blocks a segment
     int32_t kb_first = kmin / FP_KEYS, kb_last = kmax / FP_KEYS;
@@ -244,6 +244,7 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
             return; // the whole block: no row of the tile sees that segment
     }
     KS stage;
+    // The segments folded so far are in the output rows' shared memory.
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> oreg[OREG ? HD / 16 : 1];
 #pragma unroll
     for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++)
@@ -251,216 +252,249 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
     if (PIPE && kb_first <= kb_last)
         stage.fetch(0, KS::NJ, kb_first * FP_KEYS, kmin, kmax, table, a, kvh, n_blocks, bs,
                     row_bytes, kp, vp);
-    for (int32_t kb = kb_first; kb <= kb_last; kb++) {
-        const int32_t t0 = kb * FP_KEYS;
-        if (PIPE) {
-            stage.store(0, KS::NJ, ks, vs, L::LDK);
-        } else {
-#pragma unroll
-            for (int i0 = 0; i0 < KS::NJ; i0 += BATCH) {
-                stage.fetch(i0, BATCH, t0, kmin, kmax, table, a, kvh, n_blocks, bs, row_bytes,
-                            kp, vp);
-                stage.store(i0, BATCH, ks, vs, L::LDK);
-            }
-        }
-        __syncthreads();
-        if (PIPE && kb < kb_last)
-            stage.fetch(0, KS::NJ, t0 + FP_KEYS, kmin, kmax, table, a, kvh, n_blocks, bs,
-                        row_bytes, kp, vp);
-
-        // S = Q K^T for the warp's 16 rows and the block's 64 keys.
-        {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> sf[FP_KEYS / 16];
-#pragma unroll
-            for (int j = 0; j < FP_KEYS / 16; j++)
-                wmma::fill_fragment(sf[j], 0.0f);
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-#pragma unroll
-                for (int j = 0; j < FP_KEYS / 16; j++) {
-                    // Keys none of the warp's rows sees: their scores are
-                    // never read (the softmax masks them).
-                    if (t0 + 16 * j > whi || t0 + 16 * j + 15 < wlo)
-                        continue;
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kf;
-                    wmma::load_matrix_sync(
-                        kf, reinterpret_cast<const T *>(ks + j * 16 * L::LDK + kk * 16), L::LDK);
-                    wmma::mma_sync(sf[j], qf[kk], kf, sf[j]);
+    // The tile's key blocks, a segment at a time (head 256: one segment).
+    for (int32_t sb = kb_first; sb <= kb_last;) {
+        const int32_t se = OREG ? min(kb_last, (sb / seg_kb + 1) * seg_kb - 1) : kb_last;
+        for (int32_t kb = sb; kb <= se; kb++) {
+            const int32_t t0 = kb * FP_KEYS;
+            if (PIPE) {
+                stage.store(0, KS::NJ, ks, vs, L::LDK);
+            } else {
+    #pragma unroll
+                for (int i0 = 0; i0 < KS::NJ; i0 += BATCH) {
+                    stage.fetch(i0, BATCH, t0, kmin, kmax, table, a, kvh, n_blocks, bs, row_bytes,
+                                kp, vp);
+                    stage.store(i0, BATCH, ks, vs, L::LDK);
                 }
             }
-#pragma unroll
-            for (int j = 0; j < FP_KEYS / 16; j++)
-                wmma::store_matrix_sync(ss + warp * 16 * L::LDS + j * 16, sf[j], L::LDS,
-                                        wmma::mem_row_major);
-        }
-        __syncwarp();
+            __syncthreads();
+            if (PIPE && kb < kb_last)
+                stage.fetch(0, KS::NJ, t0 + FP_KEYS, kmin, kmax, table, a, kvh, n_blocks, bs,
+                            row_bytes, kp, vp);
 
-        // Online softmax of row rr over this block: scale, soft-cap, mask,
-        // the new reference max, P (rounded) and its f32 sum; the output
-        // row is rescaled by exp(old max - new max). The reference max
-        // moves only when the block's max exceeds it by more than
-        // FP_LAZY (or at the row's first key): P = exp(s - max) is then
-        // at most e^FP_LAZY, and most blocks leave every row's max, so
-        // no rescale, as they are. Which blocks move it depends on the
-        // row's own scores alone.
-        //
-        // Both loops run unrolled and without branches (a key the row does
-        // not see is masked by a select), so a lane's shared-memory loads
-        // are issued together instead of one latency per key; the values
-        // and the order of the sum are the same as key by key.
-        float *srow = ss + rr * L::LDS;
-        float mx = -INFINITY;
-#pragma unroll 8
-        for (int c = half; c < FP_KEYS; c += 2) {
-            const int32_t t = t0 + c;
-            float s = __fmul_rn(srow[c], a.scale);
-            if (a.softcap > 0.0f)
-                s = __fmul_rn(tanhf(__fdiv_rn(s, a.softcap)), a.softcap);
-            srow[c] = s;
-            mx = t < my_lo || t > my_pos ? mx : fmaxf(mx, s);
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        const float m_old = rmax[rr];
-        const float m_new = mx > __fadd_rn(m_old, FP_LAZY) ? mx : m_old;
-        const float alpha = m_new == m_old ? 1.0f : expf(__fsub_rn(m_old, m_new));
-        // alpha 1 changes nothing; before the row's first key its output
-        // is still all zeros, which alpha (0) leaves as they are.
-        const bool rescale = alpha != 1.0f && m_old != -INFINITY;
-        float sum = 0.0f;
-#pragma unroll 8
-        for (int c = half; c < FP_KEYS; c += 2) {
-            const int32_t t = t0 + c;
-            const float e = expf(__fsub_rn(srow[c], m_new));
-            const float p = t < my_lo || t > my_pos ? 0.0f : e;
-            ps[rr * L::LDP + c] = OP::round(p);
-            sum = __fadd_rn(sum, p);
-        }
-        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-        if (half == 0) {
-            rmax[rr] = m_new;
-            rsum[rr] = __fadd_rn(__fmul_rn(rsum[rr], alpha), sum);
+            // S = Q K^T for the warp's 16 rows and the block's 64 keys.
+            {
+                wmma::fragment<wmma::accumulator, 16, 16, 16, float> sf[FP_KEYS / 16];
+    #pragma unroll
+                for (int j = 0; j < FP_KEYS / 16; j++)
+                    wmma::fill_fragment(sf[j], 0.0f);
+    #pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) {
+    #pragma unroll
+                    for (int j = 0; j < FP_KEYS / 16; j++) {
+                        // Keys none of the warp's rows sees: their scores are
+                        // never read (the softmax masks them).
+                        if (t0 + 16 * j > whi || t0 + 16 * j + 15 < wlo)
+                            continue;
+                        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kf;
+                        wmma::load_matrix_sync(
+                            kf, reinterpret_cast<const T *>(ks + j * 16 * L::LDK + kk * 16), L::LDK);
+                        wmma::mma_sync(sf[j], qf[kk], kf, sf[j]);
+                    }
+                }
+    #pragma unroll
+                for (int j = 0; j < FP_KEYS / 16; j++)
+                    wmma::store_matrix_sync(ss + warp * 16 * L::LDS + j * 16, sf[j], L::LDS,
+                                            wmma::mem_row_major);
+            }
+            __syncwarp();
+
+            // Online softmax of row rr over this block: scale, soft-cap, mask,
+            // the new reference max, P (rounded) and its f32 sum; the output
+            // row is rescaled by exp(old max - new max). The reference max
+            // moves only when the block's max exceeds it by more than
+            // FP_LAZY (or at the row's first key): P = exp(s - max) is then
+            // at most e^FP_LAZY, and most blocks leave every row's max, so
+            // no rescale, as they are. Which blocks move it depends on the
+            // row's own scores alone.
+            //
+            // Both loops run unrolled and without branches (a key the row does
+            // not see is masked by a select), so a lane's shared-memory loads
+            // are issued together instead of one latency per key; the values
+            // and the order of the sum are the same as key by key.
+            float *srow = ss + rr * L::LDS;
+            float mx = -INFINITY;
+    #pragma unroll 8
+            for (int c = half; c < FP_KEYS; c += 2) {
+                const int32_t t = t0 + c;
+                float s = __fmul_rn(srow[c], a.scale);
+                if (a.softcap > 0.0f)
+                    s = __fmul_rn(tanhf(__fdiv_rn(s, a.softcap)), a.softcap);
+                srow[c] = s;
+                mx = t < my_lo || t > my_pos ? mx : fmaxf(mx, s);
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            const float m_old = rmax[rr];
+            const float m_new = mx > __fadd_rn(m_old, FP_LAZY) ? mx : m_old;
+            const float alpha = m_new == m_old ? 1.0f : expf(__fsub_rn(m_old, m_new));
+            // alpha 1 changes nothing; before the row's first key its output
+            // is still all zeros, which alpha (0) leaves as they are.
+            const bool rescale = alpha != 1.0f && m_old != -INFINITY;
+            float sum = 0.0f;
+    #pragma unroll 8
+            for (int c = half; c < FP_KEYS; c += 2) {
+                const int32_t t = t0 + c;
+                const float e = expf(__fsub_rn(srow[c], m_new));
+                const float p = t < my_lo || t > my_pos ? 0.0f : e;
+                ps[rr * L::LDP + c] = OP::round(p);
+                sum = __fadd_rn(sum, p);
+            }
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+            if (half == 0) {
+                rmax[rr] = m_new;
+                rsum[rr] = __fadd_rn(__fmul_rn(rsum[rr], alpha), sum);
+            }
+            if (OREG) {
+                float any = rescale ? 1.0f : 0.0f;
+    #pragma unroll
+                for (int o = 16; o > 0; o >>= 1)
+                    any = fmaxf(any, __shfl_xor_sync(0xffffffffu, any, o));
+                if (any != 0.0f) { /* the whole warp: fragments are warp-wide */
+                    // Each row's factor (alpha, or 1: exact) laid out in a 16 x
+                    // 16 tile of its value, in the warp's S rows (read by now,
+                    // each lane its own columns), and loaded as a fragment of
+                    // the accumulators' layout: element i of every fragment is
+                    // then of one row, whatever the layout is.
+                    float *fsc = ss + warp * 16 * L::LDS;
+                    for (int c = half; c < 16; c += 2)
+                        fsc[(lane >> 1) * L::LDS + c] = rescale ? alpha : 1.0f;
+                    __syncwarp();
+                    wmma::fragment<wmma::accumulator, 16, 16, 16, float> ff;
+                    wmma::load_matrix_sync(ff, fsc, L::LDS, wmma::mem_row_major);
+    #pragma unroll
+                    for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++)
+    #pragma unroll
+                        for (int i = 0; i < ff.num_elements; i++)
+                            oreg[nb].x[i] = __fmul_rn(oreg[nb].x[i], ff.x[i]);
+                }
+            } else if (rescale) {
+                for (int e = half; e < HD; e += 2)
+                    os[rr * L::LDO + e] = __fmul_rn(os[rr * L::LDO + e], alpha);
+            }
+            __syncwarp();
+
+            // O += P V for the warp's rows.
+            {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pf[FP_KEYS / 16];
+    #pragma unroll
+                for (int kc = 0; kc < FP_KEYS / 16; kc++)
+                    wmma::load_matrix_sync(
+                        pf[kc], reinterpret_cast<const T *>(ps + warp * 16 * L::LDP + kc * 16), L::LDP);
+                if (OREG) {
+    #pragma unroll
+                    for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++) {
+    #pragma unroll
+                        for (int kc = 0; kc < FP_KEYS / 16; kc++) {
+                            if (t0 + 16 * kc > whi || t0 + 16 * kc + 15 < wlo)
+                                continue;
+                            wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vf;
+                            wmma::load_matrix_sync(
+                                vf, reinterpret_cast<const T *>(vs + kc * 16 * L::LDK + nb * 16),
+                                L::LDK);
+                            wmma::mma_sync(oreg[nb], pf[kc], vf, oreg[nb]);
+                        }
+                    }
+                } else
+    #pragma unroll 2
+                for (int nb = 0; nb < HD / 16; nb++) {
+                    wmma::fragment<wmma::accumulator, 16, 16, 16, float> of;
+                    float *op = os + warp * 16 * L::LDO + nb * 16;
+                    wmma::load_matrix_sync(of, op, L::LDO, wmma::mem_row_major);
+    #pragma unroll
+                    for (int kc = 0; kc < FP_KEYS / 16; kc++) {
+                        // P is exactly 0 there for every row of the warp.
+                        if (t0 + 16 * kc > whi || t0 + 16 * kc + 15 < wlo)
+                            continue;
+                        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vf;
+                        wmma::load_matrix_sync(
+                            vf, reinterpret_cast<const T *>(vs + kc * 16 * L::LDK + nb * 16), L::LDK);
+                        wmma::mma_sync(of, pf[kc], vf, of);
+                    }
+                    wmma::store_matrix_sync(op, of, L::LDO, wmma::mem_row_major);
+                }
+            }
+            __syncthreads(); // the next block overwrites K and V
         }
         if (OREG) {
-            float any = rescale ? 1.0f : 0.0f;
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1)
-                any = fmaxf(any, __shfl_xor_sync(0xffffffffu, any, o));
-            if (any != 0.0f) { /* the whole warp: fragments are warp-wide */
+            // The segment's end: its output rows, max and exp-sum are
+            // folded into the rows' (os, cmax, csum; a row's last segment
+            // writes its result), or written as the split launch's
+            // partials. Then the next segment starts afresh. The fold's
+            // factors go in fragments as the rescale's do.
+            const int32_t sg = se / seg_kb;
+            const bool split = cut.nseg > 0;
+            const float ms = rmax[rr], ls = rsum[rr];
+            const bool has = ms != -INFINITY; // the row saw keys in the segment
+            float fa = 1.0f, fb = 0.0f, mn = cmax[rr], ln = csum[rr];
+            if (has && !split)
+                fp_fold_factors(cmax[rr], csum[rr], ms, ls, &mn, &ln, &fa, &fb);
+            const bool last = has && !split && my_pos / (seg_kb * FP_KEYS) == sg;
+            float *fsc = ss + warp * 16 * L::LDS;
+            for (int c = half; c < 16; c += 2) {
+                fsc[(lane >> 1) * L::LDS + c] = fa;
+                fsc[(lane >> 1) * L::LDS + 16 + c] = fb;
+            }
+            __syncwarp(); // every lane has read the row's state
+            if (half == 0) {
+                cmax[rr] = mn;
+                csum[rr] = ln;
+                rmax[rr] = -INFINITY;
+                rsum[rr] = 0.0f;
+                rmode[rr] = !has ? 0 : split ? 8 : last ? 4 : 1;
+                if (has && split) {
+                    const size_t wrow = (size_t)(r0 + rr - row0) * a.n_heads + h;
+                    float *ml = cut.ws + (size_t)n * a.n_heads * cut.nseg * HD +
+                                (wrow * cut.nseg + (size_t)(sg - cut.seg0)) * 2;
+                    ml[0] = ms;
+                    ml[1] = ls;
+                }
+            }
+            __syncwarp();
+            if (split) {
 #pragma unroll
                 for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++)
                     wmma::store_matrix_sync(os + warp * 16 * L::LDO + nb * 16, oreg[nb], L::LDO,
                                             wmma::mem_row_major);
                 __syncwarp();
-                if (rescale)
-                    for (int e = half; e < HD; e += 2)
-                        os[rr * L::LDO + e] = __fmul_rn(os[rr * L::LDO + e], alpha);
-                __syncwarp();
-#pragma unroll
-                for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++)
-                    wmma::load_matrix_sync(oreg[nb], os + warp * 16 * L::LDO + nb * 16, L::LDO,
-                                           wmma::mem_row_major);
-            }
-        } else if (rescale) {
-            for (int e = half; e < HD; e += 2)
-                os[rr * L::LDO + e] = __fmul_rn(os[rr * L::LDO + e], alpha);
-        }
-        __syncwarp();
-
-        // O += P V for the warp's rows.
-        {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pf[FP_KEYS / 16];
-#pragma unroll
-            for (int kc = 0; kc < FP_KEYS / 16; kc++)
-                wmma::load_matrix_sync(
-                    pf[kc], reinterpret_cast<const T *>(ps + warp * 16 * L::LDP + kc * 16), L::LDP);
-            if (OREG) {
+                for (int idx = lane; idx < 16 * HD; idx += 32) {
+                    const int r = warp * 16 + idx / HD, e = idx % HD;
+                    if (rmode[r] == 8)
+                        cut.ws[(((size_t)(r0 + r - row0) * a.n_heads + h) * cut.nseg +
+                                (size_t)(sg - cut.seg0)) * HD + e] = os[r * L::LDO + e];
+                }
+            } else {
+                wmma::fragment<wmma::accumulator, 16, 16, 16, float> ffa, ffb, oc;
+                wmma::load_matrix_sync(ffa, fsc, L::LDS, wmma::mem_row_major);
+                wmma::load_matrix_sync(ffb, fsc + 16, L::LDS, wmma::mem_row_major);
 #pragma unroll
                 for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++) {
+                    float *op = os + warp * 16 * L::LDO + nb * 16;
+                    wmma::load_matrix_sync(oc, op, L::LDO, wmma::mem_row_major);
 #pragma unroll
-                    for (int kc = 0; kc < FP_KEYS / 16; kc++) {
-                        if (t0 + 16 * kc > whi || t0 + 16 * kc + 15 < wlo)
-                            continue;
-                        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vf;
-                        wmma::load_matrix_sync(
-                            vf, reinterpret_cast<const T *>(vs + kc * 16 * L::LDK + nb * 16),
-                            L::LDK);
-                        wmma::mma_sync(oreg[nb], pf[kc], vf, oreg[nb]);
+                    for (int i = 0; i < ffa.num_elements; i++)
+                        oc.x[i] = fp_fold(oc.x[i], oreg[nb].x[i], ffa.x[i], ffb.x[i]);
+                    wmma::store_matrix_sync(op, oc, L::LDO, wmma::mem_row_major);
+                }
+                float any_last = last ? 1.0f : 0.0f;
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1)
+                    any_last = fmaxf(any_last, __shfl_xor_sync(0xffffffffu, any_last, o));
+                if (any_last != 0.0f) {
+                    __syncwarp();
+                    for (int idx = lane; idx < 16 * HD; idx += 32) {
+                        const int r = warp * 16 + idx / HD, e = idx % HD;
+                        if (rmode[r] == 4)
+                            out[((int64_t)(r0 + r) * a.n_heads + h) * HD + e] =
+                                __fdiv_rn(os[r * L::LDO + e], csum[r]);
                     }
                 }
-            } else
-#pragma unroll 2
-            for (int nb = 0; nb < HD / 16; nb++) {
-                wmma::fragment<wmma::accumulator, 16, 16, 16, float> of;
-                float *op = os + warp * 16 * L::LDO + nb * 16;
-                wmma::load_matrix_sync(of, op, L::LDO, wmma::mem_row_major);
-#pragma unroll
-                for (int kc = 0; kc < FP_KEYS / 16; kc++) {
-                    // P is exactly 0 there for every row of the warp.
-                    if (t0 + 16 * kc > whi || t0 + 16 * kc + 15 < wlo)
-                        continue;
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vf;
-                    wmma::load_matrix_sync(
-                        vf, reinterpret_cast<const T *>(vs + kc * 16 * L::LDK + nb * 16), L::LDK);
-                    wmma::mma_sync(of, pf[kc], vf, of);
-                }
-                wmma::store_matrix_sync(op, of, L::LDO, wmma::mem_row_major);
             }
-        }
-        __syncthreads(); // the next block overwrites K and V
-        if (OREG && (kb == kb_last || (kb + 1) % seg_kb == 0)) {
-            // The segment's end: its output rows, max and exp-sum are
-            // folded into the rows' (through out; the row's last segment
-            // writes the result), or written as the split launch's
-            // partials. Then the next segment starts afresh.
 #pragma unroll
-            for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++) {
-                wmma::store_matrix_sync(os + warp * 16 * L::LDO + nb * 16, oreg[nb], L::LDO,
-                                        wmma::mem_row_major);
+            for (int nb = 0; nb < (OREG ? HD / 16 : 1); nb++)
                 wmma::fill_fragment(oreg[nb], 0.0f);
-            }
-            const int32_t sg = kb / seg_kb;
-            const size_t wrow = (size_t)(r0 + rr - row0) * a.n_heads + h;
-            if (half == 0) {
-                const float ms = rmax[rr], ls = rsum[rr];
-                int mode = 0; // 0 no key here, 1 fold, | 2 the first, | 4 the last, 8 partial
-                if (ms != -INFINITY && cut.nseg > 0) {
-                    float *ml = cut.ws + (size_t)n * a.n_heads * cut.nseg * HD +
-                                (wrow * cut.nseg + (size_t)(sg - cut.seg0)) * 2;
-                    ml[0] = ms;
-                    ml[1] = ls;
-                    mode = 8;
-                } else if (ms != -INFINITY) {
-                    float mn, ln, fa, fb;
-                    fp_fold_factors(cmax[rr], csum[rr], ms, ls, &mn, &ln, &fa, &fb);
-                    mode = 1 | (cmax[rr] == -INFINITY ? 2 : 0) |
-                           (my_pos / (seg_kb * FP_KEYS) == sg ? 4 : 0);
-                    cmax[rr] = mn;
-                    csum[rr] = ln;
-                    rfa[rr] = fa;
-                    rfb[rr] = fb;
-                }
-                rmode[rr] = mode;
-                rmax[rr] = -INFINITY;
-                rsum[rr] = 0.0f;
-            }
-            __syncwarp();
-            for (int idx = lane; idx < 16 * HD; idx += 32) {
-                const int r = warp * 16 + idx / HD, e = idx % HD;
-                const int mode = rmode[r];
-                if (!mode)
-                    continue;
-                const float o = os[r * L::LDO + e];
-                const size_t wr = (size_t)(r0 + r - row0) * a.n_heads + h;
-                if (mode & 8) {
-                    cut.ws[(wr * cut.nseg + (size_t)(sg - cut.seg0)) * HD + e] = o;
-                    continue;
-                }
-                float *dst = out + ((int64_t)(r0 + r) * a.n_heads + h) * HD + e;
-                const float oc = fp_fold(mode & 2 ? 0.0f : *dst, o, rfa[r], rfb[r]);
-                *dst = mode & 4 ? __fdiv_rn(oc, csum[r]) : oc;
-            }
             __syncwarp();
         }
+        sb = se + 1;
     }
 
     // Head 256 (one pass): out = O / exp-sum for the warp's rows that exist.

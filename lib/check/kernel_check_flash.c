@@ -640,5 +640,6 @@ void kc_check_flash_prefill(kc *k)
         flash_perf_case(k, 512);
         flash_perf_case(k, 8192);
         flash_perf_deep(k, 8192, 96);
+        flash_perf_deep(k, 7680, 512);
     }
 }

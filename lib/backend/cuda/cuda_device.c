@@ -54,11 +54,12 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
     t->flash = tensor_cores;
     t->flash_min_rows = 32;
     /* A short chunk over a long context has few (head, 64-row) tiles, each
-     * walking every key: under two blocks a multiprocessor (two fit at
-     * head 128) its launch is split by segments of 1,024 keys, one block
-     * each (docs/decisions/0015-flash-segments.md). */
+     * walking every key: a launch of fewer blocks than multiprocessors is
+     * split by segments of 1,024 keys, one block each (measured on the
+     * H200: 96 rows over 8,192 keys 3.0x faster split; 512 rows, 256
+     * blocks, 0.92x split, so not; docs/decisions/0015-flash-segments.md). */
     t->flash_seg_keys = 1024;
-    t->flash_split_blocks = 2 * d->sm_count;
+    t->flash_split_blocks = d->sm_count;
     t->flash_ws_cap = (size_t)64 << 20; /* 256 MB */
     t->attn_splits = 0;
     /* -1: the engine's plan chooses (cuda_plan_decode; the kernel check,

@@ -212,10 +212,12 @@ inline void __syncwarp(unsigned mask = 0xffffffffu)
  *
  * A fragment here holds its whole tile in every lane, as f32 values (a
  * bf16 or f16 element converts exactly), row-major over the tile whatever
- * the memory layout it was loaded from. It has no x[] / num_elements: the
- * device's element-to-lane layout is unspecified, and a kernel that
- * depended on it would compute something else here, so it must not
- * compile. load / store / mma are warp-collective as on the device (each
+ * the memory layout it was loaded from. x[] / num_elements are that whole
+ * tile (256 elements): an element-wise operation between fragments of one
+ * type, which the device allows because they share the unspecified
+ * element-to-lane layout, is emulated exactly; code that assumed which
+ * element a lane holds would compute something else here than on the
+ * device, which the kernel check's comparison with the CPU would show. load / store / mma are warp-collective as on the device (each
  * begins with a warp barrier; a lane that skips one stops the run), and
  * every lane must pass the same pointer and stride (checked) with the
  * device's constraints: a 256-bit aligned pointer, ldm a multiple of 16
@@ -239,7 +241,8 @@ enum layout_t { mem_row_major, mem_col_major };
 
 template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
     static_assert(M == 16 && N == 16 && K == 16, "the emulation has 16x16x16 WMMA tiles only");
-    float v[256];
+    static constexpr int num_elements = 256;
+    float x[256];
 };
 
 inline float emu_elem(const __nv_bfloat16 *p)
@@ -282,7 +285,7 @@ void fill_fragment(fragment<Use, M, N, K, T, L> &f, const V &v)
 {
     const float x = emu_round((float)v, static_cast<const T *>(nullptr));
     for (int i = 0; i < 256; i++)
-        f.v[i] = x;
+        f.x[i] = x;
 }
 
 template <class Use, class T, class L>
@@ -292,7 +295,7 @@ void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, unsigned l
     emu_enter(p, ldm, col, sizeof(T), "load_matrix_sync");
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++)
-            f.v[r * 16 + c] = emu_elem(col ? p + (size_t)c * ldm + r : p + (size_t)r * ldm + c);
+            f.x[r * 16 + c] = emu_elem(col ? p + (size_t)c * ldm + r : p + (size_t)r * ldm + c);
 }
 
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p,
@@ -302,7 +305,7 @@ inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const 
     emu_enter(p, ldm, col, 4, "load_matrix_sync");
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++)
-            f.v[r * 16 + c] = col ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
+            f.x[r * 16 + c] = col ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
 }
 
 inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f,
@@ -312,7 +315,7 @@ inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, 
     emu_enter(p, ldm, col, 4, "store_matrix_sync");
     for (int e = emu::lane_id(); e < 256; e += 32) {
         const int r = e / 16, c = e % 16;
-        (col ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c]) = f.v[e];
+        (col ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c]) = f.x[e];
     }
 }
 
@@ -325,19 +328,19 @@ void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
     bool first;
     emu::warp_slot *s = emu::warp_collective(&first);
     if (!first) {
-        if (memcmp(s->a, a.v, sizeof a.v) || memcmp(s->b, b.v, sizeof b.v) ||
-            memcmp(s->c, c.v, sizeof c.v)) {
+        if (memcmp(s->a, a.x, sizeof a.x) || memcmp(s->b, b.x, sizeof b.x) ||
+            memcmp(s->c, c.x, sizeof c.x)) {
             char msg[160];
             snprintf(msg, sizeof msg, "mma_sync: lane %d holds other fragments than the warp's "
                      "first lane (a load raced a store: a missing __syncwarp?)", emu::lane_id());
             emu::die(msg);
         }
-        memcpy(d.v, s->d, sizeof d.v);
+        memcpy(d.x, s->d, sizeof d.x);
         return;
     }
-    memcpy(s->a, a.v, sizeof a.v);
-    memcpy(s->b, b.v, sizeof b.v);
-    memcpy(s->c, c.v, sizeof c.v);
+    memcpy(s->a, a.x, sizeof a.x);
+    memcpy(s->b, b.x, sizeof b.x);
+    memcpy(s->c, c.x, sizeof c.x);
     for (int i = 0; i < 16; i++)
         for (int j = 0; j < 16; j++) {
             float acc = 0.0f;
@@ -345,7 +348,7 @@ void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
                 acc += s->a[i * 16 + k] * s->b[k * 16 + j];
             s->d[i * 16 + j] = acc + s->c[i * 16 + j];
         }
-    memcpy(d.v, s->d, sizeof d.v);
+    memcpy(d.x, s->d, sizeof d.x);
 }
 
 } // namespace wmma
