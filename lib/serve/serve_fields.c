@@ -285,23 +285,6 @@ static int append_ids(const tokenizer *t, const char *text, size_t len, int pars
     return 0;
 }
 
-/* Whether text holds special-token text: its ids differ with and without
- * parsing special tokens. -1 on a tokenizer error. */
-static int has_special_text(const tokenizer *t, const char *text, size_t len, memra_err *err)
-{
-    int32_t *a = NULL, *b = NULL;
-    size_t na = 0, nb = 0;
-    if (tok_encode(t, text, len, 0, 1, &a, &na, err) != 0)
-        return -1;
-    if (tok_encode(t, text, len, 0, 0, &b, &nb, err) != 0) {
-        free(a);
-        return -1;
-    }
-    int differ = na != nb || (na && memcmp(a, b, na * sizeof *a));
-    free(a);
-    free(b);
-    return differ;
-}
 
 int serve_chat_tokens(serve_model *m, const json_t *messages, const json_t *tools,
                       int add_generation_prompt,
@@ -322,7 +305,7 @@ int serve_chat_tokens(serve_model *m, const json_t *messages, const json_t *tool
         json_t *c = json_object_get(json_array_get(flat, i), "content");
         if (!json_is_string(c))
             continue;
-        int sp = has_special_text(t, json_string_value(c), json_string_length(c), &err);
+        int sp = tok_has_special_text(t, json_string_value(c), json_string_length(c), &err);
         if (sp < 0) {
             serve_bad(e, "messages", "messages[%zu].content: %s", i, err.msg);
             goto out;

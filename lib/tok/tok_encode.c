@@ -142,6 +142,51 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, int add_special
     return 0;
 }
 
+/* The split with special parsing on cuts a control token out of the text
+ * exactly when the ids differ: with no control token among the candidates'
+ * matches, both splits claim the same occurrences (the references' scans
+ * only drop special matches when parsing is off), and the text between
+ * them is encoded the same. A Hugging Face tokenizer whose added tokens
+ * also match after normalization splits again inside the text: there the
+ * two encodings are compared. */
+int tok_has_special_text(const tokenizer *t, const char *text, size_t len, memra_err *err)
+{
+    if (!text && len)
+        return memra_fail(err, "tok_has_special_text: NULL text of length %zu", len);
+    if (t->flavor == TOK_FLAVOR_HF && t->has_added_norm) {
+        int32_t *a = NULL, *b = NULL;
+        size_t na = 0, nb = 0;
+        if (tok_encode(t, text, len, 0, 1, &a, &na, err) != 0)
+            return -1;
+        if (tok_encode(t, text, len, 0, 0, &b, &nb, err) != 0) {
+            free(a);
+            return -1;
+        }
+        int differ = na != nb || (na && memcmp(a, b, na * sizeof *a));
+        free(a);
+        free(b);
+        return differ;
+    }
+    strbuf clean;
+    sb_init(&clean);
+    if (len && !tok_utf8_valid(text, len)) {
+        tok_utf8_sanitize(text, len, &clean);
+        text = clean.data;
+        len = clean.len;
+    }
+    tok_segs segs = {0};
+    if (t->flavor == TOK_FLAVOR_GGUF)
+        tok_split_special_gguf(t, text ? text : "", len, 1, &segs);
+    else
+        tok_split_added_hf(t, &t->added_raw, text ? text : "", len, 1, &segs);
+    int found = 0;
+    for (size_t i = 0; i < segs.n && !found; i++)
+        found = segs.v[i].id >= 0 && (t->tok[segs.v[i].id].flags & TOKF_CONTROL);
+    free(segs.v);
+    sb_free(&clean);
+    return found;
+}
+
 int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, int skip_special, char **out,
                size_t *out_len, memra_err *err)
 {

@@ -61,6 +61,11 @@ void tok_free(tokenizer *t);
 int tok_encode(const tokenizer *t, const char *text, size_t len, int add_special,
                int parse_special, int32_t **ids, size_t *n, memra_err *err);
 
+/* Whether parse_special changes text's ids: 1 when the text holds special
+ * (control) token text, 0 when not, -1 on an error. Only the added-token
+ * split runs (one pass over the text, not two encodings). */
+int tok_has_special_text(const tokenizer *t, const char *text, size_t len, memra_err *err);
+
 /* The raw bytes a token stands for: byte-level characters mapped back to
  * bytes, U+2581 back to a space, <0xNN> byte tokens to their byte; added
  * and control tokens give their text. Not NUL-terminated; may be part of a

@@ -991,6 +991,69 @@ static void test_hf_vocab_hole(void)
     tok_free(t);
 }
 
+/* tok_has_special_text says 1 exactly when the ids with special parsing
+ * differ from those without, on every vocabulary: texts holding a control
+ * token's text (whole, cut short, at the edges), plain text, invalid
+ * UTF-8 and the empty text. */
+static int special_text_agrees(const tokenizer *t, const char *text, size_t len, int *differs)
+{
+    memra_err err;
+    int32_t *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    CHECK(tok_encode(t, text, len, 0, 1, &a, &na, &err) == 0);
+    CHECK(tok_encode(t, text, len, 0, 0, &b, &nb, &err) == 0);
+    *differs = na != nb || (na && memcmp(a, b, na * sizeof *a));
+    free(a);
+    free(b);
+    return tok_has_special_text(t, text, len, &err) == *differs;
+}
+
+static void special_text_cases(const tokenizer *t, const char *what)
+{
+    int bad = 0, positives = 0, n_ctl = 0, d;
+    char text[512];
+    for (int32_t id = 0; id < (int32_t)tok_vocab_size(t) && n_ctl < 6; id++) {
+        size_t len = 0;
+        const char *piece = tok_is_control(t, id) ? tok_piece(t, id, &len) : NULL;
+        if (!piece || len == 0 || len > 200)
+            continue;
+        n_ctl++;
+        int k = snprintf(text, sizeof text, "Hello ");
+        memcpy(text + k, piece, len);
+        k += (int)len;
+        k += snprintf(text + k, sizeof text - (size_t)k, " world");
+        bad += !special_text_agrees(t, text, (size_t)k, &d);
+        positives += d;
+        bad += !special_text_agrees(t, piece, len, &d);          /* alone */
+        bad += !special_text_agrees(t, piece, len - 1, &d);      /* cut short */
+        memcpy(text, piece, len);
+        memcpy(text + len, piece, len);                          /* twice */
+        bad += !special_text_agrees(t, text, 2 * len, &d);
+    }
+    const char *plain[] = {"", "plain text, nothing special", "\xff\xfe<|im_start|", "<s> </s>",
+                           "<|endoftext|><|im_end|>"};
+    for (size_t i = 0; i < sizeof plain / sizeof *plain; i++)
+        bad += !special_text_agrees(t, plain[i], strlen(plain[i]), &d);
+    CHECK_MSG(bad == 0, "%s: tok_has_special_text disagrees with the encodings %d times", what,
+              bad);
+    CHECK_MSG(n_ctl == 0 || positives > 0, "%s: no control token text was found special", what);
+}
+
+static void test_has_special_text(void)
+{
+    for (int i = 0; i < 4; i++) {
+        const tokenizer *t = vocab_tok(i);
+        if (t)
+            special_text_cases(t, vocab_names[i]);
+    }
+    static const char *const hf[] = {"qwen3", "llama3", "gemma3"};
+    for (int i = 0; i < 3; i++) {
+        const tokenizer *t = load_hf(hf[i]);
+        if (t)
+            special_text_cases(t, hf[i]);
+    }
+}
+
 static void test_free_vocab(void)
 {
     for (int i = 0; i < 4; i++) {
@@ -1009,4 +1072,5 @@ TEST_MAIN(TEST_CASE(test_vocab_qwen2), TEST_CASE(test_vocab_llama_bpe), TEST_CAS
           TEST_CASE(test_hf_reference_llama3), TEST_CASE(test_hf_reference_gemma3), TEST_CASE(test_hf_added_token_flags),
           TEST_CASE(test_special_tokens), TEST_CASE(test_bos_eos), TEST_CASE(test_invalid_utf8),
           TEST_CASE(test_decode_round_trip), TEST_CASE(test_malformed_gguf),
-          TEST_CASE(test_malformed_hf), TEST_CASE(test_hf_normalizers), TEST_CASE(test_hf_vocab_hole), TEST_CLEANUP(test_free_vocab))
+          TEST_CASE(test_malformed_hf), TEST_CASE(test_hf_normalizers), TEST_CASE(test_hf_vocab_hole), TEST_CASE(test_has_special_text),
+          TEST_CLEANUP(test_free_vocab))
