@@ -328,7 +328,8 @@ int serve_chat_tokens(serve_model *m, const json_t *messages, const json_t *tool
         goto out;
     size_t len = strlen(text);
     if (n_marks == 0) {
-        if (tok_encode(t, text, len, add_special, 1, ids, n, &err) != 0) {
+        if (tok_encode_cached(t, serve_model_tok_cache(m), text, len, add_special, 1, ids, n,
+                              &err) != 0) {
             serve_bad(e, "messages", "messages: %s", err.msg);
             goto out;
         }

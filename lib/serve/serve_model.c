@@ -93,6 +93,7 @@ struct serve_model {
     int *rc;
     memra_err *errs;
     float *logits, *raw;  /* [n_vocab] each: the host path (logprobs) */
+    tok_cache *tcache;    /* serve_model_tok_cache */
     gram_vocab *gvocab;   /* the tokenizer's pieces as a trie, made at the first grammar */
     uint32_t *gmask;      /* [gram_mask_words] the allowed tokens of one step */
     gram_maskpool *gpool;     /* the batch's masks computed on worker threads */
@@ -878,6 +879,8 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
         memra_fail(err, "%s: a vocab-only GGUF has no weights to serve", m->ck.path);
         goto fail;
     }
+    /* 64 MB of fragments: a few hundred long system prompts */
+    m->tcache = tok_cache_new((size_t)64 << 20, 256);
     if (checkpoint_load_tokenizer(&m->ck, &m->tok, err) != 0)
         goto fail;
     engine_opts eo;
@@ -1008,6 +1011,7 @@ void serve_model_free(serve_model *m)
         jinja_free(m->tmpl);
     if (m->tok)
         tok_free(m->tok);
+    tok_cache_free(m->tcache);
     if (m->ck_open)
         checkpoint_close(&m->ck);
     pthread_mutex_destroy(&m->mu);
@@ -1032,6 +1036,7 @@ int serve_model_reasoning(const serve_model *m, const char **open, const char **
 
 const char *serve_model_alias(const serve_model *m) { return m->alias; }
 const tokenizer *serve_model_tokenizer(const serve_model *m) { return m->tok; }
+tok_cache *serve_model_tok_cache(const serve_model *m) { return m->tcache; }
 int64_t serve_model_n_ctx(const serve_model *m) { return m->n_ctx; }
 int32_t serve_model_n_vocab(const serve_model *m) { return m->n_vocab; }
 int serve_model_max_sessions(const serve_model *m) { return m->max_sessions; }

@@ -78,6 +78,9 @@ void serve_model_free(serve_model *m);
 
 const char *serve_model_alias(const serve_model *m);
 const tokenizer *serve_model_tokenizer(const serve_model *m);
+/* The encodings of long prompt fragments the model's requests repeat
+ * (a system prompt), shared by the request threads. */
+tok_cache *serve_model_tok_cache(const serve_model *m);
 int64_t serve_model_n_ctx(const serve_model *m);
 int32_t serve_model_n_vocab(const serve_model *m);
 int serve_model_max_sessions(const serve_model *m);

@@ -79,6 +79,13 @@ static int encode_hf_text(const tokenizer *t, tok_scratch *s, const char *p, siz
 int tok_encode(const tokenizer *t, const char *text, size_t len, int add_special,
                int parse_special, int32_t **ids, size_t *n, memra_err *err)
 {
+    return tok_encode_cached(t, NULL, text, len, add_special, parse_special, ids, n, err);
+}
+
+int tok_encode_cached(const tokenizer *t, tok_cache *cache, const char *text, size_t len,
+                      int add_special, int parse_special, int32_t **ids, size_t *n,
+                      memra_err *err)
+{
     *ids = NULL;
     *n = 0;
     if (!text && len)
@@ -117,12 +124,23 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, int add_special
             prev_special = 1;
             continue;
         }
+        /* what the fragment's ids depend on besides its bytes */
+        int ctx = (t->flavor == TOK_FLAVOR_GGUF ? prev_special : g->start == 0) | parse_special << 1;
+        int cached = cache && g->len >= TOK_CACHE_MIN_BYTES;
+        uint64_t h = cached ? tok_text_hash(text + g->start, g->len, ctx) : 0;
+        size_t at = out.n;
+        if (cached && tok_cache_get(cache, h, ctx, text + g->start, g->len, &out)) {
+            prev_special = 0;
+            continue;
+        }
         if (t->flavor == TOK_FLAVOR_GGUF)
             rc = encode_gguf_text(t, s, text + g->start, g->len, prev_special, &words, &buf, &out,
                                   len, err);
         else
             rc = encode_hf_text(t, s, text + g->start, g->len, g->start == 0, &words, &buf,
                                 &segs2, parse_special, &out, len, err);
+        if (rc == 0 && cached)
+            tok_cache_put(cache, h, ctx, text + g->start, g->len, out.v + at, out.n - at);
         prev_special = 0;
     }
     if (rc == 0 && add_special && t->add_eos && t->eos >= 0)

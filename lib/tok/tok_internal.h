@@ -319,6 +319,15 @@ typedef struct {
     size_t n, cap;
 } tok_ids;
 void tok_ids_push(tok_ids *ids, int32_t id);
+
+/* The text cache (tok_textcache.c): fragments of at least
+ * TOK_CACHE_MIN_BYTES, keyed by their bytes and ctx (what else the
+ * fragment's ids depend on). get appends the ids to out on a hit. */
+#define TOK_CACHE_MIN_BYTES 512
+uint64_t tok_text_hash(const char *p, size_t n, int ctx);
+int tok_cache_get(tok_cache *c, uint64_t hash, int ctx, const char *p, size_t n, tok_ids *out);
+void tok_cache_put(tok_cache *c, uint64_t hash, int ctx, const char *p, size_t n,
+                   const int32_t *ids, size_t n_ids);
 void tok_bpe_word(const tokenizer *t, tok_scratch *s, const char *w, size_t n, tok_ids *ids);
 /* The same through the per-call word cache (enabled for inputs of
  * `input_len` bytes or more). */

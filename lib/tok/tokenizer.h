@@ -61,6 +61,22 @@ void tok_free(tokenizer *t);
 int tok_encode(const tokenizer *t, const char *text, size_t len, int add_special,
                int parse_special, int32_t **ids, size_t *n, memra_err *err);
 
+/* Remembered encodings of long text fragments, for a caller that encodes
+ * the same long texts again and again (a server's system prompts): at most
+ * max_bytes of text and ids in max_entries fragments, least recently used
+ * out first. Safe to share between threads. */
+typedef struct tok_cache tok_cache;
+tok_cache *tok_cache_new(size_t max_bytes, int max_entries);
+void tok_cache_free(tok_cache *c);
+void tok_cache_stats(tok_cache *c, uint64_t *hits, uint64_t *misses);
+
+/* tok_encode, the text's long fragments (those between added and special
+ * tokens) looked up in c and put there: the same ids as tok_encode. c may
+ * be NULL. */
+int tok_encode_cached(const tokenizer *t, tok_cache *c, const char *text, size_t len,
+                      int add_special, int parse_special, int32_t **ids, size_t *n,
+                      memra_err *err);
+
 /* Whether parse_special changes text's ids: 1 when the text holds special
  * (control) token text, 0 when not, -1 on an error. Only the added-token
  * split runs (one pass over the text, not two encodings). */

@@ -1054,6 +1054,101 @@ static void test_has_special_text(void)
     }
 }
 
+/* tok_encode_cached gives tok_encode's ids, first time and from the cache,
+ * for long fragments between special tokens at the start, in the middle
+ * and after them, with special parsing on and off, and keeps giving them
+ * when entries are evicted (a cache of two fragments). */
+static void cached_cases(const tokenizer *t, const char *what)
+{
+    memra_err err;
+    const char *words[] = {"whale ", "sea, ", "Ship ", "harpoon! ", "  captain\n", "42 ", "é "};
+    char *text = malloc(16384);
+    size_t len = 0;
+    int32_t ctl = -1;
+    for (int32_t id = 0; id < (int32_t)tok_vocab_size(t) && ctl < 0; id++)
+        if (tok_is_control(t, id)) {
+            size_t l = 0;
+            const char *p = tok_piece(t, id, &l);
+            if (p && l > 0 && l < 64)
+                ctl = id;
+        }
+    for (int part = 0; part < 3; part++) {
+        for (int i = 0; i < 300; i++) {
+            const char *w = words[(i * 7 + part) % 7];
+            memcpy(text + len, w, strlen(w));
+            len += strlen(w);
+        }
+        if (ctl >= 0 && part < 2) {
+            size_t l = 0;
+            const char *p = tok_piece(t, ctl, &l);
+            memcpy(text + len, p, l);
+            len += l;
+        }
+    }
+    tok_cache *small = tok_cache_new((size_t)1 << 20, 2), *big = tok_cache_new((size_t)8 << 20, 64);
+    int bad = 0;
+    for (int round = 0; round < 3; round++)
+        for (int ps = 0; ps <= 1; ps++)
+            for (size_t cut = 0; cut < 3; cut++) {
+                /* the whole text, and texts starting inside it */
+                size_t off = cut * 700;
+                int32_t *a = NULL, *b = NULL, *c = NULL;
+                size_t na = 0, nb = 0, nc = 0;
+                CHECK(tok_encode(t, text + off, len - off, 0, ps, &a, &na, &err) == 0);
+                CHECK(tok_encode_cached(t, big, text + off, len - off, 0, ps, &b, &nb, &err) == 0);
+                CHECK(tok_encode_cached(t, small, text + off, len - off, 0, ps, &c, &nc, &err) ==
+                      0);
+                bad += na != nb || na != nc || (na && (memcmp(a, b, na * sizeof *a) ||
+                                                       memcmp(a, c, na * sizeof *a)));
+                free(a);
+                free(b);
+                free(c);
+            }
+    /* one fragment first in its text and after a special token */
+    for (int round = 0; ctl >= 0 && round < 2; round++) {
+        size_t l = 0;
+        const char *p = tok_piece(t, ctl, &l);
+        char *b2 = malloc(l + 3000);
+        memcpy(b2, p, l);
+        memcpy(b2 + l, text, 3000);
+        const char *texts[2] = {text, b2};
+        size_t lens[2] = {3000, l + 3000};
+        for (int k = 0; k < 2; k++) {
+            int32_t *a = NULL, *b = NULL;
+            size_t na = 0, nb = 0;
+            CHECK(tok_encode(t, texts[k], lens[k], 0, 1, &a, &na, &err) == 0);
+            CHECK(tok_encode_cached(t, big, texts[k], lens[k], 0, 1, &b, &nb, &err) == 0);
+            bad += na != nb || (na && memcmp(a, b, na * sizeof *a));
+            free(a);
+            free(b);
+        }
+        free(b2);
+    }
+    uint64_t hits = 0, misses = 0;
+    tok_cache_stats(big, &hits, &misses);
+    CHECK_MSG(bad == 0, "%s: cached encodings differ from tok_encode %d times", what, bad);
+    CHECK_MSG(hits > misses, "%s: %llu hits, %llu misses over three rounds", what,
+              (unsigned long long)hits, (unsigned long long)misses);
+    tok_cache_free(small);
+    tok_cache_free(big);
+    free(text);
+}
+
+static void test_encode_cached(void)
+{
+    for (int i = 0; i < 4; i++) {
+        const tokenizer *t = vocab_tok(i);
+        if (t)
+            cached_cases(t, vocab_names[i]);
+    }
+    static const char *const hf[] = {"qwen3", "llama3", "gemma3"};
+    for (int i = 0; i < 3; i++) {
+        const tokenizer *t = load_hf(hf[i]);
+        if (t)
+            cached_cases(t, hf[i]);
+    }
+}
+
 static void test_free_vocab(void)
 {
     for (int i = 0; i < 4; i++) {
@@ -1073,4 +1168,5 @@ TEST_MAIN(TEST_CASE(test_vocab_qwen2), TEST_CASE(test_vocab_llama_bpe), TEST_CAS
           TEST_CASE(test_special_tokens), TEST_CASE(test_bos_eos), TEST_CASE(test_invalid_utf8),
           TEST_CASE(test_decode_round_trip), TEST_CASE(test_malformed_gguf),
           TEST_CASE(test_malformed_hf), TEST_CASE(test_hf_normalizers), TEST_CASE(test_hf_vocab_hole), TEST_CASE(test_has_special_text),
+          TEST_CASE(test_encode_cached),
           TEST_CLEANUP(test_free_vocab))
