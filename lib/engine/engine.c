@@ -203,6 +203,14 @@ void engine_set_hidden_hook(engine *e, model_hidden_fn fn, void *ctx)
 {
     e->m.hidden_fn = fn;
     e->m.hidden_ctx = ctx;
+    e->m.hidden_from = 0;
+}
+
+void engine_set_final_hidden_hook(engine *e, model_hidden_fn fn, void *ctx)
+{
+    e->m.hidden_fn = fn;
+    e->m.hidden_ctx = ctx;
+    e->m.hidden_from = (int)e->m.config.n_layers;
 }
 
 int engine_seq_new(engine *e, engine_seq **out, memra_err *err)

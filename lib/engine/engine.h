@@ -173,5 +173,8 @@ int engine_forward_batch_sample_with(engine *e, engine_seq *const *seqs, const i
 /* Capture hidden states (see model_hidden_fn for the convention); NULL
  * turns it off. */
 void engine_set_hidden_hook(engine *e, model_hidden_fn fn, void *ctx);
+/* The same, called only with the last layer's output after the final norm
+ * (index n_layers): the other layers are not read back. */
+void engine_set_final_hidden_hook(engine *e, model_hidden_fn fn, void *ctx);
 
 #endif

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/check.h"
 #include "core/json.h"
@@ -66,6 +67,54 @@ static int open_gguf(checkpoint *c, memra_err *err)
     return 0;
 }
 
+/* A sentence-transformers checkpoint says how it pools: modules.json names
+ * a Pooling module's folder, whose config.json sets one pooling_mode_* to
+ * true. Absent files mean a language model; a malformed one is an error. */
+static int hf_pooling(const char *dir, int64_t *pooling, memra_err *err)
+{
+    size_t n = strlen(dir) + 300;
+    char *path = xmalloc(n);
+    snprintf(path, n, "%s/modules.json", dir);
+    int rc = 0;
+    json_t *mods = NULL, *pc = NULL;
+    if (access(path, F_OK) != 0)
+        goto out;
+    if (!(mods = json_load_path(path, 1u << 20, err))) {
+        rc = -1;
+        goto out;
+    }
+    size_t i;
+    json_t *m;
+    json_array_foreach(mods, i, m) {
+        const char *type = json_string_value(json_object_get(m, "type"));
+        const char *sub = json_string_value(json_object_get(m, "path"));
+        if (!type || !strstr(type, "Pooling") || !sub || strstr(sub, "..") || strlen(sub) > 200)
+            continue;
+        snprintf(path, n, "%s/%s/config.json", dir, sub);
+        if (!(pc = json_load_path(path, 1u << 20, err))) {
+            rc = -1;
+            goto out;
+        }
+        static const struct { const char *key; int64_t v; } modes[] = {
+            {"pooling_mode_lasttoken", MODEL_POOL_LAST}, {"pooling_mode_mean_tokens", MODEL_POOL_MEAN},
+            {"pooling_mode_cls_token", MODEL_POOL_CLS}};
+        for (size_t k = 0; k < sizeof modes / sizeof *modes; k++)
+            if (json_is_true(json_object_get(pc, modes[k].key)))
+                *pooling = modes[k].v;
+        if (*pooling == MODEL_POOL_NONE)
+            rc = memra_fail(err, "%s: no pooling mode memra runs (lasttoken, mean_tokens or "
+                            "cls_token) is true", path);
+        break;
+    }
+out:
+    if (mods)
+        json_decref(mods);
+    if (pc)
+        json_decref(pc);
+    free(path);
+    return rc;
+}
+
 static int open_hf_dir(checkpoint *c, memra_err *err)
 {
     c->format = CKPT_HF;
@@ -79,7 +128,7 @@ static int open_hf_dir(checkpoint *c, memra_err *err)
     }
     int rc = config_from_hf(c->hf_config, cfg_path, &c->config, err);
     free(cfg_path);
-    if (rc != 0)
+    if (rc != 0 || hf_pooling(c->path, &c->config.pooling, err) != 0)
         return -1;
     c->has_config = 1;
     if (st_open_dir(c->path, &c->st, err) != 0)

@@ -573,8 +573,12 @@ int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err)
                          &c.rope_scaling.original_ctx, err))
             return -1;
     }
-    if (cfg_gguf_int(&g, "attention.sliding_window", 1, 0, &c.sliding_window, err))
+    if (cfg_gguf_int(&g, "attention.sliding_window", 1, 0, &c.sliding_window, err) ||
+        cfg_gguf_int(&g, "pooling_type", 1, 0, &c.pooling, err))
         return -1;
+    if (c.pooling < 0 || c.pooling > MODEL_POOL_RANK)
+        return memra_fail(err, "%s: %s.pooling_type %" PRId64 " is not one memra knows (0 none, "
+                          "1 mean, 2 cls, 3 last, 4 rank)", g.what, arch, c.pooling);
     if (fam->gguf_read && fam->gguf_read(&g, &c, err) != 0)
         return -1;
     if (cfg_gguf_token(&g, "tokenizer.ggml.bos_token_id", &c.bos_id, err) ||
@@ -640,6 +644,8 @@ void config_to_gguf(const model_config *c, gguf_writer *w)
     }
     if (c->sliding_window > 0)
         cfg_gguf_set_u32(w, arch, "attention.sliding_window", c->sliding_window);
+    if (c->pooling > 0)
+        cfg_gguf_set_u32(w, arch, "pooling_type", c->pooling);
     if (fam->gguf_write)
         fam->gguf_write(c, arch, w);
     if (c->bos_id >= 0)

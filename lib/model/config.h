@@ -65,7 +65,17 @@ typedef struct {
     double attn_softcap, final_softcap; /* 0 = none */
 
     int64_t bos_id, eos_id; /* -1 when the config does not say */
+
+    /* What the checkpoint says it is for, with llama.cpp's pooling_type
+     * values: 0 nothing (a language model), 1 mean, 2 CLS, 3 last-token
+     * pooling (an embedding model), 4 rank (a reranker). GGUF
+     * <arch>.pooling_type; an HF dir's sentence-transformers Pooling
+     * module (checkpoint.c). */
+    int64_t pooling;
 } model_config;
+
+enum { MODEL_POOL_NONE = 0, MODEL_POOL_MEAN = 1, MODEL_POOL_CLS = 2, MODEL_POOL_LAST = 3,
+       MODEL_POOL_RANK = 4 };
 
 /* From the family's descriptor (families.c); "?" for no family. */
 const char *family_name(model_family f);      /* "llama", "qwen3_moe" ... */

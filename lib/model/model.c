@@ -265,7 +265,7 @@ void model_free(model *m)
 
 void model_report_hidden(model *m, int index, const bk_batch *rows, const float *x)
 {
-    if (!m->hidden_fn)
+    if (!m->hidden_fn || index < m->hidden_from)
         return;
     int64_t dim = m->config.dim;
     m->bk->ops->act_read(m->bk, x, m->state.host_hidden, (size_t)rows->n * (size_t)dim);

@@ -101,6 +101,7 @@ struct model {
 
     model_hidden_fn hidden_fn;
     void *hidden_ctx;
+    int hidden_from; /* indices below it are not reported (each is a read back) */
 };
 
 typedef struct {
