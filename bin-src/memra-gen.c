@@ -24,6 +24,7 @@
 #include "engine/generate.h"
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
+#include "engine/embed.h"
 #include "model/checkpoint.h"
 #include "model/chat_source.h"
 #include "jinja/chat_template.h"
@@ -34,6 +35,8 @@ static const char usage[] =
     "       memra-gen [MODEL] --tokenize -p TEXT [--add-special] [--parse-special] [--json]\n"
     "       memra-gen [MODEL] --detokenize --ids 1,2,3\n"
     "       memra-gen [MODEL] --render [--chat-template FILE] < request.json\n"
+    "       memra-gen [MODEL] --embed [-p TEXT | -f FILE | --prompt-ids IDS] [--pooling P]\n"
+    "                 [--dimensions N]"
     "\n"
     "MODEL is a GGUF file, an HF checkpoint dir or hf:owner/repo[:file]; without one,\n"
     "$MEMRA_MODEL, else the project's models/memra-tiny.gguf. The prompt comes from -p, -f,\n"
@@ -57,6 +60,12 @@ static const char usage[] =
     "  -t, --threads N     (default all cores; env MEMRA_THREADS)\n"
     "  -c, --ctx N         context length (default the model's, at most 4096)\n"
     "  --json              print one JSON object instead of streaming text\n"
+    "embedding mode:\n"
+    "  --embed             print the prompt's embedding as JSON: the final hidden states\n"
+    "                      pooled and L2-normalized (the prompt encoded with BOS/EOS as the\n"
+    "                      model's config says)\n"
+    "  --pooling P         last, mean or cls (default: the checkpoint's; last if it says none)\n"
+    "  --dimensions N      keep the first N dimensions, renormalized (Matryoshka models)\n"
     "tokenizer and template modes (no weights read; vocab-only GGUFs work):\n"
     "  --tokenize          print the ids of the prompt (raw: no BOS/EOS, special text not parsed)\n"
     "  --add-special       with --tokenize: add BOS/EOS as the model's config says\n"
@@ -68,7 +77,7 @@ static const char usage[] =
     "Timings (prefill and decode tok/s, ms/token) go to stderr. Exit status: 0 ok, 1 failure,\n"
     "2 bad usage.\n";
 
-typedef enum { MODE_GENERATE, MODE_TOKENIZE, MODE_DETOKENIZE, MODE_RENDER } gen_mode;
+typedef enum { MODE_GENERATE, MODE_TOKENIZE, MODE_DETOKENIZE, MODE_RENDER, MODE_EMBED } gen_mode;
 
 typedef struct {
     gen_mode mode;
@@ -83,6 +92,8 @@ typedef struct {
     gen_params gp;
     const char **stop;
     size_t n_stop;
+    int pooling;  /* --embed: MODEL_POOL_*, 0 the checkpoint's */
+    int64_t dims; /* --embed --dimensions; 0 all */
 } gen_opts;
 
 static double parse_num_or_usage(const char *s, double lo, double hi, const char *what)
@@ -152,6 +163,7 @@ static void parse_args(int argc, char **argv, gen_opts *o)
     enum {
         O_TEMP = 1000, O_TOPK, O_TOPP, O_MINP, O_SEED, O_REP, O_PRES, O_FREQ, O_STOP, O_CHAT,
         O_SYSTEM, O_BACKEND, O_JSON, O_TOKENIZE, O_DETOKENIZE, O_RENDER, O_IDS, O_ADDSP, O_PARSESP,
+        O_EMBED, O_POOLING, O_DIMS,
         O_TEMPLATE, O_PROMPT_IDS, O_IGNORE_EOS, O_DEVICE, O_KV, O_GRAMMAR, O_SCHEMA,
     };
     static const struct option longs[] = {
@@ -167,6 +179,8 @@ static void parse_args(int argc, char **argv, gen_opts *o)
         {"system", required_argument, NULL, O_SYSTEM},  {"backend", required_argument, NULL, O_BACKEND},
         {"threads", required_argument, NULL, 't'},      {"ctx", required_argument, NULL, 'c'},
         {"json", no_argument, NULL, O_JSON},            {"tokenize", no_argument, NULL, O_TOKENIZE},
+        {"embed", no_argument, NULL, O_EMBED},          {"pooling", required_argument, NULL, O_POOLING},
+        {"dimensions", required_argument, NULL, O_DIMS},
         {"detokenize", no_argument, NULL, O_DETOKENIZE}, {"render", no_argument, NULL, O_RENDER},
         {"ids", required_argument, NULL, O_IDS},        {"add-special", no_argument, NULL, O_ADDSP},
         {"parse-special", no_argument, NULL, O_PARSESP},
@@ -232,6 +246,18 @@ static void parse_args(int argc, char **argv, gen_opts *o)
         case O_TOKENIZE: o->mode = MODE_TOKENIZE; modes++; break;
         case O_DETOKENIZE: o->mode = MODE_DETOKENIZE; modes++; break;
         case O_RENDER: o->mode = MODE_RENDER; modes++; break;
+        case O_EMBED: o->mode = MODE_EMBED; modes++; break;
+        case O_POOLING:
+            if (!strcmp(optarg, "last"))
+                o->pooling = MODEL_POOL_LAST;
+            else if (!strcmp(optarg, "mean"))
+                o->pooling = MODEL_POOL_MEAN;
+            else if (!strcmp(optarg, "cls"))
+                o->pooling = MODEL_POOL_CLS;
+            else
+                cli_usage("--pooling: want last, mean or cls, not '%s'", optarg);
+            break;
+        case O_DIMS: o->dims = cli_int_or_usage(optarg, 1, INT32_MAX, "--dimensions"); break;
         case O_IDS: o->ids = optarg; break;
         case O_ADDSP: o->add_special = 1; break;
         case O_PARSESP: o->parse_special = 1; break;
@@ -245,7 +271,11 @@ static void parse_args(int argc, char **argv, gen_opts *o)
         }
     }
     if (modes > 1)
-        cli_usage("--tokenize, --detokenize and --render are separate modes: give one");
+        cli_usage("--tokenize, --detokenize, --render and --embed are separate modes: give one");
+    if ((o->pooling || o->dims) && o->mode != MODE_EMBED)
+        cli_usage("--pooling and --dimensions go with --embed");
+    if (o->mode == MODE_EMBED && o->chat)
+        cli_usage("--embed takes the prompt as it is: not --chat");
     if (optind + 1 < argc)
         cli_usage("unexpected argument '%s'", argv[optind + 1]);
     o->model = optind < argc ? argv[optind] : default_model();
@@ -567,6 +597,64 @@ static int run_generate(const gen_opts *o, const checkpoint *c, const tokenizer 
     return 0;
 }
 
+/* --embed: the prompt's pooled, normalized final hidden state as JSON. */
+static int run_embed(const gen_opts *o, const checkpoint *c, const tokenizer *t)
+{
+    memra_err err;
+    int32_t *ids;
+    size_t n;
+    if (o->prompt_ids) {
+        ids = parse_id_list(o->prompt_ids, &n, "--prompt-ids");
+    } else {
+        size_t len;
+        char *text = read_prompt(o, &len);
+        if (!t)
+            cli_failf("%s: embedding text needs the model's tokenizer (or give --prompt-ids)",
+                      c->path);
+        if (tok_encode(t, text, len, 1, o->parse_special, &ids, &n, &err) != 0)
+            cli_fail(&err);
+        free(text);
+    }
+    if (n == 0)
+        cli_failf("--embed: the input is empty (no tokens)");
+    int kind = o->pooling ? o->pooling
+               : c->config.pooling == MODEL_POOL_MEAN || c->config.pooling == MODEL_POOL_CLS
+                   ? (int)c->config.pooling
+                   : MODEL_POOL_LAST;
+    if (o->dims > c->config.dim)
+        cli_usage("--dimensions %lld: the model has %lld", (long long)o->dims,
+                  (long long)c->config.dim);
+    int64_t dims = o->dims ? o->dims : c->config.dim;
+    engine_opts eo;
+    engine_opts_default(&eo);
+    eo.n_threads = o->n_threads;
+    eo.n_ctx = o->n_ctx;
+    eo.backend = default_backend(o);
+    eo.device = o->device;
+    eo.kv_type = o->kv;
+    if (o->device_given && eo.backend != BK_CUDA)
+        cli_usage("--device %d: the cpu backend has no devices (use --backend cuda)", o->device);
+    engine *e;
+    engine_seq *s;
+    if (engine_load(c, &eo, &e, &err) != 0 || engine_seq_new(e, &s, &err) != 0)
+        cli_fail(&err);
+    float *vec = xmalloc((size_t)dims * sizeof *vec);
+    if (engine_embed(e, s, ids, n, kind, dims, vec, &err) != 0)
+        cli_fail(&err);
+    static const char *const names[] = {"none", "mean", "cls", "last", "rank"};
+    printf("{\"tokens\":%zu,\"pooling\":\"%s\",\"dimensions\":%lld,\"embedding\":[", n,
+           names[kind], (long long)dims);
+    for (int64_t i = 0; i < dims; i++)
+        printf("%s%.9g", i ? "," : "", (double)vec[i]);
+    printf("]}\n");
+    fflush(stdout);
+    free(vec);
+    engine_seq_free(s);
+    engine_free(e);
+    free(ids);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     cli_set_program("memra-gen");
@@ -593,6 +681,7 @@ int main(int argc, char **argv)
     case MODE_TOKENIZE: rc = run_tokenize(&o, t); break;
     case MODE_DETOKENIZE: rc = run_detokenize(&o, t); break;
     case MODE_RENDER: rc = run_render(&o, &c, t); break;
+    case MODE_EMBED: rc = run_embed(&o, &c, t); break;
     default: rc = run_generate(&o, &c, t); break;
     }
     if (t)

@@ -15,6 +15,7 @@
 #   3. every family's HF parity fixture on CUDA (tests/fixtures/parity),
 #      as an HF dir and as GGUF; stories260K and the project's tiny models
 #   4. --backends cpu,cuda on the same checkpoints
+#   5. embeddings on CUDA against transformers (tests/integration/embed.sh)
 #
 # Run from the project root after `make && make unit-bins` (here, or on the
 # development machine with bin/ and build/release/tests carried over).
@@ -146,6 +147,14 @@ for m in memra-tiny memra-tiny-draft; do
   check "$m on CUDA matches the PyTorch reference (argmax 48/48)" \
     env MEMRA_CUDA_GEMM=0 MEMRA_CUDA_FLASH=0 bash -c "memra-parity models/$m.gguf --reference $P/$m.safetensors --backend cuda --json | jtrue \"j['pass'] and j['argmax_agree'] == 48\""
 done
+
+echo "== embeddings on CUDA against transformers (tests/integration/embed.sh)"
+emb_log=$OUT/embed.log
+MEMRA_TEST_DATA=$MEMRA_TEST_DATA PATH=$root/bin:$PATH MEMRA_TEST_TMP=$(mktemp -d) \
+  bash tests/integration/embed.sh >"$emb_log" 2>&1
+grep -E '^(PASS|FAIL|SKIP)' "$emb_log" | grep -i cuda
+p=$(grep -c '^PASS .*cuda' "$emb_log"); f=$(grep -c '^FAIL' "$emb_log")
+passed=$((passed + p)); failed=$((failed + f))
 
 if [ $sanitize -eq 1 ]; then
   echo "== compute-sanitizer memcheck"
