@@ -470,6 +470,25 @@ static backend_kind default_backend(const gen_opts *o)
     return BK_CPU;
 }
 
+/* The engine the options ask for; exits on failure. */
+static engine *load_engine(const gen_opts *o, const checkpoint *c)
+{
+    memra_err err;
+    engine_opts eo;
+    engine_opts_default(&eo);
+    eo.n_threads = o->n_threads;
+    eo.n_ctx = o->n_ctx;
+    eo.backend = default_backend(o);
+    eo.device = o->device;
+    eo.kv_type = o->kv;
+    if (o->device_given && eo.backend != BK_CUDA)
+        cli_usage("--device %d: the cpu backend has no devices (use --backend cuda)", o->device);
+    engine *e;
+    if (engine_load(c, &eo, &e, &err) != 0)
+        cli_fail(&err);
+    return e;
+}
+
 static int run_generate(const gen_opts *o, const checkpoint *c, const tokenizer *t)
 {
     memra_err err;
@@ -501,18 +520,7 @@ static int run_generate(const gen_opts *o, const checkpoint *c, const tokenizer 
             cli_fail(&err);
         free(text);
     }
-    engine_opts eo;
-    engine_opts_default(&eo);
-    eo.n_threads = o->n_threads;
-    eo.n_ctx = o->n_ctx;
-    eo.backend = default_backend(o);
-    eo.device = o->device;
-    eo.kv_type = o->kv;
-    if (o->device_given && eo.backend != BK_CUDA)
-        cli_usage("--device %d: the cpu backend has no devices (use --backend cuda)", o->device);
-    engine *e;
-    if (engine_load(c, &eo, &e, &err) != 0)
-        cli_fail(&err);
+    engine *e = load_engine(o, c);
     /* -n past what the context leaves is clamped, with one line saying so
      * (the server clamps max_tokens the same way). */
     gen_params gp = o->gp;
@@ -625,18 +633,9 @@ static int run_embed(const gen_opts *o, const checkpoint *c, const tokenizer *t)
         cli_usage("--dimensions %lld: the model has %lld", (long long)o->dims,
                   (long long)c->config.dim);
     int64_t dims = o->dims ? o->dims : c->config.dim;
-    engine_opts eo;
-    engine_opts_default(&eo);
-    eo.n_threads = o->n_threads;
-    eo.n_ctx = o->n_ctx;
-    eo.backend = default_backend(o);
-    eo.device = o->device;
-    eo.kv_type = o->kv;
-    if (o->device_given && eo.backend != BK_CUDA)
-        cli_usage("--device %d: the cpu backend has no devices (use --backend cuda)", o->device);
-    engine *e;
+    engine *e = load_engine(o, c);
     engine_seq *s;
-    if (engine_load(c, &eo, &e, &err) != 0 || engine_seq_new(e, &s, &err) != 0)
+    if (engine_seq_new(e, &s, &err) != 0)
         cli_fail(&err);
     float *vec = xmalloc((size_t)dims * sizeof *vec);
     if (engine_embed(e, s, ids, n, kind, dims, vec, &err) != 0)
