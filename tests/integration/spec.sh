@@ -40,6 +40,7 @@ check "rank file: the GGUF's d2t data is the sidecar's ids in order" \
 check "memra-spec --trim with the rank file: SELF-CONSISTENCY PASS for K = 1..8" \
   bash -c "memra-spec '$TINY' --draft '$DRAFT' --trim '$T/ranks.gguf' -K 1..8 -n 64 --json |
            jq -e '.self_consistency == \"PASS\" and .trim_ids == 512 and all(.runs[]; .acceptance > 0)'"
+rm -f "$T"/full.* "$T"/part.*
 check "memra-trim-ranks --resume after --limit gives the bytes of an uninterrupted run" \
   bash -c "memra-trim-ranks '$TINY' '$T/full.gguf' --top 300 --n-gen 8 >/dev/null &&
            memra-trim-ranks '$TINY' '$T/part.gguf' --top 300 --n-gen 8 --limit 5 | grep -q 'stopped after 5 of 24' &&
