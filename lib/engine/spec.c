@@ -1,0 +1,248 @@
+/* The speculative decoding loop (spec.h): rounds of propose, one forward
+ * of K+1 rows, verify, roll back. */
+#include "engine/spec.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/check.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void spec_params_default(spec_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->k = 3;
+    p->n_predict = 256;
+    p->sampling = sampler_params_default();
+    p->sampling.penalty_last_n = 0;
+}
+
+void spec_result_free(spec_result *r)
+{
+    free(r->tokens);
+    memset(r, 0, sizeof *r);
+}
+
+void spec_drafter_free(spec_drafter *d)
+{
+    if (d)
+        d->free(d);
+}
+
+int spec_check_vocab(const tokenizer *target, const tokenizer *draft, const char *draft_name,
+                     memra_err *err)
+{
+    size_t nm = tok_vocab_size(target), nd = tok_vocab_size(draft);
+    if (nm != nd)
+        return memra_fail(err, "%s: its vocabulary has %zu tokens, the model's %zu: a drafter "
+                          "must share the model's vocabulary", draft_name, nd, nm);
+    for (size_t id = 0; id < nm; id++) {
+        const char *a = tok_text(target, (int32_t)id), *b = tok_text(draft, (int32_t)id);
+        if (!a || !b || strcmp(a, b) != 0)
+            return memra_fail(err, "%s: token %zu is '%s' there and '%s' in the model: a "
+                              "drafter must share the model's vocabulary", draft_name, id,
+                              b ? b : "(none)", a ? a : "(none)");
+    }
+    return 0;
+}
+
+/* The penalties read the history of accepted tokens, which a rejected
+ * draft would have to take back out of the sampler: not supported. */
+static int check_params(const spec_params *p, memra_err *err)
+{
+    if (p->k < 1 || p->k > SPEC_K_MAX)
+        return memra_fail(err, "speculative decoding: K = %d draft tokens per round is outside "
+                          "1..%d", p->k, SPEC_K_MAX);
+    const sampler_params *s = &p->sampling;
+    if (s->penalty_last_n != 0 &&
+        (s->repetition_penalty != 1.0 || s->presence_penalty != 0.0 ||
+         s->frequency_penalty != 0.0))
+        return memra_fail(err, "speculative decoding does not support the repetition, presence "
+                          "and frequency penalties (they depend on the history a rejected "
+                          "draft takes back)");
+    return 0;
+}
+
+/* The model's sampler, banning the embedding rows past the tokenizer's
+ * last token exactly as generate() does (generate.c,
+ * padding_banned_sampler), so a greedy run picks the same tokens. */
+static sampler *model_sampler(const sampler_params *sp, const tokenizer *t, int32_t n_vocab,
+                              memra_err *err)
+{
+    int32_t n_tok = t ? (int32_t)tok_vocab_size(t) : n_vocab;
+    if (n_tok >= n_vocab)
+        return sampler_new(sp, n_vocab, err);
+    sampler_params p = *sp;
+    size_t n = 0;
+    sampler_logit_bias *merged =
+        xmalloc(((size_t)p.n_logit_bias + (size_t)(n_vocab - n_tok)) * sizeof *merged);
+    for (int32_t i = 0; i < p.n_logit_bias; i++)
+        if (p.logit_bias[i].id < n_tok)
+            merged[n++] = p.logit_bias[i];
+    for (int32_t id = n_tok; id < n_vocab; id++)
+        merged[n++] = (sampler_logit_bias){id, -INFINITY};
+    p.logit_bias = merged;
+    p.n_logit_bias = (int32_t)n;
+    sampler *s = sampler_new(&p, n_vocab, err);
+    free(merged);
+    return s;
+}
+
+/* The model's distribution of one row of logits (modified in place). */
+static int row_dist(sampler *s, float *logits, spec_dist *out, memra_err *err)
+{
+    return sampler_probs(s, logits, &out->ids, &out->probs, &out->n, err);
+}
+
+typedef struct {
+    engine *e;
+    const tokenizer *t;
+    const spec_params *p;
+    spec_result *out;
+    int32_t *ctx;       /* prompt + emitted, [n_ctx + 1] */
+    int64_t n;          /* tokens in ctx */
+    size_t cap;
+    int done;
+} spec_run;
+
+/* Emit one token with generate()'s checks, in its order: the length
+ * limit, then the token, then an end-of-generation id ends the run. */
+static void emit(spec_run *r, int32_t id)
+{
+    spec_result *o = r->out;
+    if (r->done)
+        return;
+    if (r->p->n_predict >= 0 && (int64_t)o->n_tokens >= r->p->n_predict) {
+        r->done = 1;
+        return;
+    }
+    if (o->n_tokens == r->cap) {
+        r->cap *= 2;
+        o->tokens = xrealloc(o->tokens, r->cap * sizeof(int32_t));
+    }
+    o->tokens[o->n_tokens++] = id;
+    r->ctx[r->n++] = id;
+    if (r->t && !r->p->ignore_eos && tok_is_stop(r->t, id)) {
+        o->finish = GEN_FINISH_STOP;
+        r->done = 1;
+    }
+}
+
+int spec_generate(engine *e, const tokenizer *t, spec_drafter *d, const int32_t *prompt,
+                  size_t n_prompt, const spec_params *p, spec_result *out, memra_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->n_prompt = n_prompt;
+    out->finish = GEN_FINISH_LENGTH;
+    if (check_params(p, err) != 0)
+        return -1;
+    int64_t n_ctx = engine_n_ctx(e);
+    size_t vocab = (size_t)engine_config(e)->n_vocab;
+    if (n_prompt == 0)
+        return memra_fail(err, "the prompt is empty (no tokens, not even BOS): nothing to continue");
+    if ((int64_t)n_prompt >= n_ctx)
+        return memra_fail(err, "the prompt of %zu tokens does not fit the context of %lld "
+                               "(room is needed for at least one generated token)",
+                          n_prompt, (long long)n_ctx);
+    sampler *s = model_sampler(&p->sampling, t, (int32_t)vocab, err);
+    if (!s)
+        return -1;
+    spec_run r = {.e = e, .t = t, .p = p, .out = out, .cap = 64};
+    r.ctx = xmalloc(((size_t)n_ctx + 1) * sizeof *r.ctx);
+    memcpy(r.ctx, prompt, n_prompt * sizeof *prompt);
+    r.n = (int64_t)n_prompt;
+    out->tokens = xmalloc(r.cap * sizeof(int32_t));
+    float *logits = xmalloc((size_t)(SPEC_K_MAX + 1) * vocab * sizeof *logits);
+    spec_rng rng = {p->sampling.seed, 0};
+    spec_scratch scratch = {0};
+    engine_seq *seq = NULL;
+    spec_draft draft;
+    spec_dist dist;
+    int32_t tok;
+
+    /* The prompt, on the model and in the drafter, then the first token. */
+    double t0 = now_ms();
+    int rc = engine_seq_new(e, &seq, err);
+    if (rc == 0)
+        rc = engine_forward(e, seq, prompt, (int)n_prompt, logits, 0, err);
+    if (rc == 0)
+        rc = d->begin(d, prompt, (int64_t)n_prompt, &p->sampling, err);
+    if (rc == 0 && (rc = row_dist(s, logits, &dist, err)) == 0)
+        emit(&r, spec_draw(&dist, &rng));
+    out->prefill_ms = now_ms() - t0;
+
+    double t1 = now_ms();
+    while (rc == 0 && !r.done) {
+        /* The newest token is not in the KV yet: the round runs it first. */
+        int64_t pos = engine_seq_pos(seq);
+        MEMRA_ASSERT(pos == r.n - 1);
+        if (pos >= n_ctx)
+            break; /* the context is full: finish "length", as generate() */
+        int64_t left = p->n_predict >= 0 ? p->n_predict - (int64_t)out->n_tokens : INT64_MAX;
+        if (left <= 0)
+            break;
+        /* A round emits up to k + 1 tokens and runs k + 1 rows: k is cut
+         * to what the limit and the context leave (0: a plain step). */
+        int64_t k = p->k;
+        if (k > left - 1)
+            k = left - 1;
+        if (k > n_ctx - pos - 1)
+            k = n_ctx - pos - 1;
+        draft.n = 0;
+        if (k > 0 && (rc = d->propose(d, r.ctx, r.n, (int)k, &rng, &draft, err)) != 0)
+            break;
+        MEMRA_ASSERT(draft.n >= 0 && draft.n <= k);
+        int32_t rows[SPEC_K_MAX + 1];
+        rows[0] = r.ctx[r.n - 1];
+        memcpy(rows + 1, draft.tokens, (size_t)draft.n * sizeof *rows);
+        if ((rc = engine_forward(e, seq, rows, draft.n + 1, logits, 1, err)) != 0)
+            break;
+        /* Row i is the model's distribution after draft token i: verify
+         * draft i + 1 against it, stopping at the first rejection. */
+        int32_t emitted[SPEC_K_MAX + 1], n_emit = 0, a = 0;
+        for (int32_t i = 0; i <= draft.n; i++) {
+            if ((rc = row_dist(s, logits + (size_t)i * vocab, &dist, err)) != 0)
+                break;
+            if (i == draft.n) {
+                emitted[n_emit++] = spec_draw(&dist, &rng); /* every draft accepted: a bonus */
+                break;
+            }
+            if (spec_verify_token(&dist, &draft.q[i], draft.tokens[i], &rng, &scratch, &tok)) {
+                emitted[n_emit++] = draft.tokens[i];
+                a++;
+                continue;
+            }
+            emitted[n_emit++] = tok;
+            break;
+        }
+        if (rc != 0)
+            break;
+        /* Keep the newest token's row and the accepted drafts' rows. */
+        engine_seq_truncate(seq, pos + 1 + a);
+        out->rounds++;
+        out->drafted += (uint64_t)draft.n;
+        out->accepted += (uint64_t)a;
+        out->accepted_hist[a]++;
+        for (int32_t i = 0; i < n_emit; i++)
+            emit(&r, emitted[i]);
+    }
+    out->decode_ms = now_ms() - t1;
+    if (seq)
+        engine_seq_free(seq);
+    spec_scratch_free(&scratch);
+    free(logits);
+    free(r.ctx);
+    sampler_free(s);
+    if (rc != 0)
+        spec_result_free(out);
+    return rc;
+}

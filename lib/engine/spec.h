@@ -1,0 +1,187 @@
+/* Speculative decoding: a drafter proposes up to K tokens, the model
+ * checks them all in one forward of K+1 rows, and the output is what
+ * plain decoding gives (docs/SPECULATIVE.md).
+ *
+ * One round, with `last` the newest token (sampled, not yet run):
+ *
+ *   drafter:  d1..dm = propose(context, m <= K)
+ *   model:    one engine_forward of [last, d1..dm] with every row's logits:
+ *             row i is the distribution p_i after (..., last, d1..di)
+ *   verify:   d(i+1) against p_i in order; the first rejected one is
+ *             replaced by a token drawn from the residual and the round
+ *             ends; when all m are accepted, p_m gives a bonus token
+ *   rollback: engine_seq_truncate drops the rejected rows' KV (no copies)
+ *
+ * so a round emits between 1 and m+1 tokens for one forward of the model.
+ *
+ * Exactness. Greedy (temperature 0): the model's token at each row is the
+ * argmax of that row (sampler_probs, ties to the lowest id, exactly as
+ * plain decoding's sampler_sample picks it), a draft is accepted only when
+ * it is that token, and the replacement is that token: token for token
+ * the plain greedy output, whatever the drafter proposes, provided a row's
+ * logits do not depend on how many rows run with it. The CPU backend
+ * computes every row alone in a fixed order, so that holds there; on CUDA,
+ * a step of up to 31 rows keeps the row-by-row kernels (engine.h).
+ * Sampled (temperature > 0): the modified rejection sampling of Leviathan
+ * et al. (2023) and Chen et al. (2023): d drawn from the drafter's q is
+ * kept with probability min(1, p(d)/q(d)), else replaced by a draw from
+ * max(0, p - q) normalized; each emitted token is then distributed
+ * exactly as p (up to double rounding), though not the token plain
+ * sampling would draw with the same seed. Every uniform comes from
+ * Philox4x32-10 keyed by the request's seed, one counter per draw, so a
+ * seeded run is reproducible.
+ *
+ * Sampling parameters: temperature, top-k, top-p, min-p and logit bias
+ * (p and q are the distributions after them, sampler_probs). The
+ * penalties are refused: they depend on the history, which a rejected
+ * draft would have to take back. */
+#ifndef MEMRA_ENGINE_SPEC_H
+#define MEMRA_ENGINE_SPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/sampler.h"
+#include "tok/tokenizer.h"
+
+/* Draft tokens per round at most. */
+#define SPEC_K_MAX 8
+
+/* A distribution over token ids: n ids ascending with their
+ * probabilities (summing to 1). A deterministic proposal is the point
+ * mass {id: 1}. */
+typedef struct {
+    const int32_t *ids;
+    const double *probs;
+    int32_t n;
+} spec_dist;
+
+/* The request's random stream: draw i takes Philox counter i under the
+ * seed. */
+typedef struct {
+    uint64_t seed;
+    uint64_t n;
+} spec_rng;
+
+/* A uniform double in [0, 1) (53 bits), the next draw of the stream. */
+double spec_uniform(spec_rng *r);
+/* A token drawn from d with one uniform (the last id on rounding); a
+ * point mass takes no uniform. */
+int32_t spec_draw(const spec_dist *d, spec_rng *r);
+/* The probability of id under d (0 when absent; binary search). */
+double spec_prob(const spec_dist *d, int32_t id);
+
+/* Scratch for the residual distribution, owned by the caller. */
+typedef struct {
+    int32_t *ids;
+    double *probs;
+    int32_t cap;
+} spec_scratch;
+
+void spec_scratch_free(spec_scratch *s);
+
+/* Verify one draft token x, drawn from q, against the model's p: returns
+ * 1 when x is accepted, else 0 with *repl drawn from max(0, p - q)
+ * normalized. A point-mass p (greedy) accepts exactly its id and draws
+ * nothing. */
+int spec_verify_token(const spec_dist *p, const spec_dist *q, int32_t x, spec_rng *r,
+                      spec_scratch *s, int32_t *repl);
+
+/* ---- drafters ----
+ *
+ * A drafter proposes the tokens that continue a context. Three kinds are
+ * meant to plug in here: a separate draft model of the same vocabulary
+ * (spec_draft_model.c), n-gram / prompt lookup over the context itself
+ * (spec_ngram.c), and an MTP / NextN head that a checkpoint carries. No
+ * checkpoint memra loads carries an MTP head yet, so there is no MTP
+ * drafter; one would install the model's hidden-state hook in begin
+ * (engine_set_hidden_hook), keep the last layer's state of the verify
+ * rows, and run its head on the state of the last accepted row in
+ * propose. */
+
+/* What a drafter returns: n tokens and, for each, the distribution q it
+ * was drawn from. The arrays belong to the drafter until its next call. */
+typedef struct {
+    int32_t n;
+    int32_t tokens[SPEC_K_MAX];
+    spec_dist q[SPEC_K_MAX];
+} spec_draft;
+
+typedef struct spec_drafter spec_drafter;
+struct spec_drafter {
+    const char *kind; /* "draft", "ngram" */
+    void *impl;
+    /* A new generation: the prompt and the sampling parameters of the
+     * request (a drafter that samples draws from the same temperature,
+     * top-k, top-p and min-p). May run the prompt (a draft model's
+     * prefill). */
+    int (*begin)(spec_drafter *d, const int32_t *prompt, int64_t n, const sampler_params *sp,
+                 memra_err *err);
+    /* Up to k tokens continuing ctx[0, n) (the prompt and every token
+     * emitted so far; ctx[n - 1] the newest), drawing from r when it
+     * samples. Fewer (none) when it has nothing to propose. */
+    int (*propose)(spec_drafter *d, const int32_t *ctx, int64_t n, int k, spec_rng *r,
+                   spec_draft *out, memra_err *err);
+    void (*free)(spec_drafter *d);
+};
+
+void spec_drafter_free(spec_drafter *d);
+
+/* Whether two tokenizers have the same vocabulary: the same number of ids
+ * and the same text for each. Fails naming the first difference. */
+int spec_check_vocab(const tokenizer *target, const tokenizer *draft, const char *draft_name,
+                     memra_err *err);
+
+/* The draft-model drafter: draft (an engine of its own, which the drafter
+ * drives and never frees) proposes by running the context and sampling its
+ * own distribution. n_allowed: ids the model may emit (the tokenizer's
+ * size, or the smaller vocabulary); the drafter never proposes another.
+ * With d2t (n_trim ids, copied), drafting is limited to those ids and the
+ * draft's head computes only their rows: the draft runs without its
+ * output layer and the drafter multiplies the last hidden state by the
+ * n_trim rows of the output matrix it keeps in f32. */
+int spec_drafter_model_new(engine *draft, int32_t n_allowed, const int32_t *d2t, int32_t n_trim,
+                           spec_drafter **out, memra_err *err);
+
+/* The n-gram drafter: the tokens that followed the latest earlier
+ * occurrence of the context's last n tokens, for n from max_n down to
+ * min_n (1 <= min_n <= max_n <= 8). Deterministic: q is a point mass. */
+int spec_drafter_ngram_new(int min_n, int max_n, spec_drafter **out, memra_err *err);
+
+/* ---- generation ---- */
+
+typedef struct {
+    int k;                    /* draft tokens per round, 1..SPEC_K_MAX */
+    int n_predict;            /* tokens to generate at most; < 0: until a stop or the context ends */
+    sampler_params sampling;  /* penalties must be off */
+    int ignore_eos;
+} spec_params;
+
+typedef struct {
+    int32_t *tokens;          /* generated ids, malloc'ed (the stop id included) */
+    size_t n_tokens;
+    gen_finish finish;
+    size_t n_prompt;
+    double prefill_ms;        /* the model's and the drafter's prompt */
+    double decode_ms;         /* every round after it */
+    uint64_t rounds;          /* forwards of the model after the prefill */
+    uint64_t drafted;         /* draft tokens verified */
+    uint64_t accepted;        /* of them, accepted */
+    uint64_t accepted_hist[SPEC_K_MAX + 1]; /* rounds by accepted count */
+} spec_result;
+
+void spec_params_default(spec_params *p);
+
+/* Generate from prompt with drafter d, stopping as generate() does (an
+ * end-of-generation id of t unless ignore_eos, n_predict, the context's
+ * end); t may be NULL (no stop ids). The tokens are generate()'s for a
+ * greedy request. Embedding rows past the tokenizer's last token are
+ * banned as generate() bans them. */
+int spec_generate(engine *e, const tokenizer *t, spec_drafter *d, const int32_t *prompt,
+                  size_t n_prompt, const spec_params *p, spec_result *out, memra_err *err);
+void spec_result_free(spec_result *r);
+
+#endif

@@ -1,0 +1,235 @@
+/* The draft-model drafter (spec.h): a small model of the same vocabulary
+ * runs the context on its own engine and samples K tokens from its own
+ * distribution, one decode step each.
+ *
+ * Its KV follows the context by the tokens it holds: before drafting, the
+ * longest common prefix of what it ran and the context stays, the rest is
+ * dropped with engine_seq_truncate (the rejected drafts of the last round:
+ * no copies) and the context's new tokens run in one forward.
+ *
+ * The vocabulary-trimmed head (d2t): the draft then runs with no output
+ * layer at all (engine_forward without logits skips it), the hidden-state
+ * hook hands over the last row after the final norm, and the drafter
+ * computes the logits of the n_trim ranked ids only, from those rows of
+ * the output matrix dequantized once to f32. The head is the largest part
+ * of a small drafter (memra-tiny-draft: 524,288 of its 967,936
+ * parameters), so the step reads n_trim / n_vocab of it. Everything else
+ * is the untrimmed path: the other ids get -inf and the same sampler
+ * picks from what is left. */
+#include "engine/spec.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "format/dequant.h"
+#include "model/model.h"
+
+typedef struct {
+    engine *e;
+    engine_seq *s;
+    int32_t *kv;        /* the tokens s holds, [n_ctx] */
+    int64_t n_kv, n_ctx;
+    int32_t n_vocab;    /* the draft's logits */
+    int32_t n_allowed;  /* ids it may propose: [0, n_allowed) */
+    sampler *smp;
+    float *logits;      /* [n_vocab] */
+    /* the trimmed head */
+    int32_t *d2t, n_trim;
+    float *head;        /* [n_trim][dim] */
+    float *hidden;      /* [dim]: the last row of the last forward */
+    int64_t dim;
+    int hidden_index;   /* n_layers: the hook's index of the final-normed state */
+    float softcap;
+    /* the distributions drafted this round */
+    int32_t *q_ids[SPEC_K_MAX];
+    double *q_probs[SPEC_K_MAX];
+} draft_model;
+
+static void keep_last_hidden(void *ctx, int index, const bk_batch *rows, int64_t dim,
+                             const float *h)
+{
+    draft_model *dm = ctx;
+    if (index == dm->hidden_index && rows->n > 0)
+        memcpy(dm->hidden, h + (size_t)(rows->n - 1) * (size_t)dim, (size_t)dim * sizeof *h);
+}
+
+/* Run tokens at the end of the draft's sequence, leaving the last one's
+ * logits in dm->logits with every id it may not propose at -inf. */
+static int run(draft_model *dm, const int32_t *tokens, int n, memra_err *err)
+{
+    if (engine_forward(dm->e, dm->s, tokens, n, dm->head ? NULL : dm->logits, 0, err) != 0)
+        return memra_wrap(err, "draft model");
+    memcpy(dm->kv + dm->n_kv, tokens, (size_t)n * sizeof *tokens);
+    dm->n_kv += n;
+    if (dm->head) {
+        for (int32_t i = 0; i < dm->n_vocab; i++)
+            dm->logits[i] = -INFINITY;
+        for (int32_t j = 0; j < dm->n_trim; j++) {
+            const float *w = dm->head + (size_t)j * (size_t)dm->dim;
+            float acc = 0;
+            for (int64_t c = 0; c < dm->dim; c++)
+                acc += w[c] * dm->hidden[c];
+            if (dm->softcap > 0)
+                acc = dm->softcap * tanhf(acc / dm->softcap);
+            dm->logits[dm->d2t[j]] = acc;
+        }
+    } else {
+        for (int32_t i = dm->n_allowed; i < dm->n_vocab; i++)
+            dm->logits[i] = -INFINITY;
+    }
+    return 0;
+}
+
+static int dm_begin(spec_drafter *d, const int32_t *prompt, int64_t n, const sampler_params *sp,
+                    memra_err *err)
+{
+    draft_model *dm = d->impl;
+    /* The request's sampling, without the bias entries the draft's
+     * vocabulary cannot hold (run() bans those ids anyway). */
+    sampler_params p = *sp;
+    sampler_logit_bias *bias = xmalloc(((size_t)sp->n_logit_bias + 1) * sizeof *bias);
+    p.n_logit_bias = 0;
+    for (int32_t i = 0; i < sp->n_logit_bias; i++)
+        if (sp->logit_bias[i].id < dm->n_allowed)
+            bias[p.n_logit_bias++] = sp->logit_bias[i];
+    p.logit_bias = bias;
+    sampler_free(dm->smp);
+    dm->smp = sampler_new(&p, dm->n_vocab, err);
+    free(bias);
+    if (!dm->smp)
+        return memra_wrap(err, "draft model");
+    engine_seq_reset(dm->s);
+    dm->n_kv = 0;
+    /* The prompt now (counted as prefill), all of it but the last token,
+     * which propose runs for its logits. */
+    if (n > 1 && n - 1 <= dm->n_ctx)
+        return run(dm, prompt, (int)(n - 1), err);
+    return 0;
+}
+
+/* Keep q (the sampler's arrays live until its next call). */
+static void keep_dist(draft_model *dm, int i, const spec_dist *q, spec_dist *out)
+{
+    dm->q_ids[i] = xrealloc(dm->q_ids[i], (size_t)q->n * sizeof(int32_t));
+    dm->q_probs[i] = xrealloc(dm->q_probs[i], (size_t)q->n * sizeof(double));
+    memcpy(dm->q_ids[i], q->ids, (size_t)q->n * sizeof(int32_t));
+    memcpy(dm->q_probs[i], q->probs, (size_t)q->n * sizeof(double));
+    *out = (spec_dist){dm->q_ids[i], dm->q_probs[i], q->n};
+}
+
+static int dm_propose(spec_drafter *d, const int32_t *ctx, int64_t n, int k, spec_rng *r,
+                      spec_draft *out, memra_err *err)
+{
+    draft_model *dm = d->impl;
+    out->n = 0;
+    /* Drafting k tokens runs the context and k - 1 of them. */
+    if (k > dm->n_ctx - n + 1)
+        k = (int)(dm->n_ctx - n + 1);
+    if (k <= 0)
+        return 0;
+    /* What the draft ran and the context share stays; at least the last
+     * context token runs again, for its logits. */
+    int64_t keep = 0;
+    while (keep < dm->n_kv && keep < n - 1 && dm->kv[keep] == ctx[keep])
+        keep++;
+    engine_seq_truncate(dm->s, keep);
+    dm->n_kv = keep;
+    if (run(dm, ctx + keep, (int)(n - keep), err) != 0)
+        return -1;
+    for (int i = 0; i < k; i++) {
+        if (i > 0 && run(dm, &out->tokens[i - 1], 1, err) != 0)
+            return -1;
+        spec_dist q;
+        if (sampler_probs(dm->smp, dm->logits, &q.ids, &q.probs, &q.n, err) != 0)
+            return memra_wrap(err, "draft model");
+        keep_dist(dm, i, &q, &out->q[i]);
+        out->tokens[i] = spec_draw(&out->q[i], r);
+        out->n = i + 1;
+    }
+    return 0;
+}
+
+static void dm_free(spec_drafter *d)
+{
+    draft_model *dm = d->impl;
+    if (dm->head)
+        engine_set_hidden_hook(dm->e, NULL, NULL);
+    engine_seq_free(dm->s);
+    sampler_free(dm->smp);
+    for (int i = 0; i < SPEC_K_MAX; i++) {
+        free(dm->q_ids[i]);
+        free(dm->q_probs[i]);
+    }
+    free(dm->kv);
+    free(dm->logits);
+    free(dm->d2t);
+    free(dm->head);
+    free(dm->hidden);
+    free(dm);
+    free(d);
+}
+
+/* The n_trim rows of the output matrix, in rank order, as f32. */
+static int trim_head(draft_model *dm, const int32_t *d2t, int32_t n_trim, memra_err *err)
+{
+    const bk_weight *w = &engine_model(dm->e)->weights.output;
+    if (w->cols != dm->dim || w->rows < dm->n_vocab || !w->data)
+        return memra_fail(err, "draft model: output matrix '%s' is not [%d][%lld]: cannot trim it",
+                          w->name ? w->name : "output", (int)dm->n_vocab, (long long)dm->dim);
+    for (int32_t j = 0; j < n_trim; j++) {
+        if (d2t[j] < 0 || d2t[j] >= dm->n_allowed)
+            return memra_fail(err, "rank %d: id %d is outside the %d ids the model may emit",
+                              (int)j, (int)d2t[j], (int)dm->n_allowed);
+        const uint8_t *row = w->data + (size_t)d2t[j] * w->row_bytes;
+        if (dequant_row(w->type, row, dm->head + (size_t)j * (size_t)dm->dim, dm->dim, err) != 0)
+            return memra_wrap(err, "draft model: output matrix '%s'", w->name);
+    }
+    return 0;
+}
+
+int spec_drafter_model_new(engine *draft, int32_t n_allowed, const int32_t *d2t, int32_t n_trim,
+                           spec_drafter **out, memra_err *err)
+{
+    const model_config *c = engine_config(draft);
+    draft_model *dm = xcalloc(1, sizeof *dm);
+    dm->e = draft;
+    dm->n_ctx = engine_n_ctx(draft);
+    dm->n_vocab = (int32_t)c->n_vocab;
+    dm->n_allowed = n_allowed < dm->n_vocab ? n_allowed : dm->n_vocab;
+    dm->dim = c->dim;
+    dm->hidden_index = (int)c->n_layers;
+    dm->softcap = (float)c->final_softcap;
+    dm->kv = xmalloc((size_t)dm->n_ctx * sizeof *dm->kv);
+    dm->logits = xmalloc((size_t)dm->n_vocab * sizeof *dm->logits);
+    spec_drafter *d = xcalloc(1, sizeof *d);
+    *d = (spec_drafter){"draft", dm, dm_begin, dm_propose, dm_free};
+    int rc = engine_seq_new(draft, &dm->s, err);
+    if (rc == 0 && d2t) {
+        if (n_trim < 1 || n_trim > dm->n_allowed) {
+            rc = memra_fail(err, "a trim of %d ids for a drafter that may propose %d",
+                            (int)n_trim, (int)dm->n_allowed);
+        } else {
+            dm->n_trim = n_trim;
+            dm->d2t = xmalloc((size_t)n_trim * sizeof *d2t);
+            memcpy(dm->d2t, d2t, (size_t)n_trim * sizeof *d2t);
+            dm->head = xmalloc((size_t)n_trim * (size_t)dm->dim * sizeof *dm->head);
+            dm->hidden = xcalloc((size_t)dm->dim, sizeof *dm->hidden);
+            rc = trim_head(dm, d2t, n_trim, err);
+            if (rc == 0)
+                engine_set_hidden_hook(draft, keep_last_hidden, dm);
+        }
+    }
+    if (rc != 0) {
+        if (dm->s)
+            engine_seq_free(dm->s);
+        dm->s = NULL;
+        free(dm->head);
+        dm->head = NULL;
+        dm_free(d);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}

@@ -1,0 +1,94 @@
+# memra-spec and memra-trim-ranks end to end: the self-consistency gate on
+# memra-tiny with memra-tiny-draft for K = 1..8 (greedy, sampled, n-gram,
+# trimmed), the rank file's bytes, resuming, --validate, and bad input.
+source tests/integration/lib.bash
+TINY=models/memra-tiny.gguf
+DRAFT=models/memra-tiny-draft.gguf
+STORIES=models/stories260K.gguf
+
+# The gate as the issue states it: every K passes, and accepts drafts.
+memra-spec "$TINY" --draft "$DRAFT" -K 1..8 >"$T/gate.txt" 2>"$T/gate.err"; rc=$?
+rows=$(awk '$1 ~ /^[1-8]$/ && $4 > 0 { n++ } END { print n + 0 }' "$T/gate.txt")
+if [ $rc -eq 0 ] && grep -qx 'SELF-CONSISTENCY PASS' "$T/gate.txt" && [ "$rows" -eq 8 ]; then
+  pass "memra-spec memra-tiny --draft memra-tiny-draft -K 1..8: SELF-CONSISTENCY PASS, acceptance > 0 for every K"
+else
+  fail "memra-spec -K 1..8 gate" "exit $rc, $rows of 8 K rows with accepted drafts: $(cat "$T/gate.txt" "$T/gate.err" | head -c 600)"
+fi
+
+check "--json: every K consistent with plain greedy, acceptance above zero, rounds add up" \
+  bash -c "memra-spec '$TINY' --draft '$DRAFT' -K 1..8 -n 48 --json | jq -e '
+    .self_consistency == \"PASS\" and (.runs | length) == 8 and .plain.tokens == 48 and
+    all(.runs[]; .consistent and .first_divergence == null and .acceptance > 0 and
+        .tokens == 48 and .accepted <= .drafted and .drafted <= .k * .rounds and
+        (.accepted_per_round | add) == .rounds and .tokens_per_round >= 1)'"
+check "n-gram drafter: SELF-CONSISTENCY PASS for K = 1..8" \
+  bash -c "memra-spec '$TINY' --ngram -K 1..8 -n 64 | grep -qx 'SELF-CONSISTENCY PASS'"
+check "sampled (--temp 0.8): seeded runs reproducible, drafts accepted" \
+  bash -c "memra-spec '$TINY' --draft '$DRAFT' -K 1,4 -n 48 --temp 0.8 --seed 5 --json |
+           jq -e '.self_consistency == \"PASS\" and all(.runs[]; .acceptance > 0)'"
+
+# Rank files.
+check "memra-trim-ranks writes the rank file and its sidecar" \
+  memra-trim-ranks "$TINY" "$T/ranks.gguf" --top 512 --n-gen 24
+check "rank file: 96 header bytes and 512 i32 ids; the sidecar has 512 distinct ids in range" \
+  bash -c "[ \$(stat -c %s '$T/ranks.gguf') -eq 2144 ] && [ \$(wc -l <'$T/ranks.txt') -eq 512 ] &&
+           [ \$(sort -u '$T/ranks.txt' | wc -l) -eq 512 ] &&
+           awk '\$1 < 0 || \$1 >= 4096 { exit 1 }' '$T/ranks.txt' &&
+           [ \"\$(head -c 4 '$T/ranks.gguf')\" = GGUF ]"
+check "rank file: the GGUF's d2t data is the sidecar's ids in order" \
+  bash -c "[ \"\$(tail -c +97 '$T/ranks.gguf' | od -An -v -td4 -w4 | awk '{ print \$1 }')\" = \"\$(cat '$T/ranks.txt')\" ]"
+check "memra-spec --trim with the rank file: SELF-CONSISTENCY PASS for K = 1..8" \
+  bash -c "memra-spec '$TINY' --draft '$DRAFT' --trim '$T/ranks.gguf' -K 1..8 -n 64 --json |
+           jq -e '.self_consistency == \"PASS\" and .trim_ids == 512 and all(.runs[]; .acceptance > 0)'"
+rm -f "$T"/full.* "$T"/part.*
+check "memra-trim-ranks --resume after --limit gives the bytes of an uninterrupted run" \
+  bash -c "memra-trim-ranks '$TINY' '$T/full.gguf' --top 300 --n-gen 8 >/dev/null &&
+           memra-trim-ranks '$TINY' '$T/part.gguf' --top 300 --n-gen 8 --limit 5 | grep -q 'stopped after 5 of 24' &&
+           [ -f '$T/part.gguf.state' ] && [ ! -e '$T/part.gguf' ] &&
+           memra-trim-ranks '$TINY' '$T/part.gguf' --top 300 --n-gen 8 --resume 2>/dev/null >/dev/null &&
+           cmp '$T/full.gguf' '$T/part.gguf' && cmp '$T/full.txt' '$T/part.txt' && [ ! -e '$T/part.gguf.state' ]"
+check "memra-trim-ranks --validate: the trim leaves the output identical" \
+  bash -c "memra-trim-ranks '$TINY' '$T/v.gguf' --top 256 --n-gen 16 --validate --draft '$DRAFT' |
+           grep -q 'outputs identical'"
+printf '%s\n' '{"prompt":"The whale"}' '' '{"messages":[{"role":"user","content":"hi"}]}' >"$T/p.jsonl"
+check "memra-trim-ranks --prompts reads a .jsonl of prompts and chats" \
+  bash -c "memra-trim-ranks '$TINY' '$T/j.gguf' --top 64 --n-gen 8 --prompts '$T/p.jsonl' | grep -q 'over 2 prompts'"
+
+# Bad input: one clear line each.
+expect_error "--mtp is refused: no checkpoint carries an MTP head" 2 "no checkpoint memra loads carries an MTP head" \
+  memra-spec "$TINY" --mtp
+expect_error "memra-spec: no drafter" 2 "no drafter" memra-spec "$TINY"
+expect_error "memra-spec: two drafters" 2 "one drafter" memra-spec "$TINY" --ngram --draft "$DRAFT"
+expect_error "memra-spec: missing model" 1 "nope.gguf" memra-spec "$T/nope.gguf" --ngram
+expect_error "memra-spec: missing draft" 1 "nope.gguf" memra-spec "$TINY" --draft "$T/nope.gguf"
+expect_error "memra-spec: a draft of another vocabulary" 1 "vocabulary has 512 tokens, the model's 4096" \
+  memra-spec "$TINY" --draft "$STORIES"
+expect_error "memra-spec: -K 9 is out of range" 2 "-K: 9 is out of range" memra-spec "$TINY" --ngram -K 9
+expect_error "memra-spec: -K 0..3 is out of range" 2 "-K: 0 is out of range" memra-spec "$TINY" --ngram -K 0..3
+expect_error "memra-spec: -K 5..2 is empty" 2 "empty" memra-spec "$TINY" --ngram -K 5..2
+expect_error "memra-spec: bad -n" 2 "-n: 'x' is not an integer" memra-spec "$TINY" --ngram -n x
+expect_error "memra-spec: bad --temp" 2 "--temp" memra-spec "$TINY" --ngram --temp hot
+expect_error "memra-spec: unknown option" 2 "unknown option '--bogus'" memra-spec "$TINY" --ngram --bogus
+expect_error "memra-spec: --trim without --draft" 2 "--trim goes with --draft" \
+  memra-spec "$TINY" --ngram --trim "$T/ranks.gguf"
+expect_error "memra-spec: --trim with a file that is not a rank file" 1 "not a rank file" \
+  memra-spec "$TINY" --draft "$DRAFT" --trim "$TINY"
+memra-trim-ranks "$STORIES" "$T/stories.gguf" --top 100 --n-gen 4 >/dev/null 2>&1
+expect_error "memra-spec: a rank file of another vocabulary" 1 "vocabulary of 512 ids" \
+  memra-spec "$TINY" --draft "$DRAFT" --trim "$T/stories.gguf"
+expect_error "memra-spec: missing prompt file" 1 "nope.txt" memra-spec "$TINY" --ngram -f "$T/nope.txt"
+expect_error "memra-trim-ranks: --top past the vocabulary" 2 "--top 5000: the vocabulary of .* has 4096 ids" \
+  memra-trim-ranks "$TINY" "$T/x.gguf" --top 5000
+expect_error "memra-trim-ranks: --validate without --draft" 2 "--validate needs --draft" \
+  memra-trim-ranks "$TINY" "$T/x.gguf" --validate
+expect_error "memra-trim-ranks: no OUT" 2 "want MODEL and OUT.gguf" memra-trim-ranks "$TINY"
+expect_error "memra-trim-ranks: missing prompts" 1 "nope.jsonl" \
+  memra-trim-ranks "$TINY" "$T/x.gguf" --prompts "$T/nope.jsonl"
+printf '%s\n' '{"prompt":"ok"}' '{"prompt":3}' >"$T/bad.jsonl"
+expect_error "memra-trim-ranks: a bad .jsonl line, by line" 1 "bad.jsonl:2: \"prompt\" must be a string" \
+  memra-trim-ranks "$TINY" "$T/x.gguf" --prompts "$T/bad.jsonl"
+memra-trim-ranks "$TINY" "$T/s.gguf" --top 300 --n-gen 8 --limit 1 >/dev/null 2>&1
+expect_error "memra-trim-ranks: --resume refuses a state of other settings" 1 "written for another model, prompt pack or settings" \
+  memra-trim-ranks "$TINY" "$T/s.gguf" --top 300 --n-gen 9 --resume
+expect_error "memra-trim-ranks: bad --n-gen" 2 "--n-gen: 0 is out of range" \
+  memra-trim-ranks "$TINY" "$T/x.gguf" --n-gen 0
