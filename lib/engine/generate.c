@@ -38,8 +38,8 @@ void gen_result_free(gen_result *r)
  * 151936 rows for 151669 tokens): they have no text, and a model's logit
  * for them is whatever training left there. The request's own bias on
  * those ids gives way to the ban. */
-static sampler *padding_banned_sampler(const sampler_params *sp, const tokenizer *t,
-                                       int32_t n_vocab, memra_err *err)
+sampler *gen_model_sampler(const sampler_params *sp, const tokenizer *t, int32_t n_vocab,
+                           memra_err *err)
 {
     int32_t n_tok = t ? (int32_t)tok_vocab_size(t) : n_vocab;
     if (n_tok >= n_vocab)
@@ -103,7 +103,7 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
                           n_prompt, (long long)n_ctx);
     if ((p->grammar != NULL) != (p->grammar_vocab != NULL))
         return memra_fail(err, "a grammar needs its vocabulary (gen_params.grammar_vocab)");
-    sampler *s = padding_banned_sampler(&p->sampling, t, (int32_t)cfg->n_vocab, err);
+    sampler *s = gen_model_sampler(&p->sampling, t, (int32_t)cfg->n_vocab, err);
     if (!s)
         return -1;
     constrained con = {0};

@@ -51,6 +51,12 @@ typedef struct {
 } gen_result;
 
 void gen_params_default(gen_params *p);
+/* A sampler over the model's n_vocab logits with the embedding rows past
+ * the tokenizer's last token banned (padding rows a checkpoint may carry:
+ * never a token), sp's logit_bias kept for the rest. t NULL: none banned. */
+sampler *gen_model_sampler(const sampler_params *sp, const tokenizer *t, int32_t n_vocab,
+                           memra_err *err);
+
 /* t may be NULL (a model without a tokenizer, fed ids): no text then, and
  * only n_predict or the context end the generation. */
 int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prompt,

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "core/check.h"
+#include "engine/generate.h"
 
 static double now_ms(void)
 {
@@ -72,31 +73,6 @@ static int check_params(const spec_params *p, memra_err *err)
     return 0;
 }
 
-/* The model's sampler, banning the embedding rows past the tokenizer's
- * last token exactly as generate() does (generate.c,
- * padding_banned_sampler), so a greedy run picks the same tokens. */
-static sampler *model_sampler(const sampler_params *sp, const tokenizer *t, int32_t n_vocab,
-                              memra_err *err)
-{
-    int32_t n_tok = t ? (int32_t)tok_vocab_size(t) : n_vocab;
-    if (n_tok >= n_vocab)
-        return sampler_new(sp, n_vocab, err);
-    sampler_params p = *sp;
-    size_t n = 0;
-    sampler_logit_bias *merged =
-        xmalloc(((size_t)p.n_logit_bias + (size_t)(n_vocab - n_tok)) * sizeof *merged);
-    for (int32_t i = 0; i < p.n_logit_bias; i++)
-        if (p.logit_bias[i].id < n_tok)
-            merged[n++] = p.logit_bias[i];
-    for (int32_t id = n_tok; id < n_vocab; id++)
-        merged[n++] = (sampler_logit_bias){id, -INFINITY};
-    p.logit_bias = merged;
-    p.n_logit_bias = (int32_t)n;
-    sampler *s = sampler_new(&p, n_vocab, err);
-    free(merged);
-    return s;
-}
-
 /* The model's distribution of one row of logits (modified in place). */
 static int row_dist(sampler *s, float *logits, spec_dist *out, memra_err *err)
 {
@@ -153,7 +129,7 @@ int spec_generate(engine *e, const tokenizer *t, spec_drafter *d, const int32_t 
         return memra_fail(err, "the prompt of %zu tokens does not fit the context of %lld "
                                "(room is needed for at least one generated token)",
                           n_prompt, (long long)n_ctx);
-    sampler *s = model_sampler(&p->sampling, t, (int32_t)vocab, err);
+    sampler *s = gen_model_sampler(&p->sampling, t, (int32_t)vocab, err);
     if (!s)
         return -1;
     spec_run r = {.e = e, .t = t, .p = p, .out = out, .cap = 64};

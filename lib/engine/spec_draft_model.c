@@ -218,7 +218,7 @@ int spec_drafter_model_new(engine *draft, int32_t n_allowed, const int32_t *d2t,
             dm->hidden = xcalloc((size_t)dm->dim, sizeof *dm->hidden);
             rc = trim_head(dm, d2t, n_trim, err);
             if (rc == 0)
-                engine_set_hidden_hook(draft, keep_last_hidden, dm);
+                engine_set_final_hidden_hook(draft, keep_last_hidden, dm);
         }
     }
     if (rc != 0) {
