@@ -23,10 +23,12 @@ static const char usage[] =
     "\n"
     "Serves each MODEL (a GGUF file, an HF checkpoint dir or hf:owner/repo[:file]) under its\n"
     "ALIAS through an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,\n"
-    "/v1/models, /tokenize, /detokenize, /apply-template, /health, /readyz, /metrics).\n"
-    "Without ALIAS= the alias is the file name without .gguf.\n"
+    "/v1/embeddings, /v1/rerank, /v1/models, /tokenize, /detokenize, /apply-template, /health,\n"
+    "/readyz, /metrics). Without ALIAS= the alias is the file name without .gguf.\n"
     "\n"
     "  -m, --model ALIAS=MODEL  a model to serve (repeatable; env MEMRA_MODELS=\"a=/p,b=/q\")\n"
+    "  --task chat|embed|rerank what the -m just before serves (default: as the checkpoint's\n"
+    "                           pooling says: last/mean/cls embed, rank rerank, none chat)\n"
     "  --host HOST              address to listen on (default 127.0.0.1; env MEMRA_HOST)\n"
     "  --port N                 port (default 8080; 0: any free one; env MEMRA_PORT)\n"
     "                           (env MEMRA_ADDR=HOST:PORT sets both)\n"
@@ -73,6 +75,7 @@ static const char usage[] =
 
 typedef struct {
     char **aliases, **paths;
+    serve_task *tasks;
     int n_models;
     char *host;
     int port;
@@ -113,6 +116,8 @@ static void add_model(serve_args *a, const char *spec, const char *what)
         if (!strcmp(a->aliases[i], alias))
             cli_usage("%s: alias '%s' is given twice", what, alias);
     a->aliases = xrealloc(a->aliases, (size_t)(a->n_models + 1) * sizeof *a->aliases);
+    a->tasks = xrealloc(a->tasks, (size_t)(a->n_models + 1) * sizeof *a->tasks);
+    a->tasks[a->n_models] = SERVE_TASK_AUTO;
     a->paths = xrealloc(a->paths, (size_t)(a->n_models + 1) * sizeof *a->paths);
     a->aliases[a->n_models] = alias;
     a->paths[a->n_models] = path;
@@ -201,9 +206,10 @@ static void parse_args(int argc, char **argv, serve_args *a)
 
     enum { O_HOST = 1000, O_PORT, O_MAXS, O_MAXQ, O_KEY, O_KEYS, O_INSECURE, O_TMPL, O_HTTPT,
            O_BODY, O_DRAIN, O_BACKEND, O_DEVICE, O_KV, O_PCHUNK, O_IDLE, O_PERIP, O_CORS, O_SPECIAL,
-           O_PCACHE, O_CBLOCKS };
+           O_PCACHE, O_CBLOCKS, O_TASK };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},     {"host", required_argument, NULL, O_HOST},
+        {"task", required_argument, NULL, O_TASK},
         {"port", required_argument, NULL, O_PORT},   {"ctx", required_argument, NULL, 'c'},
         {"max-sessions", required_argument, NULL, O_MAXS},
         {"max-queue", required_argument, NULL, O_MAXQ},
@@ -233,6 +239,18 @@ static void parse_args(int argc, char **argv, serve_args *a)
     while ((ch = getopt_long(argc, argv, ":m:c:t:vh", longs, NULL)) != -1) {
         switch (ch) {
         case 'm': add_model(a, optarg, "-m"); flag_models = 1; break;
+        case O_TASK: {
+            int t = serve_task_parse(optarg);
+            if (t < 0)
+                cli_usage("--task: '%s' is not chat, embed or rerank", optarg);
+            if (a->n_models == 0)
+                cli_usage("--task %s: give it after the -m ALIAS=MODEL it applies to", optarg);
+            if (a->tasks[a->n_models - 1] != SERVE_TASK_AUTO)
+                cli_usage("--task %s: '%s' already has --task %s", optarg,
+                          a->aliases[a->n_models - 1], serve_task_name(a->tasks[a->n_models - 1]));
+            a->tasks[a->n_models - 1] = (serve_task)t;
+            break;
+        }
         case O_HOST: free(a->host); a->host = xstrdup(optarg); break;
         case O_PORT: a->port = (int)cli_int_or_usage(optarg, 0, 65535, "--port"); break;
         case 'c': a->n_ctx = cli_int_or_usage(optarg, 1, INT32_MAX, "--ctx"); break;
@@ -408,7 +426,8 @@ int main(int argc, char **argv)
                                .n_threads = a.n_threads, .chat_template = tmpl,
                                .backend = bk, .device = a.device, .kv_type = a.kv,
                                .prefill_chunk = a.prefill_chunk,
-                               .prefix_cache = a.prefix_cache, .cache_blocks = a.cache_blocks};
+                               .prefix_cache = a.prefix_cache, .cache_blocks = a.cache_blocks,
+                               .task = a.tasks[i]};
         double t0 = mono();
         if (serve_model_load(&mo, &models[i], &err) != 0) {
             for (int j = 0; j < i; j++)
@@ -417,9 +436,12 @@ int main(int argc, char **argv)
             cli_fail(&err);
         }
         const char *why;
+        serve_task task = serve_model_task(models[i]);
         fprintf(stderr, "memra-serve: %s = %s (context %lld, %d sessions%s) loaded in %.2f s\n",
                 a.aliases[i], a.paths[i], (long long)serve_model_n_ctx(models[i]), a.max_sessions,
-                serve_model_template(models[i], &why) ? ", chat" : ", no chat template",
+                task == SERVE_TASK_EMBED    ? ", embed"
+                : task == SERVE_TASK_RERANK ? ", rerank"
+                : serve_model_template(models[i], &why) ? ", chat" : ", no chat template",
                 mono() - t0);
     }
     serve_set_models(srv, models, a.n_models);
@@ -452,6 +474,7 @@ int main(int argc, char **argv)
     }
     free(a.aliases);
     free(a.paths);
+    free(a.tasks);
     free(a.host);
     return 0;
 }

@@ -391,3 +391,14 @@ out:
     json_decref(flat);
     return rc;
 }
+
+int serve_check_task(serve_model *m, serve_task task, const char *endpoint, serve_error *e)
+{
+    static const char *const what[] = {"", "a chat", "an embedding", "a rerank"};
+    serve_task has = serve_model_task(m);
+    if (has == task)
+        return 0;
+    return serve_bad(e, "model", "model '%s' is served with --task %s, and %s needs %s model "
+                     "(--task %s)", serve_model_alias(m), serve_task_name(has), endpoint,
+                     what[task], serve_task_name(task));
+}

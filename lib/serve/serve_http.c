@@ -20,7 +20,8 @@
 
 typedef enum {
     R_ROOT, R_HEALTH, R_READYZ, R_METRICS, R_MODELS, R_MODEL_ONE, R_CHAT, R_COMPLETIONS,
-    R_MESSAGES, R_COUNT_TOKENS, R_RESPONSES, R_RESPONSE_ONE, R_RESPONSE_DELETE, R_TOKENIZE, R_DETOKENIZE, R_TEMPLATE, R_NONE,
+    R_MESSAGES, R_COUNT_TOKENS, R_RESPONSES, R_RESPONSE_ONE, R_RESPONSE_DELETE, R_TOKENIZE, R_DETOKENIZE, R_TEMPLATE,
+    R_EMBEDDINGS, R_RERANK, R_NONE,
 } route_id;
 
 typedef struct {
@@ -48,6 +49,9 @@ static const route routes[] = {
     {"/tokenize", "POST", R_TOKENIZE, 0, NULL},
     {"/detokenize", "POST", R_DETOKENIZE, 0, NULL},
     {"/apply-template", "POST", R_TEMPLATE, 0, NULL},
+    {"/v1/embeddings", "POST", R_EMBEDDINGS, 0, NULL},
+    {"/v1/rerank", "POST", R_RERANK, 0, NULL},
+    {"/rerank", "POST", R_RERANK, 0, NULL}, /* vLLM's and llama.cpp's other spelling */
 };
 
 /* One HTTP request. */
@@ -247,63 +251,47 @@ static void stream_free(void *cls)
 
 static const char *presented_key(struct MHD_Connection *conn);
 
-/* A generation: chat or completions, or another API's request translated
- * into a chat body (dialect). */
-static enum MHD_Result generate(conn_ctx *c, serve_kind kind, const serve_dialect *dialect,
-                                const json_t *body, const char *tenant)
+/* Hands a prepared job to its model (the caller holds models_lock): the
+ * engine wakes this connection; fills e on a 429 or 503. */
+static int submit_job(conn_ctx *c, serve_job *job, serve_error *e)
 {
     serve_server *s = c->srv;
-    serve_job job;
-    serve_error e;
-    serve_prepare_opts po = {.tenant = tenant, .api_key = presented_key(c->conn)};
-    json_t *chat = NULL;
-    memset(&job, 0, sizeof job);
-    if (dialect && !(chat = dialect->translate(s, body, &po, &e)))
-        return send_error(c, &e);
-    pthread_rwlock_rdlock(&s->models_lock);
-    int rc = serve_openai_prepare(s, kind, chat ? chat : body, &po, &job, &e);
-    if (rc == 0 && dialect) {
-        job.dialect = dialect;
-        if (dialect->begin)
-            rc = dialect->begin(s, &job, body, &e);
-    }
-    json_decref(chat);
-    if (rc == 0) {
-        job.req->cache_ns = c->cache_ns;
-        job.req->wake = wake_conn;
-        job.req->wake_ctx = c->conn;
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        job.req->watch_fd = ci ? ci->connect_fd : -1;
-        /* The idle timeout is for clients that send nothing; an answer the
-         * engine is still producing may be quiet longer (a blocking request,
-         * a stream whose reader is slow), and parked connections are not
-         * timed anyway. */
-        MHD_set_connection_option(c->conn, MHD_CONNECTION_OPTION_TIMEOUT, s->opts.conn_timeout);
-        rc = serve_model_submit(job.model, job.req);
-        if (rc == -1)
-            serve_fail(&e, 429, "rate_limit_error", "rate_limit_exceeded", NULL,
-                       "model '%s' is at capacity (every session busy and the queue full); "
-                       "retry later", job.model_name);
-        else if (rc == -2)
-            serve_fail(&e, 503, "server_error", "server_shutting_down", NULL,
-                       "the server is shutting down");
-        e.retry_after = rc == -1 ? 1 : 0;
-    }
-    pthread_rwlock_unlock(&s->models_lock);
-    if (rc != 0) {
-        serve_job_clear(&job);
-        return send_error(c, &e);
-    }
-    if (!job.stream) {
-        c->job = job;
+    job->req->cache_ns = c->cache_ns;
+    job->req->wake = wake_conn;
+    job->req->wake_ctx = c->conn;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    job->req->watch_fd = ci ? ci->connect_fd : -1;
+    /* The idle timeout is for clients that send nothing; an answer the
+     * engine is still producing may be quiet longer (a blocking request,
+     * a stream whose reader is slow), and parked connections are not
+     * timed anyway. */
+    MHD_set_connection_option(c->conn, MHD_CONNECTION_OPTION_TIMEOUT, s->opts.conn_timeout);
+    int rc = serve_model_submit(job->model, job->req);
+    if (rc == -1)
+        serve_fail(e, 429, "rate_limit_error", "rate_limit_exceeded", NULL,
+                   "model '%s' is at capacity (every session busy and the queue full); "
+                   "retry later", job->model_name);
+    else if (rc == -2)
+        serve_fail(e, 503, "server_error", "server_shutting_down", NULL,
+                   "the server is shutting down");
+    e->retry_after = rc == -1 ? 1 : 0;
+    return rc;
+}
+
+/* A submitted job's answer: the blocking wait, or the stream. */
+static enum MHD_Result answer_job(conn_ctx *c, serve_job *job)
+{
+    serve_server *s = c->srv;
+    if (!job->stream) {
+        c->job = *job;
         c->has_job = 1;
         return poll_blocking(c);
     }
     stream_ctx *st = xcalloc(1, sizeof *st);
     st->srv = s;
     st->conn = c->conn;
-    st->job = job;
+    st->job = *job;
     sb_init(&st->out);
     struct MHD_Response *r =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
@@ -321,6 +309,74 @@ static enum MHD_Result generate(conn_ctx *c, serve_kind kind, const serve_dialec
     c->status = 200;
     serve_metrics_request(s->metrics, c->endpoint, 200);
     return ret;
+}
+
+/* A generation endpoint asked of a model served for embeddings or
+ * rerank: a 400 naming the alias, its task and the endpoint, before
+ * anything of the request is prepared for it. */
+static int check_chat_task(serve_server *s, const conn_ctx *c, const json_t *body, serve_error *e)
+{
+    const json_t *v = json_object_get(body, "model");
+    serve_model *m = json_is_string(v) ? serve_find_model(s, json_string_value(v)) : NULL;
+    return m ? serve_check_task(m, SERVE_TASK_CHAT, c->rt->path, e) : 0;
+}
+
+/* A generation: chat or completions, or another API's request translated
+ * into a chat body (dialect). */
+static enum MHD_Result generate(conn_ctx *c, serve_kind kind, const serve_dialect *dialect,
+                                const json_t *body, const char *tenant)
+{
+    serve_server *s = c->srv;
+    serve_job job;
+    serve_error e;
+    serve_prepare_opts po = {.tenant = tenant, .api_key = presented_key(c->conn)};
+    json_t *chat = NULL;
+    memset(&job, 0, sizeof job);
+    if (dialect && !(chat = dialect->translate(s, body, &po, &e)))
+        return send_error(c, &e);
+    pthread_rwlock_rdlock(&s->models_lock);
+    int rc = check_chat_task(s, c, chat ? chat : body, &e);
+    if (rc != 0) {
+        if (po.ext_free) /* what the translation made, which no job took */
+            po.ext_free(po.ext);
+    } else {
+        rc = serve_openai_prepare(s, kind, chat ? chat : body, &po, &job, &e);
+    }
+    if (rc == 0 && dialect) {
+        job.dialect = dialect;
+        if (dialect->begin)
+            rc = dialect->begin(s, &job, body, &e);
+    }
+    json_decref(chat);
+    if (rc == 0)
+        rc = submit_job(c, &job, &e);
+    pthread_rwlock_unlock(&s->models_lock);
+    if (rc != 0) {
+        serve_job_clear(&job);
+        return send_error(c, &e);
+    }
+    return answer_job(c, &job);
+}
+
+/* Embeddings or rerank: the inputs go through the same queue, slots and
+ * admission as a generation, and the answer is one JSON body. */
+static enum MHD_Result pool_inputs(conn_ctx *c, const json_t *body)
+{
+    serve_server *s = c->srv;
+    serve_job job;
+    serve_error e;
+    memset(&job, 0, sizeof job);
+    pthread_rwlock_rdlock(&s->models_lock);
+    int rc = c->rt->id == R_EMBEDDINGS ? serve_embed_prepare(s, body, &job, &e)
+                                       : serve_rerank_prepare(s, body, &job, &e);
+    if (rc == 0)
+        rc = submit_job(c, &job, &e);
+    pthread_rwlock_unlock(&s->models_lock);
+    if (rc != 0) {
+        serve_job_clear(&job);
+        return send_error(c, &e);
+    }
+    return answer_job(c, &job);
 }
 
 /* ---- routing ---------------------------------------------------------- */
@@ -492,6 +548,8 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
         rt->id == R_RESPONSES) {
         ret = generate(c, rt->id == R_COMPLETIONS ? SERVE_COMPLETION : SERVE_CHAT, rt->dialect,
                        body, tenant);
+    } else if (rt->id == R_EMBEDDINGS || rt->id == R_RERANK) {
+        ret = pool_inputs(c, body);
     } else if (rt->id == R_COUNT_TOKENS) {
         pthread_rwlock_rdlock(&s->models_lock);
         res = serve_anthropic_count_tokens(s, body, &status);

@@ -121,6 +121,15 @@ json_t *serve_openai_response(serve_job *job, const serve_req_view *v);
 void serve_openai_sse_start(serve_job *job, strbuf *out);
 int serve_openai_sse_update(serve_job *job, strbuf *out, const serve_req_view *v);
 
+/* POST /v1/embeddings (serve_embed.c) and /v1/rerank (serve_rerank.c):
+ * validate the body and tokenize its inputs into job->req->work; on
+ * success the job is ready to submit (the caller sets its wake), and
+ * job->dialect writes the response once the engine has ended it. */
+int serve_embed_prepare(serve_server *s, const json_t *body, serve_job *job, serve_error *e);
+int serve_rerank_prepare(serve_server *s, const json_t *body, serve_job *job, serve_error *e);
+/* A 400 unless model m is served for `task`; endpoint names the path. */
+int serve_check_task(serve_model *m, serve_task task, const char *endpoint, serve_error *e);
+
 /* The other endpoints: fill *status and return the body (JSON). */
 json_t *serve_route_models(serve_server *s, const char *one, int *status);
 json_t *serve_route_tokenize(serve_server *s, const json_t *body, int *status);

@@ -8,10 +8,13 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "core/strbuf.h"
+#include "engine/embed.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "model/checkpoint.h"
 #include "model/chat_source.h"
+#include "model/config.h"
+#include "serve/serve_rerank.h"
 #include "grammar/gram_maskpool.h"
 #include "tok/detok.h"
 
@@ -47,6 +50,11 @@ typedef struct {
     int stop_hit;   /* 1 + the index of the stop string that ended it */
     size_t n_adopted; /* prompt tokens the prefix cache gave */
     int follows;      /* waited last tick for another slot computing its next chunk */
+    /* What it prefills: the request's prompt, or one input of its work. */
+    const int32_t *prompt;
+    size_t n_prompt;
+    int input;        /* work: the input's index */
+    embed_pool *pool; /* embed models: this slot's pooling, reset for each input */
     char tail[96];
     size_t n_tail;
 } serve_slot;
@@ -68,6 +76,10 @@ struct serve_model {
     int32_t n_tok;  /* the tokenizer's ids: [n_tok, n_vocab) is padding */
     int max_sessions, max_queue, prefill_chunk;
     int64_t granule;  /* prefix cache: tokens shared in multiples of this (0: off) */
+    serve_task task;
+    int pooling;      /* embed: MODEL_POOL_LAST, MEAN or CLS */
+    int64_t dim;
+    serve_rerank_tmpl rr; /* rerank: the prompt's fixed ids, yes and no */
 
     pthread_t thread;
     int thread_started;
@@ -82,6 +94,7 @@ struct serve_model {
     uint64_t prompt_cached;
     kv_prefix_stats prefix_stats; /* the engine's, as of the last tick */
     serve_histo ttft, itl;
+    uint64_t work_ok, work_error, work_cancelled, work_inputs;
 
     serve_slot *slots; /* [max_sessions], engine thread only */
     /* decode_step scratch */
@@ -164,6 +177,8 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r, int choice)
     memra_err err;
     s->req = r;
     s->choice = choice;
+    s->prompt = r->prompt;
+    s->n_prompt = r->n_prompt;
     s->n_prefilled = s->n_generated = s->n_adopted = 0;
     s->follows = 0;
     s->has_logits = 0;
@@ -209,8 +224,8 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r, int choice)
     }
     if (m->granule) {
         /* the prompt's cached whole chunks: prefill starts after them */
-        int64_t got = engine_seq_adopt_prefix(s->seq, r->cache_ns, r->prompt,
-                                              (int64_t)r->n_prompt, m->granule);
+        int64_t got = engine_seq_adopt_prefix(s->seq, r->cache_ns, s->prompt,
+                                              (int64_t)s->n_prompt, m->granule);
         s->n_prefilled = s->n_adopted = (size_t)got;
         if (choice == 0)
             serve_req_set_cached(r, (size_t)got);
@@ -546,21 +561,21 @@ static int prefix_follow(serve_model *m, int i)
     if (s->follows) {
         s->follows = 0;
         engine_seq_reset(s->seq);
-        int64_t got = engine_seq_adopt_prefix(s->seq, r->cache_ns, r->prompt,
-                                              (int64_t)r->n_prompt, m->granule);
+        int64_t got = engine_seq_adopt_prefix(s->seq, r->cache_ns, s->prompt,
+                                              (int64_t)s->n_prompt, m->granule);
         s->n_prefilled = s->n_adopted = (size_t)got;
-        if (s->choice == 0)
+        if (s->choice == 0 && !r->work)
             serve_req_set_cached(s->req, (size_t)got);
     }
     size_t upto = s->n_prefilled + (size_t)m->granule;
-    if (upto >= r->n_prompt)
+    if (upto >= s->n_prompt)
         return 0; /* its last chunk: it computes that one itself */
     for (int j = 0; j < m->max_sessions; j++) {
         const serve_slot *o = &m->slots[j];
         if (j == i || !o->req || o->req->cache_ns != r->cache_ns ||
-            o->n_prefilled >= o->req->n_prompt || o->req->n_prompt <= upto ||
+            o->n_prefilled >= o->n_prompt || o->n_prompt <= upto ||
             !(o->n_prefilled > s->n_prefilled || (o->n_prefilled == s->n_prefilled && j < i)) ||
-            memcmp(o->req->prompt, r->prompt, upto * sizeof *r->prompt))
+            memcmp(o->prompt, s->prompt, upto * sizeof *s->prompt))
             continue;
         s->follows = 1;
         return 1;
@@ -607,6 +622,152 @@ static void batch_grammar_masks(void *ctx)
     m->n_gram = 0;
 }
 
+/* ---- embeddings and rerank inputs ------------------------------------- */
+
+/* Whether a work slot may start from the prefix cache's chunks: only when
+ * the rows it would skip are not pooled (last-token pooling, a reranker's
+ * last logits). Mean and cls pooling read every position's hidden state,
+ * which a mapped chunk does not have. */
+static int work_adopts(const serve_model *m)
+{
+    return m->task == SERVE_TASK_RERANK || m->pooling == MODEL_POOL_LAST;
+}
+
+static void work_slot_start(serve_model *m, serve_slot *s, serve_req *r, int input)
+{
+    s->req = r;
+    s->choice = 0;
+    s->input = input;
+    s->prompt = r->work->ids[input];
+    s->n_prompt = r->work->n_ids[input];
+    s->n_prefilled = s->n_generated = s->n_adopted = 0;
+    s->follows = 0;
+    s->has_logits = 0;
+    s->host_pending = 0;
+    if (s->pool)
+        embed_pool_reset(s->pool);
+    if (m->granule && work_adopts(m))
+        s->n_prefilled = s->n_adopted = (size_t)engine_seq_adopt_prefix(
+            s->seq, r->cache_ns, s->prompt, (int64_t)s->n_prompt, m->granule);
+}
+
+/* What a queued request counts in the waiting gauge (mu held). */
+static int queue_weight(const serve_req *r)
+{
+    return r->work ? r->work->weight_waiting : r->n_choices;
+}
+
+/* Takes r out of the waiting queue if it is there, with its weight and
+ * the queue's reference (mu held; the caller holds a reference too). */
+static void queue_remove(serve_model *m, serve_req *r)
+{
+    for (serve_req **pp = &m->q_head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next) {
+        if (*pp != r)
+            continue;
+        *pp = r->next;
+        if (m->q_tail == r)
+            m->q_tail = prev;
+        m->n_waiting -= queue_weight(r);
+        if (r->work)
+            r->work->weight_waiting = 0;
+        r->next = NULL;
+        serve_req_unref(r);
+        return;
+    }
+}
+
+/* An input failed: the request ends with the error, and its other inputs
+ * go with it, running or still queued. */
+static void work_fail(serve_model *m, serve_slot *s, const char *error)
+{
+    serve_req *r = s->req;
+    serve_req_ref(r);
+    log_warn("%s: request failed: %s", m->alias, error);
+    for (int i = 0; i < m->max_sessions; i++)
+        if (m->slots[i].req == r)
+            slot_release(m, &m->slots[i]);
+    pthread_mutex_lock(&m->mu);
+    if (!r->work->ended) {
+        r->work->ended = 1;
+        m->work_error++;
+    }
+    queue_remove(m, r);
+    pthread_mutex_unlock(&m->mu);
+    serve_req_end_choice(r, 0, SERVE_FINISH_ERROR, 0, error);
+    serve_req_unref(r);
+}
+
+/* One prefill chunk of a work slot: an embed input's final hidden states
+ * pooled; a rerank input's last chunk with the last position's logits. */
+static int work_chunk(serve_model *m, serve_slot *s, const int32_t *chunk, int n, int last,
+                      memra_err *err)
+{
+    if (s->req->work->kind == SERVE_WORK_EMBED)
+        return embed_pool_forward(m->eng, s->seq, chunk, n, s->pool, err);
+    return engine_forward(m->eng, s->seq, chunk, n, last ? m->logits : NULL, 0, err);
+}
+
+/* An input's last chunk is done: its vector or score goes into the
+ * request's work and the slot is freed at once; the request ends with
+ * its last input. */
+static void work_input_done(serve_model *m, serve_slot *s)
+{
+    serve_req *r = s->req;
+    serve_work *w = r->work;
+    memra_err err;
+    if (w->kind == SERVE_WORK_EMBED) {
+        float *out = w->vecs + (size_t)s->input * (size_t)w->dims;
+        if (embed_pool_result(s->pool, w->dims, out, &err) != 0) {
+            work_fail(m, s, err.msg);
+            return;
+        }
+    } else {
+        /* engine_rerank_score's score, from the last chunk's logits */
+        double d = (double)m->logits[m->rr.yes] - (double)m->logits[m->rr.no];
+        if (!isfinite(d)) {
+            work_fail(m, s, "rerank: the yes/no logits are not finite");
+            return;
+        }
+        w->scores[s->input] = 1.0 / (1.0 + exp(-d));
+    }
+    pthread_mutex_lock(&m->mu);
+    m->prompt_tokens += s->n_prompt;
+    m->prompt_cached += s->n_adopted;
+    m->work_inputs++;
+    int over = ++w->n_done == w->n_inputs;
+    if (over) {
+        w->ended = 1;
+        m->work_ok++;
+    }
+    pthread_mutex_unlock(&m->mu);
+    serve_req_ref(r);
+    slot_release(m, s);
+    if (over)
+        serve_req_end_choice(r, 0, SERVE_FINISH_STOP, 0, NULL);
+    serve_req_unref(r);
+}
+
+/* A work slot's next chunk (the tick's prefill phase). */
+static void work_step(serve_model *m, serve_slot *s)
+{
+    memra_err err;
+    size_t n = s->n_prompt - s->n_prefilled;
+    if (n > (size_t)m->prefill_chunk)
+        n = (size_t)m->prefill_chunk;
+    int last = s->n_prefilled + n == s->n_prompt;
+    if (work_chunk(m, s, s->prompt + s->n_prefilled, (int)n, last, &err) != 0) {
+        work_fail(m, s, err.msg);
+        return;
+    }
+    s->n_prefilled += n;
+    if (m->granule) /* whole chunks, exact as chat's (the KV does not depend on the task) */
+        engine_seq_publish_prefix(s->seq, s->req->cache_ns, s->prompt,
+                                  (int64_t)(s->n_prefilled / (size_t)m->granule *
+                                            (size_t)m->granule));
+    if (last)
+        work_input_done(m, s);
+}
+
 static void tick(serve_model *m)
 {
     double now = serve_now();
@@ -615,8 +776,14 @@ static void tick(serve_model *m)
     for (int i = 0; i < m->max_sessions; i++) {
         serve_slot *s = &m->slots[i];
         if (s->req && serve_req_check_client(s->req)) {
+            serve_work *w = s->req->work;
             pthread_mutex_lock(&m->mu);
-            m->n_cancelled++;
+            if (!w)
+                m->n_cancelled++;
+            else if (!w->ended) { /* once per request, not per input */
+                w->ended = 1;
+                m->work_cancelled++;
+            }
             pthread_mutex_unlock(&m->mu);
             log_info("%s: client gone, sequence freed after %zu tokens", m->alias,
                      s->n_generated);
@@ -626,11 +793,15 @@ static void tick(serve_model *m)
     /* 2. one prefill chunk per slot still reading its prompt */
     for (int i = 0; i < m->max_sessions; i++) {
         serve_slot *s = &m->slots[i];
-        if (!s->req || s->n_prefilled >= s->req->n_prompt)
+        if (!s->req || s->n_prefilled >= s->n_prompt)
             continue;
-        if (m->granule && prefix_follow(m, i))
+        if (m->granule && (!s->req->work || work_adopts(m)) && prefix_follow(m, i))
             continue;
         serve_req *r = s->req;
+        if (r->work) {
+            work_step(m, s);
+            continue;
+        }
         size_t n = r->n_prompt - s->n_prefilled;
         if (n > (size_t)m->prefill_chunk)
             n = (size_t)m->prefill_chunk;
@@ -731,8 +902,16 @@ static void tick(serve_model *m)
             *pp = r->next;
             if (m->q_tail == r)
                 m->q_tail = prev;
-            m->n_waiting -= r->n_choices;
-            m->n_cancelled++;
+            m->n_waiting -= queue_weight(r);
+            if (!r->work) {
+                m->n_cancelled++;
+            } else {
+                r->work->weight_waiting = 0;
+                if (!r->work->ended) {
+                    r->work->ended = 1;
+                    m->work_cancelled++;
+                }
+            }
             r->next = NULL;
             serve_req_unref(r);
             continue;
@@ -751,9 +930,12 @@ static void *engine_main(void *arg)
 {
     serve_model *m = arg;
     serve_req **admit = xmalloc((size_t)m->max_sessions * sizeof *admit);
+    int *admit_input = xmalloc((size_t)m->max_sessions * sizeof *admit_input);
     for (;;) {
         pthread_mutex_lock(&m->mu);
-        while (!m->stop && m->n_waiting == 0 && m->n_running == 0)
+        /* the queue, not n_waiting: a work request whose weight is
+         * admitted can still hold inputs at the head */
+        while (!m->stop && !m->q_head && m->n_running == 0)
             pthread_cond_wait(&m->cv, &m->mu);
         if (m->stop) {
             pthread_mutex_unlock(&m->mu);
@@ -765,8 +947,34 @@ static void *engine_main(void *arg)
          * slots. */
         int n_admit = 0;
         int free_slots = m->max_sessions - m->n_running;
-        while (m->q_head && n_admit + m->q_head->n_choices <= free_slots) {
+        while (m->q_head) {
             serve_req *r = m->q_head;
+            if (r->work) {
+                /* Embeddings and rerank: as many inputs as there are free
+                 * slots, in order, each slot with a reference of its own;
+                 * the rest waits at the head for the next free slots. */
+                serve_work *w = r->work;
+                int take = w->n_inputs - w->n_admitted;
+                if (take > free_slots - n_admit)
+                    take = free_slots - n_admit;
+                if (take <= 0)
+                    break;
+                for (int j = 0; j < take; j++) {
+                    serve_req_ref(r);
+                    admit[n_admit] = r;
+                    admit_input[n_admit++] = w->n_admitted++;
+                }
+                m->n_running += take;
+                int d = take < w->weight_waiting ? take : w->weight_waiting;
+                w->weight_waiting -= d;
+                m->n_waiting -= d;
+                if (w->n_admitted < w->n_inputs)
+                    break;
+                queue_remove(m, r); /* every input has a slot: the queue's reference goes */
+                continue;
+            }
+            if (n_admit + r->n_choices > free_slots)
+                break;
             m->q_head = r->next;
             if (!m->q_head)
                 m->q_tail = NULL;
@@ -779,6 +987,25 @@ static void *engine_main(void *arg)
         pthread_mutex_unlock(&m->mu);
         for (int k = 0, i = 0; k < n_admit;) {
             serve_req *r = admit[k];
+            if (r->work) {
+                /* failed already (another input), or its client is gone */
+                if (r->finish != SERVE_FINISH_NONE || serve_req_check_client(r)) {
+                    pthread_mutex_lock(&m->mu);
+                    m->n_running--;
+                    if (r->finish == SERVE_FINISH_NONE && !r->work->ended) {
+                        r->work->ended = 1;
+                        m->work_cancelled++;
+                    }
+                    pthread_mutex_unlock(&m->mu);
+                    serve_req_unref(r);
+                    k++;
+                    continue;
+                }
+                while (m->slots[i].req)
+                    i++;
+                work_slot_start(m, &m->slots[i], r, admit_input[k++]);
+                continue;
+            }
             int nc = r->n_choices;
             if (serve_req_check_client(r)) {
                 pthread_mutex_lock(&m->mu);
@@ -811,7 +1038,9 @@ static void *engine_main(void *arg)
     /* Shutdown: whatever is left ends with an error. */
     static const char why[] = SERVE_SHUTDOWN_WHY;
     for (int i = 0; i < m->max_sessions; i++)
-        if (m->slots[i].req)
+        if (m->slots[i].req && m->slots[i].req->work)
+            work_fail(m, &m->slots[i], why);
+        else if (m->slots[i].req)
             slot_end(m, &m->slots[i], SERVE_FINISH_ERROR, why);
     pthread_mutex_lock(&m->mu);
     serve_req *r = m->q_head;
@@ -825,6 +1054,7 @@ static void *engine_main(void *arg)
         r = next;
     }
     free(admit);
+    free(admit_input);
     return NULL;
 }
 
@@ -856,6 +1086,27 @@ static void reasoning_markers(serve_model *m, const char *src)
             m->reason_close = pairs[i][1];
             return;
         }
+}
+
+/* The task: the alias's, else what the checkpoint's pooling says. An
+ * embed model pools as its checkpoint says, by the last token when it
+ * says nothing (Qwen3-Embedding's pooling, and what a causal model's
+ * last hidden state summarises); a rerank model needs "yes" and "no" to
+ * be one token each. */
+static int resolve_task(serve_model *m, const serve_model_opts *o, memra_err *err)
+{
+    const model_config *c = engine_config(m->eng);
+    int64_t p = c->pooling;
+    int pools = p == MODEL_POOL_LAST || p == MODEL_POOL_MEAN || p == MODEL_POOL_CLS;
+    m->task = o->task != SERVE_TASK_AUTO ? o->task
+            : p == MODEL_POOL_RANK       ? SERVE_TASK_RERANK
+            : pools                      ? SERVE_TASK_EMBED
+                                         : SERVE_TASK_CHAT;
+    m->dim = c->dim;
+    m->pooling = pools ? (int)p : MODEL_POOL_LAST;
+    if (m->task == SERVE_TASK_RERANK && serve_rerank_tmpl_init(m->tok, &m->rr, err) != 0)
+        return memra_wrap(err, "%s: --task rerank", o->alias);
+    return 0;
 }
 
 int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *err)
@@ -915,6 +1166,8 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
     m->n_tok = (int32_t)tok_vocab_size(m->tok);
     if (m->n_tok > m->n_vocab)
         m->n_tok = m->n_vocab;
+    if (resolve_task(m, o, err) != 0)
+        goto fail;
 
     char *src = NULL;
     memra_err terr;
@@ -957,6 +1210,8 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
             goto fail;
         sb_init(&s->piece);
         sb_init(&s->lp_bytes);
+        if (m->task == SERVE_TASK_EMBED)
+            s->pool = embed_pool_new(m->pooling, m->dim);
     }
     if (pthread_create(&m->thread, NULL, engine_main, m) != 0) {
         memra_fail(err, "%s: cannot start the engine thread", o->alias);
@@ -985,6 +1240,7 @@ void serve_model_free(serve_model *m)
         if (m->slots[i].seq)
             engine_seq_free(m->slots[i].seq);
         sb_free(&m->slots[i].piece);
+        embed_pool_free(m->slots[i].pool);
         free(m->slots[i].gmask);
         sb_free(&m->slots[i].lp_bytes);
     }
@@ -1012,6 +1268,7 @@ void serve_model_free(serve_model *m)
     if (m->tok)
         tok_free(m->tok);
     tok_cache_free(m->tcache);
+    serve_rerank_tmpl_free(&m->rr);
     if (m->ck_open)
         checkpoint_close(&m->ck);
     pthread_mutex_destroy(&m->mu);
@@ -1035,6 +1292,28 @@ int serve_model_reasoning(const serve_model *m, const char **open, const char **
 }
 
 const char *serve_model_alias(const serve_model *m) { return m->alias; }
+serve_task serve_model_task(const serve_model *m) { return m->task; }
+int serve_model_pooling(const serve_model *m) { return m->pooling; }
+int64_t serve_model_dim(const serve_model *m) { return m->dim; }
+
+const serve_rerank_tmpl *serve_model_rerank_tmpl(const serve_model *m)
+{
+    return m->task == SERVE_TASK_RERANK ? &m->rr : NULL;
+}
+
+const char *serve_task_name(serve_task t)
+{
+    return t == SERVE_TASK_CHAT ? "chat" : t == SERVE_TASK_EMBED ? "embed"
+         : t == SERVE_TASK_RERANK ? "rerank" : "auto";
+}
+
+int serve_task_parse(const char *name)
+{
+    for (int t = SERVE_TASK_CHAT; t <= SERVE_TASK_RERANK; t++)
+        if (!strcmp(name, serve_task_name((serve_task)t)))
+            return t;
+    return -1;
+}
 const tokenizer *serve_model_tokenizer(const serve_model *m) { return m->tok; }
 tok_cache *serve_model_tok_cache(const serve_model *m) { return m->tcache; }
 int64_t serve_model_n_ctx(const serve_model *m) { return m->n_ctx; }
@@ -1057,11 +1336,16 @@ int serve_model_submit(serve_model *m, serve_req *r)
         pthread_mutex_unlock(&m->mu);
         return -2;
     }
-    if (r->n_choices > m->max_sessions ||
-        m->n_waiting + m->n_running + r->n_choices > m->max_sessions + m->max_queue) {
+    int weight = r->n_choices;
+    if (r->work) /* its inputs need not hold slots at once */
+        weight = r->work->n_inputs < m->max_sessions ? r->work->n_inputs : m->max_sessions;
+    if ((!r->work && r->n_choices > m->max_sessions) ||
+        m->n_waiting + m->n_running + weight > m->max_sessions + m->max_queue) {
         pthread_mutex_unlock(&m->mu);
         return -1;
     }
+    if (r->work)
+        r->work->weight_waiting = weight;
     serve_req_ref(r);
     r->next = NULL;
     r->t_ping = serve_now();
@@ -1070,7 +1354,7 @@ int serve_model_submit(serve_model *m, serve_req *r)
     else
         m->q_head = r;
     m->q_tail = r;
-    m->n_waiting += r->n_choices;
+    m->n_waiting += weight;
     pthread_cond_signal(&m->cv);
     pthread_mutex_unlock(&m->mu);
     return 0;
@@ -1093,5 +1377,9 @@ void serve_model_get_stats(serve_model *m, serve_model_stats *s)
     s->prefix = m->prefix_stats;
     s->ttft = m->ttft;
     s->itl = m->itl;
+    s->work_ok = m->work_ok;
+    s->work_error = m->work_error;
+    s->work_cancelled = m->work_cancelled;
+    s->work_inputs = m->work_inputs;
     pthread_mutex_unlock(&m->mu);
 }

@@ -29,6 +29,17 @@
  * back (n_vocab floats a step) and the host samples them, which picks the
  * same token the device would (the sampler's contract); it decodes alone,
  * beside the batch, so requests without logprobs keep theirs. */
+/* Embeddings and reranking. A model is served for one task: chat (the
+ * generation endpoints), embed (/v1/embeddings) or rerank (/v1/rerank),
+ * given with the alias (--task) or read from the checkpoint's pooling
+ * (config.pooling: last, mean or cls -> embed, rank -> rerank, none ->
+ * chat). An embeddings or rerank request (serve_req.work) runs each of its
+ * inputs in a slot of its own: the slot prefills the input chunk by chunk
+ * in the tick's prefill phase, beside the other slots (embed_pool_forward
+ * pools an embed input's final hidden states; a rerank input's last chunk
+ * returns the last position's logits), and frees at once when its last
+ * chunk is done. The request waits at the head of the queue until every
+ * input has had a slot, and answers when the last is done. */
 #ifndef MEMRA_SERVE_SERVE_MODEL_H
 #define MEMRA_SERVE_SERVE_MODEL_H
 
@@ -41,6 +52,18 @@
 #include "serve/tool_parse.h"
 #include "jinja/jinja.h"
 #include "tok/tokenizer.h"
+
+typedef enum {
+    SERVE_TASK_AUTO = 0, /* from the checkpoint's pooling */
+    SERVE_TASK_CHAT,
+    SERVE_TASK_EMBED,
+    SERVE_TASK_RERANK,
+} serve_task;
+
+/* "chat", "embed", "rerank" ("auto" for SERVE_TASK_AUTO). */
+const char *serve_task_name(serve_task t);
+/* The task of that name, or -1. */
+int serve_task_parse(const char *name);
 
 typedef struct {
     const char *alias;
@@ -57,6 +80,7 @@ typedef struct {
     kv_type kv_type;           /* KV_DEFAULT: the backend's default (zero is KV_F32) */
     int prefix_cache;          /* share prompts' KV blocks across requests (per tenant) */
     int cache_blocks;          /* idle cached blocks kept; <= 0: as many as the pool holds */
+    serve_task task;           /* SERVE_TASK_AUTO: as the checkpoint's pooling says */
 } serve_model_opts;
 
 typedef struct {
@@ -67,6 +91,8 @@ typedef struct {
     uint64_t prompt_cached_tokens; /* prompt tokens mapped from the prefix cache */
     kv_prefix_stats prefix;        /* the cache's own counters */
     serve_histo ttft, itl;
+    /* embeddings and rerank requests ended, by how, and their inputs done */
+    uint64_t work_ok, work_error, work_cancelled, work_inputs;
 } serve_model_stats;
 
 typedef struct serve_model serve_model;
@@ -96,9 +122,21 @@ int serve_model_reasoning(const serve_model *m, const char **open, const char **
 const char *serve_model_bos_text(const serve_model *m);
 const char *serve_model_eos_text(const serve_model *m);
 
+/* The task it is served for (never SERVE_TASK_AUTO). */
+serve_task serve_model_task(const serve_model *m);
+/* An embed model's pooling (MODEL_POOL_LAST, MEAN or CLS: the
+ * checkpoint's, last when it names none) and its vectors' length. */
+int serve_model_pooling(const serve_model *m);
+int64_t serve_model_dim(const serve_model *m);
+/* A rerank model's prompt template and yes/no ids (NULL for others). */
+const struct serve_rerank_tmpl *serve_model_rerank_tmpl(const serve_model *m);
+
 /* Hand a request to the engine thread (it takes its own reference).
  * Returns 0; -1 when the queue is full (429); -2 when the model is shutting
- * down. */
+ * down. A generation counts its n choices against --max-sessions +
+ * --max-queue; an embeddings or rerank request of k inputs counts
+ * min(k, --max-sessions), so one alone on an idle server is always
+ * taken. */
 int serve_model_submit(serve_model *m, serve_req *r);
 void serve_model_get_stats(serve_model *m, serve_model_stats *s);
 

@@ -65,6 +65,34 @@ void serve_choice_take(serve_choice *dst, serve_choice *src)
     dst->finish = src->finish;
 }
 
+serve_work *serve_work_new(serve_work_kind kind, int n_inputs, int64_t dims)
+{
+    serve_work *w = xcalloc(1, sizeof *w);
+    w->kind = kind;
+    w->n_inputs = n_inputs;
+    w->dims = dims;
+    w->ids = xcalloc((size_t)n_inputs, sizeof *w->ids);
+    w->n_ids = xcalloc((size_t)n_inputs, sizeof *w->n_ids);
+    if (kind == SERVE_WORK_EMBED)
+        w->vecs = xcalloc((size_t)n_inputs * (size_t)dims, sizeof *w->vecs);
+    else
+        w->scores = xcalloc((size_t)n_inputs, sizeof *w->scores);
+    return w;
+}
+
+void serve_work_free(serve_work *w)
+{
+    if (!w)
+        return;
+    for (int i = 0; i < w->n_inputs; i++)
+        free(w->ids[i]);
+    free(w->ids);
+    free(w->n_ids);
+    free(w->vecs);
+    free(w->scores);
+    free(w);
+}
+
 serve_req *serve_req_new(void)
 {
     serve_req *r = xcalloc(1, sizeof *r);
@@ -98,6 +126,7 @@ void serve_req_unref(serve_req *r)
     pthread_mutex_destroy(&r->mu);
     for (int i = 0; i < SERVE_MAX_CHOICES; i++)
         serve_choice_free(&r->choice[i]);
+    serve_work_free(r->work);
     free(r->prompt);
     free(r->bias);
     gram_free(r->grammar);

@@ -83,8 +83,39 @@ void serve_choice_free(serve_choice *c);
 /* Move src's pending text and log-probabilities to the end of dst. */
 void serve_choice_take(serve_choice *dst, serve_choice *src);
 
+/* An embeddings or rerank request's work: inputs pooled into vectors or
+ * scored, nothing generated. Each input prefills in a slot of its own
+ * (chunk by chunk, beside the other slots' decodes), so a request of k
+ * inputs runs up to --max-sessions of them at once and answers when the
+ * last is done. The HTTP side fills the inputs; the engine thread writes
+ * each input's result before the request ends (its mutex orders the
+ * writes before the HTTP side's read). */
+typedef enum { SERVE_WORK_EMBED = 1, SERVE_WORK_RERANK = 2 } serve_work_kind;
+
+typedef struct {
+    serve_work_kind kind;
+    int n_inputs;
+    int32_t **ids;      /* [n_inputs] token ids, each owned */
+    size_t *n_ids;      /* [n_inputs] */
+    int64_t dims;       /* embed: floats per vector (dimensions) */
+    float *vecs;        /* embed: [n_inputs][dims], unit length */
+    double *scores;     /* rerank: [n_inputs] in [0, 1] */
+    size_t n_tokens;    /* the inputs' tokens, for usage */
+    /* Engine side only. */
+    int n_admitted;     /* inputs placed into slots so far (in index order) */
+    int n_done;         /* inputs pooled or scored */
+    int weight_waiting; /* what it still counts in the model's waiting gauge */
+    int ended;          /* counted in the model's work counters */
+} serve_work;
+
+/* A work of n_inputs empty inputs (the caller fills ids and n_ids); vecs
+ * ([n_inputs][dims]) for embed, scores for rerank. */
+serve_work *serve_work_new(serve_work_kind kind, int n_inputs, int64_t dims);
+void serve_work_free(serve_work *w);
+
 typedef struct serve_req {
     /* Set before submission, read-only afterwards. */
+    serve_work *work;  /* owned: an embeddings or rerank request; NULL: generation */
     int32_t *prompt; /* owned */
     size_t n_prompt;
     int32_t max_tokens;

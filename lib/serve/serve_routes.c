@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "model/config.h"
 #include "serve/serve_internal.h"
 #include "serve/serve_tools.h"
 
@@ -13,23 +14,43 @@ static json_t *fail_json(const serve_error *e, int *status)
     return serve_error_json(e);
 }
 
+/* An alias: its task (chat, embed, rerank), whether it chats (a chat
+ * model with a template), the parameters its endpoints take; an embed
+ * model's vector length and pooling. */
 static json_t *model_json(serve_model *m)
 {
-    static const char *const params[] = {
+    static const char *const chat_params[] = {
         "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
         "stop", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
         "stream", "stream_options", "chat_template_kwargs", "ignore_eos", "n", "logprobs",
         "top_logprobs", "reasoning_effort", NULL,
     };
+    static const char *const embed_params[] = {"input", "encoding_format", "dimensions", "user",
+                                               NULL};
+    static const char *const rerank_params[] = {"query", "documents", "top_n",
+                                                "return_documents", "instruction", NULL};
+    serve_task task = serve_model_task(m);
+    const char *const *params = task == SERVE_TASK_EMBED    ? embed_params
+                                : task == SERVE_TASK_RERANK ? rerank_params
+                                                            : chat_params;
     json_t *sp = json_array();
     for (const char *const *p = params; *p; p++)
         json_array_append_new(sp, json_string(*p));
     const char *why;
-    return json_pack("{s:s,s:s,s:i,s:s,s:I,s:I,s:b,s:o}", "id", serve_model_alias(m), "object",
-                     "model", "created", 0, "owned_by", "memra", "context_length",
-                     (json_int_t)serve_model_n_ctx(m), "vocab_size",
-                     (json_int_t)serve_model_n_vocab(m), "chat",
-                     serve_model_template(m, &why) != NULL, "supported_parameters", sp);
+    json_t *j = json_pack("{s:s,s:s,s:i,s:s,s:I,s:I,s:s,s:b,s:o}", "id", serve_model_alias(m),
+                          "object", "model", "created", 0, "owned_by", "memra", "context_length",
+                          (json_int_t)serve_model_n_ctx(m), "vocab_size",
+                          (json_int_t)serve_model_n_vocab(m), "task", serve_task_name(task),
+                          "chat", task == SERVE_TASK_CHAT && serve_model_template(m, &why) != NULL,
+                          "supported_parameters", sp);
+    if (task == SERVE_TASK_EMBED) {
+        int p = serve_model_pooling(m);
+        json_object_set_new(j, "dimensions", json_integer((json_int_t)serve_model_dim(m)));
+        json_object_set_new(j, "pooling", json_string(p == MODEL_POOL_MEAN  ? "mean"
+                                                      : p == MODEL_POOL_CLS ? "cls"
+                                                                            : "last"));
+    }
+    return j;
 }
 
 json_t *serve_route_models(serve_server *s, const char *one, int *status)
@@ -234,6 +255,31 @@ void serve_route_metrics(serve_server *s, strbuf *out)
             serve_prom_label(out, serve_model_alias(s->models[i]));
             sb_printf(out, "\",reason=\"%s\"} %llu\n", reasons[r], (unsigned long long)v[r]);
         }
+    }
+    serve_prom_family(out, "memra_embed_requests_total", "counter",
+                      "Embeddings and rerank requests ended, by reason (ok, error, cancelled).");
+    for (int i = 0; i < n; i++) {
+        static const char *const reasons[] = {"ok", "error", "cancelled"};
+        uint64_t v[] = {st[i].work_ok, st[i].work_error, st[i].work_cancelled};
+        if (serve_model_task(s->models[i]) == SERVE_TASK_CHAT)
+            continue;
+        for (int r = 0; r < 3; r++) {
+            sb_puts(out, "memra_embed_requests_total{model=\"");
+            serve_prom_label(out, serve_model_alias(s->models[i]));
+            sb_printf(out, "\",task=\"%s\",reason=\"%s\"} %llu\n",
+                      serve_task_name(serve_model_task(s->models[i])), reasons[r],
+                      (unsigned long long)v[r]);
+        }
+    }
+    serve_prom_family(out, "memra_embed_inputs_total", "counter",
+                      "Embeddings inputs pooled and rerank documents scored.");
+    for (int i = 0; i < n; i++) {
+        if (serve_model_task(s->models[i]) == SERVE_TASK_CHAT)
+            continue;
+        sb_puts(out, "memra_embed_inputs_total{model=\"");
+        serve_prom_label(out, serve_model_alias(s->models[i]));
+        sb_printf(out, "\",task=\"%s\"} %llu\n", serve_task_name(serve_model_task(s->models[i])),
+                  (unsigned long long)st[i].work_inputs);
     }
     serve_prom_family(out, "memra_time_to_first_token_seconds", "histogram",
                       "From the request's arrival to its first generated token.");

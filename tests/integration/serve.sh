@@ -229,7 +229,7 @@ err "echo: 400" 400 '.error.param == "echo"' $CP '{"model":"tiny","prompt":"a","
 err "empty prompt (no BOS): 400" 400 '.error.param == "prompt"' $CP '{"model":"qwen","prompt":""}'
 err "/detokenize bad id: 400" 400 '.error.param == "tokens" and (.error.message | test("99999999"))' /detokenize '{"model":"qwen","tokens":[1,99999999]}'
 err "/tokenize prompt and messages: 400" 400 '.error.param != null' /tokenize "{\"model\":\"qwen\",\"prompt\":\"a\",$MSG}"
-err "unknown path: 404" 404 '.error.code == "not_found"' /v1/embeddings '{}'
+err "unknown path: 404" 404 '.error.code == "not_found"' /v1/images/generations '{}'
 err "wrong method: 405" 405 '.error.code == "method_not_allowed"' $CH '' GET
 big=$(head -c 70000 /dev/zero | tr '\0' a)
 err "body over --max-body: 413" 413 '.error.code == "request_too_large"' $CP "{\"model\":\"tiny\",\"prompt\":\"$big\"}"
