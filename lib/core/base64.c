@@ -9,7 +9,7 @@ void base64_encode(strbuf *out, const void *data, size_t n)
 {
     const unsigned char *p = data;
     if (n == 0)
-        return; /* (sb_reserve on an empty strbuf would leave it unterminated) */
+        return;
     sb_reserve(out, base64_encoded_len(n));
     size_t i = 0;
     for (; i + 3 <= n; i += 3) {

@@ -29,8 +29,11 @@ void sb_reserve(strbuf *sb, size_t extra)
     size_t cap = sb->cap ? sb->cap : 64;
     while (cap < sb->len + extra + 1)
         cap *= 2;
+    int fresh = sb->data == NULL;
     sb->data = xrealloc(sb->data, cap);
     sb->cap = cap;
+    if (fresh)
+        sb->data[0] = '\0'; /* a reserved empty buffer is the empty string */
 }
 
 void sb_append(strbuf *sb, const void *data, size_t n)
