@@ -20,7 +20,13 @@ WORDS = ["whale", "sea", "ship", "harpoon", "captain", "storm", "deck", "sail", 
 
 
 def text(seed, n):
-    return " ".join(WORDS[(i * 7 + seed * 13 + i // 3) % len(WORDS)] for i in range(n)) + f" {seed}"
+    """n words drawn by a generator seeded per input, the seed first: no two
+    inputs share a prefix (a prefix cache cannot serve one from another)."""
+    x, out = seed * 2654435761 + 1, [str(seed)]
+    for _ in range(n):
+        x = (x * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        out.append(WORDS[(x >> 33) % len(WORDS)])
+    return " ".join(out)
 
 
 def main():
