@@ -1,7 +1,7 @@
 # memra-serve's speculative decoding: a greedy request gives the same bytes
 # (content, finish reason, usage; blocking and streamed; chat and
 # completions) with a draft model, a trimmed one, the n-gram drafter and
-# without speculation, alone and four at once (so slots move between the batch
+# without speculation, alone and five at once (so slots move between the batch
 # and their rounds), including a stop string and max_tokens that land
 # inside a round; drafts are counted and accepted; a sampled request
 # completes and a seeded one repeats; requests speculation cannot serve
