@@ -5,7 +5,8 @@
 # and their rounds), including a stop string and max_tokens that land
 # inside a round; drafts are counted and accepted; a sampled request
 # completes and a seeded one repeats; requests speculation cannot serve
-# exactly (logprobs) still match; bad flags are one-line errors.
+# exactly (logprobs) still match; the context's end inside a round gives the
+# same bytes; bad flags are one-line errors.
 source tests/integration/serve_common.bash
 TINY=models/memra-tiny.gguf
 DRAFT=models/memra-tiny-draft.gguf
@@ -114,6 +115,21 @@ check "a logprobs request on the speculating server equals plain decoding's" bas
   [ \"\$(URL=$PLAIN post /v1/completions '$LP' | jq -cS '{choices, usage}')\" = \"\$(URL=$DRAFTED post /v1/completions '$LP' | jq -cS '{choices, usage}')\" ]"
 
 for p in "${PIDS[@]}"; do stop_server "$p" >/dev/null; done
+
+# The context's end inside a round: a 40-token context, no max_tokens, so
+# the chat runs until the context is full (K = 8 is cut to what is left).
+start_server ctxplain -m "chat=$TINY" -c 40 -t 2
+CP=$URL P1=$PID
+start_server ctxdraft -m "chat=$TINY" -c 40 --draft "$DRAFT" --spec-k 8 -t 2
+CD=$URL P2=$PID
+CTX='{"model":"chat","messages":[{"role":"user","content":"Hi"}],"temperature":0,"ignore_eos":true}'
+URL=$CP post /v1/chat/completions "$CTX" | jq -cS '{choices, usage}' >"$T/ctx-plain.json"
+URL=$CD post /v1/chat/completions "$CTX" | jq -cS '{choices, usage}' >"$T/ctx-draft.json"
+check "the context's end: plain decoding fills the 40 tokens" \
+  jq -e '.choices[0].finish_reason == "length" and .usage.total_tokens == 40' "$T/ctx-plain.json"
+check "the context's end: the same bytes and usage with speculation" cmp "$T/ctx-plain.json" "$T/ctx-draft.json"
+stop_server "$P1" >/dev/null
+stop_server "$P2" >/dev/null
 
 # Bad flags: one line each.
 expect_error "--trim without --draft" 2 "--trim r.gguf: 'chat' has no --draft" memra-serve -m "chat=$TINY" --trim r.gguf
