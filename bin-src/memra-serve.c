@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/mapfile.h"
 #include "serve/serve.h"
+#include "serve/serve_spec.h"
 
 static const char usage[] =
     "usage: memra-serve -m ALIAS=MODEL [-m ...] [options]\n"
@@ -29,6 +30,14 @@ static const char usage[] =
     "  -m, --model ALIAS=MODEL  a model to serve (repeatable; env MEMRA_MODELS=\"a=/p,b=/q\")\n"
     "  --task chat|embed|rerank what the -m just before serves (default: as the checkpoint's\n"
     "                           pooling says: last/mean/cls embed, rank rerank, none chat)\n"
+    "  --draft DRAFT            speculative decoding for the -m just before (a chat model):\n"
+    "                           DRAFT, a smaller model of its vocabulary, drafts tokens\n"
+    "  --trim RANKS             limit --draft's head to a rank file's ids (memra-trim-ranks)\n"
+    "  --ngram                  speculative decoding for the -m just before with n-gram /\n"
+    "                           prompt-lookup drafting (no model; not with --draft)\n"
+    "  --spec-k N               draft tokens per speculation round, 1..8 (default 4)\n"
+    "  --spec-max-batch N       speculate only while at most N requests decode (default 4 on\n"
+    "                           cuda, 2 on cpu; not measured yet: docs/FLAGS.md)\n"
     "  --host HOST              address to listen on (default 127.0.0.1; env MEMRA_HOST)\n"
     "  --port N                 port (default 8080; 0: any free one; env MEMRA_PORT)\n"
     "                           (env MEMRA_ADDR=HOST:PORT sets both)\n"
@@ -76,7 +85,9 @@ static const char usage[] =
 typedef struct {
     char **aliases, **paths;
     serve_task *tasks;
+    serve_spec_opts *specs; /* per model: --draft, --trim, --ngram */
     int n_models;
+    int spec_k, spec_max_batch;
     char *host;
     int port;
     int64_t n_ctx;
@@ -118,6 +129,8 @@ static void add_model(serve_args *a, const char *spec, const char *what)
     a->aliases = xrealloc(a->aliases, (size_t)(a->n_models + 1) * sizeof *a->aliases);
     a->tasks = xrealloc(a->tasks, (size_t)(a->n_models + 1) * sizeof *a->tasks);
     a->tasks[a->n_models] = SERVE_TASK_AUTO;
+    a->specs = xrealloc(a->specs, (size_t)(a->n_models + 1) * sizeof *a->specs);
+    a->specs[a->n_models] = (serve_spec_opts){0};
     a->paths = xrealloc(a->paths, (size_t)(a->n_models + 1) * sizeof *a->paths);
     a->aliases[a->n_models] = alias;
     a->paths[a->n_models] = path;
@@ -206,10 +219,14 @@ static void parse_args(int argc, char **argv, serve_args *a)
 
     enum { O_HOST = 1000, O_PORT, O_MAXS, O_MAXQ, O_KEY, O_KEYS, O_INSECURE, O_TMPL, O_HTTPT,
            O_BODY, O_DRAIN, O_BACKEND, O_DEVICE, O_KV, O_PCHUNK, O_IDLE, O_PERIP, O_CORS, O_SPECIAL,
-           O_PCACHE, O_CBLOCKS, O_TASK };
+           O_PCACHE, O_CBLOCKS, O_TASK, O_DRAFT, O_TRIM, O_NGRAM, O_SPECK, O_SPECMAX };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},     {"host", required_argument, NULL, O_HOST},
         {"task", required_argument, NULL, O_TASK},
+        {"draft", required_argument, NULL, O_DRAFT}, {"trim", required_argument, NULL, O_TRIM},
+        {"ngram", no_argument, NULL, O_NGRAM},
+        {"spec-k", required_argument, NULL, O_SPECK},
+        {"spec-max-batch", required_argument, NULL, O_SPECMAX},
         {"port", required_argument, NULL, O_PORT},   {"ctx", required_argument, NULL, 'c'},
         {"max-sessions", required_argument, NULL, O_MAXS},
         {"max-queue", required_argument, NULL, O_MAXQ},
@@ -251,6 +268,30 @@ static void parse_args(int argc, char **argv, serve_args *a)
             a->tasks[a->n_models - 1] = (serve_task)t;
             break;
         }
+        case O_DRAFT: case O_TRIM: case O_NGRAM: {
+            const char *flag = ch == O_DRAFT ? "--draft" : ch == O_TRIM ? "--trim" : "--ngram";
+            if (a->n_models == 0)
+                cli_usage("%s: give it after the -m ALIAS=MODEL it applies to", flag);
+            serve_spec_opts *sp = &a->specs[a->n_models - 1];
+            const char *alias = a->aliases[a->n_models - 1];
+            if ((ch == O_DRAFT && sp->draft) || (ch == O_TRIM && sp->trim) ||
+                (ch == O_NGRAM && sp->ngram))
+                cli_usage("%s: '%s' already has %s", flag, alias, flag);
+            if ((ch == O_DRAFT && sp->ngram) || (ch == O_NGRAM && sp->draft))
+                cli_usage("%s: '%s' has %s already: give one drafter per model (--draft DRAFT "
+                          "or --ngram)", flag, alias, ch == O_DRAFT ? "--ngram" : "--draft");
+            if (ch == O_DRAFT)
+                sp->draft = optarg;
+            else if (ch == O_TRIM)
+                sp->trim = optarg;
+            else
+                sp->ngram = 1;
+            break;
+        }
+        case O_SPECK: a->spec_k = (int)cli_int_or_usage(optarg, 1, SPEC_K_MAX, "--spec-k"); break;
+        case O_SPECMAX:
+            a->spec_max_batch = (int)cli_int_or_usage(optarg, 1, 4096, "--spec-max-batch");
+            break;
         case O_HOST: free(a->host); a->host = xstrdup(optarg); break;
         case O_PORT: a->port = (int)cli_int_or_usage(optarg, 0, 65535, "--port"); break;
         case 'c': a->n_ctx = cli_int_or_usage(optarg, 1, INT32_MAX, "--ctx"); break;
@@ -331,6 +372,24 @@ static void parse_args(int argc, char **argv, serve_args *a)
     }
     if (a->n_models == 0)
         cli_usage("no model: give -m ALIAS=MODEL (or MEMRA_MODELS=\"alias=/path,...\")");
+    int speculates = 0;
+    for (int i = 0; i < a->n_models; i++) {
+        serve_spec_opts *sp = &a->specs[i];
+        if (sp->trim && !sp->draft)
+            cli_usage("--trim %s: '%s' has no --draft (the trim limits a draft model's head)",
+                      sp->trim, a->aliases[i]);
+        if (serve_spec_wanted(sp) && a->tasks[i] != SERVE_TASK_AUTO &&
+            a->tasks[i] != SERVE_TASK_CHAT)
+            cli_usage("%s: '%s' is served for %s: speculative decoding is for chat models",
+                      sp->draft ? "--draft" : "--ngram", a->aliases[i],
+                      serve_task_name(a->tasks[i]));
+        sp->k = a->spec_k;
+        sp->max_batch = a->spec_max_batch;
+        speculates |= serve_spec_wanted(sp);
+    }
+    if ((a->spec_k || a->spec_max_batch) && !speculates)
+        cli_usage("%s: no model has a drafter (give --draft DRAFT or --ngram after its -m)",
+                  a->spec_k ? "--spec-k" : "--spec-max-batch");
     if (a->cors && (!*a->cors || strpbrk(a->cors, "\r\n")))
         cli_usage("--cors: want an origin such as https://example.com, or *");
     if (a->max_body == 0 || a->max_body > (1ull << 32))
@@ -427,7 +486,7 @@ int main(int argc, char **argv)
                                .backend = bk, .device = a.device, .kv_type = a.kv,
                                .prefill_chunk = a.prefill_chunk,
                                .prefix_cache = a.prefix_cache, .cache_blocks = a.cache_blocks,
-                               .task = a.tasks[i]};
+                               .task = a.tasks[i], .spec = a.specs[i]};
         double t0 = mono();
         if (serve_model_load(&mo, &models[i], &err) != 0) {
             for (int j = 0; j < i; j++)
@@ -443,6 +502,11 @@ int main(int argc, char **argv)
                 : task == SERVE_TASK_RERANK ? ", rerank"
                 : serve_model_template(models[i], &why) ? ", chat" : ", no chat template",
                 mono() - t0);
+        const serve_spec *sp = serve_model_spec(models[i]);
+        if (sp)
+            fprintf(stderr, "memra-serve: %s speculates (%s, K = %d) while at most %d requests "
+                    "decode\n", a.aliases[i], serve_spec_describe(sp), serve_spec_k(sp),
+                    serve_spec_max_batch(sp));
     }
     serve_set_models(srv, models, a.n_models);
     serve_set_ready(srv);
@@ -475,6 +539,7 @@ int main(int argc, char **argv)
     free(a.aliases);
     free(a.paths);
     free(a.tasks);
+    free(a.specs);
     free(a.host);
     return 0;
 }

@@ -58,12 +58,8 @@ int spec_check_vocab(const tokenizer *target, const tokenizer *draft, const char
 
 /* The penalties read the history of accepted tokens, which a rejected
  * draft would have to take back out of the sampler: not supported. */
-static int check_params(const spec_params *p, memra_err *err)
+int spec_sampling_check(const sampler_params *s, memra_err *err)
 {
-    if (p->k < 1 || p->k > SPEC_K_MAX)
-        return memra_fail(err, "speculative decoding: K = %d draft tokens per round is outside "
-                          "1..%d", p->k, SPEC_K_MAX);
-    const sampler_params *s = &p->sampling;
     if (s->penalty_last_n != 0 &&
         (s->repetition_penalty != 1.0 || s->presence_penalty != 0.0 ||
          s->frequency_penalty != 0.0))
@@ -71,6 +67,14 @@ static int check_params(const spec_params *p, memra_err *err)
                           "and frequency penalties (they depend on the history a rejected "
                           "draft takes back)");
     return 0;
+}
+
+static int check_params(const spec_params *p, memra_err *err)
+{
+    if (p->k < 1 || p->k > SPEC_K_MAX)
+        return memra_fail(err, "speculative decoding: K = %d draft tokens per round is outside "
+                          "1..%d", p->k, SPEC_K_MAX);
+    return spec_sampling_check(&p->sampling, err);
 }
 
 /* The model's distribution of one row of logits (modified in place). */
@@ -113,6 +117,52 @@ static void emit(spec_run *r, int32_t id)
     }
 }
 
+int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const int32_t *ctx,
+               int64_t n, int k, spec_rng *rng, spec_scratch *scratch, float *logits,
+               spec_round_result *out, memra_err *err)
+{
+    size_t vocab = (size_t)engine_config(e)->n_vocab;
+    int64_t pos = engine_seq_pos(seq);
+    MEMRA_ASSERT(pos == n - 1 && k >= 0 && k <= SPEC_K_MAX);
+    memset(out, 0, sizeof *out);
+    spec_draft draft;
+    draft.n = 0;
+    if (k > 0 && d->propose(d, ctx, n, k, rng, &draft, err) != 0)
+        return -1;
+    MEMRA_ASSERT(draft.n >= 0 && draft.n <= k);
+    int32_t rows[SPEC_K_MAX + 1];
+    rows[0] = ctx[n - 1];
+    memcpy(rows + 1, draft.tokens, (size_t)draft.n * sizeof *rows);
+    if (engine_forward(e, seq, rows, draft.n + 1, logits, 1, err) != 0)
+        return -1;
+    /* Row i is the model's distribution after draft token i: verify
+     * draft i + 1 against it, stopping at the first rejection. */
+    spec_dist dist;
+    int32_t tok, a = 0;
+    for (int32_t i = 0; i <= draft.n; i++) {
+        if (row_dist(s, logits + (size_t)i * vocab, &dist, err) != 0) {
+            engine_seq_truncate(seq, pos); /* as before the round */
+            return -1;
+        }
+        if (i == draft.n) {
+            out->tokens[out->n++] = spec_draw(&dist, rng); /* every draft accepted: a bonus */
+            break;
+        }
+        if (spec_verify_token(&dist, &draft.q[i], draft.tokens[i], rng, scratch, &tok)) {
+            out->tokens[out->n++] = draft.tokens[i];
+            a++;
+            continue;
+        }
+        out->tokens[out->n++] = tok;
+        break;
+    }
+    /* Keep the newest token's row and the accepted drafts' rows. */
+    engine_seq_truncate(seq, pos + 1 + a);
+    out->drafted = draft.n;
+    out->accepted = a;
+    return 0;
+}
+
 int spec_generate(engine *e, const tokenizer *t, spec_drafter *d, const int32_t *prompt,
                   size_t n_prompt, const spec_params *p, spec_result *out, memra_err *err)
 {
@@ -141,9 +191,7 @@ int spec_generate(engine *e, const tokenizer *t, spec_drafter *d, const int32_t 
     spec_rng rng = {p->sampling.seed, 0};
     spec_scratch scratch = {0};
     engine_seq *seq = NULL;
-    spec_draft draft;
     spec_dist dist;
-    int32_t tok;
 
     /* The prompt, on the model and in the drafter, then the first token. */
     double t0 = now_ms();
@@ -173,43 +221,16 @@ int spec_generate(engine *e, const tokenizer *t, spec_drafter *d, const int32_t 
             k = left - 1;
         if (k > n_ctx - pos - 1)
             k = n_ctx - pos - 1;
-        draft.n = 0;
-        if (k > 0 && (rc = d->propose(d, r.ctx, r.n, (int)k, &rng, &draft, err)) != 0)
+        spec_round_result rr;
+        if ((rc = spec_round(e, seq, s, d, r.ctx, r.n, (int)k, &rng, &scratch, logits, &rr,
+                             err)) != 0)
             break;
-        MEMRA_ASSERT(draft.n >= 0 && draft.n <= k);
-        int32_t rows[SPEC_K_MAX + 1];
-        rows[0] = r.ctx[r.n - 1];
-        memcpy(rows + 1, draft.tokens, (size_t)draft.n * sizeof *rows);
-        if ((rc = engine_forward(e, seq, rows, draft.n + 1, logits, 1, err)) != 0)
-            break;
-        /* Row i is the model's distribution after draft token i: verify
-         * draft i + 1 against it, stopping at the first rejection. */
-        int32_t emitted[SPEC_K_MAX + 1], n_emit = 0, a = 0;
-        for (int32_t i = 0; i <= draft.n; i++) {
-            if ((rc = row_dist(s, logits + (size_t)i * vocab, &dist, err)) != 0)
-                break;
-            if (i == draft.n) {
-                emitted[n_emit++] = spec_draw(&dist, &rng); /* every draft accepted: a bonus */
-                break;
-            }
-            if (spec_verify_token(&dist, &draft.q[i], draft.tokens[i], &rng, &scratch, &tok)) {
-                emitted[n_emit++] = draft.tokens[i];
-                a++;
-                continue;
-            }
-            emitted[n_emit++] = tok;
-            break;
-        }
-        if (rc != 0)
-            break;
-        /* Keep the newest token's row and the accepted drafts' rows. */
-        engine_seq_truncate(seq, pos + 1 + a);
         out->rounds++;
-        out->drafted += (uint64_t)draft.n;
-        out->accepted += (uint64_t)a;
-        out->accepted_hist[a]++;
-        for (int32_t i = 0; i < n_emit; i++)
-            emit(&r, emitted[i]);
+        out->drafted += (uint64_t)rr.drafted;
+        out->accepted += (uint64_t)rr.accepted;
+        out->accepted_hist[rr.accepted]++;
+        for (int32_t i = 0; i < rr.n; i++)
+            emit(&r, rr.tokens[i]);
     }
     out->decode_ms = now_ms() - t1;
     if (seq)

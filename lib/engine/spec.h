@@ -175,6 +175,31 @@ typedef struct {
 
 void spec_params_default(spec_params *p);
 
+/* Whether sampling with s can be verified exactly: 0, or -1 naming what
+ * cannot (the penalties). */
+int spec_sampling_check(const sampler_params *s, memra_err *err);
+
+/* What one round emitted: the accepted drafts, then the model's own token
+ * (the replacement of the first rejected draft, or the bonus). */
+typedef struct {
+    int32_t tokens[SPEC_K_MAX + 1];
+    int32_t n;
+    int32_t drafted, accepted;
+} spec_round_result;
+
+/* One round on seq, whose KV holds ctx[0, n - 1): ctx[n - 1], the newest
+ * token, is not run yet and runs first. At most k draft tokens (0..K_MAX;
+ * the caller cuts k to what its limits leave: the round writes up to
+ * k + 1 rows of KV and emits up to k + 1 tokens; 0 is a plain decode
+ * step). s is the model's sampler (p is its sampler_probs), rng the
+ * request's stream, logits scratch of (SPEC_K_MAX + 1) x n_vocab floats.
+ * Afterwards the KV holds ctx[0, n) and the accepted drafts, and the last
+ * emitted token is the newest, not run. spec_generate is this in a loop;
+ * the server runs it one round per tick. */
+int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const int32_t *ctx,
+               int64_t n, int k, spec_rng *rng, spec_scratch *scratch, float *logits,
+               spec_round_result *out, memra_err *err);
+
 /* Generate from prompt with drafter d, stopping as generate() does (an
  * end-of-generation id of t unless ignore_eos, n_predict, the context's
  * end); t may be NULL (no stop ids). The tokens are generate()'s for a

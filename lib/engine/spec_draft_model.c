@@ -15,7 +15,10 @@
  * of a small drafter (memra-tiny-draft: 524,288 of its 967,936
  * parameters), so the step reads n_trim / n_vocab of it. Everything else
  * is the untrimmed path: the other ids get -inf and the same sampler
- * picks from what is left. */
+ * picks from what is left.
+ *
+ * Several drafters may share one draft engine (each with a sequence of
+ * its own), as long as their calls do not overlap. */
 #include "engine/spec.h"
 
 #include <math.h>
@@ -59,6 +62,11 @@ static void keep_last_hidden(void *ctx, int index, const bk_batch *rows, int64_t
  * logits in dm->logits with every id it may not propose at -inf. */
 static int run(draft_model *dm, const int32_t *tokens, int n, memra_err *err)
 {
+    /* The hook is the engine's, one at a time: drafters sharing a draft
+     * engine (the server's, one per slot) each point it at themselves
+     * before their forward. */
+    if (dm->head)
+        engine_set_final_hidden_hook(dm->e, keep_last_hidden, dm);
     if (engine_forward(dm->e, dm->s, tokens, n, dm->head ? NULL : dm->logits, 0, err) != 0)
         return memra_wrap(err, "draft model");
     memcpy(dm->kv + dm->n_kv, tokens, (size_t)n * sizeof *tokens);

@@ -15,6 +15,7 @@
 #include "model/chat_source.h"
 #include "model/config.h"
 #include "serve/serve_rerank.h"
+#include "serve/serve_spec.h"
 #include "grammar/gram_maskpool.h"
 #include "tok/detok.h"
 
@@ -34,6 +35,8 @@ typedef struct {
     char ltail[48];   /* the last bytes generated, where the trigger is looked for */
     size_t n_ltail;
     int host_pending;
+    serve_spec_slot *spec; /* the request speculates when few slots decode; NULL: never */
+    int spec_pending;      /* a round is due this tick (host_in its newest token) */
     engine_seq *seq;
     sampler *smp;
     detok *dt;
@@ -80,6 +83,7 @@ struct serve_model {
     int pooling;      /* embed: MODEL_POOL_LAST, MEAN or CLS */
     int64_t dim;
     serve_rerank_tmpl rr; /* rerank: the prompt's fixed ids, yes and no */
+    serve_spec *spec;     /* the drafter (opts.spec), or NULL */
 
     pthread_t thread;
     int thread_started;
@@ -95,6 +99,7 @@ struct serve_model {
     kv_prefix_stats prefix_stats; /* the engine's, as of the last tick */
     serve_histo ttft, itl;
     uint64_t work_ok, work_error, work_cancelled, work_inputs;
+    uint64_t spec_drafted, spec_accepted;
 
     serve_slot *slots; /* [max_sessions], engine thread only */
     /* decode_step scratch */
@@ -134,6 +139,8 @@ static void slot_release(serve_model *m, serve_slot *s)
     s->req = NULL;
     s->has_logits = 0;
     s->host_pending = 0;
+    s->spec = NULL;
+    s->spec_pending = 0;
     pthread_mutex_lock(&m->mu);
     m->n_running--;
     pthread_mutex_unlock(&m->mu);
@@ -177,6 +184,7 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r, int choice)
     memra_err err;
     s->req = r;
     s->choice = choice;
+    s->spec = NULL;
     s->prompt = r->prompt;
     s->n_prompt = r->n_prompt;
     s->n_prefilled = s->n_generated = s->n_adopted = 0;
@@ -230,6 +238,8 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r, int choice)
         if (choice == 0)
             serve_req_set_cached(r, (size_t)got);
     }
+    if (m->spec && serve_spec_eligible(r) && (int64_t)r->n_prompt < m->n_ctx)
+        s->spec = serve_spec_slot_start(m->spec, (int)(s - m->slots), r);
 }
 
 /* The log-probabilities OpenAI reports: the model's own distribution,
@@ -479,6 +489,17 @@ static void track_reasoning(serve_model *m, serve_slot *s, int32_t id)
     }
 }
 
+/* The position the slot's newest token takes: the tokens before it are
+ * in its KV after a plain step. A speculation round's KV holds its
+ * accepted drafts before they are emitted one by one, so a speculating
+ * slot counts them: the prompt and the tokens emitted but the newest. */
+static int64_t slot_pos(const serve_slot *s)
+{
+    if (s->spec)
+        return (int64_t)(s->n_prompt + s->n_generated) - 1;
+    return engine_seq_pos(s->seq);
+}
+
 /* Take the token the engine sampled for a slot; returns 1 when the request goes
  * on (its token is in *next), 0 when it ended here. */
 static int slot_sample(serve_model *m, serve_slot *s, double now, int32_t *next)
@@ -492,6 +513,8 @@ static int slot_sample(serve_model *m, serve_slot *s, double now, int32_t *next)
         return 0;
     }
     s->n_generated++;
+    if (s->spec)
+        serve_spec_slot_push(s->spec, id);
     pthread_mutex_lock(&m->mu);
     m->generated_tokens++;
     if (s->n_generated == 1)
@@ -530,8 +553,7 @@ static int slot_sample(serve_model *m, serve_slot *s, double now, int32_t *next)
                            s->lp_bytes.data);
             slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
             return 0;
-        } else if (engine_seq_pos(s->seq) >= m->n_ctx ||
-                   (int64_t)s->n_generated >= r->max_tokens)
+        } else if (slot_pos(s) >= m->n_ctx || (int64_t)s->n_generated >= r->max_tokens)
             fin = SERVE_FINISH_LENGTH;
     }
     if (fin != SERVE_FINISH_NONE && st != 1)
@@ -768,6 +790,38 @@ static void work_step(serve_model *m, serve_slot *s)
         work_input_done(m, s);
 }
 
+/* One speculation round for a slot whose newest token (emitted already,
+ * the last of its spec context) has not run. Its tokens go out through slot_sample, the path a
+ * sampled token takes, all but the last now; the last waits for the next
+ * tick as a sampled token does, and that tick decides whether the slot
+ * speculates again or joins the batch. A stop (an end-of-generation id,
+ * a stop string) among them ends the slot there, and the tokens after it
+ * go with its KV; max_tokens and the context are never passed
+ * (serve_spec_round cuts K). */
+static void slot_spec_round(serve_model *m, serve_slot *s)
+{
+    memra_err err;
+    spec_round_result rr;
+    int64_t left = (int64_t)s->req->max_tokens - (int64_t)s->n_generated;
+    if (serve_spec_round(s->spec, s->seq, s->smp, left, &rr, &err) != 0) {
+        slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
+        return;
+    }
+    pthread_mutex_lock(&m->mu);
+    m->spec_drafted += (uint64_t)rr.drafted;
+    m->spec_accepted += (uint64_t)rr.accepted;
+    pthread_mutex_unlock(&m->mu);
+    double now = serve_now();
+    int32_t id;
+    for (int32_t i = 0; i + 1 < rr.n; i++) {
+        s->next = rr.tokens[i];
+        if (!slot_sample(m, s, now, &id))
+            return;
+    }
+    s->next = rr.tokens[rr.n - 1];
+    s->has_logits = 1;
+}
+
 static void tick(serve_model *m)
 {
     double now = serve_now();
@@ -833,8 +887,13 @@ static void tick(serve_model *m)
     }
     /* 3. sample, 4. one decode step for those that go on: the batch
      * (grammar slots too, each under its grammar's mask), and beside it
-     * the slots on the host path (logprobs), one by one */
-    int n = 0, n_host = 0;
+     * the slots on the host path (logprobs), one by one, and the
+     * speculating slots' rounds, one by one, when few enough slots decode
+     * this tick (spec.max_batch) that a round beside the batch pays */
+    int n = 0, n_host = 0, n_spec = 0, n_decoding = 0;
+    for (int i = 0; m->spec && i < m->max_sessions; i++)
+        n_decoding += m->slots[i].req && m->slots[i].has_logits;
+    int speculate = m->spec && n_decoding <= serve_spec_max_batch(m->spec);
     now = serve_now();
     for (int i = 0; i < m->max_sessions; i++) {
         serve_slot *s = &m->slots[i];
@@ -847,7 +906,10 @@ static void tick(serve_model *m)
             s->host_in = id;
             s->host_pending = 1;
             n_host++;
-            } else {
+        } else if (speculate && s->spec) {
+            s->spec_pending = 1;
+            n_spec++;
+        } else {
             m->ids[n] = id;
             m->batch[n++] = s;
         }
@@ -886,6 +948,14 @@ static void tick(serve_model *m)
             slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
         else
             s->has_logits = 1;
+    }
+    for (int i = 0; n_spec > 0 && i < m->max_sessions; i++) {
+        serve_slot *s = &m->slots[i];
+        if (!s->spec_pending)
+            continue;
+        s->spec_pending = 0;
+        if (s->req)
+            slot_spec_round(m, s);
     }
     /* bookkeeping: KV blocks in use, keep-alives for streams still queued */
     int64_t used = engine_kv_blocks_held(m->eng); /* a shared block counts once */
@@ -1168,6 +1238,18 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
         m->n_tok = m->n_vocab;
     if (resolve_task(m, o, err) != 0)
         goto fail;
+    if (serve_spec_wanted(&o->spec)) {
+        if (m->task != SERVE_TASK_CHAT) {
+            memra_fail(err, "%s: --draft/--ngram: speculative decoding is for chat models, and "
+                            "this one is served for %s", o->alias, serve_task_name(m->task));
+            goto fail;
+        }
+        if (serve_spec_new(&o->spec, m->eng, m->tok, m->n_tok, &eo, m->max_sessions, &m->spec,
+                           err) != 0) {
+            memra_wrap(err, "%s", o->alias);
+            goto fail;
+        }
+    }
 
     char *src = NULL;
     memra_err terr;
@@ -1261,6 +1343,7 @@ void serve_model_free(serve_model *m)
     gram_vocab_free(m->gvocab);
     free(m->gmask);
     free(m->raw);
+    serve_spec_free(m->spec); /* the draft engine: its own, beside the model's */
     if (m->eng)
         engine_free(m->eng);
     if (m->tmpl)
@@ -1293,6 +1376,7 @@ int serve_model_reasoning(const serve_model *m, const char **open, const char **
 
 const char *serve_model_alias(const serve_model *m) { return m->alias; }
 serve_task serve_model_task(const serve_model *m) { return m->task; }
+const serve_spec *serve_model_spec(const serve_model *m) { return m->spec; }
 int serve_model_pooling(const serve_model *m) { return m->pooling; }
 int64_t serve_model_dim(const serve_model *m) { return m->dim; }
 
@@ -1381,5 +1465,8 @@ void serve_model_get_stats(serve_model *m, serve_model_stats *s)
     s->work_error = m->work_error;
     s->work_cancelled = m->work_cancelled;
     s->work_inputs = m->work_inputs;
+    s->speculates = m->spec != NULL;
+    s->spec_drafted = m->spec_drafted;
+    s->spec_accepted = m->spec_accepted;
     pthread_mutex_unlock(&m->mu);
 }

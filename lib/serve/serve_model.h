@@ -28,7 +28,18 @@
  * asking for log-probabilities takes the host path: its row's logits come
  * back (n_vocab floats a step) and the host samples them, which picks the
  * same token the device would (the sampler's contract); it decodes alone,
- * beside the batch, so requests without logprobs keep theirs. */
+ * beside the batch, so requests without logprobs keep theirs.
+ *
+ * Speculative decoding (serve_spec.h, opts.spec). A model served with a
+ * drafter runs the slots it can speculate exactly (serve_spec_eligible)
+ * on the host path too, one round each per tick (spec_round: up to K
+ * drafts verified in one forward of K+1 rows), while at most
+ * spec.max_batch slots decode that tick; above that they join the
+ * batch. A round's tokens go out one by one through slot_sample, the
+ * path every token takes, the last one at the next tick as a sampled
+ * token would: so a greedy request's bytes, finish and usage are the same
+ * with speculation on or off, and a slot moves between the batch and its
+ * rounds between ticks. */
 /* Embeddings and reranking. A model is served for one task: chat (the
  * generation endpoints), embed (/v1/embeddings) or rerank (/v1/rerank),
  * given with the alias (--task) or read from the checkpoint's pooling
@@ -65,6 +76,18 @@ const char *serve_task_name(serve_task t);
 /* The task of that name, or -1. */
 int serve_task_parse(const char *name);
 
+/* Speculative decoding for a chat model (serve_spec.h does it). */
+typedef struct {
+    const char *draft; /* a draft model of the model's vocabulary, or NULL */
+    const char *trim;  /* a rank file for the draft's head (only with draft), or NULL */
+    int ngram;         /* n-gram / prompt-lookup drafting (not with draft) */
+    int k;             /* draft tokens per round, 1..8; 0: SERVE_SPEC_K_DEFAULT */
+    int max_batch;     /* speculate while at most this many slots decode; <= 0: the
+                          backend's default (serve_spec_default_max_batch) */
+} serve_spec_opts;
+
+typedef struct serve_spec serve_spec;
+
 typedef struct {
     const char *alias;
     const char *path;          /* GGUF, HF dir or hf:owner/repo[:file] */
@@ -81,6 +104,7 @@ typedef struct {
     int prefix_cache;          /* share prompts' KV blocks across requests (per tenant) */
     int cache_blocks;          /* idle cached blocks kept; <= 0: as many as the pool holds */
     serve_task task;           /* SERVE_TASK_AUTO: as the checkpoint's pooling says */
+    serve_spec_opts spec;      /* speculative decoding (chat models only): a drafter, or none */
 } serve_model_opts;
 
 typedef struct {
@@ -93,6 +117,10 @@ typedef struct {
     serve_histo ttft, itl;
     /* embeddings and rerank requests ended, by how, and their inputs done */
     uint64_t work_ok, work_error, work_cancelled, work_inputs;
+    /* speculative decoding: whether the model has a drafter, the draft
+     * tokens verified and, of them, accepted */
+    int speculates;
+    uint64_t spec_drafted, spec_accepted;
 } serve_model_stats;
 
 typedef struct serve_model serve_model;
@@ -121,6 +149,9 @@ int serve_model_reasoning(const serve_model *m, const char **open, const char **
 /* BOS / EOS token text for the template (NULL when the tokenizer has none). */
 const char *serve_model_bos_text(const serve_model *m);
 const char *serve_model_eos_text(const serve_model *m);
+
+/* Its speculation (opts.spec), or NULL when it has no drafter. */
+const serve_spec *serve_model_spec(const serve_model *m);
 
 /* The task it is served for (never SERVE_TASK_AUTO). */
 serve_task serve_model_task(const serve_model *m);

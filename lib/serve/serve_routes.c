@@ -281,6 +281,25 @@ void serve_route_metrics(serve_server *s, strbuf *out)
         sb_printf(out, "\",task=\"%s\"} %llu\n", serve_task_name(serve_model_task(s->models[i])),
                   (unsigned long long)st[i].work_inputs);
     }
+    static const struct {
+        const char *name, *help;
+    } spec[] = {
+        {"memra_spec_drafted_tokens_total",
+         "Draft tokens proposed and verified by speculative decoding (models with a drafter)."},
+        {"memra_spec_accepted_tokens_total",
+         "Of the draft tokens verified, those the model accepted."},
+    };
+    for (int f = 0; f < 2; f++) {
+        serve_prom_family(out, spec[f].name, "counter", spec[f].help);
+        for (int i = 0; i < n; i++) {
+            if (!st[i].speculates)
+                continue;
+            sb_printf(out, "%s{model=\"", spec[f].name);
+            serve_prom_label(out, serve_model_alias(s->models[i]));
+            sb_printf(out, "\"} %llu\n",
+                      (unsigned long long)(f ? st[i].spec_accepted : st[i].spec_drafted));
+        }
+    }
     serve_prom_family(out, "memra_time_to_first_token_seconds", "histogram",
                       "From the request's arrival to its first generated token.");
     for (int i = 0; i < n; i++)

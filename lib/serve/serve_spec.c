@@ -1,0 +1,214 @@
+/* The model's speculation (serve_spec.h): the drafter's engine, one
+ * drafter per slot, and each speculating slot's context and stream. */
+#include "serve/serve_spec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "format/ranks.h"
+#include "model/checkpoint.h"
+
+struct serve_spec_slot {
+    spec_drafter *d;
+    int32_t *ctx;       /* the prompt and every token emitted, [n_ctx + 1] */
+    int64_t n;
+    int begun;          /* the drafter has had begin() for this request */
+    sampler_params sp;  /* the request's (its bias points into the request) */
+    spec_rng rng;
+    serve_spec *owner;
+};
+
+struct serve_spec {
+    int k, max_batch;
+    engine *target;
+    int64_t n_ctx;
+    checkpoint dck;     /* the draft model's, open while its engine lives */
+    int dck_open;
+    engine *draft;      /* NULL: n-gram */
+    serve_spec_slot *slots;
+    int n_slots;
+    float *logits;      /* [(SPEC_K_MAX + 1) * n_vocab]: rounds run one at a time */
+    spec_scratch scratch;
+    char describe[512];
+};
+
+int serve_spec_wanted(const serve_spec_opts *o) { return o->draft != NULL || o->ngram; }
+
+/* A round replaces a batched decode step by a forward of K+1 rows of one
+ * sequence, run beside the batch: it pays while the batch is small enough
+ * that its step is bound by reading the weights (a lone row costs what a
+ * few do). Neither figure is measured yet (docs/FLAGS.md): on the CPU a
+ * forward's cost grows with its rows sooner than on a GPU, hence 2 there
+ * against 4 on CUDA. */
+int serve_spec_default_max_batch(backend_kind b) { return b == BK_CUDA ? 4 : 2; }
+
+int serve_spec_k(const serve_spec *sp) { return sp->k; }
+int serve_spec_max_batch(const serve_spec *sp) { return sp->max_batch; }
+const char *serve_spec_describe(const serve_spec *sp) { return sp->describe; }
+
+int serve_spec_eligible(const serve_req *r)
+{
+    memra_err err;
+    return !r->work && r->n_choices == 1 && !r->logprobs && !r->grammar && !r->lazy_grammar &&
+           spec_sampling_check(&r->sampling, &err) == 0;
+}
+
+/* The draft model: same vocabulary (spec_check_vocab), its own engine of
+ * one sequence per slot, and one drafter per slot on it. */
+static int load_draft(serve_spec *sp, const serve_spec_opts *o, const tokenizer *tok,
+                      int32_t n_allowed, const engine_opts *eo, memra_err *err)
+{
+    if (checkpoint_open(o->draft, &sp->dck, err) != 0)
+        return memra_wrap(err, "--draft");
+    sp->dck_open = 1;
+    if (sp->dck.vocab_only)
+        return memra_fail(err, "--draft %s: a vocab-only GGUF has no weights to draft with",
+                          o->draft);
+    tokenizer *dt;
+    if (checkpoint_load_tokenizer(&sp->dck, &dt, err) != 0)
+        return memra_wrap(err, "--draft %s", o->draft);
+    int rc = spec_check_vocab(tok, dt, o->draft, err);
+    tok_free(dt);
+    if (rc != 0)
+        return memra_wrap(err, "--draft");
+    engine_opts deo = *eo;
+    deo.n_ctx = sp->n_ctx;
+    deo.n_seqs = sp->n_slots;
+    deo.prefix_cache = 0;
+    if (engine_load(&sp->dck, &deo, &sp->draft, err) != 0)
+        return memra_wrap(err, "--draft %s", o->draft);
+    int32_t *d2t = NULL, n_trim = 0;
+    if (o->trim) {
+        int32_t nv;
+        if (ranks_read(o->trim, &d2t, &n_trim, &nv, err) != 0)
+            return memra_wrap(err, "--trim");
+        int64_t want = engine_config(sp->target)->n_vocab;
+        if (nv != want) {
+            free(d2t);
+            return memra_fail(err, "--trim %s: the ranks were counted over a vocabulary of %d "
+                              "ids; the model has %lld", o->trim, (int)nv, (long long)want);
+        }
+    }
+    for (int i = 0; i < sp->n_slots && rc == 0; i++)
+        if ((rc = spec_drafter_model_new(sp->draft, n_allowed, d2t, n_trim, &sp->slots[i].d,
+                                         err)) != 0)
+            memra_wrap(err, "%s %s", o->trim ? "--trim" : "--draft", o->trim ? o->trim : o->draft);
+    free(d2t);
+    return rc;
+}
+
+int serve_spec_new(const serve_spec_opts *o, engine *target, const tokenizer *tok,
+                   int32_t n_allowed, const engine_opts *eo, int n_slots, serve_spec **out,
+                   memra_err *err)
+{
+    *out = NULL;
+    if (o->draft && o->ngram)
+        return memra_fail(err, "--draft and --ngram: give one drafter per model");
+    if (o->trim && !o->draft)
+        return memra_fail(err, "--trim %s goes with --draft (the n-gram drafter has no head "
+                          "to trim)", o->trim);
+    if (!serve_spec_wanted(o))
+        return memra_fail(err, "speculation without a drafter (--draft or --ngram)");
+    int k = o->k > 0 ? o->k : SERVE_SPEC_K_DEFAULT;
+    if (k > SPEC_K_MAX)
+        return memra_fail(err, "--spec-k %d: draft tokens per round go from 1 to %d", k,
+                          SPEC_K_MAX);
+    serve_spec *sp = xcalloc(1, sizeof *sp);
+    sp->k = k;
+    sp->max_batch = o->max_batch > 0 ? o->max_batch : serve_spec_default_max_batch(eo->backend);
+    sp->target = target;
+    sp->n_ctx = engine_n_ctx(target);
+    sp->n_slots = n_slots;
+    sp->slots = xcalloc((size_t)n_slots, sizeof *sp->slots);
+    for (int i = 0; i < n_slots; i++) {
+        sp->slots[i].ctx = xmalloc(((size_t)sp->n_ctx + 1) * sizeof *sp->slots[i].ctx);
+        sp->slots[i].owner = sp;
+    }
+    sp->logits = xmalloc((size_t)(SPEC_K_MAX + 1) * (size_t)engine_config(target)->n_vocab *
+                         sizeof *sp->logits);
+    int rc = 0;
+    if (o->draft) {
+        rc = load_draft(sp, o, tok, n_allowed, eo, err);
+        if (o->trim)
+            snprintf(sp->describe, sizeof sp->describe, "draft %s, trim %s", o->draft, o->trim);
+        else
+            snprintf(sp->describe, sizeof sp->describe, "draft %s", o->draft);
+    } else {
+        /* the context's last 3 tokens, else 2, else 1 (memra-spec's) */
+        for (int i = 0; i < n_slots && rc == 0; i++)
+            rc = spec_drafter_ngram_new(1, 3, &sp->slots[i].d, err);
+        snprintf(sp->describe, sizeof sp->describe, "ngram");
+    }
+    if (rc != 0) {
+        serve_spec_free(sp);
+        return -1;
+    }
+    *out = sp;
+    return 0;
+}
+
+void serve_spec_free(serve_spec *sp)
+{
+    if (!sp)
+        return;
+    for (int i = 0; i < sp->n_slots; i++) {
+        spec_drafter_free(sp->slots[i].d); /* its draft sequence, before the engine */
+        free(sp->slots[i].ctx);
+    }
+    free(sp->slots);
+    if (sp->draft)
+        engine_free(sp->draft);
+    if (sp->dck_open)
+        checkpoint_close(&sp->dck);
+    spec_scratch_free(&sp->scratch);
+    free(sp->logits);
+    free(sp);
+}
+
+serve_spec_slot *serve_spec_slot_start(serve_spec *sp, int i, const serve_req *r)
+{
+    serve_spec_slot *ss = &sp->slots[i];
+    MEMRA_ASSERT(r->n_prompt <= (size_t)sp->n_ctx);
+    memcpy(ss->ctx, r->prompt, r->n_prompt * sizeof *ss->ctx);
+    ss->n = (int64_t)r->n_prompt;
+    ss->begun = 0;
+    ss->sp = r->sampling;
+    /* the request's own stream: a seeded request speculates reproducibly */
+    ss->rng = (spec_rng){r->sampling.seed, 0};
+    return ss;
+}
+
+void serve_spec_slot_push(serve_spec_slot *ss, int32_t id)
+{
+    MEMRA_ASSERT(ss->n <= ss->owner->n_ctx);
+    ss->ctx[ss->n++] = id;
+}
+
+int serve_spec_round(serve_spec_slot *ss, engine_seq *seq, sampler *smp, int64_t left,
+                     spec_round_result *out, memra_err *err)
+{
+    serve_spec *sp = ss->owner;
+    /* The round writes rows at positions n - 1 .. n - 1 + k and emits up
+     * to k + 1 tokens: k is cut to what max_tokens and the context leave,
+     * as spec_generate cuts it. */
+    int64_t k = sp->k, pos = ss->n - 1;
+    if (k > left - 1)
+        k = left - 1;
+    if (k > sp->n_ctx - pos - 1)
+        k = sp->n_ctx - pos - 1;
+    if (k < 0)
+        k = 0;
+    /* The drafter starts at the slot's first round, from the context as
+     * it is then (a draft model prefills it there); a slot that decoded
+     * plainly for a while is caught up by propose (spec_draft_model.c
+     * runs what its sequence lacks in one forward). */
+    if (k > 0 && !ss->begun) {
+        if (ss->d->begin(ss->d, ss->ctx, ss->n, &ss->sp, err) != 0)
+            return -1;
+        ss->begun = 1;
+    }
+    return spec_round(sp->target, seq, smp, ss->d, ss->ctx, ss->n, (int)k, &ss->rng,
+                      &sp->scratch, sp->logits, out, err);
+}

@@ -1,0 +1,75 @@
+/* Speculative decoding in the server (docs/SERVING.md, "Speculative
+ * decoding"): a chat model served with a drafter (--draft DRAFT [--trim
+ * RANKS], or --ngram) decodes a request by rounds of lib/engine/spec.h
+ * (spec_round: up to K drafts, one forward of K+1 rows, verification,
+ * rollback) instead of one token per step, while few enough slots decode
+ * that a round pays.
+ *
+ * This file holds the model's speculation: the drafter's engine (a draft
+ * model, loaded beside the model with one sequence per slot), one drafter
+ * per slot, and each speculating slot's state (the context the drafter
+ * reads, the request's random stream). The scheduling (which slot
+ * speculates this tick, and emitting a round's tokens through the same
+ * path plain decoding takes) is serve_model.c's. Engine thread only. */
+#ifndef MEMRA_SERVE_SERVE_SPEC_H
+#define MEMRA_SERVE_SERVE_SPEC_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/err.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "engine/spec.h"
+#include "serve/serve_model.h"
+#include "serve/serve_req.h"
+#include "tok/tokenizer.h"
+
+/* Draft tokens per round by default. */
+#define SERVE_SPEC_K_DEFAULT 4
+
+typedef struct serve_spec_slot serve_spec_slot;
+
+/* Whether o asks for speculation at all (a drafter is given). */
+int serve_spec_wanted(const serve_spec_opts *o);
+
+/* The decode-batch size up to which a backend speculates by default. */
+int serve_spec_default_max_batch(backend_kind b);
+
+/* The model's speculation for target (its tokenizer tok, ids [0,
+ * n_allowed) writable), n_slots slots. A draft model is loaded with eo
+ * (the model's engine options; one sequence per slot, no prefix cache) and
+ * must have the model's vocabulary; a rank file must be counted over the
+ * model's. Errors name the file at fault. */
+int serve_spec_new(const serve_spec_opts *o, engine *target, const tokenizer *tok,
+                   int32_t n_allowed, const engine_opts *eo, int n_slots, serve_spec **out,
+                   memra_err *err);
+void serve_spec_free(serve_spec *sp);
+
+int serve_spec_k(const serve_spec *sp);
+int serve_spec_max_batch(const serve_spec *sp);
+/* "draft PATH", "draft PATH, trim RANKS" or "ngram": for the startup line. */
+const char *serve_spec_describe(const serve_spec *sp);
+
+/* Whether request r can be speculated exactly. Not: log-probabilities
+ * (a round's rows would each need theirs), a grammar or a lazy one (its
+ * mask changes with every accepted token), several choices, penalties
+ * (spec_sampling_check). Those decode plainly. */
+int serve_spec_eligible(const serve_req *r);
+
+/* Slot i starts request r (choice 0, eligible): its state, whose context
+ * is the prompt so far. */
+serve_spec_slot *serve_spec_slot_start(serve_spec *sp, int i, const serve_req *r);
+/* A token the slot emitted joins the context the drafter reads. */
+void serve_spec_slot_push(serve_spec_slot *ss, int32_t id);
+
+/* One round for the slot, whose sequence seq holds its context but the
+ * newest token (which runs first), sampled by smp (the slot's sampler).
+ * left: the tokens the request may still emit (>= 1); the round drafts at
+ * most min(K, left - 1) and what the context leaves, so it never emits
+ * past max_tokens or the context. The emitted tokens are in out; the slot
+ * emits them itself (and pushes each it keeps). */
+int serve_spec_round(serve_spec_slot *ss, engine_seq *seq, sampler *smp, int64_t left,
+                     spec_round_result *out, memra_err *err);
+
+#endif

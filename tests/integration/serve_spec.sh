@@ -1,0 +1,149 @@
+# memra-serve's speculative decoding: a greedy request gives the same bytes
+# (content, finish reason, usage; blocking and streamed; chat and
+# completions) with a draft model, a trimmed one, the n-gram drafter and
+# without speculation, alone and five at once (so slots move between the batch
+# and their rounds), including a stop string and max_tokens that land
+# inside a round; drafts are counted and accepted; a sampled request
+# completes and a seeded one repeats; requests speculation cannot serve
+# exactly (logprobs) still match; the context's end inside a round gives the
+# same bytes; bad flags are one-line errors.
+source tests/integration/serve_common.bash
+TINY=models/memra-tiny.gguf
+DRAFT=models/memra-tiny-draft.gguf
+
+start_server plain -m "chat=$TINY" -t 2
+PLAIN=$URL PIDS=("$PID")
+start_server draft -m "chat=$TINY" --draft "$DRAFT" -t 2
+DRAFTED=$URL PIDS+=("$PID")
+start_server ngram -m "chat=$TINY" --ngram --spec-k 8 --spec-max-batch 8 -t 2
+NGRAM=$URL PIDS+=("$PID")
+# a trimmed draft head (512 ids; its drafters share the draft engine's hook)
+memra-trim-ranks "$TINY" "$T/ranks.gguf" --top 512 --n-gen 16 -t 2 >/dev/null 2>"$T/trim.err" ||
+  fail "memra-trim-ranks writes a rank file" "$(cat "$T/trim.err")"
+start_server trim -m "chat=$TINY" --draft "$DRAFT" --trim "$T/ranks.gguf" -t 2
+TRIM=$URL PIDS+=("$PID")
+[ -n "$PLAIN" ] && [ -n "$DRAFTED" ] && [ -n "$NGRAM" ] && [ -n "$TRIM" ] &&
+  pass "servers without speculation, with --draft, --draft --trim and --ngram start" ||
+  fail "servers start"
+grep -q 'chat speculates (draft models/memra-tiny-draft.gguf, K = 4) while at most 2 requests decode' "$T/draft.log" &&
+  grep -q 'chat speculates (ngram, K = 8) while at most 8 requests decode' "$T/ngram.log" &&
+  pass "the startup line names the drafter, K and the batch limit" || fail "startup line" "$(cat "$T/draft.log" "$T/ngram.log")"
+
+# The cases: NAME PATH BODY. max_tokens 7 and 33 end inside a round
+# (K = 4 emits up to 5 tokens a round; K = 8 up to 9); "Navy" stops the
+# completion in the middle of its text (checked below).
+CASES=(
+  "chat60|/v1/chat/completions|{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story about a cat.\"}],\"max_tokens\":60,\"temperature\":0}"
+  "chat7|/v1/chat/completions|{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"Where do whales go?\"}],\"max_tokens\":7,\"temperature\":0}"
+  "chatlong|/v1/chat/completions|{\"model\":\"chat\",\"messages\":[{\"role\":\"system\",\"content\":\"You answer briefly.\"},{\"role\":\"user\",\"content\":\"What is the sea?\"}],\"max_tokens\":160,\"temperature\":0}"
+  "stop|/v1/completions|{\"model\":\"chat\",\"prompt\":\"The report of the committee shows that\",\"max_tokens\":96,\"temperature\":0,\"stop\":[\"Navy\"]}"
+  "cmpl33|/v1/completions|{\"model\":\"chat\",\"prompt\":\"Once upon a time\",\"max_tokens\":33,\"temperature\":0}"
+)
+# what a client sees of a blocking answer / of a stream (its text, finish
+# reason and usage): everything but the ids and the clock
+BLOCK='{choices, usage}'
+STREAM='([.[] | .choices[0] | select(.) | (.delta.content // .text // "")] | join("")),
+        [.[] | .choices[0].finish_reason | select(.)], [.[] | .usage | select(.)]'
+run_case() { # URL DIR NAME PATH BODY
+  local url=$1 dir=$2 name=$3 path=$4 body=$5
+  c "$url$path" -H 'Content-Type: application/json' -d "$body" | jq -S "$BLOCK" >"$dir/$name.json"
+  c -N "$url$path" -H 'Content-Type: application/json' \
+    -d "$(jq -c '. + {stream: true, stream_options: {include_usage: true}}' <<<"$body")" |
+    sed -n 's/^data: //p' | grep -v '^\[DONE\]$' | jq -s -S "$STREAM" >"$dir/$name.sse.json"
+}
+run_all() { # URL DIR: one at a time
+  mkdir -p "$2"
+  local cs
+  for cs in "${CASES[@]}"; do IFS='|' read -r n p b <<<"$cs"; run_case "$1" "$2" "$n" "$p" "$b"; done
+}
+run_concurrent() { # URL DIR: every case at once
+  mkdir -p "$2"
+  local cs pids=()
+  for cs in "${CASES[@]}"; do IFS='|' read -r n p b <<<"$cs"; run_case "$1" "$2" "$n" "$p" "$b" & pids+=($!); done
+  wait "${pids[@]}"
+}
+run_all "$PLAIN" "$T/plain"
+run_all "$DRAFTED" "$T/draft"
+run_all "$NGRAM" "$T/ngram"
+run_concurrent "$DRAFTED" "$T/draft4"
+run_concurrent "$NGRAM" "$T/ngram4"
+run_concurrent "$TRIM" "$T/trim4"
+
+# The references must be what they claim, or the comparisons prove little.
+check "reference: the stop string ends the completion mid-text" \
+  jq -e '.choices[0].finish_reason == "stop" and .usage.completion_tokens > 10 and .usage.completion_tokens < 96' "$T/plain/stop.json"
+check "reference: max_tokens 7 and 33 end them (length)" bash -c "
+  jq -e '.choices[0].finish_reason == \"length\" and .usage.completion_tokens == 7' '$T/plain/chat7.json' >/dev/null &&
+  jq -e '.choices[0].finish_reason == \"length\" and .usage.completion_tokens == 33' '$T/plain/cmpl33.json' >/dev/null"
+check "reference: streams carry text, a finish reason and usage" \
+  jq -e -s '(.[0] | length > 20) and .[1] == ["length"] and .[2][0].completion_tokens == 60' "$T/plain/chat60.sse.json"
+check "reference: the stop string ends the stream too" \
+  jq -e -s '.[1] == ["stop"] and .[2][0].completion_tokens < 96' "$T/plain/stop.sse.json"
+for d in draft ngram draft4 ngram4 trim4; do
+  diffs=''
+  for f in "$T"/plain/*.json; do
+    cmp -s "$f" "$T/$d/$(basename "$f")" || diffs+=" $(basename "$f")"
+  done
+  [ -z "$diffs" ] && pass "greedy with $d: every case's bytes, finish and usage equal plain decoding's (blocking and streamed)" ||
+    fail "greedy with $d: differs from plain in$diffs" "$(diff "$T/plain/${diffs# }" "$T/$d/${diffs# }" 2>&1 | head -8)"
+done
+
+# Drafts were proposed and accepted (a drafter that accepts nothing still
+# gives the right bytes, through the model's own token each round).
+metric() { c "$1/metrics" | awk -v m="$2" '$1 == m"{model=\"chat\"}" {print $2}'; }
+for s in "$DRAFTED draft" "$NGRAM ngram" "$TRIM trim"; do
+  set -- $s
+  dr=$(metric "$1" memra_spec_drafted_tokens_total) ac=$(metric "$1" memra_spec_accepted_tokens_total)
+  [ "${dr:-0}" -gt 0 ] && [ "${ac:-0}" -gt 0 ] && [ "$ac" -le "$dr" ] &&
+    pass "$2: drafts accepted ($ac of $dr)" || fail "$2: drafted '$dr', accepted '$ac'"
+done
+check "a server without a drafter reports no speculation metrics" bash -c "! c '$PLAIN/metrics' | grep -q memra_spec_"
+
+# Sampled: distribution-exact, not byte-identical to plain sampling; a
+# request completes, and a seeded one alone repeats (its stream is the
+# request's).
+SAMPLED='{"model":"chat","messages":[{"role":"user","content":"Tell me a story about a cat."}],"max_tokens":40,"temperature":0.8,"seed":11}'
+URL=$DRAFTED post /v1/chat/completions "$SAMPLED" >"$T/s1.json"
+URL=$DRAFTED post /v1/chat/completions "$SAMPLED" >"$T/s2.json"
+check "a sampled request completes with speculation" \
+  jq -e '.usage.completion_tokens > 0 and (.choices[0].finish_reason | IN("stop", "length")) and (.choices[0].message.content | length > 0)' "$T/s1.json"
+check "a seeded sampled request repeats with speculation" bash -c "[ \"\$(jq -c .choices '$T/s1.json')\" = \"\$(jq -c .choices '$T/s2.json')\" ]"
+
+# Requests speculation cannot serve exactly decode plainly: the same bytes.
+LP='{"model":"chat","prompt":"Once upon a time","max_tokens":12,"temperature":0,"logprobs":2}'
+check "a logprobs request on the speculating server equals plain decoding's" bash -c "
+  [ \"\$(URL=$PLAIN post /v1/completions '$LP' | jq -cS '{choices, usage}')\" = \"\$(URL=$DRAFTED post /v1/completions '$LP' | jq -cS '{choices, usage}')\" ]"
+
+for p in "${PIDS[@]}"; do stop_server "$p" >/dev/null; done
+
+# The context's end inside a round: a 40-token context, no max_tokens, so
+# the chat runs until the context is full (K = 8 is cut to what is left).
+start_server ctxplain -m "chat=$TINY" -c 40 -t 2
+CP=$URL P1=$PID
+start_server ctxdraft -m "chat=$TINY" -c 40 --draft "$DRAFT" --spec-k 8 -t 2
+CD=$URL P2=$PID
+CTX='{"model":"chat","messages":[{"role":"user","content":"Hi"}],"temperature":0,"ignore_eos":true}'
+URL=$CP post /v1/chat/completions "$CTX" | jq -cS '{choices, usage}' >"$T/ctx-plain.json"
+URL=$CD post /v1/chat/completions "$CTX" | jq -cS '{choices, usage}' >"$T/ctx-draft.json"
+check "the context's end: plain decoding fills the 40 tokens" \
+  jq -e '.choices[0].finish_reason == "length" and .usage.total_tokens == 40' "$T/ctx-plain.json"
+check "the context's end: the same bytes and usage with speculation" cmp "$T/ctx-plain.json" "$T/ctx-draft.json"
+stop_server "$P1" >/dev/null
+stop_server "$P2" >/dev/null
+
+# Bad flags: one line each.
+expect_error "--trim without --draft" 2 "--trim r.gguf: 'chat' has no --draft" memra-serve -m "chat=$TINY" --trim r.gguf
+expect_error "--draft and --ngram on one model" 2 "give one drafter per model" memra-serve -m "chat=$TINY" --draft "$DRAFT" --ngram
+expect_error "--draft before any -m" 2 "--draft: give it after the -m" memra-serve --draft "$DRAFT" -m "chat=$TINY"
+expect_error "--spec-k 9" 2 "--spec-k" memra-serve -m "chat=$TINY" --ngram --spec-k 9
+expect_error "--spec-k without a drafter" 2 "--spec-k: no model has a drafter" memra-serve -m "chat=$TINY" --spec-k 2
+expect_error "a drafter for an embed model" 2 "served for embed: speculative decoding is for chat models" memra-serve -m "e=$TINY" --task embed --ngram
+load_error() { # NAME PATTERN ARGS...: exit 1, the error the last line (after "listening")
+  memra-serve --port 0 "${@:3}" >/dev/null 2>"$T/le.err"; local rc=$?
+  if [ $rc -ne 1 ]; then fail "$1" "exit $rc, want 1: $(tail -2 "$T/le.err")"
+  elif ! tail -1 "$T/le.err" | grep -Eq -- "^memra-serve: .*$2"; then fail "$1" "last line: $(tail -1 "$T/le.err")"
+  else pass "$1"; fi
+}
+load_error "a draft of another vocabulary is refused at startup" \
+  "--draft: $STORIES: its vocabulary has 512 tokens, the model's [0-9]+: a drafter must share" -m "chat=$TINY" --draft "$STORIES"
+load_error "a draft that does not exist is refused at startup" "--draft.*no-such.gguf" -m "chat=$TINY" --draft /no-such.gguf
