@@ -18,9 +18,6 @@
 #include "core/mapfile.h"
 #include "core/strbuf.h"
 #include "engine/engine.h"
-#if MEMRA_CUDA
-#include "backend/cuda/cuda_device.h"
-#endif
 #include "engine/generate.h"
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
@@ -461,13 +458,7 @@ static void stream_text(void *ctx, const char *text, size_t len)
 /* --backend, else cuda when this build has CUDA and a device is present. */
 static backend_kind default_backend(const gen_opts *o)
 {
-    if (o->backend_given)
-        return o->backend;
-#if MEMRA_CUDA
-    if (cuda_device_count() > 0)
-        return BK_CUDA;
-#endif
-    return BK_CPU;
+    return o->backend_given ? o->backend : backend_kind_default();
 }
 
 /* The engine the options ask for; exits on failure. */

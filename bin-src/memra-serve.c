@@ -11,9 +11,6 @@
 
 #include "core/check.h"
 #include "core/cli.h"
-#if MEMRA_CUDA
-#include "backend/cuda/cuda_device.h"
-#endif
 #include "core/log.h"
 #include "core/mapfile.h"
 #include "serve/serve.h"
@@ -419,15 +416,6 @@ static int wait_idle(serve_server *s, double seconds, const sigset_t *sigs)
     return 1;
 }
 
-/* cuda when the build has CUDA and a device is present, else cpu. */
-static backend_kind default_backend(void)
-{
-#if MEMRA_CUDA
-    if (cuda_device_count() > 0)
-        return BK_CUDA;
-#endif
-    return BK_CPU;
-}
 
 int main(int argc, char **argv)
 {
@@ -436,7 +424,7 @@ int main(int argc, char **argv)
     serve_args a = {0};
     a.kv = KV_DEFAULT;
     parse_args(argc, argv, &a);
-    backend_kind bk = a.backend_given ? a.backend : default_backend();
+    backend_kind bk = a.backend_given ? a.backend : backend_kind_default();
     if (a.device_given && bk != BK_CUDA)
         cli_usage("--device %d: the cpu backend has no devices (use --backend cuda)", a.device);
     memra_err err;

@@ -12,9 +12,6 @@
 #include "core/cli.h"
 #include "core/mapfile.h"
 #include "engine/engine.h"
-#if MEMRA_CUDA
-#include "backend/cuda/cuda_device.h"
-#endif
 #include "engine/generate.h"
 #include "engine/spec.h"
 #include "format/ranks.h"
@@ -180,13 +177,7 @@ static void parse_args(int argc, char **argv, spec_opts *o)
 
 static backend_kind default_backend(const spec_opts *o)
 {
-    if (o->backend_given)
-        return o->backend;
-#if MEMRA_CUDA
-    if (cuda_device_count() > 0)
-        return BK_CUDA;
-#endif
-    return BK_CPU;
+    return o->backend_given ? o->backend : backend_kind_default();
 }
 
 static engine *load_engine(const spec_opts *o, const checkpoint *c)

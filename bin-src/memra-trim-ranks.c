@@ -18,9 +18,6 @@
 #include "core/mapfile.h"
 #include "core/strbuf.h"
 #include "engine/engine.h"
-#if MEMRA_CUDA
-#include "backend/cuda/cuda_device.h"
-#endif
 #include "engine/generate.h"
 #include "engine/spec.h"
 #include "format/ranks.h"
@@ -151,13 +148,7 @@ static void parse_args(int argc, char **argv, trim_opts *o)
 
 static backend_kind default_backend(const trim_opts *o)
 {
-    if (o->backend_given)
-        return o->backend;
-#if MEMRA_CUDA
-    if (cuda_device_count() > 0)
-        return BK_CUDA;
-#endif
-    return BK_CPU;
+    return o->backend_given ? o->backend : backend_kind_default();
 }
 
 static engine *load_engine(const trim_opts *o, const checkpoint *c, int n_seqs)

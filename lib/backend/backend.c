@@ -5,6 +5,10 @@
 
 #include <string.h>
 
+#if MEMRA_CUDA
+#include "backend/cuda/cuda_device.h"
+#endif
+
 const char *backend_kind_name(backend_kind k)
 {
     return k == BK_CUDA ? "cuda" : "cpu";
@@ -21,6 +25,15 @@ int backend_kind_parse(const char *s, backend_kind *out, memra_err *err)
         return 0;
     }
     return memra_fail(err, "backend '%s' is not cpu or cuda", s);
+}
+
+backend_kind backend_kind_default(void)
+{
+#if MEMRA_CUDA
+    if (cuda_device_count() > 0)
+        return BK_CUDA;
+#endif
+    return BK_CPU;
 }
 
 #if !MEMRA_CUDA

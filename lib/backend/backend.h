@@ -253,6 +253,9 @@ typedef enum { BK_CPU = 0, BK_CUDA = 1 } backend_kind;
 const char *backend_kind_name(backend_kind k);
 /* Parse "cpu" or "cuda"; fails naming the bad value. */
 int backend_kind_parse(const char *s, backend_kind *out, memra_err *err);
+/* What a program runs on when not told: cuda when the build has CUDA and
+ * a device is present, else cpu. */
+backend_kind backend_kind_default(void);
 
 /* The CPU reference backend with n_threads workers (<= 0: one per core). */
 backend *backend_cpu_create(int n_threads);
