@@ -216,15 +216,7 @@ static void parse_args(int argc, char **argv, gen_opts *o)
         case O_CHAT: o->chat = 1; break;
         case O_SYSTEM: o->system = optarg; break;
         case O_BACKEND:
-            if (!strcmp(optarg, "cuda")) {
-                if (!MEMRA_CUDA)
-                    cli_usage("--backend cuda: this build has no CUDA (build with CUDA=1)");
-                o->backend = BK_CUDA;
-            } else if (!strcmp(optarg, "cpu")) {
-                o->backend = BK_CPU;
-            } else {
-                cli_usage("--backend: '%s' is not cpu or cuda", optarg);
-            }
+            o->backend = backend_kind_or_usage(optarg);
             o->backend_given = 1;
             break;
         case 't': o->n_threads = (int)cli_int_or_usage(optarg, 1, 4096, "--threads"); break;

@@ -309,15 +309,7 @@ static void parse_args(int argc, char **argv, serve_args *a)
         case O_TMPL: a->template_file = optarg; break;
         case 't': a->n_threads = (int)cli_int_or_usage(optarg, 1, 4096, "--threads"); break;
         case O_BACKEND:
-            if (!strcmp(optarg, "cuda")) {
-                if (!MEMRA_CUDA)
-                    cli_usage("--backend cuda: this build has no CUDA (build with CUDA=1)");
-                a->backend = BK_CUDA;
-            } else if (!strcmp(optarg, "cpu")) {
-                a->backend = BK_CPU;
-            } else {
-                cli_usage("--backend: '%s' is not cpu or cuda", optarg);
-            }
+            a->backend = backend_kind_or_usage(optarg);
             a->backend_given = 1;
             break;
         case O_DEVICE:

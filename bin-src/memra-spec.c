@@ -137,15 +137,7 @@ static void parse_args(int argc, char **argv, spec_opts *o)
         case O_SEED: o->seed = (uint64_t)cli_int_or_usage(optarg, 0, INT64_MAX, "--seed"); break;
         case O_IGNORE_EOS: o->ignore_eos = 1; break;
         case O_BACKEND:
-            if (!strcmp(optarg, "cuda")) {
-                if (!MEMRA_CUDA)
-                    cli_usage("--backend cuda: this build has no CUDA (build with CUDA=1)");
-                o->backend = BK_CUDA;
-            } else if (!strcmp(optarg, "cpu")) {
-                o->backend = BK_CPU;
-            } else {
-                cli_usage("--backend: '%s' is not cpu or cuda", optarg);
-            }
+            o->backend = backend_kind_or_usage(optarg);
             o->backend_given = 1;
             break;
         case O_DEVICE:

@@ -110,15 +110,7 @@ static void parse_args(int argc, char **argv, trim_opts *o)
         case O_DRAFT: o->draft = optarg; break;
         case 'K': o->k = (int)cli_int_or_usage(optarg, 1, SPEC_K_MAX, "-K"); break;
         case O_BACKEND:
-            if (!strcmp(optarg, "cuda")) {
-                if (!MEMRA_CUDA)
-                    cli_usage("--backend cuda: this build has no CUDA (build with CUDA=1)");
-                o->backend = BK_CUDA;
-            } else if (!strcmp(optarg, "cpu")) {
-                o->backend = BK_CPU;
-            } else {
-                cli_usage("--backend: '%s' is not cpu or cuda", optarg);
-            }
+            o->backend = backend_kind_or_usage(optarg);
             o->backend_given = 1;
             break;
         case O_DEVICE:

@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include "core/cli.h"
+
 #if MEMRA_CUDA
 #include "backend/cuda/cuda_device.h"
 #endif
@@ -33,6 +35,18 @@ backend_kind backend_kind_default(void)
     if (cuda_device_count() > 0)
         return BK_CUDA;
 #endif
+    return BK_CPU;
+}
+
+backend_kind backend_kind_or_usage(const char *arg)
+{
+    if (!strcmp(arg, "cuda")) {
+        if (!MEMRA_CUDA)
+            cli_usage("--backend cuda: this build has no CUDA (build with CUDA=1)");
+        return BK_CUDA;
+    }
+    if (strcmp(arg, "cpu") != 0)
+        cli_usage("--backend: '%s' is not cpu or cuda", arg);
     return BK_CPU;
 }
 

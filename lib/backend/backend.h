@@ -256,6 +256,9 @@ int backend_kind_parse(const char *s, backend_kind *out, memra_err *err);
 /* What a program runs on when not told: cuda when the build has CUDA and
  * a device is present, else cpu. */
 backend_kind backend_kind_default(void);
+/* A program's --backend value: cpu, or cuda where the build has it; any
+ * other value exits with a usage error (cli_usage) naming it. */
+backend_kind backend_kind_or_usage(const char *arg);
 
 /* The CPU reference backend with n_threads workers (<= 0: one per core). */
 backend *backend_cpu_create(int n_threads);
