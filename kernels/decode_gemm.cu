@@ -4,6 +4,7 @@
 #include "kernels/launch.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/dev_common.cuh"
+#include "kernels/weight_decode.cuh"
 #include "kernels/weight_layout.h"
 
 // ---- kernels ----
@@ -58,12 +59,12 @@ constexpr int DG_BLOCK_COST = 2;
 // tokens) and 100 MB (64), down's 50 MB (64); it lost at down's 24 MiB
 // (32 tokens) and o's 16 MiB (64), and q+k+v's 24 MiB (64) was even.
 constexpr double DG_XBF_SAVED_MIN = 32.0 * 1024 * 1024;
+// The formats other than BF16 read x's bf16 copy from this many tokens on
+// and round x in the blocks below it (one instance per size).
+constexpr int DG_QXB_MIN = 17;
 // Splits whose partial sums the reduction loads at once.
 constexpr int DG_RED_BATCH = 8;
 
-// 16-slot groups per warp for more than 16 tokens (2 measured: no faster,
-// docs/decisions/0009).
-constexpr int DG_RW_BIG = 1;
 // Above 16 tokens, the tokens split between warp pairs (decode_gemm_kernel's
 // TS).
 constexpr bool DG_TS_BIG = true;
@@ -75,7 +76,7 @@ constexpr int DG_WARPX_MAX = 2;
 
 struct DGSeg {
     const uint8_t *w, *w2; // w2: GLU's up matrix
-    size_t stride;
+    size_t stride, soff; // soff: the scale area's offset in a row (split formats)
     int64_t rows;
     const float *bias;
     float *out;
@@ -107,6 +108,17 @@ DEV void dg_cp16(void *dst, const void *src)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
 #else
     *reinterpret_cast<uint4 *>(dst) = __ldg(reinterpret_cast<const uint4 *>(src));
+#endif
+}
+
+// 4 bytes the same way (cp.async.ca: the .cg form copies 16 only).
+DEV void dg_cp4(void *dst, const void *src)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
+#else
+    *reinterpret_cast<uint32_t *>(dst) = __ldg(reinterpret_cast<const unsigned int *>(src));
 #endif
 }
 
@@ -188,12 +200,221 @@ __global__ void __launch_bounds__(256) dg_round_x_kernel(const float *x, __nv_bf
     }
 }
 
-// NT8: 8-token mma columns; XT: the most tokens a block has (sizes the x
-// prefetch); RW: 16-slot groups per warp (8 / RW warps); XB: x read from
-// the bf16 copy (a.xb); TS: the tokens split between warp pairs (below).
-template <int NT8, int XT, int RW, bool XB, bool TS>
+// Where a quant unit's bytes lie (its WFmt<F>::fetch, split into what
+// cp.async can copy): NV 16-byte vectors and NS 32-bit words (a word
+// holds a 2- or 1-byte scalar at bit `shift`), and the Raw they make.
+template <int F> struct QSrc;
+
+DEV const uint8_t *word_of(const uint8_t *p, int &shift)
+{
+    shift = (int)(reinterpret_cast<uintptr_t>(p) & 3u) * 8;
+    return reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)3);
+}
+
+template <> struct QSrc<CW_F16> {
+    static constexpr int NV = 1, NS = 0;
+    DEV static const uint8_t *vec(const uint8_t *row, size_t, int64_t u, int) { return row + u * 16; }
+    DEV static const uint8_t *word(const uint8_t *row, size_t, int64_t, int, int &sh) { sh = 0; return row; }
+    DEV static WFmt<CW_F16>::Raw make(const uint4 *v, const uint32_t *) { return {v[0]}; }
+};
+template <> struct QSrc<CW_Q8_0> {
+    static constexpr int NV = 2, NS = 1;
+    DEV static const uint8_t *vec(const uint8_t *row, size_t, int64_t u, int i) { return row + u * 32 + i * 16; }
+    DEV static const uint8_t *word(const uint8_t *row, size_t soff, int64_t u, int, int &sh)
+    {
+        return word_of(row + soff + u * 2, sh);
+    }
+    DEV static WFmt<CW_Q8_0>::Raw make(const uint4 *v, const uint32_t *w) { return {v[0], v[1], w[0] & 0xFFFFu}; }
+};
+template <> struct QSrc<CW_Q4_0> {
+    static constexpr int NV = 1, NS = 1;
+    DEV static const uint8_t *vec(const uint8_t *row, size_t, int64_t u, int) { return row + u * 16; }
+    DEV static const uint8_t *word(const uint8_t *row, size_t soff, int64_t u, int, int &sh)
+    {
+        return word_of(row + soff + u * 2, sh);
+    }
+    DEV static WFmt<CW_Q4_0>::Raw make(const uint4 *v, const uint32_t *w) { return {v[0], w[0] & 0xFFFFu}; }
+};
+template <> struct QSrc<CW_Q4_K> {
+    static constexpr int NV = 3, NS = 0;
+    DEV static const uint8_t *vec(const uint8_t *row, size_t, int64_t u, int i)
+    {
+        const uint8_t *blk = row + (u >> 2) * 144;
+        return i == 0 ? blk : blk + 16 * i + (u & 3) * 32;
+    }
+    DEV static const uint8_t *word(const uint8_t *row, size_t, int64_t, int, int &sh) { sh = 0; return row; }
+    DEV static WFmt<CW_Q4_K>::Raw make(const uint4 *v, const uint32_t *) { return {v[0], v[1], v[2]}; }
+};
+template <> struct QSrc<CW_Q5_K> {
+    static constexpr int NV = 5, NS = 0;
+    DEV static const uint8_t *vec(const uint8_t *row, size_t, int64_t u, int i)
+    {
+        const uint8_t *blk = row + (u >> 2) * 176;
+        return i == 0 ? blk : i < 3 ? blk + 32 + 16 * i + (u & 3) * 32 : blk + 16 * (i - 2);
+    }
+    DEV static const uint8_t *word(const uint8_t *row, size_t, int64_t, int, int &sh) { sh = 0; return row; }
+    DEV static WFmt<CW_Q5_K>::Raw make(const uint4 *v, const uint32_t *) { return {v[0], v[1], v[2], v[3], v[4]}; }
+};
+template <> struct QSrc<CW_Q6_K> {
+    static constexpr int NV = 4, NS = 2;
+    DEV static const uint8_t *vec(const uint8_t *row, size_t, int64_t u, int i)
+    {
+        const int k = (int)(u & 7), n = k >> 2, q = k & 3;
+        const uint8_t *blk = row + (u >> 3) * 208;
+        return i < 2 ? blk + n * 64 + (q & 1) * 32 + 16 * i : blk + 128 + n * 32 + 16 * (i - 2);
+    }
+    DEV static const uint8_t *word(const uint8_t *row, size_t soff, int64_t u, int j, int &sh)
+    {
+        const int k = (int)(u & 7), n = k >> 2, q = k & 3;
+        return word_of(j == 0 ? row + (u >> 3) * 208 + 192 + n * 8 + 2 * q : row + soff + (u >> 3) * 2, sh);
+    }
+    DEV static WFmt<CW_Q6_K>::Raw make(const uint4 *v, const uint32_t *w)
+    {
+        return {v[0], v[1], v[2], v[3], w[0] & 0xFFFFu, w[1] & 0xFFFFu};
+    }
+};
+template <> struct QSrc<CW_NVFP4> {
+    static constexpr int NV = 2, NS = 1;
+    DEV static const uint8_t *vec(const uint8_t *row, size_t, int64_t u, int i) { return row + u * 32 + i * 16; }
+    DEV static const uint8_t *word(const uint8_t *row, size_t soff, int64_t u, int, int &sh)
+    {
+        return word_of(row + soff + u * 4, sh);
+    }
+    DEV static WFmt<CW_NVFP4>::Raw make(const uint4 *v, const uint32_t *w) { return {v[0], v[1], w[0]}; }
+};
+template <> struct QSrc<CW_MXFP8> {
+    static constexpr int NV = 2, NS = 1;
+    DEV static const uint8_t *vec(const uint8_t *row, size_t, int64_t u, int i) { return row + u * 32 + i * 16; }
+    DEV static const uint8_t *word(const uint8_t *row, size_t soff, int64_t u, int, int &sh)
+    {
+        return word_of(row + soff + u, sh);
+    }
+    DEV static WFmt<CW_MXFP8>::Raw make(const uint4 *v, const uint32_t *w) { return {v[0], v[1], w[0] & 0xFFu}; }
+};
+
+// The weights of a format other than BF16 (kernels/weight_layout.h) reach
+// the mma as bf16: each lane copies the quant bytes of its share of a step
+// (QSrc: the bytes WFmt<F>::fetch reads) into a ring of QStage<F>::STAGES
+// steps in shared memory by cp.async, STAGES - 1 steps ahead, as the BF16
+// weights come; at its step it decodes them with the CPU's arithmetic
+// (scales and pieces: element = a * v (+ b), the very float
+// lib/format/dequant.c gives), rounds each element to bf16 and stores it
+// into its warp's 16 rows of one bf16 tile, where the mma reads it as it
+// reads BF16 weights. A warp's 16 rows x DG_KC columns are 128 pieces of 8
+// elements: lane l takes row l / 2, pieces 4 (l % 2) .. 4 (l % 2) + 3 of
+// the row's step (one unit of 32 elements, half a unit of 64, or four of
+// 8). Rounding the decoded weight to bf16 is this kernel's one change to
+// the weights' values (docs/decisions/0017-quantized-decode-gemm.md); it
+// depends on the weight alone, so batch invariance is the BF16 kernel's.
+constexpr int DG_THREADS = DG_GROUPS * 32;
+// Shared memory a quant launch may take (two blocks an SM fit 228 KB).
+constexpr size_t DG_QSMEM_MAX = 110 * 1024;
+template <int F> struct QStage {
+    using W = WFmt<F>;
+    using S = QSrc<F>;
+    static_assert(W::PW == 8 && DG_KC % W::U == 0 && (W::P >= 4 ? W::P % 4 == 0 : 4 % W::P == 0),
+                  "a lane's four pieces lie in its units");
+    static constexpr int UPS = DG_KC / W::U;           // units per row per step
+    static constexpr int NU = W::P >= 4 ? 1 : 4 / W::P; // units a lane decodes per step
+    // One step of the ring: vector v of every lane, then word w of every
+    // lane ([v][thread] 16 bytes, [w][thread] 4 bytes: conflict-free).
+    static constexpr size_t VEC_BYTES = (size_t)NU * S::NV * DG_THREADS * 16;
+    static constexpr size_t STEP_BYTES = VEC_BYTES + ((size_t)NU * S::NS * DG_THREADS * 4 + 15) / 16 * 16;
+    static constexpr size_t FIXED = DG_STAGE_BYTES + DG_X_BYTES; // the bf16 tile, x
+    static constexpr int STAGES = (DG_QSMEM_MAX - FIXED) / STEP_BYTES < 4 ? (int)((DG_QSMEM_MAX - FIXED) / STEP_BYTES) : 4;
+    static_assert(STAGES >= 2, "two steps of quant bytes fit");
+    static constexpr size_t SMEM = FIXED + STAGES * STEP_BYTES > DG_O_BYTES ? FIXED + STAGES * STEP_BYTES : DG_O_BYTES;
+
+    const uint8_t *row;
+    size_t soff;
+    int k0; // the lane's first piece of its row's step: 0 or 4
+    unsigned char *ring; // stage 0 of the ring
+
+    DEV void issue(int64_t step, int slot) const
+    {
+        unsigned char *st = ring + (size_t)slot * STEP_BYTES;
+#pragma unroll
+        for (int i = 0; i < NU; i++) {
+            const int64_t u = step * UPS + k0 / W::P + i;
+#pragma unroll
+            for (int v = 0; v < S::NV; v++)
+                dg_cp16(st + ((size_t)(i * S::NV + v) * DG_THREADS + threadIdx.x) * 16, S::vec(row, soff, u, v));
+#pragma unroll
+            for (int w = 0; w < S::NS; w++) {
+                int sh;
+                dg_cp4(st + VEC_BYTES + ((size_t)(i * S::NS + w) * DG_THREADS + threadIdx.x) * 4,
+                       S::word(row, soff, u, w, sh));
+            }
+        }
+    }
+    // Step `step`, in ring slot `slot` (its copies complete), decoded and
+    // rounded into dst (the lane's row of the tile, DG_LDS bf16 wide).
+    DEV void store(__nv_bfloat16 *dst, int64_t step, int slot) const
+    {
+        const unsigned char *st = ring + (size_t)slot * STEP_BYTES;
+#pragma unroll
+        for (int i = 0; i < NU; i++) {
+            const int unit = k0 / W::P + i;
+            const int64_t u = step * UPS + unit;
+            uint4 vv[S::NV > 0 ? S::NV : 1];
+            uint32_t ww[S::NS > 0 ? S::NS : 1];
+#pragma unroll
+            for (int v = 0; v < S::NV; v++)
+                vv[v] = *reinterpret_cast<const uint4 *>(st + ((size_t)(i * S::NV + v) * DG_THREADS + threadIdx.x) * 16);
+#pragma unroll
+            for (int w = 0; w < S::NS; w++) {
+                int sh;
+                S::word(row, soff, u, w, sh);
+                ww[w] = *reinterpret_cast<const uint32_t *>(st + VEC_BYTES +
+                                                            ((size_t)(i * S::NS + w) * DG_THREADS + threadIdx.x) * 4) >> sh;
+            }
+            const typename W::Raw r = S::make(vv, ww);
+            float a[W::P] = {}, b[W::P] = {};
+            if constexpr (!W::DIRECT)
+                W::scales(r, u, a, b);
+            constexpr int PN = NU == 1 ? 4 : W::P; // pieces of this unit the lane takes
+            // Only a unit of eight pieces has a first piece that differs
+            // between lanes (0 or 4); its scales are then picked by selects,
+            // not by a run-time index into a[], which would go to local memory.
+            const int pfirst = NU == 1 ? k0 % W::P : 0;
+#pragma unroll
+            for (int q = 0; q < PN; q++) {
+                const int p = pfirst + q;
+                float v[8];
+                W::piece(r, u, p, v);
+                if constexpr (!W::DIRECT) {
+                    float ap, bp;
+                    if constexpr (NU == 1 && W::P == 8) {
+                        ap = k0 ? a[q + 4] : a[q];
+                        bp = k0 ? b[q + 4] : b[q];
+                    } else {
+                        ap = a[q];
+                        bp = b[q];
+                    }
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        v[e] = W::HAS_B ? __fadd_rn(__fmul_rn(ap, v[e]), bp) : __fmul_rn(ap, v[e]);
+                }
+                __nv_bfloat162 h[4] = {__floats2bfloat162_rn(v[0], v[1]), __floats2bfloat162_rn(v[2], v[3]),
+                                       __floats2bfloat162_rn(v[4], v[5]), __floats2bfloat162_rn(v[6], v[7])};
+                *reinterpret_cast<uint4 *>(dst + unit * W::U + p * 8) = *reinterpret_cast<const uint4 *>(h);
+            }
+        }
+    }
+};
+// BF16 has no QStage; its instances name Q8_0's, unused.
+template <int F> constexpr size_t dg_smem_of() { return F == CW_BF16 ? DG_SMEM : QStage<F == CW_BF16 ? CW_Q8_0 : F>::SMEM; }
+
+// F: the weights' format (cw_format; BF16 through the cp.async ring, the
+// others through QStage); NT8: 8-token mma columns; XT: the most tokens a
+// block has (sizes the x prefetch); RW: 16-slot groups per warp (8 / RW
+// warps); XB: x read from the bf16 copy (a.xb); TS: the tokens split
+// between warp pairs (below).
+template <int F, int NT8, int XT, int RW, bool XB, bool TS>
 __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kernel(const DGArgs a)
 {
+    constexpr bool QUANT = F != CW_BF16;
+    static_assert(!QUANT || RW == 1, "a quant warp decodes one group of rows");
     constexpr int WARPS = DG_GROUPS / RW, THREADS = WARPS * 32;
     // Who computes what. Plain: warp w its RW groups (the rows its lanes
     // copy) for all the tokens, so it needs no other warp's weights (a
@@ -228,23 +449,33 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
     const float *x = a.x + (int64_t)t0 * a.cols;
     const __nv_bfloat16 *xbt = XB ? a.xb + (int64_t)t0 * a.cols : nullptr;
 
-    // Group q = warp * RW + g: slots q * 16 .. q * 16 + 15. Lane l copies
-    // 16-byte piece (l & 7) of its rows l / 8, 4 + l / 8, ...; rows past
-    // the matrix read its last row and are never stored.
+    // Group q = warp * RW + g: slots q * 16 .. q * 16 + 15. BF16: lane l
+    // copies 16-byte piece (l & 7) of its rows l / 8, 4 + l / 8, ...; a
+    // quant lane decodes its share of row l / 2 (QStage). Rows past the
+    // matrix read its last row and are never stored.
     const uint8_t *wp[RW][4];
+    using QS = QStage<QUANT ? F : CW_Q8_0>;
+    QS qs;
 #pragma unroll
     for (int g = 0; g < RW; g++) {
         const int q = warp * RW + g;
         const int64_t row0 = base + (glu ? (q & 3) * 16 : q * 16);
         const uint8_t *wm = glu && q >= DG_GROUPS / 2 ? sg.w2 : sg.w;
+        if constexpr (QUANT) {
+            qs.row = wm + min(row0 + (lane >> 1), sg.rows - 1) * (int64_t)sg.stride;
+            qs.soff = sg.soff;
+            qs.k0 = (lane & 1) * 4;
+            qs.ring = sm + QS::FIXED;
+        } else {
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int64_t r = min(row0 + i * 4 + (lane >> 3), sg.rows - 1);
-            wp[g][i] = wm + r * (int64_t)sg.stride + (lane & 7) * 16 + c0 * DG_KC * 2;
+            for (int i = 0; i < 4; i++) {
+                const int64_t r = min(row0 + i * 4 + (lane >> 3), sg.rows - 1);
+                wp[g][i] = wm + r * (int64_t)sg.stride + (lane & 7) * 16 + c0 * DG_KC * 2;
+            }
         }
     }
     __nv_bfloat16 *ring = reinterpret_cast<__nv_bfloat16 *>(sm) + warp * RW * 16 * DG_LDS;
-    // Step `step` of the split into ring slot `slot`: this lane's pieces.
+    // BF16: step `step` of the split into ring slot `slot`: this lane's pieces.
     auto issue = [&](int step, int slot) {
 #pragma unroll
         for (int g = 0; g < RW; g++)
@@ -254,11 +485,20 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
                             (g * 16 + i * 4 + (lane >> 3)) * DG_LDS + (lane & 7) * 8,
                         wp[g][i] + (int64_t)step * DG_KC * 2);
     };
+    if constexpr (QUANT) {
 #pragma unroll
-    for (int p = 0; p < DG_STAGES - 1; p++) {
-        if (p < nc)
-            issue(p, p);
-        dg_commit();
+        for (int p = 0; p < QS::STAGES - 1; p++) {
+            if (p < nc)
+                qs.issue(c0 + p, p);
+            dg_commit();
+        }
+    } else {
+#pragma unroll
+        for (int p = 0; p < DG_STAGES - 1; p++) {
+            if (p < nc)
+                issue(p, p);
+            dg_commit();
+        }
     }
     // The weights depend on no kernel; x, the partials and the counters do
     // (kernels/launch.cuh).
@@ -273,7 +513,7 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
     static_assert(NT8 * 8 <= DG_TOK && XT <= NT8 * 8, "the mma columns cover the tokens");
     constexpr int XR = (XT * (DG_KC / (XB ? 8 : 4)) + (WARP_X ? 32 : THREADS) - 1) / (WARP_X ? 32 : THREADS);
     const int xwho = WARP_X ? lane : (int)threadIdx.x, xcount = WARP_X ? 32 : THREADS;
-    __nv_bfloat16 *xs = reinterpret_cast<__nv_bfloat16 *>(sm + DG_W_BYTES);
+    __nv_bfloat16 *xs = reinterpret_cast<__nv_bfloat16 *>(sm + (QUANT ? DG_STAGE_BYTES : DG_W_BYTES));
     __nv_bfloat16 *xw = xs + warp * 16 * DG_LDS;
     for (int i = threadIdx.x; i < (int)(DG_X_BYTES / 16); i += THREADS)
         reinterpret_cast<uint4 *>(xs)[i] = make_uint4(0, 0, 0, 0);
@@ -303,9 +543,24 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
     const int a_off = (lane & 15) * DG_LDS + (lane >> 4) * 8;
     const int b_off = ((lane & 7) + (lane >> 4) * 8) * DG_LDS + ((lane >> 3) & 1) * 8;
     const __nv_bfloat16 *wtile = reinterpret_cast<const __nv_bfloat16 *>(sm) + cgb * 16 * DG_LDS;
-    int slot = 0; // the ring slot of step cc
+    int slot = 0; // the ring slot of step cc (quant: of its quant bytes)
     for (int cc = 0; cc < nc; cc++) {
-        if (!TS) {
+        if constexpr (QUANT) {
+            // Step cc + STAGES - 1's bytes into the slot step cc - 1's
+            // left (each thread reads only its own copies); then step cc
+            // decoded into the one bf16 tile once every warp that reads
+            // these rows is past step cc - 1's math.
+            const int ahead = slot == 0 ? QS::STAGES - 1 : slot - 1;
+            if (cc + QS::STAGES - 1 < nc)
+                qs.issue(c0 + cc + QS::STAGES - 1, ahead);
+            dg_commit();
+            dg_wait<QS::STAGES - 1>();
+            if (TS)
+                __syncthreads();
+            else
+                __syncwarp();
+            qs.store(ring + (lane >> 1) * DG_LDS, c0 + cc, slot);
+        } else if (!TS) {
             // The slot the previous step read takes the step DG_STAGES - 1
             // ahead (every lane is past its reads of it).
             __syncwarp();
@@ -327,17 +582,21 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
                 xp.load(x, xbt, a.cols, ntok, c0 + cc + 2, xwho, xcount);
         }
         if (TS) {
-            dg_wait<DG_STAGES - 2>(); // this thread's pieces of step cc are in,
-            __syncthreads();          // and every thread's; step cc - 1's math is done
-            const int ahead = slot == 0 ? DG_STAGES - 1 : slot - 1;
-            if (cc + DG_STAGES - 1 < nc)
-                issue(cc + DG_STAGES - 1, ahead);
-            dg_commit();
+            if (!QUANT)
+                dg_wait<DG_STAGES - 2>(); // this thread's pieces of step cc are in,
+            __syncthreads();              // and every thread's; step cc - 1's math is done
+            if (!QUANT) {
+                const int ahead = slot == 0 ? DG_STAGES - 1 : slot - 1;
+                if (cc + DG_STAGES - 1 < nc)
+                    issue(cc + DG_STAGES - 1, ahead);
+                dg_commit();
+            }
         } else {
-            dg_wait<DG_STAGES - 1>(); // this lane's pieces of step cc are in
-            __syncwarp();             // and the other lanes'
+            if (!QUANT)
+                dg_wait<DG_STAGES - 1>(); // this lane's pieces of step cc are in
+            __syncwarp();                 // and the other lanes'
         }
-        const __nv_bfloat16 *wt = wtile + (size_t)slot * DG_TILE * DG_LDS;
+        const __nv_bfloat16 *wt = wtile + (QUANT ? 0 : (size_t)slot * DG_TILE * DG_LDS);
         const __nv_bfloat16 *xb =
             (WARP_X ? xw : xs + (cc % (TS ? 3 : 2)) * DG_TOK * DG_LDS) + ctb * 8 * DG_LDS;
 #pragma unroll
@@ -363,7 +622,7 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
         }
         if (!WARP_X && !TS)
             __syncthreads();
-        slot = slot == DG_STAGES - 1 ? 0 : slot + 1;
+        slot = slot == (QUANT ? QS::STAGES : DG_STAGES) - 1 ? 0 : slot + 1;
     }
     dg_wait<0>(); // (only empty groups are left)
 
@@ -534,26 +793,64 @@ void dg_split(const cu_mv_job *j, int blocks_per_sm, int *ks, int *cps)
     }
 }
 
-template <int NT8, int XT, int RW, bool XB, bool TS>
+template <int F, int NT8, int XT, int RW, bool XB, bool TS>
 cudaError_t dg_launch_one(const DGArgs &a, dim3 grid, cudaStream_t stream)
 {
-    cudaError_t rc = cudaFuncSetAttribute(decode_gemm_kernel<NT8, XT, RW, XB, TS>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DG_SMEM);
+    auto kern = decode_gemm_kernel<F, NT8, XT, RW, XB, TS>;
+    constexpr size_t smem = dg_smem_of<F>();
+    cudaError_t rc = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (rc == cudaSuccess)
-        rc = cudaFuncSetAttribute(decode_gemm_kernel<NT8, XT, RW, XB, TS>,
-                                  cudaFuncAttributePreferredSharedMemoryCarveout,
+        rc = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   cudaSharedmemCarveoutMaxShared);
     if (rc != cudaSuccess)
         return rc;
-    launch_pdl(decode_gemm_kernel<NT8, XT, RW, XB, TS>, grid, dim3(DG_GROUPS / RW * 32), DG_SMEM, stream, a);
+    launch_pdl(kern, grid, dim3(DG_GROUPS / RW * 32), smem, stream, a);
     return cudaGetLastError();
 }
 
-template <int NT8, int XT, int RW, bool TS = false>
-cudaError_t dg_launch(const DGArgs &a, dim3 grid, cudaStream_t stream)
+// One size's instance: BF16 has both ways of rounding x (the launch's copy
+// where it saves L2 reads, cu_dg_x_bytes); the other formats, to keep the
+// instances few, read the copy exactly when the size has DG_QXB_MIN
+// tokens or more.
+template <int F, int NT8, int XT, bool TS>
+cudaError_t dg_launch_size(const DGArgs &a, dim3 grid, cudaStream_t stream)
 {
-    return a.xb ? dg_launch_one<NT8, XT, RW, true, TS>(a, grid, stream)
-                : dg_launch_one<NT8, XT, RW, false, TS>(a, grid, stream);
+    if constexpr (F == CW_BF16) {
+        return a.xb ? dg_launch_one<F, NT8, XT, 1, true, TS>(a, grid, stream)
+                    : dg_launch_one<F, NT8, XT, 1, false, TS>(a, grid, stream);
+    } else {
+        constexpr bool QXB = XT >= DG_QXB_MIN;
+        if ((a.xb != nullptr) != QXB)
+            return cudaErrorInvalidValue;
+        return dg_launch_one<F, NT8, XT, 1, QXB, TS>(a, grid, stream);
+    }
+}
+
+// One format's instances by the most tokens a block has.
+template <int F> cudaError_t dg_launch_fmt(const DGArgs &a, dim3 grid, int most, cudaStream_t stream)
+{
+    if (most <= 2)
+        return dg_launch_size<F, 1, 2, false>(a, grid, stream);
+    if (most <= 8)
+        return dg_launch_size<F, 1, 8, false>(a, grid, stream);
+    if (most <= 16)
+        return dg_launch_size<F, 2, 16, false>(a, grid, stream);
+    if (most <= 32)
+        return dg_launch_size<F, 4, 32, DG_TS_BIG>(a, grid, stream);
+    return dg_launch_size<F, 8, DG_TOK, DG_TS_BIG>(a, grid, stream);
+}
+
+// The formats the kernel reads: BF16, and those decoded through QStage
+// (every quant format the CUDA backend stores, and F16).
+bool dg_format_ok(int f)
+{
+    switch (f) {
+    case CW_BF16: case CW_F16: case CW_Q8_0: case CW_Q4_0: case CW_Q4_K: case CW_Q5_K:
+    case CW_Q6_K: case CW_NVFP4: case CW_MXFP8:
+        return true;
+    default:
+        return false;
+    }
 }
 
 } // namespace
@@ -569,9 +866,10 @@ extern "C" int cu_dg_job_ok(const cu_mv_job *j)
         return 0;
     if ((reinterpret_cast<uintptr_t>(j->x) & 15u) != 0)
         return 0;
+    if (!dg_format_ok(j->w[0]->fmt))
+        return 0;
     for (int i = 0; i < j->n_w; i++)
-        if (j->w[i]->fmt != CW_BF16 || (reinterpret_cast<uintptr_t>(j->w[i]->data) & 15u) != 0 ||
-            j->w[i]->stride % 16 != 0)
+        if ((reinterpret_cast<uintptr_t>(j->w[i]->data) & 15u) != 0 || j->w[i]->stride % 16 != 0)
             return 0;
     return 1;
 }
@@ -604,6 +902,10 @@ extern "C" size_t cu_dg_counters(const cu_mv_job *j, int blocks_per_sm)
 
 extern "C" size_t cu_dg_x_bytes(const cu_mv_job *j)
 {
+    if (j->w[0]->fmt != CW_BF16) {
+        const int most = j->n < DG_TOK ? j->n : DG_TOK;
+        return most >= DG_QXB_MIN ? (size_t)j->n * (size_t)j->w[0]->cols * 2 : 0;
+    }
     const double saved = (double)dg_tiles(j, nullptr) * j->n * (double)j->w[0]->cols * 2;
     return saved >= DG_XBF_SAVED_MIN ? (size_t)j->n * (size_t)j->w[0]->cols * 2 : 0;
 }
@@ -632,7 +934,7 @@ extern "C" cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm,
         const cu_matrix *w = j->w[i];
         a.seg[i] = DGSeg{static_cast<const uint8_t *>(w->data),
                          glu ? static_cast<const uint8_t *>(j->w[1]->data) : nullptr, w->stride,
-                         w->rows, j->bias[i], j->out[i], tile0[i]};
+                         w->scale_off, w->rows, j->bias[i], j->out[i], tile0[i]};
     }
     const int64_t blocks = (int64_t)a.tiles * a.ks, groups = (j->n + DG_TOK - 1) / DG_TOK;
     if (blocks > INT32_MAX || groups > 65535)
@@ -649,13 +951,16 @@ extern "C" cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm,
     }
     // 8-token mma columns: the largest group's (the rest are zero).
     const int most = j->n < DG_TOK ? j->n : DG_TOK;
-    if (most <= 2)
-        return dg_launch<1, 2, 1>(a, grid, stream);
-    if (most <= 8)
-        return dg_launch<1, 8, 1>(a, grid, stream);
-    if (most <= 16)
-        return dg_launch<2, 16, 1>(a, grid, stream);
-    if (most <= 32)
-        return dg_launch<4, 32, DG_TS_BIG ? 1 : DG_RW_BIG, DG_TS_BIG>(a, grid, stream);
-    return dg_launch<8, DG_TOK, DG_TS_BIG ? 1 : DG_RW_BIG, DG_TS_BIG>(a, grid, stream);
+    switch (j->w[0]->fmt) {
+    case CW_BF16: return dg_launch_fmt<CW_BF16>(a, grid, most, stream);
+    case CW_F16: return dg_launch_fmt<CW_F16>(a, grid, most, stream);
+    case CW_Q8_0: return dg_launch_fmt<CW_Q8_0>(a, grid, most, stream);
+    case CW_Q4_0: return dg_launch_fmt<CW_Q4_0>(a, grid, most, stream);
+    case CW_Q4_K: return dg_launch_fmt<CW_Q4_K>(a, grid, most, stream);
+    case CW_Q5_K: return dg_launch_fmt<CW_Q5_K>(a, grid, most, stream);
+    case CW_Q6_K: return dg_launch_fmt<CW_Q6_K>(a, grid, most, stream);
+    case CW_NVFP4: return dg_launch_fmt<CW_NVFP4>(a, grid, most, stream);
+    case CW_MXFP8: return dg_launch_fmt<CW_MXFP8>(a, grid, most, stream);
+    default: return cudaErrorInvalidValue;
+    }
 }

@@ -1,8 +1,10 @@
-/* Decode projections of bf16 weights on the tensor cores: the jobs of
- * kernels/matmul.cuh (cu_mv_job: one to three matrices of one width, a
- * bias per matrix, or gate and up paired with act(gate) * up written),
- * computed with x rounded to bf16 and f32 accumulation (mma.sync
- * m16n8k16 on the tensor cores, kernels/mma.cuh).
+/* Decode projections on the tensor cores: the jobs of kernels/matmul.cuh
+ * (cu_mv_job: one to three matrices of one width, a bias per matrix, or
+ * gate and up paired with act(gate) * up written), computed with x
+ * rounded to bf16 and f32 accumulation (mma.sync m16n8k16 on the tensor
+ * cores, kernels/mma.cuh). BF16 weights as they are; every other format
+ * but F32 decoded in the block with the CPU's arithmetic and rounded to
+ * bf16 (docs/decisions/0017-quantized-decode-gemm.md).
  *
  * Why: the mat-vec keeps x in f32, so a batch of 64 tokens costs 64 f32
  * FMAs per weight element and the L1 traffic of x: about 100 ms a step for
@@ -36,7 +38,7 @@ extern "C" {
 /* Columns per step of the kernel: a matrix's width must be a multiple. */
 enum { CU_DG_COLS_STEP = 64 };
 
-/* Whether the job can run here: every matrix BF16, the width a positive
+/* Whether the job can run here: a format the kernel reads (not F32), the width a positive
  * multiple of CU_DG_COLS_STEP, x 16-byte aligned (and what cu_mv_job_ok
  * asks). rows_per_warp is ignored. */
 int cu_dg_job_ok(const cu_mv_job *j);
@@ -60,7 +62,9 @@ cudaError_t launch_dg_mma_selftest(const float *a, const float *b, const float *
 /* Bytes of the bf16 copy of x the launch wants for this job's token
  * count (a pre-pass rounds x into it once instead of every block rounding
  * its own f32 reads); 0: none, the blocks round x. The bytes of the
- * output are the same either way. */
+ * output are the same either way. BF16 weights take either (the launch
+ * follows xbf); the other formats exactly this one (an xbf given or
+ * missing against it is cudaErrorInvalidValue). */
 size_t cu_dg_x_bytes(const cu_mv_job *j);
 /* xbf: null, or cu_dg_x_bytes(j) bytes (16-byte aligned, n x cols bf16)
  * of scratch that the launch first fills with x rounded to bf16 (with

@@ -12,8 +12,9 @@
 #                  --seed 1), Q8_0.gguf and Q4_K_M.gguf (memra-quantize); kept between runs
 #   bench [ROW...] the memra-bench rows of docs/PERFORMANCE.md (default: the current table;
 #                  `rows` lists every row and its command); one JSON a row in OUT
-#   serve [LEVELS [REPS]]  memra-serve on bf16.gguf under memra-bench --server -c LEVELS
-#                  (default 1,64) -r REPS (default 1), 512-token prompts, 128 tokens each
+#   serve [LEVELS [REPS [MODEL-FILE]]]  memra-serve on MODEL-FILE (default bf16.gguf) under
+#                  memra-bench --server -c LEVELS (default 1,64) -r REPS (default 1), 512-token
+#                  prompts, 128 tokens each
 #   profile [NAME...]  every kernel's time in one repetition, by ncu over
 #                  memra-bench --profile-range, summed per forward by scripts/ncu-steps.py
 #   references     the HF reference fixtures (scripts/make-references.sh; needs torch,
@@ -39,7 +40,7 @@ root=$(pwd)
 
 out="" models=$root/build/gpu-check-models tok="" device=0 threads="" port=18090 limit=900
 cache=${MEMRA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memra}
-usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "gpu-check: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -68,7 +69,7 @@ export PATH=$root/bin:$PATH
 # The memra-bench rows. ROW: MODEL-FILE ARGS (the model is --models DIR/MODEL-FILE; every row
 # also gets --backend cuda --device N --json). The default set is docs/PERFORMANCE.md's
 # current table; the others are its rows not measured again since (older tree, own date).
-default_rows="bf16 bf16-b64 bf16-long q8 q4km q4km-long"
+default_rows="bf16 bf16-b64 bf16-long q8 q8-b64 q4km q4km-b q4km-long"
 other_rows="bf16-b8-b32 bf16-b64-d8192 tokenizer"
 row_spec() {
   case $1 in
@@ -76,7 +77,9 @@ row_spec() {
     bf16-b64)       echo "bf16.gguf -p 512 -n 32 -d 0 -b 64 -r 2" ;;
     bf16-long)      echo "bf16.gguf -p 8192 -n 64 -d 8192 -r 2" ;;
     q8)             echo "Q8_0.gguf -p 512 -n 64 -d 0 -r 3" ;;
+    q8-b64)         echo "Q8_0.gguf -p 512 -n 32 -d 0 -b 64 -r 2" ;;
     q4km)           echo "Q4_K_M.gguf -p 512 -n 64 -d 0,32768 -r 2" ;;
+    q4km-b)         echo "Q4_K_M.gguf -p 512 -n 32 -d 0 -b 8,64 -r 2" ;;
     q4km-long)      echo "Q4_K_M.gguf -p 8192 -n 64 -d 8192 -r 2" ;;
     bf16-b8-b32)    echo "bf16.gguf -p 512 -n 128 -d 0 -b 8,32 -r 3" ;;
     bf16-b64-d8192) echo "bf16.gguf -p 8192 -n 128 -d 0 -b 64 -r 3" ;;
@@ -218,12 +221,12 @@ do_bench() {
 }
 
 do_serve() {
-  local levels=${1:-1,64} reps=${2:-1}
+  local levels=${1:-1,64} reps=${2:-1} model=${3:-bf16.gguf}
   [ -n "$tok" ] || say "serve: no --tokenizer dir; memra-serve streams text, so bf16.gguf needs one"
   make_models
   local url=http://127.0.0.1:$port srv
-  stamp "serve: memra-serve -m q=$models/bf16.gguf --port $port --max-sessions 64 --ctx 1024"
-  memra-serve -m "q=$models/bf16.gguf" --port "$port" --device "$device" --max-sessions 64 \
+  stamp "serve: memra-serve -m q=$models/$model --port $port --max-sessions 64 --ctx 1024"
+  memra-serve -m "q=$models/$model" --port "$port" --device "$device" --max-sessions 64 \
       --ctx 1024 >"$out/serve.log" 2>&1 &
   srv=$!
   for _ in $(seq 600); do

@@ -1,6 +1,8 @@
 /* The decode GEMM (kernels/decode_gemm.cuh) against the CPU backend's
  * projections of the same x rounded to bf16 (the GEMM's one rounding; the
- * rest differs from the CPU only in summation order), launched directly
+ * rest differs from the CPU only in summation order; for quantized
+ * weights, the CPU's decoded weights rounded to bf16, the kernel's second
+ * rounding, dotted in double), launched directly
  * so it runs on any device, the emulation included (the backend takes it
  * only on bf16 tensor cores). Each case runs without column splits and
  * with them (an H200's 132 SMs), and checks batch invariance: single
@@ -9,8 +11,9 @@
  * size, and x rounded by the launch's pre-pass (its bf16 copy) or by the
  * blocks giving the same bytes. The mma.sync / ldmatrix layouts the kernel
  * uses are checked on their own first. With --perf: the Qwen3-8B decode
- * shapes at 1, 8, 16, 32 and 64 tokens with the weights streamed past L2,
- * with and without x's copy, against the mat-vec on the same job. */
+ * shapes at 1, 8, 16, 32 and 64 tokens in BF16, Q4_K, Q6_K and Q8_0 with
+ * the weights streamed past L2, with and without x's copy (BF16), against
+ * the mat-vec on the same job. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -20,6 +23,7 @@
 #include "backend/cuda/cuda_internal.h"
 #include "check/kernel_check_internal.h"
 #include "core/check.h"
+#include "format/dequant.h"
 #include "numerics/half.h"
 #include "kernels/decode_gemm.cuh"
 
@@ -78,8 +82,33 @@ static size_t out_floats(const dg_shape *s, int i, int n)
     return (size_t)n * (size_t)s->w[i]->rows;
 }
 
-/* One case: n_w matrices of rows[i] x cols (GLU: two of rows[0]). */
-static void dg_case(kc *k, int mode, int n_w, const int64_t *rows, int64_t cols, int n,
+/* The reference for weights of another format than BF16: each weight
+ * decoded as the CPU decodes it (lib/format/dequant.c) and rounded to bf16
+ * (the kernel's one rounding of the weights), dotted with the rounded x in
+ * double. out[t][r] for t < n. */
+static void dg_quant_reference(const bk_weight *w, const float *bias, const float *xr, int n,
+                               float *out)
+{
+    float *row = xmalloc((size_t)w->cols * sizeof(float));
+    for (int64_t r = 0; r < w->rows; r++) {
+        memra_err err;
+        MEMRA_ASSERT(dequant_row(w->type, (const uint8_t *)w->data + (size_t)r * w->row_bytes, row,
+                                w->cols, &err) == 0);
+        for (int64_t c = 0; c < w->cols; c++)
+            row[c] = bf16_to_f32(f32_to_bf16(row[c]));
+        for (int t = 0; t < n; t++) {
+            double s = 0;
+            for (int64_t c = 0; c < w->cols; c++)
+                s += (double)row[c] * (double)xr[(size_t)t * (size_t)w->cols + (size_t)c];
+            out[(size_t)t * (size_t)w->rows + (size_t)r] = (float)s + (bias ? bias[r] : 0.0f);
+        }
+    }
+    free(row);
+}
+
+/* One case: n_w matrices of rows[i] x cols (GLU: two of rows[0]) in
+ * format t. */
+static void dg_case(kc *k, dtype ft, int mode, int n_w, const int64_t *rows, int64_t cols, int n,
                     int with_bias)
 {
     bk_weight w[CU_MV_MAX_W], b[CU_MV_MAX_W];
@@ -87,7 +116,7 @@ static void dg_case(kc *k, int mode, int n_w, const int64_t *rows, int64_t cols,
     dg_shape s = {.n_w = n_w, .mode = mode, .cols = cols};
     for (; made < n_w; made++) {
         int64_t r = mode == CU_MV_STORE ? rows[made] : rows[0];
-        if (kc_weight(k, &w[made], DT_BF16, r, cols, made ? "dg.w1" : "dg.w0") != 0)
+        if (kc_weight(k, &w[made], ft, r, cols, made ? "dg.w1" : "dg.w0") != 0)
             goto done;
         s.w[made] = &((const cuda_weight *)w[made].dev)->m;
     }
@@ -106,7 +135,10 @@ static void dg_case(kc *k, int mode, int n_w, const int64_t *rows, int64_t cols,
     int n_out = mode == CU_MV_STORE ? n_w : 1;
     for (int i = 0; i < n_w; i++) {
         ref[i] = xmalloc(out_floats(&s, i, n) * sizeof(float));
-        k->cpu->ops->matmul(k->cpu, &w[i], with_bias ? &b[i] : NULL, xr, n, ref[i]);
+        if (ft == DT_BF16)
+            k->cpu->ops->matmul(k->cpu, &w[i], with_bias ? &b[i] : NULL, xr, n, ref[i]);
+        else
+            dg_quant_reference(&w[i], with_bias ? (const float *)b[i].data : NULL, xr, n, ref[i]);
     }
     if (mode != CU_MV_STORE)
         for (size_t q = 0; q < out_floats(&s, 0, n); q++) {
@@ -149,7 +181,8 @@ static void dg_case(kc *k, int mode, int n_w, const int64_t *rows, int64_t cols,
             }
         }
         /* x rounded by the other path (the pre-pass's copy or the blocks):
-         * the same bytes. */
+         * the same bytes. (BF16 only: the other formats have one path per
+         * token count.) */
         cu_mv_job jn;
         memset(&jn, 0, sizeof jn);
         jn.w[0] = s.w[0];
@@ -158,7 +191,13 @@ static void dg_case(kc *k, int mode, int n_w, const int64_t *rows, int64_t cols,
         float *dother[CU_MV_MAX_W] = {0};
         for (int i = 0; i < n_out; i++)
             dother[i] = k->gpu->ops->act_alloc(k->gpu, out_floats(&s, i, n));
-        int same = ok && dg_run(k, &s, dx, n, dother, runs[ri].sm_count, runs[ri].bps, !copied) == 0;
+        int same = ok;
+        if (ft != DT_BF16) {
+            for (int i = 0; i < n_out; i++)
+                kc_dev_free(k, dother[i]);
+            goto compared;
+        }
+        same = same && dg_run(k, &s, dx, n, dother, runs[ri].sm_count, runs[ri].bps, !copied) == 0;
         for (int i = 0; same && i < n_out; i++) {
             float *o2 = kc_read(k, dother[i], out_floats(&s, i, n));
             same = memcmp(o2, got[i], out_floats(&s, i, n) * sizeof(float)) == 0;
@@ -166,9 +205,10 @@ static void dg_case(kc *k, int mode, int n_w, const int64_t *rows, int64_t cols,
         }
         for (int i = 0; i < n_out; i++)
             kc_dev_free(k, dother[i]);
+    compared:
         inv &= same;
         char what[96];
-        snprintf(what, sizeof what, "%s%s %" PRId64 "x%" PRId64 " n=%d %s%s",
+        snprintf(what, sizeof what, "%s %s%s %" PRId64 "x%" PRId64 " n=%d %s%s", dtype_get(ft)->name,
                  mode == CU_MV_GLU_SILU ? "glu " : mode == CU_MV_GLU_GELU ? "gelu " : "",
                  n_w > 1 && mode == CU_MV_STORE ? "x3" : "", rows[0], cols, n, runs[ri].name,
                  with_bias ? " +bias" : "");
@@ -199,13 +239,13 @@ done:
 
 /* One shape at each batch size of ns[]: the weights made once, copied
  * until the copies pass L2, each launch taking the next copy. */
-static void dg_perf(kc *k, int mode, int64_t rows, int64_t cols, const int *ns, int n_ns)
+static void dg_perf(kc *k, dtype t, int mode, int64_t rows, int64_t cols, const int *ns, int n_ns)
 {
     cuda_backend *cb = cuda_of(k->gpu);
     const int nw = mode == CU_MV_STORE ? 1 : 2;
     bk_weight w[2];
     for (int i = 0; i < nw; i++)
-        if (kc_weight(k, &w[i], DT_BF16, rows, cols, i ? "dg.perf.up" : "dg.perf") != 0) {
+        if (kc_weight(k, &w[i], t, rows, cols, i ? "dg.perf.up" : "dg.perf") != 0) {
             if (i)
                 kc_weight_free(&w[0]);
             return;
@@ -261,7 +301,9 @@ static void dg_perf(kc *k, int mode, int64_t rows, int64_t cols, const int *ns, 
         for (int which = 0; which < 3 && ok; which++) {
             const int reps = 4 * copies < 40 ? 40 : 4 * copies;
             float ms = 0;
-            void *xbw = which == 1 ? xb : NULL;
+            if (t != DT_BF16 && which == 1)
+                continue; /* one way of rounding x per token count */
+            void *xbw = which == 1 || (t != DT_BF16 && cu_dg_x_bytes(&j)) ? xb : NULL;
             /* One launch unmeasured: the instance's first-use costs. */
             ok &= (which == 2 ? launch_matvec(&j, k->stream)
                               : launch_decode_gemm(&j, bps, part, cnt, xbw, k->stream)) == cudaSuccess;
@@ -279,8 +321,8 @@ static void dg_perf(kc *k, int mode, int64_t rows, int64_t cols, const int *ns, 
                 cudaEventElapsedTime(&ms, k->ev0, k->ev1) == cudaSuccess)
                 us = (double)ms * 1000.0 / reps;
             char what[96];
-            snprintf(what, sizeof what, "bf16 %" PRId64 "x%" PRId64 "%s n=%d %s", rows, cols,
-                     nw > 1 ? " glu" : "", n, names[which]);
+            snprintf(what, sizeof what, "%s %" PRId64 "x%" PRId64 "%s n=%d %s", dtype_get(t)->name,
+                     rows, cols, nw > 1 ? " glu" : "", n, names[which]);
             kc_report(k, "dgemm", what, ok ? 0.0 : INFINITY, 0.0, -1, us, (double)mbytes * nw);
         }
         cudaFree(xb);
@@ -345,14 +387,25 @@ void kc_check_dgemm(kc *k)
 {
     dg_check_mma_layouts(k);
     const int64_t one[1] = {200}, qkv[3] = {256, 64, 64}, pair[1] = {96}, pair2[1] = {64};
-    dg_case(k, CU_MV_STORE, 1, one, 192, 37, 1);
-    dg_case(k, CU_MV_STORE, 3, qkv, 640, 5, 1); /* 10 steps: the ring wraps */
-    dg_case(k, CU_MV_STORE, 1, one, 128, 12, 0); /* the 9-16 token instance */
-    dg_case(k, CU_MV_GLU_SILU, 2, pair, 128, 20, 0);
-    dg_case(k, CU_MV_GLU_GELU, 2, pair2, 64, 70, 0);
-    /* What the kernel does not take: another format, a width off its step. */
+    dg_case(k, DT_BF16, CU_MV_STORE, 1, one, 192, 37, 1);
+    dg_case(k, DT_BF16, CU_MV_STORE, 3, qkv, 640, 5, 1); /* 10 steps: the ring wraps */
+    dg_case(k, DT_BF16, CU_MV_STORE, 1, one, 128, 12, 0); /* the 9-16 token instance */
+    dg_case(k, DT_BF16, CU_MV_GLU_SILU, 2, pair, 128, 20, 0);
+    dg_case(k, DT_BF16, CU_MV_GLU_GELU, 2, pair2, 64, 70, 0);
+    /* The other formats, each through a different instance: decoded as the
+     * CPU decodes them, rounded to bf16. */
+    const int64_t q64[1] = {64}, q3[3] = {128, 64, 64};
+    dg_case(k, DT_Q8_0, CU_MV_STORE, 3, q3, 320, 5, 1);    /* 5 steps: both slots, x3 */
+    dg_case(k, DT_Q4_K, CU_MV_GLU_SILU, 2, pair, 512, 37, 0); /* x's copy, tokens split */
+    dg_case(k, DT_Q6_K, CU_MV_STORE, 1, one, 256, 12, 0);
+    dg_case(k, DT_Q5_K, CU_MV_STORE, 1, q64, 256, 20, 0);
+    dg_case(k, DT_Q4_0, CU_MV_STORE, 1, q64, 128, 1, 0);
+    dg_case(k, DT_NVFP4, CU_MV_STORE, 1, q64, 128, 3, 0);
+    dg_case(k, DT_MXFP8, CU_MV_STORE, 1, q64, 128, 70, 0);  /* two token groups */
+    dg_case(k, DT_F16, CU_MV_STORE, 1, q64, 128, 8, 0);
+    /* What the kernel does not take: F32 weights. */
     bk_weight q;
-    if (kc_weight(k, &q, DT_Q8_0, 64, 128, "dg.q8") == 0) {
+    if (kc_weight(k, &q, DT_F32, 64, 128, "dg.f32") == 0) {
         cu_mv_job j;
         memset(&j, 0, sizeof j);
         float *dx = k->gpu->ops->act_alloc(k->gpu, 128);
@@ -361,7 +414,7 @@ void kc_check_dgemm(kc *k)
         j.n_w = 1;
         j.x = dx;
         j.n = 1;
-        kc_report_ok(k, "dgemm", "refuses Q8_0 weights", !cu_dg_job_ok(&j),
+        kc_report_ok(k, "dgemm", "refuses F32 weights", !cu_dg_job_ok(&j),
                      "cu_dg_job_ok is 0");
         kc_dev_free(k, dx);
         kc_weight_free(&q);
@@ -370,8 +423,13 @@ void kc_check_dgemm(kc *k)
         return;
     static const int ns[] = {1, 8, 16, 32, 64};
     const int nn = (int)MEMRA_ARRAY_LEN(ns);
-    dg_perf(k, CU_MV_GLU_SILU, 12288, 4096, ns, nn);
-    dg_perf(k, CU_MV_STORE, 4096, 12288, ns, nn);
-    dg_perf(k, CU_MV_STORE, 6144, 4096, ns, nn);
-    dg_perf(k, CU_MV_STORE, 4096, 4096, ns, nn);
+    /* Q4_K_M's formats: Q4_K gate+up, q+k+v, o; Q6_K down (and v, the
+     * head); Q8_0. */
+    static const dtype fmts[] = {DT_BF16, DT_Q4_K, DT_Q6_K, DT_Q8_0};
+    for (size_t f = 0; f < MEMRA_ARRAY_LEN(fmts); f++) {
+        dg_perf(k, fmts[f], CU_MV_GLU_SILU, 12288, 4096, ns, nn);
+        dg_perf(k, fmts[f], CU_MV_STORE, 4096, 12288, ns, nn);
+        dg_perf(k, fmts[f], CU_MV_STORE, 6144, 4096, ns, nn);
+        dg_perf(k, fmts[f], CU_MV_STORE, 4096, 4096, ns, nn);
+    }
 }

@@ -842,6 +842,9 @@ static void test_cuda_weight_formats(void)
             char what[64];
             snprintf(what, sizeof what, "qwen3 256-dim, %s matrices", dtype_get(types[i])->name);
             compare_backends(&ck, KV_F32, what);
+            /* An engine of several sequences decodes them on the decode
+             * GEMM (decision 0017): alone and batched, the same bytes. */
+            batch_vs_alone(&ck, BK_CUDA, what);
             checkpoint_close(&ck);
         }
         rm_rf(gguf);

@@ -1,7 +1,7 @@
 /* Decode projections: a job (kernels/matmul.cuh) goes to the decode GEMM
- * (kernels/decode_gemm.cuh: bf16 weights on the tensor cores, x rounded to
- * bf16) when the device has bf16 tensor cores and tune.dgemm is on, else
- * to the f32 mat-vec. The choice depends on the weights' format and width
+ * (kernels/decode_gemm.cuh: the weights, decoded to bf16 where they are
+ * quantized, on the tensor cores, x rounded to bf16) when the device has
+ * bf16 tensor cores and tune.dgemm is on, else to the f32 mat-vec. The choice depends on the weights' format and width
  * and the device, never on the number of rows, so batched decode keeps
  * plain decode's bytes (DESIGN.md, numerics contract). The GEMM's column
  * splits need a partial-sum scratch and per-tile counters, and from some
