@@ -211,12 +211,6 @@ DEV const uint8_t *word_of(const uint8_t *p, int &shift)
     return reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)3);
 }
 
-template <> struct QSrc<CW_F16> {
-    static constexpr int NV = 1, NS = 0;
-    DEV static const uint8_t *vec(const uint8_t *row, size_t, int64_t u, int) { return row + u * 16; }
-    DEV static const uint8_t *word(const uint8_t *row, size_t, int64_t, int, int &sh) { sh = 0; return row; }
-    DEV static WFmt<CW_F16>::Raw make(const uint4 *v, const uint32_t *) { return {v[0]}; }
-};
 template <> struct QSrc<CW_Q8_0> {
     static constexpr int NV = 2, NS = 1;
     DEV static const uint8_t *vec(const uint8_t *row, size_t, int64_t u, int i) { return row + u * 32 + i * 16; }
@@ -302,9 +296,9 @@ template <> struct QSrc<CW_MXFP8> {
 // into its warp's 16 rows of one bf16 tile, where the mma reads it as it
 // reads BF16 weights. A warp's 16 rows x DG_KC columns are 128 pieces of 8
 // elements: lane l takes row l / 2, pieces 4 (l % 2) .. 4 (l % 2) + 3 of
-// the row's step (one unit of 32 elements, half a unit of 64, or four of
-// 8). Rounding the decoded weight to bf16 is this kernel's one change to
-// the weights' values (docs/decisions/0017-quantized-decode-gemm.md); it
+// the row's step (one unit of 32 elements, or half a unit of 64).
+// Rounding the decoded weight to bf16 is this kernel's one change to the
+// weights' values (docs/decisions/0017-quantized-decode-gemm.md); it
 // depends on the weight alone, so batch invariance is the BF16 kernel's.
 constexpr int DG_THREADS = DG_GROUPS * 32;
 // Shared memory a quant launch may take (two blocks an SM fit 228 KB).
@@ -841,11 +835,12 @@ template <int F> cudaError_t dg_launch_fmt(const DGArgs &a, dim3 grid, int most,
 }
 
 // The formats the kernel reads: BF16, and those decoded through QStage
-// (every quant format the CUDA backend stores, and F16).
+// (every quant format the CUDA backend stores). Not F32, nor F16, whose
+// weights would lose three bits to bf16 (the mat-vec keeps them f32).
 bool dg_format_ok(int f)
 {
     switch (f) {
-    case CW_BF16: case CW_F16: case CW_Q8_0: case CW_Q4_0: case CW_Q4_K: case CW_Q5_K:
+    case CW_BF16: case CW_Q8_0: case CW_Q4_0: case CW_Q4_K: case CW_Q5_K:
     case CW_Q6_K: case CW_NVFP4: case CW_MXFP8:
         return true;
     default:
@@ -953,7 +948,6 @@ extern "C" cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm,
     const int most = j->n < DG_TOK ? j->n : DG_TOK;
     switch (j->w[0]->fmt) {
     case CW_BF16: return dg_launch_fmt<CW_BF16>(a, grid, most, stream);
-    case CW_F16: return dg_launch_fmt<CW_F16>(a, grid, most, stream);
     case CW_Q8_0: return dg_launch_fmt<CW_Q8_0>(a, grid, most, stream);
     case CW_Q4_0: return dg_launch_fmt<CW_Q4_0>(a, grid, most, stream);
     case CW_Q4_K: return dg_launch_fmt<CW_Q4_K>(a, grid, most, stream);

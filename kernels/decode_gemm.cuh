@@ -2,9 +2,9 @@
  * (cu_mv_job: one to three matrices of one width, a bias per matrix, or
  * gate and up paired with act(gate) * up written), computed with x
  * rounded to bf16 and f32 accumulation (mma.sync m16n8k16 on the tensor
- * cores, kernels/mma.cuh). BF16 weights as they are; every other format
- * but F32 decoded in the block with the CPU's arithmetic and rounded to
- * bf16 (docs/decisions/0017-quantized-decode-gemm.md).
+ * cores, kernels/mma.cuh). BF16 weights as they are; every quant format
+ * decoded in the block with the CPU's arithmetic and rounded to bf16
+ * (docs/decisions/0017-quantized-decode-gemm.md). Not F32 or F16.
  *
  * Why: the mat-vec keeps x in f32, so a batch of 64 tokens costs 64 f32
  * FMAs per weight element and the L1 traffic of x: about 100 ms a step for
@@ -38,7 +38,8 @@ extern "C" {
 /* Columns per step of the kernel: a matrix's width must be a multiple. */
 enum { CU_DG_COLS_STEP = 64 };
 
-/* Whether the job can run here: a format the kernel reads (not F32), the width a positive
+/* Whether the job can run here: a format the kernel reads (BF16 or a quant
+ * format; not F32 or F16), the width a positive
  * multiple of CU_DG_COLS_STEP, x 16-byte aligned (and what cu_mv_job_ok
  * asks). rows_per_warp is ignored. */
 int cu_dg_job_ok(const cu_mv_job *j);
