@@ -157,14 +157,15 @@ static int parse_input(serve_model *m, const json_t *body, serve_work **out, ser
     return 0;
 }
 
-int serve_embed_prepare(serve_server *s, const json_t *body, serve_job *job, serve_error *e)
+int serve_embed_prepare(serve_server *s, const json_t *body, const char *path, serve_job *job,
+                        serve_error *e)
 {
     static const char *const fields[] = {"model", "input", "encoding_format", "dimensions",
                                          "user", NULL};
     memset(job, 0, sizeof *job);
     if (serve_check_fields(body, fields, e) != 0 ||
         serve_field_model(s, body, &job->model, e) != 0 ||
-        serve_check_task(job->model, SERVE_TASK_EMBED, "/v1/embeddings", e) != 0)
+        serve_check_task(job->model, SERVE_TASK_EMBED, path, e) != 0)
         return -1;
     serve_model *m = job->model;
     snprintf(job->model_name, sizeof job->model_name, "%s", serve_model_alias(m));

@@ -367,8 +367,8 @@ static enum MHD_Result pool_inputs(conn_ctx *c, const json_t *body)
     serve_error e;
     memset(&job, 0, sizeof job);
     pthread_rwlock_rdlock(&s->models_lock);
-    int rc = c->rt->id == R_EMBEDDINGS ? serve_embed_prepare(s, body, &job, &e)
-                                       : serve_rerank_prepare(s, body, &job, &e);
+    int rc = c->rt->id == R_EMBEDDINGS ? serve_embed_prepare(s, body, c->rt->path, &job, &e)
+                                       : serve_rerank_prepare(s, body, c->rt->path, &job, &e);
     if (rc == 0)
         rc = submit_job(c, &job, &e);
     pthread_rwlock_unlock(&s->models_lock);

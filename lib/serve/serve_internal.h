@@ -125,8 +125,11 @@ int serve_openai_sse_update(serve_job *job, strbuf *out, const serve_req_view *v
  * validate the body and tokenize its inputs into job->req->work; on
  * success the job is ready to submit (the caller sets its wake), and
  * job->dialect writes the response once the engine has ended it. */
-int serve_embed_prepare(serve_server *s, const json_t *body, serve_job *job, serve_error *e);
-int serve_rerank_prepare(serve_server *s, const json_t *body, serve_job *job, serve_error *e);
+/* path: the route the request came by, for the task-mismatch message. */
+int serve_embed_prepare(serve_server *s, const json_t *body, const char *path, serve_job *job,
+                        serve_error *e);
+int serve_rerank_prepare(serve_server *s, const json_t *body, const char *path, serve_job *job,
+                         serve_error *e);
 /* A 400 unless model m is served for `task`; endpoint names the path. */
 int serve_check_task(serve_model *m, serve_task task, const char *endpoint, serve_error *e);
 

@@ -183,14 +183,15 @@ static int pair_ids(serve_model *m, const char *instruction, const char *query, 
     return 0;
 }
 
-int serve_rerank_prepare(serve_server *s, const json_t *body, serve_job *job, serve_error *e)
+int serve_rerank_prepare(serve_server *s, const json_t *body, const char *path, serve_job *job,
+                         serve_error *e)
 {
     static const char *const fields[] = {"model", "query", "documents", "top_n",
                                          "return_documents", "instruction", NULL};
     memset(job, 0, sizeof *job);
     if (serve_check_fields(body, fields, e) != 0 ||
         serve_field_model(s, body, &job->model, e) != 0 ||
-        serve_check_task(job->model, SERVE_TASK_RERANK, "/v1/rerank", e) != 0)
+        serve_check_task(job->model, SERVE_TASK_RERANK, path, e) != 0)
         return -1;
     serve_model *m = job->model;
     snprintf(job->model_name, sizeof job->model_name, "%s", serve_model_alias(m));

@@ -207,6 +207,7 @@ bad "embeddings 400: an unknown field" /v1/embeddings '{"model":"emb","input":"a
 bad "embeddings 400: past the context (2049 > 2048)" /v1/embeddings "{\"model\":\"emb\",\"input\":[[1],$long]}" 'input[1]' '^input\[1\]: 2049 tokens, more than the model.s context of 2048 tokens'
 bad "embeddings 400: a chat alias" /v1/embeddings '{"model":"chat","input":"a"}' model "^model 'chat' is served with --task chat, and /v1/embeddings needs an embedding model \(--task embed\)"
 bad "embeddings 400: a rerank alias" /v1/embeddings '{"model":"rr","input":"a"}' model "^model 'rr' is served with --task rerank, and /v1/embeddings needs an embedding model"
+bad "rerank 400: an embed alias, by /rerank" /rerank '{"model":"emb","query":"q","documents":["a"]}' model "^model 'emb' is served with --task embed, and /rerank needs a rerank model"
 bad "chat 400: an embed alias" /v1/chat/completions '{"model":"emb","messages":[{"role":"user","content":"hi"}]}' model "^model 'emb' is served with --task embed, and /v1/chat/completions needs a chat model \(--task chat\)"
 bad "completions 400: a rerank alias" /v1/completions '{"model":"rr","prompt":"hi"}' model "^model 'rr' is served with --task rerank, and /v1/completions needs a chat model"
 bad "responses 400: an embed alias" /v1/responses '{"model":"emb","input":"hi"}' model "^model 'emb' is served with --task embed, and /v1/responses needs a chat model"
@@ -233,7 +234,7 @@ bad "rerank 400: return_documents a string" /v1/rerank '{"model":"rr","query":"q
 bad "rerank 400: instruction a number" /v1/rerank '{"model":"rr","query":"q","documents":["a"],"instruction":1}' instruction '^instruction: must be a string'
 bad "rerank 400: an unknown field" /v1/rerank '{"model":"rr","query":"q","documents":["a"],"rank_fields":["x"]}' rank_fields "^unknown field 'rank_fields'"
 bad "rerank 400: an embed alias" /v1/rerank '{"model":"emb","query":"q","documents":["a"]}' model "^model 'emb' is served with --task embed, and /v1/rerank needs a rerank model \(--task rerank\)"
-bad "rerank 400: a chat alias" /rerank '{"model":"chat","query":"q","documents":["a"]}' model "^model 'chat' is served with --task chat, and /v1/rerank needs a rerank model"
+bad "rerank 400: a chat alias, by /rerank (the route named as sent)" /rerank '{"model":"chat","query":"q","documents":["a"]}' model "^model 'chat' is served with --task chat, and /rerank needs a rerank model"
 st=$(status POST /v1/rerank -d '{"model":"no","query":"q","documents":["a"]}')
 check "rerank 404: an unknown model" test "$st" = 404
 post /v1/chat/completions '{"model":"chat","messages":[{"role":"user","content":"hi"}],"max_tokens":2}' >"$T/chat.json"
