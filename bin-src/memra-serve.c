@@ -24,7 +24,8 @@ static const char usage[] =
     "/v1/embeddings, /v1/rerank, /v1/models, /tokenize, /detokenize, /apply-template, /health,\n"
     "/readyz, /metrics). Without ALIAS= the alias is the file name without .gguf.\n"
     "\n"
-    "  -m, --model ALIAS=MODEL  a model to serve (repeatable; env MEMRA_MODELS=\"a=/p,b=/q\")\n"
+    "  -m, --model ALIAS=MODEL  a model to serve (repeatable; env MEMRA_MODELS=\"a=/p,b=/q\");\n"
+    "                           ALIAS:TASK=MODEL sets its --task (e.g. emb:embed=/p)\n"
     "  --task chat|embed|rerank what the -m just before serves (default: as the checkpoint's\n"
     "                           pooling says: last/mean/cls embed, rank rerank, none chat)\n"
     "  --draft DRAFT            speculative decoding for the -m just before (a chat model):\n"
@@ -101,14 +102,28 @@ typedef struct {
 } serve_args;
 
 /* "ALIAS=MODEL", or "MODEL" whose alias is the file name without .gguf. */
+/* ALIAS=MODEL, ALIAS:TASK=MODEL (the task as --task gives it, so
+ * MEMRA_MODELS can say it too) or MODEL. */
 static void add_model(serve_args *a, const char *spec, const char *what)
 {
     const char *eq = strchr(spec, '=');
     char *alias, *path;
+    serve_task task = SERVE_TASK_AUTO;
     if (eq && eq != spec && !memchr(spec, '/', (size_t)(eq - spec))) {
         alias = xstrdup(spec);
         alias[eq - spec] = '\0';
         path = xstrdup(eq + 1);
+        char *colon = strchr(alias, ':');
+        if (colon) {
+            *colon = '\0';
+            int t = serve_task_parse(colon + 1);
+            if (t < 0 || t == SERVE_TASK_AUTO)
+                cli_usage("%s '%s': '%s' is not chat, embed or rerank (ALIAS:TASK=MODEL)", what,
+                          spec, colon + 1);
+            if (!*alias)
+                cli_usage("%s '%s': the alias before ':%s' is empty", what, spec, colon + 1);
+            task = (serve_task)t;
+        }
     } else {
         path = xstrdup(spec);
         const char *base = strrchr(spec, '/');
@@ -125,7 +140,7 @@ static void add_model(serve_args *a, const char *spec, const char *what)
             cli_usage("%s: alias '%s' is given twice", what, alias);
     a->aliases = xrealloc(a->aliases, (size_t)(a->n_models + 1) * sizeof *a->aliases);
     a->tasks = xrealloc(a->tasks, (size_t)(a->n_models + 1) * sizeof *a->tasks);
-    a->tasks[a->n_models] = SERVE_TASK_AUTO;
+    a->tasks[a->n_models] = task;
     a->specs = xrealloc(a->specs, (size_t)(a->n_models + 1) * sizeof *a->specs);
     a->specs[a->n_models] = (serve_spec_opts){0};
     a->paths = xrealloc(a->paths, (size_t)(a->n_models + 1) * sizeof *a->paths);

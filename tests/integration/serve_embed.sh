@@ -269,3 +269,19 @@ rc=$?
 expect_error "--task before any -m is bad usage" 2 'give it after the -m' memra-serve --task embed -m "x=$M"
 expect_error "--task of an unknown name is bad usage" 2 "'vectors' is not chat, embed or rerank" memra-serve -m "x=$M" --task vectors
 expect_error "--task twice for one -m is bad usage" 2 "'x' already has --task embed" memra-serve -m "x=$M" --task embed --task rerank
+
+# ALIAS:TASK=MODEL: the task through MEMRA_MODELS (and -m)
+MEMRA_MODELS="e2:embed=$M,r2:rerank=$M" start_server envtask -t 1 --max-sessions 1
+if [ -n "$URL" ]; then
+  check "MEMRA_MODELS alias:task=path serves e2 as embed, r2 as rerank" bash -c "
+    grep -q 'e2 = .*, embed)' '$T/envtask.log' && grep -q 'r2 = .*, rerank)' '$T/envtask.log'"
+  st=$(c -o "$T/envtask.json" -w '%{http_code}' "$URL/v1/rerank" -H 'Content-Type: application/json' \
+    -d '{"model":"e2","query":"q","documents":["a"]}')
+  check "MEMRA_MODELS task: a rerank request to e2 is the task mismatch 400" bash -c "
+    [ $st = 400 ] && jq -e '.error.message | test(\"served with --task embed\")' '$T/envtask.json'"
+  stop_server "$PID" >/dev/null
+else
+  fail "server from MEMRA_MODELS with alias:task starts" "$(tail -3 "$T/envtask.log")"
+fi
+expect_error "-m alias:task of an unknown task is bad usage" 2 "'vectors' is not chat, embed or rerank \\(ALIAS:TASK=MODEL\\)" memra-serve -m "x:vectors=$M"
+expect_error "-m alias:task with --task too is bad usage" 2 "'x' already has --task embed" memra-serve -m "x:embed=$M" --task rerank
