@@ -1,0 +1,144 @@
+/* The fast path's weight products: x [n][cols] times a stored weight
+ * [rows][cols] transposed, on the SIMD kernels of cpu_fast.h.
+ *
+ * x is quantized once per call (for the block formats) into buffers the
+ * backend keeps. Output rows are split over the pool in tasks of whole
+ * rows. Within a task, tokens go in tiles of FM_TILE tokens (their x
+ * stays in L1) against the task's rows (at most FM_BLOCK_BYTES of
+ * weights, which stay in L2), so prefill reads each weight row from
+ * memory once per task, not once per token. Every output value is one
+ * kernel call on one (row, token) pair, whatever the tiling, the task
+ * split or the thread count: the bytes of a token's outputs never depend
+ * on the batch it came in. */
+#include <stdlib.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/check.h"
+
+#define FM_TASKS_PER_THREAD 8
+#define FM_MIN_ROWS 4
+#define FM_TILE 8
+#define FM_BLOCK_BYTES (256 * 1024)
+/* Below this many multiply-adds, waking the workers costs more than the
+ * product (a tiny model's decode step): run it on the calling thread. */
+#define FM_INLINE_MACS 65536.0
+
+typedef struct {
+    const cpu_mm_item *items;
+    int n_items;
+    const int64_t *first; /* [n_items + 1]: items' rows concatenated */
+    cpu_dot_fn fn[4];
+    int64_t rows_per_task;
+    int64_t cols, nb;
+    int n;
+    const float *x;
+    const int8_t *xq;
+    const float *xd;
+    const int32_t *xs;
+} fm_job;
+
+static void fm_task(void *ctx, int task, int thread)
+{
+    (void)thread;
+    const fm_job *j = ctx;
+    int64_t r0 = (int64_t)task * j->rows_per_task;
+    int64_t r1 = r0 + j->rows_per_task;
+    if (r1 > j->first[j->n_items])
+        r1 = j->first[j->n_items];
+    for (int t0 = 0; t0 < j->n; t0 += FM_TILE) {
+        int t1 = t0 + FM_TILE < j->n ? t0 + FM_TILE : j->n;
+        int it = 0;
+        for (int64_t g = r0; g < r1; g++) {
+            while (g >= j->first[it + 1])
+                it++;
+            const cpu_mm_item *m = &j->items[it];
+            int64_t r = g - j->first[it], rows = m->w->rows;
+            const uint8_t *wr = m->w->data + (size_t)r * m->w->row_bytes;
+            float b = m->bias ? m->bias[r] : 0.0f;
+            for (int t = t0; t < t1; t++) {
+                cpu_xrow xr = {j->x + (size_t)t * j->cols, NULL, NULL, NULL};
+                if (j->xq) {
+                    xr.q = j->xq + (size_t)t * j->cols;
+                    xr.d = j->xd + (size_t)t * j->nb;
+                    xr.s = j->xs + (size_t)t * j->nb;
+                }
+                float s = j->fn[it](wr, &xr, j->cols);
+                m->out[(size_t)t * rows + r] = m->bias ? s + b : s;
+            }
+        }
+    }
+}
+
+/* Room for n rows of x as int8 blocks. */
+static void xq_reserve(cpu_backend *c, size_t n)
+{
+    if (n <= c->xq_cap)
+        return;
+    free(c->xq);
+    free(c->xd);
+    free(c->xs);
+    c->xq = xmalloc(n);
+    c->xd = xmalloc((n / CPU_QBLOCK + 1) * sizeof *c->xd);
+    c->xs = xmalloc((n / CPU_QBLOCK + 1) * sizeof *c->xs);
+    c->xq_cap = n;
+}
+
+int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items, const float *x,
+                          int n)
+{
+    fm_job j = {0};
+    j.items = items;
+    j.n_items = n_items;
+    j.cols = items[0].w->cols;
+    j.nb = j.cols / CPU_QBLOCK;
+    j.n = n;
+    j.x = x;
+    int64_t first[5] = {0};
+    int q8 = 0;
+    size_t max_row_bytes = 0;
+    for (int i = 0; i < n_items; i++) {
+        j.fn[i] = cpu_kernel_for_type(c->fast, items[i].w->type);
+        if (!j.fn[i])
+            return -1;
+        q8 |= cpu_type_reads_q8(items[i].w->type);
+        first[i + 1] = first[i] + items[i].w->rows;
+        if (items[i].w->row_bytes > max_row_bytes)
+            max_row_bytes = items[i].w->row_bytes;
+    }
+    j.first = first;
+    int64_t total = first[n_items];
+    if (total == 0 || n == 0)
+        return 0;
+    if (q8) {
+        /* Block formats have whole blocks per row (weight_prepare). */
+        MEMRA_ASSERT(j.cols % CPU_QBLOCK == 0);
+        xq_reserve(c, (size_t)n * (size_t)j.cols);
+        for (int t = 0; t < n; t++)
+            cpu_quantize_x(x + (size_t)t * j.cols, j.cols, c->xq + (size_t)t * j.cols,
+                           c->xd + (size_t)t * j.nb, c->xs + (size_t)t * j.nb);
+        j.xq = c->xq;
+        j.xd = c->xd;
+        j.xs = c->xs;
+    }
+    int64_t per = total / ((int64_t)c->n_threads * FM_TASKS_PER_THREAD);
+    if (n > FM_TILE && max_row_bytes > 0 && per * (int64_t)max_row_bytes > FM_BLOCK_BYTES)
+        per = FM_BLOCK_BYTES / (int64_t)max_row_bytes;
+    if (per < FM_MIN_ROWS)
+        per = FM_MIN_ROWS;
+    j.rows_per_task = per;
+    int n_tasks = (int)((total + per - 1) / per);
+    if ((double)total * (double)j.cols * n < FM_INLINE_MACS) {
+        for (int t = 0; t < n_tasks; t++)
+            fm_task(&j, t, 0);
+        return 0;
+    }
+    pool_run(c->pool, n_tasks, fm_task, &j);
+    return 0;
+}
+
+void cpu_fast_free(cpu_backend *c)
+{
+    free(c->xq);
+    free(c->xd);
+    free(c->xs);
+}
