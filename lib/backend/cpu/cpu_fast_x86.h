@@ -148,69 +148,85 @@ X86_PLAIN_DOT(dot_f32, 4, LD_F32, memcpy(&wv, w + i * 4, 4))
 X86_PLAIN_DOT(dot_f16, 2, LD_F16, wv = x86_f16(w + i * 2))
 X86_PLAIN_DOT(dot_bf16, 2, LD_BF16, wv = rd1_bf16(w + i * 2))
 
-/* ---- int8-x formats: two float accumulators, even and odd blocks ---- */
+/* ---- int8-x formats: two float accumulators, even and odd blocks ----
+ * (named registers, not an array indexed by the block's parity, which
+ * the compiler keeps in memory) */
+
+static inline __m256 q8_0_step(__m256 acc, const uint8_t *blk, const cpu_xrow *x, int64_t b)
+{
+    __m256i p = x86_dot_ss8(x86_load32(blk + 2), x86_load32(x->q + b * 32));
+    return _mm256_fmadd_ps(_mm256_set1_ps(x86_f16(blk) * x->d[b]), _mm256_cvtepi32_ps(p), acc);
+}
 
 static float dot_q8_0(const uint8_t *w, const cpu_xrow *x, int64_t n)
 {
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t b = 0; b < n / 32; b++, w += 34) {
-        __m256i p = x86_dot_ss8(x86_load32(w + 2), x86_load32(x->q + b * 32));
-        acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(x86_f16(w) * x->d[b]), _mm256_cvtepi32_ps(p),
-                                     acc[b & 1]);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t nb = n / 32, b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        a0 = q8_0_step(a0, w + 34 * b, x, b);
+        a1 = q8_0_step(a1, w + 34 * (b + 1), x, b + 1);
     }
-    return x86_hsum8(_mm256_add_ps(acc[0], acc[1]));
+    if (b < nb)
+        a0 = q8_0_step(a0, w + 34 * b, x, b);
+    return x86_hsum8(_mm256_add_ps(a0, a1));
+}
+
+static inline __m256 q4_0_step(__m256 acc, const uint8_t *blk, const cpu_xrow *x, int64_t b)
+{
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+    __m128i raw = _mm_loadu_si128((const __m128i *)(blk + 2));
+    __m256i q = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+    q = _mm256_sub_epi8(_mm256_and_si256(q, lo4), eight);
+    __m256i p = x86_dot_ss8(q, x86_load32(x->q + b * 32));
+    return _mm256_fmadd_ps(_mm256_set1_ps(x86_f16(blk) * x->d[b]), _mm256_cvtepi32_ps(p), acc);
 }
 
 static float dot_q4_0(const uint8_t *w, const cpu_xrow *x, int64_t n)
 {
-    const __m256i lo4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t b = 0; b < n / 32; b++, w += 18) {
-        __m128i raw = _mm_loadu_si128((const __m128i *)(w + 2));
-        __m256i q = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-        q = _mm256_sub_epi8(_mm256_and_si256(q, lo4), eight);
-        __m256i p = x86_dot_ss8(q, x86_load32(x->q + b * 32));
-        acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(x86_f16(w) * x->d[b]), _mm256_cvtepi32_ps(p),
-                                     acc[b & 1]);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t nb = n / 32, b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        a0 = q4_0_step(a0, w + 18 * b, x, b);
+        a1 = q4_0_step(a1, w + 18 * (b + 1), x, b + 1);
     }
-    return x86_hsum8(_mm256_add_ps(acc[0], acc[1]));
+    if (b < nb)
+        a0 = q4_0_step(a0, w + 18 * b, x, b);
+    return x86_hsum8(_mm256_add_ps(a0, a1));
 }
 
 /* Q4_K / Q5_K: the scaled sums in vector lanes, the mins in one scalar
  * accumulator in block order, as cpu_fast_scalar.c states them. */
-static inline void kq_block(__m256 *acc, float *mins, __m256i q, const cpu_xrow *x, int64_t b,
-                            float d, float dmin, uint8_t sc, uint8_t m)
+static inline __m256 kq_step(__m256 acc, float *mins, __m256i q, const cpu_xrow *x, int64_t b,
+                             float d, float dmin, const uint8_t *scales, int j)
 {
+    uint8_t sc, m;
+    dequant_k4_scale_min(j, scales, &sc, &m);
     __m256i p = x86_dot_us8(q, x86_load32(x->q + b * 32));
-    acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps((d * sc) * x->d[b]), _mm256_cvtepi32_ps(p),
-                                 acc[b & 1]);
     *mins += (dmin * m) * (x->d[b] * (float)x->s[b]);
+    return _mm256_fmadd_ps(_mm256_set1_ps((d * sc) * x->d[b]), _mm256_cvtepi32_ps(p), acc);
 }
 
 static float dot_q4_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
 {
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     float mins = 0;
     for (int64_t sb = 0; sb < n / 256; sb++, w += 144) {
         const float d = x86_f16(w), dmin = x86_f16(w + 2);
         for (int j = 0; j < 8; j += 2) {
             __m256i raw = x86_load32(w + 16 + 16 * j);
-            uint8_t sc, m;
-            dequant_k4_scale_min(j, w + 4, &sc, &m);
-            kq_block(acc, &mins, _mm256_and_si256(raw, lo4), x, sb * 8 + j, d, dmin, sc, m);
-            dequant_k4_scale_min(j + 1, w + 4, &sc, &m);
-            kq_block(acc, &mins, _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4), x,
-                     sb * 8 + j + 1, d, dmin, sc, m);
+            a0 = kq_step(a0, &mins, _mm256_and_si256(raw, lo4), x, sb * 8 + j, d, dmin, w + 4, j);
+            a1 = kq_step(a1, &mins, _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4), x,
+                         sb * 8 + j + 1, d, dmin, w + 4, j + 1);
         }
     }
-    return x86_hsum8(_mm256_add_ps(acc[0], acc[1])) - mins;
+    return x86_hsum8(_mm256_add_ps(a0, a1)) - mins;
 }
 
 static float dot_q5_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
 {
     const __m256i lo4 = _mm256_set1_epi8(0x0F), bit5 = _mm256_set1_epi8(0x10);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     float mins = 0;
     for (int64_t sb = 0; sb < n / 256; sb++, w += 176) {
         const float d = x86_f16(w), dmin = x86_f16(w + 2);
@@ -220,55 +236,57 @@ static float dot_q5_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
             __m256i m0 = _mm256_set1_epi8((char)(1 << j)), m1 = _mm256_set1_epi8((char)(2 << j));
             __m256i h0 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m0), m0), bit5);
             __m256i h1 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m1), m1), bit5);
-            uint8_t sc, m;
-            dequant_k4_scale_min(j, w + 4, &sc, &m);
-            kq_block(acc, &mins, _mm256_or_si256(_mm256_and_si256(raw, lo4), h0), x, sb * 8 + j, d,
-                     dmin, sc, m);
-            dequant_k4_scale_min(j + 1, w + 4, &sc, &m);
-            kq_block(acc, &mins,
-                     _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4), h1), x,
-                     sb * 8 + j + 1, d, dmin, sc, m);
+            a0 = kq_step(a0, &mins, _mm256_or_si256(_mm256_and_si256(raw, lo4), h0), x,
+                         sb * 8 + j, d, dmin, w + 4, j);
+            a1 = kq_step(a1, &mins,
+                         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4), h1), x,
+                         sb * 8 + j + 1, d, dmin, w + 4, j + 1);
         }
     }
-    return x86_hsum8(_mm256_add_ps(acc[0], acc[1])) - mins;
+    return x86_hsum8(_mm256_add_ps(a0, a1)) - mins;
 }
 
 /* Q6_K: quants 0..63 less 32 as signed bytes; lanes 0..3 of the integer
- * sums are the block's first 16 elements (scale sc[2g]), lanes 4..7 the
- * next 16 (sc[2g + 1]). */
+ * sums are the block's first 16 elements (scale sc[0]), lanes 4..7 the
+ * next 16 (sc[1]). */
+static inline __m256 q6_step(__m256 acc, __m256i q, const int8_t *sc, float d,
+                             const cpu_xrow *x, int64_t b)
+{
+    __m256i p = x86_dot_ss8(_mm256_sub_epi8(q, _mm256_set1_epi8(32)), x86_load32(x->q + b * 32));
+    __m256i s = _mm256_setr_epi32(sc[0], sc[0], sc[0], sc[0], sc[1], sc[1], sc[1], sc[1]);
+    p = _mm256_mullo_epi32(p, s);
+    return _mm256_fmadd_ps(_mm256_set1_ps(d * x->d[b]), _mm256_cvtepi32_ps(p), acc);
+}
+
 static float dot_q6_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
 {
-    const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(3),
-                  off = _mm256_set1_epi8(32);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(3);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     for (int64_t sb = 0; sb < n / 256; sb++, w += 210) {
         const float d = x86_f16(w + 208);
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = w + 64 * h;
             const int8_t *sc = (const int8_t *)(w + 192 + 8 * h);
             __m256i la = x86_load32(ql), lb = x86_load32(ql + 32), qh = x86_load32(w + 128 + 32 * h);
-            __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(la, lo4),
-                                   _mm256_slli_epi16(_mm256_and_si256(qh, lo2), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(lb, lo4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), lo2), 4));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), lo4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), lo2), 4));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), lo4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), lo2), 4));
-            for (int g = 0; g < 4; g++) {
-                int64_t b = sb * 8 + 4 * h + g;
-                __m256i p = x86_dot_ss8(_mm256_sub_epi8(q[g], off), x86_load32(x->q + b * 32));
-                __m256i s = _mm256_setr_epi32(sc[2 * g], sc[2 * g], sc[2 * g], sc[2 * g],
-                                              sc[2 * g + 1], sc[2 * g + 1], sc[2 * g + 1],
-                                              sc[2 * g + 1]);
-                p = _mm256_mullo_epi32(p, s);
-                acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d[b]), _mm256_cvtepi32_ps(p),
-                                             acc[b & 1]);
-            }
+            __m256i q0 = _mm256_or_si256(_mm256_and_si256(la, lo4),
+                                         _mm256_slli_epi16(_mm256_and_si256(qh, lo2), 4));
+            __m256i q1 = _mm256_or_si256(
+                _mm256_and_si256(lb, lo4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), lo2), 4));
+            __m256i q2 = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(la, 4), lo4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), lo2), 4));
+            __m256i q3 = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(lb, 4), lo4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), lo2), 4));
+            int64_t b = sb * 8 + 4 * h;
+            a0 = q6_step(a0, q0, sc + 0, d, x, b + 0);
+            a1 = q6_step(a1, q1, sc + 2, d, x, b + 1);
+            a0 = q6_step(a0, q2, sc + 4, d, x, b + 2);
+            a1 = q6_step(a1, q3, sc + 6, d, x, b + 3);
         }
     }
-    return x86_hsum8(_mm256_add_ps(acc[0], acc[1]));
+    return x86_hsum8(_mm256_add_ps(a0, a1));
 }
 
 const cpu_kernels CPU_X86_TABLE = {
