@@ -180,10 +180,11 @@ static void kernels_vs_reference(cpu_isa isa)
         int bs = dtype_get(t)->block_size;
         const int64_t *widths = bs == 256 ? widths_q256 : bs == 32 ? widths_q32 : widths_plain;
         size_t nw = bs == 256 ? MEMRA_ARRAY_LEN(widths_q256) : MEMRA_ARRAY_LEN(widths_q32);
-        cpu_dot_fn fn = cpu_kernel_for_type(k, t);
-        CHECK_MSG(fn != NULL, "%s has no %s kernel", k->name, dtype_get(t)->name);
-        if (!fn)
+        const cpu_kernel *kt = cpu_kernel_for_type(k, t);
+        CHECK_MSG(kt && kt->one, "%s has no %s kernel", k->name, dtype_get(t)->name);
+        if (!kt || !kt->one)
             continue;
+        cpu_dot_fn fn = kt->one;
         for (size_t wi = 0; wi < nw; wi++) {
             int64_t n = widths[wi];
             const int rows = 6;
@@ -205,6 +206,36 @@ static void kernels_vs_reference(cpu_isa isa)
                 float again = fn(row, &xr, n);
                 CHECK(memcmp(&again, &got, sizeof got) == 0);
                 checked++;
+            }
+            /* The many-token kernel: each token the one-token bits. */
+            if (kt->many) {
+                enum { MAXT = 8 };
+                CHECK(kt->nt >= 2 && kt->nt <= MAXT);
+                float *xs[MAXT];
+                xq_buf xbs[MAXT];
+                cpu_xrow xrs[MAXT];
+                for (int tk = 0; tk < kt->nt; tk++) {
+                    xs[tk] = malloc((size_t)n * sizeof(float));
+                    make_x(xs[tk], n);
+                    xrs[tk] = make_xrow(xs[tk], n, &xbs[tk]);
+                }
+                for (int r = 0; r < rows; r++) {
+                    const uint8_t *row = w.data + (size_t)r * w.row_bytes;
+                    float many[MAXT];
+                    kt->many(row, xrs, n, many);
+                    for (int tk = 0; tk < kt->nt; tk++) {
+                        float one = fn(row, &xrs[tk], n);
+                        CHECK_MSG(memcmp(&one, &many[tk], sizeof one) == 0,
+                                  "%s %s n=%lld row %d token %d: one %.9g, many %.9g", k->name,
+                                  dtype_get(t)->name, (long long)n, r, tk, one, many[tk]);
+                    }
+                }
+                for (int tk = 0; tk < kt->nt; tk++) {
+                    free_xq(&xbs[tk]);
+                    free(xs[tk]);
+                }
+            } else {
+                CHECK(kt->nt == 1);
             }
             free_xq(&xb);
             free(x);
@@ -237,8 +268,8 @@ static void test_int8_kernels_agree_avx2_avx512(void)
         cpu_xrow xr = make_xrow(x, 2048, &xb);
         for (int r = 0; r < 8; r++) {
             const uint8_t *row = w.data + (size_t)r * w.row_bytes;
-            float ga = cpu_kernel_for_type(a, q[ti])(row, &xr, 2048);
-            float gb = cpu_kernel_for_type(b, q[ti])(row, &xr, 2048);
+            float ga = cpu_kernel_for_type(a, q[ti])->one(row, &xr, 2048);
+            float gb = cpu_kernel_for_type(b, q[ti])->one(row, &xr, 2048);
             CHECK_MSG(memcmp(&ga, &gb, sizeof ga) == 0, "%s row %d: avx2 %.9g, avx512 %.9g",
                       dtype_get(q[ti])->name, r, ga, gb);
         }

@@ -30,11 +30,20 @@ typedef struct {
 
 /* The dot product of weight row w (n values in its stored format) with x. */
 typedef float (*cpu_dot_fn)(const uint8_t *w, const cpu_xrow *x, int64_t n);
+/* The same for the tokens x[0 .. nt) into out[0 .. nt), nt the kernel's
+ * own count: each out[t] the same bits as the one-token kernel's. */
+typedef void (*cpu_dotn_fn)(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out);
+
+typedef struct {
+    cpu_dot_fn one;
+    cpu_dotn_fn many; /* NULL: none (tokens one at a time) */
+    int nt;           /* tokens per call of many */
+} cpu_kernel;
 
 typedef struct {
     cpu_isa isa;
     const char *name; /* "scalar", "avx2", "avx512" */
-    cpu_dot_fn f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k;
+    cpu_kernel f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k;
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_scalar;
@@ -56,7 +65,7 @@ const cpu_kernels *cpu_fast_kernels(void);
 
 /* k's kernel for weight type t, or NULL (no fast kernel: the reference
  * path computes those products). */
-cpu_dot_fn cpu_kernel_for_type(const cpu_kernels *k, dtype t);
+const cpu_kernel *cpu_kernel_for_type(const cpu_kernels *k, dtype t);
 /* Whether type t's kernel reads x as int8 blocks (else f32). */
 int cpu_type_reads_q8(dtype t);
 

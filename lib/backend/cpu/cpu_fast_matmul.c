@@ -17,7 +17,7 @@
 
 #define FM_TASKS_PER_THREAD 8
 #define FM_MIN_ROWS 4
-#define FM_TILE 8
+#define FM_TILE 8 /* a multiple of every kernel's nt */
 #define FM_BLOCK_BYTES (256 * 1024)
 /* Below this many multiply-adds, waking the workers costs more than the
  * product (a tiny model's decode step): run it on the calling thread. */
@@ -27,7 +27,7 @@ typedef struct {
     const cpu_mm_item *items;
     int n_items;
     const int64_t *first; /* [n_items + 1]: items' rows concatenated */
-    cpu_dot_fn fn[4];
+    const cpu_kernel *k[4];
     int64_t rows_per_task;
     int64_t cols, nb;
     int n;
@@ -45,26 +45,35 @@ static void fm_task(void *ctx, int task, int thread)
     int64_t r1 = r0 + j->rows_per_task;
     if (r1 > j->first[j->n_items])
         r1 = j->first[j->n_items];
+    cpu_xrow xr[FM_TILE];
+    float s[FM_TILE];
     for (int t0 = 0; t0 < j->n; t0 += FM_TILE) {
         int t1 = t0 + FM_TILE < j->n ? t0 + FM_TILE : j->n;
+        for (int t = t0; t < t1; t++) {
+            cpu_xrow *r = &xr[t - t0];
+            r->f = j->x + (size_t)t * j->cols;
+            r->q = j->xq ? j->xq + (size_t)t * j->cols : NULL;
+            r->d = j->xq ? j->xd + (size_t)t * j->nb : NULL;
+            r->s = j->xq ? j->xs + (size_t)t * j->nb : NULL;
+        }
         int it = 0;
         for (int64_t g = r0; g < r1; g++) {
             while (g >= j->first[it + 1])
                 it++;
             const cpu_mm_item *m = &j->items[it];
+            const cpu_kernel *k = j->k[it];
             int64_t r = g - j->first[it], rows = m->w->rows;
             const uint8_t *wr = m->w->data + (size_t)r * m->w->row_bytes;
-            float b = m->bias ? m->bias[r] : 0.0f;
-            for (int t = t0; t < t1; t++) {
-                cpu_xrow xr = {j->x + (size_t)t * j->cols, NULL, NULL, NULL};
-                if (j->xq) {
-                    xr.q = j->xq + (size_t)t * j->cols;
-                    xr.d = j->xd + (size_t)t * j->nb;
-                    xr.s = j->xs + (size_t)t * j->nb;
-                }
-                float s = j->fn[it](wr, &xr, j->cols);
-                m->out[(size_t)t * rows + r] = m->bias ? s + b : s;
-            }
+            int nt = t1 - t0, t = 0;
+            /* Whole groups on the many-token kernel, the rest one by one:
+             * the same bits either way. */
+            if (k->many)
+                for (; t + k->nt <= nt; t += k->nt)
+                    k->many(wr, xr + t, j->cols, s + t);
+            for (; t < nt; t++)
+                s[t] = k->one(wr, xr + t, j->cols);
+            for (t = 0; t < nt; t++)
+                m->out[(size_t)(t0 + t) * rows + r] = m->bias ? s[t] + m->bias[r] : s[t];
         }
     }
 }
@@ -97,8 +106,8 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
     int q8 = 0;
     size_t max_row_bytes = 0;
     for (int i = 0; i < n_items; i++) {
-        j.fn[i] = cpu_kernel_for_type(c->fast, items[i].w->type);
-        if (!j.fn[i])
+        j.k[i] = cpu_kernel_for_type(c->fast, items[i].w->type);
+        if (!j.k[i] || !j.k[i]->one)
             return -1;
         q8 |= cpu_type_reads_q8(items[i].w->type);
         first[i + 1] = first[i] + items[i].w->rows;

@@ -75,10 +75,17 @@ static float dot_q4_0(const uint8_t *w, const cpu_xrow *x, int64_t n)
 
 /* Q4_K and Q5_K: value = (d * sc) * q - (dmin * m) per 32-block, so the
  * dot is sum_b (d sc) d_x,b sum(q q_x) - sum_b (dmin m) (d_x,b s_b): the
- * scaled sums in one accumulator, the mins in another, subtracted last. */
+ * scaled sums in one accumulator, the mins in eight (one per block of a
+ * super-block, as the SIMD levels' lanes), subtracted last. */
+static float k_mins_total(const float *mins)
+{
+    return ((mins[0] + mins[4]) + (mins[2] + mins[6])) +
+           ((mins[1] + mins[5]) + (mins[3] + mins[7]));
+}
+
 static float dot_q4_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
 {
-    float acc = 0, mins = 0;
+    float acc = 0, mins[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int64_t sb = 0; sb < n / 256; sb++, w += 144) {
         const float d = rd_f16(w), dmin = rd_f16(w + 2);
         const uint8_t *scales = w + 4, *qs = w + 16;
@@ -93,15 +100,15 @@ static float dot_q4_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
             for (int l = 0; l < 32; l++)
                 sum += ((q[l] >> shift) & 0xF) * qx[l];
             acc += ((d * sc) * x->d[b]) * (float)sum;
-            mins += (dmin * m) * (x->d[b] * (float)x->s[b]);
+            mins[j] += (dmin * m) * (x->d[b] * (float)x->s[b]);
         }
     }
-    return acc - mins;
+    return acc - k_mins_total(mins);
 }
 
 static float dot_q5_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
 {
-    float acc = 0, mins = 0;
+    float acc = 0, mins[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int64_t sb = 0; sb < n / 256; sb++, w += 176) {
         const float d = rd_f16(w), dmin = rd_f16(w + 2);
         const uint8_t *scales = w + 4, *qh = w + 16, *ql = w + 48;
@@ -116,10 +123,10 @@ static float dot_q5_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
             for (int l = 0; l < 32; l++)
                 sum += (((q[l] >> shift) & 0xF) | (((qh[l] >> j) & 1) << 4)) * qx[l];
             acc += ((d * sc) * x->d[b]) * (float)sum;
-            mins += (dmin * m) * (x->d[b] * (float)x->s[b]);
+            mins[j] += (dmin * m) * (x->d[b] * (float)x->s[b]);
         }
     }
-    return acc - mins;
+    return acc - k_mins_total(mins);
 }
 
 /* Q6_K: each 32-block of x meets one quarter of a 128-element half, whose
@@ -153,12 +160,12 @@ static float dot_q6_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
 const cpu_kernels cpu_kernels_scalar = {
     .isa = CPU_ISA_SCALAR,
     .name = "scalar",
-    .f32 = dot_f32,
-    .f16 = dot_f16,
-    .bf16 = dot_bf16,
-    .q8_0 = dot_q8_0,
-    .q4_0 = dot_q4_0,
-    .q4_k = dot_q4_k,
-    .q5_k = dot_q5_k,
-    .q6_k = dot_q6_k,
+    .f32 = {dot_f32, NULL, 1},
+    .f16 = {dot_f16, NULL, 1},
+    .bf16 = {dot_bf16, NULL, 1},
+    .q8_0 = {dot_q8_0, NULL, 1},
+    .q4_0 = {dot_q4_0, NULL, 1},
+    .q4_k = {dot_q4_k, NULL, 1},
+    .q5_k = {dot_q5_k, NULL, 1},
+    .q6_k = {dot_q6_k, NULL, 1},
 };

@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_fast.h"
-#include "format/dequant.h"
 
 static inline float x86_f16(const uint8_t *p)
 {
@@ -52,91 +51,64 @@ static inline __m256i x86_dot_ss8(__m256i a, __m256i b)
 
 static inline __m256i x86_load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
-/* ---- f32-x formats ---- */
+/* Every kernel is written once for NT tokens (a compile-time constant
+ * after inlining): the weights of a block are loaded and unpacked once
+ * and meet each token's x in turn, each token with its own accumulators
+ * and the very operations, in the same order, of the one-token kernel
+ * (which is the same code with NT = 1). So a token's result is the same
+ * bits whether it came alone or with others: prefill reads a weight row
+ * once per NT tokens at no cost to the invariance. */
+#define X86_INLINE static inline __attribute__((always_inline))
 
-/* Tail elements past the vector loop, in order, after the lanes. */
-#define X86_TAIL(READ)                                                                             \
-    for (; i < n; i++) {                                                                           \
-        float wv;                                                                                  \
-        READ;                                                                                      \
-        tail += wv * xf[i];                                                                        \
-    }
+/* ---- f32-x formats: 4 accumulators of VL lanes per token ---- */
 
 #if CPU_X86_512
-/* 16 lanes x 4 accumulators, then 16 at a time into the first. */
-#define X86_PLAIN_DOT(NAME, BYTES, LOAD16, READ1)                                                  \
-    static float NAME(const uint8_t *w, const cpu_xrow *x, int64_t n)                              \
-    {                                                                                              \
-        const float *xf = x->f;                                                                    \
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                \
-        int64_t i = 0;                                                                             \
-        for (; i + 64 <= n; i += 64) {                                                             \
-            a0 = _mm512_fmadd_ps(LOAD16(w + (i + 0) * BYTES), _mm512_loadu_ps(xf + i + 0), a0);   \
-            a1 = _mm512_fmadd_ps(LOAD16(w + (i + 16) * BYTES), _mm512_loadu_ps(xf + i + 16), a1);  \
-            a2 = _mm512_fmadd_ps(LOAD16(w + (i + 32) * BYTES), _mm512_loadu_ps(xf + i + 32), a2);  \
-            a3 = _mm512_fmadd_ps(LOAD16(w + (i + 48) * BYTES), _mm512_loadu_ps(xf + i + 48), a3);  \
-        }                                                                                          \
-        for (; i + 16 <= n; i += 16)                                                               \
-            a0 = _mm512_fmadd_ps(LOAD16(w + i * BYTES), _mm512_loadu_ps(xf + i), a0);              \
-        __m512 s = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));                    \
-        __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s),                                        \
-                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));\
-        float tail = 0;                                                                            \
-        X86_TAIL(READ1)                                                                            \
-        return x86_hsum8(h) + tail;                                                                \
-    }
-
-static inline __m512 ld16_f32(const uint8_t *p) { return _mm512_loadu_ps((const float *)p); }
-static inline __m512 ld16_f16(const uint8_t *p)
+typedef __m512 vf;
+enum { VL = 16, PLAIN_NT = 4 };
+#define VZERO() _mm512_setzero_ps()
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VADD(a, b) _mm512_add_ps(a, b)
+#define VLOADF(p) _mm512_loadu_ps(p)
+X86_INLINE __m256 v_to8(vf s)
+{
+    return _mm256_add_ps(_mm512_castps512_ps256(s),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+}
+X86_INLINE vf ld_f32(const uint8_t *p) { return _mm512_loadu_ps((const float *)p); }
+X86_INLINE vf ld_f16(const uint8_t *p)
 {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
-static inline __m512 ld16_bf16(const uint8_t *p)
+X86_INLINE vf ld_bf16(const uint8_t *p)
 {
     __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
 }
-#define LD_F32 ld16_f32
-#define LD_F16 ld16_f16
-#define LD_BF16 ld16_bf16
 #else
-/* 8 lanes x 4 accumulators, then 8 at a time into the first. */
-#define X86_PLAIN_DOT(NAME, BYTES, LOAD8, READ1)                                                   \
-    static float NAME(const uint8_t *w, const cpu_xrow *x, int64_t n)                              \
-    {                                                                                              \
-        const float *xf = x->f;                                                                    \
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                \
-        int64_t i = 0;                                                                             \
-        for (; i + 32 <= n; i += 32) {                                                             \
-            a0 = _mm256_fmadd_ps(LOAD8(w + (i + 0) * BYTES), _mm256_loadu_ps(xf + i + 0), a0);     \
-            a1 = _mm256_fmadd_ps(LOAD8(w + (i + 8) * BYTES), _mm256_loadu_ps(xf + i + 8), a1);     \
-            a2 = _mm256_fmadd_ps(LOAD8(w + (i + 16) * BYTES), _mm256_loadu_ps(xf + i + 16), a2);   \
-            a3 = _mm256_fmadd_ps(LOAD8(w + (i + 24) * BYTES), _mm256_loadu_ps(xf + i + 24), a3);   \
-        }                                                                                          \
-        for (; i + 8 <= n; i += 8)                                                                 \
-            a0 = _mm256_fmadd_ps(LOAD8(w + i * BYTES), _mm256_loadu_ps(xf + i), a0);               \
-        __m256 h = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));                    \
-        float tail = 0;                                                                            \
-        X86_TAIL(READ1)                                                                            \
-        return x86_hsum8(h) + tail;                                                                \
-    }
-
-static inline __m256 ld8_f32(const uint8_t *p) { return _mm256_loadu_ps((const float *)p); }
-static inline __m256 ld8_f16(const uint8_t *p)
-{
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-}
-static inline __m256 ld8_bf16(const uint8_t *p)
+typedef __m256 vf;
+enum { VL = 8, PLAIN_NT = 2 };
+#define VZERO() _mm256_setzero_ps()
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VADD(a, b) _mm256_add_ps(a, b)
+#define VLOADF(p) _mm256_loadu_ps(p)
+X86_INLINE __m256 v_to8(vf s) { return s; }
+X86_INLINE vf ld_f32(const uint8_t *p) { return _mm256_loadu_ps((const float *)p); }
+X86_INLINE vf ld_f16(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+X86_INLINE vf ld_bf16(const uint8_t *p)
 {
     __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 }
-#define LD_F32 ld8_f32
-#define LD_F16 ld8_f16
-#define LD_BF16 ld8_bf16
 #endif
 
-static inline float rd1_bf16(const uint8_t *p)
+X86_INLINE float rd1_f32(const uint8_t *p)
+{
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+X86_INLINE float rd1_f16(const uint8_t *p) { return x86_f16(p); }
+X86_INLINE float rd1_bf16(const uint8_t *p)
 {
     uint32_t bits = (uint32_t)(p[0] | (p[1] << 8)) << 16;
     float v;
@@ -144,160 +116,274 @@ static inline float rd1_bf16(const uint8_t *p)
     return v;
 }
 
-X86_PLAIN_DOT(dot_f32, 4, LD_F32, memcpy(&wv, w + i * 4, 4))
-X86_PLAIN_DOT(dot_f16, 2, LD_F16, wv = x86_f16(w + i * 2))
-X86_PLAIN_DOT(dot_bf16, 2, LD_BF16, wv = rd1_bf16(w + i * 2))
-
-/* ---- int8-x formats: two float accumulators, even and odd blocks ----
- * (named registers, not an array indexed by the block's parity, which
- * the compiler keeps in memory) */
-
-static inline __m256 q8_0_step(__m256 acc, const uint8_t *blk, const cpu_xrow *x, int64_t b)
+/* 4 accumulators over 4 x VL values a step, then VL at a time into the
+ * first; the accumulators summed ((0 + 1) + (2 + 3)), folded to 8 lanes,
+ * the fixed tree of x86_hsum8, then the tail (n mod VL) in order. */
+X86_INLINE void plain_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT,
+                         const int BYTES, vf (*load)(const uint8_t *),
+                         float (*read1)(const uint8_t *))
 {
-    __m256i p = x86_dot_ss8(x86_load32(blk + 2), x86_load32(x->q + b * 32));
-    return _mm256_fmadd_ps(_mm256_set1_ps(x86_f16(blk) * x->d[b]), _mm256_cvtepi32_ps(p), acc);
-}
-
-static float dot_q8_0(const uint8_t *w, const cpu_xrow *x, int64_t n)
-{
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-    int64_t nb = n / 32, b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        a0 = q8_0_step(a0, w + 34 * b, x, b);
-        a1 = q8_0_step(a1, w + 34 * (b + 1), x, b + 1);
+    vf a[4][4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        a[t][0] = a[t][1] = a[t][2] = a[t][3] = VZERO();
+    int64_t i = 0;
+    for (; i + 4 * VL <= n; i += 4 * VL) {
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            vf wv = load(w + (i + k * VL) * BYTES);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++)
+                a[t][k] = VFMA(wv, VLOADF(x[t].f + i + k * VL), a[t][k]);
+        }
     }
-    if (b < nb)
-        a0 = q8_0_step(a0, w + 34 * b, x, b);
-    return x86_hsum8(_mm256_add_ps(a0, a1));
+    for (; i + VL <= n; i += VL) {
+        vf wv = load(w + i * BYTES);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+            a[t][0] = VFMA(wv, VLOADF(x[t].f + i), a[t][0]);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        float tail = 0;
+        for (int64_t j = i; j < n; j++)
+            tail += read1(w + j * BYTES) * x[t].f[j];
+        out[t] = x86_hsum8(v_to8(VADD(VADD(a[t][0], a[t][1]), VADD(a[t][2], a[t][3])))) + tail;
+    }
 }
 
-static inline __m256 q4_0_step(__m256 acc, const uint8_t *blk, const cpu_xrow *x, int64_t b)
+#define PLAIN_KERNELS(NAME, BYTES)                                                                 \
+    static float dot_##NAME(const uint8_t *w, const cpu_xrow *x, int64_t n)                        \
+    {                                                                                              \
+        float r;                                                                                   \
+        plain_nt(w, x, n, &r, 1, BYTES, ld_##NAME, rd1_##NAME);                                    \
+        return r;                                                                                  \
+    }                                                                                              \
+    static void dotn_##NAME(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out)            \
+    {                                                                                              \
+        plain_nt(w, x, n, out, PLAIN_NT, BYTES, ld_##NAME, rd1_##NAME);                            \
+    }
+
+PLAIN_KERNELS(f32, 4)
+PLAIN_KERNELS(f16, 2)
+PLAIN_KERNELS(bf16, 2)
+
+/* ---- int8-x formats: per token two float accumulators, even and odd
+ * blocks (named registers after unrolling: an array indexed by a
+ * run-time parity would live in memory) ---- */
+enum { Q_NT = 4 };
+
+X86_INLINE __m256 q_fma(__m256 acc, __m256i p, float scale)
 {
-    const __m256i lo4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+    return _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(p), acc);
+}
+
+/* Q8_0 and Q4_0 share the loop: signed weight bytes q of one block. */
+X86_INLINE __m256i q8_0_unpack(const uint8_t *blk) { return x86_load32(blk + 2); }
+X86_INLINE __m256i q4_0_unpack(const uint8_t *blk)
+{
     __m128i raw = _mm_loadu_si128((const __m128i *)(blk + 2));
     __m256i q = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-    q = _mm256_sub_epi8(_mm256_and_si256(q, lo4), eight);
-    __m256i p = x86_dot_ss8(q, x86_load32(x->q + b * 32));
-    return _mm256_fmadd_ps(_mm256_set1_ps(x86_f16(blk) * x->d[b]), _mm256_cvtepi32_ps(p), acc);
+    return _mm256_sub_epi8(_mm256_and_si256(q, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
 }
 
-static float dot_q4_0(const uint8_t *w, const cpu_xrow *x, int64_t n)
+X86_INLINE void q32_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT,
+                       const int BYTES, __m256i (*unpack)(const uint8_t *))
 {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    __m256 a0[Q_NT], a1[Q_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        a0[t] = a1[t] = _mm256_setzero_ps();
     int64_t nb = n / 32, b = 0;
     for (; b + 2 <= nb; b += 2) {
-        a0 = q4_0_step(a0, w + 18 * b, x, b);
-        a1 = q4_0_step(a1, w + 18 * (b + 1), x, b + 1);
-    }
-    if (b < nb)
-        a0 = q4_0_step(a0, w + 18 * b, x, b);
-    return x86_hsum8(_mm256_add_ps(a0, a1));
-}
-
-/* Q4_K / Q5_K: the scaled sums in vector lanes, the mins in one scalar
- * accumulator in block order, as cpu_fast_scalar.c states them. */
-static inline __m256 kq_step(__m256 acc, float *mins, __m256i q, const cpu_xrow *x, int64_t b,
-                             float d, float dmin, const uint8_t *scales, int j)
-{
-    uint8_t sc, m;
-    dequant_k4_scale_min(j, scales, &sc, &m);
-    __m256i p = x86_dot_us8(q, x86_load32(x->q + b * 32));
-    *mins += (dmin * m) * (x->d[b] * (float)x->s[b]);
-    return _mm256_fmadd_ps(_mm256_set1_ps((d * sc) * x->d[b]), _mm256_cvtepi32_ps(p), acc);
-}
-
-static float dot_q4_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
-{
-    const __m256i lo4 = _mm256_set1_epi8(0x0F);
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-    float mins = 0;
-    for (int64_t sb = 0; sb < n / 256; sb++, w += 144) {
-        const float d = x86_f16(w), dmin = x86_f16(w + 2);
-        for (int j = 0; j < 8; j += 2) {
-            __m256i raw = x86_load32(w + 16 + 16 * j);
-            a0 = kq_step(a0, &mins, _mm256_and_si256(raw, lo4), x, sb * 8 + j, d, dmin, w + 4, j);
-            a1 = kq_step(a1, &mins, _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4), x,
-                         sb * 8 + j + 1, d, dmin, w + 4, j + 1);
+        const uint8_t *b0 = w + BYTES * b, *b1 = b0 + BYTES;
+        __m256i q0 = unpack(b0), q1 = unpack(b1);
+        __m256i u0 = _mm256_sign_epi8(q0, q0), u1 = _mm256_sign_epi8(q1, q1);
+        float d0 = x86_f16(b0), d1 = x86_f16(b1);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m256i p0 = x86_dot_us8(u0, _mm256_sign_epi8(x86_load32(x[t].q + b * 32), q0));
+            __m256i p1 = x86_dot_us8(u1, _mm256_sign_epi8(x86_load32(x[t].q + b * 32 + 32), q1));
+            a0[t] = q_fma(a0[t], p0, d0 * x[t].d[b]);
+            a1[t] = q_fma(a1[t], p1, d1 * x[t].d[b + 1]);
         }
     }
-    return x86_hsum8(_mm256_add_ps(a0, a1)) - mins;
+    if (b < nb) {
+        const uint8_t *b0 = w + BYTES * b;
+        __m256i q0 = unpack(b0), u0 = _mm256_sign_epi8(q0, q0);
+        float d0 = x86_f16(b0);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m256i p0 = x86_dot_us8(u0, _mm256_sign_epi8(x86_load32(x[t].q + b * 32), q0));
+            a0[t] = q_fma(a0[t], p0, d0 * x[t].d[b]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        out[t] = x86_hsum8(_mm256_add_ps(a0[t], a1[t]));
 }
 
-static float dot_q5_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
+/* Q4_K / Q5_K: the eight 6-bit scales and mins of a super-block (the
+ * layout of dequant_k4_scale_min, unpacked here so that no call spills
+ * the vector registers). */
+X86_INLINE void k4_unpack(const uint8_t *q, uint8_t *sc, uint8_t *m)
 {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = q[j] & 63;
+        m[j] = q[j + 4] & 63;
+        sc[j + 4] = (uint8_t)((q[j + 8] & 0xF) | ((q[j] >> 6) << 4));
+        m[j + 4] = (uint8_t)((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
+    }
+}
+
+/* The mins of a super-block's eight blocks in the eight lanes of `mins`,
+ * one FMA per super-block: lane j gets (dmin m_j) (d_x s_x) of block j. */
+X86_INLINE __m256 kq_mins(__m256 mins, __m256 dm, const cpu_xrow *x, int64_t sb)
+{
+    __m256 xs = _mm256_mul_ps(_mm256_loadu_ps(x->d + sb * 8),
+                              _mm256_cvtepi32_ps(x86_load32(x->s + sb * 8)));
+    return _mm256_fmadd_ps(dm, xs, mins);
+}
+
+/* Q4_K (Q5 = 0) and Q5_K (Q5 = 1): the scaled sums in the even/odd
+ * accumulators, the mins in their own, subtracted last. */
+X86_INLINE void k45_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT,
+                       const int Q5)
+{
+    const int BYTES = Q5 ? 176 : 144, QS = Q5 ? 48 : 16;
     const __m256i lo4 = _mm256_set1_epi8(0x0F), bit5 = _mm256_set1_epi8(0x10);
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-    float mins = 0;
-    for (int64_t sb = 0; sb < n / 256; sb++, w += 176) {
+    __m256 a0[Q_NT], a1[Q_NT], mins[Q_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        a0[t] = a1[t] = mins[t] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < n / 256; sb++, w += BYTES) {
         const float d = x86_f16(w), dmin = x86_f16(w + 2);
-        const __m256i qh = x86_load32(w + 16);
+        uint8_t sc[8], m[8];
+        k4_unpack(w + 4, sc, m);
+        __m256 dm = _mm256_mul_ps(
+            _mm256_set1_ps(dmin),
+            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)m))));
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+            mins[t] = kq_mins(mins[t], dm, &x[t], sb);
+        __m256i qh = Q5 ? x86_load32(w + 16) : _mm256_setzero_si256();
         for (int j = 0; j < 8; j += 2) {
-            __m256i raw = x86_load32(w + 48 + 16 * j);
-            __m256i m0 = _mm256_set1_epi8((char)(1 << j)), m1 = _mm256_set1_epi8((char)(2 << j));
-            __m256i h0 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m0), m0), bit5);
-            __m256i h1 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m1), m1), bit5);
-            a0 = kq_step(a0, &mins, _mm256_or_si256(_mm256_and_si256(raw, lo4), h0), x,
-                         sb * 8 + j, d, dmin, w + 4, j);
-            a1 = kq_step(a1, &mins,
-                         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4), h1), x,
-                         sb * 8 + j + 1, d, dmin, w + 4, j + 1);
+            __m256i raw = x86_load32(w + QS + 16 * j);
+            __m256i q0 = _mm256_and_si256(raw, lo4);
+            __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4);
+            if (Q5) {
+                __m256i m0 = _mm256_set1_epi8((char)(1 << j)), m1 = _mm256_set1_epi8((char)(2 << j));
+                q0 = _mm256_or_si256(
+                    q0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m0), m0), bit5));
+                q1 = _mm256_or_si256(
+                    q1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m1), m1), bit5));
+            }
+            int64_t b = sb * 8 + j;
+            float ds0 = d * sc[j], ds1 = d * sc[j + 1];
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m256i p0 = x86_dot_us8(q0, x86_load32(x[t].q + b * 32));
+                __m256i p1 = x86_dot_us8(q1, x86_load32(x[t].q + b * 32 + 32));
+                a0[t] = q_fma(a0[t], p0, ds0 * x[t].d[b]);
+                a1[t] = q_fma(a1[t], p1, ds1 * x[t].d[b + 1]);
+            }
         }
     }
-    return x86_hsum8(_mm256_add_ps(a0, a1)) - mins;
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        out[t] = x86_hsum8(_mm256_add_ps(a0[t], a1[t])) - x86_hsum8(mins[t]);
 }
 
-/* Q6_K: quants 0..63 less 32 as signed bytes; lanes 0..3 of the integer
- * sums are the block's first 16 elements (scale sc[0]), lanes 4..7 the
- * next 16 (sc[1]). */
-static inline __m256 q6_step(__m256 acc, __m256i q, const int8_t *sc, float d,
-                             const cpu_xrow *x, int64_t b)
+/* Q6_K: quants 0..63 less 32 as signed bytes; lanes 0..3 of a block's
+ * integer sums are its first 16 elements (scale sc[0]), lanes 4..7 the
+ * next 16 (sc[1]); the scaled sums are exact integers. */
+X86_INLINE __m256 q6_block(__m256 acc, __m256i u, __m256i q, __m256i s, float d,
+                           const cpu_xrow *x, int64_t b)
 {
-    __m256i p = x86_dot_ss8(_mm256_sub_epi8(q, _mm256_set1_epi8(32)), x86_load32(x->q + b * 32));
-    __m256i s = _mm256_setr_epi32(sc[0], sc[0], sc[0], sc[0], sc[1], sc[1], sc[1], sc[1]);
-    p = _mm256_mullo_epi32(p, s);
-    return _mm256_fmadd_ps(_mm256_set1_ps(d * x->d[b]), _mm256_cvtepi32_ps(p), acc);
+    __m256i p = x86_dot_us8(u, _mm256_sign_epi8(x86_load32(x->q + b * 32), q));
+    return q_fma(acc, _mm256_mullo_epi32(p, s), d * x->d[b]);
 }
 
-static float dot_q6_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
+X86_INLINE void q6_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT)
 {
-    const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(3);
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(3),
+                  off = _mm256_set1_epi8(32);
+    __m256 a0[Q_NT], a1[Q_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        a0[t] = a1[t] = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < n / 256; sb++, w += 210) {
         const float d = x86_f16(w + 208);
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = w + 64 * h;
             const int8_t *sc = (const int8_t *)(w + 192 + 8 * h);
             __m256i la = x86_load32(ql), lb = x86_load32(ql + 32), qh = x86_load32(w + 128 + 32 * h);
-            __m256i q0 = _mm256_or_si256(_mm256_and_si256(la, lo4),
-                                         _mm256_slli_epi16(_mm256_and_si256(qh, lo2), 4));
-            __m256i q1 = _mm256_or_si256(
+            __m256i q[4], u[4], s[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(la, lo4),
+                                   _mm256_slli_epi16(_mm256_and_si256(qh, lo2), 4));
+            q[1] = _mm256_or_si256(
                 _mm256_and_si256(lb, lo4),
                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), lo2), 4));
-            __m256i q2 = _mm256_or_si256(
+            q[2] = _mm256_or_si256(
                 _mm256_and_si256(_mm256_srli_epi16(la, 4), lo4),
                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), lo2), 4));
-            __m256i q3 = _mm256_or_si256(
+            q[3] = _mm256_or_si256(
                 _mm256_and_si256(_mm256_srli_epi16(lb, 4), lo4),
                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), lo2), 4));
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                q[g] = _mm256_sub_epi8(q[g], off);
+                u[g] = _mm256_sign_epi8(q[g], q[g]);
+                s[g] = _mm256_setr_epi32(sc[2 * g], sc[2 * g], sc[2 * g], sc[2 * g],
+                                         sc[2 * g + 1], sc[2 * g + 1], sc[2 * g + 1],
+                                         sc[2 * g + 1]);
+            }
             int64_t b = sb * 8 + 4 * h;
-            a0 = q6_step(a0, q0, sc + 0, d, x, b + 0);
-            a1 = q6_step(a1, q1, sc + 2, d, x, b + 1);
-            a0 = q6_step(a0, q2, sc + 4, d, x, b + 2);
-            a1 = q6_step(a1, q3, sc + 6, d, x, b + 3);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                a0[t] = q6_block(a0[t], u[0], q[0], s[0], d, &x[t], b + 0);
+                a1[t] = q6_block(a1[t], u[1], q[1], s[1], d, &x[t], b + 1);
+                a0[t] = q6_block(a0[t], u[2], q[2], s[2], d, &x[t], b + 2);
+                a1[t] = q6_block(a1[t], u[3], q[3], s[3], d, &x[t], b + 3);
+            }
         }
     }
-    return x86_hsum8(_mm256_add_ps(a0, a1));
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        out[t] = x86_hsum8(_mm256_add_ps(a0[t], a1[t]));
 }
+
+/* The one-token and the Q_NT-token kernel of a format: CALL with NT
+ * bound to 1 and to Q_NT. */
+#define Q_KERNELS(NAME, CALL)                                                                      \
+    static float dot_##NAME(const uint8_t *w, const cpu_xrow *x, int64_t n)                        \
+    {                                                                                              \
+        float r, *out = &r;                                                                        \
+        const int NT = 1;                                                                          \
+        CALL;                                                                                      \
+        return r;                                                                                  \
+    }                                                                                              \
+    static void dotn_##NAME(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out)            \
+    {                                                                                              \
+        const int NT = Q_NT;                                                                       \
+        CALL;                                                                                      \
+    }
+
+Q_KERNELS(q8_0, q32_nt(w, x, n, out, NT, 34, q8_0_unpack))
+Q_KERNELS(q4_0, q32_nt(w, x, n, out, NT, 18, q4_0_unpack))
+Q_KERNELS(q4_k, k45_nt(w, x, n, out, NT, 0))
+Q_KERNELS(q5_k, k45_nt(w, x, n, out, NT, 1))
+Q_KERNELS(q6_k, q6_nt(w, x, n, out, NT))
 
 const cpu_kernels CPU_X86_TABLE = {
     .isa = CPU_X86_ISA,
     .name = CPU_X86_NAME,
-    .f32 = dot_f32,
-    .f16 = dot_f16,
-    .bf16 = dot_bf16,
-    .q8_0 = dot_q8_0,
-    .q4_0 = dot_q4_0,
-    .q4_k = dot_q4_k,
-    .q5_k = dot_q5_k,
-    .q6_k = dot_q6_k,
+    .f32 = {dot_f32, dotn_f32, PLAIN_NT},
+    .f16 = {dot_f16, dotn_f16, PLAIN_NT},
+    .bf16 = {dot_bf16, dotn_bf16, PLAIN_NT},
+    .q8_0 = {dot_q8_0, dotn_q8_0, Q_NT},
+    .q4_0 = {dot_q4_0, dotn_q4_0, Q_NT},
+    .q4_k = {dot_q4_k, dotn_q4_k, Q_NT},
+    .q5_k = {dot_q5_k, dotn_q5_k, Q_NT},
+    .q6_k = {dot_q6_k, dotn_q6_k, Q_NT},
 };

@@ -73,17 +73,17 @@ const cpu_kernels *cpu_fast_kernels(void)
     return cpu_kernels_for(best, &unused);
 }
 
-cpu_dot_fn cpu_kernel_for_type(const cpu_kernels *k, dtype t)
+const cpu_kernel *cpu_kernel_for_type(const cpu_kernels *k, dtype t)
 {
     switch (t) {
-    case DT_F32: return k->f32;
-    case DT_F16: return k->f16;
-    case DT_BF16: return k->bf16;
-    case DT_Q8_0: return k->q8_0;
-    case DT_Q4_0: return k->q4_0;
-    case DT_Q4_K: return k->q4_k;
-    case DT_Q5_K: return k->q5_k;
-    case DT_Q6_K: return k->q6_k;
+    case DT_F32: return &k->f32;
+    case DT_F16: return &k->f16;
+    case DT_BF16: return &k->bf16;
+    case DT_Q8_0: return &k->q8_0;
+    case DT_Q4_0: return &k->q4_0;
+    case DT_Q4_K: return &k->q4_k;
+    case DT_Q5_K: return &k->q5_k;
+    case DT_Q6_K: return &k->q6_k;
     default: return NULL;
     }
 }
