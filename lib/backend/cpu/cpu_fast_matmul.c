@@ -22,6 +22,8 @@
 /* Below this many multiply-adds, waking the workers costs more than the
  * product (a tiny model's decode step): run it on the calling thread. */
 #define FM_INLINE_MACS 65536.0
+/* Tokens from which x's quantization is worth waking the workers. */
+#define FM_QUANT_POOL_MIN 4
 
 typedef struct {
     const cpu_mm_item *items;
@@ -32,9 +34,9 @@ typedef struct {
     int64_t cols, nb;
     int n;
     const float *x;
-    const int8_t *xq;
-    const float *xd;
-    const int32_t *xs;
+    int8_t *xq; /* x quantized (NULL: no item reads int8 x) */
+    float *xd;
+    int32_t *xs;
 } fm_job;
 
 static void fm_task(void *ctx, int task, int thread)
@@ -76,6 +78,15 @@ static void fm_task(void *ctx, int task, int thread)
                 m->out[(size_t)(t0 + t) * rows + r] = m->bias ? s[t] + m->bias[r] : s[t];
         }
     }
+}
+
+/* Token t's x into its int8 blocks. */
+static void fm_quant_task(void *ctx, int t, int thread)
+{
+    (void)thread;
+    const fm_job *j = ctx;
+    cpu_quantize_x(j->x + (size_t)t * j->cols, j->cols, j->xq + (size_t)t * j->cols,
+                   j->xd + (size_t)t * j->nb, j->xs + (size_t)t * j->nb);
 }
 
 /* Room for n rows of x as int8 blocks. */
@@ -122,12 +133,16 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
         /* Block formats have whole blocks per row (weight_prepare). */
         MEMRA_ASSERT(j.cols % CPU_QBLOCK == 0);
         xq_reserve(c, (size_t)n * (size_t)j.cols);
-        for (int t = 0; t < n; t++)
-            cpu_quantize_x(x + (size_t)t * j.cols, j.cols, c->xq + (size_t)t * j.cols,
-                           c->xd + (size_t)t * j.nb, c->xs + (size_t)t * j.nb);
         j.xq = c->xq;
         j.xd = c->xd;
         j.xs = c->xs;
+        /* A token's bytes do not depend on who quantizes it: a prompt
+         * chunk's tokens go to the pool, a decode step's stay here. */
+        if (n >= FM_QUANT_POOL_MIN)
+            pool_run(c->pool, n, fm_quant_task, &j);
+        else
+            for (int t = 0; t < n; t++)
+                fm_quant_task(&j, t, 0);
     }
     int64_t per = total / ((int64_t)c->n_threads * FM_TASKS_PER_THREAD);
     if (n > FM_TILE && max_row_bytes > 0 && per * (int64_t)max_row_bytes > FM_BLOCK_BYTES)
