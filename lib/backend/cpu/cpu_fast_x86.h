@@ -224,29 +224,37 @@ X86_INLINE void q32_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *ou
 }
 
 /* Q4_K / Q5_K: the eight 6-bit scales and mins of a super-block (the
- * layout of dequant_k4_scale_min, unpacked here so that no call spills
- * the vector registers). */
-X86_INLINE void k4_unpack(const uint8_t *q, uint8_t *sc, uint8_t *m)
+ * layout of dequant_k4_scale_min) as f32 lanes, unpacked four at a time
+ * from the 12 bytes read as three 32-bit words: scales 0-3 are the low 6
+ * bits of bytes 0-3, mins 0-3 of bytes 4-7; scales 4-7 take their low
+ * nibble from bytes 8-11 and their top two bits from bits 6-7 of bytes
+ * 0-3, mins 4-7 the high nibble of bytes 8-11 and bits 6-7 of bytes 4-7. */
+X86_INLINE void k4_scales(const uint8_t *q, __m256 *sc, __m256 *m)
 {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = q[j] & 63;
-        m[j] = q[j + 4] & 63;
-        sc[j + 4] = (uint8_t)((q[j + 8] & 0xF) | ((q[j] >> 6) << 4));
-        m[j + 4] = (uint8_t)((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
-    }
+    uint32_t w0, w1, w2;
+    memcpy(&w0, q, 4);
+    memcpy(&w1, q + 4, 4);
+    memcpy(&w2, q + 8, 4);
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+    uint32_t sc03 = w0 & low6, m03 = w1 & low6;
+    uint32_t sc47 = (w2 & low4) | (((w0 >> 6) & low2) << 4);
+    uint32_t m47 = ((w2 >> 4) & low4) | (((w1 >> 6) & low2) << 4);
+    *sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)sc03, (int)sc47, 0, 0)));
+    *m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)m03, (int)m47, 0, 0)));
 }
 
-/* The mins of a super-block's eight blocks in the eight lanes of `mins`,
- * one FMA per super-block: lane j gets (dmin m_j) (d_x s_x) of block j. */
-X86_INLINE __m256 kq_mins(__m256 mins, __m256 dm, const cpu_xrow *x, int64_t sb)
+/* Lane j of v in every lane. */
+X86_INLINE __m256 lane_bcast(__m256 v, int j)
 {
-    __m256 xs = _mm256_mul_ps(_mm256_loadu_ps(x->d + sb * 8),
-                              _mm256_cvtepi32_ps(x86_load32(x->s + sb * 8)));
-    return _mm256_fmadd_ps(dm, xs, mins);
+    return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(j));
 }
 
 /* Q4_K (Q5 = 0) and Q5_K (Q5 = 1): the scaled sums in the even/odd
- * accumulators, the mins in their own, subtracted last. */
+ * accumulators, block j's float factor (d sc_j) d_x,j computed for the
+ * eight blocks at once (the same two roundings as one at a time); the
+ * mins of the eight blocks in the eight lanes of their own accumulator,
+ * lane j += (dmin m_j) (d_x,j s_j) by one FMA a super-block, subtracted
+ * last. */
 X86_INLINE void k45_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT,
                        const int Q5)
 {
@@ -257,16 +265,20 @@ X86_INLINE void k45_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *ou
     for (int t = 0; t < NT; t++)
         a0[t] = a1[t] = mins[t] = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < n / 256; sb++, w += BYTES) {
-        const float d = x86_f16(w), dmin = x86_f16(w + 2);
-        uint8_t sc[8], m[8];
-        k4_unpack(w + 4, sc, m);
-        __m256 dm = _mm256_mul_ps(
-            _mm256_set1_ps(dmin),
-            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)m))));
+        __m256 sc, m;
+        k4_scales(w + 4, &sc, &m);
+        __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(x86_f16(w)), sc);
+        __m256 dm = _mm256_mul_ps(_mm256_set1_ps(x86_f16(w + 2)), m);
+        __m256 f[Q_NT];
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++)
-            mins[t] = kq_mins(mins[t], dm, &x[t], sb);
+        for (int t = 0; t < NT; t++) {
+            __m256 xd = _mm256_loadu_ps(x[t].d + sb * 8);
+            f[t] = _mm256_mul_ps(dsc, xd);
+            __m256 xs = _mm256_mul_ps(xd, _mm256_cvtepi32_ps(x86_load32(x[t].s + sb * 8)));
+            mins[t] = _mm256_fmadd_ps(dm, xs, mins[t]);
+        }
         __m256i qh = Q5 ? x86_load32(w + 16) : _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int j = 0; j < 8; j += 2) {
             __m256i raw = x86_load32(w + QS + 16 * j);
             __m256i q0 = _mm256_and_si256(raw, lo4);
@@ -279,13 +291,12 @@ X86_INLINE void k45_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *ou
                     q1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m1), m1), bit5));
             }
             int64_t b = sb * 8 + j;
-            float ds0 = d * sc[j], ds1 = d * sc[j + 1];
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) {
                 __m256i p0 = x86_dot_us8(q0, x86_load32(x[t].q + b * 32));
                 __m256i p1 = x86_dot_us8(q1, x86_load32(x[t].q + b * 32 + 32));
-                a0[t] = q_fma(a0[t], p0, ds0 * x[t].d[b]);
-                a1[t] = q_fma(a1[t], p1, ds1 * x[t].d[b + 1]);
+                a0[t] = _mm256_fmadd_ps(lane_bcast(f[t], j), _mm256_cvtepi32_ps(p0), a0[t]);
+                a1[t] = _mm256_fmadd_ps(lane_bcast(f[t], j + 1), _mm256_cvtepi32_ps(p1), a1[t]);
             }
         }
     }
