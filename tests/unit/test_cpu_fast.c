@@ -312,6 +312,39 @@ static void test_quantize_x(void)
     CHECK(d[1] == 0 && s[1] == 0); /* make_x's zero block */
 }
 
+/* Each level's quantize_x gives cpu_quantize_x's bytes: ties, zeros,
+ * huge and tiny blocks, NaN and infinity. */
+static void quantize_x_on(cpu_isa isa)
+{
+    const cpu_kernels *k = level_or_skip(isa);
+    if (!k)
+        return;
+    enum { N = 32 * 40 };
+    static float x[N];
+    static int8_t q0[N], q1[N];
+    float d0[N / 32], d1[N / 32];
+    int32_t s0[N / 32], s1[N / 32];
+    make_x(x, N);
+    for (int j = 0; j < 32; j++) {
+        x[64 + j] = (float)(j - 16) * 0.5f;         /* halves: round-to-even ties */
+        x[96 + j] = (j % 2 ? 1e30f : -1e-30f) * (float)j;
+        x[128 + j] = ldexpf((float)j - 15.5f, -140); /* subnormal */
+        x[160 + j] = (float)(j - 16);
+    }
+    x[160] = 127.0f * 4.5f; /* ties after the scaling */
+    x[200] = NAN;
+    x[260] = -INFINITY;
+    k->quantize_x(x, N, q1, d1, s1);
+    cpu_quantize_x(x, N, q0, d0, s0);
+    CHECK(memcmp(q0, q1, sizeof q0) == 0);
+    CHECK(memcmp(d0, d1, sizeof d0) == 0);
+    CHECK(memcmp(s0, s1, sizeof s0) == 0);
+}
+
+static void test_quantize_x_scalar(void) { quantize_x_on(CPU_ISA_SCALAR); }
+static void test_quantize_x_avx2(void) { quantize_x_on(CPU_ISA_AVX2); }
+static void test_quantize_x_avx512(void) { quantize_x_on(CPU_ISA_AVX512); }
+
 /* ---- the ops on the fast backend ---- */
 
 static backend *fast_backend(cpu_isa isa, int threads)
@@ -474,6 +507,9 @@ int main(void)
         TEST_CASE(test_kernels_avx512),
         TEST_CASE(test_int8_kernels_agree_avx2_avx512),
         TEST_CASE(test_quantize_x),
+        TEST_CASE(test_quantize_x_scalar),
+        TEST_CASE(test_quantize_x_avx2),
+        TEST_CASE(test_quantize_x_avx512),
         TEST_CASE(test_invariance_scalar),
         TEST_CASE(test_invariance_avx2),
         TEST_CASE(test_invariance_avx512),

@@ -37,6 +37,7 @@ typedef struct {
     int8_t *xq; /* x quantized (NULL: no item reads int8 x) */
     float *xd;
     int32_t *xs;
+    void (*quantize_x)(const float *x, int64_t n, int8_t *q, float *d, int32_t *s);
 } fm_job;
 
 static void fm_task(void *ctx, int task, int thread)
@@ -85,8 +86,8 @@ static void fm_quant_task(void *ctx, int t, int thread)
 {
     (void)thread;
     const fm_job *j = ctx;
-    cpu_quantize_x(j->x + (size_t)t * j->cols, j->cols, j->xq + (size_t)t * j->cols,
-                   j->xd + (size_t)t * j->nb, j->xs + (size_t)t * j->nb);
+    j->quantize_x(j->x + (size_t)t * j->cols, j->cols, j->xq + (size_t)t * j->cols,
+                  j->xd + (size_t)t * j->nb, j->xs + (size_t)t * j->nb);
 }
 
 /* Room for n rows of x as int8 blocks. */
@@ -136,6 +137,7 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
         j.xq = c->xq;
         j.xd = c->xd;
         j.xs = c->xs;
+        j.quantize_x = c->fast->quantize_x;
         /* A token's bytes do not depend on who quantizes it: a prompt
          * chunk's tokens go to the pool, a decode step's stay here. */
         if (n >= FM_QUANT_POOL_MIN)

@@ -168,4 +168,5 @@ const cpu_kernels cpu_kernels_scalar = {
     .q4_k = {dot_q4_k, NULL, 1},
     .q5_k = {dot_q5_k, NULL, 1},
     .q6_k = {dot_q6_k, NULL, 1},
+    .quantize_x = cpu_quantize_x,
 };
