@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_fast.h"
+#include "backend/kv_cache.h"
 #include "core/check.h"
 #include "core/rng.h"
 #include "format/dequant.h"
@@ -345,6 +346,39 @@ static void test_quantize_x_scalar(void) { quantize_x_on(CPU_ISA_SCALAR); }
 static void test_quantize_x_avx2(void) { quantize_x_on(CPU_ISA_AVX2); }
 static void test_quantize_x_avx512(void) { quantize_x_on(CPU_ISA_AVX512); }
 
+/* Each level's dot_ref and axpy_ref give the reference's bits. */
+static void ref_arith_on(cpu_isa isa)
+{
+    const cpu_kernels *k = level_or_skip(isa);
+    if (!k)
+        return;
+    static const int64_t ns[] = {1, 7, 8, 64, 100, 128, 1031};
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(ns); i++) {
+        int64_t n = ns[i];
+        float *a = malloc((size_t)n * sizeof(float)), *b = malloc((size_t)n * sizeof(float));
+        float *o0 = malloc((size_t)n * sizeof(float)), *o1 = malloc((size_t)n * sizeof(float));
+        make_x(a, n);
+        make_x(b, n);
+        memcpy(o0, b, (size_t)n * sizeof(float));
+        memcpy(o1, b, (size_t)n * sizeof(float));
+        float r0 = cpu_dot(a, b, n), r1 = k->dot_ref(a, b, n);
+        CHECK_MSG(memcmp(&r0, &r1, sizeof r0) == 0, "n=%lld: cpu_dot %.9g, %s %.9g", (long long)n,
+                  r0, k->name, r1);
+        for (int64_t j = 0; j < n; j++)
+            o0[j] += 0.37f * a[j];
+        k->axpy_ref(o1, 0.37f, a, n);
+        CHECK(memcmp(o0, o1, (size_t)n * sizeof(float)) == 0);
+        free(a);
+        free(b);
+        free(o0);
+        free(o1);
+    }
+}
+
+static void test_ref_arith_scalar(void) { ref_arith_on(CPU_ISA_SCALAR); }
+static void test_ref_arith_avx2(void) { ref_arith_on(CPU_ISA_AVX2); }
+static void test_ref_arith_avx512(void) { ref_arith_on(CPU_ISA_AVX512); }
+
 /* ---- the ops on the fast backend ---- */
 
 static backend *fast_backend(cpu_isa isa, int threads)
@@ -476,6 +510,51 @@ static void test_fused_ops_invariance(void)
     backend_destroy(b3);
 }
 
+/* Attention on the fast backend (every level) is the reference's, bit for
+ * bit: head_dim 72 (lanes and a tail), a window, f32 and f16 KV. */
+static void test_attention_is_reference(void)
+{
+    enum { NH = 4, NKV = 2, HD = 72, N = 19, BS = 4 };
+    float *q = malloc(sizeof(float) * N * NH * HD), *k = malloc(sizeof(float) * N * NKV * HD),
+          *v = malloc(sizeof(float) * N * NKV * HD);
+    float *o[2] = {malloc(sizeof(float) * N * NH * HD), malloc(sizeof(float) * N * NH * HD)};
+    make_x(q, N * NH * HD);
+    make_x(k, N * NKV * HD);
+    make_x(v, N * NKV * HD);
+    memra_err err = {{0}};
+    for (int isa = 0; isa <= (int)cpu_isa_best(); isa++)
+        for (int kt = 0; kt < 2; kt++) {
+            backend *bs[2] = {backend_cpu_ref_create(2), fast_backend((cpu_isa)isa, 2)};
+            for (int bi = 0; bi < 2; bi++) {
+                kv_cache kc;
+                CHECK(kv_cache_init(&kc, kt ? KV_F16 : KV_F32, 1, NKV * HD, BS, 8, &err) == 0);
+                kv_seq sq;
+                kv_seq_init(&sq, &kc);
+                CHECK(kv_seq_reserve(&sq, N, &err) == 0);
+                bk_attn a = {0, NH, NKV, HD, 0.125f, 0, kt ? 6 : 0};
+                int32_t pos[N];
+                kv_seq *seqs[N];
+                for (int i = 0; i < N; i++) {
+                    pos[i] = i;
+                    seqs[i] = &sq;
+                }
+                bk_batch rows = {N, pos, seqs};
+                bs[bi]->ops->attention(bs[bi], &a, &rows, q, k, v, o[bi]);
+                kv_seq_free(&sq);
+                kv_cache_free(&kc);
+            }
+            CHECK_MSG(memcmp(o[0], o[1], sizeof(float) * N * NH * HD) == 0, "%s, kv %s",
+                      isa_names[isa], kt ? "f16" : "f32");
+            backend_destroy(bs[0]);
+            backend_destroy(bs[1]);
+        }
+    free(q);
+    free(k);
+    free(v);
+    free(o[0]);
+    free(o[1]);
+}
+
 /* The kinds: cpu is the fast path, cpu-ref the reference; a level the CPU
  * lacks in MEMRA_CPU_ISA falls back to the best one. */
 static void test_kinds(void)
@@ -510,10 +589,14 @@ int main(void)
         TEST_CASE(test_quantize_x_scalar),
         TEST_CASE(test_quantize_x_avx2),
         TEST_CASE(test_quantize_x_avx512),
+        TEST_CASE(test_ref_arith_scalar),
+        TEST_CASE(test_ref_arith_avx2),
+        TEST_CASE(test_ref_arith_avx512),
         TEST_CASE(test_invariance_scalar),
         TEST_CASE(test_invariance_avx2),
         TEST_CASE(test_invariance_avx512),
         TEST_CASE(test_fused_ops_invariance),
+        TEST_CASE(test_attention_is_reference),
         TEST_CASE(test_kinds),
     };
     return test_run_all(cases, (int)MEMRA_ARRAY_LEN(cases));

@@ -46,6 +46,10 @@ typedef struct {
     cpu_kernel f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k;
     /* cpu_quantize_x on this level: the same bytes, faster. */
     void (*quantize_x)(const float *x, int64_t n, int8_t *q, float *d, int32_t *s);
+    /* The reference's cpu_dot and o[i] += p * v[i], bit for bit (no FMA):
+     * what the fast backend's attention runs on. */
+    float (*dot_ref)(const float *a, const float *b, int64_t n);
+    void (*axpy_ref)(float *o, float p, const float *v, int64_t n);
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_scalar;

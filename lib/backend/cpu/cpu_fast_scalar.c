@@ -6,7 +6,7 @@
  * final sums differs. Built with -std=c11, so no FMA contraction. */
 #include <string.h>
 
-#include "backend/cpu/cpu_fast.h"
+#include "backend/cpu/cpu_backend.h"
 #include "format/dequant.h"
 #include "numerics/half.h"
 
@@ -157,6 +157,12 @@ static float dot_q6_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
     return acc;
 }
 
+static void axpy_plain(float *o, float p, const float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        o[i] += p * v[i];
+}
+
 const cpu_kernels cpu_kernels_scalar = {
     .isa = CPU_ISA_SCALAR,
     .name = "scalar",
@@ -169,4 +175,6 @@ const cpu_kernels cpu_kernels_scalar = {
     .q5_k = {dot_q5_k, NULL, 1},
     .q6_k = {dot_q6_k, NULL, 1},
     .quantize_x = cpu_quantize_x,
+    .dot_ref = cpu_dot,
+    .axpy_ref = axpy_plain,
 };

@@ -434,6 +434,37 @@ static void quant_x(const float *x, int64_t n, int8_t *q, float *d, int32_t *s)
     }
 }
 
+/* ---- the reference's own f32 arithmetic, 8 lanes at a time ----
+ * cpu_dot (eight interleaved sums of rounded products, combined pairwise,
+ * then the tail) and o += p v with a rounded product: no FMA, so every
+ * lane rounds as the scalar code does and the bits are the reference's.
+ * The fast backend's attention runs on these and matches cpu-ref
+ * exactly. */
+static float dot_ref(const float *a, const float *b, int64_t n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    float tail = 0;
+    for (; i < n; i++)
+        tail += a[i] * b[i];
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    return (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))) + tail;
+}
+
+static void axpy_ref(float *o, float p, const float *v, int64_t n)
+{
+    const __m256 vp = _mm256_set1_ps(p);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(o + i, _mm256_add_ps(_mm256_loadu_ps(o + i),
+                                              _mm256_mul_ps(vp, _mm256_loadu_ps(v + i))));
+    for (; i < n; i++)
+        o[i] += p * v[i];
+}
+
 const cpu_kernels CPU_X86_TABLE = {
     .isa = CPU_X86_ISA,
     .name = CPU_X86_NAME,
@@ -446,4 +477,6 @@ const cpu_kernels CPU_X86_TABLE = {
     .q5_k = {dot_q5_k, dotn_q5_k, Q_NT},
     .q6_k = {dot_q6_k, dotn_q6_k, Q_NT},
     .quantize_x = quant_x,
+    .dot_ref = dot_ref,
+    .axpy_ref = axpy_ref,
 };
