@@ -306,6 +306,86 @@ X86_INLINE void k45_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *ou
         out[t] = x86_hsum8(_mm256_add_ps(a0[t], a1[t])) - x86_hsum8(mins[t]);
 }
 
+#if CPU_X86_512
+/* The 512-bit form of the int8 kernels: a register holds an even block's
+ * eight lanes (low half) and the next odd block's (high half), which are
+ * the even and odd accumulators of the 256-bit form, lane for lane; the
+ * same integer sums and the same float steps give the same bits at half
+ * the instructions. */
+X86_INLINE __m512i z_pair(__m256i lo, __m256i hi)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* lanes j (low half) and j + 1 (high half) of f */
+X86_INLINE __m512 z_lanes(__m256 f, int j)
+{
+    const __m512i idx = _mm512_setr_epi32(j, j, j, j, j, j, j, j, j + 1, j + 1, j + 1, j + 1,
+                                          j + 1, j + 1, j + 1, j + 1);
+    return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(f));
+}
+
+X86_INLINE __m256 z_fold(__m512 acc)
+{
+    return _mm256_add_ps(_mm512_castps512_ps256(acc),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+}
+
+X86_INLINE void k45_nt_z(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out,
+                         const int NT, const int Q5)
+{
+    const int BYTES = Q5 ? 176 : 144, QS = Q5 ? 48 : 16;
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    const __m256i bit5 = _mm256_set1_epi8(0x10);
+    __m512 acc[Q_NT];
+    __m256 mins[Q_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        acc[t] = _mm512_setzero_ps();
+        mins[t] = _mm256_setzero_ps();
+    }
+    for (int64_t sb = 0; sb < n / 256; sb++, w += BYTES) {
+        __m256 sc, m;
+        k4_scales(w + 4, &sc, &m);
+        __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(x86_f16(w)), sc);
+        __m256 dm = _mm256_mul_ps(_mm256_set1_ps(x86_f16(w + 2)), m);
+        __m256 f[Q_NT];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m256 xd = _mm256_loadu_ps(x[t].d + sb * 8);
+            f[t] = _mm256_mul_ps(dsc, xd);
+            __m256 xs = _mm256_mul_ps(xd, _mm256_cvtepi32_ps(x86_load32(x[t].s + sb * 8)));
+            mins[t] = _mm256_fmadd_ps(dm, xs, mins[t]);
+        }
+        __m256i qh = Q5 ? x86_load32(w + 16) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int j = 0; j < 8; j += 2) {
+            __m256i raw = x86_load32(w + QS + 16 * j);
+            __m512i q = _mm512_and_si512(z_pair(raw, _mm256_srli_epi16(raw, 4)), lo4);
+            if (Q5) {
+                __m256i m0 = _mm256_set1_epi8((char)(1 << j)), m1 = _mm256_set1_epi8((char)(2 << j));
+                __m256i h0 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m0), m0), bit5);
+                __m256i h1 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m1), m1), bit5);
+                q = _mm512_or_si512(q, z_pair(h0, h1));
+            }
+            int64_t b = sb * 8 + j;
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q,
+                                                _mm512_loadu_si512(x[t].q + b * 32));
+                acc[t] = _mm512_fmadd_ps(z_lanes(f[t], j), _mm512_cvtepi32_ps(p), acc[t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        out[t] = x86_hsum8(z_fold(acc[t])) - x86_hsum8(mins[t]);
+}
+#define K45_NT k45_nt_z
+#else
+#define K45_NT k45_nt
+#endif
+
 /* Q6_K: quants 0..63 less 32 as signed bytes; lanes 0..3 of a block's
  * integer sums are its first 16 elements (scale sc[0]), lanes 4..7 the
  * next 16 (sc[1]); the scaled sums are exact integers. */
@@ -383,8 +463,8 @@ X86_INLINE void q6_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out
 
 Q_KERNELS(q8_0, q32_nt(w, x, n, out, NT, 34, q8_0_unpack))
 Q_KERNELS(q4_0, q32_nt(w, x, n, out, NT, 18, q4_0_unpack))
-Q_KERNELS(q4_k, k45_nt(w, x, n, out, NT, 0))
-Q_KERNELS(q5_k, k45_nt(w, x, n, out, NT, 1))
+Q_KERNELS(q4_k, K45_NT(w, x, n, out, NT, 0))
+Q_KERNELS(q5_k, K45_NT(w, x, n, out, NT, 1))
 Q_KERNELS(q6_k, q6_nt(w, x, n, out, NT))
 
 /* ---- x to int8 blocks: cpu_quantize_x's arithmetic, 8 lanes at a time ----
