@@ -260,23 +260,29 @@ static void test_int8_kernels_agree_avx2_avx512(void)
     if (!a || !b)
         return;
     static const dtype q[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
-    for (size_t ti = 0; ti < MEMRA_ARRAY_LEN(q); ti++) {
-        bk_weight w;
-        make_weight(&w, q[ti], 8, 2048);
-        float x[2048];
-        make_x(x, 2048);
-        xq_buf xb;
-        cpu_xrow xr = make_xrow(x, 2048, &xb);
-        for (int r = 0; r < 8; r++) {
-            const uint8_t *row = w.data + (size_t)r * w.row_bytes;
-            float ga = cpu_kernel_for_type(a, q[ti])->one(row, &xr, 2048);
-            float gb = cpu_kernel_for_type(b, q[ti])->one(row, &xr, 2048);
-            CHECK_MSG(memcmp(&ga, &gb, sizeof ga) == 0, "%s row %d: avx2 %.9g, avx512 %.9g",
-                      dtype_get(q[ti])->name, r, ga, gb);
+    static const int64_t widths[] = {768, 2048, 2336}; /* odd and even block counts */
+    for (size_t ti = 0; ti < MEMRA_ARRAY_LEN(q); ti++)
+        for (size_t wi = 0; wi < MEMRA_ARRAY_LEN(widths); wi++) {
+            int64_t n = widths[wi];
+            if (n % dtype_get(q[ti])->block_size)
+                continue;
+            bk_weight w;
+            make_weight(&w, q[ti], 8, n);
+            float x[2336];
+            make_x(x, n);
+            xq_buf xb;
+            cpu_xrow xr = make_xrow(x, n, &xb);
+            for (int r = 0; r < 8; r++) {
+                const uint8_t *row = w.data + (size_t)r * w.row_bytes;
+                float ga = cpu_kernel_for_type(a, q[ti])->one(row, &xr, n);
+                float gb = cpu_kernel_for_type(b, q[ti])->one(row, &xr, n);
+                CHECK_MSG(memcmp(&ga, &gb, sizeof ga) == 0,
+                          "%s n=%lld row %d: avx2 %.9g, avx512 %.9g", dtype_get(q[ti])->name,
+                          (long long)n, r, ga, gb);
+            }
+            free_xq(&xb);
+            free((void *)w.data);
         }
-        free_xq(&xb);
-        free((void *)w.data);
-    }
 }
 
 /* x's int8 blocks: each value within half a step, the sums, a zero block,

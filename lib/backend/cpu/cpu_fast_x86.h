@@ -381,9 +381,59 @@ X86_INLINE void k45_nt_z(const uint8_t *w, const cpu_xrow *x, int64_t n, float *
     for (int t = 0; t < NT; t++)
         out[t] = x86_hsum8(z_fold(acc[t])) - x86_hsum8(mins[t]);
 }
+/* Signed weight bytes w times signed x: |w| times x with w's signs
+ * (vpsignb has no 512-bit form; a zero w makes the product 0 either way). */
+X86_INLINE __m512i z_dot_ss8(__m512i w, __m512i x)
+{
+    __m512i xs = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), xs);
+}
+
+/* Scalars a (low half) and b (high half). */
+X86_INLINE __m512 z_two(float a, float b)
+{
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(a)),
+                                               _mm256_castps_pd(_mm256_set1_ps(b)), 1));
+}
+
+X86_INLINE void q32_nt_z(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out,
+                         const int NT, const int BYTES, __m256i (*unpack)(const uint8_t *))
+{
+    __m512 acc[Q_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        acc[t] = _mm512_setzero_ps();
+    int64_t nb = n / 32, b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const uint8_t *b0 = w + BYTES * b, *b1 = b0 + BYTES;
+        __m512i q = z_pair(unpack(b0), unpack(b1));
+        float d0 = x86_f16(b0), d1 = x86_f16(b1);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m512i p = z_dot_ss8(q, _mm512_loadu_si512(x[t].q + b * 32));
+            acc[t] = _mm512_fmadd_ps(z_two(d0 * x[t].d[b], d1 * x[t].d[b + 1]),
+                                     _mm512_cvtepi32_ps(p), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        __m256 a0 = _mm512_castps512_ps256(acc[t]);
+        __m256 a1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[t]), 1));
+        if (b < nb) {
+            const uint8_t *b0 = w + BYTES * b;
+            __m256i q0 = unpack(b0);
+            __m256i p0 = x86_dot_us8(_mm256_sign_epi8(q0, q0),
+                                     _mm256_sign_epi8(x86_load32(x[t].q + b * 32), q0));
+            a0 = q_fma(a0, p0, x86_f16(b0) * x[t].d[b]);
+        }
+        out[t] = x86_hsum8(_mm256_add_ps(a0, a1));
+    }
+}
+#define Q32_NT q32_nt_z
 #define K45_NT k45_nt_z
 #else
 #define K45_NT k45_nt
+#define Q32_NT q32_nt
 #endif
 
 /* Q6_K: quants 0..63 less 32 as signed bytes; lanes 0..3 of a block's
@@ -461,8 +511,8 @@ X86_INLINE void q6_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out
         CALL;                                                                                      \
     }
 
-Q_KERNELS(q8_0, q32_nt(w, x, n, out, NT, 34, q8_0_unpack))
-Q_KERNELS(q4_0, q32_nt(w, x, n, out, NT, 18, q4_0_unpack))
+Q_KERNELS(q8_0, Q32_NT(w, x, n, out, NT, 34, q8_0_unpack))
+Q_KERNELS(q4_0, Q32_NT(w, x, n, out, NT, 18, q4_0_unpack))
 Q_KERNELS(q4_k, K45_NT(w, x, n, out, NT, 0))
 Q_KERNELS(q5_k, K45_NT(w, x, n, out, NT, 1))
 Q_KERNELS(q6_k, q6_nt(w, x, n, out, NT))
