@@ -495,6 +495,63 @@ X86_INLINE void q6_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out
         out[t] = x86_hsum8(_mm256_add_ps(a0[t], a1[t]));
 }
 
+#if CPU_X86_512
+/* Q6_K on 512-bit registers: blocks b (low half) and b + 1 (high half),
+ * then b + 2 and b + 3: the even and odd accumulators as above. */
+X86_INLINE void q6_nt_z(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT)
+{
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(3),
+                  off = _mm256_set1_epi8(32);
+    __m512 acc[Q_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < n / 256; sb++, w += 210) {
+        const float d = x86_f16(w + 208);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w + 64 * h;
+            const int8_t *sc = (const int8_t *)(w + 192 + 8 * h);
+            __m256i la = x86_load32(ql), lb = x86_load32(ql + 32), qh = x86_load32(w + 128 + 32 * h);
+            __m256i q0 = _mm256_or_si256(_mm256_and_si256(la, lo4),
+                                         _mm256_slli_epi16(_mm256_and_si256(qh, lo2), 4));
+            __m256i q1 = _mm256_or_si256(
+                _mm256_and_si256(lb, lo4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), lo2), 4));
+            __m256i q2 = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(la, 4), lo4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), lo2), 4));
+            __m256i q3 = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(lb, 4), lo4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), lo2), 4));
+            __m512i qa = z_pair(_mm256_sub_epi8(q0, off), _mm256_sub_epi8(q1, off));
+            __m512i qb = z_pair(_mm256_sub_epi8(q2, off), _mm256_sub_epi8(q3, off));
+            __m512i sa = _mm512_setr_epi32(sc[0], sc[0], sc[0], sc[0], sc[1], sc[1], sc[1], sc[1],
+                                           sc[2], sc[2], sc[2], sc[2], sc[3], sc[3], sc[3], sc[3]);
+            __m512i sbv = _mm512_setr_epi32(sc[4], sc[4], sc[4], sc[4], sc[5], sc[5], sc[5], sc[5],
+                                            sc[6], sc[6], sc[6], sc[6], sc[7], sc[7], sc[7], sc[7]);
+            int64_t b = sb * 8 + 4 * h;
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512i pa = _mm512_mullo_epi32(z_dot_ss8(qa, _mm512_loadu_si512(x[t].q + b * 32)), sa);
+                acc[t] = _mm512_fmadd_ps(z_two(d * x[t].d[b], d * x[t].d[b + 1]),
+                                         _mm512_cvtepi32_ps(pa), acc[t]);
+                __m512i pb =
+                    _mm512_mullo_epi32(z_dot_ss8(qb, _mm512_loadu_si512(x[t].q + b * 32 + 64)), sbv);
+                acc[t] = _mm512_fmadd_ps(z_two(d * x[t].d[b + 2], d * x[t].d[b + 3]),
+                                         _mm512_cvtepi32_ps(pb), acc[t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        out[t] = x86_hsum8(z_fold(acc[t]));
+}
+#define Q6_NT q6_nt_z
+#else
+#define Q6_NT q6_nt
+#endif
+
 /* The one-token and the Q_NT-token kernel of a format: CALL with NT
  * bound to 1 and to Q_NT. */
 #define Q_KERNELS(NAME, CALL)                                                                      \
@@ -515,7 +572,7 @@ Q_KERNELS(q8_0, Q32_NT(w, x, n, out, NT, 34, q8_0_unpack))
 Q_KERNELS(q4_0, Q32_NT(w, x, n, out, NT, 18, q4_0_unpack))
 Q_KERNELS(q4_k, K45_NT(w, x, n, out, NT, 0))
 Q_KERNELS(q5_k, K45_NT(w, x, n, out, NT, 1))
-Q_KERNELS(q6_k, q6_nt(w, x, n, out, NT))
+Q_KERNELS(q6_k, Q6_NT(w, x, n, out, NT))
 
 /* ---- x to int8 blocks: cpu_quantize_x's arithmetic, 8 lanes at a time ----
  * The same IEEE operations in the same order per value (|x|, the block's
