@@ -20,8 +20,11 @@
 #define FM_TILE 8 /* a multiple of every kernel's nt */
 #define FM_BLOCK_BYTES (256 * 1024)
 /* Below this many multiply-adds, waking the workers costs more than the
- * product (a tiny model's decode step): run it on the calling thread. */
-#define FM_INLINE_MACS 65536.0
+ * product (a tiny model's decode step): run it on the calling thread. The
+ * pool's wake-up is tens of microseconds on the 2-core VM; the kernels do
+ * 512K int8 multiply-adds in about as long (memra-tiny decode on 2
+ * threads: 1,460 tok/s at 64K, 2,600 at 512K; 1 thread 4,000). */
+#define FM_INLINE_MACS 524288.0
 /* Tokens from which x's quantization is worth waking the workers. */
 #define FM_QUANT_POOL_MIN 4
 
