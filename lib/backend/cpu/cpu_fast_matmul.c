@@ -6,10 +6,11 @@
  * rows. Within a task, tokens go in tiles of FM_TILE tokens (their x
  * stays in L1) against the task's rows (at most FM_BLOCK_BYTES of
  * weights, which stay in L2), so prefill reads each weight row from
- * memory once per task, not once per token. Every output value is one
- * kernel call on one (row, token) pair, whatever the tiling, the task
- * split or the thread count: the bytes of a token's outputs never depend
- * on the batch it came in. */
+ * memory once per task, not once per token; within a tile the kernels
+ * take whole groups of their nt tokens, the rest one at a time. Every
+ * output value is the same kernel arithmetic on one (row, token) pair,
+ * whatever the grouping, the tiling, the task split or the thread count:
+ * the bytes of a token's outputs never depend on the batch it came in. */
 #include <stdlib.h>
 
 #include "backend/cpu/cpu_backend.h"

@@ -3,13 +3,16 @@
  * including this) and define
  *   CPU_X86_TABLE   the cpu_kernels object to define
  *   CPU_X86_ISA     its cpu_isa
- *   CPU_X86_512     1: F32/F16/BF16 rows in 512-bit registers (16 lanes x 4)
+ *   CPU_X86_512     1: 512-bit registers (F32/F16/BF16 rows 16 lanes x 4;
+ *                   the int8 formats two blocks a register)
  *   CPU_X86_VNNI    1: the int8 products by vpdpbusd
- * The int8 kernels use 256-bit registers on both levels and compute the
- * same exact integer sums (vpmaddubsw + vpmaddwd never saturates on these
- * ranges: at most 2 x 128 x 127 per pair), then the same float steps, so
- * both levels give the same bits. Not a header of declarations: include
- * it only from those two files. */
+ * The int8 kernels of both levels compute the same exact integer sums
+ * (vpmaddubsw + vpmaddwd never saturates on these ranges: at most
+ * 2 x 128 x 127 per pair) and the same float steps in the same lanes (an
+ * even block's in the low half of a 512-bit register, the odd block's in
+ * the high half, as the two 256-bit accumulators), so both levels give
+ * the same bits. Not a header of declarations: include it only from those
+ * two files. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
