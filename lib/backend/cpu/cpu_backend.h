@@ -48,6 +48,10 @@ typedef struct {
     float *xd;
     int32_t *xs;
     size_t xq_cap;
+    /* x of a call copied to rows that start on cache lines, for the f32-x
+     * kernels, grown as needed and kept. */
+    float *xf;
+    size_t xf_cap;
 } cpu_backend;
 
 static inline cpu_backend *cpu_of(backend *b) { return (cpu_backend *)b->impl; }

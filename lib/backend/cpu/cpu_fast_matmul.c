@@ -11,7 +11,9 @@
  * output value is the same kernel arithmetic on one (row, token) pair,
  * whatever the grouping, the tiling, the task split or the thread count:
  * the bytes of a token's outputs never depend on the batch it came in. */
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
@@ -37,7 +39,8 @@ typedef struct {
     int64_t rows_per_task;
     int64_t cols, nb;
     int n;
-    const float *x;
+    const float *x; /* token t's f32 x at x + t * xstride */
+    int64_t xstride;
     int8_t *xq; /* x quantized (NULL: no item reads int8 x) */
     float *xd;
     int32_t *xs;
@@ -58,7 +61,7 @@ static void fm_task(void *ctx, int task, int thread)
         int t1 = t0 + FM_TILE < j->n ? t0 + FM_TILE : j->n;
         for (int t = t0; t < t1; t++) {
             cpu_xrow *r = &xr[t - t0];
-            r->f = j->x + (size_t)t * j->cols;
+            r->f = j->x + (size_t)t * j->xstride;
             r->q = j->xq ? j->xq + (size_t)t * j->cols : NULL;
             r->d = j->xq ? j->xd + (size_t)t * j->nb : NULL;
             r->s = j->xq ? j->xs + (size_t)t * j->nb : NULL;
@@ -90,8 +93,18 @@ static void fm_quant_task(void *ctx, int t, int thread)
 {
     (void)thread;
     const fm_job *j = ctx;
-    j->quantize_x(j->x + (size_t)t * j->cols, j->cols, j->xq + (size_t)t * j->cols,
+    j->quantize_x(j->x + (size_t)t * j->xstride, j->cols, j->xq + (size_t)t * j->cols,
                   j->xd + (size_t)t * j->nb, j->xs + (size_t)t * j->nb);
+}
+
+/* Cache-line aligned memory: a 512-bit load that straddles two lines
+ * costs two. */
+static void *cpu_aligned_alloc(size_t n)
+{
+    void *p = aligned_alloc(64, (n + 63) / 64 * 64);
+    if (!p)
+        memra_assert_fail("aligned_alloc", __FILE__, __LINE__);
+    return p;
 }
 
 /* Room for n rows of x as int8 blocks. */
@@ -102,7 +115,7 @@ static void xq_reserve(cpu_backend *c, size_t n)
     free(c->xq);
     free(c->xd);
     free(c->xs);
-    c->xq = xmalloc(n);
+    c->xq = cpu_aligned_alloc(n);
     c->xd = xmalloc((n / CPU_QBLOCK + 1) * sizeof *c->xd);
     c->xs = xmalloc((n / CPU_QBLOCK + 1) * sizeof *c->xs);
     c->xq_cap = n;
@@ -118,6 +131,7 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
     j.nb = j.cols / CPU_QBLOCK;
     j.n = n;
     j.x = x;
+    j.xstride = j.cols;
     int64_t first[5] = {0};
     int q8 = 0;
     size_t max_row_bytes = 0;
@@ -134,6 +148,24 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
     int64_t total = first[n_items];
     if (total == 0 || n == 0)
         return 0;
+    int f32x = 0;
+    for (int i = 0; i < n_items; i++)
+        f32x |= !cpu_type_reads_q8(items[i].w->type);
+    if (f32x && (((uintptr_t)x & 63) != 0 || (n > 1 && j.cols % 16 != 0))) {
+        /* The kernels load x 64 bytes at a time: rows from the start of a
+         * cache line (the values unchanged). */
+        j.xstride = (j.cols + 15) / 16 * 16;
+        size_t need = (size_t)n * (size_t)j.xstride;
+        if (need > c->xf_cap) {
+            free(c->xf);
+            c->xf = cpu_aligned_alloc(need * sizeof(float));
+            c->xf_cap = need;
+        }
+        for (int t = 0; t < n; t++)
+            memcpy(c->xf + (size_t)t * j.xstride, x + (size_t)t * j.cols,
+                   (size_t)j.cols * sizeof(float));
+        j.x = c->xf;
+    }
     if (q8) {
         /* Block formats have whole blocks per row (weight_prepare). */
         MEMRA_ASSERT(j.cols % CPU_QBLOCK == 0);
@@ -168,6 +200,7 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
 
 void cpu_fast_free(cpu_backend *c)
 {
+    free(c->xf);
     free(c->xq);
     free(c->xd);
     free(c->xs);
