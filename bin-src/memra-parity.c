@@ -27,11 +27,11 @@
 
 static const char usage[] =
     "usage: memra-parity MODEL --reference REF.safetensors [--json] [--max-abs X]\n"
-    "                    [--min-cosine C] [--kv TYPE] [--backend cpu|cuda] [-t N]\n"
+    "                    [--min-cosine C] [--kv TYPE] [--backend cpu|cpu-ref|cuda] [-t N]\n"
     "       memra-parity MODEL --perplexity TEXT_FILE [--window N] [--chunks N] [--json]\n"
     "       memra-parity MODEL --imatrix OUT -f TEXT_FILE [--chunk N] [--chunks N] [--json]\n"
     "       memra-parity QUANT --against REF -f TEXT_FILE [--chunk N] [--chunks N] [--json]\n"
-    "                    [--backend cpu|cuda]\n"
+    "                    [--backend cpu|cpu-ref|cuda]\n"
     "       memra-parity MODEL --backends cpu,cuda --prompt-ids ID,ID,... [--json]\n"
     "       memra-parity --kernels [--perf] [--only OP] [--skip OP] [--device N] [--seed S]\n"
     "\n"
@@ -59,11 +59,12 @@ static const char usage[] =
     "                  perplexity of each, KL(REF || MODEL) of the next-token distributions\n"
     "                  (mean, median, 99th percentile, max) and top-1 agreement\n"
     "  -f FILE         the text for --imatrix and --against\n"
-    "  --backend B     run MODEL on cpu (default) or cuda\n"
+    "  --backend B     run MODEL on cpu (default: the fast path), cpu-ref (the reference,\n"
+    "                  f32 products: the oracle for parity gates) or cuda\n"
     "  --backends A,B  compare two backends' logits and hidden states on --prompt-ids\n"
     "                  (same gates as --reference, with A as the reference)\n"
     "  --prompt-ids L  comma-separated token ids for --backends\n"
-    "  --kernels       every CUDA op against the CPU backend's on random inputs: one line\n"
+    "  --kernels       every CUDA op against the CPU reference's on random inputs: one line\n"
     "                  per check, then ALL GREEN (exit 0) or the failures (exit 1)\n"
     "  --perf          with --kernels: also time each op (us per call, GB/s), large shapes too\n"
     "  --only OP       with --kernels: only the checks whose op name contains OP\n"
@@ -263,7 +264,7 @@ static void parse_args(int argc, char **argv, parity_opts *o)
         cli_usage("%s needs the text: -f TEXT_FILE", o->imatrix_out ? "--imatrix" : "--against");
     if (o->text_file && !o->imatrix_out && !o->against)
         cli_usage("-f goes with --imatrix or --against (--perplexity takes its file itself)");
-    if (o->imatrix_out && o->backend != BK_CPU)
+    if (o->imatrix_out && o->backend == BK_CUDA)
         cli_usage("--imatrix collects on the CPU backend only (not --backend %s)",
                   backend_kind_name(o->backend));
     if (o->n_backends && !o->prompt_ids)

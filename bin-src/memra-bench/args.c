@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/cli.h"
 #include "bench/membw.h"
+#include "backend/backend.h"
 #include "backend/kv_cache.h"
 #include "bench/loadgen.h"
 #if MEMRA_CUDA
@@ -19,7 +20,7 @@
 
 static const char usage[] =
     "usage: memra-bench MODEL [-p 512] [-n 128] [-d 0,512] [-b 1,8,32,64] [-r 5] [-t N]\n"
-    "                         [--kv TYPE] [--json] [--backend cpu|cuda] [--device N] [options]\n"
+    "                         [--kv TYPE] [--json] [--backend cpu|cpu-ref|cuda] [--device N] [options]\n"
     "       memra-bench MODEL --tokenizer [-f TEXT] [-r 5] [--json]\n"
     "       memra-bench --server URL [-c 1,8,32,64] [-p 512] [-n 128] [-r 5] [--model ALIAS]\n"
     "                         [--api-key KEY] [--json]\n"
@@ -31,8 +32,9 @@ static const char usage[] =
     "sequences each prefilled with a P-token prompt, then N steps of one token each), with\n"
     "warm-up runs first and the median of r repetitions with min and max. Each row gives\n"
     "tok/s, ms/token, the GB/s of weights streamed, the % of the machine's ceiling (for\n"
-    "--backend cpu the host memory read bandwidth, measured once and cached per host; for\n"
-    "cuda the device's copy bandwidth) and the peak memory (host RSS; device memory in use).\n"
+    "--backend cpu or cpu-ref the host memory read bandwidth, measured once and cached per\n"
+    "host; for cuda the device's copy bandwidth) and the peak memory (host RSS; device memory\n"
+    "in use).\n"
     "MODEL is a GGUF file, an HF checkpoint dir or hf:owner/repo[:file].\n"
     "\n"
     "  -p LIST             prompt lengths, e.g. 512 or 128,512 (default 512; 0: no prefill row)\n"
@@ -47,7 +49,8 @@ static const char usage[] =
     "  --n-batch N         prefill chunk in tokens (default the engine's: 512 on H100/H200,\n"
     "                      64 on other cards and the CPU)\n"
     "  --kv f32|f16|bf16|q8_0  KV cache type (default f32 on cpu, bf16 on cuda)\n"
-    "  --backend cpu|cuda  (default cuda when a GPU is present, else cpu)\n"
+    "  --backend B         cpu (the fast path), cpu-ref (the reference) or cuda\n"
+    "                      (default cuda when a GPU is present, else cpu)\n"
     "  --device N          CUDA device index (default 0), for the run and the probe\n"
     "  --bandwidth GB/s    use this ceiling instead of the measured one\n"
     "  --remeasure         measure the bandwidth again (and update the cache)\n"
@@ -84,9 +87,10 @@ static const char usage[] =
     "GB = 1e9 bytes, MB = 1e6 bytes. The bandwidth cache is $MEMRA_CACHE/bandwidth-<host>.json\n"
     "(MEMRA_CACHE defaults to ~/.cache/memra). Exit status: 0 ok, 1 failure, 2 bad usage.\n";
 
-const bench_backend_desc bench_backends[2] = {
+const bench_backend_desc bench_backends[3] = {
     [BACKEND_CPU] = {"cpu", 1, "host memory read bandwidth"},
     [BACKEND_CUDA] = {"cuda", MEMRA_CUDA, "device memory bandwidth (16-byte copy probe)"},
+    [BACKEND_CPU_REF] = {"cpu-ref", 1, "host memory read bandwidth"},
 };
 
 /* "0,512" into a list; every entry in [lo, hi]. */
@@ -190,15 +194,9 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
             o->model_flag = "--device";
             break;
         case O_BACKEND: {
-            int found = -1;
-            for (size_t i = 0; i < MEMRA_ARRAY_LEN(bench_backends); i++)
-                if (!strcmp(optarg, bench_backends[i].name))
-                    found = (int)i;
-            if (found < 0)
-                cli_usage("--backend: '%s' is not cpu or cuda", optarg);
-            if (!bench_backends[found].built)
-                cli_usage("--backend %s: this build has no CUDA (build with CUDA=1)", optarg);
-            o->backend = (bench_backend)found;
+            backend_kind k = backend_kind_or_usage(optarg);
+            o->backend = k == BK_CUDA ? BACKEND_CUDA : k == BK_CPU_REF ? BACKEND_CPU_REF
+                                                                          : BACKEND_CPU;
             o->backend_given = 1;
             o->local_flag = "--backend";
             break;

@@ -15,15 +15,15 @@
 
 /* Backends memra-bench knows of; `built` says whether the engine runs on
  * it today. The ceiling of each is its memory bandwidth: the host's read
- * bandwidth for cpu (lib/bench/membw.c), the device's for cuda (to come with
+ * bandwidth for cpu and cpu-ref (lib/bench/membw.c), the device's for cuda (to come with
  * the CUDA backend, from its device-copy probe). */
-typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } bench_backend;
+typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1, BACKEND_CPU_REF = 2 } bench_backend;
 typedef struct {
     const char *name;
     int built;
     const char *ceiling_what;
 } bench_backend_desc;
-extern const bench_backend_desc bench_backends[2];
+extern const bench_backend_desc bench_backends[3];
 
 typedef struct {
     int64_t *v;

@@ -42,7 +42,8 @@ static void get_ceiling(const bench_opts *o, ceiling_info *c)
     }
     memra_err err;
     switch (o->backend) {
-    case BACKEND_CPU: {
+    case BACKEND_CPU:
+    case BACKEND_CPU_REF: {
         char path[1024];
         int cached = 0;
         if (!o->remeasure && membw_cache_path(path, sizeof path, &err) == 0 &&
@@ -229,7 +230,8 @@ int bench_run_model(const bench_opts *o)
     engine_opts eo;
     engine_opts_default(&eo);
     eo.n_threads = o->n_threads;
-    eo.backend = o->backend == BACKEND_CUDA ? BK_CUDA : BK_CPU;
+    eo.backend = o->backend == BACKEND_CUDA ? BK_CUDA : o->backend == BACKEND_CPU_REF ? BK_CPU_REF
+                                                                                  : BK_CPU;
     eo.n_ctx = need;
     eo.kv_type = o->kv;
     eo.device = o->device;

@@ -13,20 +13,18 @@
 
 const char *backend_kind_name(backend_kind k)
 {
-    return k == BK_CUDA ? "cuda" : "cpu";
+    return k == BK_CUDA ? "cuda" : k == BK_CPU_REF ? "cpu-ref" : "cpu";
 }
 
 int backend_kind_parse(const char *s, backend_kind *out, memra_err *err)
 {
-    if (!strcmp(s, "cpu")) {
-        *out = BK_CPU;
-        return 0;
-    }
-    if (!strcmp(s, "cuda")) {
-        *out = BK_CUDA;
-        return 0;
-    }
-    return memra_fail(err, "backend '%s' is not cpu or cuda", s);
+    static const backend_kind kinds[] = {BK_CPU, BK_CPU_REF, BK_CUDA};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (!strcmp(s, backend_kind_name(kinds[i]))) {
+            *out = kinds[i];
+            return 0;
+        }
+    return memra_fail(err, "backend '%s' is not cpu, cpu-ref or cuda", s);
 }
 
 backend_kind backend_kind_default(void)
@@ -40,14 +38,13 @@ backend_kind backend_kind_default(void)
 
 backend_kind backend_kind_or_usage(const char *arg)
 {
-    if (!strcmp(arg, "cuda")) {
-        if (!MEMRA_CUDA)
-            cli_usage("--backend cuda: this build has no CUDA (build with CUDA=1)");
-        return BK_CUDA;
-    }
-    if (strcmp(arg, "cpu") != 0)
-        cli_usage("--backend: '%s' is not cpu or cuda", arg);
-    return BK_CPU;
+    backend_kind k;
+    memra_err err;
+    if (backend_kind_parse(arg, &k, &err) != 0)
+        cli_usage("--backend: %s", err.msg);
+    if (k == BK_CUDA && !MEMRA_CUDA)
+        cli_usage("--backend cuda: this build has no CUDA (build with CUDA=1)");
+    return k;
 }
 
 #if !MEMRA_CUDA
@@ -60,11 +57,14 @@ backend *backend_cuda_create(int device, memra_err *err)
 
 backend *backend_create(backend_kind k, int device, int n_threads, memra_err *err)
 {
-    if (k == BK_CUDA)
+    switch (k) {
+    case BK_CUDA:
         return backend_cuda_create(device, err);
-    if (k != BK_CPU) {
-        memra_fail(err, "backend kind %d is not cpu or cuda", (int)k);
-        return NULL;
+    case BK_CPU:
+        return backend_cpu_create(n_threads);
+    case BK_CPU_REF:
+        return backend_cpu_ref_create(n_threads);
     }
-    return backend_cpu_create(n_threads);
+    memra_fail(err, "backend kind %d is not cpu, cpu-ref or cuda", (int)k);
+    return NULL;
 }

@@ -247,21 +247,28 @@ struct backend {
     void *impl;
 };
 
-typedef enum { BK_CPU = 0, BK_CUDA = 1 } backend_kind;
+/* BK_CPU: the CPU's fast path (SIMD kernels, x rounded to int8 for
+ * quantized weights; docs/decisions/0018-cpu-fast-path.md); BK_CPU_REF:
+ * the CPU reference, every product in f32 from dequantized rows, the
+ * oracle of the parity and kernel checks. */
+typedef enum { BK_CPU = 0, BK_CUDA = 1, BK_CPU_REF = 2 } backend_kind;
 
-/* "cpu", "cuda". */
+/* "cpu", "cuda", "cpu-ref". */
 const char *backend_kind_name(backend_kind k);
-/* Parse "cpu" or "cuda"; fails naming the bad value. */
+/* Parse "cpu", "cpu-ref" or "cuda"; fails naming the bad value. */
 int backend_kind_parse(const char *s, backend_kind *out, memra_err *err);
 /* What a program runs on when not told: cuda when the build has CUDA and
- * a device is present, else cpu. */
+ * a device is present, else cpu (the fast path). */
 backend_kind backend_kind_default(void);
-/* A program's --backend value: cpu, or cuda where the build has it; any
- * other value exits with a usage error (cli_usage) naming it. */
+/* A program's --backend value: cpu, cpu-ref, or cuda where the build has
+ * it; any other value exits with a usage error (cli_usage) naming it. */
 backend_kind backend_kind_or_usage(const char *arg);
 
-/* The CPU reference backend with n_threads workers (<= 0: one per core). */
+/* The CPU fast path with n_threads workers (<= 0: one per core). */
 backend *backend_cpu_create(int n_threads);
+/* The CPU reference backend with n_threads workers (<= 0: one per core):
+ * what the parity and kernel checks compare against. */
+backend *backend_cpu_ref_create(int n_threads);
 /* The experts the CPU backend's last ffn_moe chose, n_used ids per token
  * for n_rows tokens, or NULL when b is no CPU backend or its last call had
  * fewer rows. A wrapper that reproduces the routing (the imatrix collector)
@@ -273,7 +280,7 @@ float backend_cpu_activation(bk_act act, float x);
 /* The CUDA backend on device `device`. NULL with a message when there is
  * no such device, the build has no CUDA (CUDA=0), or setup fails. */
 backend *backend_cuda_create(int device, memra_err *err);
-/* Either of the above; n_threads is the CPU's, device the GPU's. */
+/* Any of the above; n_threads is the CPU's, device the GPU's. */
 backend *backend_create(backend_kind k, int device, int n_threads, memra_err *err);
 
 static inline void backend_destroy(backend *b)

@@ -257,7 +257,7 @@ int kernel_check_run(const kcheck_opts *o, FILE *out, int *n_failed, memra_err *
     k.gpu = backend_cuda_create(o->device, err);
     if (!k.gpu)
         return -1;
-    k.cpu = backend_cpu_create(0);
+    k.cpu = backend_cpu_ref_create(0);
     cuda_backend *cb = cuda_of(k.gpu);
     /* The ops are checked on their f32 paths against the CPU's f32 bounds;
      * the decode GEMM, which rounds x to bf16, has its own check ("dgemm"). */

@@ -117,7 +117,7 @@ expect_error "-b 0" 2 "-b: 0 is out of range" memra-bench "$STORIES" -b 0,8
 expect_error "-b with -n 0" 2 "-b needs decode steps" memra-bench "$STORIES" -b 8 -n 0
 expect_error "-b: prompt + n beyond the context" 2 "-b: prompt 500 \\+ 64 decode tokens = 564 does not fit the context of 512" memra-bench "$TINY" -b 2 -p 500 -n 64 -d 0
 expect_error "cuda backend without a device: one line" 1 "CUDA device 0: not present" memra-bench "$STORIES" --backend cuda -p 4 -n 2 -r 1
-expect_error "unknown backend" 2 "--backend: 'tpu' is not cpu or cuda" memra-bench "$STORIES" --backend tpu
+expect_error "unknown backend" 2 "--backend: backend 'tpu' is not cpu, cpu-ref or cuda" memra-bench "$STORIES" --backend tpu
 expect_error "depth + n beyond the context names the numbers" 2 "depth 500 \\+ 128 decode tokens = 628 does not fit the context of 512" memra-bench "$TINY" -d 0,500 -n 128
 expect_error "a prompt beyond the context" 2 "-p 1000: the prompt does not fit the context of 512" memra-bench "$TINY" -p 1000
 expect_error "--ctx sets the limit" 2 "depth 0 \\+ 64 decode tokens = 64 does not fit the context of 32 \\(--ctx\\)" memra-bench "$STORIES" -p 16 -n 64 -d 0 -c 32

@@ -22,8 +22,13 @@ fi
 echo "SKIP MXFP8 in llama.cpp: memra's own GGUF type (id 2000), which llama.cpp does not know"
 echo "SKIP llama.cpp -> memra conversion: llama.cpp's converter is Python and not in the npm package (memra reading llama.cpp's files is covered by stories260K)"
 
+# memra's side is the CPU reference (f32 products of the weights as the
+# file defines them): the question is whether both read the file alike, and
+# the fast path's int8 activations round differently from llama.cpp's own
+# (Q8_0 blocks of 32 against its Q8_K blocks of 256), which flips the near
+# ties described below under some types.
 gen_ids() { # MODEL PROMPT_IDS N: memra's greedy ids, comma-separated
-  memra-gen "$1" --prompt-ids "$2" -n "$3" --temp 0 --ignore-eos --json -t 1 --backend cpu 2>/dev/null |
+  memra-gen "$1" --prompt-ids "$2" -n "$3" --temp 0 --ignore-eos --json -t 1 --backend cpu-ref 2>/dev/null |
     jq -r '.tokens | join(",")'
 }
 tok_ids() { memra-gen "$1" --tokenize -p "$2" --json | jq -r '.tokens | join(",")'; }

@@ -113,7 +113,7 @@ check "... and the server drains and exits 0 (no connection left suspended)" bas
 
 # ---- SIGTERM drain ---------------------------------------------------------
 start_server drain -m "qwen=$QWEN" -t 1 --drain-timeout 20
-C_MAX=30 post /v1/completions "{\"model\":\"qwen\",\"prompt\":\"hi\",\"max_tokens\":120,\"stream\":true,$NOSTOP}" -N >"$T/drain.sse" &
+C_MAX=30 post /v1/completions "{\"model\":\"qwen\",\"prompt\":\"hi\",\"max_tokens\":800,\"stream\":true,$NOSTOP}" -N >"$T/drain.sse" &
 dp=$!
 for k in $(seq 100); do grep -q '"text"' "$T/drain.sse" 2>/dev/null && break; sleep 0.05; done
 kill -TERM "$PID"

@@ -104,7 +104,7 @@ static void test_matmul_formats(void)
 {
     static const dtype types[] = {DT_F32,  DT_F16,  DT_BF16, DT_Q8_0,  DT_Q4_0,
                                   DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_NVFP4, DT_MXFP8};
-    backend *b1 = backend_cpu_create(1), *b3 = backend_cpu_create(3);
+    backend *b1 = backend_cpu_ref_create(1), *b3 = backend_cpu_ref_create(3);
     memra_err err = {{0}};
     const int n = 5;
     for (size_t ti = 0; ti < MEMRA_ARRAY_LEN(types); ti++) {
@@ -157,7 +157,7 @@ static void test_matmul_formats(void)
  * read the same values. */
 static void test_matmul_unaligned_f32(void)
 {
-    backend *b = backend_cpu_create(2);
+    backend *b = backend_cpu_ref_create(2);
     bk_weight w;
     make_weight(&w, DT_F32, 9, 40);
     uint8_t *shifted = malloc(w.row_bytes * 9 + 3);
@@ -176,7 +176,7 @@ static void test_matmul_unaligned_f32(void)
 
 static void test_rmsnorm(void)
 {
-    backend *b = backend_cpu_create(1);
+    backend *b = backend_cpu_ref_create(1);
     bk_weight w;
     make_weight(&w, DT_BF16, 1, 48);
     float x[96], out[96];
@@ -279,7 +279,7 @@ static void test_attention(void)
     fill(q, MEMRA_ARRAY_LEN(q), 1.5f);
     fill(k, MEMRA_ARRAY_LEN(k), 1.5f);
     fill(v, MEMRA_ARRAY_LEN(v), 1);
-    backend *b = backend_cpu_create(3);
+    backend *b = backend_cpu_ref_create(3);
     memra_err err = {{0}};
     for (int kt = 0; kt < 2; kt++)
         for (size_t wi = 0; wi < 2; wi++)
@@ -348,7 +348,7 @@ static void test_attention_large_scores(void)
         q[i] = 12 + 8 * q[i]; /* 4 to 20 */
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(k); i++)
         k[i] = 12 + 8 * k[i];
-    backend *b = backend_cpu_create(2);
+    backend *b = backend_cpu_ref_create(2);
     memra_err err = {{0}};
     kv_cache kc;
     CHECK(kv_cache_init(&kc, KV_F32, 1, NKV * HD, BS, 8, &err) == 0);
@@ -419,7 +419,7 @@ static void glu_ref(const float *g, const float *u, const float *dn, int dim, in
 static void test_ffn_glu(void)
 {
     enum { DIM = 32, FFN = 64, N = 3 };
-    backend *b = backend_cpu_create(2);
+    backend *b = backend_cpu_ref_create(2);
     for (int gelu = 0; gelu <= 1; gelu++) {
         bk_weight g, u, d;
         make_weight(&g, DT_F16, FFN, DIM);
@@ -450,7 +450,7 @@ static void test_ffn_glu(void)
 static void test_ffn_moe(void)
 {
     enum { DIM = 16, FFN = 8, NE = 6, NU = 2, N = 7 };
-    backend *b = backend_cpu_create(2);
+    backend *b = backend_cpu_ref_create(2);
     bk_weight router, gate[NE], up[NE], down[NE];
     make_weight(&router, DT_F32, NE, DIM);
     float *rd = dequant_all(&router), *gd[NE], *ud[NE], *dd[NE];
@@ -523,7 +523,7 @@ static void test_ffn_moe(void)
 static void test_qk_norm_rope(void)
 {
     enum { NH = 2, NKV = 1, HD = 8 };
-    backend *b = backend_cpu_create(1);
+    backend *b = backend_cpu_ref_create(1);
     bk_weight qn, kn;
     make_weight(&qn, DT_F32, 1, HD);
     make_weight(&kn, DT_F32, 1, HD);

@@ -595,7 +595,7 @@ static void compare_backends(const checkpoint *ck, kv_type kv, const char *what)
     int64_t vocab = ck->config.n_vocab;
     for (int i = 0; i < 40; i++)
         toks[i] = (int32_t)((i * 37 + 11) % vocab);
-    load_opts lc = {BK_CPU, 7, 1, 0, 0, kv}, lg = {BK_CUDA, 7, 1, 0, 0, kv};
+    load_opts lc = {BK_CPU_REF, 7, 1, 0, 0, kv}, lg = {BK_CUDA, 7, 1, 0, 0, kv};
     engine *ec = load(ck, &lc);
     float *a = ec ? run_logits(ec, toks, 40, 0) : NULL;
     for (int dflt = 0; dflt < 2; dflt++) {

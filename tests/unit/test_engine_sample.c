@@ -513,7 +513,7 @@ static void test_cuda_kv_types(void)
      * reduction order. */
     const kv_type types[2] = {KV_Q8_0, KV_BF16};
     for (int ti = 0; ti < 2; ti++) {
-        engine *c = load(&ck, BK_CPU, 0, types[ti], 1), *g = load(&ck, BK_CUDA, 0, types[ti], 1);
+        engine *c = load(&ck, BK_CPU_REF, 0, types[ti], 1), *g = load(&ck, BK_CUDA, 0, types[ti], 1);
         if (!c || !g) {
             engine_free(c);
             engine_free(g);

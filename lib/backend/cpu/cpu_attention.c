@@ -164,6 +164,8 @@ static void attn_task(void *ctx, int task, int thread)
     const float *q = j->q + ((size_t)i * a->n_heads + h) * hd;
     float *o = j->out + ((size_t)i * a->n_heads + h) * hd;
     float *buf = j->c->scratch[thread], *sc = buf + hd;
+    /* The fast path's SIMD forms of the same arithmetic (the same bits). */
+    const cpu_kernels *fk = j->c->fast;
 
     /* Positions are visited block by block: the offset of the first one
      * from the block table, the rest a row further each. */
@@ -174,7 +176,7 @@ static void attn_task(void *ctx, int task, int thread)
         int64_t end = (t / bs + 1) * bs - 1 < hi ? (t / bs + 1) * bs - 1 : hi;
         for (size_t off = kv_offset(kc, s, a->layer, t); t <= end; t++, off += row) {
             const float *kp = kv_head(kc, kc->k, off, kvh, hd, buf);
-            float x = cpu_dot(q, kp, hd) * a->scale;
+            float x = (fk ? fk->dot_ref(q, kp, hd) : cpu_dot(q, kp, hd)) * a->scale;
             if (a->softcap > 0)
                 x = tanhf(x / a->softcap) * a->softcap;
             sc[t - lo] = x;
@@ -194,8 +196,12 @@ static void attn_task(void *ctx, int task, int thread)
         for (size_t off = kv_offset(kc, s, a->layer, t); t <= end; t++, off += row) {
             float p = sc[t - lo] / sum;
             const float *vp = kv_head(kc, kc->v, off, kvh, hd, buf);
-            for (int d = 0; d < hd; d++)
-                o[d] += p * vp[d];
+            if (fk) {
+                fk->axpy_ref(o, p, vp, hd);
+            } else {
+                for (int d = 0; d < hd; d++)
+                    o[d] += p * vp[d];
+            }
         }
     }
 }

@@ -150,6 +150,7 @@ static void cpu_destroy(backend *b)
     for (int i = 0; i < CPU_VEC_SLOTS; i++)
         free(c->vec[i]);
     cpu_moe_free(c);
+    cpu_fast_free(c);
     free(c);
     free(b);
 }
@@ -236,13 +237,18 @@ static const backend_ops cpu_ops = {
     .softcap = cpu_softcap,
 };
 
-backend *backend_cpu_create(int n_threads)
+/* Both kinds share this setup and every op; `fast` routes the weight
+ * products through the SIMD kernels (cpu_fast.h). b->name is "cpu" for
+ * both: the engine's CPU-only wrappers (imatrix collection) take either. */
+static backend *cpu_create(int n_threads, int fast)
 {
     pthread_once(&f16_once, f16_table_init);
     cpu_backend *c = xcalloc(1, sizeof *c);
     c->pool = pool_create(n_threads);
     c->n_threads = pool_size(c->pool);
     c->scratch = xcalloc((size_t)c->n_threads, sizeof *c->scratch);
+    if (fast)
+        c->fast = cpu_fast_kernels();
     backend *b = xcalloc(1, sizeof *b);
     b->name = "cpu";
     b->ops = &cpu_ops;
@@ -250,3 +256,7 @@ backend *backend_cpu_create(int n_threads)
     b->impl = c;
     return b;
 }
+
+backend *backend_cpu_create(int n_threads) { return cpu_create(n_threads, 1); }
+
+backend *backend_cpu_ref_create(int n_threads) { return cpu_create(n_threads, 0); }

@@ -1,8 +1,13 @@
 /* The CPU backend's insides, shared by its files (cpu_backend.c: setup,
  * weights and small elementwise ops; cpu_matmul.c: projections and FFNs;
- * cpu_attention.c: norm, RoPE and attention; cpu_moe.c: routed experts).
+ * cpu_attention.c: norm, RoPE and attention; cpu_moe.c: routed experts;
+ * cpu_fast_*.c, cpu_isa.c: the fast path's products).
  *
- * Numerics: f32 activations and f32 accumulation everywhere. Every dot
+ * Two kinds share this code: the reference (cpu-ref) and the fast path
+ * (cpu), which differs only in the weight products (cpu_matmul_multi goes
+ * to cpu_fast_matmul_multi; docs/decisions/0018-cpu-fast-path.md).
+ *
+ * The reference's numerics: f32 activations and f32 accumulation. Every dot
  * product goes through cpu_dot, whose reduction order depends only on the
  * length, and every output row is computed by one thread from its own
  * inputs, so a row's result is bit-identical whatever the batch size, the
@@ -14,6 +19,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_fast.h"
 #include "core/pool.h"
 
 enum { CPU_VEC_SLOTS = 4 };
@@ -35,6 +41,17 @@ typedef struct {
     int *moe_ids, *moe_who;
     float *moe_w, *moe_ww;
     size_t moe_rows_cap;
+    /* The fast path's kernels (NULL: this is the reference), and x of a
+     * call quantized to int8 blocks, grown as needed and kept. */
+    const cpu_kernels *fast;
+    int8_t *xq;
+    float *xd;
+    int32_t *xs;
+    size_t xq_cap;
+    /* x of a call copied to rows that start on cache lines, for the f32-x
+     * kernels, grown as needed and kept. */
+    float *xf;
+    size_t xf_cap;
 } cpu_backend;
 
 static inline cpu_backend *cpu_of(backend *b) { return (cpu_backend *)b->impl; }
@@ -69,6 +86,12 @@ typedef struct {
 /* All items' rows, threaded together (they share the input x [n][cols]). */
 void cpu_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items, const float *x,
                       int n);
+
+/* The same product on the fast path's kernels; -1 (nothing done) when an
+ * item's weight type has no fast kernel, for the reference to compute. */
+int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items, const float *x,
+                          int n);
+void cpu_fast_free(cpu_backend *c);
 
 /* The vtable entries, defined across the cpu_*.c files. */
 void cpu_op_matmul(backend *b, const bk_weight *w, const bk_weight *bias, const float *x, int n,

@@ -1,0 +1,83 @@
+/* The CPU fast path's kernels (docs/decisions/0018-cpu-fast-path.md):
+ * one dot product per weight format and ISA level, chosen at run time
+ * from the CPU's features.
+ *
+ * A kernel dots one stored weight row with one token's x. F32, F16 and
+ * BF16 rows read x as f32; the block-quantized formats read x quantized
+ * per 32 values to int8 with an f32 scale (cpu_quantize_x), the same
+ * bytes on every machine. A kernel's result depends on the row, the
+ * token's x and the ISA level only, which is what keeps outputs
+ * byte-identical across batch sizes, chunking and thread counts. */
+#ifndef MEMRA_BACKEND_CPU_CPU_FAST_H
+#define MEMRA_BACKEND_CPU_CPU_FAST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "format/dtype.h"
+
+typedef enum { CPU_ISA_SCALAR = 0, CPU_ISA_AVX2 = 1, CPU_ISA_AVX512 = 2 } cpu_isa;
+enum { CPU_ISA_COUNT = 3, CPU_QBLOCK = 32 };
+
+/* One token's x in the forms the kernels read. */
+typedef struct {
+    const float *f;   /* [n] f32, for F32 / F16 / BF16 rows */
+    const int8_t *q;  /* [n] int8, for the block formats */
+    const float *d;   /* [n / 32] each block's scale: x ~ d * q */
+    const int32_t *s; /* [n / 32] each block's sum of q */
+} cpu_xrow;
+
+/* The dot product of weight row w (n values in its stored format) with x. */
+typedef float (*cpu_dot_fn)(const uint8_t *w, const cpu_xrow *x, int64_t n);
+/* The same for the tokens x[0 .. nt) into out[0 .. nt), nt the kernel's
+ * own count: each out[t] the same bits as the one-token kernel's. */
+typedef void (*cpu_dotn_fn)(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out);
+
+typedef struct {
+    cpu_dot_fn one;
+    cpu_dotn_fn many; /* NULL: none (tokens one at a time) */
+    int nt;           /* tokens per call of many */
+} cpu_kernel;
+
+typedef struct {
+    cpu_isa isa;
+    const char *name; /* "scalar", "avx2", "avx512" */
+    cpu_kernel f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k;
+    /* cpu_quantize_x on this level: the same bytes, faster. */
+    void (*quantize_x)(const float *x, int64_t n, int8_t *q, float *d, int32_t *s);
+    /* The reference's cpu_dot and o[i] += p * v[i], bit for bit (no FMA):
+     * what the fast backend's attention runs on. */
+    float (*dot_ref)(const float *a, const float *b, int64_t n);
+    void (*axpy_ref)(float *o, float p, const float *v, int64_t n);
+} cpu_kernels;
+
+extern const cpu_kernels cpu_kernels_scalar;
+#if defined(__x86_64__)
+extern const cpu_kernels cpu_kernels_avx2;
+extern const cpu_kernels cpu_kernels_avx512;
+#endif
+
+/* The best level this CPU runs. */
+cpu_isa cpu_isa_best(void);
+/* The kernels of level `isa`, or NULL with a message when this CPU (or
+ * this build's architecture) lacks it. */
+const cpu_kernels *cpu_kernels_for(cpu_isa isa, memra_err *err);
+/* Parse "scalar", "avx2", "avx512"; -1 for anything else. */
+int cpu_isa_parse(const char *s);
+/* The kernels a fast backend uses: the best level, or MEMRA_CPU_ISA's
+ * when set (a name this CPU cannot run is ignored with a warning). */
+const cpu_kernels *cpu_fast_kernels(void);
+
+/* k's kernel for weight type t, or NULL (no fast kernel: the reference
+ * path computes those products). */
+const cpu_kernel *cpu_kernel_for_type(const cpu_kernels *k, dtype t);
+/* Whether type t's kernel reads x as int8 blocks (else f32). */
+int cpu_type_reads_q8(dtype t);
+
+/* x[n] (n a multiple of 32) into int8 blocks: per block d = amax / 127,
+ * q = round-to-nearest-even(x / d) computed as x * (1 / d), s = sum q.
+ * Portable C, so every ISA level reads the same bytes. */
+void cpu_quantize_x(const float *x, int64_t n, int8_t *q, float *d, int32_t *s);
+
+#endif

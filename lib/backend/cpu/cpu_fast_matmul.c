@@ -1,0 +1,207 @@
+/* The fast path's weight products: x [n][cols] times a stored weight
+ * [rows][cols] transposed, on the SIMD kernels of cpu_fast.h.
+ *
+ * x is quantized once per call (for the block formats) into buffers the
+ * backend keeps. Output rows are split over the pool in tasks of whole
+ * rows. Within a task, tokens go in tiles of FM_TILE tokens (their x
+ * stays in L1) against the task's rows (at most FM_BLOCK_BYTES of
+ * weights, which stay in L2), so prefill reads each weight row from
+ * memory once per task, not once per token; within a tile the kernels
+ * take whole groups of their nt tokens, the rest one at a time. Every
+ * output value is the same kernel arithmetic on one (row, token) pair,
+ * whatever the grouping, the tiling, the task split or the thread count:
+ * the bytes of a token's outputs never depend on the batch it came in. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/check.h"
+
+#define FM_TASKS_PER_THREAD 8
+#define FM_MIN_ROWS 4
+#define FM_TILE 8 /* a multiple of every kernel's nt */
+#define FM_BLOCK_BYTES (256 * 1024)
+/* Below this many multiply-adds, waking the workers costs more than the
+ * product (a tiny model's decode step): run it on the calling thread. The
+ * pool's wake-up is tens of microseconds on the 2-core VM; the kernels do
+ * 512K int8 multiply-adds in about as long (memra-tiny decode on 2
+ * threads: 1,460 tok/s at 64K, 2,600 at 512K; 1 thread 4,000). */
+#define FM_INLINE_MACS 524288.0
+/* Tokens from which x's quantization is worth waking the workers. */
+#define FM_QUANT_POOL_MIN 4
+
+typedef struct {
+    const cpu_mm_item *items;
+    int n_items;
+    const int64_t *first; /* [n_items + 1]: items' rows concatenated */
+    const cpu_kernel *k[4];
+    int64_t rows_per_task;
+    int64_t cols, nb;
+    int n;
+    const float *x; /* token t's f32 x at x + t * xstride */
+    int64_t xstride;
+    int8_t *xq; /* x quantized (NULL: no item reads int8 x) */
+    float *xd;
+    int32_t *xs;
+    void (*quantize_x)(const float *x, int64_t n, int8_t *q, float *d, int32_t *s);
+} fm_job;
+
+static void fm_task(void *ctx, int task, int thread)
+{
+    (void)thread;
+    const fm_job *j = ctx;
+    int64_t r0 = (int64_t)task * j->rows_per_task;
+    int64_t r1 = r0 + j->rows_per_task;
+    if (r1 > j->first[j->n_items])
+        r1 = j->first[j->n_items];
+    cpu_xrow xr[FM_TILE];
+    float s[FM_TILE];
+    for (int t0 = 0; t0 < j->n; t0 += FM_TILE) {
+        int t1 = t0 + FM_TILE < j->n ? t0 + FM_TILE : j->n;
+        for (int t = t0; t < t1; t++) {
+            cpu_xrow *r = &xr[t - t0];
+            r->f = j->x + (size_t)t * j->xstride;
+            r->q = j->xq ? j->xq + (size_t)t * j->cols : NULL;
+            r->d = j->xq ? j->xd + (size_t)t * j->nb : NULL;
+            r->s = j->xq ? j->xs + (size_t)t * j->nb : NULL;
+        }
+        int it = 0;
+        for (int64_t g = r0; g < r1; g++) {
+            while (g >= j->first[it + 1])
+                it++;
+            const cpu_mm_item *m = &j->items[it];
+            const cpu_kernel *k = j->k[it];
+            int64_t r = g - j->first[it], rows = m->w->rows;
+            const uint8_t *wr = m->w->data + (size_t)r * m->w->row_bytes;
+            int nt = t1 - t0, t = 0;
+            /* Whole groups on the many-token kernel, the rest one by one:
+             * the same bits either way. */
+            if (k->many)
+                for (; t + k->nt <= nt; t += k->nt)
+                    k->many(wr, xr + t, j->cols, s + t);
+            for (; t < nt; t++)
+                s[t] = k->one(wr, xr + t, j->cols);
+            for (t = 0; t < nt; t++)
+                m->out[(size_t)(t0 + t) * rows + r] = m->bias ? s[t] + m->bias[r] : s[t];
+        }
+    }
+}
+
+/* Token t's x into its int8 blocks. */
+static void fm_quant_task(void *ctx, int t, int thread)
+{
+    (void)thread;
+    const fm_job *j = ctx;
+    j->quantize_x(j->x + (size_t)t * j->xstride, j->cols, j->xq + (size_t)t * j->cols,
+                  j->xd + (size_t)t * j->nb, j->xs + (size_t)t * j->nb);
+}
+
+/* Cache-line aligned memory: a 512-bit load that straddles two lines
+ * costs two. */
+static void *cpu_aligned_alloc(size_t n)
+{
+    void *p = aligned_alloc(64, (n + 63) / 64 * 64);
+    if (!p)
+        memra_assert_fail("aligned_alloc", __FILE__, __LINE__);
+    return p;
+}
+
+/* Room for n rows of x as int8 blocks. */
+static void xq_reserve(cpu_backend *c, size_t n)
+{
+    if (n <= c->xq_cap)
+        return;
+    free(c->xq);
+    free(c->xd);
+    free(c->xs);
+    c->xq = cpu_aligned_alloc(n);
+    c->xd = xmalloc((n / CPU_QBLOCK + 1) * sizeof *c->xd);
+    c->xs = xmalloc((n / CPU_QBLOCK + 1) * sizeof *c->xs);
+    c->xq_cap = n;
+}
+
+int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items, const float *x,
+                          int n)
+{
+    fm_job j = {0};
+    j.items = items;
+    j.n_items = n_items;
+    j.cols = items[0].w->cols;
+    j.nb = j.cols / CPU_QBLOCK;
+    j.n = n;
+    j.x = x;
+    j.xstride = j.cols;
+    int64_t first[5] = {0};
+    int q8 = 0;
+    size_t max_row_bytes = 0;
+    for (int i = 0; i < n_items; i++) {
+        j.k[i] = cpu_kernel_for_type(c->fast, items[i].w->type);
+        if (!j.k[i] || !j.k[i]->one)
+            return -1;
+        q8 |= cpu_type_reads_q8(items[i].w->type);
+        first[i + 1] = first[i] + items[i].w->rows;
+        if (items[i].w->row_bytes > max_row_bytes)
+            max_row_bytes = items[i].w->row_bytes;
+    }
+    j.first = first;
+    int64_t total = first[n_items];
+    if (total == 0 || n == 0)
+        return 0;
+    int f32x = 0;
+    for (int i = 0; i < n_items; i++)
+        f32x |= !cpu_type_reads_q8(items[i].w->type);
+    if (f32x && (((uintptr_t)x & 63) != 0 || (n > 1 && j.cols % 16 != 0))) {
+        /* The kernels load x 64 bytes at a time: rows from the start of a
+         * cache line (the values unchanged). */
+        j.xstride = (j.cols + 15) / 16 * 16;
+        size_t need = (size_t)n * (size_t)j.xstride;
+        if (need > c->xf_cap) {
+            free(c->xf);
+            c->xf = cpu_aligned_alloc(need * sizeof(float));
+            c->xf_cap = need;
+        }
+        for (int t = 0; t < n; t++)
+            memcpy(c->xf + (size_t)t * j.xstride, x + (size_t)t * j.cols,
+                   (size_t)j.cols * sizeof(float));
+        j.x = c->xf;
+    }
+    if (q8) {
+        /* Block formats have whole blocks per row (weight_prepare). */
+        MEMRA_ASSERT(j.cols % CPU_QBLOCK == 0);
+        xq_reserve(c, (size_t)n * (size_t)j.cols);
+        j.xq = c->xq;
+        j.xd = c->xd;
+        j.xs = c->xs;
+        j.quantize_x = c->fast->quantize_x;
+        /* A token's bytes do not depend on who quantizes it: a prompt
+         * chunk's tokens go to the pool, a decode step's stay here. */
+        if (n >= FM_QUANT_POOL_MIN)
+            pool_run(c->pool, n, fm_quant_task, &j);
+        else
+            for (int t = 0; t < n; t++)
+                fm_quant_task(&j, t, 0);
+    }
+    int64_t per = total / ((int64_t)c->n_threads * FM_TASKS_PER_THREAD);
+    if (n > FM_TILE && max_row_bytes > 0 && per * (int64_t)max_row_bytes > FM_BLOCK_BYTES)
+        per = FM_BLOCK_BYTES / (int64_t)max_row_bytes;
+    if (per < FM_MIN_ROWS)
+        per = FM_MIN_ROWS;
+    j.rows_per_task = per;
+    int n_tasks = (int)((total + per - 1) / per);
+    if ((double)total * (double)j.cols * n < FM_INLINE_MACS) {
+        for (int t = 0; t < n_tasks; t++)
+            fm_task(&j, t, 0);
+        return 0;
+    }
+    pool_run(c->pool, n_tasks, fm_task, &j);
+    return 0;
+}
+
+void cpu_fast_free(cpu_backend *c)
+{
+    free(c->xf);
+    free(c->xq);
+    free(c->xd);
+    free(c->xs);
+}

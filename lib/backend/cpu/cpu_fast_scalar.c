@@ -1,0 +1,180 @@
+/* The fast path's portable kernels: what a CPU without AVX2 runs (and
+ * aarch64 until it has NEON kernels), and the plainest statement of each
+ * format's arithmetic under the contract of
+ * docs/decisions/0018-cpu-fast-path.md. Integer sums are exact; the float
+ * steps are the same as the SIMD levels' per block, only the order of the
+ * final sums differs. Built with -std=c11, so no FMA contraction. */
+#include <string.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "format/dequant.h"
+#include "numerics/half.h"
+
+static float rd_f16(const uint8_t *p) { return fp16_to_f32((uint16_t)(p[0] | (p[1] << 8))); }
+
+static float rd_bf16(const uint8_t *p) { return bf16_to_f32((uint16_t)(p[0] | (p[1] << 8))); }
+
+static float rd_f32(const uint8_t *p)
+{
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* ---- f32-x formats: eight interleaved sums combined pairwise ---- */
+
+#define PLAIN_DOT(NAME, BYTES, READ)                                                               \
+    static float NAME(const uint8_t *w, const cpu_xrow *x, int64_t n)                              \
+    {                                                                                              \
+        const float *xf = x->f;                                                                    \
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                                   \
+        int64_t i = 0;                                                                             \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            for (int j = 0; j < 8; j++)                                                            \
+                acc[j] += READ(w + (i + j) * BYTES) * xf[i + j];                                   \
+        float tail = 0;                                                                            \
+        for (; i < n; i++)                                                                         \
+            tail += READ(w + i * BYTES) * xf[i];                                                   \
+        return (((acc[0] + acc[1]) + (acc[2] + acc[3])) +                                          \
+                ((acc[4] + acc[5]) + (acc[6] + acc[7]))) +                                         \
+               tail;                                                                               \
+    }
+
+PLAIN_DOT(dot_f32, 4, rd_f32)
+PLAIN_DOT(dot_f16, 2, rd_f16)
+PLAIN_DOT(dot_bf16, 2, rd_bf16)
+
+/* ---- int8-x formats: exact integer sums per 32-block ---- */
+
+static float dot_q8_0(const uint8_t *w, const cpu_xrow *x, int64_t n)
+{
+    float acc = 0;
+    for (int64_t b = 0; b < n / 32; b++, w += 34) {
+        const int8_t *qw = (const int8_t *)(w + 2), *qx = x->q + b * 32;
+        int32_t sum = 0;
+        for (int j = 0; j < 32; j++)
+            sum += qw[j] * qx[j];
+        acc += (rd_f16(w) * x->d[b]) * (float)sum;
+    }
+    return acc;
+}
+
+static float dot_q4_0(const uint8_t *w, const cpu_xrow *x, int64_t n)
+{
+    float acc = 0;
+    for (int64_t b = 0; b < n / 32; b++, w += 18) {
+        const uint8_t *qs = w + 2;
+        const int8_t *qx = x->q + b * 32;
+        int32_t sum = 0;
+        for (int j = 0; j < 16; j++)
+            sum += ((qs[j] & 0xF) - 8) * qx[j] + ((qs[j] >> 4) - 8) * qx[j + 16];
+        acc += (rd_f16(w) * x->d[b]) * (float)sum;
+    }
+    return acc;
+}
+
+/* Q4_K and Q5_K: value = (d * sc) * q - (dmin * m) per 32-block, so the
+ * dot is sum_b (d sc) d_x,b sum(q q_x) - sum_b (dmin m) (d_x,b s_b): the
+ * scaled sums in one accumulator, the mins in eight (one per block of a
+ * super-block, as the SIMD levels' lanes), subtracted last. */
+static float k_mins_total(const float *mins)
+{
+    return ((mins[0] + mins[4]) + (mins[2] + mins[6])) +
+           ((mins[1] + mins[5]) + (mins[3] + mins[7]));
+}
+
+static float dot_q4_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
+{
+    float acc = 0, mins[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t sb = 0; sb < n / 256; sb++, w += 144) {
+        const float d = rd_f16(w), dmin = rd_f16(w + 2);
+        const uint8_t *scales = w + 4, *qs = w + 16;
+        for (int j = 0; j < 8; j++) {
+            int64_t b = sb * 8 + j;
+            uint8_t sc, m;
+            dequant_k4_scale_min(j, scales, &sc, &m);
+            const uint8_t *q = qs + 32 * (j / 2);
+            const int8_t *qx = x->q + b * 32;
+            int shift = 4 * (j % 2);
+            int32_t sum = 0;
+            for (int l = 0; l < 32; l++)
+                sum += ((q[l] >> shift) & 0xF) * qx[l];
+            acc += ((d * sc) * x->d[b]) * (float)sum;
+            mins[j] += (dmin * m) * (x->d[b] * (float)x->s[b]);
+        }
+    }
+    return acc - k_mins_total(mins);
+}
+
+static float dot_q5_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
+{
+    float acc = 0, mins[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t sb = 0; sb < n / 256; sb++, w += 176) {
+        const float d = rd_f16(w), dmin = rd_f16(w + 2);
+        const uint8_t *scales = w + 4, *qh = w + 16, *ql = w + 48;
+        for (int j = 0; j < 8; j++) {
+            int64_t b = sb * 8 + j;
+            uint8_t sc, m;
+            dequant_k4_scale_min(j, scales, &sc, &m);
+            const uint8_t *q = ql + 32 * (j / 2);
+            const int8_t *qx = x->q + b * 32;
+            int shift = 4 * (j % 2);
+            int32_t sum = 0;
+            for (int l = 0; l < 32; l++)
+                sum += (((q[l] >> shift) & 0xF) | (((qh[l] >> j) & 1) << 4)) * qx[l];
+            acc += ((d * sc) * x->d[b]) * (float)sum;
+            mins[j] += (dmin * m) * (x->d[b] * (float)x->s[b]);
+        }
+    }
+    return acc - k_mins_total(mins);
+}
+
+/* Q6_K: each 32-block of x meets one quarter of a 128-element half, whose
+ * two 16-element scales multiply the exact integer sums. */
+static float dot_q6_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
+{
+    float acc = 0;
+    for (int64_t sb = 0; sb < n / 256; sb++, w += 210) {
+        const float d = rd_f16(w + 208);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w + 64 * h, *qh = w + 128 + 32 * h;
+            const int8_t *sc = (const int8_t *)(w + 192 + 8 * h);
+            for (int g = 0; g < 4; g++) {
+                int64_t b = sb * 8 + 4 * h + g;
+                const int8_t *qx = x->q + b * 32;
+                const uint8_t *lo = ql + 32 * (g % 2);
+                int lshift = 4 * (g / 2), hshift = 2 * g;
+                int32_t part[2] = {0, 0};
+                for (int l = 0; l < 32; l++) {
+                    int q = (((lo[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32;
+                    part[l / 16] += q * qx[l];
+                }
+                int32_t sum = sc[2 * g] * part[0] + sc[2 * g + 1] * part[1];
+                acc += (d * x->d[b]) * (float)sum;
+            }
+        }
+    }
+    return acc;
+}
+
+static void axpy_plain(float *o, float p, const float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        o[i] += p * v[i];
+}
+
+const cpu_kernels cpu_kernels_scalar = {
+    .isa = CPU_ISA_SCALAR,
+    .name = "scalar",
+    .f32 = {dot_f32, NULL, 1},
+    .f16 = {dot_f16, NULL, 1},
+    .bf16 = {dot_bf16, NULL, 1},
+    .q8_0 = {dot_q8_0, NULL, 1},
+    .q4_0 = {dot_q4_0, NULL, 1},
+    .q4_k = {dot_q4_k, NULL, 1},
+    .q5_k = {dot_q5_k, NULL, 1},
+    .q6_k = {dot_q6_k, NULL, 1},
+    .quantize_x = cpu_quantize_x,
+    .dot_ref = cpu_dot,
+    .axpy_ref = axpy_plain,
+};

@@ -1,0 +1,672 @@
+/* The x86 kernels of the fast path, written once and compiled twice:
+ * cpu_fast_avx2.c and cpu_fast_avx512.c set the target (a #pragma before
+ * including this) and define
+ *   CPU_X86_TABLE   the cpu_kernels object to define
+ *   CPU_X86_ISA     its cpu_isa
+ *   CPU_X86_512     1: 512-bit registers (F32/F16/BF16 rows 16 lanes x 4;
+ *                   the int8 formats two blocks a register)
+ *   CPU_X86_VNNI    1: the int8 products by vpdpbusd
+ * The int8 kernels of both levels compute the same exact integer sums
+ * (vpmaddubsw + vpmaddwd never saturates on these ranges: at most
+ * 2 x 128 x 127 per pair) and the same float steps in the same lanes (an
+ * even block's in the low half of a 512-bit register, the odd block's in
+ * the high half, as the two 256-bit accumulators), so both levels give
+ * the same bits. Not a header of declarations: include it only from those
+ * two files. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_fast.h"
+
+static inline float x86_f16(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* The eight lanes summed in a fixed tree: (0+4, 1+5, 2+6, 3+7), then
+ * pairs, then the last two. */
+static inline float x86_hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Lane i (of 8): the sum of products of bytes 4i..4i+3, a unsigned and b
+ * signed. */
+static inline __m256i x86_dot_us8(__m256i a, __m256i b)
+{
+#if CPU_X86_VNNI
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+#endif
+}
+
+/* The same for two signed operands: |a| times b with a's signs. */
+static inline __m256i x86_dot_ss8(__m256i a, __m256i b)
+{
+    return x86_dot_us8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+
+static inline __m256i x86_load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* Every kernel is written once for NT tokens (a compile-time constant
+ * after inlining): the weights of a block are loaded and unpacked once
+ * and meet each token's x in turn, each token with its own accumulators
+ * and the very operations, in the same order, of the one-token kernel
+ * (which is the same code with NT = 1). So a token's result is the same
+ * bits whether it came alone or with others: prefill reads a weight row
+ * once per NT tokens at no cost to the invariance. */
+#define X86_INLINE static inline __attribute__((always_inline))
+
+/* ---- f32-x formats: 4 accumulators of VL lanes per token ---- */
+
+#if CPU_X86_512
+typedef __m512 vf;
+enum { VL = 16, PLAIN_NT = 4 };
+#define VZERO() _mm512_setzero_ps()
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VADD(a, b) _mm512_add_ps(a, b)
+#define VLOADF(p) _mm512_loadu_ps(p)
+X86_INLINE __m256 v_to8(vf s)
+{
+    return _mm256_add_ps(_mm512_castps512_ps256(s),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+}
+X86_INLINE vf ld_f32(const uint8_t *p) { return _mm512_loadu_ps((const float *)p); }
+X86_INLINE vf ld_f16(const uint8_t *p)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+X86_INLINE vf ld_bf16(const uint8_t *p)
+{
+    __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+#else
+typedef __m256 vf;
+enum { VL = 8, PLAIN_NT = 2 };
+#define VZERO() _mm256_setzero_ps()
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VADD(a, b) _mm256_add_ps(a, b)
+#define VLOADF(p) _mm256_loadu_ps(p)
+X86_INLINE __m256 v_to8(vf s) { return s; }
+X86_INLINE vf ld_f32(const uint8_t *p) { return _mm256_loadu_ps((const float *)p); }
+X86_INLINE vf ld_f16(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+X86_INLINE vf ld_bf16(const uint8_t *p)
+{
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+#endif
+
+X86_INLINE float rd1_f32(const uint8_t *p)
+{
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+X86_INLINE float rd1_f16(const uint8_t *p) { return x86_f16(p); }
+X86_INLINE float rd1_bf16(const uint8_t *p)
+{
+    uint32_t bits = (uint32_t)(p[0] | (p[1] << 8)) << 16;
+    float v;
+    memcpy(&v, &bits, 4);
+    return v;
+}
+
+/* 4 accumulators over 4 x VL values a step, then VL at a time into the
+ * first; the accumulators summed ((0 + 1) + (2 + 3)), folded to 8 lanes,
+ * the fixed tree of x86_hsum8, then the tail (n mod VL) in order. */
+X86_INLINE void plain_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT,
+                         const int BYTES, vf (*load)(const uint8_t *),
+                         float (*read1)(const uint8_t *))
+{
+    vf a[4][4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        a[t][0] = a[t][1] = a[t][2] = a[t][3] = VZERO();
+    int64_t i = 0;
+    for (; i + 4 * VL <= n; i += 4 * VL) {
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            vf wv = load(w + (i + k * VL) * BYTES);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++)
+                a[t][k] = VFMA(wv, VLOADF(x[t].f + i + k * VL), a[t][k]);
+        }
+    }
+    for (; i + VL <= n; i += VL) {
+        vf wv = load(w + i * BYTES);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+            a[t][0] = VFMA(wv, VLOADF(x[t].f + i), a[t][0]);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        float tail = 0;
+        for (int64_t j = i; j < n; j++)
+            tail += read1(w + j * BYTES) * x[t].f[j];
+        out[t] = x86_hsum8(v_to8(VADD(VADD(a[t][0], a[t][1]), VADD(a[t][2], a[t][3])))) + tail;
+    }
+}
+
+#define PLAIN_KERNELS(NAME, BYTES)                                                                 \
+    static float dot_##NAME(const uint8_t *w, const cpu_xrow *x, int64_t n)                        \
+    {                                                                                              \
+        float r;                                                                                   \
+        plain_nt(w, x, n, &r, 1, BYTES, ld_##NAME, rd1_##NAME);                                    \
+        return r;                                                                                  \
+    }                                                                                              \
+    static void dotn_##NAME(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out)            \
+    {                                                                                              \
+        plain_nt(w, x, n, out, PLAIN_NT, BYTES, ld_##NAME, rd1_##NAME);                            \
+    }
+
+PLAIN_KERNELS(f32, 4)
+PLAIN_KERNELS(f16, 2)
+PLAIN_KERNELS(bf16, 2)
+
+/* ---- int8-x formats: per token two float accumulators, even and odd
+ * blocks (named registers after unrolling: an array indexed by a
+ * run-time parity would live in memory) ---- */
+enum { Q_NT = 4 };
+
+X86_INLINE __m256 q_fma(__m256 acc, __m256i p, float scale)
+{
+    return _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(p), acc);
+}
+
+/* Q8_0 and Q4_0 share the loop: signed weight bytes q of one block. */
+X86_INLINE __m256i q8_0_unpack(const uint8_t *blk) { return x86_load32(blk + 2); }
+X86_INLINE __m256i q4_0_unpack(const uint8_t *blk)
+{
+    __m128i raw = _mm_loadu_si128((const __m128i *)(blk + 2));
+    __m256i q = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+    return _mm256_sub_epi8(_mm256_and_si256(q, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+}
+
+X86_INLINE void q32_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT,
+                       const int BYTES, __m256i (*unpack)(const uint8_t *))
+{
+    __m256 a0[Q_NT], a1[Q_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        a0[t] = a1[t] = _mm256_setzero_ps();
+    int64_t nb = n / 32, b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const uint8_t *b0 = w + BYTES * b, *b1 = b0 + BYTES;
+        __m256i q0 = unpack(b0), q1 = unpack(b1);
+        __m256i u0 = _mm256_sign_epi8(q0, q0), u1 = _mm256_sign_epi8(q1, q1);
+        float d0 = x86_f16(b0), d1 = x86_f16(b1);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m256i p0 = x86_dot_us8(u0, _mm256_sign_epi8(x86_load32(x[t].q + b * 32), q0));
+            __m256i p1 = x86_dot_us8(u1, _mm256_sign_epi8(x86_load32(x[t].q + b * 32 + 32), q1));
+            a0[t] = q_fma(a0[t], p0, d0 * x[t].d[b]);
+            a1[t] = q_fma(a1[t], p1, d1 * x[t].d[b + 1]);
+        }
+    }
+    if (b < nb) {
+        const uint8_t *b0 = w + BYTES * b;
+        __m256i q0 = unpack(b0), u0 = _mm256_sign_epi8(q0, q0);
+        float d0 = x86_f16(b0);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m256i p0 = x86_dot_us8(u0, _mm256_sign_epi8(x86_load32(x[t].q + b * 32), q0));
+            a0[t] = q_fma(a0[t], p0, d0 * x[t].d[b]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        out[t] = x86_hsum8(_mm256_add_ps(a0[t], a1[t]));
+}
+
+/* Q4_K / Q5_K: the eight 6-bit scales and mins of a super-block (the
+ * layout of dequant_k4_scale_min) as f32 lanes, unpacked four at a time
+ * from the 12 bytes read as three 32-bit words: scales 0-3 are the low 6
+ * bits of bytes 0-3, mins 0-3 of bytes 4-7; scales 4-7 take their low
+ * nibble from bytes 8-11 and their top two bits from bits 6-7 of bytes
+ * 0-3, mins 4-7 the high nibble of bytes 8-11 and bits 6-7 of bytes 4-7. */
+X86_INLINE void k4_scales(const uint8_t *q, __m256 *sc, __m256 *m)
+{
+    uint32_t w0, w1, w2;
+    memcpy(&w0, q, 4);
+    memcpy(&w1, q + 4, 4);
+    memcpy(&w2, q + 8, 4);
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+    uint32_t sc03 = w0 & low6, m03 = w1 & low6;
+    uint32_t sc47 = (w2 & low4) | (((w0 >> 6) & low2) << 4);
+    uint32_t m47 = ((w2 >> 4) & low4) | (((w1 >> 6) & low2) << 4);
+    *sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)sc03, (int)sc47, 0, 0)));
+    *m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)m03, (int)m47, 0, 0)));
+}
+
+/* Lane j of v in every lane. */
+X86_INLINE __m256 lane_bcast(__m256 v, int j)
+{
+    return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(j));
+}
+
+/* Q4_K (Q5 = 0) and Q5_K (Q5 = 1): the scaled sums in the even/odd
+ * accumulators, block j's float factor (d sc_j) d_x,j computed for the
+ * eight blocks at once (the same two roundings as one at a time); the
+ * mins of the eight blocks in the eight lanes of their own accumulator,
+ * lane j += (dmin m_j) (d_x,j s_j) by one FMA a super-block, subtracted
+ * last. */
+X86_INLINE void k45_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT,
+                       const int Q5)
+{
+    const int BYTES = Q5 ? 176 : 144, QS = Q5 ? 48 : 16;
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), bit5 = _mm256_set1_epi8(0x10);
+    __m256 a0[Q_NT], a1[Q_NT], mins[Q_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        a0[t] = a1[t] = mins[t] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < n / 256; sb++, w += BYTES) {
+        __m256 sc, m;
+        k4_scales(w + 4, &sc, &m);
+        __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(x86_f16(w)), sc);
+        __m256 dm = _mm256_mul_ps(_mm256_set1_ps(x86_f16(w + 2)), m);
+        __m256 f[Q_NT];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m256 xd = _mm256_loadu_ps(x[t].d + sb * 8);
+            f[t] = _mm256_mul_ps(dsc, xd);
+            __m256 xs = _mm256_mul_ps(xd, _mm256_cvtepi32_ps(x86_load32(x[t].s + sb * 8)));
+            mins[t] = _mm256_fmadd_ps(dm, xs, mins[t]);
+        }
+        __m256i qh = Q5 ? x86_load32(w + 16) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int j = 0; j < 8; j += 2) {
+            __m256i raw = x86_load32(w + QS + 16 * j);
+            __m256i q0 = _mm256_and_si256(raw, lo4);
+            __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4);
+            if (Q5) {
+                __m256i m0 = _mm256_set1_epi8((char)(1 << j)), m1 = _mm256_set1_epi8((char)(2 << j));
+                q0 = _mm256_or_si256(
+                    q0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m0), m0), bit5));
+                q1 = _mm256_or_si256(
+                    q1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m1), m1), bit5));
+            }
+            int64_t b = sb * 8 + j;
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m256i p0 = x86_dot_us8(q0, x86_load32(x[t].q + b * 32));
+                __m256i p1 = x86_dot_us8(q1, x86_load32(x[t].q + b * 32 + 32));
+                a0[t] = _mm256_fmadd_ps(lane_bcast(f[t], j), _mm256_cvtepi32_ps(p0), a0[t]);
+                a1[t] = _mm256_fmadd_ps(lane_bcast(f[t], j + 1), _mm256_cvtepi32_ps(p1), a1[t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        out[t] = x86_hsum8(_mm256_add_ps(a0[t], a1[t])) - x86_hsum8(mins[t]);
+}
+
+#if CPU_X86_512
+/* The 512-bit form of the int8 kernels: a register holds an even block's
+ * eight lanes (low half) and the next odd block's (high half), which are
+ * the even and odd accumulators of the 256-bit form, lane for lane; the
+ * same integer sums and the same float steps give the same bits at half
+ * the instructions. */
+X86_INLINE __m512i z_pair(__m256i lo, __m256i hi)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* lanes j (low half) and j + 1 (high half) of f */
+X86_INLINE __m512 z_lanes(__m256 f, int j)
+{
+    const __m512i idx = _mm512_setr_epi32(j, j, j, j, j, j, j, j, j + 1, j + 1, j + 1, j + 1,
+                                          j + 1, j + 1, j + 1, j + 1);
+    return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(f));
+}
+
+X86_INLINE __m256 z_fold(__m512 acc)
+{
+    return _mm256_add_ps(_mm512_castps512_ps256(acc),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+}
+
+X86_INLINE void k45_nt_z(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out,
+                         const int NT, const int Q5)
+{
+    const int BYTES = Q5 ? 176 : 144, QS = Q5 ? 48 : 16;
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    const __m256i bit5 = _mm256_set1_epi8(0x10);
+    __m512 acc[Q_NT];
+    __m256 mins[Q_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        acc[t] = _mm512_setzero_ps();
+        mins[t] = _mm256_setzero_ps();
+    }
+    for (int64_t sb = 0; sb < n / 256; sb++, w += BYTES) {
+        __m256 sc, m;
+        k4_scales(w + 4, &sc, &m);
+        __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(x86_f16(w)), sc);
+        __m256 dm = _mm256_mul_ps(_mm256_set1_ps(x86_f16(w + 2)), m);
+        __m256 f[Q_NT];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m256 xd = _mm256_loadu_ps(x[t].d + sb * 8);
+            f[t] = _mm256_mul_ps(dsc, xd);
+            __m256 xs = _mm256_mul_ps(xd, _mm256_cvtepi32_ps(x86_load32(x[t].s + sb * 8)));
+            mins[t] = _mm256_fmadd_ps(dm, xs, mins[t]);
+        }
+        __m256i qh = Q5 ? x86_load32(w + 16) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int j = 0; j < 8; j += 2) {
+            __m256i raw = x86_load32(w + QS + 16 * j);
+            __m512i q = _mm512_and_si512(z_pair(raw, _mm256_srli_epi16(raw, 4)), lo4);
+            if (Q5) {
+                __m256i m0 = _mm256_set1_epi8((char)(1 << j)), m1 = _mm256_set1_epi8((char)(2 << j));
+                __m256i h0 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m0), m0), bit5);
+                __m256i h1 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m1), m1), bit5);
+                q = _mm512_or_si512(q, z_pair(h0, h1));
+            }
+            int64_t b = sb * 8 + j;
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q,
+                                                _mm512_loadu_si512(x[t].q + b * 32));
+                acc[t] = _mm512_fmadd_ps(z_lanes(f[t], j), _mm512_cvtepi32_ps(p), acc[t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        out[t] = x86_hsum8(z_fold(acc[t])) - x86_hsum8(mins[t]);
+}
+/* Signed weight bytes w times signed x: |w| times x with w's signs
+ * (vpsignb has no 512-bit form; a zero w makes the product 0 either way). */
+X86_INLINE __m512i z_dot_ss8(__m512i w, __m512i x)
+{
+    __m512i xs = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), xs);
+}
+
+/* Scalars a (low half) and b (high half). */
+X86_INLINE __m512 z_two(float a, float b)
+{
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(a)),
+                                               _mm256_castps_pd(_mm256_set1_ps(b)), 1));
+}
+
+X86_INLINE void q32_nt_z(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out,
+                         const int NT, const int BYTES, __m256i (*unpack)(const uint8_t *))
+{
+    __m512 acc[Q_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        acc[t] = _mm512_setzero_ps();
+    int64_t nb = n / 32, b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const uint8_t *b0 = w + BYTES * b, *b1 = b0 + BYTES;
+        __m512i q = z_pair(unpack(b0), unpack(b1));
+        float d0 = x86_f16(b0), d1 = x86_f16(b1);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m512i p = z_dot_ss8(q, _mm512_loadu_si512(x[t].q + b * 32));
+            acc[t] = _mm512_fmadd_ps(z_two(d0 * x[t].d[b], d1 * x[t].d[b + 1]),
+                                     _mm512_cvtepi32_ps(p), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        __m256 a0 = _mm512_castps512_ps256(acc[t]);
+        __m256 a1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[t]), 1));
+        if (b < nb) {
+            const uint8_t *b0 = w + BYTES * b;
+            __m256i q0 = unpack(b0);
+            __m256i p0 = x86_dot_us8(_mm256_sign_epi8(q0, q0),
+                                     _mm256_sign_epi8(x86_load32(x[t].q + b * 32), q0));
+            a0 = q_fma(a0, p0, x86_f16(b0) * x[t].d[b]);
+        }
+        out[t] = x86_hsum8(_mm256_add_ps(a0, a1));
+    }
+}
+#define Q32_NT q32_nt_z
+#define K45_NT k45_nt_z
+#else
+#define K45_NT k45_nt
+#define Q32_NT q32_nt
+#endif
+
+/* Q6_K: quants 0..63 less 32 as signed bytes; lanes 0..3 of a block's
+ * integer sums are its first 16 elements (scale sc[0]), lanes 4..7 the
+ * next 16 (sc[1]); the scaled sums are exact integers. */
+X86_INLINE __m256 q6_block(__m256 acc, __m256i u, __m256i q, __m256i s, float d,
+                           const cpu_xrow *x, int64_t b)
+{
+    __m256i p = x86_dot_us8(u, _mm256_sign_epi8(x86_load32(x->q + b * 32), q));
+    return q_fma(acc, _mm256_mullo_epi32(p, s), d * x->d[b]);
+}
+
+X86_INLINE void q6_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT)
+{
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(3),
+                  off = _mm256_set1_epi8(32);
+    __m256 a0[Q_NT], a1[Q_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        a0[t] = a1[t] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < n / 256; sb++, w += 210) {
+        const float d = x86_f16(w + 208);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w + 64 * h;
+            const int8_t *sc = (const int8_t *)(w + 192 + 8 * h);
+            __m256i la = x86_load32(ql), lb = x86_load32(ql + 32), qh = x86_load32(w + 128 + 32 * h);
+            __m256i q[4], u[4], s[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(la, lo4),
+                                   _mm256_slli_epi16(_mm256_and_si256(qh, lo2), 4));
+            q[1] = _mm256_or_si256(
+                _mm256_and_si256(lb, lo4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), lo2), 4));
+            q[2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(la, 4), lo4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), lo2), 4));
+            q[3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(lb, 4), lo4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), lo2), 4));
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                q[g] = _mm256_sub_epi8(q[g], off);
+                u[g] = _mm256_sign_epi8(q[g], q[g]);
+                s[g] = _mm256_setr_epi32(sc[2 * g], sc[2 * g], sc[2 * g], sc[2 * g],
+                                         sc[2 * g + 1], sc[2 * g + 1], sc[2 * g + 1],
+                                         sc[2 * g + 1]);
+            }
+            int64_t b = sb * 8 + 4 * h;
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                a0[t] = q6_block(a0[t], u[0], q[0], s[0], d, &x[t], b + 0);
+                a1[t] = q6_block(a1[t], u[1], q[1], s[1], d, &x[t], b + 1);
+                a0[t] = q6_block(a0[t], u[2], q[2], s[2], d, &x[t], b + 2);
+                a1[t] = q6_block(a1[t], u[3], q[3], s[3], d, &x[t], b + 3);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        out[t] = x86_hsum8(_mm256_add_ps(a0[t], a1[t]));
+}
+
+#if CPU_X86_512
+/* Q6_K on 512-bit registers: blocks b (low half) and b + 1 (high half),
+ * then b + 2 and b + 3: the even and odd accumulators as above. */
+X86_INLINE void q6_nt_z(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT)
+{
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(3),
+                  off = _mm256_set1_epi8(32);
+    __m512 acc[Q_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < n / 256; sb++, w += 210) {
+        const float d = x86_f16(w + 208);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w + 64 * h;
+            const int8_t *sc = (const int8_t *)(w + 192 + 8 * h);
+            __m256i la = x86_load32(ql), lb = x86_load32(ql + 32), qh = x86_load32(w + 128 + 32 * h);
+            __m256i q0 = _mm256_or_si256(_mm256_and_si256(la, lo4),
+                                         _mm256_slli_epi16(_mm256_and_si256(qh, lo2), 4));
+            __m256i q1 = _mm256_or_si256(
+                _mm256_and_si256(lb, lo4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), lo2), 4));
+            __m256i q2 = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(la, 4), lo4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), lo2), 4));
+            __m256i q3 = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(lb, 4), lo4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), lo2), 4));
+            __m512i qa = z_pair(_mm256_sub_epi8(q0, off), _mm256_sub_epi8(q1, off));
+            __m512i qb = z_pair(_mm256_sub_epi8(q2, off), _mm256_sub_epi8(q3, off));
+            __m512i sa = _mm512_setr_epi32(sc[0], sc[0], sc[0], sc[0], sc[1], sc[1], sc[1], sc[1],
+                                           sc[2], sc[2], sc[2], sc[2], sc[3], sc[3], sc[3], sc[3]);
+            __m512i sbv = _mm512_setr_epi32(sc[4], sc[4], sc[4], sc[4], sc[5], sc[5], sc[5], sc[5],
+                                            sc[6], sc[6], sc[6], sc[6], sc[7], sc[7], sc[7], sc[7]);
+            int64_t b = sb * 8 + 4 * h;
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512i pa = _mm512_mullo_epi32(z_dot_ss8(qa, _mm512_loadu_si512(x[t].q + b * 32)), sa);
+                acc[t] = _mm512_fmadd_ps(z_two(d * x[t].d[b], d * x[t].d[b + 1]),
+                                         _mm512_cvtepi32_ps(pa), acc[t]);
+                __m512i pb =
+                    _mm512_mullo_epi32(z_dot_ss8(qb, _mm512_loadu_si512(x[t].q + b * 32 + 64)), sbv);
+                acc[t] = _mm512_fmadd_ps(z_two(d * x[t].d[b + 2], d * x[t].d[b + 3]),
+                                         _mm512_cvtepi32_ps(pb), acc[t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        out[t] = x86_hsum8(z_fold(acc[t]));
+}
+#define Q6_NT q6_nt_z
+#else
+#define Q6_NT q6_nt
+#endif
+
+/* The one-token and the Q_NT-token kernel of a format: CALL with NT
+ * bound to 1 and to Q_NT. */
+#define Q_KERNELS(NAME, CALL)                                                                      \
+    static float dot_##NAME(const uint8_t *w, const cpu_xrow *x, int64_t n)                        \
+    {                                                                                              \
+        float r, *out = &r;                                                                        \
+        const int NT = 1;                                                                          \
+        CALL;                                                                                      \
+        return r;                                                                                  \
+    }                                                                                              \
+    static void dotn_##NAME(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out)            \
+    {                                                                                              \
+        const int NT = Q_NT;                                                                       \
+        CALL;                                                                                      \
+    }
+
+Q_KERNELS(q8_0, Q32_NT(w, x, n, out, NT, 34, q8_0_unpack))
+Q_KERNELS(q4_0, Q32_NT(w, x, n, out, NT, 18, q4_0_unpack))
+Q_KERNELS(q4_k, K45_NT(w, x, n, out, NT, 0))
+Q_KERNELS(q5_k, K45_NT(w, x, n, out, NT, 1))
+Q_KERNELS(q6_k, Q6_NT(w, x, n, out, NT))
+
+/* ---- x to int8 blocks: cpu_quantize_x's arithmetic, 8 lanes at a time ----
+ * The same IEEE operations in the same order per value (|x|, the block's
+ * max, amax / 127, 1 / d, x * (1 / d) + 1.5 * 2^23 - 1.5 * 2^23), so the
+ * bytes equal the portable function's on every input; a block holding a
+ * NaN or an infinity goes to the portable function itself. */
+static void quant_x(const float *x, int64_t n, int8_t *q, float *d, int32_t *s)
+{
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 magic = _mm256_set1_ps(12582912.0f), inf = _mm256_set1_ps(INFINITY);
+    const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *xb = x + b * 32;
+        __m256 v[4], m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(xb + 8 * k);
+            __m256 a = _mm256_and_ps(v[k], absmask);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ)); /* NaN or inf */
+            m = _mm256_max_ps(m, a);
+        }
+        if (_mm256_movemask_ps(bad)) {
+            cpu_quantize_x(xb, 32, q + b * 32, d + b, s + b);
+            continue;
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        float amax = _mm_cvtss_f32(h);
+        float db = amax / 127.0f;
+        float id = db > 0.0f ? 1.0f / db : 0.0f;
+        __m256 vid = _mm256_set1_ps(id);
+        __m256i r[4], sum = _mm256_setzero_si256();
+        for (int k = 0; k < 4; k++) {
+            __m256 f = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(v[k], vid), magic), magic);
+            r[k] = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(f), lim), nlim);
+            sum = _mm256_add_epi32(sum, r[k]);
+        }
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(q + b * 32), p);
+        __m128i t = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+        d[b] = db;
+        s[b] = _mm_cvtsi128_si32(t);
+    }
+}
+
+/* ---- the reference's own f32 arithmetic, 8 lanes at a time ----
+ * cpu_dot (eight interleaved sums of rounded products, combined pairwise,
+ * then the tail) and o += p v with a rounded product: no FMA, so every
+ * lane rounds as the scalar code does and the bits are the reference's.
+ * The fast backend's attention runs on these and matches cpu-ref
+ * exactly. */
+static float dot_ref(const float *a, const float *b, int64_t n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    float tail = 0;
+    for (; i < n; i++)
+        tail += a[i] * b[i];
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    return (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))) + tail;
+}
+
+static void axpy_ref(float *o, float p, const float *v, int64_t n)
+{
+    const __m256 vp = _mm256_set1_ps(p);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(o + i, _mm256_add_ps(_mm256_loadu_ps(o + i),
+                                              _mm256_mul_ps(vp, _mm256_loadu_ps(v + i))));
+    for (; i < n; i++)
+        o[i] += p * v[i];
+}
+
+const cpu_kernels CPU_X86_TABLE = {
+    .isa = CPU_X86_ISA,
+    .name = CPU_X86_NAME,
+    .f32 = {dot_f32, dotn_f32, PLAIN_NT},
+    .f16 = {dot_f16, dotn_f16, PLAIN_NT},
+    .bf16 = {dot_bf16, dotn_bf16, PLAIN_NT},
+    .q8_0 = {dot_q8_0, dotn_q8_0, Q_NT},
+    .q4_0 = {dot_q4_0, dotn_q4_0, Q_NT},
+    .q4_k = {dot_q4_k, dotn_q4_k, Q_NT},
+    .q5_k = {dot_q5_k, dotn_q5_k, Q_NT},
+    .q6_k = {dot_q6_k, dotn_q6_k, Q_NT},
+    .quantize_x = quant_x,
+    .dot_ref = dot_ref,
+    .axpy_ref = axpy_ref,
+};

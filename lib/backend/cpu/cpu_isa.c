@@ -1,0 +1,130 @@
+/* Choosing the fast path's ISA level from the CPU's features, and the
+ * per-type kernel lookup. The SIMD kernels live in files built with their
+ * own target attributes (cpu_fast_avx2.c, cpu_fast_avx512.c), so one
+ * binary runs on any x86-64 and only calls what the CPU reports. */
+#include "backend/cpu/cpu_fast.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+
+static const char *const isa_names[CPU_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+
+int cpu_isa_parse(const char *s)
+{
+    for (int i = 0; i < CPU_ISA_COUNT; i++)
+        if (!strcmp(s, isa_names[i]))
+            return i;
+    return -1;
+}
+
+cpu_isa cpu_isa_best(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    /* libgcc also checks that the OS saves the wide registers (XCR0). */
+    int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    return avx512 ? CPU_ISA_AVX512 : avx2 ? CPU_ISA_AVX2 : CPU_ISA_SCALAR;
+#else
+    return CPU_ISA_SCALAR;
+#endif
+}
+
+const cpu_kernels *cpu_kernels_for(cpu_isa isa, memra_err *err)
+{
+    if ((int)isa < 0 || (int)isa >= CPU_ISA_COUNT) {
+        memra_fail(err, "CPU ISA level %d is not scalar, avx2 or avx512", (int)isa);
+        return NULL;
+    }
+    if (isa > cpu_isa_best()) {
+        memra_fail(err, "CPU ISA level %s: this CPU runs at most %s", isa_names[isa],
+                   isa_names[cpu_isa_best()]);
+        return NULL;
+    }
+    switch (isa) {
+#if defined(__x86_64__)
+    case CPU_ISA_AVX512: return &cpu_kernels_avx512;
+    case CPU_ISA_AVX2: return &cpu_kernels_avx2;
+#endif
+    default: return &cpu_kernels_scalar;
+    }
+}
+
+const cpu_kernels *cpu_fast_kernels(void)
+{
+    cpu_isa best = cpu_isa_best();
+    const char *env = getenv("MEMRA_CPU_ISA");
+    if (env && *env) {
+        int want = cpu_isa_parse(env);
+        memra_err err;
+        const cpu_kernels *k = want < 0 ? NULL : cpu_kernels_for((cpu_isa)want, &err);
+        if (k)
+            return k;
+        log_warn("MEMRA_CPU_ISA=%s: %s; using %s", env,
+                 want < 0 ? "not scalar, avx2 or avx512" : err.msg, isa_names[best]);
+    }
+    memra_err unused;
+    return cpu_kernels_for(best, &unused);
+}
+
+const cpu_kernel *cpu_kernel_for_type(const cpu_kernels *k, dtype t)
+{
+    switch (t) {
+    case DT_F32: return &k->f32;
+    case DT_F16: return &k->f16;
+    case DT_BF16: return &k->bf16;
+    case DT_Q8_0: return &k->q8_0;
+    case DT_Q4_0: return &k->q4_0;
+    case DT_Q4_K: return &k->q4_k;
+    case DT_Q5_K: return &k->q5_k;
+    case DT_Q6_K: return &k->q6_k;
+    default: return NULL;
+    }
+}
+
+int cpu_type_reads_q8(dtype t)
+{
+    return t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K;
+}
+
+void cpu_quantize_x(const float *x, int64_t n, int8_t *q, float *d, int32_t *s)
+{
+    /* Adding and subtracting 1.5 * 2^23 rounds a float of magnitude below
+     * 2^22 to the nearest integer, ties to even, in the default rounding
+     * mode: no libm call, and the same bits wherever it runs. */
+    const float magic = 12582912.0f;
+    for (int64_t b = 0; b < n / CPU_QBLOCK; b++) {
+        const float *xb = x + b * CPU_QBLOCK;
+        float amax = 0.0f;
+        for (int j = 0; j < CPU_QBLOCK; j++) {
+            float a = xb[j] < 0 ? -xb[j] : xb[j];
+            amax = a > amax || a != a ? a : amax;
+        }
+        if (!(amax <= FLT_MAX)) {
+            /* A NaN or infinity: the block's products are NaN, as the
+             * reference's would be (0 * NaN). */
+            memset(q + b * CPU_QBLOCK, 0, CPU_QBLOCK);
+            d[b] = NAN;
+            s[b] = 0;
+            continue;
+        }
+        float db = amax / 127.0f;
+        float id = db > 0.0f ? 1.0f / db : 0.0f;
+        int32_t sum = 0;
+        for (int j = 0; j < CPU_QBLOCK; j++) {
+            float r = (xb[j] * id + magic) - magic;
+            int v = (int)r;
+            v = v > 127 ? 127 : v < -127 ? -127 : v;
+            q[b * CPU_QBLOCK + j] = (int8_t)v;
+            sum += v;
+        }
+        d[b] = db;
+        s[b] = sum;
+    }
+}

@@ -1,0 +1,609 @@
+/* The CPU fast path (docs/decisions/0018-cpu-fast-path.md) against the
+ * reference: every kernel on every ISA level this CPU has, within the
+ * decision's bound per dot product; x's int8 blocks; and the invariances
+ * of the ops on the fast backend (byte-identical outputs whatever the
+ * thread count, the batch or a token's place in it). A level the CPU
+ * lacks is SKIP. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_fast.h"
+#include "backend/kv_cache.h"
+#include "core/check.h"
+#include "core/rng.h"
+#include "format/dequant.h"
+#include "numerics/half.h"
+#include "test.h"
+
+static rng_state rng;
+
+static float urand(float lo, float hi) { return lo + (hi - lo) * rng_uniform(&rng); }
+
+static void put_f16(uint8_t *p, float v)
+{
+    uint16_t h = f32_to_fp16(v);
+    p[0] = (uint8_t)h;
+    p[1] = (uint8_t)(h >> 8);
+}
+
+static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
+
+/* The kernels of level isa, or NULL with the case marked SKIP. */
+static const cpu_kernels *level_or_skip(cpu_isa isa)
+{
+    memra_err err;
+    const cpu_kernels *k = cpu_kernels_for(isa, &err);
+    if (!k) {
+        char why[96];
+        snprintf(why, sizeof why, "this CPU has no %s level (best: %s)", isa_names[isa],
+                 isa_names[cpu_isa_best()]);
+        test_skip(why);
+    }
+    return k;
+}
+
+static const dtype fast_types[] = {DT_F32,  DT_F16,  DT_BF16, DT_Q8_0,
+                                   DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+
+/* A random matrix [rows][cols] stored as type t: random quant bytes (every
+ * code, Q8_0's -128 and Q6_K's -128 scales included) with small finite
+ * f16 scales, or random floats. Caller frees w->data. */
+static void make_weight(bk_weight *w, dtype t, int64_t rows, int64_t cols)
+{
+    const dtype_info *ti = dtype_get(t);
+    memset(w, 0, sizeof *w);
+    w->name = "test.weight";
+    w->type = t;
+    w->rows = rows;
+    w->cols = cols;
+    w->row_bytes = (size_t)dtype_row_bytes(t, cols);
+    size_t nb = w->row_bytes * (size_t)rows;
+    uint8_t *p = malloc(nb + 8);
+    for (size_t i = 0; i < nb; i++)
+        p[i] = (uint8_t)rng_next_u64(&rng);
+    for (int64_t b = 0; b < (int64_t)(nb / (size_t)ti->type_size); b++) {
+        uint8_t *blk = p + b * ti->type_size;
+        switch (t) {
+        case DT_F32: {
+            float v = urand(-1, 1);
+            memcpy(blk, &v, 4);
+            break;
+        }
+        case DT_F16: put_f16(blk, urand(-1, 1)); break;
+        case DT_BF16: {
+            uint16_t h = f32_to_bf16(urand(-1, 1));
+            memcpy(blk, &h, 2);
+            break;
+        }
+        case DT_Q8_0: case DT_Q4_0: put_f16(blk, urand(0.001f, 0.02f)); break;
+        case DT_Q4_K: case DT_Q5_K:
+            put_f16(blk, urand(0.001f, 0.01f));
+            put_f16(blk + 2, urand(0.001f, 0.01f));
+            break;
+        case DT_Q6_K: put_f16(blk + 208, urand(0.001f, 0.01f)); break;
+        default: break;
+        }
+    }
+    w->data = p;
+}
+
+/* x of n values: normal, with a few outliers, and (n >= 64) one block of
+ * zeros, so the int8 rounding meets its hard cases. */
+static void make_x(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rng_normal(&rng) * (rng_uniform(&rng) < 0.02 ? 40.0f : 1.0f);
+    if (n >= 64)
+        memset(x + 32, 0, 32 * sizeof *x);
+}
+
+typedef struct {
+    int8_t *q;
+    float *d;
+    int32_t *s;
+} xq_buf;
+
+static cpu_xrow make_xrow(const float *x, int64_t n, xq_buf *b)
+{
+    int64_t nb = n / 32 + 1;
+    b->q = malloc((size_t)n + 32);
+    b->d = malloc((size_t)nb * sizeof(float));
+    b->s = malloc((size_t)nb * sizeof(int32_t));
+    cpu_xrow xr = {x, NULL, NULL, NULL};
+    if (n % 32 == 0) {
+        cpu_quantize_x(x, n, b->q, b->d, b->s);
+        xr.q = b->q;
+        xr.d = b->d;
+        xr.s = b->s;
+    }
+    return xr;
+}
+
+static void free_xq(xq_buf *b)
+{
+    free(b->q);
+    free(b->d);
+    free(b->s);
+}
+
+/* The decision's bound for one dot product of weight row `row` (the
+ * reference's dequantized values wd) with x. */
+static double fast_bound(dtype t, const uint8_t *row, const float *wd, const float *x,
+                         const cpu_xrow *xr, int64_t n)
+{
+    const double u = ldexp(1.0, -24), k = (double)n / 4 + 16;
+    double S = 0, Sq = 0, xround = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double wm = fabs(wd[i]);
+        if (t == DT_Q4_K || t == DT_Q5_K) {
+            /* |d sc q| + |dmin m|: the two parts summed apart */
+            int64_t sb = i / 256, j = (i % 256) / 32;
+            const uint8_t *blk = row + sb * (t == DT_Q4_K ? 144 : 176);
+            uint8_t sc, m;
+            dequant_k4_scale_min((int)j, blk + 4, &sc, &m);
+            double m1 = fabs((double)fp16_to_f32((uint16_t)(blk[2] | (blk[3] << 8))) * m);
+            wm = fabs(wd[i] + m1) + m1;
+        }
+        S += wm * fabs(x[i]);
+        if (cpu_type_reads_q8(t))
+            Sq += wm * fabs((double)xr->d[i / 32] * xr->q[i]);
+    }
+    if (!cpu_type_reads_q8(t))
+        return k * u * S;
+    for (int64_t b = 0; b < n / 32; b++) {
+        double amax = 0, wsum = 0;
+        for (int j = 0; j < 32; j++) {
+            amax = fmax(amax, fabs(x[b * 32 + j]));
+            wsum += fabs(wd[b * 32 + j]);
+        }
+        xround += amax / 254 * wsum;
+    }
+    return 1.001 * xround + k * u * (S + Sq);
+}
+
+static const int64_t widths_plain[] = {8, 100, 1000, 4103};
+static const int64_t widths_q32[] = {32, 96, 1024, 4096};
+static const int64_t widths_q256[] = {256, 768, 3072};
+
+static void kernels_vs_reference(cpu_isa isa)
+{
+    const cpu_kernels *k = level_or_skip(isa);
+    if (!k)
+        return;
+    int checked = 0;
+    for (size_t ti = 0; ti < MEMRA_ARRAY_LEN(fast_types); ti++) {
+        dtype t = fast_types[ti];
+        int bs = dtype_get(t)->block_size;
+        const int64_t *widths = bs == 256 ? widths_q256 : bs == 32 ? widths_q32 : widths_plain;
+        size_t nw = bs == 256 ? MEMRA_ARRAY_LEN(widths_q256) : MEMRA_ARRAY_LEN(widths_q32);
+        const cpu_kernel *kt = cpu_kernel_for_type(k, t);
+        CHECK_MSG(kt && kt->one, "%s has no %s kernel", k->name, dtype_get(t)->name);
+        if (!kt || !kt->one)
+            continue;
+        cpu_dot_fn fn = kt->one;
+        for (size_t wi = 0; wi < nw; wi++) {
+            int64_t n = widths[wi];
+            const int rows = 6;
+            bk_weight w;
+            make_weight(&w, t, rows, n);
+            float *x = malloc((size_t)n * sizeof *x), *wd = malloc((size_t)n * sizeof *wd);
+            make_x(x, n);
+            xq_buf xb;
+            cpu_xrow xr = make_xrow(x, n, &xb);
+            for (int r = 0; r < rows; r++) {
+                const uint8_t *row = w.data + (size_t)r * w.row_bytes;
+                CHECK(dequant_row(t, row, wd, n, NULL) == 0);
+                float ref = cpu_dot(wd, x, n);
+                float got = fn(row, &xr, n);
+                double bound = fast_bound(t, row, wd, x, &xr, n);
+                CHECK_MSG(fabs((double)got - ref) <= bound,
+                          "%s %s n=%lld row %d: fast %.9g, reference %.9g, bound %.3g", k->name,
+                          dtype_get(t)->name, (long long)n, r, got, ref, bound);
+                float again = fn(row, &xr, n);
+                CHECK(memcmp(&again, &got, sizeof got) == 0);
+                checked++;
+            }
+            /* The many-token kernel: each token the one-token bits. */
+            if (kt->many) {
+                enum { MAXT = 8 };
+                CHECK(kt->nt >= 2 && kt->nt <= MAXT);
+                float *xs[MAXT];
+                xq_buf xbs[MAXT];
+                cpu_xrow xrs[MAXT];
+                for (int tk = 0; tk < kt->nt; tk++) {
+                    xs[tk] = malloc((size_t)n * sizeof(float));
+                    make_x(xs[tk], n);
+                    xrs[tk] = make_xrow(xs[tk], n, &xbs[tk]);
+                }
+                for (int r = 0; r < rows; r++) {
+                    const uint8_t *row = w.data + (size_t)r * w.row_bytes;
+                    float many[MAXT];
+                    kt->many(row, xrs, n, many);
+                    for (int tk = 0; tk < kt->nt; tk++) {
+                        float one = fn(row, &xrs[tk], n);
+                        CHECK_MSG(memcmp(&one, &many[tk], sizeof one) == 0,
+                                  "%s %s n=%lld row %d token %d: one %.9g, many %.9g", k->name,
+                                  dtype_get(t)->name, (long long)n, r, tk, one, many[tk]);
+                    }
+                }
+                for (int tk = 0; tk < kt->nt; tk++) {
+                    free_xq(&xbs[tk]);
+                    free(xs[tk]);
+                }
+            } else {
+                CHECK(kt->nt == 1);
+            }
+            free_xq(&xb);
+            free(x);
+            free(wd);
+            free((void *)w.data);
+        }
+    }
+    CHECK(checked > 100);
+}
+
+static void test_kernels_scalar(void) { kernels_vs_reference(CPU_ISA_SCALAR); }
+static void test_kernels_avx2(void) { kernels_vs_reference(CPU_ISA_AVX2); }
+static void test_kernels_avx512(void) { kernels_vs_reference(CPU_ISA_AVX512); }
+
+/* The decision says the int8 kernels of avx2 and avx512 give the same
+ * bits (the same exact integer sums, the same float steps). */
+static void test_int8_kernels_agree_avx2_avx512(void)
+{
+    const cpu_kernels *a = level_or_skip(CPU_ISA_AVX2);
+    const cpu_kernels *b = a ? level_or_skip(CPU_ISA_AVX512) : NULL;
+    if (!a || !b)
+        return;
+    static const dtype q[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+    static const int64_t widths[] = {768, 2048, 2336}; /* odd and even block counts */
+    for (size_t ti = 0; ti < MEMRA_ARRAY_LEN(q); ti++)
+        for (size_t wi = 0; wi < MEMRA_ARRAY_LEN(widths); wi++) {
+            int64_t n = widths[wi];
+            if (n % dtype_get(q[ti])->block_size)
+                continue;
+            bk_weight w;
+            make_weight(&w, q[ti], 8, n);
+            float x[2336];
+            make_x(x, n);
+            xq_buf xb;
+            cpu_xrow xr = make_xrow(x, n, &xb);
+            for (int r = 0; r < 8; r++) {
+                const uint8_t *row = w.data + (size_t)r * w.row_bytes;
+                float ga = cpu_kernel_for_type(a, q[ti])->one(row, &xr, n);
+                float gb = cpu_kernel_for_type(b, q[ti])->one(row, &xr, n);
+                CHECK_MSG(memcmp(&ga, &gb, sizeof ga) == 0,
+                          "%s n=%lld row %d: avx2 %.9g, avx512 %.9g", dtype_get(q[ti])->name,
+                          (long long)n, r, ga, gb);
+            }
+            free_xq(&xb);
+            free((void *)w.data);
+        }
+}
+
+/* x's int8 blocks: each value within half a step, the sums, a zero block,
+ * a NaN block. */
+static void test_quantize_x(void)
+{
+    enum { N = 256 };
+    float x[N], d[N / 32];
+    int8_t q[N];
+    int32_t s[N / 32];
+    make_x(x, N);
+    x[100] = NAN;
+    cpu_quantize_x(x, N, q, d, s);
+    for (int b = 0; b < N / 32; b++) {
+        if (b == 100 / 32) {
+            CHECK(isnan(d[b]) && s[b] == 0);
+            continue;
+        }
+        float amax = 0;
+        int32_t sum = 0;
+        for (int j = 0; j < 32; j++) {
+            amax = fmaxf(amax, fabsf(x[b * 32 + j]));
+            sum += q[b * 32 + j];
+        }
+        CHECK(d[b] == amax / 127.0f);
+        CHECK(s[b] == sum);
+        for (int j = 0; j < 32; j++) {
+            double e = fabs((double)x[b * 32 + j] - (double)d[b] * q[b * 32 + j]);
+            CHECK_MSG(e <= 0.5001 * d[b], "block %d elt %d: %g vs %d * %g", b, j, x[b * 32 + j],
+                      q[b * 32 + j], d[b]);
+            CHECK(q[b * 32 + j] >= -127 && q[b * 32 + j] <= 127);
+        }
+    }
+    CHECK(d[1] == 0 && s[1] == 0); /* make_x's zero block */
+}
+
+/* Each level's quantize_x gives cpu_quantize_x's bytes: ties, zeros,
+ * huge and tiny blocks, NaN and infinity. */
+static void quantize_x_on(cpu_isa isa)
+{
+    const cpu_kernels *k = level_or_skip(isa);
+    if (!k)
+        return;
+    enum { N = 32 * 40 };
+    static float x[N];
+    static int8_t q0[N], q1[N];
+    float d0[N / 32], d1[N / 32];
+    int32_t s0[N / 32], s1[N / 32];
+    make_x(x, N);
+    for (int j = 0; j < 32; j++) {
+        x[64 + j] = (float)(j - 16) * 0.5f;         /* halves: round-to-even ties */
+        x[96 + j] = (j % 2 ? 1e30f : -1e-30f) * (float)j;
+        x[128 + j] = ldexpf((float)j - 15.5f, -140); /* subnormal */
+        x[160 + j] = (float)(j - 16);
+    }
+    x[160] = 127.0f * 4.5f; /* ties after the scaling */
+    x[200] = NAN;
+    x[260] = -INFINITY;
+    k->quantize_x(x, N, q1, d1, s1);
+    cpu_quantize_x(x, N, q0, d0, s0);
+    CHECK(memcmp(q0, q1, sizeof q0) == 0);
+    CHECK(memcmp(d0, d1, sizeof d0) == 0);
+    CHECK(memcmp(s0, s1, sizeof s0) == 0);
+}
+
+static void test_quantize_x_scalar(void) { quantize_x_on(CPU_ISA_SCALAR); }
+static void test_quantize_x_avx2(void) { quantize_x_on(CPU_ISA_AVX2); }
+static void test_quantize_x_avx512(void) { quantize_x_on(CPU_ISA_AVX512); }
+
+/* Each level's dot_ref and axpy_ref give the reference's bits. */
+static void ref_arith_on(cpu_isa isa)
+{
+    const cpu_kernels *k = level_or_skip(isa);
+    if (!k)
+        return;
+    static const int64_t ns[] = {1, 7, 8, 64, 100, 128, 1031};
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(ns); i++) {
+        int64_t n = ns[i];
+        float *a = malloc((size_t)n * sizeof(float)), *b = malloc((size_t)n * sizeof(float));
+        float *o0 = malloc((size_t)n * sizeof(float)), *o1 = malloc((size_t)n * sizeof(float));
+        make_x(a, n);
+        make_x(b, n);
+        memcpy(o0, b, (size_t)n * sizeof(float));
+        memcpy(o1, b, (size_t)n * sizeof(float));
+        float r0 = cpu_dot(a, b, n), r1 = k->dot_ref(a, b, n);
+        CHECK_MSG(memcmp(&r0, &r1, sizeof r0) == 0, "n=%lld: cpu_dot %.9g, %s %.9g", (long long)n,
+                  r0, k->name, r1);
+        for (int64_t j = 0; j < n; j++)
+            o0[j] += 0.37f * a[j];
+        k->axpy_ref(o1, 0.37f, a, n);
+        CHECK(memcmp(o0, o1, (size_t)n * sizeof(float)) == 0);
+        free(a);
+        free(b);
+        free(o0);
+        free(o1);
+    }
+}
+
+static void test_ref_arith_scalar(void) { ref_arith_on(CPU_ISA_SCALAR); }
+static void test_ref_arith_avx2(void) { ref_arith_on(CPU_ISA_AVX2); }
+static void test_ref_arith_avx512(void) { ref_arith_on(CPU_ISA_AVX512); }
+
+/* ---- the ops on the fast backend ---- */
+
+static backend *fast_backend(cpu_isa isa, int threads)
+{
+    setenv("MEMRA_CPU_ISA", isa_names[isa], 1);
+    backend *b = backend_cpu_create(threads);
+    unsetenv("MEMRA_CPU_ISA");
+    CHECK(cpu_of(b)->fast && cpu_of(b)->fast->isa == isa);
+    return b;
+}
+
+enum { INV_TOKENS = 17, INV_ROWS = 37, INV_COLS = 512 };
+
+/* out[INV_TOKENS][rows] for x[INV_TOKENS][cols] by matmul on b, computed
+ * as one batch, or as the batches of sizes `split` in order. */
+static void run_matmul(backend *b, const bk_weight *w, const float *x, const int *split,
+                       float *out)
+{
+    int t = 0;
+    for (int i = 0; t < INV_TOKENS; i++) {
+        int n = split ? split[i] : INV_TOKENS;
+        b->ops->matmul(b, w, NULL, x + (size_t)t * w->cols, n, out + (size_t)t * w->rows);
+        t += n;
+    }
+}
+
+static void invariance_on(cpu_isa isa)
+{
+    memra_err err;
+    if (!level_or_skip(isa))
+        return;
+    backend *bs[3] = {fast_backend(isa, 1), fast_backend(isa, 2), fast_backend(isa, 3)};
+    backend *ref = backend_cpu_ref_create(2);
+    static const int split_a[] = {1, 1, 1, 2, 5, 7}, split_b[] = {17}, split_c[] = {8, 8, 1};
+    const int *splits[] = {split_a, split_b, split_c};
+    size_t no = (size_t)INV_TOKENS * INV_ROWS;
+    float *x = malloc(sizeof(float) * INV_TOKENS * INV_COLS);
+    float *o0 = malloc(no * sizeof(float)), *o1 = malloc(no * sizeof(float)),
+          *oref = malloc(no * sizeof(float)), *wd = malloc(INV_COLS * sizeof(float));
+    for (int t = 0; t < INV_TOKENS; t++)
+        make_x(x + (size_t)t * INV_COLS, INV_COLS);
+    for (size_t ti = 0; ti < MEMRA_ARRAY_LEN(fast_types); ti++) {
+        dtype t = fast_types[ti];
+        const char *tn = dtype_get(t)->name;
+        bk_weight w;
+        make_weight(&w, t, INV_ROWS, INV_COLS);
+        CHECK(bs[0]->ops->weight_prepare(bs[0], &w, &err) == 0);
+        run_matmul(bs[0], &w, x, NULL, o0);
+        for (int bi = 0; bi < 3; bi++)
+            for (size_t si = 0; si < MEMRA_ARRAY_LEN(splits); si++) {
+                memset(o1, 0xff, no * sizeof(float));
+                run_matmul(bs[bi], &w, x, splits[si], o1);
+                CHECK_MSG(memcmp(o0, o1, no * sizeof(float)) == 0,
+                          "%s %s: %d threads, split %zu differs from 1 thread, one batch",
+                          isa_names[isa], tn, bi + 1, si);
+            }
+        /* Against the reference op, within the per-dot bound. */
+        run_matmul(ref, &w, x, NULL, oref);
+        for (int tok = 0; tok < INV_TOKENS; tok++) {
+            const float *xt = x + (size_t)tok * INV_COLS;
+            xq_buf xb;
+            cpu_xrow xr = make_xrow(xt, INV_COLS, &xb);
+            for (int r = 0; r < INV_ROWS; r++) {
+                const uint8_t *row = w.data + (size_t)r * w.row_bytes;
+                dequant_row(t, row, wd, INV_COLS, NULL);
+                double bound = fast_bound(t, row, wd, xt, &xr, INV_COLS);
+                size_t i = (size_t)tok * INV_ROWS + r;
+                CHECK_MSG(fabs((double)o0[i] - oref[i]) <= bound, "%s token %d row %d: %g vs %g",
+                          tn, tok, r, o0[i], oref[i]);
+            }
+            free_xq(&xb);
+        }
+        free((void *)w.data);
+    }
+    free(x);
+    free(o0);
+    free(o1);
+    free(oref);
+    free(wd);
+    for (int i = 0; i < 3; i++)
+        backend_destroy(bs[i]);
+    backend_destroy(ref);
+}
+
+static void test_invariance_scalar(void) { invariance_on(CPU_ISA_SCALAR); }
+static void test_invariance_avx2(void) { invariance_on(CPU_ISA_AVX2); }
+static void test_invariance_avx512(void) { invariance_on(CPU_ISA_AVX512); }
+
+/* q, k, v of mixed types in one call (Q4_K_M: Q4_K q and k, Q6_K v) and
+ * the GLU FFN: byte-identical across thread counts and batches. */
+static void test_fused_ops_invariance(void)
+{
+    enum { D = 512, F = 768, T = 9 };
+    backend *b1 = backend_cpu_create(1), *b3 = backend_cpu_create(3);
+    bk_weight wq, wk, wv, g, u, dn;
+    make_weight(&wq, DT_Q4_K, 64, D);
+    make_weight(&wk, DT_Q4_K, 32, D);
+    make_weight(&wv, DT_Q6_K, 32, D);
+    make_weight(&g, DT_Q8_0, F, D);
+    make_weight(&u, DT_BF16, F, D);
+    make_weight(&dn, DT_Q6_K, D, F);
+    float *x = malloc(sizeof(float) * T * D);
+    for (int t = 0; t < T; t++)
+        make_x(x + t * D, D);
+    float q[2][T * 64], k[2][T * 32], v[2][T * 32];
+    float *hb = malloc(sizeof(float) * T * F), *hb2 = malloc(sizeof(float) * T * F);
+    float *o[2] = {malloc(sizeof(float) * T * D), malloc(sizeof(float) * T * D)};
+    b1->ops->attn_qkv(b1, &wq, &wk, &wv, NULL, NULL, NULL, x, T, q[0], k[0], v[0]);
+    b1->ops->ffn_glu(b1, &g, &u, &dn, BK_ACT_SILU, x, T, hb, hb2, o[0]);
+    /* token by token on three threads */
+    for (int t = 0; t < T; t++) {
+        b3->ops->attn_qkv(b3, &wq, &wk, &wv, NULL, NULL, NULL, x + t * D, 1, q[1] + t * 64,
+                          k[1] + t * 32, v[1] + t * 32);
+        b3->ops->ffn_glu(b3, &g, &u, &dn, BK_ACT_SILU, x + t * D, 1, hb, hb2, o[1] + t * D);
+    }
+    CHECK(memcmp(q[0], q[1], sizeof q[0]) == 0);
+    CHECK(memcmp(k[0], k[1], sizeof k[0]) == 0);
+    CHECK(memcmp(v[0], v[1], sizeof v[0]) == 0);
+    CHECK(memcmp(o[0], o[1], sizeof(float) * T * D) == 0);
+    const bk_weight *ws[] = {&wq, &wk, &wv, &g, &u, &dn};
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(ws); i++)
+        free((void *)ws[i]->data);
+    free(x);
+    free(hb);
+    free(hb2);
+    free(o[0]);
+    free(o[1]);
+    backend_destroy(b1);
+    backend_destroy(b3);
+}
+
+/* Attention on the fast backend (every level) is the reference's, bit for
+ * bit: head_dim 72 (lanes and a tail), a window, f32 and f16 KV. */
+static void test_attention_is_reference(void)
+{
+    enum { NH = 4, NKV = 2, HD = 72, N = 19, BS = 4 };
+    float *q = malloc(sizeof(float) * N * NH * HD), *k = malloc(sizeof(float) * N * NKV * HD),
+          *v = malloc(sizeof(float) * N * NKV * HD);
+    float *o[2] = {malloc(sizeof(float) * N * NH * HD), malloc(sizeof(float) * N * NH * HD)};
+    make_x(q, N * NH * HD);
+    make_x(k, N * NKV * HD);
+    make_x(v, N * NKV * HD);
+    memra_err err = {{0}};
+    for (int isa = 0; isa <= (int)cpu_isa_best(); isa++)
+        for (int kt = 0; kt < 2; kt++) {
+            backend *bs[2] = {backend_cpu_ref_create(2), fast_backend((cpu_isa)isa, 2)};
+            for (int bi = 0; bi < 2; bi++) {
+                kv_cache kc;
+                CHECK(kv_cache_init(&kc, kt ? KV_F16 : KV_F32, 1, NKV * HD, BS, 8, &err) == 0);
+                kv_seq sq;
+                kv_seq_init(&sq, &kc);
+                CHECK(kv_seq_reserve(&sq, N, &err) == 0);
+                bk_attn a = {0, NH, NKV, HD, 0.125f, 0, kt ? 6 : 0};
+                int32_t pos[N];
+                kv_seq *seqs[N];
+                for (int i = 0; i < N; i++) {
+                    pos[i] = i;
+                    seqs[i] = &sq;
+                }
+                bk_batch rows = {N, pos, seqs};
+                bs[bi]->ops->attention(bs[bi], &a, &rows, q, k, v, o[bi]);
+                kv_seq_free(&sq);
+                kv_cache_free(&kc);
+            }
+            CHECK_MSG(memcmp(o[0], o[1], sizeof(float) * N * NH * HD) == 0, "%s, kv %s",
+                      isa_names[isa], kt ? "f16" : "f32");
+            backend_destroy(bs[0]);
+            backend_destroy(bs[1]);
+        }
+    free(q);
+    free(k);
+    free(v);
+    free(o[0]);
+    free(o[1]);
+}
+
+/* The kinds: cpu is the fast path, cpu-ref the reference; a level the CPU
+ * lacks in MEMRA_CPU_ISA falls back to the best one. */
+static void test_kinds(void)
+{
+    backend_kind k;
+    memra_err err;
+    CHECK(backend_kind_parse("cpu-ref", &k, &err) == 0 && k == BK_CPU_REF);
+    CHECK(backend_kind_parse("cpu", &k, &err) == 0 && k == BK_CPU);
+    CHECK(!strcmp(backend_kind_name(BK_CPU_REF), "cpu-ref"));
+    CHECK(backend_kind_parse("cpu-fast", &k, &err) != 0 && strstr(err.msg, "'cpu-fast'"));
+    backend *f = backend_create(BK_CPU, 0, 1, &err), *r = backend_create(BK_CPU_REF, 0, 1, &err);
+    CHECK(cpu_of(f)->fast != NULL && cpu_of(f)->fast->isa == cpu_isa_best());
+    CHECK(cpu_of(r)->fast == NULL);
+    backend_destroy(f);
+    backend_destroy(r);
+    setenv("MEMRA_CPU_ISA", "nonsense", 1);
+    f = backend_cpu_create(1);
+    unsetenv("MEMRA_CPU_ISA");
+    CHECK(cpu_of(f)->fast->isa == cpu_isa_best());
+    backend_destroy(f);
+}
+
+int main(void)
+{
+    rng_seed(&rng, 2718, 0);
+    static const test_case cases[] = {
+        TEST_CASE(test_kernels_scalar),
+        TEST_CASE(test_kernels_avx2),
+        TEST_CASE(test_kernels_avx512),
+        TEST_CASE(test_int8_kernels_agree_avx2_avx512),
+        TEST_CASE(test_quantize_x),
+        TEST_CASE(test_quantize_x_scalar),
+        TEST_CASE(test_quantize_x_avx2),
+        TEST_CASE(test_quantize_x_avx512),
+        TEST_CASE(test_ref_arith_scalar),
+        TEST_CASE(test_ref_arith_avx2),
+        TEST_CASE(test_ref_arith_avx512),
+        TEST_CASE(test_invariance_scalar),
+        TEST_CASE(test_invariance_avx2),
+        TEST_CASE(test_invariance_avx512),
+        TEST_CASE(test_fused_ops_invariance),
+        TEST_CASE(test_attention_is_reference),
+        TEST_CASE(test_kinds),
+    };
+    return test_run_all(cases, (int)MEMRA_ARRAY_LEN(cases));
+}
