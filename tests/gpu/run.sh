@@ -14,7 +14,7 @@
 #      memra-gen gives the same greedy ids on it as on device 0
 #   3. every family's HF parity fixture on CUDA (tests/fixtures/parity),
 #      as an HF dir and as GGUF; stories260K and the project's tiny models
-#   4. --backends cpu,cuda on the same checkpoints
+#   4. --backends cpu-ref,cuda on the same checkpoints
 #   5. embeddings on CUDA against transformers (tests/integration/embed.sh)
 #
 # Run from the project root after `make && make unit-bins` (here, or on the
@@ -127,8 +127,8 @@ for ref in "$P"/tiny-*.safetensors; do
   memra-convert "$T/$n" "$T/$n.gguf" >/dev/null 2>&1
   check "$n (GGUF) on CUDA matches transformers" \
     bash -c "memra-parity '$T/$n.gguf' --reference '$ref' --backend cuda --json | tee /dev/stderr | jtrue \"j['pass'] and j['argmax_agree'] == j['positions']\""
-  check "$n: cuda agrees with cpu (--backends)" \
-    memra-parity "$T/$n" --backends cpu,cuda --prompt-ids 1,7,42,99,3,250,17,64,128,5,11,200
+  check "$n: cuda agrees with cpu-ref (--backends)" \
+    memra-parity "$T/$n" --backends cpu-ref,cuda --prompt-ids 1,7,42,99,3,250,17,64,128,5,11,200
 done
 # The f32 references are matched by the f32 path: prompt chunks of 32+ rows
 # otherwise go through the bf16 tensor-core GEMM (x rounded to bf16; its
@@ -140,8 +140,8 @@ check "stories260K on CUDA matches transformers (argmax 41/41: the greedy ids)" 
   env MEMRA_CUDA_GEMM=0 MEMRA_CUDA_FLASH=0 bash -c "memra-parity '$MEMRA_TEST_DATA/models/stories260K.gguf' --reference $P/stories260K.safetensors --backend cuda --json | tee /dev/stderr | jtrue \"j['pass'] and j['argmax_agree'] == 41\""
 check "stories260K with f16 KV on CUDA keeps the argmax (>= 39/41)" \
   bash -c "memra-parity '$MEMRA_TEST_DATA/models/stories260K.gguf' --reference $P/stories260K.safetensors --backend cuda --kv f16 --max-abs 1 --json | jtrue \"j['argmax_agree'] >= 39\""
-check "stories260K: cuda agrees with cpu (--backends)" \
-  memra-parity "$MEMRA_TEST_DATA/models/stories260K.gguf" --backends cpu,cuda --prompt-ids 1,403,407,261,378,432,383,286,261,376,298
+check "stories260K: cuda agrees with cpu-ref (--backends)" \
+  memra-parity "$MEMRA_TEST_DATA/models/stories260K.gguf" --backends cpu-ref,cuda --prompt-ids 1,403,407,261,378,432,383,286,261,376,298
 for m in memra-tiny memra-tiny-draft; do
   [ -f models/$m.gguf ] || continue
   check "$m on CUDA matches the PyTorch reference (argmax 48/48)" \
