@@ -10,6 +10,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "core/cpus.h"
+
 static const char *program_name = "memra";
 
 void cli_set_program(const char *name)
@@ -83,8 +85,7 @@ int cli_threads_default(void)
     const char *env = getenv("MEMRA_THREADS");
     if (env && *env)
         return (int)cli_int_or_usage(env, 1, 4096, "MEMRA_THREADS");
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    return cpus_physical_cores("/sys");
 }
 
 int cli_parse_f64(const char *s, double min, double max, double *out, const char *what,

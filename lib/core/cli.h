@@ -31,7 +31,8 @@ int64_t cli_int_or_usage(const char *s, int64_t min, int64_t max, const char *wh
 int cli_env_true(const char *name);
 /* The worker-thread count a program starts from, before its --threads flag:
  * MEMRA_THREADS when set and not empty (1 to 4096; anything else is a usage
- * error naming MEMRA_THREADS), else the number of online CPUs. */
+ * error naming MEMRA_THREADS), else the physical cores this process may
+ * run on (core/cpus.h). */
 int cli_threads_default(void);
 /* A byte size with an optional K/M/G/T suffix (powers of 1000; KiB/MiB/GiB for 1024). */
 int cli_parse_bytes(const char *s, uint64_t *out, const char *what, memra_err *err);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "core/cpus.h"
 
 struct thread_pool {
     int n_threads; /* including the caller */
@@ -62,10 +63,8 @@ static void *worker_main(void *arg)
 
 thread_pool *pool_create(int n_threads)
 {
-    if (n_threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 0 ? (int)n : 1;
-    }
+    if (n_threads <= 0)
+        n_threads = cpus_physical_cores("/sys");
     thread_pool *p = xcalloc(1, sizeof *p);
     p->n_threads = n_threads;
     pthread_mutex_init(&p->mu, NULL);

@@ -8,7 +8,7 @@ typedef struct thread_pool thread_pool;
 
 typedef void (*pool_task_fn)(void *ctx, int task_index, int thread_index);
 
-/* n_threads <= 0 means one per online CPU. */
+/* n_threads <= 0 means one per physical core (core/cpus.h). */
 thread_pool *pool_create(int n_threads);
 void pool_destroy(thread_pool *p);
 int pool_size(const thread_pool *p);

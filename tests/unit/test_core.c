@@ -1,3 +1,4 @@
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "core/pool.h"
 #include "core/rng.h"
 #include "core/cli.h"
+#include "core/cpus.h"
 #include <math.h>
 #include "core/strbuf.h"
 #include "core/strmap.h"
@@ -313,6 +315,69 @@ static void test_cli_or_usage(void)
     unsetenv("MEMRA_TEST_FLAG");
 }
 
+/* A sysfs tree of our own for the CPUs this process may run on: core ids
+ * from core_of(i) (the i-th CPU of the mask), one package; a CPU with
+ * core_of < 0 gets no topology files. */
+static void fake_sysfs(const char *root, const int *cpus, int n, int (*core_of)(int))
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK(system(cmd) == 0);
+    for (int i = 0; i < n; i++) {
+        char dir[512], path[600];
+        snprintf(dir, sizeof dir, "%s/devices/system/cpu/cpu%d/topology", root, cpus[i]);
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+        CHECK(system(cmd) == 0);
+        if (core_of(i) < 0)
+            continue;
+        snprintf(path, sizeof path, "%s/physical_package_id", dir);
+        FILE *f = fopen(path, "w");
+        CHECK(f != NULL);
+        fprintf(f, "0\n");
+        fclose(f);
+        snprintf(path, sizeof path, "%s/core_id", dir);
+        f = fopen(path, "w");
+        CHECK(f != NULL);
+        fprintf(f, "%d\n", core_of(i));
+        fclose(f);
+    }
+}
+static int core_pairs(int i) { return i / 2; }
+static int core_each(int i) { return 10 + i; }
+static int core_first_unknown(int i) { return i == 0 ? -1 : 0; }
+
+static void test_physical_cores(void)
+{
+    cpu_set_t mask;
+    CHECK(sched_getaffinity(0, sizeof mask, &mask) == 0);
+    int cpus[CPU_SETSIZE], n = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &mask))
+            cpus[n++] = c;
+    CHECK(n >= 1);
+    char root[256];
+    snprintf(root, sizeof root, "/tmp/memra-test-sysfs.%d", (int)getpid());
+    /* Two hardware threads a core: half the CPUs, rounded up. */
+    fake_sysfs(root, cpus, n, core_pairs);
+    CHECK_MSG(cpus_physical_cores(root) == (n + 1) / 2, "pairs: %d of %d CPUs", cpus_physical_cores(root), n);
+    /* A core each: every CPU. */
+    fake_sysfs(root, cpus, n, core_each);
+    CHECK(cpus_physical_cores(root) == n);
+    /* A CPU without topology: all the CPUs of the mask, not a guess. */
+    fake_sysfs(root, cpus, n, core_first_unknown);
+    CHECK(cpus_physical_cores(root) == n);
+    /* No tree at all: the same. */
+    char none[300];
+    snprintf(none, sizeof none, "%s/nothing", root);
+    CHECK(cpus_physical_cores(none) == n);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK(system(cmd) == 0);
+    /* The real machine: between 1 and the CPUs of the mask. */
+    int real = cpus_physical_cores("/sys");
+    CHECK(real >= 1 && real <= n);
+}
+
 TEST_MAIN(TEST_CASE(test_rng), TEST_CASE(test_hash), TEST_CASE(test_strmap), TEST_CASE(test_cli_parse), TEST_CASE(test_cli_or_usage), TEST_CASE(test_err_wrap), TEST_CASE(test_strbuf), TEST_CASE(test_arena),
           TEST_CASE(test_pool), TEST_CASE(test_json_getters), TEST_CASE(test_files),
-          TEST_CASE(test_dtype_table), TEST_CASE(test_log_levels))
+          TEST_CASE(test_dtype_table), TEST_CASE(test_log_levels), TEST_CASE(test_physical_cores))
