@@ -19,17 +19,9 @@
 #include "format/dequant.h"
 #include "numerics/half.h"
 #include "test.h"
+#include "test_weight.h"
 
 static rng_state rng;
-
-static float urand(float lo, float hi) { return lo + (hi - lo) * rng_uniform(&rng); }
-
-static void put_f16(uint8_t *p, float v)
-{
-    uint16_t h = f32_to_fp16(v);
-    p[0] = (uint8_t)h;
-    p[1] = (uint8_t)(h >> 8);
-}
 
 static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
 
@@ -50,46 +42,10 @@ static const cpu_kernels *level_or_skip(cpu_isa isa)
 static const dtype fast_types[] = {DT_F32,  DT_F16,  DT_BF16, DT_Q8_0,
                                    DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
 
-/* A random matrix [rows][cols] stored as type t: random quant bytes (every
- * code, Q8_0's -128 and Q6_K's -128 scales included) with small finite
- * f16 scales, or random floats. Caller frees w->data. */
+/* Random weights from this file's generator (tests/unit/test_weight.h). */
 static void make_weight(bk_weight *w, dtype t, int64_t rows, int64_t cols)
 {
-    const dtype_info *ti = dtype_get(t);
-    memset(w, 0, sizeof *w);
-    w->name = "test.weight";
-    w->type = t;
-    w->rows = rows;
-    w->cols = cols;
-    w->row_bytes = (size_t)dtype_row_bytes(t, cols);
-    size_t nb = w->row_bytes * (size_t)rows;
-    uint8_t *p = malloc(nb + 8);
-    for (size_t i = 0; i < nb; i++)
-        p[i] = (uint8_t)rng_next_u64(&rng);
-    for (int64_t b = 0; b < (int64_t)(nb / (size_t)ti->type_size); b++) {
-        uint8_t *blk = p + b * ti->type_size;
-        switch (t) {
-        case DT_F32: {
-            float v = urand(-1, 1);
-            memcpy(blk, &v, 4);
-            break;
-        }
-        case DT_F16: put_f16(blk, urand(-1, 1)); break;
-        case DT_BF16: {
-            uint16_t h = f32_to_bf16(urand(-1, 1));
-            memcpy(blk, &h, 2);
-            break;
-        }
-        case DT_Q8_0: case DT_Q4_0: put_f16(blk, urand(0.001f, 0.02f)); break;
-        case DT_Q4_K: case DT_Q5_K:
-            put_f16(blk, urand(0.001f, 0.01f));
-            put_f16(blk + 2, urand(0.001f, 0.01f));
-            break;
-        case DT_Q6_K: put_f16(blk + 208, urand(0.001f, 0.01f)); break;
-        default: break;
-        }
-    }
-    w->data = p;
+    test_make_weight(w, t, rows, cols, &rng);
 }
 
 /* x of n values: normal, with a few outliers, and (n >= 64) one block of

@@ -18,6 +18,7 @@
 #include "model/contract.h"
 #include "model/model.h"
 #include "test.h"
+#include "test_weight.h"
 
 static rng_state rng;
 
@@ -29,63 +30,10 @@ static void fill(float *x, size_t n, float scale)
         x[i] = urand(-scale, scale);
 }
 
-static void put_f16(uint8_t *p, float v)
-{
-    uint16_t h = f32_to_fp16(v);
-    p[0] = (uint8_t)h;
-    p[1] = (uint8_t)(h >> 8);
-}
-
-/* A random matrix [rows][cols] stored as type t: random quant bytes with
- * small finite f16 scales, or random floats. Caller frees w->data. */
+/* Random weights from this file's generator (tests/unit/test_weight.h). */
 static void make_weight(bk_weight *w, dtype t, int64_t rows, int64_t cols)
 {
-    const dtype_info *ti = dtype_get(t);
-    memset(w, 0, sizeof *w);
-    w->name = "test.weight";
-    w->type = t;
-    w->rows = rows;
-    w->cols = cols;
-    w->row_bytes = (size_t)dtype_row_bytes(t, cols);
-    size_t nb = w->row_bytes * (size_t)rows;
-    uint8_t *p = malloc(nb + 8);
-    for (size_t i = 0; i < nb; i++)
-        p[i] = (uint8_t)rng_next_u64(&rng);
-    int64_t blocks = (int64_t)(nb / (size_t)ti->type_size);
-    for (int64_t b = 0; b < blocks; b++) {
-        uint8_t *blk = p + b * ti->type_size;
-        switch (t) {
-        case DT_F32: {
-            float v = urand(-1, 1);
-            memcpy(blk, &v, 4);
-            break;
-        }
-        case DT_F16: put_f16(blk, urand(-1, 1)); break;
-        case DT_BF16: {
-            uint16_t h = f32_to_bf16(urand(-1, 1));
-            memcpy(blk, &h, 2);
-            break;
-        }
-        case DT_Q8_0: case DT_Q4_0: put_f16(blk, urand(0.001f, 0.02f)); break;
-        case DT_Q4_K: case DT_Q5_K:
-            put_f16(blk, urand(0.001f, 0.01f));
-            put_f16(blk + 2, urand(0.001f, 0.01f));
-            break;
-        case DT_Q6_K: put_f16(blk + 208, urand(0.001f, 0.01f)); break;
-        case DT_NVFP4: /* UE4M3 scales 2^-4 .. 2^-1 (halved) */
-            for (int s = 0; s < 4; s++)
-                blk[s] = (uint8_t)(0x18 + (int)urand(0, 24));
-            break;
-        case DT_MXFP8: /* exponent 2^-7 .. 2^0; no NaN element bytes */
-            blk[0] = (uint8_t)(120 + (int)urand(0, 7));
-            for (int j = 1; j < 33; j++)
-                if ((blk[j] & 0x7F) == 0x7F)
-                    blk[j] ^= 1;
-            break;
-        default: break;
-        }
-    }
-    w->data = p;
+    test_make_weight(w, t, rows, cols, &rng);
 }
 
 /* The whole matrix dequantized by the format's reference decoder. */
