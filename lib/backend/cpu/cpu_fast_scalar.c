@@ -83,35 +83,14 @@ static float k_mins_total(const float *mins)
            ((mins[1] + mins[5]) + (mins[3] + mins[7]));
 }
 
-static float dot_q4_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
+/* Q4_K and Q5_K (q5: its fifth bits from qh[32] after the scales): the
+ * same super-block walk, the 4- or 5-bit quants' exact integer sums. */
+static inline float dot_k4(const uint8_t *w, const cpu_xrow *x, int64_t n, int q5)
 {
     float acc = 0, mins[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t sb = 0; sb < n / 256; sb++, w += 144) {
+    for (int64_t sb = 0; sb < n / 256; sb++, w += q5 ? 176 : 144) {
         const float d = rd_f16(w), dmin = rd_f16(w + 2);
-        const uint8_t *scales = w + 4, *qs = w + 16;
-        for (int j = 0; j < 8; j++) {
-            int64_t b = sb * 8 + j;
-            uint8_t sc, m;
-            dequant_k4_scale_min(j, scales, &sc, &m);
-            const uint8_t *q = qs + 32 * (j / 2);
-            const int8_t *qx = x->q + b * 32;
-            int shift = 4 * (j % 2);
-            int32_t sum = 0;
-            for (int l = 0; l < 32; l++)
-                sum += ((q[l] >> shift) & 0xF) * qx[l];
-            acc += ((d * sc) * x->d[b]) * (float)sum;
-            mins[j] += (dmin * m) * (x->d[b] * (float)x->s[b]);
-        }
-    }
-    return acc - k_mins_total(mins);
-}
-
-static float dot_q5_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
-{
-    float acc = 0, mins[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t sb = 0; sb < n / 256; sb++, w += 176) {
-        const float d = rd_f16(w), dmin = rd_f16(w + 2);
-        const uint8_t *scales = w + 4, *qh = w + 16, *ql = w + 48;
+        const uint8_t *scales = w + 4, *qh = w + 16, *ql = w + (q5 ? 48 : 16);
         for (int j = 0; j < 8; j++) {
             int64_t b = sb * 8 + j;
             uint8_t sc, m;
@@ -121,13 +100,16 @@ static float dot_q5_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
             int shift = 4 * (j % 2);
             int32_t sum = 0;
             for (int l = 0; l < 32; l++)
-                sum += (((q[l] >> shift) & 0xF) | (((qh[l] >> j) & 1) << 4)) * qx[l];
+                sum += (((q[l] >> shift) & 0xF) | (q5 ? ((qh[l] >> j) & 1) << 4 : 0)) * qx[l];
             acc += ((d * sc) * x->d[b]) * (float)sum;
             mins[j] += (dmin * m) * (x->d[b] * (float)x->s[b]);
         }
     }
     return acc - k_mins_total(mins);
 }
+
+static float dot_q4_k(const uint8_t *w, const cpu_xrow *x, int64_t n) { return dot_k4(w, x, n, 0); }
+static float dot_q5_k(const uint8_t *w, const cpu_xrow *x, int64_t n) { return dot_k4(w, x, n, 1); }
 
 /* Q6_K: each 32-block of x meets one quarter of a 128-element half, whose
  * two 16-element scales multiply the exact integer sums. */
