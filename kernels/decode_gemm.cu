@@ -306,14 +306,12 @@ constexpr size_t DG_QSMEM_MAX = 110 * 1024;
 template <int F> struct QStage {
     using W = WFmt<F>;
     using S = QSrc<F>;
-    static_assert(W::PW == 8 && DG_KC % W::U == 0 && (W::P >= 4 ? W::P % 4 == 0 : 4 % W::P == 0),
-                  "a lane's four pieces lie in its units");
-    static constexpr int UPS = DG_KC / W::U;           // units per row per step
-    static constexpr int NU = W::P >= 4 ? 1 : 4 / W::P; // units a lane decodes per step
+    static_assert(W::PW == 8 && DG_KC % W::U == 0 && W::P % 4 == 0, "a lane's four pieces lie in one unit");
+    static constexpr int UPS = DG_KC / W::U; // units per row per step
     // One step of the ring: vector v of every lane, then word w of every
     // lane ([v][thread] 16 bytes, [w][thread] 4 bytes: conflict-free).
-    static constexpr size_t VEC_BYTES = (size_t)NU * S::NV * DG_THREADS * 16;
-    static constexpr size_t STEP_BYTES = VEC_BYTES + ((size_t)NU * S::NS * DG_THREADS * 4 + 15) / 16 * 16;
+    static constexpr size_t VEC_BYTES = (size_t)S::NV * DG_THREADS * 16;
+    static constexpr size_t STEP_BYTES = VEC_BYTES + ((size_t)S::NS * DG_THREADS * 4 + 15) / 16 * 16;
     static constexpr size_t FIXED = DG_STAGE_BYTES + DG_X_BYTES; // the bf16 tile, x
     static constexpr int STAGES = (DG_QSMEM_MAX - FIXED) / STEP_BYTES < 4 ? (int)((DG_QSMEM_MAX - FIXED) / STEP_BYTES) : 4;
     static_assert(STAGES >= 2, "two steps of quant bytes fit");
@@ -327,18 +325,14 @@ template <int F> struct QStage {
     DEV void issue(int64_t step, int slot) const
     {
         unsigned char *st = ring + (size_t)slot * STEP_BYTES;
+        const int64_t u = step * UPS + k0 / W::P;
 #pragma unroll
-        for (int i = 0; i < NU; i++) {
-            const int64_t u = step * UPS + k0 / W::P + i;
+        for (int v = 0; v < S::NV; v++)
+            dg_cp16(st + ((size_t)v * DG_THREADS + threadIdx.x) * 16, S::vec(row, soff, u, v));
 #pragma unroll
-            for (int v = 0; v < S::NV; v++)
-                dg_cp16(st + ((size_t)(i * S::NV + v) * DG_THREADS + threadIdx.x) * 16, S::vec(row, soff, u, v));
-#pragma unroll
-            for (int w = 0; w < S::NS; w++) {
-                int sh;
-                dg_cp4(st + VEC_BYTES + ((size_t)(i * S::NS + w) * DG_THREADS + threadIdx.x) * 4,
-                       S::word(row, soff, u, w, sh));
-            }
+        for (int w = 0; w < S::NS; w++) {
+            int sh;
+            dg_cp4(st + VEC_BYTES + ((size_t)w * DG_THREADS + threadIdx.x) * 4, S::word(row, soff, u, w, sh));
         }
     }
     // Step `step`, in ring slot `slot` (its copies complete), decoded and
@@ -346,53 +340,45 @@ template <int F> struct QStage {
     DEV void store(__nv_bfloat16 *dst, int64_t step, int slot) const
     {
         const unsigned char *st = ring + (size_t)slot * STEP_BYTES;
+        const int unit = k0 / W::P;
+        const int64_t u = step * UPS + unit;
+        uint4 vv[S::NV > 0 ? S::NV : 1];
+        uint32_t ww[S::NS > 0 ? S::NS : 1];
 #pragma unroll
-        for (int i = 0; i < NU; i++) {
-            const int unit = k0 / W::P + i;
-            const int64_t u = step * UPS + unit;
-            uint4 vv[S::NV > 0 ? S::NV : 1];
-            uint32_t ww[S::NS > 0 ? S::NS : 1];
+        for (int v = 0; v < S::NV; v++)
+            vv[v] = *reinterpret_cast<const uint4 *>(st + ((size_t)v * DG_THREADS + threadIdx.x) * 16);
 #pragma unroll
-            for (int v = 0; v < S::NV; v++)
-                vv[v] = *reinterpret_cast<const uint4 *>(st + ((size_t)(i * S::NV + v) * DG_THREADS + threadIdx.x) * 16);
+        for (int w = 0; w < S::NS; w++) {
+            int sh;
+            S::word(row, soff, u, w, sh);
+            ww[w] = *reinterpret_cast<const uint32_t *>(st + VEC_BYTES + ((size_t)w * DG_THREADS + threadIdx.x) * 4) >> sh;
+        }
+        const typename W::Raw r = S::make(vv, ww);
+        float a[W::P] = {}, b[W::P] = {};
+        W::scales(r, u, a, b);
+        // Only a unit of eight pieces has a first piece that differs
+        // between lanes (0 or 4); its scales are then picked by selects,
+        // not by a run-time index into a[], which would go to local memory.
+        const int pfirst = k0 % W::P;
 #pragma unroll
-            for (int w = 0; w < S::NS; w++) {
-                int sh;
-                S::word(row, soff, u, w, sh);
-                ww[w] = *reinterpret_cast<const uint32_t *>(st + VEC_BYTES +
-                                                            ((size_t)(i * S::NS + w) * DG_THREADS + threadIdx.x) * 4) >> sh;
+        for (int q = 0; q < 4; q++) {
+            const int p = pfirst + q;
+            float v[8];
+            W::piece(r, u, p, v);
+            float ap, bp;
+            if constexpr (W::P == 8) {
+                ap = k0 ? a[q + 4] : a[q];
+                bp = k0 ? b[q + 4] : b[q];
+            } else {
+                ap = a[q];
+                bp = b[q];
             }
-            const typename W::Raw r = S::make(vv, ww);
-            float a[W::P] = {}, b[W::P] = {};
-            if constexpr (!W::DIRECT)
-                W::scales(r, u, a, b);
-            constexpr int PN = NU == 1 ? 4 : W::P; // pieces of this unit the lane takes
-            // Only a unit of eight pieces has a first piece that differs
-            // between lanes (0 or 4); its scales are then picked by selects,
-            // not by a run-time index into a[], which would go to local memory.
-            const int pfirst = NU == 1 ? k0 % W::P : 0;
 #pragma unroll
-            for (int q = 0; q < PN; q++) {
-                const int p = pfirst + q;
-                float v[8];
-                W::piece(r, u, p, v);
-                if constexpr (!W::DIRECT) {
-                    float ap, bp;
-                    if constexpr (NU == 1 && W::P == 8) {
-                        ap = k0 ? a[q + 4] : a[q];
-                        bp = k0 ? b[q + 4] : b[q];
-                    } else {
-                        ap = a[q];
-                        bp = b[q];
-                    }
-#pragma unroll
-                    for (int e = 0; e < 8; e++)
-                        v[e] = W::HAS_B ? __fadd_rn(__fmul_rn(ap, v[e]), bp) : __fmul_rn(ap, v[e]);
-                }
-                __nv_bfloat162 h[4] = {__floats2bfloat162_rn(v[0], v[1]), __floats2bfloat162_rn(v[2], v[3]),
-                                       __floats2bfloat162_rn(v[4], v[5]), __floats2bfloat162_rn(v[6], v[7])};
-                *reinterpret_cast<uint4 *>(dst + unit * W::U + p * 8) = *reinterpret_cast<const uint4 *>(h);
-            }
+            for (int e = 0; e < 8; e++)
+                v[e] = W::HAS_B ? __fadd_rn(__fmul_rn(ap, v[e]), bp) : __fmul_rn(ap, v[e]);
+            __nv_bfloat162 h[4] = {__floats2bfloat162_rn(v[0], v[1]), __floats2bfloat162_rn(v[2], v[3]),
+                                   __floats2bfloat162_rn(v[4], v[5]), __floats2bfloat162_rn(v[6], v[7])};
+            *reinterpret_cast<uint4 *>(dst + unit * W::U + p * 8) = *reinterpret_cast<const uint4 *>(h);
         }
     }
 };
