@@ -106,10 +106,12 @@ typedef struct {
 typedef struct {
     const bk_batch *rows;
     const int32_t *tokens;  /* [rows->n] host ids */
-    /* 1: the rows are one sequence's consecutive prompt tokens; a backend
-     * may compute them in a way whose rounding depends on the chunk (a
-     * GEMM over its rows), never on anything else. 0: decode rows, each
-     * row's result the same bits whatever else the step holds. */
+    /* 1: the rows are prompt tokens, a run of consecutive positions of one
+     * sequence (a prompt chunk) or several runs of distinct sequences (a
+     * packed step: engine_forward_packed); a backend may compute them in a
+     * way whose rounding depends on the step's rows (a GEMM over them),
+     * never on anything else. 0: decode rows, each row's result the same
+     * bits whatever else the step holds. */
     int prefill;
     int max_blocks;         /* the most KV blocks one sequence can hold */
     float *logits;          /* host destination of the step's logits, or NULL */

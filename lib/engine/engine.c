@@ -557,6 +557,63 @@ int engine_forward_batch(engine *e, engine_seq *const *seqs, const int32_t *toke
     return backend_status(e->bk, err);
 }
 
+const kv_seq *engine_seq_kv(const engine_seq *s) { return &s->kv; }
+
+int engine_forward_packed(engine *e, engine_seq *const *seqs, const int32_t *const *tokens,
+                          const int *n, int n_seqs, memra_err *err)
+{
+    const model_config *c = &e->m.config;
+    backend_bind(e->bk);
+    if (n_seqs <= 0)
+        return memra_fail(err, "forward: no sequences (n = %d)", n_seqs);
+    int64_t rows = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        engine_seq *s = seqs[i];
+        if (s->e != e)
+            return memra_fail(err, "forward: sequence %d belongs to another engine", i);
+        if (n[i] <= 0)
+            return memra_fail(err, "forward: sequence %d has no tokens (n = %d)", i, n[i]);
+        for (int j = 0; j < i; j++)
+            if (seqs[j] == s)
+                return memra_fail(err, "forward: sequence %d is also sequence %d", i, j);
+        for (int t = 0; t < n[i]; t++)
+            if (tokens[i][t] < 0 || tokens[i][t] >= c->n_vocab)
+                return memra_fail(err, "token id %" PRId32 " at index %d of sequence %d is out "
+                                  "of range: the vocabulary has %" PRId64 " ids", tokens[i][t],
+                                  t, i, c->n_vocab);
+        if (s->kv.n_tokens + n[i] > e->n_ctx)
+            return memra_fail(err, "context full: %d tokens at position %" PRId64 " of sequence "
+                              "%d would run past n_ctx %" PRId64, n[i], s->kv.n_tokens, i,
+                              e->n_ctx);
+        rows += n[i];
+    }
+    if (rows > e->opts.n_batch)
+        return memra_fail(err, "forward: %" PRId64 " rows in one step, more than the step's %d",
+                          rows, e->opts.n_batch);
+    /* Reserve every block first so a full pool changes nothing. */
+    for (int i = 0; i < n_seqs; i++) {
+        kv_seq *kv = &seqs[i]->kv;
+        if (kv_seq_reserve(kv, kv->n_tokens + n[i], err) != 0) {
+            for (int j = 0; j < i; j++)
+                kv_seq_truncate(&seqs[j]->kv, seqs[j]->kv.n_tokens);
+            return -1;
+        }
+    }
+    int32_t *ids = xmalloc((size_t)rows * sizeof *ids);
+    for (int i = 0, r = 0; i < n_seqs; i++)
+        for (int t = 0; t < n[i]; t++, r++) {
+            e->pos[r] = (int32_t)(seqs[i]->kv.n_tokens + t);
+            e->seqs[r] = &seqs[i]->kv;
+            ids[r] = tokens[i][t];
+        }
+    bk_batch b = {(int)rows, e->pos, e->seqs};
+    forward_step(e, &b, ids, rows > 1, (int)rows, NULL, NULL, NULL);
+    free(ids);
+    for (int i = 0; i < n_seqs; i++)
+        seqs[i]->kv.n_tokens += n[i];
+    return backend_status(e->bk, err);
+}
+
 int engine_forward_batch_sample(engine *e, engine_seq *const *seqs, const int32_t *tokens, int n,
                                 sampler *const *smp, int32_t *out_ids, memra_err *row_errs,
                                 memra_err *err)

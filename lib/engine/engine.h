@@ -135,6 +135,21 @@ int engine_forward(engine *e, engine_seq *s, const int32_t *tokens, int n, float
 int engine_forward_batch(engine *e, engine_seq *const *seqs, const int32_t *tokens, int n,
                          float *logits, memra_err *err);
 
+/* Prompt tokens of several sequences in one forward step: seqs[i] gets
+ * tokens[i][0, n[i]) at its end, the rows in that order (each sequence a
+ * run of consecutive positions), at most engine_n_batch rows in all. No
+ * logits are computed: the hidden-state hooks see the rows, and a row's
+ * sequence is its bk_batch.seq (engine_seq_kv). On the CPU a row's result
+ * is the same whatever the step holds; on CUDA the step's projections are
+ * one GEMM over its rows, so a row's bytes depend on the whole step (as a
+ * prompt chunk's do on the chunk): the same step gives the same bytes.
+ * Fails, changing nothing, on a bad id (naming it), a repeated sequence,
+ * too many rows, a full context or an exhausted KV pool. */
+int engine_forward_packed(engine *e, engine_seq *const *seqs, const int32_t *const *tokens,
+                          const int *n, int n_seqs, memra_err *err);
+/* The KV sequence behind s: what a hook's bk_batch.seq names. */
+const kv_seq *engine_seq_kv(const engine_seq *s);
+
 /* engine_forward, then the next token sampled with smp from the last
  * token's logits into *out_id. On a backend that samples (the GPU) the
  * logits never leave the device; elsewhere they are read back and

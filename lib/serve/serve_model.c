@@ -83,6 +83,8 @@ struct serve_model {
     int pooling;      /* embed: MODEL_POOL_LAST, MEAN or CLS */
     int64_t dim;
     serve_rerank_tmpl rr; /* rerank: the prompt's fixed ids, yes and no */
+    embed_head *rr_head;  /* rerank: the output head's yes and no rows */
+    serve_req **work_reqs; /* [max_sessions] a tick's work requests (scratch) */
     serve_spec *spec;     /* the drafter (opts.spec), or NULL */
 
     pthread_t thread;
@@ -98,7 +100,7 @@ struct serve_model {
     uint64_t prompt_cached;
     kv_prefix_stats prefix_stats; /* the engine's, as of the last tick */
     serve_histo ttft, itl;
-    uint64_t work_ok, work_error, work_cancelled, work_inputs;
+    uint64_t work_ok, work_error, work_cancelled, work_inputs, work_steps;
     uint64_t spec_drafted, spec_accepted;
 
     serve_slot *slots; /* [max_sessions], engine thread only */
@@ -646,16 +648,7 @@ static void batch_grammar_masks(void *ctx)
 
 /* ---- embeddings and rerank inputs ------------------------------------- */
 
-/* Whether a work slot may start from the prefix cache's chunks: only when
- * the rows it would skip are not pooled (last-token pooling, a reranker's
- * last logits). Mean and cls pooling read every position's hidden state,
- * which a mapped chunk does not have. */
-static int work_adopts(const serve_model *m)
-{
-    return m->task == SERVE_TASK_RERANK || m->pooling == MODEL_POOL_LAST;
-}
-
-static void work_slot_start(serve_model *m, serve_slot *s, serve_req *r, int input)
+static void work_slot_start(serve_slot *s, serve_req *r, int input)
 {
     s->req = r;
     s->choice = 0;
@@ -668,9 +661,6 @@ static void work_slot_start(serve_model *m, serve_slot *s, serve_req *r, int inp
     s->host_pending = 0;
     if (s->pool)
         embed_pool_reset(s->pool);
-    if (m->granule && work_adopts(m))
-        s->n_prefilled = s->n_adopted = (size_t)engine_seq_adopt_prefix(
-            s->seq, r->cache_ns, s->prompt, (int64_t)s->n_prompt, m->granule);
 }
 
 /* What a queued request counts in the waiting gauge (mu held). */
@@ -719,16 +709,6 @@ static void work_fail(serve_model *m, serve_slot *s, const char *error)
     serve_req_unref(r);
 }
 
-/* One prefill chunk of a work slot: an embed input's final hidden states
- * pooled; a rerank input's last chunk with the last position's logits. */
-static int work_chunk(serve_model *m, serve_slot *s, const int32_t *chunk, int n, int last,
-                      memra_err *err)
-{
-    if (s->req->work->kind == SERVE_WORK_EMBED)
-        return embed_pool_forward(m->eng, s->seq, chunk, n, s->pool, err);
-    return engine_forward(m->eng, s->seq, chunk, n, last ? m->logits : NULL, 0, err);
-}
-
 /* An input's last chunk is done: its vector or score goes into the
  * request's work and the slot is freed at once; the request ends with
  * its last input. */
@@ -743,14 +723,9 @@ static void work_input_done(serve_model *m, serve_slot *s)
             work_fail(m, s, err.msg);
             return;
         }
-    } else {
-        /* engine_rerank_score's score, from the last chunk's logits */
-        double d = (double)m->logits[m->rr.yes] - (double)m->logits[m->rr.no];
-        if (!isfinite(d)) {
-            work_fail(m, s, "rerank: the yes/no logits are not finite");
-            return;
-        }
-        w->scores[s->input] = 1.0 / (1.0 + exp(-d));
+    } else if (embed_head_score(m->rr_head, s->pool, &w->scores[s->input], &err) != 0) {
+        work_fail(m, s, err.msg);
+        return;
     }
     pthread_mutex_lock(&m->mu);
     m->prompt_tokens += s->n_prompt;
@@ -769,25 +744,61 @@ static void work_input_done(serve_model *m, serve_slot *s)
     serve_req_unref(r);
 }
 
-/* A work slot's next chunk (the tick's prefill phase). */
-static void work_step(serve_model *m, serve_slot *s)
+/* A work request's next step (the tick's prefill phase): its inputs' tokens
+ * as one stream, in order, cut into steps of up to prefill_chunk rows (at
+ * most the engine's step) from up to WORK_PACK_INPUTS inputs, each step one
+ * packed forward (docs/decisions/0019-packed-embedding-steps.md). The cut
+ * depends on the request alone, so an input's vector or score is the same
+ * bytes whatever else the server runs; on CUDA a step's rows round
+ * together, so an input alone and the same input among others in one
+ * request may differ in the last bits. A step waits until each input it
+ * takes holds a slot. Work never uses the prefix cache: a packed step's
+ * KV is not what a prompt's own chunks would compute. */
+enum { WORK_PACK_INPUTS = 16 };
+
+static void work_step(serve_model *m, serve_req *r)
 {
+    serve_work *w = r->work;
+    serve_slot *slot[WORK_PACK_INPUTS];
+    engine_seq *seqs[WORK_PACK_INPUTS];
+    const int32_t *toks[WORK_PACK_INPUTS];
+    int n[WORK_PACK_INPUTS];
+    embed_pool *pools[WORK_PACK_INPUTS];
+    int k = 0, rows = 0;
+    int limit = WORK_PACK_INPUTS < m->max_sessions ? WORK_PACK_INPUTS : m->max_sessions;
+    int chunk = m->prefill_chunk < engine_n_batch(m->eng) ? m->prefill_chunk
+                                                          : engine_n_batch(m->eng);
+    for (int in = w->n_done; in < w->n_inputs && k < limit && rows < chunk; in++) {
+        serve_slot *s = NULL;
+        for (int i = 0; i < m->max_sessions && !s; i++)
+            if (m->slots[i].req == r && m->slots[i].input == in)
+                s = &m->slots[i];
+        if (!s)
+            return; /* not admitted yet: the step waits for its slot */
+        size_t left = s->n_prompt - s->n_prefilled;
+        int take = left < (size_t)(chunk - rows) ? (int)left : chunk - rows;
+        slot[k] = s;
+        seqs[k] = s->seq;
+        toks[k] = s->prompt + s->n_prefilled;
+        n[k] = take;
+        pools[k++] = s->pool;
+        rows += take;
+    }
     memra_err err;
-    size_t n = s->n_prompt - s->n_prefilled;
-    if (n > (size_t)m->prefill_chunk)
-        n = (size_t)m->prefill_chunk;
-    int last = s->n_prefilled + n == s->n_prompt;
-    if (work_chunk(m, s, s->prompt + s->n_prefilled, (int)n, last, &err) != 0) {
-        work_fail(m, s, err.msg);
+    if (k == 0)
+        return;
+    if (embed_pool_forward_packed(m->eng, seqs, toks, n, k, pools, &err) != 0) {
+        work_fail(m, slot[0], err.msg);
         return;
     }
-    s->n_prefilled += n;
-    if (m->granule) /* whole chunks, exact as chat's (the KV does not depend on the task) */
-        engine_seq_publish_prefix(s->seq, s->req->cache_ns, s->prompt,
-                                  (int64_t)(s->n_prefilled / (size_t)m->granule *
-                                            (size_t)m->granule));
-    if (last)
-        work_input_done(m, s);
+    pthread_mutex_lock(&m->mu);
+    m->work_steps++;
+    pthread_mutex_unlock(&m->mu);
+    for (int j = 0; j < k; j++) {
+        slot[j]->n_prefilled += (size_t)n[j];
+        if (slot[j]->n_prefilled == slot[j]->n_prompt)
+            work_input_done(m, slot[j]); /* may end the request: r's slots go */
+    }
 }
 
 /* One speculation round for a slot whose newest token (emitted already,
@@ -844,18 +855,26 @@ static void tick(serve_model *m)
             slot_release(m, s);
         }
     }
-    /* 2. one prefill chunk per slot still reading its prompt */
+    /* 2. one prefill chunk per slot still reading its prompt; one packed
+     * step per work request, after them */
+    int n_work = 0;
     for (int i = 0; i < m->max_sessions; i++) {
         serve_slot *s = &m->slots[i];
         if (!s->req || s->n_prefilled >= s->n_prompt)
             continue;
-        if (m->granule && (!s->req->work || work_adopts(m)) && prefix_follow(m, i))
-            continue;
         serve_req *r = s->req;
         if (r->work) {
-            work_step(m, s);
+            int seen = 0;
+            for (int j = 0; j < n_work && !seen; j++)
+                seen = m->work_reqs[j] == r;
+            if (!seen) {
+                serve_req_ref(r);
+                m->work_reqs[n_work++] = r;
+            }
             continue;
         }
+        if (m->granule && prefix_follow(m, i))
+            continue;
         size_t n = r->n_prompt - s->n_prefilled;
         if (n > (size_t)m->prefill_chunk)
             n = (size_t)m->prefill_chunk;
@@ -884,6 +903,12 @@ static void tick(serve_model *m)
             r->t_ping = serve_now();
             serve_req_ping(r);
         }
+    }
+    for (int j = 0; j < n_work; j++) {
+        serve_req *r = m->work_reqs[j];
+        if (!r->work->ended)
+            work_step(m, r);
+        serve_req_unref(r);
     }
     /* 3. sample, 4. one decode step for those that go on: the batch
      * (grammar slots too, each under its grammar's mask), and beside it
@@ -1073,7 +1098,7 @@ static void *engine_main(void *arg)
                 }
                 while (m->slots[i].req)
                     i++;
-                work_slot_start(m, &m->slots[i], r, admit_input[k++]);
+                work_slot_start(&m->slots[i], r, admit_input[k++]);
                 continue;
             }
             int nc = r->n_choices;
@@ -1174,7 +1199,9 @@ static int resolve_task(serve_model *m, const serve_model_opts *o, memra_err *er
                                          : SERVE_TASK_CHAT;
     m->dim = c->dim;
     m->pooling = pools ? (int)p : MODEL_POOL_LAST;
-    if (m->task == SERVE_TASK_RERANK && serve_rerank_tmpl_init(m->tok, &m->rr, err) != 0)
+    if (m->task == SERVE_TASK_RERANK && (serve_rerank_tmpl_init(m->tok, &m->rr, err) != 0 ||
+                                         embed_head_new(m->eng, m->rr.yes, m->rr.no,
+                                                        &m->rr_head, err) != 0))
         return memra_wrap(err, "%s: --task rerank", o->alias);
     return 0;
 }
@@ -1284,6 +1311,7 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
     m->gcounts = xmalloc((size_t)m->max_sessions * sizeof *m->gcounts);
     m->gslots = xmalloc((size_t)m->max_sessions * sizeof *m->gslots);
     m->errs = xmalloc((size_t)m->max_sessions * sizeof *m->errs);
+    m->work_reqs = xmalloc((size_t)m->max_sessions * sizeof *m->work_reqs);
     m->logits = xmalloc((size_t)m->n_vocab * sizeof *m->logits);
     m->raw = xmalloc((size_t)m->n_vocab * sizeof *m->raw);
     for (int i = 0; i < m->max_sessions; i++) {
@@ -1292,8 +1320,9 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
             goto fail;
         sb_init(&s->piece);
         sb_init(&s->lp_bytes);
-        if (m->task == SERVE_TASK_EMBED)
-            s->pool = embed_pool_new(m->pooling, m->dim);
+        if (m->task == SERVE_TASK_EMBED || m->task == SERVE_TASK_RERANK)
+            s->pool = embed_pool_new(m->task == SERVE_TASK_EMBED ? m->pooling : MODEL_POOL_LAST,
+                                     m->dim);
     }
     if (pthread_create(&m->thread, NULL, engine_main, m) != 0) {
         memra_fail(err, "%s: cannot start the engine thread", o->alias);
@@ -1334,6 +1363,7 @@ void serve_model_free(serve_model *m)
     free(m->next_ids);
     free(m->rc);
     free(m->errs);
+    free(m->work_reqs);
     free(m->logits);
     gram_maskpool_free(m->gpool);
     free(m->gstates);
@@ -1352,6 +1382,7 @@ void serve_model_free(serve_model *m)
         tok_free(m->tok);
     tok_cache_free(m->tcache);
     serve_rerank_tmpl_free(&m->rr);
+    embed_head_free(m->rr_head);
     if (m->ck_open)
         checkpoint_close(&m->ck);
     pthread_mutex_destroy(&m->mu);
@@ -1465,6 +1496,7 @@ void serve_model_get_stats(serve_model *m, serve_model_stats *s)
     s->work_error = m->work_error;
     s->work_cancelled = m->work_cancelled;
     s->work_inputs = m->work_inputs;
+    s->work_steps = m->work_steps;
     s->speculates = m->spec != NULL;
     s->spec_drafted = m->spec_drafted;
     s->spec_accepted = m->spec_accepted;

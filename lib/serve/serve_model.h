@@ -117,6 +117,7 @@ typedef struct {
     serve_histo ttft, itl;
     /* embeddings and rerank requests ended, by how, and their inputs done */
     uint64_t work_ok, work_error, work_cancelled, work_inputs;
+    uint64_t work_steps; /* packed forward steps the work ran */
     /* speculative decoding: whether the model has a drafter, the draft
      * tokens verified and, of them, accepted */
     int speculates;

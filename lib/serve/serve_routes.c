@@ -281,6 +281,17 @@ void serve_route_metrics(serve_server *s, strbuf *out)
         sb_printf(out, "\",task=\"%s\"} %llu\n", serve_task_name(serve_model_task(s->models[i])),
                   (unsigned long long)st[i].work_inputs);
     }
+    serve_prom_family(out, "memra_embed_steps_total", "counter",
+                      "Forward steps the embeddings and rerank inputs ran in (each packs up to "
+                      "a prefill chunk of one request's inputs).");
+    for (int i = 0; i < n; i++) {
+        if (serve_model_task(s->models[i]) == SERVE_TASK_CHAT)
+            continue;
+        sb_puts(out, "memra_embed_steps_total{model=\"");
+        serve_prom_label(out, serve_model_alias(s->models[i]));
+        sb_printf(out, "\",task=\"%s\"} %llu\n", serve_task_name(serve_model_task(s->models[i])),
+                  (unsigned long long)st[i].work_steps);
+    }
     static const struct {
         const char *name, *help;
     } spec[] = {

@@ -91,14 +91,37 @@ for x, y in zip(a["data"], b["data"]):
     assert len(v) == 16 and max(abs(p - q / n) for p, q in zip(v, f)) < 1e-6' \
   "$T/e_float.json" "$T/e_d16.json"
 
-# The 27-token input again: its first 16 tokens now come from the prefix
-# cache (last-token pooling does not need their rows): the same bits.
-hits0=$(c "$URL/metrics" | awk '/^memra_prefix_cache_hit_tokens_total\{model="emb"\}/ {print $2}')
-post /v1/embeddings "{\"model\":\"emb\",\"input\":$(jq -c '.embed.inputs[1].text' "$FIX")}" >"$T/e_again.json"
-hits1=$(c "$URL/metrics" | awk '/^memra_prefix_cache_hit_tokens_total\{model="emb"\}/ {print $2}')
-check "embeddings: a repeated input maps cached chunks ($hits0 -> $hits1 hit tokens)" test "${hits1:-0}" -gt "${hits0:-0}"
-check "embeddings: ... and gives the same vector" \
-  bash -c "[ \"\$(jq -c .data[0].embedding '$T/e_again.json')\" = \"\$(jq -c .data[1].embedding '$T/e_float.json')\" ]"
+# A request's inputs run as one stream of tokens cut into packed steps of
+# up to 8 rows (the prefill chunk) from up to 3 inputs (the slots): the
+# steps counted by the metrics are exactly that cut's. Work never maps the
+# prefix cache (a packed step's KV is not a prompt chunk's), and the
+# vectors are the first request's bytes.
+metric() { c "$URL/metrics" | awk -v k="$1" 'index($0, k) == 1 {print $2}'; }
+steps0=$(metric 'memra_embed_steps_total{model="emb"')
+hits0=$(metric 'memra_prefix_cache_hit_tokens_total{model="emb"}')
+post /v1/embeddings "{\"model\":\"emb\",\"input\":$texts}" >"$T/e_pack.json"
+steps1=$(metric 'memra_embed_steps_total{model="emb"')
+hits1=$(metric 'memra_prefix_cache_hit_tokens_total{model="emb"}')
+want=$(env -u SHELLOPTS python3 -c "
+import json, sys
+lens = [len(i['ids']) for i in json.load(open('$FIX'))['embed']['inputs']]
+steps, i, off = 0, 0, 0
+while i < len(lens):
+    rows, k = 0, 0
+    while i < len(lens) and k < 3 and rows < 8:
+        take = min(lens[i] - off, 8 - rows)
+        rows += take; k += 1; off += take
+        if off == lens[i]:
+            i, off = i + 1, 0
+        else:
+            break
+    steps += 1
+print(steps)")
+check "embeddings: 4 inputs in packed steps of 8 rows from up to 3 inputs ($want steps; counted $((${steps1:-0} - ${steps0:-0})))" \
+  test "$((${steps1:-0} - ${steps0:-0}))" = "$want"
+check "embeddings: no prefix cache ($hits0 -> $hits1 hit tokens)" test "${hits1:-x}" = "${hits0:-y}"
+check "embeddings: ... and the first request's vectors" \
+  bash -c "[ \"\$(jq -c '[.data[].embedding]' '$T/e_pack.json')\" = \"\$(jq -c '[.data[].embedding]' '$T/e_float.json')\" ]"
 
 # Concurrency: 6 batches at once on 3 slots give the serial bytes.
 pids=()

@@ -1,7 +1,8 @@
 /* The engine on the CUDA backend, and the batched decode entry point.
  *
  * Everywhere (CI has no GPU): engine_forward_batch on the CPU backend gives
- * each sequence the bytes it gets alone, and refuses bad batches; the CUDA
+ * each sequence the bytes it gets alone, and refuses bad batches; so do
+ * packed prompt steps (engine_forward_packed); the CUDA
  * backend fails cleanly, with a message, when there is no device (or no
  * CUDA in the build).
  *
@@ -309,6 +310,119 @@ static void test_batch_errors(void)
     engine_seq_free(a);
     engine_seq_free(b);
     engine_free(e);
+    checkpoint_close(&ck);
+}
+
+/* ---- packed prompt steps ---- */
+
+/* Three prompts (5, 9 and 3 tokens) run as two packed steps, [all of 0,
+ * the first 4 of 1] and [the rest of 1, all of 2], then one decode token
+ * each in a batch: every sequence's logits are the bytes it gets with its
+ * prompt run alone. Steps under the prefill GEMM's rows keep every row on
+ * the row-by-row kernels, on CUDA too. */
+static void packed_vs_alone(const checkpoint *ck, backend_kind kind)
+{
+    load_opts lo = {kind, 16, 4, 16, 64, KV_F32};
+    engine *e = load(ck, &lo);
+    if (!e)
+        return;
+    int64_t vocab = engine_config(e)->n_vocab;
+    enum { N = 3 };
+    const int len[N] = {5, 9, 3};
+    int32_t prompt[N][9], next[N];
+    for (int s = 0; s < N; s++) {
+        for (int i = 0; i < len[s]; i++)
+            prompt[s][i] = stream_token(s, i, vocab);
+        next[s] = stream_token(s, 50, vocab);
+    }
+    memra_err err = {{0}};
+    engine_seq *seq[N];
+    for (int s = 0; s < N; s++)
+        engine_seq_new(e, &seq[s], &err);
+    engine_seq *step1[2] = {seq[0], seq[1]}, *step2[2] = {seq[1], seq[2]};
+    const int32_t *t1[2] = {prompt[0], prompt[1]}, *t2[2] = {prompt[1] + 4, prompt[2]};
+    int n1[2] = {5, 4}, n2[2] = {5, 3};
+    float *got = malloc((size_t)N * (size_t)vocab * sizeof(float));
+    float *want = malloc((size_t)vocab * sizeof(float));
+    int ok = engine_forward_packed(e, step1, t1, n1, 2, &err) == 0 &&
+             engine_forward_packed(e, step2, t2, n2, 2, &err) == 0 &&
+             engine_forward_batch(e, seq, next, N, got, &err) == 0;
+    CHECK_MSG(ok, "%s: packed steps: %s", backend_kind_name(kind), err.msg);
+    for (int s = 0; ok && s < N; s++) {
+        CHECK(engine_seq_pos(seq[s]) == len[s] + 1);
+        engine_seq *alone;
+        engine_seq_new(e, &alone, &err);
+        CHECK(engine_forward(e, alone, prompt[s], len[s], NULL, 0, &err) == 0 &&
+              engine_forward(e, alone, &next[s], 1, want, 0, &err) == 0);
+        CHECK_MSG(memcmp(want, got + (size_t)s * (size_t)vocab, (size_t)vocab * sizeof(float)) == 0,
+                  "%s: sequence %d packed differs from alone", backend_kind_name(kind), s);
+        engine_seq_free(alone);
+    }
+    free(got);
+    free(want);
+    for (int s = 0; s < N; s++)
+        engine_seq_free(seq[s]);
+    engine_free(e);
+}
+
+static void test_packed_vs_alone_cpu(void)
+{
+    checkpoint ck;
+    if (open_stories(&ck) != 0)
+        return;
+    packed_vs_alone(&ck, BK_CPU);
+    packed_vs_alone(&ck, BK_CPU_REF);
+    checkpoint_close(&ck);
+}
+
+/* A packed step that cannot run changes nothing and says why. */
+static void test_packed_errors(void)
+{
+    checkpoint ck;
+    if (open_stories(&ck) != 0)
+        return;
+    load_opts lo = {BK_CPU, 16, 2, 16, 12, KV_F32};
+    engine *e = load(&ck, &lo);
+    if (!e) {
+        checkpoint_close(&ck);
+        return;
+    }
+    memra_err err = {{0}};
+    engine_seq *a, *b;
+    engine_seq_new(e, &a, &err);
+    engine_seq_new(e, &b, &err);
+    int32_t ten[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, bad[3] = {1, 512, 3};
+    engine_seq *twice[2] = {a, a}, *ab[2] = {a, b};
+    const int32_t *tt[2] = {ten, ten}, *tb[2] = {ten, bad};
+    int n33[2] = {3, 3}, n10[2] = {10, 10}, n0[2] = {3, 0};
+    CHECK(engine_forward_packed(e, twice, tt, n33, 2, &err) != 0);
+    CHECK_MSG(strstr(err.msg, "sequence 1 is also sequence 0"), "%s", err.msg);
+    CHECK(engine_forward_packed(e, ab, tb, n33, 2, &err) != 0);
+    CHECK_MSG(strstr(err.msg, "token id 512 at index 1 of sequence 1"), "%s", err.msg);
+    CHECK(engine_forward_packed(e, ab, tt, n10, 2, &err) != 0);
+    CHECK_MSG(strstr(err.msg, "20 rows") && strstr(err.msg, "16"), "%s", err.msg);
+    CHECK(engine_forward_packed(e, ab, tt, n0, 2, &err) != 0);
+    CHECK_MSG(strstr(err.msg, "sequence 1 has no tokens"), "%s", err.msg);
+    CHECK(engine_seq_pos(a) == 0 && engine_seq_pos(b) == 0);
+    CHECK(engine_forward(e, b, ten, 10, NULL, 0, &err) == 0);
+    CHECK(engine_forward_packed(e, ab, tt, n33, 2, &err) != 0);
+    CHECK_MSG(strstr(err.msg, "context full") && strstr(err.msg, "sequence 1"), "%s", err.msg);
+    CHECK(engine_seq_pos(a) == 0 && engine_seq_pos(b) == 10);
+    CHECK(engine_forward_packed(e, ab, tt, n33, 0, &err) != 0);
+    engine_seq_free(a);
+    engine_seq_free(b);
+    engine_free(e);
+    checkpoint_close(&ck);
+}
+
+static void test_cuda_packed_vs_alone(void)
+{
+    if (skip_without_gpu())
+        return;
+    checkpoint ck;
+    if (open_stories(&ck) != 0)
+        return;
+    packed_vs_alone(&ck, BK_CUDA);
     checkpoint_close(&ck);
 }
 
@@ -852,7 +966,9 @@ static void test_cuda_weight_formats(void)
 }
 
 TEST_MAIN(TEST_CASE(test_cuda_refused_cleanly), TEST_CASE(test_batch_vs_alone_cpu),
-          TEST_CASE(test_batch_errors), TEST_CASE(test_cuda_stories_golden),
+          TEST_CASE(test_batch_errors), TEST_CASE(test_packed_vs_alone_cpu),
+          TEST_CASE(test_packed_errors), TEST_CASE(test_cuda_packed_vs_alone),
+          TEST_CASE(test_cuda_stories_golden),
           TEST_CASE(test_cuda_chunked_prefill), TEST_CASE(test_cuda_graphs),
           TEST_CASE(test_cuda_batch_vs_alone),
           TEST_CASE(test_cuda_families), TEST_CASE(test_cuda_kv_f16),

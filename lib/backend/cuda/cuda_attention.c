@@ -291,7 +291,7 @@ static cu_flash_cut flash_cut(cuda_backend *cb, const bk_attn *a, const bk_batch
 }
 
 /* K/V appended, then one launch per run of consecutive rows of one
- * sequence (a prefill step has one). */
+ * sequence (a prompt chunk has one, a packed step several). */
 static void flash_prefill(cuda_backend *cb, const kv_cache *kc, const bk_attn *a,
                           const bk_batch *rows, const int32_t *meta, const float *q,
                           const float *k, const float *v, float *out)
