@@ -15,7 +15,8 @@
 #   3. every family's HF parity fixture on CUDA (tests/fixtures/parity),
 #      as an HF dir and as GGUF; stories260K and the project's tiny models
 #   4. --backends cpu-ref,cuda on the same checkpoints
-#   5. embeddings on CUDA against transformers (tests/integration/embed.sh)
+#   5. embeddings on CUDA against transformers (tests/integration/embed.sh), and
+#      memra-serve's packed embeddings and rerank (tests/gpu/serve-embed.py)
 #
 # Run from the project root after `make && make unit-bins` (here, or on the
 # development machine with bin/ and build/release/tests carried over).
@@ -155,6 +156,34 @@ MEMRA_TEST_DATA=$MEMRA_TEST_DATA PATH=$root/bin:$PATH MEMRA_TEST_TMP=$(mktemp -d
 grep -E '^(PASS|FAIL|SKIP)' "$emb_log" | grep -i cuda
 p=$(grep -c '^PASS .*cuda' "$emb_log"); f=$(grep -c '^FAIL' "$emb_log")
 passed=$((passed + p)); failed=$((failed + f))
+
+echo "== memra-serve embeddings and rerank on CUDA against transformers (packed steps)"
+# The fixture's model served for embed and rerank, 8-row packed steps from up to 3 inputs
+# (tests/gpu/serve-embed.py checks the vectors, the order, the scores, repeatability).
+if [ ! -x bin/memra-serve ]; then
+  fail "memra-serve embeddings on CUDA" "bin/memra-serve is missing"
+elif ! TOKS=$(bash scripts/fetch-tokenizers.sh 2>/dev/null) || [ ! -d "$TOKS/qwen3" ]; then
+  echo "SKIP memra-serve embeddings on CUDA: the Qwen3 tokenizer could not be fetched"
+else
+  memra-convert --random tests/fixtures/configs/tiny-qwen3-embed.json --tokenizer "$TOKS/qwen3" \
+    --seed 7 "$T/emb.gguf" >/dev/null 2>&1
+  memra-serve -m "emb=$T/emb.gguf" --task embed -m "rr=$T/emb.gguf" --task rerank --backend cuda \
+    --prefill-chunk 8 --max-sessions 3 --port 0 >"$OUT/serve-embed.log" 2>&1 &
+  spid=$!
+  url=""
+  for _ in $(seq 1 60); do
+    url=$(grep -o 'http://[0-9.:]*' "$OUT/serve-embed.log" | head -1)
+    [ -n "$url" ] && python3 -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1] + '/readyz', timeout=2)" "$url" 2>/dev/null && break
+    url=""; sleep 1
+  done
+  if [ -z "$url" ]; then
+    fail "memra-serve embeddings on CUDA" "the server did not get ready: $(tail -2 "$OUT/serve-embed.log")"
+  else
+    check "memra-serve on CUDA: embeddings (cosine >= 0.999) and rerank (order, scores within 1e-3) match transformers, repeatably" \
+      python3 tests/gpu/serve-embed.py "$url" tests/fixtures/embed/tiny-qwen3-embed.json
+  fi
+  kill $spid 2>/dev/null; wait $spid 2>/dev/null
+fi
 
 if [ $sanitize -eq 1 ]; then
   echo "== compute-sanitizer memcheck"
