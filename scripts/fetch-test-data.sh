@@ -23,7 +23,7 @@ bundle=$root/tests/interop/node_modules/node-llama-cpp/llama/gitRelease.bundle
 bundle_sha256=5f5d1105d5df040738d87b8290e5d17e7362131cdcfdb0831618e0ea528b4a51
 
 vocabs="gpt-2 llama-bpe llama-spm qwen2 falcon deepseek-llm deepseek-coder starcoder refact mpt
-  qwen35 phi-3 bert-bge"
+  qwen35 phi-3 bert-bge gemma-4"
 templates="GLM-4.6 HuggingFaceTB-SmolLM3-3B Mistral-Small-3.2-24B-Instruct-2506
   NousResearch-Hermes-3-Llama-3.1-8B-tool_use Qwen-QwQ-32B Qwen-Qwen2.5-7B-Instruct
   Qwen-Qwen3-0.6B Qwen3-Coder Qwen3.5-4B deepseek-ai-DeepSeek-R1-Distill-Qwen-32B

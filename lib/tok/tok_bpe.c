@@ -159,6 +159,16 @@ void tok_bpe_word(const tokenizer *t, tok_scratch *s, const char *w, size_t n, t
 {
     if (n == 0)
         return;
+    if (t->newline_words) {
+        size_t k = 0;
+        while (k < n && w[k] == '\n')
+            k++;
+        int32_t id = k == n ? strmap_get(&t->map, w, n) : -1;
+        if (id >= 0) {
+            tok_ids_push(ids, id);
+            return;
+        }
+    }
     if (t->ignore_merges) {
         size_t el = n;
         const char *e = t->kind == TOK_BPE_BYTELEVEL ? encode_bytelevel(s, w, n, &el) : w;

@@ -33,7 +33,16 @@ static int encode_gguf_text(const tokenizer *t, tok_scratch *s, const char *p, s
             }
         }
         sb_append(buf, p + run, n - run);
-        tok_spm_fragment(t, s, buf->data, buf->len, out);
+        if (t->spm_scores) {
+            tok_spm_fragment(t, s, buf->data, buf->len, out);
+            return 0;
+        }
+        /* merges by rank (gemma4): the escaped text through the
+         * pre-tokenizer, then BPE per word */
+        if (tok_pretokenize(t, s, buf->data, buf->len, 1, words, err))
+            return -1;
+        for (size_t i = 0; i < words->n; i++)
+            tok_bpe_word_cached(t, s, words->p[i], words->len[i], out, total);
         return 0;
     }
     if (tok_pretokenize(t, s, p, n, 1, words, err))

@@ -176,6 +176,10 @@ struct tokenizer {
     uint32_t *extra_len;
     int32_t n_extra;
     int spm_scores; /* SPM merges by score (GGUF "llama"), not by rank */
+    /* GGUF "gemma4": SentencePiece-style BPE by merge rank over the text with
+     * spaces escaped to U+2581, split only at newline runs; a word of
+     * newlines alone is its own token when the vocabulary has it. */
+    int newline_words;
     int ignore_merges;
     int byte_fallback; /* HF model.byte_fallback */
     int fuse_unk;      /* HF model.fuse_unk */

@@ -179,13 +179,16 @@ int tok_load_gguf(const gguf_file *f, tokenizer **out, memra_err *err)
     if (gguf_get_str(f, "tokenizer.ggml.model", &model, err))
         return memra_wrap(err, "%s: no tokenizer", f->map.path);
     tok_kind kind;
+    /* "gemma4": SentencePiece-style pieces (U+2581 for spaces, <0xNN>
+     * bytes) merged by rank as BPE, as llama.cpp reads it */
+    int gemma4 = strcmp(model, "gemma4") == 0;
     if (strcmp(model, "gpt2") == 0)
         kind = TOK_BPE_BYTELEVEL;
-    else if (strcmp(model, "llama") == 0)
+    else if (strcmp(model, "llama") == 0 || gemma4)
         kind = TOK_SPM;
     else
-        return memra_fail(err, "%s: tokenizer.ggml.model '%s' is not supported (gpt2, llama)",
-                          f->map.path, model);
+        return memra_fail(err, "%s: tokenizer.ggml.model '%s' is not supported (gpt2, llama, "
+                          "gemma4)", f->map.path, model);
     const gguf_kv *pkv = gguf_find_kv(f, "tokenizer.ggml.pre");
     if (pkv && pkv->value.type == GGUF_STRING)
         pre = pkv->value.v.s.str;
@@ -268,7 +271,11 @@ int tok_load_gguf(const gguf_file *f, tokenizer **out, memra_err *err)
 
     /* special ids and flags, with llama.cpp's defaults per model type */
     t->bos = t->eos = t->unk = t->pad = t->eot = t->eom = -1;
-    if (kind == TOK_SPM) {
+    if (gemma4) {
+        t->add_bos = 1;
+        t->byte_fallback = 1;
+        t->newline_words = 1;
+    } else if (kind == TOK_SPM) {
         t->bos = 1 < n ? 1 : -1;
         t->eos = 2 < n ? 2 : -1;
         t->unk = 0;
@@ -288,6 +295,12 @@ int tok_load_gguf(const gguf_file *f, tokenizer **out, memra_err *err)
     get_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos);
     get_bool(f, "tokenizer.ggml.add_eos_token", &t->add_eos);
     get_bool(f, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);
+    if (gemma4) {
+        /* llama.cpp adds BOS to Gemma 4 prompts whatever the file says, and
+         * its BPE path never prepends a space */
+        t->add_bos = 1;
+        t->add_space_prefix = 0;
+    }
     if (t->add_bos && t->bos < 0) {
         memra_fail(err, "%s: tokenizer.ggml.add_bos_token is true but there is no BOS token",
                    f->map.path);
@@ -315,7 +328,22 @@ int tok_load_gguf(const gguf_file *f, tokenizer **out, memra_err *err)
         for (size_t k = 0; t->eot < 0 && k < sizeof eot_texts / sizeof eot_texts[0]; k++)
             t->eot = strmap_get(&t->map, eot_texts[k], strlen(eot_texts[k]));
 
-    if (kind == TOK_BPE_BYTELEVEL) {
+    if (gemma4) {
+        static const char newline_runs[] = "[^\\n]+|[\\n]+";
+        if (load_merges(t, f, err)) {
+            tok_free(t);
+            return -1;
+        }
+        t->n_pre = 1;
+        t->pre = xcalloc(1, sizeof *t->pre);
+        t->pre[0].type = PRE_SPLIT_REGEX;
+        t->pre[0].behavior = SPLIT_ISOLATED;
+        t->pre[0].re = tok_regex_compile(newline_runs, strlen(newline_runs), 0, err);
+        if (!t->pre[0].re) {
+            tok_free(t);
+            return -1;
+        }
+    } else if (kind == TOK_BPE_BYTELEVEL) {
         if (load_merges(t, f, err)) {
             tok_free(t);
             return -1;
