@@ -39,8 +39,8 @@ static const cpu_kernels *level_or_skip(cpu_isa isa)
     return k;
 }
 
-static const dtype fast_types[] = {DT_F32,  DT_F16,  DT_BF16, DT_Q8_0,
-                                   DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+static const dtype fast_types[] = {DT_F32,  DT_F16,  DT_BF16, DT_Q8_0,  DT_Q4_0,
+                                   DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_NVFP4, DT_MXFP8};
 
 /* Random weights from this file's generator (tests/unit/test_weight.h). */
 static void make_weight(bk_weight *w, dtype t, int64_t rows, int64_t cols)
@@ -125,6 +125,7 @@ static double fast_bound(dtype t, const uint8_t *row, const float *wd, const flo
 static const int64_t widths_plain[] = {8, 100, 1000, 4103};
 static const int64_t widths_q32[] = {32, 96, 1024, 4096};
 static const int64_t widths_q256[] = {256, 768, 3072};
+static const int64_t widths_q64[] = {64, 192, 1024, 4096};
 
 static void kernels_vs_reference(cpu_isa isa)
 {
@@ -135,7 +136,10 @@ static void kernels_vs_reference(cpu_isa isa)
     for (size_t ti = 0; ti < MEMRA_ARRAY_LEN(fast_types); ti++) {
         dtype t = fast_types[ti];
         int bs = dtype_get(t)->block_size;
-        const int64_t *widths = bs == 256 ? widths_q256 : bs == 32 ? widths_q32 : widths_plain;
+        const int64_t *widths = bs == 256 ? widths_q256
+                              : bs == 64  ? widths_q64
+                              : bs == 32  ? widths_q32
+                                          : widths_plain;
         size_t nw = bs == 256 ? MEMRA_ARRAY_LEN(widths_q256) : MEMRA_ARRAY_LEN(widths_q32);
         const cpu_kernel *kt = cpu_kernel_for_type(k, t);
         CHECK_MSG(kt && kt->one, "%s has no %s kernel", k->name, dtype_get(t)->name);
@@ -203,6 +207,15 @@ static void kernels_vs_reference(cpu_isa isa)
     CHECK(checked > 100);
 }
 
+/* The kernels' inline NVFP4 scale is the dequantizer's, on every byte. */
+static void test_ue4m3_scale(void)
+{
+    for (int b = 0; b < 256; b++) {
+        float a = cpu_ue4m3_half((uint8_t)b), r = dequant_ue4m3_half((uint8_t)b);
+        CHECK_MSG(memcmp(&a, &r, sizeof a) == 0, "byte 0x%02x: %.9g, dequantizer %.9g", b, a, r);
+    }
+}
+
 static void test_kernels_scalar(void) { kernels_vs_reference(CPU_ISA_SCALAR); }
 static void test_kernels_avx2(void) { kernels_vs_reference(CPU_ISA_AVX2); }
 static void test_kernels_avx512(void) { kernels_vs_reference(CPU_ISA_AVX512); }
@@ -215,7 +228,7 @@ static void test_int8_kernels_agree_avx2_avx512(void)
     const cpu_kernels *b = a ? level_or_skip(CPU_ISA_AVX512) : NULL;
     if (!a || !b)
         return;
-    static const dtype q[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+    static const dtype q[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_NVFP4};
     static const int64_t widths[] = {768, 2048, 2336}; /* odd and even block counts */
     for (size_t ti = 0; ti < MEMRA_ARRAY_LEN(q); ti++)
         for (size_t wi = 0; wi < MEMRA_ARRAY_LEN(widths); wi++) {
@@ -560,6 +573,7 @@ int main(void)
         TEST_CASE(test_fused_ops_invariance),
         TEST_CASE(test_attention_is_reference),
         TEST_CASE(test_kinds),
+        TEST_CASE(test_ue4m3_scale),
     };
     return test_run_all(cases, (int)MEMRA_ARRAY_LEN(cases));
 }

@@ -2,8 +2,9 @@
  * one dot product per weight format and ISA level, chosen at run time
  * from the CPU's features.
  *
- * A kernel dots one stored weight row with one token's x. F32, F16 and
- * BF16 rows read x as f32; the block-quantized formats read x quantized
+ * A kernel dots one stored weight row with one token's x. F32, F16, BF16
+ * and MXFP8 rows read x as f32 (MXFP8's E4M3 values are not integers); the
+ * other block formats (NVFP4's doubled E2M1 values are) read x quantized
  * per 32 values to int8 with an f32 scale (cpu_quantize_x), the same
  * bytes on every machine. A kernel's result depends on the row, the
  * token's x and the ISA level only, which is what keeps outputs
@@ -13,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/err.h"
 #include "format/dtype.h"
@@ -43,7 +45,7 @@ typedef struct {
 typedef struct {
     cpu_isa isa;
     const char *name; /* "scalar", "avx2", "avx512" */
-    cpu_kernel f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k;
+    cpu_kernel f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, nvfp4, mxfp8;
     /* cpu_quantize_x on this level: the same bytes, faster. */
     void (*quantize_x)(const float *x, int64_t n, int8_t *q, float *d, int32_t *s);
     /* The reference's cpu_dot and o[i] += p * v[i], bit for bit (no FMA):
@@ -74,6 +76,27 @@ const cpu_kernels *cpu_fast_kernels(void);
 const cpu_kernel *cpu_kernel_for_type(const cpu_kernels *k, dtype t);
 /* Whether type t's kernel reads x as int8 blocks (else f32). */
 int cpu_type_reads_q8(dtype t);
+
+/* NVFP4's sub-block scale (an unsigned E4M3 byte, halved), as
+ * dequant_ue4m3_half computes it, without its libm call: kernels read one
+ * per 16 weights. */
+static inline float cpu_ue4m3_half(uint8_t x)
+{
+    if (x == 0 || x == 0x7F)
+        return 0.0f;
+    int e = (x >> 3) & 0xF, m = x & 7;
+    if (e == 0)
+        return (float)m * (1.0f / 1024.0f); /* m 2^-9, halved */
+    /* (1 + m/8) 2^(e-7), halved: exponent e - 8 */
+    uint32_t bits = ((uint32_t)(e - 8 + 127) << 23) | ((uint32_t)m << 20);
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+/* NVFP4's E2M1 values doubled (integers): sign bit 3, magnitudes
+ * 0, 0.5, 1, 1.5, 2, 3, 4, 6. */
+static const int8_t cpu_e2m1_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 /* x[n] (n a multiple of 32) into int8 blocks: per block d = amax / 127,
  * q = round-to-nearest-even(x / d) computed as x * (1 / d), s = sum q.

@@ -139,6 +139,43 @@ static float dot_q6_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
     return acc;
 }
 
+/* NVFP4: each 32-block of x meets two 16-value sub-blocks, each with its
+ * own scale: their exact integer sums of doubled E2M1 values times x's
+ * int8, scaled apart. */
+static float dot_nvfp4(const uint8_t *w, const cpu_xrow *x, int64_t n)
+{
+    float acc = 0;
+    for (int64_t i = 0; i < n / 64; i++, w += 36)
+        for (int h = 0; h < 2; h++) {
+            int64_t b = 2 * i + h;
+            const int8_t *qx = x->q + b * 32;
+            for (int s = 0; s < 2; s++) {
+                const uint8_t *qs = w + 4 + 8 * (2 * h + s);
+                const int8_t *xs = qx + 16 * s;
+                int32_t sum = 0;
+                for (int j = 0; j < 8; j++)
+                    sum += cpu_e2m1_doubled[qs[j] & 0xF] * xs[j] +
+                           cpu_e2m1_doubled[qs[j] >> 4] * xs[j + 8];
+                acc += (cpu_ue4m3_half(w[2 * h + s]) * x->d[b]) * (float)sum;
+            }
+        }
+    return acc;
+}
+
+/* MXFP8: each value (E4M3 times the block's power of two, exact, as the
+ * reference dequantizes it) times x in f32, eight interleaved sums. */
+static float dot_mxfp8(const uint8_t *w, const cpu_xrow *x, int64_t n)
+{
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t b = 0; b < n / 32; b++, w += 33) {
+        const float d = dequant_e8m0(w[0]);
+        const float *xf = x->f + b * 32;
+        for (int j = 0; j < 32; j++)
+            acc[j % 8] += (fp8_e4m3_to_f32(w[1 + j]) * d) * xf[j];
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 static void axpy_plain(float *o, float p, const float *v, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -156,6 +193,8 @@ const cpu_kernels cpu_kernels_scalar = {
     .q4_k = {dot_q4_k, NULL, 1},
     .q5_k = {dot_q5_k, NULL, 1},
     .q6_k = {dot_q6_k, NULL, 1},
+    .nvfp4 = {dot_nvfp4, NULL, 1},
+    .mxfp8 = {dot_mxfp8, NULL, 1},
     .quantize_x = cpu_quantize_x,
     .dot_ref = cpu_dot,
     .axpy_ref = axpy_plain,

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_fast.h"
+#include "format/dequant.h"
 
 static inline float x86_f16(const uint8_t *p)
 {
@@ -555,6 +556,47 @@ X86_INLINE void q6_nt_z(const uint8_t *w, const cpu_xrow *x, int64_t n, float *o
 #define Q6_NT q6_nt
 #endif
 
+/* NVFP4: a 64-value block is four 16-value sub-blocks with their own
+ * scales; an x block of 32 meets two of them. Their 32 nibbles (low then
+ * high nibbles of each sub-block's 8 bytes, the dequantizer's order) are
+ * looked up as doubled E2M1 integers, multiplied with x's int8 by the
+ * sign trick; lanes 0-3 of the product sum the first sub-block, lanes 4-7
+ * the second, each lane scaled by its sub-block's factor. The same code
+ * at every x86 level: the same bits. */
+X86_INLINE void nvfp4_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out,
+                         const int NT)
+{
+    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i lo4 = _mm_set1_epi8(0x0F);
+    __m256 acc[Q_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 64; i++, w += 36) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m128i raw = _mm_loadu_si128((const __m128i *)(w + 4 + 16 * h));
+            __m128i lo = _mm_and_si128(raw, lo4), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), lo4);
+            __m256i q = _mm256_shuffle_epi8(
+                lut, _mm256_set_m128i(_mm_unpackhi_epi64(lo, hi), _mm_unpacklo_epi64(lo, hi)));
+            __m256i u = _mm256_sign_epi8(q, q);
+            float d0 = cpu_ue4m3_half(w[2 * h]), d1 = cpu_ue4m3_half(w[2 * h + 1]);
+            int64_t b = 2 * i + h;
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m256i p = x86_dot_us8(u, _mm256_sign_epi8(x86_load32(x[t].q + b * 32), q));
+                float xd = x[t].d[b];
+                __m256 f = _mm256_set_m128(_mm_set1_ps(d1 * xd), _mm_set1_ps(d0 * xd));
+                acc[t] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(p), acc[t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        out[t] = x86_hsum8(acc[t]);
+}
+
 /* The one-token and the Q_NT-token kernel of a format: CALL with NT
  * bound to 1 and to Q_NT. */
 #define Q_KERNELS(NAME, CALL)                                                                      \
@@ -576,6 +618,94 @@ Q_KERNELS(q4_0, Q32_NT(w, x, n, out, NT, 18, q4_0_unpack))
 Q_KERNELS(q4_k, K45_NT(w, x, n, out, NT, 0))
 Q_KERNELS(q5_k, K45_NT(w, x, n, out, NT, 1))
 Q_KERNELS(q6_k, Q6_NT(w, x, n, out, NT))
+Q_KERNELS(nvfp4, nvfp4_nt(w, x, n, out, NT))
+
+/* ---- MXFP8: an f32-x format with a scale per 32 values ----
+ * E4M3 bytes to f32 lanes by their bits (normal: exponent + 120, mantissa
+ * at bit 20; subnormal: m 2^-9; 0x7F / 0xFF NaN), times the block's power
+ * of two (exact, as the dequantizer's product), then the plain kernels'
+ * accumulators: one per VL-wide slice of a block. */
+#if CPU_X86_512
+X86_INLINE vf ld_e4m3(const uint8_t *p)
+{
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    __m512i sgn = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24);
+    __m512i e = _mm512_and_si512(_mm512_srli_epi32(v, 3), _mm512_set1_epi32(0xF));
+    __m512i m = _mm512_and_si512(v, _mm512_set1_epi32(7));
+    __m512i nrm = _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23),
+                                  _mm512_slli_epi32(m, 20));
+    __m512i sub = _mm512_castps_si512(
+        _mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(1.0f / 512.0f)));
+    __mmask16 is_sub = _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512());
+    __mmask16 is_nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(v, _mm512_set1_epi32(0x7F)),
+                                               _mm512_set1_epi32(0x7F));
+    __m512i r = _mm512_mask_blend_epi32(is_sub, nrm, sub);
+    r = _mm512_mask_blend_epi32(is_nan, r, _mm512_set1_epi32(0x7FC00000));
+    return _mm512_castsi512_ps(_mm512_or_si512(r, sgn));
+}
+#else
+X86_INLINE vf ld_e4m3(const uint8_t *p)
+{
+    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    __m256i sgn = _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x80)), 24);
+    __m256i e = _mm256_and_si256(_mm256_srli_epi32(v, 3), _mm256_set1_epi32(0xF));
+    __m256i m = _mm256_and_si256(v, _mm256_set1_epi32(7));
+    __m256i nrm = _mm256_or_si256(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(120)), 23),
+                                  _mm256_slli_epi32(m, 20));
+    __m256i sub = _mm256_castps_si256(
+        _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(1.0f / 512.0f)));
+    __m256i is_sub = _mm256_cmpeq_epi32(e, _mm256_setzero_si256());
+    __m256i is_nan = _mm256_cmpeq_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7F)),
+                                        _mm256_set1_epi32(0x7F));
+    __m256i r = _mm256_blendv_epi8(nrm, sub, is_sub);
+    r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC00000), is_nan);
+    return _mm256_castsi256_ps(_mm256_or_si256(r, sgn));
+}
+#endif
+
+X86_INLINE void mxfp8_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT)
+{
+    enum { K = 32 / VL }; /* slices of a block: 2 (avx512) or 4 (avx2) */
+    vf a[4][4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        for (int k = 0; k < 4; k++)
+            a[t][k] = VZERO();
+    for (int64_t b = 0; b < n / 32; b++, w += 33) {
+        float db = dequant_e8m0(w[0]);
+#if CPU_X86_512
+        vf d = _mm512_set1_ps(db);
+#else
+        vf d = _mm256_set1_ps(db);
+#endif
+#pragma GCC unroll 4
+        for (int k = 0; k < K; k++) {
+#if CPU_X86_512
+            vf wv = _mm512_mul_ps(ld_e4m3(w + 1 + k * VL), d);
+#else
+            vf wv = _mm256_mul_ps(ld_e4m3(w + 1 + k * VL), d);
+#endif
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++)
+                a[t][k] = VFMA(wv, VLOADF(x[t].f + b * 32 + k * VL), a[t][k]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        out[t] = x86_hsum8(v_to8(VADD(VADD(a[t][0], a[t][1]), VADD(a[t][2], a[t][3]))));
+}
+
+static float dot_mxfp8(const uint8_t *w, const cpu_xrow *x, int64_t n)
+{
+    float r;
+    mxfp8_nt(w, x, n, &r, 1);
+    return r;
+}
+
+static void dotn_mxfp8(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out)
+{
+    mxfp8_nt(w, x, n, out, PLAIN_NT);
+}
 
 /* ---- x to int8 blocks: cpu_quantize_x's arithmetic, 8 lanes at a time ----
  * The same IEEE operations in the same order per value (|x|, the block's
@@ -666,6 +796,8 @@ const cpu_kernels CPU_X86_TABLE = {
     .q4_k = {dot_q4_k, dotn_q4_k, Q_NT},
     .q5_k = {dot_q5_k, dotn_q5_k, Q_NT},
     .q6_k = {dot_q6_k, dotn_q6_k, Q_NT},
+    .nvfp4 = {dot_nvfp4, dotn_nvfp4, Q_NT},
+    .mxfp8 = {dot_mxfp8, dotn_mxfp8, PLAIN_NT},
     .quantize_x = quant_x,
     .dot_ref = dot_ref,
     .axpy_ref = axpy_ref,

@@ -84,13 +84,16 @@ const cpu_kernel *cpu_kernel_for_type(const cpu_kernels *k, dtype t)
     case DT_Q4_K: return &k->q4_k;
     case DT_Q5_K: return &k->q5_k;
     case DT_Q6_K: return &k->q6_k;
+    case DT_NVFP4: return &k->nvfp4;
+    case DT_MXFP8: return &k->mxfp8;
     default: return NULL;
     }
 }
 
 int cpu_type_reads_q8(dtype t)
 {
-    return t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K;
+    return t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K ||
+           t == DT_NVFP4;
 }
 
 void cpu_quantize_x(const float *x, int64_t n, int8_t *q, float *d, int32_t *s)
