@@ -1,4 +1,5 @@
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,41 @@ static void add_task(void *ctx, int i, int thread)
     (void)thread;
     pool_ctx *c = ctx;
     c->sums[i] = (int64_t)i * i;
+}
+
+typedef struct {
+    atomic_int runs[97];
+} count_ctx;
+
+static void count_task(void *ctx, int i, int thread)
+{
+    (void)thread;
+    atomic_fetch_add(&((count_ctx *)ctx)->runs[i], 1);
+}
+
+/* Jobs back to back (the workers still spinning), and after pauses long
+ * enough that they sleep: every task of every job runs exactly once, and
+ * the job is over when pool_run returns. */
+static void test_pool_spin_and_sleep(void)
+{
+    for (int threads = 2; threads <= 4; threads++) {
+        thread_pool *p = pool_create(threads);
+        count_ctx c;
+        for (int job = 0; job < 3000; job++) {
+            int n = 1 + job % 97;
+            for (int i = 0; i < n; i++)
+                atomic_init(&c.runs[i], 0);
+            pool_run(p, n, count_task, &c);
+            int bad = 0;
+            for (int i = 0; i < n; i++)
+                bad += atomic_load(&c.runs[i]) != 1;
+            CHECK_MSG(bad == 0, "%d threads, job %d: %d tasks ran other than once", threads, job,
+                      bad);
+            if (job % 500 == 499)
+                usleep(20000); /* past the spin: the workers sleep */
+        }
+        pool_destroy(p);
+    }
 }
 
 static void test_pool(void)
@@ -379,5 +415,5 @@ static void test_physical_cores(void)
 }
 
 TEST_MAIN(TEST_CASE(test_rng), TEST_CASE(test_hash), TEST_CASE(test_strmap), TEST_CASE(test_cli_parse), TEST_CASE(test_cli_or_usage), TEST_CASE(test_err_wrap), TEST_CASE(test_strbuf), TEST_CASE(test_arena),
-          TEST_CASE(test_pool), TEST_CASE(test_json_getters), TEST_CASE(test_files),
+          TEST_CASE(test_pool), TEST_CASE(test_pool_spin_and_sleep), TEST_CASE(test_json_getters), TEST_CASE(test_files),
           TEST_CASE(test_dtype_table), TEST_CASE(test_log_levels), TEST_CASE(test_physical_cores))
