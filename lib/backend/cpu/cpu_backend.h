@@ -52,8 +52,6 @@ typedef struct {
      * kernels, grown as needed and kept. */
     float *xf;
     size_t xf_cap;
-    uint16_t *xh; /* x rounded to bf16, for a level whose BF16 kernel reads it */
-    size_t xh_cap;
 } cpu_backend;
 
 static inline cpu_backend *cpu_of(backend *b) { return (cpu_backend *)b->impl; }

@@ -19,13 +19,8 @@
 #include "core/err.h"
 #include "format/dtype.h"
 
-typedef enum {
-    CPU_ISA_SCALAR = 0,
-    CPU_ISA_AVX2 = 1,
-    CPU_ISA_AVX512 = 2,
-    CPU_ISA_AVX512BF16 = 3, /* avx512 with AVX512_BF16: BF16 rows against x rounded to bf16 */
-} cpu_isa;
-enum { CPU_ISA_COUNT = 4, CPU_QBLOCK = 32 };
+typedef enum { CPU_ISA_SCALAR = 0, CPU_ISA_AVX2 = 1, CPU_ISA_AVX512 = 2 } cpu_isa;
+enum { CPU_ISA_COUNT = 3, CPU_QBLOCK = 32 };
 
 /* One token's x in the forms the kernels read. */
 typedef struct {
@@ -33,8 +28,6 @@ typedef struct {
     const int8_t *q;  /* [n] int8, for the block formats */
     const float *d;   /* [n / 32] each block's scale: x ~ d * q */
     const int32_t *s; /* [n / 32] each block's sum of q */
-    const uint16_t *h; /* [n] bf16 of f (round to nearest even), for a level whose BF16
-                        * kernel reads it (cpu_kernels.bf16_x) */
 } cpu_xrow;
 
 /* The dot product of weight row w (n values in its stored format) with x. */
@@ -51,9 +44,8 @@ typedef struct {
 
 typedef struct {
     cpu_isa isa;
-    const char *name; /* "scalar", "avx2", "avx512", "avx512bf16" */
+    const char *name; /* "scalar", "avx2", "avx512" */
     cpu_kernel f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, nvfp4, mxfp8;
-    int bf16_x; /* its BF16 kernel reads x as bf16 (cpu_xrow.h) */
     /* cpu_quantize_x on this level: the same bytes, faster. */
     void (*quantize_x)(const float *x, int64_t n, int8_t *q, float *d, int32_t *s);
     /* The reference's cpu_dot and o[i] += p * v[i], bit for bit (no FMA):
@@ -66,7 +58,6 @@ extern const cpu_kernels cpu_kernels_scalar;
 #if defined(__x86_64__)
 extern const cpu_kernels cpu_kernels_avx2;
 extern const cpu_kernels cpu_kernels_avx512;
-extern const cpu_kernels cpu_kernels_avx512bf16;
 #endif
 
 /* The best level this CPU runs. */
@@ -74,7 +65,7 @@ cpu_isa cpu_isa_best(void);
 /* The kernels of level `isa`, or NULL with a message when this CPU (or
  * this build's architecture) lacks it. */
 const cpu_kernels *cpu_kernels_for(cpu_isa isa, memra_err *err);
-/* Parse "scalar", "avx2", "avx512", "avx512bf16"; -1 for anything else. */
+/* Parse "scalar", "avx2", "avx512"; -1 for anything else. */
 int cpu_isa_parse(const char *s);
 /* The kernels a fast backend uses: the best level, or MEMRA_CPU_ISA's
  * when set (a name this CPU cannot run is ignored with a warning). */

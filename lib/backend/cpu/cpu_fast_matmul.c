@@ -17,7 +17,6 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
-#include "numerics/half.h"
 
 #define FM_TASKS_PER_THREAD 8
 #define FM_MIN_ROWS 4
@@ -42,7 +41,6 @@ typedef struct {
     int n;
     const float *x; /* token t's f32 x at x + t * xstride */
     int64_t xstride;
-    const uint16_t *xh; /* x rounded to bf16 (NULL: no item reads it), cols apart */
     int8_t *xq; /* x quantized (NULL: no item reads int8 x) */
     float *xd;
     int32_t *xs;
@@ -67,7 +65,6 @@ static void fm_task(void *ctx, int task, int thread)
             r->q = j->xq ? j->xq + (size_t)t * j->cols : NULL;
             r->d = j->xq ? j->xd + (size_t)t * j->nb : NULL;
             r->s = j->xq ? j->xs + (size_t)t * j->nb : NULL;
-            r->h = j->xh ? j->xh + (size_t)t * j->cols : NULL;
         }
         int it = 0;
         for (int64_t g = r0; g < r1; g++) {
@@ -169,21 +166,6 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
                    (size_t)j.cols * sizeof(float));
         j.x = c->xf;
     }
-    int bf16x = 0;
-    for (int i = 0; i < n_items; i++)
-        bf16x |= c->fast->bf16_x && items[i].w->type == DT_BF16;
-    if (bf16x) {
-        /* x rounded to bf16 once per call, for every row of every item */
-        size_t need = (size_t)n * (size_t)j.cols;
-        if (need > c->xh_cap) {
-            free(c->xh);
-            c->xh = cpu_aligned_alloc(need * sizeof *c->xh);
-            c->xh_cap = need;
-        }
-        for (int t = 0; t < n; t++)
-            f32_to_bf16_row(x + (size_t)t * j.cols, c->xh + (size_t)t * j.cols, j.cols);
-        j.xh = c->xh;
-    }
     if (q8) {
         /* Block formats have whole blocks per row (weight_prepare). */
         MEMRA_ASSERT(j.cols % CPU_QBLOCK == 0);
@@ -219,7 +201,6 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
 void cpu_fast_free(cpu_backend *c)
 {
     free(c->xf);
-    free(c->xh);
     free(c->xq);
     free(c->xd);
     free(c->xs);

@@ -171,65 +171,7 @@ X86_INLINE void plain_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *
 
 PLAIN_KERNELS(f32, 4)
 PLAIN_KERNELS(f16, 2)
-#ifndef CPU_X86_BF16
-#define CPU_X86_BF16 0
-#endif
-#if CPU_X86_BF16
-/* BF16 rows against x rounded to bf16 (x.h): vdpbf16ps multiplies bf16
- * pairs exactly and adds both products into an f32 lane (its inputs' and
- * outputs' subnormals flushed to zero), 32 weights an instruction; two
- * accumulators of 16 lanes a token over 64 values a step, then 32; the
- * accumulators summed, folded to 8 lanes by x86_hsum8's tree, and the tail
- * (n mod 32) in order, each product exact in f32. */
-X86_INLINE void bf16x_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT)
-{
-    __m512 a[4][2];
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; t++)
-        a[t][0] = a[t][1] = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        __m512bh w0 = (__m512bh)_mm512_loadu_si512(w + 2 * i);
-        __m512bh w1 = (__m512bh)_mm512_loadu_si512(w + 2 * (i + 32));
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            a[t][0] = _mm512_dpbf16_ps(a[t][0], w0, (__m512bh)_mm512_loadu_si512(x[t].h + i));
-            a[t][1] = _mm512_dpbf16_ps(a[t][1], w1, (__m512bh)_mm512_loadu_si512(x[t].h + i + 32));
-        }
-    }
-    for (; i + 32 <= n; i += 32) {
-        __m512bh w0 = (__m512bh)_mm512_loadu_si512(w + 2 * i);
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++)
-            a[t][0] = _mm512_dpbf16_ps(a[t][0], w0, (__m512bh)_mm512_loadu_si512(x[t].h + i));
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) {
-        float tail = 0;
-        for (int64_t j = i; j < n; j++) {
-            uint32_t xb = (uint32_t)x[t].h[j] << 16;
-            float xv;
-            memcpy(&xv, &xb, 4);
-            tail += rd1_bf16(w + 2 * j) * xv;
-        }
-        out[t] = x86_hsum8(v_to8(_mm512_add_ps(a[t][0], a[t][1]))) + tail;
-    }
-}
-
-static float dot_bf16(const uint8_t *w, const cpu_xrow *x, int64_t n)
-{
-    float r;
-    bf16x_nt(w, x, n, &r, 1);
-    return r;
-}
-
-static void dotn_bf16(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out)
-{
-    bf16x_nt(w, x, n, out, PLAIN_NT);
-}
-#else
 PLAIN_KERNELS(bf16, 2)
-#endif
 
 /* ---- int8-x formats: per token two float accumulators, even and odd
  * blocks (named registers after unrolling: an array indexed by a
@@ -856,7 +798,6 @@ const cpu_kernels CPU_X86_TABLE = {
     .q6_k = {dot_q6_k, dotn_q6_k, Q_NT},
     .nvfp4 = {dot_nvfp4, dotn_nvfp4, Q_NT},
     .mxfp8 = {dot_mxfp8, dotn_mxfp8, PLAIN_NT},
-    .bf16_x = CPU_X86_BF16,
     .quantize_x = quant_x,
     .dot_ref = dot_ref,
     .axpy_ref = axpy_ref,

@@ -11,7 +11,7 @@
 
 #include "core/log.h"
 
-static const char *const isa_names[CPU_ISA_COUNT] = {"scalar", "avx2", "avx512", "avx512bf16"};
+static const char *const isa_names[CPU_ISA_COUNT] = {"scalar", "avx2", "avx512"};
 
 int cpu_isa_parse(const char *s)
 {
@@ -30,8 +30,7 @@ cpu_isa cpu_isa_best(void)
     /* libgcc also checks that the OS saves the wide registers (XCR0). */
     int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-    int bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
-    return bf16 ? CPU_ISA_AVX512BF16 : avx512 ? CPU_ISA_AVX512 : avx2 ? CPU_ISA_AVX2 : CPU_ISA_SCALAR;
+    return avx512 ? CPU_ISA_AVX512 : avx2 ? CPU_ISA_AVX2 : CPU_ISA_SCALAR;
 #else
     return CPU_ISA_SCALAR;
 #endif
@@ -40,7 +39,7 @@ cpu_isa cpu_isa_best(void)
 const cpu_kernels *cpu_kernels_for(cpu_isa isa, memra_err *err)
 {
     if ((int)isa < 0 || (int)isa >= CPU_ISA_COUNT) {
-        memra_fail(err, "CPU ISA level %d is not scalar, avx2, avx512 or avx512bf16", (int)isa);
+        memra_fail(err, "CPU ISA level %d is not scalar, avx2 or avx512", (int)isa);
         return NULL;
     }
     if (isa > cpu_isa_best()) {
@@ -50,7 +49,6 @@ const cpu_kernels *cpu_kernels_for(cpu_isa isa, memra_err *err)
     }
     switch (isa) {
 #if defined(__x86_64__)
-    case CPU_ISA_AVX512BF16: return &cpu_kernels_avx512bf16;
     case CPU_ISA_AVX512: return &cpu_kernels_avx512;
     case CPU_ISA_AVX2: return &cpu_kernels_avx2;
 #endif
@@ -69,7 +67,7 @@ const cpu_kernels *cpu_fast_kernels(void)
         if (k)
             return k;
         log_warn("MEMRA_CPU_ISA=%s: %s; using %s", env,
-                 want < 0 ? "not scalar, avx2, avx512 or avx512bf16" : err.msg, isa_names[best]);
+                 want < 0 ? "not scalar, avx2 or avx512" : err.msg, isa_names[best]);
     }
     memra_err unused;
     return cpu_kernels_for(best, &unused);
