@@ -286,6 +286,15 @@ template <> struct QSrc<CW_MXFP8> {
     DEV static WFmt<CW_MXFP8>::Raw make(const uint4 *v, const uint32_t *w) { return {v[0], v[1], w[0] & 0xFFu}; }
 };
 
+// The formats of small integer fields (WFmt<F>::fields: at most 6 bits,
+// element = a * (field - FIELD_OFF) (+ b)), which QStage decodes with one
+// FMA an element (docs/decisions/0020-field-decode.md); the others take
+// the dequantizer's own arithmetic.
+__host__ __device__ constexpr bool dg_field_decode(int f)
+{
+    return f == CW_Q4_0 || f == CW_Q4_K || f == CW_Q5_K || f == CW_Q6_K;
+}
+
 // The weights of a format other than BF16 (kernels/weight_layout.h) reach
 // the mma as bf16: each lane copies the quant bytes of its share of a step
 // (QSrc: the bytes WFmt<F>::fetch reads) into a ring of QStage<F>::STAGES
@@ -363,8 +372,6 @@ template <int F> struct QStage {
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             const int p = pfirst + q;
-            float v[8];
-            W::piece(r, u, p, v);
             float ap, bp;
             if constexpr (W::P == 8) {
                 ap = k0 ? a[q + 4] : a[q];
@@ -373,6 +380,26 @@ template <int F> struct QStage {
                 ap = a[q];
                 bp = b[q];
             }
+            if constexpr (dg_field_decode(F)) {
+                // Field q (at most 6 bits) under 0.5's bits: m = 0.5 +
+                // q / 256, one byte permute an element; then one FMA,
+                // (256 a) m + (b - (128 + FIELD_OFF) a), whose exact value
+                // is a (q - FIELD_OFF) + b: both scalings of a are exact.
+                const float A = __fmul_rn(ap, 256.0f);
+                const float B = __fsub_rn(W::HAS_B ? bp : 0.0f, __fmul_rn(ap, 128.0f + (float)W::FIELD_OFF));
+                uint32_t w[2];
+                W::fields(r, u, p, w);
+                float v[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    v[e] = __fmaf_rn(A, __uint_as_float(__byte_perm(w[e >> 2], 0x3F00u, 0x5044u | (e & 3) << 8)), B);
+                __nv_bfloat162 h[4] = {__floats2bfloat162_rn(v[0], v[1]), __floats2bfloat162_rn(v[2], v[3]),
+                                       __floats2bfloat162_rn(v[4], v[5]), __floats2bfloat162_rn(v[6], v[7])};
+                *reinterpret_cast<uint4 *>(dst + unit * W::U + p * 8) = *reinterpret_cast<const uint4 *>(h);
+                continue;
+            }
+            float v[8];
+            W::piece(r, u, p, v);
 #pragma unroll
             for (int e = 0; e < 8; e++)
                 v[e] = W::HAS_B ? __fadd_rn(__fmul_rn(ap, v[e]), bp) : __fmul_rn(ap, v[e]);

@@ -21,6 +21,12 @@
 // word, put under the exponent of 2^23 with one byte permute, is the float
 // 2^23 + byte; subtracting 2^23 + offset is exact for these small values.
 //
+// The formats of small integer fields (Q4_0, Q4_K, Q5_K, Q6_K) also give
+// fields(raw, u, p, w): piece p's unsigned fields, one a byte in w[0]
+// (elements 0-3) and w[1] (4-7), with element = a * (field - FIELD_OFF)
+// + b; piece() is bytes_to_f of them. The decode GEMM takes them so
+// (kernels/decode_gemm.cu).
+//
 // INT formats (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) have a leaner way for the mat-vec:
 // ipiece(raw, u, p, v) gives each element's unsigned quant q as the bits of
 // a subnormal float, q * 2^(XPOS - 149), masked in place: XPOS = xpos(p, j)
@@ -264,11 +270,20 @@ template <> struct WFmt<CW_Q4_0> {
         for (int p = 0; p < P; p++)
             a[p] = d;
     }
-    DEV static void piece(const Raw &r, int64_t, int p, float (&v)[PW])
+    // The fields of piece p, a byte each (element = a * (field - FIELD_OFF)).
+    static constexpr int FIELD_OFF = 8;
+    DEV static void fields(const Raw &r, int64_t, int p, uint32_t (&w)[2])
     {
         const int sh = p < 2 ? 0 : 4;
-        bytes_to_f((word_at(r.q, 2 * (p & 1)) >> sh) & 0x0F0F0F0Fu, 8.0f, v);
-        bytes_to_f((word_at(r.q, 2 * (p & 1) + 1) >> sh) & 0x0F0F0F0Fu, 8.0f, v + 4);
+        w[0] = (word_at(r.q, 2 * (p & 1)) >> sh) & 0x0F0F0F0Fu;
+        w[1] = (word_at(r.q, 2 * (p & 1) + 1) >> sh) & 0x0F0F0F0Fu;
+    }
+    DEV static void piece(const Raw &r, int64_t u, int p, float (&v)[PW])
+    {
+        uint32_t w[2];
+        fields(r, u, p, w);
+        bytes_to_f(w[0], 8.0f, v);
+        bytes_to_f(w[1], 8.0f, v + 4);
     }
     // INT path: the nibbles unsigned, b = -8 d.
     DEV static int xkind(int p) { return p < 2 ? XK_NIB_LO : XK_NIB_HI; }
@@ -382,12 +397,20 @@ template <> struct WFmt<CW_Q4_K> {
     {
         k4_piece_scales<P>(r.h, (int)(u & 3), a, b);
     }
-    DEV static void piece(const Raw &r, int64_t, int p, float (&v)[PW])
+    static constexpr int FIELD_OFF = 0;
+    DEV static void fields(const Raw &r, int64_t, int p, uint32_t (&w)[2])
     {
         const uint4 &q = (p & 3) < 2 ? r.a : r.b;
         const int sh = p < 4 ? 0 : 4;
-        bytes_to_f((word_at(q, 2 * (p & 1)) >> sh) & 0x0F0F0F0Fu, 0.0f, v);
-        bytes_to_f((word_at(q, 2 * (p & 1) + 1) >> sh) & 0x0F0F0F0Fu, 0.0f, v + 4);
+        w[0] = (word_at(q, 2 * (p & 1)) >> sh) & 0x0F0F0F0Fu;
+        w[1] = (word_at(q, 2 * (p & 1) + 1) >> sh) & 0x0F0F0F0Fu;
+    }
+    DEV static void piece(const Raw &r, int64_t u, int p, float (&v)[PW])
+    {
+        uint32_t w[2];
+        fields(r, u, p, w);
+        bytes_to_f(w[0], 0.0f, v);
+        bytes_to_f(w[1], 0.0f, v + 4);
     }
     // INT path: the nibbles in place; a scaled up, b as for piece().
     DEV static int xkind(int p) { return p < 4 ? XK_NIB_LO : XK_NIB_HI; }
@@ -445,7 +468,8 @@ template <> struct WFmt<CW_Q5_K> {
     {
         k4_piece_scales<P>(r.h, (int)(u & 3), a, b);
     }
-    DEV static void piece(const Raw &r, int64_t u, int p, float (&v)[PW])
+    static constexpr int FIELD_OFF = 0;
+    DEV static void fields(const Raw &r, int64_t u, int p, uint32_t (&w)[2])
     {
         const uint4 &q = (p & 3) < 2 ? r.qa : r.qb;
         const uint4 &hq = (p & 3) < 2 ? r.ha : r.hb;
@@ -455,8 +479,15 @@ template <> struct WFmt<CW_Q5_K> {
         for (int i = 0; i < 2; i++) {
             const uint32_t lo = (word_at(q, 2 * (p & 1) + i) >> sh) & 0x0F0F0F0Fu;
             const uint32_t hi = ((word_at(hq, 2 * (p & 1) + i) >> hs) & 0x01010101u) << 4;
-            bytes_to_f(lo | hi, 0.0f, v + 4 * i);
+            w[i] = lo | hi;
         }
+    }
+    DEV static void piece(const Raw &r, int64_t u, int p, float (&v)[PW])
+    {
+        uint32_t w[2];
+        fields(r, u, p, w);
+        bytes_to_f(w[0], 0.0f, v);
+        bytes_to_f(w[1], 0.0f, v + 4);
     }
     // INT path: the 5-bit q per byte (as piece() assembles it), a scaled
     // up, b as for piece().
@@ -535,7 +566,8 @@ template <> struct WFmt<CW_Q6_K> {
         for (int p = 0; p < P; p++)
             a[p] = p < 2 ? ds0 : ds1;
     }
-    DEV static void piece(const Raw &r, int64_t u, int p, float (&v)[PW])
+    static constexpr int FIELD_OFF = 32;
+    DEV static void fields(const Raw &r, int64_t u, int p, uint32_t (&w)[2])
     {
         const int q = (int)(u & 3);
         const int lshift = (q >> 1) * 4, hshift = 2 * q;
@@ -545,8 +577,15 @@ template <> struct WFmt<CW_Q6_K> {
         for (int i = 0; i < 2; i++) {
             const uint32_t lo = (word_at(l, 2 * (p & 1) + i) >> lshift) & 0x0F0F0F0Fu;
             const uint32_t hi = ((word_at(h, 2 * (p & 1) + i) >> hshift) & 0x03030303u) << 4;
-            bytes_to_f(lo | hi, 32.0f, v + 4 * i);
+            w[i] = lo | hi;
         }
+    }
+    DEV static void piece(const Raw &r, int64_t u, int p, float (&v)[PW])
+    {
+        uint32_t w[2];
+        fields(r, u, p, w);
+        bytes_to_f(w[0], 32.0f, v);
+        bytes_to_f(w[1], 32.0f, v + 4);
     }
     // INT path: the 6-bit q per byte (as piece() assembles it), b = -32 a.
     DEV static int xkind(int) { return XK_BYTE6; }

@@ -82,9 +82,77 @@ static size_t out_floats(const dg_shape *s, int i, int n)
     return (size_t)n * (size_t)s->w[i]->rows;
 }
 
+/* One weight as the kernel decodes the formats of small integer fields
+ * (Q4_0, Q4_K, Q5_K, Q6_K; kernels/decode_gemm.cu, QStage): with a and b
+ * the CPU's f32 scale and offset, one FMA (256 a) (0.5 + q / 256) +
+ * (b - (128 + off) a), where only the subtraction rounds before it
+ * (nothing when b is 0: then the FMA gives the CPU's a (q - off)), then
+ * rounded to bf16. */
+static float dg_field_fma(float a, int q, int off, float b)
+{
+    const float m = 0.5f + (float)q / 256.0f, c = b - (128.0f + (float)off) * a;
+    return bf16_to_f32(f32_to_bf16(fmaf(256.0f * a, m, c)));
+}
+
+/* A row of one of those formats (GGUF blocks) decoded so; 0, or -1 for
+ * another format. The scales and offsets are the CPU's
+ * (lib/format/dequant.c, dequant_kquant.c), the same f32 expressions. */
+static int dg_field_row(dtype t, const uint8_t *b, float *y, int64_t cols)
+{
+    if (t == DT_Q4_0) {
+        for (int64_t i = 0; i < cols / 32; i++, b += 18, y += 32) {
+            const float d = fp16_to_f32((uint16_t)(b[0] | b[1] << 8));
+            for (int j = 0; j < 16; j++) {
+                y[j] = dg_field_fma(d, b[2 + j] & 0xF, 8, 0.0f);
+                y[j + 16] = dg_field_fma(d, b[2 + j] >> 4, 8, 0.0f);
+            }
+        }
+        return 0;
+    }
+    if (t == DT_Q4_K || t == DT_Q5_K) {
+        const int q5 = t == DT_Q5_K;
+        for (int64_t i = 0; i < cols / 256; i++, b += q5 ? 176 : 144) {
+            const float d = fp16_to_f32((uint16_t)(b[0] | b[1] << 8));
+            const float dmin = fp16_to_f32((uint16_t)(b[2] | b[3] << 8));
+            const uint8_t *qh = b + 16, *ql = b + (q5 ? 48 : 16);
+            for (int j = 0; j < 4; j++, ql += 32) {
+                for (int h = 0; h < 2; h++) {
+                    uint8_t sc, m;
+                    dequant_k4_scale_min(2 * j + h, b + 4, &sc, &m);
+                    const float a = d * sc, mb = dmin * m;
+                    for (int l = 0; l < 32; l++) {
+                        int q = h ? ql[l] >> 4 : ql[l] & 0xF;
+                        if (q5 && (qh[l] >> (2 * j + h) & 1))
+                            q += 16;
+                        *y++ = dg_field_fma(a, q, 0, -mb);
+                    }
+                }
+            }
+        }
+        return 0;
+    }
+    if (t == DT_Q6_K) {
+        for (int64_t i = 0; i < cols / 256; i++, b += 210) {
+            const float d = fp16_to_f32((uint16_t)(b[208] | b[209] << 8));
+            const uint8_t *ql = b, *qh = b + 128;
+            const int8_t *sc = (const int8_t *)(b + 192);
+            for (int n = 0; n < 2; n++, y += 128, ql += 64, qh += 32, sc += 8)
+                for (int l = 0; l < 32; l++)
+                    for (int k = 0; k < 4; k++) {
+                        const int lo = (k & 1 ? ql[l + 32] : ql[l]) >> (k & 2 ? 4 : 0) & 0xF;
+                        const int q = lo | ((qh[l] >> (2 * k)) & 3) << 4;
+                        y[l + 32 * k] = dg_field_fma(d * sc[l / 16 + 2 * k], q, 32, 0.0f);
+                    }
+        }
+        return 0;
+    }
+    return -1;
+}
+
 /* The reference for weights of another format than BF16: each weight
- * decoded as the CPU decodes it (lib/format/dequant.c) and rounded to bf16
- * (the kernel's one rounding of the weights), dotted with the rounded x in
+ * decoded as the kernel does (dg_field_row), or for the other formats as
+ * the CPU decodes it (lib/format/dequant.c) and rounded to bf16 (the
+ * kernel's one rounding of the weights); dotted with the rounded x in
  * double. out[t][r] for t < n. */
 static void dg_quant_reference(const bk_weight *w, const float *bias, const float *xr, int n,
                                float *out)
@@ -92,10 +160,12 @@ static void dg_quant_reference(const bk_weight *w, const float *bias, const floa
     float *row = xmalloc((size_t)w->cols * sizeof(float));
     for (int64_t r = 0; r < w->rows; r++) {
         memra_err err;
-        MEMRA_ASSERT(dequant_row(w->type, (const uint8_t *)w->data + (size_t)r * w->row_bytes, row,
-                                w->cols, &err) == 0);
-        for (int64_t c = 0; c < w->cols; c++)
-            row[c] = bf16_to_f32(f32_to_bf16(row[c]));
+        const uint8_t *src = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        if (dg_field_row(w->type, src, row, w->cols) != 0) {
+            MEMRA_ASSERT(dequant_row(w->type, src, row, w->cols, &err) == 0);
+            for (int64_t c = 0; c < w->cols; c++)
+                row[c] = bf16_to_f32(f32_to_bf16(row[c]));
+        }
         for (int t = 0; t < n; t++) {
             double s = 0;
             for (int64_t c = 0; c < w->cols; c++)
