@@ -288,7 +288,7 @@ template <> struct QSrc<CW_MXFP8> {
 
 // The formats of small integer fields (WFmt<F>::fields: at most 6 bits,
 // element = a * (field - FIELD_OFF) (+ b)), which QStage decodes with one
-// FMA an element (docs/decisions/0020-field-decode.md); the others take
+// FMA an element (docs/decisions/0020-decode-gemm-few-rows.md); the others take
 // the dequantizer's own arithmetic.
 __host__ __device__ constexpr bool dg_field_decode(int f)
 {
