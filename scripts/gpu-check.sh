@@ -31,6 +31,10 @@
 #   --device N       the CUDA device (default 0)
 #   --threads N      memra-quantize threads (default: all cores)
 #   --port N         memra-serve's port for `serve` (default 18090)
+#   --llama DIR      with `bench`: llama.cpp's rows beside memra's, on the same model files, by
+#                    DIR/llama-bench (pp512 and tg128 of each model the rows used) and
+#                    DIR/llama-batched-bench (Q4_K_M, 512-token prompts, 128 tokens, 1/8/64
+#                    sequences); DIR as scripts/llama-tools.sh builds it (its libraries beside)
 #   --timeout S      limit for each program run (default 900)
 #
 # Exit status: 0 when every step ran and exited 0, 1 otherwise, 2 on bad usage.
@@ -38,9 +42,9 @@ set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 2
 root=$(pwd)
 
-out="" models=$root/build/gpu-check-models tok="" device=0 threads="" port=18090 limit=900
+out="" models=$root/build/gpu-check-models tok="" device=0 threads="" port=18090 limit=900 llama=""
 cache=${MEMRA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memra}
-usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "gpu-check: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -50,6 +54,7 @@ while [ $# -gt 0 ]; do
     --device) device=${2:?--device needs N}; shift ;;
     --threads) threads=${2:?--threads needs N}; shift ;;
     --port) port=${2:?--port needs N}; shift ;;
+    --llama) llama=${2:?--llama needs a dir}; shift ;;
     --timeout) limit=${2:?--timeout needs seconds}; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) die "unknown option '$1' (see --help)" ;;
@@ -198,8 +203,30 @@ if "rows" not in j and "levels" not in j:
 EOF
 }
 
+# llama.cpp's rows on the model files memra's rows used (--llama DIR): llama-bench's pp512 and
+# tg128 per file, and llama-batched-bench's 1/8/64 sequences on Q4_K_M.gguf, each into OUT.
+do_llama() {
+  local used=$1 m
+  [ -x "$llama/llama-bench" ] || { say "llama: no $llama/llama-bench"; status=1; return; }
+  for m in $used; do
+    stamp "llama: llama-bench -m $models/$m -ngl 99 -fa 1 -p 512 -n 128 -r 3"
+    LD_LIBRARY_PATH=$llama${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout "$limit" \
+      "$llama/llama-bench" -m "$models/$m" -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o md \
+      >"$out/llama-bench-$m.md" 2>"$out/llama-bench-$m.err" || { status=1; say "  failed: $out/llama-bench-$m.err"; }
+    grep -E '^\| .*(pp|tg)[0-9]' "$out/llama-bench-$m.md" | tee -a "$S"
+  done
+  case " $used " in *" Q4_K_M.gguf "*) ;; *) return ;; esac
+  [ -x "$llama/llama-batched-bench" ] || { say "llama: no $llama/llama-batched-bench"; status=1; return; }
+  stamp "llama: llama-batched-bench -m $models/Q4_K_M.gguf -npp 512 -ntg 128 -npl 1,8,64"
+  LD_LIBRARY_PATH=$llama${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout "$limit" \
+    "$llama/llama-batched-bench" -m "$models/Q4_K_M.gguf" -ngl 99 -fa on -c 45000 -b 2048 -ub 512 \
+    -npp 512 -ntg 128 -npl 1,8,64 >"$out/llama-batched-Q4_K_M.txt" 2>"$out/llama-batched-Q4_K_M.err" ||
+    { status=1; say "  failed: $out/llama-batched-Q4_K_M.err"; }
+  grep -E '^\|' "$out/llama-batched-Q4_K_M.txt" | tee -a "$S"
+}
+
 do_bench() {
-  local rows=${*:-$default_rows} r m a
+  local rows=${*:-$default_rows} r m a used=""
   for r in $rows; do row_spec "$r" >/dev/null || die "bench: no row '$r' (see: $0 rows)"; done
   case " $rows " in *" bf16"*|*" q"*) make_models ;; esac
   for r in $rows; do
@@ -211,6 +238,7 @@ do_bench() {
       set -- "$tok" $a --json
     else
       set -- "$models/$m" --backend cuda --device "$device" $a --json
+      case " $used " in *" $m "*) ;; *) used="$used $m" ;; esac
     fi
     stamp "bench $r: memra-bench $*"
     timeout "$limit" memra-bench "$@" >"$out/bench-$r.json" 2>"$out/bench-$r.err"
@@ -218,6 +246,7 @@ do_bench() {
     [ $rc -eq 0 ] || { status=1; say "  rc=$rc: $(tail -2 "$out/bench-$r.err")"; }
     summarize "$out/bench-$r.json"
   done
+  [ -z "$llama" ] || [ -z "$used" ] || do_llama "$used"
 }
 
 do_serve() {
