@@ -241,7 +241,7 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r, int choice)
             serve_req_set_cached(r, (size_t)got);
     }
     if (m->spec && serve_spec_eligible(r) && (int64_t)r->n_prompt < m->n_ctx)
-        s->spec = serve_spec_slot_start(m->spec, (int)(s - m->slots), r);
+        s->spec = serve_spec_slot_start(m->spec, (int)(s - m->slots), r, choice);
 }
 
 /* The log-probabilities OpenAI reports: the model's own distribution,

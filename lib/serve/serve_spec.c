@@ -51,7 +51,7 @@ const char *serve_spec_describe(const serve_spec *sp) { return sp->describe; }
 int serve_spec_eligible(const serve_req *r)
 {
     memra_err err;
-    return !r->work && r->n_choices == 1 && !r->logprobs && !r->grammar && !r->lazy_grammar &&
+    return !r->work && !r->logprobs && !r->grammar && !r->lazy_grammar &&
            spec_sampling_check(&r->sampling, &err) == 0;
 }
 
@@ -167,7 +167,7 @@ void serve_spec_free(serve_spec *sp)
     free(sp);
 }
 
-serve_spec_slot *serve_spec_slot_start(serve_spec *sp, int i, const serve_req *r)
+serve_spec_slot *serve_spec_slot_start(serve_spec *sp, int i, const serve_req *r, int choice)
 {
     serve_spec_slot *ss = &sp->slots[i];
     MEMRA_ASSERT(r->n_prompt <= (size_t)sp->n_ctx);
@@ -175,8 +175,10 @@ serve_spec_slot *serve_spec_slot_start(serve_spec *sp, int i, const serve_req *r
     ss->n = (int64_t)r->n_prompt;
     ss->begun = 0;
     ss->sp = r->sampling;
-    /* the request's own stream: a seeded request speculates reproducibly */
-    ss->rng = (spec_rng){r->sampling.seed, 0};
+    /* choice i is the single request of seed + i (as its sampler is), on
+     * its own stream: a seeded request speculates reproducibly */
+    ss->sp.seed += (uint64_t)choice;
+    ss->rng = (spec_rng){ss->sp.seed, 0};
     return ss;
 }
 

@@ -53,13 +53,16 @@ const char *serve_spec_describe(const serve_spec *sp);
 
 /* Whether request r can be speculated exactly. Not: log-probabilities
  * (a round's rows would each need theirs), a grammar or a lazy one (its
- * mask changes with every accepted token), several choices, penalties
- * (spec_sampling_check). Those decode plainly. */
+ * mask changes with every accepted token), penalties
+ * (spec_sampling_check). Those decode plainly. Each of several choices
+ * speculates on its own slot. */
 int serve_spec_eligible(const serve_req *r);
 
-/* Slot i starts request r (choice 0, eligible): its state, whose context
- * is the prompt so far. */
-serve_spec_slot *serve_spec_slot_start(serve_spec *sp, int i, const serve_req *r);
+/* Slot i starts choice `choice` of request r (eligible): its state, whose
+ * context is the prompt so far; its sampling is the request's with seed +
+ * choice (choice i is the single request of seed + i, as in plain
+ * decoding). */
+serve_spec_slot *serve_spec_slot_start(serve_spec *sp, int i, const serve_req *r, int choice);
 /* A token the slot emitted joins the context the drafter reads. */
 void serve_spec_slot_push(serve_spec_slot *ss, int32_t id);
 

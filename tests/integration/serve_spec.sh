@@ -6,7 +6,8 @@
 # inside a round; drafts are counted and accepted; a sampled request
 # completes and a seeded one repeats; requests speculation cannot serve
 # exactly (logprobs) still match; the context's end inside a round gives the
-# same bytes; bad flags are one-line errors.
+# same bytes; a request of several choices speculates each; bad flags are
+# one-line errors.
 source tests/integration/serve_common.bash
 TINY=models/memra-tiny.gguf
 DRAFT=models/memra-tiny-draft.gguf
@@ -109,6 +110,23 @@ URL=$DRAFTED post /v1/chat/completions "$SAMPLED" >"$T/s2.json"
 check "a sampled request completes with speculation" \
   jq -e '.usage.completion_tokens > 0 and (.choices[0].finish_reason | IN("stop", "length")) and (.choices[0].message.content | length > 0)' "$T/s1.json"
 check "a seeded sampled request repeats with speculation" bash -c "[ \"\$(jq -c .choices '$T/s1.json')\" = \"\$(jq -c .choices '$T/s2.json')\" ]"
+
+# Several choices: each speculates on its own session, and a greedy
+# request of n = 2 gives plain decoding's choices (the drafted count grows
+# by it: it was speculated).
+N2='{"model":"chat","messages":[{"role":"user","content":"Tell me a story about a dog."}],"max_tokens":40,"temperature":0,"n":2}'
+dr0=$(metric "$DRAFTED" memra_spec_drafted_tokens_total)
+URL=$PLAIN post /v1/chat/completions "$N2" | jq -cS '{choices, usage}' >"$T/n2-plain.json"
+URL=$DRAFTED post /v1/chat/completions "$N2" | jq -cS '{choices, usage}' >"$T/n2-draft.json"
+dr1=$(metric "$DRAFTED" memra_spec_drafted_tokens_total)
+check "reference: n = 2 gives two greedy choices of 40 tokens each" \
+  jq -e '(.choices | length) == 2 and .usage.completion_tokens == 80' "$T/n2-plain.json"
+check "a greedy request of n = 2 gives plain decoding's bytes with speculation" cmp "$T/n2-plain.json" "$T/n2-draft.json"
+check "a request of n = 2 is speculated (drafts counted for it)" test "${dr1:-0}" -gt "${dr0:-0}"
+SN2='{"model":"chat","prompt":"Once upon a time","max_tokens":24,"temperature":0.9,"seed":5,"n":2}'
+URL=$DRAFTED post /v1/completions "$SN2" | jq -c '.choices' >"$T/sn2a.json"
+URL=$DRAFTED post /v1/completions "$SN2" | jq -c '.choices' >"$T/sn2b.json"
+check "a seeded sampled request of n = 2 repeats with speculation" cmp "$T/sn2a.json" "$T/sn2b.json"
 
 # Requests speculation cannot serve exactly decode plainly: the same bytes.
 LP='{"model":"chat","prompt":"Once upon a time","max_tokens":12,"temperature":0,"logprobs":2}'
