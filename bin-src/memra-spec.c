@@ -256,6 +256,7 @@ int main(int argc, char **argv)
     if (n_allowed > engine_config(e)->n_vocab)
         n_allowed = (int32_t)engine_config(e)->n_vocab;
     spec_drafter *d = NULL;
+    spec_trim *trim = NULL;
     int32_t *d2t = NULL, n_trim = 0;
     if (o.draft) {
         dt = open_model(o.draft, &dck);
@@ -269,9 +270,10 @@ int main(int argc, char **argv)
             if (nv != engine_config(e)->n_vocab)
                 cli_failf("%s: the ranks were counted over a vocabulary of %d ids; %s has %lld",
                           o.trim, (int)nv, o.model, (long long)engine_config(e)->n_vocab);
-            if (spec_drafter_model_new(de, n_allowed, d2t, n_trim, &d, &err) != 0)
+            if (spec_trim_new(de, n_allowed, d2t, n_trim, &trim, &err) != 0 ||
+                spec_drafter_model_new(de, n_allowed, trim, &d, &err) != 0)
                 cli_failf("%s: %s", o.trim, err.msg);
-        } else if (spec_drafter_model_new(de, n_allowed, NULL, 0, &d, &err) != 0) {
+        } else if (spec_drafter_model_new(de, n_allowed, NULL, &d, &err) != 0) {
             cli_fail(&err);
         }
     } else if (spec_drafter_ngram_new(1, 3, &d, &err) != 0) {
@@ -424,6 +426,7 @@ int main(int argc, char **argv)
     gen_result_free(&plain);
     free(prompt);
     spec_drafter_free(d);
+    spec_trim_free(trim);
     free(d2t);
     engine_free(e);
     if (de)

@@ -313,7 +313,9 @@ static void validate(const trim_opts *o, engine *e, const tokenizer *t, const ch
     if (n_allowed > engine_config(e)->n_vocab)
         n_allowed = (int32_t)engine_config(e)->n_vocab;
     spec_drafter *full, *trim;
-    if (spec_drafter_model_new(de, n_allowed, NULL, 0, &full, &err) != 0)
+    spec_trim *head;
+    if (spec_drafter_model_new(de, n_allowed, NULL, &full, &err) != 0 ||
+        spec_trim_new(de, n_allowed, d2t, n_trim, &head, &err) != 0)
         cli_fail(&err);
     /* Greedy, so the two outputs must be the same tokens: a trim changes
      * speed and acceptance, never output. Every third prompt of the pack,
@@ -332,7 +334,7 @@ static void validate(const trim_opts *o, engine *e, const tokenizer *t, const ch
         for (int s = 0; s < 2; s++) {
             /* one drafter at a time owns the draft engine's hook */
             spec_drafter *d = full;
-            if (s == 1 && spec_drafter_model_new(de, n_allowed, d2t, n_trim, &trim, &err) != 0)
+            if (s == 1 && spec_drafter_model_new(de, n_allowed, head, &trim, &err) != 0)
                 cli_fail(&err);
             if (s == 1)
                 d = trim;
@@ -363,6 +365,7 @@ static void validate(const trim_opts *o, engine *e, const tokenizer *t, const ch
     printf("validate: greedy, K=%d, %zu prompts, %d ids of %lld: outputs identical\n", o->k, n_val,
            (int)n_trim, (long long)engine_config(e)->n_vocab);
     spec_drafter_free(full);
+    spec_trim_free(head);
     engine_free(de);
     tok_free(dt);
     checkpoint_close(&dck);

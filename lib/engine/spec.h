@@ -135,15 +135,25 @@ void spec_drafter_free(spec_drafter *d);
 int spec_check_vocab(const tokenizer *target, const tokenizer *draft, const char *draft_name,
                      memra_err *err);
 
+/* A vocabulary-trimmed draft head: the ids of d2t (n_trim of them, rank
+ * order, each below n_allowed; copied) and those rows of draft's output
+ * matrix in f32 (n_trim x dim floats). Made once and shared by every
+ * drafter on that draft engine (a server's sessions), which it must
+ * outlive. */
+typedef struct spec_trim spec_trim;
+int spec_trim_new(engine *draft, int32_t n_allowed, const int32_t *d2t, int32_t n_trim,
+                  spec_trim **out, memra_err *err);
+void spec_trim_free(spec_trim *t);
+
 /* The draft-model drafter: draft (an engine of its own, which the drafter
  * drives and never frees) proposes by running the context and sampling its
  * own distribution. n_allowed: ids the model may emit (the tokenizer's
  * size, or the smaller vocabulary); the drafter never proposes another.
- * With d2t (n_trim ids, copied), drafting is limited to those ids and the
- * draft's head computes only their rows: the draft runs without its
- * output layer and the drafter multiplies the last hidden state by the
- * n_trim rows of the output matrix it keeps in f32. */
-int spec_drafter_model_new(engine *draft, int32_t n_allowed, const int32_t *d2t, int32_t n_trim,
+ * With trim (made for this draft engine and n_allowed; borrowed), drafting
+ * is limited to its ids and the draft's head computes only their rows: the
+ * draft runs without its output layer and the drafter multiplies the last
+ * hidden state by the trim's rows. */
+int spec_drafter_model_new(engine *draft, int32_t n_allowed, const spec_trim *trim,
                            spec_drafter **out, memra_err *err);
 
 /* The n-gram drafter: the tokens that followed the latest earlier

@@ -38,9 +38,10 @@ typedef struct {
     int32_t n_allowed;  /* ids it may propose: [0, n_allowed) */
     sampler *smp;
     float *logits;      /* [n_vocab] */
-    /* the trimmed head */
-    int32_t *d2t, n_trim;
-    float *head;        /* [n_trim][dim] */
+    /* the trimmed head (shared, borrowed): ids d2t, rows head [n_trim][dim] */
+    const int32_t *d2t;
+    int32_t n_trim;
+    const float *head;
     float *hidden;      /* [dim]: the last row of the last forward */
     int64_t dim;
     int hidden_index;   /* n_layers: the hook's index of the final-normed state */
@@ -172,35 +173,71 @@ static void dm_free(spec_drafter *d)
     }
     free(dm->kv);
     free(dm->logits);
-    free(dm->d2t);
-    free(dm->head);
     free(dm->hidden);
     free(dm);
     free(d);
 }
 
-/* The n_trim rows of the output matrix, in rank order, as f32. */
-static int trim_head(draft_model *dm, const int32_t *d2t, int32_t n_trim, memra_err *err)
+struct spec_trim {
+    const engine *draft;
+    int32_t n_allowed, n_trim;
+    int32_t *d2t;
+    float *head; /* [n_trim][dim] */
+};
+
+int spec_trim_new(engine *draft, int32_t n_allowed, const int32_t *d2t, int32_t n_trim,
+                  spec_trim **out, memra_err *err)
 {
-    const bk_weight *w = &engine_model(dm->e)->weights.output;
-    if (w->cols != dm->dim || w->rows < dm->n_vocab || !w->data)
-        return memra_fail(err, "draft model: output matrix '%s' is not [%d][%lld]: cannot trim it",
-                          w->name ? w->name : "output", (int)dm->n_vocab, (long long)dm->dim);
+    *out = NULL;
+    const model_config *c = engine_config(draft);
+    if (n_allowed > c->n_vocab)
+        n_allowed = (int32_t)c->n_vocab;
+    if (n_trim < 1 || n_trim > n_allowed)
+        return memra_fail(err, "a trim of %d ids for a drafter that may propose %d", (int)n_trim,
+                          (int)n_allowed);
+    const bk_weight *w = &engine_model(draft)->weights.output;
+    if (w->cols != c->dim || w->rows < c->n_vocab || !w->data)
+        return memra_fail(err, "draft model: output matrix '%s' is not [%lld][%lld]: cannot trim it",
+                          w->name ? w->name : "output", (long long)c->n_vocab, (long long)c->dim);
+    spec_trim *t = xcalloc(1, sizeof *t);
+    t->draft = draft;
+    t->n_allowed = n_allowed;
+    t->n_trim = n_trim;
+    t->d2t = xmalloc((size_t)n_trim * sizeof *d2t);
+    memcpy(t->d2t, d2t, (size_t)n_trim * sizeof *d2t);
+    t->head = xmalloc((size_t)n_trim * (size_t)c->dim * sizeof *t->head);
+    /* the rows in rank order, as f32 */
     for (int32_t j = 0; j < n_trim; j++) {
-        if (d2t[j] < 0 || d2t[j] >= dm->n_allowed)
+        if (d2t[j] < 0 || d2t[j] >= n_allowed) {
+            spec_trim_free(t);
             return memra_fail(err, "rank %d: id %d is outside the %d ids the model may emit",
-                              (int)j, (int)d2t[j], (int)dm->n_allowed);
+                              (int)j, (int)d2t[j], (int)n_allowed);
+        }
         const uint8_t *row = w->data + (size_t)d2t[j] * w->row_bytes;
-        if (dequant_row(w->type, row, dm->head + (size_t)j * (size_t)dm->dim, dm->dim, err) != 0)
+        if (dequant_row(w->type, row, t->head + (size_t)j * (size_t)c->dim, c->dim, err) != 0) {
+            spec_trim_free(t);
             return memra_wrap(err, "draft model: output matrix '%s'", w->name);
+        }
     }
+    *out = t;
     return 0;
 }
 
-int spec_drafter_model_new(engine *draft, int32_t n_allowed, const int32_t *d2t, int32_t n_trim,
+void spec_trim_free(spec_trim *t)
+{
+    if (!t)
+        return;
+    free(t->d2t);
+    free(t->head);
+    free(t);
+}
+
+int spec_drafter_model_new(engine *draft, int32_t n_allowed, const spec_trim *trim,
                            spec_drafter **out, memra_err *err)
 {
     const model_config *c = engine_config(draft);
+    if (trim && trim->draft != draft)
+        return memra_fail(err, "a trimmed head made for another draft engine");
     draft_model *dm = xcalloc(1, sizeof *dm);
     dm->e = draft;
     dm->n_ctx = engine_n_ctx(draft);
@@ -214,26 +251,22 @@ int spec_drafter_model_new(engine *draft, int32_t n_allowed, const int32_t *d2t,
     spec_drafter *d = xcalloc(1, sizeof *d);
     *d = (spec_drafter){"draft", dm, dm_begin, dm_propose, dm_free};
     int rc = engine_seq_new(draft, &dm->s, err);
-    if (rc == 0 && d2t) {
-        if (n_trim < 1 || n_trim > dm->n_allowed) {
-            rc = memra_fail(err, "a trim of %d ids for a drafter that may propose %d",
-                            (int)n_trim, (int)dm->n_allowed);
+    if (rc == 0 && trim) {
+        if (trim->n_allowed != dm->n_allowed) {
+            rc = memra_fail(err, "a trimmed head made for %d allowed ids, the drafter allows %d",
+                            (int)trim->n_allowed, (int)dm->n_allowed);
         } else {
-            dm->n_trim = n_trim;
-            dm->d2t = xmalloc((size_t)n_trim * sizeof *d2t);
-            memcpy(dm->d2t, d2t, (size_t)n_trim * sizeof *d2t);
-            dm->head = xmalloc((size_t)n_trim * (size_t)dm->dim * sizeof *dm->head);
+            dm->n_trim = trim->n_trim;
+            dm->d2t = trim->d2t;
+            dm->head = trim->head;
             dm->hidden = xcalloc((size_t)dm->dim, sizeof *dm->hidden);
-            rc = trim_head(dm, d2t, n_trim, err);
-            if (rc == 0)
-                engine_set_final_hidden_hook(draft, keep_last_hidden, dm);
+            engine_set_final_hidden_hook(draft, keep_last_hidden, dm);
         }
     }
     if (rc != 0) {
         if (dm->s)
             engine_seq_free(dm->s);
         dm->s = NULL;
-        free(dm->head);
         dm->head = NULL;
         dm_free(d);
         return -1;

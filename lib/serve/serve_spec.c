@@ -27,6 +27,7 @@ struct serve_spec {
     checkpoint dck;     /* the draft model's, open while its engine lives */
     int dck_open;
     engine *draft;      /* NULL: n-gram */
+    spec_trim *trim;    /* --trim's head, shared by the sessions' drafters; NULL: none */
     serve_spec_slot *slots;
     int n_slots;
     float *logits;      /* [(SPEC_K_MAX + 1) * n_vocab]: rounds run one at a time */
@@ -91,11 +92,15 @@ static int load_draft(serve_spec *sp, const serve_spec_opts *o, const tokenizer 
                               "ids; the model has %lld", o->trim, (int)nv, (long long)want);
         }
     }
+    if (d2t) {
+        rc = spec_trim_new(sp->draft, n_allowed, d2t, n_trim, &sp->trim, err);
+        free(d2t);
+        if (rc != 0)
+            return memra_wrap(err, "--trim %s", o->trim);
+    }
     for (int i = 0; i < sp->n_slots && rc == 0; i++)
-        if ((rc = spec_drafter_model_new(sp->draft, n_allowed, d2t, n_trim, &sp->slots[i].d,
-                                         err)) != 0)
+        if ((rc = spec_drafter_model_new(sp->draft, n_allowed, sp->trim, &sp->slots[i].d, err)) != 0)
             memra_wrap(err, "%s %s", o->trim ? "--trim" : "--draft", o->trim ? o->trim : o->draft);
-    free(d2t);
     return rc;
 }
 
@@ -158,6 +163,7 @@ void serve_spec_free(serve_spec *sp)
         free(sp->slots[i].ctx);
     }
     free(sp->slots);
+    spec_trim_free(sp->trim);
     if (sp->draft)
         engine_free(sp->draft);
     if (sp->dck_open)

@@ -151,7 +151,7 @@ static void test_greedy_draft_model_exact(void)
     spec_drafter *d;
     memra_err err = {{0}};
     CHECK_MSG(spec_check_vocab(tok_t, tok_d, TINY_DRAFT, &err) == 0, "%s", err.msg);
-    if (spec_drafter_model_new(e_d, (int32_t)tok_vocab_size(tok_t), NULL, 0, &d, &err) != 0) {
+    if (spec_drafter_model_new(e_d, (int32_t)tok_vocab_size(tok_t), NULL, &d, &err) != 0) {
         CHECK_MSG(0, "%s", err.msg);
         return;
     }
@@ -170,21 +170,38 @@ static void test_greedy_trimmed_exact(void)
     int32_t d2t[64];
     for (int i = 0; i < 64; i++)
         d2t[i] = (int32_t)(4000 - 61 * i); /* arbitrary distinct ids */
-    spec_drafter *d;
+    spec_drafter *d, *d2;
+    spec_trim *trim;
     memra_err err = {{0}};
-    if (spec_drafter_model_new(e_d, 4096, d2t, 64, &d, &err) != 0) {
+    if (spec_trim_new(e_d, 4096, d2t, 64, &trim, &err) != 0 ||
+        spec_drafter_model_new(e_d, 4096, trim, &d, &err) != 0) {
         CHECK_MSG(0, "%s", err.msg);
         return;
     }
     check_greedy_exact(d, "trimmed draft (64 arbitrary ids)", some_ks, 3, NULL);
     spec_drafter_free(d);
+    /* One head serves several drafters (a server's sessions), one after
+     * another on its engine: the second drafts as exactly. */
+    if (spec_drafter_model_new(e_d, 4096, trim, &d, &err) != 0 ||
+        spec_drafter_model_new(e_d, 4096, trim, &d2, &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        spec_trim_free(trim);
+        return;
+    }
+    spec_drafter_free(d);
+    check_greedy_exact(d2, "trimmed draft, a second drafter on the shared head", some_ks, 3, NULL);
+    spec_drafter_free(d2);
+    /* a head for another allowed count is refused */
+    CHECK(spec_drafter_model_new(e_d, 1000, trim, &d, &err) == -1 && strstr(err.msg, "allowed"));
+    spec_trim_free(trim);
 
     /* The full vocabulary as the trim: the trimmed head computes every
      * row itself, and drafts as the untrimmed model does. */
     int32_t *all = malloc(4096 * sizeof *all);
     for (int i = 0; i < 4096; i++)
         all[i] = 4095 - i;
-    if (spec_drafter_model_new(e_d, 4096, all, 4096, &d, &err) != 0) {
+    if (spec_trim_new(e_d, 4096, all, 4096, &trim, &err) != 0 ||
+        spec_drafter_model_new(e_d, 4096, trim, &d, &err) != 0) {
         CHECK_MSG(0, "%s", err.msg);
         free(all);
         return;
@@ -202,11 +219,12 @@ static void test_greedy_trimmed_exact(void)
                   (unsigned long long)a, (unsigned long long)b);
     }
     spec_drafter_free(d);
+    spec_trim_free(trim);
     free(all);
 
     /* a table the model cannot use */
     int32_t bad[2] = {1, 5000};
-    CHECK(spec_drafter_model_new(e_d, 4096, bad, 2, &d, &err) == -1 && strstr(err.msg, "5000"));
+    CHECK(spec_trim_new(e_d, 4096, bad, 2, &trim, &err) == -1 && strstr(err.msg, "5000") && !trim);
 }
 
 static void test_greedy_ngram_exact(void)
@@ -398,7 +416,7 @@ static void test_sampled_reproducible(void)
     int32_t *prompt = encode(prompt_text, &n_prompt);
     spec_drafter *d;
     memra_err err = {{0}};
-    if (spec_drafter_model_new(e_d, 4096, NULL, 0, &d, &err) != 0) {
+    if (spec_drafter_model_new(e_d, 4096, NULL, &d, &err) != 0) {
         CHECK_MSG(0, "%s", err.msg);
         free(prompt);
         return;
