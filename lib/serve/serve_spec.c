@@ -40,10 +40,10 @@ int serve_spec_wanted(const serve_spec_opts *o) { return o->draft != NULL || o->
 /* A round replaces a batched decode step by a forward of K+1 rows of one
  * sequence, run beside the batch: it pays while the batch is small enough
  * that its step is bound by reading the weights (a lone row costs what a
- * few do). Neither figure is measured yet (docs/FLAGS.md): on the CPU a
- * forward's cost grows with its rows sooner than on a GPU, hence 2 there
- * against 4 on CUDA. */
-int serve_spec_default_max_batch(backend_kind b) { return b == BK_CUDA ? 4 : 2; }
+ * few do). On the CPU a forward's cost grows with its rows sooner than on
+ * a GPU: measured (docs/FLAGS.md), speculation paid at most while one
+ * request decodes, and lost from two on. CUDA's 4 is not measured yet. */
+int serve_spec_default_max_batch(backend_kind b) { return b == BK_CUDA ? 4 : 1; }
 
 int serve_spec_k(const serve_spec *sp) { return sp->k; }
 int serve_spec_max_batch(const serve_spec *sp) { return sp->max_batch; }
