@@ -34,8 +34,8 @@ static const char usage[] =
     "  --ngram                  speculative decoding for the -m just before with n-gram /\n"
     "                           prompt-lookup drafting (no model; not with --draft)\n"
     "  --spec-k N               draft tokens per speculation round, 1..8 (default 4)\n"
-    "  --spec-max-batch N       speculate only while at most N requests decode (default 4 on\n"
-    "                           cuda, 2 on cpu; not measured yet: docs/FLAGS.md)\n"
+    "  --spec-max-batch N       speculate only while at most N requests decode (default 1,\n"
+    "                           measured: docs/FLAGS.md)\n"
     "  --host HOST              address to listen on (default 127.0.0.1; env MEMRA_HOST)\n"
     "  --port N                 port (default 8080; 0: any free one; env MEMRA_PORT)\n"
     "                           (env MEMRA_ADDR=HOST:PORT sets both)\n"
@@ -500,9 +500,10 @@ int main(int argc, char **argv)
                 mono() - t0);
         const serve_spec *sp = serve_model_spec(models[i]);
         if (sp)
-            fprintf(stderr, "memra-serve: %s speculates (%s, K = %d) while at most %d requests "
-                    "decode\n", a.aliases[i], serve_spec_describe(sp), serve_spec_k(sp),
-                    serve_spec_max_batch(sp));
+            fprintf(stderr, "memra-serve: %s speculates (%s, K = %d) while at most %d %s\n",
+                    a.aliases[i], serve_spec_describe(sp), serve_spec_k(sp),
+                    serve_spec_max_batch(sp),
+                    serve_spec_max_batch(sp) == 1 ? "request decodes" : "requests decode");
     }
     serve_set_models(srv, models, a.n_models);
     serve_set_ready(srv);
