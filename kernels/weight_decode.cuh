@@ -89,6 +89,7 @@ DEV void bytes_to_f(uint32_t w, float off, float *out)
 
 template <int F> struct WFmt;
 
+
 // The x exponent offset of the INT path: products carry 2^(MV_XEXP - 149),
 // here 2^-64, which keeps every |q * x| above 2^-62 normal (smaller
 // products underflow by at most 2^-86 each) and x below 2^43 finite after
@@ -133,6 +134,29 @@ DEV int xpos_of(int k, int j)
 
 // 2^(MV_XEXP - pos), exact.
 DEV float xup_of(int pos) { return __uint_as_float((uint32_t)(127 + MV_XEXP - pos) << 23); }
+
+// piece() of the formats with fields(): their bytes as floats less
+// FIELD_OFF (exact).
+template <class W> DEV void piece_of_fields(const typename W::Raw &r, int64_t u, int p, float (&v)[8])
+{
+    uint32_t w[2];
+    W::fields(r, u, p, w);
+    bytes_to_f(w[0], (float)W::FIELD_OFF, v);
+    bytes_to_f(w[1], (float)W::FIELD_OFF, v + 4);
+}
+
+// ipiece() of Q5_K and Q6_K: their fields (at most 6 bits, a byte each)
+// as the subnormals of the INT path.
+template <class W> DEV void ipiece_of_fields(const typename W::Raw &r, int64_t u, int p, float (&v)[8])
+{
+    uint32_t w[2];
+    W::fields(r, u, p, w);
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            v[4 * i + j] = sub_field<XK_BYTE6>(w[i], j);
+}
 
 // The float formats: a unit is one 16-byte vector, one piece.
 template <> struct WFmt<CW_F32> {
@@ -280,10 +304,7 @@ template <> struct WFmt<CW_Q4_0> {
     }
     DEV static void piece(const Raw &r, int64_t u, int p, float (&v)[PW])
     {
-        uint32_t w[2];
-        fields(r, u, p, w);
-        bytes_to_f(w[0], 8.0f, v);
-        bytes_to_f(w[1], 8.0f, v + 4);
+        piece_of_fields<WFmt<CW_Q4_0>>(r, u, p, v);
     }
     // INT path: the nibbles unsigned, b = -8 d.
     DEV static int xkind(int p) { return p < 2 ? XK_NIB_LO : XK_NIB_HI; }
@@ -407,10 +428,7 @@ template <> struct WFmt<CW_Q4_K> {
     }
     DEV static void piece(const Raw &r, int64_t u, int p, float (&v)[PW])
     {
-        uint32_t w[2];
-        fields(r, u, p, w);
-        bytes_to_f(w[0], 0.0f, v);
-        bytes_to_f(w[1], 0.0f, v + 4);
+        piece_of_fields<WFmt<CW_Q4_K>>(r, u, p, v);
     }
     // INT path: the nibbles in place; a scaled up, b as for piece().
     DEV static int xkind(int p) { return p < 4 ? XK_NIB_LO : XK_NIB_HI; }
@@ -484,10 +502,7 @@ template <> struct WFmt<CW_Q5_K> {
     }
     DEV static void piece(const Raw &r, int64_t u, int p, float (&v)[PW])
     {
-        uint32_t w[2];
-        fields(r, u, p, w);
-        bytes_to_f(w[0], 0.0f, v);
-        bytes_to_f(w[1], 0.0f, v + 4);
+        piece_of_fields<WFmt<CW_Q5_K>>(r, u, p, v);
     }
     // INT path: the 5-bit q per byte (as piece() assembles it), a scaled
     // up, b as for piece().
@@ -498,18 +513,7 @@ template <> struct WFmt<CW_Q5_K> {
     }
     DEV static void ipiece(const Raw &r, int64_t u, int p, float (&v)[PW])
     {
-        const uint4 &q = (p & 3) < 2 ? r.qa : r.qb;
-        const uint4 &hq = (p & 3) < 2 ? r.ha : r.hb;
-        const int sh = p < 4 ? 0 : 4;
-        const int hs = 2 * (int)(u & 3) + (p < 4 ? 0 : 1);
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const uint32_t lo = (word_at(q, 2 * (p & 1) + i) >> sh) & 0x0F0F0F0Fu;
-            const uint32_t hi = ((word_at(hq, 2 * (p & 1) + i) >> hs) & 0x01010101u) << 4;
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                v[4 * i + j] = sub_field<XK_BYTE6>(lo | hi, j);
-        }
+        ipiece_of_fields<WFmt<CW_Q5_K>>(r, u, p, v);
     }
     DEV static void load(const uint8_t *row, size_t, int64_t u, float (&v)[U])
     {
@@ -582,10 +586,7 @@ template <> struct WFmt<CW_Q6_K> {
     }
     DEV static void piece(const Raw &r, int64_t u, int p, float (&v)[PW])
     {
-        uint32_t w[2];
-        fields(r, u, p, w);
-        bytes_to_f(w[0], 32.0f, v);
-        bytes_to_f(w[1], 32.0f, v + 4);
+        piece_of_fields<WFmt<CW_Q6_K>>(r, u, p, v);
     }
     // INT path: the 6-bit q per byte (as piece() assembles it), b = -32 a.
     DEV static int xkind(int) { return XK_BYTE6; }
@@ -601,18 +602,7 @@ template <> struct WFmt<CW_Q6_K> {
     }
     DEV static void ipiece(const Raw &r, int64_t u, int p, float (&v)[PW])
     {
-        const int q = (int)(u & 3);
-        const int lshift = (q >> 1) * 4, hshift = 2 * q;
-        const uint4 &l = p < 2 ? r.la : r.lb;
-        const uint4 &h = p < 2 ? r.ha : r.hb;
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const uint32_t lo = (word_at(l, 2 * (p & 1) + i) >> lshift) & 0x0F0F0F0Fu;
-            const uint32_t hi = ((word_at(h, 2 * (p & 1) + i) >> hshift) & 0x03030303u) << 4;
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                v[4 * i + j] = sub_field<XK_BYTE6>(lo | hi, j);
-        }
+        ipiece_of_fields<WFmt<CW_Q6_K>>(r, u, p, v);
     }
     DEV static void load(const uint8_t *row, size_t soff, int64_t u, float (&v)[U])
     {
