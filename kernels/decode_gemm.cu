@@ -380,6 +380,7 @@ template <int F> struct QStage {
                 ap = a[q];
                 bp = b[q];
             }
+            float v[8];
             if constexpr (dg_field_decode(F)) {
                 // Field q (at most 6 bits) under 0.5's bits: m = 0.5 +
                 // q / 256, one byte permute an element; then one FMA,
@@ -389,20 +390,15 @@ template <int F> struct QStage {
                 const float B = __fsub_rn(W::HAS_B ? bp : 0.0f, __fmul_rn(ap, 128.0f + (float)W::FIELD_OFF));
                 uint32_t w[2];
                 W::fields(r, u, p, w);
-                float v[8];
 #pragma unroll
                 for (int e = 0; e < 8; e++)
                     v[e] = __fmaf_rn(A, __uint_as_float(__byte_perm(w[e >> 2], 0x3F00u, 0x5044u | (e & 3) << 8)), B);
-                __nv_bfloat162 h[4] = {__floats2bfloat162_rn(v[0], v[1]), __floats2bfloat162_rn(v[2], v[3]),
-                                       __floats2bfloat162_rn(v[4], v[5]), __floats2bfloat162_rn(v[6], v[7])};
-                *reinterpret_cast<uint4 *>(dst + unit * W::U + p * 8) = *reinterpret_cast<const uint4 *>(h);
-                continue;
-            }
-            float v[8];
-            W::piece(r, u, p, v);
+            } else {
+                W::piece(r, u, p, v);
 #pragma unroll
-            for (int e = 0; e < 8; e++)
-                v[e] = W::HAS_B ? __fadd_rn(__fmul_rn(ap, v[e]), bp) : __fmul_rn(ap, v[e]);
+                for (int e = 0; e < 8; e++)
+                    v[e] = W::HAS_B ? __fadd_rn(__fmul_rn(ap, v[e]), bp) : __fmul_rn(ap, v[e]);
+            }
             __nv_bfloat162 h[4] = {__floats2bfloat162_rn(v[0], v[1]), __floats2bfloat162_rn(v[2], v[3]),
                                    __floats2bfloat162_rn(v[4], v[5]), __floats2bfloat162_rn(v[6], v[7])};
             *reinterpret_cast<uint4 *>(dst + unit * W::U + p * 8) = *reinterpret_cast<const uint4 *>(h);
