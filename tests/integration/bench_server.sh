@@ -25,9 +25,10 @@ check "tokens received == requested (ignore_eos), prompt tokens exact" \
 check "rates: req/s and tok/s from the level's wall time" \
   jq -e 'def near(a; b): ((a - b) | fabs) <= 1e-6 * (b | fabs) + 1e-9; .levels | all(.duration_s > 0 and near(.requests_s; .ok / .duration_s) and near(.tok_s; .tokens_received / .duration_s))' "$T/s.json"
 # An ITL may be 0: two tokens' events can arrive in one read when the
-# server is fast (the CPU fast path on memra-tiny) and the client busy.
+# server is fast (the CPU fast path on memra-tiny) and the client busy; so
+# may a request's TPOT, when all its text came in one read (not every one's).
 check "TTFT, ITL, TPOT, e2e: min <= p50 <= p90 <= p99 <= max, one TTFT per request" \
-  jq -e '.levels | all(. as $l | [.ttft_ms, .itl_ms, .tpot_ms, .e2e_ms] | all(.n > 0 and .min >= 0 and .min <= .p50 and .p50 <= .p90 and .p90 <= .p99 and .p99 <= .max)) and all(.ttft_ms.min > 0 and .tpot_ms.min > 0 and .e2e_ms.min > 0 and .ttft_ms.n == .ok and .e2e_ms.n == .ok and .ttft_ms.max <= .e2e_ms.max)' "$T/s.json"
+  jq -e '.levels | all(. as $l | [.ttft_ms, .itl_ms, .tpot_ms, .e2e_ms] | all(.n > 0 and .min >= 0 and .min <= .p50 and .p50 <= .p90 and .p90 <= .p99 and .p99 <= .max)) and all(.ttft_ms.min > 0 and .e2e_ms.min > 0 and .ttft_ms.n == .ok and .e2e_ms.n == .ok and .ttft_ms.max <= .e2e_ms.max) and any(.tpot_ms.max > 0)' "$T/s.json"
 check "cold TTFT measured" jq -e '.cold_ttft_ms > 0' "$T/s.json"
 # warm-up (1) + cold (1) + 2 + 8 requests of 8 tokens and 16 prompt tokens each
 check "the server counted what the client says it got" bash -c "
