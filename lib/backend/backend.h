@@ -81,6 +81,42 @@ typedef struct {
     bk_act act;
 } bk_moe;
 
+/* A gated DeltaNet layer's token mixer after its input projections
+ * (qwen3_5's linear-attention layers), over each row's sequence state
+ * (kv_seq.state_slot; the state of a row at position 0 starts from zero):
+ *   1. a causal depthwise conv of kernel conv_k over each channel of
+ *      qkv = [q | k | v], its last conv_k - 1 inputs kept in the state,
+ *      then SiLU;
+ *   2. q and k L2-normalized per head (x / sqrt(sum x^2 + 1e-6)), q then
+ *      times k_dim^-1/2; value head h reads q/k head h / (n_v / n_k), or
+ *      h % n_k when the value heads are tiled (llama.cpp's GGUF order);
+ *   3. per value head, g = -exp(A_log) softplus(alpha + dt_bias) and
+ *      beta = sigmoid(beta_in); the state S [k_dim][v_dim] decays by e^g,
+ *      then S += k (beta (v - S^T k))^T, and o = S^T q;
+ *   4. o = rmsnorm(o) * norm * silu(z) per value head.
+ * A sequence's rows run in order; rows of different sequences never
+ * meet, so a row's result does not depend on the rest of the step. */
+typedef struct {
+    size_t state_off;      /* floats into a sequence's state slot where this layer's begins */
+    int n_k_heads, n_v_heads, k_dim, v_dim, conv_k;
+    int tiled;                /* value head h reads key head h % n_k_heads */
+    const bk_weight *conv;    /* [conv_dim][conv_k], conv_dim = 2 n_k_heads k_dim + n_v_heads v_dim */
+    const bk_weight *dt_bias; /* [n_v_heads] */
+    const bk_weight *a;       /* [n_v_heads]: A_log when a_is_log, else -exp(A_log) (GGUF) */
+    int a_is_log;
+    const bk_weight *norm;    /* [v_dim] */
+    float eps;
+} bk_delta;
+
+/* Floats of recurrent state one bk_delta layer keeps per sequence: the
+ * conv window [conv_k - 1][conv_dim], then S [n_v_heads][k_dim][v_dim]. */
+static inline size_t bk_delta_state_floats(int n_k_heads, int n_v_heads, int k_dim, int v_dim,
+                                           int conv_k)
+{
+    size_t conv_dim = 2 * (size_t)n_k_heads * (size_t)k_dim + (size_t)n_v_heads * (size_t)v_dim;
+    return (size_t)(conv_k - 1) * conv_dim + (size_t)n_v_heads * (size_t)k_dim * (size_t)v_dim;
+}
+
 /* Sampling on the device as the last part of a step (bk_step.sample):
  * backend_ops.sample's request, run by the backend after the step's ops,
  * so a graphed step replays the forward and the sampling as one graph.
@@ -175,6 +211,18 @@ typedef struct {
     void (*ffn_moe)(backend *b, const bk_moe *m, const float *x, int n, float *out);
     /* x[i] += y[i] for n floats. */
     void (*add)(backend *b, float *x, const float *y, size_t n);
+    /* x [n][x_cols] *= sigmoid(g): g is [n][x_cols] (elementwise) or
+     * [n][1] (one gate per row). */
+    void (*mul_sigmoid)(backend *b, float *x, const float *g, int n, int64_t x_cols,
+                        int64_t g_cols);
+    /* Each row of x holds n_heads heads of a_dim then b_dim values; a gets
+     * the first parts [n][n_heads * a_dim], b the second [n][n_heads * b_dim]. */
+    void (*split_heads)(backend *b, const float *x, int n, int n_heads, int a_dim, int b_dim,
+                        float *a, float *bo);
+    /* The gated DeltaNet mixer (bk_delta): qkv [n][conv_dim], z [n][n_v *
+     * v_dim], beta_in and alpha [n][n_v] -> out [n][n_v * v_dim]. */
+    void (*delta_net)(backend *b, const bk_delta *d, const bk_batch *rows, const float *qkv,
+                      const float *z, const float *beta_in, const float *alpha, float *out);
     /* x = cap * tanh(x / cap) for n floats. */
     void (*softcap)(backend *b, float *x, size_t n, float cap);
 

@@ -106,6 +106,8 @@ void kv_cache_free(kv_cache *c)
 {
     free(c->k);
     free(c->v);
+    free(c->state);
+    free(c->free_slots);
     free(c->free_blocks);
     free(c->refs);
     kv_prefix_free(c->prefix);
@@ -118,10 +120,40 @@ uint64_t kv_cache_bytes(const kv_cache *c)
            (uint64_t)c->row_bytes;
 }
 
+int kv_cache_enable_state(kv_cache *c, int n_slots, size_t floats_per_slot, int host,
+                          memra_err *err)
+{
+    if (n_slots <= 0 || floats_per_slot == 0)
+        return memra_fail(err, "recurrent state: %d slots of %zu floats must both be positive",
+                          n_slots, floats_per_slot);
+    double bytes = (double)n_slots * (double)floats_per_slot * 4.0;
+    if (bytes > (double)(SIZE_MAX / 4))
+        return memra_fail(err, "recurrent state: %.0f bytes is too large", bytes);
+    if (host) {
+        c->state = calloc((size_t)n_slots * floats_per_slot, sizeof(float));
+        if (!c->state)
+            return memra_fail(err, "recurrent state: cannot allocate %.0f bytes (%d sequences "
+                              "x %zu floats)", bytes, n_slots, floats_per_slot);
+    }
+    c->n_state_slots = n_slots;
+    c->state_floats = floats_per_slot;
+    c->free_slots = xmalloc((size_t)n_slots * sizeof *c->free_slots);
+    for (int i = 0; i < n_slots; i++)
+        c->free_slots[i] = n_slots - 1 - i;
+    c->n_free_slots = n_slots;
+    return 0;
+}
+
+uint64_t kv_cache_state_bytes(const kv_cache *c)
+{
+    return (uint64_t)c->n_state_slots * (uint64_t)c->state_floats * 4u;
+}
+
 void kv_seq_init(kv_seq *s, kv_cache *c)
 {
     memset(s, 0, sizeof *s);
     s->cache = c;
+    s->state_slot = -1;
 }
 
 void kv_seq_free(kv_seq *s)
@@ -178,7 +210,8 @@ static void ensure_cap(kv_seq *s, int64_t need)
 int64_t kv_seq_adopt(kv_seq *s, uint64_t ns, const int32_t *tokens, int64_t n, int64_t granule)
 {
     kv_cache *c = s->cache;
-    if (!c->prefix || s->n_blocks || granule <= 0 || granule % c->block_size)
+    if (!c->prefix || c->state_floats || s->n_blocks || granule <= 0 ||
+        granule % c->block_size)
         return 0;
     int bs = c->block_size;
     int64_t limit = (n - 1) / granule * granule / bs; /* blocks, leaving a token to compute */
@@ -209,7 +242,7 @@ int64_t kv_seq_adopt(kv_seq *s, uint64_t ns, const int32_t *tokens, int64_t n, i
 void kv_seq_publish(kv_seq *s, uint64_t ns, const int32_t *tokens, int64_t n)
 {
     kv_cache *c = s->cache;
-    if (!c->prefix)
+    if (!c->prefix || c->state_floats)
         return;
     int bs = c->block_size;
     if (n > s->n_tokens)
@@ -229,13 +262,19 @@ int kv_seq_reserve(kv_seq *s, int64_t n_tokens, memra_err *err)
     if (n_tokens < 0)
         return memra_fail(err, "KV cache: cannot reserve %" PRId64 " tokens", n_tokens);
     int64_t need = (n_tokens + c->block_size - 1) / c->block_size;
-    if (need <= s->n_blocks)
+    int slot = c->state_floats && s->state_slot < 0 && n_tokens > 0;
+    if (need <= s->n_blocks && !slot)
         return 0;
-    int64_t more = need - s->n_blocks;
+    int64_t more = need > s->n_blocks ? need - s->n_blocks : 0;
     if (more > kv_cache_available(c))
         return memra_fail(err, "KV cache full: %" PRId64 " tokens need %" PRId64 " more blocks "
                           "of %d tokens, %d of %d free", n_tokens, more, c->block_size,
                           kv_cache_available(c), c->n_blocks);
+    if (slot && c->n_free_slots == 0)
+        return memra_fail(err, "recurrent state: all %d sequence slots are taken (one per "
+                          "sequence the engine was sized for)", c->n_state_slots);
+    if (slot)
+        s->state_slot = c->free_slots[--c->n_free_slots];
     ensure_cap(s, need);
     while (s->n_blocks < need)
         s->blocks[s->n_blocks++] = take_block(c);
@@ -247,6 +286,14 @@ void kv_seq_truncate(kv_seq *s, int64_t n_tokens)
     kv_cache *c = s->cache;
     if (n_tokens < 0)
         n_tokens = 0;
+    if (c->state_floats) {
+        /* the state sums every position: it can only be dropped whole */
+        MEMRA_ASSERT(n_tokens == 0 || n_tokens >= s->n_tokens);
+        if (n_tokens == 0 && s->state_slot >= 0) {
+            c->free_slots[c->n_free_slots++] = s->state_slot;
+            s->state_slot = -1;
+        }
+    }
     int64_t keep = (n_tokens + c->block_size - 1) / c->block_size;
     while (s->n_blocks > keep)
         release_block(c, s->blocks[--s->n_blocks]);

@@ -43,6 +43,13 @@ typedef struct {
     int n_free;
     int *refs;          /* [n_blocks] sequences holding each block */
     kv_prefix *prefix;  /* the prefix index, NULL when off (kv_cache_enable_prefix) */
+    /* Recurrent state (kv_cache_enable_state): a slot of state_floats f32
+     * values for each sequence that holds tokens, beside its blocks. */
+    int n_state_slots;
+    size_t state_floats;   /* per slot; 0: the model has no recurrent layers */
+    float *state;          /* [n_state_slots][state_floats]; NULL: the backend keeps it */
+    int *free_slots;       /* stack of free slot ids */
+    int n_free_slots;
 } kv_cache;
 
 typedef struct {
@@ -50,6 +57,7 @@ typedef struct {
     int *blocks;        /* block table: logical block -> physical block */
     int n_blocks, cap;
     int64_t n_tokens;   /* positions [0, n_tokens) hold valid K/V */
+    int state_slot;     /* its recurrent state slot, -1 when it holds none */
 } kv_seq;
 
 const char *kv_type_name(kv_type t); /* "f32", "f16", "bf16", "q8_0" ("default") */
@@ -69,6 +77,19 @@ int kv_cache_init(kv_cache *c, kv_type type, int n_layers, int64_t kv_dim, int b
 int kv_cache_init_tables(kv_cache *c, kv_type type, int n_layers, int64_t kv_dim,
                          int block_size, int n_blocks, memra_err *err);
 void kv_cache_free(kv_cache *c);
+/* Give each sequence a recurrent state of floats_per_slot f32 values (a
+ * hybrid model's conv and delta-rule state, every recurrent layer's
+ * together), for at most n_slots sequences at once: a sequence takes a slot
+ * when it first reserves positions and gives it back when cut to 0. The
+ * state is the sum of every position so far, so it cannot be cut back:
+ * such a cache adopts no prefix (kv_seq_adopt returns 0) and truncates
+ * only to 0 or to its length. With host set the slots are host memory
+ * (state); else a device backend keeps them (kv_prepare). Fails on absurd
+ * sizes or when the memory cannot be had, naming the bytes. */
+int kv_cache_enable_state(kv_cache *c, int n_slots, size_t floats_per_slot, int host,
+                          memra_err *err);
+/* Bytes of recurrent state (every slot, wherever it is kept). */
+uint64_t kv_cache_state_bytes(const kv_cache *c);
 /* Bytes of K and V together (wherever they are stored). */
 uint64_t kv_cache_bytes(const kv_cache *c);
 
@@ -94,11 +115,14 @@ int64_t kv_seq_adopt(kv_seq *s, uint64_t ns, const int32_t *tokens, int64_t n, i
 void kv_seq_publish(kv_seq *s, uint64_t ns, const int32_t *tokens, int64_t n);
 
 /* Make room for positions [0, n_tokens): take blocks from the pool as
- * needed. On failure (pool exhausted) nothing is taken. */
+ * needed, and a recurrent state slot when the cache has state and the
+ * sequence none. On failure (pool or slots exhausted) nothing is taken. */
 int kv_seq_reserve(kv_seq *s, int64_t n_tokens, memra_err *err);
 /* Keep positions [0, n_tokens); blocks wholly past them go back. A block
  * cut in part is written again, so it leaves the prefix index; cutting into
- * a block other sequences share is a programming error (aborts). */
+ * a block other sequences share is a programming error (aborts), as is
+ * cutting a sequence with recurrent state to anything but 0 or its length.
+ * Cut to 0, a sequence gives its state slot back. */
 void kv_seq_truncate(kv_seq *s, int64_t n_tokens);
 
 /* Byte offset of the row of position pos of layer `layer`; the position

@@ -240,6 +240,13 @@ static int prefill_rep(void *ctx, double *ms, memra_err *err)
 static int decode_rep(void *ctx, double *ms, memra_err *err)
 {
     engine_run *r = ctx;
+    if (!engine_rewindable(r->e) && engine_seq_pos(r->s) != r->depth) {
+        /* a recurrent state cannot be cut back: fill the context again, untimed */
+        engine_seq_reset(r->s);
+        if (r->depth > 0 &&
+            engine_forward(r->e, r->s, r->tokens, r->depth, NULL, 0, err) != 0)
+            return -1;
+    }
     engine_seq_truncate(r->s, r->depth);
     sampler_reset(r->smp);
     grammars_restart(r->gram, 1);
@@ -319,7 +326,26 @@ typedef struct {
     sampler **smp;   /* [b]: greedy, one per sequence */
     memra_err *row_errs; /* [b] */
     seq_grammar *gram;   /* [b]: the constraint (bench_constrain), or NULL */
+    uint64_t seed;       /* sequence i's prompt is random_tokens(seed + 1 + i) */
 } batch_run;
+
+/* Reset seq and run n_prompt random tokens (random_tokens(seed)) into it. */
+static int fill_prompt(engine *e, engine_seq *seq, int64_t n_prompt, uint64_t seed,
+                       memra_err *err)
+{
+    engine_seq_reset(seq);
+    if (n_prompt == 0)
+        return 0;
+    int32_t *prompt = random_tokens(e, n_prompt, seed);
+    int rc = 0;
+    for (int64_t done = 0; done < n_prompt && rc == 0;) {
+        int step = n_prompt - done > (1 << 20) ? 1 << 20 : (int)(n_prompt - done);
+        rc = engine_forward(e, seq, prompt + done, step, NULL, 0, err);
+        done += step;
+    }
+    free(prompt);
+    return rc;
+}
 
 /* Every step samples each sequence's token greedily (on the device where
  * the backend samples, as memra-serve's batched steps do) and feeds it
@@ -328,6 +354,12 @@ static int decode_batch_rep(void *ctx, double *ms, memra_err *err)
 {
     batch_run *r = ctx;
     for (int i = 0; i < r->b; i++) {
+        if (!engine_rewindable(r->e) && engine_seq_pos(r->seqs[i]) != r->n_prompt) {
+            /* a recurrent state cannot be cut back: prefill again, untimed */
+            engine_seq_reset(r->seqs[i]);
+            if (fill_prompt(r->e, r->seqs[i], r->n_prompt, r->seed + 1 + (uint64_t)i, err) != 0)
+                return -1;
+        }
         engine_seq_truncate(r->seqs[i], r->n_prompt);
         sampler_reset(r->smp[i]);
         r->toks[i] = r->first[i];
@@ -369,23 +401,14 @@ int bench_decode_batch(engine *e, engine_seq *const *seqs, int b, int64_t n_prom
         .smp = xcalloc((size_t)b, sizeof(sampler *)),
         .row_errs = xcalloc((size_t)b, sizeof(memra_err)),
         .gram = grammars_new(b),
+        .seed = seed,
     };
     int rc = 0;
     for (int i = 0; i < b && rc == 0; i++)
         if (!(r.smp[i] = greedy_sampler(e, err)))
             rc = -1;
-    for (int i = 0; i < b && rc == 0; i++) {
-        engine_seq_reset(seqs[i]);
-        if (n_prompt == 0)
-            continue;
-        int32_t *prompt = random_tokens(e, n_prompt, seed + 1 + (uint64_t)i);
-        for (int64_t done = 0; done < n_prompt && rc == 0;) {
-            int step = n_prompt - done > (1 << 20) ? 1 << 20 : (int)(n_prompt - done);
-            rc = engine_forward(e, seqs[i], prompt + done, step, NULL, 0, err);
-            done += step;
-        }
-        free(prompt);
-    }
+    for (int i = 0; i < b && rc == 0; i++)
+        rc = fill_prompt(e, seqs[i], n_prompt, seed + 1 + (uint64_t)i, err);
     if (rc == 0)
         rc = bench_repeat(decode_batch_rep, &r, warmup, reps, out, err);
     for (int i = 0; i < b; i++) {

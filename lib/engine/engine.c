@@ -105,6 +105,7 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
         .kv_type = e->opts.kv_type,
         .kv_block_size = e->opts.kv_block_size,
         .kv_blocks = (int)pool_blocks,
+        .state_slots = eo.n_seqs,
     };
     if (model_init(&e->m, c, &e->binding, ck->format, e->bk, &mo, err) != 0) {
         memra_wrap(err, "%s", ck->path);
@@ -240,6 +241,8 @@ void engine_seq_truncate(engine_seq *s, int64_t n)
 }
 
 int64_t engine_seq_pos(const engine_seq *s) { return s->kv.n_tokens; }
+
+int engine_rewindable(const engine *e) { return e->m.state_floats == 0; }
 
 /* One model_forward, told to the backend first (step_begin / step_end),
  * which may replay it from a captured graph (a decode step) or pick

@@ -83,6 +83,11 @@ void engine_seq_free(engine_seq *s);
 void engine_seq_reset(engine_seq *s);
 /* Keep the first n tokens (n <= pos), e.g. to drop rejected draft tokens. */
 void engine_seq_truncate(engine_seq *s, int64_t n);
+/* Whether a sequence can be cut back to any position (engine_seq_truncate
+ * with 0 < n < its length): not for a model with recurrent layers
+ * (qwen3_5), whose state sums every position so far; such a sequence is
+ * only ever reset. */
+int engine_rewindable(const engine *e);
 /* Tokens in the sequence: the position the next token takes. */
 int64_t engine_seq_pos(const engine_seq *s);
 

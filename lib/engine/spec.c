@@ -117,6 +117,15 @@ static void emit(spec_run *r, int32_t id)
     }
 }
 
+int spec_target_check(const engine *e, memra_err *err)
+{
+    if (!engine_rewindable(e))
+        return memra_fail(err, "speculative decoding needs a model whose sequences can be cut "
+                          "back; the %s family's recurrent layers cannot be yet",
+                          family_name(engine_config(e)->family));
+    return 0;
+}
+
 int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const int32_t *ctx,
                int64_t n, int k, spec_rng *rng, spec_scratch *scratch, float *logits,
                spec_round_result *out, memra_err *err)
@@ -169,7 +178,7 @@ int spec_generate(engine *e, const tokenizer *t, spec_drafter *d, const int32_t 
     memset(out, 0, sizeof *out);
     out->n_prompt = n_prompt;
     out->finish = GEN_FINISH_LENGTH;
-    if (check_params(p, err) != 0)
+    if (check_params(p, err) != 0 || spec_target_check(e, err) != 0)
         return -1;
     int64_t n_ctx = engine_n_ctx(e);
     size_t vocab = (size_t)engine_config(e)->n_vocab;

@@ -238,6 +238,10 @@ int spec_drafter_model_new(engine *draft, int32_t n_allowed, const spec_trim *tr
     const model_config *c = engine_config(draft);
     if (trim && trim->draft != draft)
         return memra_fail(err, "a trimmed head made for another draft engine");
+    if (!engine_rewindable(draft))
+        return memra_fail(err, "a draft model whose sequences cannot be cut back (the %s "
+                          "family's recurrent layers) cannot draft yet",
+                          family_name(c->family));
     draft_model *dm = xcalloc(1, sizeof *dm);
     dm->e = draft;
     dm->n_ctx = engine_n_ctx(draft);

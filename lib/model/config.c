@@ -126,6 +126,11 @@ static int config_validate(const model_config *c, const char *what, memra_err *e
                           (int)c->rope_scaling.kind);
     }
     const model_family_desc *fam = family_desc(c->family);
+    if (c->rope_dim && (!fam->partial_rope || c->rope_dim < 2 || c->rope_dim % 2 ||
+                        c->rope_dim > c->head_dim))
+        return memra_fail(err, "%s: RoPE over %" PRId64 " of %" PRId64 " head dims (partial "
+                          "rotary) is not supported for %s", what, c->rope_dim, c->head_dim,
+                          fam->name);
     if (fam->validate && fam->validate(c, what, err) != 0)
         return -1;
     if (c->sliding_window < 0 || c->sliding_window > CONFIG_MAX_CTX)
@@ -487,9 +492,7 @@ int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err)
         return memra_fail(err, "%s: %s.attention.value_length %" PRId64 " differs from key_length "
                           "%" PRId64 " (not supported)", g.what, arch, vlen, c.head_dim);
     if (rope_dims >= 0 && rope_dims != c.head_dim)
-        return memra_fail(err, "%s: %s.rope.dimension_count %" PRId64 " differs from the head "
-                          "size %" PRId64 " (partial RoPE is not supported)", g.what, arch,
-                          rope_dims, c.head_dim);
+        c.rope_dim = rope_dims; /* config_validate says whether the family turns part */
     c.rope_theta = 10000.0;
     if (cfg_gguf_num(&g, "attention.layer_norm_rms_epsilon", 1, 1, &c.norm_eps, err) ||
         cfg_gguf_num(&g, "rope.freq_base", 1, 0, &c.rope_theta, err))
@@ -606,7 +609,7 @@ void config_to_gguf(const model_config *c, gguf_writer *w)
     cfg_gguf_set_u32(w, arch, "attention.head_count_kv", c->n_kv_heads);
     cfg_gguf_set_u32(w, arch, "attention.key_length", c->head_dim);
     cfg_gguf_set_u32(w, arch, "attention.value_length", c->head_dim);
-    cfg_gguf_set_u32(w, arch, "rope.dimension_count", c->head_dim);
+    cfg_gguf_set_u32(w, arch, "rope.dimension_count", config_rope_dim(c));
     cfg_gguf_set_f32(w, arch, "attention.layer_norm_rms_epsilon", c->norm_eps);
     cfg_gguf_set_f32(w, arch, "rope.freq_base", c->rope_theta);
     char key[256];

@@ -64,6 +64,15 @@ typedef struct {
     double query_pre_attn_scalar;
     double attn_softcap, final_softcap; /* 0 = none */
 
+    /* qwen3_5: gated DeltaNet (linear attention) layers among full attention ones */
+    int64_t full_attn_interval; /* layer l attends in full when (l + 1) % it == 0; 0: all do */
+    int64_t rope_dim;           /* head dims RoPE turns (partial rotary); 0: head_dim */
+    int64_t rope_sections[4];   /* M-RoPE sections in pairs (text positions ignore them) */
+    int64_t lin_conv_k;         /* linear_conv_kernel_dim */
+    int64_t lin_n_k_heads, lin_n_v_heads; /* linear_num_{key,value}_heads */
+    int64_t lin_k_dim, lin_v_dim;         /* linear_{key,value}_head_dim */
+    int attn_out_gate;          /* q_proj emits [q | gate] per head; out *= sigmoid(gate) */
+
     int64_t bos_id, eos_id; /* -1 when the config does not say */
 
     /* What the checkpoint says it is for, with llama.cpp's pooling_type
@@ -76,6 +85,18 @@ typedef struct {
 
 enum { MODEL_POOL_NONE = 0, MODEL_POOL_MEAN = 1, MODEL_POOL_CLS = 2, MODEL_POOL_LAST = 3,
        MODEL_POOL_RANK = 4 };
+
+/* Whether layer l is a recurrent (gated DeltaNet) layer, not attention. */
+static inline int config_layer_recurrent(const model_config *c, int64_t l)
+{
+    return c->full_attn_interval > 0 && (l + 1) % c->full_attn_interval != 0;
+}
+
+/* The head dims RoPE turns (rope_dim, else all of head_dim). */
+static inline int64_t config_rope_dim(const model_config *c)
+{
+    return c->rope_dim > 0 ? c->rope_dim : c->head_dim;
+}
 
 /* From the family's descriptor (families.c); "?" for no family. */
 const char *family_name(model_family f);      /* "llama", "qwen3_moe" ... */

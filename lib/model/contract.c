@@ -1,6 +1,7 @@
 #include "model/contract.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,15 @@ static const char *const role_names[ROLE_COUNT] = {
     [ROLE_MOE_GATE_EXPS] = "moe_gate_exps",
     [ROLE_MOE_UP_EXPS] = "moe_up_exps",
     [ROLE_MOE_DOWN_EXPS] = "moe_down_exps",
+    [ROLE_SSM_QKV] = "ssm_qkv",
+    [ROLE_SSM_Z] = "ssm_z",
+    [ROLE_SSM_BETA] = "ssm_beta",
+    [ROLE_SSM_ALPHA] = "ssm_alpha",
+    [ROLE_SSM_CONV] = "ssm_conv",
+    [ROLE_SSM_DT_BIAS] = "ssm_dt_bias",
+    [ROLE_SSM_A] = "ssm_a",
+    [ROLE_SSM_NORM] = "ssm_norm",
+    [ROLE_SSM_OUT] = "ssm_out",
 };
 
 const char *role_name(tensor_role r)
@@ -83,7 +93,17 @@ const char *role_group(tensor_role r)
     case ROLE_ATTN_POST_NORM:
     case ROLE_FFN_NORM:
     case ROLE_FFN_POST_NORM:
+    case ROLE_SSM_NORM:
         return "norms";
+    case ROLE_SSM_QKV:
+    case ROLE_SSM_Z:
+    case ROLE_SSM_BETA:
+    case ROLE_SSM_ALPHA:
+    case ROLE_SSM_CONV:
+    case ROLE_SSM_DT_BIAS:
+    case ROLE_SSM_A:
+    case ROLE_SSM_OUT:
+        return "recurrent";
     case ROLE_COUNT:
         break;
     }
@@ -137,10 +157,17 @@ static void add_entry(tensor_contract *k, tensor_role role, int layer, const cha
     e->n_dims = n_dims;
     for (int i = 0; i < n_dims; i++)
         e->shape[i] = shape[i];
+    if ((flags & CE_HF_MID1) && k->naming == CKPT_HF && n_dims == 2) {
+        e->n_dims = 3;
+        e->shape[2] = shape[1];
+        e->shape[1] = 1;
+    }
     e->optional = (flags & CE_OPTIONAL) != 0;
     e->generated = (flags & CE_GENERATED) != 0;
     if (flags & CE_NORM_SHIFT)
         e->xform = XFORM_NORM_SHIFT;
+    else if (flags & CE_NEG_EXP)
+        e->xform = XFORM_NEG_EXP;
     else if (flags & CE_ROPE_PERMUTE)
         e->xform = XFORM_ROPE_PERMUTE;
     e->xform_heads = (flags & CE_ROPE_PERMUTE) ? xform_heads : 0;
@@ -157,6 +184,15 @@ void contract_add_2d(tensor_contract *k, tensor_role role, int layer, const char
 {
     int64_t shape[2] = {rows, cols};
     add_entry(k, role, layer, gguf_name, -1, 2, shape, flags, xform_heads);
+}
+
+void contract_set_vtile(tensor_contract *k, int n_k, int n_v, int64_t offset, int64_t width,
+                        int cols)
+{
+    MEMRA_ASSERT(k->n > 0);
+    if (n_k == n_v)
+        return;
+    k->entries[k->n - 1].vtile = (tensor_vtile){n_k, n_v, offset, width, cols};
 }
 
 void contract_add_experts(tensor_contract *k, tensor_role role, int layer,
@@ -301,6 +337,19 @@ static int same_shape(const contract_entry *e, const tensor_view *t)
     return 1;
 }
 
+/* A tensor an HF checkpoint may carry that is not run: rotary tables, and
+ * what the family lists (a vision tower, an MTP block). */
+static int hf_ignored(model_family f, const char *name)
+{
+    if (tensor_name_hf_is_ignorable(name))
+        return 1;
+    const model_family_desc *d = family_desc(f);
+    for (size_t i = 0; i < d->n_hf_ignored; i++)
+        if (strncmp(name, d->hf_ignored[i], strlen(d->hf_ignored[i])) == 0)
+            return 1;
+    return 0;
+}
+
 int contract_bind(const model_config *c, checkpoint_format naming, const tensor_view *t, int n,
                   contract_binding *out, memra_err *err)
 {
@@ -313,7 +362,7 @@ int contract_bind(const model_config *c, checkpoint_format naming, const tensor_
     for (int i = 0; i < n; i++) {
         const tensor_view *v = &t[i];
         const char *name = v->name ? v->name : "";
-        if (naming == CKPT_HF && tensor_name_hf_is_ignorable(name)) {
+        if (naming == CKPT_HF && hf_ignored(c->family, name)) {
             out->n_ignored++;
             continue;
         }
@@ -426,6 +475,24 @@ int transform_rope_permute(const float *src, float *dst, int64_t rows, int64_t c
     return 0;
 }
 
+void transform_vtile(const tensor_vtile *t, const float *src, float *dst, int64_t rows,
+                     int64_t cols, int inverse)
+{
+    memcpy(dst, src, (size_t)(rows * cols) * sizeof *dst);
+    int r = t->n_v / t->n_k;
+    for (int64_t p = 0; p < t->n_v; p++) {
+        int64_t hf = (p % t->n_k) * r + p / t->n_k; /* GGUF head p is HF head hf */
+        int64_t to = t->offset + (inverse ? hf : p) * t->width;
+        int64_t from = t->offset + (inverse ? p : hf) * t->width;
+        if (!t->cols) {
+            memcpy(dst + to * cols, src + from * cols, (size_t)(t->width * cols) * sizeof *dst);
+            continue;
+        }
+        for (int64_t i = 0; i < rows; i++)
+            memcpy(dst + i * cols + to, src + i * cols + from, (size_t)t->width * sizeof *dst);
+    }
+}
+
 void transform_norm_shift(const float *src, float *dst, int64_t n, float shift)
 {
     for (int64_t i = 0; i < n; i++)
@@ -441,9 +508,26 @@ int contract_transform(const contract_entry *e, int to_gguf, const float *src, f
     if (n_elements != want)
         return memra_fail(err, "tensor '%s': %" PRId64 " values, expected %" PRId64, e->name,
                           n_elements, want);
+    if (e->vtile.n_k > 0) {
+        /* the tiling and a value transform commute: tile, then transform in place */
+        int64_t rows = e->shape[0], cols = n_elements / rows;
+        const tensor_vtile *t = &e->vtile;
+        int64_t span = t->offset + (int64_t)t->n_v * t->width;
+        if (t->n_k <= 0 || t->n_v % t->n_k || span > (t->cols ? cols : rows))
+            return memra_fail(err, "tensor '%s': %d value heads of %" PRId64 " do not fit its "
+                              "%" PRId64 " x %" PRId64 " values", e->name, t->n_v, t->width,
+                              rows, cols);
+        transform_vtile(t, src, dst, rows, cols, !to_gguf);
+        src = dst;
+    }
     switch (e->xform) {
     case XFORM_NONE:
-        memcpy(dst, src, (size_t)n_elements * sizeof *dst);
+        if (src != dst)
+            memcpy(dst, src, (size_t)n_elements * sizeof *dst);
+        return 0;
+    case XFORM_NEG_EXP:
+        for (int64_t i = 0; i < n_elements; i++)
+            dst[i] = to_gguf ? -expf(src[i]) : logf(-src[i]);
         return 0;
     case XFORM_NORM_SHIFT:
         transform_norm_shift(src, dst, n_elements, to_gguf ? 1.0f : -1.0f);

@@ -47,6 +47,16 @@ typedef enum {
     ROLE_MOE_GATE_EXPS,
     ROLE_MOE_UP_EXPS,
     ROLE_MOE_DOWN_EXPS,
+    /* a gated DeltaNet layer (qwen3_5's linear attention) */
+    ROLE_SSM_QKV,     /* in_proj_qkv [2 n_k k_dim + n_v v_dim][dim] */
+    ROLE_SSM_Z,       /* in_proj_z: the output gate [n_v v_dim][dim] */
+    ROLE_SSM_BETA,    /* in_proj_b [n_v][dim] */
+    ROLE_SSM_ALPHA,   /* in_proj_a [n_v][dim] */
+    ROLE_SSM_CONV,    /* conv1d [conv_dim][conv_k] (HF [conv_dim][1][conv_k]) */
+    ROLE_SSM_DT_BIAS, /* [n_v] */
+    ROLE_SSM_A,       /* [n_v]: HF A_log, GGUF -exp(A_log) */
+    ROLE_SSM_NORM,    /* the gated RMSNorm [v_dim] (plain w, never 1 + w) */
+    ROLE_SSM_OUT,     /* out_proj [dim][n_v v_dim] */
     ROLE_COUNT
 } tensor_role;
 
@@ -65,7 +75,21 @@ typedef enum {
     XFORM_ROPE_PERMUTE,
     /* gemma3 norms: HF stores w and computes x*(1+w); GGUF stores w+1. */
     XFORM_NORM_SHIFT,
+    /* qwen3_5's A: HF stores A_log, GGUF -exp(A_log). */
+    XFORM_NEG_EXP,
 } tensor_xform;
+
+/* qwen3_5's value heads, in llama.cpp's GGUF order: HF groups the n_v
+ * value heads by the key head they read (head h reads key head h / r, r =
+ * n_v / n_k); llama.cpp's converter tiles them (its head p = i_r n_k + i_k
+ * is HF's i_k r + i_r, reading key head p % n_k). Applied to the rows (or,
+ * for cols, the columns) [offset, offset + n_v * width) of a tensor, in
+ * blocks of width. n_k 0: none. */
+typedef struct {
+    int n_k, n_v;
+    int64_t offset, width;
+    int cols;
+} tensor_vtile;
 
 #define CONTRACT_NAME_MAX 96
 
@@ -80,7 +104,14 @@ typedef struct {
     int generated; /* computed from the config, not trained (rope_freqs) */
     tensor_xform xform;
     int xform_heads; /* XFORM_ROPE_PERMUTE: heads of the tensor (n_heads or n_kv_heads) */
+    tensor_vtile vtile; /* value heads tiled in GGUF (applied with xform) */
 } contract_entry;
+
+/* Whether converting between HF and GGUF changes the entry's values. */
+static inline int contract_entry_transforms(const contract_entry *e)
+{
+    return e->xform != XFORM_NONE || e->vtile.n_k > 0;
+}
 
 typedef struct {
     model_family family;
@@ -147,6 +178,10 @@ void contract_bytes_of(const contract_binding *b, const model_config *c, contrac
  * of 2 * n_head. */
 int transform_rope_permute(const float *src, float *dst, int64_t rows, int64_t cols, int n_head,
                            int inverse);
+/* The value-head tiling of a [rows][cols] tensor (t as contract_entry's),
+ * HF -> GGUF order, or back with inverse. */
+void transform_vtile(const tensor_vtile *t, const float *src, float *dst, int64_t rows,
+                     int64_t cols, int inverse);
 /* dst[i] = src[i] + shift (gemma3: +1 to GGUF, -1 back to HF). */
 void transform_norm_shift(const float *src, float *dst, int64_t n, float shift);
 /* Apply an entry's transform to its n_elements values, HF -> GGUF when
@@ -160,6 +195,13 @@ int contract_transform(const contract_entry *e, int to_gguf, const float *src, f
 #define CE_GENERATED 2u
 #define CE_NORM_SHIFT 4u
 #define CE_ROPE_PERMUTE 8u /* with heads given to contract_add_2d/_1d via xform_heads */
+#define CE_NEG_EXP 16u     /* XFORM_NEG_EXP */
+#define CE_HF_MID1 32u     /* HF keeps a 2-d entry as [rows][1][cols] (a depthwise conv) */
+
+/* Set the value-head tiling of the entry just added (nothing when
+ * n_k == n_v). */
+void contract_set_vtile(tensor_contract *k, int n_k, int n_v, int64_t offset, int64_t width,
+                        int cols);
 
 /* gguf_name: the GGUF name ("output_norm.weight") for layer -1, else the
  * suffix after "blk.N." ("attn_q.weight"). */

@@ -106,7 +106,7 @@ static int source_values(produce_ctx *c, const contract_entry *e, int expert, fl
     }
     if (cast_to_f32(v->type, bytes, dst, n, err) != 0)
         return memra_wrap(err, "tensor '%s'", v->name);
-    if (c->src_naming == CKPT_GGUF && e->xform != XFORM_NONE) {
+    if (c->src_naming == CKPT_GGUF && contract_entry_transforms(e)) {
         /* undo what HF -> GGUF did; the source's entry has the transform */
         int si = contract_index(&c->src->contract, e->role, e->layer, -1);
         if (si < 0)
@@ -131,9 +131,13 @@ static void random_values(const produce_ctx *c, const contract_entry *e, int exp
                   r == ROLE_FFN_POST_NORM;
     int is_bias = r == ROLE_ATTN_Q_BIAS || r == ROLE_ATTN_K_BIAS || r == ROLE_ATTN_V_BIAS ||
                   r == ROLE_ATTN_O_BIAS;
-    if (is_norm || is_bias) {
-        /* A norm that adds 1 to its weight (gemma3) is neutral at 0. */
-        float v = is_bias ? 0.0f : (family_desc(c->cfg->family)->norm_adds_one ? 0.0f : 1.0f);
+    if (is_norm || is_bias || r == ROLE_SSM_NORM) {
+        /* A norm that adds 1 to its weight (gemma3) is neutral at 0; the
+         * DeltaNet's gated norm is a plain one whatever the family. */
+        float v = is_bias ? 0.0f
+                          : (family_desc(c->cfg->family)->norm_adds_one && r != ROLE_SSM_NORM)
+                                ? 0.0f
+                                : 1.0f;
         for (int64_t i = 0; i < n; i++)
             dst[i] = v;
         return;
@@ -144,8 +148,11 @@ static void random_values(const produce_ctx *c, const contract_entry *e, int exp
     snprintf(key, sizeof key, "%d/%d/%d", (int)e->role, e->layer, expert);
     rng_state rng;
     rng_seed(&rng, c->seed, rng_hash_str(key));
+    /* a depthwise conv has a few taps a channel: weights as large as
+     * transformers' default init gives them (kaiming, ~ 1 / sqrt(taps)) */
+    float sd = r == ROLE_SSM_CONV ? 0.3f : 0.02f;
     for (int64_t i = 0; i < n; i++)
-        dst[i] = 0.02f * rng_normal(&rng);
+        dst[i] = sd * rng_normal(&rng);
 }
 
 /* Whether an entry can be written straight from the source bytes. */
@@ -154,7 +161,7 @@ static const tensor_view *passthrough_view(const produce_ctx *c, const contract_
 {
     if (!c->src || e->generated)
         return NULL;
-    if (e->xform != XFORM_NONE && c->src_naming != c->dst_naming)
+    if (contract_entry_transforms(e) && c->src_naming != c->dst_naming)
         return NULL;
     if (role_is_expert(e->role) && c->src_naming != c->dst_naming)
         return NULL;
@@ -188,7 +195,7 @@ static int produce_one(produce_ctx *c, out_tensor *o, memra_err *err)
             else
                 random_values(c, e, expert, vals + per * p, per);
         }
-        if (rc == 0 && c->dst_naming == CKPT_GGUF && e->xform != XFORM_NONE) {
+        if (rc == 0 && c->dst_naming == CKPT_GGUF && contract_entry_transforms(e)) {
             float *tmp = xmalloc((size_t)n * sizeof(float));
             rc = contract_transform(e, 1, vals, tmp, n, err);
             free(vals);

@@ -100,6 +100,8 @@ struct model_family_desc {
      * else a sliding_window applies to every layer. */
     int sliding_pattern;
     int moe; /* routed experts in place of the dense FFN */
+    int partial_rope; /* RoPE may turn only the first rope_dim dims of a head */
+    int recurrent;    /* some layers are gated DeltaNet layers (config_layer_recurrent) */
 
     /* ---- tensors ---- */
     /* Every tensor of a config of this family (contract.h's helpers). */
@@ -108,6 +110,10 @@ struct model_family_desc {
     size_t n_tensor_names;
     const family_hf_prefix *hf_prefixes;
     size_t n_hf_prefixes;
+    /* HF name prefixes of tensors that are not run (a vision tower, an MTP
+     * block): binding skips them and counts them as ignored. */
+    const char *const *hf_ignored;
+    size_t n_hf_ignored;
 
     /* ---- forward pass ---- */
     model_forward_fn forward; /* the layers; model_forward adds the head */

@@ -23,8 +23,9 @@ static void view_to_weight(const tensor_view *v, bk_weight *w)
         w->rows = 1;
         w->cols = v->shape[0];
     } else {
+        /* [rows][cols], or HF's depthwise conv [rows][1][cols] */
         w->rows = v->shape[0];
-        w->cols = v->shape[1];
+        w->cols = v->shape[v->n_dims - 1];
     }
     w->row_bytes = w->rows > 0 ? (size_t)(v->nbytes / (uint64_t)w->rows) : 0;
     w->data = v->data;
@@ -97,6 +98,15 @@ static int bind_layer(model *m, const contract_binding *b, int l, layer_weights 
         {ROLE_FFN_DOWN, offsetof(layer_weights, ffn_down)},
         {ROLE_FFN_POST_NORM, offsetof(layer_weights, ffn_post_norm)},
         {ROLE_MOE_ROUTER, offsetof(layer_weights, moe_router)},
+        {ROLE_SSM_QKV, offsetof(layer_weights, ssm_qkv)},
+        {ROLE_SSM_Z, offsetof(layer_weights, ssm_z)},
+        {ROLE_SSM_BETA, offsetof(layer_weights, ssm_beta)},
+        {ROLE_SSM_ALPHA, offsetof(layer_weights, ssm_alpha)},
+        {ROLE_SSM_CONV, offsetof(layer_weights, ssm_conv)},
+        {ROLE_SSM_DT_BIAS, offsetof(layer_weights, ssm_dt_bias)},
+        {ROLE_SSM_A, offsetof(layer_weights, ssm_a)},
+        {ROLE_SSM_NORM, offsetof(layer_weights, ssm_norm)},
+        {ROLE_SSM_OUT, offsetof(layer_weights, ssm_out)},
     };
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(plain); i++)
         if (bind_weight(m, b, plain[i].role, l, (bk_weight *)((char *)lw + plain[i].off), err))
@@ -150,12 +160,40 @@ static void setup_layers(model *m)
     model_rope_inv_freq(c, local_theta, 0, m->inv_freq_local, &m->rope_local.attn_factor);
     m->rope_local = (bk_rope){pairing, half, m->inv_freq_local, 1.0f};
 
+    /* partial rotary: the tables cover the dims that turn */
+    m->rope_global.n_freqs = m->rope_local.n_freqs = (int)(config_rope_dim(c) / 2);
+
     float scale = (float)pow((double)c->head_dim, -0.5);
     m->attn = xcalloc((size_t)c->n_layers, sizeof *m->attn);
     m->rope = xcalloc((size_t)c->n_layers, sizeof *m->rope);
+    m->delta = xcalloc((size_t)c->n_layers, sizeof *m->delta);
+    int n_kv = 0;
+    size_t state_off = 0;
     for (int l = 0; l < c->n_layers; l++) {
+        if (config_layer_recurrent(c, l)) {
+            const layer_weights *w = &m->weights.layers[l];
+            bk_delta *d = &m->delta[l];
+            *d = (bk_delta){
+                .state_off = state_off,
+                .n_k_heads = (int)c->lin_n_k_heads,
+                .n_v_heads = (int)c->lin_n_v_heads,
+                .k_dim = (int)c->lin_k_dim,
+                .v_dim = (int)c->lin_v_dim,
+                .conv_k = (int)c->lin_conv_k,
+                .tiled = m->format == CKPT_GGUF, /* llama.cpp's order (contract.h) */
+                .conv = &w->ssm_conv,
+                .dt_bias = &w->ssm_dt_bias,
+                .a = &w->ssm_a,
+                .a_is_log = m->format == CKPT_HF,
+                .norm = &w->ssm_norm,
+                .eps = (float)c->norm_eps,
+            };
+            state_off += bk_delta_state_floats(d->n_k_heads, d->n_v_heads, d->k_dim, d->v_dim,
+                                               d->conv_k);
+            continue;
+        }
         bk_attn *a = &m->attn[l];
-        a->layer = l;
+        a->layer = n_kv++; /* only attention layers keep K and V */
         a->n_heads = (int)c->n_heads;
         a->n_kv_heads = (int)c->n_kv_heads;
         a->head_dim = (int)c->head_dim;
@@ -167,6 +205,8 @@ static void setup_layers(model *m)
             fam->layer_attention(c, l, a, &local);
         m->rope[l] = local ? &m->rope_local : &m->rope_global;
     }
+    m->n_kv_layers = n_kv;
+    m->state_floats = state_off;
 }
 
 static void alloc_state(model *m, int cap)
@@ -189,6 +229,18 @@ static void alloc_state(model *m, int cap)
     s->hb2 = bk->ops->act_alloc(bk, n * ffn);
     s->logits = bk->ops->act_alloc(bk, n * (size_t)c->n_vocab);
     s->host_hidden = xmalloc(n * (size_t)c->dim * sizeof(float));
+    if (c->attn_out_gate) {
+        s->qg = bk->ops->act_alloc(bk, n * 2 * qd);
+        s->gate = bk->ops->act_alloc(bk, n * qd);
+    }
+    if (m->state_floats) {
+        size_t vd = (size_t)(c->lin_n_v_heads * c->lin_v_dim);
+        s->lin_qkv = bk->ops->act_alloc(bk, n * (2 * (size_t)(c->lin_n_k_heads * c->lin_k_dim) + vd));
+        s->lin_z = bk->ops->act_alloc(bk, n * vd);
+        s->lin_o = bk->ops->act_alloc(bk, n * vd);
+        s->lin_b = bk->ops->act_alloc(bk, n * (size_t)c->lin_n_v_heads);
+        s->lin_a = bk->ops->act_alloc(bk, n * (size_t)c->lin_n_v_heads);
+    }
 }
 
 int model_init(model *m, const model_config *c, const contract_binding *b,
@@ -225,10 +277,18 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
      * tables only: no host storage, not even untouched address space. */
     int (*kv_init)(kv_cache *, kv_type, int, int64_t, int, int, memra_err *) =
         bk->ops->kv_prepare ? kv_cache_init_tables : kv_cache_init;
-    if (kv_init(&m->state.kv, o->kv_type, (int)c->n_layers, c->n_kv_heads * c->head_dim,
-                o->kv_block_size, o->kv_blocks, err) != 0) {
+    if (kv_init(&m->state.kv, o->kv_type, m->n_kv_layers, c->n_kv_heads * c->head_dim,
+                o->kv_block_size, o->kv_blocks, err) != 0 ||
+        (m->state_floats &&
+         kv_cache_enable_state(&m->state.kv, o->state_slots > 0 ? o->state_slots : 1,
+                               m->state_floats, !bk->ops->kv_prepare, err) != 0)) {
         model_free(m);
         return -1;
+    }
+    if (m->state_floats && !bk->ops->delta_net) {
+        model_free(m);
+        return memra_fail(err, "model: the %s backend has no gated DeltaNet op (the %s "
+                          "family's recurrent layers)", bk->name, fam->name);
     }
     alloc_state(m, o->cap);
     return 0;
@@ -239,10 +299,12 @@ void model_free(model *m)
     backend *bk = m->bk;
     run_state *s = &m->state;
     if (s->x) {
-        float *acts[] = {s->x, s->xb, s->xb2, s->q, s->k, s->v, s->att, s->hb, s->hb2,
-                         s->logits};
+        float *acts[] = {s->x,  s->xb,     s->xb2,   s->q,     s->k,     s->v,
+                         s->att, s->hb,    s->hb2,   s->logits, s->qg,   s->gate,
+                         s->lin_qkv, s->lin_z, s->lin_o, s->lin_b, s->lin_a};
         for (size_t i = 0; i < MEMRA_ARRAY_LEN(acts); i++)
-            bk->ops->act_free(bk, acts[i]);
+            if (acts[i])
+                bk->ops->act_free(bk, acts[i]);
     }
     free(s->host_hidden);
     kv_cache_free(&s->kv);
@@ -255,6 +317,7 @@ void model_free(model *m)
         free(m->weights.layers);
     }
     free(m->attn);
+    free(m->delta);
     free(m->rope);
     free(m->inv_freq_global);
     free(m->inv_freq_local);
@@ -278,12 +341,34 @@ void model_attention(model *m, int l, const bk_batch *rows, const float *in, flo
     const layer_weights *w = &m->weights.layers[l];
     run_state *s = &m->state;
     const bk_attn *a = &m->attn[l];
-    op->attn_qkv(m->bk, &w->wq, &w->wk, &w->wv, &w->bq, &w->bk, &w->bv, in, rows->n, s->q, s->k,
-                 s->v);
+    int gated = m->config.attn_out_gate;
+    op->attn_qkv(m->bk, &w->wq, &w->wk, &w->wv, &w->bq, &w->bk, &w->bv, in, rows->n,
+                 gated ? s->qg : s->q, s->k, s->v);
+    if (gated)
+        op->split_heads(m->bk, s->qg, rows->n, a->n_heads, a->head_dim, a->head_dim, s->q,
+                        s->gate);
     op->qk_norm_rope(m->bk, s->q, s->k, rows, a, &w->q_norm, &w->k_norm, m->norm_offset,
                      m->norm_eps, m->rope[l]);
     op->attention(m->bk, a, rows, s->q, s->k, s->v, s->att);
+    if (gated) {
+        int64_t qd = (int64_t)a->n_heads * a->head_dim;
+        op->mul_sigmoid(m->bk, s->att, s->gate, rows->n, qd, qd);
+    }
     op->matmul(m->bk, &w->wo, &w->bo, s->att, rows->n, out);
+}
+
+void model_delta_net(model *m, int l, const bk_batch *rows, const float *in, float *out)
+{
+    const backend_ops *op = m->bk->ops;
+    const layer_weights *w = &m->weights.layers[l];
+    run_state *s = &m->state;
+    int n = rows->n;
+    op->matmul(m->bk, &w->ssm_qkv, NULL, in, n, s->lin_qkv);
+    op->matmul(m->bk, &w->ssm_z, NULL, in, n, s->lin_z);
+    op->matmul(m->bk, &w->ssm_beta, NULL, in, n, s->lin_b);
+    op->matmul(m->bk, &w->ssm_alpha, NULL, in, n, s->lin_a);
+    op->delta_net(m->bk, &m->delta[l], rows, s->lin_qkv, s->lin_z, s->lin_b, s->lin_a, s->lin_o);
+    op->matmul(m->bk, &w->ssm_out, NULL, s->lin_o, n, out);
 }
 
 float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *tokens, int logits_from)

@@ -48,6 +48,16 @@ typedef struct {
     bk_weight *moe_gate;      /* n_experts x [moe_ffn_dim][dim] */
     bk_weight *moe_up;        /* n_experts x [moe_ffn_dim][dim] */
     bk_weight *moe_down;      /* n_experts x [dim][moe_ffn_dim] */
+    /* a gated DeltaNet layer (qwen3_5), with conv_dim = 2 n_k k_dim + n_v v_dim */
+    bk_weight ssm_qkv;        /* [conv_dim][dim] */
+    bk_weight ssm_z;          /* [n_v * v_dim][dim] */
+    bk_weight ssm_beta;       /* [n_v][dim] */
+    bk_weight ssm_alpha;      /* [n_v][dim] */
+    bk_weight ssm_conv;       /* [conv_dim][conv_k] */
+    bk_weight ssm_dt_bias;    /* [n_v] */
+    bk_weight ssm_a;          /* [n_v]: A_log (HF) or -exp(A_log) (GGUF) */
+    bk_weight ssm_norm;       /* [v_dim] */
+    bk_weight ssm_out;        /* [dim][n_v * v_dim] */
 } layer_weights;
 
 typedef struct {
@@ -67,7 +77,14 @@ typedef struct {
     float *hb, *hb2;     /* [cap][ffn_dim] FFN hidden */
     float *logits;       /* [cap][n_vocab] */
     float *host_hidden;  /* [cap][dim] host copy for the hidden-state hook */
-    kv_cache kv;         /* K and V of every layer, paged */
+    /* attn_out_gate only: */
+    float *qg;           /* [cap][n_heads * 2 * head_dim] q and gate as q_proj gives them */
+    float *gate;         /* [cap][n_heads * head_dim] */
+    /* recurrent families only (DeltaNet layers): */
+    float *lin_qkv;      /* [cap][conv_dim] */
+    float *lin_z, *lin_o; /* [cap][n_v * v_dim] the output gate; the mixer's output */
+    float *lin_b, *lin_a; /* [cap][n_v] */
+    kv_cache kv;         /* K and V of every attention layer, paged; the recurrent state */
 } run_state;
 
 /* Called with the hidden states of a step, in transformers' convention:
@@ -94,10 +111,13 @@ struct model {
     float embed_scale;        /* gemma3: sqrt(dim); else 1 */
     float norm_eps;
     bk_act act;
-    bk_attn *attn;            /* [n_layers] */
+    bk_attn *attn;            /* [n_layers]; .layer: the layer's KV index (attention layers) */
+    bk_delta *delta;          /* [n_layers]: the recurrent layers' shapes (recurrent families) */
     const bk_rope **rope;     /* [n_layers]: rope_global or rope_local */
     bk_rope rope_global, rope_local;
     float *inv_freq_global, *inv_freq_local; /* [head_dim / 2] */
+    int n_kv_layers;          /* layers with K and V (all but the recurrent ones) */
+    size_t state_floats;      /* recurrent state per sequence (0: none) */
 
     model_hidden_fn hidden_fn;
     void *hidden_ctx;
@@ -109,6 +129,7 @@ typedef struct {
     kv_type kv_type;
     int kv_block_size;  /* tokens per KV block */
     int kv_blocks;      /* blocks in the pool */
+    int state_slots;    /* sequences holding recurrent state at once (recurrent families) */
 } model_opts;
 
 /* Bind the weights (views, never copied), check each with the backend,
@@ -133,8 +154,11 @@ float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *token
 /* Report the residual stream x to the hidden-state hook, if set. */
 void model_report_hidden(model *m, int index, const bk_batch *rows, const float *x);
 /* The attention sublayer of layer l on normed input `in`, into out
- * ([n][dim], before any post-norm and the residual add). */
+ * ([n][dim], before any post-norm and the residual add). With
+ * attn_out_gate, q_proj's gate half gates the output (sigmoid). */
 void model_attention(model *m, int l, const bk_batch *rows, const float *in, float *out);
+/* The gated DeltaNet sublayer of recurrent layer l (bk_delta), likewise. */
+void model_delta_net(model *m, int l, const bk_batch *rows, const float *in, float *out);
 
 
 /* RoPE inverse frequencies [head_dim / 2] for base theta, as transformers

@@ -235,7 +235,7 @@ static int precompute(const model_config *c, const contract_binding *src,
         llama_rope_freqs(c, *out);
         return 0;
     }
-    if (e->xform == XFORM_NONE || src->contract.naming == CKPT_GGUF)
+    if (!contract_entry_transforms(e) || src->contract.naming == CKPT_GGUF)
         return 0;
     const tensor_view *v = src_view(src, e, 0);
     float *vals = xmalloc((size_t)n * sizeof(float)), *tmp = xmalloc((size_t)n * sizeof(float));
@@ -261,7 +261,7 @@ static int produce(const model_config *c, const contract_binding *src, thread_po
     *owned = NULL;
     const int hf_parts = src->contract.naming == CKPT_HF && role_is_expert(e->role);
     if (!e->generated && !hf_parts && pe->type == pe->src_type &&
-        (e->xform == XFORM_NONE || src->contract.naming == CKPT_GGUF)) {
+        (!contract_entry_transforms(e) || src->contract.naming == CKPT_GGUF)) {
         *data = src_view(src, e, 0)->data;
         return 0;
     }

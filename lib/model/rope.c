@@ -16,7 +16,8 @@ static double yarn_correction_dim(double rotations, double dim, double base, dou
 void model_rope_inv_freq(const model_config *c, double theta, int scaled, float *inv_freq,
                          float *attn_factor)
 {
-    int dim = (int)c->head_dim, half = dim / 2;
+    /* partial rotary: only the first rope_dim dims turn, at base^(2i / rope_dim) */
+    int dim = (int)config_rope_dim(c), half = dim / 2;
     *attn_factor = 1.0f;
     /* pos_freqs = base ** (arange(0, dim, 2).float() / dim) */
     for (int i = 0; i < half; i++) {

@@ -122,6 +122,8 @@ int serve_spec_new(const serve_spec_opts *o, engine *target, const tokenizer *to
                           "to trim)", o->trim);
     if (!serve_spec_wanted(o))
         return memra_fail(err, "speculation without a drafter (--draft or --ngram)");
+    if (spec_target_check(target, err) != 0)
+        return -1;
     int k = o->k > 0 ? o->k : SERVE_SPEC_K_DEFAULT;
     if (k > SPEC_K_MAX)
         return memra_fail(err, "--spec-k %d: draft tokens per round go from 1 to %d", k,

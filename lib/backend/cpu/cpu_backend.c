@@ -235,6 +235,9 @@ static const backend_ops cpu_ops = {
     .ffn_moe = cpu_op_ffn_moe,
     .add = cpu_add,
     .softcap = cpu_softcap,
+    .mul_sigmoid = cpu_op_mul_sigmoid,
+    .split_heads = cpu_op_split_heads,
+    .delta_net = cpu_op_delta_net,
 };
 
 /* Both kinds share this setup and every op; `fast` routes the weight

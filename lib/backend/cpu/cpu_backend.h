@@ -1,6 +1,7 @@
 /* The CPU backend's insides, shared by its files (cpu_backend.c: setup,
  * weights and small elementwise ops; cpu_matmul.c: projections and FFNs;
  * cpu_attention.c: norm, RoPE and attention; cpu_moe.c: routed experts;
+ * cpu_delta.c: the gated DeltaNet mixer;
  * cpu_fast_*.c, cpu_isa.c: the fast path's products).
  *
  * Two kinds share this code: the reference (cpu-ref) and the fast path
@@ -111,6 +112,12 @@ void cpu_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const 
                       const float *k, const float *v, float *out);
 void cpu_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *out);
 void cpu_moe_free(cpu_backend *c);
+void cpu_op_mul_sigmoid(backend *b, float *x, const float *g, int n, int64_t x_cols,
+                        int64_t g_cols);
+void cpu_op_split_heads(backend *b, const float *x, int n, int n_heads, int a_dim, int b_dim,
+                        float *a, float *bo);
+void cpu_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, const float *qkv,
+                      const float *z, const float *beta_in, const float *alpha, float *out);
 
 /* The plain RMSNorm of one row (also used per head for QK-norm). */
 void cpu_rmsnorm_row(const float *x, const float *w, float w_offset, float eps, int64_t n,

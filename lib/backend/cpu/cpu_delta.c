@@ -1,0 +1,196 @@
+/* The gated DeltaNet mixer (backend.h, bk_delta) on the CPU, and the two
+ * small ops the hybrid layers need beside it (mul_sigmoid, split_heads).
+ *
+ * The reference's numerics, as transformers' torch fallback computes them
+ * in f32: the conv sums its conv_k taps oldest first; the L2 norm and the
+ * gated RMSNorm reduce with cpu_dot; the state update is the recurrent
+ * form (decay, read, correct, write, read out), one token at a time. Work
+ * is split by value head, each head's rows in order, so a row's result is
+ * the same whatever else the step holds and however a prompt is chunked. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/check.h"
+
+static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* torch's softplus: log(1 + e^x), x itself above 20. */
+static float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+void cpu_op_mul_sigmoid(backend *b, float *x, const float *g, int n, int64_t x_cols,
+                        int64_t g_cols)
+{
+    (void)b;
+    for (int i = 0; i < n; i++) {
+        float *xr = x + (size_t)i * (size_t)x_cols;
+        const float *gr = g + (size_t)i * (size_t)g_cols;
+        for (int64_t j = 0; j < x_cols; j++)
+            xr[j] *= sigmoidf(gr[g_cols == 1 ? 0 : j]);
+    }
+}
+
+void cpu_op_split_heads(backend *b, const float *x, int n, int n_heads, int a_dim, int b_dim,
+                        float *a, float *bo)
+{
+    (void)b;
+    size_t w = (size_t)a_dim + (size_t)b_dim;
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < n_heads; h++) {
+            const float *src = x + ((size_t)i * (size_t)n_heads + (size_t)h) * w;
+            memcpy(a + ((size_t)i * n_heads + h) * (size_t)a_dim, src, (size_t)a_dim * 4);
+            memcpy(bo + ((size_t)i * n_heads + h) * (size_t)b_dim, src + a_dim,
+                   (size_t)b_dim * 4);
+        }
+}
+
+typedef struct {
+    const bk_delta *d;
+    const bk_batch *rows;
+    const float *qkv, *z, *beta_in, *alpha;
+    float *conv_out; /* [n][conv_dim] */
+    float *out;
+    const float *conv_w; /* [conv_dim][conv_k] */
+    const float *dt_bias, *a, *norm;
+    size_t conv_dim;
+} delta_job;
+
+static float *state_of(const bk_delta *d, const kv_seq *s)
+{
+    const kv_cache *c = s->cache;
+    MEMRA_ASSERT(c->state && s->state_slot >= 0);
+    return c->state + (size_t)s->state_slot * c->state_floats + d->state_off;
+}
+
+/* The conv of channels [c0, c1) over every row, in row order. */
+static void conv_task(void *ctx, int task, int thread)
+{
+    (void)thread;
+    delta_job *j = ctx;
+    const bk_delta *d = j->d;
+    int km = d->conv_k - 1;
+    size_t per = (j->conv_dim + 63) / 64;
+    size_t c0 = (size_t)task * per;
+    if (c0 >= j->conv_dim)
+        return;
+    size_t c1 = c0 + per > j->conv_dim ? j->conv_dim : c0 + per;
+    for (int i = 0; i < j->rows->n; i++) {
+        float *win = state_of(d, j->rows->seq[i]); /* [km][conv_dim] */
+        if (j->rows->pos[i] == 0)
+            for (int k = 0; k < km; k++)
+                memset(win + (size_t)k * j->conv_dim + c0, 0, (c1 - c0) * 4);
+        const float *x = j->qkv + (size_t)i * j->conv_dim;
+        float *y = j->conv_out + (size_t)i * j->conv_dim;
+        for (size_t ch = c0; ch < c1; ch++) {
+            const float *w = j->conv_w + ch * (size_t)d->conv_k;
+            float acc = 0;
+            for (int k = 0; k < km; k++)
+                acc += w[k] * win[(size_t)k * j->conv_dim + ch];
+            acc += w[km] * x[ch];
+            for (int k = 0; k + 1 < km; k++)
+                win[(size_t)k * j->conv_dim + ch] = win[(size_t)(k + 1) * j->conv_dim + ch];
+            if (km > 0)
+                win[(size_t)(km - 1) * j->conv_dim + ch] = x[ch];
+            y[ch] = cpu_silu(acc);
+        }
+    }
+}
+
+/* x / sqrt(sum x^2 + 1e-6), as transformers' l2norm. */
+static void l2norm(const float *x, int n, float scale, float *out)
+{
+    float inv = 1.0f / sqrtf(cpu_dot(x, x, n) + 1e-6f);
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * inv * scale;
+}
+
+/* Value head `task` over every row, in row order. */
+static void head_task(void *ctx, int task, int thread)
+{
+    delta_job *j = ctx;
+    const bk_delta *d = j->d;
+    int h = task, kd = d->k_dim, vd = d->v_dim;
+    int kh = d->tiled ? h % d->n_k_heads : h / (d->n_v_heads / d->n_k_heads);
+    size_t key_dim = (size_t)d->n_k_heads * (size_t)kd;
+    size_t conv_floats = (size_t)(d->conv_k - 1) * j->conv_dim;
+    float q[1024], k[1024], o[1024], kv[1024];
+    (void)thread;
+    MEMRA_ASSERT(kd <= 1024 && vd <= 1024);
+    for (int i = 0; i < j->rows->n; i++) {
+        float *S = state_of(d, j->rows->seq[i]) + conv_floats + (size_t)h * kd * vd;
+        if (j->rows->pos[i] == 0)
+            memset(S, 0, (size_t)kd * (size_t)vd * 4);
+        const float *row = j->conv_out + (size_t)i * j->conv_dim;
+        l2norm(row + (size_t)kh * kd, kd, 1.0f / sqrtf((float)kd), q);
+        l2norm(row + key_dim + (size_t)kh * kd, kd, 1.0f, k);
+        const float *v = row + 2 * key_dim + (size_t)h * vd;
+        size_t nv = (size_t)d->n_v_heads;
+        float g = d->a_is_log ? -expf(j->a[h]) : j->a[h];
+        g *= softplusf(j->alpha[(size_t)i * nv + h] + j->dt_bias[h]);
+        float decay = expf(g);
+        float beta = sigmoidf(j->beta_in[(size_t)i * nv + h]);
+        for (int c = 0; c < vd; c++)
+            kv[c] = 0;
+        for (int r = 0; r < kd; r++) {
+            float *sr = S + (size_t)r * vd;
+            for (int c = 0; c < vd; c++) {
+                sr[c] *= decay;
+                kv[c] += sr[c] * k[r];
+            }
+        }
+        for (int c = 0; c < vd; c++)
+            kv[c] = (v[c] - kv[c]) * beta; /* the correction written */
+        for (int c = 0; c < vd; c++)
+            o[c] = 0;
+        for (int r = 0; r < kd; r++) {
+            float *sr = S + (size_t)r * vd;
+            for (int c = 0; c < vd; c++) {
+                sr[c] += k[r] * kv[c];
+                o[c] += sr[c] * q[r];
+            }
+        }
+        const float *z = j->z + ((size_t)i * nv + h) * vd;
+        float *out = j->out + ((size_t)i * nv + h) * vd;
+        float inv = 1.0f / sqrtf(cpu_dot(o, o, vd) / (float)vd + d->eps);
+        for (int c = 0; c < vd; c++)
+            out[c] = (o[c] * inv) * j->norm[c] * cpu_silu(z[c]);
+    }
+}
+
+void cpu_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, const float *qkv,
+                      const float *z, const float *beta_in, const float *alpha, float *out)
+{
+    cpu_backend *c = cpu_of(b);
+    size_t conv_dim = 2 * (size_t)d->n_k_heads * (size_t)d->k_dim +
+                      (size_t)d->n_v_heads * (size_t)d->v_dim;
+    MEMRA_ASSERT(d->n_k_heads > 0 && d->n_v_heads % d->n_k_heads == 0 && d->conv_k >= 1);
+    float *conv_w = cpu_vec(c, 0, conv_dim * (size_t)d->conv_k);
+    for (size_t ch = 0; ch < conv_dim; ch++) {
+        const float *r = cpu_weight_row(d->conv, (int64_t)ch, conv_w + ch * (size_t)d->conv_k);
+        if (r != conv_w + ch * (size_t)d->conv_k)
+            memcpy(conv_w + ch * (size_t)d->conv_k, r, (size_t)d->conv_k * 4);
+    }
+    delta_job j = {
+        .d = d,
+        .rows = rows,
+        .qkv = qkv,
+        .z = z,
+        .beta_in = beta_in,
+        .alpha = alpha,
+        .conv_out = cpu_vec(c, 3, (size_t)rows->n * conv_dim),
+        .out = out,
+        .conv_w = conv_w,
+        .dt_bias = cpu_weight_vec(c, 1, d->dt_bias),
+        .a = cpu_weight_vec(c, 2, d->a),
+        .conv_dim = conv_dim,
+    };
+    /* the four caller slots are taken: the norm weight is read to the stack */
+    float norm[1024];
+    MEMRA_ASSERT(d->v_dim <= 1024 && d->norm->cols == d->v_dim);
+    const float *nr = cpu_weight_row(d->norm, 0, norm);
+    if (nr != norm)
+        memcpy(norm, nr, (size_t)d->v_dim * 4);
+    j.norm = norm;
+    pool_run(c->pool, 64, conv_task, &j);
+    pool_run(c->pool, d->n_v_heads, head_task, &j);
+}
