@@ -39,6 +39,37 @@ __global__ void glu_kernel(float *__restrict__ g, const float *__restrict__ u, s
     }
 }
 
+// The CPU's x * (1 / (1 + e^-g)).
+__global__ void mul_sigmoid_kernel(float *__restrict__ x, const float *__restrict__ g, size_t n,
+                                   int64_t x_cols, int64_t g_cols)
+{
+    pdl_trigger();
+    pdl_wait();
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const size_t row = i / (size_t)x_cols, col = i % (size_t)x_cols;
+        const float gv = g[row * (size_t)g_cols + (g_cols == 1 ? 0 : col)];
+        x[i] = __fmul_rn(x[i], __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gv))));
+    }
+}
+
+__global__ void split_heads_kernel(const float *__restrict__ x, size_t n, int a_dim, int b_dim,
+                                   float *__restrict__ a, float *__restrict__ b)
+{
+    pdl_trigger();
+    pdl_wait();
+    const size_t w = (size_t)a_dim + (size_t)b_dim;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    // i runs over (row, head) pairs times w values
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const size_t rh = i / w, e = i % w;
+        if (e < (size_t)a_dim)
+            a[rh * (size_t)a_dim + e] = x[i];
+        else
+            b[rh * (size_t)b_dim + (e - (size_t)a_dim)] = x[i];
+    }
+}
+
 unsigned ew_blocks(size_t n)
 {
     size_t b = (n + EW_THREADS - 1) / EW_THREADS;
@@ -74,5 +105,27 @@ extern "C" cudaError_t launch_glu(float *gate, const float *up, size_t n, int ac
         launch_pdl(glu_kernel<1>, dim3(ew_blocks(n)), dim3(EW_THREADS), 0, stream, gate, up, n);
     else
         launch_pdl(glu_kernel<0>, dim3(ew_blocks(n)), dim3(EW_THREADS), 0, stream, gate, up, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t launch_mul_sigmoid(float *x, const float *g, int n, int64_t x_cols,
+                                          int64_t g_cols, cudaStream_t stream)
+{
+    const size_t total = (size_t)n * (size_t)x_cols;
+    if (total == 0)
+        return cudaSuccess;
+    launch_pdl(mul_sigmoid_kernel, dim3(ew_blocks(total)), dim3(EW_THREADS), 0, stream, x, g,
+               total, x_cols, g_cols);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t launch_split_heads(const float *x, int n, int n_heads, int a_dim,
+                                          int b_dim, float *a, float *b, cudaStream_t stream)
+{
+    const size_t total = (size_t)n * (size_t)n_heads * ((size_t)a_dim + (size_t)b_dim);
+    if (total == 0)
+        return cudaSuccess;
+    launch_pdl(split_heads_kernel, dim3(ew_blocks(total)), dim3(EW_THREADS), 0, stream, x,
+               total, a_dim, b_dim, a, b);
     return cudaGetLastError();
 }

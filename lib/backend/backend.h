@@ -100,7 +100,8 @@ typedef struct {
     size_t state_off;      /* floats into a sequence's state slot where this layer's begins */
     int n_k_heads, n_v_heads, k_dim, v_dim, conv_k;
     int tiled;                /* value head h reads key head h % n_k_heads */
-    const bk_weight *conv;    /* [conv_dim][conv_k], conv_dim = 2 n_k_heads k_dim + n_v_heads v_dim */
+    const bk_weight *conv;    /* a vector [conv_dim * conv_k], channel-major; conv_dim =
+                               * 2 n_k_heads k_dim + n_v_heads v_dim */
     const bk_weight *dt_bias; /* [n_v_heads] */
     const bk_weight *a;       /* [n_v_heads]: A_log when a_is_log, else -exp(A_log) (GGUF) */
     int a_is_log;

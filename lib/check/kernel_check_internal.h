@@ -80,5 +80,6 @@ void kc_check_gemm(kc *k);
 void kc_check_dequant(kc *k);
 void kc_check_flash_prefill(kc *k); /* kernel_check_flash.c */
 void kc_check_dgemm(kc *k);         /* kernel_check_dgemm.c */
+void kc_check_delta(kc *k);         /* kernel_check_delta.c */
 
 #endif

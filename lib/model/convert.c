@@ -247,8 +247,10 @@ static dtype checkpoint_float_type(const checkpoint *src)
 static dtype output_type(const produce_ctx *c, const contract_entry *e, const convert_opts *o,
                          dtype ckpt_float)
 {
-    if (c->dst_naming == CKPT_GGUF && e->n_dims == 1)
-        return DT_F32; /* ggml keeps norms and biases in f32 */
+    /* ggml keeps norms and biases in f32, and the DeltaNet conv (its
+     * ssm_conv op reads f32 taps only) */
+    if (c->dst_naming == CKPT_GGUF && (e->n_dims == 1 || e->role == ROLE_SSM_CONV))
+        return DT_F32;
     if (e->generated)
         return DT_F32;
     if (o->outtype != DT_INVALID)

@@ -102,7 +102,6 @@ static int bind_layer(model *m, const contract_binding *b, int l, layer_weights 
         {ROLE_SSM_Z, offsetof(layer_weights, ssm_z)},
         {ROLE_SSM_BETA, offsetof(layer_weights, ssm_beta)},
         {ROLE_SSM_ALPHA, offsetof(layer_weights, ssm_alpha)},
-        {ROLE_SSM_CONV, offsetof(layer_weights, ssm_conv)},
         {ROLE_SSM_DT_BIAS, offsetof(layer_weights, ssm_dt_bias)},
         {ROLE_SSM_A, offsetof(layer_weights, ssm_a)},
         {ROLE_SSM_NORM, offsetof(layer_weights, ssm_norm)},
@@ -111,6 +110,17 @@ static int bind_layer(model *m, const contract_binding *b, int l, layer_weights 
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(plain); i++)
         if (bind_weight(m, b, plain[i].role, l, (bk_weight *)((char *)lw + plain[i].off), err))
             return -1;
+    /* The DeltaNet conv, a few taps a channel, is read as one vector
+     * [conv_dim * conv_k] (the backends keep vectors in f32). */
+    const tensor_view *conv = contract_get(b, ROLE_SSM_CONV, l, -1);
+    if (conv) {
+        view_to_weight(conv, &lw->ssm_conv);
+        lw->ssm_conv.cols = (int64_t)conv->n_elements;
+        lw->ssm_conv.rows = 1;
+        lw->ssm_conv.row_bytes = (size_t)conv->nbytes;
+        if (m->bk->ops->weight_prepare(m->bk, &lw->ssm_conv, err) != 0)
+            return -1;
+    }
     if (family_desc(m->config.family)->moe) {
         if (bind_experts(m, b, ROLE_MOE_GATE_EXPS, l, &lw->moe_gate, err) ||
             bind_experts(m, b, ROLE_MOE_UP_EXPS, l, &lw->moe_up, err) ||

@@ -53,7 +53,7 @@ typedef struct {
     bk_weight ssm_z;          /* [n_v * v_dim][dim] */
     bk_weight ssm_beta;       /* [n_v][dim] */
     bk_weight ssm_alpha;      /* [n_v][dim] */
-    bk_weight ssm_conv;       /* [conv_dim][conv_k] */
+    bk_weight ssm_conv;       /* [conv_dim * conv_k]: a vector, channel-major */
     bk_weight ssm_dt_bias;    /* [n_v] */
     bk_weight ssm_a;          /* [n_v]: A_log (HF) or -exp(A_log) (GGUF) */
     bk_weight ssm_norm;       /* [v_dim] */

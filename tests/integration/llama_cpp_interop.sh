@@ -50,6 +50,13 @@ for f in "${fams[@]}"; do
   memra-convert --random "$cfg" --seed 7 --tokenizer "${famtok[$f]}" "$T/$f.gguf" \
     >/dev/null 2>"$T/conv.err" || fail "$f: random GGUF with the ${famtok[$f]##*/} tokenizer" "$(cat "$T/conv.err")"
 done
+# The hybrid family (qwen3_5: gated DeltaNet layers, value heads tiled as
+# llama.cpp's converter writes them, A stored as -exp(A_log)) with
+# stories260K's tokenizer and exactly its 512 rows: no padding, so
+# llama.cpp's greedy ids can be held to memra's.
+jq '.vocab_size = 512' "$CFG/tiny-qwen3_5.json" >"$T/tiny-qwen3_5-512.json"
+memra-convert --random "$T/tiny-qwen3_5-512.json" --seed 7 --tokenizer "$T/stories-hf" \
+  "$T/qwen3_5.gguf" >/dev/null 2>"$T/conv.err" || fail "qwen3_5: random GGUF" "$(cat "$T/conv.err")"
 # memra-tiny quantized to each type llama.cpp knows. memra-tiny's FFN rows
 # (384) are not whole 256-blocks, so the pure K types keep ffn_down Q8_0
 # (the mixes fall back on their own).
@@ -64,10 +71,12 @@ done
 # close; llama.cpp's CPU matmuls quantize the activations (to Q8_0 / Q8_K
 # blocks for quantized weights, to BF16 for BF16 weights), which can flip
 # such a near tie. The full prompt set must agree for the unquantized
-# weights; the quantized files are compared on the prompt whose first 8
-# greedy steps have clear margins under every type (measured: each of the
-# other three meets a near tie within 8 steps under some type, e.g. Q5_K_M
-# flips at step 3 of "Once upon a time, there was a big").
+# weights; the quantized files are compared on the first 6 greedy steps of
+# the prompt with the clearest margins under every type (measured: each of
+# the other three meets a near tie within 8 steps under some type, e.g.
+# Q5_K_M flips at step 3 of "Once upon a time, there was a big"; and which
+# of ggml's CPU kernels runs depends on the machine: on an AVX2-only one
+# Q5_K_M flips this prompt too, at step 7).
 SP=$(tok_ids "$STORIES" "Once upon a time, there was a little")
 SP_TEXT="Lily saw a big red ball in the park."
 prompts=("Tom and his dog went to the park" "Once upon a time, there was a big"
@@ -83,9 +92,10 @@ FIRM=$(json_list "${firm[@]}")
   jq -nc --arg m "$STORIES" --arg sp "$SP" --arg t "$SP_TEXT" \
     '{model: $m, prompts: [$sp | split(",") | map(tonumber)], n: 16, text: $t}'
   for f in "${fams[@]}"; do jq -nc --arg m "$T/$f.gguf" '{model: $m, ids: [1, 2, 3], n: 4}'; done
+  jq -nc --arg m "$T/qwen3_5.gguf" '{model: $m, prompts: [[1,2,3,4,5,6,7,8], [1,400,300,200]], n: 12}'
   jq -nc --arg m "$PWD/$TINY" --argjson p "$ALL" '{model: $m, prompts: $p, n: 12}'
   for q in "${qtypes[@]}"; do
-    jq -nc --arg m "$T/tiny-$q.gguf" --argjson p "$FIRM" '{model: $m, prompts: $p, n: 8}'
+    jq -nc --arg m "$T/tiny-$q.gguf" --argjson p "$FIRM" '{model: $m, prompts: $p, n: 6}'
   done
 } >"$T/jobs"
 (cd tests/interop && node llama-gen.mjs) <"$T/jobs" >"$T/llama.out" 2>"$T/llama.err" ||
@@ -127,6 +137,11 @@ for f in "${fams[@]}"; do
     bash -c "ids=\$(memra-gen '$T/$f.gguf' --prompt-ids 1,2,3 -n 64 --temp 0 --ignore-eos --json -t 1 --backend cpu 2>/dev/null | jq -c .tokens) && jq -e 'length == 64 and all(.[]; . >= 0)' <<<\"\$ids\" >/dev/null && memra-gen '$T/$f.gguf' --detokenize --ids \"\$(jq -r 'join(\",\")' <<<\"\$ids\")\" >/dev/null"
 done
 
+# ---- the hybrid family ------------------------------------------------------------
+loads "qwen3_5: llama.cpp loads memra's GGUF (qwen35: DeltaNet + gated attention)" /qwen3_5.gguf
+same_runs "qwen3_5: llama.cpp's 12 greedy ids equal memra's on 2 prompts" /qwen3_5.gguf \
+  "$T/qwen3_5.gguf" 12 1,2,3,4,5,6,7,8 1,400,300,200
+
 # ---- memra-tiny (Qwen3 architecture) and its quantized variants ----------------
 loads "llama.cpp loads memra-tiny (BF16)" memra-tiny.gguf
 same_runs "memra-tiny BF16: llama.cpp's 12 greedy ids equal memra's on 4 prompts" \
@@ -134,5 +149,5 @@ same_runs "memra-tiny BF16: llama.cpp's 12 greedy ids equal memra's on 4 prompts
 for q in "${qtypes[@]}"; do
   [ -f "$T/tiny-$q.gguf" ] || continue
   loads "$q: llama.cpp loads memra-quantize's file" "tiny-$q.gguf"
-  same_runs "$q: llama.cpp's first 8 greedy ids equal memra's" "tiny-$q.gguf" "$T/tiny-$q.gguf" 8 "${firm[@]}"
+  same_runs "$q: llama.cpp's first 6 greedy ids equal memra's" "tiny-$q.gguf" "$T/tiny-$q.gguf" 6 "${firm[@]}"
 done

@@ -164,12 +164,8 @@ void cpu_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, const
     size_t conv_dim = 2 * (size_t)d->n_k_heads * (size_t)d->k_dim +
                       (size_t)d->n_v_heads * (size_t)d->v_dim;
     MEMRA_ASSERT(d->n_k_heads > 0 && d->n_v_heads % d->n_k_heads == 0 && d->conv_k >= 1);
-    float *conv_w = cpu_vec(c, 0, conv_dim * (size_t)d->conv_k);
-    for (size_t ch = 0; ch < conv_dim; ch++) {
-        const float *r = cpu_weight_row(d->conv, (int64_t)ch, conv_w + ch * (size_t)d->conv_k);
-        if (r != conv_w + ch * (size_t)d->conv_k)
-            memcpy(conv_w + ch * (size_t)d->conv_k, r, (size_t)d->conv_k * 4);
-    }
+    MEMRA_ASSERT(d->conv->rows == 1 && (size_t)d->conv->cols == conv_dim * (size_t)d->conv_k);
+    const float *conv_w = cpu_weight_vec(c, 0, d->conv);
     delta_job j = {
         .d = d,
         .rows = rows,

@@ -29,16 +29,17 @@ _Static_assert(ATTN_SPLIT_UNIT >= ATTN_CHUNK,
 /* ---- row metadata ---- */
 
 /* [n] positions, [n] table offsets, then the tables of the rows'
- * sequences (consecutive rows of one sequence share one). Identical
- * content is not uploaded again, so the layers of one step share an
- * upload. Returns the device copy, or NULL after a failure. */
+ * sequences (consecutive rows of one sequence share one), then [n] state
+ * slots (kv_seq.state_slot). Identical content is not uploaded again, so
+ * the layers of one step share an upload. Returns the device copy, or
+ * NULL after a failure. */
 static const int32_t *rows_upload(cuda_backend *cb, const bk_batch *rows)
 {
     const int32_t *graphed = cuda_graph_rows(cb); /* a graphed step's input (cuda_graph.c) */
     if (graphed)
         return graphed;
     int n = rows->n;
-    size_t len = 2 * (size_t)n;
+    size_t len = 3 * (size_t)n;
     for (int i = 0; i < n; i++)
         if (rows->seq[i] && (i == 0 || rows->seq[i] != rows->seq[i - 1]))
             len += (size_t)rows->seq[i]->n_blocks;
@@ -78,6 +79,8 @@ static const int32_t *rows_upload(cuda_backend *cb, const bk_batch *rows)
         memcpy(m + at, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
         at += (size_t)s->n_blocks;
     }
+    for (int i = 0; i < n; i++)
+        m[at + (size_t)i] = rows->seq[i] ? rows->seq[i]->state_slot : -1;
     if (cb->stage[STAGE_ROWS].dev && cb->rows_n == n && cb->rows_len == len &&
         memcmp(cb->rows_host, m, len * sizeof(int32_t)) == 0)
         return cb->stage[STAGE_ROWS].dev;
@@ -89,6 +92,15 @@ static const int32_t *rows_upload(cuda_backend *cb, const bk_batch *rows)
     cb->rows_len = len;
     cb->rows_n = n;
     return dev;
+}
+
+const int32_t *cuda_rows_meta(cuda_backend *cb, const bk_batch *rows, const int32_t **slots)
+{
+    const int32_t *m = rows_upload(cb, rows);
+    const int32_t *graphed = cuda_graph_slots(cb);
+    if (m)
+        *slots = graphed ? graphed : m + cb->rows_len - (size_t)rows->n;
+    return m;
 }
 
 /* ---- RoPE tables ---- */
@@ -174,6 +186,9 @@ void cuda_attention_free(cuda_backend *cb)
 {
     cudaFree(cb->kv_k);
     cudaFree(cb->kv_v);
+    cudaFree(cb->state);
+    cb->state = NULL;
+    cb->state_n_floats = 0;
     cb->kv_k = cb->kv_v = NULL;
     cb->kv = NULL;
     free(cb->rows_host);
@@ -195,7 +210,8 @@ static int kv_matches(const cuda_backend *cb, const kv_cache *kv)
     const kv_cache *g = &cb->kv_geom;
     return cb->kv == kv && g->type == kv->type && g->n_layers == kv->n_layers &&
            g->kv_dim == kv->kv_dim && g->block_size == kv->block_size &&
-           g->n_blocks == kv->n_blocks;
+           g->n_blocks == kv->n_blocks &&
+           cb->state_n_floats == (size_t)kv->n_state_slots * kv->state_floats;
 }
 
 int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err)
@@ -211,6 +227,9 @@ int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err)
         cudaStreamSynchronize(cb->stream);
         cudaFree(cb->kv_k);
         cudaFree(cb->kv_v);
+        cudaFree(cb->state);
+        cb->state = NULL;
+        cb->state_n_floats = 0;
         cb->kv_k = cb->kv_v = NULL;
         cb->kv = NULL;
     }
@@ -235,6 +254,23 @@ int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err)
     if (rc != cudaSuccess)
         return memra_fail(err, "CUDA device %d: clearing the KV cache failed: %s",
                           cb->info.index, cudaGetErrorString(rc));
+    /* The recurrent state pool, zeroed likewise (a row at position 0
+     * clears its slot anyway). */
+    size_t sf = (size_t)kv->n_state_slots * kv->state_floats;
+    if (sf) {
+        snprintf(what, sizeof what, "the recurrent state (%d sequences x %zu floats)",
+                 kv->n_state_slots, kv->state_floats);
+        if (cuda_alloc(cb, (void **)&cb->state, sf * sizeof(float), what, 0, err) != 0 ||
+            cudaMemsetAsync(cb->state, 0, sf * sizeof(float), cb->stream) != cudaSuccess) {
+            cudaFree(cb->kv_k);
+            cudaFree(cb->kv_v);
+            cudaFree(cb->state);
+            cb->kv_k = cb->kv_v = NULL;
+            cb->state = NULL;
+            return memra_fail(err, "CUDA device %d: %s could not be made", cb->info.index, what);
+        }
+        cb->state_n_floats = sf;
+    }
     cb->kv = kv;
     memset(&cb->kv_geom, 0, sizeof cb->kv_geom);
     cb->kv_geom.type = kv->type;

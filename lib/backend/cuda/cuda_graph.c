@@ -65,6 +65,7 @@ struct cuda_graphs {
     graph_mode mode;
     graph_entry *cur;
     size_t meta_off;
+    size_t slots_off;     /* the rows' state slots [n], after the tables */
     int n_reads, bad;
     int sample_launched; /* the capture holds the sample kernel */
     const float *read_src;
@@ -91,6 +92,12 @@ const int32_t *cuda_graph_tokens(cuda_backend *cb)
 {
     cuda_graphs *g = cb->graphs;
     return g && g->mode != GM_NONE ? g->in_dev : NULL;
+}
+
+const int32_t *cuda_graph_slots(cuda_backend *cb)
+{
+    cuda_graphs *g = cb->graphs;
+    return g && g->mode != GM_NONE ? g->in_dev + g->slots_off : NULL;
 }
 
 const int32_t *cuda_graph_rows(cuda_backend *cb)
@@ -227,7 +234,7 @@ static graph_entry *entry_for(cuda_graphs *g, int n, int bucket, int tbl_cap, si
 
 /* The step's inputs in the graph layout, into the pinned buffer: tokens,
  * then (at meta_off) [n] positions, [n] table offsets, [n][tbl_cap]
- * tables. -1 (nothing recorded) when a row does not fit the layout: the
+ * tables, then (at slots_off) [n] state slots. -1 (nothing recorded) when a row does not fit the layout: the
  * step then runs eagerly, and the ops report what is wrong with it. */
 static int fill_inputs(cuda_graphs *g, const bk_step *st, int tbl_cap)
 {
@@ -246,6 +253,7 @@ static int fill_inputs(cuda_graphs *g, const bk_step *st, int tbl_cap)
         int32_t *t = m + 2 * n + (size_t)i * tbl_cap;
         memcpy(t, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
         memset(t + s->n_blocks, 0, (size_t)(tbl_cap - s->n_blocks) * sizeof(int32_t));
+        h[g->slots_off + (size_t)i] = s->state_slot;
     }
     return 0;
 }
@@ -323,7 +331,8 @@ int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
     if (!e || e->broken)
         return 0;
     g->meta_off = ((size_t)n + 3) & ~(size_t)3;
-    size_t len = g->meta_off + 2 * (size_t)n + (size_t)n * (size_t)st->max_blocks;
+    g->slots_off = g->meta_off + 2 * (size_t)n + (size_t)n * (size_t)st->max_blocks;
+    size_t len = g->slots_off + (size_t)n;
     if (ensure_inputs(cb, g, len) != 0 ||
         (!sampled && !dev && ensure_readback(cb, g, st->n_logits) != 0)) {
         cb->step.active = 0;

@@ -4,6 +4,7 @@
  *   cuda_ops.c        embed, norms, projections, FFN, elementwise ops
  *   cuda_attention.c  row metadata, the device KV pool, QK-norm + RoPE, attention
  *   cuda_moe.c        routed experts
+ *   cuda_delta.c      the gated DeltaNet mixer and the gated attention's small ops
  *   cuda_sample.c     sampling on the device
  *   cuda_graph.c      decode steps captured as CUDA graphs and replayed
  *   cuda_gemm.c       prefill projections as tensor-core GEMMs (cuBLASLt)
@@ -57,7 +58,7 @@ typedef struct {
 
 enum { STAGE_TOKENS = 0, STAGE_ROWS, N_STAGES };
 enum { SCR_ATTN = 0, SCR_MOE_PROBS, SCR_MOE_IDS, SCR_MOE_W, SCR_MOE_HB, SCR_MOE_HB2, SCR_MOE_Y,
-       SCR_DG_PARTIALS, SCR_FLASH, N_SCRATCH };
+       SCR_DG_PARTIALS, SCR_FLASH, SCR_DELTA, N_SCRATCH };
 enum { CUDA_ROPE_CACHE = 8 };
 
 typedef struct cuda_sampler cuda_sampler;
@@ -101,6 +102,9 @@ typedef struct {
     const kv_cache *kv;
     kv_cache kv_geom;       /* its geometry when the pool was made (no pointers kept) */
     void *kv_k, *kv_v;
+    /* The recurrent state pool (kv_cache_enable_state's slots), zeroed. */
+    float *state;
+    size_t state_n_floats;
     /* The row metadata last uploaded (host copy, int32s), so a step's
      * layers upload it once. */
     int32_t *rows_host, *rows_new;
@@ -174,6 +178,8 @@ void cuda_flush_pending(cuda_backend *cb);
 const int32_t *cuda_graph_tokens(cuda_backend *cb);
 const int32_t *cuda_graph_rows(cuda_backend *cb);
 int cuda_graph_chunks(cuda_backend *cb);
+/* The graphed step's rows' state slots [n] (after its tables), or NULL. */
+const int32_t *cuda_graph_slots(cuda_backend *cb);
 /* Whether a capture is running; act_read then records its copy. */
 int cuda_graph_capturing(const cuda_backend *cb);
 /* Something the capture cannot hold happened (a buffer had to grow): the
@@ -238,6 +244,16 @@ void cuda_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
                      const bk_weight *down, bk_act act, const float *x, int n, float *hb,
                      float *hb2, float *out);
 void cuda_op_add(backend *b, float *x, const float *y, size_t n);
+/* The step's row metadata on the device ([n] positions first), and each
+ * row's recurrent state slot ([n], -1 for none) into *slots; NULL after a
+ * failure (recorded). */
+const int32_t *cuda_rows_meta(cuda_backend *cb, const bk_batch *rows, const int32_t **slots);
+void cuda_op_mul_sigmoid(backend *b, float *x, const float *g, int n, int64_t x_cols,
+                         int64_t g_cols);
+void cuda_op_split_heads(backend *b, const float *x, int n, int n_heads, int a_dim, int b_dim,
+                         float *a, float *bo);
+void cuda_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, const float *qkv,
+                       const float *z, const float *beta_in, const float *alpha, float *out);
 void cuda_op_softcap(backend *b, float *x, size_t n, float cap);
 void cuda_op_qk_norm_rope(backend *b, float *q, float *k, const bk_batch *rows, const bk_attn *a,
                           const bk_weight *q_norm, const bk_weight *k_norm, float w_offset,

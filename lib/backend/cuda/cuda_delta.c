@@ -1,0 +1,87 @@
+/* The gated DeltaNet mixer on the device (kernels/delta_net.cuh) over the
+ * recurrent state pool kv_prepare made, and the gated attention's two
+ * small ops (the sigmoid gate, the split of q_proj's [q | gate] rows).
+ * The rows' state slots come with the step's row metadata, so a graphed
+ * decode step reads them from its refreshed inputs like its positions. */
+#include <inttypes.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "kernels/delta_net.cuh"
+#include "kernels/elementwise.cuh"
+
+void cuda_op_mul_sigmoid(backend *b, float *x, const float *g, int n, int64_t x_cols,
+                         int64_t g_cols)
+{
+    cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
+    if (!cb->failed)
+        CU_OK(cb, launch_mul_sigmoid(x, g, n, x_cols, g_cols, cb->stream));
+}
+
+void cuda_op_split_heads(backend *b, const float *x, int n, int n_heads, int a_dim, int b_dim,
+                         float *a, float *bo)
+{
+    cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
+    if (!cb->failed)
+        CU_OK(cb, launch_split_heads(x, n, n_heads, a_dim, b_dim, a, bo, cb->stream));
+}
+
+void cuda_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, const float *qkv,
+                       const float *z, const float *beta_in, const float *alpha, float *out)
+{
+    cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
+    if (cb->failed || rows->n <= 0)
+        return;
+    if (!delta_net_supports(d->k_dim, d->v_dim) || d->conv_k < 2 || d->conv_k > 4) {
+        cuda_failf(cb, "delta_net: no kernel for key heads of %d, value heads of %d and a conv "
+                   "of %d taps (key heads of 16, 32, 64 or 128, value heads up to 1024, "
+                   "2 to 4 taps)", d->k_dim, d->v_dim, d->conv_k);
+        return;
+    }
+    if (!cb->state) {
+        cuda_failf(cb, "delta_net: no recurrent state pool (the KV cache was made without "
+                   "one)");
+        return;
+    }
+    const float *conv_w = cuda_vec_of(cb, d->conv, "delta_net");
+    const float *dt = cuda_vec_of(cb, d->dt_bias, "delta_net");
+    const float *a = cuda_vec_of(cb, d->a, "delta_net");
+    const float *norm = cuda_vec_of(cb, d->norm, "delta_net");
+    const int32_t *slots = NULL;
+    const int32_t *meta = cuda_rows_meta(cb, rows, &slots);
+    size_t conv_dim = 2 * (size_t)d->n_k_heads * (size_t)d->k_dim +
+                      (size_t)d->n_v_heads * (size_t)d->v_dim;
+    float *conv_out =
+        cuda_scratch(cb, SCR_DELTA, (size_t)rows->n * conv_dim * sizeof(float), "delta_net");
+    if (cb->failed || !meta)
+        return;
+    cu_delta p = {
+        .n = rows->n,
+        .pos = meta,
+        .slot = slots,
+        .state = cb->state,
+        .state_floats = cb->kv->state_floats,
+        .state_off = d->state_off,
+        .n_k = d->n_k_heads,
+        .n_v = d->n_v_heads,
+        .k_dim = d->k_dim,
+        .v_dim = d->v_dim,
+        .conv_k = d->conv_k,
+        .tiled = d->tiled,
+        .a_is_log = d->a_is_log,
+        .conv_w = conv_w,
+        .dt_bias = dt,
+        .a = a,
+        .norm = norm,
+        .eps = d->eps,
+        .qkv = qkv,
+        .z = z,
+        .beta = beta_in,
+        .alpha = alpha,
+        .conv_out = conv_out,
+        .out = out,
+    };
+    CU_OK(cb, launch_delta_net(&p, cb->stream));
+}

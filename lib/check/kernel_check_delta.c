@@ -1,0 +1,197 @@
+/* The gated DeltaNet mixer (delta_net) against the CPU reference, over a
+ * state pool on each backend: a prompt chunk, then batched decode steps of
+ * two sequences, one of them starting (position 0 clears its slot); the
+ * same rows one step each on a third sequence must give the chunk's bytes
+ * (the rows of a sequence run in order, whatever the step holds). And the
+ * gated attention's small ops: mul_sigmoid and split_heads. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/kv_cache.h"
+#include "check/kernel_check_internal.h"
+#include "core/check.h"
+#include "format/dtype.h"
+
+/* A pool of one KV layer and three state slots on each backend. */
+typedef struct {
+    kv_cache cpu, gpu;
+    kv_seq cs[3], gs[3];
+} delta_pools;
+
+static int pools_make(kc *k, delta_pools *p, size_t floats)
+{
+    memra_err err;
+    memset(p, 0, sizeof *p);
+    if (kv_cache_init(&p->cpu, KV_F32, 1, 32, 16, 16, &err) ||
+        kv_cache_enable_state(&p->cpu, 3, floats, 1, &err) ||
+        kv_cache_init_tables(&p->gpu, KV_F32, 1, 32, 16, 16, &err) ||
+        kv_cache_enable_state(&p->gpu, 3, floats, 0, &err) ||
+        k->gpu->ops->kv_prepare(k->gpu, &p->gpu, &err)) {
+        kc_report_ok(k, "delta_net", "state pools", 0, err.msg);
+        return -1;
+    }
+    for (int i = 0; i < 3; i++) {
+        kv_seq_init(&p->cs[i], &p->cpu);
+        kv_seq_init(&p->gs[i], &p->gpu);
+        if (kv_seq_reserve(&p->cs[i], 16, &err) || kv_seq_reserve(&p->gs[i], 16, &err)) {
+            kc_report_ok(k, "delta_net", "state slots", 0, err.msg);
+            return -1;
+        }
+        MEMRA_ASSERT(p->cs[i].state_slot == p->gs[i].state_slot);
+    }
+    return 0;
+}
+
+static void pools_free(delta_pools *p)
+{
+    for (int i = 0; i < 3; i++) {
+        kv_seq_free(&p->cs[i]);
+        kv_seq_free(&p->gs[i]);
+    }
+    kv_cache_free(&p->cpu);
+    kv_cache_free(&p->gpu);
+}
+
+/* One step on both backends: rows (seq index, position), inputs on the
+ * host; the GPU's output into got, the CPU's into want. */
+typedef struct {
+    const bk_delta *d;
+    size_t conv_dim, vdim, nv;
+} delta_case;
+
+static void run_step(kc *k, delta_pools *p, const delta_case *dc, int n, const int *seq,
+                     const int32_t *pos, const float *in, float *want, float *got)
+{
+    kv_seq *cs[8], *gs[8];
+    for (int i = 0; i < n; i++) {
+        cs[i] = &p->cs[seq[i]];
+        gs[i] = &p->gs[seq[i]];
+    }
+    bk_batch cr = {n, pos, cs}, gr = {n, pos, gs};
+    size_t nq = (size_t)n * dc->conv_dim, nz = (size_t)n * dc->vdim, nb = (size_t)n * dc->nv;
+    const float *qkv = in, *z = in + nq, *b = z + nz, *a = b + nb;
+    k->cpu->ops->delta_net(k->cpu, dc->d, &cr, qkv, z, b, a, want);
+    float *dev = kc_dev(k, in, nq + nz + 2 * nb);
+    float *dout = kc_dev(k, want, nz);
+    k->gpu->ops->delta_net(k->gpu, dc->d, &gr, dev, dev + nq, dev + nq + nz, dev + nq + nz + nb,
+                           dout);
+    float *r = kc_read(k, dout, nz);
+    memcpy(got, r, nz * sizeof(float));
+    free(r);
+    kc_dev_free(k, dev);
+    kc_dev_free(k, dout);
+}
+
+static void delta_case_run(kc *k, int nk, int nvh, int kd, int vd, int tiled)
+{
+    const int ck = 4;
+    size_t conv_dim = 2 * (size_t)nk * kd + (size_t)nvh * vd;
+    size_t floats = bk_delta_state_floats(nk, nvh, kd, vd, ck);
+    bk_weight conv = {0}, dt = {0}, a = {0}, norm = {0};
+    if (kc_weight(k, &conv, DT_F32, 1, (int64_t)(conv_dim * ck), "conv") ||
+        kc_weight(k, &dt, DT_F32, 1, nvh, "dt_bias") || kc_weight(k, &a, DT_F32, 1, nvh, "A") ||
+        kc_weight(k, &norm, DT_BF16, 1, vd, "norm"))
+        return;
+    bk_delta d = {.state_off = 0, .n_k_heads = nk, .n_v_heads = nvh, .k_dim = kd, .v_dim = vd,
+                  .conv_k = ck, .tiled = tiled, .conv = &conv, .dt_bias = &dt, .a = &a,
+                  .a_is_log = !tiled, .norm = &norm, .eps = 1e-6f};
+    delta_case dc = {&d, conv_dim, (size_t)nvh * vd, (size_t)nvh};
+    delta_pools p;
+    if (pools_make(k, &p, floats) != 0) {
+        pools_free(&p);
+        return;
+    }
+    const int chunk = 6;
+    size_t per_row = conv_dim + dc.vdim + 2 * dc.nv;
+    float *in = xmalloc((size_t)chunk * per_row * sizeof(float));
+    float *want = xmalloc((size_t)chunk * dc.vdim * sizeof(float));
+    float *got = xmalloc((size_t)chunk * dc.vdim * sizeof(float));
+    float *one = xmalloc(dc.vdim * sizeof(float)), *g1 = xmalloc(dc.vdim * sizeof(float));
+    double worst = 0;
+    int inv = 1;
+    /* a prompt chunk of sequence 0, positions 0..5 */
+    kc_fill(k, in, (size_t)chunk * per_row, 1.0f);
+    int seq[8];
+    int32_t pos[8];
+    for (int i = 0; i < chunk; i++)
+        seq[i] = 0, pos[i] = i;
+    run_step(k, &p, &dc, chunk, seq, pos, in, want, got);
+    double e = kc_rel_err(got, want, (size_t)chunk * dc.vdim);
+    worst = e > worst ? e : worst;
+    /* the same rows one step each on sequence 2: the chunk's bytes */
+    for (int i = 0; i < chunk; i++) {
+        float *row = xmalloc(per_row * sizeof(float));
+        size_t nq = (size_t)chunk * conv_dim, nz = (size_t)chunk * dc.vdim;
+        memcpy(row, in + (size_t)i * conv_dim, conv_dim * 4);
+        memcpy(row + conv_dim, in + nq + (size_t)i * dc.vdim, dc.vdim * 4);
+        memcpy(row + conv_dim + dc.vdim, in + nq + nz + (size_t)i * dc.nv, dc.nv * 4);
+        memcpy(row + conv_dim + dc.vdim + dc.nv, in + nq + nz + (size_t)chunk * dc.nv +
+               (size_t)i * dc.nv, dc.nv * 4);
+        int s2 = 2;
+        run_step(k, &p, &dc, 1, &s2, pos + i, row, one, g1);
+        inv = inv && memcmp(g1, got + (size_t)i * dc.vdim, dc.vdim * 4) == 0;
+        free(row);
+    }
+    /* batched decode: sequence 0 goes on, sequence 1 starts; twice */
+    for (int step = 0; step < 2; step++) {
+        seq[0] = step ? 1 : 0, pos[0] = step ? 1 : chunk;
+        seq[1] = step ? 0 : 1, pos[1] = step ? chunk + 1 : 0;
+        kc_fill(k, in, 2 * per_row, 1.0f);
+        run_step(k, &p, &dc, 2, seq, pos, in, want, got);
+        e = kc_rel_err(got, want, 2 * dc.vdim);
+        worst = e > worst ? e : worst;
+    }
+    char what[96];
+    snprintf(what, sizeof what, "%d/%d heads k%d v%d %s, chunk 6 + 2 batched steps", nk, nvh,
+             kd, vd, tiled ? "tiled" : "grouped");
+    kc_report(k, "delta_net", what, worst, 1e-5, inv, -1, 0);
+    free(in);
+    free(want);
+    free(got);
+    free(one);
+    free(g1);
+    pools_free(&p);
+    kc_weight_free(&conv);
+    kc_weight_free(&dt);
+    kc_weight_free(&a);
+    kc_weight_free(&norm);
+}
+
+void kc_check_delta(kc *k)
+{
+    delta_case_run(k, 2, 4, 16, 16, 0);
+    delta_case_run(k, 2, 4, 128, 128, 1);
+    delta_case_run(k, 4, 4, 64, 32, 0);
+
+    /* the gated attention's small ops */
+    const int n = 3, heads = 4, hd = 32;
+    size_t nx = (size_t)n * heads * 2 * hd, nh = (size_t)n * heads * hd;
+    float *x = xmalloc(nx * 4), *qa = xmalloc(nh * 4), *ga = xmalloc(nh * 4);
+    kc_fill(k, x, nx, 4.0f);
+    float *dx = kc_dev(k, x, nx), *dq = kc_dev(k, qa, nh), *dg = kc_dev(k, ga, nh);
+    k->cpu->ops->split_heads(k->cpu, x, n, heads, hd, hd, qa, ga);
+    k->gpu->ops->split_heads(k->gpu, dx, n, heads, hd, hd, dq, dg);
+    float *gq = kc_read(k, dq, nh), *gg = kc_read(k, dg, nh);
+    double e = kc_rel_err(gq, qa, nh), e2 = kc_rel_err(gg, ga, nh);
+    kc_report(k, "split_heads", "3 rows x 4 heads x (32 | 32)", e > e2 ? e : e2, 0.0, -1, -1, 0);
+    k->cpu->ops->mul_sigmoid(k->cpu, qa, ga, n, heads * hd, heads * hd);
+    k->gpu->ops->mul_sigmoid(k->gpu, dq, dg, n, heads * hd, heads * hd);
+    free(gq);
+    gq = kc_read(k, dq, nh);
+    kc_report(k, "mul_sigmoid", "elementwise, 3 x 128", kc_rel_err(gq, qa, nh), 1e-6, -1, -1, 0);
+    k->cpu->ops->mul_sigmoid(k->cpu, qa, ga, n, heads * hd, 1);
+    k->gpu->ops->mul_sigmoid(k->gpu, dq, dg, n, heads * hd, 1);
+    free(gq);
+    gq = kc_read(k, dq, nh);
+    kc_report(k, "mul_sigmoid", "a gate per row, 3 x 128", kc_rel_err(gq, qa, nh), 1e-6, -1, -1,
+              0);
+    free(gq);
+    free(gg);
+    kc_dev_free(k, dx);
+    kc_dev_free(k, dq);
+    kc_dev_free(k, dg);
+    free(x);
+    free(qa);
+    free(ga);
+}
