@@ -34,52 +34,108 @@ DEV bool run_start(const cu_delta &p, int i)
     return p.slot[i] >= 0 && (i == 0 || p.slot[i] != p.slot[i - 1]);
 }
 
-// The causal conv of one channel over its sequence's rows: grid (channel
-// blocks, rows); the window lives in registers for the run.
+// Row i's run start, as far as the conv sees: how many rows back (1 to
+// KC - 1) the first row of another sequence (or the step's start) is;
+// KC when all KC - 1 rows before i are i's sequence's, in order.
+template <int KC>
+DEV int rows_in_run(const cu_delta &p, int i)
+{
+    int j = 1;
+    for (; j < KC; j++)
+        if (i - j < 0 || p.slot[i - j] != p.slot[i] || p.pos[i - j] != p.pos[i] - j)
+            break;
+    return j;
+}
+
+// The causal conv of one channel of one row: grid (channel blocks, rows).
+// Rows are independent (row i reads the inputs of positions pos - KC + 1
+// to pos, from the step or, before the run, from the window), so a prompt
+// chunk runs in parallel; delta_window_kernel moves the windows after.
 template <int KC>
 __global__ void delta_conv_kernel(cu_delta p)
 {
     pdl_trigger();
     pdl_wait();
     const int i = blockIdx.y;
-    if (!run_start(p, i))
-        return;
     const size_t conv_dim = 2 * (size_t)p.n_k * p.k_dim + (size_t)p.n_v * p.v_dim;
     const size_t ch = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch >= conv_dim)
+    if (p.slot[i] < 0 || ch >= conv_dim)
         return;
-    const int s = p.slot[i];
-    float *win = p.state + (size_t)s * p.state_floats + p.state_off;
-    float w[KC], v[KC > 1 ? KC - 1 : 1];
+    const float *win = p.state + (size_t)p.slot[i] * p.state_floats + p.state_off;
+    const int jj = rows_in_run<KC>(p, i); // rows i - jj + 1 .. i are the run's
+    const bool fresh = p.pos[i] - jj + 1 == 0;
+    float acc = 0.0f;
 #pragma unroll
-    for (int k = 0; k < KC; k++)
-        w[k] = p.conv_w[ch * KC + k];
-    const bool fresh = p.pos[i] == 0;
-#pragma unroll
-    for (int k = 0; k < KC - 1; k++)
-        v[k] = fresh ? 0.0f : win[(size_t)k * conv_dim + ch];
-    for (int r = i; r < p.n && p.slot[r] == s; r++) {
-        const float x = p.qkv[(size_t)r * conv_dim + ch];
-        float acc = 0.0f;
-#pragma unroll
-        for (int k = 0; k < KC - 1; k++)
-            acc = __fadd_rn(acc, __fmul_rn(w[k], v[k]));
-        acc = __fadd_rn(acc, __fmul_rn(w[KC - 1], x));
-#pragma unroll
-        for (int k = 0; k + 1 < KC - 1; k++)
-            v[k] = v[k + 1];
-        if (KC > 1)
-            v[KC - 2] = x;
-        p.conv_out[(size_t)r * conv_dim + ch] = silu_f(acc);
+    for (int k = 0; k < KC; k++) {
+        const int j = KC - 1 - k; // the input of position pos - j
+        float x;
+        if (j < jj)
+            x = p.qkv[(size_t)(i - j) * conv_dim + ch];
+        else
+            x = fresh || p.pos[i] - j < 0 ? 0.0f : win[(size_t)(KC - 2 - j + jj) * conv_dim + ch];
+        const float w = p.conv_w[ch * KC + k];
+        acc = __fadd_rn(acc, __fmul_rn(w, x));
     }
+    p.conv_out[(size_t)i * conv_dim + ch] = silu_f(acc);
+}
+
+// After the conv: the window of each run's last row becomes the inputs of
+// its last KC - 1 positions (shifted in place, oldest first).
+template <int KC>
+__global__ void delta_window_kernel(cu_delta p)
+{
+    pdl_trigger();
+    pdl_wait();
+    const int i = blockIdx.y;
+    const size_t conv_dim = 2 * (size_t)p.n_k * p.k_dim + (size_t)p.n_v * p.v_dim;
+    const size_t ch = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p.slot[i] < 0 || ch >= conv_dim || (i + 1 < p.n && p.slot[i + 1] == p.slot[i]))
+        return;
+    float *win = p.state + (size_t)p.slot[i] * p.state_floats + p.state_off;
+    const int jj = rows_in_run<KC>(p, i);
+    const bool fresh = p.pos[i] - jj + 1 == 0;
 #pragma unroll
-    for (int k = 0; k < KC - 1; k++)
-        win[(size_t)k * conv_dim + ch] = v[k];
+    for (int k = 0; k < KC - 1; k++) {
+        const int j = KC - 2 - k; // window slot k: the input of position pos - j
+        float x;
+        if (j < jj)
+            x = p.qkv[(size_t)(i - j) * conv_dim + ch];
+        else
+            x = fresh || p.pos[i] - j < 0 ? 0.0f : win[(size_t)(KC - 2 - j + jj) * conv_dim + ch];
+        win[(size_t)k * conv_dim + ch] = x; // reads only slots >= k: in place is safe
+    }
+}
+
+// q and k of each (row, key head) L2-normalized in place (q also times
+// k_dim^-1/2), one warp each, lane 0 reducing in the CPU's order.
+__global__ void delta_qk_norm_kernel(cu_delta p)
+{
+    pdl_trigger();
+    pdl_wait();
+    const int i = blockIdx.x, kh = blockIdx.y, lane = threadIdx.x;
+    if (p.slot[i] < 0)
+        return;
+    const int kd = p.k_dim;
+    const size_t key_dim = (size_t)p.n_k * kd;
+    const size_t conv_dim = 2 * key_dim + (size_t)p.n_v * p.v_dim;
+    float *q = p.conv_out + (size_t)i * conv_dim + (size_t)kh * kd, *k = q + key_dim;
+    __shared__ float inv[2];
+    if (lane == 0) {
+        inv[0] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(dot8(q, q, kd), 1e-6f)));
+        inv[1] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(dot8(k, k, kd), 1e-6f)));
+    }
+    __syncthreads();
+    const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)kd));
+    for (int t = lane; t < kd; t += 32) {
+        q[t] = __fmul_rn(__fmul_rn(q[t], inv[0]), qscale);
+        k[t] = __fmul_rn(k[t], inv[1]);
+    }
 }
 
 // The delta rule of value head blockIdx.x over its sequence's rows: thread
 // j keeps column j of the head's state S [KD][v_dim] in registers for the
-// run. Shared: q and k of the row [KD] each, then the outputs [v_dim].
+// run, and writes the row's raw output o (delta_gated_norm_kernel norms
+// it). The only sequential part of the mixer. Shared: q and k of the row.
 template <int KD>
 __global__ void delta_rule_kernel(cu_delta p)
 {
@@ -88,8 +144,7 @@ __global__ void delta_rule_kernel(cu_delta p)
     const int h = blockIdx.x, i = blockIdx.y;
     if (!run_start(p, i))
         return;
-    extern __shared__ float sm[];
-    float *qs = sm, *ks = sm + KD, *os = sm + 2 * KD;
+    __shared__ float qs[KD], ks[KD];
     const int j = threadIdx.x, vd = p.v_dim, nv = p.n_v;
     const bool act = j < vd;
     const int kh = p.tiled ? h % p.n_k : h / (nv / p.n_k);
@@ -103,8 +158,6 @@ __global__ void delta_rule_kernel(cu_delta p)
     for (int r = 0; r < KD; r++)
         st[r] = act && !fresh ? S[(size_t)r * vd + j] : 0.0f;
     const float a = p.a_is_log ? -expf(p.a[h]) : p.a[h];
-    const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)KD));
-    const float nrm = act ? p.norm[j] : 0.0f;
     for (int r = i; r < p.n && p.slot[r] == s; r++) {
         const float *row = p.conv_out + (size_t)r * conv_dim;
         for (int t = threadIdx.x; t < KD; t += blockDim.x) {
@@ -112,38 +165,28 @@ __global__ void delta_rule_kernel(cu_delta p)
             ks[t] = row[key_dim + (size_t)kh * KD + t];
         }
         __syncthreads();
-        const float invq = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(dot8(qs, qs, KD), 1e-6f)));
-        const float invk = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(dot8(ks, ks, KD), 1e-6f)));
-        const float g = __fmul_rn(a, softplus_f(__fadd_rn(p.alpha[(size_t)r * nv + h],
-                                                          p.dt_bias[h])));
-        const float decay = expf(g);
-        const float beta = sigmoid_f(p.beta[(size_t)r * nv + h]);
-        float o = 0.0f;
         if (act) {
+            const float g = __fmul_rn(a, softplus_f(__fadd_rn(p.alpha[(size_t)r * nv + h],
+                                                              p.dt_bias[h])));
+            const float decay = expf(g);
+            const float beta = sigmoid_f(p.beta[(size_t)r * nv + h]);
             float kv = 0.0f;
 #pragma unroll
             for (int t = 0; t < KD; t++) {
                 st[t] = __fmul_rn(st[t], decay);
-                kv = __fadd_rn(kv, __fmul_rn(st[t], __fmul_rn(ks[t], invk)));
+                kv = __fadd_rn(kv, __fmul_rn(st[t], ks[t]));
             }
             const float v = row[2 * key_dim + (size_t)h * vd + j];
             const float delta = __fmul_rn(__fsub_rn(v, kv), beta);
+            float o = 0.0f;
 #pragma unroll
             for (int t = 0; t < KD; t++) {
-                st[t] = __fadd_rn(st[t], __fmul_rn(__fmul_rn(ks[t], invk), delta));
-                o = __fadd_rn(o, __fmul_rn(st[t], __fmul_rn(__fmul_rn(qs[t], invq), qscale)));
+                st[t] = __fadd_rn(st[t], __fmul_rn(ks[t], delta));
+                o = __fadd_rn(o, __fmul_rn(st[t], qs[t]));
             }
-            os[j] = o;
+            p.out[((size_t)r * nv + h) * vd + j] = o;
         }
-        __syncthreads();
-        if (act) {
-            const float inv = __fdiv_rn(
-                1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(dot8(os, os, vd), (float)vd), p.eps)));
-            const float zz = p.z[((size_t)r * nv + h) * vd + j];
-            p.out[((size_t)r * nv + h) * vd + j] =
-                __fmul_rn(__fmul_rn(__fmul_rn(o, inv), nrm), silu_f(zz));
-        }
-        __syncthreads(); // qs, ks and os are written again for the next row
+        __syncthreads(); // qs and ks are written again for the next row
     }
     if (act)
 #pragma unroll
@@ -151,14 +194,41 @@ __global__ void delta_rule_kernel(cu_delta p)
             S[(size_t)r * vd + j] = st[r];
 }
 
+// out = rmsnorm(o) * norm * silu(z) per (row, value head), in place; lane
+// 0 of the first warp reduces in the CPU's order.
+__global__ void delta_gated_norm_kernel(cu_delta p)
+{
+    pdl_trigger();
+    pdl_wait();
+    const int i = blockIdx.x, h = blockIdx.y;
+    if (p.slot[i] < 0)
+        return;
+    const int vd = p.v_dim;
+    float *o = p.out + ((size_t)i * p.n_v + h) * vd;
+    const float *z = p.z + ((size_t)i * p.n_v + h) * vd;
+    __shared__ float inv;
+    if (threadIdx.x == 0)
+        inv = __fdiv_rn(1.0f,
+                        __fsqrt_rn(__fadd_rn(__fdiv_rn(dot8(o, o, vd), (float)vd), p.eps)));
+    __syncthreads();
+    for (int t = threadIdx.x; t < vd; t += blockDim.x)
+        o[t] = __fmul_rn(__fmul_rn(__fmul_rn(o[t], inv), p.norm[t]), silu_f(z[t]));
+}
+
 template <int KD>
 cudaError_t launch_rule(const cu_delta *p, cudaStream_t stream)
 {
     const int threads = (p->v_dim + 31) & ~31;
-    const size_t smem = (2 * (size_t)KD + (size_t)p->v_dim) * sizeof(float);
-    launch_pdl(delta_rule_kernel<KD>, dim3((unsigned)p->n_v, (unsigned)p->n), dim3(threads),
-               smem, stream, *p);
+    launch_pdl(delta_rule_kernel<KD>, dim3((unsigned)p->n_v, (unsigned)p->n), dim3(threads), 0,
+               stream, *p);
     return cudaGetLastError();
+}
+
+template <int KC>
+void launch_conv(const cu_delta *p, dim3 grid, cudaStream_t stream)
+{
+    launch_pdl(delta_conv_kernel<KC>, grid, dim3(CONV_THREADS), 0, stream, *p);
+    launch_pdl(delta_window_kernel<KC>, grid, dim3(CONV_THREADS), 0, stream, *p);
 }
 
 } // namespace
@@ -174,22 +244,30 @@ extern "C" cudaError_t launch_delta_net(const cu_delta *p, cudaStream_t stream)
     if (p->n <= 0)
         return cudaSuccess;
     if (!delta_net_supports(p->k_dim, p->v_dim) || p->conv_k < 2 || p->conv_k > 4 ||
-        p->n_k <= 0 || p->n_v % p->n_k != 0 || p->n > 65535)
+        p->n_k <= 0 || p->n_v % p->n_k != 0 || p->n > 65535 || p->n_v > 65535)
         return cudaErrorInvalidValue;
     const size_t conv_dim = 2 * (size_t)p->n_k * p->k_dim + (size_t)p->n_v * p->v_dim;
     const dim3 cgrid((unsigned)((conv_dim + CONV_THREADS - 1) / CONV_THREADS), (unsigned)p->n);
     switch (p->conv_k) {
-    case 2: launch_pdl(delta_conv_kernel<2>, cgrid, dim3(CONV_THREADS), 0, stream, *p); break;
-    case 3: launch_pdl(delta_conv_kernel<3>, cgrid, dim3(CONV_THREADS), 0, stream, *p); break;
-    default: launch_pdl(delta_conv_kernel<4>, cgrid, dim3(CONV_THREADS), 0, stream, *p); break;
+    case 2: launch_conv<2>(p, cgrid, stream); break;
+    case 3: launch_conv<3>(p, cgrid, stream); break;
+    default: launch_conv<4>(p, cgrid, stream); break;
     }
+    launch_pdl(delta_qk_norm_kernel, dim3((unsigned)p->n, (unsigned)p->n_k), dim3(32), 0, stream,
+               *p);
     cudaError_t rc = cudaGetLastError();
     if (rc != cudaSuccess)
         return rc;
     switch (p->k_dim) {
-    case 16: return launch_rule<16>(p, stream);
-    case 32: return launch_rule<32>(p, stream);
-    case 64: return launch_rule<64>(p, stream);
-    default: return launch_rule<128>(p, stream);
+    case 16: rc = launch_rule<16>(p, stream); break;
+    case 32: rc = launch_rule<32>(p, stream); break;
+    case 64: rc = launch_rule<64>(p, stream); break;
+    default: rc = launch_rule<128>(p, stream); break;
     }
+    if (rc != cudaSuccess)
+        return rc;
+    const int threads = p->v_dim >= 128 ? 128 : (p->v_dim + 31) & ~31;
+    launch_pdl(delta_gated_norm_kernel, dim3((unsigned)p->n, (unsigned)p->n_v), dim3(threads), 0,
+               stream, *p);
+    return cudaGetLastError();
 }

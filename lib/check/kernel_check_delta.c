@@ -142,8 +142,15 @@ static void delta_case_run(kc *k, int nk, int nvh, int kd, int vd, int tiled)
         e = kc_rel_err(got, want, 2 * dc.vdim);
         worst = e > worst ? e : worst;
     }
+    /* a chunk that goes on from the window: sequence 0, positions 8..10 */
+    for (int i = 0; i < 3; i++)
+        seq[i] = 0, pos[i] = chunk + 2 + i;
+    kc_fill(k, in, 3 * per_row, 1.0f);
+    run_step(k, &p, &dc, 3, seq, pos, in, want, got);
+    e = kc_rel_err(got, want, 3 * dc.vdim);
+    worst = e > worst ? e : worst;
     char what[96];
-    snprintf(what, sizeof what, "%d/%d heads k%d v%d %s, chunk 6 + 2 batched steps", nk, nvh,
+    snprintf(what, sizeof what, "%d/%d heads k%d v%d %s, chunk 6 + 2 batched + chunk 3", nk, nvh,
              kd, vd, tiled ? "tiled" : "grouped");
     kc_report(k, "delta_net", what, worst, 1e-5, inv, -1, 0);
     free(in);
