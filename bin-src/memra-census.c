@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "core/check.h"
 #include "core/cli.h"
 #include "core/hash.h"
@@ -79,6 +80,28 @@ static json_t *config_json(const model_config *c)
     }
     json_object_set_new(j, "bos_id", json_integer(c->bos_id));
     json_object_set_new(j, "eos_id", json_integer(c->eos_id));
+    return j;
+}
+
+/* What a sequence holds besides the weights: K and V per token (bf16, the
+ * GPU's default; f32 on the CPU is twice it) in the attention layers, and
+ * the recurrent state (f32) of the DeltaNet layers, whatever its length. */
+static json_t *memory_json(const model_config *c)
+{
+    int64_t attn = 0, rec = 0;
+    for (int64_t l = 0; l < c->n_layers; l++)
+        config_layer_recurrent(c, l) ? rec++ : attn++;
+    json_t *j = json_object();
+    json_object_set_new(j, "attention_layers", json_integer(attn));
+    json_object_set_new(j, "kv_bytes_per_token_bf16",
+                        json_integer(2 * attn * c->n_kv_heads * c->head_dim * 2));
+    json_object_set_new(j, "recurrent_layers", json_integer(rec));
+    size_t per = rec ? bk_delta_state_floats((int)c->lin_n_k_heads, (int)c->lin_n_v_heads,
+                                             (int)c->lin_k_dim, (int)c->lin_v_dim,
+                                             (int)c->lin_conv_k)
+                     : 0;
+    json_object_set_new(j, "recurrent_state_bytes_per_sequence",
+                        json_integer((json_int_t)((uint64_t)rec * per * 4)));
     return j;
 }
 
@@ -205,6 +228,7 @@ static json_t *census_json(const checkpoint *c, const contract_binding *b, const
     json_object_set_new(dec, "ceiling_tok_s",
                         json_real(cb.per_token ? o->bandwidth_gbs * 1e9 / (double)cb.per_token : 0));
     json_object_set_new(j, "decode", dec);
+    json_object_set_new(j, "memory", memory_json(&c->config));
     return j;
 }
 
@@ -281,6 +305,21 @@ static void print_table(const checkpoint *c, json_t *j, const census_opts *o)
     cli_human_bytes((uint64_t)json_integer_value(json_object_get(dec, "bytes_per_token")), hb, sizeof hb);
     printf("\ndecode: %s streamed per token; ceiling %.1f tok/s at %g GB/s\n", hb,
            json_real_value(json_object_get(dec, "ceiling_tok_s")), o->bandwidth_gbs);
+    json_t *mem = json_object_get(j, "memory");
+    cli_human_bytes((uint64_t)json_integer_value(json_object_get(mem, "kv_bytes_per_token_bf16")),
+                    hb, sizeof hb);
+    printf("per sequence: KV %s per token (bf16; %" JSON_INTEGER_FORMAT " of %" PRId64
+           " layers attend)", hb, json_integer_value(json_object_get(mem, "attention_layers")),
+           m->n_layers);
+    json_int_t rec = json_integer_value(json_object_get(mem, "recurrent_layers"));
+    if (rec) {
+        cli_human_bytes(
+            (uint64_t)json_integer_value(json_object_get(mem, "recurrent_state_bytes_per_sequence")),
+            hb, sizeof hb);
+        printf(", recurrent state %s (%" JSON_INTEGER_FORMAT " DeltaNet layers, f32, any length)",
+               hb, rec);
+    }
+    printf("\n");
 }
 
 static void parse_args(int argc, char **argv, census_opts *o)

@@ -173,5 +173,44 @@ static void test_attention_each_type(void)
     backend_destroy(b);
 }
 
+/* The recurrent state slots: a sequence takes one at its first reserve
+ * and gives it back cut to 0; when all are held the next reserve fails,
+ * naming them, and takes no blocks; a stateful cache adopts no prefix. */
+static void test_state_slots(void)
+{
+    memra_err err = {{0}};
+    kv_cache c;
+    CHECK(kv_cache_init(&c, KV_F32, 2, 8, 4, 16, &err) == 0);
+    CHECK(kv_cache_enable_state(&c, 0, 10, 1, &err) != 0 && strstr(err.msg, "positive"));
+    CHECK(kv_cache_enable_state(&c, 2, 10, 1, &err) == 0);
+    CHECK(kv_cache_state_bytes(&c) == 80 && c.state != NULL);
+    CHECK(kv_cache_enable_prefix(&c, -1, &err) == 0);
+    kv_seq a, b, d;
+    kv_seq_init(&a, &c);
+    kv_seq_init(&b, &c);
+    kv_seq_init(&d, &c);
+    CHECK(a.state_slot == -1);
+    CHECK(kv_seq_reserve(&a, 5, &err) == 0 && a.state_slot >= 0);
+    CHECK(kv_seq_reserve(&b, 1, &err) == 0 && b.state_slot >= 0 && b.state_slot != a.state_slot);
+    int free_blocks = kv_cache_available(&c);
+    CHECK(kv_seq_reserve(&d, 3, &err) != 0 && strstr(err.msg, "all 2 sequence slots"));
+    CHECK(d.state_slot == -1 && d.n_blocks == 0 && kv_cache_available(&c) == free_blocks);
+    int held = a.state_slot;
+    kv_seq_truncate(&a, 0);
+    CHECK(a.state_slot == -1 && a.n_blocks == 0);
+    CHECK(kv_seq_reserve(&d, 3, &err) == 0 && d.state_slot == held);
+    /* no prefix is adopted or published: the state could not follow */
+    int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    d.n_tokens = 3;
+    kv_seq_publish(&d, 0, toks, 3);
+    CHECK(kv_seq_adopt(&a, 0, toks, 8, 4) == 0);
+    kv_seq_free(&a);
+    kv_seq_free(&b);
+    kv_seq_free(&d);
+    CHECK(c.n_free_slots == 2);
+    kv_cache_free(&c);
+}
+
 TEST_MAIN(TEST_CASE(test_codecs_match_the_format_library), TEST_CASE(test_q8_0_blocks),
-          TEST_CASE(test_geometry), TEST_CASE(test_attention_each_type))
+          TEST_CASE(test_geometry), TEST_CASE(test_attention_each_type),
+          TEST_CASE(test_state_slots))
