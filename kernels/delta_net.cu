@@ -170,21 +170,24 @@ __global__ void delta_rule_kernel(cu_delta p)
                                                               p.dt_bias[h])));
             const float decay = expf(g);
             const float beta = sigmoid_f(p.beta[(size_t)r * nv + h]);
-            float kv = 0.0f;
+            // S^T k and S^T q in four partial sums (t mod 4), as the CPU
+            float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int t = 0; t < KD; t++) {
                 st[t] = __fmul_rn(st[t], decay);
-                kv = __fadd_rn(kv, __fmul_rn(st[t], ks[t]));
+                a[t & 3] = __fadd_rn(a[t & 3], __fmul_rn(st[t], ks[t]));
             }
+            const float kv = __fadd_rn(__fadd_rn(a[0], a[1]), __fadd_rn(a[2], a[3]));
             const float v = row[2 * key_dim + (size_t)h * vd + j];
             const float delta = __fmul_rn(__fsub_rn(v, kv), beta);
-            float o = 0.0f;
+            a[0] = a[1] = a[2] = a[3] = 0.0f;
 #pragma unroll
             for (int t = 0; t < KD; t++) {
                 st[t] = __fadd_rn(st[t], __fmul_rn(ks[t], delta));
-                o = __fadd_rn(o, __fmul_rn(st[t], qs[t]));
+                a[t & 3] = __fadd_rn(a[t & 3], __fmul_rn(st[t], qs[t]));
             }
-            p.out[((size_t)r * nv + h) * vd + j] = o;
+            p.out[((size_t)r * nv + h) * vd + j] =
+                __fadd_rn(__fadd_rn(a[0], a[1]), __fadd_rn(a[2], a[3]));
         }
         __syncthreads(); // qs and ks are written again for the next row
     }

@@ -4,7 +4,9 @@
  * The reference's numerics, as transformers' torch fallback computes them
  * in f32: the conv sums its conv_k taps oldest first; the L2 norm and the
  * gated RMSNorm reduce with cpu_dot; the state update is the recurrent
- * form (decay, read, correct, write, read out), one token at a time. Work
+ * form (decay, read, correct, write, read out), one token at a time, its
+ * two reads over the key dims in four partial sums (r mod 4) added
+ * pairwise. Work
  * is split by value head, each head's rows in order, so a row's result is
  * the same whatever else the step holds and however a prompt is chunked. */
 #include <math.h>
@@ -113,7 +115,7 @@ static void head_task(void *ctx, int task, int thread)
     int kh = d->tiled ? h % d->n_k_heads : h / (d->n_v_heads / d->n_k_heads);
     size_t key_dim = (size_t)d->n_k_heads * (size_t)kd;
     size_t conv_floats = (size_t)(d->conv_k - 1) * j->conv_dim;
-    float q[1024], k[1024], o[1024], kv[1024];
+    float q[1024], k[1024], o[1024], kv[1024], acc[4][1024];
     (void)thread;
     MEMRA_ASSERT(kd <= 1024 && vd <= 1024);
     for (int i = 0; i < j->rows->n; i++) {
@@ -129,26 +131,30 @@ static void head_task(void *ctx, int task, int thread)
         g *= softplusf(j->alpha[(size_t)i * nv + h] + j->dt_bias[h]);
         float decay = expf(g);
         float beta = sigmoidf(j->beta_in[(size_t)i * nv + h]);
-        for (int c = 0; c < vd; c++)
-            kv[c] = 0;
+        /* S^T k and S^T q in four partial sums (r mod 4), added pairwise:
+         * the GPU's order too, whose dependent chains it shortens */
+        memset(acc, 0, sizeof acc);
         for (int r = 0; r < kd; r++) {
-            float *sr = S + (size_t)r * vd;
+            float *sr = S + (size_t)r * vd, *a = acc[r & 3];
             for (int c = 0; c < vd; c++) {
                 sr[c] *= decay;
-                kv[c] += sr[c] * k[r];
+                a[c] += sr[c] * k[r];
             }
         }
-        for (int c = 0; c < vd; c++)
-            kv[c] = (v[c] - kv[c]) * beta; /* the correction written */
-        for (int c = 0; c < vd; c++)
-            o[c] = 0;
+        for (int c = 0; c < vd; c++) {
+            float kvc = (acc[0][c] + acc[1][c]) + (acc[2][c] + acc[3][c]);
+            kv[c] = (v[c] - kvc) * beta; /* the correction written */
+        }
+        memset(acc, 0, sizeof acc);
         for (int r = 0; r < kd; r++) {
-            float *sr = S + (size_t)r * vd;
+            float *sr = S + (size_t)r * vd, *a = acc[r & 3];
             for (int c = 0; c < vd; c++) {
                 sr[c] += k[r] * kv[c];
-                o[c] += sr[c] * q[r];
+                a[c] += sr[c] * q[r];
             }
         }
+        for (int c = 0; c < vd; c++)
+            o[c] = (acc[0][c] + acc[1][c]) + (acc[2][c] + acc[3][c]);
         const float *z = j->z + ((size_t)i * nv + h) * vd;
         float *out = j->out + ((size_t)i * nv + h) * vd;
         float inv = 1.0f / sqrtf(cpu_dot(o, o, vd) / (float)vd + d->eps);
