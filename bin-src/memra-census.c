@@ -64,11 +64,13 @@ static json_t *config_json(const model_config *c)
         json_object_set_new(rs, "original_ctx", json_integer(c->rope_scaling.original_ctx));
     }
     json_object_set_new(j, "rope_scaling", rs);
-    if (c->family == FAMILY_QWEN3_MOE) {
+    if (c->n_experts > 0) {
         json_object_set_new(j, "n_experts", json_integer(c->n_experts));
         json_object_set_new(j, "n_experts_used", json_integer(c->n_experts_used));
         json_object_set_new(j, "moe_ffn_dim", json_integer(c->moe_ffn_dim));
         json_object_set_new(j, "norm_topk_prob", json_boolean(c->norm_topk_prob));
+        if (c->shared_ffn_dim > 0)
+            json_object_set_new(j, "shared_ffn_dim", json_integer(c->shared_ffn_dim));
     }
     if (c->family == FAMILY_GEMMA3) {
         json_object_set_new(j, "rope_local_theta", json_real(c->rope_local_theta));
@@ -255,9 +257,13 @@ static void print_table(const checkpoint *c, json_t *j, const census_opts *o)
            ", rope theta %g, norm eps %g, tied %s\n",
            m->n_vocab, m->dim, m->n_layers, m->n_heads, m->n_kv_heads, m->head_dim, m->ffn_dim,
            m->n_ctx_train, m->rope_theta, m->norm_eps, m->tie_embeddings ? "yes" : "no");
-    if (m->family == FAMILY_QWEN3_MOE)
-        printf("experts: %" PRId64 ", %" PRId64 " used per token, expert ffn %" PRId64 "\n",
-               m->n_experts, m->n_experts_used, m->moe_ffn_dim);
+    if (m->n_experts > 0) {
+        printf("experts: %" PRId64 ", %" PRId64 " used per token, expert ffn %" PRId64, m->n_experts,
+               m->n_experts_used, m->moe_ffn_dim);
+        if (m->shared_ffn_dim > 0)
+            printf(", a shared expert of ffn %" PRId64, m->shared_ffn_dim);
+        printf("\n");
+    }
     if (tok)
         printf("tokenizer: %s, %" JSON_INTEGER_FORMAT " tokens\n",
                json_string_value(json_object_get(tok, "model")) ?: "?",

@@ -68,7 +68,8 @@ static int config_validate(const model_config *c, const char *what, memra_err *e
         config_size_ok(what, "num_attention_heads", c->n_heads, CONFIG_MAX_SIZE, err) ||
         config_size_ok(what, "num_key_value_heads", c->n_kv_heads, CONFIG_MAX_SIZE, err) ||
         config_size_ok(what, "head_dim", c->head_dim, CONFIG_MAX_SIZE, err) ||
-        config_size_ok(what, "intermediate_size", c->ffn_dim, CONFIG_MAX_SIZE, err) ||
+        (!family_desc(c->family)->no_dense_ffn &&
+         config_size_ok(what, "intermediate_size", c->ffn_dim, CONFIG_MAX_SIZE, err)) ||
         config_size_ok(what, "max_position_embeddings", c->n_ctx_train, CONFIG_MAX_CTX, err))
         return -1;
     if (c->n_heads % c->n_kv_heads != 0)
@@ -365,7 +366,7 @@ int config_from_hf(const json_t *cfg, const char *what, model_config *out, memra
     c.n_heads = ht->n_heads;
     if (json_get_int(obj, "hidden_size", 1, &c.dim, what, err) ||
         json_get_int(obj, "num_hidden_layers", 1, &c.n_layers, what, err) ||
-        json_get_int(obj, "intermediate_size", 1, &c.ffn_dim, what, err) ||
+        json_get_int(obj, "intermediate_size", !fam->no_dense_ffn, &c.ffn_dim, what, err) ||
         json_get_int(obj, "num_attention_heads", !ht->n_heads, &c.n_heads, what, err) ||
         json_get_int(obj, "vocab_size", !ht->n_vocab, &c.n_vocab, what, err))
         return -1;
@@ -474,7 +475,7 @@ int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err)
     if (cfg_gguf_int(&g, "context_length", 1, 1, &c.n_ctx_train, err) ||
         cfg_gguf_int(&g, "embedding_length", 1, 1, &c.dim, err) ||
         cfg_gguf_int(&g, "block_count", 1, 1, &c.n_layers, err) ||
-        cfg_gguf_int(&g, "feed_forward_length", 1, 1, &c.ffn_dim, err) ||
+        cfg_gguf_int(&g, "feed_forward_length", 1, !fam->no_dense_ffn, &c.ffn_dim, err) ||
         cfg_gguf_int(&g, "attention.head_count", 1, 1, &c.n_heads, err))
         return -1;
     c.n_kv_heads = c.n_heads;
@@ -604,7 +605,8 @@ void config_to_gguf(const model_config *c, gguf_writer *w)
     cfg_gguf_set_u32(w, arch, "context_length", c->n_ctx_train);
     cfg_gguf_set_u32(w, arch, "embedding_length", c->dim);
     cfg_gguf_set_u32(w, arch, "block_count", c->n_layers);
-    cfg_gguf_set_u32(w, arch, "feed_forward_length", c->ffn_dim);
+    if (c->ffn_dim > 0)
+        cfg_gguf_set_u32(w, arch, "feed_forward_length", c->ffn_dim);
     cfg_gguf_set_u32(w, arch, "attention.head_count", c->n_heads);
     cfg_gguf_set_u32(w, arch, "attention.head_count_kv", c->n_kv_heads);
     cfg_gguf_set_u32(w, arch, "attention.key_length", c->head_dim);
@@ -680,7 +682,8 @@ json_t *config_to_hf(const model_config *c)
     json_object_set_new(o, "model_type", json_string(ht->model_type));
     config_json_set_int(o, "vocab_size", c->n_vocab);
     config_json_set_int(o, "hidden_size", c->dim);
-    config_json_set_int(o, "intermediate_size", c->ffn_dim);
+    if (c->ffn_dim > 0)
+        config_json_set_int(o, "intermediate_size", c->ffn_dim);
     config_json_set_int(o, "num_hidden_layers", c->n_layers);
     config_json_set_int(o, "num_attention_heads", c->n_heads);
     config_json_set_int(o, "num_key_value_heads", c->n_kv_heads);

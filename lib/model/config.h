@@ -72,6 +72,7 @@ typedef struct {
     int64_t lin_n_k_heads, lin_n_v_heads; /* linear_num_{key,value}_heads */
     int64_t lin_k_dim, lin_v_dim;         /* linear_{key,value}_head_dim */
     int attn_out_gate;          /* q_proj emits [q | gate] per head; out *= sigmoid(gate) */
+    int64_t shared_ffn_dim;     /* qwen3_5_moe: the shared expert's width (0: none) */
 
     int64_t bos_id, eos_id; /* -1 when the config does not say */
 

@@ -46,6 +46,10 @@ static const char *const role_names[ROLE_COUNT] = {
     [ROLE_SSM_A] = "ssm_a",
     [ROLE_SSM_NORM] = "ssm_norm",
     [ROLE_SSM_OUT] = "ssm_out",
+    [ROLE_FFN_GATE_SHEXP] = "ffn_gate_shexp",
+    [ROLE_FFN_UP_SHEXP] = "ffn_up_shexp",
+    [ROLE_FFN_DOWN_SHEXP] = "ffn_down_shexp",
+    [ROLE_MOE_SHARED_GATE] = "moe_shared_gate",
 };
 
 const char *role_name(tensor_role r)
@@ -79,8 +83,12 @@ const char *role_group(tensor_role r)
     case ROLE_FFN_GATE:
     case ROLE_FFN_UP:
     case ROLE_FFN_DOWN:
+    case ROLE_FFN_GATE_SHEXP:
+    case ROLE_FFN_UP_SHEXP:
+    case ROLE_FFN_DOWN_SHEXP:
         return "ffn";
     case ROLE_MOE_ROUTER:
+    case ROLE_MOE_SHARED_GATE:
         return "moe_router";
     case ROLE_MOE_GATE_EXPS:
     case ROLE_MOE_UP_EXPS:
@@ -157,6 +165,11 @@ static void add_entry(tensor_contract *k, tensor_role role, int layer, const cha
     e->n_dims = n_dims;
     for (int i = 0; i < n_dims; i++)
         e->shape[i] = shape[i];
+    if ((flags & CE_HF_ROW1) && k->naming == CKPT_HF && n_dims == 1) {
+        e->n_dims = 2;
+        e->shape[1] = shape[0];
+        e->shape[0] = 1;
+    }
     if ((flags & CE_HF_MID1) && k->naming == CKPT_HF && n_dims == 2) {
         e->n_dims = 3;
         e->shape[2] = shape[1];

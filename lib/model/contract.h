@@ -57,6 +57,11 @@ typedef enum {
     ROLE_SSM_A,       /* [n_v]: HF A_log, GGUF -exp(A_log) */
     ROLE_SSM_NORM,    /* the gated RMSNorm [v_dim] (plain w, never 1 + w) */
     ROLE_SSM_OUT,     /* out_proj [dim][n_v v_dim] */
+    /* a shared expert beside the routed ones (qwen3_5_moe) */
+    ROLE_FFN_GATE_SHEXP, /* [shared_ffn_dim][dim] */
+    ROLE_FFN_UP_SHEXP,
+    ROLE_FFN_DOWN_SHEXP, /* [dim][shared_ffn_dim] */
+    ROLE_MOE_SHARED_GATE, /* [dim]: sigmoid(x . w) scales the shared expert (HF [1][dim]) */
     ROLE_COUNT
 } tensor_role;
 
@@ -197,6 +202,7 @@ int contract_transform(const contract_entry *e, int to_gguf, const float *src, f
 #define CE_ROPE_PERMUTE 8u /* with heads given to contract_add_2d/_1d via xform_heads */
 #define CE_NEG_EXP 16u     /* XFORM_NEG_EXP */
 #define CE_HF_MID1 32u     /* HF keeps a 2-d entry as [rows][1][cols] (a depthwise conv) */
+#define CE_HF_ROW1 64u     /* HF keeps a 1-d entry as [1][n] (a one-output projection) */
 
 /* Set the value-head tiling of the entry just added (nothing when
  * n_k == n_v). */

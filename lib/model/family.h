@@ -101,6 +101,7 @@ struct model_family_desc {
     int sliding_pattern;
     int moe; /* routed experts in place of the dense FFN */
     int partial_rope; /* RoPE may turn only the first rope_dim dims of a head */
+    int no_dense_ffn; /* every FFN is routed: no intermediate_size / feed_forward_length */
     int recurrent;    /* some layers are gated DeltaNet layers (config_layer_recurrent) */
 
     /* ---- tensors ---- */
@@ -108,6 +109,8 @@ struct model_family_desc {
     void (*contract)(const model_config *c, tensor_contract *k);
     const family_tensor_name *tensor_names; /* beyond the common names */
     size_t n_tensor_names;
+    /* A family whose tensor names this one has too (looked up after its own). */
+    const model_family_desc *names_base;
     const family_hf_prefix *hf_prefixes;
     size_t n_hf_prefixes;
     /* HF name prefixes of tensors that are not run (a vision tower, an MTP
@@ -154,5 +157,18 @@ void family_list_sliding_pattern(char *out, size_t n);
 void llama_forward(model *m, const bk_batch *rows, const int32_t *tokens);
 /* qwen3's per-layer attention tensors and pre-FFN norm, shared with qwen3_moe. */
 void qwen3_attention_contract(const model_config *c, tensor_contract *k, int l);
+
+/* qwen3_5's hybrid half, shared with qwen3_5_moe (qwen3_5.c): the config
+ * keys of the DeltaNet layers and the layer pattern, their checks, and per
+ * layer the input norm, the mixer (DeltaNet or gated attention) and the
+ * post-attention norm, as tensors and as a forward step (x += mixer). */
+int qwen3_5_hybrid_hf_read(const json_t *obj, const char *what, model_config *c,
+                           memra_err *err);
+void qwen3_5_hybrid_hf_write(const model_config *c, json_t *o);
+int qwen3_5_hybrid_gguf_read(const cfg_gguf *g, model_config *c, memra_err *err);
+void qwen3_5_hybrid_gguf_write(const model_config *c, const char *arch, gguf_writer *w);
+int qwen3_5_hybrid_validate(const model_config *c, const char *what, memra_err *err);
+void qwen3_5_mixer_contract(const model_config *c, tensor_contract *k, int l);
+void qwen3_5_mixer_step(model *m, int l, const bk_batch *rows);
 
 #endif

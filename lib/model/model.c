@@ -106,6 +106,10 @@ static int bind_layer(model *m, const contract_binding *b, int l, layer_weights 
         {ROLE_SSM_A, offsetof(layer_weights, ssm_a)},
         {ROLE_SSM_NORM, offsetof(layer_weights, ssm_norm)},
         {ROLE_SSM_OUT, offsetof(layer_weights, ssm_out)},
+        {ROLE_FFN_GATE_SHEXP, offsetof(layer_weights, shexp_gate)},
+        {ROLE_FFN_UP_SHEXP, offsetof(layer_weights, shexp_up)},
+        {ROLE_FFN_DOWN_SHEXP, offsetof(layer_weights, shexp_down)},
+        {ROLE_MOE_SHARED_GATE, offsetof(layer_weights, shexp_inp)},
     };
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(plain); i++)
         if (bind_weight(m, b, plain[i].role, l, (bk_weight *)((char *)lw + plain[i].off), err))
@@ -227,6 +231,8 @@ static void alloc_state(model *m, int cap)
     size_t n = (size_t)cap, qd = (size_t)(c->n_heads * c->head_dim);
     size_t kvd = (size_t)(c->n_kv_heads * c->head_dim);
     size_t ffn = (size_t)(c->ffn_dim > c->moe_ffn_dim ? c->ffn_dim : c->moe_ffn_dim);
+    if ((size_t)c->shared_ffn_dim > ffn)
+        ffn = (size_t)c->shared_ffn_dim;
     s->cap = cap;
     s->x = bk->ops->act_alloc(bk, n * (size_t)c->dim);
     s->xb = bk->ops->act_alloc(bk, n * (size_t)c->dim);
@@ -242,6 +248,10 @@ static void alloc_state(model *m, int cap)
     if (c->attn_out_gate) {
         s->qg = bk->ops->act_alloc(bk, n * 2 * qd);
         s->gate = bk->ops->act_alloc(bk, n * qd);
+    }
+    if (c->shared_ffn_dim) {
+        s->shared = bk->ops->act_alloc(bk, n * (size_t)c->dim);
+        s->shared_gate = bk->ops->act_alloc(bk, n);
     }
     if (m->state_floats) {
         size_t vd = (size_t)(c->lin_n_v_heads * c->lin_v_dim);
@@ -311,7 +321,8 @@ void model_free(model *m)
     if (s->x) {
         float *acts[] = {s->x,  s->xb,     s->xb2,   s->q,     s->k,     s->v,
                          s->att, s->hb,    s->hb2,   s->logits, s->qg,   s->gate,
-                         s->lin_qkv, s->lin_z, s->lin_o, s->lin_b, s->lin_a};
+                         s->lin_qkv, s->lin_z, s->lin_o, s->lin_b, s->lin_a,
+                         s->shared, s->shared_gate};
         for (size_t i = 0; i < MEMRA_ARRAY_LEN(acts); i++)
             if (acts[i])
                 bk->ops->act_free(bk, acts[i]);

@@ -58,6 +58,10 @@ typedef struct {
     bk_weight ssm_a;          /* [n_v]: A_log (HF) or -exp(A_log) (GGUF) */
     bk_weight ssm_norm;       /* [v_dim] */
     bk_weight ssm_out;        /* [dim][n_v * v_dim] */
+    /* the shared expert (qwen3_5_moe) */
+    bk_weight shexp_gate, shexp_up; /* [shared_ffn_dim][dim] */
+    bk_weight shexp_down;     /* [dim][shared_ffn_dim] */
+    bk_weight shexp_inp;      /* [dim]: a 1 x dim projection, its sigmoid the expert's scale */
 } layer_weights;
 
 typedef struct {
@@ -84,6 +88,9 @@ typedef struct {
     float *lin_qkv;      /* [cap][conv_dim] */
     float *lin_z, *lin_o; /* [cap][n_v * v_dim] the output gate; the mixer's output */
     float *lin_b, *lin_a; /* [cap][n_v] */
+    /* a shared expert only: */
+    float *shared;       /* [cap][dim] its output */
+    float *shared_gate;  /* [cap] its gate before the sigmoid */
     kv_cache kv;         /* K and V of every attention layer, paged; the recurrent state */
 } run_state;
 

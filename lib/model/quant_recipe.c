@@ -116,12 +116,14 @@ static int use_more_bits(int layer, int64_t n_layers)
     return layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2;
 }
 
-/* The small matrices stay f32, as llama.cpp keeps them: the router, the
- * DeltaNet conv (rows of conv_k values) and its per-head gate inputs. */
+/* The small matrices stay f32, as llama.cpp keeps them: the router and the
+ * shared expert's gate, the DeltaNet conv (rows of conv_k values) and its
+ * per-head gate inputs. */
 static int is_matrix(const contract_entry *e)
 {
     return e->n_dims >= 2 && !e->generated && e->role != ROLE_MOE_ROUTER &&
-           e->role != ROLE_SSM_CONV && e->role != ROLE_SSM_BETA && e->role != ROLE_SSM_ALPHA;
+           e->role != ROLE_MOE_SHARED_GATE && e->role != ROLE_SSM_CONV &&
+           e->role != ROLE_SSM_BETA && e->role != ROLE_SSM_ALPHA;
 }
 
 static int64_t row_len(const contract_entry *e) { return e->shape[e->n_dims - 1]; }

@@ -63,10 +63,9 @@ static int read_layer_types(const json_t *obj, const char *what, model_config *c
     return 0;
 }
 
-static int qwen3_5_hf_read(const json_t *obj, const family_hf_type *t, const char *what,
-                           model_config *c, memra_err *err)
+int qwen3_5_hybrid_hf_read(const json_t *obj, const char *what, model_config *c,
+                           memra_err *err)
 {
-    (void)t;
     c->lin_conv_k = 4;
     c->lin_k_dim = 128;
     c->lin_v_dim = 128;
@@ -118,9 +117,15 @@ static int qwen3_5_hf_read(const json_t *obj, const family_hf_type *t, const cha
     return read_layer_types(obj, what, c, err);
 }
 
-static void qwen3_5_hf_write(const model_config *c, const family_hf_type *t, json_t *o)
+static int qwen3_5_hf_read(const json_t *obj, const family_hf_type *t, const char *what,
+                           model_config *c, memra_err *err)
 {
     (void)t;
+    return qwen3_5_hybrid_hf_read(obj, what, c, err);
+}
+
+void qwen3_5_hybrid_hf_write(const model_config *c, json_t *o)
+{
     config_json_set_int(o, "linear_conv_kernel_dim", c->lin_conv_k);
     config_json_set_int(o, "linear_key_head_dim", c->lin_k_dim);
     config_json_set_int(o, "linear_value_head_dim", c->lin_v_dim);
@@ -135,7 +140,13 @@ static void qwen3_5_hf_write(const model_config *c, const family_hf_type *t, jso
     json_object_set_new(o, "layer_types", lt);
 }
 
-static int qwen3_5_gguf_read(const cfg_gguf *g, model_config *c, memra_err *err)
+static void qwen3_5_hf_write(const model_config *c, const family_hf_type *t, json_t *o)
+{
+    (void)t;
+    qwen3_5_hybrid_hf_write(c, o);
+}
+
+int qwen3_5_hybrid_gguf_read(const cfg_gguf *g, model_config *c, memra_err *err)
 {
     c->full_attn_interval = 4;
     c->attn_out_gate = 1;
@@ -168,7 +179,7 @@ static int qwen3_5_gguf_read(const cfg_gguf *g, model_config *c, memra_err *err)
     return 0;
 }
 
-static void qwen3_5_gguf_write(const model_config *c, const char *arch, gguf_writer *w)
+void qwen3_5_hybrid_gguf_write(const model_config *c, const char *arch, gguf_writer *w)
 {
     cfg_gguf_set_u32(w, arch, "ssm.conv_kernel", c->lin_conv_k);
     cfg_gguf_set_u32(w, arch, "ssm.state_size", c->lin_k_dim);
@@ -187,7 +198,7 @@ static void qwen3_5_gguf_write(const model_config *c, const char *arch, gguf_wri
 /* The DeltaNet kernels keep a head's q, k and output rows on the stack. */
 #define QWEN3_5_MAX_HEAD 1024
 
-static int qwen3_5_validate(const model_config *c, const char *what, memra_err *err)
+int qwen3_5_hybrid_validate(const model_config *c, const char *what, memra_err *err)
 {
     if (config_size_ok(what, "linear_conv_kernel_dim", c->lin_conv_k, 16, err) ||
         config_size_ok(what, "linear_key_head_dim", c->lin_k_dim, QWEN3_5_MAX_HEAD, err) ||
@@ -278,17 +289,22 @@ static void gated_attention_contract(const model_config *c, tensor_contract *k, 
     contract_add_1d(k, ROLE_ATTN_K_NORM, l, "attn_k_norm.weight", c->head_dim, CE_NORM_SHIFT, 0);
 }
 
+void qwen3_5_mixer_contract(const model_config *c, tensor_contract *k, int l)
+{
+    contract_add_1d(k, ROLE_ATTN_NORM, l, "attn_norm.weight", c->dim, CE_NORM_SHIFT, 0);
+    if (config_layer_recurrent(c, l))
+        delta_contract(c, k, l);
+    else
+        gated_attention_contract(c, k, l);
+    contract_add_1d(k, ROLE_FFN_NORM, l, "post_attention_norm.weight", c->dim, CE_NORM_SHIFT,
+                    0);
+}
+
 static void qwen3_5_contract(const model_config *c, tensor_contract *k)
 {
     contract_add_globals(k, c, CE_NORM_SHIFT);
     for (int l = 0; l < c->n_layers; l++) {
-        contract_add_1d(k, ROLE_ATTN_NORM, l, "attn_norm.weight", c->dim, CE_NORM_SHIFT, 0);
-        if (config_layer_recurrent(c, l))
-            delta_contract(c, k, l);
-        else
-            gated_attention_contract(c, k, l);
-        contract_add_1d(k, ROLE_FFN_NORM, l, "post_attention_norm.weight", c->dim,
-                        CE_NORM_SHIFT, 0);
+        qwen3_5_mixer_contract(c, k, l);
         contract_add_2d(k, ROLE_FFN_GATE, l, "ffn_gate.weight", c->ffn_dim, c->dim, 0, 0);
         contract_add_2d(k, ROLE_FFN_UP, l, "ffn_up.weight", c->ffn_dim, c->dim, 0, 0);
         contract_add_2d(k, ROLE_FFN_DOWN, l, "ffn_down.weight", c->dim, c->ffn_dim, 0, 0);
@@ -296,6 +312,21 @@ static void qwen3_5_contract(const model_config *c, tensor_contract *k)
 }
 
 /* ---- forward ---- */
+
+void qwen3_5_mixer_step(model *m, int l, const bk_batch *rows)
+{
+    const backend_ops *op = m->bk->ops;
+    run_state *s = &m->state;
+    int n = rows->n;
+    model_report_hidden(m, l, rows, s->x);
+    op->rmsnorm(m->bk, s->x, n, &m->weights.layers[l].attn_norm, m->norm_offset, m->norm_eps,
+                s->xb);
+    if (config_layer_recurrent(&m->config, l))
+        model_delta_net(m, l, rows, s->xb, s->xb2);
+    else
+        model_attention(m, l, rows, s->xb, s->xb2);
+    op->add(m->bk, s->x, s->xb2, (size_t)n * (size_t)m->config.dim);
+}
 
 /* As transformers' Qwen3_5DecoderLayer (see the top of the file). */
 static void qwen3_5_forward(model *m, const bk_batch *rows, const int32_t *tokens)
@@ -308,13 +339,7 @@ static void qwen3_5_forward(model *m, const bk_batch *rows, const int32_t *token
     op->embed(m->bk, &m->weights.embed, tokens, n, m->embed_scale, s->x);
     for (int l = 0; l < c->n_layers; l++) {
         const layer_weights *w = &m->weights.layers[l];
-        model_report_hidden(m, l, rows, s->x);
-        op->rmsnorm(m->bk, s->x, n, &w->attn_norm, m->norm_offset, m->norm_eps, s->xb);
-        if (config_layer_recurrent(c, l))
-            model_delta_net(m, l, rows, s->xb, s->xb2);
-        else
-            model_attention(m, l, rows, s->xb, s->xb2);
-        op->add(m->bk, s->x, s->xb2, nd);
+        qwen3_5_mixer_step(m, l, rows);
         op->rmsnorm(m->bk, s->x, n, &w->ffn_norm, m->norm_offset, m->norm_eps, s->xb);
         op->ffn_glu(m->bk, &w->ffn_gate, &w->ffn_up, &w->ffn_down, m->act, s->xb, n, s->hb,
                     s->hb2, s->xb2);
@@ -333,9 +358,9 @@ const model_family_desc family_qwen3_5 = {
     .hf_act = "silu",
     .hf_read = qwen3_5_hf_read,
     .hf_write = qwen3_5_hf_write,
-    .gguf_read = qwen3_5_gguf_read,
-    .gguf_write = qwen3_5_gguf_write,
-    .validate = qwen3_5_validate,
+    .gguf_read = qwen3_5_hybrid_gguf_read,
+    .gguf_write = qwen3_5_hybrid_gguf_write,
+    .validate = qwen3_5_hybrid_validate,
     .qk_norm = 1,
     .partial_rope = 1,
     .recurrent = 1,

@@ -24,14 +24,19 @@ static const family_tensor_name common_names[] = {
     {"attn_output.bias", "self_attn.o_proj.bias", 0, 0},
 };
 
-/* The i-th name of family d: the common ones first, then its own; NULL
- * past the last. */
+/* The i-th name of family d: the common ones first, then its own, then
+ * its names_base's; NULL past the last. */
 static const family_tensor_name *name_at(const model_family_desc *d, size_t i)
 {
     if (i < MEMRA_ARRAY_LEN(common_names))
         return &common_names[i];
     i -= MEMRA_ARRAY_LEN(common_names);
-    return i < d->n_tensor_names ? &d->tensor_names[i] : NULL;
+    for (; d; d = d->names_base) {
+        if (i < d->n_tensor_names)
+            return &d->tensor_names[i];
+        i -= d->n_tensor_names;
+    }
+    return NULL;
 }
 
 /* A layer or expert index: plain decimal digits, no sign, no leading zero

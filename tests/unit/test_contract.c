@@ -34,6 +34,7 @@ static const char *const family_fixtures[] = {
     "tiny-llama.json", "tiny-llama3.json",   "tiny-qwen2.json",    "tiny-qwen3.json",
     "tiny-qwen3-moe.json", "tiny-gemma3.json", "Llama-3.1-8B.json", "Qwen3-30B-A3B.json",
     "gemma-3-4b-it.json",  "Qwen2.5-7B.json", "tiny-qwen3_5.json", "Qwen3.5-9B.json",
+    "tiny-qwen3_5-moe.json",
 };
 #define N_FAMILY_FIXTURES (int)(sizeof family_fixtures / sizeof family_fixtures[0])
 
@@ -160,7 +161,12 @@ static void test_names_every_entry(void)
                 /* same role, layer and transform; same shape but for the expert dim */
                 CHECK(ge->role == ce->role && ge->layer == ce->layer && ge->xform == ce->xform);
                 int off = ge->n_dims - ce->n_dims;
-                if (ce->role == ROLE_SSM_CONV) {
+                if (ce->role == ROLE_MOE_SHARED_GATE) {
+                    /* HF keeps the shared expert's gate as [1][dim] */
+                    CHECK(ce->n_dims == 2 && ce->shape[0] == 1 && ge->n_dims == 1 &&
+                          ge->shape[0] == ce->shape[1]);
+                    off = -1;
+                } else if (ce->role == ROLE_SSM_CONV) {
                     /* HF keeps the depthwise conv as [channels][1][taps] */
                     CHECK(ce->n_dims == 3 && ce->shape[1] == 1 && ge->n_dims == 2 &&
                           ge->shape[0] == ce->shape[0] && ge->shape[1] == ce->shape[2]);

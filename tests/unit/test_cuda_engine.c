@@ -654,7 +654,7 @@ static void test_cuda_batch_vs_alone(void)
         const char *config;
         dtype t;
     } fams[] = {{"tiny-qwen3-moe.json", DT_F16}, {"tiny-gemma3.json", DT_BF16},
-                {"tiny-qwen3_5.json", DT_BF16}};
+                {"tiny-qwen3_5.json", DT_BF16}, {"tiny-qwen3_5-moe.json", DT_F16}};
     for (size_t f = 0; f < MEMRA_ARRAY_LEN(fams); f++) {
         char cfg[512], dir[1024];
         snprintf(cfg, sizeof cfg, "tests/fixtures/configs/%s", fams[f].config);
@@ -753,7 +753,7 @@ static void test_cuda_families(void)
         {"tiny-llama.json", DT_F32},  {"tiny-llama3.json", DT_F32},
         {"tiny-qwen2.json", DT_F32},  {"tiny-qwen3.json", DT_BF16},
         {"tiny-qwen3-moe.json", DT_F16}, {"tiny-gemma3.json", DT_BF16},
-        {"tiny-qwen3_5.json", DT_BF16},
+        {"tiny-qwen3_5.json", DT_BF16}, {"tiny-qwen3_5-moe.json", DT_F16},
     };
     for (size_t f = 0; f < MEMRA_ARRAY_LEN(fams); f++) {
         char cfg[512], dir[1024], gguf[1100];
