@@ -1,7 +1,8 @@
 /* The gated DeltaNet mixer (delta_net) against the CPU reference, over a
  * state pool on each backend: a prompt chunk, then batched decode steps of
- * two sequences, one of them starting (position 0 clears its slot); the
- * same rows one step each on a third sequence must give the chunk's bytes
+ * two sequences, one of them starting (position 0 clears its slot), and a
+ * chunk that goes on from the window. The first chunk's rows one step each
+ * on a third sequence must give the chunk's bytes
  * (the rows of a sequence run in order, whatever the step holds). And the
  * gated attention's small ops: mul_sigmoid and split_heads. */
 #include <math.h>
@@ -34,7 +35,7 @@ static int pools_make(kc *k, delta_pools *p, size_t floats)
     for (int i = 0; i < 3; i++) {
         kv_seq_init(&p->cs[i], &p->cpu);
         kv_seq_init(&p->gs[i], &p->gpu);
-        if (kv_seq_reserve(&p->cs[i], 16, &err) || kv_seq_reserve(&p->gs[i], 16, &err)) {
+        if (kv_seq_reserve(&p->cs[i], 64, &err) || kv_seq_reserve(&p->gs[i], 64, &err)) {
             kc_report_ok(k, "delta_net", "state slots", 0, err.msg);
             return -1;
         }
@@ -63,7 +64,7 @@ typedef struct {
 static void run_step(kc *k, delta_pools *p, const delta_case *dc, int n, const int *seq,
                      const int32_t *pos, const float *in, float *want, float *got)
 {
-    kv_seq *cs[8], *gs[8];
+    kv_seq *cs[64], *gs[64];
     for (int i = 0; i < n; i++) {
         cs[i] = &p->cs[seq[i]];
         gs[i] = &p->gs[seq[i]];
@@ -102,7 +103,7 @@ static void delta_case_run(kc *k, int nk, int nvh, int kd, int vd, int tiled)
         pools_free(&p);
         return;
     }
-    const int chunk = 6;
+    const int chunk = 40; /* more rows than one tile of the rule kernel stages */
     size_t per_row = conv_dim + dc.vdim + 2 * dc.nv;
     float *in = xmalloc((size_t)chunk * per_row * sizeof(float));
     float *want = xmalloc((size_t)chunk * dc.vdim * sizeof(float));
@@ -112,8 +113,8 @@ static void delta_case_run(kc *k, int nk, int nvh, int kd, int vd, int tiled)
     int inv = 1;
     /* a prompt chunk of sequence 0, positions 0..5 */
     kc_fill(k, in, (size_t)chunk * per_row, 1.0f);
-    int seq[8];
-    int32_t pos[8];
+    int seq[64];
+    int32_t pos[64];
     for (int i = 0; i < chunk; i++)
         seq[i] = 0, pos[i] = i;
     run_step(k, &p, &dc, chunk, seq, pos, in, want, got);
@@ -142,7 +143,7 @@ static void delta_case_run(kc *k, int nk, int nvh, int kd, int vd, int tiled)
         e = kc_rel_err(got, want, 2 * dc.vdim);
         worst = e > worst ? e : worst;
     }
-    /* a chunk that goes on from the window: sequence 0, positions 8..10 */
+    /* a chunk that goes on from the window: sequence 0, three positions on */
     for (int i = 0; i < 3; i++)
         seq[i] = 0, pos[i] = chunk + 2 + i;
     kc_fill(k, in, 3 * per_row, 1.0f);
@@ -150,7 +151,7 @@ static void delta_case_run(kc *k, int nk, int nvh, int kd, int vd, int tiled)
     e = kc_rel_err(got, want, 3 * dc.vdim);
     worst = e > worst ? e : worst;
     char what[96];
-    snprintf(what, sizeof what, "%d/%d heads k%d v%d %s, chunk 6 + 2 batched + chunk 3", nk, nvh,
+    snprintf(what, sizeof what, "%d/%d heads k%d v%d %s, chunk 40 + 2 batched + chunk 3", nk, nvh,
              kd, vd, tiled ? "tiled" : "grouped");
     kc_report(k, "delta_net", what, worst, 1e-5, inv, -1, 0);
     free(in);
