@@ -135,28 +135,21 @@ __global__ void delta_qk_norm_kernel(cu_delta p)
 // The delta rule of value head blockIdx.x over its sequence's rows: thread
 // j keeps column j of the head's state S [KD][v_dim] in registers for the
 // run, and writes the row's raw output o (delta_gated_norm_kernel norms
-// it). The only sequential part of the mixer. Rows come in tiles: a tile's
-// q, k (normalized), v, decay and beta are staged in shared memory at once
-// (each row [q KD][k KD][v v_dim][decay][beta]), so the rows' loop reads
-// no global memory.
+// it). The only sequential part of the mixer. Shared: q and k of the row.
 template <int KD>
-__global__ void delta_rule_kernel(cu_delta p, int tile)
+__global__ void delta_rule_kernel(cu_delta p)
 {
     pdl_trigger();
     pdl_wait();
     const int h = blockIdx.x, i = blockIdx.y;
     if (!run_start(p, i))
         return;
-    extern __shared__ float sm[];
+    __shared__ float qs[KD], ks[KD];
     const int j = threadIdx.x, vd = p.v_dim, nv = p.n_v;
-    const int per = 2 * KD + vd + 2, vals = 2 * KD + vd;
     const bool act = j < vd;
     const int kh = p.tiled ? h % p.n_k : h / (nv / p.n_k);
     const size_t key_dim = (size_t)p.n_k * KD, conv_dim = 2 * key_dim + (size_t)nv * vd;
     const int s = p.slot[i];
-    int end = i + 1;
-    while (end < p.n && p.slot[end] == s)
-        end++;
     float *S = p.state + (size_t)s * p.state_floats + p.state_off +
                (size_t)(p.conv_k - 1) * conv_dim + (size_t)h * KD * vd;
     float st[KD];
@@ -165,46 +158,38 @@ __global__ void delta_rule_kernel(cu_delta p, int tile)
     for (int r = 0; r < KD; r++)
         st[r] = act && !fresh ? S[(size_t)r * vd + j] : 0.0f;
     const float a = p.a_is_log ? -expf(p.a[h]) : p.a[h];
-    for (int r0 = i; r0 < end; r0 += tile) {
-        const int nt = end - r0 < tile ? end - r0 : tile;
-        for (int e = threadIdx.x; e < nt * vals; e += blockDim.x) {
-            const int t = e / vals, c = e % vals;
-            const float *row = p.conv_out + (size_t)(r0 + t) * conv_dim;
-            sm[t * per + c] = c < KD       ? row[(size_t)kh * KD + c]
-                              : c < 2 * KD ? row[key_dim + (size_t)kh * KD + (c - KD)]
-                                           : row[2 * key_dim + (size_t)h * vd + (c - 2 * KD)];
-        }
-        for (int t = threadIdx.x; t < nt; t += blockDim.x) {
-            const size_t rr = (size_t)(r0 + t);
-            const float g = __fmul_rn(a, softplus_f(__fadd_rn(p.alpha[rr * nv + h], p.dt_bias[h])));
-            sm[t * per + vals] = expf(g);
-            sm[t * per + vals + 1] = sigmoid_f(p.beta[rr * nv + h]);
+    for (int r = i; r < p.n && p.slot[r] == s; r++) {
+        const float *row = p.conv_out + (size_t)r * conv_dim;
+        for (int t = threadIdx.x; t < KD; t += blockDim.x) {
+            qs[t] = row[(size_t)kh * KD + t];
+            ks[t] = row[key_dim + (size_t)kh * KD + t];
         }
         __syncthreads();
         if (act) {
-            for (int t = 0; t < nt; t++) {
-                const float *qs = sm + t * per, *ks = qs + KD;
-                const float decay = qs[vals], beta = qs[vals + 1];
-                // S^T k and S^T q in four partial sums (t mod 4), as the CPU
-                float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const float g = __fmul_rn(a, softplus_f(__fadd_rn(p.alpha[(size_t)r * nv + h],
+                                                              p.dt_bias[h])));
+            const float decay = expf(g);
+            const float beta = sigmoid_f(p.beta[(size_t)r * nv + h]);
+            // S^T k and S^T q in four partial sums (t mod 4), as the CPU
+            float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-                for (int u = 0; u < KD; u++) {
-                    st[u] = __fmul_rn(st[u], decay);
-                    acc[u & 3] = __fadd_rn(acc[u & 3], __fmul_rn(st[u], ks[u]));
-                }
-                const float kv = __fadd_rn(__fadd_rn(acc[0], acc[1]), __fadd_rn(acc[2], acc[3]));
-                const float delta = __fmul_rn(__fsub_rn(qs[2 * KD + j], kv), beta);
-                acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
-#pragma unroll
-                for (int u = 0; u < KD; u++) {
-                    st[u] = __fadd_rn(st[u], __fmul_rn(ks[u], delta));
-                    acc[u & 3] = __fadd_rn(acc[u & 3], __fmul_rn(st[u], qs[u]));
-                }
-                p.out[((size_t)(r0 + t) * nv + h) * vd + j] =
-                    __fadd_rn(__fadd_rn(acc[0], acc[1]), __fadd_rn(acc[2], acc[3]));
+            for (int t = 0; t < KD; t++) {
+                st[t] = __fmul_rn(st[t], decay);
+                a[t & 3] = __fadd_rn(a[t & 3], __fmul_rn(st[t], ks[t]));
             }
+            const float kv = __fadd_rn(__fadd_rn(a[0], a[1]), __fadd_rn(a[2], a[3]));
+            const float v = row[2 * key_dim + (size_t)h * vd + j];
+            const float delta = __fmul_rn(__fsub_rn(v, kv), beta);
+            a[0] = a[1] = a[2] = a[3] = 0.0f;
+#pragma unroll
+            for (int t = 0; t < KD; t++) {
+                st[t] = __fadd_rn(st[t], __fmul_rn(ks[t], delta));
+                a[t & 3] = __fadd_rn(a[t & 3], __fmul_rn(st[t], qs[t]));
+            }
+            p.out[((size_t)r * nv + h) * vd + j] =
+                __fadd_rn(__fadd_rn(a[0], a[1]), __fadd_rn(a[2], a[3]));
         }
-        __syncthreads(); // the tile's staging is written again
+        __syncthreads(); // qs and ks are written again for the next row
     }
     if (act)
 #pragma unroll
@@ -237,12 +222,8 @@ template <int KD>
 cudaError_t launch_rule(const cu_delta *p, cudaStream_t stream)
 {
     const int threads = (p->v_dim + 31) & ~31;
-    // rows a tile: as many as 48 KiB of staging holds, at most 16
-    const int per = 2 * KD + p->v_dim + 2;
-    int tile = (48 * 1024 / 4) / per;
-    tile = tile > 16 ? 16 : tile < 1 ? 1 : tile;
-    launch_pdl(delta_rule_kernel<KD>, dim3((unsigned)p->n_v, (unsigned)p->n), dim3(threads),
-               (size_t)tile * per * sizeof(float), stream, *p, tile);
+    launch_pdl(delta_rule_kernel<KD>, dim3((unsigned)p->n_v, (unsigned)p->n), dim3(threads), 0,
+               stream, *p);
     return cudaGetLastError();
 }
 
