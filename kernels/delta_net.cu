@@ -132,31 +132,38 @@ __global__ void delta_qk_norm_kernel(cu_delta p)
     }
 }
 
-// The delta rule of value head blockIdx.x over its sequence's rows: thread
-// j keeps column j of the head's state S [KD][v_dim] in registers for the
-// run, and writes the row's raw output o (delta_gated_norm_kernel norms
-// it). The only sequential part of the mixer. Shared: q and k of the row.
+// The delta rule over a sequence's rows, the only sequential part of the
+// mixer: block (value head h, run start, column group) owns DR_COLS columns
+// of the head's state S [KD][v_dim], split over DR_PARTS threads a column,
+// thread (j, part) keeping rows [part * KD / 4, (part + 1) * KD / 4) of
+// column j in registers for the run. A read of S (S^T k, S^T q) sums each
+// part by row mod 4, then the parts in order, then pairwise (the CPU's
+// order). Writes the row's raw output o (delta_gated_norm_kernel norms it).
+constexpr int DR_PARTS = 4, DR_COLS = 32;
+
 template <int KD>
 __global__ void delta_rule_kernel(cu_delta p)
 {
+    constexpr int B = KD / DR_PARTS;
     pdl_trigger();
     pdl_wait();
     const int h = blockIdx.x, i = blockIdx.y;
     if (!run_start(p, i))
         return;
-    __shared__ float qs[KD], ks[KD];
-    const int j = threadIdx.x, vd = p.v_dim, nv = p.n_v;
+    __shared__ float qs[KD], ks[KD], part[DR_PARTS][4][DR_COLS], bc[DR_COLS];
+    const int lc = threadIdx.x % DR_COLS, pt = threadIdx.x / DR_COLS;
+    const int vd = p.v_dim, nv = p.n_v, j = blockIdx.z * DR_COLS + lc;
     const bool act = j < vd;
     const int kh = p.tiled ? h % p.n_k : h / (nv / p.n_k);
     const size_t key_dim = (size_t)p.n_k * KD, conv_dim = 2 * key_dim + (size_t)nv * vd;
     const int s = p.slot[i];
     float *S = p.state + (size_t)s * p.state_floats + p.state_off +
                (size_t)(p.conv_k - 1) * conv_dim + (size_t)h * KD * vd;
-    float st[KD];
+    float st[B];
     const bool fresh = p.pos[i] == 0;
 #pragma unroll
-    for (int r = 0; r < KD; r++)
-        st[r] = act && !fresh ? S[(size_t)r * vd + j] : 0.0f;
+    for (int u = 0; u < B; u++)
+        st[u] = act && !fresh ? S[(size_t)(pt * B + u) * vd + j] : 0.0f;
     const float a = p.a_is_log ? -expf(p.a[h]) : p.a[h];
     for (int r = i; r < p.n && p.slot[r] == s; r++) {
         const float *row = p.conv_out + (size_t)r * conv_dim;
@@ -164,37 +171,61 @@ __global__ void delta_rule_kernel(cu_delta p)
             qs[t] = row[(size_t)kh * KD + t];
             ks[t] = row[key_dim + (size_t)kh * KD + t];
         }
+        const float g = __fmul_rn(a, softplus_f(__fadd_rn(p.alpha[(size_t)r * nv + h],
+                                                          p.dt_bias[h])));
+        const float decay = expf(g);
         __syncthreads();
-        if (act) {
-            const float g = __fmul_rn(a, softplus_f(__fadd_rn(p.alpha[(size_t)r * nv + h],
-                                                              p.dt_bias[h])));
-            const float decay = expf(g);
-            const float beta = sigmoid_f(p.beta[(size_t)r * nv + h]);
-            // S^T k and S^T q in four partial sums (t mod 4), as the CPU
-            float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-            for (int t = 0; t < KD; t++) {
-                st[t] = __fmul_rn(st[t], decay);
-                a[t & 3] = __fadd_rn(a[t & 3], __fmul_rn(st[t], ks[t]));
-            }
-            const float kv = __fadd_rn(__fadd_rn(a[0], a[1]), __fadd_rn(a[2], a[3]));
-            const float v = row[2 * key_dim + (size_t)h * vd + j];
-            const float delta = __fmul_rn(__fsub_rn(v, kv), beta);
-            a[0] = a[1] = a[2] = a[3] = 0.0f;
-#pragma unroll
-            for (int t = 0; t < KD; t++) {
-                st[t] = __fadd_rn(st[t], __fmul_rn(ks[t], delta));
-                a[t & 3] = __fadd_rn(a[t & 3], __fmul_rn(st[t], qs[t]));
-            }
-            p.out[((size_t)r * nv + h) * vd + j] =
-                __fadd_rn(__fadd_rn(a[0], a[1]), __fadd_rn(a[2], a[3]));
+        for (int u = 0; u < B; u++) {
+            st[u] = __fmul_rn(st[u], decay);
+            acc[u & 3] = __fadd_rn(acc[u & 3], __fmul_rn(st[u], ks[pt * B + u]));
         }
-        __syncthreads(); // qs and ks are written again for the next row
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+            part[pt][m][lc] = acc[m];
+        __syncthreads();
+        if (pt == 0) {
+            float sm[4];
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+                sm[m] = __fadd_rn(__fadd_rn(__fadd_rn(part[0][m][lc], part[1][m][lc]),
+                                            part[2][m][lc]),
+                                  part[3][m][lc]);
+            const float kv = __fadd_rn(__fadd_rn(sm[0], sm[1]), __fadd_rn(sm[2], sm[3]));
+            const float v = act ? row[2 * key_dim + (size_t)h * vd + j] : 0.0f;
+            const float beta = sigmoid_f(p.beta[(size_t)r * nv + h]);
+            bc[lc] = __fmul_rn(__fsub_rn(v, kv), beta);
+        }
+        __syncthreads();
+        const float delta = bc[lc];
+        acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+#pragma unroll
+        for (int u = 0; u < B; u++) {
+            st[u] = __fadd_rn(st[u], __fmul_rn(ks[pt * B + u], delta));
+            acc[u & 3] = __fadd_rn(acc[u & 3], __fmul_rn(st[u], qs[pt * B + u]));
+        }
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+            part[pt][m][lc] = acc[m];
+        __syncthreads();
+        if (pt == 0 && act) {
+            float sm[4];
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+                sm[m] = __fadd_rn(__fadd_rn(__fadd_rn(part[0][m][lc], part[1][m][lc]),
+                                            part[2][m][lc]),
+                                  part[3][m][lc]);
+            p.out[((size_t)r * nv + h) * vd + j] =
+                __fadd_rn(__fadd_rn(sm[0], sm[1]), __fadd_rn(sm[2], sm[3]));
+        }
+        // the next row writes qs and ks only after every thread has passed
+        // the barrier above, and part only after the next row's first one
     }
     if (act)
 #pragma unroll
-        for (int r = 0; r < KD; r++)
-            S[(size_t)r * vd + j] = st[r];
+        for (int u = 0; u < B; u++)
+            S[(size_t)(pt * B + u) * vd + j] = st[u];
 }
 
 // out = rmsnorm(o) * norm * silu(z) per (row, value head), in place; lane
@@ -221,9 +252,9 @@ __global__ void delta_gated_norm_kernel(cu_delta p)
 template <int KD>
 cudaError_t launch_rule(const cu_delta *p, cudaStream_t stream)
 {
-    const int threads = (p->v_dim + 31) & ~31;
-    launch_pdl(delta_rule_kernel<KD>, dim3((unsigned)p->n_v, (unsigned)p->n), dim3(threads), 0,
-               stream, *p);
+    const unsigned groups = (unsigned)((p->v_dim + DR_COLS - 1) / DR_COLS);
+    launch_pdl(delta_rule_kernel<KD>, dim3((unsigned)p->n_v, (unsigned)p->n, groups),
+               dim3(DR_COLS * DR_PARTS), 0, stream, *p);
     return cudaGetLastError();
 }
 

@@ -212,6 +212,9 @@ int qwen3_5_hybrid_validate(const model_config *c, const char *what, memra_err *
                                  2 * c->lin_n_v_heads * c->lin_v_dim) * (double)c->dim,
                         err))
         return -1;
+    if (c->lin_k_dim % 4 != 0)
+        return memra_fail(err, "%s: linear_key_head_dim %" PRId64 " is not a multiple of 4",
+                          what, c->lin_k_dim);
     if (c->lin_n_v_heads % c->lin_n_k_heads != 0)
         return memra_fail(err, "%s: linear_num_value_heads %" PRId64 " is not a multiple of "
                           "linear_num_key_heads %" PRId64, what, c->lin_n_v_heads,

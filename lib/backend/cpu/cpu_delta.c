@@ -5,8 +5,8 @@
  * in f32: the conv sums its conv_k taps oldest first; the L2 norm and the
  * gated RMSNorm reduce with cpu_dot; the state update is the recurrent
  * form (decay, read, correct, write, read out), one token at a time, its
- * two reads over the key dims in four partial sums (r mod 4) added
- * pairwise. Work
+ * two reads over the key dims in sixteen partial sums (each quarter of the
+ * key dims by r mod 4), reduced in a fixed order the GPU shares. Work
  * is split by value head, each head's rows in order, so a row's result is
  * the same whatever else the step holds and however a prompt is chunked. */
 #include <math.h>
@@ -98,6 +98,16 @@ static void conv_task(void *ctx, int task, int thread)
     }
 }
 
+/* Column c of the partial sums acc[quarter][r mod 4]: the quarters in
+ * order, then the four sums pairwise. */
+static float reduce_parts(float acc[4][4][1024], int c)
+{
+    float s[4];
+    for (int m = 0; m < 4; m++)
+        s[m] = ((acc[0][m][c] + acc[1][m][c]) + acc[2][m][c]) + acc[3][m][c];
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
 /* x / sqrt(sum x^2 + 1e-6), as transformers' l2norm. */
 static void l2norm(const float *x, int n, float scale, float *out)
 {
@@ -115,9 +125,11 @@ static void head_task(void *ctx, int task, int thread)
     int kh = d->tiled ? h % d->n_k_heads : h / (d->n_v_heads / d->n_k_heads);
     size_t key_dim = (size_t)d->n_k_heads * (size_t)kd;
     size_t conv_floats = (size_t)(d->conv_k - 1) * j->conv_dim;
-    float q[1024], k[1024], o[1024], kv[1024], acc[4][1024];
+    float q[1024], k[1024], o[1024], kv[1024];
+    static _Thread_local float acc[4][4][1024];
+    const int qd = kd / 4; /* a quarter of the key dims */
     (void)thread;
-    MEMRA_ASSERT(kd <= 1024 && vd <= 1024);
+    MEMRA_ASSERT(kd <= 1024 && vd <= 1024 && kd % 4 == 0);
     for (int i = 0; i < j->rows->n; i++) {
         float *S = state_of(d, j->rows->seq[i]) + conv_floats + (size_t)h * kd * vd;
         if (j->rows->pos[i] == 0)
@@ -131,30 +143,29 @@ static void head_task(void *ctx, int task, int thread)
         g *= softplusf(j->alpha[(size_t)i * nv + h] + j->dt_bias[h]);
         float decay = expf(g);
         float beta = sigmoidf(j->beta_in[(size_t)i * nv + h]);
-        /* S^T k and S^T q in four partial sums (r mod 4), added pairwise:
-         * the GPU's order too, whose dependent chains it shortens */
+        /* S^T k and S^T q: each quarter of the key dims summed by r mod 4,
+         * the quarters added in order, then the four sums pairwise (the
+         * GPU's order: its threads split a column in quarters) */
         memset(acc, 0, sizeof acc);
         for (int r = 0; r < kd; r++) {
-            float *sr = S + (size_t)r * vd, *a = acc[r & 3];
+            float *sr = S + (size_t)r * vd, *a = acc[r / qd][r & 3];
             for (int c = 0; c < vd; c++) {
                 sr[c] *= decay;
                 a[c] += sr[c] * k[r];
             }
         }
-        for (int c = 0; c < vd; c++) {
-            float kvc = (acc[0][c] + acc[1][c]) + (acc[2][c] + acc[3][c]);
-            kv[c] = (v[c] - kvc) * beta; /* the correction written */
-        }
+        for (int c = 0; c < vd; c++)
+            kv[c] = (v[c] - reduce_parts(acc, c)) * beta; /* the correction written */
         memset(acc, 0, sizeof acc);
         for (int r = 0; r < kd; r++) {
-            float *sr = S + (size_t)r * vd, *a = acc[r & 3];
+            float *sr = S + (size_t)r * vd, *a = acc[r / qd][r & 3];
             for (int c = 0; c < vd; c++) {
                 sr[c] += k[r] * kv[c];
                 a[c] += sr[c] * q[r];
             }
         }
         for (int c = 0; c < vd; c++)
-            o[c] = (acc[0][c] + acc[1][c]) + (acc[2][c] + acc[3][c]);
+            o[c] = reduce_parts(acc, c);
         const float *z = j->z + ((size_t)i * nv + h) * vd;
         float *out = j->out + ((size_t)i * nv + h) * vd;
         float inv = 1.0f / sqrtf(cpu_dot(o, o, vd) / (float)vd + d->eps);
