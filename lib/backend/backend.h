@@ -232,6 +232,10 @@ typedef struct {
      * allocates storage of the same geometry here, behind the same block
      * tables, so running out of memory shows at load, not mid-step. */
     int (*kv_prepare)(backend *b, const kv_cache *kv, memra_err *err);
+    /* Optional (NULL: the backend cannot run recurrent layers). Copy
+     * recurrent state slot `from` of kv's pool to slot `to`, in order with
+     * the ops (a checkpoint of a sequence, or its restore). */
+    void (*state_copy)(backend *b, const kv_cache *kv, int from, int to);
     /* Optional (NULL: never fails). Ops return nothing, so a backend whose
      * ops can fail (a device error, device memory exhausted) records the
      * first failure, skips every later op and reports it here, naming the

@@ -154,6 +154,31 @@ void kv_seq_init(kv_seq *s, kv_cache *c)
     memset(s, 0, sizeof *s);
     s->cache = c;
     s->state_slot = -1;
+    s->snap_slot = -1;
+    s->snap_tokens = -1;
+}
+
+int kv_seq_snapshot_slot(kv_seq *s, memra_err *err)
+{
+    kv_cache *c = s->cache;
+    if (s->snap_slot >= 0)
+        return s->snap_slot;
+    if (!c->state_floats)
+        return memra_fail(err, "recurrent state: the cache keeps none to copy");
+    if (c->n_free_slots == 0)
+        return memra_fail(err, "recurrent state: no slot free for a checkpoint (all %d taken; "
+                          "the engine keeps one a sequence when it verifies drafts)",
+                          c->n_state_slots);
+    s->snap_slot = c->free_slots[--c->n_free_slots];
+    return s->snap_slot;
+}
+
+static void truncate_blocks(kv_seq *s, int64_t n_tokens);
+
+void kv_seq_restore_point(kv_seq *s)
+{
+    MEMRA_ASSERT(s->snap_slot >= 0 && s->snap_tokens >= 0 && s->snap_tokens <= s->n_tokens);
+    truncate_blocks(s, s->snap_tokens);
 }
 
 void kv_seq_free(kv_seq *s)
@@ -289,11 +314,22 @@ void kv_seq_truncate(kv_seq *s, int64_t n_tokens)
     if (c->state_floats) {
         /* the state sums every position: it can only be dropped whole */
         MEMRA_ASSERT(n_tokens == 0 || n_tokens >= s->n_tokens);
-        if (n_tokens == 0 && s->state_slot >= 0) {
-            c->free_slots[c->n_free_slots++] = s->state_slot;
-            s->state_slot = -1;
+        if (n_tokens == 0) {
+            if (s->state_slot >= 0)
+                c->free_slots[c->n_free_slots++] = s->state_slot;
+            if (s->snap_slot >= 0)
+                c->free_slots[c->n_free_slots++] = s->snap_slot;
+            s->state_slot = s->snap_slot = -1;
+            s->snap_tokens = -1;
         }
     }
+    truncate_blocks(s, n_tokens);
+}
+
+/* kv_seq_truncate's cut of the blocks and the length. */
+static void truncate_blocks(kv_seq *s, int64_t n_tokens)
+{
+    kv_cache *c = s->cache;
     int64_t keep = (n_tokens + c->block_size - 1) / c->block_size;
     while (s->n_blocks > keep)
         release_block(c, s->blocks[--s->n_blocks]);

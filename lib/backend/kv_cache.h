@@ -58,6 +58,8 @@ typedef struct {
     int n_blocks, cap;
     int64_t n_tokens;   /* positions [0, n_tokens) hold valid K/V */
     int state_slot;     /* its recurrent state slot, -1 when it holds none */
+    int snap_slot;      /* a copy of the state taken at snap_tokens (engine), -1: none */
+    int64_t snap_tokens;
 } kv_seq;
 
 const char *kv_type_name(kv_type t); /* "f32", "f16", "bf16", "q8_0" ("default") */
@@ -88,6 +90,14 @@ void kv_cache_free(kv_cache *c);
  * sizes or when the memory cannot be had, naming the bytes. */
 int kv_cache_enable_state(kv_cache *c, int n_slots, size_t floats_per_slot, int host,
                           memra_err *err);
+/* A second slot for s to keep a copy of its state in (a checkpoint the
+ * engine restores to cut a stateful sequence back); the slot it has, else
+ * one taken from the pool, else -1 with err naming the pool. */
+int kv_seq_snapshot_slot(kv_seq *s, memra_err *err);
+/* Cut a stateful sequence back to its checkpoint (snap_tokens), once the
+ * caller has copied the snapshot back into its state slot: the blocks as
+ * kv_seq_truncate cuts them. */
+void kv_seq_restore_point(kv_seq *s);
 /* Bytes of recurrent state (every slot, wherever it is kept). */
 uint64_t kv_cache_state_bytes(const kv_cache *c);
 /* Bytes of K and V together (wherever they are stored). */
@@ -121,8 +131,9 @@ int kv_seq_reserve(kv_seq *s, int64_t n_tokens, memra_err *err);
 /* Keep positions [0, n_tokens); blocks wholly past them go back. A block
  * cut in part is written again, so it leaves the prefix index; cutting into
  * a block other sequences share is a programming error (aborts), as is
- * cutting a sequence with recurrent state to anything but 0 or its length.
- * Cut to 0, a sequence gives its state slot back. */
+ * cutting a sequence with recurrent state to anything but 0 or its length
+ * (its checkpoint: kv_seq_restore_point). Cut to 0, a sequence gives its
+ * state slots back. */
 void kv_seq_truncate(kv_seq *s, int64_t n_tokens);
 
 /* Byte offset of the row of position pos of layer `layer`; the position

@@ -105,7 +105,7 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
         .kv_type = e->opts.kv_type,
         .kv_block_size = e->opts.kv_block_size,
         .kv_blocks = (int)pool_blocks,
-        .state_slots = eo.n_seqs,
+        .state_slots = eo.n_seqs * (eo.snapshots ? 2 : 1),
     };
     if (model_init(&e->m, c, &e->binding, ck->format, e->bk, &mo, err) != 0) {
         memra_wrap(err, "%s", ck->path);
@@ -236,9 +236,35 @@ void engine_seq_reset(engine_seq *s) { kv_seq_truncate(&s->kv, 0); }
 
 void engine_seq_truncate(engine_seq *s, int64_t n)
 {
-    if (n < s->kv.n_tokens)
-        kv_seq_truncate(&s->kv, n);
+    if (n >= s->kv.n_tokens)
+        return;
+    if (n > 0 && s->kv.cache->state_floats) {
+        /* a recurrent state goes back only to its checkpoint */
+        MEMRA_ASSERT(n == s->kv.snap_tokens && s->kv.snap_slot >= 0 && s->kv.state_slot >= 0);
+        backend *bk = s->e->bk;
+        backend_bind(bk);
+        bk->ops->state_copy(bk, s->kv.cache, s->kv.snap_slot, s->kv.state_slot);
+        kv_seq_restore_point(&s->kv);
+        return;
+    }
+    kv_seq_truncate(&s->kv, n);
 }
+
+int engine_seq_checkpoint(engine_seq *s, memra_err *err)
+{
+    if (!s->kv.cache->state_floats || s->kv.state_slot < 0)
+        return 0; /* nothing recurrent yet: a cut back re-runs from position 0 */
+    int snap = kv_seq_snapshot_slot(&s->kv, err);
+    if (snap < 0)
+        return -1;
+    backend *bk = s->e->bk;
+    backend_bind(bk);
+    bk->ops->state_copy(bk, s->kv.cache, s->kv.state_slot, snap);
+    s->kv.snap_tokens = s->kv.n_tokens;
+    return 0;
+}
+
+int engine_can_checkpoint(const engine *e) { return e->m.state_floats == 0 || e->opts.snapshots; }
 
 int64_t engine_seq_pos(const engine_seq *s) { return s->kv.n_tokens; }
 

@@ -44,6 +44,8 @@ typedef struct {
     int kv_block_size;  /* tokens per KV block; 0: 16 */
     int prefix_cache;   /* share full KV blocks between sequences by content (kv_prefix.h) */
     int prefix_cache_idle; /* blocks kept cached that no sequence holds; <= 0: the pool */
+    int snapshots;      /* a model with recurrent layers keeps room for a checkpoint of each
+                         * sequence's state (engine_seq_checkpoint), as verifying drafts needs */
     backend_kind backend; /* BK_CPU (default) or BK_CUDA */
     int device;         /* CUDA device index (BK_CUDA); any thread may then drive the
                          * engine: every entry point binds it to that device */
@@ -86,8 +88,16 @@ void engine_seq_truncate(engine_seq *s, int64_t n);
 /* Whether a sequence can be cut back to any position (engine_seq_truncate
  * with 0 < n < its length): not for a model with recurrent layers
  * (qwen3_5), whose state sums every position so far; such a sequence is
- * only ever reset. */
+ * only ever reset, or cut back to its checkpoint. */
 int engine_rewindable(const engine *e);
+/* Whether the engine keeps state checkpoints (opts.snapshots; always
+ * true for a rewindable engine, which needs none). */
+int engine_can_checkpoint(const engine *e);
+/* Remember s's current length as the point engine_seq_truncate may cut it
+ * back to: for a model with recurrent layers, a copy of its state (the
+ * engine made with opts.snapshots); nothing otherwise. Fails when no slot
+ * is free for the copy. */
+int engine_seq_checkpoint(engine_seq *s, memra_err *err);
 /* Tokens in the sequence: the position the next token takes. */
 int64_t engine_seq_pos(const engine_seq *s);
 

@@ -119,9 +119,9 @@ static void emit(spec_run *r, int32_t id)
 
 int spec_target_check(const engine *e, memra_err *err)
 {
-    if (!engine_rewindable(e))
-        return memra_fail(err, "speculative decoding needs a model whose sequences can be cut "
-                          "back; the %s family's recurrent layers cannot be yet",
+    if (!engine_can_checkpoint(e))
+        return memra_fail(err, "speculative decoding of a %s model needs the engine to keep a "
+                          "checkpoint of each sequence's recurrent state (engine_opts.snapshots)",
                           family_name(engine_config(e)->family));
     return 0;
 }
@@ -142,6 +142,10 @@ int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const in
     int32_t rows[SPEC_K_MAX + 1];
     rows[0] = ctx[n - 1];
     memcpy(rows + 1, draft.tokens, (size_t)draft.n * sizeof *rows);
+    /* A recurrent state cannot be cut back: keep a copy to go back to. */
+    int rewind = engine_rewindable(e);
+    if (!rewind && engine_seq_checkpoint(seq, err) != 0)
+        return -1;
     if (engine_forward(e, seq, rows, draft.n + 1, logits, 1, err) != 0)
         return -1;
     /* Row i is the model's distribution after draft token i: verify
@@ -165,8 +169,17 @@ int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const in
         out->tokens[out->n++] = tok;
         break;
     }
-    /* Keep the newest token's row and the accepted drafts' rows. */
-    engine_seq_truncate(seq, pos + 1 + a);
+    /* Keep the newest token's row and the accepted drafts' rows: a
+     * recurrent state goes back to the checkpoint and runs those rows again
+     * (the same rows in a step of their own: the same bytes, every backend
+     * computing a row's state in order whatever else the step holds). */
+    if (rewind || a == draft.n) {
+        engine_seq_truncate(seq, pos + 1 + a);
+    } else {
+        engine_seq_truncate(seq, pos);
+        if (engine_forward(e, seq, rows, a + 1, NULL, 0, err) != 0)
+            return -1;
+    }
     out->drafted = draft.n;
     out->accepted = a;
     return 0;

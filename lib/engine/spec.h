@@ -188,8 +188,9 @@ void spec_params_default(spec_params *p);
 /* Whether sampling with s can be verified exactly: 0, or -1 naming what
  * cannot (the penalties). */
 int spec_sampling_check(const sampler_params *s, memra_err *err);
-/* Whether e can verify drafts: its sequences must cut back to any
- * position (engine_rewindable); fails naming the family otherwise. */
+/* Whether e can verify drafts: its sequences cut back to any position
+ * (engine_rewindable), or it keeps checkpoints of their recurrent state
+ * (engine_opts.snapshots); fails naming the family otherwise. */
 int spec_target_check(const engine *e, memra_err *err);
 
 /* What one round emitted: the accepted drafts, then the model's own token

@@ -1242,6 +1242,7 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
     eo.kv_block_size = KV_BLOCK_SIZE;
     eo.prefix_cache = o->prefix_cache;
     eo.prefix_cache_idle = o->cache_blocks;
+    eo.snapshots = serve_spec_wanted(&o->spec); /* checkpoints for a hybrid's speculation */
     if (engine_load(&m->ck, &eo, &m->eng, err) != 0)
         goto fail;
     m->n_ctx = engine_n_ctx(m->eng);

@@ -27,6 +27,19 @@ check "sampled (--temp 0.8): seeded runs reproducible, drafts accepted" \
   bash -c "memra-spec '$TINY' --draft '$DRAFT' -K 1,4 -n 48 --temp 0.8 --seed 5 --json |
            jq -e '.self_consistency == \"PASS\" and all(.runs[]; .acceptance > 0)'"
 
+# A hybrid target (qwen3_5: recurrent state that cannot be cut back): after a
+# rejection the engine restores its state checkpoint and runs the accepted
+# rows again. Random weights accept few drafts; over 300 tokens these seeds
+# accept 6 to 16 (measured), and every K must stay token-identical.
+memra-convert "$STORIES" "$T/stories-hf" >/dev/null 2>&1
+jq '.vocab_size = 512' tests/fixtures/configs/tiny-qwen3_5.json >"$T/q35.json"
+memra-convert --random "$T/q35.json" --seed 3 --tokenizer "$T/stories-hf" "$T/q35.gguf" >/dev/null 2>&1
+check "hybrid target (qwen3_5), n-gram drafter: token-identical for K = 1..4 with drafts accepted" \
+  bash -c "memra-spec '$T/q35.gguf' --ngram -K 1..4 -p Once -n 300 --ignore-eos --json | jq -e '
+    .self_consistency == \"PASS\" and all(.runs[]; .consistent and .accepted > 0)'"
+expect_error "a hybrid draft model is refused: it cannot go back" 1 "cannot draft yet" \
+  memra-spec "$STORIES" --draft "$T/q35.gguf" -K 1 -n 4
+
 # Rank files.
 check "memra-trim-ranks writes the rank file and its sidecar" \
   memra-trim-ranks "$TINY" "$T/ranks.gguf" --top 512 --n-gen 24

@@ -864,9 +864,68 @@ static void test_hf_parity_stories(void)
     checkpoint_close(&ck);
 }
 
+
+/* A hybrid model's sequence goes back only to its checkpoint: the state is
+ * copied and restored exactly (the same rows run again give the same
+ * logits, bit for bit), the engine makes room for checkpoints only when
+ * asked, and a reset drops both slots. */
+static void test_recurrent_checkpoint(void)
+{
+    char dir[1024];
+    tmp_path(dir, sizeof dir, "ckpt-qwen3_5");
+    memra_err err = {{0}};
+    convert_opts co = {.outtype = DT_F32, .n_threads = 2};
+    checkpoint ck;
+    if (convert_random("tests/fixtures/configs/tiny-qwen3_5.json", 5, dir, &co, &err) != 0 ||
+        checkpoint_open(dir, &ck, &err) != 0) {
+        CHECK_MSG(0, "tiny-qwen3_5: %s", err.msg);
+        rm_rf(dir);
+        return;
+    }
+    engine_opts o;
+    engine_opts_default(&o);
+    o.n_threads = 2;
+    engine *plain = load_engine_opts(&ck, &o);
+    o.snapshots = 1;
+    engine *e = load_engine_opts(&ck, &o);
+    if (!plain || !e)
+        goto done;
+    CHECK(!engine_rewindable(e) && engine_can_checkpoint(e) && !engine_can_checkpoint(plain));
+    int32_t toks[16];
+    for (int i = 0; i < 16; i++)
+        toks[i] = (int32_t)((i * 53 + 7) % 256);
+    int64_t vocab = engine_config(e)->n_vocab;
+    float *a = malloc(6 * (size_t)vocab * sizeof(float)), *b = malloc(6 * (size_t)vocab * sizeof(float));
+    engine_seq *s, *p;
+    engine_seq_new(e, &s, &err);
+    engine_seq_new(plain, &p, &err);
+    CHECK(engine_forward(e, s, toks, 10, NULL, 0, &err) == 0);
+    CHECK(engine_seq_checkpoint(s, &err) == 0);
+    CHECK(engine_forward(e, s, toks + 10, 6, a, 1, &err) == 0);
+    engine_seq_truncate(s, 10); /* back to the checkpoint */
+    CHECK(engine_seq_pos(s) == 10);
+    CHECK(engine_forward(e, s, toks + 10, 6, b, 1, &err) == 0);
+    CHECK_MSG(memcmp(a, b, 6 * (size_t)vocab * sizeof(float)) == 0,
+              "the rows after a restored checkpoint differ");
+    /* the plain engine has one slot a sequence: no room for a copy */
+    CHECK(engine_forward(plain, p, toks, 4, NULL, 0, &err) == 0);
+    CHECK(engine_seq_checkpoint(p, &err) != 0 && strstr(err.msg, "no slot free"));
+    engine_seq_reset(s);
+    CHECK(engine_forward(e, s, toks, 3, NULL, 0, &err) == 0 && engine_seq_checkpoint(s, &err) == 0);
+    free(a);
+    free(b);
+    engine_seq_free(s);
+    engine_seq_free(p);
+done:
+    engine_free(e);
+    engine_free(plain);
+    checkpoint_close(&ck);
+    rm_rf(dir);
+}
+
 TEST_MAIN(TEST_CASE(test_stories_golden), TEST_CASE(test_chunked_prefill), TEST_CASE(test_kv_f16),
           TEST_CASE(test_gguf_vs_hf), TEST_CASE(test_families), TEST_CASE(test_kv_blocks),
           TEST_CASE(test_interleaved_sequences), TEST_CASE(test_hidden_hook),
           TEST_CASE(test_errors), TEST_CASE(test_quantized_q8_0),
-          TEST_CASE(test_hf_parity),
+          TEST_CASE(test_hf_parity), TEST_CASE(test_recurrent_checkpoint),
           TEST_CASE(test_hf_parity_stories))

@@ -238,6 +238,7 @@ static const backend_ops cpu_ops = {
     .mul_sigmoid = cpu_op_mul_sigmoid,
     .split_heads = cpu_op_split_heads,
     .delta_net = cpu_op_delta_net,
+    .state_copy = cpu_op_state_copy,
 };
 
 /* Both kinds share this setup and every op; `fast` routes the weight

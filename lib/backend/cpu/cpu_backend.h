@@ -118,6 +118,7 @@ void cpu_op_split_heads(backend *b, const float *x, int n, int n_heads, int a_di
                         float *a, float *bo);
 void cpu_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, const float *qkv,
                       const float *z, const float *beta_in, const float *alpha, float *out);
+void cpu_op_state_copy(backend *b, const kv_cache *kv, int from, int to);
 
 /* The plain RMSNorm of one row (also used per head for QK-norm). */
 void cpu_rmsnorm_row(const float *x, const float *w, float w_offset, float eps, int64_t n,

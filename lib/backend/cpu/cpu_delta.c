@@ -207,3 +207,12 @@ void cpu_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, const
     pool_run(c->pool, 64, conv_task, &j);
     pool_run(c->pool, d->n_v_heads, head_task, &j);
 }
+
+void cpu_op_state_copy(backend *b, const kv_cache *kv, int from, int to)
+{
+    (void)b;
+    MEMRA_ASSERT(kv->state && from >= 0 && to >= 0 && from < kv->n_state_slots &&
+                 to < kv->n_state_slots);
+    memcpy(kv->state + (size_t)to * kv->state_floats,
+           kv->state + (size_t)from * kv->state_floats, kv->state_floats * sizeof(float));
+}

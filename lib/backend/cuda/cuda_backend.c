@@ -357,6 +357,7 @@ static const backend_ops cuda_ops = {
     .mul_sigmoid = cuda_op_mul_sigmoid,
     .split_heads = cuda_op_split_heads,
     .delta_net = cuda_op_delta_net,
+    .state_copy = cuda_op_state_copy,
     .kv_prepare = cuda_kv_prepare,
     .status = cuda_status,
     .mem_stats = cuda_mem_stats,

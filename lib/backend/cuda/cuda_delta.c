@@ -85,3 +85,20 @@ void cuda_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, cons
     };
     CU_OK(cb, launch_delta_net(&p, cb->stream));
 }
+
+void cuda_op_state_copy(backend *b, const kv_cache *kv, int from, int to)
+{
+    cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
+    if (cb->failed)
+        return;
+    if (!cb->state || from < 0 || to < 0 || from >= kv->n_state_slots ||
+        to >= kv->n_state_slots) {
+        cuda_failf(cb, "state_copy: slot %d -> %d of %d (pool %s)", from, to, kv->n_state_slots,
+                   cb->state ? "made" : "not made");
+        return;
+    }
+    size_t sf = kv->state_floats;
+    CU_OK(cb, cudaMemcpyAsync(cb->state + (size_t)to * sf, cb->state + (size_t)from * sf,
+                              sf * sizeof(float), cudaMemcpyDeviceToDevice, cb->stream));
+}

@@ -254,6 +254,7 @@ void cuda_op_split_heads(backend *b, const float *x, int n, int n_heads, int a_d
                          float *a, float *bo);
 void cuda_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, const float *qkv,
                        const float *z, const float *beta_in, const float *alpha, float *out);
+void cuda_op_state_copy(backend *b, const kv_cache *kv, int from, int to);
 void cuda_op_softcap(backend *b, float *x, size_t n, float cap);
 void cuda_op_qk_norm_rope(backend *b, float *q, float *k, const bk_batch *rows, const bk_attn *a,
                           const bk_weight *q_norm, const bk_weight *k_norm, float w_offset,
