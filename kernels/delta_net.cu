@@ -47,6 +47,20 @@ DEV int rows_in_run(const cu_delta &p, int i)
     return j;
 }
 
+// Channel ch's input at position pos[i] - j for row i, whose run's rows are
+// i - jj + 1 .. i: from the step, else from the window (slots oldest
+// first, the last the position before the run), else 0 (before position 0).
+template <int KC>
+DEV float conv_input(const cu_delta &p, const float *win, int i, int jj, int j, size_t ch,
+                     size_t conv_dim)
+{
+    if (j < jj)
+        return p.qkv[(size_t)(i - j) * conv_dim + ch];
+    if (p.pos[i] - jj + 1 == 0 || p.pos[i] - j < 0)
+        return 0.0f;
+    return win[(size_t)(KC - 2 - j + jj) * conv_dim + ch];
+}
+
 // The causal conv of one channel of one row: grid (channel blocks, rows).
 // Rows are independent (row i reads the inputs of positions pos - KC + 1
 // to pos, from the step or, before the run, from the window), so a prompt
@@ -63,19 +77,11 @@ __global__ void delta_conv_kernel(cu_delta p)
         return;
     const float *win = p.state + (size_t)p.slot[i] * p.state_floats + p.state_off;
     const int jj = rows_in_run<KC>(p, i); // rows i - jj + 1 .. i are the run's
-    const bool fresh = p.pos[i] - jj + 1 == 0;
     float acc = 0.0f;
 #pragma unroll
-    for (int k = 0; k < KC; k++) {
-        const int j = KC - 1 - k; // the input of position pos - j
-        float x;
-        if (j < jj)
-            x = p.qkv[(size_t)(i - j) * conv_dim + ch];
-        else
-            x = fresh || p.pos[i] - j < 0 ? 0.0f : win[(size_t)(KC - 2 - j + jj) * conv_dim + ch];
-        const float w = p.conv_w[ch * KC + k];
-        acc = __fadd_rn(acc, __fmul_rn(w, x));
-    }
+    for (int k = 0; k < KC; k++)
+        acc = __fadd_rn(acc, __fmul_rn(p.conv_w[ch * KC + k],
+                                       conv_input<KC>(p, win, i, jj, KC - 1 - k, ch, conv_dim)));
     p.conv_out[(size_t)i * conv_dim + ch] = silu_f(acc);
 }
 
@@ -93,17 +99,10 @@ __global__ void delta_window_kernel(cu_delta p)
         return;
     float *win = p.state + (size_t)p.slot[i] * p.state_floats + p.state_off;
     const int jj = rows_in_run<KC>(p, i);
-    const bool fresh = p.pos[i] - jj + 1 == 0;
 #pragma unroll
-    for (int k = 0; k < KC - 1; k++) {
-        const int j = KC - 2 - k; // window slot k: the input of position pos - j
-        float x;
-        if (j < jj)
-            x = p.qkv[(size_t)(i - j) * conv_dim + ch];
-        else
-            x = fresh || p.pos[i] - j < 0 ? 0.0f : win[(size_t)(KC - 2 - j + jj) * conv_dim + ch];
-        win[(size_t)k * conv_dim + ch] = x; // reads only slots >= k: in place is safe
-    }
+    for (int k = 0; k < KC - 1; k++) // window slot k: the input of position pos - (KC - 2 - k)
+        win[(size_t)k * conv_dim + ch] = conv_input<KC>(p, win, i, jj, KC - 2 - k, ch, conv_dim);
+    // (slot k reads the old window's slots >= k + 1 only: in place is safe)
 }
 
 // q and k of each (row, key head) L2-normalized in place (q also times

@@ -378,6 +378,23 @@ void model_attention(model *m, int l, const bk_batch *rows, const float *in, flo
     op->matmul(m->bk, &w->wo, &w->bo, s->att, rows->n, out);
 }
 
+void model_moe_ffn(model *m, int l, int n, const float *in, float *out)
+{
+    const layer_weights *w = &m->weights.layers[l];
+    const model_config *c = &m->config;
+    bk_moe moe = {
+        .router = &w->moe_router,
+        .gate = w->moe_gate,
+        .up = w->moe_up,
+        .down = w->moe_down,
+        .n_experts = (int)c->n_experts,
+        .n_used = (int)c->n_experts_used,
+        .norm_topk = c->norm_topk_prob,
+        .act = m->act,
+    };
+    m->bk->ops->ffn_moe(m->bk, &moe, in, n, out);
+}
+
 void model_delta_net(model *m, int l, const bk_batch *rows, const float *in, float *out)
 {
     const backend_ops *op = m->bk->ops;

@@ -164,6 +164,9 @@ void model_report_hidden(model *m, int index, const bk_batch *rows, const float 
  * ([n][dim], before any post-norm and the residual add). With
  * attn_out_gate, q_proj's gate half gates the output (sigmoid). */
 void model_attention(model *m, int l, const bk_batch *rows, const float *in, float *out);
+/* Layer l's routed experts (the backend's ffn_moe: softmax, top-k, the
+ * config's renormalization) on `in`, into out ([n][dim]). */
+void model_moe_ffn(model *m, int l, int n, const float *in, float *out);
 /* The gated DeltaNet sublayer of recurrent layer l (bk_delta), likewise. */
 void model_delta_net(model *m, int l, const bk_batch *rows, const float *in, float *out);
 

@@ -145,17 +145,7 @@ static void qwen3_moe_forward(model *m, const bk_batch *rows, const int32_t *tok
         model_attention(m, l, rows, s->xb, s->xb2);
         op->add(m->bk, s->x, s->xb2, nd);
         op->rmsnorm(m->bk, s->x, n, &w->ffn_norm, m->norm_offset, m->norm_eps, s->xb);
-        bk_moe moe = {
-            .router = &w->moe_router,
-            .gate = w->moe_gate,
-            .up = w->moe_up,
-            .down = w->moe_down,
-            .n_experts = (int)c->n_experts,
-            .n_used = (int)c->n_experts_used,
-            .norm_topk = c->norm_topk_prob,
-            .act = m->act,
-        };
-        op->ffn_moe(m->bk, &moe, s->xb, n, s->xb2);
+        model_moe_ffn(m, l, n, s->xb, s->xb2);
         op->add(m->bk, s->x, s->xb2, nd);
     }
 }
