@@ -12,14 +12,16 @@
 #include "model/convert.h"
 
 static const char usage[] =
-    "usage: memra-convert SRC DST [--outtype f32|f16|bf16] [--shard-size BYTES] [-t N]\n"
+    "usage: memra-convert SRC DST [--outtype f32|f16|bf16|q8_0] [--shard-size BYTES] [-t N]\n"
     "       memra-convert --random CONFIG.json DST [--seed N] [--tokenizer DIR] [--outtype T]\n"
     "       memra-convert --vocab-only HF_DIR DST.gguf\n"
     "\n"
     "DST ending in .gguf is written as GGUF v3, anything else as an HF checkpoint dir.\n"
     "SRC is a GGUF file, an HF checkpoint dir, or hf:owner/repo[:file].\n"
     "\n"
-    "  --outtype T        f32, f16 or bf16 for the matrices (default: keep; bf16 for --random)\n"
+    "  --outtype T        f32, f16 or bf16 for the matrices (default: keep; bf16 for --random),\n"
+    "                     or q8_0 into a GGUF file (a random model too large for its bf16\n"
+    "                     file, then memra-quantize --allow-requantize)\n"
     "  --random CONFIG    seeded random weights for the HF config.json CONFIG\n"
     "  --seed N           seed for --random (default 0)\n"
     "  --tokenizer DIR    tokenizer files to carry into a --random checkpoint\n"
@@ -56,9 +58,11 @@ int main(int argc, char **argv)
                 o.outtype = DT_F16;
             else if (!strcasecmp(optarg, "bf16"))
                 o.outtype = DT_BF16;
+            else if (!strcasecmp(optarg, "q8_0"))
+                o.outtype = DT_Q8_0;
             else
-                cli_usage("--outtype: '%s' is not one of f32, f16, bf16 (quantized types: "
-                          "memra-quantize)", optarg);
+                cli_usage("--outtype: '%s' is not one of f32, f16, bf16, q8_0 (other quantized "
+                          "types: memra-quantize)", optarg);
             break;
         case 'r': random_config = optarg; break;
         case 's':

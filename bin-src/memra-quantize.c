@@ -19,7 +19,7 @@
 
 static const char usage[] =
     "usage: memra-quantize SRC DST.gguf TYPE [--threads N] [--keep NAME_REGEX=TYPE ...]\n"
-    "                      [--imatrix FILE]\n"
+    "                      [--imatrix FILE] [--allow-requantize]\n"
     "       memra-quantize --dry-run SRC TYPE [--keep NAME_REGEX=TYPE ...] [--json]\n"
     "\n"
     "Quantizes SRC (a GGUF file, an HF checkpoint dir, or hf:owner/repo[:file]) into DST.gguf.\n"
@@ -31,6 +31,8 @@ static const char usage[] =
     "                     (F32, F16, BF16 or a quantized type); the first match wins\n"
     "  --imatrix FILE     importance matrix (memra-parity --imatrix, or llama-imatrix's\n"
     "                     GGUF / .dat): weights each column's squared error\n"
+    "  --allow-requantize read a quantized SRC (dequantized, so each value is rounded\n"
+    "                     twice: for benchmark models, not for quality)\n"
     "  --dry-run          print which type each tensor gets and the sizes, write nothing;\n"
     "                     SRC may also be an HF config.json (shapes only)\n"
     "  --json             --dry-run output as JSON\n"
@@ -41,7 +43,7 @@ static const char usage[] =
 
 typedef struct {
     const char *src, *dst, *type, *imatrix;
-    int dry_run, json;
+    int dry_run, json, requantize;
     int64_t threads;
     quant_recipe recipe;
 } q_args;
@@ -54,7 +56,7 @@ static void parse_args(int argc, char **argv, q_args *a)
         {"threads", required_argument, NULL, 't'}, {"keep", required_argument, NULL, 'k'},
         {"imatrix", required_argument, NULL, 'i'}, {"dry-run", no_argument, NULL, 'n'},
         {"json", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"allow-requantize", no_argument, NULL, 'R'}, {NULL, 0, NULL, 0},
     };
     const char *keeps[QUANT_MAX_KEEP + 1];
     int n_keep = 0;
@@ -74,6 +76,7 @@ static void parse_args(int argc, char **argv, q_args *a)
         case 'i': a->imatrix = optarg; break;
         case 'n': a->dry_run = 1; break;
         case 'j': a->json = 1; break;
+        case 'R': a->requantize = 1; break;
         case 'h': fputs(usage, stdout); exit(0);
         case ':': cli_usage("%s needs a value", argv[optind - 1]);
         default: cli_usage("unknown option '%s'", argv[optind - 1]);
@@ -101,6 +104,7 @@ static void parse_args(int argc, char **argv, q_args *a)
     }
     if (quant_recipe_parse(a->type, &a->recipe, &err) != 0)
         cli_usage("%s", err.msg);
+    a->recipe.allow_requantize = a->requantize;
     for (int i = 0; i < n_keep; i++)
         if (quant_recipe_add_keep(&a->recipe, keeps[i], &err) != 0)
             cli_usage("%s", err.msg);

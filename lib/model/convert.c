@@ -23,6 +23,7 @@
 #include "format/tensor_cast.h"
 #include "model/contract.h"
 #include "model/family.h"
+#include "quant/quantize.h"
 
 /* dir/name into out; a path that does not fit is an error, never a
  * silently shortened name. */
@@ -204,7 +205,12 @@ static int produce_one(produce_ctx *c, out_tensor *o, memra_err *err)
     }
     if (rc == 0) {
         void *bytes = xmalloc(o->nbytes ? o->nbytes : 1);
-        rc = cast_from_f32(vals, o->type, bytes, n, err);
+        /* a quantized outtype (Q8_0): plain squared error, rows of whole blocks */
+        rc = cast_is_float_target(o->type) ? cast_from_f32(vals, o->type, bytes, n, err)
+             : e->shape[e->n_dims - 1] % dtype_get(o->type)->block_size != 0
+                 ? memra_fail(err, "rows of %lld values are not whole %s blocks",
+                              (long long)e->shape[e->n_dims - 1], dtype_get(o->type)->name)
+                 : quantize_row(o->type, vals, bytes, n, NULL, err);
         o->data = bytes;
         o->owned = 1;
     }
@@ -521,6 +527,10 @@ static int run_conversion(const model_config *cfg, const checkpoint *src,
                           const char *dst, const convert_opts *o, memra_err *err)
 {
     checkpoint_format dst_naming = convert_dst_is_gguf(dst) ? CKPT_GGUF : CKPT_HF;
+    if (o->outtype != DT_INVALID && !cast_is_float_target(o->outtype) &&
+        (dst_naming != CKPT_GGUF || !quantize_supported(o->outtype)))
+        return memra_fail(err, "%s: a %s outtype needs a GGUF destination", dst,
+                          dtype_get(o->outtype)->name);
     tensor_contract dk;
     if (contract_build(cfg, dst_naming, &dk, err) != 0)
         return -1;

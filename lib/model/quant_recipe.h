@@ -50,6 +50,9 @@ typedef struct {
     dtype base;
     int n_keep;
     quant_keep keep[QUANT_MAX_KEEP];
+    /* quantized source tensors are read (dequantized) instead of refused:
+     * each value is then rounded twice */
+    int allow_requantize;
 } quant_recipe;
 
 /* TYPE as the user writes it, case-insensitive: Q8_0, Q4_0, Q4_K, Q5_K,

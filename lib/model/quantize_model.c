@@ -82,11 +82,12 @@ int quantize_plan_build(const model_config *c, const contract_binding *src, quan
                     quantize_plan_free(out);
                     return memra_fail(err, "tensor '%s': no source tensor", e->name);
                 }
-                if (!source_is_float(v->type)) {
+                if (!source_is_float(v->type) && !r->allow_requantize) {
                     const char *tn = dtype_get(v->type) ? dtype_get(v->type)->name : "unknown";
                     quantize_plan_free(out);
                     return memra_fail(err, "tensor '%s': the source is already quantized (%s); "
-                                           "quantize from an F32, F16 or BF16 checkpoint",
+                                           "quantize from an F32, F16 or BF16 checkpoint "
+                                           "(or --allow-requantize)",
                                       v->name, tn);
                 }
                 pe->src_type = v->type;

@@ -45,7 +45,7 @@ typedef struct {
 /* The plan for config c: with src (bound to c) the tensors it has and their
  * types; without (a config alone) every tensor the config implies. Fails
  * on what quant_recipe_type refuses and, with src, on a source tensor that
- * is already quantized (naming it). */
+ * is already quantized (naming it) unless r->allow_requantize. */
 int quantize_plan_build(const model_config *c, const contract_binding *src, quant_recipe *r,
                         quantize_plan *out, memra_err *err);
 void quantize_plan_free(quantize_plan *p);

@@ -99,3 +99,22 @@ done
 expect_error "--random --tokenizer larger than the config's vocabulary" 1 \
   "tokenizer has 151669 tokens but the model's embedding has [0-9]+ rows" \
   memra-convert --random "$CFG/tiny-qwen3.json" --tokenizer "$REAL/qwen3" "$T/too-big.gguf"
+
+# --outtype q8_0: a random model straight into Q8_0 blocks (GGUF only, whole
+# blocks), then memra-quantize --allow-requantize to a mix.
+memra-convert --random "$CFG/tiny-qwen3_5.json" --seed 1 --outtype q8_0 "$T/q8.gguf" >/dev/null 2>&1
+check "--outtype q8_0: the matrices in Q8_0, the norms and the conv in F32" \
+  bash -c "memra-census '$T/q8.gguf' --json | jq -e '(.totals.by_dtype | keys) == [\"F32\", \"Q8_0\"] and
+           all(.tensors[] | select(.shape | length == 1); .dtype == \"F32\")' >/dev/null"
+expect_error "--outtype q8_0 into an HF dir is refused" 1 "a Q8_0 outtype needs a GGUF destination" \
+  memra-convert --random "$CFG/tiny-qwen3_5.json" --outtype q8_0 "$T/q8-hf"
+expect_error "--outtype q8_0 with rows that are not whole blocks names the tensor" 1 \
+  "ffn_down_shexp.weight': rows of 48 values are not whole Q8_0 blocks" \
+  memra-convert --random "$CFG/tiny-qwen3_5-moe.json" --outtype q8_0 "$T/q8-moe.gguf"
+expect_error "--outtype q4_k is memra-quantize's" 2 "other quantized types: memra-quantize" \
+  memra-convert --random "$CFG/tiny-qwen3_5.json" --outtype q4_k "$T/q4.gguf"
+expect_error "a quantized source is refused, naming --allow-requantize" 1 \
+  "already quantized \\(Q8_0\\).*--allow-requantize" memra-quantize "$T/q8.gguf" "$T/q4.gguf" Q4_K_M
+check "memra-quantize --allow-requantize: Q8_0 -> Q4_K_M, and the model runs" \
+  bash -c "memra-quantize '$T/q8.gguf' '$T/q4.gguf' Q4_K_M --allow-requantize >/dev/null 2>&1 &&
+           memra-gen '$T/q4.gguf' --prompt-ids 1,2,3 -n 4 --temp 0 --json 2>/dev/null | jq -e '.tokens | length == 4' >/dev/null"
