@@ -23,7 +23,7 @@ static const char *const fixtures[] = {
     "gemma-3-1b-it.json",   "gemma-3-4b-it.json",      "tiny-llama.json",
     "tiny-llama3.json",     "tiny-qwen2.json",         "tiny-qwen3.json",
     "tiny-qwen3-moe.json",  "tiny-gemma3.json",        "tiny-qwen3_5.json",
-    "Qwen3.5-9B.json",      "tiny-qwen3_5-moe.json",
+    "Qwen3.5-9B.json",      "tiny-qwen3_5-moe.json",   "Qwen3.5-35B-A3B.json",
 };
 #define N_FIXTURES (int)(sizeof fixtures / sizeof fixtures[0])
 
