@@ -79,8 +79,8 @@ done
 # the prompt with the clearest margins under every type (measured: each of
 # the other three meets a near tie within 8 steps under some type, e.g.
 # Q5_K_M flips at step 3 of "Once upon a time, there was a big"; and which
-# of ggml's CPU kernels runs depends on the machine: on an AVX2-only one
-# Q5_K_M flips this prompt too, at step 7).
+# of ggml's CPU kernel variants runs depends on the machine: on the AVX-512
+# development VM of 2026-12-02 Q5_K_M flips this prompt too, at step 7).
 SP=$(tok_ids "$STORIES" "Once upon a time, there was a little")
 SP_TEXT="Lily saw a big red ball in the park."
 prompts=("Tom and his dog went to the park" "Once upon a time, there was a big"
