@@ -521,6 +521,11 @@ int contract_transform(const contract_entry *e, int to_gguf, const float *src, f
     if (n_elements != want)
         return memra_fail(err, "tensor '%s': %" PRId64 " values, expected %" PRId64, e->name,
                           n_elements, want);
+    if (e->xform == XFORM_NEG_EXP && !to_gguf)
+        for (int64_t i = 0; i < n_elements; i++)
+            if (!(src[i] < 0))
+                return memra_fail(err, "tensor '%s': value %lld is %g, but -exp(A_log) is "
+                                  "negative", e->name, (long long)i, (double)src[i]);
     if (e->vtile.n_k > 0) {
         /* the tiling and a value transform commute: tile, then transform in place */
         int64_t rows = e->shape[0], cols = n_elements / rows;

@@ -573,6 +573,33 @@ static void test_contract_transform(void)
     e = contract_find(&k, "blk.1.attn_q.weight");
     CHECK(e && e->xform == XFORM_NONE);
     contract_free(&k);
+
+    /* qwen3_5 (2 key / 4 value heads of 16): A as -exp(A_log) with the
+     * value heads tiled (GGUF head p is HF head (p % 2) * 2 + p / 2), and the
+     * tiling of out_proj's columns; both undone exactly */
+    CHECK(load_fixture("tiny-qwen3_5.json", &c) == 0);
+    CHECK(contract_build(&c, CKPT_GGUF, &k, &err) == 0);
+    e = contract_find(&k, "blk.0.ssm_a");
+    CHECK(e && e->xform == XFORM_NEG_EXP && e->vtile.n_k == 2 && e->vtile.n_v == 4);
+    float a_log[4] = {0.0f, 0.5f, 1.0f, 1.5f}, a[4], a_back[4];
+    CHECK(e && contract_transform(e, 1, a_log, a, 4, &err) == 0);
+    CHECK(a[0] == -expf(a_log[0]) && a[1] == -expf(a_log[2]) && a[2] == -expf(a_log[1]) &&
+          a[3] == -expf(a_log[3]));
+    CHECK(contract_transform(e, 0, a, a_back, 4, &err) == 0);
+    for (int i = 0; i < 4; i++)
+        CHECK(fabsf(a_back[i] - a_log[i]) < 1e-6f);
+    a[2] = 0.5f; /* not -exp of anything */
+    CHECK(contract_transform(e, 0, a, a_back, 4, &err) == -1 &&
+          strstr(err.msg, "blk.0.ssm_a': value 2 is 0.5"));
+    e = contract_find(&k, "blk.0.ssm_out.weight");
+    CHECK(e && e->vtile.cols && e->vtile.width == 16);
+    static float o[64 * 64], om[64 * 64], ob[64 * 64];
+    for (int i = 0; i < 64 * 64; i++)
+        o[i] = (float)i;
+    CHECK(e && contract_transform(e, 1, o, om, 64 * 64, &err) == 0);
+    CHECK(om[16] == o[32] && om[32] == o[16] && om[0] == o[0] && om[48] == o[48]);
+    CHECK(contract_transform(e, 0, om, ob, 64 * 64, &err) == 0 && memcmp(o, ob, sizeof o) == 0);
+    contract_free(&k);
 }
 
 TEST_MAIN(TEST_CASE(test_names_known), TEST_CASE(test_names_every_entry),
