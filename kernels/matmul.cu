@@ -55,6 +55,21 @@ void mm_grouped(const cu_matrix *w, const void *const *experts, const int32_t *i
             e, ids, in_div, w->stride, w->scale_off, w->rows, w->cols, x, out);
 }
 
+template <int F>
+void mm_grouped_tokens(const cu_matrix *w, const void *const *experts, const int32_t *chunks,
+                       const int32_t *n_chunks, int max_chunks, const float *xs,
+                       const int32_t *out_idx, float *out, bool ax, cudaStream_t s)
+{
+    dim3 grid((unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS), (unsigned)max_chunks);
+    const uint8_t *const *e = reinterpret_cast<const uint8_t *const *>(experts);
+    if (ax)
+        matmul_grouped_tokens_kernel<F, CU_MOE_TILE, true><<<grid, MV_THREADS, 0, s>>>(
+            e, chunks, n_chunks, w->stride, w->scale_off, w->rows, w->cols, xs, out_idx, out);
+    else
+        matmul_grouped_tokens_kernel<F, CU_MOE_TILE, false><<<grid, MV_THREADS, 0, s>>>(
+            e, chunks, n_chunks, w->stride, w->scale_off, w->rows, w->cols, xs, out_idx, out);
+}
+
 bool x_aligned(const float *x, int64_t cols)
 {
     return cols % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
@@ -213,5 +228,35 @@ extern "C" cudaError_t launch_matmul_grouped(const cu_matrix *w, const void *con
     case CW_MXFP8: mm_grouped<CW_MXFP8>(w, experts, ids, in_div, x, n_pairs, out, ax, stream); break;
     default: return cudaErrorInvalidValue;
     }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t launch_matmul_grouped_tokens(const cu_matrix *w, const void *const *experts,
+                                                    const int32_t *chunks, const int32_t *n_chunks,
+                                                    int max_chunks, const float *xs,
+                                                    const int32_t *out_idx, float *out,
+                                                    cudaStream_t stream)
+{
+    if (max_chunks <= 0 || w->rows <= 0)
+        return cudaSuccess;
+    if (max_chunks > 65535 || (w->rows + MV_WARPS - 1) / MV_WARPS > INT32_MAX)
+        return cudaErrorInvalidValue;
+    const bool ax = x_aligned(xs, w->cols);
+#define MM_GT(FMT)                                                                                 \
+    mm_grouped_tokens<FMT>(w, experts, chunks, n_chunks, max_chunks, xs, out_idx, out, ax, stream)
+    switch (w->fmt) {
+    case CW_F32: MM_GT(CW_F32); break;
+    case CW_F16: MM_GT(CW_F16); break;
+    case CW_BF16: MM_GT(CW_BF16); break;
+    case CW_Q8_0: MM_GT(CW_Q8_0); break;
+    case CW_Q4_0: MM_GT(CW_Q4_0); break;
+    case CW_Q4_K: MM_GT(CW_Q4_K); break;
+    case CW_Q5_K: MM_GT(CW_Q5_K); break;
+    case CW_Q6_K: MM_GT(CW_Q6_K); break;
+    case CW_NVFP4: MM_GT(CW_NVFP4); break;
+    case CW_MXFP8: MM_GT(CW_MXFP8); break;
+    default: return cudaErrorInvalidValue;
+    }
+#undef MM_GT
     return cudaGetLastError();
 }

@@ -557,6 +557,42 @@ matmul_grouped_kernel(const uint8_t *const *__restrict__ experts, const int32_t 
         out[(int64_t)p * rows + r] = acc[0][0];
 }
 
+// Grouped over runs of pairs of one expert (launch_moe_plan's chunks):
+// block (g, k) computes rows g * MV_WARPS.. of chunk k's expert for its up
+// to T pairs, whose inputs are rows first.. of xs, reading each weight row
+// once for all of them. Each pair's sums are the one-pair kernel's bit for
+// bit (rows_dot keeps a pair's accumulation order whatever T is). The
+// result of sorted position j goes to row out_idx[j] of out (j when
+// out_idx is NULL).
+template <int F, int T, bool AX>
+__global__ void __launch_bounds__(MV_THREADS)
+matmul_grouped_tokens_kernel(const uint8_t *const *__restrict__ experts,
+                             const int32_t *__restrict__ chunks, const int32_t *__restrict__ n_chunks,
+                             size_t stride, size_t soff, int64_t rows, int64_t cols,
+                             const float *__restrict__ xs, const int32_t *__restrict__ out_idx,
+                             float *__restrict__ out)
+{
+    const int k = blockIdx.y;
+    if (k >= *n_chunks)
+        return;
+    const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    if (r >= rows)
+        return; // the whole warp: no block-wide barrier follows
+    const int e = chunks[3 * k], first = chunks[3 * k + 1], nt = chunks[3 * k + 2];
+    const uint8_t *wr[1] = {experts[e] + r * (int64_t)stride};
+    typename WFmt<F>::Raw raw[MVDepth<F, 1, T>::D][1];
+    float acc[1][T];
+    const auto none = [](const uint8_t *(&)[1], size_t &) { return false; };
+    rows_dot<F, 1, T, AX>(wr, soff, none, cols, xs + (int64_t)first * cols, nt, raw, acc);
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int t = 0; t < T; t++)
+        if (lane == t && t < nt) {
+            const int j = first + t;
+            out[(int64_t)(out_idx ? out_idx[j] : j) * rows + r] = acc[0][t];
+        }
+}
+
 // Blocks of `kernel` an SM holds at once with blocks of `threads` threads
 // and smem bytes of dynamic shared memory (0: unknown), remembered per
 // kernel for the last (threads, smem) asked.

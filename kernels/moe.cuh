@@ -23,6 +23,19 @@ cudaError_t launch_moe_route(float *probs, int n, int n_experts, int n_used, int
 cudaError_t launch_moe_combine(const float *y, const float *w, int n, int n_used, int64_t dim,
                                float *out, cudaStream_t stream);
 
+/* The pairs (ids [pairs]: each pair's expert) sorted by expert for the
+ * grouped mat-vec of several pairs at once: order [pairs] (sorted position
+ * to pair), chunks [3 * max chunks] (expert, first position, count <=
+ * tile) and *n_chunks, all on the device. At most pairs / tile +
+ * min(pairs, n_experts) chunks. */
+cudaError_t launch_moe_plan(const int32_t *ids, int pairs, int n_experts, int tile,
+                            int32_t *order, int32_t *chunks, int32_t *n_chunks,
+                            cudaStream_t stream);
+
+/* xg[j] = x[order[j] / in_div] for j < pairs, rows of dim floats. */
+cudaError_t launch_moe_gather(const float *x, const int32_t *order, int pairs, int in_div,
+                              int64_t dim, float *xg, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -501,18 +501,46 @@ void kc_check_ffn(kc *k)
 
 /* ---- ffn_moe ---- */
 
+/* An f32 router whose rows repeat with period `ties`: experts e and
+ * e + ties score alike, so every choice is a tie the lower id must win. */
+static int moe_router(kc *k, bk_weight *w, int ne, int64_t dim, int ties)
+{
+    memset(w, 0, sizeof *w);
+    w->name = "moe.router";
+    w->type = DT_F32;
+    w->rows = ne;
+    w->cols = dim;
+    w->row_bytes = (size_t)dim * 4;
+    float *d = xmalloc((size_t)ne * (size_t)dim * 4);
+    kc_fill(k, d, (size_t)ne * (size_t)dim, 1.0f);
+    for (int e = ties; ties > 0 && e < ne; e++)
+        memcpy(d + (size_t)e * (size_t)dim, d + (size_t)(e % ties) * (size_t)dim, w->row_bytes);
+    w->data = (const uint8_t *)d;
+    memra_err err;
+    if (k->cpu->ops->weight_prepare(k->cpu, w, &err) != 0 ||
+        k->gpu->ops->weight_prepare(k->gpu, w, &err) != 0) {
+        kc_report_ok(k, "weight", w->name, 0, err.msg);
+        kc_weight_free(w);
+        return -1;
+    }
+    return 0;
+}
+
 void kc_check_moe(kc *k)
 {
+    /* The two large cases route as the 30B/35B-A3B shapes do (128 or 256
+     * experts, top 8), the second with every score tied three ways. */
     static const struct {
-        int ne, nu, norm;
+        int ne, nu, norm, ties;
         dtype t;
-    } cases[] = {{8, 2, 1, DT_F32}, {6, 3, 0, DT_BF16}, {8, 2, 1, DT_Q4_K}};
+    } cases[] = {{8, 2, 1, 0, DT_F32},     {6, 3, 0, 0, DT_BF16},  {8, 2, 1, 0, DT_Q4_K},
+                 {128, 8, 1, 0, DT_Q4_K},  {256, 8, 1, 3, DT_Q8_0}};
     const int64_t dim = 256, ffn = 256;
     const int n = 11;
     for (size_t c = 0; c < MEMRA_ARRAY_LEN(cases); c++) {
         int ne = cases[c].ne;
-        bk_weight router, gate[8], up[8], down[8];
-        int ok = kc_weight(k, &router, DT_F32, ne, dim, "moe.router") == 0;
+        bk_weight router, gate[256], up[256], down[256];
+        int ok = moe_router(k, &router, ne, dim, cases[c].ties) == 0;
         for (int e = 0; ok && e < ne; e++)
             ok = kc_weight(k, &gate[e], cases[c].t, ffn, dim, "moe.gate") == 0 &&
                  kc_weight(k, &up[e], cases[c].t, ffn, dim, "moe.up") == 0 &&
@@ -537,8 +565,8 @@ void kc_check_moe(kc *k)
         if (k->o->perf)
             KC_TIME(k, us, k->gpu->ops->ffn_moe(k->gpu, &m, dx, n, dout));
         char what[96];
-        snprintf(what, sizeof what, "%-5s %d experts top %d%s n=%d", tname(cases[c].t), ne,
-                 cases[c].nu, cases[c].norm ? " renorm" : "", n);
+        snprintf(what, sizeof what, "%-5s %d experts top %d%s%s n=%d", tname(cases[c].t), ne,
+                 cases[c].nu, cases[c].norm ? " renorm" : "", cases[c].ties ? " ties" : "", n);
         kc_report(k, "ffn_moe", what, kc_rel_err(got, ref, nx), BOUND_CHAIN, inv, us, 0);
         kc_dev_free(k, dx);
         kc_dev_free(k, dout);

@@ -1,7 +1,9 @@
 /* Routed experts on the device, without a round trip to the host: router
  * logits (a mat-vec), routing on the device (softmax, top-k, optional
  * renormalization, choices sorted by expert id), the chosen experts' SwiGLU
- * as grouped mat-vecs with one row per (token, choice), and the combine,
+ * as grouped mat-vecs (a (token, choice) pair at a time for a few pairs;
+ * from MOE_TILED_PAIRS, the pairs sorted by expert and each weight row read
+ * once for a run of up to CU_MOE_TILE pairs of one expert), and the combine,
  * which adds the weighted outputs in ascending expert id order as the CPU
  * reference does. Each (token, choice) row is computed from that token
  * alone, so routing other tokens differently changes nothing for it. */
@@ -107,6 +109,43 @@ void cuda_moe_free(cuda_backend *cb)
     }
 }
 
+/* From this many (token, choice) pairs the experts run over runs of pairs
+ * of one expert (each weight row read once for up to CU_MOE_TILE pairs)
+ * after sorting the pairs by expert; below, a pair at a time, which saves
+ * the sort's two launches. Both give each pair the same bits. */
+enum { MOE_TILED_PAIRS = 32 };
+
+/* The experts' SwiGLU over the pairs sorted by expert: x gathered into
+ * sorted order, gate and up into hb/hb2 in that order, down back to each
+ * pair's own row of y. */
+static int moe_tiled(cuda_backend *cb, const cuda_moe_table *t, const bk_moe *m,
+                     const int32_t *ids, const float *x, int pairs, float *hb, float *hb2, float *y)
+{
+    int ne = m->n_experts, nu = m->n_used;
+    int64_t dim = t->gate_m.cols, ffn = t->gate_m.rows;
+    int max_chunks = (pairs + CU_MOE_TILE - 1) / CU_MOE_TILE + (pairs < ne ? pairs : ne);
+    int32_t *order = cuda_scratch(cb, SCR_MOE_ORDER, (size_t)pairs * 4, "expert order");
+    int32_t *chunks = cuda_scratch(cb, SCR_MOE_CHUNKS, (3 * (size_t)max_chunks + 1) * 4,
+                                   "expert chunks");
+    float *xg = cuda_scratch(cb, SCR_MOE_XG, (size_t)pairs * (size_t)dim * 4, "expert inputs");
+    if (cb->failed)
+        return -1;
+    int32_t *n_chunks = chunks + 3 * (size_t)max_chunks;
+    if (CU_OK(cb, launch_moe_plan(ids, pairs, ne, CU_MOE_TILE, order, chunks, n_chunks,
+                                  cb->stream)) ||
+        CU_OK(cb, launch_moe_gather(x, order, pairs, nu, dim, xg, cb->stream)) ||
+        CU_OK(cb, launch_matmul_grouped_tokens(&t->gate_m, t->gate, chunks, n_chunks, max_chunks,
+                                               xg, NULL, hb, cb->stream)) ||
+        CU_OK(cb, launch_matmul_grouped_tokens(&t->up_m, t->up, chunks, n_chunks, max_chunks, xg,
+                                               NULL, hb2, cb->stream)) ||
+        CU_OK(cb, launch_glu(hb, hb2, (size_t)pairs * (size_t)ffn,
+                             m->act == BK_ACT_GELU_TANH ? 1 : 0, cb->stream)) ||
+        CU_OK(cb, launch_matmul_grouped_tokens(&t->down_m, t->down, chunks, n_chunks, max_chunks,
+                                               hb, order, y, cb->stream)))
+        return -1;
+    return 0;
+}
+
 void cuda_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *out)
 {
     cuda_backend *cb = cuda_of(b);
@@ -138,15 +177,20 @@ void cuda_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *
     if (cb->failed)
         return;
     if (CU_OK(cb, launch_matmul(&router->m, NULL, x, n, probs, cb->stream)) ||
-        CU_OK(cb, launch_moe_route(probs, n, ne, nu, m->norm_topk, ids, w, cb->stream)) ||
-        CU_OK(cb, launch_matmul_grouped(&t->gate_m, t->gate, ids, nu, x, (int)pairs, hb,
-                                        cb->stream)) ||
-        CU_OK(cb, launch_matmul_grouped(&t->up_m, t->up, ids, nu, x, (int)pairs, hb2,
-                                        cb->stream)) ||
-        CU_OK(cb, launch_glu(hb, hb2, pairs * (size_t)ffn, m->act == BK_ACT_GELU_TANH ? 1 : 0,
-                             cb->stream)) ||
-        CU_OK(cb, launch_matmul_grouped(&t->down_m, t->down, ids, 1, hb, (int)pairs, y,
-                                        cb->stream)))
+        CU_OK(cb, launch_moe_route(probs, n, ne, nu, m->norm_topk, ids, w, cb->stream)))
         return;
+    if (pairs < MOE_TILED_PAIRS) {
+        if (CU_OK(cb, launch_matmul_grouped(&t->gate_m, t->gate, ids, nu, x, (int)pairs, hb,
+                                            cb->stream)) ||
+            CU_OK(cb, launch_matmul_grouped(&t->up_m, t->up, ids, nu, x, (int)pairs, hb2,
+                                            cb->stream)) ||
+            CU_OK(cb, launch_glu(hb, hb2, pairs * (size_t)ffn,
+                                 m->act == BK_ACT_GELU_TANH ? 1 : 0, cb->stream)) ||
+            CU_OK(cb, launch_matmul_grouped(&t->down_m, t->down, ids, 1, hb, (int)pairs, y,
+                                            cb->stream)))
+            return;
+    } else if (moe_tiled(cb, t, m, ids, x, (int)pairs, hb, hb2, y) != 0) {
+        return;
+    }
     CU_OK(cb, launch_moe_combine(y, w, n, nu, dim, out, cb->stream));
 }
