@@ -16,6 +16,9 @@ have_header openssl/sha.h       || need+=(libssl-dev)
 command -v jq >/dev/null        || need+=(jq)
 command -v clang >/dev/null     || need+=(clang)
 command -v node >/dev/null      || need+=(nodejs)
+# nginx and its njs module: the replica test runs deploy/nginx's configuration.
+{ command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; } || need+=(nginx)
+[ -f /usr/lib/nginx/modules/ngx_http_js_module.so ] || need+=(libnginx-mod-http-js)
 [ -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ] || \
   ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || \
   need+=(libclang-rt-dev)
