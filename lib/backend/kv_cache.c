@@ -110,6 +110,9 @@ void kv_cache_free(kv_cache *c)
     free(c->free_slots);
     free(c->free_blocks);
     free(c->refs);
+    free(c->block_state);
+    free(c->pstate_slot);
+    free(c->pstate_block);
     kv_prefix_free(c->prefix);
     memset(c, 0, sizeof *c);
 }
@@ -197,6 +200,66 @@ int kv_cache_enable_prefix(kv_cache *c, int max_idle, memra_err *err)
     return c->prefix ? 0 : -1;
 }
 
+int kv_cache_prefix_states(kv_cache *c, int n, memra_err *err)
+{
+    if (!c->prefix || !c->state_floats || n <= 0)
+        return memra_fail(err, "prefix states: need the prefix index, recurrent state and n > 0 "
+                          "(%d)", n);
+    if (c->block_state)
+        return memra_fail(err, "prefix states: already on");
+    if (n > c->n_free_slots)
+        return memra_fail(err, "prefix states: %d slots asked, %d free of %d", n,
+                          c->n_free_slots, c->n_state_slots);
+    c->block_state = xmalloc((size_t)c->n_blocks * sizeof *c->block_state);
+    for (int b = 0; b < c->n_blocks; b++)
+        c->block_state[b] = -1;
+    c->pstate_slot = xmalloc((size_t)n * sizeof *c->pstate_slot);
+    c->pstate_block = xmalloc((size_t)n * sizeof *c->pstate_block);
+    for (int i = 0; i < n; i++) {
+        c->pstate_slot[i] = c->free_slots[--c->n_free_slots];
+        c->pstate_block[i] = -1;
+    }
+    c->n_pstates = n;
+    c->pstate_next = 0;
+    return 0;
+}
+
+int kv_cache_block_state(const kv_cache *c, int b)
+{
+    return c->block_state && b >= 0 && b < c->n_blocks && c->block_state[b] >= 0
+               ? c->pstate_slot[c->block_state[b]]
+               : -1;
+}
+
+int kv_cache_attach_state(kv_cache *c, int b)
+{
+    if (!c->block_state || b < 0 || b >= c->n_blocks || !kv_prefix_has(c->prefix, b))
+        return -1;
+    if (c->block_state[b] >= 0)
+        return c->pstate_slot[c->block_state[b]];
+    int i = -1;
+    for (int k = 0; k < c->n_pstates && i < 0; k++)
+        if (c->pstate_block[k] < 0)
+            i = k;
+    if (i < 0) { /* all in use: the one attached longest ago */
+        i = c->pstate_next;
+        c->pstate_next = (c->pstate_next + 1) % c->n_pstates;
+        c->block_state[c->pstate_block[i]] = -1;
+    }
+    c->pstate_block[i] = b;
+    c->block_state[b] = i;
+    return c->pstate_slot[i];
+}
+
+/* Block b leaves the index: the state kept after it goes too. */
+static void drop_state(kv_cache *c, int b)
+{
+    if (!c->block_state || c->block_state[b] < 0)
+        return;
+    c->pstate_block[c->block_state[b]] = -1;
+    c->block_state[b] = -1;
+}
+
 int kv_cache_available(const kv_cache *c)
 {
     return c->n_free + (c->prefix ? kv_prefix_n_idle(c->prefix) : 0);
@@ -207,6 +270,7 @@ int kv_cache_available(const kv_cache *c)
 static int take_block(kv_cache *c)
 {
     int b = c->n_free ? c->free_blocks[--c->n_free] : kv_prefix_evict(c->prefix);
+    drop_state(c, b); /* an evicted block's kept state goes with it */
     c->refs[b] = 1;
     return b;
 }
@@ -217,8 +281,10 @@ static void release_block(kv_cache *c, int b)
         return;
     if (c->prefix && kv_prefix_has(c->prefix, b)) {
         kv_prefix_idle(c->prefix, b);
-        for (int x; (x = kv_prefix_over_cap(c->prefix)) >= 0;)
+        for (int x; (x = kv_prefix_over_cap(c->prefix)) >= 0;) {
+            drop_state(c, x);
             c->free_blocks[c->n_free++] = x;
+        }
         return;
     }
     c->free_blocks[c->n_free++] = b;
@@ -235,7 +301,7 @@ static void ensure_cap(kv_seq *s, int64_t need)
 int64_t kv_seq_adopt(kv_seq *s, uint64_t ns, const int32_t *tokens, int64_t n, int64_t granule)
 {
     kv_cache *c = s->cache;
-    if (!c->prefix || c->state_floats || s->n_blocks || granule <= 0 ||
+    if (!c->prefix || (c->state_floats && !c->block_state) || s->n_blocks || granule <= 0 ||
         granule % c->block_size)
         return 0;
     int bs = c->block_size;
@@ -253,6 +319,9 @@ int64_t kv_seq_adopt(kv_seq *s, uint64_t ns, const int32_t *tokens, int64_t n, i
         parent = key;
     }
     got = got * bs / granule * granule / bs;
+    /* with recurrent state, back to the last granule whose end kept one */
+    while (c->state_floats && got > 0 && c->block_state[s->blocks[got - 1]] < 0)
+        got -= granule / bs;
     for (int64_t i = 0; i < got; i++) {
         int b = s->blocks[i];
         if (c->refs[b]++ == 0)
@@ -267,7 +336,7 @@ int64_t kv_seq_adopt(kv_seq *s, uint64_t ns, const int32_t *tokens, int64_t n, i
 void kv_seq_publish(kv_seq *s, uint64_t ns, const int32_t *tokens, int64_t n)
 {
     kv_cache *c = s->cache;
-    if (!c->prefix || c->state_floats)
+    if (!c->prefix || (c->state_floats && !c->block_state))
         return;
     int bs = c->block_size;
     if (n > s->n_tokens)
@@ -337,6 +406,7 @@ static void truncate_blocks(kv_seq *s, int64_t n_tokens)
         int b = s->blocks[keep - 1]; /* written again from n_tokens on */
         MEMRA_ASSERT(c->refs[b] == 1); /* no other sequence may read what is rewritten */
         kv_prefix_remove(c->prefix, b);
+        drop_state(c, b);
     }
     if (s->n_tokens > n_tokens)
         s->n_tokens = n_tokens;

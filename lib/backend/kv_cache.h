@@ -50,6 +50,14 @@ typedef struct {
     float *state;          /* [n_state_slots][state_floats]; NULL: the backend keeps it */
     int *free_slots;       /* stack of free slot ids */
     int n_free_slots;
+    /* State kept with the prefix index (kv_cache_prefix_states): slot
+     * block_state[b] holds the state after the tokens through the end of
+     * indexed block b (-1: none); the index's own n_pstates slots, each
+     * naming the block it serves in pstate_block (-1: unused), reused
+     * oldest attachment first from pstate_next. */
+    int *block_state;
+    int *pstate_slot, *pstate_block;
+    int n_pstates, pstate_next;
 } kv_cache;
 
 typedef struct {
@@ -84,8 +92,9 @@ void kv_cache_free(kv_cache *c);
  * together), for at most n_slots sequences at once: a sequence takes a slot
  * when it first reserves positions and gives it back when cut to 0. The
  * state is the sum of every position so far, so it cannot be cut back:
- * such a cache adopts no prefix (kv_seq_adopt returns 0) and truncates
- * only to 0 or to its length. With host set the slots are host memory
+ * such a cache adopts a prefix only where a state was kept and truncates
+ * only to 0 or to its length (unless the prefix index keeps states:
+ * kv_cache_prefix_states). With host set the slots are host memory
  * (state); else a device backend keeps them (kv_prepare). Fails on absurd
  * sizes or when the memory cannot be had, naming the bytes. */
 int kv_cache_enable_state(kv_cache *c, int n_slots, size_t floats_per_slot, int host,
@@ -110,14 +119,30 @@ void kv_seq_free(kv_seq *s);
  * between sequences (kv_seq_adopt, kv_seq_publish); max_idle caps the
  * blocks kept indexed that no sequence holds (< 0: the whole pool). */
 int kv_cache_enable_prefix(kv_cache *c, int max_idle, memra_err *err);
+/* Let the prefix index of a cache with recurrent state keep states: n of
+ * the cache's free state slots become the index's (the engine sized the
+ * pool for them), to hold the state at the end of indexed blocks
+ * (kv_cache_attach_state), so that kv_seq_adopt can map a prefix that ends
+ * where a state was kept. Needs the prefix index and the state on; fails
+ * when fewer than n slots are free. */
+int kv_cache_prefix_states(kv_cache *c, int n, memra_err *err);
+/* The slot holding the state after indexed block b, -1 when none. */
+int kv_cache_block_state(const kv_cache *c, int b);
+/* A slot to keep the state after indexed block b in (the caller copies it
+ * there): the one b has, else an unused one of the index's, else the one
+ * attached longest ago, taken from its block. -1 when the cache keeps no
+ * prefix states or b is not indexed. */
+int kv_cache_attach_state(kv_cache *c, int b);
 /* Blocks a sequence could take now: free ones and idle indexed ones. */
 int kv_cache_available(const kv_cache *c);
 
 /* Map the longest indexed prefix of tokens[0, n) in namespace ns onto the
  * empty sequence s: whole blocks, a multiple of `granule` tokens (a
  * multiple of the block size), and short of n by at least one token (the
- * caller still computes the last token's logits). Returns the tokens
- * mapped (s->n_tokens), 0 when none or when the index is off. */
+ * caller still computes the last token's logits). With recurrent state,
+ * only a prefix whose last block has a state kept (the caller copies it
+ * into the sequence's slot, which kv_seq_reserve gives). Returns the
+ * tokens mapped (s->n_tokens), 0 when none or when the index is off. */
 int64_t kv_seq_adopt(kv_seq *s, uint64_t ns, const int32_t *tokens, int64_t n, int64_t granule);
 /* Enter the whole blocks of positions [0, n) into the index (n <= the
  * sequence's valid tokens; tokens[0, n) are what they hold). Blocks

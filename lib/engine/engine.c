@@ -105,7 +105,9 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
         .kv_type = e->opts.kv_type,
         .kv_block_size = e->opts.kv_block_size,
         .kv_blocks = (int)pool_blocks,
-        .state_slots = eo.n_seqs * (eo.snapshots ? 2 : 1),
+        /* with the prefix cache, as many again for the states it keeps
+         * (a model without recurrent layers takes none) */
+        .state_slots = eo.n_seqs * ((eo.snapshots ? 2 : 1) + (eo.prefix_cache ? 1 : 0)),
     };
     if (model_init(&e->m, c, &e->binding, ck->format, e->bk, &mo, err) != 0) {
         memra_wrap(err, "%s", ck->path);
@@ -126,9 +128,10 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
         return -1;
     }
     if (e->opts.prefix_cache &&
-        kv_cache_enable_prefix(&e->m.state.kv,
-                               e->opts.prefix_cache_idle > 0 ? e->opts.prefix_cache_idle : -1,
-                               err) != 0) {
+        (kv_cache_enable_prefix(&e->m.state.kv,
+                                e->opts.prefix_cache_idle > 0 ? e->opts.prefix_cache_idle : -1,
+                                err) != 0 ||
+         (e->m.state_floats && kv_cache_prefix_states(&e->m.state.kv, eo.n_seqs, err) != 0))) {
         model_free(&e->m);
         backend_destroy(e->bk);
         contract_binding_free(&e->binding);
@@ -144,12 +147,41 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
 int64_t engine_seq_adopt_prefix(engine_seq *s, uint64_t ns, const int32_t *tokens, int64_t n,
                                 int64_t granule)
 {
-    return kv_seq_adopt(&s->kv, ns, tokens, n, granule);
+    int64_t got = kv_seq_adopt(&s->kv, ns, tokens, n, granule);
+    kv_cache *c = s->kv.cache;
+    if (got <= 0 || !c->state_floats)
+        return got;
+    /* the state kept at the prefix's end into the sequence's own slot */
+    memra_err err;
+    int src = kv_cache_block_state(c, s->kv.blocks[got / c->block_size - 1]);
+    if (src < 0 || kv_seq_reserve(&s->kv, got, &err) != 0) {
+        kv_seq_truncate(&s->kv, 0);
+        return 0;
+    }
+    backend *bk = s->e->bk;
+    backend_bind(bk);
+    bk->ops->state_copy(bk, c, src, s->kv.state_slot);
+    return got;
 }
 
 void engine_seq_publish_prefix(engine_seq *s, uint64_t ns, const int32_t *tokens, int64_t n)
 {
     kv_seq_publish(&s->kv, ns, tokens, n);
+    kv_cache *c = s->kv.cache;
+    int bs = c->block_size;
+    /* A recurrent state is kept where the sequence stands now, if that is
+     * the end of a published block: its state is the state after n. */
+    if (!c->block_state || n <= 0 || n != s->kv.n_tokens || n % bs || s->kv.state_slot < 0)
+        return;
+    int b = s->kv.blocks[n / bs - 1];
+    if (kv_cache_block_state(c, b) >= 0)
+        return; /* kept already (the same tokens give the same state) */
+    int dst = kv_cache_attach_state(c, b);
+    if (dst < 0)
+        return; /* another sequence's twin block holds the key */
+    backend *bk = s->e->bk;
+    backend_bind(bk);
+    bk->ops->state_copy(bk, c, s->kv.state_slot, dst);
 }
 
 void engine_prefix_stats(const engine *e, kv_prefix_stats *out)
@@ -269,6 +301,11 @@ int engine_can_checkpoint(const engine *e) { return e->m.state_floats == 0 || e-
 int64_t engine_seq_pos(const engine_seq *s) { return s->kv.n_tokens; }
 
 int engine_rewindable(const engine *e) { return e->m.state_floats == 0; }
+
+int engine_prefix_shareable(const engine *e)
+{
+    return e->m.state_floats == 0 || e->m.state.kv.block_state != NULL;
+}
 
 /* One model_forward, told to the backend first (step_begin / step_end),
  * which may replay it from a captured graph (a decode step) or pick

@@ -90,6 +90,11 @@ void engine_seq_truncate(engine_seq *s, int64_t n);
  * (qwen3_5), whose state sums every position so far; such a sequence is
  * only ever reset, or cut back to its checkpoint. */
 int engine_rewindable(const engine *e);
+/* Whether sequences can share prefixes through the prefix cache: always
+ * for a rewindable engine; for one with recurrent layers, when the cache
+ * keeps states at chunk ends (opts.prefix_cache: one kept state per
+ * sequence the engine was sized for, reused oldest first). */
+int engine_prefix_shareable(const engine *e);
 /* Whether the engine keeps state checkpoints (opts.snapshots; always
  * true for a rewindable engine, which needs none). */
 int engine_can_checkpoint(const engine *e);

@@ -199,7 +199,7 @@ static void test_state_slots(void)
     kv_seq_truncate(&a, 0);
     CHECK(a.state_slot == -1 && a.n_blocks == 0);
     CHECK(kv_seq_reserve(&d, 3, &err) == 0 && d.state_slot == held);
-    /* no prefix is adopted or published: the state could not follow */
+    /* no prefix is adopted without kept states (kv_cache_prefix_states) */
     int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     d.n_tokens = 3;
     kv_seq_publish(&d, 0, toks, 3);
@@ -211,6 +211,58 @@ static void test_state_slots(void)
     kv_cache_free(&c);
 }
 
+/* States kept with the prefix index: the index takes its slots from the
+ * free ones; a prefix is adopted only up to the last granule whose end has
+ * a state; attaching past the index's slots reuses the oldest; a block
+ * that leaves the index (evicted for a sequence) takes its state along. */
+static void test_prefix_states(void)
+{
+    memra_err err = {{0}};
+    kv_cache c;
+    CHECK(kv_cache_init(&c, KV_F32, 1, 8, 4, 8, &err) == 0);
+    CHECK(kv_cache_enable_state(&c, 4, 10, 1, &err) == 0);
+    CHECK(kv_cache_prefix_states(&c, 2, &err) != 0 && strstr(err.msg, "prefix index"));
+    CHECK(kv_cache_enable_prefix(&c, -1, &err) == 0);
+    CHECK(kv_cache_prefix_states(&c, 5, &err) != 0 && strstr(err.msg, "5 slots asked, 4 free"));
+    CHECK(kv_cache_prefix_states(&c, 2, &err) == 0 && c.n_free_slots == 2);
+    int32_t toks[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    kv_seq a, b;
+    kv_seq_init(&a, &c);
+    kv_seq_init(&b, &c);
+    CHECK(kv_seq_reserve(&a, 12, &err) == 0);
+    a.n_tokens = 12;
+    kv_seq_publish(&a, 7, toks, 12); /* three blocks indexed, no state kept */
+    CHECK(kv_seq_adopt(&b, 7, toks, 16, 4) == 0 && b.n_blocks == 0);
+    int s1 = kv_cache_attach_state(&c, a.blocks[0]); /* the state after 4 tokens */
+    CHECK(s1 >= 0 && s1 != a.state_slot && kv_cache_block_state(&c, a.blocks[0]) == s1);
+    CHECK(kv_cache_attach_state(&c, a.blocks[0]) == s1);
+    /* blocks 0..2 match, but only block 0's end kept a state */
+    CHECK(kv_seq_adopt(&b, 7, toks, 16, 4) == 4 && b.n_blocks == 1 && b.blocks[0] == a.blocks[0]);
+    kv_seq_truncate(&b, 0);
+    int s3 = kv_cache_attach_state(&c, a.blocks[2]);
+    CHECK(s3 >= 0 && s3 != s1);
+    CHECK(kv_seq_adopt(&b, 7, toks, 16, 4) == 12);
+    kv_seq_truncate(&b, 0);
+    /* the granule: 8 tokens, so only an end at 8 counts, which kept none */
+    CHECK(kv_seq_adopt(&b, 7, toks, 16, 8) == 0);
+    /* a third attachment takes the oldest's slot: block 0 loses its state */
+    CHECK(kv_cache_attach_state(&c, a.blocks[1]) == s1 && kv_cache_block_state(&c, a.blocks[0]) == -1);
+    CHECK(kv_seq_adopt(&b, 7, toks, 16, 8) == 8);
+    kv_seq_truncate(&b, 0);
+    /* a block no sequence holds, evicted for another sequence, drops its state */
+    kv_seq_free(&a);
+    CHECK(kv_cache_block_state(&c, -1) == -1);
+    kv_seq d;
+    kv_seq_init(&d, &c);
+    CHECK(kv_seq_reserve(&d, 32, &err) == 0); /* all 8 blocks: the 3 idle ones evicted */
+    for (int i = 0; i < 8; i++)
+        CHECK(kv_cache_block_state(&c, i) == -1);
+    CHECK(kv_seq_adopt(&b, 7, toks, 16, 4) == 0);
+    kv_seq_free(&d);
+    kv_seq_free(&b);
+    kv_cache_free(&c);
+}
+
 TEST_MAIN(TEST_CASE(test_codecs_match_the_format_library), TEST_CASE(test_q8_0_blocks),
           TEST_CASE(test_geometry), TEST_CASE(test_attention_each_type),
-          TEST_CASE(test_state_slots))
+          TEST_CASE(test_state_slots), TEST_CASE(test_prefix_states))
