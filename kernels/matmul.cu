@@ -47,12 +47,20 @@ void mm_grouped(const cu_matrix *w, const void *const *experts, const int32_t *i
 {
     dim3 grid((unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS), (unsigned)n_pairs);
     const uint8_t *const *e = reinterpret_cast<const uint8_t *const *>(experts);
-    if (ax)
-        matmul_grouped_kernel<F, true><<<grid, MV_THREADS, 0, s>>>(
-            e, ids, in_div, w->stride, w->scale_off, w->rows, w->cols, x, out);
+    const bool sm = grouped_staged<F>(w->cols);
+    const size_t smem = sm ? mv_stage_bytes<F>(w->cols) : 0;
+#define MM_G(AXV, SMV)                                                                             \
+    matmul_grouped_kernel<F, AXV, SMV><<<grid, MV_THREADS, smem, s>>>(                             \
+        e, ids, in_div, w->stride, w->scale_off, w->rows, w->cols, x, out)
+    if (ax && sm)
+        MM_G(true, true);
+    else if (ax)
+        MM_G(true, false);
+    else if (sm)
+        MM_G(false, true);
     else
-        matmul_grouped_kernel<F, false><<<grid, MV_THREADS, 0, s>>>(
-            e, ids, in_div, w->stride, w->scale_off, w->rows, w->cols, x, out);
+        MM_G(false, false);
+#undef MM_G
 }
 
 template <int F>
@@ -62,12 +70,20 @@ void mm_grouped_tokens(const cu_matrix *w, const void *const *experts, const int
 {
     dim3 grid((unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS), (unsigned)max_chunks);
     const uint8_t *const *e = reinterpret_cast<const uint8_t *const *>(experts);
-    if (ax)
-        matmul_grouped_tokens_kernel<F, CU_MOE_TILE, true><<<grid, MV_THREADS, 0, s>>>(
-            e, chunks, n_chunks, w->stride, w->scale_off, w->rows, w->cols, xs, out_idx, out);
+    const bool sm = grouped_staged<F>(w->cols);
+    const size_t smem = sm ? mv_stage_bytes<F>(w->cols) : 0;
+#define MM_GT(AXV, SMV)                                                                            \
+    matmul_grouped_tokens_kernel<F, AXV, SMV><<<grid, MV_THREADS, smem, s>>>(                      \
+        e, chunks, n_chunks, w->stride, w->scale_off, w->rows, w->cols, xs, out_idx, out)
+    if (ax && sm)
+        MM_GT(true, true);
+    else if (ax)
+        MM_GT(true, false);
+    else if (sm)
+        MM_GT(false, true);
     else
-        matmul_grouped_tokens_kernel<F, CU_MOE_TILE, false><<<grid, MV_THREADS, 0, s>>>(
-            e, chunks, n_chunks, w->stride, w->scale_off, w->rows, w->cols, xs, out_idx, out);
+        MM_GT(false, false);
+#undef MM_GT
 }
 
 bool x_aligned(const float *x, int64_t cols)

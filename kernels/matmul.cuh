@@ -77,15 +77,17 @@ cudaError_t launch_matmul_grouped(const cu_matrix *w, const void *const *experts
                                   const int32_t *ids, int in_div, const float *x, int n_pairs,
                                   float *out, cudaStream_t stream);
 
-/* Pairs a block of the grouped-tokens form computes at once (the tile
- * launch_moe_plan's chunks are cut to). */
+/* Pairs a block of the grouped-tokens form computes one after another,
+ * its weight rows held in L1 (the tile launch_moe_plan's chunks are cut
+ * to). */
 #define CU_MOE_TILE 8
 
 /* Grouped over chunks of pairs of one expert (launch_moe_plan): for
  * sorted position j of chunk k < *n_chunks (a device int; max_chunks
  * bounds it), out[out_idx ? out_idx[j] : j][r] = xs[j] . E_e[r], e the
  * chunk's expert. The same bits as launch_matmul_grouped's for each pair;
- * each weight row is read once a chunk. */
+ * each weight row is read from memory once a chunk. Both stage x in
+ * shared memory for the quant formats. */
 cudaError_t launch_matmul_grouped_tokens(const cu_matrix *w, const void *const *experts,
                                          const int32_t *chunks, const int32_t *n_chunks,
                                          int max_chunks, const float *xs, const int32_t *out_idx,

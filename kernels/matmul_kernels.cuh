@@ -536,7 +536,31 @@ __global__ void __launch_bounds__(MV_THREADS, MB) matvec_kernel_mb(const MVArgs 
     matvec_body<F, R, T, AX, SM, MB>(a);
 }
 
-template <int F, bool AX>
+// Whether the grouped kernels stage x in shared memory for this format
+// and width: quant formats (whose x the piece dot wants scaled and summed)
+// of whole units, up to the 48 KB a block has without asking. Staged or
+// not, a row's sums are the same bits (MVStage).
+template <int F> inline bool grouped_staged(int64_t cols)
+{
+    return !WFmt<F>::DIRECT && cols % WFmt<F>::U == 0 && mv_stage_bytes<F>(cols) <= 48 * 1024;
+}
+
+// One row of expert e for the input x: rows_dot of one token, x from the
+// block's stage when SM (the caller staged it), else from x.
+template <int F, bool AX, bool SM>
+DEV float grouped_row(const uint8_t *wr0, size_t soff, int64_t cols, const float *x,
+                      const float *stage, typename WFmt<F>::Raw (&raw)[MVDepth<F, 1, 1>::D][1])
+{
+    const uint8_t *wr[1] = {wr0};
+    float acc[1][1];
+    const auto none = [](const uint8_t *(&)[1], size_t &) { return false; };
+    rows_dot<F, 1, 1, AX, SM>(wr, soff, none, cols, SM ? nullptr : x, 1, raw, acc, stage);
+    return acc[0][0];
+}
+
+// A (token, choice) pair a block row: block (g, p) computes rows
+// g * MV_WARPS.. of expert ids[p] for input row p / in_div.
+template <int F, bool AX, bool SM>
 __global__ void __launch_bounds__(MV_THREADS)
 matmul_grouped_kernel(const uint8_t *const *__restrict__ experts, const int32_t *__restrict__ ids,
                       int in_div, size_t stride, size_t soff, int64_t rows, int64_t cols,
@@ -544,27 +568,32 @@ matmul_grouped_kernel(const uint8_t *const *__restrict__ experts, const int32_t 
 {
     const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
     const int p = blockIdx.y;
-    if (r >= rows)
-        return; // the whole warp: no block-wide barrier follows
-    const uint8_t *wr[1] = {experts[ids[p]] + r * (int64_t)stride};
+    const bool active = r < rows;
+    const uint8_t *wr = experts[ids[p]] + (active ? r : 0) * (int64_t)stride;
+    const float *xp = x + (int64_t)(p / in_div) * cols;
     typename WFmt<F>::Raw raw[MVDepth<F, 1, 1>::D][1];
-    if (mv_pipelined<F, 1, 1>(cols))
-        fetch_first<F, 1, MVDepth<F, 1, 1>::D>(wr, soff, raw);
-    float acc[1][1];
-    const auto none = [](const uint8_t *(&)[1], size_t &) { return false; };
-    rows_dot<F, 1, 1, AX>(wr, soff, none, cols, x + (int64_t)(p / in_div) * cols, 1, raw, acc);
+    if (active && mv_pipelined<F, 1, 1>(cols))
+        fetch_first<F, 1, MVDepth<F, 1, 1>::D>(&wr, soff, raw);
+    float *stage = nullptr;
+    if constexpr (SM) {
+        stage = mv_stage_smem();
+        stage_x<F, AX>(xp, cols, stage); // the whole block, before any warp leaves
+    }
+    if (!active)
+        return;
+    const float v = grouped_row<F, AX, SM>(wr, soff, cols, xp, stage, raw);
     if ((threadIdx.x & 31) == 0)
-        out[(int64_t)p * rows + r] = acc[0][0];
+        out[(int64_t)p * rows + r] = v;
 }
 
 // Grouped over runs of pairs of one expert (launch_moe_plan's chunks):
-// block (g, k) computes rows g * MV_WARPS.. of chunk k's expert for its up
-// to T pairs, whose inputs are rows first.. of xs, reading each weight row
-// once for all of them. Each pair's sums are the one-pair kernel's bit for
-// bit (rows_dot keeps a pair's accumulation order whatever T is). The
+// block (g, k) computes rows g * MV_WARPS.. of chunk k's expert for each
+// of its pairs in turn, whose inputs are rows first.. of xs; a warp's
+// weight row stays in L1 from one pair to the next. Each pair's sum is the
+// one-pair kernel's bit for bit (the same rows_dot of one token). The
 // result of sorted position j goes to row out_idx[j] of out (j when
 // out_idx is NULL).
-template <int F, int T, bool AX>
+template <int F, bool AX, bool SM>
 __global__ void __launch_bounds__(MV_THREADS)
 matmul_grouped_tokens_kernel(const uint8_t *const *__restrict__ experts,
                              const int32_t *__restrict__ chunks, const int32_t *__restrict__ n_chunks,
@@ -574,23 +603,29 @@ matmul_grouped_tokens_kernel(const uint8_t *const *__restrict__ experts,
 {
     const int k = blockIdx.y;
     if (k >= *n_chunks)
-        return;
+        return; // the whole block
     const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
-    if (r >= rows)
-        return; // the whole warp: no block-wide barrier follows
+    const bool active = r < rows;
     const int e = chunks[3 * k], first = chunks[3 * k + 1], nt = chunks[3 * k + 2];
-    const uint8_t *wr[1] = {experts[e] + r * (int64_t)stride};
-    typename WFmt<F>::Raw raw[MVDepth<F, 1, T>::D][1];
-    float acc[1][T];
-    const auto none = [](const uint8_t *(&)[1], size_t &) { return false; };
-    rows_dot<F, 1, T, AX>(wr, soff, none, cols, xs + (int64_t)first * cols, nt, raw, acc);
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int t = 0; t < T; t++)
-        if (lane == t && t < nt) {
-            const int j = first + t;
-            out[(int64_t)(out_idx ? out_idx[j] : j) * rows + r] = acc[0][t];
+    const uint8_t *wr = experts[e] + (active ? r : 0) * (int64_t)stride;
+    float *stage = SM ? mv_stage_smem() : nullptr;
+    for (int t = 0; t < nt; t++) {
+        const int j = first + t;
+        const float *xt = xs + (int64_t)j * cols;
+        typename WFmt<F>::Raw raw[MVDepth<F, 1, 1>::D][1];
+        if (active && mv_pipelined<F, 1, 1>(cols))
+            fetch_first<F, 1, MVDepth<F, 1, 1>::D>(&wr, soff, raw);
+        if constexpr (SM) {
+            if (t > 0)
+                __syncthreads(); // every warp is done with the last pair's stage
+            stage_x<F, AX>(xt, cols, stage);
         }
+        if (active) {
+            const float v = grouped_row<F, AX, SM>(wr, soff, cols, xt, stage, raw);
+            if ((threadIdx.x & 31) == 0)
+                out[(int64_t)(out_idx ? out_idx[j] : j) * rows + r] = v;
+        }
+    }
 }
 
 // Blocks of `kernel` an SM holds at once with blocks of `threads` threads
