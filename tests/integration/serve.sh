@@ -7,12 +7,7 @@ KEY=sk-test-123
 A=(-H "Authorization: Bearer $KEY")
 
 # The Qwen3-tokenizer model: random weights, vocab sized to the tokenizer.
-TOKDIR=$(bash scripts/fetch-tokenizers.sh 2>/dev/null)/qwen3
-jq '.vocab_size = 151936 | .bos_token_id = 151643 | .eos_token_id = 151645' \
-  tests/fixtures/configs/tiny-qwen3.json >"$T/qwen3-vocab.json"
-QWEN=$T/qwen3-tiny.gguf
-check "random Qwen3-tokenizer model converts" \
-  memra-convert --random "$T/qwen3-vocab.json" --tokenizer "$TOKDIR" --seed 5 "$QWEN"
+check "random Qwen3-tokenizer model converts" make_qwen_tiny
 
 start_server main -m "tiny=$STORIES" -m chat=models/memra-tiny.gguf -m "qwen=$QWEN" \
   --api-key "$KEY" --max-body 64K -t 1

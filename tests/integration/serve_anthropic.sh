@@ -4,11 +4,7 @@
 # and template; then the raw wire, with curl: the SSE event sequence, ping
 # keep-alives, errors, HEAD /, count_tokens, the fields Claude Code sends.
 source tests/integration/serve_common.bash
-TOKDIR=$(bash scripts/fetch-tokenizers.sh 2>/dev/null)/qwen3
-jq '.vocab_size = 151936 | .bos_token_id = 151643 | .eos_token_id = 151645' \
-  tests/fixtures/configs/tiny-qwen3.json >"$T/qwen3-vocab.json"
-QWEN=$T/qwen3-tiny.gguf
-memra-convert --random "$T/qwen3-vocab.json" --tokenizer "$TOKDIR" --seed 5 "$QWEN" >/dev/null 2>&1
+make_qwen_tiny
 
 start_server anthropic -m tiny=models/memra-tiny.gguf -m "qwen=$QWEN" --api-key ak -t 1
 if [ -z "$URL" ]; then fail "server starts" "$(tail -3 "$T/anthropic.log")"; exit 0; fi

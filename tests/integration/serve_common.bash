@@ -11,6 +11,20 @@ serve_cleanup() {
 }
 trap serve_cleanup EXIT
 
+# make_qwen_tiny: QWEN, a tiny-qwen3 GGUF of random weights (seed 5) with
+# Qwen3's real tokenizer, vocabulary and chat template, which several
+# serve tests share; returns memra-convert's status (its output in
+# $T/qwen3-tiny.log).
+make_qwen_tiny() {
+  local tokdir
+  tokdir=$(bash scripts/fetch-tokenizers.sh 2>/dev/null)/qwen3
+  jq '.vocab_size = 151936 | .bos_token_id = 151643 | .eos_token_id = 151645' \
+    tests/fixtures/configs/tiny-qwen3.json >"$T/qwen3-vocab.json"
+  QWEN=$T/qwen3-tiny.gguf
+  memra-convert --random "$T/qwen3-vocab.json" --tokenizer "$tokdir" --seed 5 "$QWEN" \
+    >"$T/qwen3-tiny.log" 2>&1
+}
+
 # start_server NAME ARGS...: sets PID and URL (empty when it did not come up).
 start_server() {
   local name=$1; shift

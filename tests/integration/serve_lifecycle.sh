@@ -4,11 +4,7 @@
 # timeout, and malformed bodies and raw HTTP that must never crash it
 # (run against the ASan+UBSan build when it exists).
 source tests/integration/serve_common.bash
-TOKDIR=$(bash scripts/fetch-tokenizers.sh 2>/dev/null)/qwen3
-jq '.vocab_size = 151936 | .bos_token_id = 151643 | .eos_token_id = 151645' \
-  tests/fixtures/configs/tiny-qwen3.json >"$T/qwen3-vocab.json"
-QWEN=$T/qwen3-tiny.gguf
-memra-convert --random "$T/qwen3-vocab.json" --tokenizer "$TOKDIR" --seed 5 "$QWEN" >/dev/null 2>&1
+make_qwen_tiny
 # A long request on the Qwen3-vocab model: its stop ids banned so it runs to max_tokens.
 NOSTOP='"logit_bias":{"151643":-100,"151645":-100}'
 metric() { c "$URL/metrics" | sed -n "s/^$1 //p"; }

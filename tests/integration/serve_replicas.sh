@@ -11,11 +11,7 @@ if [ ! -x "$NGINX" ] || [ ! -f "$JSMOD" ]; then
   skip "nginx replicas" "nginx or its njs module (Debian: nginx, libnginx-mod-http-js) is not installed"
   exit 0
 fi
-TOKDIR=$(bash scripts/fetch-tokenizers.sh 2>/dev/null)/qwen3
-jq '.vocab_size = 151936 | .bos_token_id = 151643 | .eos_token_id = 151645' \
-  tests/fixtures/configs/tiny-qwen3.json >"$T/qwen3-vocab.json"
-QWEN=$T/qwen3-tiny.gguf
-memra-convert --random "$T/qwen3-vocab.json" --tokenizer "$TOKDIR" --seed 5 "$QWEN" >/dev/null 2>&1
+make_qwen_tiny
 NOSTOP='"logit_bias":{"151643":-100,"151645":-100}'
 export -f c
 

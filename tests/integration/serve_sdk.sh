@@ -7,11 +7,7 @@ if [ ! -d tests/interop/node_modules/openai ]; then
   fail "openai SDK installed" "tests/interop/node_modules/openai is missing (scripts/deps.sh runs npm ci)"
   exit 0
 fi
-TOKDIR=$(bash scripts/fetch-tokenizers.sh 2>/dev/null)/qwen3
-jq '.vocab_size = 151936 | .bos_token_id = 151643 | .eos_token_id = 151645' \
-  tests/fixtures/configs/tiny-qwen3.json >"$T/qwen3-vocab.json"
-QWEN=$T/qwen3-tiny.gguf
-memra-convert --random "$T/qwen3-vocab.json" --tokenizer "$TOKDIR" --seed 5 "$QWEN" >/dev/null 2>&1
+make_qwen_tiny
 
 # What memra-gen says greedily, for the SDK script to compare with.
 ctext=$(memra-gen "$STORIES" -p 'Once upon a time' -n 24 --temp 0 --json 2>/dev/null | jq .text)

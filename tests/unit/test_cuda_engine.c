@@ -33,6 +33,7 @@
 #include "model/convert.h"
 #include "test.h"
 #include "test_model.h"
+#include "test_hybrid_prefix.h"
 #if MEMRA_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_device.h"
@@ -967,6 +968,15 @@ static void test_cuda_weight_formats(void)
     }
 }
 
+/* The prefix cache on a hybrid model on the device: the state kept at
+ * chunk ends and restored by state_copy (test_hybrid_prefix.h). */
+static void test_cuda_hybrid_prefix(void)
+{
+    if (skip_without_gpu())
+        return;
+    hybrid_prefix_check(BK_CUDA, "cuda");
+}
+
 TEST_MAIN(TEST_CASE(test_cuda_refused_cleanly), TEST_CASE(test_batch_vs_alone_cpu),
           TEST_CASE(test_batch_errors), TEST_CASE(test_packed_vs_alone_cpu),
           TEST_CASE(test_packed_errors), TEST_CASE(test_cuda_packed_vs_alone),
@@ -974,4 +984,4 @@ TEST_MAIN(TEST_CASE(test_cuda_refused_cleanly), TEST_CASE(test_batch_vs_alone_cp
           TEST_CASE(test_cuda_chunked_prefill), TEST_CASE(test_cuda_graphs),
           TEST_CASE(test_cuda_batch_vs_alone),
           TEST_CASE(test_cuda_families), TEST_CASE(test_cuda_kv_f16),
-          TEST_CASE(test_cuda_weight_formats))
+          TEST_CASE(test_cuda_weight_formats), TEST_CASE(test_cuda_hybrid_prefix))

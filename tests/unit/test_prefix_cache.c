@@ -14,6 +14,7 @@
 #include "engine/engine.h"
 #include "test.h"
 #include "test_model.h"
+#include "test_hybrid_prefix.h"
 
 static void fill(int32_t *t, int n, uint64_t seed)
 {
@@ -81,22 +82,6 @@ static void test_index(void)
     kv_prefix_free(p);
 }
 
-/* Logits of the last token of tokens[0, n) after running them on s. */
-static int run_rest(engine *e, engine_seq *s, const int32_t *tokens, int64_t n, int chunk,
-                    float *logits)
-{
-    memra_err err = {{0}};
-    for (int64_t at = engine_seq_pos(s); at < n;) {
-        int step = (int)(n - at < chunk ? n - at : chunk);
-        if (engine_forward(e, s, tokens + at, step, at + step == n ? logits : NULL, 0, &err)) {
-            CHECK_MSG(0, "forward: %s", err.msg);
-            return -1;
-        }
-        at += step;
-    }
-    return 0;
-}
-
 static void test_engine_exact(void)
 {
     checkpoint ck;
@@ -126,7 +111,7 @@ static void test_engine_exact(void)
     engine_seq_new(e, &s2, &err);
 
     /* publish a 300-token prompt computed in chunks of 32 */
-    run_rest(e, s1, base, 300, 32, a);
+    prefix_run(e, s1, base, 300, 32, 0, a);
     engine_seq_publish_prefix(s1, 1, base, 300 / 32 * 32);
     kv_prefix_stats st;
     engine_prefix_stats(e, &st);
@@ -146,11 +131,11 @@ static void test_engine_exact(void)
             want = 288;
         CHECK_MSG(got == want, "shared %lld: adopted %lld, want %lld", (long long)shared[k],
                   (long long)got, (long long)want);
-        CHECK(run_rest(e, s2, p, n, 32, a) == 0);
+        CHECK(prefix_run(e, s2, p, n, 32, 0, a) == 0);
         engine_seq_reset(s2); /* and cold, in the same chunks */
         engine_seq *cold;
         engine_seq_new(e, &cold, &err);
-        CHECK(run_rest(e, cold, p, n, 32, b) == 0);
+        CHECK(prefix_run(e, cold, p, n, 32, 0, b) == 0);
         engine_seq_free(cold);
         CHECK_MSG(!memcmp(a, b, (size_t)vocab * sizeof *a),
                   "shared %lld: logits differ with the prefix adopted", (long long)shared[k]);
@@ -192,4 +177,7 @@ static void test_engine_exact(void)
     checkpoint_close(&ck);
 }
 
-TEST_MAIN(TEST_CASE(test_index), TEST_CASE(test_engine_exact))
+/* The same on a hybrid model: the state kept at chunk ends (CPU). */
+static void test_hybrid_exact(void) { hybrid_prefix_check(BK_CPU, "cpu"); }
+
+TEST_MAIN(TEST_CASE(test_index), TEST_CASE(test_engine_exact), TEST_CASE(test_hybrid_exact))
