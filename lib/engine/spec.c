@@ -128,7 +128,7 @@ int spec_target_check(const engine *e, memra_err *err)
 
 int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const int32_t *ctx,
                int64_t n, int k, spec_rng *rng, spec_scratch *scratch, float *logits,
-               spec_round_result *out, memra_err *err)
+               float *raw, spec_round_result *out, memra_err *err)
 {
     size_t vocab = (size_t)engine_config(e)->n_vocab;
     int64_t pos = engine_seq_pos(seq);
@@ -153,6 +153,8 @@ int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const in
     spec_dist dist;
     int32_t tok, a = 0;
     for (int32_t i = 0; i <= draft.n; i++) {
+        if (raw)
+            memcpy(raw + (size_t)i * vocab, logits + (size_t)i * vocab, vocab * sizeof *raw);
         if (row_dist(s, logits + (size_t)i * vocab, &dist, err) != 0) {
             engine_seq_truncate(seq, pos); /* as before the round */
             return -1;
@@ -244,8 +246,8 @@ int spec_generate(engine *e, const tokenizer *t, spec_drafter *d, const int32_t 
         if (k > n_ctx - pos - 1)
             k = n_ctx - pos - 1;
         spec_round_result rr;
-        if ((rc = spec_round(e, seq, s, d, r.ctx, r.n, (int)k, &rng, &scratch, logits, &rr,
-                             err)) != 0)
+        if ((rc = spec_round(e, seq, s, d, r.ctx, r.n, (int)k, &rng, &scratch, logits, NULL,
+                             &rr, err)) != 0)
             break;
         out->rounds++;
         out->drafted += (uint64_t)rr.drafted;

@@ -206,13 +206,16 @@ typedef struct {
  * the caller cuts k to what its limits leave: the round writes up to
  * k + 1 rows of KV and emits up to k + 1 tokens; 0 is a plain decode
  * step). s is the model's sampler (p is its sampler_probs), rng the
- * request's stream, logits scratch of (SPEC_K_MAX + 1) x n_vocab floats.
+ * request's stream, logits scratch of (SPEC_K_MAX + 1) x n_vocab floats;
+ * with raw (as large), each verified row's logits as the model gave them,
+ * before the sampler's bias and penalties (the tokens' log-probabilities:
+ * emitted token i's row is raw + i * n_vocab).
  * Afterwards the KV holds ctx[0, n) and the accepted drafts, and the last
  * emitted token is the newest, not run. spec_generate is this in a loop;
  * the server runs it one round per tick. */
 int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const int32_t *ctx,
                int64_t n, int k, spec_rng *rng, spec_scratch *scratch, float *logits,
-               spec_round_result *out, memra_err *err);
+               float *raw, spec_round_result *out, memra_err *err);
 
 /* Generate from prompt with drafter d, stopping as generate() does (an
  * end-of-generation id of t unless ignore_eos, n_predict, the context's

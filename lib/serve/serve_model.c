@@ -814,7 +814,8 @@ static void slot_spec_round(serve_model *m, serve_slot *s)
     memra_err err;
     spec_round_result rr;
     int64_t left = (int64_t)s->req->max_tokens - (int64_t)s->n_generated;
-    if (serve_spec_round(s->spec, s->seq, s->smp, left, &rr, &err) != 0) {
+    int lp = s->req->logprobs;
+    if (serve_spec_round(s->spec, s->seq, s->smp, left, lp, &rr, &err) != 0) {
         slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
         return;
     }
@@ -826,10 +827,14 @@ static void slot_spec_round(serve_model *m, serve_slot *s)
     int32_t id;
     for (int32_t i = 0; i + 1 < rr.n; i++) {
         s->next = rr.tokens[i];
+        if (lp)
+            slot_logprobs(m, s, serve_spec_raw_row(s->spec, i), s->next);
         if (!slot_sample(m, s, now, &id))
             return;
     }
     s->next = rr.tokens[rr.n - 1];
+    if (lp)
+        slot_logprobs(m, s, serve_spec_raw_row(s->spec, rr.n - 1), s->next);
     s->has_logits = 1;
 }
 
@@ -927,13 +932,13 @@ static void tick(serve_model *m)
         int32_t id;
         if (!slot_sample(m, s, now, &id))
             continue;
-        if (s->req->logprobs) {
+        if (speculate && s->spec) {
+            s->spec_pending = 1;
+            n_spec++;
+        } else if (s->req->logprobs) {
             s->host_in = id;
             s->host_pending = 1;
             n_host++;
-        } else if (speculate && s->spec) {
-            s->spec_pending = 1;
-            n_spec++;
         } else {
             m->ids[n] = id;
             m->batch[n++] = s;

@@ -31,6 +31,8 @@ struct serve_spec {
     serve_spec_slot *slots;
     int n_slots;
     float *logits;      /* [(SPEC_K_MAX + 1) * n_vocab]: rounds run one at a time */
+    float *raw;         /* the same, before the sampler (logprobs), made at first use */
+    size_t n_vocab;
     spec_scratch scratch;
     char describe[512];
 };
@@ -58,7 +60,7 @@ const char *serve_spec_describe(const serve_spec *sp) { return sp->describe; }
 int serve_spec_eligible(const serve_req *r)
 {
     memra_err err;
-    return !r->work && !r->logprobs && !r->grammar && !r->lazy_grammar &&
+    return !r->work && !r->grammar && !r->lazy_grammar &&
            spec_sampling_check(&r->sampling, &err) == 0;
 }
 
@@ -139,8 +141,8 @@ int serve_spec_new(const serve_spec_opts *o, engine *target, const tokenizer *to
         sp->slots[i].ctx = xmalloc(((size_t)sp->n_ctx + 1) * sizeof *sp->slots[i].ctx);
         sp->slots[i].owner = sp;
     }
-    sp->logits = xmalloc((size_t)(SPEC_K_MAX + 1) * (size_t)engine_config(target)->n_vocab *
-                         sizeof *sp->logits);
+    sp->n_vocab = (size_t)engine_config(target)->n_vocab;
+    sp->logits = xmalloc((size_t)(SPEC_K_MAX + 1) * sp->n_vocab * sizeof *sp->logits);
     int rc = 0;
     if (o->draft) {
         rc = load_draft(sp, o, tok, n_allowed, eo, err);
@@ -178,6 +180,7 @@ void serve_spec_free(serve_spec *sp)
         checkpoint_close(&sp->dck);
     spec_scratch_free(&sp->scratch);
     free(sp->logits);
+    free(sp->raw);
     free(sp);
 }
 
@@ -203,9 +206,11 @@ void serve_spec_slot_push(serve_spec_slot *ss, int32_t id)
 }
 
 int serve_spec_round(serve_spec_slot *ss, engine_seq *seq, sampler *smp, int64_t left,
-                     spec_round_result *out, memra_err *err)
+                     int want_raw, spec_round_result *out, memra_err *err)
 {
     serve_spec *sp = ss->owner;
+    if (want_raw && !sp->raw)
+        sp->raw = xmalloc((size_t)(SPEC_K_MAX + 1) * sp->n_vocab * sizeof *sp->raw);
     /* The round writes rows at positions n - 1 .. n - 1 + k and emits up
      * to k + 1 tokens: k is cut to what max_tokens and the context leave,
      * as spec_generate cuts it. */
@@ -226,5 +231,10 @@ int serve_spec_round(serve_spec_slot *ss, engine_seq *seq, sampler *smp, int64_t
         ss->begun = 1;
     }
     return spec_round(sp->target, seq, smp, ss->d, ss->ctx, ss->n, (int)k, &ss->rng,
-                      &sp->scratch, sp->logits, out, err);
+                      &sp->scratch, sp->logits, want_raw ? sp->raw : NULL, out, err);
+}
+
+const float *serve_spec_raw_row(const serve_spec_slot *ss, int i)
+{
+    return ss->owner->raw + (size_t)i * ss->owner->n_vocab;
 }

@@ -67,12 +67,15 @@ serve_spec_slot *serve_spec_slot_start(serve_spec *sp, int i, const serve_req *r
 void serve_spec_slot_push(serve_spec_slot *ss, int32_t id);
 
 /* One round for the slot, whose sequence seq holds its context but the
- * newest token (which runs first), sampled by smp (the slot's sampler).
+ * newest token (which runs first), sampled by smp (the slot's sampler);
+ * with want_raw, serve_spec_raw_row gives each emitted token's raw logits.
  * left: the tokens the request may still emit (>= 1); the round drafts at
  * most min(K, left - 1) and what the context leaves, so it never emits
  * past max_tokens or the context. The emitted tokens are in out; the slot
  * emits them itself (and pushes each it keeps). */
 int serve_spec_round(serve_spec_slot *ss, engine_seq *seq, sampler *smp, int64_t left,
-                     spec_round_result *out, memra_err *err);
+                     int want_raw, spec_round_result *out, memra_err *err);
+/* The raw logits [n_vocab] of the last want_raw round's emitted token i. */
+const float *serve_spec_raw_row(const serve_spec_slot *ss, int i);
 
 #endif

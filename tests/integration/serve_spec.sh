@@ -4,8 +4,8 @@
 # without speculation, alone and five at once (so slots move between the batch
 # and their rounds), including a stop string and max_tokens that land
 # inside a round; drafts are counted and accepted; a sampled request
-# completes and a seeded one repeats; requests speculation cannot serve
-# exactly (logprobs) still match; the context's end inside a round gives the
+# completes and a seeded one repeats; logprobs requests speculate and give
+# plain decoding's log-probabilities; the context's end inside a round gives the
 # same bytes; a request of several choices speculates each; bad flags are
 # one-line errors.
 source tests/integration/serve_common.bash
@@ -129,10 +129,35 @@ URL=$NGRAM post /v1/completions "$SN2" | jq -c '.choices' >"$T/sn2a.json"
 URL=$NGRAM post /v1/completions "$SN2" | jq -c '.choices' >"$T/sn2b.json"
 check "a seeded sampled request of n = 2 repeats with speculation" cmp "$T/sn2a.json" "$T/sn2b.json"
 
-# Requests speculation cannot serve exactly decode plainly: the same bytes.
-LP='{"model":"chat","prompt":"Once upon a time","max_tokens":12,"temperature":0,"logprobs":2}'
-check "a logprobs request on the speculating server equals plain decoding's" bash -c "
-  [ \"\$(URL=$PLAIN post /v1/completions '$LP' | jq -cS '{choices, usage}')\" = \"\$(URL=$DRAFTED post /v1/completions '$LP' | jq -cS '{choices, usage}')\" ]"
+# Logprobs speculate too: each emitted token's log-probabilities come from
+# its verify row as the model gave it (the bytes of a plain decode row), so
+# a greedy response equals plain decoding's, completions and chat
+# (top_logprobs), blocking and streamed; a seeded sampled one (whose draws
+# speculation makes differently) repeats.
+LPS=(
+  '{"model":"chat","prompt":"Once upon a time","max_tokens":40,"temperature":0,"logprobs":2}'
+  '{"model":"chat","messages":[{"role":"user","content":"Tell me a story about a cat."}],"max_tokens":40,"temperature":0,"logprobs":true,"top_logprobs":2}'
+)
+dr0=$(metric "$DRAFTED" memra_spec_drafted_tokens_total)
+for i in 0 1; do
+  path=/v1/completions; [ $i = 1 ] && path=/v1/chat/completions
+  URL=$PLAIN post $path "${LPS[$i]}" | jq -cS '{choices, usage}' >"$T/lp-plain.$i"
+  URL=$DRAFTED post $path "${LPS[$i]}" | jq -cS '{choices, usage}' >"$T/lp-draft.$i"
+  URL=$NGRAM post $path "${LPS[$i]}" | jq -cS '{choices, usage}' >"$T/lp-ngram.$i"
+done
+dr1=$(metric "$DRAFTED" memra_spec_drafted_tokens_total)
+check "greedy logprobs requests with speculation: plain decoding's tokens and log-probabilities (2 requests, 2 drafters)" bash -c "
+  for i in 0 1; do jq -e '.choices[0].logprobs != null' '$T/lp-plain.'\$i >/dev/null &&
+    cmp '$T/lp-plain.'\$i '$T/lp-draft.'\$i && cmp '$T/lp-plain.'\$i '$T/lp-ngram.'\$i || exit 1; done"
+check "logprobs requests are speculated (drafts counted for them)" test "${dr1:-0}" -gt "${dr0:-0}"
+SLPS='{"model":"chat","prompt":"The whale","max_tokens":30,"temperature":0.8,"seed":3,"logprobs":3}'
+URL=$DRAFTED post /v1/completions "$SLPS" | jq -cS '.choices' >"$T/slp-a.json"
+URL=$DRAFTED post /v1/completions "$SLPS" | jq -cS '.choices' >"$T/slp-b.json"
+check "a seeded sampled logprobs request with speculation repeats, its log-probabilities with it" bash -c "
+  jq -e '.[0].logprobs.token_logprobs | length == 30' '$T/slp-a.json' >/dev/null && cmp '$T/slp-a.json' '$T/slp-b.json'"
+SLP='{"model":"chat","prompt":"Once upon a time","max_tokens":24,"temperature":0,"logprobs":2,"stream":true}'
+check "a streamed logprobs request with speculation: plain decoding's log-probabilities" bash -c "
+  [ \"\$(URL=$PLAIN post /v1/completions '$SLP' | sed -n 's/^data: //p' | grep -v DONE | jq -c '.choices[0].logprobs')\" = \"\$(URL=$DRAFTED post /v1/completions '$SLP' | sed -n 's/^data: //p' | grep -v DONE | jq -c '.choices[0].logprobs')\" ]"
 
 for p in "${PIDS[@]}"; do stop_server "$p" >/dev/null; done
 
