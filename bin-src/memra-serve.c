@@ -498,9 +498,6 @@ int main(int argc, char **argv)
                 : task == SERVE_TASK_RERANK ? ", rerank"
                 : serve_model_template(models[i], &why) ? ", chat" : ", no chat template",
                 mono() - t0);
-        if (a.prefix_cache && !serve_model_prefix_shareable(models[i]))
-            fprintf(stderr, "memra-serve: %s: prefix cache off (no state slots for its recurrent "
-                    "layers): every request prefills its prompt\n", a.aliases[i]);
         const serve_spec *sp = serve_model_spec(models[i]);
         if (sp)
             fprintf(stderr, "memra-serve: %s speculates (%s, K = %d) while at most %d %s\n",

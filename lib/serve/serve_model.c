@@ -1440,7 +1440,6 @@ tok_cache *serve_model_tok_cache(const serve_model *m) { return m->tcache; }
 int64_t serve_model_n_ctx(const serve_model *m) { return m->n_ctx; }
 int32_t serve_model_n_vocab(const serve_model *m) { return m->n_vocab; }
 int serve_model_max_sessions(const serve_model *m) { return m->max_sessions; }
-int serve_model_prefix_shareable(const serve_model *m) { return engine_prefix_shareable(m->eng); }
 const char *serve_model_bos_text(const serve_model *m) { return m->bos; }
 const char *serve_model_eos_text(const serve_model *m) { return m->eos; }
 

@@ -139,10 +139,6 @@ tok_cache *serve_model_tok_cache(const serve_model *m);
 int64_t serve_model_n_ctx(const serve_model *m);
 int32_t serve_model_n_vocab(const serve_model *m);
 int serve_model_max_sessions(const serve_model *m);
-/* Whether the model's sequences can share cached prefixes: not a hybrid
- * model's, whose recurrent state cannot be rebuilt from shared blocks
- * (engine_rewindable). */
-int serve_model_prefix_shareable(const serve_model *m);
 /* The parsed chat template, or NULL with the reason in *why. */
 const jinja_template *serve_model_template(const serve_model *m, const char **why);
 /* The tool-call convention the chat template teaches (toolparse_detect). */
