@@ -28,7 +28,7 @@ export -f c post status am
 export URL
 
 # The event sequence of a streamed text reply, in order.
-msg '{"model":"tiny","max_tokens":6,"stream":true,"messages":[{"role":"user","content":"hi"}]}' \
+msg '{"model":"tiny","max_tokens":6,"temperature":0,"stream":true,"messages":[{"role":"user","content":"hi"}]}' \
   >"$T/sse.txt"
 sed -n 's/^event: //p' "$T/sse.txt" | uniq >"$T/events"
 printf '%s\n' message_start content_block_start content_block_delta content_block_stop \
