@@ -72,6 +72,20 @@ static json_t *config_json(const model_config *c)
         if (c->shared_ffn_dim > 0)
             json_object_set_new(j, "shared_ffn_dim", json_integer(c->shared_ffn_dim));
     }
+    if (c->family == FAMILY_GEMMA4) {
+        json_object_set_new(j, "head_dim_full", json_integer(c->head_dim_full));
+        json_object_set_new(j, "n_kv_heads_full",
+                            json_integer(config_layer_kv_heads(c, c->n_layers - 1)));
+        json_object_set_new(j, "attn_k_eq_v", json_boolean(c->attn_k_eq_v));
+        json_object_set_new(j, "n_kv_shared_layers", json_integer(c->n_kv_shared));
+        json_object_set_new(j, "double_wide_ffn", json_boolean(c->double_wide_ffn));
+        json_object_set_new(j, "ple_dim", json_integer(c->ple_dim));
+        json_object_set_new(j, "rope_full_angles", json_integer(c->rope_full_angles));
+        json_object_set_new(j, "rope_local_theta", json_real(c->rope_local_theta));
+        json_object_set_new(j, "sliding_window", json_integer(c->sliding_window));
+        json_object_set_new(j, "sliding_window_pattern", json_integer(c->sliding_window_pattern));
+        json_object_set_new(j, "final_softcap", json_real(c->final_softcap));
+    }
     if (c->family == FAMILY_GEMMA3) {
         json_object_set_new(j, "rope_local_theta", json_real(c->rope_local_theta));
         json_object_set_new(j, "sliding_window", json_integer(c->sliding_window));
@@ -86,17 +100,21 @@ static json_t *config_json(const model_config *c)
 }
 
 /* What a sequence holds besides the weights: K and V per token (bf16, the
- * GPU's default; f32 on the CPU is twice it) in the attention layers, and
+ * GPU's default; f32 on the CPU is twice it) in the attention layers that
+ * keep their own (config_kv_layout: gemma4's shared layers keep none, and
+ * every row is as wide as the widest layer's), and
  * the recurrent state (f32) of the DeltaNet layers, whatever its length. */
 static json_t *memory_json(const model_config *c)
 {
     int64_t attn = 0, rec = 0;
     for (int64_t l = 0; l < c->n_layers; l++)
         config_layer_recurrent(c, l) ? rec++ : attn++;
+    int64_t kv_layers, kv_dim;
+    config_kv_layout(c, &kv_layers, &kv_dim);
     json_t *j = json_object();
     json_object_set_new(j, "attention_layers", json_integer(attn));
-    json_object_set_new(j, "kv_bytes_per_token_bf16",
-                        json_integer(2 * attn * c->n_kv_heads * c->head_dim * 2));
+    json_object_set_new(j, "kv_layers", json_integer(kv_layers));
+    json_object_set_new(j, "kv_bytes_per_token_bf16", json_integer(2 * kv_layers * kv_dim * 2));
     json_object_set_new(j, "recurrent_layers", json_integer(rec));
     size_t per = rec ? bk_delta_state_floats((int)c->lin_n_k_heads, (int)c->lin_n_v_heads,
                                              (int)c->lin_k_dim, (int)c->lin_v_dim,
@@ -314,9 +332,13 @@ static void print_table(const checkpoint *c, json_t *j, const census_opts *o)
     json_t *mem = json_object_get(j, "memory");
     cli_human_bytes((uint64_t)json_integer_value(json_object_get(mem, "kv_bytes_per_token_bf16")),
                     hb, sizeof hb);
+    json_int_t attn = json_integer_value(json_object_get(mem, "attention_layers"));
+    json_int_t kvl = json_integer_value(json_object_get(mem, "kv_layers"));
     printf("per sequence: KV %s per token (bf16; %" JSON_INTEGER_FORMAT " of %" PRId64
-           " layers attend)", hb, json_integer_value(json_object_get(mem, "attention_layers")),
-           m->n_layers);
+           " layers attend", hb, attn, m->n_layers);
+    if (kvl != attn)
+        printf(", %" JSON_INTEGER_FORMAT " keep K/V", kvl);
+    printf(")");
     json_int_t rec = json_integer_value(json_object_get(mem, "recurrent_layers"));
     if (rec) {
         cli_human_bytes(

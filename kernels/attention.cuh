@@ -60,8 +60,9 @@ typedef struct {
     void *k, *v;        /* device pools */
     int type;           /* CU_KV_* */
     int n_blocks, block_size;
-    int64_t kv_dim;
-    int64_t row_bytes;  /* bytes of one position's kv_dim values */
+    int64_t kv_dim;     /* the layer's K (or V) values a position: n_kv_heads * head_dim,
+                         * the front of a row when layers differ in width */
+    int64_t row_bytes;  /* bytes of one position's row (the widest layer's values) */
 } cu_kv_pool;
 
 typedef struct {

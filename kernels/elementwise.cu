@@ -27,6 +27,31 @@ __global__ void softcap_kernel(float *__restrict__ x, size_t n, float cap)
         x[i] = __fmul_rn(tanhf(__fdiv_rn(x[i], cap)), cap);
 }
 
+// The CPU's x[i] *= s.
+__global__ void scale_kernel(float *__restrict__ x, size_t n, float s)
+{
+    pdl_trigger();
+    pdl_wait();
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        x[i] = __fmul_rn(x[i], s);
+}
+
+// x [n][cols] = act(x) * y, y's rows y_stride apart (the GLU's arithmetic).
+template <int ACT>
+__global__ void act_mul_kernel(float *__restrict__ x, const float *__restrict__ y, size_t n,
+                               int64_t cols, int64_t y_stride)
+{
+    pdl_trigger();
+    pdl_wait();
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const size_t row = i / (size_t)cols, col = i % (size_t)cols;
+        const float a = ACT == 0 ? silu_f(x[i]) : gelu_tanh_f(x[i]);
+        x[i] = __fmul_rn(a, y[row * (size_t)y_stride + col]);
+    }
+}
+
 template <int ACT>
 __global__ void glu_kernel(float *__restrict__ g, const float *__restrict__ u, size_t n)
 {
@@ -93,6 +118,29 @@ extern "C" cudaError_t launch_softcap(float *x, size_t n, float cap, cudaStream_
     if (n == 0)
         return cudaSuccess;
     launch_pdl(softcap_kernel, dim3(ew_blocks(n)), dim3(EW_THREADS), 0, stream, x, n, cap);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t launch_scale(float *x, size_t n, float s, cudaStream_t stream)
+{
+    if (n == 0)
+        return cudaSuccess;
+    launch_pdl(scale_kernel, dim3(ew_blocks(n)), dim3(EW_THREADS), 0, stream, x, n, s);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t launch_act_mul(float *x, const float *y, int n, int64_t cols,
+                                      int64_t y_stride, int act, cudaStream_t stream)
+{
+    const size_t total = (size_t)n * (size_t)cols;
+    if (total == 0)
+        return cudaSuccess;
+    if (act == 1)
+        launch_pdl(act_mul_kernel<1>, dim3(ew_blocks(total)), dim3(EW_THREADS), 0, stream, x, y,
+                   total, cols, y_stride);
+    else
+        launch_pdl(act_mul_kernel<0>, dim3(ew_blocks(total)), dim3(EW_THREADS), 0, stream, x, y,
+                   total, cols, y_stride);
     return cudaGetLastError();
 }
 

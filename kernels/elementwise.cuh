@@ -1,5 +1,5 @@
 /* Launchers for the elementwise ops: the residual add, the logit
- * soft-cap, the gated activation between an FFN's up and down
+ * soft-cap, a scale, the gated activation between an FFN's up and down
  * projections, the sigmoid gate of a gated attention output, and the
  * split of q_proj's per-head [q | gate] rows. Each value is computed from
  * its own inputs alone. */
@@ -18,6 +18,11 @@ extern "C" {
 cudaError_t launch_add(float *x, const float *y, size_t n, cudaStream_t stream);
 /* x[i] = cap * tanh(x[i] / cap). */
 cudaError_t launch_softcap(float *x, size_t n, float cap, cudaStream_t stream);
+/* x[i] *= s. */
+cudaError_t launch_scale(float *x, size_t n, float s, cudaStream_t stream);
+/* x [n][cols] = act(x) * y, y's rows y_stride floats apart; act as launch_glu's. */
+cudaError_t launch_act_mul(float *x, const float *y, int n, int64_t cols, int64_t y_stride,
+                           int act, cudaStream_t stream);
 /* gate[i] = act(gate[i]) * up[i]; act 0: SiLU, 1: GELU (tanh form). */
 cudaError_t launch_glu(float *gate, const float *up, size_t n, int act, cudaStream_t stream);
 /* x [n][x_cols] *= sigmoid(g), g [n][x_cols] or [n][1] (g_cols). */

@@ -195,12 +195,17 @@ typedef struct {
                      const bk_weight *bq, const bk_weight *bk, const bk_weight *bv,
                      const float *x, int n, float *q, float *k, float *v);
     /* Per head: RMSNorm with q_norm / k_norm when present (weights over
-     * head_dim, + w_offset), then RoPE at each row's position. */
+     * head_dim, + w_offset), then RoPE at each row's position. k NULL: q
+     * only (a layer reading another layer's K/V). */
     void (*qk_norm_rope)(backend *b, float *q, float *k, const bk_batch *rows,
                          const bk_attn *a, const bk_weight *q_norm, const bk_weight *k_norm,
                          float w_offset, float eps, const bk_rope *rope);
     /* Store each row's k and v in its sequence's KV cache at its position,
-     * then out = softmax(causal masked q.k) . v for every row and head. */
+     * then out = softmax(causal masked q.k) . v for every row and head.
+     * k and v are [n][n_kv_heads * head_dim], which may be less than the
+     * cache's kv_dim (a layer narrower than the widest: the front of each
+     * row). k and v NULL: store nothing, attend over what layer a->layer
+     * holds (gemma4's layers sharing an earlier layer's K/V). */
     void (*attention)(backend *b, const bk_attn *a, const bk_batch *rows, const float *q,
                       const float *k, const float *v, float *out);
     /* out = down(act(gate x) * up x); hb, hb2 are [n][gate->rows] scratch. */
@@ -226,6 +231,12 @@ typedef struct {
                       const float *z, const float *beta_in, const float *alpha, float *out);
     /* x = cap * tanh(x / cap) for n floats. */
     void (*softcap)(backend *b, float *x, size_t n, float cap);
+    /* x[i] *= s for n floats. */
+    void (*scale)(backend *b, float *x, size_t n, float s);
+    /* x [n][cols] = act(x) * y, y's rows y_stride floats apart (a slice of
+     * a wider activation). */
+    void (*act_mul)(backend *b, float *x, const float *y, int n, int64_t cols, int64_t y_stride,
+                    bk_act act);
 
     /* Optional (NULL: nothing to do). The KV cache the attention op will
      * address. A backend that keeps K and V in its own memory (the GPU)

@@ -277,7 +277,7 @@ static int read_rope_parameters(const json_t *obj, const char *what, model_confi
                                 int have_theta, int have_scaling, memra_err *err)
 {
     json_t *rp = json_object_get(obj, "rope_parameters");
-    if (!rp || json_is_null(rp))
+    if (!rp || json_is_null(rp) || family_desc(c->family)->own_rope_parameters)
         return 0;
     if (!json_is_object(rp))
         return memra_fail(err, "%s: rope_parameters must be an object", what);
@@ -475,11 +475,16 @@ int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err)
     if (cfg_gguf_int(&g, "context_length", 1, 1, &c.n_ctx_train, err) ||
         cfg_gguf_int(&g, "embedding_length", 1, 1, &c.dim, err) ||
         cfg_gguf_int(&g, "block_count", 1, 1, &c.n_layers, err) ||
-        cfg_gguf_int(&g, "feed_forward_length", 1, !fam->no_dense_ffn, &c.ffn_dim, err) ||
         cfg_gguf_int(&g, "attention.head_count", 1, 1, &c.n_heads, err))
         return -1;
+    /* A family that may list these per layer gets layer 0's here and
+     * reads the rest in its gguf_read. */
+    int per_layer = fam->gguf_per_layer_keys;
     c.n_kv_heads = c.n_heads;
-    if (cfg_gguf_int(&g, "attention.head_count_kv", 1, 0, &c.n_kv_heads, err))
+    if (cfg_gguf_int_at(&g, "feed_forward_length", 1, !fam->no_dense_ffn, per_layer ? 0 : -1,
+                        &c.ffn_dim, err) ||
+        cfg_gguf_int_at(&g, "attention.head_count_kv", 1, 0, per_layer ? 0 : -1, &c.n_kv_heads,
+                        err))
         return -1;
     if (c.n_heads <= 0)
         return memra_fail(err, "%s: %s.attention.head_count must be positive", g.what, arch);

@@ -74,6 +74,22 @@ typedef struct {
     int attn_out_gate;          /* q_proj emits [q | gate] per head; out *= sigmoid(gate) */
     int64_t shared_ffn_dim;     /* qwen3_5_moe: the shared expert's width (0: none) */
 
+    /* gemma4: the full-attention layers have their own head size and (with
+     * attn_k_eq_v) KV heads, and take V from the K projection; the last
+     * n_kv_shared layers compute no K/V and attend over the K/V of the last
+     * earlier layer of their kind; per-layer embeddings (PLE) of ple_dim
+     * values a layer feed every layer; the shared layers' FFN is twice as
+     * wide with double_wide_ffn; the full layers turn rope_full_angles of
+     * their head_dim / 2 frequency pairs ("proportional" RoPE). */
+    int64_t head_dim_full;      /* 0: head_dim */
+    int64_t n_kv_heads_full;    /* 0: n_kv_heads */
+    int attn_k_eq_v;
+    int64_t n_kv_shared;
+    int64_t ple_dim, ple_vocab; /* hidden_size_per_layer_input, vocab_size_per_layer_input */
+    int double_wide_ffn;
+    int64_t rope_full_angles;   /* 0: every pair */
+    int last_layer_full;        /* the last layer attends in full whatever the pattern */
+
     int64_t bos_id, eos_id; /* -1 when the config does not say */
 
     /* What the checkpoint says it is for, with llama.cpp's pooling_type
@@ -91,6 +107,66 @@ enum { MODEL_POOL_NONE = 0, MODEL_POOL_MEAN = 1, MODEL_POOL_CLS = 2, MODEL_POOL_
 static inline int config_layer_recurrent(const model_config *c, int64_t l)
 {
     return c->full_attn_interval > 0 && (l + 1) % c->full_attn_interval != 0;
+}
+
+/* Whether layer l of a family with a sliding pattern attends in full:
+ * every sliding_window_pattern-th layer, and gemma4's last one. */
+static inline int config_layer_full(const model_config *c, int64_t l)
+{
+    if (c->sliding_window_pattern <= 0)
+        return 1;
+    return (l + 1) % c->sliding_window_pattern == 0 ||
+           (c->last_layer_full && l == c->n_layers - 1);
+}
+
+/* gemma4: layer l's attention head size, KV heads, and the layer whose K/V
+ * it reads (itself, unless it is one of the last n_kv_shared layers). */
+static inline int64_t config_layer_head_dim(const model_config *c, int64_t l)
+{
+    return c->head_dim_full > 0 && config_layer_full(c, l) ? c->head_dim_full : c->head_dim;
+}
+
+static inline int64_t config_layer_kv_heads(const model_config *c, int64_t l)
+{
+    return c->n_kv_heads_full > 0 && config_layer_full(c, l) ? c->n_kv_heads_full
+                                                             : c->n_kv_heads;
+}
+
+static inline int64_t config_layer_kv_source(const model_config *c, int64_t l)
+{
+    int64_t first = c->n_layers - c->n_kv_shared;
+    if (c->n_kv_shared <= 0 || l < first)
+        return l;
+    for (int64_t j = first - 1; j >= 0; j--)
+        if (config_layer_full(c, j) == config_layer_full(c, l))
+            return j;
+    return -1; /* config_validate refuses such a config */
+}
+
+/* gemma4: layer l's FFN width (twice intermediate_size on the shared
+ * layers with double_wide_ffn). */
+static inline int64_t config_layer_ffn_dim(const model_config *c, int64_t l)
+{
+    return c->double_wide_ffn && c->n_kv_shared > 0 && l >= c->n_layers - c->n_kv_shared
+               ? 2 * c->ffn_dim
+               : c->ffn_dim;
+}
+
+/* The paged KV cache's geometry: the layers keeping K/V of their own
+ * (attention layers not reading another's) and the floats a token keeps
+ * in each, the widest such layer's n_kv_heads * head_dim (a narrower
+ * layer uses the front of its row). */
+static inline void config_kv_layout(const model_config *c, int64_t *n_kv_layers, int64_t *kv_dim)
+{
+    *n_kv_layers = 0;
+    *kv_dim = 0;
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        if (config_layer_recurrent(c, l) || config_layer_kv_source(c, l) != l)
+            continue;
+        int64_t w = config_layer_kv_heads(c, l) * config_layer_head_dim(c, l);
+        ++*n_kv_layers;
+        *kv_dim = w > *kv_dim ? w : *kv_dim;
+    }
 }
 
 /* The head dims RoPE turns (rope_dim, else all of head_dim). */

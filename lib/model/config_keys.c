@@ -97,7 +97,7 @@ int config_hf_layer_types(const json_t *obj, const char *what, model_config *c, 
         pattern = (int64_t)n + 1;
     for (size_t i = 0; i < n; i++) {
         int full = strcmp(json_string_value(json_array_get(lt, i)), "full_attention") == 0;
-        if (full != ((int64_t)(i + 1) % pattern == 0))
+        if (full != ((int64_t)(i + 1) % pattern == 0 || (c->last_layer_full && i == n - 1)))
             goto irregular;
     }
     c->sliding_window_pattern = pattern;
@@ -105,8 +105,9 @@ int config_hf_layer_types(const json_t *obj, const char *what, model_config *c, 
 irregular:
     return memra_fail(err, "%s: layer_types is not a pattern this family supports "
                       "(%s: %s)", what, family_name(c->family),
-                      d->sliding_pattern ? "every Nth layer full_attention"
-                                         : "all full_attention");
+                      !d->sliding_pattern  ? "all full_attention"
+                      : c->last_layer_full ? "every Nth layer and the last full_attention"
+                                           : "every Nth layer full_attention");
 }
 
 /* ---- GGUF metadata ---- */
@@ -165,6 +166,38 @@ int cfg_gguf_int(const cfg_gguf *g, const char *key, int arch_key, int required,
     default:
         return memra_fail(err, "%s: key %s has type %s, expected an integer", g->what, full,
                           gguf_vtype_name(kv->value.type));
+    }
+}
+
+int cfg_gguf_int_at(const cfg_gguf *g, const char *key, int arch_key, int required,
+                    int64_t index, int64_t *out, memra_err *err)
+{
+    char full[256];
+    const gguf_kv *kv = gkv(g, key, arch_key, full, sizeof full);
+    if (!kv || kv->value.type != GGUF_ARRAY || index < 0)
+        return cfg_gguf_int(g, key, arch_key, required, out, err);
+    const gguf_value *v = &kv->value;
+    if ((uint64_t)index >= v->v.arr.n)
+        return memra_fail(err, "%s: key %s has %" PRIu64 " values, none for layer %" PRId64,
+                          g->what, full, v->v.arr.n, index);
+    const void *d = v->v.arr.data;
+    switch (v->v.arr.elem_type) {
+    case GGUF_UINT8: *out = ((const uint8_t *)d)[index]; return 0;
+    case GGUF_UINT16: *out = ((const uint16_t *)d)[index]; return 0;
+    case GGUF_UINT32: *out = ((const uint32_t *)d)[index]; return 0;
+    case GGUF_INT8: *out = ((const int8_t *)d)[index]; return 0;
+    case GGUF_INT16: *out = ((const int16_t *)d)[index]; return 0;
+    case GGUF_INT32: *out = ((const int32_t *)d)[index]; return 0;
+    case GGUF_INT64: *out = ((const int64_t *)d)[index]; return 0;
+    case GGUF_UINT64:
+        if (((const uint64_t *)d)[index] > (uint64_t)INT64_MAX)
+            return memra_fail(err, "%s: key %s[%" PRId64 "] is out of range", g->what, full,
+                              index);
+        *out = (int64_t)((const uint64_t *)d)[index];
+        return 0;
+    default:
+        return memra_fail(err, "%s: key %s is a list of %s, expected integers", g->what, full,
+                          gguf_vtype_name(v->v.arr.elem_type));
     }
 }
 

@@ -55,6 +55,11 @@ typedef struct {
  * decimal that rounds to them (1e-05, not 9.99999975e-06). */
 int cfg_gguf_int(const cfg_gguf *g, const char *key, int arch_key, int required, int64_t *out,
                  memra_err *err);
+/* An integer key that may also be a list with one value per layer (gemma4's
+ * head_count_kv, feed_forward_length): the scalar, or the list's value for
+ * layer `index` (which must be there); index -1: only a scalar will do. */
+int cfg_gguf_int_at(const cfg_gguf *g, const char *key, int arch_key, int required,
+                    int64_t index, int64_t *out, memra_err *err);
 int cfg_gguf_num(const cfg_gguf *g, const char *key, int arch_key, int required, double *out,
                  memra_err *err);
 int cfg_gguf_bool(const cfg_gguf *g, const char *key, int arch_key, int *out, memra_err *err);

@@ -50,6 +50,13 @@ static const char *const role_names[ROLE_COUNT] = {
     [ROLE_FFN_UP_SHEXP] = "ffn_up_shexp",
     [ROLE_FFN_DOWN_SHEXP] = "ffn_down_shexp",
     [ROLE_MOE_SHARED_GATE] = "moe_shared_gate",
+    [ROLE_LAYER_SCALE] = "layer_scale",
+    [ROLE_PLE_EMBED] = "ple_embed",
+    [ROLE_PLE_PROJ] = "ple_proj",
+    [ROLE_PLE_PROJ_NORM] = "ple_proj_norm",
+    [ROLE_PLE_GATE] = "ple_gate",
+    [ROLE_PLE_OUT] = "ple_out",
+    [ROLE_PLE_POST_NORM] = "ple_post_norm",
 };
 
 const char *role_name(tensor_role r)
@@ -102,7 +109,15 @@ const char *role_group(tensor_role r)
     case ROLE_FFN_NORM:
     case ROLE_FFN_POST_NORM:
     case ROLE_SSM_NORM:
+    case ROLE_PLE_PROJ_NORM:
+    case ROLE_PLE_POST_NORM:
+    case ROLE_LAYER_SCALE:
         return "norms";
+    case ROLE_PLE_EMBED:
+    case ROLE_PLE_PROJ:
+    case ROLE_PLE_GATE:
+    case ROLE_PLE_OUT:
+        return "per_layer_embed";
     case ROLE_SSM_QKV:
     case ROLE_SSM_Z:
     case ROLE_SSM_BETA:
@@ -439,6 +454,12 @@ static uint64_t scaled(uint64_t bytes, uint64_t used, uint64_t total)
     return bytes / total * used + bytes % total * used / total;
 }
 
+int contract_entry_unused(const model_config *c, const contract_entry *e)
+{
+    int kv = e->role == ROLE_ATTN_K || e->role == ROLE_ATTN_V || e->role == ROLE_ATTN_K_NORM;
+    return kv && e->layer >= 0 && config_layer_kv_source(c, e->layer) != e->layer;
+}
+
 void contract_bytes_of(const contract_binding *b, const model_config *c, contract_bytes *out)
 {
     memset(out, 0, sizeof *out);
@@ -451,7 +472,12 @@ void contract_bytes_of(const contract_binding *b, const model_config *c, contrac
         const contract_entry *e = &k->entries[i];
         out->by_role[e->role] += v->nbytes;
         out->total += v->nbytes;
-        if (e->role == ROLE_EMBED) {
+        if (contract_entry_unused(c, e)) {
+            /* bound, never read */
+        } else if (e->role == ROLE_PLE_EMBED) {
+            if (v->n_dims >= 1 && v->shape[0] > 0)
+                out->per_token += v->nbytes / (uint64_t)v->shape[0];
+        } else if (e->role == ROLE_EMBED) {
             /* Decode looks one row up, unless the same matrix is the head. */
             if (tied_head)
                 out->per_token += v->nbytes;

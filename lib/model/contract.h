@@ -62,13 +62,22 @@ typedef enum {
     ROLE_FFN_UP_SHEXP,
     ROLE_FFN_DOWN_SHEXP, /* [dim][shared_ffn_dim] */
     ROLE_MOE_SHARED_GATE, /* [dim]: sigmoid(x . w) scales the shared expert (HF [1][dim]) */
+    /* gemma4 */
+    ROLE_LAYER_SCALE,     /* [1]: the residual stream's scale at the end of the layer */
+    ROLE_PLE_EMBED,       /* [ple_vocab][n_layers * ple_dim]: per-layer token embeddings */
+    ROLE_PLE_PROJ,        /* [n_layers * ple_dim][dim]: their projection of the embedding */
+    ROLE_PLE_PROJ_NORM,   /* [ple_dim] */
+    ROLE_PLE_GATE,        /* [ple_dim][dim]: a layer's gate on its per-layer input */
+    ROLE_PLE_OUT,         /* [dim][ple_dim]: back to the residual stream */
+    ROLE_PLE_POST_NORM,   /* [dim] */
     ROLE_COUNT
 } tensor_role;
 
 /* "embed", "attn_q", "moe_gate_exps" ... */
 const char *role_name(tensor_role r);
 /* The coarse group census reports bytes in: "embed", "output", "attention",
- * "ffn", "moe_experts", "moe_router", "norms", "rope_freqs". */
+ * "ffn", "moe_experts", "moe_router", "norms" (with gemma4's layer scales),
+ * "rope_freqs", "per_layer_embed" (gemma4's PLE table and projections). */
 const char *role_group(tensor_role r);
 int role_is_expert(tensor_role r);
 
@@ -167,11 +176,17 @@ typedef struct {
     uint64_t by_role[ROLE_COUNT];
     uint64_t total;
     /* Bytes a decode step reads: every weight once, except the token
-     * embedding (one row) -- unless the output head is tied, when the
-     * embedding is read in full as the head -- and the experts, of which
-     * only n_experts_used / n_experts are read. */
+     * embedding and gemma4's per-layer embedding table (one row each) --
+     * unless the output head is tied, when the embedding is read in full
+     * as the head -- the experts, of which only n_experts_used / n_experts
+     * are read, and the tensors contract_entry_unused names. */
     uint64_t per_token;
 } contract_bytes;
+
+/* Whether a checkpoint may hold e but the forward pass never reads it:
+ * K/V projections and k_norm of a layer that reads another layer's K/V
+ * (gemma4's shared layers; transformers ignores them too). */
+int contract_entry_unused(const model_config *c, const contract_entry *e);
 
 void contract_bytes_of(const contract_binding *b, const model_config *c, contract_bytes *out);
 

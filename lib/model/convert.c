@@ -129,7 +129,7 @@ static void random_values(const produce_ctx *c, const contract_entry *e, int exp
     tensor_role r = e->role;
     int is_norm = r == ROLE_OUTPUT_NORM || r == ROLE_ATTN_NORM || r == ROLE_FFN_NORM ||
                   r == ROLE_ATTN_Q_NORM || r == ROLE_ATTN_K_NORM || r == ROLE_ATTN_POST_NORM ||
-                  r == ROLE_FFN_POST_NORM;
+                  r == ROLE_FFN_POST_NORM || r == ROLE_PLE_PROJ_NORM || r == ROLE_PLE_POST_NORM;
     int is_bias = r == ROLE_ATTN_Q_BIAS || r == ROLE_ATTN_K_BIAS || r == ROLE_ATTN_V_BIAS ||
                   r == ROLE_ATTN_O_BIAS;
     if (is_norm || is_bias || r == ROLE_SSM_NORM) {
@@ -152,8 +152,12 @@ static void random_values(const produce_ctx *c, const contract_entry *e, int exp
     /* a depthwise conv has a few taps a channel: weights as large as
      * transformers' default init gives them (kaiming, ~ 1 / sqrt(taps)) */
     float sd = r == ROLE_SSM_CONV ? 0.3f : 0.02f;
+    /* a layer's output scale (gemma4): trained ones are below 1 */
+    float mean = r == ROLE_LAYER_SCALE ? 0.8f : 0.0f;
+    if (r == ROLE_LAYER_SCALE)
+        sd = 0.1f;
     for (int64_t i = 0; i < n; i++)
-        dst[i] = sd * rng_normal(&rng);
+        dst[i] = mean + sd * rng_normal(&rng);
 }
 
 /* Whether an entry can be written straight from the source bytes. */
@@ -183,7 +187,7 @@ static int produce_one(produce_ctx *c, out_tensor *o, memra_err *err)
     float *vals = xmalloc((size_t)n * sizeof(float));
     int rc = 0;
     if (e->generated) {
-        llama_rope_freqs(c->cfg, vals);
+        family_rope_freqs(c->cfg, vals);
     } else {
         /* HF-semantics values, expert by expert when stacking */
         int stacked = role_is_expert(e->role) && c->dst_naming == CKPT_GGUF;
@@ -550,10 +554,10 @@ static int run_conversion(const model_config *cfg, const checkpoint *src,
     for (int i = 0; i < dk.n; i++) {
         const contract_entry *e = &dk.entries[i];
         /* optional entries: kept when the source has them; rope_freqs is
-         * generated for GGUF llama3 models; random checkpoints tie nothing
-         * the config does not tie */
+         * generated for the GGUFs whose family writes it (llama3 scaling,
+         * gemma4); random checkpoints tie nothing the config does not tie */
         if (e->generated) {
-            if (dst_naming != CKPT_GGUF || cfg->rope_scaling.kind != ROPE_SCALING_LLAMA3)
+            if (dst_naming != CKPT_GGUF || !family_rope_freqs(cfg, NULL))
                 continue;
         } else if (e->optional) {
             if (src ? !source_view(&c, e, e->expert) : cfg->tie_embeddings)

@@ -97,3 +97,9 @@ void family_list_sliding_pattern(char *out, size_t n)
         if (families[i]->sliding_pattern)
             list_add(out, n, families[i]->name);
 }
+
+int family_rope_freqs(const model_config *c, float *out)
+{
+    const model_family_desc *d = family_desc(c->family);
+    return d && d->gguf_rope_freqs ? d->gguf_rope_freqs(c, out) : 0;
+}

@@ -103,6 +103,11 @@ struct model_family_desc {
     int partial_rope; /* RoPE may turn only the first rope_dim dims of a head */
     int no_dense_ffn; /* every FFN is routed: no intermediate_size / feed_forward_length */
     int recurrent;    /* some layers are gated DeltaNet layers (config_layer_recurrent) */
+    int own_rope_parameters; /* hf_read reads rope_parameters itself (gemma4's kinds) */
+    /* GGUF keys that may hold one value per layer (head_count_kv,
+     * feed_forward_length): the shared reader takes layer 0's, gguf_read
+     * the rest */
+    int gguf_per_layer_keys;
 
     /* ---- tensors ---- */
     /* Every tensor of a config of this family (contract.h's helpers). */
@@ -128,6 +133,11 @@ struct model_family_desc {
      * scale head_dim^-1/2, sliding_window and attn_softcap: *local_rope
      * set when the layer uses the rope_local_theta tables. NULL: none. */
     void (*layer_attention)(const model_config *c, int layer, bk_attn *a, int *local_rope);
+    int v_norm; /* V RMS-normalized per head, without a weight (gemma4) */
+    /* Whether a GGUF of config c carries the generated rope_freqs.weight
+     * (llama.cpp's frequency factors); when it does and out is not NULL,
+     * its [contract length] values. NULL: never. */
+    int (*gguf_rope_freqs)(const model_config *c, float *out);
 };
 
 /* Every registered descriptor (the rows of families.def). */
@@ -151,6 +161,10 @@ void family_list_hf_types(char *out, size_t n);
 void family_list_gguf_archs(char *out, size_t n);
 /* The names of the families with sliding_pattern set, for errors. */
 void family_list_sliding_pattern(char *out, size_t n);
+/* The family's generated rope_freqs.weight for config c (gguf_rope_freqs):
+ * 1 when a GGUF carries it (and out, when not NULL, holds its values),
+ * else 0. */
+int family_rope_freqs(const model_config *c, float *out);
 
 /* The shared pre-norm decoder layers (llama.c), which qwen2 and qwen3 use
  * as they are: x += attn(rmsnorm(x)); x += ffn_glu(rmsnorm(x)). */

@@ -219,6 +219,16 @@ void llama_rope_freqs(const model_config *c, float *out)
     }
 }
 
+/* A GGUF carries rope_freqs.weight for llama3 rope scaling only. */
+static int llama_gguf_rope_freqs(const model_config *c, float *out)
+{
+    if (c->rope_scaling.kind != ROPE_SCALING_LLAMA3)
+        return 0;
+    if (out)
+        llama_rope_freqs(c, out);
+    return 1;
+}
+
 /* ---- forward ---- */
 
 /* The shared decoder layers, as transformers' LlamaDecoderLayer /
@@ -266,4 +276,5 @@ const model_family_desc family_llama = {
     .forward = llama_forward,
     .act = BK_ACT_SILU,
     .gguf_rope_permuted = 1,
+    .gguf_rope_freqs = llama_gguf_rope_freqs,
 };

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "format/dequant.h"
+#include "numerics/kv_codec.h"
 #include "model/family.h"
 
 /* ---- weights ---- */
@@ -110,10 +112,19 @@ static int bind_layer(model *m, const contract_binding *b, int l, layer_weights 
         {ROLE_FFN_UP_SHEXP, offsetof(layer_weights, shexp_up)},
         {ROLE_FFN_DOWN_SHEXP, offsetof(layer_weights, shexp_down)},
         {ROLE_MOE_SHARED_GATE, offsetof(layer_weights, shexp_inp)},
+        {ROLE_PLE_GATE, offsetof(layer_weights, ple_gate)},
+        {ROLE_PLE_OUT, offsetof(layer_weights, ple_out)},
+        {ROLE_PLE_POST_NORM, offsetof(layer_weights, ple_post_norm)},
     };
-    for (size_t i = 0; i < MEMRA_ARRAY_LEN(plain); i++)
-        if (bind_weight(m, b, plain[i].role, l, (bk_weight *)((char *)lw + plain[i].off), err))
+    /* a layer reading another's K/V leaves its own unbound (never uploaded) */
+    int own_kv = config_layer_kv_source(&m->config, l) == l;
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(plain); i++) {
+        tensor_role r = plain[i].role;
+        if (!own_kv && (r == ROLE_ATTN_K || r == ROLE_ATTN_V || r == ROLE_ATTN_K_NORM))
+            continue;
+        if (bind_weight(m, b, r, l, (bk_weight *)((char *)lw + plain[i].off), err))
             return -1;
+    }
     /* The DeltaNet conv, a few taps a channel, is read as one vector
      * [conv_dim * conv_k] (the backends keep vectors in f32). */
     const tensor_view *conv = contract_get(b, ROLE_SSM_CONV, l, -1);
@@ -124,6 +135,21 @@ static int bind_layer(model *m, const contract_binding *b, int l, layer_weights 
         lw->ssm_conv.row_bytes = (size_t)conv->nbytes;
         if (m->bk->ops->weight_prepare(m->bk, &lw->ssm_conv, err) != 0)
             return -1;
+    }
+    /* The layer's output scale is one value, read once here. */
+    lw->layer_scale = 1.0f;
+    const tensor_view *ls = contract_get(b, ROLE_LAYER_SCALE, l, -1);
+    if (ls) {
+        float v[1];
+        if (ls->n_elements != 1 || dequant_row(ls->type, ls->data, v, 1, err) != 0)
+            return ls->n_elements != 1
+                       ? memra_fail(err, "tensor '%s': %" PRId64 " values, expected 1", ls->name,
+                                    (int64_t)ls->n_elements)
+                       : -1;
+        if (!isfinite(v[0]))
+            return memra_fail(err, "tensor '%s': the layer scale %g is not finite", ls->name,
+                              (double)v[0]);
+        lw->layer_scale = v[0];
     }
     if (family_desc(m->config.family)->moe) {
         if (bind_experts(m, b, ROLE_MOE_GATE_EXPS, l, &lw->moe_gate, err) ||
@@ -139,7 +165,10 @@ static int bind_weights(model *m, const contract_binding *b, memra_err *err)
     model_weights *w = &m->weights;
     if (bind_weight(m, b, ROLE_EMBED, -1, &w->embed, err) ||
         bind_weight(m, b, ROLE_OUTPUT_NORM, -1, &w->output_norm, err) ||
-        bind_weight(m, b, ROLE_OUTPUT, -1, &w->output, err))
+        bind_weight(m, b, ROLE_OUTPUT, -1, &w->output, err) ||
+        bind_weight(m, b, ROLE_PLE_EMBED, -1, &w->ple_embed, err) ||
+        bind_weight(m, b, ROLE_PLE_PROJ, -1, &w->ple_proj, err) ||
+        bind_weight(m, b, ROLE_PLE_PROJ_NORM, -1, &w->ple_proj_norm, err))
         return -1;
     if (!bk_weight_present(&w->output))
         w->output = w->embed; /* tied head */
@@ -155,7 +184,9 @@ static int bind_weights(model *m, const contract_binding *b, memra_err *err)
 /* RoPE tables and each layer's attention shape: every layer global with
  * scale head_dim^-1/2, the config's window and soft-cap, unless the family's
  * layer_attention says otherwise (gemma3's sliding layers, with their own
- * RoPE base). */
+ * RoPE base; gemma4's two head sizes). A layer that shares another's K/V
+ * (gemma4's last layers) reads that layer's KV index and has none of its
+ * own. */
 static void setup_layers(model *m)
 {
     const model_config *c = &m->config;
@@ -164,24 +195,37 @@ static void setup_layers(model *m)
     rope_pairing pairing = (fam->gguf_rope_permuted && m->format == CKPT_GGUF)
                                ? ROPE_PAIR_ADJACENT
                                : ROPE_PAIR_NEOX;
-    m->inv_freq_global = xmalloc((size_t)half * sizeof(float));
-    model_rope_inv_freq(c, c->rope_theta, 1, m->inv_freq_global, &m->rope_global.attn_factor);
-    m->rope_global = (bk_rope){pairing, half, m->inv_freq_global, m->rope_global.attn_factor};
+    if (c->head_dim_full > 0) {
+        /* gemma4's full layers: head_dim_full / 2 pairs, the first
+         * rope_full_angles turning ("proportional"), the rest still */
+        int half_full = (int)(c->head_dim_full / 2);
+        int angles = c->rope_full_angles > 0 ? (int)c->rope_full_angles : half_full;
+        m->inv_freq_global = xcalloc((size_t)half_full, sizeof(float));
+        model_rope_inv_freq_partial((int)c->head_dim_full, angles, c->rope_theta,
+                                    m->inv_freq_global);
+        m->rope_global = (bk_rope){pairing, half_full, m->inv_freq_global, 1.0f};
+    } else {
+        m->inv_freq_global = xmalloc((size_t)half * sizeof(float));
+        model_rope_inv_freq(c, c->rope_theta, 1, m->inv_freq_global,
+                            &m->rope_global.attn_factor);
+        m->rope_global = (bk_rope){pairing, half, m->inv_freq_global, m->rope_global.attn_factor};
+        /* partial rotary: the table covers the dims that turn */
+        m->rope_global.n_freqs = (int)(config_rope_dim(c) / 2);
+    }
     /* The local layers' tables: their own base, never scaled (transformers
      * builds gemma3's local rotary embedding with rope_type "default"). */
     m->inv_freq_local = xmalloc((size_t)half * sizeof(float));
     double local_theta = fam->sliding_pattern ? c->rope_local_theta : c->rope_theta;
     model_rope_inv_freq(c, local_theta, 0, m->inv_freq_local, &m->rope_local.attn_factor);
     m->rope_local = (bk_rope){pairing, half, m->inv_freq_local, 1.0f};
-
-    /* partial rotary: the tables cover the dims that turn */
-    m->rope_global.n_freqs = m->rope_local.n_freqs = (int)(config_rope_dim(c) / 2);
+    m->rope_local.n_freqs = (int)(config_rope_dim(c) / 2);
 
     float scale = (float)pow((double)c->head_dim, -0.5);
     m->attn = xcalloc((size_t)c->n_layers, sizeof *m->attn);
     m->rope = xcalloc((size_t)c->n_layers, sizeof *m->rope);
     m->delta = xcalloc((size_t)c->n_layers, sizeof *m->delta);
     int n_kv = 0;
+    int64_t kv_dim = 0;
     size_t state_off = 0;
     for (int l = 0; l < c->n_layers; l++) {
         if (config_layer_recurrent(c, l)) {
@@ -207,7 +251,10 @@ static void setup_layers(model *m)
             continue;
         }
         bk_attn *a = &m->attn[l];
-        a->layer = n_kv++; /* only attention layers keep K and V */
+        int64_t src = config_layer_kv_source(c, l);
+        MEMRA_ASSERT(src >= 0 && src <= l); /* config_validate */
+        /* only attention layers keep K and V, and only those computing them */
+        a->layer = src == l ? n_kv++ : m->attn[src].layer;
         a->n_heads = (int)c->n_heads;
         a->n_kv_heads = (int)c->n_kv_heads;
         a->head_dim = (int)c->head_dim;
@@ -218,9 +265,32 @@ static void setup_layers(model *m)
         if (fam->layer_attention)
             fam->layer_attention(c, l, a, &local);
         m->rope[l] = local ? &m->rope_local : &m->rope_global;
+        if ((int64_t)a->n_kv_heads * a->head_dim > kv_dim)
+            kv_dim = (int64_t)a->n_kv_heads * a->head_dim;
     }
     m->n_kv_layers = n_kv;
+    m->kv_dim = kv_dim;
     m->state_floats = state_off;
+}
+
+/* The V norm's weights of ones (v_norm families): one per head size. */
+static int setup_v_norm(model *m, memra_err *err)
+{
+    const model_config *c = &m->config;
+    int64_t hd[2] = {c->head_dim, c->head_dim_full > 0 ? c->head_dim_full : c->head_dim};
+    int64_t most = hd[0] > hd[1] ? hd[0] : hd[1];
+    m->ones = xmalloc((size_t)most * sizeof(float));
+    for (int64_t i = 0; i < most; i++)
+        m->ones[i] = 1.0f;
+    for (int i = 0; i < 2; i++) {
+        bk_weight *w = &m->v_norm_w[i];
+        *w = (bk_weight){.name = i ? "v_norm (full layers)" : "v_norm", .type = DT_F32,
+                         .rows = 1, .cols = hd[i], .row_bytes = (size_t)hd[i] * sizeof(float),
+                         .data = (const uint8_t *)m->ones};
+        if (m->bk->ops->weight_prepare(m->bk, w, err) != 0)
+            return -1;
+    }
+    return 0;
 }
 
 static void alloc_state(model *m, int cap)
@@ -228,9 +298,15 @@ static void alloc_state(model *m, int cap)
     const model_config *c = &m->config;
     backend *bk = m->bk;
     run_state *s = &m->state;
-    size_t n = (size_t)cap, qd = (size_t)(c->n_heads * c->head_dim);
-    size_t kvd = (size_t)(c->n_kv_heads * c->head_dim);
-    size_t ffn = (size_t)(c->ffn_dim > c->moe_ffn_dim ? c->ffn_dim : c->moe_ffn_dim);
+    size_t n = (size_t)cap, qd = 0, kvd = (size_t)m->kv_dim, ffn = 0;
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        size_t lq = (size_t)(c->n_heads * config_layer_head_dim(c, l));
+        size_t lf = (size_t)config_layer_ffn_dim(c, l);
+        qd = lq > qd ? lq : qd;
+        ffn = lf > ffn ? lf : ffn;
+    }
+    if ((size_t)c->moe_ffn_dim > ffn)
+        ffn = (size_t)c->moe_ffn_dim;
     if ((size_t)c->shared_ffn_dim > ffn)
         ffn = (size_t)c->shared_ffn_dim;
     s->cap = cap;
@@ -238,8 +314,8 @@ static void alloc_state(model *m, int cap)
     s->xb = bk->ops->act_alloc(bk, n * (size_t)c->dim);
     s->xb2 = bk->ops->act_alloc(bk, n * (size_t)c->dim);
     s->q = bk->ops->act_alloc(bk, n * qd);
-    s->k = bk->ops->act_alloc(bk, n * kvd);
-    s->v = bk->ops->act_alloc(bk, n * kvd);
+    s->k = bk->ops->act_alloc(bk, n * (kvd ? kvd : 1));
+    s->v = bk->ops->act_alloc(bk, n * (kvd ? kvd : 1));
     s->att = bk->ops->act_alloc(bk, n * qd);
     s->hb = bk->ops->act_alloc(bk, n * ffn);
     s->hb2 = bk->ops->act_alloc(bk, n * ffn);
@@ -252,6 +328,12 @@ static void alloc_state(model *m, int cap)
     if (c->shared_ffn_dim) {
         s->shared = bk->ops->act_alloc(bk, n * (size_t)c->dim);
         s->shared_gate = bk->ops->act_alloc(bk, n);
+    }
+    if (c->ple_dim > 0) {
+        size_t lp = (size_t)(c->n_layers * c->ple_dim);
+        s->ple = bk->ops->act_alloc(bk, n * lp);
+        s->ple_mix = bk->ops->act_alloc(bk, n * lp);
+        s->ple_gate = bk->ops->act_alloc(bk, n * (size_t)c->ple_dim);
     }
     if (m->state_floats) {
         size_t vd = (size_t)(c->lin_n_v_heads * c->lin_v_dim);
@@ -293,11 +375,26 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
     m->norm_eps = (float)c->norm_eps;
     m->act = fam->act;
     setup_layers(m);
+    if (fam->v_norm && setup_v_norm(m, err) != 0) {
+        model_free(m);
+        return -1;
+    }
+    /* q8_0 K/V is stored in blocks of 32: every layer's row must be whole
+     * blocks, not only the widest */
+    for (int l = 0; l < c->n_layers && o->kv_type == KV_Q8_0; l++) {
+        int64_t width = (int64_t)m->attn[l].n_kv_heads * m->attn[l].head_dim;
+        if (!config_layer_recurrent(c, l) && width % KV_Q8_0_BLOCK != 0) {
+            model_free(m);
+            return memra_fail(err, "model: a q8_0 KV cache needs each layer's K/V width to be a "
+                              "multiple of %d; layer %d has %" PRId64 " (use f16 or bf16)",
+                              KV_Q8_0_BLOCK, l, width);
+        }
+    }
     /* A backend that keeps K and V itself (kv_prepare) gets the block
      * tables only: no host storage, not even untouched address space. */
     int (*kv_init)(kv_cache *, kv_type, int, int64_t, int, int, memra_err *) =
         bk->ops->kv_prepare ? kv_cache_init_tables : kv_cache_init;
-    if (kv_init(&m->state.kv, o->kv_type, m->n_kv_layers, c->n_kv_heads * c->head_dim,
+    if (kv_init(&m->state.kv, o->kv_type, m->n_kv_layers, m->kv_dim,
                 o->kv_block_size, o->kv_blocks, err) != 0 ||
         (m->state_floats &&
          kv_cache_enable_state(&m->state.kv, o->state_slots > 0 ? o->state_slots : 1,
@@ -322,7 +419,7 @@ void model_free(model *m)
         float *acts[] = {s->x,  s->xb,     s->xb2,   s->q,     s->k,     s->v,
                          s->att, s->hb,    s->hb2,   s->logits, s->qg,   s->gate,
                          s->lin_qkv, s->lin_z, s->lin_o, s->lin_b, s->lin_a,
-                         s->shared, s->shared_gate};
+                         s->shared, s->shared_gate, s->ple, s->ple_mix, s->ple_gate};
         for (size_t i = 0; i < MEMRA_ARRAY_LEN(acts); i++)
             if (acts[i])
                 bk->ops->act_free(bk, acts[i]);
@@ -342,6 +439,7 @@ void model_free(model *m)
     free(m->rope);
     free(m->inv_freq_global);
     free(m->inv_freq_local);
+    free(m->ones);
     memset(m, 0, sizeof *m);
 }
 
@@ -362,20 +460,39 @@ void model_attention(model *m, int l, const bk_batch *rows, const float *in, flo
     const layer_weights *w = &m->weights.layers[l];
     run_state *s = &m->state;
     const bk_attn *a = &m->attn[l];
-    int gated = m->config.attn_out_gate;
-    op->attn_qkv(m->bk, &w->wq, &w->wk, &w->wv, &w->bq, &w->bk, &w->bv, in, rows->n,
-                 gated ? s->qg : s->q, s->k, s->v);
+    const model_config *c = &m->config;
+    int gated = c->attn_out_gate, n = rows->n;
+    /* A layer sharing another's K/V (gemma4) projects q alone and attends
+     * over the K/V its source layer stored earlier in this step. */
+    int own_kv = config_layer_kv_source(c, l) == l;
+    int k_is_v = c->attn_k_eq_v && config_layer_full(c, l);
+    float *k = own_kv ? s->k : NULL, *v = own_kv ? s->v : NULL;
+    if (!own_kv) {
+        op->matmul(m->bk, &w->wq, &w->bq, in, n, gated ? s->qg : s->q);
+    } else if (k_is_v) {
+        /* gemma4's k_eq_v layers: V is the K projection before k_norm */
+        op->matmul(m->bk, &w->wq, &w->bq, in, n, s->q);
+        op->matmul(m->bk, &w->wk, &w->bk, in, n, s->k);
+    } else {
+        op->attn_qkv(m->bk, &w->wq, &w->wk, &w->wv, &w->bq, &w->bk, &w->bv, in, n,
+                     gated ? s->qg : s->q, s->k, s->v);
+    }
     if (gated)
-        op->split_heads(m->bk, s->qg, rows->n, a->n_heads, a->head_dim, a->head_dim, s->q,
-                        s->gate);
-    op->qk_norm_rope(m->bk, s->q, s->k, rows, a, &w->q_norm, &w->k_norm, m->norm_offset,
+        op->split_heads(m->bk, s->qg, n, a->n_heads, a->head_dim, a->head_dim, s->q, s->gate);
+    if (own_kv && m->ones) {
+        /* V RMS-normed per head without a weight (v_norm families) */
+        const bk_weight *vw = &m->v_norm_w[a->head_dim == m->v_norm_w[0].cols ? 0 : 1];
+        op->rmsnorm(m->bk, k_is_v ? s->k : s->v, n * a->n_kv_heads, vw, 0.0f, m->norm_eps,
+                    s->v);
+    }
+    op->qk_norm_rope(m->bk, s->q, k, rows, a, &w->q_norm, &w->k_norm, m->norm_offset,
                      m->norm_eps, m->rope[l]);
-    op->attention(m->bk, a, rows, s->q, s->k, s->v, s->att);
+    op->attention(m->bk, a, rows, s->q, k, v, s->att);
     if (gated) {
         int64_t qd = (int64_t)a->n_heads * a->head_dim;
-        op->mul_sigmoid(m->bk, s->att, s->gate, rows->n, qd, qd);
+        op->mul_sigmoid(m->bk, s->att, s->gate, n, qd, qd);
     }
-    op->matmul(m->bk, &w->wo, &w->bo, s->att, rows->n, out);
+    op->matmul(m->bk, &w->wo, &w->bo, s->att, n, out);
 }
 
 void model_moe_ffn(model *m, int l, int n, const float *in, float *out)

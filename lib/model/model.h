@@ -62,12 +62,21 @@ typedef struct {
     bk_weight shexp_gate, shexp_up; /* [shared_ffn_dim][dim] */
     bk_weight shexp_down;     /* [dim][shared_ffn_dim] */
     bk_weight shexp_inp;      /* [dim]: a 1 x dim projection, its sigmoid the expert's scale */
+    /* gemma4: the per-layer input branch, and the layer's output scale */
+    bk_weight ple_gate;       /* [ple_dim][dim] */
+    bk_weight ple_out;        /* [dim][ple_dim] */
+    bk_weight ple_post_norm;  /* [dim] */
+    float layer_scale;        /* read at load; 1 where the family has none */
 } layer_weights;
 
 typedef struct {
     bk_weight embed;        /* [n_vocab][dim] */
     bk_weight output_norm;  /* [dim] */
     bk_weight output;       /* [n_vocab][dim]; the embedding when tied */
+    /* gemma4's per-layer embeddings (ple_dim > 0) */
+    bk_weight ple_embed;     /* [ple_vocab][n_layers * ple_dim] */
+    bk_weight ple_proj;      /* [n_layers * ple_dim][dim] */
+    bk_weight ple_proj_norm; /* [ple_dim] */
     layer_weights *layers;  /* [n_layers] */
 } model_weights;
 
@@ -75,6 +84,7 @@ typedef struct {
     int cap;             /* rows one step holds (the prefill chunk) */
     float *x;            /* [cap][dim] the residual stream */
     float *xb, *xb2;     /* [cap][dim] a sublayer's normed input and its output */
+    /* sized for the widest layer where layers differ (gemma4) */
     float *q;            /* [cap][n_heads * head_dim] */
     float *k, *v;        /* [cap][n_kv_heads * head_dim] */
     float *att;          /* [cap][n_heads * head_dim] attention before the output projection */
@@ -91,6 +101,10 @@ typedef struct {
     /* a shared expert only: */
     float *shared;       /* [cap][dim] its output */
     float *shared_gate;  /* [cap] its gate before the sigmoid */
+    /* per-layer embeddings only (gemma4): */
+    float *ple;          /* [cap][n_layers * ple_dim] the token's rows of the PLE table */
+    float *ple_mix;      /* [cap][n_layers * ple_dim] every layer's per-layer input */
+    float *ple_gate;     /* [cap][ple_dim] one layer's gated branch */
     kv_cache kv;         /* K and V of every attention layer, paged; the recurrent state */
 } run_state;
 
@@ -122,8 +136,16 @@ struct model {
     bk_delta *delta;          /* [n_layers]: the recurrent layers' shapes (recurrent families) */
     const bk_rope **rope;     /* [n_layers]: rope_global or rope_local */
     bk_rope rope_global, rope_local;
-    float *inv_freq_global, *inv_freq_local; /* [head_dim / 2] */
-    int n_kv_layers;          /* layers with K and V (all but the recurrent ones) */
+    float *inv_freq_global, *inv_freq_local; /* [head_dim / 2]; gemma4's global: [head_dim_full / 2] */
+    int n_kv_layers;          /* layers with K and V of their own (not the recurrent ones,
+                               * nor gemma4's layers that share another's) */
+    int64_t kv_dim;           /* K (or V) floats a token keeps per KV layer: the widest
+                               * layer's n_kv_heads * head_dim; narrower layers use the
+                               * front of the row */
+    /* v_norm families: V is RMS-normed per head without a weight; these
+     * are weights of ones, [head_dim] and [head_dim_full] */
+    float *ones;
+    bk_weight v_norm_w[2];
     size_t state_floats;      /* recurrent state per sequence (0: none) */
 
     model_hidden_fn hidden_fn;
@@ -176,5 +198,9 @@ void model_delta_net(model *m, int l, const bk_batch *rows, const float *in, flo
  * llama3, yarn) is applied and *attn_factor set (yarn; else 1). */
 void model_rope_inv_freq(const model_config *c, double theta, int scaled, float *inv_freq,
                          float *attn_factor);
+/* transformers' "proportional" RoPE (gemma4's full layers): of a head's
+ * head_dim / 2 pairs the first `angles` turn at theta^(-2i / head_dim), the
+ * others not at all (inverse frequency 0); inv_freq is [head_dim / 2]. */
+void model_rope_inv_freq_partial(int head_dim, int angles, double theta, float *inv_freq);
 
 #endif

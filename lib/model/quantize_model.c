@@ -16,6 +16,7 @@
 #include "quant/quantize.h"
 #include "format/tensor_cast.h"
 #include "model/contract.h"
+#include "model/family.h"
 
 /* Values per row chunk handed to one task: enough work to amortize the
  * hand-out, small enough that a 4096-row matrix still spreads over cores. */
@@ -40,14 +41,14 @@ static const tensor_view *src_view(const contract_binding *b, const contract_ent
     return contract_get(b, e->role, e->layer, -1);
 }
 
-/* Which destination entries are written: generated rope_freqs only for
- * llama3 rope scaling (as memra-convert writes it); an optional entry (the
+/* Which destination entries are written: generated rope_freqs where the
+ * family writes it (as memra-convert does); an optional entry (the
  * untied output head) when the source has it, or, without a source, when
  * the config does not tie it. */
 static int entry_wanted(const model_config *c, const contract_binding *src, const contract_entry *e)
 {
     if (e->generated)
-        return c->rope_scaling.kind == ROPE_SCALING_LLAMA3;
+        return family_rope_freqs(c, NULL);
     if (e->optional)
         return src ? src_view(src, e, 0) != NULL : !c->tie_embeddings;
     return 1;
@@ -233,7 +234,7 @@ static int precompute(const model_config *c, const contract_binding *src,
     const int64_t n = pe->n_elements;
     if (e->generated) {
         *out = xmalloc((size_t)n * sizeof(float));
-        llama_rope_freqs(c, *out);
+        family_rope_freqs(c, *out);
         return 0;
     }
     if (!contract_entry_transforms(e) || src->contract.naming == CKPT_GGUF)

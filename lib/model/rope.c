@@ -75,3 +75,11 @@ void model_rope_inv_freq(const model_config *c, double theta, int scaled, float 
     }
     }
 }
+
+void model_rope_inv_freq_partial(int head_dim, int angles, double theta, float *inv_freq)
+{
+    /* 1 / base ** (arange(0, 2 * angles, 2).float() / head_dim), then zeros */
+    for (int i = 0; i < head_dim / 2; i++)
+        inv_freq[i] = i < angles ? 1.0f / powf((float)theta, (float)(2 * i) / (float)head_dim)
+                                 : 0.0f;
+}

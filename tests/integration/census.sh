@@ -31,14 +31,21 @@ expect_error "missing file" 1 "nope.gguf: .*(no such file|cannot open)" memra-ce
 memra-convert --random tests/fixtures/configs/tiny-llama.json "$T/tiny" --seed 3 >/dev/null 2>&1
 check "random tiny llama dir binds" bash -c "memra-census '$T/tiny' --json | jq -e '.n_bound == .n_tensors'"
 check "llama: KV per token over every layer, no recurrent state" \
-  bash -c "memra-census '$T/tiny' --json | jq -e '.memory.attention_layers == .config.n_layers and .memory.recurrent_state_bytes_per_sequence == 0 and .memory.kv_bytes_per_token_bf16 == 2 * .config.n_layers * .config.n_kv_heads * .config.head_dim * 2'"
+  bash -c "memra-census '$T/tiny' --json | jq -e '.memory.attention_layers == .config.n_layers and .memory.kv_layers == .config.n_layers and .memory.recurrent_state_bytes_per_sequence == 0 and .memory.kv_bytes_per_token_bf16 == 2 * .config.n_layers * .config.n_kv_heads * .config.head_dim * 2'"
 # the hybrid: 2 of its 4 layers attend; each DeltaNet layer keeps a conv
 # window [3][2*2*16 + 4*16] and a state [4][16][16], f32
 memra-convert --random tests/fixtures/configs/tiny-qwen3_5.json "$T/q35.gguf" --seed 3 >/dev/null 2>&1
 check "qwen3_5: KV of the 2 attention layers, 2 x 5632 bytes of recurrent state" \
-  bash -c "memra-census '$T/q35.gguf' --json | jq -e '.n_bound == .n_tensors and .memory == {attention_layers: 2, kv_bytes_per_token_bf16: 512, recurrent_layers: 2, recurrent_state_bytes_per_sequence: 11264}'"
+  bash -c "memra-census '$T/q35.gguf' --json | jq -e '.n_bound == .n_tensors and .memory == {attention_layers: 2, kv_layers: 2, kv_bytes_per_token_bf16: 512, recurrent_layers: 2, recurrent_state_bytes_per_sequence: 11264}'"
 check "qwen3_5: the table names the recurrent state and the recurrent group" \
   bash -c "memra-census '$T/q35.gguf' --no-tensors | grep -q 'recurrent state 11.3 kB (2 DeltaNet layers' && memra-census '$T/q35.gguf' --no-tensors | grep -q '^  recurrent '"
+# gemma4: 6 layers, the last 2 reading layers 3 and 2's K/V; rows as wide
+# as the widest layer (2 x 16 sliding, 1 x 32 full): 4 x 32 values each
+memra-convert --random tests/fixtures/configs/tiny-gemma4.json "$T/g4.gguf" --seed 3 >/dev/null 2>&1
+check "gemma4: KV of the 4 layers keeping their own, rows of the widest layer" \
+  bash -c "memra-census '$T/g4.gguf' --json | jq -e '.n_bound == .n_tensors and .memory.attention_layers == 6 and .memory.kv_layers == 4 and .memory.kv_bytes_per_token_bf16 == 512 and .config.head_dim_full == 32 and .config.n_kv_heads_full == 1 and .config.attn_k_eq_v and .config.ple_dim == 8 and .config.rope_full_angles == 4'"
+check "gemma4: the table says how many layers keep K/V" \
+  bash -c "memra-census '$T/g4.gguf' --no-tensors | grep -q '6 of 6 layers attend, 4 keep K/V'"
 mkdir -p "$T/more" "$T/fewer" "$T/wide"
 cp "$T/tiny"/* "$T/more/"; cp "$T/tiny"/* "$T/fewer/"; cp "$T/tiny"/* "$T/wide/"
 jq '.num_hidden_layers += 1' "$T/tiny/config.json" >"$T/more/config.json"

@@ -24,6 +24,7 @@ static const char *const fixtures[] = {
     "tiny-llama3.json",     "tiny-qwen2.json",         "tiny-qwen3.json",
     "tiny-qwen3-moe.json",  "tiny-gemma3.json",        "tiny-qwen3_5.json",
     "Qwen3.5-9B.json",      "tiny-qwen3_5-moe.json",   "Qwen3.5-35B-A3B.json",
+    "tiny-gemma4.json",     "gemma-4-E2B-it.json",     "gemma-4-31B-it.json",
 };
 #define N_FIXTURES (int)(sizeof fixtures / sizeof fixtures[0])
 
@@ -110,9 +111,9 @@ static void test_family_registry(void)
     CHECK(family_by_hf_type("mamba", NULL) == NULL);
     char list[256];
     family_list_hf_types(list, sizeof list);
-    CHECK(strcmp(list, "llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, gemma3, qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe") == 0);
+    CHECK(strcmp(list, "llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, gemma3, qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, gemma4_text, gemma4") == 0);
     family_list_gguf_archs(list, sizeof list);
-    CHECK(strcmp(list, "llama, qwen2, qwen3, qwen3moe, gemma3, qwen35, qwen35moe") == 0);
+    CHECK(strcmp(list, "llama, qwen2, qwen3, qwen3moe, gemma3, qwen35, qwen35moe, gemma4") == 0);
 }
 
 static void test_llama_fixtures(void)

@@ -34,7 +34,7 @@ static const char *const family_fixtures[] = {
     "tiny-llama.json", "tiny-llama3.json",   "tiny-qwen2.json",    "tiny-qwen3.json",
     "tiny-qwen3-moe.json", "tiny-gemma3.json", "Llama-3.1-8B.json", "Qwen3-30B-A3B.json",
     "gemma-3-4b-it.json",  "Qwen2.5-7B.json", "tiny-qwen3_5.json", "Qwen3.5-9B.json",
-    "tiny-qwen3_5-moe.json",
+    "tiny-qwen3_5-moe.json", "tiny-gemma4.json", "gemma-4-E2B-it.json", "gemma-4-31B-it.json",
 };
 #define N_FAMILY_FIXTURES (int)(sizeof family_fixtures / sizeof family_fixtures[0])
 
@@ -466,6 +466,12 @@ static void test_bind_every_family(void)
                     total += v[t].nbytes;
                     if (e->role == ROLE_EMBED)
                         want += c.tie_embeddings ? v[t].nbytes : v[t].nbytes / (uint64_t)c.n_vocab;
+                    else if (e->role == ROLE_PLE_EMBED)
+                        want += v[t].nbytes / (uint64_t)c.ple_vocab;
+                    else if (e->layer >= 0 && config_layer_kv_source(&c, e->layer) != e->layer &&
+                             (e->role == ROLE_ATTN_K || e->role == ROLE_ATTN_V ||
+                              e->role == ROLE_ATTN_K_NORM))
+                        continue; /* a shared layer's own K/V: never read */
                     else if (role_is_expert(e->role))
                         want += v[t].nbytes / (uint64_t)c.n_experts * (uint64_t)c.n_experts_used;
                     else

@@ -622,7 +622,8 @@ static void test_cuda_graphs(void)
         const char *config;
         dtype t;
     } fams[] = {{"tiny-qwen3.json", DT_BF16}, {"tiny-qwen3-moe.json", DT_F16},
-                {"tiny-gemma3.json", DT_BF16}, {"tiny-qwen3_5.json", DT_BF16}};
+                {"tiny-gemma3.json", DT_BF16}, {"tiny-qwen3_5.json", DT_BF16},
+                {"tiny-gemma4.json", DT_BF16}};
     for (size_t f = 0; f < MEMRA_ARRAY_LEN(fams); f++) {
         char cfg[512], dir[1024];
         snprintf(cfg, sizeof cfg, "tests/fixtures/configs/%s", fams[f].config);
@@ -655,7 +656,8 @@ static void test_cuda_batch_vs_alone(void)
         const char *config;
         dtype t;
     } fams[] = {{"tiny-qwen3-moe.json", DT_F16}, {"tiny-gemma3.json", DT_BF16},
-                {"tiny-qwen3_5.json", DT_BF16}, {"tiny-qwen3_5-moe.json", DT_F16}};
+                {"tiny-qwen3_5.json", DT_BF16}, {"tiny-qwen3_5-moe.json", DT_F16},
+                {"tiny-gemma4.json", DT_BF16}};
     for (size_t f = 0; f < MEMRA_ARRAY_LEN(fams); f++) {
         char cfg[512], dir[1024];
         snprintf(cfg, sizeof cfg, "tests/fixtures/configs/%s", fams[f].config);
@@ -755,6 +757,7 @@ static void test_cuda_families(void)
         {"tiny-qwen2.json", DT_F32},  {"tiny-qwen3.json", DT_BF16},
         {"tiny-qwen3-moe.json", DT_F16}, {"tiny-gemma3.json", DT_BF16},
         {"tiny-qwen3_5.json", DT_BF16}, {"tiny-qwen3_5-moe.json", DT_F16},
+        {"tiny-gemma4.json", DT_BF16},
     };
     for (size_t f = 0; f < MEMRA_ARRAY_LEN(fams); f++) {
         char cfg[512], dir[1024], gguf[1100];

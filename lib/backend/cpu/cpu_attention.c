@@ -79,8 +79,8 @@ void cpu_op_qk_norm_rope(backend *b, float *q, float *k, const bk_batch *rows, c
                 cpu_rmsnorm_row(x, qn, w_offset, eps, hd, x);
             cpu_rope_head(x, cs, rope->n_freqs, rope->pairing);
         }
-        float *kr = k + (size_t)i * a->n_kv_heads * hd;
-        for (int h = 0; h < a->n_kv_heads; h++) {
+        float *kr = k ? k + (size_t)i * a->n_kv_heads * hd : NULL;
+        for (int h = 0; kr && h < a->n_kv_heads; h++) {
             float *x = kr + (size_t)h * hd;
             if (kn)
                 cpu_rmsnorm_row(x, kn, w_offset, eps, hd, x);
@@ -91,13 +91,14 @@ void cpu_op_qk_norm_rope(backend *b, float *q, float *k, const bk_batch *rows, c
 
 /* ---- attention ---- */
 
-/* One row of kv_dim values into the cache, through the codecs the GPU
- * shares (numerics/kv_codec.h), so both backends store the same bytes. */
-static void kv_store(const kv_cache *kc, uint8_t *base, size_t off, const float *src)
+/* One row of n <= kv_dim values into the cache (a layer's own width),
+ * through the codecs the GPU shares (numerics/kv_codec.h), so both
+ * backends store the same bytes. */
+static void kv_store(const kv_cache *kc, uint8_t *base, size_t off, const float *src, int64_t n)
 {
     MEMRA_ASSERT(base != NULL); /* a tables-only cache belongs to a device backend */
+    MEMRA_ASSERT(n <= kc->kv_dim);
     uint8_t *dst = base + off;
-    int64_t n = kc->kv_dim;
     switch (kc->type) {
     case KV_F32: memcpy(dst, src, (size_t)n * 4); break;
     case KV_F16:
@@ -215,9 +216,11 @@ void cpu_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const 
     for (int i = 0; i < rows->n; i++) {
         kv_seq *s = rows->seq[i];
         kv_cache *kc = s->cache;
-        size_t off = kv_offset(kc, s, a->layer, rows->pos[i]);
-        kv_store(kc, kc->k, off, k + (size_t)i * kv_dim);
-        kv_store(kc, kc->v, off, v + (size_t)i * kv_dim);
+        if (k) {
+            size_t off = kv_offset(kc, s, a->layer, rows->pos[i]);
+            kv_store(kc, kc->k, off, k + (size_t)i * kv_dim, (int64_t)kv_dim);
+            kv_store(kc, kc->v, off, v + (size_t)i * kv_dim, (int64_t)kv_dim);
+        }
         int64_t span = a->window > 0 && a->window < rows->pos[i] + 1 ? a->window
                                                                       : rows->pos[i] + 1;
         if (span > longest)

@@ -219,6 +219,25 @@ static void cpu_softcap(backend *b, float *x, size_t n, float cap)
         x[i] = tanhf(x[i] / cap) * cap;
 }
 
+static void cpu_scale(backend *b, float *x, size_t n, float s)
+{
+    (void)b;
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
+}
+
+static void cpu_act_mul(backend *b, float *x, const float *y, int n, int64_t cols,
+                        int64_t y_stride, bk_act act)
+{
+    (void)b;
+    for (int i = 0; i < n; i++) {
+        float *xr = x + (size_t)i * (size_t)cols;
+        const float *yr = y + (size_t)i * (size_t)y_stride;
+        for (int64_t j = 0; j < cols; j++)
+            xr[j] = backend_cpu_activation(act, xr[j]) * yr[j];
+    }
+}
+
 static const backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .weight_prepare = cpu_weight_prepare,
@@ -235,6 +254,8 @@ static const backend_ops cpu_ops = {
     .ffn_moe = cpu_op_ffn_moe,
     .add = cpu_add,
     .softcap = cpu_softcap,
+    .scale = cpu_scale,
+    .act_mul = cpu_act_mul,
     .mul_sigmoid = cpu_op_mul_sigmoid,
     .split_heads = cpu_op_split_heads,
     .delta_net = cpu_op_delta_net,

@@ -166,7 +166,7 @@ void cuda_op_qk_norm_rope(backend *b, float *q, float *k, const bk_batch *rows, 
         return;
     cu_qk_rope p = {
         .n_heads = a->n_heads,
-        .n_kv_heads = a->n_kv_heads,
+        .n_kv_heads = k ? a->n_kv_heads : 0, /* k NULL: q only */
         .head_dim = a->head_dim,
         .q_norm = qn,
         .k_norm = kn,
@@ -332,12 +332,13 @@ static void flash_prefill(cuda_backend *cb, const kv_cache *kc, const bk_attn *a
                           const bk_batch *rows, const int32_t *meta, const float *q,
                           const float *k, const float *v, float *out)
 {
+    /* the layer's width: narrower layers use the front of each row */
     cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kc->type, kc->n_blocks, kc->block_size,
-                       kc->kv_dim, (int64_t)kc->row_bytes};
+                       (int64_t)a->n_kv_heads * a->head_dim, (int64_t)kc->row_bytes};
     cu_attn at = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
                   a->window, 0, 0};
     int n = rows->n;
-    if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
+    if (k && CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
         return;
     for (int i0 = 0, i1; i0 < n; i0 = i1) {
         for (i1 = i0 + 1; i1 < n && rows->seq[i1] == rows->seq[i0];)
@@ -389,7 +390,7 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
             return;
         }
     }
-    if ((int64_t)a->n_kv_heads * a->head_dim != kc->kv_dim || a->layer < 0 ||
+    if ((int64_t)a->n_kv_heads * a->head_dim > kc->kv_dim || a->layer < 0 ||
         a->layer >= kc->n_layers || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads != 0) {
         cuda_failf(cb, "attention: layer %d with %d heads / %d KV heads of %d does not fit the KV "
                    "cache (%d layers, kv_dim %" PRId64 ")", a->layer, a->n_heads, a->n_kv_heads,
@@ -444,11 +445,12 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
                                "attention partials");
     if (!part)
         return;
+    /* the layer's width: narrower layers use the front of each row */
     cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kc->type, kc->n_blocks, kc->block_size,
-                       kc->kv_dim, (int64_t)kc->row_bytes};
+                       (int64_t)a->n_kv_heads * a->head_dim, (int64_t)kc->row_bytes};
     cu_attn at = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
                   a->window, splits, split_min};
-    if (CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
+    if (k && CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
         return;
     size_t qd = (size_t)a->n_heads * (size_t)a->head_dim;
     for (int i0 = 0; i0 < n && !cb->failed; i0 += group) {

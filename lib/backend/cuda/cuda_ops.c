@@ -272,6 +272,24 @@ void cuda_op_add(backend *b, float *x, const float *y, size_t n)
     CU_OK(cb, launch_add(x, y, n, cb->stream));
 }
 
+void cuda_op_scale(backend *b, float *x, size_t n, float s)
+{
+    cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
+    if (!cb->failed)
+        CU_OK(cb, launch_scale(x, n, s, cb->stream));
+}
+
+void cuda_op_act_mul(backend *b, float *x, const float *y, int n, int64_t cols, int64_t y_stride,
+                     bk_act act)
+{
+    cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
+    if (!cb->failed)
+        CU_OK(cb, launch_act_mul(x, y, n, cols, y_stride, act == BK_ACT_GELU_TANH ? 1 : 0,
+                                 cb->stream));
+}
+
 void cuda_op_softcap(backend *b, float *x, size_t n, float cap)
 {
     cuda_backend *cb = cuda_of(b);
