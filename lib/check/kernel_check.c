@@ -276,7 +276,7 @@ int kernel_check_run(const kcheck_opts *o, FILE *out, int *n_failed, memra_err *
         {"rmsnorm", kc_check_rmsnorm}, {"attn_qkv", kc_check_qkv},
         {"qk_norm_rope", kc_check_rope}, {"attention", kc_check_attention},
         {"ffn_glu", kc_check_ffn},     {"ffn_moe", kc_check_moe},
-        {"add softcap", kc_check_elementwise}, {"sample", kc_check_sample},
+        {"add softcap scale act_mul", kc_check_elementwise}, {"sample", kc_check_sample},
         {"mv_rows fused", kc_check_fused},  {"gemm", kc_check_gemm},
         {"dequant", kc_check_dequant},
         {"flash_prefill", kc_check_flash_prefill},

@@ -616,6 +616,31 @@ void kc_check_elementwise(kc *k)
         kc_report(k, "softcap", what, kc_rel_err(got, x, n), 1e-6, -1, us, 8.0 * (double)n);
         free(got);
     }
+    /* scale: one rounded product a value, the same on both */
+    kc_fill(k, x, n, 10.0f);
+    backend_cuda_act_write(k->gpu, dx, x, n);
+    k->cpu->ops->scale(k->cpu, x, n, 0.7071067811865476f);
+    k->gpu->ops->scale(k->gpu, dx, n, 0.7071067811865476f);
+    got = kc_read(k, dx, n);
+    kc_report(k, "scale", "n=100003 by 2^-1/2", kc_rel_err(got, x, n), 0.0, -1, -1, 8.0 * (double)n);
+    free(got);
+    /* act_mul over a slice of a wider y (gemma4's per-layer inputs): 37
+     * rows of 96, y's rows 5 x 96 apart, from the third slice */
+    const int rows = 37;
+    const int64_t cols = 96, ys = 5 * 96;
+    for (int act = 0; act < 2; act++) {
+        kc_fill(k, x, (size_t)rows * cols, 6.0f);
+        kc_fill(k, y, (size_t)rows * ys, 3.0f);
+        backend_cuda_act_write(k->gpu, dx, x, (size_t)rows * cols);
+        backend_cuda_act_write(k->gpu, dy, y, (size_t)rows * ys);
+        bk_act a = act ? BK_ACT_GELU_TANH : BK_ACT_SILU;
+        k->cpu->ops->act_mul(k->cpu, x, y + 2 * cols, rows, cols, ys, a);
+        k->gpu->ops->act_mul(k->gpu, dx, dy + 2 * cols, rows, cols, ys, a);
+        got = kc_read(k, dx, (size_t)rows * cols);
+        kc_report(k, "act_mul", act ? "gelu_tanh, 37 x 96 of a 480-wide y" : "silu, 37 x 96 of a 480-wide y",
+                  kc_rel_err(got, x, (size_t)rows * cols), 1e-6, -1, -1, 0);
+        free(got);
+    }
     kc_dev_free(k, dx);
     kc_dev_free(k, dy);
     free(x);
