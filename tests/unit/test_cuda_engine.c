@@ -706,8 +706,9 @@ static int real_disagreements(const float *a, const float *b, int rows, int64_t 
  * (MEMRA_CUDA_DGEMM=0): logits within 1e-4 of the largest logit. With the
  * decode GEMM (MEMRA_CUDA_DGEMM=1: bf16 weights' decode projections on the
  * tensor cores, x rounded to bf16, where the device has them): within
- * 3e-2. Both: the same argmax except at near ties. */
-static void compare_backends(const checkpoint *ck, kv_type kv, const char *what)
+ * dgemm_bound of it (0: 3e-2). Both: the same argmax except at near ties. */
+static void compare_backends_within(const checkpoint *ck, kv_type kv, const char *what,
+                                    double dgemm_bound)
 {
     int32_t toks[40];
     int64_t vocab = ck->config.n_vocab;
@@ -721,7 +722,7 @@ static void compare_backends(const checkpoint *ck, kv_type kv, const char *what)
         engine *eg = load(ck, &lg);
         unsetenv("MEMRA_CUDA_DGEMM");
         float *b = eg ? run_logits(eg, toks, 40, 0) : NULL;
-        const double bound = dflt ? 3e-2 : 1e-4;
+        const double bound = dflt ? (dgemm_bound > 0 ? dgemm_bound : 3e-2) : 1e-4;
         if (a && b) {
             double scale, d;
             int finite = logit_diff(a, b, (size_t)40 * vocab, &d, &scale);
@@ -743,21 +744,31 @@ static void compare_backends(const checkpoint *ck, kv_type kv, const char *what)
     engine_free(ec);
 }
 
+static void compare_backends(const checkpoint *ck, kv_type kv, const char *what)
+{
+    compare_backends_within(ck, kv, what, 0);
+}
+
 /* Every family's tiny random checkpoint, as an HF dir and as GGUF
  * (llama.cpp's layout: permuted Q/K, shifted gemma norms, merged experts). */
 static void test_cuda_families(void)
 {
     if (skip_without_gpu())
         return;
+    /* gemma4 attends unscaled over q and k RMS-normed with the random
+     * checkpoint's unit weights (scores of a few units): the bf16 rounding
+     * of x moves its random-weight logits by up to 13% of the largest
+     * (measured on the H200, 2026-12-03; 1e-6 with f32 products) */
     static const struct {
         const char *config;
         dtype type;
+        double dgemm_bound;
     } fams[] = {
-        {"tiny-llama.json", DT_F32},  {"tiny-llama3.json", DT_F32},
-        {"tiny-qwen2.json", DT_F32},  {"tiny-qwen3.json", DT_BF16},
-        {"tiny-qwen3-moe.json", DT_F16}, {"tiny-gemma3.json", DT_BF16},
-        {"tiny-qwen3_5.json", DT_BF16}, {"tiny-qwen3_5-moe.json", DT_F16},
-        {"tiny-gemma4.json", DT_BF16},
+        {"tiny-llama.json", DT_F32, 0},  {"tiny-llama3.json", DT_F32, 0},
+        {"tiny-qwen2.json", DT_F32, 0},  {"tiny-qwen3.json", DT_BF16, 0},
+        {"tiny-qwen3-moe.json", DT_F16, 0}, {"tiny-gemma3.json", DT_BF16, 0},
+        {"tiny-qwen3_5.json", DT_BF16, 0}, {"tiny-qwen3_5-moe.json", DT_F16, 0},
+        {"tiny-gemma4.json", DT_BF16, 0.2},
     };
     for (size_t f = 0; f < MEMRA_ARRAY_LEN(fams); f++) {
         char cfg[512], dir[1024], gguf[1100];
@@ -773,11 +784,11 @@ static void test_cuda_families(void)
             rm_rf(dir);
             continue;
         }
-        compare_backends(&hf, KV_F32, fams[f].config);
+        compare_backends_within(&hf, KV_F32, fams[f].config, fams[f].dgemm_bound);
         if (convert_checkpoint(&hf, gguf, &keep, &err) == 0 && checkpoint_open(gguf, &gg, &err) == 0) {
             char what[256];
             snprintf(what, sizeof what, "%s as GGUF", fams[f].config);
-            compare_backends(&gg, KV_F32, what);
+            compare_backends_within(&gg, KV_F32, what, fams[f].dgemm_bound);
             checkpoint_close(&gg);
         } else {
             CHECK_MSG(0, "%s: %s", fams[f].config, err.msg);
