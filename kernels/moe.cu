@@ -30,7 +30,8 @@ __device__ __forceinline__ void route_better(float &v, int &id, float ov, int oi
 // by id, the order the combine adds them in. Shared memory holds the
 // token's probabilities (ne floats) and taken flags (ne bytes).
 __global__ void moe_route_kernel(float *__restrict__ probs, int ne, int nu, int norm_topk,
-                                 int32_t *__restrict__ ids, float *__restrict__ w)
+                                 const float *__restrict__ escale, int32_t *__restrict__ ids,
+                                 float *__restrict__ w)
 {
     extern __shared__ float route_smem[];
     float *sp = route_smem;
@@ -91,6 +92,9 @@ __global__ void moe_route_kernel(float *__restrict__ probs, int ne, int nu, int 
         for (int k = 0; k < nu; k++)
             wt[k] = __fdiv_rn(wt[k], s);
     }
+    if (escale) // each chosen expert's own scale, after the renormalization
+        for (int k = 0; k < nu; k++)
+            wt[k] = __fmul_rn(wt[k], escale[id[k]]);
     for (int k = 1; k < nu; k++) // insertion sort by id; ids are distinct
         for (int j = k; j > 0 && id[j - 1] > id[j]; j--) {
             const int32_t ti = id[j];
@@ -171,7 +175,8 @@ __global__ void moe_combine_kernel(const float *__restrict__ y, const float *__r
 // ---- launchers ----
 
 extern "C" cudaError_t launch_moe_route(float *probs, int n, int n_experts, int n_used,
-                                        int norm_topk, int32_t *ids, float *w, cudaStream_t stream)
+                                        int norm_topk, const float *expert_scale, int32_t *ids,
+                                        float *w, cudaStream_t stream)
 {
     if (n <= 0)
         return cudaSuccess;
@@ -180,7 +185,8 @@ extern "C" cudaError_t launch_moe_route(float *probs, int n, int n_experts, int 
     const size_t smem = (size_t)n_experts * (sizeof(float) + 1);
     if (smem > 48 * 1024)
         return cudaErrorInvalidValue; // 9,830 experts; the largest families route over 512
-    moe_route_kernel<<<n, 32, smem, stream>>>(probs, n_experts, n_used, norm_topk, ids, w);
+    moe_route_kernel<<<n, 32, smem, stream>>>(probs, n_experts, n_used, norm_topk, expert_scale,
+                                              ids, w);
     return cudaGetLastError();
 }
 

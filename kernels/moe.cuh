@@ -15,9 +15,11 @@ extern "C" {
 
 /* probs [n][n_experts]: router logits in, probabilities out. ids, w
  * [n][n_used]: each token's chosen experts in ascending id order and their
- * (renormalized when norm_topk) weights. */
+ * (renormalized when norm_topk) weights, times expert_scale[id] when
+ * expert_scale ([n_experts], device) is not NULL. */
 cudaError_t launch_moe_route(float *probs, int n, int n_experts, int n_used, int norm_topk,
-                             int32_t *ids, float *w, cudaStream_t stream);
+                             const float *expert_scale, int32_t *ids, float *w,
+                             cudaStream_t stream);
 
 /* out[t][d] = sum over j < n_used of y[t * n_used + j][d] * w[t][j], j ascending. */
 cudaError_t launch_moe_combine(const float *y, const float *w, int n, int n_used, int64_t dim,

@@ -79,6 +79,12 @@ typedef struct {
     int n_experts, n_used;
     int norm_topk;               /* renormalize the chosen probabilities to sum 1 */
     bk_act act;
+    /* NULL: the router reads the op's x; else its own input [n][dim]
+     * (gemma4 routes on a normed, scaled copy of what the experts read) */
+    const float *router_x;
+    /* NULL, or [n_experts]: each chosen expert's weight (after the
+     * renormalization) times its entry (gemma4's per_expert_scale) */
+    const bk_weight *expert_scale;
 } bk_moe;
 
 /* A gated DeltaNet layer's token mixer after its input projections

@@ -529,12 +529,16 @@ static int moe_router(kc *k, bk_weight *w, int ne, int64_t dim, int ties)
 void kc_check_moe(kc *k)
 {
     /* The two large cases route as the 30B/35B-A3B shapes do (128 or 256
-     * experts, top 8), the second with every score tied three ways. */
+     * experts, top 8), the second with every score tied three ways; `own`:
+     * routed on an input of its own, with per-expert scales (gemma4's 128
+     * experts, top 8). */
     static const struct {
         int ne, nu, norm, ties;
         dtype t;
-    } cases[] = {{8, 2, 1, 0, DT_F32},     {6, 3, 0, 0, DT_BF16},  {8, 2, 1, 0, DT_Q4_K},
-                 {128, 8, 1, 0, DT_Q4_K},  {256, 8, 1, 3, DT_Q8_0}};
+        int own;
+    } cases[] = {{8, 2, 1, 0, DT_F32, 0},    {6, 3, 0, 0, DT_BF16, 0}, {8, 2, 1, 0, DT_Q4_K, 0},
+                 {128, 8, 1, 0, DT_Q4_K, 0}, {256, 8, 1, 3, DT_Q8_0, 0},
+                 {128, 8, 1, 0, DT_BF16, 1}};
     const int64_t dim = 256, ffn = 256;
     const int n = 11;
     for (size_t c = 0; c < MEMRA_ARRAY_LEN(cases); c++) {
@@ -545,33 +549,49 @@ void kc_check_moe(kc *k)
             ok = kc_weight(k, &gate[e], cases[c].t, ffn, dim, "moe.gate") == 0 &&
                  kc_weight(k, &up[e], cases[c].t, ffn, dim, "moe.up") == 0 &&
                  kc_weight(k, &down[e], cases[c].t, dim, ffn, "moe.down") == 0;
+        bk_weight escale = {0};
+        if (ok && cases[c].own)
+            ok = kc_weight(k, &escale, DT_F32, 1, ne, "moe.expert_scale") == 0;
         if (!ok)
             continue;
-        bk_moe m = {&router, gate, up, down, ne, cases[c].nu, cases[c].norm, BK_ACT_SILU};
+        bk_moe m = {&router, gate, up, down, ne, cases[c].nu, cases[c].norm, BK_ACT_SILU, NULL,
+                    cases[c].own ? &escale : NULL};
         size_t nx = (size_t)n * dim;
-        float *x = xmalloc(nx * 4), *ref = xmalloc(nx * 4);
+        float *x = xmalloc(nx * 4), *ref = xmalloc(nx * 4), *rx = xmalloc(nx * 4);
         kc_fill(k, x, nx, 1.0f);
+        kc_fill(k, rx, nx, 1.0f);
+        float *drx = kc_dev(k, rx, nx);
+        m.router_x = cases[c].own ? rx : NULL;
         k->cpu->ops->ffn_moe(k->cpu, &m, x, n, ref);
         float *dx = kc_dev(k, x, nx), *dout = k->gpu->ops->act_alloc(k->gpu, nx);
+        m.router_x = cases[c].own ? drx : NULL;
         k->gpu->ops->ffn_moe(k->gpu, &m, dx, n, dout);
         float *got = kc_read(k, dout, nx);
+        m.router_x = cases[c].own ? drx + 5 * dim : NULL;
         k->gpu->ops->ffn_moe(k->gpu, &m, dx + 5 * dim, 1, dout);
         float *one = kc_read(k, dout, (size_t)dim);
         int inv = memcmp(one, got + 5 * dim, (size_t)dim * 4) == 0;
+        m.router_x = cases[c].own ? drx + 3 * dim : NULL;
         k->gpu->ops->ffn_moe(k->gpu, &m, dx + 3 * dim, 4, dout);
         float *sub = kc_read(k, dout, 4 * (size_t)dim);
         inv &= memcmp(sub, got + 3 * dim, 4 * (size_t)dim * 4) == 0;
         double us = -1;
+        m.router_x = cases[c].own ? drx : NULL;
         if (k->o->perf)
             KC_TIME(k, us, k->gpu->ops->ffn_moe(k->gpu, &m, dx, n, dout));
         char what[96];
-        snprintf(what, sizeof what, "%-5s %d experts top %d%s%s n=%d", tname(cases[c].t), ne,
-                 cases[c].nu, cases[c].norm ? " renorm" : "", cases[c].ties ? " ties" : "", n);
+        snprintf(what, sizeof what, "%-5s %d experts top %d%s%s%s n=%d", tname(cases[c].t), ne,
+                 cases[c].nu, cases[c].norm ? " renorm" : "", cases[c].ties ? " ties" : "",
+                 cases[c].own ? " own router x, scales" : "", n);
         kc_report(k, "ffn_moe", what, kc_rel_err(got, ref, nx), BOUND_CHAIN, inv, us, 0);
         kc_dev_free(k, dx);
         kc_dev_free(k, dout);
+        kc_dev_free(k, drx);
         free(x);
+        free(rx);
         free(ref);
+        if (cases[c].own)
+            kc_weight_free(&escale);
         free(got);
         free(one);
         free(sub);

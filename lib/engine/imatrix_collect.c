@@ -198,6 +198,11 @@ static void imx_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, floa
 {
     imatrix_collector *c = collector_of(b);
     c->inner->ops->ffn_moe(c->inner, m, x, n, out);
+    if (m->router_x) {
+        collect_fail(c, "imatrix: experts routed on an input of their own (gemma4's MoE, at "
+                        "'%s') are not supported yet", m->router->name);
+        return;
+    }
     int ne = m->n_experts, nu = m->n_used;
     int64_t dim = m->router->cols, ffn = m->gate[0].rows;
     acc_dense(c, m->router, x, n);

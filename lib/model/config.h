@@ -89,6 +89,7 @@ typedef struct {
     int double_wide_ffn;
     int64_t rope_full_angles;   /* 0: every pair */
     int last_layer_full;        /* the last layer attends in full whatever the pattern */
+    int moe_with_dense;         /* routed experts beside the dense FFN (enable_moe_block) */
 
     int64_t bos_id, eos_id; /* -1 when the config does not say */
 

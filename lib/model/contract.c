@@ -57,6 +57,13 @@ static const char *const role_names[ROLE_COUNT] = {
     [ROLE_PLE_GATE] = "ple_gate",
     [ROLE_PLE_OUT] = "ple_out",
     [ROLE_PLE_POST_NORM] = "ple_post_norm",
+    [ROLE_MOE_GATE_UP_STACK] = "moe_gate_up_stack",
+    [ROLE_MOE_DOWN_STACK] = "moe_down_stack",
+    [ROLE_MOE_ROUTER_SCALE] = "moe_router_scale",
+    [ROLE_MOE_EXPERT_SCALE] = "moe_expert_scale",
+    [ROLE_FFN_PRE_NORM_2] = "ffn_pre_norm_2",
+    [ROLE_FFN_POST_NORM_1] = "ffn_post_norm_1",
+    [ROLE_FFN_POST_NORM_2] = "ffn_post_norm_2",
 };
 
 const char *role_name(tensor_role r)
@@ -67,6 +74,11 @@ const char *role_name(tensor_role r)
 int role_is_expert(tensor_role r)
 {
     return r == ROLE_MOE_GATE_EXPS || r == ROLE_MOE_UP_EXPS || r == ROLE_MOE_DOWN_EXPS;
+}
+
+int role_is_expert_stack(tensor_role r)
+{
+    return r == ROLE_MOE_GATE_UP_STACK || r == ROLE_MOE_DOWN_STACK;
 }
 
 const char *role_group(tensor_role r)
@@ -112,7 +124,16 @@ const char *role_group(tensor_role r)
     case ROLE_PLE_PROJ_NORM:
     case ROLE_PLE_POST_NORM:
     case ROLE_LAYER_SCALE:
+    case ROLE_FFN_PRE_NORM_2:
+    case ROLE_FFN_POST_NORM_1:
+    case ROLE_FFN_POST_NORM_2:
         return "norms";
+    case ROLE_MOE_GATE_UP_STACK:
+    case ROLE_MOE_DOWN_STACK:
+        return "moe_experts";
+    case ROLE_MOE_ROUTER_SCALE:
+    case ROLE_MOE_EXPERT_SCALE:
+        return "moe_router";
     case ROLE_PLE_EMBED:
     case ROLE_PLE_PROJ:
     case ROLE_PLE_GATE:
@@ -221,6 +242,13 @@ void contract_set_vtile(tensor_contract *k, int n_k, int n_v, int64_t offset, in
     if (n_k == n_v)
         return;
     k->entries[k->n - 1].vtile = (tensor_vtile){n_k, n_v, offset, width, cols};
+}
+
+void contract_add_3d(tensor_contract *k, tensor_role role, int layer, const char *gguf_name,
+                     int64_t d0, int64_t d1, int64_t d2)
+{
+    int64_t shape[3] = {d0, d1, d2};
+    add_entry(k, role, layer, gguf_name, -1, 3, shape, 0, 0);
 }
 
 void contract_add_experts(tensor_contract *k, tensor_role role, int layer,
@@ -483,7 +511,7 @@ void contract_bytes_of(const contract_binding *b, const model_config *c, contrac
                 out->per_token += v->nbytes;
             else if (v->n_dims >= 1 && v->shape[0] > 0)
                 out->per_token += v->nbytes / (uint64_t)v->shape[0];
-        } else if (role_is_expert(e->role)) {
+        } else if (role_is_expert(e->role) || role_is_expert_stack(e->role)) {
             out->per_token +=
                 scaled(v->nbytes, (uint64_t)c->n_experts_used, (uint64_t)c->n_experts);
         } else {

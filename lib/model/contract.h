@@ -70,6 +70,14 @@ typedef enum {
     ROLE_PLE_GATE,        /* [ple_dim][dim]: a layer's gate on its per-layer input */
     ROLE_PLE_OUT,         /* [dim][ple_dim]: back to the residual stream */
     ROLE_PLE_POST_NORM,   /* [dim] */
+    /* gemma4's MoE layers: experts stacked in HF too, beside the dense FFN */
+    ROLE_MOE_GATE_UP_STACK, /* [n_experts][2 moe_ffn_dim][dim]: gate rows, then up rows */
+    ROLE_MOE_DOWN_STACK,    /* [n_experts][dim][moe_ffn_dim] */
+    ROLE_MOE_ROUTER_SCALE,  /* [dim]: on the RMS-normed router input */
+    ROLE_MOE_EXPERT_SCALE,  /* [n_experts]: on each chosen expert's weight */
+    ROLE_FFN_PRE_NORM_2,    /* [dim]: the experts' input norm */
+    ROLE_FFN_POST_NORM_1,   /* [dim]: the dense FFN's output norm */
+    ROLE_FFN_POST_NORM_2,   /* [dim]: the experts' output norm */
     ROLE_COUNT
 } tensor_role;
 
@@ -80,6 +88,8 @@ const char *role_name(tensor_role r);
  * "rope_freqs", "per_layer_embed" (gemma4's PLE table and projections). */
 const char *role_group(tensor_role r);
 int role_is_expert(tensor_role r);
+/* Experts stacked into one tensor in every naming (gemma4's). */
+int role_is_expert_stack(tensor_role r);
 
 /* What converting HF -> GGUF does to a tensor's values (GGUF -> HF undoes it). */
 typedef enum {
@@ -232,6 +242,9 @@ void contract_add_2d(tensor_contract *k, tensor_role role, int layer, const char
                      int64_t rows, int64_t cols, unsigned flags, int xform_heads);
 /* Merged experts [n_experts, rows, cols]; HF naming gets one [rows, cols]
  * entry per expert. */
+/* A tensor of three dims, the same in both namings. */
+void contract_add_3d(tensor_contract *k, tensor_role role, int layer, const char *gguf_name,
+                     int64_t d0, int64_t d1, int64_t d2);
 void contract_add_experts(tensor_contract *k, tensor_role role, int layer,
                           const char *gguf_name, int64_t n_experts, int64_t rows, int64_t cols);
 /* token_embd, output_norm and output (optional when tied). */

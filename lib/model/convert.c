@@ -129,7 +129,9 @@ static void random_values(const produce_ctx *c, const contract_entry *e, int exp
     tensor_role r = e->role;
     int is_norm = r == ROLE_OUTPUT_NORM || r == ROLE_ATTN_NORM || r == ROLE_FFN_NORM ||
                   r == ROLE_ATTN_Q_NORM || r == ROLE_ATTN_K_NORM || r == ROLE_ATTN_POST_NORM ||
-                  r == ROLE_FFN_POST_NORM || r == ROLE_PLE_PROJ_NORM || r == ROLE_PLE_POST_NORM;
+                  r == ROLE_FFN_POST_NORM || r == ROLE_PLE_PROJ_NORM || r == ROLE_PLE_POST_NORM ||
+                  r == ROLE_FFN_PRE_NORM_2 || r == ROLE_FFN_POST_NORM_1 ||
+                  r == ROLE_FFN_POST_NORM_2;
     int is_bias = r == ROLE_ATTN_Q_BIAS || r == ROLE_ATTN_K_BIAS || r == ROLE_ATTN_V_BIAS ||
                   r == ROLE_ATTN_O_BIAS;
     if (is_norm || is_bias || r == ROLE_SSM_NORM) {
@@ -152,9 +154,11 @@ static void random_values(const produce_ctx *c, const contract_entry *e, int exp
     /* a depthwise conv has a few taps a channel: weights as large as
      * transformers' default init gives them (kaiming, ~ 1 / sqrt(taps)) */
     float sd = r == ROLE_SSM_CONV ? 0.3f : 0.02f;
-    /* a layer's output scale (gemma4): trained ones are below 1 */
-    float mean = r == ROLE_LAYER_SCALE ? 0.8f : 0.0f;
-    if (r == ROLE_LAYER_SCALE)
+    /* a layer's output scale (gemma4): trained ones are below 1; the
+     * router's input and per-expert scales: around 1 */
+    int around_one = r == ROLE_MOE_ROUTER_SCALE || r == ROLE_MOE_EXPERT_SCALE;
+    float mean = r == ROLE_LAYER_SCALE ? 0.8f : around_one ? 1.0f : 0.0f;
+    if (r == ROLE_LAYER_SCALE || around_one)
         sd = 0.1f;
     for (int64_t i = 0; i < n; i++)
         dst[i] = mean + sd * rng_normal(&rng);

@@ -12,8 +12,14 @@
  *   - per-layer embeddings (PLE): a second token table gives each layer
  *     ple_dim values, mixed with a projection of the embedding, which a
  *     gated branch at the end of the layer adds back;
- *   - a learned scalar on the residual stream at the end of each layer.
- * The MoE variant (enable_moe_block) is refused: not built yet.
+ *   - a learned scalar on the residual stream at the end of each layer;
+ *   - with enable_moe_block (gemma-4-26B-A4B), routed experts beside the
+ *     dense FFN of every layer, both reading the residual stream: the
+ *     router an RMS-normed (unweighted) copy times router.scale and
+ *     dim^-1/2, softmax over all experts, the top k renormalized, then
+ *     times per_expert_scale; the experts their own input norm; each
+ *     branch its own output norm, summed before the post-FFN norm. The
+ *     experts are stacked in HF too (gate and up in one tensor).
  *
  * GGUF as llama.cpp's converter writes it (arch "gemma4"): no norm is
  * shifted, no tensor permuted; key_length is the full layers' head size
@@ -98,7 +104,6 @@ static int gemma4_hf_read(const json_t *obj, const family_hf_type *t, const char
     c->head_dim_full = 512;
     c->ple_dim = 256;
     c->ple_vocab = 262144;
-    int moe = 0;
     if (config_hf_sliding_window(obj, t->sliding_window, what, c, err) ||
         json_get_int(obj, "global_head_dim", 0, &c->head_dim_full, what, err) ||
         json_get_bool(obj, "attention_k_eq_v", 0, &c->attn_k_eq_v, what, err) ||
@@ -106,11 +111,15 @@ static int gemma4_hf_read(const json_t *obj, const family_hf_type *t, const char
         json_get_int(obj, "vocab_size_per_layer_input", 0, &c->ple_vocab, what, err) ||
         json_get_bool(obj, "use_double_wide_mlp", 0, &c->double_wide_ffn, what, err) ||
         json_get_num(obj, "final_logit_softcapping", 0, &c->final_softcap, what, err) ||
-        json_get_bool(obj, "enable_moe_block", 0, &moe, what, err))
+        json_get_bool(obj, "enable_moe_block", 0, &c->moe_with_dense, what, err))
         return -1;
-    if (moe)
-        return memra_fail(err, "%s: enable_moe_block true (the Gemma 4 MoE) is not supported yet",
-                          what);
+    if (c->moe_with_dense) {
+        c->norm_topk_prob = 1; /* the top k always renormalized */
+        if (json_get_int(obj, "num_experts", 1, &c->n_experts, what, err) ||
+            json_get_int(obj, "top_k_experts", 1, &c->n_experts_used, what, err) ||
+            json_get_int(obj, "moe_intermediate_size", 1, &c->moe_ffn_dim, what, err))
+            return -1;
+    }
     json_t *ple = json_object_get(obj, "hidden_size_per_layer_input");
     if (ple && json_is_null(ple))
         c->ple_dim = 0;
@@ -140,7 +149,12 @@ static void gemma4_hf_write(const model_config *c, const family_hf_type *t, json
     config_json_set_int(o, "hidden_size_per_layer_input", c->ple_dim);
     config_json_set_int(o, "vocab_size_per_layer_input", c->ple_vocab);
     json_object_set_new(o, "use_double_wide_mlp", json_boolean(c->double_wide_ffn));
-    json_object_set_new(o, "enable_moe_block", json_false());
+    json_object_set_new(o, "enable_moe_block", json_boolean(c->moe_with_dense));
+    if (c->moe_with_dense) {
+        config_json_set_int(o, "num_experts", c->n_experts);
+        config_json_set_int(o, "top_k_experts", c->n_experts_used);
+        config_json_set_int(o, "moe_intermediate_size", c->moe_ffn_dim);
+    }
     json_object_set_new(o, "final_logit_softcapping",
                         c->final_softcap > 0 ? json_real(c->final_softcap) : json_null());
     json_object_set_new(o, "sliding_window",
@@ -226,8 +240,16 @@ static int gemma4_gguf_read(const cfg_gguf *g, model_config *c, memra_err *err)
         cfg_gguf_int(g, "attention.shared_kv_layers", 1, 0, &c->n_kv_shared, err) ||
         cfg_gguf_int(g, "embedding_length_per_layer_input", 1, 1, &c->ple_dim, err) ||
         cfg_gguf_num(g, "final_logit_softcapping", 1, 0, &c->final_softcap, err) ||
+        cfg_gguf_int(g, "expert_count", 1, 0, &c->n_experts, err) ||
         read_pattern(g, c, err) || read_rope_freqs(g, c, err))
         return -1;
+    if (c->n_experts > 0) {
+        c->moe_with_dense = 1;
+        c->norm_topk_prob = 1;
+        if (cfg_gguf_int(g, "expert_used_count", 1, 1, &c->n_experts_used, err) ||
+            cfg_gguf_int(g, "expert_feed_forward_length", 1, 1, &c->moe_ffn_dim, err))
+            return -1;
+    }
     if (c->rope_dim == c->head_dim_full) /* the shared reader compared it to key_length */
         c->rope_dim = 0;
     const gguf_tensor *ple = gguf_find_tensor(g->f, "per_layer_token_embd.weight");
@@ -292,6 +314,11 @@ static void gemma4_gguf_write(const model_config *c, const char *arch, gguf_writ
     cfg_gguf_set_u32(w, arch, "embedding_length_per_layer_input", c->ple_dim);
     if (c->final_softcap > 0)
         cfg_gguf_set_f32(w, arch, "final_logit_softcapping", c->final_softcap);
+    if (c->moe_with_dense) {
+        cfg_gguf_set_u32(w, arch, "expert_count", c->n_experts);
+        cfg_gguf_set_u32(w, arch, "expert_used_count", c->n_experts_used);
+        cfg_gguf_set_u32(w, arch, "expert_feed_forward_length", c->moe_ffn_dim);
+    }
 }
 
 static int gemma4_validate(const model_config *c, const char *what, memra_err *err)
@@ -304,6 +331,17 @@ static int gemma4_validate(const model_config *c, const char *what, memra_err *e
         return -1;
     if (c->attn_bias)
         return memra_fail(err, "%s: attention_bias true is not supported for gemma4", what);
+    if (c->moe_with_dense &&
+        (config_size_ok(what, "num_experts", c->n_experts, CONFIG_MAX_EXPERTS, err) ||
+         config_size_ok(what, "top_k_experts", c->n_experts_used, CONFIG_MAX_EXPERTS, err) ||
+         config_size_ok(what, "moe_intermediate_size", c->moe_ffn_dim, CONFIG_MAX_SIZE, err) ||
+         config_elems_ok(what, "experts",
+                         (double)c->n_experts * (double)c->moe_ffn_dim * (double)c->dim * 3.0,
+                         err)))
+        return -1;
+    if (c->moe_with_dense && c->n_experts_used > c->n_experts)
+        return memra_fail(err, "%s: top_k_experts %" PRId64 " is more than num_experts %" PRId64,
+                          what, c->n_experts_used, c->n_experts);
     if (c->head_dim_full % 2 || c->rope_full_angles < 1 ||
         c->rope_full_angles > c->head_dim_full / 2)
         return memra_fail(err, "%s: RoPE over %" PRId64 " pairs of a %" PRId64 "-dim head is "
@@ -358,6 +396,14 @@ static const family_tensor_name gemma4_tensor_names[] = {
     {"inp_gate.weight", "per_layer_input_gate.weight", 0, 0},
     {"proj.weight", "per_layer_projection.weight", 0, 0},
     {"post_norm.weight", "post_per_layer_input_norm.weight", 0, 0},
+    {"ffn_gate_inp.weight", "router.proj.weight", 0, 0},
+    {"ffn_gate_inp.scale", "router.scale", 0, 0},
+    {"ffn_down_exps.scale", "router.per_expert_scale", 0, 0},
+    {"ffn_gate_up_exps.weight", "experts.gate_up_proj", 0, 0},
+    {"ffn_down_exps.weight", "experts.down_proj", 0, 0},
+    {"pre_ffw_norm_2.weight", "pre_feedforward_layernorm_2.weight", 0, 0},
+    {"post_ffw_norm_1.weight", "post_feedforward_layernorm_1.weight", 0, 0},
+    {"post_ffw_norm_2.weight", "post_feedforward_layernorm_2.weight", 0, 0},
 };
 
 static const family_hf_prefix gemma4_hf_prefixes[] = {
@@ -405,6 +451,18 @@ static void gemma4_contract(const model_config *c, tensor_contract *k)
         contract_add_2d(k, ROLE_FFN_DOWN, l, "ffn_down.weight", d, ffn, 0, 0);
         contract_add_1d(k, ROLE_FFN_POST_NORM, l, "post_ffw_norm.weight", d, 0, 0);
         contract_add_1d(k, ROLE_LAYER_SCALE, l, "layer_output_scale.weight", 1, 0, 0);
+        if (c->moe_with_dense) {
+            int64_t ne = c->n_experts, mf = c->moe_ffn_dim;
+            contract_add_2d(k, ROLE_MOE_ROUTER, l, "ffn_gate_inp.weight", ne, d, 0, 0);
+            contract_add_1d(k, ROLE_MOE_ROUTER_SCALE, l, "ffn_gate_inp.scale", d, 0, 0);
+            contract_add_1d(k, ROLE_MOE_EXPERT_SCALE, l, "ffn_down_exps.scale", ne, 0, 0);
+            contract_add_3d(k, ROLE_MOE_GATE_UP_STACK, l, "ffn_gate_up_exps.weight", ne, 2 * mf,
+                            d);
+            contract_add_3d(k, ROLE_MOE_DOWN_STACK, l, "ffn_down_exps.weight", ne, d, mf);
+            contract_add_1d(k, ROLE_FFN_PRE_NORM_2, l, "pre_ffw_norm_2.weight", d, 0, 0);
+            contract_add_1d(k, ROLE_FFN_POST_NORM_1, l, "post_ffw_norm_1.weight", d, 0, 0);
+            contract_add_1d(k, ROLE_FFN_POST_NORM_2, l, "post_ffw_norm_2.weight", d, 0, 0);
+        }
         if (p > 0) {
             contract_add_2d(k, ROLE_PLE_GATE, l, "inp_gate.weight", p, d, 0, 0);
             contract_add_2d(k, ROLE_PLE_OUT, l, "proj.weight", d, p, 0, 0);
@@ -447,6 +505,8 @@ static void gemma4_layer_attention(const model_config *c, int l, bk_attn *a, int
  *   ple = (rmsnorm(x . W_ple_proj^T * dim^-1/2) + ple_embed(tokens) * sqrt(ple_dim)) * 2^-1/2
  *   per layer:  x += post_attn_norm(attn(input_norm(x)))
  *               x += post_ffn_norm(down(gelu_tanh(gate(h)) * up(h))),  h = pre_ffn_norm(x)
+ *                   (MoE: x += post_ffn_norm(post_ffn_norm_1(dense) + post_ffn_norm_2(experts)),
+ *                    the experts on pre_ffn_norm_2(x), routed on the normed, scaled x)
  *               x += post_norm(proj(gelu_tanh(inp_gate(x)) * ple[layer]))
  *               x *= layer_scalar
  *
@@ -483,8 +543,20 @@ static void gemma4_forward(model *m, const bk_batch *rows, const int32_t *tokens
         op->rmsnorm(m->bk, s->x, n, &w->ffn_norm, 0.0f, eps, s->xb);
         op->ffn_glu(m->bk, &w->ffn_gate, &w->ffn_up, &w->ffn_down, m->act, s->xb, n, s->hb,
                     s->hb2, s->xb2);
-        op->rmsnorm(m->bk, s->xb2, n, &w->ffn_post_norm, 0.0f, eps, s->xb);
-        op->add(m->bk, s->x, s->xb, nd);
+        if (c->moe_with_dense) {
+            op->rmsnorm(m->bk, s->xb2, n, &w->ffn_post_norm_1, 0.0f, eps, s->moe_out);
+            op->rmsnorm(m->bk, s->x, n, &w->moe_router_scale, 0.0f, eps, s->moe_router_in);
+            op->scale(m->bk, s->moe_router_in, nd, (float)pow((double)c->dim, -0.5));
+            op->rmsnorm(m->bk, s->x, n, &w->ffn_pre_norm_2, 0.0f, eps, s->xb);
+            model_moe_ffn_routed(m, l, n, s->xb, s->moe_router_in, s->xb2);
+            op->rmsnorm(m->bk, s->xb2, n, &w->ffn_post_norm_2, 0.0f, eps, s->xb);
+            op->add(m->bk, s->xb, s->moe_out, nd);
+            op->rmsnorm(m->bk, s->xb, n, &w->ffn_post_norm, 0.0f, eps, s->xb2);
+            op->add(m->bk, s->x, s->xb2, nd);
+        } else {
+            op->rmsnorm(m->bk, s->xb2, n, &w->ffn_post_norm, 0.0f, eps, s->xb);
+            op->add(m->bk, s->x, s->xb, nd);
+        }
         if (p > 0) {
             op->matmul(m->bk, &w->ple_gate, NULL, s->x, n, s->ple_gate);
             op->act_mul(m->bk, s->ple_gate, s->ple_mix + (size_t)l * (size_t)p, n, p, lp,

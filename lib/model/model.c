@@ -75,6 +75,47 @@ static int bind_experts(model *m, const contract_binding *b, tensor_role role, i
     return 0;
 }
 
+/* Rows [row0, row0 + rows) of expert e of a stacked [n_experts][r][cols]
+ * tensor, as a weight. */
+static void stack_slice(const tensor_view *v, int e, int64_t row0, int64_t rows, bk_weight *w)
+{
+    int64_t ne = v->shape[0], r = v->shape[1];
+    size_t row_bytes = (size_t)(v->nbytes / (uint64_t)(ne * r));
+    memset(w, 0, sizeof *w);
+    w->name = v->name;
+    w->type = v->type;
+    w->rows = rows;
+    w->cols = v->shape[2];
+    w->row_bytes = row_bytes;
+    w->data = v->data + ((size_t)e * (size_t)r + (size_t)row0) * row_bytes;
+}
+
+/* gemma4's experts, stacked in every naming: gate rows then up rows per
+ * expert in one tensor, down in another; each expert's matrices are views
+ * into them. */
+static int bind_expert_stacks(model *m, const contract_binding *b, int l, layer_weights *lw,
+                              memra_err *err)
+{
+    const tensor_view *gu = contract_get(b, ROLE_MOE_GATE_UP_STACK, l, -1);
+    const tensor_view *dn = contract_get(b, ROLE_MOE_DOWN_STACK, l, -1);
+    MEMRA_ASSERT(gu && dn && gu->n_dims == 3 && dn->n_dims == 3); /* the contract */
+    int ne = (int)m->config.n_experts;
+    int64_t mf = gu->shape[1] / 2;
+    lw->moe_gate = xcalloc((size_t)ne, sizeof *lw->moe_gate);
+    lw->moe_up = xcalloc((size_t)ne, sizeof *lw->moe_up);
+    lw->moe_down = xcalloc((size_t)ne, sizeof *lw->moe_down);
+    for (int e = 0; e < ne; e++) {
+        stack_slice(gu, e, 0, mf, &lw->moe_gate[e]);
+        stack_slice(gu, e, mf, mf, &lw->moe_up[e]);
+        stack_slice(dn, e, 0, dn->shape[1], &lw->moe_down[e]);
+        if (m->bk->ops->weight_prepare(m->bk, &lw->moe_gate[e], err) ||
+            m->bk->ops->weight_prepare(m->bk, &lw->moe_up[e], err) ||
+            m->bk->ops->weight_prepare(m->bk, &lw->moe_down[e], err))
+            return -1;
+    }
+    return 0;
+}
+
 static int bind_layer(model *m, const contract_binding *b, int l, layer_weights *lw,
                       memra_err *err)
 {
@@ -115,6 +156,11 @@ static int bind_layer(model *m, const contract_binding *b, int l, layer_weights 
         {ROLE_PLE_GATE, offsetof(layer_weights, ple_gate)},
         {ROLE_PLE_OUT, offsetof(layer_weights, ple_out)},
         {ROLE_PLE_POST_NORM, offsetof(layer_weights, ple_post_norm)},
+        {ROLE_MOE_ROUTER_SCALE, offsetof(layer_weights, moe_router_scale)},
+        {ROLE_MOE_EXPERT_SCALE, offsetof(layer_weights, moe_expert_scale)},
+        {ROLE_FFN_PRE_NORM_2, offsetof(layer_weights, ffn_pre_norm_2)},
+        {ROLE_FFN_POST_NORM_1, offsetof(layer_weights, ffn_post_norm_1)},
+        {ROLE_FFN_POST_NORM_2, offsetof(layer_weights, ffn_post_norm_2)},
     };
     /* a layer reading another's K/V leaves its own unbound (never uploaded) */
     int own_kv = config_layer_kv_source(&m->config, l) == l;
@@ -151,6 +197,9 @@ static int bind_layer(model *m, const contract_binding *b, int l, layer_weights 
                               (double)v[0]);
         lw->layer_scale = v[0];
     }
+    if (contract_get(b, ROLE_MOE_GATE_UP_STACK, l, -1) &&
+        bind_expert_stacks(m, b, l, lw, err) != 0)
+        return -1;
     if (family_desc(m->config.family)->moe) {
         if (bind_experts(m, b, ROLE_MOE_GATE_EXPS, l, &lw->moe_gate, err) ||
             bind_experts(m, b, ROLE_MOE_UP_EXPS, l, &lw->moe_up, err) ||
@@ -329,6 +378,10 @@ static void alloc_state(model *m, int cap)
         s->shared = bk->ops->act_alloc(bk, n * (size_t)c->dim);
         s->shared_gate = bk->ops->act_alloc(bk, n);
     }
+    if (c->moe_with_dense) {
+        s->moe_router_in = bk->ops->act_alloc(bk, n * (size_t)c->dim);
+        s->moe_out = bk->ops->act_alloc(bk, n * (size_t)c->dim);
+    }
     if (c->ple_dim > 0) {
         size_t lp = (size_t)(c->n_layers * c->ple_dim);
         s->ple = bk->ops->act_alloc(bk, n * lp);
@@ -419,7 +472,8 @@ void model_free(model *m)
         float *acts[] = {s->x,  s->xb,     s->xb2,   s->q,     s->k,     s->v,
                          s->att, s->hb,    s->hb2,   s->logits, s->qg,   s->gate,
                          s->lin_qkv, s->lin_z, s->lin_o, s->lin_b, s->lin_a,
-                         s->shared, s->shared_gate, s->ple, s->ple_mix, s->ple_gate};
+                         s->shared, s->shared_gate, s->ple, s->ple_mix, s->ple_gate,
+                         s->moe_router_in, s->moe_out};
         for (size_t i = 0; i < MEMRA_ARRAY_LEN(acts); i++)
             if (acts[i])
                 bk->ops->act_free(bk, acts[i]);
@@ -495,7 +549,8 @@ void model_attention(model *m, int l, const bk_batch *rows, const float *in, flo
     op->matmul(m->bk, &w->wo, &w->bo, s->att, n, out);
 }
 
-void model_moe_ffn(model *m, int l, int n, const float *in, float *out)
+void model_moe_ffn_routed(model *m, int l, int n, const float *in, const float *router_in,
+                          float *out)
 {
     const layer_weights *w = &m->weights.layers[l];
     const model_config *c = &m->config;
@@ -508,8 +563,15 @@ void model_moe_ffn(model *m, int l, int n, const float *in, float *out)
         .n_used = (int)c->n_experts_used,
         .norm_topk = c->norm_topk_prob,
         .act = m->act,
+        .router_x = router_in,
+        .expert_scale = bk_weight_present(&w->moe_expert_scale) ? &w->moe_expert_scale : NULL,
     };
     m->bk->ops->ffn_moe(m->bk, &moe, in, n, out);
+}
+
+void model_moe_ffn(model *m, int l, int n, const float *in, float *out)
+{
+    model_moe_ffn_routed(m, l, n, in, NULL, out);
 }
 
 void model_delta_net(model *m, int l, const bk_batch *rows, const float *in, float *out)

@@ -67,6 +67,11 @@ typedef struct {
     bk_weight ple_out;        /* [dim][ple_dim] */
     bk_weight ple_post_norm;  /* [dim] */
     float layer_scale;        /* read at load; 1 where the family has none */
+    /* gemma4's MoE layers (experts beside the dense FFN; moe_gate/up/down
+     * view its stacked tensors, moe_router is the router) */
+    bk_weight moe_router_scale; /* [dim] */
+    bk_weight moe_expert_scale; /* [n_experts] */
+    bk_weight ffn_pre_norm_2, ffn_post_norm_1, ffn_post_norm_2; /* [dim] */
 } layer_weights;
 
 typedef struct {
@@ -105,6 +110,9 @@ typedef struct {
     float *ple;          /* [cap][n_layers * ple_dim] the token's rows of the PLE table */
     float *ple_mix;      /* [cap][n_layers * ple_dim] every layer's per-layer input */
     float *ple_gate;     /* [cap][ple_dim] one layer's gated branch */
+    /* routed experts beside the dense FFN only (gemma4 MoE): */
+    float *moe_router_in; /* [cap][dim] the router's input */
+    float *moe_out;       /* [cap][dim] the dense branch's normed output */
     kv_cache kv;         /* K and V of every attention layer, paged; the recurrent state */
 } run_state;
 
@@ -189,6 +197,10 @@ void model_attention(model *m, int l, const bk_batch *rows, const float *in, flo
 /* Layer l's routed experts (the backend's ffn_moe: softmax, top-k, the
  * config's renormalization) on `in`, into out ([n][dim]). */
 void model_moe_ffn(model *m, int l, int n, const float *in, float *out);
+/* The same, routed on router_in ([n][dim]) instead of `in`, each chosen
+ * weight times the layer's per-expert scale when it has one (gemma4). */
+void model_moe_ffn_routed(model *m, int l, int n, const float *in, const float *router_in,
+                          float *out);
 /* The gated DeltaNet sublayer of recurrent layer l (bk_delta), likewise. */
 void model_delta_net(model *m, int l, const bk_batch *rows, const float *in, float *out);
 

@@ -174,6 +174,7 @@ static dtype mix_type(const quant_recipe *r, const model_config *c, const contra
         return r->base;
     case ROLE_FFN_DOWN:
     case ROLE_MOE_DOWN_EXPS:
+    case ROLE_MOE_DOWN_STACK:
         if (use_more_bits(e->layer, c->n_layers)) {
             *why = "more bits (layer pattern)";
             return up;

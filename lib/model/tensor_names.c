@@ -156,7 +156,7 @@ int tensor_name_gguf_is_experts(const char *gguf)
 {
     size_t n = gguf ? strlen(gguf) : 0;
     static const char *const suffixes[] = {".ffn_gate_exps.weight", ".ffn_up_exps.weight",
-                                           ".ffn_down_exps.weight"};
+                                           ".ffn_down_exps.weight", ".ffn_gate_up_exps.weight"};
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(suffixes); i++) {
         size_t m = strlen(suffixes[i]);
         if (n > m && strcmp(gguf + n - m, suffixes[i]) == 0)

@@ -38,7 +38,8 @@ int tensor_name_hf_to_gguf(model_family f, const char *hf, char *out, size_t n, 
  * when out is too small. */
 int tensor_name_gguf_to_hf(model_family f, const char *gguf, int expert, char *out, size_t n);
 
-/* Whether a GGUF name is one of the merged expert tensors (ffn_*_exps). */
+/* Whether a GGUF name is one of the merged expert tensors (ffn_*_exps;
+ * gemma4's are stacked in HF too: contract.h, role_is_expert_stack). */
 int tensor_name_gguf_is_experts(const char *gguf);
 
 /* HF tensors that carry no weights a model needs and are skipped when

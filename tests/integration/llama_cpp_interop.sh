@@ -77,6 +77,12 @@ jq '.vocab_size = 512 | .vocab_size_per_layer_input = 512 | .final_logit_softcap
 # llama.cpp's BF16-rounded activations; with F32 both compute in f32.
 memra-convert --random "$T/tiny-gemma4-512.json" --seed 7 --outtype f32 --tokenizer "$T/stories-hf" \
   "$T/gemma4.gguf" >/dev/null 2>"$T/conv.err" || fail "gemma4: random GGUF" "$(cat "$T/conv.err")"
+# Gemma 4's MoE (routed experts beside the dense FFN, stacked gate/up, a
+# router input and per-expert scales of its own), likewise.
+jq '.vocab_size = 512 | .final_logit_softcapping = 30' "$CFG/tiny-gemma4-moe.json" \
+  >"$T/tiny-gemma4-moe-512.json"
+memra-convert --random "$T/tiny-gemma4-moe-512.json" --seed 7 --outtype f32 --tokenizer "$T/stories-hf" \
+  "$T/gemma4-moe.gguf" >/dev/null 2>"$T/conv.err" || fail "gemma4 MoE: random GGUF" "$(cat "$T/conv.err")"
 # memra-tiny quantized to each type llama.cpp knows. memra-tiny's FFN rows
 # (384) are not whole 256-blocks, so the pure K types keep ffn_down Q8_0
 # (the mixes fall back on their own).
@@ -115,6 +121,7 @@ FIRM=$(json_list "${firm[@]}")
   jq -nc --arg m "$T/qwen3_5.gguf" '{model: $m, prompts: [[1,2,3,4,5,6,7,8], [1,400,300,200]], n: 12}'
   jq -nc --arg m "$T/qwen3_5-moe.gguf" '{model: $m, prompts: [[1,2,3,4,5,6,7,8]], n: 12}'
   jq -nc --arg m "$T/gemma4.gguf" '{model: $m, prompts: [[1,2,3,4,5,6,7,8], [1,400,300,200]], n: 12}'
+  jq -nc --arg m "$T/gemma4-moe.gguf" '{model: $m, prompts: [[1,2,3,4,5,6,7,8], [1,400,300,200]], n: 12}'
   jq -nc --arg m "$PWD/$TINY" --argjson p "$ALL" '{model: $m, prompts: $p, n: 12}'
   for q in "${qtypes[@]}"; do
     jq -nc --arg m "$T/tiny-$q.gguf" --argjson p "$FIRM" '{model: $m, prompts: $p, n: 6}'
@@ -175,6 +182,10 @@ same_runs "qwen3_5_moe: llama.cpp's 12 greedy ids equal memra's" /qwen3_5-moe.gg
 loads "gemma4: llama.cpp loads memra's GGUF (PLE, shared K/V, k_eq_v, rope_freqs)" /gemma4.gguf
 same_runs "gemma4: llama.cpp's 12 greedy ids equal memra's on 2 prompts" /gemma4.gguf \
   "$T/gemma4.gguf" 12 1,2,3,4,5,6,7,8 1,400,300,200
+
+loads "gemma4 MoE: llama.cpp loads memra's GGUF (experts beside the dense FFN)" /gemma4-moe.gguf
+same_runs "gemma4 MoE: llama.cpp's 12 greedy ids equal memra's on 2 prompts" /gemma4-moe.gguf \
+  "$T/gemma4-moe.gguf" 12 1,2,3,4,5,6,7,8 1,400,300,200
 
 # ---- memra-tiny (Qwen3 architecture) and its quantized variants ----------------
 loads "llama.cpp loads memra-tiny (BF16)" memra-tiny.gguf

@@ -25,6 +25,7 @@ static const char *const fixtures[] = {
     "tiny-qwen3-moe.json",  "tiny-gemma3.json",        "tiny-qwen3_5.json",
     "Qwen3.5-9B.json",      "tiny-qwen3_5-moe.json",   "Qwen3.5-35B-A3B.json",
     "tiny-gemma4.json",     "gemma-4-E2B-it.json",     "gemma-4-31B-it.json",
+    "tiny-gemma4-moe.json", "gemma-4-26B-A4B-it.json",
 };
 #define N_FIXTURES (int)(sizeof fixtures / sizeof fixtures[0])
 

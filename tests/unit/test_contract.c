@@ -35,6 +35,7 @@ static const char *const family_fixtures[] = {
     "tiny-qwen3-moe.json", "tiny-gemma3.json", "Llama-3.1-8B.json", "Qwen3-30B-A3B.json",
     "gemma-3-4b-it.json",  "Qwen2.5-7B.json", "tiny-qwen3_5.json", "Qwen3.5-9B.json",
     "tiny-qwen3_5-moe.json", "tiny-gemma4.json", "gemma-4-E2B-it.json", "gemma-4-31B-it.json",
+    "tiny-gemma4-moe.json", "gemma-4-26B-A4B-it.json",
 };
 #define N_FAMILY_FIXTURES (int)(sizeof family_fixtures / sizeof family_fixtures[0])
 
@@ -135,7 +136,8 @@ static void test_names_every_entry(void)
             }
             int experts = role_is_expert(ce->role);
             n_exps += experts;
-            CHECK(experts == tensor_name_gguf_is_experts(ce->name));
+            CHECK((experts || role_is_expert_stack(ce->role)) ==
+                  tensor_name_gguf_is_experts(ce->name));
             int n_try = experts ? (int)c.n_experts : 1;
             for (int x = 0; x < n_try; x++) {
                 int want_ex = experts ? x : -1;
@@ -472,7 +474,7 @@ static void test_bind_every_family(void)
                              (e->role == ROLE_ATTN_K || e->role == ROLE_ATTN_V ||
                               e->role == ROLE_ATTN_K_NORM))
                         continue; /* a shared layer's own K/V: never read */
-                    else if (role_is_expert(e->role))
+                    else if (role_is_expert(e->role) || role_is_expert_stack(e->role))
                         want += v[t].nbytes / (uint64_t)c.n_experts * (uint64_t)c.n_experts_used;
                     else
                         want += v[t].nbytes;

@@ -413,7 +413,7 @@ static void test_ffn_moe(void)
     float x[N * DIM], out[N * DIM];
     fill(x, N * DIM, 2);
     for (int norm = 0; norm <= 1; norm++) {
-        bk_moe m = {&router, gate, up, down, NE, NU, norm, BK_ACT_SILU};
+        bk_moe m = {&router, gate, up, down, NE, NU, norm, BK_ACT_SILU, NULL, NULL};
         b->ops->ffn_moe(b, &m, x, N, out);
         double worst = 0;
         for (int t = 0; t < N; t++) {

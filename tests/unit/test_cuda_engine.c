@@ -623,7 +623,7 @@ static void test_cuda_graphs(void)
         dtype t;
     } fams[] = {{"tiny-qwen3.json", DT_BF16}, {"tiny-qwen3-moe.json", DT_F16},
                 {"tiny-gemma3.json", DT_BF16}, {"tiny-qwen3_5.json", DT_BF16},
-                {"tiny-gemma4.json", DT_BF16}};
+                {"tiny-gemma4.json", DT_BF16}, {"tiny-gemma4-moe.json", DT_F16}};
     for (size_t f = 0; f < MEMRA_ARRAY_LEN(fams); f++) {
         char cfg[512], dir[1024];
         snprintf(cfg, sizeof cfg, "tests/fixtures/configs/%s", fams[f].config);
@@ -657,7 +657,7 @@ static void test_cuda_batch_vs_alone(void)
         dtype t;
     } fams[] = {{"tiny-qwen3-moe.json", DT_F16}, {"tiny-gemma3.json", DT_BF16},
                 {"tiny-qwen3_5.json", DT_BF16}, {"tiny-qwen3_5-moe.json", DT_F16},
-                {"tiny-gemma4.json", DT_BF16}};
+                {"tiny-gemma4.json", DT_BF16}, {"tiny-gemma4-moe.json", DT_F16}};
     for (size_t f = 0; f < MEMRA_ARRAY_LEN(fams); f++) {
         char cfg[512], dir[1024];
         snprintf(cfg, sizeof cfg, "tests/fixtures/configs/%s", fams[f].config);
@@ -768,7 +768,7 @@ static void test_cuda_families(void)
         {"tiny-qwen2.json", DT_F32, 0},  {"tiny-qwen3.json", DT_BF16, 0},
         {"tiny-qwen3-moe.json", DT_F16, 0}, {"tiny-gemma3.json", DT_BF16, 0},
         {"tiny-qwen3_5.json", DT_BF16, 0}, {"tiny-qwen3_5-moe.json", DT_F16, 0},
-        {"tiny-gemma4.json", DT_BF16, 0.2},
+        {"tiny-gemma4.json", DT_BF16, 0.2}, {"tiny-gemma4-moe.json", DT_F16, 0.2},
     };
     for (size_t f = 0; f < MEMRA_ARRAY_LEN(fams); f++) {
         char cfg[512], dir[1024], gguf[1100];

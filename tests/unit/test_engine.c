@@ -309,7 +309,7 @@ static void test_families(void)
         {"tiny-qwen2.json", DT_F32},  {"tiny-qwen3.json", DT_BF16},
         {"tiny-qwen3-moe.json", DT_F16}, {"tiny-gemma3.json", DT_BF16},
         {"tiny-qwen3_5.json", DT_BF16}, {"tiny-qwen3_5-moe.json", DT_F16},
-        {"tiny-gemma4.json", DT_BF16},
+        {"tiny-gemma4.json", DT_BF16}, {"tiny-gemma4-moe.json", DT_F16},
     };
     int32_t toks[40];
     for (int i = 0; i < 40; i++)
@@ -823,7 +823,7 @@ static void test_hf_parity(void)
     static const char *const names[] = {
         "tiny-llama", "tiny-llama3", "tiny-llama-linear", "tiny-qwen2", "tiny-qwen2-yarn",
         "tiny-qwen3", "tiny-qwen3-moe", "tiny-gemma3", "tiny-qwen3_5", "tiny-qwen3_5-moe",
-        "tiny-gemma4",
+        "tiny-gemma4", "tiny-gemma4-moe",
     };
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(names); i++) {
         char cfg[512], dir[1024], dump[512];

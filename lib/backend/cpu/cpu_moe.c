@@ -59,10 +59,14 @@ void cpu_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *o
     float *hb2 = moe_buf(c, MOE_HB2, rows * (size_t)ffn);
 
     cpu_mm_item r = {m->router, NULL, probs};
-    cpu_matmul_multi(c, &r, 1, x, n);
-    for (int t = 0; t < n; t++)
+    cpu_matmul_multi(c, &r, 1, m->router_x ? m->router_x : x, n);
+    const float *escale = m->expert_scale ? cpu_weight_vec(c, 0, m->expert_scale) : NULL;
+    for (int t = 0; t < n; t++) {
         moe_route_token(probs + (size_t)t * ne, ne, nu, m->norm_topk, c->moe_ids + t * nu,
-                    c->moe_w + t * nu);
+                        c->moe_w + t * nu);
+        for (int k = 0; escale && k < nu; k++)
+            c->moe_w[t * nu + k] *= escale[c->moe_ids[t * nu + k]];
+    }
 
     memset(out, 0, rows * (size_t)dim * sizeof(float));
     for (int e = 0; e < ne; e++) {

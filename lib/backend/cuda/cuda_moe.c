@@ -167,6 +167,13 @@ void cuda_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *
                    t->down_m.cols);
         return;
     }
+    const float *escale = m->expert_scale ? cuda_vec_of(cb, m->expert_scale, "ffn_moe") : NULL;
+    if (m->expert_scale && (!escale || m->expert_scale->cols != ne)) {
+        if (!cb->failed)
+            cuda_failf(cb, "ffn_moe: %" PRId64 " expert scales for %d experts",
+                       m->expert_scale->cols, ne);
+        return;
+    }
     size_t pairs = (size_t)n * (size_t)nu;
     float *probs = cuda_scratch(cb, SCR_MOE_PROBS, (size_t)n * (size_t)ne * 4, "router logits");
     int32_t *ids = cuda_scratch(cb, SCR_MOE_IDS, pairs * 4, "expert choices");
@@ -176,8 +183,9 @@ void cuda_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *
     float *y = cuda_scratch(cb, SCR_MOE_Y, pairs * (size_t)dim * 4, "expert outputs");
     if (cb->failed)
         return;
-    if (CU_OK(cb, launch_matmul(&router->m, NULL, x, n, probs, cb->stream)) ||
-        CU_OK(cb, launch_moe_route(probs, n, ne, nu, m->norm_topk, ids, w, cb->stream)))
+    if (CU_OK(cb, launch_matmul(&router->m, NULL, m->router_x ? m->router_x : x, n, probs,
+                                cb->stream)) ||
+        CU_OK(cb, launch_moe_route(probs, n, ne, nu, m->norm_topk, escale, ids, w, cb->stream)))
         return;
     if (pairs < MOE_TILED_PAIRS) {
         if (CU_OK(cb, launch_matmul_grouped(&t->gate_m, t->gate, ids, nu, x, (int)pairs, hb,
