@@ -95,6 +95,12 @@ struct DGArgs {
     unsigned tiles; // in all segments
     float *partials;
     unsigned *counters;
+    // Grouped (launch_decode_gemm_grouped): blockIdx.y is chunk k of
+    // chunks[3k..3k+2] = (expert, first row of x, rows <= DG_TOK), the
+    // expert's matrices wtab[e] (and wtab2[e]); output row order[j] for
+    // x's row j (order null: j). chunks null: a plain launch.
+    const int32_t *chunks, *n_chunks, *order;
+    const void *const *wtab, *const *wtab2;
 };
 
 // cp.async: 16 bytes from global to shared memory without a register in
@@ -441,11 +447,26 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
     for (int i = 1; i < CU_MV_MAX_W; i++)
         if (i < a.n_seg && tile >= a.seg[i].tile0)
             s = i;
-    const DGSeg sg = a.seg[s];
+    DGSeg sg = a.seg[s];
     const bool glu = a.mode != CU_MV_STORE;
     const int64_t base = (int64_t)(tile - sg.tile0) * (glu ? DG_TILE / 2 : DG_TILE);
-    const int t0 = blockIdx.y * DG_TOK;
-    const int ntok = min(DG_TOK, a.n - t0);
+    int t0 = blockIdx.y * DG_TOK;
+    int ntok = min(DG_TOK, a.n - t0);
+    if (a.chunks) {
+        // The chunk table and x come from the kernels before: wait for
+        // them before the weights' addresses are known.
+        pdl_trigger();
+        pdl_wait();
+        const int k = (int)blockIdx.y;
+        if (k >= *a.n_chunks)
+            return;
+        const int e = a.chunks[3 * k];
+        t0 = a.chunks[3 * k + 1];
+        ntok = a.chunks[3 * k + 2];
+        sg.w = static_cast<const uint8_t *>(a.wtab[e]);
+        if (glu)
+            sg.w2 = static_cast<const uint8_t *>(a.wtab2[e]);
+    }
     const int64_t nsteps = a.cols / DG_KC;
     const int64_t c0 = (int64_t)split * a.cps;
     const int nc = (int)min((int64_t)a.cps, nsteps - c0);
@@ -701,7 +722,8 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
             const int64_t row = base + i;
             if (row < sg.rows) {
                 const float v = o[t * DG_LDO + i];
-                sg.out[(int64_t)(t0 + t) * sg.rows + row] = sg.bias ? __fadd_rn(v, sg.bias[row]) : v;
+                const int64_t orow = a.order ? a.order[t0 + t] : t0 + t;
+                sg.out[orow * sg.rows + row] = sg.bias ? __fadd_rn(v, sg.bias[row]) : v;
             }
         }
     } else {
@@ -712,7 +734,8 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
             if (row < sg.rows) {
                 const float g = o[t * DG_LDO + i];
                 const float act = a.mode == CU_MV_GLU_GELU ? gelu_tanh_f(g) : silu_f(g);
-                sg.out[(int64_t)(t0 + t) * sg.rows + row] = __fmul_rn(act, o[t * DG_LDO + H + i]);
+                const int64_t orow = a.order ? a.order[t0 + t] : t0 + t;
+                sg.out[orow * sg.rows + row] = __fmul_rn(act, o[t * DG_LDO + H + i]);
             }
         }
     }
@@ -964,6 +987,61 @@ extern "C" cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm,
     case CW_Q6_K: return dg_launch_fmt<CW_Q6_K>(a, grid, most, stream);
     case CW_NVFP4: return dg_launch_fmt<CW_NVFP4>(a, grid, most, stream);
     case CW_MXFP8: return dg_launch_fmt<CW_MXFP8>(a, grid, most, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" int cu_dg_grouped_ok(const cu_dg_grouped *g)
+{
+    const cu_matrix *m = &g->shape;
+    return g->pairs > 0 && g->max_chunks > 0 && g->max_chunks <= 65535 && dg_format_ok(m->fmt) &&
+           m->cols >= DG_KC && m->cols % DG_KC == 0 && m->cols / DG_KC <= INT32_MAX &&
+           m->stride % 16 == 0 && m->rows > 0 && (g->mode == CU_MV_STORE || g->w2);
+}
+
+extern "C" cudaError_t launch_decode_gemm_grouped(const cu_dg_grouped *g, void *xbf,
+                                                  cudaStream_t stream)
+{
+    if (!cu_dg_grouped_ok(g) || !xbf || (reinterpret_cast<uintptr_t>(xbf) & 15u) != 0 ||
+        (reinterpret_cast<uintptr_t>(g->x) & 15u) != 0)
+        return cudaErrorInvalidValue;
+    const bool glu = g->mode != CU_MV_STORE;
+    DGArgs a = {};
+    a.tiles = (unsigned)((g->shape.rows + (glu ? DG_TILE / 2 : DG_TILE) - 1) /
+                         (glu ? DG_TILE / 2 : DG_TILE));
+    a.ks = 1;
+    a.cps = (int)(g->shape.cols / DG_KC);
+    a.mode = g->mode;
+    a.cols = g->shape.cols;
+    a.x = g->x;
+    a.xb = static_cast<const __nv_bfloat16 *>(xbf);
+    a.n = g->pairs;
+    a.n_seg = 1;
+    a.seg[0] = DGSeg{nullptr, nullptr, g->shape.stride, g->shape.scale_off, g->shape.rows,
+                     nullptr, g->out, 0};
+    a.chunks = g->chunks;
+    a.n_chunks = g->n_chunks;
+    a.order = g->order;
+    a.wtab = g->w;
+    a.wtab2 = g->w2;
+    // x rounded to bf16 once for every chunk's block
+    const size_t n8 = (size_t)g->pairs * (size_t)a.cols / 8;
+    const size_t nb = (n8 + 255) / 256;
+    launch_pdl(dg_round_x_kernel, dim3((unsigned)(nb < 1024 ? nb : 1024)), dim3(256), 0, stream,
+               g->x, static_cast<__nv_bfloat16 *>(xbf), n8);
+    cudaError_t rc = cudaGetLastError();
+    if (rc != cudaSuccess)
+        return rc;
+    const dim3 grid(a.tiles, (unsigned)g->max_chunks);
+    switch (g->shape.fmt) {
+    case CW_BF16: return dg_launch_fmt<CW_BF16>(a, grid, DG_TOK, stream);
+    case CW_Q8_0: return dg_launch_fmt<CW_Q8_0>(a, grid, DG_TOK, stream);
+    case CW_Q4_0: return dg_launch_fmt<CW_Q4_0>(a, grid, DG_TOK, stream);
+    case CW_Q4_K: return dg_launch_fmt<CW_Q4_K>(a, grid, DG_TOK, stream);
+    case CW_Q5_K: return dg_launch_fmt<CW_Q5_K>(a, grid, DG_TOK, stream);
+    case CW_Q6_K: return dg_launch_fmt<CW_Q6_K>(a, grid, DG_TOK, stream);
+    case CW_NVFP4: return dg_launch_fmt<CW_NVFP4>(a, grid, DG_TOK, stream);
+    case CW_MXFP8: return dg_launch_fmt<CW_MXFP8>(a, grid, DG_TOK, stream);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -526,6 +526,8 @@ static int moe_router(kc *k, bk_weight *w, int ne, int64_t dim, int ties)
     return 0;
 }
 
+static void check_moe_prefill(kc *k);
+
 void kc_check_moe(kc *k)
 {
     /* The two large cases route as the 30B/35B-A3B shapes do (128 or 256
@@ -596,6 +598,81 @@ void kc_check_moe(kc *k)
         free(one);
         free(sub);
         kc_weight_free(&router);
+        for (int e = 0; e < ne; e++) {
+            kc_weight_free(&gate[e]);
+            kc_weight_free(&up[e]);
+            kc_weight_free(&down[e]);
+        }
+    }
+    check_moe_prefill(k);
+}
+
+/* A prompt chunk's experts on the tensor cores (cuda_moe.c, moe_gemm: x
+ * and the GLU's output rounded to bf16), against the CPU's f32: the same
+ * routing, then bf16's rounding; and the tokens' rows the same bytes in a
+ * step of fewer tokens (a row depends on its own x alone). */
+#define BOUND_MOE_BF16 1e-2
+
+static float *moe_in_prefill(kc *k, const bk_moe *m, const float *dx, int n, int64_t dim,
+                             float *dout)
+{
+    cuda_backend *cb = cuda_of(k->gpu);
+    cuda_step saved = cb->step;
+    cb->step = (cuda_step){.active = 1, .prefill = 1, .n = n};
+    k->gpu->ops->ffn_moe(k->gpu, m, dx, n, dout);
+    cb->step = saved;
+    return kc_read(k, dout, (size_t)n * (size_t)dim);
+}
+
+static void check_moe_prefill(kc *k)
+{
+    static const struct {
+        int ne, nu, own;
+        dtype t;
+    } cases[] = {{128, 8, 0, DT_Q4_K}, {128, 8, 1, DT_BF16}, {8, 2, 0, DT_Q8_0}, {16, 4, 0, DT_Q6_K}};
+    const int64_t dim = 256, ffn = 256;
+    const int n = 64, part = 40; /* both steps past the tensor cores' threshold */
+    for (size_t c = 0; c < MEMRA_ARRAY_LEN(cases); c++) {
+        int ne = cases[c].ne;
+        bk_weight router, escale = {0}, gate[128], up[128], down[128];
+        int ok = moe_router(k, &router, ne, dim, 0) == 0;
+        for (int e = 0; ok && e < ne; e++)
+            ok = kc_weight(k, &gate[e], cases[c].t, ffn, dim, "moe.gate") == 0 &&
+                 kc_weight(k, &up[e], cases[c].t, ffn, dim, "moe.up") == 0 &&
+                 kc_weight(k, &down[e], cases[c].t, dim, ffn, "moe.down") == 0;
+        if (ok && cases[c].own)
+            ok = kc_weight(k, &escale, DT_F32, 1, ne, "moe.expert_scale") == 0;
+        if (!ok)
+            continue;
+        bk_moe m = {&router, gate, up, down, ne, cases[c].nu, 1, BK_ACT_GELU_TANH, NULL,
+                    cases[c].own ? &escale : NULL};
+        size_t nx = (size_t)n * dim;
+        float *x = xmalloc(nx * 4), *rx = xmalloc(nx * 4), *ref = xmalloc(nx * 4);
+        kc_fill(k, x, nx, 1.0f);
+        kc_fill(k, rx, nx, 1.0f);
+        m.router_x = cases[c].own ? rx : NULL;
+        k->cpu->ops->ffn_moe(k->cpu, &m, x, n, ref);
+        float *dx = kc_dev(k, x, nx), *drx = kc_dev(k, rx, nx);
+        float *dout = k->gpu->ops->act_alloc(k->gpu, nx);
+        m.router_x = cases[c].own ? drx : NULL;
+        float *got = moe_in_prefill(k, &m, dx, n, dim, dout);
+        float *some = moe_in_prefill(k, &m, dx, part, dim, dout);
+        int inv = memcmp(some, got, (size_t)part * (size_t)dim * 4) == 0;
+        char what[96];
+        snprintf(what, sizeof what, "%-5s %d experts top %d%s, prefill step n=%d (tensor cores)",
+                 tname(cases[c].t), ne, cases[c].nu, cases[c].own ? " own router x" : "", n);
+        kc_report(k, "ffn_moe", what, kc_rel_err(got, ref, nx), BOUND_MOE_BF16, inv, -1, 0);
+        free(got);
+        free(some);
+        free(x);
+        free(rx);
+        free(ref);
+        kc_dev_free(k, dx);
+        kc_dev_free(k, drx);
+        kc_dev_free(k, dout);
+        kc_weight_free(&router);
+        if (cases[c].own)
+            kc_weight_free(&escale);
         for (int e = 0; e < ne; e++) {
             kc_weight_free(&gate[e]);
             kc_weight_free(&up[e]);

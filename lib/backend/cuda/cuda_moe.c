@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_internal.h"
 #include "core/check.h"
+#include "kernels/decode_gemm.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/moe.cuh"
 
@@ -146,6 +147,59 @@ static int moe_tiled(cuda_backend *cb, const cuda_moe_table *t, const bk_moe *m,
     return 0;
 }
 
+/* From this many pairs a prompt chunk's experts run on the tensor cores
+ * (moe_gemm): x rounded to bf16, as the prefill GEMM of the dense
+ * projections does (a prompt chunk's rounding may depend on the step:
+ * backend.h, bk_step.prefill). Decode steps keep the f32 paths above,
+ * whose bits do not depend on the batch. */
+enum { MOE_GEMM_PAIRS = 64 };
+
+/* The experts' GLU over the pairs sorted by expert, a chunk of up to
+ * CU_DG_GROUP_ROWS pairs of one expert and a tile of rows per block
+ * (launch_decode_gemm_grouped): gate and up into hb in sorted order, down
+ * back to each pair's own row of y. 1: the shapes or formats do not fit
+ * the kernel (nothing launched); -1: a failure (recorded). */
+static int moe_gemm(cuda_backend *cb, const cuda_moe_table *t, const bk_moe *m,
+                    const int32_t *ids, const float *x, int pairs, float *hb, float *y)
+{
+    int ne = m->n_experts, nu = m->n_used;
+    int64_t dim = t->gate_m.cols, ffn = t->gate_m.rows;
+    int max_chunks = (pairs + CU_DG_GROUP_ROWS - 1) / CU_DG_GROUP_ROWS + (pairs < ne ? pairs : ne);
+    cu_dg_grouped gu = {
+        .w = t->gate, .w2 = t->up, .shape = t->gate_m,
+        .mode = m->act == BK_ACT_GELU_TANH ? CU_MV_GLU_GELU : CU_MV_GLU_SILU,
+        .pairs = pairs, .max_chunks = max_chunks, .out = hb,
+    };
+    cu_dg_grouped dn = {
+        .w = t->down, .shape = t->down_m, .mode = CU_MV_STORE, .x = hb, .pairs = pairs,
+        .max_chunks = max_chunks, .out = y,
+    };
+    if (t->up_m.fmt != t->gate_m.fmt || t->up_m.stride != t->gate_m.stride ||
+        !cu_dg_grouped_ok(&gu) || !cu_dg_grouped_ok(&dn))
+        return 1;
+    int32_t *order = cuda_scratch(cb, SCR_MOE_ORDER, (size_t)pairs * 4, "expert order");
+    int32_t *chunks = cuda_scratch(cb, SCR_MOE_CHUNKS, (3 * (size_t)max_chunks + 1) * 4,
+                                   "expert chunks");
+    float *xg = cuda_scratch(cb, SCR_MOE_XG, (size_t)pairs * (size_t)dim * 4, "expert inputs");
+    int64_t widest = dim > ffn ? dim : ffn;
+    void *xbf = cuda_scratch(cb, SCR_MOE_XBF, (size_t)pairs * (size_t)widest * 2,
+                             "expert inputs in bf16");
+    if (cb->failed)
+        return -1;
+    int32_t *n_chunks = chunks + 3 * (size_t)max_chunks;
+    gu.x = xg;
+    gu.chunks = dn.chunks = chunks;
+    gu.n_chunks = dn.n_chunks = n_chunks;
+    dn.order = order;
+    if (CU_OK(cb, launch_moe_plan(ids, pairs, ne, CU_DG_GROUP_ROWS, order, chunks, n_chunks,
+                                  cb->stream)) ||
+        CU_OK(cb, launch_moe_gather(x, order, pairs, nu, dim, xg, cb->stream)) ||
+        CU_OK(cb, launch_decode_gemm_grouped(&gu, xbf, cb->stream)) ||
+        CU_OK(cb, launch_decode_gemm_grouped(&dn, xbf, cb->stream)))
+        return -1;
+    return 0;
+}
+
 void cuda_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *out)
 {
     cuda_backend *cb = cuda_of(b);
@@ -187,7 +241,13 @@ void cuda_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *
                                 cb->stream)) ||
         CU_OK(cb, launch_moe_route(probs, n, ne, nu, m->norm_topk, escale, ids, w, cb->stream)))
         return;
-    if (pairs < MOE_TILED_PAIRS) {
+    int gemm = 1;
+    if (cb->step.active && cb->step.prefill && pairs >= MOE_GEMM_PAIRS &&
+        (gemm = moe_gemm(cb, t, m, ids, x, (int)pairs, hb, y)) < 0)
+        return;
+    if (gemm == 0) {
+        /* done on the tensor cores */
+    } else if (pairs < MOE_TILED_PAIRS) {
         if (CU_OK(cb, launch_matmul_grouped(&t->gate_m, t->gate, ids, nu, x, (int)pairs, hb,
                                             cb->stream)) ||
             CU_OK(cb, launch_matmul_grouped(&t->up_m, t->up, ids, nu, x, (int)pairs, hb2,
