@@ -618,9 +618,12 @@ static float *moe_in_prefill(kc *k, const bk_moe *m, const float *dx, int n, int
 {
     cuda_backend *cb = cuda_of(k->gpu);
     cuda_step saved = cb->step;
+    int gemm = cb->tune.gemm; /* on here whatever the device class says (the emulation) */
     cb->step = (cuda_step){.active = 1, .prefill = 1, .n = n};
+    cb->tune.gemm = 1;
     k->gpu->ops->ffn_moe(k->gpu, m, dx, n, dout);
     cb->step = saved;
+    cb->tune.gemm = gemm;
     return kc_read(k, dout, (size_t)n * (size_t)dim);
 }
 

@@ -149,9 +149,10 @@ static int moe_tiled(cuda_backend *cb, const cuda_moe_table *t, const bk_moe *m,
 
 /* From this many pairs a prompt chunk's experts run on the tensor cores
  * (moe_gemm): x rounded to bf16, as the prefill GEMM of the dense
- * projections does (a prompt chunk's rounding may depend on the step:
- * backend.h, bk_step.prefill). Decode steps keep the f32 paths above,
- * whose bits do not depend on the batch. */
+ * projections does, and off with it (tune.gemm, MEMRA_CUDA_GEMM=0; a
+ * prompt chunk's rounding may depend on the step: backend.h,
+ * bk_step.prefill). Decode steps keep the f32 paths above, whose bits do
+ * not depend on the batch. */
 enum { MOE_GEMM_PAIRS = 64 };
 
 /* The experts' GLU over the pairs sorted by expert, a chunk of up to
@@ -242,7 +243,7 @@ void cuda_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *
         CU_OK(cb, launch_moe_route(probs, n, ne, nu, m->norm_topk, escale, ids, w, cb->stream)))
         return;
     int gemm = 1;
-    if (cb->step.active && cb->step.prefill && pairs >= MOE_GEMM_PAIRS &&
+    if (cb->tune.gemm && cb->step.active && cb->step.prefill && pairs >= MOE_GEMM_PAIRS &&
         (gemm = moe_gemm(cb, t, m, ids, x, (int)pairs, hb, y)) < 0)
         return;
     if (gemm == 0) {
