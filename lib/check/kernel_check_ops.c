@@ -607,34 +607,39 @@ void kc_check_moe(kc *k)
     check_moe_prefill(k);
 }
 
-/* A prompt chunk's experts on the tensor cores (cuda_moe.c, moe_gemm: x
- * and the GLU's output rounded to bf16), against the CPU's f32: the same
- * routing, then bf16's rounding; and the tokens' rows the same bytes in a
- * step of fewer tokens (a row depends on its own x alone). */
+/* The experts on the tensor cores (cuda_moe.c, moe_gemm: x and the GLU's
+ * output rounded to bf16), in a prompt chunk's step and in a decode step
+ * of an engine that chose the decode GEMM, against the CPU's f32: the
+ * same routing, then bf16's rounding; and the tokens' rows the same bytes
+ * in a step of fewer tokens (a row depends on its own x alone), a decode
+ * step's down to one token. */
 #define BOUND_MOE_BF16 1e-2
 
-static float *moe_in_prefill(kc *k, const bk_moe *m, const float *dx, int n, int64_t dim,
-                             float *dout)
+static float *moe_in_step(kc *k, const bk_moe *m, const float *dx, int n, int64_t dim,
+                          int prefill, float *dout)
 {
     cuda_backend *cb = cuda_of(k->gpu);
     cuda_step saved = cb->step;
-    int gemm = cb->tune.gemm; /* on here whatever the device class says (the emulation) */
-    cb->step = (cuda_step){.active = 1, .prefill = 1, .n = n};
-    cb->tune.gemm = 1;
+    /* on here whatever the device class says (the emulation) */
+    int gemm = cb->tune.gemm, dgemm = cb->tune.dgemm;
+    cb->step = (cuda_step){.active = 1, .prefill = prefill, .n = n};
+    cb->tune.gemm = cb->tune.dgemm = 1;
     k->gpu->ops->ffn_moe(k->gpu, m, dx, n, dout);
     cb->step = saved;
     cb->tune.gemm = gemm;
+    cb->tune.dgemm = dgemm;
     return kc_read(k, dout, (size_t)n * (size_t)dim);
 }
 
 static void check_moe_prefill(kc *k)
 {
     static const struct {
-        int ne, nu, own;
+        int ne, nu, own, prefill;
         dtype t;
-    } cases[] = {{128, 8, 0, DT_Q4_K}, {128, 8, 1, DT_BF16}, {8, 2, 0, DT_Q8_0}, {16, 4, 0, DT_Q6_K}};
+    } cases[] = {{128, 8, 0, 1, DT_Q4_K}, {128, 8, 1, 1, DT_BF16}, {8, 2, 0, 1, DT_Q8_0},
+                 {16, 4, 0, 1, DT_Q6_K},  {128, 8, 0, 0, DT_Q4_K}, {8, 2, 1, 0, DT_BF16},
+                 {256, 8, 0, 0, DT_Q8_0}};
     const int64_t dim = 256, ffn = 256;
-    const int n = 64, part = 40; /* both steps past the tensor cores' threshold */
     for (size_t c = 0; c < MEMRA_ARRAY_LEN(cases); c++) {
         int ne = cases[c].ne;
         bk_weight router, escale = {0}, gate[128], up[128], down[128];
@@ -647,6 +652,8 @@ static void check_moe_prefill(kc *k)
             ok = kc_weight(k, &escale, DT_F32, 1, ne, "moe.expert_scale") == 0;
         if (!ok)
             continue;
+        /* prefill: both steps past the threshold; decode: 11 tokens and 1 */
+        const int prefill = cases[c].prefill, n = prefill ? 64 : 11, part = prefill ? 40 : 1;
         bk_moe m = {&router, gate, up, down, ne, cases[c].nu, 1, BK_ACT_GELU_TANH, NULL,
                     cases[c].own ? &escale : NULL};
         size_t nx = (size_t)n * dim;
@@ -658,15 +665,21 @@ static void check_moe_prefill(kc *k)
         float *dx = kc_dev(k, x, nx), *drx = kc_dev(k, rx, nx);
         float *dout = k->gpu->ops->act_alloc(k->gpu, nx);
         m.router_x = cases[c].own ? drx : NULL;
-        float *got = moe_in_prefill(k, &m, dx, n, dim, dout);
-        float *some = moe_in_prefill(k, &m, dx, part, dim, dout);
-        int inv = memcmp(some, got, (size_t)part * (size_t)dim * 4) == 0;
-        char what[96];
-        snprintf(what, sizeof what, "%-5s %d experts top %d%s, prefill step n=%d (tensor cores)",
-                 tname(cases[c].t), ne, cases[c].nu, cases[c].own ? " own router x" : "", n);
+        float *got = moe_in_step(k, &m, dx, n, dim, prefill, dout);
+        int inv = 1;
+        for (int t0 = 0; t0 + part <= n && inv; t0 += prefill ? n : 5) {
+            if (cases[c].own)
+                m.router_x = drx + (size_t)t0 * dim;
+            float *some = moe_in_step(k, &m, dx + (size_t)t0 * dim, part, dim, prefill, dout);
+            inv = memcmp(some, got + (size_t)t0 * dim, (size_t)part * (size_t)dim * 4) == 0;
+            free(some);
+        }
+        char what[112];
+        snprintf(what, sizeof what, "%-5s %d experts top %d%s, %s step n=%d (tensor cores)",
+                 tname(cases[c].t), ne, cases[c].nu, cases[c].own ? " own router x" : "",
+                 prefill ? "prefill" : "decode", n);
         kc_report(k, "ffn_moe", what, kc_rel_err(got, ref, nx), BOUND_MOE_BF16, inv, -1, 0);
         free(got);
-        free(some);
         free(x);
         free(rx);
         free(ref);

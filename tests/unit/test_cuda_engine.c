@@ -22,6 +22,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "backend/backend.h"
 #include "core/check.h"
 #include "core/rng.h"
@@ -641,6 +643,22 @@ static void test_cuda_graphs(void)
     }
 }
 
+/* tiny-qwen3-moe with experts 64 wide in BF16: shapes the decode GEMM's
+ * kernel takes (the fixtures' 32 are too narrow), so the routed experts of
+ * a several-row engine run on the tensor cores (cuda_moe.c, moe_gemm).
+ * Writes the config to path; 0 or -1. */
+static int wide_moe_config(const char *path)
+{
+    json_error_t je;
+    json_t *c = json_load_file("tests/fixtures/configs/tiny-qwen3-moe.json", 0, &je);
+    if (!c)
+        return -1;
+    json_object_set_new(c, "moe_intermediate_size", json_integer(64));
+    int rc = json_dump_file(c, path, 0);
+    json_decref(c);
+    return rc;
+}
+
 static void test_cuda_batch_vs_alone(void)
 {
     if (skip_without_gpu())
@@ -673,6 +691,21 @@ static void test_cuda_batch_vs_alone(void)
         }
         rm_rf(dir);
     }
+    char cfg[1024], dir[1024];
+    tmp_path(cfg, sizeof cfg, "tiny-qwen3-moe-wide.json");
+    tmp_path(dir, sizeof dir, "tiny-qwen3-moe-wide");
+    memra_err err = {{0}};
+    convert_opts co = {.outtype = DT_BF16, .n_threads = 2};
+    checkpoint hf;
+    if (wide_moe_config(cfg) != 0 || convert_random(cfg, 3, dir, &co, &err) != 0 ||
+        checkpoint_open(dir, &hf, &err) != 0) {
+        CHECK_MSG(0, "tiny-qwen3-moe, experts 64 wide: %s", err.msg);
+    } else {
+        batch_vs_alone(&hf, BK_CUDA, "tiny-qwen3-moe, experts 64 wide, BF16 (tensor cores)");
+        checkpoint_close(&hf);
+    }
+    rm_rf(dir);
+    unlink(cfg);
 }
 
 /* max |a - b| and the largest |a| over n values; whether b is finite. */

@@ -147,12 +147,15 @@ static int moe_tiled(cuda_backend *cb, const cuda_moe_table *t, const bk_moe *m,
     return 0;
 }
 
-/* From this many pairs a prompt chunk's experts run on the tensor cores
- * (moe_gemm): x rounded to bf16, as the prefill GEMM of the dense
- * projections does, and off with it (tune.gemm, MEMRA_CUDA_GEMM=0; a
- * prompt chunk's rounding may depend on the step: backend.h,
- * bk_step.prefill). Decode steps keep the f32 paths above, whose bits do
- * not depend on the batch. */
+/* The experts on the tensor cores (moe_gemm, x rounded to bf16):
+ *   - a prompt chunk's from this many pairs, as the prefill GEMM of the
+ *     dense projections, and off with it (tune.gemm, MEMRA_CUDA_GEMM=0; a
+ *     prompt chunk's rounding may depend on the step: backend.h,
+ *     bk_step.prefill);
+ *   - every decode step's when the engine chose the decode GEMM for its
+ *     life (tune.dgemm: plan_decode, several rows a step), whatever the
+ *     step's pairs, so a row's bytes never depend on its batch; else the
+ *     f32 paths above (one row an engine: the mat-vec is faster there). */
 enum { MOE_GEMM_PAIRS = 64 };
 
 /* The experts' GLU over the pairs sorted by expert, a chunk of up to
@@ -161,19 +164,19 @@ enum { MOE_GEMM_PAIRS = 64 };
  * back to each pair's own row of y. 1: the shapes or formats do not fit
  * the kernel (nothing launched); -1: a failure (recorded). */
 static int moe_gemm(cuda_backend *cb, const cuda_moe_table *t, const bk_moe *m,
-                    const int32_t *ids, const float *x, int pairs, float *hb, float *y)
+                    const int32_t *ids, const float *x, int pairs, int tile, float *hb, float *y)
 {
     int ne = m->n_experts, nu = m->n_used;
     int64_t dim = t->gate_m.cols, ffn = t->gate_m.rows;
-    int max_chunks = (pairs + CU_DG_GROUP_ROWS - 1) / CU_DG_GROUP_ROWS + (pairs < ne ? pairs : ne);
+    int max_chunks = (pairs + tile - 1) / tile + (pairs < ne ? pairs : ne);
     cu_dg_grouped gu = {
         .w = t->gate, .w2 = t->up, .shape = t->gate_m,
         .mode = m->act == BK_ACT_GELU_TANH ? CU_MV_GLU_GELU : CU_MV_GLU_SILU,
-        .pairs = pairs, .max_chunks = max_chunks, .out = hb,
+        .pairs = pairs, .max_chunks = max_chunks, .tile = tile, .out = hb,
     };
     cu_dg_grouped dn = {
         .w = t->down, .shape = t->down_m, .mode = CU_MV_STORE, .x = hb, .pairs = pairs,
-        .max_chunks = max_chunks, .out = y,
+        .max_chunks = max_chunks, .tile = tile, .out = y,
     };
     if (t->up_m.fmt != t->gate_m.fmt || t->up_m.stride != t->gate_m.stride ||
         !cu_dg_grouped_ok(&gu) || !cu_dg_grouped_ok(&dn))
@@ -192,8 +195,7 @@ static int moe_gemm(cuda_backend *cb, const cuda_moe_table *t, const bk_moe *m,
     gu.chunks = dn.chunks = chunks;
     gu.n_chunks = dn.n_chunks = n_chunks;
     dn.order = order;
-    if (CU_OK(cb, launch_moe_plan(ids, pairs, ne, CU_DG_GROUP_ROWS, order, chunks, n_chunks,
-                                  cb->stream)) ||
+    if (CU_OK(cb, launch_moe_plan(ids, pairs, ne, tile, order, chunks, n_chunks, cb->stream)) ||
         CU_OK(cb, launch_moe_gather(x, order, pairs, nu, dim, xg, cb->stream)) ||
         CU_OK(cb, launch_decode_gemm_grouped(&gu, xbf, cb->stream)) ||
         CU_OK(cb, launch_decode_gemm_grouped(&dn, xbf, cb->stream)))
@@ -242,9 +244,18 @@ void cuda_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *
                                 cb->stream)) ||
         CU_OK(cb, launch_moe_route(probs, n, ne, nu, m->norm_topk, escale, ids, w, cb->stream)))
         return;
-    int gemm = 1;
-    if (cb->tune.gemm && cb->step.active && cb->step.prefill && pairs >= MOE_GEMM_PAIRS &&
-        (gemm = moe_gemm(cb, t, m, ids, x, (int)pairs, hb, y)) < 0)
+    /* the chunk size (the kernel's size, which changes no row's bytes): a
+     * prompt chunk's pairs fill chunks of 64; a decode step's spread over
+     * the experts, a few an expert */
+    int gemm = 1, tile = CU_DG_GROUP_ROWS;
+    int cores = 0;
+    if (cb->step.active && cb->step.prefill) {
+        cores = cb->tune.gemm && pairs >= MOE_GEMM_PAIRS;
+    } else if (cb->step.active) {
+        cores = cb->tune.dgemm > 0;
+        tile = pairs <= 2 ? 2 : pairs <= 8 ? 8 : 16;
+    }
+    if (cores && (gemm = moe_gemm(cb, t, m, ids, x, (int)pairs, tile, hb, y)) < 0)
         return;
     if (gemm == 0) {
         /* done on the tensor cores */
