@@ -866,6 +866,22 @@ template <int F> cudaError_t dg_launch_fmt(const DGArgs &a, dim3 grid, int most,
     return dg_launch_size<F, 8, DG_TOK, DG_TS_BIG>(a, grid, stream);
 }
 
+// The launch for weights of format fmt (dg_format_ok's).
+cudaError_t dg_launch_any(int fmt, const DGArgs &a, dim3 grid, int most, cudaStream_t stream)
+{
+    switch (fmt) {
+    case CW_BF16: return dg_launch_fmt<CW_BF16>(a, grid, most, stream);
+    case CW_Q8_0: return dg_launch_fmt<CW_Q8_0>(a, grid, most, stream);
+    case CW_Q4_0: return dg_launch_fmt<CW_Q4_0>(a, grid, most, stream);
+    case CW_Q4_K: return dg_launch_fmt<CW_Q4_K>(a, grid, most, stream);
+    case CW_Q5_K: return dg_launch_fmt<CW_Q5_K>(a, grid, most, stream);
+    case CW_Q6_K: return dg_launch_fmt<CW_Q6_K>(a, grid, most, stream);
+    case CW_NVFP4: return dg_launch_fmt<CW_NVFP4>(a, grid, most, stream);
+    case CW_MXFP8: return dg_launch_fmt<CW_MXFP8>(a, grid, most, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
 // The formats the kernel reads: BF16, and those decoded through QStage
 // (every quant format the CUDA backend stores). Not F32, nor F16, whose
 // weights would lose three bits to bf16 (the mat-vec keeps them f32).
@@ -977,24 +993,14 @@ extern "C" cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm,
             return rc;
     }
     // 8-token mma columns: the largest group's (the rest are zero).
-    const int most = j->n < DG_TOK ? j->n : DG_TOK;
-    switch (j->w[0]->fmt) {
-    case CW_BF16: return dg_launch_fmt<CW_BF16>(a, grid, most, stream);
-    case CW_Q8_0: return dg_launch_fmt<CW_Q8_0>(a, grid, most, stream);
-    case CW_Q4_0: return dg_launch_fmt<CW_Q4_0>(a, grid, most, stream);
-    case CW_Q4_K: return dg_launch_fmt<CW_Q4_K>(a, grid, most, stream);
-    case CW_Q5_K: return dg_launch_fmt<CW_Q5_K>(a, grid, most, stream);
-    case CW_Q6_K: return dg_launch_fmt<CW_Q6_K>(a, grid, most, stream);
-    case CW_NVFP4: return dg_launch_fmt<CW_NVFP4>(a, grid, most, stream);
-    case CW_MXFP8: return dg_launch_fmt<CW_MXFP8>(a, grid, most, stream);
-    default: return cudaErrorInvalidValue;
-    }
+    return dg_launch_any(j->w[0]->fmt, a, grid, j->n < DG_TOK ? j->n : DG_TOK, stream);
 }
 
 extern "C" int cu_dg_grouped_ok(const cu_dg_grouped *g)
 {
     const cu_matrix *m = &g->shape;
-    return g->pairs > 0 && g->max_chunks > 0 && g->max_chunks <= 65535 && dg_format_ok(m->fmt) &&
+    return g->pairs > 0 && g->max_chunks > 0 && g->max_chunks <= 65535 && g->tile > 0 &&
+           g->tile <= CU_DG_GROUP_ROWS && dg_format_ok(m->fmt) &&
            m->cols >= DG_KC && m->cols % DG_KC == 0 && m->cols / DG_KC <= INT32_MAX &&
            m->stride % 16 == 0 && m->rows > 0 && (g->mode == CU_MV_STORE || g->w2);
 }
@@ -1014,7 +1020,6 @@ extern "C" cudaError_t launch_decode_gemm_grouped(const cu_dg_grouped *g, void *
     a.mode = g->mode;
     a.cols = g->shape.cols;
     a.x = g->x;
-    a.xb = static_cast<const __nv_bfloat16 *>(xbf);
     a.n = g->pairs;
     a.n_seg = 1;
     a.seg[0] = DGSeg{nullptr, nullptr, g->shape.stride, g->shape.scale_off, g->shape.rows,
@@ -1024,24 +1029,20 @@ extern "C" cudaError_t launch_decode_gemm_grouped(const cu_dg_grouped *g, void *
     a.order = g->order;
     a.wtab = g->w;
     a.wtab2 = g->w2;
-    // x rounded to bf16 once for every chunk's block
-    const size_t n8 = (size_t)g->pairs * (size_t)a.cols / 8;
-    const size_t nb = (n8 + 255) / 256;
-    launch_pdl(dg_round_x_kernel, dim3((unsigned)(nb < 1024 ? nb : 1024)), dim3(256), 0, stream,
-               g->x, static_cast<__nv_bfloat16 *>(xbf), n8);
-    cudaError_t rc = cudaGetLastError();
-    if (rc != cudaSuccess)
-        return rc;
-    const dim3 grid(a.tiles, (unsigned)g->max_chunks);
-    switch (g->shape.fmt) {
-    case CW_BF16: return dg_launch_fmt<CW_BF16>(a, grid, DG_TOK, stream);
-    case CW_Q8_0: return dg_launch_fmt<CW_Q8_0>(a, grid, DG_TOK, stream);
-    case CW_Q4_0: return dg_launch_fmt<CW_Q4_0>(a, grid, DG_TOK, stream);
-    case CW_Q4_K: return dg_launch_fmt<CW_Q4_K>(a, grid, DG_TOK, stream);
-    case CW_Q5_K: return dg_launch_fmt<CW_Q5_K>(a, grid, DG_TOK, stream);
-    case CW_Q6_K: return dg_launch_fmt<CW_Q6_K>(a, grid, DG_TOK, stream);
-    case CW_NVFP4: return dg_launch_fmt<CW_NVFP4>(a, grid, DG_TOK, stream);
-    case CW_MXFP8: return dg_launch_fmt<CW_MXFP8>(a, grid, DG_TOK, stream);
-    default: return cudaErrorInvalidValue;
+    // x rounded to bf16 once for every chunk's block where the kernel's
+    // size reads a copy (the quant formats from DG_QXB_MIN rows; BF16
+    // reads one at any size): the same bytes as the blocks' own rounding
+    const int most = g->tile;
+    const bool copy = g->shape.fmt == CW_BF16 || most >= DG_QXB_MIN;
+    a.xb = copy ? static_cast<const __nv_bfloat16 *>(xbf) : nullptr;
+    if (copy) {
+        const size_t n8 = (size_t)g->pairs * (size_t)a.cols / 8;
+        const size_t nb = (n8 + 255) / 256;
+        launch_pdl(dg_round_x_kernel, dim3((unsigned)(nb < 1024 ? nb : 1024)), dim3(256), 0,
+                   stream, g->x, static_cast<__nv_bfloat16 *>(xbf), n8);
+        cudaError_t rc = cudaGetLastError();
+        if (rc != cudaSuccess)
+            return rc;
     }
+    return dg_launch_any(g->shape.fmt, a, dim3(a.tiles, (unsigned)g->max_chunks), most, stream);
 }
