@@ -74,14 +74,14 @@ cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm, float *par
                                unsigned *counters, void *xbf, cudaStream_t stream);
 
 /* The same kernel over an MoE layer's (token, choice) pairs sorted by
- * expert (launch_moe_plan with tile CU_DG_GROUP_ROWS): chunk k of
- * chunks[3k..3k+2] = (expert, first, count <= CU_DG_GROUP_ROWS) takes rows
+ * expert (launch_moe_plan with tile `tile`): chunk k of
+ * chunks[3k..3k+2] = (expert, first, count <= tile) takes rows
  * [first, first + count) of x through expert e's matrix w[e] (GLU modes:
  * w[e] and w2[e], act(gate) * up written), into row order[j] of out for
  * x's row j (order NULL: row j). Each block one chunk and one row tile,
  * the whole width in one split: a row's result depends on its own x
  * alone, as in launch_decode_gemm. */
-enum { CU_DG_GROUP_ROWS = 64 };
+enum { CU_DG_GROUP_ROWS = 64 }; /* the most rows a chunk may have */
 typedef struct {
     const void *const *w, *const *w2; /* device arrays of each expert's data; w2 GLU only */
     cu_matrix shape;      /* format, rows, cols, stride, scale_off of every expert's matrix */
@@ -90,12 +90,15 @@ typedef struct {
     int pairs;
     const int32_t *chunks, *n_chunks; /* device: launch_moe_plan's */
     int max_chunks;       /* the grid's chunks (blocks past *n_chunks return) */
+    int tile;             /* the most rows of a chunk, <= CU_DG_GROUP_ROWS: the kernel's
+                           * size (which changes no row's bytes) */
     const int32_t *order; /* device [pairs] or NULL */
     float *out;           /* [pairs][rows] */
 } cu_dg_grouped;
 /* Whether the kernel takes these matrices (formats, widths, modes). */
 int cu_dg_grouped_ok(const cu_dg_grouped *g);
-/* xbf: pairs x cols x 2 bytes (16-byte aligned) of scratch for x's bf16 copy. */
+/* xbf: pairs x cols x 2 bytes (16-byte aligned) of scratch for x's bf16
+ * copy (used where the kernel's size reads one). */
 cudaError_t launch_decode_gemm_grouped(const cu_dg_grouped *g, void *xbf, cudaStream_t stream);
 
 #ifdef __cplusplus
