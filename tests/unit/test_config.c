@@ -68,7 +68,9 @@ static const char *config_diff(const model_config *a, const model_config *b)
     D(rope_scaling.beta_slow) D(rope_scaling.attn_factor) I(n_experts) I(n_experts_used)
     I(moe_ffn_dim) I(norm_topk_prob) D(rope_local_theta) I(sliding_window)
     I(sliding_window_pattern) D(query_pre_attn_scalar) D(attn_softcap) D(final_softcap)
-    I(bos_id) I(eos_id)
+    I(bos_id) I(eos_id) I(head_dim_full) I(n_kv_heads_full) I(attn_k_eq_v) I(n_kv_shared)
+    I(ple_dim) I(ple_vocab) I(double_wide_ffn) I(rope_full_angles) I(last_layer_full)
+    I(moe_with_dense)
 #undef I
 #undef D
     if (strcmp(a->hf_architecture, b->hf_architecture) != 0)
@@ -227,13 +229,23 @@ static void tmp_path(char *buf, size_t cap, const char *name)
     snprintf(buf, cap, "%s/%s", test_tmp_dir(), name);
 }
 
-/* config -> GGUF metadata on disk -> config */
+/* config -> GGUF metadata on disk (and the generated rope_freqs.weight
+ * where the family writes it: gemma4's proportional RoPE lives there) ->
+ * config */
 static int via_gguf(const model_config *c, model_config *back, memra_err *err)
 {
     char path[512];
     tmp_path(path, sizeof path, "config-roundtrip.gguf");
     gguf_writer *w = gguf_writer_new();
     config_to_gguf(c, w);
+    float freqs[4096];
+    int64_t nf = (c->head_dim_full > 0 ? c->head_dim_full : c->head_dim) / 2;
+    if (nf <= 4096 && family_rope_freqs(c, freqs) &&
+        gguf_writer_add_tensor(w, "rope_freqs.weight", DT_F32, 1, &nf, freqs,
+                               (uint64_t)nf * 4, err) != 0) {
+        gguf_writer_free(w);
+        return -1;
+    }
     int rc = gguf_writer_write(w, path, err);
     gguf_writer_free(w);
     if (rc != 0)
@@ -424,6 +436,69 @@ static void test_bad_configs(void)
 }
 
 /* Configs transformers v5 writes (rope_parameters, layer_types) read the same. */
+/* tiny-gemma4.json with the keys of `edits` replaced must fail with
+ * `want` in the message. */
+static void expect_gemma4_error(const char *edits, const char *want)
+{
+    memra_err err;
+    model_config c;
+    json_t *j = json_load_path(FIXTURES "tiny-gemma4.json", 1 << 20, &err);
+    json_t *e = json_parse_buf(edits, strlen(edits), "edits.json", &err);
+    CHECK_MSG(j && e, "%s", err.msg);
+    if (!j || !e) {
+        json_decref(j);
+        json_decref(e);
+        return;
+    }
+    json_object_update(j, e);
+    int rc = config_from_hf(j, "bad.json", &c, &err);
+    CHECK_MSG(rc == -1, "accepted: %s", edits);
+    CHECK_MSG(rc == 0 || strstr(err.msg, want), "message \"%s\" lacks \"%s\"", err.msg, want);
+    json_decref(j);
+    json_decref(e);
+}
+
+static void test_gemma4_configs(void)
+{
+    model_config c;
+    CHECK(load_fixture("gemma-4-E2B-it.json", &c) == 0);
+    CHECK(c.family == FAMILY_GEMMA4 && c.dim == 1536 && c.n_layers == 35 && c.n_kv_heads == 1);
+    CHECK(c.head_dim == 256 && c.head_dim_full == 512 && c.n_kv_heads_full == 0);
+    CHECK(!c.attn_k_eq_v && c.n_kv_shared == 20 && c.double_wide_ffn && c.ple_dim == 256);
+    CHECK(c.sliding_window_pattern == 5 && c.rope_full_angles == 64 && c.final_softcap == 30);
+    /* the shared layers read the last earlier layer of their kind */
+    CHECK(config_layer_kv_source(&c, 15) == 13 && config_layer_kv_source(&c, 19) == 14);
+    CHECK(config_layer_kv_source(&c, 14) == 14 && config_layer_ffn_dim(&c, 15) == 2 * 6144);
+    CHECK(config_layer_full(&c, 34) && config_layer_head_dim(&c, 34) == 512);
+    int64_t kv_layers, kv_dim;
+    config_kv_layout(&c, &kv_layers, &kv_dim);
+    CHECK(kv_layers == 15 && kv_dim == 512);
+    CHECK(load_fixture("gemma-4-31B-it.json", &c) == 0);
+    CHECK(c.attn_k_eq_v && c.n_kv_heads == 16 && c.n_kv_heads_full == 4 && c.ple_dim == 0);
+    CHECK(config_layer_kv_heads(&c, 5) == 4 && config_layer_kv_heads(&c, 4) == 16);
+    CHECK(load_fixture("gemma-4-26B-A4B-it.json", &c) == 0);
+    CHECK(c.moe_with_dense && c.n_experts == 128 && c.n_experts_used == 8 && c.moe_ffn_dim == 704);
+    CHECK(c.norm_topk_prob && c.ffn_dim == 2112);
+
+    expect_gemma4_error("{\"rope_parameters\": {\"sliding_attention\": {\"rope_type\": \"yarn\"}}}",
+                        "rope_type \"yarn\" is not supported");
+    expect_gemma4_error("{\"num_kv_shared_layers\": 6}",
+                        "num_kv_shared_layers 6 must be below the 6 layers");
+    expect_gemma4_error("{\"vocab_size_per_layer_input\": 100}",
+                        "vocab_size_per_layer_input 100 is below vocab_size 256");
+    expect_gemma4_error("{\"layer_types\": [\"sliding_attention\", \"sliding_attention\", "
+                        "\"sliding_attention\", \"sliding_attention\", \"full_attention\", "
+                        "\"full_attention\"]}",
+                        "layer 4 shares K/V, but no earlier layer of its kind (full_attention)");
+    expect_gemma4_error("{\"enable_moe_block\": true, \"num_experts\": 8, \"top_k_experts\": 9, "
+                        "\"moe_intermediate_size\": 32}",
+                        "top_k_experts 9 is more than num_experts 8");
+    expect_gemma4_error("{\"enable_moe_block\": true, \"top_k_experts\": 2}",
+                        "missing required key \"num_experts\"");
+    expect_gemma4_error("{\"num_global_key_value_heads\": 3}",
+                        "num_global_key_value_heads 3 does not divide num_attention_heads 4");
+}
+
 static void test_v5_keys(void)
 {
     memra_err err;
@@ -696,6 +771,6 @@ TEST_MAIN(TEST_CASE(test_family_names), TEST_CASE(test_family_registry),
           TEST_CASE(test_qwen_fixtures), TEST_CASE(test_gemma_fixtures),
           TEST_CASE(test_round_trip_gguf), TEST_CASE(test_round_trip_gguf_explicit),
           TEST_CASE(test_gguf_tensor_inference), TEST_CASE(test_round_trip_hf),
-          TEST_CASE(test_bad_configs), TEST_CASE(test_v5_keys), TEST_CASE(test_stories_gguf),
+          TEST_CASE(test_bad_configs), TEST_CASE(test_gemma4_configs), TEST_CASE(test_v5_keys), TEST_CASE(test_stories_gguf),
           TEST_CASE(test_llama3_from_rope_freqs), TEST_CASE(test_llama3_factors_values),
           TEST_CASE(test_gguf_errors), TEST_CASE(test_gguf_keys_written))
