@@ -275,6 +275,23 @@ static void print_table(const checkpoint *c, json_t *j, const census_opts *o)
            ", rope theta %g, norm eps %g, tied %s\n",
            m->n_vocab, m->dim, m->n_layers, m->n_heads, m->n_kv_heads, m->head_dim, m->ffn_dim,
            m->n_ctx_train, m->rope_theta, m->norm_eps, m->tie_embeddings ? "yes" : "no");
+    if (m->family == FAMILY_GEMMA4) {
+        int64_t full = 0;
+        for (int64_t l = 0; l < m->n_layers; l++)
+            full += config_layer_full(m, l);
+        printf("layers: %" PRId64 " full (head_dim %" PRId64 ", kv %" PRId64 "%s, %" PRId64
+               " of %" PRId64 " rope pairs turn), %" PRId64 " sliding (window %" PRId64 ")",
+               full, config_layer_head_dim(m, m->n_layers - 1),
+               config_layer_kv_heads(m, m->n_layers - 1), m->attn_k_eq_v ? ", V = K" : "",
+               m->rope_full_angles, config_layer_head_dim(m, m->n_layers - 1) / 2,
+               m->n_layers - full, m->sliding_window);
+        if (m->n_kv_shared > 0)
+            printf("; the last %" PRId64 " share K/V%s", m->n_kv_shared,
+                   m->double_wide_ffn ? " (ffn doubled)" : "");
+        if (m->ple_dim > 0)
+            printf("; per-layer embeddings of %" PRId64, m->ple_dim);
+        printf("\n");
+    }
     if (m->n_experts > 0) {
         printf("experts: %" PRId64 ", %" PRId64 " used per token, expert ffn %" PRId64, m->n_experts,
                m->n_experts_used, m->moe_ffn_dim);

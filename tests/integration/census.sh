@@ -46,6 +46,8 @@ check "gemma4: KV of the 4 layers keeping their own, rows of the widest layer" \
   bash -c "memra-census '$T/g4.gguf' --json | jq -e '.n_bound == .n_tensors and .memory.attention_layers == 6 and .memory.kv_layers == 4 and .memory.kv_bytes_per_token_bf16 == 512 and .config.head_dim_full == 32 and .config.n_kv_heads_full == 1 and .config.attn_k_eq_v and .config.ple_dim == 8 and .config.rope_full_angles == 4'"
 check "gemma4: the table says how many layers keep K/V" \
   bash -c "memra-census '$T/g4.gguf' --no-tensors | grep -q '6 of 6 layers attend, 4 keep K/V'"
+check "gemma4: the layers line (kinds, head sizes, V = K, proportional RoPE, sharing, PLE)" \
+  bash -c "memra-census '$T/g4.gguf' --no-tensors | grep -qx 'layers: 2 full (head_dim 32, kv 1, V = K, 4 of 16 rope pairs turn), 4 sliding (window 4); the last 2 share K/V (ffn doubled); per-layer embeddings of 8'"
 mkdir -p "$T/more" "$T/fewer" "$T/wide"
 cp "$T/tiny"/* "$T/more/"; cp "$T/tiny"/* "$T/fewer/"; cp "$T/tiny"/* "$T/wide/"
 jq '.num_hidden_layers += 1' "$T/tiny/config.json" >"$T/more/config.json"
