@@ -24,7 +24,7 @@ void spec_params_default(spec_params *p)
     p->k = 3;
     p->n_predict = 256;
     p->sampling = sampler_params_default();
-    p->sampling.penalty_last_n = 0;
+    p->penalize_prompt = 1;
 }
 
 void spec_result_free(spec_result *r)
@@ -56,25 +56,12 @@ int spec_check_vocab(const tokenizer *target, const tokenizer *draft, const char
     return 0;
 }
 
-/* The penalties read the history of accepted tokens, which a rejected
- * draft would have to take back out of the sampler: not supported. */
-int spec_sampling_check(const sampler_params *s, memra_err *err)
-{
-    if (s->penalty_last_n != 0 &&
-        (s->repetition_penalty != 1.0 || s->presence_penalty != 0.0 ||
-         s->frequency_penalty != 0.0))
-        return memra_fail(err, "speculative decoding does not support the repetition, presence "
-                          "and frequency penalties (they depend on the history a rejected "
-                          "draft takes back)");
-    return 0;
-}
-
 static int check_params(const spec_params *p, memra_err *err)
 {
     if (p->k < 1 || p->k > SPEC_K_MAX)
         return memra_fail(err, "speculative decoding: K = %d draft tokens per round is outside "
                           "1..%d", p->k, SPEC_K_MAX);
-    return spec_sampling_check(&p->sampling, err);
+    return 0;
 }
 
 /* The model's distribution of one row of logits (modified in place). */
@@ -159,17 +146,25 @@ int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const in
             engine_seq_truncate(seq, pos); /* as before the round */
             return -1;
         }
+        int32_t emitted;
+        int last = 1;
         if (i == draft.n) {
-            out->tokens[out->n++] = spec_draw(&dist, rng); /* every draft accepted: a bonus */
-            break;
-        }
-        if (spec_verify_token(&dist, &draft.q[i], draft.tokens[i], rng, scratch, &tok)) {
-            out->tokens[out->n++] = draft.tokens[i];
+            emitted = spec_draw(&dist, rng); /* every draft accepted: a bonus */
+        } else if (spec_verify_token(&dist, &draft.q[i], draft.tokens[i], rng, scratch, &tok)) {
+            emitted = draft.tokens[i];
             a++;
-            continue;
+            last = 0;
+        } else {
+            emitted = tok;
         }
-        out->tokens[out->n++] = tok;
-        break;
+        out->tokens[out->n++] = emitted;
+        /* the penalties of the next row count it, as plain decoding's do */
+        if (sampler_accept(s, emitted, err) != 0) {
+            engine_seq_truncate(seq, pos);
+            return -1;
+        }
+        if (last)
+            break;
     }
     /* Keep the newest token's row and the accepted drafts' rows: a
      * recurrent state goes back to the checkpoint and runs those rows again
@@ -224,8 +219,14 @@ int spec_generate(engine *e, const tokenizer *t, spec_drafter *d, const int32_t 
         rc = engine_forward(e, seq, prompt, (int)n_prompt, logits, 0, err);
     if (rc == 0)
         rc = d->begin(d, prompt, (int64_t)n_prompt, &p->sampling, err);
-    if (rc == 0 && (rc = row_dist(s, logits, &dist, err)) == 0)
-        emit(&r, spec_draw(&dist, &rng));
+    for (size_t i = 0; rc == 0 && p->penalize_prompt && i < n_prompt; i++)
+        rc = sampler_accept(s, prompt[i], err);
+    int32_t first = -1;
+    if (rc == 0 && (rc = row_dist(s, logits, &dist, err)) == 0) {
+        first = spec_draw(&dist, &rng);
+        emit(&r, first);
+        rc = sampler_accept(s, first, err);
+    }
     out->prefill_ms = now_ms() - t0;
 
     double t1 = now_ms();

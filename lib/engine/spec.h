@@ -166,7 +166,8 @@ int spec_drafter_ngram_new(int min_n, int max_n, spec_drafter **out, memra_err *
 typedef struct {
     int k;                    /* draft tokens per round, 1..SPEC_K_MAX */
     int n_predict;            /* tokens to generate at most; < 0: until a stop or the context ends */
-    sampler_params sampling;  /* penalties must be off */
+    sampler_params sampling;
+    int penalize_prompt;      /* prompt tokens count for the penalties (gen_params') */
     int ignore_eos;
 } spec_params;
 
@@ -185,9 +186,6 @@ typedef struct {
 
 void spec_params_default(spec_params *p);
 
-/* Whether sampling with s can be verified exactly: 0, or -1 naming what
- * cannot (the penalties). */
-int spec_sampling_check(const sampler_params *s, memra_err *err);
 /* Whether e can verify drafts: its sequences cut back to any position
  * (engine_rewindable), or it keeps checkpoints of their recurrent state
  * (engine_opts.snapshots); fails naming the family otherwise. */
@@ -209,7 +207,10 @@ typedef struct {
  * request's stream, logits scratch of (SPEC_K_MAX + 1) x n_vocab floats;
  * with raw (as large), each verified row's logits as the model gave them,
  * before the sampler's bias and penalties (the tokens' log-probabilities:
- * emitted token i's row is raw + i * n_vocab).
+ * emitted token i's row is raw + i * n_vocab). Each emitted token joins
+ * s's penalty history (sampler_accept) as it is emitted, before the next
+ * row's distribution is formed, as plain decoding adds it; the caller adds
+ * none of them again (rejected drafts never join).
  * Afterwards the KV holds ctx[0, n) and the accepted drafts, and the last
  * emitted token is the newest, not run. spec_generate is this in a loop;
  * the server runs it one round per tick. */

@@ -37,6 +37,7 @@ typedef struct {
     int host_pending;
     serve_spec_slot *spec; /* the request speculates when few slots decode; NULL: never */
     int spec_pending;      /* a round is due this tick (host_in its newest token) */
+    int spec_ahead;        /* tokens the round added to smp's history (slot_sample skips them) */
     engine_seq *seq;
     sampler *smp;
     detok *dt;
@@ -143,6 +144,7 @@ static void slot_release(serve_model *m, serve_slot *s)
     s->host_pending = 0;
     s->spec = NULL;
     s->spec_pending = 0;
+    s->spec_ahead = 0;
     pthread_mutex_lock(&m->mu);
     m->n_running--;
     pthread_mutex_unlock(&m->mu);
@@ -504,6 +506,17 @@ static int64_t slot_pos(const serve_slot *s)
 
 /* Take the token the engine sampled for a slot; returns 1 when the request goes
  * on (its token is in *next), 0 when it ended here. */
+/* The token joins the slot sampler's penalty history, unless the
+ * speculation round that emitted it added it already (spec_round). */
+static int slot_history_add(serve_slot *s, int32_t id, memra_err *err)
+{
+    if (s->spec_ahead > 0) {
+        s->spec_ahead--;
+        return 0;
+    }
+    return sampler_accept(s->smp, id, err);
+}
+
 static int slot_sample(serve_model *m, serve_slot *s, double now, int32_t *next)
 {
     memra_err err;
@@ -550,7 +563,7 @@ static int slot_sample(serve_model *m, serve_slot *s, double now, int32_t *next)
             fin = SERVE_FINISH_STOP;
             s->stop_hit = stop_index + 1;
         }
-        else if (sampler_accept(s->smp, id, &err) != 0) {
+        else if (slot_history_add(s, id, &err) != 0) {
             serve_req_emit(r, s->choice, s->piece.data, s->piece.len, s->n_generated, lp,
                            s->lp_bytes.data);
             slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
@@ -823,6 +836,7 @@ static void slot_spec_round(serve_model *m, serve_slot *s)
     m->spec_drafted += (uint64_t)rr.drafted;
     m->spec_accepted += (uint64_t)rr.accepted;
     pthread_mutex_unlock(&m->mu);
+    s->spec_ahead = rr.n;
     double now = serve_now();
     int32_t id;
     for (int32_t i = 0; i + 1 < rr.n; i++) {

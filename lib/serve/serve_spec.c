@@ -59,9 +59,7 @@ const char *serve_spec_describe(const serve_spec *sp) { return sp->describe; }
 
 int serve_spec_eligible(const serve_req *r)
 {
-    memra_err err;
-    return !r->work && !r->grammar && !r->lazy_grammar &&
-           spec_sampling_check(&r->sampling, &err) == 0;
+    return !r->work && !r->grammar && !r->lazy_grammar;
 }
 
 /* The draft model: same vocabulary (spec_check_vocab), its own engine of

@@ -51,11 +51,11 @@ int serve_spec_max_batch(const serve_spec *sp);
 /* "draft PATH", "draft PATH, trim RANKS" or "ngram": for the startup line. */
 const char *serve_spec_describe(const serve_spec *sp);
 
-/* Whether request r can be speculated exactly. Not: log-probabilities
- * (a round's rows would each need theirs), a grammar or a lazy one (its
- * mask changes with every accepted token), penalties
- * (spec_sampling_check). Those decode plainly. Each of several choices
- * speculates on its own slot. */
+/* Whether request r can be speculated exactly. Not: work (embeddings), a
+ * grammar or a lazy one (its mask changes with every accepted token).
+ * Those decode plainly. Penalties speculate: spec_round adds each emitted
+ * token to the slot sampler's history before the next verify row.
+ * Each of several choices speculates on its own slot. */
 int serve_spec_eligible(const serve_req *r);
 
 /* Slot i starts choice `choice` of request r (eligible): its state, whose

@@ -155,6 +155,21 @@ URL=$DRAFTED post /v1/completions "$SLPS" | jq -cS '.choices' >"$T/slp-a.json"
 URL=$DRAFTED post /v1/completions "$SLPS" | jq -cS '.choices' >"$T/slp-b.json"
 check "a seeded sampled logprobs request with speculation repeats, its log-probabilities with it" bash -c "
   jq -e '.[0].logprobs.token_logprobs | length == 30' '$T/slp-a.json' >/dev/null && cmp '$T/slp-a.json' '$T/slp-b.json'"
+# Penalties speculate: each emitted token joins the request's history
+# before the next verify row, so a greedy request with presence and
+# frequency penalties gives plain decoding's bytes with either drafter.
+PEN='{"model":"chat","prompt":"Once upon a time","max_tokens":40,"temperature":0,"presence_penalty":0.6,"frequency_penalty":0.6}'
+NOPEN='{"model":"chat","prompt":"Once upon a time","max_tokens":40,"temperature":0}'
+dr0=$(metric "$DRAFTED" memra_spec_drafted_tokens_total)
+URL=$PLAIN post /v1/completions "$PEN" | jq -cS '{choices, usage}' >"$T/pen-plain.json"
+URL=$DRAFTED post /v1/completions "$PEN" | jq -cS '{choices, usage}' >"$T/pen-draft.json"
+URL=$NGRAM post /v1/completions "$PEN" | jq -cS '{choices, usage}' >"$T/pen-ngram.json"
+URL=$PLAIN post /v1/completions "$NOPEN" | jq -c '.choices[0].text' >"$T/nopen.json"
+dr1=$(metric "$DRAFTED" memra_spec_drafted_tokens_total)
+check "reference: the penalties change the greedy text" bash -c "[ \"\$(jq -c '.choices[0].text' '$T/pen-plain.json')\" != \"\$(cat '$T/nopen.json')\" ]"
+check "a greedy request with penalties gives plain decoding's bytes with speculation (2 drafters)" \
+  bash -c "cmp '$T/pen-plain.json' '$T/pen-draft.json' && cmp '$T/pen-plain.json' '$T/pen-ngram.json'"
+check "a request with penalties is speculated (drafts counted for it)" test "${dr1:-0}" -gt "${dr0:-0}"
 SLP='{"model":"chat","prompt":"Once upon a time","max_tokens":24,"temperature":0,"logprobs":2,"stream":true}'
 check "a streamed logprobs request with speculation: plain decoding's log-probabilities" bash -c "
   [ \"\$(URL=$PLAIN post /v1/completions '$SLP' | sed -n 's/^data: //p' | grep -v DONE | jq -c '.choices[0].logprobs')\" = \"\$(URL=$DRAFTED post /v1/completions '$SLP' | sed -n 's/^data: //p' | grep -v DONE | jq -c '.choices[0].logprobs')\" ]"

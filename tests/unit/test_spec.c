@@ -439,14 +439,87 @@ static void test_sampled_reproducible(void)
     CHECK(first_divergence(a.tokens, a.n_tokens, c.tokens, c.n_tokens) >= 0);
     CHECK_MSG(a.accepted > 0, "nothing accepted at temperature 0.8");
     spec_result_free(&c);
-    /* penalties are refused, by name */
-    sp.sampling.repetition_penalty = 1.1;
-    sp.sampling.penalty_last_n = 64;
-    CHECK(spec_generate(e_t, tok_t, d, prompt, n_prompt, &sp, &c, &err) == -1 &&
-          strstr(err.msg, "penalties"));
     spec_result_free(&a);
     spec_result_free(&b);
     spec_drafter_free(d);
+    free(prompt);
+}
+
+/* Penalties speculate exactly: each emitted token joins the history before
+ * the next verify row, so greedy decoding with repetition, presence and
+ * frequency penalties (the prompt counted, as memra-gen counts it; and
+ * not) gives plain greedy's tokens with the penalties, for the draft model
+ * and the n-gram drafter, at K = 1, 4, 8; and the penalties change the
+ * tokens (the test would not see a history left out). */
+static void test_greedy_penalties_exact(void)
+{
+    if (!pair())
+        return;
+    size_t n_prompt;
+    int32_t *prompt = encode(prompt_text, &n_prompt);
+    spec_drafter *dm, *ng;
+    memra_err err = {{0}};
+    if (spec_drafter_model_new(e_d, (int32_t)tok_vocab_size(tok_t), NULL, &dm, &err) != 0 ||
+        spec_drafter_ngram_new(1, 3, &ng, &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        free(prompt);
+        return;
+    }
+    gen_result unpenalized;
+    plain_greedy(prompt, n_prompt, N_GEN, &unpenalized);
+    for (int with_prompt = 0; with_prompt < 2; with_prompt++) {
+        gen_params gp;
+        gen_params_default(&gp);
+        gp.n_predict = N_GEN;
+        gp.sampling.temperature = 0;
+        gp.sampling.repetition_penalty = 1.3;
+        gp.sampling.presence_penalty = 0.4;
+        gp.sampling.frequency_penalty = 0.3;
+        gp.sampling.penalty_last_n = 64;
+        gp.penalize_prompt = with_prompt;
+        gp.ignore_eos = 1;
+        gen_result plain;
+        if (generate(e_t, tok_t, prompt, n_prompt, &gp, NULL, NULL, &plain, &err) != 0) {
+            CHECK_MSG(0, "%s", err.msg);
+            continue;
+        }
+        CHECK_MSG(first_divergence(plain.tokens, plain.n_tokens, unpenalized.tokens,
+                                   unpenalized.n_tokens) >= 0,
+                  "the penalties changed nothing: the test cannot tell");
+        spec_drafter *ds[2] = {dm, ng};
+        static const int ks[3] = {1, 4, 8};
+        for (int di = 0; di < 2; di++)
+            for (int ki = 0; ki < 3; ki++) {
+                spec_params sp;
+                spec_params_default(&sp);
+                sp.k = ks[ki];
+                sp.n_predict = N_GEN;
+                sp.sampling = gp.sampling;
+                sp.penalize_prompt = with_prompt;
+                sp.ignore_eos = 1;
+                spec_result r;
+                if (spec_generate(e_t, tok_t, ds[di], prompt, n_prompt, &sp, &r, &err) != 0) {
+                    CHECK_MSG(0, "%s", err.msg);
+                    continue;
+                }
+                long div = first_divergence(plain.tokens, plain.n_tokens, r.tokens, r.n_tokens);
+                CHECK_MSG(div < 0, "%s K=%d, prompt %s: first divergence at token %ld",
+                          di ? "n-gram" : "draft model", ks[ki],
+                          with_prompt ? "penalized" : "not penalized", div);
+                /* the draft model's drafts are verified, some accepted (a
+                 * history of accepted drafts); the n-gram drafter finds
+                 * little to propose in text the penalties keep from
+                 * repeating */
+                CHECK_MSG(r.rounds > 0 && (di || r.accepted > 0), "%s K=%d: %llu accepted",
+                          di ? "n-gram" : "draft model", ks[ki],
+                          (unsigned long long)r.accepted);
+                spec_result_free(&r);
+            }
+        gen_result_free(&plain);
+    }
+    gen_result_free(&unpenalized);
+    spec_drafter_free(dm);
+    spec_drafter_free(ng);
     free(prompt);
 }
 
@@ -568,5 +641,6 @@ TEST_MAIN(TEST_CASE(test_ranks_from_counts), TEST_CASE(test_ranks_file_bytes),
           TEST_CASE(test_ngram_proposals), TEST_CASE(test_sampled_distribution),
           TEST_CASE(test_kv_rollback), TEST_CASE(test_greedy_draft_model_exact),
           TEST_CASE(test_greedy_trimmed_exact), TEST_CASE(test_greedy_ngram_exact),
-          TEST_CASE(test_sampled_reproducible), TEST_CASE(test_vocab_mismatch),
+          TEST_CASE(test_sampled_reproducible), TEST_CASE(test_greedy_penalties_exact),
+          TEST_CASE(test_vocab_mismatch),
           TEST_CLEANUP(free_pair))
