@@ -115,7 +115,8 @@ int spec_target_check(const engine *e, memra_err *err)
 
 int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const int32_t *ctx,
                int64_t n, int k, spec_rng *rng, spec_scratch *scratch, float *logits,
-               float *raw, spec_round_result *out, memra_err *err)
+               float *raw, const spec_constraint *con, spec_round_result *out,
+               memra_err *err)
 {
     size_t vocab = (size_t)engine_config(e)->n_vocab;
     int64_t pos = engine_seq_pos(seq);
@@ -142,7 +143,8 @@ int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const in
     for (int32_t i = 0; i <= draft.n; i++) {
         if (raw)
             memcpy(raw + (size_t)i * vocab, logits + (size_t)i * vocab, vocab * sizeof *raw);
-        if (row_dist(s, logits + (size_t)i * vocab, &dist, err) != 0) {
+        if ((con && con->mask(con->ctx, s, err) != 0) ||
+            row_dist(s, logits + (size_t)i * vocab, &dist, err) != 0) {
             engine_seq_truncate(seq, pos); /* as before the round */
             return -1;
         }
@@ -158,8 +160,10 @@ int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const in
             emitted = tok;
         }
         out->tokens[out->n++] = emitted;
-        /* the penalties of the next row count it, as plain decoding's do */
-        if (sampler_accept(s, emitted, err) != 0) {
+        /* the penalties of the next row count it, as plain decoding's do,
+         * and the constraint takes it */
+        if (sampler_accept(s, emitted, err) != 0 ||
+            (con && con->accept(con->ctx, emitted, err) != 0)) {
             engine_seq_truncate(seq, pos);
             return -1;
         }
@@ -248,7 +252,7 @@ int spec_generate(engine *e, const tokenizer *t, spec_drafter *d, const int32_t 
             k = n_ctx - pos - 1;
         spec_round_result rr;
         if ((rc = spec_round(e, seq, s, d, r.ctx, r.n, (int)k, &rng, &scratch, logits, NULL,
-                             &rr, err)) != 0)
+                             NULL, &rr, err)) != 0)
             break;
         out->rounds++;
         out->drafted += (uint64_t)rr.drafted;

@@ -191,6 +191,16 @@ void spec_params_default(spec_params *p);
  * (engine_opts.snapshots); fails naming the family otherwise. */
 int spec_target_check(const engine *e, memra_err *err);
 
+/* A constraint on the emitted tokens (a grammar), for spec_round: mask
+ * sets s's allowed-token mask (sampler_set_mask) for the next token from
+ * the constraint's state; accept advances the state by an emitted token.
+ * Each returns 0, or -1 with err set (mask: nothing can continue). */
+typedef struct {
+    void *ctx;
+    int (*mask)(void *ctx, sampler *s, memra_err *err);
+    int (*accept)(void *ctx, int32_t id, memra_err *err);
+} spec_constraint;
+
 /* What one round emitted: the accepted drafts, then the model's own token
  * (the replacement of the first rejected draft, or the bonus). */
 typedef struct {
@@ -210,13 +220,18 @@ typedef struct {
  * emitted token i's row is raw + i * n_vocab). Each emitted token joins
  * s's penalty history (sampler_accept) as it is emitted, before the next
  * row's distribution is formed, as plain decoding adds it; the caller adds
- * none of them again (rejected drafts never join).
+ * none of them again (rejected drafts never join). With con, each row's
+ * distribution is formed under the constraint's mask as it stands after
+ * the tokens emitted before it, and each emitted token advances it (a
+ * draft the constraint does not allow has probability 0: it is rejected);
+ * the caller does not advance it again.
  * Afterwards the KV holds ctx[0, n) and the accepted drafts, and the last
  * emitted token is the newest, not run. spec_generate is this in a loop;
  * the server runs it one round per tick. */
 int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const int32_t *ctx,
                int64_t n, int k, spec_rng *rng, spec_scratch *scratch, float *logits,
-               float *raw, spec_round_result *out, memra_err *err);
+               float *raw, const spec_constraint *con, spec_round_result *out,
+               memra_err *err);
 
 /* Generate from prompt with drafter d, stopping as generate() does (an
  * end-of-generation id of t unless ignore_eos, n_predict, the context's

@@ -822,13 +822,40 @@ static void work_step(serve_model *m, serve_req *r)
  * a stop string) among them ends the slot there, and the tokens after it
  * go with its KV; max_tokens and the context are never passed
  * (serve_spec_round cuts K). */
+typedef struct {
+    serve_model *m;
+    serve_slot *s;
+} slot_con;
+
+static int slot_con_mask(void *ctx, sampler *smp, memra_err *err)
+{
+    slot_con *c = ctx;
+    (void)smp; /* the slot's own */
+    if (slot_grammar_mask(c->m, c->s) != 0) {
+        *err = c->s->next_err;
+        return -1;
+    }
+    return 0;
+}
+
+static int slot_con_accept(void *ctx, int32_t id, memra_err *err)
+{
+    slot_con *c = ctx;
+    return gram_accept_token(c->s->gst, c->m->gvocab, id, err);
+}
+
 static void slot_spec_round(serve_model *m, serve_slot *s)
 {
     memra_err err;
     spec_round_result rr;
     int64_t left = (int64_t)s->req->max_tokens - (int64_t)s->n_generated;
     int lp = s->req->logprobs;
-    if (serve_spec_round(s->spec, s->seq, s->smp, left, lp, &rr, &err) != 0) {
+    /* a grammar's mask for each verify row, its state advanced by each
+     * emitted token (the token path below does not advance it again) */
+    slot_con sc = {m, s};
+    spec_constraint con = {&sc, slot_con_mask, slot_con_accept};
+    if (serve_spec_round(s->spec, s->seq, s->smp, left, lp, s->gst ? &con : NULL, &rr,
+                         &err) != 0) {
         slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
         return;
     }

@@ -59,7 +59,7 @@ const char *serve_spec_describe(const serve_spec *sp) { return sp->describe; }
 
 int serve_spec_eligible(const serve_req *r)
 {
-    return !r->work && !r->grammar && !r->lazy_grammar;
+    return !r->work && !r->lazy_grammar;
 }
 
 /* The draft model: same vocabulary (spec_check_vocab), its own engine of
@@ -204,7 +204,8 @@ void serve_spec_slot_push(serve_spec_slot *ss, int32_t id)
 }
 
 int serve_spec_round(serve_spec_slot *ss, engine_seq *seq, sampler *smp, int64_t left,
-                     int want_raw, spec_round_result *out, memra_err *err)
+                     int want_raw, const spec_constraint *con, spec_round_result *out,
+                     memra_err *err)
 {
     serve_spec *sp = ss->owner;
     if (want_raw && !sp->raw)
@@ -229,7 +230,7 @@ int serve_spec_round(serve_spec_slot *ss, engine_seq *seq, sampler *smp, int64_t
         ss->begun = 1;
     }
     return spec_round(sp->target, seq, smp, ss->d, ss->ctx, ss->n, (int)k, &ss->rng,
-                      &sp->scratch, sp->logits, want_raw ? sp->raw : NULL, out, err);
+                      &sp->scratch, sp->logits, want_raw ? sp->raw : NULL, con, out, err);
 }
 
 const float *serve_spec_raw_row(const serve_spec_slot *ss, int i)

@@ -52,10 +52,11 @@ int serve_spec_max_batch(const serve_spec *sp);
 const char *serve_spec_describe(const serve_spec *sp);
 
 /* Whether request r can be speculated exactly. Not: work (embeddings), a
- * grammar or a lazy one (its mask changes with every accepted token).
- * Those decode plainly. Penalties speculate: spec_round adds each emitted
- * token to the slot sampler's history before the next verify row.
- * Each of several choices speculates on its own slot. */
+ * lazy grammar (it starts at a trigger in the generated text). Those decode
+ * plainly. Penalties and a grammar speculate: spec_round adds each emitted
+ * token to the slot sampler's history and to the grammar's state before
+ * the next verify row (serve_spec_round's con). Each of several choices
+ * speculates on its own slot. */
 int serve_spec_eligible(const serve_req *r);
 
 /* Slot i starts choice `choice` of request r (eligible): its state, whose
@@ -74,7 +75,8 @@ void serve_spec_slot_push(serve_spec_slot *ss, int32_t id);
  * past max_tokens or the context. The emitted tokens are in out; the slot
  * emits them itself (and pushes each it keeps). */
 int serve_spec_round(serve_spec_slot *ss, engine_seq *seq, sampler *smp, int64_t left,
-                     int want_raw, spec_round_result *out, memra_err *err);
+                     int want_raw, const spec_constraint *con, spec_round_result *out,
+                     memra_err *err);
 /* The raw logits [n_vocab] of the last want_raw round's emitted token i. */
 const float *serve_spec_raw_row(const serve_spec_slot *ss, int i);
 

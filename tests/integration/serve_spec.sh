@@ -170,6 +170,24 @@ check "reference: the penalties change the greedy text" bash -c "[ \"\$(jq -c '.
 check "a greedy request with penalties gives plain decoding's bytes with speculation (2 drafters)" \
   bash -c "cmp '$T/pen-plain.json' '$T/pen-draft.json' && cmp '$T/pen-plain.json' '$T/pen-ngram.json'"
 check "a request with penalties is speculated (drafts counted for it)" test "${dr1:-0}" -gt "${dr0:-0}"
+# A grammar speculates: each verify row is formed under the grammar's mask
+# as it stands after the tokens emitted before it (a draft it does not allow
+# is rejected), so a greedy response_format request gives plain decoding's
+# bytes, blocking and streamed, with either drafter.
+RF='{"model":"chat","messages":[{"role":"user","content":"Give me a number and a word."}],"max_tokens":60,"temperature":0,"response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object","properties":{"pet":{"type":"string","enum":["cat","dog","bird"]},"age":{"type":"integer","minimum":0,"maximum":9}},"required":["pet","age"],"additionalProperties":false}}}}'
+dr0=$(metric "$NGRAM" memra_spec_drafted_tokens_total)
+URL=$PLAIN post /v1/chat/completions "$RF" | jq -cS '{choices, usage}' >"$T/rf-plain.json"
+URL=$DRAFTED post /v1/chat/completions "$RF" | jq -cS '{choices, usage}' >"$T/rf-draft.json"
+URL=$NGRAM post /v1/chat/completions "$RF" | jq -cS '{choices, usage}' >"$T/rf-ngram.json"
+RFS=$(jq -c '.stream = true' <<<"$RF")
+URL=$PLAIN post /v1/chat/completions "$RFS" | sed -n 's/^data: //p' | grep -v DONE | jq -r '.choices[0].delta.content // empty' | tr -d '\n' >"$T/rf-plain.txt"
+URL=$DRAFTED post /v1/chat/completions "$RFS" | sed -n 's/^data: //p' | grep -v DONE | jq -r '.choices[0].delta.content // empty' | tr -d '\n' >"$T/rf-draft.txt"
+dr1=$(metric "$NGRAM" memra_spec_drafted_tokens_total)
+check "reference: the response_format reply parses and validates" \
+  jq -e '.choices[0].finish_reason == "stop" and (.choices[0].message.content | fromjson | (keys == ["age","pet"]) and (.age >= 0 and .age <= 9) and (.pet | IN("cat","dog","bird")))' "$T/rf-plain.json"
+check "a greedy response_format request gives plain decoding's bytes with speculation (2 drafters, and streamed)" \
+  bash -c "cmp '$T/rf-plain.json' '$T/rf-draft.json' && cmp '$T/rf-plain.json' '$T/rf-ngram.json' && [ -s '$T/rf-plain.txt' ] && cmp '$T/rf-plain.txt' '$T/rf-draft.txt'"
+check "a response_format request is speculated (drafts counted for it)" test "${dr1:-0}" -gt "${dr0:-0}"
 SLP='{"model":"chat","prompt":"Once upon a time","max_tokens":24,"temperature":0,"logprobs":2,"stream":true}'
 check "a streamed logprobs request with speculation: plain decoding's log-probabilities" bash -c "
   [ \"\$(URL=$PLAIN post /v1/completions '$SLP' | sed -n 's/^data: //p' | grep -v DONE | jq -c '.choices[0].logprobs')\" = \"\$(URL=$DRAFTED post /v1/completions '$SLP' | sed -n 's/^data: //p' | grep -v DONE | jq -c '.choices[0].logprobs')\" ]"
