@@ -132,7 +132,7 @@ static void kernels_vs_reference(cpu_isa isa)
     const cpu_kernels *k = level_or_skip(isa);
     if (!k)
         return;
-    int checked = 0;
+    int checked = 0, checked_rows = 0;
     for (size_t ti = 0; ti < MEMRA_ARRAY_LEN(fast_types); ti++) {
         dtype t = fast_types[ti];
         int bs = dtype_get(t)->block_size;
@@ -191,6 +191,26 @@ static void kernels_vs_reference(cpu_isa isa)
                                   dtype_get(t)->name, (long long)n, r, tk, one, many[tk]);
                     }
                 }
+                /* The rows kernel (a block of nr rows from each row
+                 * start): each (row, token) the one-token bits. */
+                if (kt->rows) {
+                    enum { MAXR = 4 };
+                    CHECK(kt->nr >= 2 && kt->nr <= MAXR && kt->nr <= rows);
+                    for (int r0 = 0; r0 + kt->nr <= rows; r0++) {
+                        float blk[MAXR * MAXT];
+                        kt->rows(w.data + (size_t)r0 * w.row_bytes, w.row_bytes, xrs, n, blk);
+                        for (int i = 0; i < kt->nr; i++)
+                            for (int tk = 0; tk < kt->nt; tk++) {
+                                const uint8_t *row = w.data + (size_t)(r0 + i) * w.row_bytes;
+                                float one = fn(row, &xrs[tk], n);
+                                CHECK_MSG(memcmp(&one, &blk[i * kt->nt + tk], sizeof one) == 0,
+                                          "%s %s n=%lld rows %d+%d token %d: one %.9g, rows %.9g",
+                                          k->name, dtype_get(t)->name, (long long)n, r0, i, tk,
+                                          one, blk[i * kt->nt + tk]);
+                                checked_rows++;
+                            }
+                    }
+                }
                 for (int tk = 0; tk < kt->nt; tk++) {
                     free_xq(&xbs[tk]);
                     free(xs[tk]);
@@ -205,6 +225,8 @@ static void kernels_vs_reference(cpu_isa isa)
         }
     }
     CHECK(checked > 100);
+    /* F32, F16 and BF16 have a rows kernel on the x86 levels. */
+    CHECK(k->isa == CPU_ISA_SCALAR || checked_rows > 100);
 }
 
 /* The kernels' inline NVFP4 scale is the dequantizer's, on every byte. */

@@ -36,10 +36,18 @@ typedef float (*cpu_dot_fn)(const uint8_t *w, const cpu_xrow *x, int64_t n);
  * own count: each out[t] the same bits as the one-token kernel's. */
 typedef void (*cpu_dotn_fn)(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out);
 
+/* Rows w, w + row_bytes, ... (the kernel's nr of them) against nt
+ * tokens' x into out[r * nt + t]: each (row, token) the same bits as the
+ * one-token kernel's. */
+typedef void (*cpu_rows_fn)(const uint8_t *w, size_t row_bytes, const cpu_xrow *x, int64_t n,
+                            float *out);
+
 typedef struct {
     cpu_dot_fn one;
     cpu_dotn_fn many; /* NULL: none (tokens one at a time) */
-    int nt;           /* tokens per call of many */
+    int nt;           /* tokens per call of many and rows */
+    cpu_rows_fn rows; /* NULL: none (rows one at a time) */
+    int nr;           /* rows per call of rows */
 } cpu_kernel;
 
 typedef struct {

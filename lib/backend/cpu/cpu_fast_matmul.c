@@ -22,6 +22,7 @@
 #define FM_MIN_ROWS 4
 #define FM_TILE 8 /* a multiple of every kernel's nt */
 #define FM_BLOCK_BYTES (256 * 1024)
+#define FM_MAX_NR 4 /* the most rows a kernel takes at once */
 /* Below this many multiply-adds, waking the workers costs more than the
  * product (a tiny model's decode step): run it on the calling thread. The
  * pool's wake-up is tens of microseconds on the 2-core VM; the kernels do
@@ -56,7 +57,7 @@ static void fm_task(void *ctx, int task, int thread)
     if (r1 > j->first[j->n_items])
         r1 = j->first[j->n_items];
     cpu_xrow xr[FM_TILE];
-    float s[FM_TILE];
+    float s[FM_TILE * FM_MAX_NR];
     for (int t0 = 0; t0 < j->n; t0 += FM_TILE) {
         int t1 = t0 + FM_TILE < j->n ? t0 + FM_TILE : j->n;
         for (int t = t0; t < t1; t++) {
@@ -66,24 +67,45 @@ static void fm_task(void *ctx, int task, int thread)
             r->d = j->xq ? j->xd + (size_t)t * j->nb : NULL;
             r->s = j->xq ? j->xs + (size_t)t * j->nb : NULL;
         }
-        int it = 0;
-        for (int64_t g = r0; g < r1; g++) {
+        int it = 0, nt = t1 - t0;
+        for (int64_t g = r0; g < r1;) {
             while (g >= j->first[it + 1])
                 it++;
             const cpu_mm_item *m = &j->items[it];
             const cpu_kernel *k = j->k[it];
             int64_t r = g - j->first[it], rows = m->w->rows;
             const uint8_t *wr = m->w->data + (size_t)r * m->w->row_bytes;
-            int nt = t1 - t0, t = 0;
-            /* Whole groups on the many-token kernel, the rest one by one:
-             * the same bits either way. */
-            if (k->many)
-                for (; t + k->nt <= nt; t += k->nt)
-                    k->many(wr, xr + t, j->cols, s + t);
-            for (; t < nt; t++)
-                s[t] = k->one(wr, xr + t, j->cols);
-            for (t = 0; t < nt; t++)
-                m->out[(size_t)(t0 + t) * rows + r] = m->bias ? s[t] + m->bias[r] : s[t];
+            /* A block of the kernel's rows for whole groups of its tokens
+             * when the task and the item hold them all, else a row at a
+             * time (a decode step: rows side by side stream from memory
+             * slower than one after the other); the same bits for every
+             * (row, token) either way. */
+            int nr = 1, t = 0;
+            if (k->rows && nt >= k->nt && g + k->nr <= r1 && r + k->nr <= rows) {
+                nr = k->nr;
+                for (; t + k->nt <= nt; t += k->nt) {
+                    float b[FM_MAX_NR * FM_TILE];
+                    k->rows(wr, m->w->row_bytes, xr + t, j->cols, b);
+                    for (int i = 0; i < nr; i++)
+                        for (int u = 0; u < k->nt; u++)
+                            s[i * FM_TILE + t + u] = b[i * k->nt + u];
+                }
+                for (int i = 0; i < nr; i++)
+                    for (int u = t; u < nt; u++)
+                        s[i * FM_TILE + u] = k->one(wr + (size_t)i * m->w->row_bytes, xr + u, j->cols);
+            } else {
+                if (k->many)
+                    for (; t + k->nt <= nt; t += k->nt)
+                        k->many(wr, xr + t, j->cols, s + t);
+                for (; t < nt; t++)
+                    s[t] = k->one(wr, xr + t, j->cols);
+            }
+            for (int i = 0; i < nr; i++)
+                for (t = 0; t < nt; t++) {
+                    float v = s[i * FM_TILE + t];
+                    m->out[(size_t)(t0 + t) * rows + r + i] = m->bias ? v + m->bias[r + i] : v;
+                }
+            g += nr;
         }
     }
 }
@@ -139,6 +161,7 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
         j.k[i] = cpu_kernel_for_type(c->fast, items[i].w->type);
         if (!j.k[i] || !j.k[i]->one)
             return -1;
+        MEMRA_ASSERT(!j.k[i]->rows || (j.k[i]->nr <= FM_MAX_NR && j.k[i]->nt <= FM_TILE));
         q8 |= cpu_type_reads_q8(items[i].w->type);
         first[i + 1] = first[i] + items[i].w->rows;
         if (items[i].w->row_bytes > max_row_bytes)
@@ -187,6 +210,7 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
         per = FM_BLOCK_BYTES / (int64_t)max_row_bytes;
     if (per < FM_MIN_ROWS)
         per = FM_MIN_ROWS;
+    per = (per + FM_MAX_NR - 1) / FM_MAX_NR * FM_MAX_NR; /* whole row blocks */
     j.rows_per_task = per;
     int n_tasks = (int)((total + per - 1) / per);
     if ((double)total * (double)j.cols * n < FM_INLINE_MACS) {
