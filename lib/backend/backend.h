@@ -33,6 +33,10 @@ typedef struct {
     size_t row_bytes;      /* bytes of one stored row */
     const uint8_t *data;   /* NULL: the weight is absent (an optional bias) */
     void *dev;             /* the backend's own copy, if it makes one */
+    /* The CPU fast path's copy in its panel layout (backend/cpu/cpu_panel.h),
+     * made by its weight_prepare, or NULL; rows of packed_row_bytes. */
+    const uint8_t *packed;
+    size_t packed_row_bytes;
 } bk_weight;
 
 static inline int bk_weight_present(const bk_weight *w) { return w && w->data; }

@@ -18,6 +18,7 @@
 #include "core/rng.h"
 #include "format/dequant.h"
 #include "numerics/half.h"
+#include "backend/cpu/cpu_panel.h"
 #include "test.h"
 #include "test_weight.h"
 
@@ -59,9 +60,9 @@ static void make_x(float *x, int64_t n)
 }
 
 typedef struct {
-    int8_t *q;
+    int8_t *q, *p;
     float *d;
-    int32_t *s;
+    int32_t *s, *lo;
 } xq_buf;
 
 static cpu_xrow make_xrow(const float *x, int64_t n, xq_buf *b)
@@ -70,18 +71,27 @@ static cpu_xrow make_xrow(const float *x, int64_t n, xq_buf *b)
     b->q = malloc((size_t)n + 32);
     b->d = malloc((size_t)nb * sizeof(float));
     b->s = malloc((size_t)nb * sizeof(int32_t));
-    cpu_xrow xr = {x, NULL, NULL, NULL};
+    b->p = malloc((size_t)n + 32);
+    b->lo = malloc((size_t)nb * sizeof(int32_t));
+    cpu_xrow xr = {x, NULL, NULL, NULL, NULL, NULL};
     if (n % 32 == 0) {
         cpu_quantize_x(x, n, b->q, b->d, b->s);
         xr.q = b->q;
         xr.d = b->d;
         xr.s = b->s;
     }
+    if (n % CPU_PANEL == 0) {
+        cpu_panel_x(b->q, n, b->p, b->lo);
+        xr.p = b->p;
+        xr.lo = b->lo;
+    }
     return xr;
 }
 
 static void free_xq(xq_buf *b)
 {
+    free(b->p);
+    free(b->lo);
     free(b->q);
     free(b->d);
     free(b->s);
@@ -276,6 +286,86 @@ static void test_int8_kernels_agree_avx2_avx512(void)
         }
 }
 
+/* The panel kernels (Q8_0, Q4_K, Q6_K rows repacked by cpu_panel.h):
+ * within the int8 formats' bound of the reference on the stored row, the
+ * many-token kernel each token's one-token bits, the same bits on avx2
+ * and avx512; x's panel order and half sums against a plain statement. */
+static void test_panel_kernels(void)
+{
+    const cpu_kernels *lv[2] = {level_or_skip(CPU_ISA_AVX2), NULL};
+    if (!lv[0])
+        return;
+    lv[1] = cpu_isa_best() >= CPU_ISA_AVX512 ? cpu_kernels_for(CPU_ISA_AVX512, NULL) : NULL;
+    static const dtype q[] = {DT_Q8_0, DT_Q4_K, DT_Q6_K};
+    static const int64_t widths[] = {512, 1536, 4096};
+    int checked = 0;
+    for (size_t ti = 0; ti < MEMRA_ARRAY_LEN(q); ti++)
+        for (size_t wi = 0; wi < MEMRA_ARRAY_LEN(widths); wi++) {
+            int64_t n = widths[wi];
+            const int rows = 5, nt = 4;
+            CHECK(cpu_panel_fits(q[ti], n) && !cpu_panel_fits(q[ti], n + 256));
+            bk_weight w;
+            make_weight(&w, q[ti], rows, n);
+            size_t prb = (size_t)(n / CPU_PANEL) * cpu_panel_bytes(q[ti]);
+            uint8_t *packed = malloc(prb);
+            float *x[4], *wd = malloc((size_t)n * sizeof *wd);
+            xq_buf xb[4];
+            cpu_xrow xr[4];
+            for (int t = 0; t < nt; t++) {
+                x[t] = malloc((size_t)n * sizeof(float));
+                make_x(x[t], n);
+                xr[t] = make_xrow(x[t], n, &xb[t]);
+                for (int64_t i = 0; i < n; i++) /* the panel order, plainly */
+                    CHECK(xr[t].p[(i / 512) * 512 + (i % 32 / 4) * 64 + (i % 512 / 32) * 4 + i % 4] ==
+                          xr[t].q[i]);
+                for (int64_t b = 0; b < n / 32; b++) {
+                    int32_t lo = 0;
+                    for (int j = 0; j < 16; j++)
+                        lo += xr[t].q[32 * b + j];
+                    CHECK(xr[t].lo[b] == lo);
+                }
+            }
+            for (int r = 0; r < rows; r++) {
+                const uint8_t *row = w.data + (size_t)r * w.row_bytes;
+                cpu_panel_pack_row(q[ti], row, n, packed);
+                CHECK(dequant_row(q[ti], row, wd, n, NULL) == 0);
+                float got[2][4];
+                for (int li = 0; li < 2; li++) {
+                    if (!lv[li])
+                        continue;
+                    const cpu_kernel *k = cpu_panel_kernel_for_type(lv[li], q[ti]);
+                    CHECK(k && k->many && k->nt == nt);
+                    k->many(packed, xr, n, got[li]);
+                    for (int t = 0; t < nt; t++) {
+                        float one = k->one(packed, &xr[t], n);
+                        CHECK_MSG(memcmp(&one, &got[li][t], sizeof one) == 0,
+                                  "%s %s n=%lld: one %.9g, many %.9g", lv[li]->name,
+                                  dtype_get(q[ti])->name, (long long)n, one, got[li][t]);
+                        float ref = cpu_dot(wd, x[t], n);
+                        double bound = fast_bound(q[ti], row, wd, x[t], &xr[t], n);
+                        CHECK_MSG(fabs((double)one - ref) <= bound,
+                                  "%s panel %s n=%lld row %d: %.9g, reference %.9g, bound %.3g",
+                                  lv[li]->name, dtype_get(q[ti])->name, (long long)n, r, one,
+                                  ref, bound);
+                        checked++;
+                    }
+                }
+                if (lv[1])
+                    CHECK_MSG(memcmp(got[0], got[1], sizeof got[0]) == 0,
+                              "panel %s n=%lld row %d: avx2 %.9g, avx512 %.9g",
+                              dtype_get(q[ti])->name, (long long)n, r, got[0][0], got[1][0]);
+            }
+            for (int t = 0; t < nt; t++) {
+                free_xq(&xb[t]);
+                free(x[t]);
+            }
+            free(wd);
+            free(packed);
+            free((void *)w.data);
+        }
+    CHECK(checked >= 180);
+}
+
 /* x's int8 blocks: each value within half a step, the sums, a zero block,
  * a NaN block. */
 static void test_quantize_x(void)
@@ -350,23 +440,33 @@ static void ref_arith_on(cpu_isa isa)
     if (!k)
         return;
     static const int64_t ns[] = {1, 7, 8, 64, 100, 128, 1031};
+    enum { NK = 7 }; /* a group of 4 and 3 left over */
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(ns); i++) {
         int64_t n = ns[i];
-        float *a = malloc((size_t)n * sizeof(float)), *b = malloc((size_t)n * sizeof(float));
-        float *o0 = malloc((size_t)n * sizeof(float)), *o1 = malloc((size_t)n * sizeof(float));
+        float *a = malloc((size_t)n * sizeof(float)), *o0 = malloc((size_t)n * sizeof(float)),
+              *o1 = malloc((size_t)n * sizeof(float));
+        float *v[NK], p[NK], dots[NK];
         make_x(a, n);
-        make_x(b, n);
-        memcpy(o0, b, (size_t)n * sizeof(float));
-        memcpy(o1, b, (size_t)n * sizeof(float));
-        float r0 = cpu_dot(a, b, n), r1 = k->dot_ref(a, b, n);
-        CHECK_MSG(memcmp(&r0, &r1, sizeof r0) == 0, "n=%lld: cpu_dot %.9g, %s %.9g", (long long)n,
-                  r0, k->name, r1);
-        for (int64_t j = 0; j < n; j++)
-            o0[j] += 0.37f * a[j];
-        k->axpy_ref(o1, 0.37f, a, n);
+        make_x(o0, n);
+        memcpy(o1, o0, (size_t)n * sizeof(float));
+        for (int j = 0; j < NK; j++) {
+            v[j] = malloc((size_t)n * sizeof(float));
+            make_x(v[j], n);
+            p[j] = 0.37f / (float)(j + 1);
+        }
+        k->dot_ref_n(a, (const float *const *)v, NK, n, dots);
+        for (int j = 0; j < NK; j++) {
+            float r0 = cpu_dot(a, v[j], n);
+            CHECK_MSG(memcmp(&r0, &dots[j], sizeof r0) == 0, "n=%lld key %d: cpu_dot %.9g, %s %.9g",
+                      (long long)n, j, r0, k->name, dots[j]);
+            for (int64_t e = 0; e < n; e++) /* one key after the other */
+                o0[e] += p[j] * v[j][e];
+        }
+        k->axpy_ref_n(o1, p, (const float *const *)v, NK, n);
         CHECK(memcmp(o0, o1, (size_t)n * sizeof(float)) == 0);
+        for (int j = 0; j < NK; j++)
+            free(v[j]);
         free(a);
-        free(b);
         free(o0);
         free(o1);
     }
@@ -582,6 +682,7 @@ int main(void)
         TEST_CASE(test_kernels_avx2),
         TEST_CASE(test_kernels_avx512),
         TEST_CASE(test_int8_kernels_agree_avx2_avx512),
+        TEST_CASE(test_panel_kernels),
         TEST_CASE(test_quantize_x),
         TEST_CASE(test_quantize_x_scalar),
         TEST_CASE(test_quantize_x_avx2),

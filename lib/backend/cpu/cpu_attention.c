@@ -12,6 +12,8 @@
 
 /* Below this much work the calling thread runs every task itself. */
 #define ATTN_INLINE_MACS 32768.0
+/* Keys the fast path's attention takes at once (cpu_kernels.dot_ref_n). */
+#define ATTN_GROUP 8
 
 /* ---- norms ---- */
 
@@ -164,25 +166,45 @@ static void attn_task(void *ctx, int task, int thread)
         lo = hi - a->window + 1;
     const float *q = j->q + ((size_t)i * a->n_heads + h) * hd;
     float *o = j->out + ((size_t)i * a->n_heads + h) * hd;
-    float *buf = j->c->scratch[thread], *sc = buf + hd;
-    /* The fast path's SIMD forms of the same arithmetic (the same bits). */
+    /* scratch: ATTN_GROUP rows a K/V row may be widened into, then the scores */
+    float *buf = j->c->scratch[thread], *sc = buf + (size_t)ATTN_GROUP * hd;
+    /* The fast path's SIMD forms of the same arithmetic (the same bits),
+     * ATTN_GROUP keys at a time. */
     const cpu_kernels *fk = j->c->fast;
 
     /* Positions are visited block by block: the offset of the first one
      * from the block table, the rest a row further each. */
     const size_t row = kc->row_bytes;
     const int64_t bs = kc->block_size;
+    const float *kv[ATTN_GROUP];
+    float pg[ATTN_GROUP], dots[ATTN_GROUP];
+    int ng = 0;
+    int64_t g0 = lo;
     float mx = -INFINITY;
     for (int64_t t = lo; t <= hi;) {
         int64_t end = (t / bs + 1) * bs - 1 < hi ? (t / bs + 1) * bs - 1 : hi;
         for (size_t off = kv_offset(kc, s, a->layer, t); t <= end; t++, off += row) {
-            const float *kp = kv_head(kc, kc->k, off, kvh, hd, buf);
-            float x = (fk ? fk->dot_ref(q, kp, hd) : cpu_dot(q, kp, hd)) * a->scale;
-            if (a->softcap > 0)
-                x = tanhf(x / a->softcap) * a->softcap;
-            sc[t - lo] = x;
-            if (x > mx)
-                mx = x;
+            const float *kp = kv_head(kc, kc->k, off, kvh, hd, buf + (size_t)ng * hd);
+            if (!fk) {
+                dots[0] = cpu_dot(q, kp, hd);
+                ng = 1;
+                g0 = t;
+            } else {
+                kv[ng++] = kp;
+                if (ng < ATTN_GROUP && t < hi)
+                    continue;
+                fk->dot_ref_n(q, kv, ng, hd, dots);
+            }
+            for (int u = 0; u < ng; u++) {
+                float x = dots[u] * a->scale;
+                if (a->softcap > 0)
+                    x = tanhf(x / a->softcap) * a->softcap;
+                sc[g0 + u - lo] = x;
+                if (x > mx)
+                    mx = x;
+            }
+            ng = 0;
+            g0 = t + 1;
         }
     }
     float sum = 0;
@@ -196,12 +218,17 @@ static void attn_task(void *ctx, int task, int thread)
         int64_t end = (t / bs + 1) * bs - 1 < hi ? (t / bs + 1) * bs - 1 : hi;
         for (size_t off = kv_offset(kc, s, a->layer, t); t <= end; t++, off += row) {
             float p = sc[t - lo] / sum;
-            const float *vp = kv_head(kc, kc->v, off, kvh, hd, buf);
-            if (fk) {
-                fk->axpy_ref(o, p, vp, hd);
-            } else {
+            const float *vp = kv_head(kc, kc->v, off, kvh, hd, buf + (size_t)ng * hd);
+            if (!fk) {
                 for (int d = 0; d < hd; d++)
                     o[d] += p * vp[d];
+                continue;
+            }
+            kv[ng] = vp;
+            pg[ng++] = p;
+            if (ng == ATTN_GROUP || t == hi) {
+                fk->axpy_ref_n(o, pg, kv, ng, hd);
+                ng = 0;
             }
         }
     }
@@ -226,7 +253,7 @@ void cpu_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const 
         if (span > longest)
             longest = span;
     }
-    cpu_scratch_reserve(c, (size_t)a->head_dim + (size_t)longest);
+    cpu_scratch_reserve(c, (size_t)ATTN_GROUP * a->head_dim + (size_t)longest);
     attn_job j = {c, a, rows, q, out};
     int n_tasks = rows->n * a->n_heads;
     if ((double)n_tasks * (double)longest * a->head_dim < ATTN_INLINE_MACS) {

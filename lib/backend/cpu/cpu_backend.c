@@ -2,6 +2,7 @@
  * elementwise ops. Weights stay in their stored format in the checkpoint's
  * map and are dequantized a row at a time as the format defines. */
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_panel.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -151,13 +152,62 @@ static void cpu_destroy(backend *b)
         free(c->vec[i]);
     cpu_moe_free(c);
     cpu_fast_free(c);
+    for (int i = 0; i < c->n_packed; i++)
+        free(c->packed[i]);
+    free(c->packed);
     free(c);
     free(b);
 }
 
+/* ---- the fast path's panel copies ---- */
+
+typedef struct {
+    const bk_weight *w;
+    uint8_t *dst;
+    int64_t rows_per_task;
+} pack_job;
+
+static void pack_task(void *ctx, int task, int thread)
+{
+    (void)thread;
+    const pack_job *j = ctx;
+    int64_t r0 = (int64_t)task * j->rows_per_task, r1 = r0 + j->rows_per_task;
+    if (r1 > j->w->rows)
+        r1 = j->w->rows;
+    for (int64_t r = r0; r < r1; r++)
+        cpu_panel_pack_row(j->w->type, j->w->data + (size_t)r * j->w->row_bytes, j->w->cols,
+                           j->dst + (size_t)r * j->w->packed_row_bytes);
+}
+
+/* The fast path repacks a matrix its level has panel kernels for into
+ * the panel layout (cpu_panel.h), once; the checkpoint's bytes stay
+ * where they are for everything else that reads them (embedding rows,
+ * the reference). */
+static void cpu_pack_weight(cpu_backend *c, bk_weight *w)
+{
+    if (!c->fast || w->packed || !w->data || w->rows < 1 ||
+        !cpu_panel_kernel_for_type(c->fast, w->type) || !cpu_panel_fits(w->type, w->cols))
+        return;
+    w->packed_row_bytes = (size_t)(w->cols / CPU_PANEL) * cpu_panel_bytes(w->type);
+    size_t bytes = (size_t)w->rows * w->packed_row_bytes;
+    uint8_t *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!dst)
+        memra_assert_fail("aligned_alloc", __FILE__, __LINE__);
+    pack_job j = {w, dst, 0};
+    int n_tasks = c->n_threads * 4;
+    j.rows_per_task = (w->rows + n_tasks - 1) / n_tasks;
+    n_tasks = (int)((w->rows + j.rows_per_task - 1) / j.rows_per_task);
+    pool_run(c->pool, n_tasks, pack_task, &j);
+    if (c->n_packed == c->packed_cap) {
+        c->packed_cap = c->packed_cap ? 2 * c->packed_cap : 64;
+        c->packed = xrealloc(c->packed, (size_t)c->packed_cap * sizeof *c->packed);
+    }
+    c->packed[c->n_packed++] = dst;
+    w->packed = dst;
+}
+
 static int cpu_weight_prepare(backend *b, bk_weight *w, memra_err *err)
 {
-    (void)b;
     const dtype_info *ti = dtype_get(w->type);
     if (!cpu_type_supported(w->type))
         return memra_fail(err, "tensor '%s': type %s is not supported by the CPU backend "
@@ -170,6 +220,7 @@ static int cpu_weight_prepare(backend *b, bk_weight *w, memra_err *err)
     if ((size_t)rb != w->row_bytes)
         return memra_fail(err, "tensor '%s': row of %lld bytes, expected %lld", w->name,
                           (long long)w->row_bytes, (long long)rb);
+    cpu_pack_weight(cpu_of(b), w);
     return 0;
 }
 

@@ -53,6 +53,13 @@ typedef struct {
      * kernels, grown as needed and kept. */
     float *xf;
     size_t xf_cap;
+    /* x of a call in the panel order, and its blocks' half sums, for the
+     * panel kernels; the panel copies of weights this backend made. */
+    int8_t *xp;
+    int32_t *xlo;
+    size_t xp_cap;
+    uint8_t **packed;
+    int n_packed, packed_cap;
 } cpu_backend;
 
 static inline cpu_backend *cpu_of(backend *b) { return (cpu_backend *)b->impl; }

@@ -28,6 +28,8 @@ typedef struct {
     const int8_t *q;  /* [n] int8, for the block formats */
     const float *d;   /* [n / 32] each block's scale: x ~ d * q */
     const int32_t *s; /* [n / 32] each block's sum of q */
+    const int8_t *p;  /* [n] q in the panel order (cpu_panel.h), for panel kernels */
+    const int32_t *lo; /* [n / 32] each block's sum of its first 16 q */
 } cpu_xrow;
 
 /* The dot product of weight row w (n values in its stored format) with x. */
@@ -54,12 +56,17 @@ typedef struct {
     cpu_isa isa;
     const char *name; /* "scalar", "avx2", "avx512" */
     cpu_kernel f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, nvfp4, mxfp8;
+    /* The panel forms (cpu_panel.h) of Q8_0, Q4_K and Q6_K rows, reading
+     * x's p, d, s and lo; one = NULL where the level has none. */
+    cpu_kernel q8_0_p, q4_k_p, q6_k_p;
     /* cpu_quantize_x on this level: the same bytes, faster. */
     void (*quantize_x)(const float *x, int64_t n, int8_t *q, float *d, int32_t *s);
-    /* The reference's cpu_dot and o[i] += p * v[i], bit for bit (no FMA):
-     * what the fast backend's attention runs on. */
-    float (*dot_ref)(const float *a, const float *b, int64_t n);
-    void (*axpy_ref)(float *o, float p, const float *v, int64_t n);
+    /* The reference's arithmetic, bit for bit (no FMA), for groups of
+     * keys: out[j] = cpu_dot(q, k[j], n) for j < nk, and o[i] += p[j] *
+     * v[j][i] for j = 0, 1, ... nv - 1 in turn: what the fast backend's
+     * attention runs on. */
+    void (*dot_ref_n)(const float *q, const float *const *k, int nk, int64_t n, float *out);
+    void (*axpy_ref_n)(float *o, const float *p, const float *const *v, int nv, int64_t n);
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_scalar;
@@ -82,6 +89,8 @@ const cpu_kernels *cpu_fast_kernels(void);
 /* k's kernel for weight type t, or NULL (no fast kernel: the reference
  * path computes those products). */
 const cpu_kernel *cpu_kernel_for_type(const cpu_kernels *k, dtype t);
+/* k's panel kernel for type t, or NULL. */
+const cpu_kernel *cpu_panel_kernel_for_type(const cpu_kernels *k, dtype t);
 /* Whether type t's kernel reads x as int8 blocks (else f32). */
 int cpu_type_reads_q8(dtype t);
 

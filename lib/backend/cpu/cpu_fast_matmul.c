@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_panel.h"
 #include "core/check.h"
 
 #define FM_TASKS_PER_THREAD 8
@@ -37,6 +38,8 @@ typedef struct {
     int n_items;
     const int64_t *first; /* [n_items + 1]: items' rows concatenated */
     const cpu_kernel *k[4];
+    const uint8_t *data[4]; /* each item's rows: its panel copy or its stored bytes */
+    size_t rbytes[4];
     int64_t rows_per_task;
     int64_t cols, nb;
     int n;
@@ -45,6 +48,8 @@ typedef struct {
     int8_t *xq; /* x quantized (NULL: no item reads int8 x) */
     float *xd;
     int32_t *xs;
+    int8_t *xp; /* xq in the panel order (NULL: no item is in panels) */
+    int32_t *xlo;
     void (*quantize_x)(const float *x, int64_t n, int8_t *q, float *d, int32_t *s);
 } fm_job;
 
@@ -66,6 +71,8 @@ static void fm_task(void *ctx, int task, int thread)
             r->q = j->xq ? j->xq + (size_t)t * j->cols : NULL;
             r->d = j->xq ? j->xd + (size_t)t * j->nb : NULL;
             r->s = j->xq ? j->xs + (size_t)t * j->nb : NULL;
+            r->p = j->xp ? j->xp + (size_t)t * j->cols : NULL;
+            r->lo = j->xp ? j->xlo + (size_t)t * j->nb : NULL;
         }
         int it = 0, nt = t1 - t0;
         for (int64_t g = r0; g < r1;) {
@@ -74,7 +81,7 @@ static void fm_task(void *ctx, int task, int thread)
             const cpu_mm_item *m = &j->items[it];
             const cpu_kernel *k = j->k[it];
             int64_t r = g - j->first[it], rows = m->w->rows;
-            const uint8_t *wr = m->w->data + (size_t)r * m->w->row_bytes;
+            const uint8_t *wr = j->data[it] + (size_t)r * j->rbytes[it];
             /* A block of the kernel's rows for whole groups of its tokens
              * when the task and the item hold them all, else a row at a
              * time (a decode step: rows side by side stream from memory
@@ -85,14 +92,14 @@ static void fm_task(void *ctx, int task, int thread)
                 nr = k->nr;
                 for (; t + k->nt <= nt; t += k->nt) {
                     float b[FM_MAX_NR * FM_TILE];
-                    k->rows(wr, m->w->row_bytes, xr + t, j->cols, b);
+                    k->rows(wr, j->rbytes[it], xr + t, j->cols, b);
                     for (int i = 0; i < nr; i++)
                         for (int u = 0; u < k->nt; u++)
                             s[i * FM_TILE + t + u] = b[i * k->nt + u];
                 }
                 for (int i = 0; i < nr; i++)
                     for (int u = t; u < nt; u++)
-                        s[i * FM_TILE + u] = k->one(wr + (size_t)i * m->w->row_bytes, xr + u, j->cols);
+                        s[i * FM_TILE + u] = k->one(wr + (size_t)i * j->rbytes[it], xr + u, j->cols);
             } else {
                 if (k->many)
                     for (; t + k->nt <= nt; t += k->nt)
@@ -117,6 +124,9 @@ static void fm_quant_task(void *ctx, int t, int thread)
     const fm_job *j = ctx;
     j->quantize_x(j->x + (size_t)t * j->xstride, j->cols, j->xq + (size_t)t * j->cols,
                   j->xd + (size_t)t * j->nb, j->xs + (size_t)t * j->nb);
+    if (j->xp)
+        cpu_panel_x(j->xq + (size_t)t * j->cols, j->cols, j->xp + (size_t)t * j->cols,
+                    j->xlo + (size_t)t * j->nb);
 }
 
 /* Cache-line aligned memory: a 512-bit load that straddles two lines
@@ -155,12 +165,17 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
     j.x = x;
     j.xstride = j.cols;
     int64_t first[5] = {0};
-    int q8 = 0;
+    int q8 = 0, panels = 0;
     size_t max_row_bytes = 0;
     for (int i = 0; i < n_items; i++) {
-        j.k[i] = cpu_kernel_for_type(c->fast, items[i].w->type);
+        const bk_weight *w = items[i].w;
+        const cpu_kernel *pk = w->packed ? cpu_panel_kernel_for_type(c->fast, w->type) : NULL;
+        j.k[i] = pk ? pk : cpu_kernel_for_type(c->fast, w->type);
         if (!j.k[i] || !j.k[i]->one)
             return -1;
+        j.data[i] = pk ? w->packed : w->data;
+        j.rbytes[i] = pk ? w->packed_row_bytes : w->row_bytes;
+        panels |= pk != NULL;
         MEMRA_ASSERT(!j.k[i]->rows || (j.k[i]->nr <= FM_MAX_NR && j.k[i]->nt <= FM_TILE));
         q8 |= cpu_type_reads_q8(items[i].w->type);
         first[i + 1] = first[i] + items[i].w->rows;
@@ -196,6 +211,18 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
         j.xq = c->xq;
         j.xd = c->xd;
         j.xs = c->xs;
+        if (panels) {
+            size_t need = (size_t)n * (size_t)j.cols;
+            if (need > c->xp_cap) {
+                free(c->xp);
+                free(c->xlo);
+                c->xp = cpu_aligned_alloc(need);
+                c->xlo = xmalloc((need / CPU_QBLOCK + 1) * sizeof *c->xlo);
+                c->xp_cap = need;
+            }
+            j.xp = c->xp;
+            j.xlo = c->xlo;
+        }
         j.quantize_x = c->fast->quantize_x;
         /* A token's bytes do not depend on who quantizes it: a prompt
          * chunk's tokens go to the pool, a decode step's stay here. */
@@ -228,4 +255,6 @@ void cpu_fast_free(cpu_backend *c)
     free(c->xq);
     free(c->xd);
     free(c->xs);
+    free(c->xp);
+    free(c->xlo);
 }

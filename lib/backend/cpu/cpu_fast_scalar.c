@@ -176,10 +176,17 @@ static float dot_mxfp8(const uint8_t *w, const cpu_xrow *x, int64_t n)
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-static void axpy_plain(float *o, float p, const float *v, int64_t n)
+static void dot_plain_n(const float *q, const float *const *k, int nk, int64_t n, float *out)
 {
-    for (int64_t i = 0; i < n; i++)
-        o[i] += p * v[i];
+    for (int j = 0; j < nk; j++)
+        out[j] = cpu_dot(q, k[j], n);
+}
+
+static void axpy_plain_n(float *o, const float *p, const float *const *v, int nv, int64_t n)
+{
+    for (int j = 0; j < nv; j++)
+        for (int64_t i = 0; i < n; i++)
+            o[i] += p[j] * v[j][i];
 }
 
 const cpu_kernels cpu_kernels_scalar = {
@@ -196,6 +203,6 @@ const cpu_kernels cpu_kernels_scalar = {
     .nvfp4 = {dot_nvfp4, NULL, 1},
     .mxfp8 = {dot_mxfp8, NULL, 1},
     .quantize_x = cpu_quantize_x,
-    .dot_ref = cpu_dot,
-    .axpy_ref = axpy_plain,
+    .dot_ref_n = dot_plain_n,
+    .axpy_ref_n = axpy_plain_n,
 };

@@ -642,6 +642,264 @@ Q_KERNELS(q5_k, K45_NT(w, x, n, out, NT, 1))
 Q_KERNELS(q6_k, Q6_NT(w, x, n, out, NT))
 Q_KERNELS(nvfp4, nvfp4_nt(w, x, n, out, NT))
 
+/* ---- panels (cpu_panel.h): each 32-block's products summed exactly in
+ * its own int32 lane over the panel's 8 steps, its scales applied once ----
+ * A panel's 16 lanes are one 512-bit register, or two 256-bit halves
+ * (lanes 0-7, 8-15) on AVX2, holding the very same values: the integer
+ * sums are exact either way, and the float steps are the same per lane,
+ * so both levels give the same bits. Per token and panel:
+ *   Q8_0: acc_l += float(S_l) * (d_l * dx_l)
+ *   Q4_K: acc_l += float(S_l) * ((d sc_l) * dx_l),
+ *         mins_l += (dmin m_l) * (dx_l * float(s_l)); result sum(acc) - sum(mins)
+ *   Q6_K: acc_l += float(sa_l * A_l + sb_l * B_l) * (d * dx_l), A and B the
+ *         sums of the block's first and last 16 products (q less 32)
+ * then the 16 lanes folded to 8 (low + high half) and summed by x86_hsum8. */
+#if CPU_X86_512
+typedef __m512i pbv; /* a step: 64 bytes */
+typedef __m512i piv; /* 16 int32 lanes */
+typedef __m512 pfv;  /* 16 f32 lanes */
+X86_INLINE pbv pb_load(const void *p) { return _mm512_loadu_si512(p); }
+X86_INLINE pbv pb_and(pbv a, uint8_t m) { return _mm512_and_si512(a, _mm512_set1_epi8((char)m)); }
+X86_INLINE pbv pb_srl(pbv a, int n) { return _mm512_srli_epi16(a, (unsigned)n); }
+X86_INLINE pbv pb_sll4(pbv a) { return _mm512_slli_epi16(a, 4); }
+X86_INLINE pbv pb_or(pbv a, pbv b) { return _mm512_or_si512(a, b); }
+X86_INLINE piv pi_zero(void) { return _mm512_setzero_si512(); }
+X86_INLINE piv pi_load(const int32_t *p) { return _mm512_loadu_si512(p); }
+X86_INLINE piv pi_i8(const uint8_t *p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)); }
+X86_INLINE piv pi_add(piv a, piv b) { return _mm512_add_epi32(a, b); }
+X86_INLINE piv pi_sub(piv a, piv b) { return _mm512_sub_epi32(a, b); }
+X86_INLINE piv pi_sll(piv a, int n) { return _mm512_slli_epi32(a, (unsigned)n); }
+X86_INLINE piv pi_mul(piv a, piv b) { return _mm512_mullo_epi32(a, b); }
+/* acc + per lane the sum of 4 products of u (unsigned bytes) and x (signed) */
+X86_INLINE piv pi_dot_u(piv acc, pbv u, const int8_t *x)
+{
+    return _mm512_dpbusd_epi32(acc, u, _mm512_loadu_si512(x));
+}
+/* Signed weight bytes, as w + 128 unsigned: the sum of (w + 128) x less
+ * 128 sum(x), exact. The 8 steps' offset form first (shared by tokens). */
+typedef struct { pbv u[8]; } pq8;
+X86_INLINE pq8 pq8_prep(const pbv *q)
+{
+    pq8 r;
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++)
+        r.u[s] = _mm512_xor_si512(q[s], _mm512_set1_epi8((char)0x80));
+    return r;
+}
+X86_INLINE piv pq8_dot(const pq8 *w, const pbv *q, const int8_t *x, const int32_t *xs)
+{
+    (void)q;
+    piv a0 = pi_zero(), a1 = pi_zero();
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s += 2) {
+        a0 = pi_dot_u(a0, w->u[s], x + 64 * s);
+        a1 = pi_dot_u(a1, w->u[s + 1], x + 64 * s + 64);
+    }
+    return pi_sub(pi_add(a0, a1), pi_sll(pi_load(xs), 7));
+}
+X86_INLINE pfv pf_zero(void) { return _mm512_setzero_ps(); }
+X86_INLINE pfv pf_load(const float *p) { return _mm512_loadu_ps(p); }
+X86_INLINE pfv pf_cvt(piv a) { return _mm512_cvtepi32_ps(a); }
+X86_INLINE pfv pf_mul(pfv a, pfv b) { return _mm512_mul_ps(a, b); }
+X86_INLINE pfv pf_fma(pfv a, pfv b, pfv c) { return _mm512_fmadd_ps(a, b, c); }
+X86_INLINE pfv pf_f16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+X86_INLINE pfv pf_u8(const uint8_t *p)
+{
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+X86_INLINE pfv pf_two(float a, float b) { return z_two(a, b); }
+X86_INLINE __m256 pf_fold(pfv a) { return z_fold(a); }
+#else
+typedef struct { __m256i a, b; } pbv;
+typedef struct { __m256i a, b; } piv;
+typedef struct { __m256 a, b; } pfv;
+X86_INLINE pbv pb_load(const void *p)
+{
+    return (pbv){x86_load32(p), x86_load32((const uint8_t *)p + 32)};
+}
+X86_INLINE pbv pb_and(pbv v, uint8_t m)
+{
+    __m256i k = _mm256_set1_epi8((char)m);
+    return (pbv){_mm256_and_si256(v.a, k), _mm256_and_si256(v.b, k)};
+}
+X86_INLINE pbv pb_srl(pbv v, int n)
+{
+    return (pbv){_mm256_srli_epi16(v.a, n), _mm256_srli_epi16(v.b, n)};
+}
+X86_INLINE pbv pb_sll4(pbv v) { return (pbv){_mm256_slli_epi16(v.a, 4), _mm256_slli_epi16(v.b, 4)}; }
+X86_INLINE pbv pb_or(pbv x, pbv y) { return (pbv){_mm256_or_si256(x.a, y.a), _mm256_or_si256(x.b, y.b)}; }
+X86_INLINE piv pi_zero(void) { return (piv){_mm256_setzero_si256(), _mm256_setzero_si256()}; }
+X86_INLINE piv pi_load(const int32_t *p) { return (piv){x86_load32(p), x86_load32(p + 8)}; }
+X86_INLINE piv pi_i8(const uint8_t *p)
+{
+    return (piv){_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)),
+                 _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8)))};
+}
+X86_INLINE piv pi_add(piv x, piv y) { return (piv){_mm256_add_epi32(x.a, y.a), _mm256_add_epi32(x.b, y.b)}; }
+X86_INLINE piv pi_sub(piv x, piv y) { return (piv){_mm256_sub_epi32(x.a, y.a), _mm256_sub_epi32(x.b, y.b)}; }
+X86_INLINE piv pi_sll(piv x, int n) { return (piv){_mm256_slli_epi32(x.a, n), _mm256_slli_epi32(x.b, n)}; }
+X86_INLINE piv pi_mul(piv x, piv y) { return (piv){_mm256_mullo_epi32(x.a, y.a), _mm256_mullo_epi32(x.b, y.b)}; }
+X86_INLINE piv pi_dot_u(piv acc, pbv u, const int8_t *x)
+{
+    return (piv){_mm256_add_epi32(acc.a, x86_dot_us8(u.a, x86_load32(x))),
+                 _mm256_add_epi32(acc.b, x86_dot_us8(u.b, x86_load32(x + 32)))};
+}
+/* Signed weight bytes: |w| times x with w's signs (exact: at most
+ * 2 x 128 x 127 per pair of vpmaddubsw). */
+typedef struct { pbv u[8]; } pq8;
+X86_INLINE pq8 pq8_prep(const pbv *q)
+{
+    pq8 r;
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++)
+        r.u[s] = (pbv){_mm256_sign_epi8(q[s].a, q[s].a), _mm256_sign_epi8(q[s].b, q[s].b)};
+    return r;
+}
+X86_INLINE piv pq8_dot(const pq8 *w, const pbv *q, const int8_t *x, const int32_t *xs)
+{
+    (void)xs;
+    piv acc = pi_zero();
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++) {
+        const int8_t *xp = x + 64 * s;
+        acc.a = _mm256_add_epi32(acc.a, x86_dot_us8(w->u[s].a, _mm256_sign_epi8(x86_load32(xp), q[s].a)));
+        acc.b = _mm256_add_epi32(acc.b, x86_dot_us8(w->u[s].b, _mm256_sign_epi8(x86_load32(xp + 32), q[s].b)));
+    }
+    return acc;
+}
+X86_INLINE pfv pf_zero(void) { return (pfv){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+X86_INLINE pfv pf_load(const float *p) { return (pfv){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+X86_INLINE pfv pf_cvt(piv x) { return (pfv){_mm256_cvtepi32_ps(x.a), _mm256_cvtepi32_ps(x.b)}; }
+X86_INLINE pfv pf_mul(pfv x, pfv y) { return (pfv){_mm256_mul_ps(x.a, y.a), _mm256_mul_ps(x.b, y.b)}; }
+X86_INLINE pfv pf_fma(pfv x, pfv y, pfv z)
+{
+    return (pfv){_mm256_fmadd_ps(x.a, y.a, z.a), _mm256_fmadd_ps(x.b, y.b, z.b)};
+}
+X86_INLINE pfv pf_f16(const uint8_t *p)
+{
+    return (pfv){_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)),
+                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)))};
+}
+X86_INLINE pfv pf_u8(const uint8_t *p)
+{
+    return (pfv){_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p))),
+                 _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8))))};
+}
+X86_INLINE pfv pf_two(float x, float y) { return (pfv){_mm256_set1_ps(x), _mm256_set1_ps(y)}; }
+X86_INLINE __m256 pf_fold(pfv v) { return _mm256_add_ps(v.a, v.b); }
+#endif
+
+X86_INLINE void p_q8_0_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT)
+{
+    pfv acc[Q_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        acc[t] = pf_zero();
+    for (int64_t p = 0; p < n / 512; p++, w += 544) {
+        pfv dw = pf_f16(w);
+        pbv q[8];
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++)
+            q[s] = pb_load(w + 32 + 64 * s);
+        pq8 u = pq8_prep(q);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            piv sum = pq8_dot(&u, q, x[t].p + p * 512, x[t].s + p * 16);
+            acc[t] = pf_fma(pf_cvt(sum), pf_mul(dw, pf_load(x[t].d + p * 16)), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        out[t] = x86_hsum8(pf_fold(acc[t]));
+}
+
+/* The 4-bit fields of a panel: nibble vector k gives steps 2k and 2k + 1. */
+X86_INLINE void p_nibbles(const uint8_t *v, pbv *q)
+{
+#pragma GCC unroll 8
+    for (int k = 0; k < 4; k++) {
+        pbv raw = pb_load(v + 64 * k);
+        q[2 * k] = pb_and(raw, 0x0F);
+        q[2 * k + 1] = pb_and(pb_srl(raw, 4), 0x0F);
+    }
+}
+
+X86_INLINE void p_q4_k_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT)
+{
+    pfv acc[Q_NT], mins[Q_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        acc[t] = mins[t] = pf_zero();
+    for (int64_t p = 0; p < n / 512; p++, w += 296) {
+        pfv dsc = pf_mul(pf_two(x86_f16(w), x86_f16(w + 4)), pf_u8(w + 8));
+        pfv dm = pf_mul(pf_two(x86_f16(w + 2), x86_f16(w + 6)), pf_u8(w + 24));
+        pbv q[8];
+        p_nibbles(w + 40, q);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const int8_t *xp = x[t].p + p * 512;
+            /* two chains of vpdpbusd (integer sums: the order is free) */
+            piv s0 = pi_zero(), s1 = pi_zero();
+#pragma GCC unroll 8
+            for (int s = 0; s < 8; s += 2) {
+                s0 = pi_dot_u(s0, q[s], xp + 64 * s);
+                s1 = pi_dot_u(s1, q[s + 1], xp + 64 * s + 64);
+            }
+            piv sum = pi_add(s0, s1);
+            pfv xd = pf_load(x[t].d + p * 16);
+            acc[t] = pf_fma(pf_cvt(sum), pf_mul(dsc, xd), acc[t]);
+            mins[t] = pf_fma(dm, pf_mul(xd, pf_cvt(pi_load(x[t].s + p * 16))), mins[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        out[t] = x86_hsum8(pf_fold(acc[t])) - x86_hsum8(pf_fold(mins[t]));
+}
+
+X86_INLINE void p_q6_k_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT)
+{
+    pfv acc[Q_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        acc[t] = pf_zero();
+    for (int64_t p = 0; p < n / 512; p++, w += 420) {
+        piv sa = pi_i8(w), sb = pi_i8(w + 16);
+        pfv d = pf_two(x86_f16(w + 32), x86_f16(w + 34));
+        pbv q[8];
+        p_nibbles(w + 36, q);
+#pragma GCC unroll 8
+        for (int h = 0; h < 2; h++) {
+            pbv top = pb_load(w + 292 + 64 * h);
+#pragma GCC unroll 8
+            for (int s = 0; s < 4; s++)
+                q[4 * h + s] = pb_or(q[4 * h + s], pb_sll4(pb_and(pb_srl(top, 2 * s), 0x03)));
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const int8_t *xp = x[t].p + p * 512;
+            piv a = pi_zero(), b = pi_zero();
+#pragma GCC unroll 8
+            for (int s = 0; s < 4; s++)
+                a = pi_dot_u(a, q[s], xp + 64 * s);
+#pragma GCC unroll 8
+            for (int s = 4; s < 8; s++)
+                b = pi_dot_u(b, q[s], xp + 64 * s);
+            piv lo = pi_load(x[t].lo + p * 16), all = pi_load(x[t].s + p * 16);
+            a = pi_sub(a, pi_sll(lo, 5));
+            b = pi_sub(b, pi_sll(pi_sub(all, lo), 5));
+            piv sum = pi_add(pi_mul(a, sa), pi_mul(b, sb));
+            acc[t] = pf_fma(pf_cvt(sum), pf_mul(d, pf_load(x[t].d + p * 16)), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        out[t] = x86_hsum8(pf_fold(acc[t]));
+}
+
+Q_KERNELS(q8_0_p, p_q8_0_nt(w, x, n, out, NT))
+Q_KERNELS(q4_k_p, p_q4_k_nt(w, x, n, out, NT))
+Q_KERNELS(q6_k_p, p_q6_k_nt(w, x, n, out, NT))
+
 /* ---- MXFP8: an f32-x format with a scale per 32 values ----
  * E4M3 bytes to f32 lanes by their bits (normal: exponent + 120, mantissa
  * at bit 20; subnormal: m 2^-9; 0x7F / 0xFF NaN), times the block's power
@@ -781,7 +1039,17 @@ static void quant_x(const float *x, int64_t n, int8_t *q, float *d, int32_t *s)
  * then the tail) and o += p v with a rounded product: no FMA, so every
  * lane rounds as the scalar code does and the bits are the reference's.
  * The fast backend's attention runs on these and matches cpu-ref
- * exactly. */
+ * exactly. A dot product is a chain of dependent adds, so four keys go
+ * side by side (four chains); the p v sums keep a slice of o in
+ * registers across a group of keys (each element still gets its
+ * products added one key after the other). */
+X86_INLINE float ref_tree(__m256 acc, float tail)
+{
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    return (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))) + tail;
+}
+
 static float dot_ref(const float *a, const float *b, int64_t n)
 {
     __m256 acc = _mm256_setzero_ps();
@@ -791,9 +1059,31 @@ static float dot_ref(const float *a, const float *b, int64_t n)
     float tail = 0;
     for (; i < n; i++)
         tail += a[i] * b[i];
-    float l[8];
-    _mm256_storeu_ps(l, acc);
-    return (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))) + tail;
+    return ref_tree(acc, tail);
+}
+
+static void dot_ref_n(const float *q, const float *const *k, int nk, int64_t n, float *out)
+{
+    int j = 0;
+    for (; j + 4 <= nk; j += 4) {
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                         _mm256_setzero_ps()};
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            __m256 qv = _mm256_loadu_ps(q + i);
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++)
+                acc[u] = _mm256_add_ps(acc[u], _mm256_mul_ps(qv, _mm256_loadu_ps(k[j + u] + i)));
+        }
+        for (int u = 0; u < 4; u++) {
+            float tail = 0;
+            for (int64_t t = i; t < n; t++)
+                tail += q[t] * k[j + u][t];
+            out[j + u] = ref_tree(acc[u], tail);
+        }
+    }
+    for (; j < nk; j++)
+        out[j] = dot_ref(q, k[j], n);
 }
 
 static void axpy_ref(float *o, float p, const float *v, int64_t n)
@@ -805,6 +1095,28 @@ static void axpy_ref(float *o, float p, const float *v, int64_t n)
                                               _mm256_mul_ps(vp, _mm256_loadu_ps(v + i))));
     for (; i < n; i++)
         o[i] += p * v[i];
+}
+
+static void axpy_ref_n(float *o, const float *p, const float *const *v, int nv, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 r[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++)
+            r[u] = _mm256_loadu_ps(o + i + 8 * u);
+        for (int j = 0; j < nv; j++) {
+            const __m256 vp = _mm256_set1_ps(p[j]);
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++)
+                r[u] = _mm256_add_ps(r[u], _mm256_mul_ps(vp, _mm256_loadu_ps(v[j] + i + 8 * u)));
+        }
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++)
+            _mm256_storeu_ps(o + i + 8 * u, r[u]);
+    }
+    for (int j = 0; j < nv; j++)
+        axpy_ref(o + i, p[j], v[j] + i, n - i);
 }
 
 const cpu_kernels CPU_X86_TABLE = {
@@ -820,7 +1132,10 @@ const cpu_kernels CPU_X86_TABLE = {
     .q6_k = {dot_q6_k, dotn_q6_k, Q_NT},
     .nvfp4 = {dot_nvfp4, dotn_nvfp4, Q_NT},
     .mxfp8 = {dot_mxfp8, dotn_mxfp8, PLAIN_NT},
+    .q8_0_p = {dot_q8_0_p, dotn_q8_0_p, Q_NT},
+    .q4_k_p = {dot_q4_k_p, dotn_q4_k_p, Q_NT},
+    .q6_k_p = {dot_q6_k_p, dotn_q6_k_p, Q_NT},
     .quantize_x = quant_x,
-    .dot_ref = dot_ref,
-    .axpy_ref = axpy_ref,
+    .dot_ref_n = dot_ref_n,
+    .axpy_ref_n = axpy_ref_n,
 };

@@ -90,6 +90,13 @@ const cpu_kernel *cpu_kernel_for_type(const cpu_kernels *k, dtype t)
     }
 }
 
+const cpu_kernel *cpu_panel_kernel_for_type(const cpu_kernels *k, dtype t)
+{
+    const cpu_kernel *p = t == DT_Q8_0 ? &k->q8_0_p : t == DT_Q4_K ? &k->q4_k_p
+                        : t == DT_Q6_K ? &k->q6_k_p : NULL;
+    return p && p->one ? p : NULL;
+}
+
 int cpu_type_reads_q8(dtype t)
 {
     return t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K ||

@@ -1,0 +1,136 @@
+/* Repacking into the panel layout (cpu_panel.h): load-time code, written
+ * for clarity. Each format's integer fields are read as its dequantizer
+ * (format/dequant_kquant.c) reads them and written in panel order. */
+#include "backend/cpu/cpu_panel.h"
+
+#include <string.h>
+
+#include "format/dequant.h"
+
+size_t cpu_panel_bytes(dtype t)
+{
+    switch (t) {
+    case DT_Q8_0: return 544;
+    case DT_Q4_K: return 296;
+    case DT_Q6_K: return 420;
+    default: return 0;
+    }
+}
+
+int cpu_panel_fits(dtype t, int64_t n) { return cpu_panel_bytes(t) > 0 && n > 0 && n % CPU_PANEL == 0; }
+
+/* Where value v (0..31) of block l at step s sits: s = v / 4, byte
+ * l * 4 + v % 4 of the step. */
+static int step_byte(int l, int v) { return l * 4 + v % 4; }
+
+/* Q4_K's quant v (0..255) of a super-block: sub-block v / 32 reads the
+ * low nibbles (even) or the high nibbles (odd) of its 64-value group. */
+static uint8_t q4k_quant(const uint8_t *sb, int v)
+{
+    int j = v / 32, i = v % 32;
+    uint8_t byte = sb[16 + (j / 2) * 32 + i];
+    return j % 2 ? byte >> 4 : byte & 0x0F;
+}
+
+/* Q6_K's quant v (0..255) of a super-block, 0..63 (the value is q - 32). */
+static uint8_t q6k_quant(const uint8_t *sb, int v)
+{
+    int h = v / 128, r = v % 128, g = r / 32, l = r % 32;
+    const uint8_t *ql = sb + 64 * h, *qh = sb + 128 + 32 * h;
+    uint8_t low = g == 0 ? ql[l] & 0x0F : g == 1 ? ql[l + 32] & 0x0F : g == 2 ? ql[l] >> 4 : ql[l + 32] >> 4;
+    return (uint8_t)(low | (((qh[l] >> (2 * g)) & 3) << 4));
+}
+
+/* The 4-bit fields of a panel's 512 quants (get(l, v): block l's value
+ * v) as nibble vectors: vector k, byte b: step 2k low, step 2k + 1 high. */
+static void put_nibbles(uint8_t *dst, const uint8_t q[16][32])
+{
+    for (int k = 0; k < 4; k++)
+        for (int l = 0; l < 16; l++)
+            for (int i = 0; i < 4; i++) {
+                uint8_t lo = q[l][8 * k + i] & 0x0F, hi = q[l][8 * k + 4 + i] & 0x0F;
+                dst[64 * k + step_byte(l, i)] = (uint8_t)(lo | (hi << 4));
+            }
+}
+
+static void pack_q8_0(const uint8_t *src, uint8_t *dst)
+{
+    for (int l = 0; l < 16; l++) {
+        const uint8_t *blk = src + 34 * l;
+        memcpy(dst + 2 * l, blk, 2);
+        for (int s = 0; s < 8; s++)
+            memcpy(dst + 32 + 64 * s + step_byte(l, 0), blk + 2 + 4 * s, 4);
+    }
+}
+
+static void pack_q4_k(const uint8_t *src, uint8_t *dst)
+{
+    uint8_t q[16][32];
+    for (int k = 0; k < 2; k++) {
+        const uint8_t *sb = src + 144 * k;
+        memcpy(dst + 4 * k, sb, 4); /* d, dmin */
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            dequant_k4_scale_min(j, sb + 4, &sc, &m);
+            dst[8 + 8 * k + j] = sc;
+            dst[24 + 8 * k + j] = m;
+            for (int v = 0; v < 32; v++)
+                q[8 * k + j][v] = q4k_quant(sb, 32 * j + v);
+        }
+    }
+    put_nibbles(dst + 40, q);
+}
+
+static void pack_q6_k(const uint8_t *src, uint8_t *dst)
+{
+    uint8_t q[16][32];
+    for (int k = 0; k < 2; k++) {
+        const uint8_t *sb = src + 210 * k;
+        for (int j = 0; j < 8; j++) {
+            dst[8 * k + j] = sb[192 + 2 * j];
+            dst[16 + 8 * k + j] = sb[192 + 2 * j + 1];
+            for (int v = 0; v < 32; v++)
+                q[8 * k + j][v] = q6k_quant(sb, 32 * j + v);
+        }
+        memcpy(dst + 32 + 2 * k, sb + 208, 2); /* d */
+    }
+    put_nibbles(dst + 36, q);
+    uint8_t *top = dst + 36 + 256;
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 16; l++)
+            for (int i = 0; i < 4; i++) {
+                uint8_t b = 0;
+                for (int s = 0; s < 4; s++)
+                    b |= (uint8_t)(((q[l][4 * (4 * h + s) + i] >> 4) & 3) << (2 * s));
+                top[64 * h + step_byte(l, i)] = b;
+            }
+}
+
+void cpu_panel_pack_row(dtype t, const uint8_t *src, int64_t n, uint8_t *dst)
+{
+    size_t in = t == DT_Q8_0 ? 16 * 34 : t == DT_Q4_K ? 2 * 144 : 2 * 210;
+    size_t out = cpu_panel_bytes(t);
+    for (int64_t p = 0; p < n / CPU_PANEL; p++, src += in, dst += out) {
+        if (t == DT_Q8_0)
+            pack_q8_0(src, dst);
+        else if (t == DT_Q4_K)
+            pack_q4_k(src, dst);
+        else
+            pack_q6_k(src, dst);
+    }
+}
+
+void cpu_panel_x(const int8_t *q, int64_t n, int8_t *p, int32_t *lo)
+{
+    for (int64_t b0 = 0; b0 < n / 32; b0 += 16, q += CPU_PANEL, p += CPU_PANEL) {
+        for (int l = 0; l < 16; l++) {
+            const int8_t *blk = q + 32 * l;
+            int32_t s = 0;
+            for (int v = 0; v < 16; v++)
+                s += blk[v];
+            lo[b0 + l] = s;
+            for (int st = 0; st < 8; st++)
+                memcpy(p + 64 * st + 4 * l, blk + 4 * st, 4);
+        }
+    }
+}
