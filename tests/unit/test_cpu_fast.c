@@ -286,7 +286,7 @@ static void test_int8_kernels_agree_avx2_avx512(void)
         }
 }
 
-/* The panel kernels (Q8_0, Q4_K, Q6_K rows repacked by cpu_panel.h):
+/* The panel kernels (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K rows repacked by cpu_panel.h):
  * within the int8 formats' bound of the reference on the stored row, the
  * many-token kernel each token's one-token bits, the same bits on avx2
  * and avx512; x's panel order and half sums against a plain statement. */
@@ -296,7 +296,7 @@ static void test_panel_kernels(void)
     if (!lv[0])
         return;
     lv[1] = cpu_isa_best() >= CPU_ISA_AVX512 ? cpu_kernels_for(CPU_ISA_AVX512, NULL) : NULL;
-    static const dtype q[] = {DT_Q8_0, DT_Q4_K, DT_Q6_K};
+    static const dtype q[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
     static const int64_t widths[] = {512, 1536, 4096};
     int checked = 0;
     for (size_t ti = 0; ti < MEMRA_ARRAY_LEN(q); ti++)
@@ -363,7 +363,7 @@ static void test_panel_kernels(void)
             free(packed);
             free((void *)w.data);
         }
-    CHECK(checked >= 180);
+    CHECK(checked >= 300);
 }
 
 /* x's int8 blocks: each value within half a step, the sums, a zero block,

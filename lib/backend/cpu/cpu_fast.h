@@ -56,9 +56,9 @@ typedef struct {
     cpu_isa isa;
     const char *name; /* "scalar", "avx2", "avx512" */
     cpu_kernel f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, nvfp4, mxfp8;
-    /* The panel forms (cpu_panel.h) of Q8_0, Q4_K and Q6_K rows, reading
-     * x's p, d, s and lo; one = NULL where the level has none. */
-    cpu_kernel q8_0_p, q4_k_p, q6_k_p;
+    /* The panel forms (cpu_panel.h) of Q8_0, Q4_0, Q4_K, Q5_K and Q6_K
+     * rows, reading x's p, d, s and lo; one = NULL where the level has none. */
+    cpu_kernel q8_0_p, q4_0_p, q4_k_p, q5_k_p, q6_k_p;
     /* cpu_quantize_x on this level: the same bytes, faster. */
     void (*quantize_x)(const float *x, int64_t n, int8_t *q, float *d, int32_t *s);
     /* The reference's arithmetic, bit for bit (no FMA), for groups of

@@ -663,6 +663,13 @@ X86_INLINE pbv pb_and(pbv a, uint8_t m) { return _mm512_and_si512(a, _mm512_set1
 X86_INLINE pbv pb_srl(pbv a, int n) { return _mm512_srli_epi16(a, (unsigned)n); }
 X86_INLINE pbv pb_sll4(pbv a) { return _mm512_slli_epi16(a, 4); }
 X86_INLINE pbv pb_or(pbv a, pbv b) { return _mm512_or_si512(a, b); }
+/* q with bit s of each byte of top as its bit 4 (q's bit 4 clear): the
+ * 16-bit shift moves no other byte's bit onto a bit 4. */
+X86_INLINE pbv pb_fifth(pbv q, pbv top, int s)
+{
+    pbv t = s < 4 ? _mm512_slli_epi16(top, (unsigned)(4 - s)) : _mm512_srli_epi16(top, (unsigned)(s - 4));
+    return _mm512_ternarylogic_epi32(q, t, _mm512_set1_epi8(0x10), 0xF8); /* q | (t & 0x10) */
+}
 X86_INLINE piv pi_zero(void) { return _mm512_setzero_si512(); }
 X86_INLINE piv pi_load(const int32_t *p) { return _mm512_loadu_si512(p); }
 X86_INLINE piv pi_i8(const uint8_t *p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)); }
@@ -728,6 +735,12 @@ X86_INLINE pbv pb_srl(pbv v, int n)
 }
 X86_INLINE pbv pb_sll4(pbv v) { return (pbv){_mm256_slli_epi16(v.a, 4), _mm256_slli_epi16(v.b, 4)}; }
 X86_INLINE pbv pb_or(pbv x, pbv y) { return (pbv){_mm256_or_si256(x.a, y.a), _mm256_or_si256(x.b, y.b)}; }
+X86_INLINE pbv pb_fifth(pbv q, pbv top, int s)
+{
+    pbv t = s < 4 ? (pbv){_mm256_slli_epi16(top.a, 4 - s), _mm256_slli_epi16(top.b, 4 - s)}
+                  : pb_srl(top, s - 4);
+    return pb_or(q, pb_and(t, 0x10));
+}
 X86_INLINE piv pi_zero(void) { return (piv){_mm256_setzero_si256(), _mm256_setzero_si256()}; }
 X86_INLINE piv pi_load(const int32_t *p) { return (piv){x86_load32(p), x86_load32(p + 8)}; }
 X86_INLINE piv pi_i8(const uint8_t *p)
@@ -824,17 +837,53 @@ X86_INLINE void p_nibbles(const uint8_t *v, pbv *q)
     }
 }
 
-X86_INLINE void p_q4_k_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT)
+/* Q4_0: the sums of q x with q = 0..15, less 8 sum(x): exact. */
+X86_INLINE void p_q4_0_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT)
+{
+    pfv acc[Q_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        acc[t] = pf_zero();
+    for (int64_t p = 0; p < n / 512; p++, w += 288) {
+        pfv dw = pf_f16(w);
+        pbv q[8];
+        p_nibbles(w + 32, q);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const int8_t *xp = x[t].p + p * 512;
+            piv s0 = pi_zero(), s1 = pi_zero();
+#pragma GCC unroll 8
+            for (int s = 0; s < 8; s += 2) {
+                s0 = pi_dot_u(s0, q[s], xp + 64 * s);
+                s1 = pi_dot_u(s1, q[s + 1], xp + 64 * s + 64);
+            }
+            piv sum = pi_sub(pi_add(s0, s1), pi_sll(pi_load(x[t].s + p * 16), 3));
+            acc[t] = pf_fma(pf_cvt(sum), pf_mul(dw, pf_load(x[t].d + p * 16)), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+        out[t] = x86_hsum8(pf_fold(acc[t]));
+}
+
+X86_INLINE void p_k45_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT,
+                         const int Q5)
 {
     pfv acc[Q_NT], mins[Q_NT];
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++)
         acc[t] = mins[t] = pf_zero();
-    for (int64_t p = 0; p < n / 512; p++, w += 296) {
+    for (int64_t p = 0; p < n / 512; p++, w += Q5 ? 360 : 296) {
         pfv dsc = pf_mul(pf_two(x86_f16(w), x86_f16(w + 4)), pf_u8(w + 8));
         pfv dm = pf_mul(pf_two(x86_f16(w + 2), x86_f16(w + 6)), pf_u8(w + 24));
         pbv q[8];
         p_nibbles(w + 40, q);
+        if (Q5) {
+            pbv top = pb_load(w + 296);
+#pragma GCC unroll 8
+            for (int s = 0; s < 8; s++)
+                q[s] = pb_fifth(q[s], top, s);
+        }
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             const int8_t *xp = x[t].p + p * 512;
@@ -897,7 +946,9 @@ X86_INLINE void p_q6_k_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float 
 }
 
 Q_KERNELS(q8_0_p, p_q8_0_nt(w, x, n, out, NT))
-Q_KERNELS(q4_k_p, p_q4_k_nt(w, x, n, out, NT))
+Q_KERNELS(q4_0_p, p_q4_0_nt(w, x, n, out, NT))
+Q_KERNELS(q4_k_p, p_k45_nt(w, x, n, out, NT, 0))
+Q_KERNELS(q5_k_p, p_k45_nt(w, x, n, out, NT, 1))
 Q_KERNELS(q6_k_p, p_q6_k_nt(w, x, n, out, NT))
 
 /* ---- MXFP8: an f32-x format with a scale per 32 values ----
@@ -1133,7 +1184,9 @@ const cpu_kernels CPU_X86_TABLE = {
     .nvfp4 = {dot_nvfp4, dotn_nvfp4, Q_NT},
     .mxfp8 = {dot_mxfp8, dotn_mxfp8, PLAIN_NT},
     .q8_0_p = {dot_q8_0_p, dotn_q8_0_p, Q_NT},
+    .q4_0_p = {dot_q4_0_p, dotn_q4_0_p, Q_NT},
     .q4_k_p = {dot_q4_k_p, dotn_q4_k_p, Q_NT},
+    .q5_k_p = {dot_q5_k_p, dotn_q5_k_p, Q_NT},
     .q6_k_p = {dot_q6_k_p, dotn_q6_k_p, Q_NT},
     .quantize_x = quant_x,
     .dot_ref_n = dot_ref_n,

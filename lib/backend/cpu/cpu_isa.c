@@ -92,7 +92,8 @@ const cpu_kernel *cpu_kernel_for_type(const cpu_kernels *k, dtype t)
 
 const cpu_kernel *cpu_panel_kernel_for_type(const cpu_kernels *k, dtype t)
 {
-    const cpu_kernel *p = t == DT_Q8_0 ? &k->q8_0_p : t == DT_Q4_K ? &k->q4_k_p
+    const cpu_kernel *p = t == DT_Q8_0 ? &k->q8_0_p : t == DT_Q4_0 ? &k->q4_0_p
+                        : t == DT_Q4_K ? &k->q4_k_p : t == DT_Q5_K ? &k->q5_k_p
                         : t == DT_Q6_K ? &k->q6_k_p : NULL;
     return p && p->one ? p : NULL;
 }

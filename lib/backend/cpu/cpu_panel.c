@@ -11,7 +11,9 @@ size_t cpu_panel_bytes(dtype t)
 {
     switch (t) {
     case DT_Q8_0: return 544;
+    case DT_Q4_0: return 288;
     case DT_Q4_K: return 296;
+    case DT_Q5_K: return 360;
     case DT_Q6_K: return 420;
     default: return 0;
     }
@@ -30,6 +32,16 @@ static uint8_t q4k_quant(const uint8_t *sb, int v)
     int j = v / 32, i = v % 32;
     uint8_t byte = sb[16 + (j / 2) * 32 + i];
     return j % 2 ? byte >> 4 : byte & 0x0F;
+}
+
+/* Q5_K's quant v (0..255) of a super-block, 0..31: Q4_K's nibble plus
+ * bit v / 32 of qh[v % 32] as its fifth bit. */
+static uint8_t q5k_quant(const uint8_t *sb, int v)
+{
+    int j = v / 32, i = v % 32;
+    uint8_t byte = sb[48 + (j / 2) * 32 + i];
+    uint8_t low = j % 2 ? byte >> 4 : byte & 0x0F;
+    return (uint8_t)(low | (((sb[16 + i] >> j) & 1) << 4));
 }
 
 /* Q6_K's quant v (0..255) of a super-block, 0..63 (the value is q - 32). */
@@ -63,11 +75,28 @@ static void pack_q8_0(const uint8_t *src, uint8_t *dst)
     }
 }
 
-static void pack_q4_k(const uint8_t *src, uint8_t *dst)
+static void pack_q4_0(const uint8_t *src, uint8_t *dst)
+{
+    uint8_t q[16][32];
+    for (int l = 0; l < 16; l++) {
+        const uint8_t *blk = src + 18 * l;
+        memcpy(dst + 2 * l, blk, 2);
+        for (int v = 0; v < 16; v++) {
+            q[l][v] = blk[2 + v] & 0x0F;
+            q[l][v + 16] = blk[2 + v] >> 4;
+        }
+    }
+    put_nibbles(dst + 32, q);
+}
+
+/* Q4_K (Q5 = 0) and Q5_K (Q5 = 1): the scales and mins unpacked to bytes,
+ * the low 4 bits as nibble vectors, Q5_K's fifth bits as one vector whose
+ * byte b holds step s's bit at bit s. */
+static void pack_k45(const uint8_t *src, uint8_t *dst, int q5)
 {
     uint8_t q[16][32];
     for (int k = 0; k < 2; k++) {
-        const uint8_t *sb = src + 144 * k;
+        const uint8_t *sb = src + (q5 ? 176 : 144) * k;
         memcpy(dst + 4 * k, sb, 4); /* d, dmin */
         for (int j = 0; j < 8; j++) {
             uint8_t sc, m;
@@ -75,10 +104,18 @@ static void pack_q4_k(const uint8_t *src, uint8_t *dst)
             dst[8 + 8 * k + j] = sc;
             dst[24 + 8 * k + j] = m;
             for (int v = 0; v < 32; v++)
-                q[8 * k + j][v] = q4k_quant(sb, 32 * j + v);
+                q[8 * k + j][v] = q5 ? q5k_quant(sb, 32 * j + v) : q4k_quant(sb, 32 * j + v);
         }
     }
     put_nibbles(dst + 40, q);
+    if (q5)
+        for (int l = 0; l < 16; l++)
+            for (int i = 0; i < 4; i++) {
+                uint8_t b = 0;
+                for (int s = 0; s < 8; s++)
+                    b |= (uint8_t)(((q[l][4 * s + i] >> 4) & 1) << s);
+                dst[296 + step_byte(l, i)] = b;
+            }
 }
 
 static void pack_q6_k(const uint8_t *src, uint8_t *dst)
@@ -108,13 +145,16 @@ static void pack_q6_k(const uint8_t *src, uint8_t *dst)
 
 void cpu_panel_pack_row(dtype t, const uint8_t *src, int64_t n, uint8_t *dst)
 {
-    size_t in = t == DT_Q8_0 ? 16 * 34 : t == DT_Q4_K ? 2 * 144 : 2 * 210;
+    size_t in = t == DT_Q8_0 ? 16 * 34 : t == DT_Q4_0 ? 16 * 18 : t == DT_Q4_K ? 2 * 144
+              : t == DT_Q5_K ? 2 * 176 : 2 * 210;
     size_t out = cpu_panel_bytes(t);
     for (int64_t p = 0; p < n / CPU_PANEL; p++, src += in, dst += out) {
         if (t == DT_Q8_0)
             pack_q8_0(src, dst);
-        else if (t == DT_Q4_K)
-            pack_q4_k(src, dst);
+        else if (t == DT_Q4_0)
+            pack_q4_0(src, dst);
+        else if (t == DT_Q4_K || t == DT_Q5_K)
+            pack_k45(src, dst, t == DT_Q5_K);
         else
             pack_q6_k(src, dst);
     }

@@ -1,7 +1,7 @@
 /* The panel layout of the fast path's int8 kernels
  * (docs/decisions/0018-cpu-fast-path.md, "Panels").
  *
- * A Q8_0, Q4_K or Q6_K row whose length is a multiple of 512 is repacked
+ * A Q8_0, Q4_0, Q4_K, Q5_K or Q6_K row whose length is a multiple of 512 is repacked
  * once at load into panels of 512 values: 16 blocks of 32 (the blocks of x's
  * int8 quantization). In a panel the quants are stored by step: step s
  * (0..7) is 64 values, lane l (4 values) holding values 4s..4s+3 of block
@@ -11,10 +11,13 @@
  * (cpu_panel_x). A panel's bytes:
  *
  *   Q8_0 (544): f16 d[16]; int8 q[8 steps][64]
+ *   Q4_0 (288): f16 d[16]; nibbles[4][64] as Q4_K's (q, the value is q - 8)
  *   Q4_K (296): f16 d0, dmin0, d1, dmin1 (super-blocks 0 and 1); uint8
  *               sc[16], m[16] (block l: super-block l / 8, sub-block l % 8);
  *               nibbles[4][64]: byte i of vector k holds step 2k's value in
  *               its low nibble and step 2k + 1's in its high one
+ *   Q5_K (360): Q4_K's 296, then top[64]: byte i holds step s's fifth bit
+ *               at bit s
  *   Q6_K (420): int8 sca[16], scb[16] (block l's scales for its values
  *               0-15 and 16-31); f16 d0, d1; nibbles[4][64] as Q4_K's (the
  *               low 4 bits of q + 32, 0..63); top[2][64]: byte i of vector h
