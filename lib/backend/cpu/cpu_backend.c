@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -190,14 +191,33 @@ static void cpu_pack_weight(cpu_backend *c, bk_weight *w)
         return;
     w->packed_row_bytes = (size_t)(w->cols / CPU_PANEL) * cpu_panel_bytes(w->type);
     size_t bytes = (size_t)w->rows * w->packed_row_bytes;
-    uint8_t *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    /* 2 MiB-aligned and marked for transparent huge pages where the
+     * kernel offers them: a few thousand page faults for an 8B model's
+     * copy rather than a million, and fewer TLB misses as decode streams
+     * it. */
+    size_t huge = (size_t)2 << 20;
+    size_t alloc = bytes >= huge ? (bytes + huge - 1) / huge * huge : (bytes + 63) / 64 * 64;
+    uint8_t *dst = aligned_alloc(bytes >= huge ? huge : 64, alloc);
     if (!dst)
         memra_assert_fail("aligned_alloc", __FILE__, __LINE__);
+#ifdef MADV_HUGEPAGE
+    if (bytes >= huge)
+        madvise(dst, alloc, MADV_HUGEPAGE);
+#endif
     pack_job j = {w, dst, 0};
     int n_tasks = c->n_threads * 4;
     j.rows_per_task = (w->rows + n_tasks - 1) / n_tasks;
     n_tasks = (int)((w->rows + j.rows_per_task - 1) / j.rows_per_task);
     pool_run(c->pool, n_tasks, pack_task, &j);
+#ifdef MADV_PAGEOUT
+    /* The stored bytes are read again only for embedding rows: hand the
+     * pages of a mapped checkpoint back (never destructive: memory that is
+     * not a file's keeps its bytes), so the process holds one copy. */
+    uintptr_t page = 4096, lo = ((uintptr_t)w->data + page - 1) & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)w->data + (size_t)w->rows * w->row_bytes) & ~(page - 1);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_PAGEOUT);
+#endif
     if (c->n_packed == c->packed_cap) {
         c->packed_cap = c->packed_cap ? 2 * c->packed_cap : 64;
         c->packed = xrealloc(c->packed, (size_t)c->packed_cap * sizeof *c->packed);

@@ -25,44 +25,63 @@ int cpu_panel_fits(dtype t, int64_t n) { return cpu_panel_bytes(t) > 0 && n > 0 
  * l * 4 + v % 4 of the step. */
 static int step_byte(int l, int v) { return l * 4 + v % 4; }
 
-/* Q4_K's quant v (0..255) of a super-block: sub-block v / 32 reads the
- * low nibbles (even) or the high nibbles (odd) of its 64-value group. */
-static uint8_t q4k_quant(const uint8_t *sb, int v)
+/* A K-quant super-block's 256 quants as q[sub-block][value], read a
+ * whole group of bytes at a time (load time: 4.8 GB of an 8B model). */
+
+/* Q4_K (q5 = 0) and Q5_K: sub-block 2g takes the low nibbles of the
+ * group's 32 bytes, 2g + 1 the high ones; Q5_K's fifth bit of value i of
+ * sub-block j is bit j of qh[i]. */
+static void k45_quants(const uint8_t *sb, int q5, uint8_t q[8][32])
 {
-    int j = v / 32, i = v % 32;
-    uint8_t byte = sb[16 + (j / 2) * 32 + i];
-    return j % 2 ? byte >> 4 : byte & 0x0F;
+    const uint8_t *qs = sb + (q5 ? 48 : 16), *qh = sb + 16;
+    for (int g = 0; g < 4; g++)
+        for (int i = 0; i < 32; i++) {
+            uint8_t b = qs[32 * g + i];
+            q[2 * g][i] = b & 0x0F;
+            q[2 * g + 1][i] = b >> 4;
+        }
+    if (q5)
+        for (int j = 0; j < 8; j++)
+            for (int i = 0; i < 32; i++)
+                q[j][i] |= (uint8_t)(((qh[i] >> j) & 1) << 4);
 }
 
-/* Q5_K's quant v (0..255) of a super-block, 0..31: Q4_K's nibble plus
- * bit v / 32 of qh[v % 32] as its fifth bit. */
-static uint8_t q5k_quant(const uint8_t *sb, int v)
+/* Q6_K: per half h, ql bytes 0-31 and 32-63 give low then high nibbles,
+ * qh bytes 0-31 the top two bits at shifts 0, 2, 4, 6 for the half's four
+ * 32-value sub-blocks; 0..63 (the value is q - 32). */
+static void q6k_quants(const uint8_t *sb, uint8_t q[8][32])
 {
-    int j = v / 32, i = v % 32;
-    uint8_t byte = sb[48 + (j / 2) * 32 + i];
-    uint8_t low = j % 2 ? byte >> 4 : byte & 0x0F;
-    return (uint8_t)(low | (((sb[16 + i] >> j) & 1) << 4));
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = sb + 64 * h, *qh = sb + 128 + 32 * h;
+        for (int l = 0; l < 32; l++) {
+            q[4 * h][l] = (uint8_t)((ql[l] & 0x0F) | ((qh[l] & 3) << 4));
+            q[4 * h + 1][l] = (uint8_t)((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4));
+            q[4 * h + 2][l] = (uint8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+            q[4 * h + 3][l] = (uint8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+        }
+    }
 }
 
-/* Q6_K's quant v (0..255) of a super-block, 0..63 (the value is q - 32). */
-static uint8_t q6k_quant(const uint8_t *sb, int v)
+static uint32_t rd32(const uint8_t *p)
 {
-    int h = v / 128, r = v % 128, g = r / 32, l = r % 32;
-    const uint8_t *ql = sb + 64 * h, *qh = sb + 128 + 32 * h;
-    uint8_t low = g == 0 ? ql[l] & 0x0F : g == 1 ? ql[l + 32] & 0x0F : g == 2 ? ql[l] >> 4 : ql[l + 32] >> 4;
-    return (uint8_t)(low | (((qh[l] >> (2 * g)) & 3) << 4));
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
 }
 
-/* The 4-bit fields of a panel's 512 quants (get(l, v): block l's value
- * v) as nibble vectors: vector k, byte b: step 2k low, step 2k + 1 high. */
+static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+
+/* The 4-bit fields of a panel's 512 quants (q[l][v]: block l's value v)
+ * as nibble vectors: vector k, lane l: step 2k's 4 values in the low
+ * nibbles, step 2k + 1's in the high ones (4 bytes at a time: the fields
+ * are below 16, so nothing carries between bytes). */
 static void put_nibbles(uint8_t *dst, const uint8_t q[16][32])
 {
     for (int k = 0; k < 4; k++)
-        for (int l = 0; l < 16; l++)
-            for (int i = 0; i < 4; i++) {
-                uint8_t lo = q[l][8 * k + i] & 0x0F, hi = q[l][8 * k + 4 + i] & 0x0F;
-                dst[64 * k + step_byte(l, i)] = (uint8_t)(lo | (hi << 4));
-            }
+        for (int l = 0; l < 16; l++) {
+            uint32_t lo = rd32(&q[l][8 * k]) & 0x0F0F0F0Fu, hi = rd32(&q[l][8 * k + 4]) & 0x0F0F0F0Fu;
+            wr32(dst + 64 * k + step_byte(l, 0), lo | (hi << 4));
+        }
 }
 
 static void pack_q8_0(const uint8_t *src, uint8_t *dst)
@@ -103,19 +122,17 @@ static void pack_k45(const uint8_t *src, uint8_t *dst, int q5)
             dequant_k4_scale_min(j, sb + 4, &sc, &m);
             dst[8 + 8 * k + j] = sc;
             dst[24 + 8 * k + j] = m;
-            for (int v = 0; v < 32; v++)
-                q[8 * k + j][v] = q5 ? q5k_quant(sb, 32 * j + v) : q4k_quant(sb, 32 * j + v);
         }
+        k45_quants(sb, q5, (uint8_t(*)[32])q[8 * k]);
     }
     put_nibbles(dst + 40, q);
     if (q5)
-        for (int l = 0; l < 16; l++)
-            for (int i = 0; i < 4; i++) {
-                uint8_t b = 0;
-                for (int s = 0; s < 8; s++)
-                    b |= (uint8_t)(((q[l][4 * s + i] >> 4) & 1) << s);
-                dst[296 + step_byte(l, i)] = b;
-            }
+        for (int l = 0; l < 16; l++) {
+            uint32_t b = 0;
+            for (int s = 0; s < 8; s++)
+                b |= ((rd32(&q[l][4 * s]) >> 4) & 0x01010101u) << s;
+            wr32(dst + 296 + step_byte(l, 0), b);
+        }
 }
 
 static void pack_q6_k(const uint8_t *src, uint8_t *dst)
@@ -126,21 +143,19 @@ static void pack_q6_k(const uint8_t *src, uint8_t *dst)
         for (int j = 0; j < 8; j++) {
             dst[8 * k + j] = sb[192 + 2 * j];
             dst[16 + 8 * k + j] = sb[192 + 2 * j + 1];
-            for (int v = 0; v < 32; v++)
-                q[8 * k + j][v] = q6k_quant(sb, 32 * j + v);
         }
+        q6k_quants(sb, (uint8_t(*)[32])q[8 * k]);
         memcpy(dst + 32 + 2 * k, sb + 208, 2); /* d */
     }
     put_nibbles(dst + 36, q);
     uint8_t *top = dst + 36 + 256;
     for (int h = 0; h < 2; h++)
-        for (int l = 0; l < 16; l++)
-            for (int i = 0; i < 4; i++) {
-                uint8_t b = 0;
-                for (int s = 0; s < 4; s++)
-                    b |= (uint8_t)(((q[l][4 * (4 * h + s) + i] >> 4) & 3) << (2 * s));
-                top[64 * h + step_byte(l, i)] = b;
-            }
+        for (int l = 0; l < 16; l++) {
+            uint32_t b = 0;
+            for (int s = 0; s < 4; s++)
+                b |= ((rd32(&q[l][4 * (4 * h + s)]) >> 4) & 0x03030303u) << (2 * s);
+            wr32(top + 64 * h + step_byte(l, 0), b);
+        }
 }
 
 void cpu_panel_pack_row(dtype t, const uint8_t *src, int64_t n, uint8_t *dst)
