@@ -682,6 +682,18 @@ X86_INLINE piv pi_dot_u(piv acc, pbv u, const int8_t *x)
 {
     return _mm512_dpbusd_epi32(acc, u, _mm512_loadu_si512(x));
 }
+/* The 8 steps' unsigned products with x, each lane's sum exact: two
+ * chains of vpdpbusd (integer sums: the order is free). */
+X86_INLINE piv pi_sum8(const pbv *q, const int8_t *x)
+{
+    piv a0 = pi_zero(), a1 = pi_zero();
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s += 2) {
+        a0 = pi_dot_u(a0, q[s], x + 64 * s);
+        a1 = pi_dot_u(a1, q[s + 1], x + 64 * s + 64);
+    }
+    return pi_add(a0, a1);
+}
 /* Signed weight bytes, as w + 128 unsigned: the sum of (w + 128) x less
  * 128 sum(x), exact. The 8 steps' offset form first (shared by tokens). */
 typedef struct { pbv u[8]; } pq8;
@@ -696,13 +708,7 @@ X86_INLINE pq8 pq8_prep(const pbv *q)
 X86_INLINE piv pq8_dot(const pq8 *w, const pbv *q, const int8_t *x, const int32_t *xs)
 {
     (void)q;
-    piv a0 = pi_zero(), a1 = pi_zero();
-#pragma GCC unroll 8
-    for (int s = 0; s < 8; s += 2) {
-        a0 = pi_dot_u(a0, w->u[s], x + 64 * s);
-        a1 = pi_dot_u(a1, w->u[s + 1], x + 64 * s + 64);
-    }
-    return pi_sub(pi_add(a0, a1), pi_sll(pi_load(xs), 7));
+    return pi_sub(pi_sum8(w->u, x), pi_sll(pi_load(xs), 7));
 }
 X86_INLINE pfv pf_zero(void) { return _mm512_setzero_ps(); }
 X86_INLINE pfv pf_load(const float *p) { return _mm512_loadu_ps(p); }
@@ -756,6 +762,18 @@ X86_INLINE piv pi_dot_u(piv acc, pbv u, const int8_t *x)
 {
     return (piv){_mm256_add_epi32(acc.a, x86_dot_us8(u.a, x86_load32(x))),
                  _mm256_add_epi32(acc.b, x86_dot_us8(u.b, x86_load32(x + 32)))};
+}
+/* The 8 steps' unsigned products with x, each lane's sum exact: two
+ * chains of vpdpbusd (integer sums: the order is free). */
+X86_INLINE piv pi_sum8(const pbv *q, const int8_t *x)
+{
+    piv a0 = pi_zero(), a1 = pi_zero();
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s += 2) {
+        a0 = pi_dot_u(a0, q[s], x + 64 * s);
+        a1 = pi_dot_u(a1, q[s + 1], x + 64 * s + 64);
+    }
+    return pi_add(a0, a1);
 }
 /* Signed weight bytes: |w| times x with w's signs (exact: at most
  * 2 x 128 x 127 per pair of vpmaddubsw). */
@@ -851,13 +869,7 @@ X86_INLINE void p_q4_0_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float 
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             const int8_t *xp = x[t].p + p * 512;
-            piv s0 = pi_zero(), s1 = pi_zero();
-#pragma GCC unroll 8
-            for (int s = 0; s < 8; s += 2) {
-                s0 = pi_dot_u(s0, q[s], xp + 64 * s);
-                s1 = pi_dot_u(s1, q[s + 1], xp + 64 * s + 64);
-            }
-            piv sum = pi_sub(pi_add(s0, s1), pi_sll(pi_load(x[t].s + p * 16), 3));
+            piv sum = pi_sub(pi_sum8(q, xp), pi_sll(pi_load(x[t].s + p * 16), 3));
             acc[t] = pf_fma(pf_cvt(sum), pf_mul(dw, pf_load(x[t].d + p * 16)), acc[t]);
         }
     }
@@ -887,14 +899,7 @@ X86_INLINE void p_k45_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             const int8_t *xp = x[t].p + p * 512;
-            /* two chains of vpdpbusd (integer sums: the order is free) */
-            piv s0 = pi_zero(), s1 = pi_zero();
-#pragma GCC unroll 8
-            for (int s = 0; s < 8; s += 2) {
-                s0 = pi_dot_u(s0, q[s], xp + 64 * s);
-                s1 = pi_dot_u(s1, q[s + 1], xp + 64 * s + 64);
-            }
-            piv sum = pi_add(s0, s1);
+            piv sum = pi_sum8(q, xp);
             pfv xd = pf_load(x[t].d + p * 16);
             acc[t] = pf_fma(pf_cvt(sum), pf_mul(dsc, xd), acc[t]);
             mins[t] = pf_fma(dm, pf_mul(xd, pf_cvt(pi_load(x[t].s + p * 16))), mins[t]);
