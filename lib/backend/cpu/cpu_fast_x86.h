@@ -682,34 +682,6 @@ X86_INLINE piv pi_dot_u(piv acc, pbv u, const int8_t *x)
 {
     return _mm512_dpbusd_epi32(acc, u, _mm512_loadu_si512(x));
 }
-/* The 8 steps' unsigned products with x, each lane's sum exact: two
- * chains of vpdpbusd (integer sums: the order is free). */
-X86_INLINE piv pi_sum8(const pbv *q, const int8_t *x)
-{
-    piv a0 = pi_zero(), a1 = pi_zero();
-#pragma GCC unroll 8
-    for (int s = 0; s < 8; s += 2) {
-        a0 = pi_dot_u(a0, q[s], x + 64 * s);
-        a1 = pi_dot_u(a1, q[s + 1], x + 64 * s + 64);
-    }
-    return pi_add(a0, a1);
-}
-/* Signed weight bytes, as w + 128 unsigned: the sum of (w + 128) x less
- * 128 sum(x), exact. The 8 steps' offset form first (shared by tokens). */
-typedef struct { pbv u[8]; } pq8;
-X86_INLINE pq8 pq8_prep(const pbv *q)
-{
-    pq8 r;
-#pragma GCC unroll 8
-    for (int s = 0; s < 8; s++)
-        r.u[s] = _mm512_xor_si512(q[s], _mm512_set1_epi8((char)0x80));
-    return r;
-}
-X86_INLINE piv pq8_dot(const pq8 *w, const pbv *q, const int8_t *x, const int32_t *xs)
-{
-    (void)q;
-    return pi_sub(pi_sum8(w->u, x), pi_sll(pi_load(xs), 7));
-}
 X86_INLINE pfv pf_zero(void) { return _mm512_setzero_ps(); }
 X86_INLINE pfv pf_load(const float *p) { return _mm512_loadu_ps(p); }
 X86_INLINE pfv pf_cvt(piv a) { return _mm512_cvtepi32_ps(a); }
@@ -763,6 +735,28 @@ X86_INLINE piv pi_dot_u(piv acc, pbv u, const int8_t *x)
     return (piv){_mm256_add_epi32(acc.a, x86_dot_us8(u.a, x86_load32(x))),
                  _mm256_add_epi32(acc.b, x86_dot_us8(u.b, x86_load32(x + 32)))};
 }
+X86_INLINE pfv pf_zero(void) { return (pfv){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+X86_INLINE pfv pf_load(const float *p) { return (pfv){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+X86_INLINE pfv pf_cvt(piv x) { return (pfv){_mm256_cvtepi32_ps(x.a), _mm256_cvtepi32_ps(x.b)}; }
+X86_INLINE pfv pf_mul(pfv x, pfv y) { return (pfv){_mm256_mul_ps(x.a, y.a), _mm256_mul_ps(x.b, y.b)}; }
+X86_INLINE pfv pf_fma(pfv x, pfv y, pfv z)
+{
+    return (pfv){_mm256_fmadd_ps(x.a, y.a, z.a), _mm256_fmadd_ps(x.b, y.b, z.b)};
+}
+X86_INLINE pfv pf_f16(const uint8_t *p)
+{
+    return (pfv){_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)),
+                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)))};
+}
+X86_INLINE pfv pf_u8(const uint8_t *p)
+{
+    return (pfv){_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p))),
+                 _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8))))};
+}
+X86_INLINE pfv pf_two(float x, float y) { return (pfv){_mm256_set1_ps(x), _mm256_set1_ps(y)}; }
+X86_INLINE __m256 pf_fold(pfv v) { return _mm256_add_ps(v.a, v.b); }
+#endif
+
 /* The 8 steps' unsigned products with x, each lane's sum exact: two
  * chains of vpdpbusd (integer sums: the order is free). */
 X86_INLINE piv pi_sum8(const pbv *q, const int8_t *x)
@@ -775,6 +769,24 @@ X86_INLINE piv pi_sum8(const pbv *q, const int8_t *x)
     }
     return pi_add(a0, a1);
 }
+#if CPU_X86_512
+/* Signed weight bytes, as w + 128 unsigned: the sum of (w + 128) x less
+ * 128 sum(x), exact. The 8 steps' offset form first (shared by tokens). */
+typedef struct { pbv u[8]; } pq8;
+X86_INLINE pq8 pq8_prep(const pbv *q)
+{
+    pq8 r;
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++)
+        r.u[s] = _mm512_xor_si512(q[s], _mm512_set1_epi8((char)0x80));
+    return r;
+}
+X86_INLINE piv pq8_dot(const pq8 *w, const pbv *q, const int8_t *x, const int32_t *xs)
+{
+    (void)q;
+    return pi_sub(pi_sum8(w->u, x), pi_sll(pi_load(xs), 7));
+}
+#else
 /* Signed weight bytes: |w| times x with w's signs (exact: at most
  * 2 x 128 x 127 per pair of vpmaddubsw). */
 typedef struct { pbv u[8]; } pq8;
@@ -798,26 +810,6 @@ X86_INLINE piv pq8_dot(const pq8 *w, const pbv *q, const int8_t *x, const int32_
     }
     return acc;
 }
-X86_INLINE pfv pf_zero(void) { return (pfv){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-X86_INLINE pfv pf_load(const float *p) { return (pfv){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
-X86_INLINE pfv pf_cvt(piv x) { return (pfv){_mm256_cvtepi32_ps(x.a), _mm256_cvtepi32_ps(x.b)}; }
-X86_INLINE pfv pf_mul(pfv x, pfv y) { return (pfv){_mm256_mul_ps(x.a, y.a), _mm256_mul_ps(x.b, y.b)}; }
-X86_INLINE pfv pf_fma(pfv x, pfv y, pfv z)
-{
-    return (pfv){_mm256_fmadd_ps(x.a, y.a, z.a), _mm256_fmadd_ps(x.b, y.b, z.b)};
-}
-X86_INLINE pfv pf_f16(const uint8_t *p)
-{
-    return (pfv){_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)),
-                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)))};
-}
-X86_INLINE pfv pf_u8(const uint8_t *p)
-{
-    return (pfv){_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p))),
-                 _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8))))};
-}
-X86_INLINE pfv pf_two(float x, float y) { return (pfv){_mm256_set1_ps(x), _mm256_set1_ps(y)}; }
-X86_INLINE __m256 pf_fold(pfv v) { return _mm256_add_ps(v.a, v.b); }
 #endif
 
 X86_INLINE void p_q8_0_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT)
