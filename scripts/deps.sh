@@ -16,6 +16,9 @@ have_header openssl/sha.h       || need+=(libssl-dev)
 command -v jq >/dev/null        || need+=(jq)
 command -v clang >/dev/null     || need+=(clang)
 command -v node >/dev/null      || need+=(nodejs)
+# The aarch64 build of the CPU fast path's test, run under qemu-user.
+command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
 # nginx and its njs module: the replica test runs deploy/nginx's configuration.
 { command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; } || need+=(nginx)
 [ -f /usr/lib/nginx/modules/ngx_http_js_module.so ] || need+=(libnginx-mod-http-js)

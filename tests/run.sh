@@ -42,6 +42,17 @@ done
 for t in build/san/tests/test_*; do
   [ -x "$t" ] && run_one "unit(asan) $(basename "$t")" "$t"
 done
+# The aarch64 kernels (make aarch64-tests) under qemu-user: as qemu's
+# default CPU (every feature, so the dotprod level) and as a Cortex-A53
+# (Advanced SIMD only, the neon level as the best).
+a64=build/aarch64/tests/test_cpu_fast
+if [ -x "$a64" ] && command -v qemu-aarch64 >/dev/null; then
+  run_one "unit(aarch64) test_cpu_fast" qemu-aarch64 "$a64"
+  run_one "unit(aarch64 cortex-a53) test_cpu_fast" qemu-aarch64 -cpu cortex-a53 "$a64"
+else
+  echo "SKIP unit(aarch64) test_cpu_fast: no aarch64 cross build ($a64) or no qemu-aarch64 here"
+  skipped=$((skipped + 1))
+fi
 for s in tests/integration/*.sh; do
   [ -f "$s" ] && run_one "integration $(basename "$s" .sh)" bash "$s"
 done

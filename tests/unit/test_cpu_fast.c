@@ -24,7 +24,7 @@
 
 static rng_state rng;
 
-static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
+static const char *const isa_names[] = {"scalar", "avx2", "avx512", "neon", "dotprod"};
 
 /* The kernels of level isa, or NULL with the case marked SKIP. */
 static const cpu_kernels *level_or_skip(cpu_isa isa)
@@ -235,7 +235,7 @@ static void kernels_vs_reference(cpu_isa isa)
         }
     }
     CHECK(checked > 100);
-    /* F32, F16 and BF16 have a rows kernel on the x86 levels. */
+    /* F32, F16 and BF16 have a rows kernel on the SIMD levels. */
     CHECK(k->isa == CPU_ISA_SCALAR || checked_rows > 100);
 }
 
@@ -251,13 +251,16 @@ static void test_ue4m3_scale(void)
 static void test_kernels_scalar(void) { kernels_vs_reference(CPU_ISA_SCALAR); }
 static void test_kernels_avx2(void) { kernels_vs_reference(CPU_ISA_AVX2); }
 static void test_kernels_avx512(void) { kernels_vs_reference(CPU_ISA_AVX512); }
+static void test_kernels_neon(void) { kernels_vs_reference(CPU_ISA_NEON); }
+static void test_kernels_dotprod(void) { kernels_vs_reference(CPU_ISA_DOTPROD); }
 
 /* The decision says the int8 kernels of avx2 and avx512 give the same
- * bits (the same exact integer sums, the same float steps). */
-static void test_int8_kernels_agree_avx2_avx512(void)
+ * bits (the same exact integer sums, the same float steps), and so do
+ * those of neon and dotprod. */
+static void int8_kernels_agree(cpu_isa la, cpu_isa lb)
 {
-    const cpu_kernels *a = level_or_skip(CPU_ISA_AVX2);
-    const cpu_kernels *b = a ? level_or_skip(CPU_ISA_AVX512) : NULL;
+    const cpu_kernels *a = level_or_skip(la);
+    const cpu_kernels *b = a ? level_or_skip(lb) : NULL;
     if (!a || !b)
         return;
     static const dtype q[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_NVFP4};
@@ -277,14 +280,26 @@ static void test_int8_kernels_agree_avx2_avx512(void)
                 const uint8_t *row = w.data + (size_t)r * w.row_bytes;
                 float ga = cpu_kernel_for_type(a, q[ti])->one(row, &xr, n);
                 float gb = cpu_kernel_for_type(b, q[ti])->one(row, &xr, n);
-                CHECK_MSG(memcmp(&ga, &gb, sizeof ga) == 0,
-                          "%s n=%lld row %d: avx2 %.9g, avx512 %.9g", dtype_get(q[ti])->name,
-                          (long long)n, r, ga, gb);
+                CHECK_MSG(memcmp(&ga, &gb, sizeof ga) == 0, "%s n=%lld row %d: %s %.9g, %s %.9g",
+                          dtype_get(q[ti])->name, (long long)n, r, a->name, ga, b->name, gb);
+                if (cpu_kernel_for_type(a, q[ti])->many) { /* and in a group of tokens */
+                    float ma[8], mb[8];
+                    cpu_xrow xs[8];
+                    for (int t = 0; t < 8; t++)
+                        xs[t] = xr;
+                    cpu_kernel_for_type(a, q[ti])->many(row, xs, n, ma);
+                    cpu_kernel_for_type(b, q[ti])->many(row, xs, n, mb);
+                    CHECK(cpu_kernel_for_type(a, q[ti])->nt == cpu_kernel_for_type(b, q[ti])->nt);
+                    CHECK(memcmp(ma, mb, sizeof(float) * (size_t)cpu_kernel_for_type(a, q[ti])->nt) == 0);
+                }
             }
             free_xq(&xb);
             free((void *)w.data);
         }
 }
+
+static void test_int8_kernels_agree_avx2_avx512(void) { int8_kernels_agree(CPU_ISA_AVX2, CPU_ISA_AVX512); }
+static void test_int8_kernels_agree_neon_dotprod(void) { int8_kernels_agree(CPU_ISA_NEON, CPU_ISA_DOTPROD); }
 
 /* The panel kernels (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K rows repacked by cpu_panel.h):
  * within the int8 formats' bound of the reference on the stored row, the
@@ -295,7 +310,7 @@ static void test_panel_kernels(void)
     const cpu_kernels *lv[2] = {level_or_skip(CPU_ISA_AVX2), NULL};
     if (!lv[0])
         return;
-    lv[1] = cpu_isa_best() >= CPU_ISA_AVX512 ? cpu_kernels_for(CPU_ISA_AVX512, NULL) : NULL;
+    lv[1] = cpu_isa_runs(CPU_ISA_AVX512) ? cpu_kernels_for(CPU_ISA_AVX512, NULL) : NULL;
     static const dtype q[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
     static const int64_t widths[] = {512, 1536, 4096};
     int checked = 0;
@@ -432,6 +447,8 @@ static void quantize_x_on(cpu_isa isa)
 static void test_quantize_x_scalar(void) { quantize_x_on(CPU_ISA_SCALAR); }
 static void test_quantize_x_avx2(void) { quantize_x_on(CPU_ISA_AVX2); }
 static void test_quantize_x_avx512(void) { quantize_x_on(CPU_ISA_AVX512); }
+static void test_quantize_x_neon(void) { quantize_x_on(CPU_ISA_NEON); }
+static void test_quantize_x_dotprod(void) { quantize_x_on(CPU_ISA_DOTPROD); }
 
 /* Each level's dot_ref and axpy_ref give the reference's bits. */
 static void ref_arith_on(cpu_isa isa)
@@ -475,6 +492,8 @@ static void ref_arith_on(cpu_isa isa)
 static void test_ref_arith_scalar(void) { ref_arith_on(CPU_ISA_SCALAR); }
 static void test_ref_arith_avx2(void) { ref_arith_on(CPU_ISA_AVX2); }
 static void test_ref_arith_avx512(void) { ref_arith_on(CPU_ISA_AVX512); }
+static void test_ref_arith_neon(void) { ref_arith_on(CPU_ISA_NEON); }
+static void test_ref_arith_dotprod(void) { ref_arith_on(CPU_ISA_DOTPROD); }
 
 /* ---- the ops on the fast backend ---- */
 
@@ -563,6 +582,8 @@ static void invariance_on(cpu_isa isa)
 static void test_invariance_scalar(void) { invariance_on(CPU_ISA_SCALAR); }
 static void test_invariance_avx2(void) { invariance_on(CPU_ISA_AVX2); }
 static void test_invariance_avx512(void) { invariance_on(CPU_ISA_AVX512); }
+static void test_invariance_neon(void) { invariance_on(CPU_ISA_NEON); }
+static void test_invariance_dotprod(void) { invariance_on(CPU_ISA_DOTPROD); }
 
 /* q, k, v of mixed types in one call (Q4_K_M: Q4_K q and k, Q6_K v) and
  * the GLU FFN: byte-identical across thread counts and batches. */
@@ -619,8 +640,8 @@ static void test_attention_is_reference(void)
     make_x(k, N * NKV * HD);
     make_x(v, N * NKV * HD);
     memra_err err = {{0}};
-    for (int isa = 0; isa <= (int)cpu_isa_best(); isa++)
-        for (int kt = 0; kt < 2; kt++) {
+    for (int isa = 0; isa < CPU_ISA_COUNT; isa++)
+        for (int kt = 0; kt < 2 && cpu_isa_runs((cpu_isa)isa); kt++) {
             backend *bs[2] = {backend_cpu_ref_create(2), fast_backend((cpu_isa)isa, 2)};
             for (int bi = 0; bi < 2; bi++) {
                 kv_cache kc;
@@ -681,18 +702,27 @@ int main(void)
         TEST_CASE(test_kernels_scalar),
         TEST_CASE(test_kernels_avx2),
         TEST_CASE(test_kernels_avx512),
+        TEST_CASE(test_kernels_neon),
+        TEST_CASE(test_kernels_dotprod),
         TEST_CASE(test_int8_kernels_agree_avx2_avx512),
+        TEST_CASE(test_int8_kernels_agree_neon_dotprod),
         TEST_CASE(test_panel_kernels),
         TEST_CASE(test_quantize_x),
         TEST_CASE(test_quantize_x_scalar),
         TEST_CASE(test_quantize_x_avx2),
         TEST_CASE(test_quantize_x_avx512),
+        TEST_CASE(test_quantize_x_neon),
+        TEST_CASE(test_quantize_x_dotprod),
         TEST_CASE(test_ref_arith_scalar),
         TEST_CASE(test_ref_arith_avx2),
         TEST_CASE(test_ref_arith_avx512),
+        TEST_CASE(test_ref_arith_neon),
+        TEST_CASE(test_ref_arith_dotprod),
         TEST_CASE(test_invariance_scalar),
         TEST_CASE(test_invariance_avx2),
         TEST_CASE(test_invariance_avx512),
+        TEST_CASE(test_invariance_neon),
+        TEST_CASE(test_invariance_dotprod),
         TEST_CASE(test_fused_ops_invariance),
         TEST_CASE(test_attention_is_reference),
         TEST_CASE(test_kinds),

@@ -19,8 +19,16 @@
 #include "core/err.h"
 #include "format/dtype.h"
 
-typedef enum { CPU_ISA_SCALAR = 0, CPU_ISA_AVX2 = 1, CPU_ISA_AVX512 = 2 } cpu_isa;
-enum { CPU_ISA_COUNT = 3, CPU_QBLOCK = 32 };
+/* The levels: scalar everywhere; avx2 and avx512 on x86-64; neon and
+ * dotprod on aarch64. */
+typedef enum {
+    CPU_ISA_SCALAR = 0,
+    CPU_ISA_AVX2 = 1,
+    CPU_ISA_AVX512 = 2,
+    CPU_ISA_NEON = 3,
+    CPU_ISA_DOTPROD = 4
+} cpu_isa;
+enum { CPU_ISA_COUNT = 5, CPU_QBLOCK = 32 };
 
 /* One token's x in the forms the kernels read. */
 typedef struct {
@@ -54,7 +62,7 @@ typedef struct {
 
 typedef struct {
     cpu_isa isa;
-    const char *name; /* "scalar", "avx2", "avx512" */
+    const char *name; /* "scalar", "avx2", "avx512", "neon", "dotprod" */
     cpu_kernel f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, nvfp4, mxfp8;
     /* The panel forms (cpu_panel.h) of Q8_0, Q4_0, Q4_K, Q5_K and Q6_K
      * rows, reading x's p, d, s and lo; one = NULL where the level has none. */
@@ -74,13 +82,19 @@ extern const cpu_kernels cpu_kernels_scalar;
 extern const cpu_kernels cpu_kernels_avx2;
 extern const cpu_kernels cpu_kernels_avx512;
 #endif
+#if defined(__aarch64__)
+extern const cpu_kernels cpu_kernels_neon;
+extern const cpu_kernels cpu_kernels_dotprod;
+#endif
 
 /* The best level this CPU runs. */
 cpu_isa cpu_isa_best(void);
+/* Whether this CPU (and this build's architecture) runs level isa. */
+int cpu_isa_runs(cpu_isa isa);
 /* The kernels of level `isa`, or NULL with a message when this CPU (or
  * this build's architecture) lacks it. */
 const cpu_kernels *cpu_kernels_for(cpu_isa isa, memra_err *err);
-/* Parse "scalar", "avx2", "avx512"; -1 for anything else. */
+/* Parse a level's name; -1 for anything else. */
 int cpu_isa_parse(const char *s);
 /* The kernels a fast backend uses: the best level, or MEMRA_CPU_ISA's
  * when set (a name this CPU cannot run is ignored with a warning). */

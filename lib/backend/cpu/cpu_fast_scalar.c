@@ -1,5 +1,5 @@
-/* The fast path's portable kernels: what a CPU without AVX2 runs (and
- * aarch64 until it has NEON kernels), and the plainest statement of each
+/* The fast path's portable kernels: what a CPU without AVX2 or NEON
+ * runs, and the plainest statement of each
  * format's arithmetic under the contract of
  * docs/decisions/0018-cpu-fast-path.md. Integer sums are exact; the float
  * steps are the same as the SIMD levels' per block, only the order of the

@@ -1,7 +1,8 @@
 /* Choosing the fast path's ISA level from the CPU's features, and the
  * per-type kernel lookup. The SIMD kernels live in files built with their
- * own target attributes (cpu_fast_avx2.c, cpu_fast_avx512.c), so one
- * binary runs on any x86-64 and only calls what the CPU reports. */
+ * own target attributes (cpu_fast_avx2.c, cpu_fast_avx512.c,
+ * cpu_fast_dotprod.c), so one binary runs on any x86-64 (or any aarch64)
+ * and only calls what the CPU reports. */
 #include "backend/cpu/cpu_fast.h"
 
 #include <float.h>
@@ -11,7 +12,12 @@
 
 #include "core/log.h"
 
-static const char *const isa_names[CPU_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+#if defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
+static const char *const isa_names[CPU_ISA_COUNT] = {"scalar", "avx2", "avx512", "neon", "dotprod"};
 
 int cpu_isa_parse(const char *s)
 {
@@ -21,28 +27,48 @@ int cpu_isa_parse(const char *s)
     return -1;
 }
 
+int cpu_isa_runs(cpu_isa isa)
+{
+    switch (isa) {
+    case CPU_ISA_SCALAR: return 1;
+#if defined(__x86_64__)
+    case CPU_ISA_AVX2:
+    case CPU_ISA_AVX512: {
+        __builtin_cpu_init();
+        int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                   __builtin_cpu_supports("f16c");
+        if (isa == CPU_ISA_AVX2)
+            return avx2;
+        /* libgcc also checks that the OS saves the wide registers (XCR0). */
+        return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    }
+#endif
+#if defined(__aarch64__)
+    case CPU_ISA_NEON: return 1; /* Advanced SIMD is part of every aarch64 CPU */
+    case CPU_ISA_DOTPROD: return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#endif
+    default: return 0;
+    }
+}
+
 cpu_isa cpu_isa_best(void)
 {
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
-    /* libgcc also checks that the OS saves the wide registers (XCR0). */
-    int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-    return avx512 ? CPU_ISA_AVX512 : avx2 ? CPU_ISA_AVX2 : CPU_ISA_SCALAR;
-#else
+    static const cpu_isa order[] = {CPU_ISA_AVX512, CPU_ISA_AVX2, CPU_ISA_DOTPROD, CPU_ISA_NEON};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (cpu_isa_runs(order[i]))
+            return order[i];
     return CPU_ISA_SCALAR;
-#endif
 }
 
 const cpu_kernels *cpu_kernels_for(cpu_isa isa, memra_err *err)
 {
     if ((int)isa < 0 || (int)isa >= CPU_ISA_COUNT) {
-        memra_fail(err, "CPU ISA level %d is not scalar, avx2 or avx512", (int)isa);
+        memra_fail(err, "CPU ISA level %d is not one of scalar, avx2, avx512, neon, dotprod",
+                   (int)isa);
         return NULL;
     }
-    if (isa > cpu_isa_best()) {
+    if (!cpu_isa_runs(isa)) {
         memra_fail(err, "CPU ISA level %s: this CPU runs at most %s", isa_names[isa],
                    isa_names[cpu_isa_best()]);
         return NULL;
@@ -51,6 +77,10 @@ const cpu_kernels *cpu_kernels_for(cpu_isa isa, memra_err *err)
 #if defined(__x86_64__)
     case CPU_ISA_AVX512: return &cpu_kernels_avx512;
     case CPU_ISA_AVX2: return &cpu_kernels_avx2;
+#endif
+#if defined(__aarch64__)
+    case CPU_ISA_DOTPROD: return &cpu_kernels_dotprod;
+    case CPU_ISA_NEON: return &cpu_kernels_neon;
 #endif
     default: return &cpu_kernels_scalar;
     }
@@ -67,7 +97,7 @@ const cpu_kernels *cpu_fast_kernels(void)
         if (k)
             return k;
         log_warn("MEMRA_CPU_ISA=%s: %s; using %s", env,
-                 want < 0 ? "not scalar, avx2 or avx512" : err.msg, isa_names[best]);
+                 want < 0 ? "not one of scalar, avx2, avx512, neon, dotprod" : err.msg, isa_names[best]);
     }
     memra_err unused;
     return cpu_kernels_for(best, &unused);
