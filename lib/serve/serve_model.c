@@ -38,6 +38,12 @@ typedef struct {
     serve_spec_slot *spec; /* the request speculates when few slots decode; NULL: never */
     int spec_pending;      /* a round is due this tick (host_in its newest token) */
     int spec_ahead;        /* tokens the round added to smp's history (slot_sample skips them) */
+    /* tokens a round's constraint followed already (the reasoning markers,
+     * the lazy grammar's trigger: slot_sample skips them), and the
+     * reasoning count after each, so a request that stops inside the
+     * round counts what plain decoding would */
+    int spec_watched, n_spec_watched;
+    size_t reason_after[SPEC_K_MAX + 1];
     engine_seq *seq;
     sampler *smp;
     detok *dt;
@@ -145,6 +151,7 @@ static void slot_release(serve_model *m, serve_slot *s)
     s->spec = NULL;
     s->spec_pending = 0;
     s->spec_ahead = 0;
+    s->spec_watched = s->n_spec_watched = 0;
     pthread_mutex_lock(&m->mu);
     m->n_running--;
     pthread_mutex_unlock(&m->mu);
@@ -530,6 +537,8 @@ static int slot_sample(serve_model *m, serve_slot *s, double now, int32_t *next)
     s->n_generated++;
     if (s->spec)
         serve_spec_slot_push(s->spec, id);
+    int watched = s->spec_watched < s->n_spec_watched;
+    size_t reason_after = watched ? s->reason_after[s->spec_watched++] : 0;
     pthread_mutex_lock(&m->mu);
     m->generated_tokens++;
     if (s->n_generated == 1)
@@ -550,8 +559,12 @@ static int slot_sample(serve_model *m, serve_slot *s, double now, int32_t *next)
         fin = SERVE_FINISH_STOP;
         lp = NULL;
     } else {
-        track_reasoning(m, s, id);
-        lazy_grammar_watch(m, s, id);
+        if (watched) {
+            s->n_reasoning = reason_after;
+        } else {
+            track_reasoning(m, s, id);
+            lazy_grammar_watch(m, s, id);
+        }
         st = detok_feed(s->dt, id, &s->piece, &stop_index, &err);
         if (st < 0) {
             serve_req_emit(r, s->choice, s->piece.data, s->piece.len, s->n_generated, lp,
@@ -830,7 +843,10 @@ typedef struct {
 static int slot_con_mask(void *ctx, sampler *smp, memra_err *err)
 {
     slot_con *c = ctx;
-    (void)smp; /* the slot's own */
+    if (!c->s->gst) {
+        sampler_set_mask(smp, NULL, 0); /* a lazy grammar not started, or ended */
+        return 0;
+    }
     if (slot_grammar_mask(c->m, c->s) != 0) {
         *err = c->s->next_err;
         return -1;
@@ -838,10 +854,31 @@ static int slot_con_mask(void *ctx, sampler *smp, memra_err *err)
     return 0;
 }
 
+/* An emitted token, in the order plain decoding takes it: the grammar's
+ * step (a lazy grammar's call that completes ends it), then the
+ * reasoning markers and the lazy grammar's trigger, which slot_sample
+ * then skips for this token. */
 static int slot_con_accept(void *ctx, int32_t id, memra_err *err)
 {
     slot_con *c = ctx;
-    return gram_accept_token(c->s->gst, c->m->gvocab, id, err);
+    serve_slot *s = c->s;
+    if (s->gst) {
+        if (gram_accept_token(s->gst, c->m->gvocab, id, err) != 0)
+            return -1;
+        if (s->lazy && gram_is_final(s->gst)) {
+            gram_state_free(s->gst);
+            s->gst = NULL;
+            s->lazy = 0;
+            sampler_set_mask(s->smp, NULL, 0);
+        }
+    }
+    if (!(tok_is_stop(c->m->tok, id) && !s->req->ignore_eos)) {
+        track_reasoning(c->m, s, id);
+        lazy_grammar_watch(c->m, s, id);
+    }
+    MEMRA_ASSERT(s->n_spec_watched < SPEC_K_MAX + 1);
+    s->reason_after[s->n_spec_watched++] = s->n_reasoning;
+    return 0;
 }
 
 static void slot_spec_round(serve_model *m, serve_slot *s)
@@ -850,12 +887,14 @@ static void slot_spec_round(serve_model *m, serve_slot *s)
     spec_round_result rr;
     int64_t left = (int64_t)s->req->max_tokens - (int64_t)s->n_generated;
     int lp = s->req->logprobs;
-    /* a grammar's mask for each verify row, its state advanced by each
-     * emitted token (the token path below does not advance it again) */
+    /* a grammar's mask for each verify row (a lazy one's from its trigger
+     * on), its state advanced by each emitted token (the token path below
+     * does not advance it again) */
     slot_con sc = {m, s};
     spec_constraint con = {&sc, slot_con_mask, slot_con_accept};
-    if (serve_spec_round(s->spec, s->seq, s->smp, left, lp, s->gst ? &con : NULL, &rr,
-                         &err) != 0) {
+    s->spec_watched = s->n_spec_watched = 0;
+    if (serve_spec_round(s->spec, s->seq, s->smp, left, lp,
+                         s->gst || s->req->lazy_grammar ? &con : NULL, &rr, &err) != 0) {
         slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
         return;
     }

@@ -57,10 +57,7 @@ int serve_spec_k(const serve_spec *sp) { return sp->k; }
 int serve_spec_max_batch(const serve_spec *sp) { return sp->max_batch; }
 const char *serve_spec_describe(const serve_spec *sp) { return sp->describe; }
 
-int serve_spec_eligible(const serve_req *r)
-{
-    return !r->work && !r->lazy_grammar;
-}
+int serve_spec_eligible(const serve_req *r) { return !r->work; }
 
 /* The draft model: same vocabulary (spec_check_vocab), its own engine of
  * one sequence per slot, and one drafter per slot on it. */

@@ -51,12 +51,13 @@ int serve_spec_max_batch(const serve_spec *sp);
 /* "draft PATH", "draft PATH, trim RANKS" or "ngram": for the startup line. */
 const char *serve_spec_describe(const serve_spec *sp);
 
-/* Whether request r can be speculated exactly. Not: work (embeddings), a
- * lazy grammar (it starts at a trigger in the generated text). Those decode
- * plainly. Penalties and a grammar speculate: spec_round adds each emitted
- * token to the slot sampler's history and to the grammar's state before
- * the next verify row (serve_spec_round's con). Each of several choices
- * speculates on its own slot. */
+/* Whether request r can be speculated exactly. Not: work (embeddings),
+ * which has nothing to decode. Penalties and grammars speculate: spec_round
+ * adds each emitted token to the slot sampler's history and to the
+ * grammar's state before the next verify row (serve_spec_round's con); a
+ * lazy grammar (tool calls under tool_choice auto) starts inside a round
+ * at the token that completes its trigger, and the rows after it are
+ * masked. Each of several choices speculates on its own slot. */
 int serve_spec_eligible(const serve_req *r);
 
 /* Slot i starts choice `choice` of request r (eligible): its state, whose

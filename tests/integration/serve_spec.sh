@@ -6,8 +6,9 @@
 # inside a round; drafts are counted and accepted; a sampled request
 # completes and a seeded one repeats; logprobs requests speculate and give
 # plain decoding's log-probabilities; the context's end inside a round gives the
-# same bytes; a request of several choices speculates each; bad flags are
-# one-line errors.
+# same bytes; a request of several choices speculates each; grammars, lazy
+# ones (tool calls under auto) among them, keep plain decoding's bytes; bad
+# flags are one-line errors.
 source tests/integration/serve_common.bash
 TINY=models/memra-tiny.gguf
 DRAFT=models/memra-tiny-draft.gguf
@@ -193,6 +194,39 @@ check "a streamed logprobs request with speculation: plain decoding's log-probab
   [ \"\$(URL=$PLAIN post /v1/completions '$SLP' | sed -n 's/^data: //p' | grep -v DONE | jq -c '.choices[0].logprobs')\" = \"\$(URL=$DRAFTED post /v1/completions '$SLP' | sed -n 's/^data: //p' | grep -v DONE | jq -c '.choices[0].logprobs')\" ]"
 
 for p in "${PIDS[@]}"; do stop_server "$p" >/dev/null; done
+
+# A lazy grammar speculates: a strict tool under tool_choice auto holds each
+# call the model opens (forced here by a logit_bias on Qwen3's <tool_call>
+# token, on a random-weight model with Qwen3's tokenizer and template) to
+# the tool's schema from the token that completes the trigger to the one
+# that closes the call, inside a round as in plain decoding; so a greedy
+# request gives plain decoding's bytes, blocking and streamed, with the
+# n-gram drafter (whose drafts the repeated calls accept).
+make_qwen_tiny || fail "memra-convert makes the Qwen3-tokenizer model" "$(tail -3 "$T/qwen3-tiny.log")"
+start_server qplain -m "qwen=$QWEN" -t 2
+QP=$URL P1=$PID
+start_server qngram -m "qwen=$QWEN" --ngram --spec-k 8 -t 2
+QN=$URL P2=$PID
+STRICT='"tools":[{"type":"function","function":{"name":"add","strict":true,"parameters":{"type":"object","properties":{"a":{"type":"integer","minimum":0,"maximum":99},"b":{"type":"integer","minimum":0,"maximum":99}},"required":["a","b"],"additionalProperties":false}}}]'
+LZ="{\"model\":\"qwen\",\"messages\":[{\"role\":\"user\",\"content\":\"add 1 and 2\"}],$STRICT,\"logit_bias\":{\"151657\":100},\"max_tokens\":150,\"temperature\":0}"
+qmetric() { c "$1/metrics" | awk -v m="$2" '$1 == m"{model=\"qwen\"}" {print $2}'; }
+# (the calls' ids are random: left out of the comparison)
+NOID='walk(if type == "object" then del(.id) else . end)'
+URL=$QP post /v1/chat/completions "$LZ" | jq -cS "{choices, usage} | $NOID" >"$T/lz-plain.json"
+URL=$QN post /v1/chat/completions "$LZ" | jq -cS "{choices, usage} | $NOID" >"$T/lz-ngram.json"
+LZS=$(jq -c '.stream = true | .stream_options = {include_usage: true}' <<<"$LZ")
+URL=$QP post /v1/chat/completions "$LZS" | sed -n 's/^data: //p' | grep -v DONE | jq -cS ".choices[0].delta // .usage | $NOID" >"$T/lz-plain.sse"
+URL=$QN post /v1/chat/completions "$LZS" | sed -n 's/^data: //p' | grep -v DONE | jq -cS ".choices[0].delta // .usage | $NOID" >"$T/lz-ngram.sse"
+check "reference: under auto, every call the model opened is held to the strict tool's schema" jq -e '
+  (.choices[0].message.tool_calls | length >= 2) and
+  all(.choices[0].message.tool_calls[].function; .name == "add" and (.arguments | fromjson | keys == ["a","b"] and all(.[]; . >= 0 and . <= 99 and . == floor)))' "$T/lz-plain.json"
+check "a greedy request under a lazy grammar gives plain decoding's bytes with speculation (and streamed)" \
+  bash -c "cmp '$T/lz-plain.json' '$T/lz-ngram.json' && [ -s '$T/lz-plain.sse' ] && cmp '$T/lz-plain.sse' '$T/lz-ngram.sse'"
+dr=$(qmetric "$QN" memra_spec_drafted_tokens_total) ac=$(qmetric "$QN" memra_spec_accepted_tokens_total)
+check "a request under a lazy grammar is speculated (drafts proposed and accepted: $ac of $dr)" \
+  test "${ac:-0}" -gt 0
+stop_server "$P1" >/dev/null
+stop_server "$P2" >/dev/null
 
 # The context's end inside a round: a 40-token context, no max_tokens, so
 # the chat runs until the context is full (K = 8 is cut to what is left).
