@@ -308,6 +308,13 @@ typedef struct {
      * one; docs/decisions/0009-decode-gemm.md). The choice holds for the
      * backend's life, so a row's bytes never depend on the batch it is in. */
     void (*plan_decode)(backend *b, int max_rows);
+    /* Optional (NULL: any number). The most rows a step may hold with each
+     * row's result the bytes it has in a step of its own sequence's rows
+     * alone (CUDA: below the rows where a step takes the prefill GEMM or
+     * flash attention, and, for a model routing each row to moe_used
+     * experts (0: none), the (row, expert) pairs where its experts go to
+     * the tensor cores); <= 0: any number. */
+    int (*rows_alone)(backend *b, int moe_used);
     /* Optional (NULL: nothing to mark). Marks the start (on = 1) and end
      * (on = 0) of a span of work for an external profiler (CUDA:
      * cudaProfilerStart / cudaProfilerStop, which `ncu --profile-from-start

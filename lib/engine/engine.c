@@ -625,8 +625,10 @@ int engine_forward_batch(engine *e, engine_seq *const *seqs, const int32_t *toke
 
 const kv_seq *engine_seq_kv(const engine_seq *s) { return &s->kv; }
 
-int engine_forward_packed(engine *e, engine_seq *const *seqs, const int32_t *const *tokens,
-                          const int *n, int n_seqs, memra_err *err)
+/* engine_forward_packed, with every row's logits into logits ([rows][vocab])
+ * when it is not NULL (engine_forward_rows). */
+static int forward_packed(engine *e, engine_seq *const *seqs, const int32_t *const *tokens,
+                          const int *n, int n_seqs, float *logits, memra_err *err)
 {
     const model_config *c = &e->m.config;
     backend_bind(e->bk);
@@ -673,11 +675,35 @@ int engine_forward_packed(engine *e, engine_seq *const *seqs, const int32_t *con
             ids[r] = tokens[i][t];
         }
     bk_batch b = {(int)rows, e->pos, e->seqs};
-    forward_step(e, &b, ids, rows > 1, (int)rows, NULL, NULL, NULL);
+    if (logits)
+        forward_step(e, &b, ids, rows > 1, 0, logits, NULL, NULL);
+    else
+        forward_step(e, &b, ids, rows > 1, (int)rows, NULL, NULL, NULL);
     free(ids);
     for (int i = 0; i < n_seqs; i++)
         seqs[i]->kv.n_tokens += n[i];
     return backend_status(e->bk, err);
+}
+
+int engine_forward_packed(engine *e, engine_seq *const *seqs, const int32_t *const *tokens,
+                          const int *n, int n_seqs, memra_err *err)
+{
+    return forward_packed(e, seqs, tokens, n, n_seqs, NULL, err);
+}
+
+int engine_forward_rows(engine *e, engine_seq *const *seqs, const int32_t *const *tokens,
+                        const int *n, int n_seqs, float *logits, memra_err *err)
+{
+    return forward_packed(e, seqs, tokens, n, n_seqs, logits, err);
+}
+
+int engine_rows_alone(const engine *e)
+{
+    const model_config *c = &e->m.config;
+    int k = e->bk->ops->rows_alone
+                ? e->bk->ops->rows_alone(e->bk, c->n_experts > 0 ? (int)c->n_experts_used : 0)
+                : 0;
+    return k > 0 ? k : 0;
 }
 
 int engine_forward_batch_sample(engine *e, engine_seq *const *seqs, const int32_t *tokens, int n,

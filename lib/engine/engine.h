@@ -167,6 +167,19 @@ int engine_forward_batch(engine *e, engine_seq *const *seqs, const int32_t *toke
  * too many rows, a full context or an exhausted KV pool. */
 int engine_forward_packed(engine *e, engine_seq *const *seqs, const int32_t *const *tokens,
                           const int *n, int n_seqs, memra_err *err);
+/* engine_forward_packed with every row's logits: logits receives
+ * [rows][vocab], the rows in the order of the tokens. A row's logits are
+ * the bytes it would have in a forward of its sequence's rows alone as
+ * long as the step holds at most engine_rows_alone(e) rows (which is how
+ * several sequences' speculation rounds verify in one step: spec_rounds). */
+int engine_forward_rows(engine *e, engine_seq *const *seqs, const int32_t *const *tokens,
+                        const int *n, int n_seqs, float *logits, memra_err *err);
+/* The most rows one step may hold with each row's bytes those it has in a
+ * step of its sequence's rows alone, 0 for any number: 0 on the CPU (every
+ * row is computed alone); on CUDA one less than the rows at which a step
+ * takes the prefill GEMM or flash attention, or a MoE model's experts the
+ * tensor cores (backend_ops.rows_alone). */
+int engine_rows_alone(const engine *e);
 /* The KV sequence behind s: what a hook's bk_batch.seq names. */
 const kv_seq *engine_seq_kv(const engine_seq *s);
 

@@ -113,34 +113,48 @@ int spec_target_check(const engine *e, memra_err *err)
     return 0;
 }
 
-int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const int32_t *ctx,
-               int64_t n, int k, spec_rng *rng, spec_scratch *scratch, float *logits,
-               float *raw, const spec_constraint *con, spec_round_result *out,
-               memra_err *err)
+/* One round between its phases: the drafts, the rows to verify them
+ * (the newest token and the drafts) and where the sequence stood. */
+typedef struct {
+    spec_draft draft;
+    int32_t rows[SPEC_K_MAX + 1];
+    int64_t pos;
+    int rewind; /* the sequence cuts back (else a checkpoint of its state was kept) */
+} round_prep;
+
+/* The drafter's proposal and the rows to run; a recurrent state's
+ * checkpoint to go back to. */
+static int round_propose(engine *e, engine_seq *seq, spec_drafter *d, const int32_t *ctx,
+                         int64_t n, int k, spec_rng *rng, round_prep *p, memra_err *err)
+{
+    p->pos = engine_seq_pos(seq);
+    MEMRA_ASSERT(p->pos == n - 1 && k >= 0 && k <= SPEC_K_MAX);
+    p->draft.n = 0;
+    if (k > 0 && d->propose(d, ctx, n, k, rng, &p->draft, err) != 0)
+        return -1;
+    MEMRA_ASSERT(p->draft.n >= 0 && p->draft.n <= k);
+    p->rows[0] = ctx[n - 1];
+    memcpy(p->rows + 1, p->draft.tokens, (size_t)p->draft.n * sizeof *p->rows);
+    /* A recurrent state cannot be cut back: keep a copy to go back to. */
+    p->rewind = engine_rewindable(e);
+    if (!p->rewind && engine_seq_checkpoint(seq, err) != 0)
+        return -1;
+    return 0;
+}
+
+/* Verify p's drafts against the model's rows (logits: draft.n + 1 rows of
+ * the round's forward, modified), emit, and cut the sequence back. */
+static int round_verify(engine *e, engine_seq *seq, sampler *s, const round_prep *p,
+                        float *logits, spec_rng *rng, spec_scratch *scratch, float *raw,
+                        const spec_constraint *con, spec_round_result *out, memra_err *err)
 {
     size_t vocab = (size_t)engine_config(e)->n_vocab;
-    int64_t pos = engine_seq_pos(seq);
-    MEMRA_ASSERT(pos == n - 1 && k >= 0 && k <= SPEC_K_MAX);
-    memset(out, 0, sizeof *out);
-    spec_draft draft;
-    draft.n = 0;
-    if (k > 0 && d->propose(d, ctx, n, k, rng, &draft, err) != 0)
-        return -1;
-    MEMRA_ASSERT(draft.n >= 0 && draft.n <= k);
-    int32_t rows[SPEC_K_MAX + 1];
-    rows[0] = ctx[n - 1];
-    memcpy(rows + 1, draft.tokens, (size_t)draft.n * sizeof *rows);
-    /* A recurrent state cannot be cut back: keep a copy to go back to. */
-    int rewind = engine_rewindable(e);
-    if (!rewind && engine_seq_checkpoint(seq, err) != 0)
-        return -1;
-    if (engine_forward(e, seq, rows, draft.n + 1, logits, 1, err) != 0)
-        return -1;
+    int64_t pos = p->pos;
     /* Row i is the model's distribution after draft token i: verify
      * draft i + 1 against it, stopping at the first rejection. */
     spec_dist dist;
     int32_t tok, a = 0;
-    for (int32_t i = 0; i <= draft.n; i++) {
+    for (int32_t i = 0; i <= p->draft.n; i++) {
         if (raw)
             memcpy(raw + (size_t)i * vocab, logits + (size_t)i * vocab, vocab * sizeof *raw);
         if ((con && con->mask(con->ctx, s, err) != 0) ||
@@ -150,10 +164,11 @@ int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const in
         }
         int32_t emitted;
         int last = 1;
-        if (i == draft.n) {
+        if (i == p->draft.n) {
             emitted = spec_draw(&dist, rng); /* every draft accepted: a bonus */
-        } else if (spec_verify_token(&dist, &draft.q[i], draft.tokens[i], rng, scratch, &tok)) {
-            emitted = draft.tokens[i];
+        } else if (spec_verify_token(&dist, &p->draft.q[i], p->draft.tokens[i], rng, scratch,
+                                     &tok)) {
+            emitted = p->draft.tokens[i];
             a++;
             last = 0;
         } else {
@@ -174,16 +189,107 @@ int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const in
      * recurrent state goes back to the checkpoint and runs those rows again
      * (the same rows in a step of their own: the same bytes, every backend
      * computing a row's state in order whatever else the step holds). */
-    if (rewind || a == draft.n) {
+    if (p->rewind || a == p->draft.n) {
         engine_seq_truncate(seq, pos + 1 + a);
     } else {
         engine_seq_truncate(seq, pos);
-        if (engine_forward(e, seq, rows, a + 1, NULL, 0, err) != 0)
+        if (engine_forward(e, seq, p->rows, a + 1, NULL, 0, err) != 0)
             return -1;
     }
-    out->drafted = draft.n;
+    out->drafted = p->draft.n;
     out->accepted = a;
     return 0;
+}
+
+int spec_k_cap(const engine *e)
+{
+    int rows = engine_rows_alone(e);
+    return rows > 0 && rows - 1 < SPEC_K_MAX ? rows - 1 : SPEC_K_MAX;
+}
+
+int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const int32_t *ctx,
+               int64_t n, int k, spec_rng *rng, spec_scratch *scratch, float *logits,
+               float *raw, const spec_constraint *con, spec_round_result *out,
+               memra_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (k > spec_k_cap(e))
+        k = spec_k_cap(e);
+    round_prep p;
+    if (round_propose(e, seq, d, ctx, n, k, rng, &p, err) != 0 ||
+        engine_forward(e, seq, p.rows, p.draft.n + 1, logits, 1, err) != 0)
+        return -1;
+    return round_verify(e, seq, s, &p, logits, rng, scratch, raw, con, out, err);
+}
+
+int spec_rounds(engine *e, spec_round_job *jobs, int n_jobs, spec_scratch *scratch,
+                float *logits, int logits_rows, int *n_steps)
+{
+    int steps = 0;
+    size_t vocab = (size_t)engine_config(e)->n_vocab;
+    int cap = engine_n_batch(e) < logits_rows ? engine_n_batch(e) : logits_rows;
+    if (engine_rows_alone(e) > 0 && engine_rows_alone(e) < cap)
+        cap = engine_rows_alone(e);
+    round_prep *prep = xmalloc((size_t)n_jobs * sizeof *prep);
+    engine_seq **seqs = xmalloc((size_t)n_jobs * sizeof *seqs);
+    const int32_t **toks = xmalloc((size_t)n_jobs * sizeof *toks);
+    int *nrows = xmalloc((size_t)n_jobs * sizeof *nrows), *group = xmalloc((size_t)n_jobs * sizeof *group);
+    int failed = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        spec_round_job *jb = &jobs[j];
+        memset(&jb->out, 0, sizeof jb->out);
+        int k = jb->k < spec_k_cap(e) ? jb->k : spec_k_cap(e);
+        if (k > cap - 1)
+            k = cap - 1;
+        jb->rc = round_propose(e, jb->seq, jb->d, jb->ctx, jb->n, k < 0 ? 0 : k, jb->rng, &prep[j],
+                               &jb->err);
+        failed += jb->rc != 0;
+    }
+    /* the proposed rows in steps of at most cap rows, jobs in order */
+    for (int j0 = 0; j0 < n_jobs;) {
+        int ng = 0, rows = 0, j = j0;
+        for (; j < n_jobs; j++) {
+            if (jobs[j].rc != 0)
+                continue;
+            int r = prep[j].draft.n + 1;
+            if (rows + r > cap)
+                break;
+            seqs[ng] = jobs[j].seq;
+            toks[ng] = prep[j].rows;
+            nrows[ng] = r;
+            group[ng++] = j;
+            rows += r;
+        }
+        j0 = j;
+        if (ng == 0)
+            continue;
+        memra_err ferr;
+        steps++;
+        if (engine_forward_rows(e, seqs, toks, nrows, ng, logits, &ferr) != 0) {
+            for (int g = 0; g < ng; g++) {
+                spec_round_job *jb = &jobs[group[g]];
+                engine_seq_truncate(jb->seq, prep[group[g]].pos);
+                jb->rc = -1;
+                jb->err = ferr;
+                failed++;
+            }
+            continue;
+        }
+        for (int g = 0, at = 0; g < ng; at += nrows[g], g++) {
+            spec_round_job *jb = &jobs[group[g]];
+            jb->rc = round_verify(e, jb->seq, jb->smp, &prep[group[g]], logits + (size_t)at * vocab,
+                                  jb->rng, scratch, jb->raw, jb->con, &jb->out, &jb->err);
+            failed += jb->rc != 0;
+        }
+    }
+    free(prep);
+    free(seqs);
+    free(toks);
+    free(nrows);
+    free(group);
+    if (n_steps)
+        *n_steps = steps;
+    return failed;
 }
 
 int spec_generate(engine *e, const tokenizer *t, spec_drafter *d, const int32_t *prompt,

@@ -233,6 +233,43 @@ int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const in
                float *raw, const spec_constraint *con, spec_round_result *out,
                memra_err *err);
 
+/* The most draft tokens a round of e verifies with every row the bytes
+ * of plain decoding: SPEC_K_MAX, or fewer where the backend computes a
+ * step of that many rows differently (engine_rows_alone). spec_round and
+ * spec_rounds cut k to it. */
+int spec_k_cap(const engine *e);
+
+/* One sequence's round among several (spec_rounds): spec_round's
+ * arguments, its result in out, rc 0 or -1 with err. */
+typedef struct {
+    engine_seq *seq;
+    sampler *smp;
+    spec_drafter *d;
+    const int32_t *ctx;
+    int64_t n;
+    int k;
+    spec_rng *rng;
+    float *raw;                 /* NULL, or (SPEC_K_MAX + 1) x n_vocab floats */
+    const spec_constraint *con; /* NULL: none */
+    spec_round_result out;
+    int rc;
+    memra_err err;
+} spec_round_job;
+
+/* The rounds of several distinct sequences, each as spec_round would run
+ * it alone, with their verify rows in shared steps: every drafter
+ * proposes, then the jobs' rows go through engine_forward_rows in order,
+ * as many jobs a step as engine_rows_alone(e), the engine's step
+ * (engine_n_batch) and logits_rows allow
+ * (logits: logits_rows x n_vocab floats of scratch; a job's k is cut to
+ * fit one step), then each job is verified on its rows. A row's logits
+ * are those of its round alone, so each job's tokens are the ones
+ * spec_round gives. Returns how many jobs failed (each with rc -1 and
+ * err; a failed job's sequence is as before its round); *n_steps (when
+ * not NULL) the forward steps the verify rows took. */
+int spec_rounds(engine *e, spec_round_job *jobs, int n_jobs, spec_scratch *scratch,
+                float *logits, int logits_rows, int *n_steps);
+
 /* Generate from prompt with drafter d, stopping as generate() does (an
  * end-of-generation id of t unless ignore_eos, n_predict, the context's
  * end); t may be NULL (no stop ids). The tokens are generate()'s for a

@@ -108,12 +108,17 @@ struct serve_model {
     kv_prefix_stats prefix_stats; /* the engine's, as of the last tick */
     serve_histo ttft, itl;
     uint64_t work_ok, work_error, work_cancelled, work_inputs, work_steps;
-    uint64_t spec_drafted, spec_accepted;
+    uint64_t spec_drafted, spec_accepted, spec_rounds, spec_steps;
 
     serve_slot *slots; /* [max_sessions], engine thread only */
     /* decode_step scratch */
     int32_t *ids;
     serve_slot **batch;
+    /* the tick's speculation rounds: a job, a constraint and its context a
+     * speculating slot, [max_sessions] each */
+    serve_spec_job *spec_jobs;
+    struct slot_con *spec_sc;
+    spec_constraint *spec_con;
     engine_seq **seqs;    /* [max_sessions] */
     sampler **smps;       /* [max_sessions] */
     int32_t *next_ids;    /* [max_sessions] */
@@ -835,7 +840,7 @@ static void work_step(serve_model *m, serve_req *r)
  * a stop string) among them ends the slot there, and the tokens after it
  * go with its KV; max_tokens and the context are never passed
  * (serve_spec_round cuts K). */
-typedef struct {
+typedef struct slot_con {
     serve_model *m;
     serve_slot *s;
 } slot_con;
@@ -881,41 +886,65 @@ static int slot_con_accept(void *ctx, int32_t id, memra_err *err)
     return 0;
 }
 
-static void slot_spec_round(serve_model *m, serve_slot *s)
+/* What a slot's round gave: its tokens go out through slot_sample. */
+static void slot_spec_done(serve_model *m, serve_slot *s, const serve_spec_job *jb)
 {
-    memra_err err;
-    spec_round_result rr;
-    int64_t left = (int64_t)s->req->max_tokens - (int64_t)s->n_generated;
-    int lp = s->req->logprobs;
-    /* a grammar's mask for each verify row (a lazy one's from its trigger
-     * on), its state advanced by each emitted token (the token path below
-     * does not advance it again) */
-    slot_con sc = {m, s};
-    spec_constraint con = {&sc, slot_con_mask, slot_con_accept};
-    s->spec_watched = s->n_spec_watched = 0;
-    if (serve_spec_round(s->spec, s->seq, s->smp, left, lp,
-                         s->gst || s->req->lazy_grammar ? &con : NULL, &rr, &err) != 0) {
-        slot_end(m, s, SERVE_FINISH_ERROR, err.msg);
+    if (jb->rc != 0) {
+        slot_end(m, s, SERVE_FINISH_ERROR, jb->err.msg);
         return;
     }
+    const spec_round_result *rr = &jb->out;
+    int lp = s->req->logprobs;
     pthread_mutex_lock(&m->mu);
-    m->spec_drafted += (uint64_t)rr.drafted;
-    m->spec_accepted += (uint64_t)rr.accepted;
+    m->spec_drafted += (uint64_t)rr->drafted;
+    m->spec_accepted += (uint64_t)rr->accepted;
     pthread_mutex_unlock(&m->mu);
-    s->spec_ahead = rr.n;
+    s->spec_ahead = rr->n;
     double now = serve_now();
     int32_t id;
-    for (int32_t i = 0; i + 1 < rr.n; i++) {
-        s->next = rr.tokens[i];
+    for (int32_t i = 0; i + 1 < rr->n; i++) {
+        s->next = rr->tokens[i];
         if (lp)
             slot_logprobs(m, s, serve_spec_raw_row(s->spec, i), s->next);
         if (!slot_sample(m, s, now, &id))
             return;
     }
-    s->next = rr.tokens[rr.n - 1];
+    s->next = rr->tokens[rr->n - 1];
     if (lp)
-        slot_logprobs(m, s, serve_spec_raw_row(s->spec, rr.n - 1), s->next);
+        slot_logprobs(m, s, serve_spec_raw_row(s->spec, rr->n - 1), s->next);
     s->has_logits = 1;
+}
+
+/* The tick's speculation rounds, their verify rows in shared steps of the
+ * model (serve_spec_rounds: each slot's tokens those of its round alone). A
+ * grammar's mask for each verify row (a lazy one's from its trigger on),
+ * its state advanced by each emitted token (the token path does not
+ * advance it again). */
+static void spec_rounds_tick(serve_model *m, serve_slot **slots, int n)
+{
+    for (int i = 0; i < n; i++) {
+        serve_slot *s = slots[i];
+        m->spec_sc[i] = (slot_con){m, s};
+        m->spec_con[i] = (spec_constraint){&m->spec_sc[i], slot_con_mask, slot_con_accept};
+        s->spec_watched = s->n_spec_watched = 0;
+        m->spec_jobs[i] = (serve_spec_job){
+            .ss = s->spec,
+            .seq = s->seq,
+            .smp = s->smp,
+            .left = (int64_t)s->req->max_tokens - (int64_t)s->n_generated,
+            .want_raw = s->req->logprobs,
+            .con = s->gst || s->req->lazy_grammar ? &m->spec_con[i] : NULL,
+        };
+    }
+    int steps = 0;
+    serve_spec_rounds(m->spec, m->spec_jobs, n, &steps);
+    pthread_mutex_lock(&m->mu);
+    m->spec_rounds += (uint64_t)n;
+    m->spec_steps += (uint64_t)steps;
+    pthread_mutex_unlock(&m->mu);
+    for (int i = 0; i < n; i++)
+        if (slots[i]->req)
+            slot_spec_done(m, slots[i], &m->spec_jobs[i]);
 }
 
 static void tick(serve_model *m)
@@ -998,8 +1027,9 @@ static void tick(serve_model *m)
     /* 3. sample, 4. one decode step for those that go on: the batch
      * (grammar slots too, each under its grammar's mask), and beside it
      * the slots on the host path (logprobs), one by one, and the
-     * speculating slots' rounds, one by one, when few enough slots decode
-     * this tick (spec.max_batch) that a round beside the batch pays */
+     * speculating slots' rounds, their verify rows in shared steps, when
+     * few enough slots decode this tick (spec.max_batch) that rounds
+     * beside the batch pay */
     int n = 0, n_host = 0, n_spec = 0, n_decoding = 0;
     for (int i = 0; m->spec && i < m->max_sessions; i++)
         n_decoding += m->slots[i].req && m->slots[i].has_logits;
@@ -1059,14 +1089,17 @@ static void tick(serve_model *m)
         else
             s->has_logits = 1;
     }
+    int n_rounds = 0;
     for (int i = 0; n_spec > 0 && i < m->max_sessions; i++) {
         serve_slot *s = &m->slots[i];
         if (!s->spec_pending)
             continue;
         s->spec_pending = 0;
         if (s->req)
-            slot_spec_round(m, s);
+            m->batch[n_rounds++] = s;
     }
+    if (n_rounds > 0)
+        spec_rounds_tick(m, m->batch, n_rounds);
     /* bookkeeping: KV blocks in use, keep-alives for streams still queued */
     int64_t used = engine_kv_blocks_held(m->eng); /* a shared block counts once */
     now = serve_now();
@@ -1386,6 +1419,9 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
     m->slots = xcalloc((size_t)m->max_sessions, sizeof *m->slots);
     m->ids = xmalloc((size_t)m->max_sessions * sizeof *m->ids);
     m->batch = xmalloc((size_t)m->max_sessions * sizeof *m->batch);
+    m->spec_jobs = xcalloc((size_t)m->max_sessions, sizeof *m->spec_jobs);
+    m->spec_sc = xcalloc((size_t)m->max_sessions, sizeof *m->spec_sc);
+    m->spec_con = xcalloc((size_t)m->max_sessions, sizeof *m->spec_con);
     m->seqs = xmalloc((size_t)m->max_sessions * sizeof *m->seqs);
     m->smps = xmalloc((size_t)m->max_sessions * sizeof *m->smps);
     m->next_ids = xmalloc((size_t)m->max_sessions * sizeof *m->next_ids);
@@ -1444,6 +1480,9 @@ void serve_model_free(serve_model *m)
     free(m->slots);
     free(m->ids);
     free(m->batch);
+    free(m->spec_jobs);
+    free(m->spec_sc);
+    free(m->spec_con);
     free(m->seqs);
     free(m->smps);
     free(m->next_ids);
@@ -1586,5 +1625,7 @@ void serve_model_get_stats(serve_model *m, serve_model_stats *s)
     s->speculates = m->spec != NULL;
     s->spec_drafted = m->spec_drafted;
     s->spec_accepted = m->spec_accepted;
+    s->spec_rounds = m->spec_rounds;
+    s->spec_steps = m->spec_steps;
     pthread_mutex_unlock(&m->mu);
 }

@@ -32,8 +32,9 @@
  *
  * Speculative decoding (serve_spec.h, opts.spec). A model served with a
  * drafter runs the slots it can speculate exactly (serve_spec_eligible)
- * on the host path too, one round each per tick (spec_round: up to K
- * drafts verified in one forward of K+1 rows), while at most
+ * on the host path too, one round each per tick (up to K drafts
+ * verified in a forward of K+1 rows; the tick's rounds share the model's
+ * steps, serve_spec_rounds), while at most
  * spec.max_batch slots decode that tick; above that they join the
  * batch. A round's tokens go out one by one through slot_sample, the
  * path every token takes, the last one at the next tick as a sampled
@@ -119,9 +120,10 @@ typedef struct {
     uint64_t work_ok, work_error, work_cancelled, work_inputs;
     uint64_t work_steps; /* packed forward steps the work ran */
     /* speculative decoding: whether the model has a drafter, the draft
-     * tokens verified and, of them, accepted */
+     * tokens verified and, of them, accepted; the rounds, and the forward
+     * steps their verify rows took (several rounds share one) */
     int speculates;
-    uint64_t spec_drafted, spec_accepted;
+    uint64_t spec_drafted, spec_accepted, spec_rounds, spec_steps;
 } serve_model_stats;
 
 typedef struct serve_model serve_model;

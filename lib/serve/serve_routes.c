@@ -299,8 +299,12 @@ void serve_route_metrics(serve_server *s, strbuf *out)
          "Draft tokens proposed and verified by speculative decoding (models with a drafter)."},
         {"memra_spec_accepted_tokens_total",
          "Of the draft tokens verified, those the model accepted."},
+        {"memra_spec_rounds_total", "Speculation rounds run (one per request per round)."},
+        {"memra_spec_steps_total",
+         "Forward steps of the model the rounds' verify rows took (rounds of several requests "
+         "share a step)."},
     };
-    for (int f = 0; f < 2; f++) {
+    for (int f = 0; f < 4; f++) {
         serve_prom_family(out, spec[f].name, "counter", spec[f].help);
         for (int i = 0; i < n; i++) {
             if (!st[i].speculates)
@@ -308,7 +312,10 @@ void serve_route_metrics(serve_server *s, strbuf *out)
             sb_printf(out, "%s{model=\"", spec[f].name);
             serve_prom_label(out, serve_model_alias(s->models[i]));
             sb_printf(out, "\"} %llu\n",
-                      (unsigned long long)(f ? st[i].spec_accepted : st[i].spec_drafted));
+                      (unsigned long long)(f == 0 ? st[i].spec_drafted
+                                           : f == 1 ? st[i].spec_accepted
+                                           : f == 2 ? st[i].spec_rounds
+                                                    : st[i].spec_steps));
         }
     }
     serve_prom_family(out, "memra_time_to_first_token_seconds", "histogram",

@@ -17,6 +17,7 @@ struct serve_spec_slot {
     int begun;          /* the drafter has had begin() for this request */
     sampler_params sp;  /* the request's (its bias points into the request) */
     spec_rng rng;
+    float *raw;         /* [(SPEC_K_MAX + 1) * n_vocab]: the raw logits of its last round, made at first use */
     serve_spec *owner;
 };
 
@@ -30,8 +31,9 @@ struct serve_spec {
     spec_trim *trim;    /* --trim's head, shared by the sessions' drafters; NULL: none */
     serve_spec_slot *slots;
     int n_slots;
-    float *logits;      /* [(SPEC_K_MAX + 1) * n_vocab]: rounds run one at a time */
-    float *raw;         /* the same, before the sampler (logprobs), made at first use */
+    float *logits;      /* [logits_rows * n_vocab]: the verify rows of one shared step */
+    int logits_rows;
+    spec_round_job *jobs; /* [n_slots] */
     size_t n_vocab;
     spec_scratch scratch;
     char describe[512];
@@ -39,19 +41,19 @@ struct serve_spec {
 
 int serve_spec_wanted(const serve_spec_opts *o) { return o->draft != NULL || o->ngram; }
 
-/* A round replaces a batched decode step by a forward of K+1 rows of one
- * sequence, and the rounds of the speculating requests run one after
- * another: with two or more requests decoding, their rounds cost what a
- * batched step of all of them would, several times over. Measured on both
- * device classes (docs/FLAGS.md): speculation paid at most while one
- * request decodes, and lost from two on (on the H200 an 8B Q4_K_M model
- * decoded 130 tok/s aggregate at 2 to 16 requests speculating, 265 to
- * 1,533 without). */
-int serve_spec_default_max_batch(backend_kind b)
-{
-    (void)b; /* the same on the CPU and on CUDA, each measured */
-    return 1;
-}
+/* A round replaces a batched decode step by a forward of K+1 rows of a
+ * sequence; the rounds of the speculating requests share the model's
+ * steps (serve_spec_rounds). They pay while the model's step is bound by
+ * reading its weights and the drafts are accepted often enough; the
+ * batch pays more once it serves enough requests. Measured per device
+ * class (docs/FLAGS.md): on the 2-core CPU, with rounds sharing steps,
+ * speculation paid up to two requests decoding (a 0.6B shape in Q8_0,
+ * the n-gram drafter, 58% accepted: c = 2 57.2 / 63.1 plain against 79.4
+ * / 75.7 speculating) and not at four; on the H200 it lost from two on
+ * when each round ran alone (an 8B Q4_K_M model, 130 tok/s aggregate at 2
+ * to 16 requests speculating, 265 to 1,533 without), not measured since
+ * rounds share steps. */
+int serve_spec_default_max_batch(backend_kind b) { return b == BK_CUDA ? 1 : 2; }
 
 int serve_spec_k(const serve_spec *sp) { return sp->k; }
 int serve_spec_max_batch(const serve_spec *sp) { return sp->max_batch; }
@@ -137,7 +139,12 @@ int serve_spec_new(const serve_spec_opts *o, engine *target, const tokenizer *to
         sp->slots[i].owner = sp;
     }
     sp->n_vocab = (size_t)engine_config(target)->n_vocab;
-    sp->logits = xmalloc((size_t)(SPEC_K_MAX + 1) * sp->n_vocab * sizeof *sp->logits);
+    /* one shared step verifies up to 32 rows (the most CUDA keeps row by
+     * row; engine_rows_alone may allow fewer), or one round's */
+    int64_t rows = (int64_t)n_slots * (k + 1);
+    sp->logits_rows = (int)(rows < 32 ? rows : 32 > k + 1 ? 32 : k + 1);
+    sp->logits = xmalloc((size_t)sp->logits_rows * sp->n_vocab * sizeof *sp->logits);
+    sp->jobs = xcalloc((size_t)n_slots, sizeof *sp->jobs);
     int rc = 0;
     if (o->draft) {
         rc = load_draft(sp, o, tok, n_allowed, eo, err);
@@ -166,6 +173,7 @@ void serve_spec_free(serve_spec *sp)
     for (int i = 0; i < sp->n_slots; i++) {
         spec_drafter_free(sp->slots[i].d); /* its draft sequence, before the engine */
         free(sp->slots[i].ctx);
+        free(sp->slots[i].raw);
     }
     free(sp->slots);
     spec_trim_free(sp->trim);
@@ -175,7 +183,7 @@ void serve_spec_free(serve_spec *sp)
         checkpoint_close(&sp->dck);
     spec_scratch_free(&sp->scratch);
     free(sp->logits);
-    free(sp->raw);
+    free(sp->jobs);
     free(sp);
 }
 
@@ -200,37 +208,61 @@ void serve_spec_slot_push(serve_spec_slot *ss, int32_t id)
     ss->ctx[ss->n++] = id;
 }
 
-int serve_spec_round(serve_spec_slot *ss, engine_seq *seq, sampler *smp, int64_t left,
-                     int want_raw, const spec_constraint *con, spec_round_result *out,
-                     memra_err *err)
+int serve_spec_rounds(serve_spec *sp, serve_spec_job *jobs, int n, int *n_steps)
 {
-    serve_spec *sp = ss->owner;
-    if (want_raw && !sp->raw)
-        sp->raw = xmalloc((size_t)(SPEC_K_MAX + 1) * sp->n_vocab * sizeof *sp->raw);
-    /* The round writes rows at positions n - 1 .. n - 1 + k and emits up
-     * to k + 1 tokens: k is cut to what max_tokens and the context leave,
-     * as spec_generate cuts it. */
-    int64_t k = sp->k, pos = ss->n - 1;
-    if (k > left - 1)
-        k = left - 1;
-    if (k > sp->n_ctx - pos - 1)
-        k = sp->n_ctx - pos - 1;
-    if (k < 0)
-        k = 0;
-    /* The drafter starts at the slot's first round, from the context as
-     * it is then (a draft model prefills it there); a slot that decoded
-     * plainly for a while is caught up by propose (spec_draft_model.c
-     * runs what its sequence lacks in one forward). */
-    if (k > 0 && !ss->begun) {
-        if (ss->d->begin(ss->d, ss->ctx, ss->n, &ss->sp, err) != 0)
-            return -1;
-        ss->begun = 1;
+    MEMRA_ASSERT(n <= sp->n_slots);
+    int n_run = 0, failed = 0;
+    for (int j = 0; j < n; j++) {
+        serve_spec_job *jb = &jobs[j];
+        serve_spec_slot *ss = jb->ss;
+        memset(&jb->out, 0, sizeof jb->out);
+        jb->rc = 0;
+        if (jb->want_raw && !ss->raw)
+            ss->raw = xmalloc((size_t)(SPEC_K_MAX + 1) * sp->n_vocab * sizeof *ss->raw);
+        /* The round writes rows at positions n - 1 .. n - 1 + k and emits
+         * up to k + 1 tokens: k is cut to what max_tokens and the context
+         * leave, as spec_generate cuts it. */
+        int64_t k = sp->k, pos = ss->n - 1;
+        if (k > jb->left - 1)
+            k = jb->left - 1;
+        if (k > sp->n_ctx - pos - 1)
+            k = sp->n_ctx - pos - 1;
+        if (k < 0)
+            k = 0;
+        /* The drafter starts at the slot's first round, from the context as
+         * it is then (a draft model prefills it there); a slot that decoded
+         * plainly for a while is caught up by propose (spec_draft_model.c
+         * runs what its sequence lacks in one forward). */
+        if (k > 0 && !ss->begun) {
+            if (ss->d->begin(ss->d, ss->ctx, ss->n, &ss->sp, &jb->err) != 0) {
+                jb->rc = -1;
+                failed++;
+                continue;
+            }
+            ss->begun = 1;
+        }
+        sp->jobs[n_run++] = (spec_round_job){
+            .seq = jb->seq, .smp = jb->smp, .d = ss->d, .ctx = ss->ctx, .n = ss->n, .k = (int)k,
+            .rng = &ss->rng, .raw = jb->want_raw ? ss->raw : NULL, .con = jb->con,
+        };
     }
-    return spec_round(sp->target, seq, smp, ss->d, ss->ctx, ss->n, (int)k, &ss->rng,
-                      &sp->scratch, sp->logits, want_raw ? sp->raw : NULL, con, out, err);
+    *n_steps = 0;
+    if (n_run > 0)
+        spec_rounds(sp->target, sp->jobs, n_run, &sp->scratch, sp->logits, sp->logits_rows,
+                    n_steps);
+    for (int j = 0, r = 0; j < n; j++) {
+        if (jobs[j].rc != 0)
+            continue;
+        jobs[j].out = sp->jobs[r].out;
+        jobs[j].rc = sp->jobs[r].rc;
+        jobs[j].err = sp->jobs[r].err;
+        failed += jobs[j].rc != 0;
+        r++;
+    }
+    return failed;
 }
 
 const float *serve_spec_raw_row(const serve_spec_slot *ss, int i)
 {
-    return ss->owner->raw + (size_t)i * ss->owner->n_vocab;
+    return ss->raw + (size_t)i * ss->owner->n_vocab;
 }

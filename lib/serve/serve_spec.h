@@ -68,17 +68,33 @@ serve_spec_slot *serve_spec_slot_start(serve_spec *sp, int i, const serve_req *r
 /* A token the slot emitted joins the context the drafter reads. */
 void serve_spec_slot_push(serve_spec_slot *ss, int32_t id);
 
-/* One round for the slot, whose sequence seq holds its context but the
- * newest token (which runs first), sampled by smp (the slot's sampler);
- * with want_raw, serve_spec_raw_row gives each emitted token's raw logits.
- * left: the tokens the request may still emit (>= 1); the round drafts at
- * most min(K, left - 1) and what the context leaves, so it never emits
- * past max_tokens or the context. The emitted tokens are in out; the slot
- * emits them itself (and pushes each it keeps). */
-int serve_spec_round(serve_spec_slot *ss, engine_seq *seq, sampler *smp, int64_t left,
-                     int want_raw, const spec_constraint *con, spec_round_result *out,
-                     memra_err *err);
-/* The raw logits [n_vocab] of the last want_raw round's emitted token i. */
+/* One speculating slot's round, for serve_spec_rounds: its sequence
+ * (holding its context but the newest token, which runs first), its
+ * sampler, the tokens the request may still emit (>= 1), whether it wants
+ * each emitted token's raw logits (serve_spec_raw_row), its constraint
+ * (NULL: none); the round's tokens and status come back in out, rc, err. */
+typedef struct {
+    serve_spec_slot *ss;
+    engine_seq *seq;
+    sampler *smp;
+    int64_t left;
+    int want_raw;
+    const spec_constraint *con;
+    spec_round_result out;
+    int rc;
+    memra_err err;
+} serve_spec_job;
+
+/* A round for each job, their verify rows in shared steps of the target
+ * (spec_rounds: each row's logits the bytes of its round alone, so each
+ * slot's tokens are what it would emit speculating alone). Each round
+ * drafts at most min(K, left - 1) and what the context leaves, so it
+ * never emits past max_tokens or the context; the slot emits the tokens
+ * itself (and pushes each it keeps). Returns how many jobs failed;
+ * *n_steps the forward steps their verify rows took. */
+int serve_spec_rounds(serve_spec *sp, serve_spec_job *jobs, int n, int *n_steps);
+/* The raw logits [n_vocab] of emitted token i of the slot's last round
+ * that wanted them. */
 const float *serve_spec_raw_row(const serve_spec_slot *ss, int i);
 
 #endif

@@ -311,6 +311,129 @@ static void test_kv_rollback(void)
     free(prompt);
 }
 
+/* Several sequences' rounds in shared steps (spec_rounds): each row's
+ * logits are the bytes its round gives alone (spec_round), and rounds
+ * to the end give each sequence plain greedy decoding's tokens, with a
+ * draft model drafting for one and the n-gram drafter for the others. */
+static void test_rounds_batched(void)
+{
+    if (!pair())
+        return;
+    enum { NJ = 3, K = 4 };
+    static const char *const texts[NJ] = {"The state of the Union is",
+                                          "the cat and the dog and the cat and the",
+                                          "One, two, three, one, two, three, one,"};
+    engine_opts o;
+    engine_opts_default(&o);
+    o.n_threads = 2;
+    o.n_ctx = 256;
+    o.n_seqs = NJ;
+    engine *e = NULL, *ed = NULL;
+    memra_err err = {{0}};
+    CHECK_MSG(engine_load(&ck_t, &o, &e, &err) == 0 && engine_load(&ck_d, &o, &ed, &err) == 0,
+              "%s", err.msg);
+    if (!e || !ed)
+        return;
+    size_t vocab = (size_t)engine_config(e)->n_vocab;
+    int32_t *prompt[NJ], *ctx[NJ];
+    size_t n_prompt[NJ];
+    int64_t n[NJ];
+    engine_seq *seq[NJ];
+    spec_drafter *d[NJ];
+    sampler *smp[NJ];
+    spec_rng rng[NJ];
+    float *raw[NJ], *raw1 = malloc((SPEC_K_MAX + 1) * vocab * sizeof(float));
+    float *logits = malloc((size_t)NJ * (SPEC_K_MAX + 1) * vocab * sizeof(float));
+    sampler_params sp = sampler_params_default();
+    sp.temperature = 0;
+    spec_scratch scratch = {0};
+    for (int j = 0; j < NJ; j++) {
+        prompt[j] = encode(texts[j], &n_prompt[j]);
+        ctx[j] = malloc(256 * sizeof(int32_t));
+        memcpy(ctx[j], prompt[j], n_prompt[j] * sizeof(int32_t));
+        n[j] = (int64_t)n_prompt[j];
+        CHECK(engine_seq_new(e, &seq[j], &err) == 0);
+        CHECK(engine_forward(e, seq[j], prompt[j], (int)n_prompt[j] - 1, NULL, 0, &err) == 0);
+        CHECK(j == 0 ? spec_drafter_model_new(ed, (int32_t)vocab, NULL, &d[j], &err) == 0
+                     : spec_drafter_ngram_new(1, 3, &d[j], &err) == 0);
+        CHECK(d[j]->begin(d[j], ctx[j], n[j], &sp, &err) == 0);
+        smp[j] = gen_model_sampler(&sp, tok_t, (int32_t)vocab, &err);
+        rng[j] = (spec_rng){1, 0};
+        raw[j] = malloc((SPEC_K_MAX + 1) * vocab * sizeof(float));
+    }
+    /* the first round of the n-gram jobs together, then each alone from
+     * the same state: the same drafts, the same rows, bit for bit */
+    spec_round_job jobs[NJ];
+    for (int j = 0; j < NJ; j++)
+        jobs[j] = (spec_round_job){.seq = seq[j], .smp = smp[j], .d = d[j], .ctx = ctx[j],
+                                   .n = n[j], .k = K, .rng = &rng[j], .raw = raw[j]};
+    int steps = 0;
+    CHECK(spec_rounds(e, jobs + 1, NJ - 1, &scratch, logits, NJ * (SPEC_K_MAX + 1), &steps) == 0);
+    CHECK(steps == 1); /* both rounds' rows in one step */
+    for (int j = 1; j < NJ; j++) {
+        spec_round_result alone;
+        CHECK(jobs[j].out.drafted > 0);
+        engine_seq_truncate(seq[j], n[j] - 1);
+        sampler_free(smp[j]);
+        smp[j] = gen_model_sampler(&sp, tok_t, (int32_t)vocab, &err);
+        CHECK(spec_round(e, seq[j], smp[j], d[j], ctx[j], n[j], K, &rng[j], &scratch, logits, raw1,
+                         NULL, &alone, &err) == 0);
+        CHECK(alone.n == jobs[j].out.n && alone.drafted == jobs[j].out.drafted &&
+              memcmp(alone.tokens, jobs[j].out.tokens, (size_t)alone.n * sizeof(int32_t)) == 0);
+        CHECK_MSG(memcmp(raw1, raw[j], (size_t)alone.n * vocab * sizeof(float)) == 0,
+                  "job %d: a row's logits differ between its round alone and among others", j);
+        for (int i = 0; i < alone.n; i++)
+            ctx[j][n[j]++] = alone.tokens[i];
+    }
+    /* then rounds of all three to N_GEN tokens each */
+    int done[NJ] = {0};
+    for (int j = 1; j < NJ; j++)
+        done[j] = jobs[j].out.n;
+    for (int round = 0; round < 4 * N_GEN; round++) {
+        int nj = 0, map[NJ];
+        for (int j = 0; j < NJ; j++) {
+            if (done[j] >= N_GEN)
+                continue;
+            int left = N_GEN - done[j];
+            jobs[nj] = (spec_round_job){.seq = seq[j], .smp = smp[j], .d = d[j], .ctx = ctx[j],
+                                        .n = n[j], .k = K < left - 1 ? K : left - 1,
+                                        .rng = &rng[j]};
+            map[nj++] = j;
+        }
+        if (nj == 0)
+            break;
+        CHECK(spec_rounds(e, jobs, nj, &scratch, logits, NJ * (SPEC_K_MAX + 1), NULL) == 0);
+        for (int i = 0; i < nj; i++) {
+            int j = map[i];
+            CHECK_MSG(jobs[i].rc == 0, "job %d: %s", j, jobs[i].err.msg);
+            for (int t = 0; t < jobs[i].out.n; t++)
+                ctx[j][n[j]++] = jobs[i].out.tokens[t];
+            done[j] += jobs[i].out.n;
+        }
+    }
+    for (int j = 0; j < NJ; j++) {
+        gen_result plain;
+        plain_greedy(prompt[j], n_prompt[j], N_GEN, &plain);
+        CHECK(done[j] == N_GEN);
+        long div = first_divergence(plain.tokens, plain.n_tokens, ctx[j] + n_prompt[j],
+                                    (size_t)done[j]);
+        CHECK_MSG(div < 0, "sequence %d: rounds among others diverge from plain greedy at token %ld",
+                  j, div);
+        gen_result_free(&plain);
+        spec_drafter_free(d[j]);
+        sampler_free(smp[j]);
+        engine_seq_free(seq[j]);
+        free(prompt[j]);
+        free(ctx[j]);
+        free(raw[j]);
+    }
+    spec_scratch_free(&scratch);
+    free(raw1);
+    free(logits);
+    engine_free(ed);
+    engine_free(e);
+}
+
 /* Chi-square of counts[n] against probabilities p[n] over `draws`. */
 static double chi_square(const long *counts, const double *p, int n, long draws)
 {
@@ -639,7 +762,8 @@ static void free_pair(void)
 
 TEST_MAIN(TEST_CASE(test_ranks_from_counts), TEST_CASE(test_ranks_file_bytes),
           TEST_CASE(test_ngram_proposals), TEST_CASE(test_sampled_distribution),
-          TEST_CASE(test_kv_rollback), TEST_CASE(test_greedy_draft_model_exact),
+          TEST_CASE(test_kv_rollback), TEST_CASE(test_rounds_batched),
+          TEST_CASE(test_greedy_draft_model_exact),
           TEST_CASE(test_greedy_trimmed_exact), TEST_CASE(test_greedy_ngram_exact),
           TEST_CASE(test_sampled_reproducible), TEST_CASE(test_greedy_penalties_exact),
           TEST_CASE(test_vocab_mismatch),

@@ -327,6 +327,26 @@ static void cuda_plan_decode(backend *b, int max_rows)
         cb->tune.attn_split_min = max_rows > 1 ? 192 : 64;
 }
 
+/* The rows a step may hold and keep each row's decode bytes: below the
+ * prefill GEMM's and flash attention's floors (tuning), and below the
+ * (row, expert) pairs where a prompt chunk's experts take the tensor
+ * cores. 0: no floor applies (no tensor cores). */
+static int cuda_rows_alone(backend *b, int moe_used)
+{
+    const cuda_tuning *t = &cuda_of(b)->tune;
+    int lim = 0;
+    if (t->gemm)
+        lim = t->gemm_min_rows - 1;
+    if (t->flash && (lim == 0 || t->flash_min_rows - 1 < lim))
+        lim = t->flash_min_rows - 1;
+    if (t->gemm && moe_used > 0) {
+        int m = (CU_MOE_GEMM_PAIRS - 1) / moe_used;
+        m = m < 1 ? 1 : m;
+        lim = lim == 0 || m < lim ? m : lim;
+    }
+    return lim;
+}
+
 /* For ncu --profile-from-start off: the span between start and stop is
  * what it profiles. The work before is finished first, so none of it
  * falls inside. */
@@ -369,6 +389,7 @@ static const backend_ops cuda_ops = {
     .step_end = cuda_step_end,
     .preferred_batch = cuda_preferred_batch,
     .plan_decode = cuda_plan_decode,
+    .rows_alone = cuda_rows_alone,
     .profiler_range = cuda_profiler_range,
 };
 

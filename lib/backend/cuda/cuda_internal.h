@@ -38,6 +38,10 @@ typedef struct cuda_weight {
 } cuda_weight;
 
 /* Device pointer tables of one MoE layer's experts, made on first use. */
+/* A prompt chunk's routed experts go to the tensor cores from this many
+ * (row, expert) pairs (cuda_moe.c). */
+enum { CU_MOE_GEMM_PAIRS = 64 };
+
 typedef struct cuda_moe_table {
     const bk_weight *gate_host; /* the layer's host array: the cache key */
     int n_experts;

@@ -156,7 +156,6 @@ static int moe_tiled(cuda_backend *cb, const cuda_moe_table *t, const bk_moe *m,
  *     life (tune.dgemm: plan_decode, several rows a step), whatever the
  *     step's pairs, so a row's bytes never depend on its batch; else the
  *     f32 paths above (one row an engine: the mat-vec is faster there). */
-enum { MOE_GEMM_PAIRS = 64 };
 
 /* The experts' GLU over the pairs sorted by expert, a chunk of up to
  * CU_DG_GROUP_ROWS pairs of one expert and a tile of rows per block
@@ -250,7 +249,7 @@ void cuda_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *
     int gemm = 1, tile = CU_DG_GROUP_ROWS;
     int cores = 0;
     if (cb->step.active && cb->step.prefill) {
-        cores = cb->tune.gemm && pairs >= MOE_GEMM_PAIRS;
+        cores = cb->tune.gemm && pairs >= CU_MOE_GEMM_PAIRS;
     } else if (cb->step.active) {
         cores = cb->tune.dgemm > 0;
         tile = pairs <= 2 ? 2 : pairs <= 8 ? 8 : 16;
