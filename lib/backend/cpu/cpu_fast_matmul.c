@@ -41,6 +41,8 @@ typedef struct {
     const uint8_t *data[4]; /* each item's rows: its panel copy or its stored bytes */
     size_t rbytes[4];
     int64_t rows_per_task;
+    int tok_groups;    /* tasks per row range: its tokens split in that many groups */
+    int toks_per_task; /* a multiple of FM_TILE */
     int64_t cols, nb;
     int n;
     const float *x; /* token t's f32 x at x + t * xstride */
@@ -57,14 +59,16 @@ static void fm_task(void *ctx, int task, int thread)
 {
     (void)thread;
     const fm_job *j = ctx;
-    int64_t r0 = (int64_t)task * j->rows_per_task;
+    int64_t r0 = (int64_t)(task / j->tok_groups) * j->rows_per_task;
     int64_t r1 = r0 + j->rows_per_task;
     if (r1 > j->first[j->n_items])
         r1 = j->first[j->n_items];
+    int tb = (task % j->tok_groups) * j->toks_per_task;
+    int te = tb + j->toks_per_task < j->n ? tb + j->toks_per_task : j->n;
     cpu_xrow xr[FM_TILE];
     float s[FM_TILE * FM_MAX_NR];
-    for (int t0 = 0; t0 < j->n; t0 += FM_TILE) {
-        int t1 = t0 + FM_TILE < j->n ? t0 + FM_TILE : j->n;
+    for (int t0 = tb; t0 < te; t0 += FM_TILE) {
+        int t1 = t0 + FM_TILE < te ? t0 + FM_TILE : te;
         for (int t = t0; t < t1; t++) {
             cpu_xrow *r = &xr[t - t0];
             r->f = j->x + (size_t)t * j->xstride;
@@ -240,6 +244,20 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
     per = (per + FM_MAX_NR - 1) / FM_MAX_NR * FM_MAX_NR; /* whole row blocks */
     j.rows_per_task = per;
     int n_tasks = (int)((total + per - 1) / per);
+    /* A prompt chunk whose rows make fewer tasks than twice the threads
+     * (a narrow matrix, rows capped to stay in L2) splits its tokens too,
+     * in whole tiles, so every thread has work: the same kernels on the
+     * same (row, token) pairs, whatever the split. */
+    j.tok_groups = 1;
+    j.toks_per_task = n;
+    int tiles = (n + FM_TILE - 1) / FM_TILE;
+    if (tiles > 1 && n_tasks < 2 * c->n_threads) {
+        int g = (2 * c->n_threads + n_tasks - 1) / n_tasks;
+        g = g < tiles ? g : tiles;
+        j.toks_per_task = (tiles + g - 1) / g * FM_TILE;
+        j.tok_groups = (n + j.toks_per_task - 1) / j.toks_per_task;
+        n_tasks *= j.tok_groups;
+    }
     if ((double)total * (double)j.cols * n < FM_INLINE_MACS) {
         for (int t = 0; t < n_tasks; t++)
             fm_task(&j, t, 0);
