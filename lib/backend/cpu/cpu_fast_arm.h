@@ -23,6 +23,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_fast.h"
+#include "backend/cpu/cpu_fast_wrap.h"
 #include "format/dequant.h"
 
 #define ARM_INLINE static inline __attribute__((always_inline))
@@ -154,23 +155,6 @@ ARM_INLINE void plain_blk(const uint8_t *w, size_t rbytes, const cpu_xrow *x, in
         }
 }
 
-#define PLAIN_KERNELS(NAME, BYTES)                                                                 \
-    static float dot_##NAME(const uint8_t *w, const cpu_xrow *x, int64_t n)                        \
-    {                                                                                              \
-        float r;                                                                                   \
-        plain_blk(w, 0, x, n, &r, 1, 1, BYTES, ld_##NAME, rd1_##NAME);                             \
-        return r;                                                                                  \
-    }                                                                                              \
-    static void dotn_##NAME(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out)            \
-    {                                                                                              \
-        plain_blk(w, 0, x, n, out, 1, PLAIN_NT, BYTES, ld_##NAME, rd1_##NAME);                     \
-    }                                                                                              \
-    static void rows_##NAME(const uint8_t *w, size_t rb, const cpu_xrow *x, int64_t n,             \
-                            float *out)                                                            \
-    {                                                                                              \
-        plain_blk(w, rb, x, n, out, PLAIN_NR, PLAIN_NT, BYTES, ld_##NAME, rd1_##NAME);             \
-    }
-
 PLAIN_KERNELS(f32, 4)
 PLAIN_KERNELS(f16, 2)
 PLAIN_KERNELS(bf16, 2)
@@ -247,20 +231,8 @@ ARM_INLINE void q32_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *ou
         out[t] = arm_hsum4(acc[t]);
 }
 
-#define Q32_KERNELS(NAME, BYTES)                                                                   \
-    static float dot_##NAME(const uint8_t *w, const cpu_xrow *x, int64_t n)                        \
-    {                                                                                              \
-        float r;                                                                                   \
-        q32_nt(w, x, n, &r, 1, BYTES, NAME##_unpack);                                              \
-        return r;                                                                                  \
-    }                                                                                              \
-    static void dotn_##NAME(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out)            \
-    {                                                                                              \
-        q32_nt(w, x, n, out, Q_NT, BYTES, NAME##_unpack);                                          \
-    }
-
-Q32_KERNELS(q8_0, 34)
-Q32_KERNELS(q4_0, 18)
+Q_KERNELS(q8_0, q32_nt(w, x, n, out, NT, 34, q8_0_unpack))
+Q_KERNELS(q4_0, q32_nt(w, x, n, out, NT, 18, q4_0_unpack))
 
 /* Q4_K / Q5_K: the eight 6-bit scales and mins of a super-block (the
  * layout of dequant_k4_scale_min) as two f32 vectors each, blocks 0-3
@@ -357,26 +329,8 @@ ARM_INLINE void k45_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *ou
                  arm_hsum4(vaddq_f32(mins[t][0], mins[t][1]));
 }
 
-static float dot_q4_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
-{
-    float r;
-    k45_nt(w, x, n, &r, 1, 0);
-    return r;
-}
-static void dotn_q4_k(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out)
-{
-    k45_nt(w, x, n, out, Q_NT, 0);
-}
-static float dot_q5_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
-{
-    float r;
-    k45_nt(w, x, n, &r, 1, 1);
-    return r;
-}
-static void dotn_q5_k(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out)
-{
-    k45_nt(w, x, n, out, Q_NT, 1);
-}
+Q_KERNELS(q4_k, k45_nt(w, x, n, out, NT, 0))
+Q_KERNELS(q5_k, k45_nt(w, x, n, out, NT, 1))
 
 /* Q6_K: each half of 128 values is four 32-blocks; block g's quants are
  * the nibbles of ql (low for g < 2, high after) with two bits of qh
@@ -436,16 +390,7 @@ ARM_INLINE void q6_k_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *o
         out[t] = arm_hsum4(acc[t]);
 }
 
-static float dot_q6_k(const uint8_t *w, const cpu_xrow *x, int64_t n)
-{
-    float r;
-    q6_k_nt(w, x, n, &r, 1);
-    return r;
-}
-static void dotn_q6_k(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out)
-{
-    q6_k_nt(w, x, n, out, Q_NT);
-}
+Q_KERNELS(q6_k, q6_k_nt(w, x, n, out, NT))
 
 /* NVFP4: a 36-byte block of 64 values is four 16-value sub-blocks, each
  * with its own scale byte; a sub-block's 8 bytes hold values 0-7 in the
@@ -486,16 +431,7 @@ ARM_INLINE void nvfp4_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *
         out[t] = arm_hsum4(acc[t]);
 }
 
-static float dot_nvfp4(const uint8_t *w, const cpu_xrow *x, int64_t n)
-{
-    float r;
-    nvfp4_nt(w, x, n, &r, 1);
-    return r;
-}
-static void dotn_nvfp4(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out)
-{
-    nvfp4_nt(w, x, n, out, Q_NT);
-}
+Q_KERNELS(nvfp4, nvfp4_nt(w, x, n, out, NT))
 
 /* MXFP8: E4M3 bytes to f32 four at a time, exactly as fp8_e4m3_to_f32:
  * the byte's low seven bits placed at the f32's exponent and mantissa
@@ -546,16 +482,7 @@ ARM_INLINE void mxfp8_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *
         out[t] = arm_hsum4(vaddq_f32(vaddq_f32(a[t][0], a[t][1]), vaddq_f32(a[t][2], a[t][3])));
 }
 
-static float dot_mxfp8(const uint8_t *w, const cpu_xrow *x, int64_t n)
-{
-    float r;
-    mxfp8_nt(w, x, n, &r, 1);
-    return r;
-}
-static void dotn_mxfp8(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out)
-{
-    mxfp8_nt(w, x, n, out, PLAIN_NT);
-}
+NT_KERNELS(mxfp8, PLAIN_NT, mxfp8_nt(w, x, n, out, NT))
 
 /* ---- the reference's arithmetic (cpu_dot's eight interleaved sums, no
  * FMA), for attention ---- */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_fast.h"
+#include "backend/cpu/cpu_fast_wrap.h"
 #include "format/dequant.h"
 
 static inline float x86_f16(const uint8_t *p)
@@ -173,23 +174,6 @@ X86_INLINE void plain_blk(const uint8_t *w, size_t rbytes, const cpu_xrow *x, in
             out[r * NT + t] = x86_hsum8(v_to8(a[r][t])) + tail;
         }
 }
-
-#define PLAIN_KERNELS(NAME, BYTES)                                                                 \
-    static float dot_##NAME(const uint8_t *w, const cpu_xrow *x, int64_t n)                        \
-    {                                                                                              \
-        float r;                                                                                   \
-        plain_blk(w, 0, x, n, &r, 1, 1, BYTES, ld_##NAME, rd1_##NAME);                             \
-        return r;                                                                                  \
-    }                                                                                              \
-    static void dotn_##NAME(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out)            \
-    {                                                                                              \
-        plain_blk(w, 0, x, n, out, 1, PLAIN_NT, BYTES, ld_##NAME, rd1_##NAME);                     \
-    }                                                                                              \
-    static void rows_##NAME(const uint8_t *w, size_t rb, const cpu_xrow *x, int64_t n,             \
-                            float *out)                                                            \
-    {                                                                                              \
-        plain_blk(w, rb, x, n, out, PLAIN_NR, PLAIN_NT, BYTES, ld_##NAME, rd1_##NAME);             \
-    }
 
 PLAIN_KERNELS(f32, 4)
 PLAIN_KERNELS(f16, 2)
@@ -618,22 +602,6 @@ X86_INLINE void nvfp4_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *
     for (int t = 0; t < NT; t++)
         out[t] = x86_hsum8(acc[t]);
 }
-
-/* The one-token and the Q_NT-token kernel of a format: CALL with NT
- * bound to 1 and to Q_NT. */
-#define Q_KERNELS(NAME, CALL)                                                                      \
-    static float dot_##NAME(const uint8_t *w, const cpu_xrow *x, int64_t n)                        \
-    {                                                                                              \
-        float r, *out = &r;                                                                        \
-        const int NT = 1;                                                                          \
-        CALL;                                                                                      \
-        return r;                                                                                  \
-    }                                                                                              \
-    static void dotn_##NAME(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out)            \
-    {                                                                                              \
-        const int NT = Q_NT;                                                                       \
-        CALL;                                                                                      \
-    }
 
 Q_KERNELS(q8_0, Q32_NT(w, x, n, out, NT, 34, q8_0_unpack))
 Q_KERNELS(q4_0, Q32_NT(w, x, n, out, NT, 18, q4_0_unpack))
