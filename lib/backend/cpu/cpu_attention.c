@@ -234,20 +234,44 @@ static void attn_task(void *ctx, int task, int thread)
     }
 }
 
+/* Rows of a step's K and V into the cache, a task a run of rows (each
+ * row's bytes the same whoever stores them). */
+enum { KV_STORE_ROWS = 8 };
+typedef struct {
+    const bk_attn *a;
+    const bk_batch *rows;
+    const float *k, *v;
+} kv_store_job;
+
+static void kv_store_task(void *ctx, int task, int thread)
+{
+    (void)thread;
+    const kv_store_job *j = ctx;
+    size_t kv_dim = (size_t)j->a->n_kv_heads * j->a->head_dim;
+    int i1 = (task + 1) * KV_STORE_ROWS < j->rows->n ? (task + 1) * KV_STORE_ROWS : j->rows->n;
+    for (int i = task * KV_STORE_ROWS; i < i1; i++) {
+        kv_seq *s = j->rows->seq[i];
+        kv_cache *kc = s->cache;
+        size_t off = kv_offset(kc, s, j->a->layer, j->rows->pos[i]);
+        kv_store(kc, kc->k, off, j->k + (size_t)i * kv_dim, (int64_t)kv_dim);
+        kv_store(kc, kc->v, off, j->v + (size_t)i * kv_dim, (int64_t)kv_dim);
+    }
+}
+
 void cpu_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const float *q,
                       const float *k, const float *v, float *out)
 {
     cpu_backend *c = cpu_of(b);
-    size_t kv_dim = (size_t)a->n_kv_heads * a->head_dim;
+    if (k) { /* a prompt chunk's rows stored on the pool, a decode step's here */
+        kv_store_job sj = {a, rows, k, v};
+        int tasks = (rows->n + KV_STORE_ROWS - 1) / KV_STORE_ROWS;
+        if (tasks > 1)
+            pool_run(c->pool, tasks, kv_store_task, &sj);
+        else
+            kv_store_task(&sj, 0, 0);
+    }
     int64_t longest = 0;
     for (int i = 0; i < rows->n; i++) {
-        kv_seq *s = rows->seq[i];
-        kv_cache *kc = s->cache;
-        if (k) {
-            size_t off = kv_offset(kc, s, a->layer, rows->pos[i]);
-            kv_store(kc, kc->k, off, k + (size_t)i * kv_dim, (int64_t)kv_dim);
-            kv_store(kc, kc->v, off, v + (size_t)i * kv_dim, (int64_t)kv_dim);
-        }
         int64_t span = a->window > 0 && a->window < rows->pos[i] + 1 ? a->window
                                                                       : rows->pos[i] + 1;
         if (span > longest)

@@ -99,6 +99,28 @@ void cpu_op_attn_qkv(backend *b, const bk_weight *wq, const bk_weight *wk, const
     cpu_matmul_multi(c, it, 3, x, n);
 }
 
+/* act(gate) * up over hb, hb2 in tasks of GLU_TASK elements. */
+enum { GLU_TASK = 16384 };
+typedef struct {
+    float *hb;
+    const float *hb2;
+    size_t m;
+    bk_act act;
+} glu_job;
+
+static void glu_task(void *ctx, int task, int thread)
+{
+    (void)thread;
+    const glu_job *j = ctx;
+    size_t i0 = (size_t)task * GLU_TASK, i1 = i0 + GLU_TASK < j->m ? i0 + GLU_TASK : j->m;
+    if (j->act == BK_ACT_GELU_TANH)
+        for (size_t i = i0; i < i1; i++)
+            j->hb[i] = cpu_gelu_tanh(j->hb[i]) * j->hb2[i];
+    else
+        for (size_t i = i0; i < i1; i++)
+            j->hb[i] = cpu_silu(j->hb[i]) * j->hb2[i];
+}
+
 void cpu_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
                     const bk_weight *down, bk_act act, const float *x, int n, float *hb,
                     float *hb2, float *out)
@@ -106,14 +128,14 @@ void cpu_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
     cpu_backend *c = cpu_of(b);
     cpu_mm_item gu[2] = {{gate, NULL, hb}, {up, NULL, hb2}};
     cpu_matmul_multi(c, gu, 2, x, n);
-    size_t m = (size_t)n * (size_t)gate->rows;
-    if (act == BK_ACT_GELU_TANH) {
-        for (size_t i = 0; i < m; i++)
-            hb[i] = cpu_gelu_tanh(hb[i]) * hb2[i];
-    } else {
-        for (size_t i = 0; i < m; i++)
-            hb[i] = cpu_silu(hb[i]) * hb2[i];
-    }
+    glu_job j = {hb, hb2, (size_t)n * (size_t)gate->rows, act};
+    /* A prompt chunk's activations on the pool (a decode step's stay
+     * here); each element the same arithmetic wherever it runs. */
+    int tasks = (int)((j.m + GLU_TASK - 1) / GLU_TASK);
+    if (tasks > 1)
+        pool_run(c->pool, tasks, glu_task, &j);
+    else
+        glu_task(&j, 0, 0);
     cpu_mm_item d = {down, NULL, out};
     cpu_matmul_multi(c, &d, 1, hb, n);
 }
