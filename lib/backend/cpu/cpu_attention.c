@@ -28,14 +28,40 @@ void cpu_rmsnorm_row(const float *x, const float *w, float w_offset, float eps, 
         out[i] = (x[i] * inv) * (w[i] + w_offset);
 }
 
+/* A prompt chunk's rows go to the pool in runs of ROWS_TASK (a decode
+ * step's stay on the calling thread); a row's bytes are the same
+ * wherever it runs. */
+enum { ROWS_TASK = 8 };
+
+static int row_tasks(int n) { return (n + ROWS_TASK - 1) / ROWS_TASK; }
+
+typedef struct {
+    const float *x, *w;
+    float w_offset, eps;
+    int64_t d;
+    int n;
+    float *out;
+} norm_job;
+
+static void norm_task(void *ctx, int task, int thread)
+{
+    (void)thread;
+    const norm_job *j = ctx;
+    int i1 = (task + 1) * ROWS_TASK < j->n ? (task + 1) * ROWS_TASK : j->n;
+    for (int i = task * ROWS_TASK; i < i1; i++)
+        cpu_rmsnorm_row(j->x + (size_t)i * j->d, j->w, j->w_offset, j->eps, j->d,
+                        j->out + (size_t)i * j->d);
+}
+
 void cpu_op_rmsnorm(backend *b, const float *x, int n, const bk_weight *w, float w_offset,
                     float eps, float *out)
 {
     cpu_backend *c = cpu_of(b);
-    const float *wf = cpu_weight_vec(c, 0, w);
-    int64_t d = w->cols;
-    for (int i = 0; i < n; i++)
-        cpu_rmsnorm_row(x + (size_t)i * d, wf, w_offset, eps, d, out + (size_t)i * d);
+    norm_job j = {x, cpu_weight_vec(c, 0, w), w_offset, eps, w->cols, n, out};
+    if (row_tasks(n) > 1)
+        pool_run(c->pool, row_tasks(n), norm_task, &j);
+    else
+        norm_task(&j, 0, 0);
 }
 
 /* ---- RoPE ---- */
@@ -63,32 +89,55 @@ void cpu_rope_head(float *x, const float *cs, int n_freqs, rope_pairing pairing)
     }
 }
 
+typedef struct {
+    float *q, *k;
+    const bk_batch *rows;
+    const bk_attn *a;
+    const float *qn, *kn;
+    float w_offset, eps;
+    const bk_rope *rope;
+    float *const *cs; /* [threads] a table of 2 n_freqs floats each */
+} rope_job;
+
+static void rope_task(void *ctx, int task, int thread)
+{
+    const rope_job *j = ctx;
+    const bk_attn *a = j->a;
+    float *cs = j->cs[thread];
+    int hd = a->head_dim;
+    int i1 = (task + 1) * ROWS_TASK < j->rows->n ? (task + 1) * ROWS_TASK : j->rows->n;
+    for (int i = task * ROWS_TASK; i < i1; i++) {
+        cpu_rope_table(j->rope, j->rows->pos[i], cs);
+        float *qr = j->q + (size_t)i * a->n_heads * hd;
+        for (int h = 0; h < a->n_heads; h++) {
+            float *x = qr + (size_t)h * hd;
+            if (j->qn)
+                cpu_rmsnorm_row(x, j->qn, j->w_offset, j->eps, hd, x);
+            cpu_rope_head(x, cs, j->rope->n_freqs, j->rope->pairing);
+        }
+        float *kr = j->k ? j->k + (size_t)i * a->n_kv_heads * hd : NULL;
+        for (int h = 0; kr && h < a->n_kv_heads; h++) {
+            float *x = kr + (size_t)h * hd;
+            if (j->kn)
+                cpu_rmsnorm_row(x, j->kn, j->w_offset, j->eps, hd, x);
+            cpu_rope_head(x, cs, j->rope->n_freqs, j->rope->pairing);
+        }
+    }
+}
+
 void cpu_op_qk_norm_rope(backend *b, float *q, float *k, const bk_batch *rows, const bk_attn *a,
                          const bk_weight *q_norm, const bk_weight *k_norm, float w_offset,
                          float eps, const bk_rope *rope)
 {
     cpu_backend *c = cpu_of(b);
-    const float *qn = cpu_weight_vec(c, 1, q_norm);
-    const float *kn = cpu_weight_vec(c, 2, k_norm);
-    float *cs = cpu_vec(c, 3, 2 * (size_t)rope->n_freqs);
-    int hd = a->head_dim;
-    for (int i = 0; i < rows->n; i++) {
-        cpu_rope_table(rope, rows->pos[i], cs);
-        float *qr = q + (size_t)i * a->n_heads * hd;
-        for (int h = 0; h < a->n_heads; h++) {
-            float *x = qr + (size_t)h * hd;
-            if (qn)
-                cpu_rmsnorm_row(x, qn, w_offset, eps, hd, x);
-            cpu_rope_head(x, cs, rope->n_freqs, rope->pairing);
-        }
-        float *kr = k ? k + (size_t)i * a->n_kv_heads * hd : NULL;
-        for (int h = 0; kr && h < a->n_kv_heads; h++) {
-            float *x = kr + (size_t)h * hd;
-            if (kn)
-                cpu_rmsnorm_row(x, kn, w_offset, eps, hd, x);
-            cpu_rope_head(x, cs, rope->n_freqs, rope->pairing);
-        }
-    }
+    /* each thread's rope table in its scratch (attention reserves it again) */
+    cpu_scratch_reserve(c, 2 * (size_t)rope->n_freqs);
+    rope_job j = {q,   k,        rows, a, cpu_weight_vec(c, 1, q_norm), cpu_weight_vec(c, 2, k_norm),
+                  w_offset, eps, rope, c->scratch};
+    if (row_tasks(rows->n) > 1)
+        pool_run(c->pool, row_tasks(rows->n), rope_task, &j);
+    else
+        rope_task(&j, 0, 0);
 }
 
 /* ---- attention ---- */
