@@ -328,9 +328,10 @@ static void cuda_plan_decode(backend *b, int max_rows)
 }
 
 /* The rows a step may hold and keep each row's decode bytes: below the
- * prefill GEMM's and flash attention's floors (tuning), and below the
- * (row, expert) pairs where a prompt chunk's experts take the tensor
- * cores. 0: no floor applies (no tensor cores). */
+ * prefill GEMM's and flash attention's floors (tuning), and, in an engine
+ * whose decode steps keep the f32 experts, below the (row, expert) pairs
+ * where a prompt chunk's experts take the tensor cores. 0: no floor
+ * applies (no tensor cores). */
 static int cuda_rows_alone(backend *b, int moe_used)
 {
     const cuda_tuning *t = &cuda_of(b)->tune;
@@ -339,7 +340,9 @@ static int cuda_rows_alone(backend *b, int moe_used)
         lim = t->gemm_min_rows - 1;
     if (t->flash && (lim == 0 || t->flash_min_rows - 1 < lim))
         lim = t->flash_min_rows - 1;
-    if (t->gemm && moe_used > 0) {
+    /* (an engine with the decode GEMM runs every step's experts on the
+     * tensor cores, chunks and decode steps alike: no floor) */
+    if (t->gemm && moe_used > 0 && t->dgemm <= 0) {
         int m = (CU_MOE_GEMM_PAIRS - 1) / moe_used;
         m = m < 1 ? 1 : m;
         lim = lim == 0 || m < lim ? m : lim;

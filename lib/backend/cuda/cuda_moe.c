@@ -151,7 +151,9 @@ static int moe_tiled(cuda_backend *cb, const cuda_moe_table *t, const bk_moe *m,
  *   - a prompt chunk's from this many pairs, as the prefill GEMM of the
  *     dense projections, and off with it (tune.gemm, MEMRA_CUDA_GEMM=0; a
  *     prompt chunk's rounding may depend on the step: backend.h,
- *     bk_step.prefill);
+ *     bk_step.prefill), and every chunk's in an engine that chose them for
+ *     its decode steps (below), so a short chunk's rows (a speculation
+ *     round's) get decode's bytes;
  *   - every decode step's when the engine chose the decode GEMM for its
  *     life (tune.dgemm: plan_decode, several rows a step), whatever the
  *     step's pairs, so a row's bytes never depend on its batch; else the
@@ -249,7 +251,10 @@ void cuda_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *
     int gemm = 1, tile = CU_DG_GROUP_ROWS;
     int cores = 0;
     if (cb->step.active && cb->step.prefill) {
-        cores = cb->tune.gemm && pairs >= CU_MOE_GEMM_PAIRS;
+        /* an engine that runs its decode steps' experts on the tensor
+         * cores runs every chunk's there too: a speculation round's rows
+         * (a short chunk) then have the bytes of decode steps */
+        cores = (cb->tune.gemm && pairs >= CU_MOE_GEMM_PAIRS) || cb->tune.dgemm > 0;
     } else if (cb->step.active) {
         cores = cb->tune.dgemm > 0;
         tile = pairs <= 2 ? 2 : pairs <= 8 ? 8 : 16;
