@@ -309,6 +309,13 @@ int main(int argc, char **argv)
         cli_fail(&err);
     double plain_tps = tok_s(plain.n_tokens, plain.decode_ms);
 
+    /* A K the backend cannot verify with plain decoding's bytes runs as
+     * the most it can (spec_k_cap): said, not silent. */
+    for (int i = 0; i < o.n_ks; i++)
+        if (o.ks[i] > spec_k_cap(e))
+            fprintf(stderr, "memra-spec: K = %d runs as K = %d: this backend verifies at most %d "
+                            "draft tokens a round with plain decoding's bytes for this model\n",
+                    o.ks[i], spec_k_cap(e), spec_k_cap(e));
     /* Speculative decoding for each K; greedy runs are checked against
      * plain greedy, sampled runs against a second run with the seed. */
     k_run runs[SPEC_K_MAX];
