@@ -839,7 +839,7 @@ static void work_step(serve_model *m, serve_req *r)
  * speculates again or joins the batch. A stop (an end-of-generation id,
  * a stop string) among them ends the slot there, and the tokens after it
  * go with its KV; max_tokens and the context are never passed
- * (serve_spec_round cuts K). */
+ * (serve_spec_rounds cuts K). */
 typedef struct slot_con {
     serve_model *m;
     serve_slot *s;

@@ -54,7 +54,7 @@ const char *serve_spec_describe(const serve_spec *sp);
 /* Whether request r can be speculated exactly. Not: work (embeddings),
  * which has nothing to decode. Penalties and grammars speculate: spec_round
  * adds each emitted token to the slot sampler's history and to the
- * grammar's state before the next verify row (serve_spec_round's con); a
+ * grammar's state before the next verify row (a job's con, serve_spec_rounds); a
  * lazy grammar (tool calls under tool_choice auto) starts inside a round
  * at the token that completes its trigger, and the rows after it are
  * masked. Each of several choices speculates on its own slot. */
