@@ -201,7 +201,10 @@ static json_t *census_json(const checkpoint *c, const contract_binding *b, const
         const tensor_view *v = &c->tensors[i];
         const contract_entry *e = entry_of(b, v);
         const char *dt = dtype_get(v->type)->name;
-        const char *group = e ? role_group(e->role) : "ignored";
+        /* an MTP block's layer counts as the block, not as attention / ffn */
+        const char *group = !e ? "ignored"
+                            : e->layer >= c->config.n_layers ? "mtp"
+                                                              : role_group(e->role);
         const char *role = e ? role_name(e->role) : "ignored";
         add_bytes(by_dtype, dt, v->nbytes);
         add_bytes(by_role, role, v->nbytes);
@@ -275,6 +278,9 @@ static void print_table(const checkpoint *c, json_t *j, const census_opts *o)
            ", rope theta %g, norm eps %g, tied %s\n",
            m->n_vocab, m->dim, m->n_layers, m->n_heads, m->n_kv_heads, m->head_dim, m->ffn_dim,
            m->n_ctx_train, m->rope_theta, m->norm_eps, m->tie_embeddings ? "yes" : "no");
+    if (m->mtp_layers > 0)
+        printf("mtp: %" PRId64 " MTP block after the layers (a drafter: memra-spec --mtp, "
+               "memra-serve --mtp)\n", m->mtp_layers);
     if (m->family == FAMILY_GEMMA4) {
         int64_t full = 0;
         for (int64_t l = 0; l < m->n_layers; l++)

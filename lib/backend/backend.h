@@ -190,6 +190,9 @@ typedef struct {
     void (*act_free)(backend *b, float *p);
     /* Copy n floats of an activation to host memory. */
     void (*act_read)(backend *b, const float *src, float *host_dst, size_t n);
+    /* Copy n floats of host memory into an activation (an MTP block's
+     * hidden-state input). Not during a graphed step. */
+    void (*act_write)(backend *b, float *dst, const float *host_src, size_t n);
 
     /* out[i] = table[tokens[i]] * scale; tokens are host ids, in range. */
     void (*embed)(backend *b, const bk_weight *table, const int32_t *tokens, int n, float scale,

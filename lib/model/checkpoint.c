@@ -137,6 +137,15 @@ static int open_hf_dir(checkpoint *c, memra_err *err)
     c->tensors = xcalloc((size_t)c->n_tensors + 1, sizeof *c->tensors);
     for (int i = 0; i < c->n_tensors; i++)
         view_from_st(&c->st.tensors[i], &c->tensors[i]);
+    /* transformers saves no MTP block (it never loads one) but keeps the
+     * config's mtp_num_hidden_layers: such a checkpoint has none */
+    if (c->config.mtp_layers > 0) {
+        int any = 0;
+        for (int i = 0; i < c->n_tensors && !any; i++)
+            any = strncmp(c->tensors[i].name, "mtp.", 4) == 0;
+        if (!any)
+            c->config.mtp_layers = 0;
+    }
     return 0;
 }
 

@@ -73,6 +73,12 @@ typedef struct {
     int64_t lin_k_dim, lin_v_dim;         /* linear_{key,value}_head_dim */
     int attn_out_gate;          /* q_proj emits [q | gate] per head; out *= sigmoid(gate) */
     int64_t shared_ffn_dim;     /* qwen3_5_moe: the shared expert's width (0: none) */
+    /* MTP (NextN) blocks the checkpoint carries after its layers: one more
+     * full-attention layer of the model's kind that predicts the token
+     * after next (HF mtp_num_hidden_layers, GGUF nextn_predict_layers, whose
+     * block_count counts them). The model never runs them; the MTP drafter
+     * does (engine_opts.mtp). 0 or 1. */
+    int64_t mtp_layers;
 
     /* gemma4: the full-attention layers have their own head size and (with
      * attn_k_eq_v) KV heads, and take V from the K projection; the last
@@ -107,7 +113,8 @@ enum { MODEL_POOL_NONE = 0, MODEL_POOL_MEAN = 1, MODEL_POOL_CLS = 2, MODEL_POOL_
 /* Whether layer l is a recurrent (gated DeltaNet) layer, not attention. */
 static inline int config_layer_recurrent(const model_config *c, int64_t l)
 {
-    return c->full_attn_interval > 0 && (l + 1) % c->full_attn_interval != 0;
+    /* an MTP layer (l >= n_layers) attends in full */
+    return l < c->n_layers && c->full_attn_interval > 0 && (l + 1) % c->full_attn_interval != 0;
 }
 
 /* Whether layer l of a family with a sliding pattern attends in full:

@@ -57,6 +57,10 @@ static const char *const role_names[ROLE_COUNT] = {
     [ROLE_PLE_GATE] = "ple_gate",
     [ROLE_PLE_OUT] = "ple_out",
     [ROLE_PLE_POST_NORM] = "ple_post_norm",
+    [ROLE_MTP_EH_PROJ] = "mtp_eh_proj",
+    [ROLE_MTP_ENORM] = "mtp_enorm",
+    [ROLE_MTP_HNORM] = "mtp_hnorm",
+    [ROLE_MTP_HEAD_NORM] = "mtp_head_norm",
     [ROLE_MOE_GATE_UP_STACK] = "moe_gate_up_stack",
     [ROLE_MOE_DOWN_STACK] = "moe_down_stack",
     [ROLE_MOE_ROUTER_SCALE] = "moe_router_scale",
@@ -148,6 +152,12 @@ const char *role_group(tensor_role r)
     case ROLE_SSM_A:
     case ROLE_SSM_OUT:
         return "recurrent";
+    case ROLE_MTP_EH_PROJ:
+        return "mtp";
+    case ROLE_MTP_ENORM:
+    case ROLE_MTP_HNORM:
+    case ROLE_MTP_HEAD_NORM:
+        return "norms";
     case ROLE_COUNT:
         break;
     }
@@ -175,6 +185,29 @@ static void gguf_full_name(int layer, const char *gguf_name, char *out, size_t n
     MEMRA_ASSERT(len > 0 && (size_t)len < n);
 }
 
+/* The HF name of an MTP block's tensor (layer >= k->mtp_first): the
+ * family's own name for the block's tensors (mtp_names), else the layer
+ * tensor's name with model.layers.0. turned into the family's
+ * mtp_hf_prefix and the block's index. */
+static int mtp_hf_name(const tensor_contract *k, int layer, const char *gguf_name, int expert,
+                       char *out, size_t n)
+{
+    const model_family_desc *d = family_desc(k->family);
+    MEMRA_ASSERT(d && d->mtp_hf_prefix);
+    for (size_t i = 0; i < d->n_mtp_names; i++)
+        if (strcmp(gguf_name, d->mtp_names[i].gguf) == 0)
+            return snprintf(out, n, "%s", d->mtp_names[i].hf) < (int)n ? 0 : -1;
+    char g0[CONTRACT_NAME_MAX], h0[CONTRACT_NAME_MAX];
+    static const char layer0[] = "model.layers.0.";
+    snprintf(g0, sizeof g0, "blk.0.%s", gguf_name);
+    if (tensor_name_gguf_to_hf(k->family, g0, expert, h0, sizeof h0) != 0 ||
+        strncmp(h0, layer0, sizeof layer0 - 1) != 0)
+        return -1;
+    int len = snprintf(out, n, "%s%d.%s", d->mtp_hf_prefix, layer - (int)k->mtp_first,
+                       h0 + sizeof layer0 - 1);
+    return len > 0 && (size_t)len < n ? 0 : -1;
+}
+
 /* One entry, named in the contract's naming. A name the HF scheme lacks
  * (rope_freqs) is left out of HF contracts: HF checkpoints never hold it. */
 static void add_entry(tensor_contract *k, tensor_role role, int layer, const char *gguf_name,
@@ -183,7 +216,10 @@ static void add_entry(tensor_contract *k, tensor_role role, int layer, const cha
 {
     char gname[CONTRACT_NAME_MAX], name[CONTRACT_NAME_MAX];
     gguf_full_name(layer, gguf_name, gname, sizeof gname);
-    if (k->naming == CKPT_HF) {
+    if (k->naming == CKPT_HF && layer >= k->mtp_first) {
+        int rc = mtp_hf_name(k, layer, gguf_name, expert, name, sizeof name);
+        MEMRA_ASSERT(rc == 0); /* a family table bug otherwise */
+    } else if (k->naming == CKPT_HF) {
         if (tensor_name_gguf_to_hf(k->family, gname, expert, name, sizeof name) != 0) {
             /* Only GGUF-only tensors may lack an HF name; anything else is a
              * table bug. */
@@ -264,6 +300,17 @@ void contract_add_experts(tensor_contract *k, tensor_role role, int layer,
         add_entry(k, role, layer, gguf_name, (int)x, 2, shape, 0, 0);
 }
 
+void contract_add_mtp(tensor_contract *k, const model_config *c, unsigned norm_flags)
+{
+    int l = (int)c->n_layers;
+    unsigned opt = CE_OPTIONAL;
+    contract_add_2d(k, ROLE_MTP_EH_PROJ, l, "nextn.eh_proj.weight", c->dim, 2 * c->dim, opt, 0);
+    contract_add_1d(k, ROLE_MTP_ENORM, l, "nextn.enorm.weight", c->dim, opt | norm_flags, 0);
+    contract_add_1d(k, ROLE_MTP_HNORM, l, "nextn.hnorm.weight", c->dim, opt | norm_flags, 0);
+    contract_add_1d(k, ROLE_MTP_HEAD_NORM, l, "nextn.shared_head_norm.weight", c->dim,
+                    opt | norm_flags, 0);
+}
+
 void contract_add_globals(tensor_contract *k, const model_config *c, unsigned norm_flags)
 {
     contract_add_2d(k, ROLE_EMBED, -1, "token_embd.weight", c->n_vocab, c->dim, 0, 0);
@@ -311,7 +358,8 @@ int contract_build(const model_config *c, checkpoint_format naming, tensor_contr
     memset(out, 0, sizeof *out);
     out->family = c->family;
     out->naming = naming;
-    out->n_layers = c->n_layers;
+    out->n_layers = c->n_layers + (c->mtp_layers > 0 ? c->mtp_layers : 0);
+    out->mtp_first = c->n_layers;
     if (c->n_layers <= 0 || c->n_layers > 100000)
         return memra_fail(err, "contract: %" PRId64 " layers is out of range", c->n_layers);
     /* config_from_* bound each size; bound the entry count too (HF names
@@ -324,6 +372,13 @@ int contract_build(const model_config *c, checkpoint_format naming, tensor_contr
     if (!fam || !fam->contract)
         return memra_fail(err, "contract: no tensor contract for family %d", (int)c->family);
     fam->contract(c, out);
+    if (c->mtp_layers > 0) {
+        /* the family's block tensors are required like its layers'; the
+         * block as a whole is optional (contract_bind) */
+        for (int i = 0; i < out->n; i++)
+            if (out->entries[i].layer >= out->mtp_first)
+                out->entries[i].optional = 1;
+    }
     build_indexes(out);
     return 0;
 }
@@ -418,11 +473,11 @@ int contract_bind(const model_config *c, checkpoint_format naming, const tensor_
     for (int i = 0; i < n; i++) {
         const tensor_view *v = &t[i];
         const char *name = v->name ? v->name : "";
-        if (naming == CKPT_HF && hf_ignored(c->family, name)) {
+        int idx = find_index(k, name);
+        if (idx < 0 && naming == CKPT_HF && hf_ignored(c->family, name)) {
             out->n_ignored++;
             continue;
         }
-        int idx = find_index(k, name);
         if (idx < 0) {
             memra_fail(err, "tensor '%s' is not part of the %s tensor contract (unknown tensor)",
                        name, fam);
@@ -444,6 +499,24 @@ int contract_bind(const model_config *c, checkpoint_format naming, const tensor_
         }
         out->bound[idx] = v;
     }
+    /* An MTP block is bound whole or not at all (a checkpoint saved by
+     * transformers drops it while its config still names it). */
+    int mtp_bound = 0, mtp_missing = -1;
+    for (int i = 0; i < k->n; i++) {
+        if (k->entries[i].layer < k->mtp_first)
+            continue;
+        if (out->bound[i])
+            mtp_bound++;
+        else if (mtp_missing < 0)
+            mtp_missing = i;
+    }
+    if (mtp_bound && mtp_missing >= 0) {
+        const contract_entry *e = &k->entries[mtp_missing];
+        memra_fail(err, "missing tensor '%s' (%s) of the MTP block: the checkpoint holds %d of "
+                   "its tensors, not all", e->name, role_name(e->role), mtp_bound);
+        goto fail;
+    }
+    out->has_mtp = mtp_bound > 0;
     for (int i = 0; i < k->n; i++) {
         const contract_entry *e = &k->entries[i];
         if (!out->bound[i] && !e->optional) {
@@ -484,6 +557,8 @@ static uint64_t scaled(uint64_t bytes, uint64_t used, uint64_t total)
 
 int contract_entry_unused(const model_config *c, const contract_entry *e)
 {
+    if (e->layer >= c->n_layers)
+        return 1; /* an MTP block */
     int kv = e->role == ROLE_ATTN_K || e->role == ROLE_ATTN_V || e->role == ROLE_ATTN_K_NORM;
     return kv && e->layer >= 0 && config_layer_kv_source(c, e->layer) != e->layer;
 }

@@ -78,6 +78,13 @@ typedef enum {
     ROLE_FFN_PRE_NORM_2,    /* [dim]: the experts' input norm */
     ROLE_FFN_POST_NORM_1,   /* [dim]: the dense FFN's output norm */
     ROLE_FFN_POST_NORM_2,   /* [dim]: the experts' output norm */
+    /* an MTP (NextN) block: its layer's tensors take the usual roles at
+     * layer n_layers; these are its own (qwen3_5: mtp.fc, the two pre-fc
+     * norms, mtp.norm) */
+    ROLE_MTP_EH_PROJ,       /* [dim][2 dim]: over [enorm(embedding) | hnorm(hidden)] */
+    ROLE_MTP_ENORM,         /* [dim] */
+    ROLE_MTP_HNORM,         /* [dim] */
+    ROLE_MTP_HEAD_NORM,     /* [dim]: before the shared output head */
     ROLE_COUNT
 } tensor_role;
 
@@ -142,7 +149,8 @@ typedef struct {
     checkpoint_format naming;
     int n, cap;
     contract_entry *entries;
-    int64_t n_layers;
+    int64_t n_layers;   /* the model's layers and its MTP blocks after them */
+    int64_t mtp_first;  /* the first MTP block's layer index (the model's n_layers) */
     /* (layer + 1) * ROLE_COUNT + role -> first entry of that role and layer, or -1 */
     int *first;
     /* open-addressing name index over entries */
@@ -168,6 +176,9 @@ typedef struct {
     const tensor_view **bound; /* contract.n entries; NULL for an absent optional one */
     /* tensors skipped as carrying nothing (tensor_name_hf_is_ignorable) */
     int n_ignored;
+    /* the MTP block's tensors were bound (the config names one and the
+     * checkpoint carries it whole) */
+    int has_mtp;
 } contract_binding;
 
 /* Bind a checkpoint's tensors (views in `naming`) to c's contract. Exits -1,
@@ -195,7 +206,8 @@ typedef struct {
 
 /* Whether a checkpoint may hold e but the forward pass never reads it:
  * K/V projections and k_norm of a layer that reads another layer's K/V
- * (gemma4's shared layers; transformers ignores them too). */
+ * (gemma4's shared layers; transformers ignores them too), and an MTP
+ * block's tensors (only its drafter reads them). */
 int contract_entry_unused(const model_config *c, const contract_entry *e);
 
 void contract_bytes_of(const contract_binding *b, const model_config *c, contract_bytes *out);
@@ -247,6 +259,11 @@ void contract_add_3d(tensor_contract *k, tensor_role role, int layer, const char
                      int64_t d0, int64_t d1, int64_t d2);
 void contract_add_experts(tensor_contract *k, tensor_role role, int layer,
                           const char *gguf_name, int64_t n_experts, int64_t rows, int64_t cols);
+/* An MTP block at layer c->n_layers: eh_proj, enorm, hnorm and the head
+ * norm (GGUF blk.N.nextn.*; HF names from the family's mtp_names). The
+ * family adds the block's layer tensors at that layer itself. Every MTP
+ * entry is optional: contract_bind takes the block whole or not at all. */
+void contract_add_mtp(tensor_contract *k, const model_config *c, unsigned norm_flags);
 /* token_embd, output_norm and output (optional when tied). */
 void contract_add_globals(tensor_contract *k, const model_config *c, unsigned norm_flags);
 

@@ -564,7 +564,9 @@ static int run_conversion(const model_config *cfg, const checkpoint *src,
             if (dst_naming != CKPT_GGUF || !family_rope_freqs(cfg, NULL))
                 continue;
         } else if (e->optional) {
-            if (src ? !source_view(&c, e, e->expert) : cfg->tie_embeddings)
+            /* (a merged expert entry asks for its first expert's view) */
+            int ex = role_is_expert(e->role) && e->expert < 0 ? 0 : e->expert;
+            if (src ? !source_view(&c, e, ex) : e->role == ROLE_OUTPUT && cfg->tie_embeddings)
                 continue;
         }
         out_tensor *ot = &c.out[n_out++];

@@ -122,9 +122,19 @@ struct model_family_desc {
      * block): binding skips them and counts them as ignored. */
     const char *const *hf_ignored;
     size_t n_hf_ignored;
+    /* An MTP block (config mtp_layers): the HF prefix of its layer
+     * ("mtp.layers.", then the block's index) and the HF names of its own
+     * tensors by GGUF suffix (gguf: "nextn.eh_proj.weight", hf:
+     * "mtp.fc.weight"). NULL: the family has no MTP block. */
+    const char *mtp_hf_prefix;
+    const family_tensor_name *mtp_names;
+    size_t n_mtp_names;
 
     /* ---- forward pass ---- */
     model_forward_fn forward; /* the layers; model_forward adds the head */
+    /* One decoder layer l on state.x (x += mixer; x += ffn), for running an
+     * MTP block (l = n_layers) outside forward. NULL: no MTP support. */
+    void (*layer)(model *m, int l, const bk_batch *rows);
     bk_act act;
     int gguf_rope_permuted;   /* GGUF Q/K rows in llama.cpp's interleaved order */
     int norm_adds_one;        /* RMSNorm is x * (1 + w); HF stores w, GGUF w + 1 */
@@ -184,5 +194,7 @@ void qwen3_5_hybrid_gguf_write(const model_config *c, const char *arch, gguf_wri
 int qwen3_5_hybrid_validate(const model_config *c, const char *what, memra_err *err);
 void qwen3_5_mixer_contract(const model_config *c, tensor_contract *k, int l);
 void qwen3_5_mixer_step(model *m, int l, const bk_batch *rows);
+/* The MTP block's own tensor names, shared by both qwen3_5 families. */
+extern const family_tensor_name qwen3_5_mtp_names[4];
 
 #endif

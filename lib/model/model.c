@@ -221,10 +221,19 @@ static int bind_weights(model *m, const contract_binding *b, memra_err *err)
         return -1;
     if (!bk_weight_present(&w->output))
         w->output = w->embed; /* tied head */
-    w->layers = xcalloc((size_t)m->config.n_layers, sizeof *w->layers);
-    for (int l = 0; l < m->config.n_layers; l++)
+    int n = (int)m->config.n_layers + m->mtp;
+    w->layers = xcalloc((size_t)n, sizeof *w->layers);
+    for (int l = 0; l < n; l++)
         if (bind_layer(m, b, l, &w->layers[l], err) != 0)
             return -1;
+    if (m->mtp) {
+        int l = (int)m->config.n_layers;
+        if (bind_weight(m, b, ROLE_MTP_EH_PROJ, l, &w->mtp.eh_proj, err) ||
+            bind_weight(m, b, ROLE_MTP_ENORM, l, &w->mtp.enorm, err) ||
+            bind_weight(m, b, ROLE_MTP_HNORM, l, &w->mtp.hnorm, err) ||
+            bind_weight(m, b, ROLE_MTP_HEAD_NORM, l, &w->mtp.head_norm, err))
+            return -1;
+    }
     return 0;
 }
 
@@ -270,13 +279,16 @@ static void setup_layers(model *m)
     m->rope_local.n_freqs = (int)(config_rope_dim(c) / 2);
 
     float scale = (float)pow((double)c->head_dim, -0.5);
-    m->attn = xcalloc((size_t)c->n_layers, sizeof *m->attn);
-    m->rope = xcalloc((size_t)c->n_layers, sizeof *m->rope);
-    m->delta = xcalloc((size_t)c->n_layers, sizeof *m->delta);
+    /* an MTP block's layer (n_layers) is one more attention layer with a
+     * KV layer of its own */
+    int n_layers = (int)c->n_layers + m->mtp;
+    m->attn = xcalloc((size_t)n_layers, sizeof *m->attn);
+    m->rope = xcalloc((size_t)n_layers, sizeof *m->rope);
+    m->delta = xcalloc((size_t)n_layers, sizeof *m->delta);
     int n_kv = 0;
     int64_t kv_dim = 0;
     size_t state_off = 0;
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = 0; l < n_layers; l++) {
         if (config_layer_recurrent(c, l)) {
             const layer_weights *w = &m->weights.layers[l];
             bk_delta *d = &m->delta[l];
@@ -378,6 +390,10 @@ static void alloc_state(model *m, int cap)
         s->shared = bk->ops->act_alloc(bk, n * (size_t)c->dim);
         s->shared_gate = bk->ops->act_alloc(bk, n);
     }
+    if (m->mtp) {
+        s->mtp_cat = bk->ops->act_alloc(bk, n * 2 * (size_t)c->dim);
+        s->host_cat = xmalloc(n * 2 * (size_t)c->dim * sizeof(float));
+    }
     if (c->moe_with_dense) {
         s->moe_router_in = bk->ops->act_alloc(bk, n * (size_t)c->dim);
         s->moe_out = bk->ops->act_alloc(bk, n * (size_t)c->dim);
@@ -414,6 +430,15 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
     if (!fam || !fam->forward)
         return memra_fail(err, "model: family %d has no forward pass", (int)c->family);
     m->forward_layers = fam->forward;
+    if (o->mtp) {
+        if (!b->has_mtp)
+            return memra_fail(err, "model: the checkpoint carries no MTP block (its config has "
+                              "%" PRId64 " MTP layers)", c->mtp_layers);
+        if (!fam->layer || !bk->ops->act_write)
+            return memra_fail(err, "model: the %s family cannot run its MTP block on the %s "
+                              "backend", fam->name, bk->name);
+        m->mtp = 1;
+    }
     if (bind_weights(m, b, err) != 0) {
         model_free(m);
         return -1;
@@ -473,15 +498,16 @@ void model_free(model *m)
                          s->att, s->hb,    s->hb2,   s->logits, s->qg,   s->gate,
                          s->lin_qkv, s->lin_z, s->lin_o, s->lin_b, s->lin_a,
                          s->shared, s->shared_gate, s->ple, s->ple_mix, s->ple_gate,
-                         s->moe_router_in, s->moe_out};
+                         s->moe_router_in, s->moe_out, s->mtp_cat};
         for (size_t i = 0; i < MEMRA_ARRAY_LEN(acts); i++)
             if (acts[i])
                 bk->ops->act_free(bk, acts[i]);
     }
     free(s->host_hidden);
+    free(s->host_cat);
     kv_cache_free(&s->kv);
     if (m->weights.layers) {
-        for (int l = 0; l < m->config.n_layers; l++) {
+        for (int l = 0; l < m->config.n_layers + m->mtp; l++) {
             free(m->weights.layers[l].moe_gate);
             free(m->weights.layers[l].moe_up);
             free(m->weights.layers[l].moe_down);
@@ -598,6 +624,8 @@ float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *token
     m->forward_layers(m, rows, tokens);
     op->rmsnorm(m->bk, s->x, n, &m->weights.output_norm, m->norm_offset, m->norm_eps, s->xb);
     model_report_hidden(m, (int)c->n_layers, rows, s->xb);
+    if (m->keep_hidden)
+        op->act_read(m->bk, s->xb, s->host_hidden, (size_t)n * (size_t)c->dim);
     if (logits_from >= n)
         return NULL;
     int nl = n - logits_from;
@@ -607,6 +635,51 @@ float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *token
     if (c->final_softcap > 0)
         op->softcap(m->bk, s->logits, (size_t)nl * vocab, (float)c->final_softcap);
     return s->logits;
+}
+
+/* The block reads [enorm(embed(next)) | hnorm(h)]: the two halves are
+ * normed on the backend and put side by side through host memory (two
+ * rows of dim a token: small beside the layer it feeds). */
+void model_forward_mtp(model *m, const bk_batch *rows, const int32_t *next, const float *h,
+                       int logits_from, float *logits, float *h_out)
+{
+    const backend_ops *op = m->bk->ops;
+    run_state *s = &m->state;
+    const model_config *c = &m->config;
+    const mtp_weights *w = &m->weights.mtp;
+    int n = rows->n;
+    size_t dim = (size_t)c->dim, nd = (size_t)n * dim;
+    MEMRA_ASSERT(m->mtp && n > 0 && n <= s->cap);
+    /* the hidden-state hooks see the model's steps, not the block's */
+    model_hidden_fn hook = m->hidden_fn;
+    m->hidden_fn = NULL;
+    op->embed(m->bk, &m->weights.embed, next, n, m->embed_scale, s->x);
+    op->rmsnorm(m->bk, s->x, n, &w->enorm, m->norm_offset, m->norm_eps, s->xb);
+    op->act_write(m->bk, s->xb2, h, nd);
+    op->rmsnorm(m->bk, s->xb2, n, &w->hnorm, m->norm_offset, m->norm_eps, s->x);
+    float *cat = s->host_cat;
+    op->act_read(m->bk, s->xb, s->host_hidden, nd);
+    for (int i = 0; i < n; i++)
+        memcpy(cat + (size_t)i * 2 * dim, s->host_hidden + (size_t)i * dim, dim * sizeof *cat);
+    op->act_read(m->bk, s->x, s->host_hidden, nd);
+    for (int i = 0; i < n; i++)
+        memcpy(cat + ((size_t)i * 2 + 1) * dim, s->host_hidden + (size_t)i * dim,
+               dim * sizeof *cat);
+    op->act_write(m->bk, s->mtp_cat, cat, 2 * nd);
+    op->matmul(m->bk, &w->eh_proj, NULL, s->mtp_cat, n, s->x);
+    family_desc(c->family)->layer(m, (int)c->n_layers, rows);
+    m->hidden_fn = hook;
+    op->rmsnorm(m->bk, s->x, n, &w->head_norm, m->norm_offset, m->norm_eps, s->xb);
+    if (h_out)
+        op->act_read(m->bk, s->xb, h_out, nd);
+    if (!logits || logits_from >= n)
+        return;
+    int nl = n - logits_from;
+    op->matmul(m->bk, &m->weights.output, NULL, s->xb + (size_t)logits_from * dim, nl,
+               s->logits);
+    if (c->final_softcap > 0)
+        op->softcap(m->bk, s->logits, (size_t)nl * (size_t)c->n_vocab, (float)c->final_softcap);
+    op->act_read(m->bk, s->logits, logits, (size_t)nl * (size_t)c->n_vocab);
 }
 
 void model_forward(model *m, const bk_batch *rows, const int32_t *tokens, int logits_from,

@@ -74,6 +74,13 @@ typedef struct {
     bk_weight ffn_pre_norm_2, ffn_post_norm_1, ffn_post_norm_2; /* [dim] */
 } layer_weights;
 
+/* An MTP (NextN) block's own tensors; its decoder layer is layers[n_layers]. */
+typedef struct {
+    bk_weight eh_proj;      /* [dim][2 dim] over [enorm(embed(next)) | hnorm(h)] */
+    bk_weight enorm, hnorm; /* [dim] */
+    bk_weight head_norm;    /* [dim]: before the shared output head */
+} mtp_weights;
+
 typedef struct {
     bk_weight embed;        /* [n_vocab][dim] */
     bk_weight output_norm;  /* [dim] */
@@ -82,7 +89,8 @@ typedef struct {
     bk_weight ple_embed;     /* [ple_vocab][n_layers * ple_dim] */
     bk_weight ple_proj;      /* [n_layers * ple_dim][dim] */
     bk_weight ple_proj_norm; /* [ple_dim] */
-    layer_weights *layers;  /* [n_layers] */
+    layer_weights *layers;  /* [n_layers], and the MTP block's layer after them */
+    mtp_weights mtp;        /* model.mtp only */
 } model_weights;
 
 typedef struct {
@@ -113,6 +121,9 @@ typedef struct {
     /* routed experts beside the dense FFN only (gemma4 MoE): */
     float *moe_router_in; /* [cap][dim] the router's input */
     float *moe_out;       /* [cap][dim] the dense branch's normed output */
+    /* an MTP block only: */
+    float *mtp_cat;       /* [cap][2 dim] the eh_proj input */
+    float *host_cat;      /* [cap][2 dim] host staging for it */
     kv_cache kv;         /* K and V of every attention layer, paged; the recurrent state */
 } run_state;
 
@@ -159,6 +170,11 @@ struct model {
     model_hidden_fn hidden_fn;
     void *hidden_ctx;
     int hidden_from; /* indices below it are not reported (each is a read back) */
+
+    int mtp;         /* the MTP block is loaded (weights.mtp, layers[n_layers], a KV layer) */
+    /* Every step reads the rows' final-normed hidden states back into
+     * state.host_hidden (what an MTP block takes as input). */
+    int keep_hidden;
 };
 
 typedef struct {
@@ -167,6 +183,7 @@ typedef struct {
     int kv_block_size;  /* tokens per KV block */
     int kv_blocks;      /* blocks in the pool */
     int state_slots;    /* sequences holding recurrent state at once (recurrent families) */
+    int mtp;            /* load the checkpoint's MTP block (model_forward_mtp) */
 } model_opts;
 
 /* Bind the weights (views, never copied), check each with the backend,
@@ -185,6 +202,17 @@ void model_forward(model *m, const bk_batch *rows, const int32_t *tokens, int lo
  * or NULL when logits_from >= n (no head run). For sampling on the
  * device (backend_ops.sample). */
 float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *tokens, int logits_from);
+
+/* The MTP block on rows->n rows: row i stands at position rows->pos[i] of
+ * its sequence, next[i] is the token after that position and h the
+ * model's final-normed hidden state there ([n][dim], host memory; when
+ * drafting further ahead, the block's own output of the row before).
+ * Writes the block's K/V at those positions (its own KV layer). With
+ * logits (host), the logits of rows [logits_from, n), [n - logits_from]
+ * [n_vocab]; with h_out (host, [n][dim]), the block's output after its
+ * norm, which the head reads. Needs model_opts.mtp. */
+void model_forward_mtp(model *m, const bk_batch *rows, const int32_t *next, const float *h,
+                       int logits_from, float *logits, float *h_out);
 
 /* ---- for the family forward passes ---- */
 

@@ -82,7 +82,8 @@ int qwen3_5_hybrid_hf_read(const json_t *obj, const char *what, model_config *c,
         json_get_int(obj, "linear_num_value_heads", 0, &c->lin_n_v_heads, what, err) ||
         json_get_int(obj, "full_attention_interval", 0, &c->full_attn_interval, what, err) ||
         json_get_bool(obj, "attn_output_gate", 0, &gate, what, err) ||
-        json_get_num(obj, "partial_rotary_factor", 0, &partial, what, err))
+        json_get_num(obj, "partial_rotary_factor", 0, &partial, what, err) ||
+        json_get_int(obj, "mtp_num_hidden_layers", 0, &c->mtp_layers, what, err))
         return -1;
     if (!gate)
         return memra_fail(err, "%s: attn_output_gate false is not supported", what);
@@ -138,6 +139,8 @@ void qwen3_5_hybrid_hf_write(const model_config *c, json_t *o)
         json_array_append_new(lt, json_string(config_layer_recurrent(c, l) ? "linear_attention"
                                                                            : "full_attention"));
     json_object_set_new(o, "layer_types", lt);
+    if (c->mtp_layers > 0)
+        config_json_set_int(o, "mtp_num_hidden_layers", c->mtp_layers);
 }
 
 static void qwen3_5_hf_write(const model_config *c, const family_hf_type *t, json_t *o)
@@ -156,8 +159,14 @@ int qwen3_5_hybrid_gguf_read(const cfg_gguf *g, model_config *c, memra_err *err)
         cfg_gguf_int(g, "ssm.group_count", 1, 1, &c->lin_n_k_heads, err) ||
         cfg_gguf_int(g, "ssm.time_step_rank", 1, 1, &c->lin_n_v_heads, err) ||
         cfg_gguf_int(g, "ssm.inner_size", 1, 1, &inner, err) ||
-        cfg_gguf_int(g, "full_attention_interval", 1, 0, &c->full_attn_interval, err))
+        cfg_gguf_int(g, "full_attention_interval", 1, 0, &c->full_attn_interval, err) ||
+        cfg_gguf_int(g, "nextn_predict_layers", 1, 0, &c->mtp_layers, err))
         return -1;
+    /* block_count counts the MTP layers (llama.cpp's convention) */
+    if (c->mtp_layers < 0 || c->mtp_layers >= c->n_layers)
+        return memra_fail(err, "%s: %s.nextn_predict_layers %" PRId64 " is out of range for %"
+                          PRId64 " blocks", g->what, g->arch, c->mtp_layers, c->n_layers);
+    c->n_layers -= c->mtp_layers;
     if (c->lin_n_v_heads <= 0 || inner <= 0 || inner % c->lin_n_v_heads)
         return memra_fail(err, "%s: %s.ssm.inner_size %" PRId64 " is not a multiple of "
                           "%s.ssm.time_step_rank %" PRId64, g->what, g->arch, inner, g->arch,
@@ -187,6 +196,10 @@ void qwen3_5_hybrid_gguf_write(const model_config *c, const char *arch, gguf_wri
     cfg_gguf_set_u32(w, arch, "ssm.time_step_rank", c->lin_n_v_heads);
     cfg_gguf_set_u32(w, arch, "ssm.inner_size", c->lin_v_dim * c->lin_n_v_heads);
     cfg_gguf_set_u32(w, arch, "full_attention_interval", c->full_attn_interval);
+    if (c->mtp_layers > 0) {
+        cfg_gguf_set_u32(w, arch, "block_count", c->n_layers + c->mtp_layers);
+        cfg_gguf_set_u32(w, arch, "nextn_predict_layers", c->mtp_layers);
+    }
     int32_t sec[4];
     for (int i = 0; i < 4; i++)
         sec[i] = (int32_t)c->rope_sections[i];
@@ -212,6 +225,9 @@ int qwen3_5_hybrid_validate(const model_config *c, const char *what, memra_err *
                                  2 * c->lin_n_v_heads * c->lin_v_dim) * (double)c->dim,
                         err))
         return -1;
+    if (c->mtp_layers < 0 || c->mtp_layers > 1)
+        return memra_fail(err, "%s: mtp_num_hidden_layers %" PRId64 ": only 0 or 1 MTP layer "
+                          "is supported", what, c->mtp_layers);
     if (c->lin_k_dim % 4 != 0)
         return memra_fail(err, "%s: linear_key_head_dim %" PRId64 " is not a multiple of 4",
                           what, c->lin_k_dim);
@@ -249,6 +265,16 @@ static const family_hf_prefix qwen3_5_hf_prefixes[] = {
     {"model.language_model.", "model."},
 };
 static const char *const qwen3_5_hf_ignored[] = {"model.visual.", "mtp."};
+
+/* The MTP block's own tensors (transformers' names, as vLLM's Qwen3-Next
+ * MTP reads them; GGUF as llama.cpp's converter writes them). Its layer's
+ * tensors are named as a layer's under mtp.layers.0. */
+const family_tensor_name qwen3_5_mtp_names[4] = {
+    {"nextn.eh_proj.weight", "mtp.fc.weight", 0, 0},
+    {"nextn.enorm.weight", "mtp.pre_fc_norm_embedding.weight", 0, 0},
+    {"nextn.hnorm.weight", "mtp.pre_fc_norm_hidden.weight", 0, 0},
+    {"nextn.shared_head_norm.weight", "mtp.norm.weight", 0, 0},
+};
 
 static void delta_contract(const model_config *c, tensor_contract *k, int l)
 {
@@ -303,15 +329,19 @@ void qwen3_5_mixer_contract(const model_config *c, tensor_contract *k, int l)
                     0);
 }
 
+/* The layers, then the MTP block (a full-attention layer at n_layers with
+ * its own four tensors) when the config names one. */
 static void qwen3_5_contract(const model_config *c, tensor_contract *k)
 {
     contract_add_globals(k, c, CE_NORM_SHIFT);
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = 0; l < c->n_layers + c->mtp_layers; l++) {
         qwen3_5_mixer_contract(c, k, l);
         contract_add_2d(k, ROLE_FFN_GATE, l, "ffn_gate.weight", c->ffn_dim, c->dim, 0, 0);
         contract_add_2d(k, ROLE_FFN_UP, l, "ffn_up.weight", c->ffn_dim, c->dim, 0, 0);
         contract_add_2d(k, ROLE_FFN_DOWN, l, "ffn_down.weight", c->dim, c->ffn_dim, 0, 0);
     }
+    if (c->mtp_layers > 0)
+        contract_add_mtp(k, c, CE_NORM_SHIFT);
 }
 
 /* ---- forward ---- */
@@ -332,22 +362,24 @@ void qwen3_5_mixer_step(model *m, int l, const bk_batch *rows)
 }
 
 /* As transformers' Qwen3_5DecoderLayer (see the top of the file). */
-static void qwen3_5_forward(model *m, const bk_batch *rows, const int32_t *tokens)
+static void qwen3_5_layer(model *m, int l, const bk_batch *rows)
 {
     const backend_ops *op = m->bk->ops;
-    const model_config *c = &m->config;
+    const layer_weights *w = &m->weights.layers[l];
     run_state *s = &m->state;
     int n = rows->n;
-    size_t nd = (size_t)n * (size_t)c->dim;
-    op->embed(m->bk, &m->weights.embed, tokens, n, m->embed_scale, s->x);
-    for (int l = 0; l < c->n_layers; l++) {
-        const layer_weights *w = &m->weights.layers[l];
-        qwen3_5_mixer_step(m, l, rows);
-        op->rmsnorm(m->bk, s->x, n, &w->ffn_norm, m->norm_offset, m->norm_eps, s->xb);
-        op->ffn_glu(m->bk, &w->ffn_gate, &w->ffn_up, &w->ffn_down, m->act, s->xb, n, s->hb,
-                    s->hb2, s->xb2);
-        op->add(m->bk, s->x, s->xb2, nd);
-    }
+    qwen3_5_mixer_step(m, l, rows);
+    op->rmsnorm(m->bk, s->x, n, &w->ffn_norm, m->norm_offset, m->norm_eps, s->xb);
+    op->ffn_glu(m->bk, &w->ffn_gate, &w->ffn_up, &w->ffn_down, m->act, s->xb, n, s->hb, s->hb2,
+                s->xb2);
+    op->add(m->bk, s->x, s->xb2, (size_t)n * (size_t)m->config.dim);
+}
+
+static void qwen3_5_forward(model *m, const bk_batch *rows, const int32_t *tokens)
+{
+    m->bk->ops->embed(m->bk, &m->weights.embed, tokens, rows->n, m->embed_scale, m->state.x);
+    for (int l = 0; l < m->config.n_layers; l++)
+        qwen3_5_layer(m, l, rows);
 }
 
 const model_family_desc family_qwen3_5 = {
@@ -374,7 +406,11 @@ const model_family_desc family_qwen3_5 = {
     .n_hf_prefixes = MEMRA_ARRAY_LEN(qwen3_5_hf_prefixes),
     .hf_ignored = qwen3_5_hf_ignored,
     .n_hf_ignored = MEMRA_ARRAY_LEN(qwen3_5_hf_ignored),
+    .mtp_hf_prefix = "mtp.layers.",
+    .mtp_names = qwen3_5_mtp_names,
+    .n_mtp_names = MEMRA_ARRAY_LEN(qwen3_5_mtp_names),
     .forward = qwen3_5_forward,
+    .layer = qwen3_5_layer,
     .act = BK_ACT_SILU,
     .norm_adds_one = 1,
 };

@@ -115,7 +115,7 @@ static const char *const qwen3_5_moe_hf_ignored[] = {"model.visual.", "mtp."};
 static void qwen3_5_moe_contract(const model_config *c, tensor_contract *k)
 {
     contract_add_globals(k, c, CE_NORM_SHIFT);
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = 0; l < c->n_layers + c->mtp_layers; l++) {
         qwen3_5_mixer_contract(c, k, l);
         contract_add_2d(k, ROLE_MOE_ROUTER, l, "ffn_gate_inp.weight", c->n_experts, c->dim, 0, 0);
         contract_add_experts(k, ROLE_MOE_GATE_EXPS, l, "ffn_gate_exps.weight", c->n_experts,
@@ -133,32 +133,38 @@ static void qwen3_5_moe_contract(const model_config *c, tensor_contract *k)
         contract_add_1d(k, ROLE_MOE_SHARED_GATE, l, "ffn_gate_inp_shexp.weight", c->dim,
                         CE_HF_ROW1, 0);
     }
+    if (c->mtp_layers > 0)
+        contract_add_mtp(k, c, CE_NORM_SHIFT);
 }
 
 /* ---- forward ---- */
 
 /* As transformers' Qwen3_5MoeDecoderLayer with Qwen3_5MoeSparseMoeBlock
  * (see the top of the file); routing is the backend's ffn_moe. */
-static void qwen3_5_moe_forward(model *m, const bk_batch *rows, const int32_t *tokens)
+static void qwen3_5_moe_layer(model *m, int l, const bk_batch *rows)
 {
     const backend_ops *op = m->bk->ops;
     const model_config *c = &m->config;
+    const layer_weights *w = &m->weights.layers[l];
     run_state *s = &m->state;
     int n = rows->n;
     size_t nd = (size_t)n * (size_t)c->dim;
-    op->embed(m->bk, &m->weights.embed, tokens, n, m->embed_scale, s->x);
-    for (int l = 0; l < c->n_layers; l++) {
-        const layer_weights *w = &m->weights.layers[l];
-        qwen3_5_mixer_step(m, l, rows);
-        op->rmsnorm(m->bk, s->x, n, &w->ffn_norm, m->norm_offset, m->norm_eps, s->xb);
-        model_moe_ffn(m, l, n, s->xb, s->xb2);
-        op->ffn_glu(m->bk, &w->shexp_gate, &w->shexp_up, &w->shexp_down, m->act, s->xb, n, s->hb,
-                    s->hb2, s->shared);
-        op->matmul(m->bk, &w->shexp_inp, NULL, s->xb, n, s->shared_gate);
-        op->mul_sigmoid(m->bk, s->shared, s->shared_gate, n, c->dim, 1);
-        op->add(m->bk, s->xb2, s->shared, nd);
-        op->add(m->bk, s->x, s->xb2, nd);
-    }
+    qwen3_5_mixer_step(m, l, rows);
+    op->rmsnorm(m->bk, s->x, n, &w->ffn_norm, m->norm_offset, m->norm_eps, s->xb);
+    model_moe_ffn(m, l, n, s->xb, s->xb2);
+    op->ffn_glu(m->bk, &w->shexp_gate, &w->shexp_up, &w->shexp_down, m->act, s->xb, n, s->hb,
+                s->hb2, s->shared);
+    op->matmul(m->bk, &w->shexp_inp, NULL, s->xb, n, s->shared_gate);
+    op->mul_sigmoid(m->bk, s->shared, s->shared_gate, n, c->dim, 1);
+    op->add(m->bk, s->xb2, s->shared, nd);
+    op->add(m->bk, s->x, s->xb2, nd);
+}
+
+static void qwen3_5_moe_forward(model *m, const bk_batch *rows, const int32_t *tokens)
+{
+    m->bk->ops->embed(m->bk, &m->weights.embed, tokens, rows->n, m->embed_scale, m->state.x);
+    for (int l = 0; l < m->config.n_layers; l++)
+        qwen3_5_moe_layer(m, l, rows);
 }
 
 const model_family_desc family_qwen3_5_moe = {
@@ -188,7 +194,11 @@ const model_family_desc family_qwen3_5_moe = {
     .n_hf_prefixes = MEMRA_ARRAY_LEN(qwen3_5_moe_hf_prefixes),
     .hf_ignored = qwen3_5_moe_hf_ignored,
     .n_hf_ignored = MEMRA_ARRAY_LEN(qwen3_5_moe_hf_ignored),
+    .mtp_hf_prefix = "mtp.layers.",
+    .mtp_names = qwen3_5_mtp_names,
+    .n_mtp_names = 4,
     .forward = qwen3_5_moe_forward,
+    .layer = qwen3_5_moe_layer,
     .act = BK_ACT_SILU,
     .norm_adds_one = 1,
 };

@@ -274,6 +274,12 @@ static void cpu_act_read(backend *b, const float *src, float *dst, size_t n)
     memcpy(dst, src, n * sizeof(float));
 }
 
+static void cpu_act_write(backend *b, float *dst, const float *src, size_t n)
+{
+    (void)b;
+    memcpy(dst, src, n * sizeof(float));
+}
+
 static void cpu_embed(backend *b, const bk_weight *table, const int32_t *tokens, int n,
                       float scale, float *out)
 {
@@ -327,6 +333,7 @@ static const backend_ops cpu_ops = {
     .act_alloc = cpu_act_alloc,
     .act_free = cpu_act_free,
     .act_read = cpu_act_read,
+    .act_write = cpu_act_write,
     .embed = cpu_embed,
     .rmsnorm = cpu_op_rmsnorm,
     .matmul = cpu_op_matmul,

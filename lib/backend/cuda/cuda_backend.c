@@ -188,6 +188,12 @@ void backend_cuda_act_write(backend *b, float *dst, const float *src, size_t n)
         CU_OK(cb, cudaStreamSynchronize(cb->stream));
 }
 
+static void cuda_act_write(backend *b, float *dst, const float *src, size_t n)
+{
+    cuda_flush_pending(cuda_of(b));
+    backend_cuda_act_write(b, dst, src, n);
+}
+
 static int cuda_status(backend *b, memra_err *err)
 {
     cuda_backend *cb = cuda_of(b);
@@ -367,6 +373,7 @@ static const backend_ops cuda_ops = {
     .act_alloc = cuda_act_alloc,
     .act_free = cuda_act_free,
     .act_read = cuda_act_read,
+    .act_write = cuda_act_write,
     .embed = cuda_op_embed,
     .rmsnorm = cuda_op_rmsnorm,
     .matmul = cuda_op_matmul,
