@@ -38,6 +38,8 @@ static const char usage[] =
     "Runs MODEL over the token ids of a reference dump (scripts/hf_reference.py writes them:\n"
     "tokens I32 [n], logits F32 [n, vocab], optional hidden F32 [n_layers + 1, n, dim]) and\n"
     "compares logits position by position, and hidden states layer by layer when present.\n"
+    "A dump with mtp_logits F32 [n - 1, vocab] (and mtp_hidden [n - 1, dim]) also checks the\n"
+    "checkpoint's MTP block: row q from the hidden state at q and the token at q + 1.\n"
     "\n"
     "  --reference F   the dump to compare with (required)\n"
     "  --json          one JSON object instead of a table\n"
@@ -726,6 +728,69 @@ static int run_backends(const parity_opts *po)
     return ok ? 0 : 1;
 }
 
+/* The MTP block against the reference's mtp_logits (and mtp_hidden):
+ * row q is the block at position q with the token at q + 1, drafted
+ * (engine_mtp_draft, depth 0) once the model has run tokens [0, q]. Two
+ * passes: token by token (rows 0..n-2), and the first half as one chunk
+ * (whose block rows the engine runs together) then token by token (rows
+ * from n/2 - 1). Each row is gated like the logits. */
+typedef struct {
+    parity_summary sum;
+    double scale, hidden_rel_err;
+    int ok;
+} mtp_check;
+
+static void check_mtp(engine *e, const int32_t *tokens, int64_t n, int64_t vocab, int64_t dim,
+                      const st_tensor *mt, const st_tensor *mht, mtp_check *out)
+{
+    memra_err err;
+    int64_t rows = n - 1;
+    float *ref = xmalloc((size_t)(rows * vocab) * sizeof *ref);
+    memcpy(ref, mt->data, (size_t)(rows * vocab) * sizeof *ref);
+    float *href = NULL;
+    if (mht && mht->type == DT_F32 && mht->n_dims == 2 && mht->shape[0] == rows &&
+        mht->shape[1] == dim) {
+        href = xmalloc((size_t)(rows * dim) * sizeof *href);
+        memcpy(href, mht->data, (size_t)(rows * dim) * sizeof *href);
+    }
+    out->scale = 1;
+    for (int64_t i = 0; i < rows * vocab; i++)
+        out->scale = fabs(ref[i]) > out->scale ? fabs(ref[i]) : out->scale;
+    double hscale = 1e-6, hworst = 0;
+    for (int64_t i = 0; href && i < rows * dim; i++)
+        hscale = fabs(href[i]) > hscale ? fabs(href[i]) : hscale;
+    float *logits = xmalloc((size_t)vocab * sizeof *logits);
+    float *h = xmalloc((size_t)dim * sizeof *h);
+    parity_row *pr = xcalloc((size_t)(2 * rows), sizeof *pr);
+    int n_pr = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        engine_seq *s;
+        int64_t first = pass ? n / 2 : 1; /* tokens run before the first row */
+        if (engine_seq_new(e, &s, &err) != 0 ||
+            engine_forward(e, s, tokens, (int)first, NULL, 0, &err) != 0)
+            cli_fail(&err);
+        for (int64_t q = first - 1; q < rows; q++) {
+            if (q >= first && engine_forward(e, s, &tokens[q], 1, NULL, 0, &err) != 0)
+                cli_fail(&err);
+            if (engine_mtp_draft(e, s, tokens[q + 1], 0, NULL, logits, h, &err) != 0)
+                cli_fail(&err);
+            parity_compare_row(logits, ref + q * vocab, vocab, &pr[n_pr++]);
+            for (int64_t k = 0; href && k < dim; k++) {
+                double d = fabs(h[k] - href[q * dim + k]);
+                hworst = d > hworst || isnan(d) ? (isnan(d) ? INFINITY : d) : hworst;
+            }
+        }
+        engine_seq_free(s);
+    }
+    parity_summarize(pr, n_pr, &out->sum);
+    out->hidden_rel_err = href ? hworst / hscale : 0;
+    free(pr);
+    free(h);
+    free(logits);
+    free(href);
+    free(ref);
+}
+
 int main(int argc, char **argv)
 {
     cli_set_program("memra-parity");
@@ -750,6 +815,7 @@ int main(int argc, char **argv)
     const st_tensor *tt = need_tensor(&ref, "tokens", DT_I32, 1, o.reference);
     const st_tensor *lt = need_tensor(&ref, "logits", DT_F32, 2, o.reference);
     const st_tensor *ht = st_find(&ref, "hidden");
+    const st_tensor *mt = st_find(&ref, "mtp_logits"), *mht = st_find(&ref, "mtp_hidden");
     int64_t n = tt->shape[0], vocab = lt->shape[1];
     if (lt->shape[0] != n)
         cli_failf("%s: logits has %lld rows for %lld tokens", o.reference, (long long)lt->shape[0],
@@ -766,6 +832,15 @@ int main(int argc, char **argv)
         cli_failf("%s: the model's vocabulary is %lld tokens, the reference's %lld", o.reference,
                   (long long)ck.config.n_vocab, (long long)vocab);
     default_gates(weight_dtype(&ck), &o);
+    if (mt && (mt->type != DT_F32 || mt->n_dims != 2 || mt->shape[0] != n - 1 ||
+               mt->shape[1] != vocab))
+        cli_failf("%s: mtp_logits is not F32 [%lld, %lld]", o.reference, (long long)(n - 1),
+                  (long long)vocab);
+    if (mt && n < 2)
+        cli_failf("%s: MTP rows need at least 2 tokens", o.reference);
+    if (mt && ck.config.mtp_layers <= 0)
+        cli_failf("%s: the reference has MTP rows, but %s carries no MTP block", o.reference,
+                  ck.path);
 
     engine_opts eo;
     engine_opts_default(&eo);
@@ -774,6 +849,8 @@ int main(int argc, char **argv)
     eo.n_ctx = n > 16 ? n : 16;
     eo.backend = o.backend;
     eo.device = o.device;
+    eo.mtp = mt != NULL;
+    eo.n_seqs = mt ? 2 : 1; /* the MTP passes run beside the main sequence */
     engine *e;
     if (engine_load(&ck, &eo, &e, &err) != 0)
         cli_fail(&err);
@@ -831,6 +908,13 @@ int main(int argc, char **argv)
     double abs_gate = o.max_abs * scale;
     int ok = sum.max_abs <= abs_gate && sum.min_cosine >= o.min_cosine &&
              sum.argmax_real_disagreements == 0;
+    mtp_check mc = {0};
+    if (mt) {
+        check_mtp(e, tokens, n, vocab, dim, mt, mht, &mc);
+        mc.ok = mc.sum.max_abs <= o.max_abs * mc.scale && mc.sum.min_cosine >= o.min_cosine &&
+                mc.sum.argmax_real_disagreements == 0 && mc.hidden_rel_err <= 1e-3;
+        ok = ok && mc.ok;
+    }
 
     if (o.json) {
         json_t *j = json_object();
@@ -867,6 +951,20 @@ int main(int argc, char **argv)
             json_object_set_new(j, "first_divergent_hidden",
                                 first_divergent < 0 ? json_null() : json_integer(first_divergent));
         }
+        if (mt) {
+            json_t *m = json_object();
+            json_object_set_new(m, "rows", json_integer(mc.sum.n_rows));
+            json_object_set_new(m, "max_abs", json_real(mc.sum.max_abs));
+            json_object_set_new(m, "min_cosine", json_real(mc.sum.min_cosine));
+            json_object_set_new(m, "argmax_agree", json_integer(mc.sum.argmax_agree));
+            json_object_set_new(m, "argmax_real_disagreements",
+                                json_integer(mc.sum.argmax_real_disagreements));
+            json_object_set_new(m, "logit_scale", json_real(mc.scale));
+            json_object_set_new(m, "hidden_rel_err",
+                                mht ? json_real(mc.hidden_rel_err) : json_null());
+            json_object_set_new(m, "pass", json_boolean(mc.ok));
+            json_object_set_new(j, "mtp", m);
+        }
         json_object_set_new(j, "pass", json_boolean(ok));
         char *txt = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         puts(txt);
@@ -890,6 +988,11 @@ int main(int argc, char **argv)
                 printf("hidden states first diverge (> 1e-3) at index %d (%s)\n", first_divergent,
                        first_divergent == 0 ? "the embeddings" : "a layer output");
         }
+        if (mt)
+            printf("MTP block: %d rows, max_abs %.3e (gate %.3e), min cosine %.9f, argmax %d/%d, "
+                   "hidden rel err %.1e: %s\n", mc.sum.n_rows, mc.sum.max_abs,
+                   o.max_abs * mc.scale, mc.sum.min_cosine, mc.sum.argmax_agree, mc.sum.n_rows,
+                   mc.hidden_rel_err, mc.ok ? "PASS" : "FAIL");
         printf("max_abs %.3e (gate %.3e), max_rel %.3e, min cosine %.9f (gate %.6f), argmax "
                "%d/%d (%d real disagreements): %s\n",
                sum.max_abs, abs_gate, sum.max_rel, sum.min_cosine, o.min_cosine, sum.argmax_agree,

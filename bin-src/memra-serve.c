@@ -33,6 +33,8 @@ static const char usage[] =
     "  --trim RANKS             limit --draft's head to a rank file's ids (memra-trim-ranks)\n"
     "  --ngram                  speculative decoding for the -m just before with n-gram /\n"
     "                           prompt-lookup drafting (no model; not with --draft)\n"
+    "  --mtp                    speculative decoding for the -m just before with the MTP\n"
+    "                           (NextN) block its checkpoint carries (Qwen3.5)\n"
     "  --spec-k N               draft tokens per speculation round, 1..8 (default 4)\n"
     "  --spec-max-batch N       speculate only while at most N requests decode (default 2 on\n"
     "                           the CPU, 1 on CUDA, measured: docs/FLAGS.md)\n"
@@ -232,12 +234,12 @@ static void parse_args(int argc, char **argv, serve_args *a)
 
     enum { O_HOST = 1000, O_PORT, O_MAXS, O_MAXQ, O_KEY, O_KEYS, O_INSECURE, O_TMPL, O_HTTPT,
            O_BODY, O_DRAIN, O_BACKEND, O_DEVICE, O_KV, O_PCHUNK, O_IDLE, O_PERIP, O_CORS, O_SPECIAL,
-           O_PCACHE, O_CBLOCKS, O_TASK, O_DRAFT, O_TRIM, O_NGRAM, O_SPECK, O_SPECMAX };
+           O_PCACHE, O_CBLOCKS, O_TASK, O_DRAFT, O_TRIM, O_NGRAM, O_MTP, O_SPECK, O_SPECMAX };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},     {"host", required_argument, NULL, O_HOST},
         {"task", required_argument, NULL, O_TASK},
         {"draft", required_argument, NULL, O_DRAFT}, {"trim", required_argument, NULL, O_TRIM},
-        {"ngram", no_argument, NULL, O_NGRAM},
+        {"ngram", no_argument, NULL, O_NGRAM}, {"mtp", no_argument, NULL, O_MTP},
         {"spec-k", required_argument, NULL, O_SPECK},
         {"spec-max-batch", required_argument, NULL, O_SPECMAX},
         {"port", required_argument, NULL, O_PORT},   {"ctx", required_argument, NULL, 'c'},
@@ -281,24 +283,29 @@ static void parse_args(int argc, char **argv, serve_args *a)
             a->tasks[a->n_models - 1] = (serve_task)t;
             break;
         }
-        case O_DRAFT: case O_TRIM: case O_NGRAM: {
-            const char *flag = ch == O_DRAFT ? "--draft" : ch == O_TRIM ? "--trim" : "--ngram";
+        case O_DRAFT: case O_TRIM: case O_NGRAM: case O_MTP: {
+            const char *flag = ch == O_DRAFT ? "--draft" : ch == O_TRIM ? "--trim"
+                             : ch == O_NGRAM ? "--ngram" : "--mtp";
             if (a->n_models == 0)
                 cli_usage("%s: give it after the -m ALIAS=MODEL it applies to", flag);
             serve_spec_opts *sp = &a->specs[a->n_models - 1];
             const char *alias = a->aliases[a->n_models - 1];
             if ((ch == O_DRAFT && sp->draft) || (ch == O_TRIM && sp->trim) ||
-                (ch == O_NGRAM && sp->ngram))
+                (ch == O_NGRAM && sp->ngram) || (ch == O_MTP && sp->mtp))
                 cli_usage("%s: '%s' already has %s", flag, alias, flag);
-            if ((ch == O_DRAFT && sp->ngram) || (ch == O_NGRAM && sp->draft))
-                cli_usage("%s: '%s' has %s already: give one drafter per model (--draft DRAFT "
-                          "or --ngram)", flag, alias, ch == O_DRAFT ? "--ngram" : "--draft");
+            const char *other = sp->draft ? "--draft" : sp->ngram ? "--ngram"
+                              : sp->mtp ? "--mtp" : NULL;
+            if (ch != O_TRIM && other)
+                cli_usage("%s: '%s' has %s already: give one drafter per model (--draft DRAFT, "
+                          "--ngram or --mtp)", flag, alias, other);
             if (ch == O_DRAFT)
                 sp->draft = optarg;
             else if (ch == O_TRIM)
                 sp->trim = optarg;
-            else
+            else if (ch == O_NGRAM)
                 sp->ngram = 1;
+            else
+                sp->mtp = 1;
             break;
         }
         case O_SPECK: a->spec_k = (int)cli_int_or_usage(optarg, 1, SPEC_K_MAX, "--spec-k"); break;
@@ -386,14 +393,15 @@ static void parse_args(int argc, char **argv, serve_args *a)
         if (serve_spec_wanted(sp) && a->tasks[i] != SERVE_TASK_AUTO &&
             a->tasks[i] != SERVE_TASK_CHAT)
             cli_usage("%s: '%s' is served for %s: speculative decoding is for chat models",
-                      sp->draft ? "--draft" : "--ngram", a->aliases[i],
+                      sp->draft ? "--draft" : sp->ngram ? "--ngram" : "--mtp", a->aliases[i],
                       serve_task_name(a->tasks[i]));
         sp->k = a->spec_k;
         sp->max_batch = a->spec_max_batch;
         speculates |= serve_spec_wanted(sp);
     }
     if ((a->spec_k || a->spec_max_batch) && !speculates)
-        cli_usage("%s: no model has a drafter (give --draft DRAFT or --ngram after its -m)",
+        cli_usage("%s: no model has a drafter (give --draft DRAFT, --ngram or --mtp after its "
+                  "-m)",
                   a->spec_k ? "--spec-k" : "--spec-max-batch");
     if (a->cors && (!*a->cors || strpbrk(a->cors, "\r\n")))
         cli_usage("--cors: want an origin such as https://example.com, or *");

@@ -22,7 +22,7 @@
 #define DEFAULT_PROMPT "The report of the committee shows that"
 
 static const char usage[] =
-    "usage: memra-spec MODEL (--draft DRAFT | --ngram) [options]\n"
+    "usage: memra-spec MODEL (--draft DRAFT | --ngram | --mtp) [options]\n"
     "\n"
     "Runs plain decoding, then speculative decoding for each K, and checks that the\n"
     "speculative output is token-identical to plain greedy decoding and that drafts are\n"
@@ -34,7 +34,7 @@ static const char usage[] =
     "drafter (one):\n"
     "  --draft DRAFT       a smaller model of the same vocabulary\n"
     "  --ngram             n-gram / prompt-lookup drafting from the context (no model)\n"
-    "  --mtp               refused: no checkpoint memra loads carries an MTP head yet\n"
+    "  --mtp               the model's own MTP (NextN) block (Qwen3.5 checkpoints carry one)\n"
     "  --trim RANKS        limit the draft model's head to a rank file's ids (memra-trim-ranks)\n"
     "options:\n"
     "  -K LIST             draft tokens per round: N, A..B or N,M,... within 1..8 (default 1..8)\n"
@@ -54,7 +54,7 @@ static const char usage[] =
 
 typedef struct {
     const char *model, *draft, *trim, *prompt, *prompt_file;
-    int ngram, json, ignore_eos, n_predict, n_threads;
+    int ngram, mtp, json, ignore_eos, n_predict, n_threads;
     int ks[SPEC_K_MAX], n_ks;
     double temp;
     uint64_t seed;
@@ -123,9 +123,7 @@ static void parse_args(int argc, char **argv, spec_opts *o)
         switch (ch) {
         case O_DRAFT: o->draft = optarg; break;
         case O_NGRAM: o->ngram = 1; break;
-        case O_MTP:
-            cli_usage("--mtp: no checkpoint memra loads carries an MTP head yet (use --draft "
-                      "DRAFT or --ngram)");
+        case O_MTP: o->mtp = 1; break;
         case O_TRIM: o->trim = optarg; break;
         case 'K': parse_ks(optarg, o); break;
         case 'p': o->prompt = optarg; break;
@@ -158,12 +156,12 @@ static void parse_args(int argc, char **argv, spec_opts *o)
     if (optind + 1 < argc)
         cli_usage("unexpected argument '%s'", argv[optind + 1]);
     o->model = argv[optind];
-    if (o->draft && o->ngram)
-        cli_usage("give one drafter: --draft DRAFT or --ngram");
-    if (!o->draft && !o->ngram)
-        cli_usage("no drafter: give --draft DRAFT or --ngram");
+    if (!!o->draft + o->ngram + o->mtp > 1)
+        cli_usage("give one drafter: --draft DRAFT, --ngram or --mtp");
+    if (!o->draft && !o->ngram && !o->mtp)
+        cli_usage("no drafter: give --draft DRAFT, --ngram or --mtp");
     if (o->trim && !o->draft)
-        cli_usage("--trim goes with --draft (the n-gram drafter has no head to trim)");
+        cli_usage("--trim goes with --draft (the n-gram and MTP drafters have no trimmed head)");
     if (o->prompt && o->prompt_file)
         cli_usage("give one of -p and -f");
 }
@@ -173,10 +171,11 @@ static backend_kind default_backend(const spec_opts *o)
     return o->backend_given ? o->backend : backend_kind_default();
 }
 
-static engine *load_engine(const spec_opts *o, const checkpoint *c)
+static engine *load_engine(const spec_opts *o, const checkpoint *c, int mtp)
 {
     engine_opts eo;
     engine_opts_default(&eo);
+    eo.mtp = mtp;
     eo.n_threads = o->n_threads;
     eo.n_ctx = o->n_ctx;
     eo.backend = default_backend(o);
@@ -252,7 +251,10 @@ int main(int argc, char **argv)
 
     checkpoint ck, dck;
     tokenizer *t = open_model(o.model, &ck), *dt = NULL;
-    engine *e = load_engine(&o, &ck), *de = NULL;
+    if (o.mtp && ck.config.mtp_layers <= 0)
+        cli_failf("%s: --mtp: the checkpoint carries no MTP block (its config names none, or "
+                  "its tensors are absent)", ck.path);
+    engine *e = load_engine(&o, &ck, o.mtp), *de = NULL;
     int32_t n_allowed = (int32_t)tok_vocab_size(t);
     if (n_allowed > engine_config(e)->n_vocab)
         n_allowed = (int32_t)engine_config(e)->n_vocab;
@@ -263,7 +265,7 @@ int main(int argc, char **argv)
         dt = open_model(o.draft, &dck);
         if (spec_check_vocab(t, dt, o.draft, &err) != 0)
             cli_fail(&err);
-        de = load_engine(&o, &dck);
+        de = load_engine(&o, &dck, 0);
         if (o.trim) {
             int32_t nv;
             if (ranks_read(o.trim, &d2t, &n_trim, &nv, &err) != 0)
@@ -277,6 +279,9 @@ int main(int argc, char **argv)
         } else if (spec_drafter_model_new(de, n_allowed, NULL, &d, &err) != 0) {
             cli_fail(&err);
         }
+    } else if (o.mtp) {
+        if (spec_drafter_mtp_new(e, &d, &err) != 0)
+            cli_fail(&err);
     } else if (spec_drafter_ngram_new(1, 3, &d, &err) != 0) {
         cli_fail(&err);
     }
@@ -305,8 +310,11 @@ int main(int argc, char **argv)
     gp.sampling.penalty_last_n = 0;
     gp.ignore_eos = o.ignore_eos;
     gen_result plain;
+    /* plain decoding at its own speed: the MTP block follows no step */
+    engine_mtp_follow(e, 0);
     if (generate(e, t, prompt, n_prompt, &gp, NULL, NULL, &plain, &err) != 0)
         cli_fail(&err);
+    engine_mtp_follow(e, 1);
     double plain_tps = tok_s(plain.n_tokens, plain.decode_ms);
 
     /* A K the backend cannot verify with plain decoding's bytes runs as
@@ -356,7 +364,7 @@ int main(int argc, char **argv)
         spec_result_free(&again);
     }
 
-    const char *drafter = o.draft ? o.draft : "ngram";
+    const char *drafter = o.draft ? o.draft : o.mtp ? "mtp" : "ngram";
     if (o.json) {
         json_t *j = json_object();
         json_object_set_new(j, "model", json_string(o.model));

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,11 +30,23 @@ struct engine {
     uint32_t *smask; /* the rows' allowed-token masks, ceil(n_vocab / 32) words each */
     size_t sbias_cap, spen_cap, smask_cap;
     float *host_logits;
+    /* the MTP block's rows after a step (opts.mtp): [n_batch] each, h [n_batch][dim] */
+    int32_t *mtp_pos, *mtp_next;
+    kv_seq **mtp_seqs;
+    float *mtp_in;
 };
+
+/* A sequence keeps the final hidden states of its last MTP_KEEP positions
+ * when the engine runs an MTP block: the block's input at a position is
+ * the model's hidden state there, and a speculation round cut back by up
+ * to SPEC_K_MAX + 1 rows still finds it at the new end. */
+#define MTP_KEEP 16
 
 struct engine_seq {
     engine *e;
     kv_seq kv;
+    float *mtp_h;           /* [MTP_KEEP][dim]: position p in row p % MTP_KEEP */
+    int64_t mtp_lo, mtp_hi; /* the positions kept: [lo, hi) */
 };
 
 void engine_opts_default(engine_opts *o)
@@ -108,6 +121,7 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
         /* with the prefix cache, as many again for the states it keeps
          * (a model without recurrent layers takes none) */
         .state_slots = eo.n_seqs * ((eo.snapshots ? 2 : 1) + (eo.prefix_cache ? 1 : 0)),
+        .mtp = eo.mtp,
     };
     if (model_init(&e->m, c, &e->binding, ck->format, e->bk, &mo, err) != 0) {
         memra_wrap(err, "%s", ck->path);
@@ -140,6 +154,14 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
     }
     e->pos = xmalloc((size_t)e->opts.n_batch * sizeof *e->pos);
     e->seqs = xmalloc((size_t)e->opts.n_batch * sizeof *e->seqs);
+    if (e->m.mtp) {
+        size_t nb = (size_t)e->opts.n_batch;
+        e->m.keep_hidden = 1;
+        e->mtp_pos = xmalloc(nb * sizeof *e->mtp_pos);
+        e->mtp_next = xmalloc(nb * sizeof *e->mtp_next);
+        e->mtp_seqs = xmalloc(nb * sizeof *e->mtp_seqs);
+        e->mtp_in = xmalloc(nb * (size_t)c->dim * sizeof *e->mtp_in);
+    }
     *out = e;
     return 0;
 }
@@ -214,6 +236,10 @@ void engine_free(engine *e)
     free(e->spen);
     free(e->smask);
     free(e->host_logits);
+    free(e->mtp_pos);
+    free(e->mtp_next);
+    free(e->mtp_seqs);
+    free(e->mtp_in);
     free(e);
 }
 
@@ -252,6 +278,8 @@ int engine_seq_new(engine *e, engine_seq **out, memra_err *err)
     engine_seq *s = xcalloc(1, sizeof *s);
     s->e = e;
     kv_seq_init(&s->kv, &e->m.state.kv);
+    if (e->m.mtp)
+        s->mtp_h = xmalloc((size_t)MTP_KEEP * (size_t)e->m.config.dim * sizeof *s->mtp_h);
     *out = s;
     return 0;
 }
@@ -261,15 +289,22 @@ void engine_seq_free(engine_seq *s)
     if (!s)
         return;
     kv_seq_free(&s->kv);
+    free(s->mtp_h);
     free(s);
 }
 
-void engine_seq_reset(engine_seq *s) { kv_seq_truncate(&s->kv, 0); }
+void engine_seq_reset(engine_seq *s)
+{
+    kv_seq_truncate(&s->kv, 0);
+    s->mtp_lo = s->mtp_hi = 0;
+}
 
 void engine_seq_truncate(engine_seq *s, int64_t n)
 {
     if (n >= s->kv.n_tokens)
         return;
+    if (s->mtp_hi > n)
+        s->mtp_hi = n > s->mtp_lo ? n : s->mtp_lo;
     if (n > 0 && s->kv.cache->state_floats) {
         /* a recurrent state goes back only to its checkpoint */
         MEMRA_ASSERT(n == s->kv.snap_tokens && s->kv.snap_slot >= 0 && s->kv.state_slot >= 0);
@@ -307,6 +342,116 @@ int engine_prefix_shareable(const engine *e)
     return e->m.state_floats == 0 || e->m.state.kv.block_state != NULL;
 }
 
+/* ---- the MTP block (opts.mtp) ----
+ *
+ * The block at position q reads the model's hidden state at q and the
+ * token at q + 1, so it runs one step behind the model: after each step,
+ * every row whose previous position's hidden state is known (from this
+ * step or kept from the last) gives the block a row, and the step's
+ * hidden states are kept for the next. The block's K/V then always holds
+ * every position but a sequence's newest, which engine_mtp_draft runs
+ * with the token the caller is about to feed. */
+
+static engine_seq *seq_of(kv_seq *kv)
+{
+    return (engine_seq *)(void *)((char *)kv - offsetof(engine_seq, kv));
+}
+
+static const float *mtp_kept(const engine_seq *s, int64_t p, size_t dim)
+{
+    if (p < s->mtp_lo || p >= s->mtp_hi)
+        return NULL;
+    return s->mtp_h + (size_t)(p % MTP_KEEP) * dim;
+}
+
+static void mtp_keep(engine_seq *s, int64_t p, const float *h, size_t dim)
+{
+    if (p < s->mtp_lo || p > s->mtp_hi)
+        s->mtp_lo = p; /* not contiguous with what is kept: start again */
+    memcpy(s->mtp_h + (size_t)(p % MTP_KEEP) * dim, h, dim * sizeof *h);
+    s->mtp_hi = p + 1;
+    if (s->mtp_hi - s->mtp_lo > MTP_KEEP)
+        s->mtp_lo = s->mtp_hi - MTP_KEEP;
+}
+
+/* The block on n rows staged in e->mtp_*, told to the backend as a step
+ * of its own (never graphed); logits / h_out as model_forward_mtp. */
+static void mtp_step(engine *e, int n, int logits_from, float *logits, float *h_out)
+{
+    backend *bk = e->bk;
+    bk_batch rows = {n, e->mtp_pos, e->mtp_seqs};
+    bk_step st = {.rows = &rows, .tokens = e->mtp_next, .prefill = n > 1,
+                  .max_blocks = e->max_blocks};
+    if (bk->ops->step_begin && bk->ops->step_begin(bk, &st) != 0)
+        return; /* failed: backend_status says */
+    model_forward_mtp(&e->m, &rows, e->mtp_next, e->mtp_in, logits_from, logits, h_out);
+    if (bk->ops->step_end)
+        bk->ops->step_end(bk, &st);
+}
+
+/* After a step of the model: the block's rows it makes runnable, then the
+ * step's hidden states kept (model.keep_hidden read them back). */
+static void mtp_follow(engine *e, const bk_batch *rows, const int32_t *tokens)
+{
+    size_t dim = (size_t)e->m.config.dim;
+    const float *hid = e->m.state.host_hidden;
+    int nj = 0;
+    for (int i = 0; i < rows->n; i++) {
+        int64_t p = rows->pos[i];
+        const float *h = NULL;
+        if (i > 0 && rows->seq[i - 1] == rows->seq[i] && rows->pos[i - 1] == p - 1)
+            h = hid + (size_t)(i - 1) * dim;
+        else if (p > 0)
+            h = mtp_kept(seq_of(rows->seq[i]), p - 1, dim);
+        if (!h)
+            continue; /* never ran here (an adopted prefix): the block skips it */
+        e->mtp_pos[nj] = (int32_t)(p - 1);
+        e->mtp_seqs[nj] = rows->seq[i];
+        e->mtp_next[nj] = tokens[i];
+        memcpy(e->mtp_in + (size_t)nj * dim, h, dim * sizeof *h);
+        nj++;
+    }
+    for (int i = 0; i < rows->n; i++)
+        mtp_keep(seq_of(rows->seq[i]), rows->pos[i], hid + (size_t)i * dim, dim);
+    if (nj > 0)
+        mtp_step(e, nj, nj, NULL, NULL);
+}
+
+int engine_has_mtp(const engine *e) { return e->m.mtp; }
+
+void engine_mtp_follow(engine *e, int on) { e->m.keep_hidden = e->m.mtp && on; }
+
+int engine_mtp_draft(engine *e, engine_seq *s, int32_t next, int depth, const float *h,
+                     float *logits, float *h_out, memra_err *err)
+{
+    const model_config *c = &e->m.config;
+    backend_bind(e->bk);
+    if (!e->m.mtp)
+        return memra_fail(err, "mtp: the engine runs no MTP block (engine_opts.mtp)");
+    if (s->e != e)
+        return memra_fail(err, "mtp: the sequence belongs to another engine");
+    if (next < 0 || next >= c->n_vocab)
+        return memra_fail(err, "mtp: token id %" PRId32 " is out of range: the vocabulary has "
+                          "%" PRId64 " ids", next, c->n_vocab);
+    int64_t q = s->kv.n_tokens - 1 + depth;
+    if (depth < 0 || s->kv.n_tokens < 1 || (depth > 0 && !h))
+        return memra_fail(err, "mtp: nothing to draft from (%" PRId64 " tokens, depth %d)",
+                          s->kv.n_tokens, depth);
+    if (q + 1 > e->n_ctx)
+        return memra_fail(err, "mtp: position %" PRId64 " is past n_ctx %" PRId64, q, e->n_ctx);
+    if (depth == 0 && !(h = mtp_kept(s, q, (size_t)c->dim)))
+        return memra_fail(err, "mtp: the hidden state at position %" PRId64 " was not kept (the "
+                          "sequence's newest tokens never ran on this engine)", q);
+    if (kv_seq_reserve(&s->kv, q + 1, err) != 0)
+        return -1;
+    e->mtp_pos[0] = (int32_t)q;
+    e->mtp_seqs[0] = &s->kv;
+    e->mtp_next[0] = next;
+    memcpy(e->mtp_in, h, (size_t)c->dim * sizeof *h);
+    mtp_step(e, 1, 0, logits, h_out);
+    return backend_status(e->bk, err);
+}
+
 /* One model_forward, told to the backend first (step_begin / step_end),
  * which may replay it from a captured graph (a decode step) or pick
  * prefill kernels for it. A step the backend could not finish (a capture
@@ -317,8 +462,9 @@ int engine_prefix_shareable(const engine *e)
  * its sampling (a replay never hands the logits out): returns 1 when it
  * did (smp->out filled, or smp->rc -1), 0 when the caller samples
  * *dev_out itself. */
-static int forward_step(engine *e, const bk_batch *rows, const int32_t *tokens, int prefill,
-                        int logits_from, float *logits, float **dev_out, bk_sample_req *smp)
+static int forward_step_model(engine *e, const bk_batch *rows, const int32_t *tokens,
+                              int prefill, int logits_from, float *logits, float **dev_out,
+                              bk_sample_req *smp)
 {
     backend *bk = e->bk;
     model *m = &e->m;
@@ -341,7 +487,7 @@ static int forward_step(engine *e, const bk_batch *rows, const int32_t *tokens, 
         .max_blocks = e->max_blocks,
         .logits = dev_out ? NULL : logits,
         .n_logits = dev_out ? 0 : nl,
-        .graph_ok = !prefill && logits_from == 0 && !m->hidden_fn &&
+        .graph_ok = !prefill && logits_from == 0 && !m->hidden_fn && !m->keep_hidden &&
                     (dev_out ? smp != NULL || bk->ops->sample : logits != NULL),
         .sample = smp,
         /* logits kept on the device for a sample op after the step */
@@ -364,6 +510,16 @@ static int forward_step(engine *e, const bk_batch *rows, const int32_t *tokens, 
         st.graph_ok = 0;
     }
     return smp != NULL;
+}
+
+/* forward_step_model, then the MTP block's rows the step made runnable. */
+static int forward_step(engine *e, const bk_batch *rows, const int32_t *tokens, int prefill,
+                        int logits_from, float *logits, float **dev_out, bk_sample_req *smp)
+{
+    int r = forward_step_model(e, rows, tokens, prefill, logits_from, logits, dev_out, smp);
+    if (e->m.keep_hidden)
+        mtp_follow(e, rows, tokens);
+    return r;
 }
 
 /* The rows of one sequence's tokens, in chunks of n_batch. The logits of

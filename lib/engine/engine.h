@@ -46,6 +46,8 @@ typedef struct {
     int prefix_cache_idle; /* blocks kept cached that no sequence holds; <= 0: the pool */
     int snapshots;      /* a model with recurrent layers keeps room for a checkpoint of each
                          * sequence's state (engine_seq_checkpoint), as verifying drafts needs */
+    int mtp;            /* load the checkpoint's MTP block and keep its K/V up to date with
+                         * every step (engine_mtp_draft); the MTP drafter needs it */
     backend_kind backend; /* BK_CPU (default) or BK_CUDA */
     int device;         /* CUDA device index (BK_CUDA); any thread may then drive the
                          * engine: every entry point binds it to that device */
@@ -217,6 +219,28 @@ int engine_forward_batch_sample_with(engine *e, engine_seq *const *seqs, const i
                                      int n, sampler *const *smp, int32_t *out_ids,
                                      memra_err *row_errs, engine_overlap_fn overlap, void *ctx,
                                      memra_err *err);
+
+/* Whether e runs the checkpoint's MTP block (engine_opts.mtp). */
+int engine_has_mtp(const engine *e);
+/* Whether the block follows every step of the model (on, the default, with
+ * the block loaded): off, steps run as without it (and are graphed where
+ * the backend graphs them), and the block's K/V is not kept for the
+ * positions they run, so drafting on those sequences accepts less (never
+ * changing the output). For a plain-decoding baseline. */
+void engine_mtp_follow(engine *e, int on);
+/* The MTP block's next-token-but-one prediction for s. depth 0: at s's
+ * newest run position q, from the model's hidden state there and `next`,
+ * the token about to follow it (not run yet): logits for the token after
+ * next. depth d > 0: at q + d, from h (the block's own h_out of depth
+ * d - 1) and next (the token drafted at depth d - 1). logits (host,
+ * [n_vocab]) and h_out (host, [dim]) receive the row's results. The block
+ * writes its K/V at that position; the model's own K/V and s's length
+ * are unchanged, and the model's next step over those positions writes
+ * the block's K/V again from its real hidden states. Fails on a token out
+ * of range, past n_ctx, or when the hidden state at q is not known (s's
+ * newest tokens came from the prefix cache). */
+int engine_mtp_draft(engine *e, engine_seq *s, int32_t next, int depth, const float *h,
+                     float *logits, float *h_out, memra_err *err);
 
 /* Capture hidden states (see model_hidden_fn for the convention); NULL
  * turns it off. */

@@ -130,6 +130,7 @@ static int round_propose(engine *e, engine_seq *seq, spec_drafter *d, const int3
     p->pos = engine_seq_pos(seq);
     MEMRA_ASSERT(p->pos == n - 1 && k >= 0 && k <= SPEC_K_MAX);
     p->draft.n = 0;
+    d->seq = seq;
     if (k > 0 && d->propose(d, ctx, n, k, rng, &p->draft, err) != 0)
         return -1;
     MEMRA_ASSERT(p->draft.n >= 0 && p->draft.n <= k);

@@ -92,15 +92,12 @@ int spec_verify_token(const spec_dist *p, const spec_dist *q, int32_t x, spec_rn
 
 /* ---- drafters ----
  *
- * A drafter proposes the tokens that continue a context. Three kinds are
- * meant to plug in here: a separate draft model of the same vocabulary
+ * A drafter proposes the tokens that continue a context. Three kinds plug
+ * in here: a separate draft model of the same vocabulary
  * (spec_draft_model.c), n-gram / prompt lookup over the context itself
- * (spec_ngram.c), and an MTP / NextN head that a checkpoint carries. No
- * checkpoint memra loads carries an MTP head yet, so there is no MTP
- * drafter; one would install the model's hidden-state hook in begin
- * (engine_set_hidden_hook), keep the last layer's state of the verify
- * rows, and run its head on the state of the last accepted row in
- * propose. */
+ * (spec_ngram.c), and the MTP (NextN) block a checkpoint carries beside
+ * its layers (spec_mtp.c), which the model's engine runs itself
+ * (engine_mtp_draft). */
 
 /* What a drafter returns: n tokens and, for each, the distribution q it
  * was drawn from. The arrays belong to the drafter until its next call. */
@@ -112,7 +109,7 @@ typedef struct {
 
 typedef struct spec_drafter spec_drafter;
 struct spec_drafter {
-    const char *kind; /* "draft", "ngram" */
+    const char *kind; /* "draft", "ngram", "mtp" */
     void *impl;
     /* A new generation: the prompt and the sampling parameters of the
      * request (a drafter that samples draws from the same temperature,
@@ -126,6 +123,10 @@ struct spec_drafter {
     int (*propose)(spec_drafter *d, const int32_t *ctx, int64_t n, int k, spec_rng *r,
                    spec_draft *out, memra_err *err);
     void (*free)(spec_drafter *d);
+    /* The model's sequence of the round, set by spec_round (and
+     * spec_rounds) before propose: a drafter that reads the model's own
+     * state (mtp) drafts on it. */
+    engine_seq *seq;
 };
 
 void spec_drafter_free(spec_drafter *d);
@@ -160,6 +161,15 @@ int spec_drafter_model_new(engine *draft, int32_t n_allowed, const spec_trim *tr
  * occurrence of the context's last n tokens, for n from max_n down to
  * min_n (1 <= min_n <= max_n <= 8). Deterministic: q is a point mass. */
 int spec_drafter_ngram_new(int min_n, int max_n, spec_drafter **out, memra_err *err);
+
+/* The MTP drafter: the MTP block of e (loaded with engine_opts.mtp)
+ * drafts on the round's sequence, the model's own: depth 0 from the
+ * model's hidden state at the newest run position and the newest token,
+ * each further depth from the block's own output and the token drafted
+ * before (one block, chained). It samples from the block's distribution
+ * as the draft model does (the request's temperature, top-k, top-p,
+ * min-p and bias). Several drafters may share e, one per sequence. */
+int spec_drafter_mtp_new(engine *e, spec_drafter **out, memra_err *err);
 
 /* ---- generation ---- */
 

@@ -253,7 +253,8 @@ int spec_drafter_model_new(engine *draft, int32_t n_allowed, const spec_trim *tr
     dm->kv = xmalloc((size_t)dm->n_ctx * sizeof *dm->kv);
     dm->logits = xmalloc((size_t)dm->n_vocab * sizeof *dm->logits);
     spec_drafter *d = xcalloc(1, sizeof *d);
-    *d = (spec_drafter){"draft", dm, dm_begin, dm_propose, dm_free};
+    *d = (spec_drafter){.kind = "draft", .impl = dm, .begin = dm_begin, .propose = dm_propose,
+                        .free = dm_free};
     int rc = engine_seq_new(draft, &dm->s, err);
     if (rc == 0 && trim) {
         if (trim->n_allowed != dm->n_allowed) {

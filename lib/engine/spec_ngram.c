@@ -78,7 +78,8 @@ int spec_drafter_ngram_new(int min_n, int max_n, spec_drafter **out, memra_err *
     for (int i = 0; i < SPEC_K_MAX; i++)
         g->one[i] = 1.0;
     spec_drafter *d = xcalloc(1, sizeof *d);
-    *d = (spec_drafter){"ngram", g, ng_begin, ng_propose, ng_free};
+    *d = (spec_drafter){.kind = "ngram", .impl = g, .begin = ng_begin, .propose = ng_propose,
+                        .free = ng_free};
     *out = d;
     return 0;
 }

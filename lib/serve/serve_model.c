@@ -1361,6 +1361,7 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
     eo.prefix_cache = o->prefix_cache;
     eo.prefix_cache_idle = o->cache_blocks;
     eo.snapshots = serve_spec_wanted(&o->spec); /* checkpoints for a hybrid's speculation */
+    eo.mtp = o->spec.mtp;
     if (engine_load(&m->ck, &eo, &m->eng, err) != 0)
         goto fail;
     m->n_ctx = engine_n_ctx(m->eng);
@@ -1386,7 +1387,7 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
         goto fail;
     if (serve_spec_wanted(&o->spec)) {
         if (m->task != SERVE_TASK_CHAT) {
-            memra_fail(err, "%s: --draft/--ngram: speculative decoding is for chat models, and "
+            memra_fail(err, "%s: --draft/--ngram/--mtp: speculative decoding is for chat models, and "
                             "this one is served for %s", o->alias, serve_task_name(m->task));
             goto fail;
         }

@@ -82,6 +82,7 @@ typedef struct {
     const char *draft; /* a draft model of the model's vocabulary, or NULL */
     const char *trim;  /* a rank file for the draft's head (only with draft), or NULL */
     int ngram;         /* n-gram / prompt-lookup drafting (not with draft) */
+    int mtp;           /* the model's own MTP block drafts (not with draft or ngram) */
     int k;             /* draft tokens per round, 1..8; 0: SERVE_SPEC_K_DEFAULT */
     int max_batch;     /* speculate while at most this many slots decode; <= 0: the
                           backend's default (serve_spec_default_max_batch) */

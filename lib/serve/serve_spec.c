@@ -39,7 +39,7 @@ struct serve_spec {
     char describe[512];
 };
 
-int serve_spec_wanted(const serve_spec_opts *o) { return o->draft != NULL || o->ngram; }
+int serve_spec_wanted(const serve_spec_opts *o) { return o->draft != NULL || o->ngram || o->mtp; }
 
 /* A round replaces a batched decode step by a forward of K+1 rows of a
  * sequence; the rounds of the speculating requests share the model's
@@ -114,13 +114,15 @@ int serve_spec_new(const serve_spec_opts *o, engine *target, const tokenizer *to
                    memra_err *err)
 {
     *out = NULL;
-    if (o->draft && o->ngram)
-        return memra_fail(err, "--draft and --ngram: give one drafter per model");
+    if ((o->draft != NULL) + !!o->ngram + !!o->mtp > 1)
+        return memra_fail(err, "--draft, --ngram and --mtp: give one drafter per model");
     if (o->trim && !o->draft)
-        return memra_fail(err, "--trim %s goes with --draft (the n-gram drafter has no head "
-                          "to trim)", o->trim);
+        return memra_fail(err, "--trim %s goes with --draft (the n-gram and MTP drafters have "
+                          "no trimmed head)", o->trim);
     if (!serve_spec_wanted(o))
-        return memra_fail(err, "speculation without a drafter (--draft or --ngram)");
+        return memra_fail(err, "speculation without a drafter (--draft, --ngram or --mtp)");
+    if (o->mtp && !engine_has_mtp(target))
+        return memra_fail(err, "--mtp: the model was loaded without its MTP block");
     if (spec_target_check(target, err) != 0)
         return -1;
     int k = o->k > 0 ? o->k : SERVE_SPEC_K_DEFAULT;
@@ -152,6 +154,11 @@ int serve_spec_new(const serve_spec_opts *o, engine *target, const tokenizer *to
             snprintf(sp->describe, sizeof sp->describe, "draft %s, trim %s", o->draft, o->trim);
         else
             snprintf(sp->describe, sizeof sp->describe, "draft %s", o->draft);
+    } else if (o->mtp) {
+        /* the model's own block, one drafter per slot on the model's engine */
+        for (int i = 0; i < n_slots && rc == 0; i++)
+            rc = spec_drafter_mtp_new(target, &sp->slots[i].d, err);
+        snprintf(sp->describe, sizeof sp->describe, "mtp");
     } else {
         /* the context's last 3 tokens, else 2, else 1 (memra-spec's) */
         for (int i = 0; i < n_slots && rc == 0; i++)

@@ -1,6 +1,6 @@
 /* Speculative decoding in the server (docs/SERVING.md, "Speculative
  * decoding"): a chat model served with a drafter (--draft DRAFT [--trim
- * RANKS], or --ngram) decodes a request by rounds of lib/engine/spec.h
+ * RANKS], --ngram or --mtp) decodes a request by rounds of lib/engine/spec.h
  * (spec_round: up to K drafts, one forward of K+1 rows, verification,
  * rollback) instead of one token per step, while few enough slots decode
  * that a round pays.
@@ -48,7 +48,7 @@ void serve_spec_free(serve_spec *sp);
 
 int serve_spec_k(const serve_spec *sp);
 int serve_spec_max_batch(const serve_spec *sp);
-/* "draft PATH", "draft PATH, trim RANKS" or "ngram": for the startup line. */
+/* "draft PATH", "draft PATH, trim RANKS", "ngram" or "mtp": for the startup line. */
 const char *serve_spec_describe(const serve_spec *sp);
 
 /* Whether request r can be speculated exactly. Not: work (embeddings),
