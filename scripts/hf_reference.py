@@ -16,17 +16,38 @@ float64 path, e.g. grouped MoE experts: the metadata says which), and writes a s
 metadata: model_type, transformers version, dtype "float64", and the
 command's --note.
 
+A checkpoint whose safetensors carry a Qwen3.5 MTP ("NextN") block
+(mtp.fc, mtp.pre_fc_norm_embedding, mtp.pre_fc_norm_hidden, mtp.norm and one
+full-attention decoder layer mtp.layers.0.*, which transformers does not load)
+also gets, in the same dtype as the main model:
+
+  mtp_logits  F32 [n - 1, vocab]  row q: the MTP block's logits from h_q and x_{q+1}
+  mtp_hidden  F32 [n - 1, dim]    row q: its hidden state after mtp.norm
+
+with h the main model's last hidden state (after its final norm) and, as vLLM's
+Qwen3-Next MTP, u_q = fc(concat(norm_e(embed(x_{q+1})), norm_h(h_q))) (the
+embedding half first), then the decoder layer over u_0..u_{n-2} at positions
+0..n-2 (causal, the model's RoPE), mtp.norm and the model's lm_head. The layer,
+norm and head run as transformers' own one-layer model of the same family
+(layer_types ["full_attention"]) loaded from the mtp.* tensors, fed
+inputs_embeds = u; the two pre-fc norms are the model's own RMSNorm class.
+The metadata then also holds "mtp" (that recipe in one line).
+
   hf_reference.py CHECKPOINT_DIR OUT.safetensors [--ids 1,2,3 | --n 24 --seed 0] [--note TEXT]
 
 Without --ids, n ids are drawn with a fixed formula (i * 37 + 11) % vocab,
 mixed with the seed, so a dump is reproducible without a tokenizer."""
 import argparse
+import glob
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 import torch
 import transformers
+from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
@@ -68,9 +89,80 @@ def main():
         "dtype": str(dtype).replace("torch.", ""),
         "note": a.note,
     }
-    save_file({"tokens": torch.tensor(ids, dtype=torch.int32), "logits": logits, "hidden": hidden}, a.out, metadata=meta)
+    tensors = {"tokens": torch.tensor(ids, dtype=torch.int32), "logits": logits, "hidden": hidden}
+    mtp = mtp_tensors(a.ckpt)
+    if mtp:
+        mtp_logits, mtp_hidden = mtp_reference(a.ckpt, cfg, model, out, x, mtp, dtype)
+        tensors["mtp_logits"] = mtp_logits.to(torch.float32).contiguous()
+        tensors["mtp_hidden"] = mtp_hidden.to(torch.float32).contiguous()
+        meta["mtp"] = ("u_q = fc(concat(pre_fc_norm_embedding(embed(x[q+1])), pre_fc_norm_hidden(h[q]))), "
+                       "h = hidden[-1]; mtp.layers.0 over u at positions 0..n-2; mtp.norm; lm_head")
+    save_file(tensors, a.out, metadata=meta)
     top = logits.argmax(-1).tolist()
     print(f"{a.out}: {len(ids)} positions, vocab {logits.shape[1]}, {hidden.shape[0]} hidden states, argmax {top[:8]}...")
+    if mtp:
+        print(f"{a.out}: mtp_logits {list(tensors['mtp_logits'].shape)}, mtp_hidden {list(tensors['mtp_hidden'].shape)}, "
+              f"max |mtp_logits| {tensors['mtp_logits'].abs().max().item():.4f}, "
+              f"argmax {tensors['mtp_logits'].argmax(-1).tolist()[:8]}...")
+
+
+def mtp_tensors(ckpt):
+    """The checkpoint's mtp.* tensors (name -> tensor), empty without an MTP block."""
+    found = {}
+    for f in sorted(glob.glob(os.path.join(ckpt, "*.safetensors"))):
+        with safe_open(f, framework="pt") as g:
+            for k in g.keys():
+                if k.startswith("mtp."):
+                    found[k] = g.get_tensor(k)
+    return found
+
+
+def mtp_reference(ckpt, cfg, model, out, x, mtp, dtype):
+    """The MTP block's logits [n-1, vocab] and hidden states (after mtp.norm) [n-1, dim]."""
+    if "mtp.layers.0.input_layernorm.weight" not in mtp or any(k.startswith("mtp.layers.1.") for k in mtp):
+        raise SystemExit("hf_reference: only a one-layer MTP block (mtp.layers.0.*) is supported")
+    base = model.model
+    h = out.hidden_states[-1][:, :-1]                      # after the final norm, positions 0..n-2
+    e = base.embed_tokens(x[:, 1:])                        # the next token's embedding (no scaling in Qwen3.5)
+    dim = h.shape[-1]
+    eps = base.norm.variance_epsilon if hasattr(base.norm, "variance_epsilon") else base.norm.eps
+    norm_cls = type(base.norm)
+
+    def norm(name):
+        m = norm_cls(dim, eps=eps)
+        m.weight.data.copy_(mtp[name].to(torch.float32))
+        return m.to(dtype).eval()
+
+    with torch.no_grad():
+        cat = torch.cat([norm("mtp.pre_fc_norm_embedding.weight")(e), norm("mtp.pre_fc_norm_hidden.weight")(h)], dim=-1)
+        u = torch.nn.functional.linear(cat, mtp["mtp.fc.weight"].to(dtype))
+    # A one-layer model of the same family: layer 0 = mtp.layers.0 (full attention), norm = mtp.norm,
+    # lm_head = the main model's. Written as a checkpoint so transformers' own loading (e.g. fusing
+    # per-expert tensors) applies to it as to the main model.
+    mcfg = dict(cfg)
+    mcfg["num_hidden_layers"] = 1
+    mcfg["layer_types"] = ["full_attention"]
+    for k in ("mtp_num_hidden_layers", "full_attention_interval"):
+        mcfg.pop(k, None)
+    sd = {"model." + k[len("mtp."):]: v for k, v in mtp.items() if k.startswith("mtp.layers.0.")}
+    sd["model.norm.weight"] = mtp["mtp.norm.weight"]
+    sd["model.embed_tokens.weight"] = base.embed_tokens.weight.detach().to(torch.float32)
+    if not mcfg.get("tie_word_embeddings", False):
+        sd["lm_head.weight"] = model.lm_head.weight.detach().to(torch.float32)
+    tmp = tempfile.mkdtemp(prefix="hf-mtp-")
+    try:
+        json.dump(mcfg, open(os.path.join(tmp, "config.json"), "w"))
+        save_file({k: v.contiguous() for k, v in sd.items()}, os.path.join(tmp, "model.safetensors"),
+                  metadata={"format": "pt"})
+        m = AutoModelForCausalLM.from_pretrained(tmp, torch_dtype=dtype, attn_implementation="eager")
+    finally:
+        shutil.rmtree(tmp)
+    m.eval()
+    if list(m.config.layer_types) != ["full_attention"]:
+        raise SystemExit(f"hf_reference: MTP model got layer types {m.config.layer_types}")
+    with torch.no_grad():
+        mo = m(inputs_embeds=u, output_hidden_states=True, use_cache=False)
+    return mo.logits[0], mo.hidden_states[-1][0]
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 # transformers and tokenizers (a CPU is enough):
 #   - HF logits dumps for a random tiny checkpoint of each parity config and
 #     for stories260K (converted to an HF dir)  -> DIR/parity/
+#     (a checkpoint with an MTP block, the *-mtp configs, adds mtp_logits/mtp_hidden)
 #   - HF tokenizers ids for the adversarial corpus -> DIR/tokenizer-ref/
 # Copy them into tests/fixtures/parity/ and tests/fixtures/tokenizer-ref/.
 #

@@ -14,6 +14,13 @@ for ref in "$P"/tiny-*.safetensors; do
   memra-convert "$T/$n" "$T/$n.gguf" 2>/dev/null
   check "$n (GGUF) matches transformers" \
     bash -c "memra-parity '$T/$n.gguf' --reference '$ref' --backend cpu-ref --json -t 2 | jq -e '.pass and .argmax_agree == .positions'"
+  # a dump with MTP rows: the checkpoint's MTP block against transformers
+  # running the same block (scripts/hf_reference.py), both namings
+  case $n in *-mtp)
+    check "$n: the MTP block matches the reference on every row (HF dir and GGUF)" \
+      bash -c "for m in '$T/$n' '$T/$n.gguf'; do memra-parity \$m --reference '$ref' --backend cpu-ref --json -t 2 |
+               jq -e '.mtp.pass and .mtp.argmax_agree == .mtp.rows and .mtp.rows == 2 * (.positions - 1) - (.positions / 2 | floor) + 1 and .mtp.max_abs < 1e-5' >/dev/null || exit 1; done" ;;
+  esac
 done
 check "stories260K GGUF matches transformers on its reference ids" \
   bash -c "memra-parity '$DATA/models/stories260K.gguf' --reference $P/stories260K.safetensors --backend cpu-ref --json | jq -e '.pass and .argmax_agree == 41'"

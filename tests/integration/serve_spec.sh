@@ -252,9 +252,51 @@ check "the context's end: the same bytes and usage with speculation" cmp "$T/ctx
 stop_server "$P1" >/dev/null
 stop_server "$P2" >/dev/null
 
+# The MTP drafter (--mtp): a hybrid qwen3_5 whose MTP block predicts it
+# exactly (tests/tools/mtp_bigram.py; the stories260K vocabulary, no chat
+# template: completions). Alone and five at once (rounds sharing steps),
+# blocking and streamed, the bytes are plain decoding's, and every draft
+# is accepted (a block wired wrong accepts next to none).
+memra-convert "$STORIES" "$T/stories-hf" >/dev/null 2>&1
+jq '.vocab_size = 512' tests/fixtures/parity/configs/tiny-qwen3_5-mtp.json >"$T/mtp.json"
+memra-convert --random "$T/mtp.json" --seed 3 --outtype f32 --tokenizer "$T/stories-hf" "$T/mtp-hf" >/dev/null 2>&1 &&
+  env -u SHELLOPTS python3 tests/tools/mtp_bigram.py "$T/mtp-hf" &&
+  memra-convert "$T/mtp-hf" "$T/mtp.gguf" >/dev/null 2>&1
+start_server mtpplain -m "chat=$T/mtp.gguf" -t 2
+MP=$URL P1=$PID
+start_server mtp -m "chat=$T/mtp.gguf" --mtp --spec-max-batch 8 -t 2
+MM=$URL P2=$PID
+grep -q 'chat speculates (mtp, K = 4) while at most 8 requests decode' "$T/mtp.log" &&
+  pass "--mtp: the startup line names the MTP drafter" || fail "--mtp startup line" "$(cat "$T/mtp.log")"
+CASES=(
+  "m1|/v1/completions|{\"model\":\"chat\",\"prompt\":\"Once\",\"max_tokens\":50,\"temperature\":0,\"ignore_eos\":true}"
+  "m2|/v1/completions|{\"model\":\"chat\",\"prompt\":\"The cat\",\"max_tokens\":23,\"temperature\":0,\"ignore_eos\":true}"
+  "m3|/v1/completions|{\"model\":\"chat\",\"prompt\":\"She was\",\"max_tokens\":41,\"temperature\":0,\"ignore_eos\":true}"
+  "m4|/v1/completions|{\"model\":\"chat\",\"prompt\":\"A big dog\",\"max_tokens\":30,\"temperature\":0,\"ignore_eos\":true}"
+  "m5|/v1/completions|{\"model\":\"chat\",\"prompt\":\"Lily\",\"max_tokens\":17,\"temperature\":0,\"ignore_eos\":true}"
+)
+run_all "$MP" "$T/mplain"
+run_all "$MM" "$T/mtp1"
+run_concurrent "$MM" "$T/mtp5"
+for d in mtp1 mtp5; do
+  diffs=''
+  for f in "$T"/mplain/*.json; do
+    cmp -s "$f" "$T/$d/$(basename "$f")" || diffs+=" $(basename "$f")"
+  done
+  [ -z "$diffs" ] && [ -s "$T/mplain/m1.json" ] &&
+    pass "greedy with --mtp ($d): every case's bytes, finish and usage equal plain decoding's" ||
+    fail "greedy with --mtp ($d): differs from plain in$diffs" "$(diff "$T/mplain/${diffs# }" "$T/$d/${diffs# }" 2>&1 | head -8)"
+done
+dr=$(metric "$MM" memra_spec_drafted_tokens_total) ac=$(metric "$MM" memra_spec_accepted_tokens_total)
+[ "${dr:-0}" -gt 100 ] && [ "${ac:-0}" -eq "$dr" ] &&
+  pass "--mtp: every draft accepted ($ac of $dr)" || fail "--mtp: drafted '$dr', accepted '$ac'"
+stop_server "$P1" >/dev/null
+stop_server "$P2" >/dev/null
+
 # Bad flags: one line each.
 expect_error "--trim without --draft" 2 "--trim r.gguf: 'chat' has no --draft" memra-serve -m "chat=$TINY" --trim r.gguf
 expect_error "--draft and --ngram on one model" 2 "give one drafter per model" memra-serve -m "chat=$TINY" --draft "$DRAFT" --ngram
+expect_error "--mtp and --ngram on one model" 2 "give one drafter per model" memra-serve -m "chat=$TINY" --mtp --ngram
 expect_error "--draft before any -m" 2 "--draft: give it after the -m" memra-serve --draft "$DRAFT" -m "chat=$TINY"
 expect_error "--spec-k 9" 2 "--spec-k" memra-serve -m "chat=$TINY" --ngram --spec-k 9
 expect_error "--spec-k without a drafter" 2 "--spec-k: no model has a drafter" memra-serve -m "chat=$TINY" --spec-k 2
@@ -268,3 +310,5 @@ load_error() { # NAME PATTERN ARGS...: exit 1, the error the last line (after "l
 load_error "a draft of another vocabulary is refused at startup" \
   "--draft: $STORIES: its vocabulary has 512 tokens, the model's [0-9]+: a drafter must share" -m "chat=$TINY" --draft "$STORIES"
 load_error "a draft that does not exist is refused at startup" "--draft.*no-such.gguf" -m "chat=$TINY" --draft /no-such.gguf
+load_error "--mtp on a model without an MTP block is refused at startup" "carries no MTP block" \
+  -m "chat=$TINY" --mtp

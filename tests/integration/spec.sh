@@ -40,6 +40,39 @@ check "hybrid target (qwen3_5), n-gram drafter: token-identical for K = 1..4 wit
 expect_error "a hybrid draft model is refused: it cannot go back" 1 "cannot draft yet" \
   memra-spec "$STORIES" --draft "$T/q35.gguf" -K 1 -n 4
 
+# The MTP drafter (--mtp): the checkpoint's own MTP block. A random block
+# accepts next to nothing, so the output must stay identical for every K;
+# tests/tools/mtp_bigram.py then makes the block predict exactly what the
+# model will (sublayer outputs zeroed, fc = [I | 0]): every draft of a
+# block wired right is accepted, dense and MoE, GGUF and HF dir.
+for fam in qwen3_5 qwen3_5-moe; do
+  jq '.vocab_size = 512' "tests/fixtures/parity/configs/tiny-$fam-mtp.json" >"$T/$fam-mtp.json"
+  memra-convert --random "$T/$fam-mtp.json" --seed 3 --tokenizer "$T/stories-hf" "$T/$fam-mtp.gguf" >/dev/null 2>&1
+  # (memra-spec exits 1 here: the gate asks for accepted drafts)
+  check "$fam with an MTP block, --mtp: token-identical to plain greedy for K = 1..4" \
+    bash -c "memra-spec '$T/$fam-mtp.gguf' --mtp -K 1..4 -p Once -n 200 --ignore-eos --json >'$T/mtp.json';
+             jq -e 'all(.runs[]; .consistent and .drafted > 0)' '$T/mtp.json'"
+  memra-convert --random "$T/$fam-mtp.json" --seed 3 --outtype f32 --tokenizer "$T/stories-hf" "$T/$fam-bigram" >/dev/null 2>&1 &&
+    env -u SHELLOPTS python3 tests/tools/mtp_bigram.py "$T/$fam-bigram" &&
+    memra-convert "$T/$fam-bigram" "$T/$fam-bigram.gguf" >/dev/null 2>&1
+  check "$fam, an MTP block that predicts the model: SELF-CONSISTENCY PASS, every draft accepted for K = 1..8 (GGUF)" \
+    bash -c "memra-spec '$T/$fam-bigram.gguf' --mtp -K 1..8 -p Once -n 100 --ignore-eos --json |
+             jq -e '.self_consistency == \"PASS\" and all(.runs[]; .consistent and .acceptance == 1)'"
+  check "$fam, the same block from the HF dir: every draft accepted for K = 3" \
+    bash -c "memra-spec '$T/$fam-bigram' --mtp -K 3 -p Once -n 60 --ignore-eos --json |
+             jq -e '.self_consistency == \"PASS\" and .runs[0].acceptance == 1'"
+done
+check "a sampled run (--temp 0.9) with the MTP drafter: seeded runs reproducible, drafts accepted" \
+  bash -c "memra-spec '$T/qwen3_5-bigram.gguf' --mtp -K 2 -p Once -n 60 --ignore-eos --temp 0.9 --seed 4 --json |
+           jq -e '.self_consistency == \"PASS\" and .runs[0].acceptance > 0'"
+check "memra-census reports the MTP block" \
+  bash -c "memra-census '$T/qwen3_5-mtp.gguf' | grep '^mtp: 1 MTP block' >/dev/null &&
+           memra-census '$T/qwen3_5-mtp.gguf' --json | jq -e '.totals.by_group.mtp > 0'"
+expect_error "--mtp on a model without an MTP block" 1 "carries no MTP block" \
+  memra-spec "$T/q35.gguf" --mtp -K 1 -n 4
+expect_error "--mtp with --trim" 2 "no trimmed head" \
+  memra-spec "$T/qwen3_5-mtp.gguf" --mtp --trim "$T/q35.gguf"
+
 # Rank files.
 check "memra-trim-ranks writes the rank file and its sidecar" \
   memra-trim-ranks "$TINY" "$T/ranks.gguf" --top 512 --n-gen 24
@@ -68,8 +101,7 @@ check "memra-trim-ranks --prompts reads a .jsonl of prompts and chats" \
   bash -c "memra-trim-ranks '$TINY' '$T/j.gguf' --top 64 --n-gen 8 --prompts '$T/p.jsonl' | grep -q 'over 2 prompts'"
 
 # Bad input: one clear line each.
-expect_error "--mtp is refused: no checkpoint carries an MTP head" 2 "no checkpoint memra loads carries an MTP head" \
-  memra-spec "$TINY" --mtp
+expect_error "memra-spec: --mtp with --ngram" 2 "one drafter" memra-spec "$TINY" --mtp --ngram
 expect_error "memra-spec: no drafter" 2 "no drafter" memra-spec "$TINY"
 expect_error "memra-spec: two drafters" 2 "one drafter" memra-spec "$TINY" --ngram --draft "$DRAFT"
 expect_error "memra-spec: missing model" 1 "nope.gguf" memra-spec "$T/nope.gguf" --ngram
