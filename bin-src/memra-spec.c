@@ -180,7 +180,7 @@ static engine *load_engine(const spec_opts *o, const checkpoint *c, int mtp)
     eo.n_ctx = o->n_ctx;
     eo.backend = default_backend(o);
     eo.device = o->device;
-    eo.snapshots = 1; /* a hybrid target goes back to a checkpoint after a rejection */
+    eo.snapshots = spec_snapshots(); /* a hybrid target goes back to a row's state after a rejection */
     if (o->device_given && eo.backend != BK_CUDA)
         cli_usage("--device %d: the cpu backend has no devices (use --backend cuda)", o->device);
     engine *e;

@@ -151,7 +151,7 @@ static engine *load_engine(const trim_opts *o, const checkpoint *c, int n_seqs)
     eo.n_seqs = n_seqs;
     eo.n_threads = o->n_threads;
     eo.n_ctx = o->n_ctx;
-    eo.snapshots = 1; /* a hybrid target goes back to a checkpoint after a rejection */
+    eo.snapshots = spec_snapshots(); /* a hybrid target goes back to a row's state after a rejection */
     eo.backend = default_backend(o);
     eo.device = o->device;
     if (o->device_given && eo.backend != BK_CUDA)

@@ -157,31 +157,46 @@ void kv_seq_init(kv_seq *s, kv_cache *c)
     memset(s, 0, sizeof *s);
     s->cache = c;
     s->state_slot = -1;
-    s->snap_slot = -1;
     s->snap_tokens = -1;
 }
 
-int kv_seq_snapshot_slot(kv_seq *s, memra_err *err)
+int kv_seq_checkpoint(kv_seq *s, int rows, memra_err *err)
 {
     kv_cache *c = s->cache;
-    if (s->snap_slot >= 0)
-        return s->snap_slot;
+    MEMRA_ASSERT(rows >= 0 && rows < KV_SNAP_MAX);
     if (!c->state_floats)
         return memra_fail(err, "recurrent state: the cache keeps none to copy");
-    if (c->n_free_slots == 0)
-        return memra_fail(err, "recurrent state: no slot free for a checkpoint (all %d taken; "
-                          "the engine keeps one a sequence when it verifies drafts)",
-                          c->n_state_slots);
-    s->snap_slot = c->free_slots[--c->n_free_slots];
-    return s->snap_slot;
+    int more = rows + 1 - s->n_snap;
+    if (more > c->n_free_slots)
+        return memra_fail(err, "recurrent state: no slot free for a checkpoint of %d rows "
+                          "(%d of %d free; the engine keeps a sequence's checkpoint slots when "
+                          "it verifies drafts)", rows, c->n_free_slots, c->n_state_slots);
+    while (s->n_snap < rows + 1)
+        s->snap[s->n_snap++] = c->free_slots[--c->n_free_slots];
+    s->snap_tokens = s->n_tokens;
+    s->snap_rows = rows;
+    return 0;
+}
+
+int kv_seq_save_slot(const kv_seq *s, int64_t pos)
+{
+    int64_t j = pos - s->snap_tokens;
+    return s->snap_tokens >= 0 && j >= 0 && j < s->snap_rows ? s->snap[j + 1] : -1;
+}
+
+int kv_seq_restore_slot(const kv_seq *s, int64_t n)
+{
+    int64_t j = n - s->snap_tokens;
+    return s->snap_tokens >= 0 && j >= 0 && j <= s->snap_rows ? s->snap[j] : -1;
 }
 
 static void truncate_blocks(kv_seq *s, int64_t n_tokens);
 
-void kv_seq_restore_point(kv_seq *s)
+void kv_seq_restore_point(kv_seq *s, int64_t n)
 {
-    MEMRA_ASSERT(s->snap_slot >= 0 && s->snap_tokens >= 0 && s->snap_tokens <= s->n_tokens);
-    truncate_blocks(s, s->snap_tokens);
+    MEMRA_ASSERT(kv_seq_restore_slot(s, n) >= 0 && n <= s->n_tokens);
+    truncate_blocks(s, n);
+    s->snap_rows = (int)(n - s->snap_tokens);
 }
 
 void kv_seq_free(kv_seq *s)
@@ -386,10 +401,11 @@ void kv_seq_truncate(kv_seq *s, int64_t n_tokens)
         if (n_tokens == 0) {
             if (s->state_slot >= 0)
                 c->free_slots[c->n_free_slots++] = s->state_slot;
-            if (s->snap_slot >= 0)
-                c->free_slots[c->n_free_slots++] = s->snap_slot;
-            s->state_slot = s->snap_slot = -1;
+            while (s->n_snap > 0)
+                c->free_slots[c->n_free_slots++] = s->snap[--s->n_snap];
+            s->state_slot = -1;
             s->snap_tokens = -1;
+            s->snap_rows = 0;
         }
     }
     truncate_blocks(s, n_tokens);

@@ -60,14 +60,27 @@ typedef struct {
     int n_pstates, pstate_next;
 } kv_cache;
 
+/* The most positions a checkpoint of a sequence's recurrent state keeps
+ * the state after (a speculation round's rows: SPEC_K_MAX + 1), plus the
+ * state at the checkpoint itself. */
+#define KV_SNAP_MAX 17
+
 typedef struct {
     kv_cache *cache;
     int *blocks;        /* block table: logical block -> physical block */
     int n_blocks, cap;
     int64_t n_tokens;   /* positions [0, n_tokens) hold valid K/V */
     int state_slot;     /* its recurrent state slot, -1 when it holds none */
-    int snap_slot;      /* a copy of the state taken at snap_tokens (engine), -1: none */
+    /* A checkpoint of its recurrent state (the engine's, for verifying
+     * drafts): snap[0] holds the state at length snap_tokens, snap[j] the
+     * state after position snap_tokens + j - 1, which the recurrent op
+     * writes as it runs that position (kv_seq_save_slot), for j up to
+     * snap_rows. The n_snap slots stay the sequence's until it is cut to
+     * 0. snap_tokens -1: no checkpoint. */
+    int snap[KV_SNAP_MAX];
+    int n_snap;
     int64_t snap_tokens;
+    int snap_rows;
 } kv_seq;
 
 const char *kv_type_name(kv_type t); /* "f32", "f16", "bf16", "q8_0" ("default") */
@@ -99,14 +112,22 @@ void kv_cache_free(kv_cache *c);
  * sizes or when the memory cannot be had, naming the bytes. */
 int kv_cache_enable_state(kv_cache *c, int n_slots, size_t floats_per_slot, int host,
                           memra_err *err);
-/* A second slot for s to keep a copy of its state in (a checkpoint the
- * engine restores to cut a stateful sequence back); the slot it has, else
- * one taken from the pool, else -1 with err naming the pool. */
-int kv_seq_snapshot_slot(kv_seq *s, memra_err *err);
-/* Cut a stateful sequence back to its checkpoint (snap_tokens), once the
- * caller has copied the snapshot back into its state slot: the blocks as
- * kv_seq_truncate cuts them. */
-void kv_seq_restore_point(kv_seq *s);
+/* Make s a checkpoint at its length that also keeps the state after each
+ * of its next `rows` positions (0 <= rows < KV_SNAP_MAX): rows + 1 slots
+ * for copies of its state, those it has, more taken from the pool. The
+ * caller copies the state into snap[0]. Fails (changing nothing) naming
+ * the pool when it has too few slots free. */
+int kv_seq_checkpoint(kv_seq *s, int rows, memra_err *err);
+/* The slot that takes the state after position pos as a step runs it: a
+ * checkpoint's, or -1. */
+int kv_seq_save_slot(const kv_seq *s, int64_t pos);
+/* The slot holding s's state at length n (its checkpoint's, from
+ * snap_tokens to snap_tokens + snap_rows), or -1. */
+int kv_seq_restore_slot(const kv_seq *s, int64_t n);
+/* Cut a stateful sequence back to length n, once the caller has copied
+ * kv_seq_restore_slot(s, n) into its state slot: the blocks as
+ * kv_seq_truncate cuts them; the checkpoint keeps the rows up to n. */
+void kv_seq_restore_point(kv_seq *s, int64_t n);
 /* Bytes of recurrent state (every slot, wherever it is kept). */
 uint64_t kv_cache_state_bytes(const kv_cache *c);
 /* Bytes of K and V together (wherever they are stored). */
@@ -157,7 +178,7 @@ int kv_seq_reserve(kv_seq *s, int64_t n_tokens, memra_err *err);
  * cut in part is written again, so it leaves the prefix index; cutting into
  * a block other sequences share is a programming error (aborts), as is
  * cutting a sequence with recurrent state to anything but 0 or its length
- * (its checkpoint: kv_seq_restore_point). Cut to 0, a sequence gives its
+ * (a checkpoint's: kv_seq_restore_point). Cut to 0, a sequence gives its
  * state slots back. */
 void kv_seq_truncate(kv_seq *s, int64_t n_tokens);
 

@@ -1,7 +1,8 @@
 /* The gated DeltaNet mixer (delta_net) against the CPU reference, over a
  * state pool on each backend: a prompt chunk, then batched decode steps of
- * two sequences, one of them starting (position 0 clears its slot), and a
- * chunk that goes on from the window. The first chunk's rows one step each
+ * two sequences, one of them starting (position 0 clears its slot), a
+ * chunk that goes on from the window, and a step whose rows' states a
+ * checkpoint keeps. The first chunk's rows one step each
  * on a third sequence must give the chunk's bytes
  * (the rows of a sequence run in order, whatever the step holds). And the
  * gated attention's small ops: mul_sigmoid and split_heads. */
@@ -9,12 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_internal.h"
 #include "backend/kv_cache.h"
 #include "check/kernel_check_internal.h"
 #include "core/check.h"
 #include "format/dtype.h"
 
-/* A pool of one KV layer and three state slots on each backend. */
+/* A pool of one KV layer and state slots on each backend: one for each of
+ * three sequences, and five for a checkpoint of four rows. */
+#define POOL_SLOTS 8
 typedef struct {
     kv_cache cpu, gpu;
     kv_seq cs[3], gs[3];
@@ -25,9 +29,9 @@ static int pools_make(kc *k, delta_pools *p, size_t floats)
     memra_err err;
     memset(p, 0, sizeof *p);
     if (kv_cache_init(&p->cpu, KV_F32, 1, 32, 16, 16, &err) ||
-        kv_cache_enable_state(&p->cpu, 3, floats, 1, &err) ||
+        kv_cache_enable_state(&p->cpu, POOL_SLOTS, floats, 1, &err) ||
         kv_cache_init_tables(&p->gpu, KV_F32, 1, 32, 16, 16, &err) ||
-        kv_cache_enable_state(&p->gpu, 3, floats, 0, &err) ||
+        kv_cache_enable_state(&p->gpu, POOL_SLOTS, floats, 0, &err) ||
         k->gpu->ops->kv_prepare(k->gpu, &p->gpu, &err)) {
         kc_report_ok(k, "delta_net", "state pools", 0, err.msg);
         return -1;
@@ -84,6 +88,78 @@ static void run_step(kc *k, delta_pools *p, const delta_case *dc, int n, const i
     kc_dev_free(k, dout);
 }
 
+/* Row i of a step's inputs laid out for n rows ([n] qkv, [n] z, [n] b,
+ * [n] a) as the inputs of a step of that row alone. */
+static void one_row(const delta_case *dc, const float *in, int n, int i, float *row)
+{
+    size_t nq = (size_t)n * dc->conv_dim, nz = (size_t)n * dc->vdim, nb = (size_t)n * dc->nv;
+    memcpy(row, in + (size_t)i * dc->conv_dim, dc->conv_dim * 4);
+    memcpy(row + dc->conv_dim, in + nq + (size_t)i * dc->vdim, dc->vdim * 4);
+    memcpy(row + dc->conv_dim + dc->vdim, in + nq + nz + (size_t)i * dc->nv, dc->nv * 4);
+    memcpy(row + dc->conv_dim + dc->vdim + dc->nv, in + nq + nz + nb + (size_t)i * dc->nv,
+           dc->nv * 4);
+}
+
+/* A slot of the GPU's state pool, read to the host (malloc'd). */
+static float *gpu_slot(kc *k, const kv_cache *c, int slot)
+{
+    const float *pool = cuda_of(k->gpu)->state;
+    return kc_read(k, pool + (size_t)slot * c->state_floats, c->state_floats);
+}
+
+/* A checkpoint of sequence 0 at position at that keeps the state after
+ * each of its next 4 rows: a step of 5 rows leaves those states the CPU's
+ * (within bound, into *worst), and each the bytes that running only the
+ * rows up to it leaves (*inv), which a speculation round's rollback
+ * relies on. */
+static void checkpoint_rows(kc *k, delta_pools *p, const delta_case *dc, int32_t at,
+                            size_t per_row, double *worst, int *inv)
+{
+    memra_err err;
+    const int n = 5;
+    kv_seq *cs = &p->cs[0], *gs = &p->gs[0];
+    cs->n_tokens = gs->n_tokens = at;
+    if (kv_seq_checkpoint(cs, n - 1, &err) || kv_seq_checkpoint(gs, n - 1, &err)) {
+        kc_report_ok(k, "delta_net", "checkpoint slots", 0, err.msg);
+        return;
+    }
+    k->cpu->ops->state_copy(k->cpu, &p->cpu, cs->state_slot, cs->snap[0]);
+    k->gpu->ops->state_copy(k->gpu, &p->gpu, gs->state_slot, gs->snap[0]);
+    float *in = xmalloc((size_t)n * per_row * sizeof(float));
+    float *want = xmalloc((size_t)n * dc->vdim * sizeof(float));
+    float *got = xmalloc((size_t)n * dc->vdim * sizeof(float));
+    float *row = xmalloc(per_row * sizeof(float));
+    kc_fill(k, in, (size_t)n * per_row, 1.0f);
+    int seq[5] = {0, 0, 0, 0, 0};
+    int32_t pos[5];
+    for (int i = 0; i < n; i++)
+        pos[i] = at + i;
+    run_step(k, p, dc, n, seq, pos, in, want, got);
+    double e = kc_rel_err(got, want, (size_t)n * dc->vdim);
+    *worst = e > *worst ? e : *worst;
+    for (int j = 1; j < n; j++) {
+        float *g = gpu_slot(k, &p->gpu, gs->snap[j]);
+        const float *c = p->cpu.state + (size_t)cs->snap[j] * p->cpu.state_floats;
+        e = kc_rel_err(g, c, p->cpu.state_floats);
+        *worst = e > *worst ? e : *worst;
+        /* back to the checkpoint, the j rows one step each: the live state
+         * is the kept one, byte for byte */
+        k->gpu->ops->state_copy(k->gpu, &p->gpu, gs->snap[0], gs->state_slot);
+        for (int i = 0; i < j; i++) {
+            one_row(dc, in, n, i, row);
+            run_step(k, p, dc, 1, seq, pos + i, row, want, got);
+        }
+        float *live = gpu_slot(k, &p->gpu, gs->state_slot);
+        *inv = *inv && memcmp(live, g, p->gpu.state_floats * sizeof(float)) == 0;
+        free(live);
+        free(g);
+    }
+    free(in);
+    free(want);
+    free(got);
+    free(row);
+}
+
 static void delta_case_run(kc *k, int nk, int nvh, int kd, int vd, int tiled)
 {
     const int ck = 4;
@@ -123,12 +199,7 @@ static void delta_case_run(kc *k, int nk, int nvh, int kd, int vd, int tiled)
     /* the same rows one step each on sequence 2: the chunk's bytes */
     for (int i = 0; i < chunk; i++) {
         float *row = xmalloc(per_row * sizeof(float));
-        size_t nq = (size_t)chunk * conv_dim, nz = (size_t)chunk * dc.vdim;
-        memcpy(row, in + (size_t)i * conv_dim, conv_dim * 4);
-        memcpy(row + conv_dim, in + nq + (size_t)i * dc.vdim, dc.vdim * 4);
-        memcpy(row + conv_dim + dc.vdim, in + nq + nz + (size_t)i * dc.nv, dc.nv * 4);
-        memcpy(row + conv_dim + dc.vdim + dc.nv, in + nq + nz + (size_t)chunk * dc.nv +
-               (size_t)i * dc.nv, dc.nv * 4);
+        one_row(&dc, in, chunk, i, row);
         int s2 = 2;
         run_step(k, &p, &dc, 1, &s2, pos + i, row, one, g1);
         inv = inv && memcmp(g1, got + (size_t)i * dc.vdim, dc.vdim * 4) == 0;
@@ -150,9 +221,10 @@ static void delta_case_run(kc *k, int nk, int nvh, int kd, int vd, int tiled)
     run_step(k, &p, &dc, 3, seq, pos, in, want, got);
     e = kc_rel_err(got, want, 3 * dc.vdim);
     worst = e > worst ? e : worst;
-    char what[96];
-    snprintf(what, sizeof what, "%d/%d heads k%d v%d %s, chunk 40 + 2 batched + chunk 3", nk, nvh,
-             kd, vd, tiled ? "tiled" : "grouped");
+    checkpoint_rows(k, &p, &dc, chunk + 5, per_row, &worst, &inv);
+    char what[112];
+    snprintf(what, sizeof what, "%d/%d heads k%d v%d %s, chunk 40 + 2 batched + chunk 3 + "
+             "5 rows kept", nk, nvh, kd, vd, tiled ? "tiled" : "grouped");
     kc_report(k, "delta_net", what, worst, 1e-5, inv, -1, 0);
     free(in);
     free(want);

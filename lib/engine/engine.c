@@ -85,6 +85,9 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
     int64_t pool_blocks = blocks_per_seq * eo.n_seqs;
     if (eo.kv_tokens < 0)
         return memra_fail(err, "kv_tokens %" PRId64 " is negative", eo.kv_tokens);
+    if (eo.snapshots < 0 || eo.snapshots >= KV_SNAP_MAX)
+        return memra_fail(err, "snapshots %d: a checkpoint keeps 0 to %d rows", eo.snapshots,
+                          KV_SNAP_MAX - 1);
     if (eo.kv_tokens > 0) {
         /* every sequence may hold one partly filled block besides */
         int64_t b = (eo.kv_tokens + eo.kv_block_size - 1) / eo.kv_block_size + eo.n_seqs;
@@ -120,7 +123,8 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
         .kv_blocks = (int)pool_blocks,
         /* with the prefix cache, as many again for the states it keeps
          * (a model without recurrent layers takes none) */
-        .state_slots = eo.n_seqs * ((eo.snapshots ? 2 : 1) + (eo.prefix_cache ? 1 : 0)),
+        .state_slots = eo.n_seqs * (1 + (eo.snapshots > 0 ? eo.snapshots + 1 : 0) +
+                                    (eo.prefix_cache ? 1 : 0)),
         .mtp = eo.mtp,
     };
     if (model_init(&e->m, c, &e->binding, ck->format, e->bk, &mo, err) != 0) {
@@ -306,32 +310,37 @@ void engine_seq_truncate(engine_seq *s, int64_t n)
     if (s->mtp_hi > n)
         s->mtp_hi = n > s->mtp_lo ? n : s->mtp_lo;
     if (n > 0 && s->kv.cache->state_floats) {
-        /* a recurrent state goes back only to its checkpoint */
-        MEMRA_ASSERT(n == s->kv.snap_tokens && s->kv.snap_slot >= 0 && s->kv.state_slot >= 0);
+        /* a recurrent state goes back only to what its checkpoint kept */
+        int from = kv_seq_restore_slot(&s->kv, n);
+        MEMRA_ASSERT(from >= 0 && s->kv.state_slot >= 0);
         backend *bk = s->e->bk;
         backend_bind(bk);
-        bk->ops->state_copy(bk, s->kv.cache, s->kv.snap_slot, s->kv.state_slot);
-        kv_seq_restore_point(&s->kv);
+        bk->ops->state_copy(bk, s->kv.cache, from, s->kv.state_slot);
+        kv_seq_restore_point(&s->kv, n);
         return;
     }
     kv_seq_truncate(&s->kv, n);
 }
 
-int engine_seq_checkpoint(engine_seq *s, memra_err *err)
+int engine_seq_checkpoint(engine_seq *s, int rows, memra_err *err)
 {
     if (!s->kv.cache->state_floats || s->kv.state_slot < 0)
-        return 0; /* nothing recurrent yet: a cut back re-runs from position 0 */
-    int snap = kv_seq_snapshot_slot(&s->kv, err);
-    if (snap < 0)
+        return 0; /* nothing recurrent (yet): a cut back re-runs from position 0 */
+    if (rows < 0 || rows > s->e->opts.snapshots)
+        return memra_fail(err, "a checkpoint of %d rows: the engine keeps up to %d", rows,
+                          s->e->opts.snapshots);
+    if (kv_seq_checkpoint(&s->kv, rows, err) != 0)
         return -1;
     backend *bk = s->e->bk;
     backend_bind(bk);
-    bk->ops->state_copy(bk, s->kv.cache, s->kv.state_slot, snap);
-    s->kv.snap_tokens = s->kv.n_tokens;
+    bk->ops->state_copy(bk, s->kv.cache, s->kv.state_slot, s->kv.snap[0]);
     return 0;
 }
 
-int engine_can_checkpoint(const engine *e) { return e->m.state_floats == 0 || e->opts.snapshots; }
+int engine_can_checkpoint(const engine *e)
+{
+    return e->m.state_floats == 0 || e->opts.snapshots > 0;
+}
 
 int64_t engine_seq_pos(const engine_seq *s) { return s->kv.n_tokens; }
 

@@ -45,7 +45,9 @@ typedef struct {
     int prefix_cache;   /* share full KV blocks between sequences by content (kv_prefix.h) */
     int prefix_cache_idle; /* blocks kept cached that no sequence holds; <= 0: the pool */
     int snapshots;      /* a model with recurrent layers keeps room for a checkpoint of each
-                         * sequence's state (engine_seq_checkpoint), as verifying drafts needs */
+                         * sequence's state that also keeps the states after up to this many
+                         * positions past it (engine_seq_checkpoint; a speculation round's
+                         * K + 1 rows, < KV_SNAP_MAX); 0: none */
     int mtp;            /* load the checkpoint's MTP block and keep its K/V up to date with
                          * every step (engine_mtp_draft); the MTP drafter needs it */
     backend_kind backend; /* BK_CPU (default) or BK_CUDA */
@@ -100,11 +102,14 @@ int engine_prefix_shareable(const engine *e);
 /* Whether the engine keeps state checkpoints (opts.snapshots; always
  * true for a rewindable engine, which needs none). */
 int engine_can_checkpoint(const engine *e);
-/* Remember s's current length as the point engine_seq_truncate may cut it
- * back to: for a model with recurrent layers, a copy of its state (the
- * engine made with opts.snapshots); nothing otherwise. Fails when no slot
- * is free for the copy. */
-int engine_seq_checkpoint(engine_seq *s, memra_err *err);
+/* Remember s's current length and its next `rows` positions as points
+ * engine_seq_truncate may cut it back to: for a model with recurrent
+ * layers, a copy of its state now, and the state after each of those
+ * positions as the steps that run them leave it (no step runs again to
+ * cut back); nothing otherwise. rows is at most the engine's
+ * opts.snapshots. Fails when too few slots are free for the copies, or
+ * rows is out of range. */
+int engine_seq_checkpoint(engine_seq *s, int rows, memra_err *err);
 /* Tokens in the sequence: the position the next token takes. */
 int64_t engine_seq_pos(const engine_seq *s);
 

@@ -113,13 +113,17 @@ int spec_target_check(const engine *e, memra_err *err)
     return 0;
 }
 
+/* The rows a round's checkpoint must keep (the newest token's and the
+ * drafts'), so SPEC_K_MAX + 1 for every K. */
+int spec_snapshots(void) { return SPEC_K_MAX + 1; }
+
 /* One round between its phases: the drafts, the rows to verify them
  * (the newest token and the drafts) and where the sequence stood. */
 typedef struct {
     spec_draft draft;
     int32_t rows[SPEC_K_MAX + 1];
     int64_t pos;
-    int rewind; /* the sequence cuts back (else a checkpoint of its state was kept) */
+    int rewind; /* the sequence cuts back (else its checkpoint keeps the rows' states) */
 } round_prep;
 
 /* The drafter's proposal and the rows to run; a recurrent state's
@@ -136,9 +140,10 @@ static int round_propose(engine *e, engine_seq *seq, spec_drafter *d, const int3
     MEMRA_ASSERT(p->draft.n >= 0 && p->draft.n <= k);
     p->rows[0] = ctx[n - 1];
     memcpy(p->rows + 1, p->draft.tokens, (size_t)p->draft.n * sizeof *p->rows);
-    /* A recurrent state cannot be cut back: keep a copy to go back to. */
+    /* A recurrent state cannot be cut back: the checkpoint keeps the state
+     * after each row the round runs, whichever it ends at. */
     p->rewind = engine_rewindable(e);
-    if (!p->rewind && engine_seq_checkpoint(seq, err) != 0)
+    if (!p->rewind && engine_seq_checkpoint(seq, p->draft.n + 1, err) != 0)
         return -1;
     return 0;
 }
@@ -187,16 +192,11 @@ static int round_verify(engine *e, engine_seq *seq, sampler *s, const round_prep
             break;
     }
     /* Keep the newest token's row and the accepted drafts' rows: a
-     * recurrent state goes back to the checkpoint and runs those rows again
-     * (the same rows in a step of their own: the same bytes, every backend
-     * computing a row's state in order whatever else the step holds). */
-    if (p->rewind || a == p->draft.n) {
-        engine_seq_truncate(seq, pos + 1 + a);
-    } else {
-        engine_seq_truncate(seq, pos);
-        if (engine_forward(e, seq, p->rows, a + 1, NULL, 0, err) != 0)
-            return -1;
-    }
+     * recurrent state goes back to the state the step left after the last
+     * of them, which its checkpoint kept (the bytes a step of those rows
+     * alone gives: every backend computes a row's state in order, whatever
+     * else the step holds). */
+    engine_seq_truncate(seq, pos + 1 + a);
     out->drafted = p->draft.n;
     out->accepted = a;
     return 0;

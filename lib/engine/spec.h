@@ -198,8 +198,12 @@ void spec_params_default(spec_params *p);
 
 /* Whether e can verify drafts: its sequences cut back to any position
  * (engine_rewindable), or it keeps checkpoints of their recurrent state
- * (engine_opts.snapshots); fails naming the family otherwise. */
+ * (engine_opts.snapshots, spec_snapshots() rows); fails naming the family
+ * otherwise. */
 int spec_target_check(const engine *e, memra_err *err);
+/* engine_opts.snapshots for an engine that verifies drafts: the rows a
+ * round runs at most (SPEC_K_MAX + 1). */
+int spec_snapshots(void);
 
 /* A constraint on the emitted tokens (a grammar), for spec_round: mask
  * sets s's allowed-token mask (sampler_set_mask) for the next token from

@@ -1360,7 +1360,11 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
     eo.kv_block_size = KV_BLOCK_SIZE;
     eo.prefix_cache = o->prefix_cache;
     eo.prefix_cache_idle = o->cache_blocks;
-    eo.snapshots = serve_spec_wanted(&o->spec); /* checkpoints for a hybrid's speculation */
+    /* a hybrid's speculation: a checkpoint keeps the state after each of a
+     * round's K + 1 rows */
+    eo.snapshots = serve_spec_wanted(&o->spec)
+                       ? (o->spec.k > 0 ? o->spec.k : SERVE_SPEC_K_DEFAULT) + 1
+                       : 0;
     eo.mtp = o->spec.mtp;
     if (engine_load(&m->ck, &eo, &m->eng, err) != 0)
         goto fail;

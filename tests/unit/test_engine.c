@@ -888,7 +888,7 @@ static void test_recurrent_checkpoint(void)
     engine_opts_default(&o);
     o.n_threads = 2;
     engine *plain = load_engine_opts(&ck, &o);
-    o.snapshots = 1;
+    o.snapshots = 4;
     engine *e = load_engine_opts(&ck, &o);
     if (!plain || !e)
         goto done;
@@ -902,18 +902,35 @@ static void test_recurrent_checkpoint(void)
     engine_seq_new(e, &s, &err);
     engine_seq_new(plain, &p, &err);
     CHECK(engine_forward(e, s, toks, 10, NULL, 0, &err) == 0);
-    CHECK(engine_seq_checkpoint(s, &err) == 0);
+    CHECK(engine_seq_checkpoint(s, 4, &err) == 0);
     CHECK(engine_forward(e, s, toks + 10, 6, a, 1, &err) == 0);
     engine_seq_truncate(s, 10); /* back to the checkpoint */
     CHECK(engine_seq_pos(s) == 10);
     CHECK(engine_forward(e, s, toks + 10, 6, b, 1, &err) == 0);
     CHECK_MSG(memcmp(a, b, 6 * (size_t)vocab * sizeof(float)) == 0,
               "the rows after a restored checkpoint differ");
+    /* cut back to a row inside the checkpoint's (the state the step left
+     * after position 11, kept as the step ran it): the rows after it are
+     * the same bytes as in the uncut run, and so from the row after that */
+    for (int keep = 11; keep <= 14; keep += 3) {
+        engine_seq_truncate(s, 10);
+        CHECK(engine_seq_checkpoint(s, 4, &err) == 0);
+        CHECK(engine_forward(e, s, toks + 10, 6, b, 1, &err) == 0);
+        engine_seq_truncate(s, keep);
+        CHECK(engine_seq_pos(s) == keep);
+        CHECK(engine_forward(e, s, toks + keep, 16 - keep, b, 1, &err) == 0);
+        CHECK_MSG(memcmp(a + (size_t)(keep - 10) * (size_t)vocab, b,
+                         (size_t)(16 - keep) * (size_t)vocab * sizeof(float)) == 0,
+                  "the rows after a cut back to %d differ", keep);
+    }
+    CHECK(engine_seq_checkpoint(s, 2, &err) == 0 &&
+          engine_seq_checkpoint(s, 9, &err) != 0 && strstr(err.msg, "keeps up to 4"));
     /* the plain engine has one slot a sequence: no room for a copy */
     CHECK(engine_forward(plain, p, toks, 4, NULL, 0, &err) == 0);
-    CHECK(engine_seq_checkpoint(p, &err) != 0 && strstr(err.msg, "no slot free"));
+    CHECK(engine_seq_checkpoint(p, 0, &err) != 0 && strstr(err.msg, "no slot free"));
     engine_seq_reset(s);
-    CHECK(engine_forward(e, s, toks, 3, NULL, 0, &err) == 0 && engine_seq_checkpoint(s, &err) == 0);
+    CHECK(engine_forward(e, s, toks, 3, NULL, 0, &err) == 0 &&
+          engine_seq_checkpoint(s, 0, &err) == 0);
     free(a);
     free(b);
     engine_seq_free(s);

@@ -64,6 +64,14 @@ static float *state_of(const bk_delta *d, const kv_seq *s)
     return c->state + (size_t)s->state_slot * c->state_floats + d->state_off;
 }
 
+/* This layer's part of the slot that keeps s's state after position pos
+ * (a checkpoint's: kv_seq_save_slot), or NULL. */
+static float *save_of(const bk_delta *d, const kv_seq *s, int64_t pos)
+{
+    int slot = kv_seq_save_slot(s, pos);
+    return slot < 0 ? NULL : s->cache->state + (size_t)slot * s->cache->state_floats + d->state_off;
+}
+
 /* The conv of channels [c0, c1) over every row, in row order. */
 static void conv_task(void *ctx, int task, int thread)
 {
@@ -95,6 +103,10 @@ static void conv_task(void *ctx, int task, int thread)
                 win[(size_t)(km - 1) * j->conv_dim + ch] = x[ch];
             y[ch] = cpu_silu(acc);
         }
+        float *keep = save_of(d, j->rows->seq[i], j->rows->pos[i]);
+        for (int k = 0; keep && k < km; k++)
+            memcpy(keep + (size_t)k * j->conv_dim + c0, win + (size_t)k * j->conv_dim + c0,
+                   (c1 - c0) * 4);
     }
 }
 
@@ -171,6 +183,9 @@ static void head_task(void *ctx, int task, int thread)
         float inv = 1.0f / sqrtf(cpu_dot(o, o, vd) / (float)vd + d->eps);
         for (int c = 0; c < vd; c++)
             out[c] = (o[c] * inv) * j->norm[c] * cpu_silu(z[c]);
+        float *keep = save_of(d, j->rows->seq[i], j->rows->pos[i]);
+        if (keep)
+            memcpy(keep + conv_floats + (size_t)h * kd * vd, S, (size_t)kd * (size_t)vd * 4);
     }
 }
 

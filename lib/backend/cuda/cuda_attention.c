@@ -30,7 +30,7 @@ _Static_assert(ATTN_SPLIT_UNIT >= ATTN_CHUNK,
 
 /* [n] positions, [n] table offsets, then the tables of the rows'
  * sequences (consecutive rows of one sequence share one), then [n] state
- * slots (kv_seq.state_slot). Identical content is not uploaded again, so
+ * slots (kv_seq.state_slot), then [n] checkpoint slots (kv_seq_save_slot). Identical content is not uploaded again, so
  * the layers of one step share an upload. Returns the device copy, or
  * NULL after a failure. */
 static const int32_t *rows_upload(cuda_backend *cb, const bk_batch *rows)
@@ -39,7 +39,7 @@ static const int32_t *rows_upload(cuda_backend *cb, const bk_batch *rows)
     if (graphed)
         return graphed;
     int n = rows->n;
-    size_t len = 3 * (size_t)n;
+    size_t len = 4 * (size_t)n;
     for (int i = 0; i < n; i++)
         if (rows->seq[i] && (i == 0 || rows->seq[i] != rows->seq[i - 1]))
             len += (size_t)rows->seq[i]->n_blocks;
@@ -81,6 +81,10 @@ static const int32_t *rows_upload(cuda_backend *cb, const bk_batch *rows)
     }
     for (int i = 0; i < n; i++)
         m[at + (size_t)i] = rows->seq[i] ? rows->seq[i]->state_slot : -1;
+    /* the slot keeping the state after the row (a checkpoint's), -1: none */
+    for (int i = 0; i < n; i++)
+        m[at + (size_t)n + (size_t)i] =
+            rows->seq[i] ? kv_seq_save_slot(rows->seq[i], rows->pos[i]) : -1;
     if (cb->stage[STAGE_ROWS].dev && cb->rows_n == n && cb->rows_len == len &&
         memcmp(cb->rows_host, m, len * sizeof(int32_t)) == 0)
         return cb->stage[STAGE_ROWS].dev;
@@ -94,12 +98,16 @@ static const int32_t *rows_upload(cuda_backend *cb, const bk_batch *rows)
     return dev;
 }
 
-const int32_t *cuda_rows_meta(cuda_backend *cb, const bk_batch *rows, const int32_t **slots)
+const int32_t *cuda_rows_meta(cuda_backend *cb, const bk_batch *rows, const int32_t **slots,
+                              const int32_t **saves)
 {
     const int32_t *m = rows_upload(cb, rows);
     const int32_t *graphed = cuda_graph_slots(cb);
-    if (m)
-        *slots = graphed ? graphed : m + cb->rows_len - (size_t)rows->n;
+    if (m) {
+        *slots = graphed ? graphed : m + cb->rows_len - 2 * (size_t)rows->n;
+        /* (a graphed decode step keeps no checkpoint rows) */
+        *saves = graphed ? NULL : m + cb->rows_len - (size_t)rows->n;
+    }
     return m;
 }
 

@@ -49,8 +49,8 @@ void cuda_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, cons
     const float *dt = cuda_vec_of(cb, d->dt_bias, "delta_net");
     const float *a = cuda_vec_of(cb, d->a, "delta_net");
     const float *norm = cuda_vec_of(cb, d->norm, "delta_net");
-    const int32_t *slots = NULL;
-    const int32_t *meta = cuda_rows_meta(cb, rows, &slots);
+    const int32_t *slots = NULL, *saves = NULL;
+    const int32_t *meta = cuda_rows_meta(cb, rows, &slots, &saves);
     size_t conv_dim = 2 * (size_t)d->n_k_heads * (size_t)d->k_dim +
                       (size_t)d->n_v_heads * (size_t)d->v_dim;
     float *conv_out =
@@ -61,6 +61,7 @@ void cuda_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, cons
         .n = rows->n,
         .pos = meta,
         .slot = slots,
+        .save = saves,
         .state = cb->state,
         .state_floats = cb->kv->state_floats,
         .state_off = d->state_off,

@@ -249,10 +249,12 @@ void cuda_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
                      const bk_weight *down, bk_act act, const float *x, int n, float *hb,
                      float *hb2, float *out);
 void cuda_op_add(backend *b, float *x, const float *y, size_t n);
-/* The step's row metadata on the device ([n] positions first), and each
- * row's recurrent state slot ([n], -1 for none) into *slots; NULL after a
- * failure (recorded). */
-const int32_t *cuda_rows_meta(cuda_backend *cb, const bk_batch *rows, const int32_t **slots);
+/* The step's row metadata on the device ([n] positions first), each row's
+ * recurrent state slot ([n], -1 for none) into *slots, and the slot that
+ * keeps the state after each row ([n], -1 for none: kv_seq_save_slot;
+ * NULL in a graphed step) into *saves; NULL after a failure (recorded). */
+const int32_t *cuda_rows_meta(cuda_backend *cb, const bk_batch *rows, const int32_t **slots,
+                              const int32_t **saves);
 void cuda_op_mul_sigmoid(backend *b, float *x, const float *g, int n, int64_t x_cols,
                          int64_t g_cols);
 void cuda_op_split_heads(backend *b, const float *x, int n, int n_heads, int a_dim, int b_dim,
