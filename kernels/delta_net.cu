@@ -83,6 +83,14 @@ __global__ void delta_conv_kernel(cu_delta p)
         acc = __fadd_rn(acc, __fmul_rn(p.conv_w[ch * KC + k],
                                        conv_input<KC>(p, win, i, jj, KC - 1 - k, ch, conv_dim)));
     p.conv_out[(size_t)i * conv_dim + ch] = silu_f(acc);
+    // a checkpoint keeps the window as it stands after this row (read from
+    // the old window: delta_window_kernel moves it only after this kernel)
+    if (p.save && p.save[i] >= 0) {
+        float *keep = p.state + (size_t)p.save[i] * p.state_floats + p.state_off;
+#pragma unroll
+        for (int k = 0; k < KC - 1; k++)
+            keep[(size_t)k * conv_dim + ch] = conv_input<KC>(p, win, i, jj, KC - 2 - k, ch, conv_dim);
+    }
 }
 
 // After the conv: the window of each run's last row becomes the inputs of
@@ -220,6 +228,14 @@ __global__ void delta_rule_kernel(cu_delta p)
         }
         // the next row writes qs and ks only after every thread has passed
         // the barrier above, and part only after the next row's first one
+        if (act && p.save && p.save[r] >= 0) {
+            // a checkpoint keeps S as it stands after this row
+            float *keep = p.state + (size_t)p.save[r] * p.state_floats + p.state_off +
+                          (size_t)(p.conv_k - 1) * conv_dim + (size_t)h * KD * vd;
+#pragma unroll
+            for (int u = 0; u < B; u++)
+                keep[(size_t)(pt * B + u) * vd + j] = st[u];
+        }
     }
     if (act)
 #pragma unroll

@@ -22,6 +22,8 @@ typedef struct {
     int n;                     /* rows */
     const int32_t *pos;        /* [n] positions */
     const int32_t *slot;       /* [n] state slots (rows of a sequence share one) */
+    const int32_t *save;       /* [n] the slot that keeps the state after the row (a
+                                * checkpoint's), -1: none; NULL: no row's */
     float *state;              /* the pool: [slots][state_floats] */
     size_t state_floats, state_off; /* per slot; this layer's start in a slot */
     int n_k, n_v, k_dim, v_dim, conv_k;
