@@ -239,6 +239,7 @@ static json_t *run_json(const k_run *kr, double plain_tps)
         hist, "consistent", kr->divergence < 0);
     json_object_set_new(j, "first_divergence",
                         kr->divergence < 0 ? json_null() : json_integer(kr->divergence));
+    json_object_set_new(j, "draft_ms", json_real(r->draft_ms));
     return j;
 }
 

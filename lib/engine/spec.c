@@ -124,6 +124,7 @@ typedef struct {
     int32_t rows[SPEC_K_MAX + 1];
     int64_t pos;
     int rewind; /* the sequence cuts back (else its checkpoint keeps the rows' states) */
+    double draft_ms; /* the drafter's time */
 } round_prep;
 
 /* The drafter's proposal and the rows to run; a recurrent state's
@@ -135,8 +136,10 @@ static int round_propose(engine *e, engine_seq *seq, spec_drafter *d, const int3
     MEMRA_ASSERT(p->pos == n - 1 && k >= 0 && k <= SPEC_K_MAX);
     p->draft.n = 0;
     d->seq = seq;
+    double t0 = now_ms();
     if (k > 0 && d->propose(d, ctx, n, k, rng, &p->draft, err) != 0)
         return -1;
+    p->draft_ms = now_ms() - t0;
     MEMRA_ASSERT(p->draft.n >= 0 && p->draft.n <= k);
     p->rows[0] = ctx[n - 1];
     memcpy(p->rows + 1, p->draft.tokens, (size_t)p->draft.n * sizeof *p->rows);
@@ -199,6 +202,7 @@ static int round_verify(engine *e, engine_seq *seq, sampler *s, const round_prep
     engine_seq_truncate(seq, pos + 1 + a);
     out->drafted = p->draft.n;
     out->accepted = a;
+    out->draft_ms = p->draft_ms;
     return 0;
 }
 
@@ -364,6 +368,7 @@ int spec_generate(engine *e, const tokenizer *t, spec_drafter *d, const int32_t 
         out->rounds++;
         out->drafted += (uint64_t)rr.drafted;
         out->accepted += (uint64_t)rr.accepted;
+        out->draft_ms += rr.draft_ms;
         out->accepted_hist[rr.accepted]++;
         for (int32_t i = 0; i < rr.n; i++)
             emit(&r, rr.tokens[i]);

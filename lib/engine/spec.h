@@ -188,6 +188,7 @@ typedef struct {
     size_t n_prompt;
     double prefill_ms;        /* the model's and the drafter's prompt */
     double decode_ms;         /* every round after it */
+    double draft_ms;          /* of it, the drafter's proposals */
     uint64_t rounds;          /* forwards of the model after the prefill */
     uint64_t drafted;         /* draft tokens verified */
     uint64_t accepted;        /* of them, accepted */
@@ -221,6 +222,7 @@ typedef struct {
     int32_t tokens[SPEC_K_MAX + 1];
     int32_t n;
     int32_t drafted, accepted;
+    double draft_ms;          /* the drafter's part of the round */
 } spec_round_result;
 
 /* One round on seq, whose KV holds ctx[0, n - 1): ctx[n - 1], the newest

@@ -53,8 +53,9 @@ static int mtp_propose(spec_drafter *d, const int32_t *ctx, int64_t n, int k, sp
         k = (int)room;
     int32_t next = ctx[n - 1];
     for (int i = 0; i < k; i++) {
-        if (engine_mtp_draft(md->e, d->seq, next, i, i ? md->h : NULL, md->logits, md->h_next,
-                             err) != 0)
+        /* (the last depth's output feeds nothing: not read back) */
+        if (engine_mtp_draft(md->e, d->seq, next, i, i ? md->h : NULL, md->logits,
+                             i + 1 < k ? md->h_next : NULL, err) != 0)
             return memra_wrap(err, "mtp drafter");
         float *t = md->h;
         md->h = md->h_next;
