@@ -95,6 +95,20 @@ __global__ void split_heads_kernel(const float *__restrict__ x, size_t n, int a_
     }
 }
 
+__global__ void join_heads_kernel(const float *__restrict__ a, const float *__restrict__ b,
+                                  size_t n, int a_dim, int b_dim, float *__restrict__ x)
+{
+    pdl_trigger();
+    pdl_wait();
+    const size_t w = (size_t)a_dim + (size_t)b_dim;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const size_t rh = i / w, e = i % w;
+        x[i] = e < (size_t)a_dim ? a[rh * (size_t)a_dim + e]
+                                 : b[rh * (size_t)b_dim + (e - (size_t)a_dim)];
+    }
+}
+
 unsigned ew_blocks(size_t n)
 {
     size_t b = (n + EW_THREADS - 1) / EW_THREADS;
@@ -164,6 +178,17 @@ extern "C" cudaError_t launch_mul_sigmoid(float *x, const float *g, int n, int64
         return cudaSuccess;
     launch_pdl(mul_sigmoid_kernel, dim3(ew_blocks(total)), dim3(EW_THREADS), 0, stream, x, g,
                total, x_cols, g_cols);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t launch_join_heads(const float *a, const float *b, int n, int n_heads,
+                                         int a_dim, int b_dim, float *x, cudaStream_t stream)
+{
+    const size_t total = (size_t)n * (size_t)n_heads * ((size_t)a_dim + (size_t)b_dim);
+    if (total == 0)
+        return cudaSuccess;
+    launch_pdl(join_heads_kernel, dim3(ew_blocks(total)), dim3(EW_THREADS), 0, stream, a, b,
+               total, a_dim, b_dim, x);
     return cudaGetLastError();
 }
 

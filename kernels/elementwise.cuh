@@ -31,6 +31,9 @@ cudaError_t launch_mul_sigmoid(float *x, const float *g, int n, int64_t x_cols, 
 /* Rows of n_heads heads of a_dim then b_dim values, split into a and b. */
 cudaError_t launch_split_heads(const float *x, int n, int n_heads, int a_dim, int b_dim,
                                float *a, float *b, cudaStream_t stream);
+/* The reverse: a and b joined into rows of n_heads heads of a_dim then b_dim. */
+cudaError_t launch_join_heads(const float *a, const float *b, int n, int n_heads, int a_dim,
+                              int b_dim, float *x, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

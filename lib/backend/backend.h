@@ -238,6 +238,10 @@ typedef struct {
      * the first parts [n][n_heads * a_dim], b the second [n][n_heads * b_dim]. */
     void (*split_heads)(backend *b, const float *x, int n, int n_heads, int a_dim, int b_dim,
                         float *a, float *bo);
+    /* split_heads undone: x [n][n_heads * (a_dim + b_dim)] from a and bo
+     * (an MTP block's [embedding | hidden] rows, one head). */
+    void (*join_heads)(backend *b, const float *a, const float *bo, int n, int n_heads,
+                       int a_dim, int b_dim, float *x);
     /* The gated DeltaNet mixer (bk_delta): qkv [n][conv_dim], z [n][n_v *
      * v_dim], beta_in and alpha [n][n_v] -> out [n][n_v * v_dim]. */
     void (*delta_net)(backend *b, const bk_delta *d, const bk_batch *rows, const float *qkv,

@@ -281,7 +281,7 @@ int kernel_check_run(const kcheck_opts *o, FILE *out, int *n_failed, memra_err *
         {"dequant", kc_check_dequant},
         {"flash_prefill", kc_check_flash_prefill},
         {"dgemm", kc_check_dgemm},
-        {"delta_net split_heads mul_sigmoid", kc_check_delta},
+        {"delta_net split_heads join_heads mul_sigmoid", kc_check_delta},
     };
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(checks); i++)
         if (kc_selected(&k, checks[i].op))

@@ -5,7 +5,8 @@
  * checkpoint keeps. The first chunk's rows one step each
  * on a third sequence must give the chunk's bytes
  * (the rows of a sequence run in order, whatever the step holds). And the
- * gated attention's small ops: mul_sigmoid and split_heads. */
+ * gated attention's small ops: mul_sigmoid and split_heads (and
+ * join_heads, its reverse, which an MTP block uses). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,6 +256,17 @@ void kc_check_delta(kc *k)
     float *gq = kc_read(k, dq, nh), *gg = kc_read(k, dg, nh);
     double e = kc_rel_err(gq, qa, nh), e2 = kc_rel_err(gg, ga, nh);
     kc_report(k, "split_heads", "3 rows x 4 heads x (32 | 32)", e > e2 ? e : e2, 0.0, -1, -1, 0);
+    /* and back: the rows as they were, on each backend */
+    float *jx = xmalloc(nx * 4), *djx = kc_dev(k, x, nx);
+    k->cpu->ops->join_heads(k->cpu, qa, ga, n, heads, hd, hd, jx);
+    k->gpu->ops->join_heads(k->gpu, dq, dg, n, heads, hd, hd, djx);
+    float *gj = kc_read(k, djx, nx);
+    e = kc_rel_err(gj, x, nx);
+    e2 = kc_rel_err(jx, x, nx);
+    kc_report(k, "join_heads", "3 rows x 4 heads x (32 | 32)", e > e2 ? e : e2, 0.0, -1, -1, 0);
+    free(jx);
+    free(gj);
+    kc_dev_free(k, djx);
     k->cpu->ops->mul_sigmoid(k->cpu, qa, ga, n, heads * hd, heads * hd);
     k->gpu->ops->mul_sigmoid(k->gpu, dq, dg, n, heads * hd, heads * hd);
     free(gq);

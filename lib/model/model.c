@@ -392,7 +392,6 @@ static void alloc_state(model *m, int cap)
     }
     if (m->mtp) {
         s->mtp_cat = bk->ops->act_alloc(bk, n * 2 * (size_t)c->dim);
-        s->host_cat = xmalloc(n * 2 * (size_t)c->dim * sizeof(float));
     }
     if (c->moe_with_dense) {
         s->moe_router_in = bk->ops->act_alloc(bk, n * (size_t)c->dim);
@@ -434,7 +433,7 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
         if (!b->has_mtp)
             return memra_fail(err, "model: the checkpoint carries no MTP block (its config has "
                               "%" PRId64 " MTP layers)", c->mtp_layers);
-        if (!fam->layer || !bk->ops->act_write)
+        if (!fam->layer || !bk->ops->act_write || !bk->ops->join_heads)
             return memra_fail(err, "model: the %s family cannot run its MTP block on the %s "
                               "backend", fam->name, bk->name);
         m->mtp = 1;
@@ -504,7 +503,6 @@ void model_free(model *m)
                 bk->ops->act_free(bk, acts[i]);
     }
     free(s->host_hidden);
-    free(s->host_cat);
     kv_cache_free(&s->kv);
     if (m->weights.layers) {
         for (int l = 0; l < m->config.n_layers + m->mtp; l++) {
@@ -637,9 +635,8 @@ float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *token
     return s->logits;
 }
 
-/* The block reads [enorm(embed(next)) | hnorm(h)]: the two halves are
- * normed on the backend and put side by side through host memory (two
- * rows of dim a token: small beside the layer it feeds). */
+/* The block reads [enorm(embed(next)) | hnorm(h)]: the two halves normed
+ * on the backend, then put side by side (join_heads, one head). */
 void model_forward_mtp(model *m, const bk_batch *rows, const int32_t *next, const float *h,
                        int logits_from, float *logits, float *h_out)
 {
@@ -657,15 +654,7 @@ void model_forward_mtp(model *m, const bk_batch *rows, const int32_t *next, cons
     op->rmsnorm(m->bk, s->x, n, &w->enorm, m->norm_offset, m->norm_eps, s->xb);
     op->act_write(m->bk, s->xb2, h, nd);
     op->rmsnorm(m->bk, s->xb2, n, &w->hnorm, m->norm_offset, m->norm_eps, s->x);
-    float *cat = s->host_cat;
-    op->act_read(m->bk, s->xb, s->host_hidden, nd);
-    for (int i = 0; i < n; i++)
-        memcpy(cat + (size_t)i * 2 * dim, s->host_hidden + (size_t)i * dim, dim * sizeof *cat);
-    op->act_read(m->bk, s->x, s->host_hidden, nd);
-    for (int i = 0; i < n; i++)
-        memcpy(cat + ((size_t)i * 2 + 1) * dim, s->host_hidden + (size_t)i * dim,
-               dim * sizeof *cat);
-    op->act_write(m->bk, s->mtp_cat, cat, 2 * nd);
+    op->join_heads(m->bk, s->xb, s->x, n, 1, (int)dim, (int)dim, s->mtp_cat);
     op->matmul(m->bk, &w->eh_proj, NULL, s->mtp_cat, n, s->x);
     family_desc(c->family)->layer(m, (int)c->n_layers, rows);
     m->hidden_fn = hook;

@@ -123,7 +123,6 @@ typedef struct {
     float *moe_out;       /* [cap][dim] the dense branch's normed output */
     /* an MTP block only: */
     float *mtp_cat;       /* [cap][2 dim] the eh_proj input */
-    float *host_cat;      /* [cap][2 dim] host staging for it */
     kv_cache kv;         /* K and V of every attention layer, paged; the recurrent state */
 } run_state;
 

@@ -348,6 +348,7 @@ static const backend_ops cpu_ops = {
     .act_mul = cpu_act_mul,
     .mul_sigmoid = cpu_op_mul_sigmoid,
     .split_heads = cpu_op_split_heads,
+    .join_heads = cpu_op_join_heads,
     .delta_net = cpu_op_delta_net,
     .state_copy = cpu_op_state_copy,
 };

@@ -121,6 +121,8 @@ void cpu_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *o
 void cpu_moe_free(cpu_backend *c);
 void cpu_op_mul_sigmoid(backend *b, float *x, const float *g, int n, int64_t x_cols,
                         int64_t g_cols);
+void cpu_op_join_heads(backend *b, const float *a, const float *bo, int n, int n_heads,
+                       int a_dim, int b_dim, float *x);
 void cpu_op_split_heads(backend *b, const float *x, int n, int n_heads, int a_dim, int b_dim,
                         float *a, float *bo);
 void cpu_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, const float *qkv,

@@ -46,6 +46,20 @@ void cpu_op_split_heads(backend *b, const float *x, int n, int n_heads, int a_di
         }
 }
 
+void cpu_op_join_heads(backend *b, const float *a, const float *bo, int n, int n_heads,
+                       int a_dim, int b_dim, float *x)
+{
+    (void)b;
+    size_t w = (size_t)a_dim + (size_t)b_dim;
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < n_heads; h++) {
+            float *dst = x + ((size_t)i * (size_t)n_heads + (size_t)h) * w;
+            memcpy(dst, a + ((size_t)i * n_heads + h) * (size_t)a_dim, (size_t)a_dim * 4);
+            memcpy(dst + a_dim, bo + ((size_t)i * n_heads + h) * (size_t)b_dim,
+                   (size_t)b_dim * 4);
+        }
+}
+
 typedef struct {
     const bk_delta *d;
     const bk_batch *rows;

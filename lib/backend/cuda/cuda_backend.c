@@ -388,6 +388,7 @@ static const backend_ops cuda_ops = {
     .act_mul = cuda_op_act_mul,
     .mul_sigmoid = cuda_op_mul_sigmoid,
     .split_heads = cuda_op_split_heads,
+    .join_heads = cuda_op_join_heads,
     .delta_net = cuda_op_delta_net,
     .state_copy = cuda_op_state_copy,
     .kv_prepare = cuda_kv_prepare,

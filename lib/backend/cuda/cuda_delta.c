@@ -27,6 +27,15 @@ void cuda_op_split_heads(backend *b, const float *x, int n, int n_heads, int a_d
         CU_OK(cb, launch_split_heads(x, n, n_heads, a_dim, b_dim, a, bo, cb->stream));
 }
 
+void cuda_op_join_heads(backend *b, const float *a, const float *bo, int n, int n_heads,
+                        int a_dim, int b_dim, float *x)
+{
+    cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
+    if (!cb->failed)
+        CU_OK(cb, launch_join_heads(a, bo, n, n_heads, a_dim, b_dim, x, cb->stream));
+}
+
 void cuda_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, const float *qkv,
                        const float *z, const float *beta_in, const float *alpha, float *out)
 {

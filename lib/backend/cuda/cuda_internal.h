@@ -257,6 +257,8 @@ const int32_t *cuda_rows_meta(cuda_backend *cb, const bk_batch *rows, const int3
                               const int32_t **saves);
 void cuda_op_mul_sigmoid(backend *b, float *x, const float *g, int n, int64_t x_cols,
                          int64_t g_cols);
+void cuda_op_join_heads(backend *b, const float *a, const float *bo, int n, int n_heads,
+                        int a_dim, int b_dim, float *x);
 void cuda_op_split_heads(backend *b, const float *x, int n, int n_heads, int a_dim, int b_dim,
                          float *a, float *bo);
 void cuda_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, const float *qkv,
