@@ -430,6 +430,12 @@ int engine_has_mtp(const engine *e) { return e->m.mtp; }
 
 void engine_mtp_follow(engine *e, int on) { e->m.keep_hidden = e->m.mtp && on; }
 
+int engine_mtp_ready(const engine *e, const engine_seq *s)
+{
+    return e->m.mtp && s->kv.n_tokens >= 1 &&
+           mtp_kept(s, s->kv.n_tokens - 1, (size_t)e->m.config.dim) != NULL;
+}
+
 int engine_mtp_draft(engine *e, engine_seq *s, int32_t next, int depth, const float *h,
                      float *logits, float *h_out, memra_err *err)
 {

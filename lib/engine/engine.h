@@ -246,6 +246,9 @@ void engine_mtp_follow(engine *e, int on);
  * newest tokens came from the prefix cache). */
 int engine_mtp_draft(engine *e, engine_seq *s, int32_t next, int depth, const float *h,
                      float *logits, float *h_out, memra_err *err);
+/* Whether engine_mtp_draft can start on s: the block is loaded and the
+ * model's hidden state at s's newest run position was kept. */
+int engine_mtp_ready(const engine *e, const engine_seq *s);
 
 /* Capture hidden states (see model_hidden_fn for the convention); NULL
  * turns it off. */

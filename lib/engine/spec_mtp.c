@@ -52,11 +52,19 @@ static int mtp_propose(spec_drafter *d, const int32_t *ctx, int64_t n, int k, sp
     if (k > room)
         k = (int)room;
     int32_t next = ctx[n - 1];
+    /* nothing to draft from: the newest position's hidden state was never
+     * kept (its tokens came from the prefix cache) */
+    if (!engine_mtp_ready(md->e, d->seq))
+        return 0;
     for (int i = 0; i < k; i++) {
         /* (the last depth's output feeds nothing: not read back) */
         if (engine_mtp_draft(md->e, d->seq, next, i, i ? md->h : NULL, md->logits,
-                             i + 1 < k ? md->h_next : NULL, err) != 0)
+                             i + 1 < k ? md->h_next : NULL, err) != 0) {
+            /* a deeper row the KV pool has no room for: the drafts so far */
+            if (i > 0)
+                return 0;
             return memra_wrap(err, "mtp drafter");
+        }
         float *t = md->h;
         md->h = md->h_next;
         md->h_next = t;
