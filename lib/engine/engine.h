@@ -92,7 +92,8 @@ void engine_seq_truncate(engine_seq *s, int64_t n);
 /* Whether a sequence can be cut back to any position (engine_seq_truncate
  * with 0 < n < its length): not for a model with recurrent layers
  * (qwen3_5), whose state sums every position so far; such a sequence is
- * only ever reset, or cut back to its checkpoint. */
+ * only ever reset, or cut back to what its checkpoint kept (its length
+ * then, or a row after it: engine_seq_checkpoint). */
 int engine_rewindable(const engine *e);
 /* Whether sequences can share prefixes through the prefix cache: always
  * for a rewindable engine; for one with recurrent layers, when the cache
