@@ -51,8 +51,10 @@ int serve_spec_wanted(const serve_spec_opts *o) { return o->draft != NULL || o->
  * the n-gram drafter, 58% accepted: c = 2 57.2 / 63.1 plain against 79.4
  * / 75.7 speculating) and not at four; on the H200 it lost from two on
  * when each round ran alone (an 8B Q4_K_M model, 130 tok/s aggregate at 2
- * to 16 requests speculating, 265 to 1,533 without), not measured since
- * rounds share steps. */
+ * to 16 requests speculating, 265 to 1,533 without), and still lost with
+ * rounds sharing steps (the MTP drafter on a Qwen3.5-9B shape, 34% of
+ * drafts accepted: 126 / 168 / 162 tok/s at 1 / 2 / 4 requests against
+ * 164 / 314 / 559; a round costs ~1.8 plain steps there). */
 int serve_spec_default_max_batch(backend_kind b) { return b == BK_CUDA ? 1 : 2; }
 
 int serve_spec_k(const serve_spec *sp) { return sp->k; }
