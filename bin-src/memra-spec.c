@@ -32,7 +32,8 @@ static const char usage[] =
     "MODEL and DRAFT are GGUF files, HF checkpoint dirs or hf:owner/repo[:file].\n"
     "\n"
     "drafter (one):\n"
-    "  --draft DRAFT       a smaller model of the same vocabulary\n"
+    "  --draft DRAFT       a smaller model of the same vocabulary, or an assistant that\n"
+    "                      drafts on the model's own state (gemma4_assistant)\n"
     "  --ngram             n-gram / prompt-lookup drafting from the context (no model)\n"
     "  --mtp               the model's own MTP (NextN) block (Qwen3.5 checkpoints carry one)\n"
     "  --trim RANKS        limit the draft model's head to a rank file's ids (memra-trim-ranks)\n"
@@ -262,7 +263,22 @@ int main(int argc, char **argv)
     spec_drafter *d = NULL;
     spec_trim *trim = NULL;
     int32_t *d2t = NULL, n_trim = 0;
+    int assistant = 0;
     if (o.draft) {
+        /* a drafter that reads the model's own state (gemma4_assistant)
+         * runs on the model's engine, with no tokenizer of its own */
+        if (checkpoint_open(o.draft, &dck, &err) != 0)
+            cli_fail(&err);
+        assistant = config_is_assistant(&dck.config);
+        if (!assistant)
+            checkpoint_close(&dck);
+    }
+    if (assistant) {
+        if (o.trim)
+            cli_usage("--trim goes with a draft model, not an assistant (%s)", o.draft);
+        if (engine_attach_assistant(e, &dck, &err) != 0 || spec_drafter_mtp_new(e, &d, &err) != 0)
+            cli_fail(&err);
+    } else if (o.draft) {
         dt = open_model(o.draft, &dck);
         if (spec_check_vocab(t, dt, o.draft, &err) != 0)
             cli_fail(&err);
@@ -449,10 +465,10 @@ int main(int argc, char **argv)
     if (de)
         engine_free(de);
     tok_free(t);
-    if (dt) {
+    if (dt)
         tok_free(dt);
+    if (dt || assistant)
         checkpoint_close(&dck);
-    }
     checkpoint_close(&ck);
     return pass ? 0 : 1;
 }

@@ -155,7 +155,7 @@ qk_norm_rope_kernel(float *q, float *k, const int32_t *__restrict__ pos, cu_qk_r
             s[e] = __fmul_rn(__fmul_rn(s[e], inv), __fadd_rn(nw[e], p.w_offset));
         __syncwarp();
     }
-    const float fpos = (float)pos[i];
+    const float fpos = (float)(pos[i] + p.pos_ahead);
     for (int f = lane; f < p.n_freqs; f += 32) {
         const float ang = __fmul_rn(p.inv_freq[f], fpos);
         const float co = __fmul_rn(cosf(ang), p.attn_factor);

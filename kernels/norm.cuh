@@ -30,6 +30,7 @@ typedef struct {
     int n_freqs;
     float attn_factor;
     int pairing;                  /* rope_pairing: 0 NEOX, 1 adjacent */
+    int pos_ahead;                /* added to every position (bk_attn.q_ahead) */
 } cu_qk_rope;
 
 /* In place on q [n][n_heads][head_dim] and k [n][n_kv_heads][head_dim];

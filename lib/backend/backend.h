@@ -73,6 +73,11 @@ typedef struct {
     float scale;       /* on q.k before softcap and softmax */
     float softcap;     /* 0: none; else scores = softcap * tanh(scores / softcap) */
     int64_t window;    /* 0: full causal; else key j is seen from i when i - j < window */
+    /* RoPE turns q at its row's position plus this, while the row still
+     * attends over keys up to its position: a query that reads a cache it
+     * does not extend (k and v NULL), standing past the newest key it sees
+     * (gemma4_assistant: 1). 0 for every layer that stores K/V. */
+    int q_ahead;
 } bk_attn;
 
 /* A routed-expert FFN layer (qwen3_moe). */

@@ -34,6 +34,10 @@ struct engine {
     int32_t *mtp_pos, *mtp_next;
     kv_seq **mtp_seqs;
     float *mtp_in;
+    /* an attached assistant (engine_attach_assistant): its model, drafting
+     * on this engine's backend and KV cache */
+    model *asst;
+    contract_binding asst_binding;
 };
 
 /* A sequence keeps the final hidden states of its last MTP_KEEP positions
@@ -229,6 +233,11 @@ void engine_free(engine *e)
     if (!e)
         return;
     backend_bind(e->bk);
+    if (e->asst) {
+        model_free(e->asst);
+        free(e->asst);
+        contract_binding_free(&e->asst_binding);
+    }
     model_free(&e->m);
     backend_destroy(e->bk);
     contract_binding_free(&e->binding);
@@ -282,8 +291,6 @@ int engine_seq_new(engine *e, engine_seq **out, memra_err *err)
     engine_seq *s = xcalloc(1, sizeof *s);
     s->e = e;
     kv_seq_init(&s->kv, &e->m.state.kv);
-    if (e->m.mtp)
-        s->mtp_h = xmalloc((size_t)MTP_KEEP * (size_t)e->m.config.dim * sizeof *s->mtp_h);
     *out = s;
     return 0;
 }
@@ -375,6 +382,8 @@ static const float *mtp_kept(const engine_seq *s, int64_t p, size_t dim)
 
 static void mtp_keep(engine_seq *s, int64_t p, const float *h, size_t dim)
 {
+    if (!s->mtp_h)
+        s->mtp_h = xmalloc((size_t)MTP_KEEP * dim * sizeof *s->mtp_h);
     if (p < s->mtp_lo || p > s->mtp_hi)
         s->mtp_lo = p; /* not contiguous with what is kept: start again */
     memcpy(s->mtp_h + (size_t)(p % MTP_KEEP) * dim, h, dim * sizeof *h);
@@ -405,7 +414,7 @@ static void mtp_follow(engine *e, const bk_batch *rows, const int32_t *tokens)
     size_t dim = (size_t)e->m.config.dim;
     const float *hid = e->m.state.host_hidden;
     int nj = 0;
-    for (int i = 0; i < rows->n; i++) {
+    for (int i = 0; i < rows->n && e->m.mtp; i++) {
         int64_t p = rows->pos[i];
         const float *h = NULL;
         if (i > 0 && rows->seq[i - 1] == rows->seq[i] && rows->pos[i - 1] == p - 1)
@@ -426,14 +435,71 @@ static void mtp_follow(engine *e, const bk_batch *rows, const int32_t *tokens)
         mtp_step(e, nj, nj, NULL, NULL);
 }
 
-int engine_has_mtp(const engine *e) { return e->m.mtp; }
+int engine_has_mtp(const engine *e) { return e->m.mtp || e->asst; }
 
-void engine_mtp_follow(engine *e, int on) { e->m.keep_hidden = e->m.mtp && on; }
+int engine_has_assistant(const engine *e) { return e->asst != NULL; }
+
+void engine_mtp_follow(engine *e, int on) { e->m.keep_hidden = (e->m.mtp || e->asst) && on; }
 
 int engine_mtp_ready(const engine *e, const engine_seq *s)
 {
-    return e->m.mtp && s->kv.n_tokens >= 1 &&
+    return engine_has_mtp(e) && s->kv.n_tokens >= 1 &&
            mtp_kept(s, s->kv.n_tokens - 1, (size_t)e->m.config.dim) != NULL;
+}
+
+/* ---- an assistant (engine_attach_assistant) ----
+ *
+ * It keeps no K/V: every draft of a round reads the model's cache up to
+ * the sequence's newest position q and stands at q + 1 (model.c's
+ * assistant_layers), from the model's hidden state at q (kept as for the
+ * MTP block, with no block to run) or its own output of the draft before. */
+
+int engine_attach_assistant(engine *e, const checkpoint *ck, memra_err *err)
+{
+    if (e->asst || e->m.mtp)
+        return memra_fail(err, "%s: the engine drafts with %s already", ck->path,
+                          e->m.mtp ? "its MTP block" : "an assistant");
+    const model_config *c = &ck->config;
+    if (!config_is_assistant(c))
+        return memra_fail(err, "%s: a %s model, not an assistant (a gemma4_assistant "
+                          "checkpoint drafts on its model's state)", ck->path,
+                          family_name(c->family));
+    backend_bind(e->bk);
+    if (contract_bind(c, ck->format, ck->tensors, ck->n_tensors, &e->asst_binding, err) != 0)
+        return memra_wrap(err, "%s", ck->path);
+    model *a = xcalloc(1, sizeof *a);
+    model_opts mo = {.cap = 1, .target = &e->m};
+    if (model_init(a, c, &e->asst_binding, ck->format, e->bk, &mo, err) != 0 ||
+        backend_status(e->bk, err) != 0) {
+        if (a->bk)
+            model_free(a);
+        free(a);
+        contract_binding_free(&e->asst_binding);
+        return memra_wrap(err, "%s", ck->path);
+    }
+    e->asst = a;
+    e->m.keep_hidden = 1;
+    if (!e->mtp_pos) {
+        e->mtp_pos = xmalloc(sizeof *e->mtp_pos);
+        e->mtp_next = xmalloc(sizeof *e->mtp_next);
+        e->mtp_seqs = xmalloc(sizeof *e->mtp_seqs);
+        e->mtp_in = xmalloc((size_t)e->m.config.dim * sizeof *e->mtp_in);
+    }
+    return 0;
+}
+
+/* One assistant row staged in e->mtp_*, a step of its own (never graphed). */
+static void assistant_step(engine *e, float *logits, float *h_out)
+{
+    backend *bk = e->bk;
+    bk_batch rows = {1, e->mtp_pos, e->mtp_seqs};
+    bk_step st = {.rows = &rows, .tokens = e->mtp_next, .prefill = 0,
+                  .max_blocks = e->max_blocks};
+    if (bk->ops->step_begin && bk->ops->step_begin(bk, &st) != 0)
+        return; /* failed: backend_status says */
+    model_forward_assistant(e->asst, &rows, e->mtp_next, e->mtp_in, 0, logits, h_out);
+    if (bk->ops->step_end)
+        bk->ops->step_end(bk, &st);
 }
 
 int engine_mtp_draft(engine *e, engine_seq *s, int32_t next, int depth, const float *h,
@@ -441,8 +507,9 @@ int engine_mtp_draft(engine *e, engine_seq *s, int32_t next, int depth, const fl
 {
     const model_config *c = &e->m.config;
     backend_bind(e->bk);
-    if (!e->m.mtp)
-        return memra_fail(err, "mtp: the engine runs no MTP block (engine_opts.mtp)");
+    if (!engine_has_mtp(e))
+        return memra_fail(err, "mtp: the engine runs no MTP block (engine_opts.mtp) and no "
+                          "assistant");
     if (s->e != e)
         return memra_fail(err, "mtp: the sequence belongs to another engine");
     if (next < 0 || next >= c->n_vocab)
@@ -454,9 +521,19 @@ int engine_mtp_draft(engine *e, engine_seq *s, int32_t next, int depth, const fl
                           s->kv.n_tokens, depth);
     if (q + 1 > e->n_ctx)
         return memra_fail(err, "mtp: position %" PRId64 " is past n_ctx %" PRId64, q, e->n_ctx);
+    if (e->asst)
+        q -= depth; /* every draft of a round stands at the newest position */
     if (depth == 0 && !(h = mtp_kept(s, q, (size_t)c->dim)))
         return memra_fail(err, "mtp: the hidden state at position %" PRId64 " was not kept (the "
                           "sequence's newest tokens never ran on this engine)", q);
+    if (e->asst) {
+        e->mtp_pos[0] = (int32_t)q;
+        e->mtp_seqs[0] = &s->kv;
+        e->mtp_next[0] = next;
+        memcpy(e->mtp_in, h, (size_t)c->dim * sizeof *h);
+        assistant_step(e, logits, h_out);
+        return backend_status(e->bk, err);
+    }
     if (kv_seq_reserve(&s->kv, q + 1, err) != 0)
         return -1;
     e->mtp_pos[0] = (int32_t)q;

@@ -226,15 +226,27 @@ int engine_forward_batch_sample_with(engine *e, engine_seq *const *seqs, const i
                                      memra_err *row_errs, engine_overlap_fn overlap, void *ctx,
                                      memra_err *err);
 
-/* Whether e runs the checkpoint's MTP block (engine_opts.mtp). */
+/* Whether e drafts on its own: it runs the checkpoint's MTP block
+ * (engine_opts.mtp) or has an assistant attached. */
 int engine_has_mtp(const engine *e);
+/* Load ck, a drafter that reads e's model (config_is_assistant: a
+ * gemma4_assistant for a Gemma 4 model), onto e's backend; engine_mtp_draft
+ * then drafts with it, and e keeps each sequence's newest hidden states
+ * for it. ck must stay open while e lives. Fails when ck is not an
+ * assistant, does not fit e's model (hidden size, vocabulary, the K/V
+ * heads of the layers it reads), or e runs an MTP block. */
+int engine_attach_assistant(engine *e, const checkpoint *ck, memra_err *err);
+/* Whether an assistant is attached (engine_attach_assistant). */
+int engine_has_assistant(const engine *e);
 /* Whether the block follows every step of the model (on, the default, with
  * the block loaded): off, steps run as without it (and are graphed where
  * the backend graphs them), and the block's K/V is not kept for the
  * positions they run, so drafting on those sequences accepts less (never
  * changing the output). For a plain-decoding baseline. */
 void engine_mtp_follow(engine *e, int on);
-/* The MTP block's next-token-but-one prediction for s. depth 0: at s's
+/* The MTP block's next-token-but-one prediction for s (or, with an
+ * assistant attached, the assistant's: every depth at s's newest run
+ * position, reading the model's K/V, writing none). depth 0: at s's
  * newest run position q, from the model's hidden state there and `next`,
  * the token about to follow it (not run yet): logits for the token after
  * next. depth d > 0: at q + d, from h (the block's own h_out of depth

@@ -113,7 +113,7 @@ int spec_drafter_mtp_new(engine *e, spec_drafter **out, memra_err *err)
     md->h = xmalloc((size_t)md->dim * sizeof *md->h);
     md->h_next = xmalloc((size_t)md->dim * sizeof *md->h_next);
     spec_drafter *d = xcalloc(1, sizeof *d);
-    *d = (spec_drafter){.kind = "mtp", .impl = md, .begin = mtp_begin, .propose = mtp_propose,
+    *d = (spec_drafter){.kind = engine_has_assistant(e) ? "assistant" : "mtp", .impl = md, .begin = mtp_begin, .propose = mtp_propose,
                         .free = mtp_free};
     *out = d;
     return 0;

@@ -309,7 +309,49 @@ static int read_rope_parameters(const json_t *obj, const char *what, model_confi
     return 0;
 }
 
+static int from_hf(const json_t *cfg, const char *what, int validate, model_config *out,
+                   memra_err *err);
+
+/* A drafter checkpoint (family.h's hf_assistant_type): its text_config is
+ * the family's config, the top level the drafter's own keys. */
+static int assistant_from_hf(const json_t *cfg, const model_family_desc *fam, const char *mt,
+                             const char *what, model_config *out, memra_err *err)
+{
+    const json_t *text = json_object_get(cfg, "text_config");
+    if (!json_is_object(text))
+        return memra_fail(err, "%s: model_type \"%s\" needs a \"text_config\" object", what,
+                          mt);
+    char twhat[600];
+    snprintf(twhat, sizeof twhat, "%.580s: text_config", what);
+    model_config c;
+    if (from_hf(text, twhat, 0, &c, err) != 0)
+        return -1;
+    if (c.family != fam->id)
+        return memra_fail(err, "%s: model_type \"%s\" where \"%s\" was expected", twhat,
+                          c.hf_model_type, fam->hf_types[0].model_type);
+    if (fam->hf_assistant_read(cfg, what, &c, err) != 0)
+        return -1;
+    const char *arch = NULL;
+    json_t *archs = json_object_get(cfg, "architectures");
+    if (json_is_array(archs) && json_is_string(json_array_get(archs, 0)))
+        arch = json_string_value(json_array_get(archs, 0));
+    if (copy_name(c.hf_model_type, sizeof c.hf_model_type, mt, what, "model_type", err) ||
+        (arch && copy_name(c.hf_architecture, sizeof c.hf_architecture, arch, what,
+                           "architectures[0]", err)))
+        return -1;
+    if (config_validate(&c, what, err) != 0)
+        return -1;
+    *out = c;
+    return 0;
+}
+
 int config_from_hf(const json_t *cfg, const char *what, model_config *out, memra_err *err)
+{
+    return from_hf(cfg, what, 1, out, err);
+}
+
+static int from_hf(const json_t *cfg, const char *what, int validate, model_config *out,
+                   memra_err *err)
 {
     model_config c;
     memset(&c, 0, sizeof c);
@@ -319,6 +361,9 @@ int config_from_hf(const json_t *cfg, const char *what, model_config *out, memra
     const char *mt;
     if (json_get_str(cfg, "model_type", 1, &mt, what, err) != 0)
         return -1;
+    const model_family_desc *assist = family_by_hf_assistant(mt);
+    if (assist)
+        return assistant_from_hf(cfg, assist, mt, what, out, err);
     const json_t *obj = cfg;
     char twhat[600];
     const model_family_desc *wrapped = family_by_hf_wrapper(mt);
@@ -424,7 +469,7 @@ int config_from_hf(const json_t *cfg, const char *what, model_config *out, memra
             return -1;
     }
 
-    if (config_validate(&c, what, err) != 0)
+    if (validate && config_validate(&c, what, err) != 0)
         return -1;
     *out = c;
     return 0;
@@ -733,5 +778,15 @@ json_t *config_to_hf(const model_config *c)
     if (fam->hf_write)
         fam->hf_write(c, ht, o);
     json_object_set_new(o, "torch_dtype", json_string("bfloat16"));
+    if (config_is_assistant(c) && fam->hf_assistant_type) {
+        /* a drafter: the family's config becomes its text_config */
+        json_t *w = json_object();
+        json_object_set(w, "architectures", json_object_get(o, "architectures"));
+        json_object_del(o, "architectures");
+        json_object_set_new(w, "model_type", json_string(fam->hf_assistant_type));
+        fam->hf_assistant_write(c, w);
+        json_object_set_new(w, "text_config", o);
+        return w;
+    }
     return o;
 }

@@ -96,6 +96,13 @@ typedef struct {
     int64_t rope_full_angles;   /* 0: every pair */
     int last_layer_full;        /* the last layer attends in full whatever the pattern */
     int moe_with_dense;         /* routed experts beside the dense FFN (enable_moe_block) */
+    /* A gemma4_assistant checkpoint: a drafter whose layers read a Gemma 4
+     * model's K/V and hidden state instead of computing K/V of their own
+     * (every layer n_kv_shared). backbone_dim is the model's hidden size
+     * (0: not an assistant); use_ordered_embeddings' centroid head is
+     * read but not run (the tied head is). */
+    int64_t backbone_dim;
+    int ordered_embeddings;
 
     int64_t bos_id, eos_id; /* -1 when the config does not say */
 
@@ -176,6 +183,9 @@ static inline void config_kv_layout(const model_config *c, int64_t *n_kv_layers,
         *kv_dim = w > *kv_dim ? w : *kv_dim;
     }
 }
+
+/* Whether c is a drafter of another model's (gemma4_assistant). */
+static inline int config_is_assistant(const model_config *c) { return c->backbone_dim > 0; }
 
 /* The head dims RoPE turns (rope_dim, else all of head_dim). */
 static inline int64_t config_rope_dim(const model_config *c)

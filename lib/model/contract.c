@@ -61,6 +61,8 @@ static const char *const role_names[ROLE_COUNT] = {
     [ROLE_MTP_ENORM] = "mtp_enorm",
     [ROLE_MTP_HNORM] = "mtp_hnorm",
     [ROLE_MTP_HEAD_NORM] = "mtp_head_norm",
+    [ROLE_ASSIST_PRE_PROJ] = "assist_pre_proj",
+    [ROLE_ASSIST_POST_PROJ] = "assist_post_proj",
     [ROLE_MOE_GATE_UP_STACK] = "moe_gate_up_stack",
     [ROLE_MOE_DOWN_STACK] = "moe_down_stack",
     [ROLE_MOE_ROUTER_SCALE] = "moe_router_scale",
@@ -153,6 +155,8 @@ const char *role_group(tensor_role r)
     case ROLE_SSM_OUT:
         return "recurrent";
     case ROLE_MTP_EH_PROJ:
+    case ROLE_ASSIST_PRE_PROJ:
+    case ROLE_ASSIST_POST_PROJ:
         return "mtp";
     case ROLE_MTP_ENORM:
     case ROLE_MTP_HNORM:

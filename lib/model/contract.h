@@ -85,6 +85,9 @@ typedef enum {
     ROLE_MTP_ENORM,         /* [dim] */
     ROLE_MTP_HNORM,         /* [dim] */
     ROLE_MTP_HEAD_NORM,     /* [dim]: before the shared output head */
+    /* a drafter reading another model's state (gemma4_assistant) */
+    ROLE_ASSIST_PRE_PROJ,   /* [dim][2 backbone_dim] over [embedding | hidden] of the model */
+    ROLE_ASSIST_POST_PROJ,  /* [backbone_dim][dim]: the hidden state the next draft reads */
     ROLE_COUNT
 } tensor_role;
 

@@ -64,6 +64,14 @@ const model_family_desc *family_by_hf_wrapper(const char *mt)
     return NULL;
 }
 
+const model_family_desc *family_by_hf_assistant(const char *mt)
+{
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(families); i++)
+        if (families[i]->hf_assistant_type && strcmp(families[i]->hf_assistant_type, mt) == 0)
+            return families[i];
+    return NULL;
+}
+
 /* Appends ", name" (or "name" first) to out, truncating at n bytes. */
 static void list_add(char *out, size_t n, const char *name)
 {
@@ -80,6 +88,8 @@ void family_list_hf_types(char *out, size_t n)
             list_add(out, n, families[i]->hf_types[t].model_type);
         if (families[i]->hf_wrapper_type)
             list_add(out, n, families[i]->hf_wrapper_type);
+        if (families[i]->hf_assistant_type)
+            list_add(out, n, families[i]->hf_assistant_type);
     }
 }
 

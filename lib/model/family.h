@@ -76,6 +76,14 @@ struct model_family_desc {
     /* A model_type whose "text_config" object holds this family's config
      * (gemma3's multimodal wrapper), or NULL. */
     const char *hf_wrapper_type;
+    /* A model_type of a drafter checkpoint made of this family's layers
+     * ("gemma4_assistant"): its "text_config" is read as this family's
+     * config, then hf_assistant_read reads the drafter's own keys from the
+     * top level (config_is_assistant); hf_assistant_write writes them. */
+    const char *hf_assistant_type;
+    int (*hf_assistant_read)(const json_t *cfg, const char *what, model_config *c,
+                             memra_err *err);
+    void (*hf_assistant_write)(const model_config *c, json_t *o);
     const char *hf_act_key, *hf_act; /* "hidden_act", "silu" */
     /* Keys after the shared ones, in the order transformers reads them;
      * t is the model_type read. */
@@ -165,6 +173,8 @@ const model_family_desc *family_by_gguf_arch(const char *arch);
 const model_family_desc *family_by_hf_type(const char *mt, const family_hf_type **type);
 /* The family whose multimodal wrapper model_type is mt, or NULL. */
 const model_family_desc *family_by_hf_wrapper(const char *mt);
+/* The family whose drafter model_type (hf_assistant_type) is mt, or NULL. */
+const model_family_desc *family_by_hf_assistant(const char *mt);
 /* "llama, mistral, qwen2, ..." (every model_type, wrappers after their
  * family's) and "llama, qwen2, ..." (every architecture), for errors. */
 void family_list_hf_types(char *out, size_t n);

@@ -321,6 +321,64 @@ static void gemma4_gguf_write(const model_config *c, const char *arch, gguf_writ
     }
 }
 
+/* ---- the assistant (gemma4_assistant) ----
+ *
+ * Gemma4AssistantForCausalLM: a small gemma4_text stack that drafts for a
+ * Gemma 4 model. Its layers compute q alone and attend over the model's
+ * K/V (the last layer of each kind that computes any); its input is
+ * pre_projection([embedding of the newest token | the model's final-normed
+ * hidden state]), its output head the tied embedding, and post_projection
+ * of its final-normed output is the hidden state the next draft reads
+ * (model_forward_assistant). transformers forces every layer to share
+ * K/V (num_kv_shared_layers = num_hidden_layers) and refuses per-layer
+ * inputs, MoE and the double-wide MLP. The centroid head
+ * (use_ordered_embeddings) ranks tokens by 32 of 2048 clusters; memra
+ * reads its tensors but drafts from the whole head, as llama.cpp does. */
+
+static int gemma4_assistant_read(const json_t *cfg, const char *what, model_config *c,
+                                 memra_err *err)
+{
+    c->backbone_dim = 1536;
+    int64_t centroids = 2048, top_k = 32;
+    int tie = 1;
+    if (json_get_int(cfg, "backbone_hidden_size", 0, &c->backbone_dim, what, err) ||
+        json_get_bool(cfg, "use_ordered_embeddings", 0, &c->ordered_embeddings, what, err) ||
+        json_get_int(cfg, "num_centroids", 0, &centroids, what, err) ||
+        json_get_int(cfg, "centroid_intermediate_top_k", 0, &top_k, what, err) ||
+        json_get_bool(cfg, "tie_word_embeddings", 0, &tie, what, err))
+        return -1;
+    if (config_size_ok(what, "backbone_hidden_size", c->backbone_dim, CONFIG_MAX_SIZE, err))
+        return -1;
+    if (!tie)
+        return memra_fail(err, "%s: tie_word_embeddings false is not supported for "
+                          "gemma4_assistant (its head is the tied embedding)", what);
+    c->tie_embeddings = 1;
+    /* Gemma4AssistantConfig: every layer reads the model's K/V */
+    if (c->n_kv_shared == 0)
+        c->n_kv_shared = c->n_layers;
+    return 0;
+}
+
+static void gemma4_assistant_write(const model_config *c, json_t *o)
+{
+    config_json_set_int(o, "backbone_hidden_size", c->backbone_dim);
+    json_object_set_new(o, "use_ordered_embeddings", json_boolean(c->ordered_embeddings));
+    json_object_set_new(o, "tie_word_embeddings", json_true());
+}
+
+static int gemma4_assistant_validate(const model_config *c, const char *what, memra_err *err)
+{
+    if (c->n_kv_shared != c->n_layers)
+        return memra_fail(err, "%s: num_kv_shared_layers %" PRId64 " must be num_hidden_layers "
+                          "(%" PRId64 "): a gemma4_assistant's layers read the model's K/V",
+                          what, c->n_kv_shared, c->n_layers);
+    if (c->ple_dim > 0 || c->moe_with_dense || c->double_wide_ffn)
+        return memra_fail(err, "%s: a gemma4_assistant has no per-layer inputs, MoE block or "
+                          "double-wide MLP (hidden_size_per_layer_input 0, enable_moe_block "
+                          "and use_double_wide_mlp false)", what);
+    return 0;
+}
+
 static int gemma4_validate(const model_config *c, const char *what, memra_err *err)
 {
     if (config_size_ok(what, "global_head_dim", c->head_dim_full, CONFIG_MAX_SIZE, err) ||
@@ -350,6 +408,8 @@ static int gemma4_validate(const model_config *c, const char *what, memra_err *e
         (c->n_kv_heads_full > c->n_heads || c->n_heads % c->n_kv_heads_full != 0))
         return memra_fail(err, "%s: num_global_key_value_heads %" PRId64 " does not divide "
                           "num_attention_heads %" PRId64, what, c->n_kv_heads_full, c->n_heads);
+    if (config_is_assistant(c))
+        return gemma4_assistant_validate(c, what, err);
     if (c->n_kv_shared < 0 || c->n_kv_shared >= c->n_layers)
         return memra_fail(err, "%s: num_kv_shared_layers %" PRId64 " must be below the %" PRId64
                           " layers", what, c->n_kv_shared, c->n_layers);
@@ -396,6 +456,8 @@ static const family_tensor_name gemma4_tensor_names[] = {
     {"inp_gate.weight", "per_layer_input_gate.weight", 0, 0},
     {"proj.weight", "per_layer_projection.weight", 0, 0},
     {"post_norm.weight", "post_per_layer_input_norm.weight", 0, 0},
+    {"nextn.pre_projection.weight", "pre_projection.weight", 1, 0},
+    {"nextn.post_projection.weight", "post_projection.weight", 1, 0},
     {"ffn_gate_inp.weight", "router.proj.weight", 0, 0},
     {"ffn_gate_inp.scale", "router.scale", 0, 0},
     {"ffn_down_exps.scale", "router.per_expert_scale", 0, 0},
@@ -413,12 +475,19 @@ static const family_hf_prefix gemma4_hf_prefixes[] = {
 /* The multimodal checkpoints' towers: memra runs the text model. */
 static const char *const gemma4_hf_ignored[] = {
     "model.vision_tower.", "model.embed_vision.", "model.audio_tower.", "model.embed_audio.",
+    "masked_embedding.", /* an assistant's centroid head */
 };
 
 static void gemma4_contract(const model_config *c, tensor_contract *k)
 {
     int64_t d = c->dim, p = c->ple_dim;
     contract_add_globals(k, c, 0);
+    if (config_is_assistant(c)) {
+        contract_add_2d(k, ROLE_ASSIST_PRE_PROJ, -1, "nextn.pre_projection.weight", d,
+                        2 * c->backbone_dim, 0, 0);
+        contract_add_2d(k, ROLE_ASSIST_POST_PROJ, -1, "nextn.post_projection.weight",
+                        c->backbone_dim, d, 0, 0);
+    }
     if (p > 0) {
         contract_add_2d(k, ROLE_PLE_EMBED, -1, "per_layer_token_embd.weight", c->ple_vocab,
                         c->n_layers * p, 0, 0);
@@ -513,6 +582,49 @@ static void gemma4_layer_attention(const model_config *c, int l, bk_attn *a, int
  * The attention sublayer (model_attention) RMS-normalizes V, takes V from
  * the K projection on the k_eq_v layers, and computes q alone on the
  * layers that share K/V. The final logit soft-cap is model_forward's. */
+/* Layer l on state.x (the per-layer inputs already in state.ple_mix). */
+static void gemma4_layer(model *m, int l, const bk_batch *rows)
+{
+    const backend_ops *op = m->bk->ops;
+    const model_config *c = &m->config;
+    run_state *s = &m->state;
+    const layer_weights *w = &m->weights.layers[l];
+    int n = rows->n;
+    size_t nd = (size_t)n * (size_t)c->dim;
+    float eps = m->norm_eps;
+    int64_t p = c->ple_dim, lp = c->n_layers * p;
+    model_report_hidden(m, l, rows, s->x);
+    op->rmsnorm(m->bk, s->x, n, &w->attn_norm, 0.0f, eps, s->xb);
+    model_attention(m, l, rows, s->xb, s->xb2);
+    op->rmsnorm(m->bk, s->xb2, n, &w->attn_post_norm, 0.0f, eps, s->xb);
+    op->add(m->bk, s->x, s->xb, nd);
+    op->rmsnorm(m->bk, s->x, n, &w->ffn_norm, 0.0f, eps, s->xb);
+    op->ffn_glu(m->bk, &w->ffn_gate, &w->ffn_up, &w->ffn_down, m->act, s->xb, n, s->hb, s->hb2,
+                s->xb2);
+    if (c->moe_with_dense) {
+        op->rmsnorm(m->bk, s->xb2, n, &w->ffn_post_norm_1, 0.0f, eps, s->moe_out);
+        op->rmsnorm(m->bk, s->x, n, &w->moe_router_scale, 0.0f, eps, s->moe_router_in);
+        op->scale(m->bk, s->moe_router_in, nd, (float)pow((double)c->dim, -0.5));
+        op->rmsnorm(m->bk, s->x, n, &w->ffn_pre_norm_2, 0.0f, eps, s->xb);
+        model_moe_ffn_routed(m, l, n, s->xb, s->moe_router_in, s->xb2);
+        op->rmsnorm(m->bk, s->xb2, n, &w->ffn_post_norm_2, 0.0f, eps, s->xb);
+        op->add(m->bk, s->xb, s->moe_out, nd);
+        op->rmsnorm(m->bk, s->xb, n, &w->ffn_post_norm, 0.0f, eps, s->xb2);
+        op->add(m->bk, s->x, s->xb2, nd);
+    } else {
+        op->rmsnorm(m->bk, s->xb2, n, &w->ffn_post_norm, 0.0f, eps, s->xb);
+        op->add(m->bk, s->x, s->xb, nd);
+    }
+    if (p > 0) {
+        op->matmul(m->bk, &w->ple_gate, NULL, s->x, n, s->ple_gate);
+        op->act_mul(m->bk, s->ple_gate, s->ple_mix + (size_t)l * (size_t)p, n, p, lp, m->act);
+        op->matmul(m->bk, &w->ple_out, NULL, s->ple_gate, n, s->xb2);
+        op->rmsnorm(m->bk, s->xb2, n, &w->ple_post_norm, 0.0f, eps, s->xb);
+        op->add(m->bk, s->x, s->xb, nd);
+    }
+    op->scale(m->bk, s->x, nd, w->layer_scale);
+}
+
 static void gemma4_forward(model *m, const bk_batch *rows, const int32_t *tokens)
 {
     const backend_ops *op = m->bk->ops;
@@ -520,7 +632,6 @@ static void gemma4_forward(model *m, const bk_batch *rows, const int32_t *tokens
     const model_weights *mw = &m->weights;
     run_state *s = &m->state;
     int n = rows->n;
-    size_t nd = (size_t)n * (size_t)c->dim;
     float eps = m->norm_eps;
     int64_t p = c->ple_dim, lp = c->n_layers * p;
     op->embed(m->bk, &mw->embed, tokens, n, m->embed_scale, s->x);
@@ -533,40 +644,8 @@ static void gemma4_forward(model *m, const bk_batch *rows, const int32_t *tokens
         op->add(m->bk, s->ple_mix, s->ple, (size_t)n * (size_t)lp);
         op->scale(m->bk, s->ple_mix, (size_t)n * (size_t)lp, (float)pow(2.0, -0.5));
     }
-    for (int l = 0; l < c->n_layers; l++) {
-        const layer_weights *w = &mw->layers[l];
-        model_report_hidden(m, l, rows, s->x);
-        op->rmsnorm(m->bk, s->x, n, &w->attn_norm, 0.0f, eps, s->xb);
-        model_attention(m, l, rows, s->xb, s->xb2);
-        op->rmsnorm(m->bk, s->xb2, n, &w->attn_post_norm, 0.0f, eps, s->xb);
-        op->add(m->bk, s->x, s->xb, nd);
-        op->rmsnorm(m->bk, s->x, n, &w->ffn_norm, 0.0f, eps, s->xb);
-        op->ffn_glu(m->bk, &w->ffn_gate, &w->ffn_up, &w->ffn_down, m->act, s->xb, n, s->hb,
-                    s->hb2, s->xb2);
-        if (c->moe_with_dense) {
-            op->rmsnorm(m->bk, s->xb2, n, &w->ffn_post_norm_1, 0.0f, eps, s->moe_out);
-            op->rmsnorm(m->bk, s->x, n, &w->moe_router_scale, 0.0f, eps, s->moe_router_in);
-            op->scale(m->bk, s->moe_router_in, nd, (float)pow((double)c->dim, -0.5));
-            op->rmsnorm(m->bk, s->x, n, &w->ffn_pre_norm_2, 0.0f, eps, s->xb);
-            model_moe_ffn_routed(m, l, n, s->xb, s->moe_router_in, s->xb2);
-            op->rmsnorm(m->bk, s->xb2, n, &w->ffn_post_norm_2, 0.0f, eps, s->xb);
-            op->add(m->bk, s->xb, s->moe_out, nd);
-            op->rmsnorm(m->bk, s->xb, n, &w->ffn_post_norm, 0.0f, eps, s->xb2);
-            op->add(m->bk, s->x, s->xb2, nd);
-        } else {
-            op->rmsnorm(m->bk, s->xb2, n, &w->ffn_post_norm, 0.0f, eps, s->xb);
-            op->add(m->bk, s->x, s->xb, nd);
-        }
-        if (p > 0) {
-            op->matmul(m->bk, &w->ple_gate, NULL, s->x, n, s->ple_gate);
-            op->act_mul(m->bk, s->ple_gate, s->ple_mix + (size_t)l * (size_t)p, n, p, lp,
-                        m->act);
-            op->matmul(m->bk, &w->ple_out, NULL, s->ple_gate, n, s->xb2);
-            op->rmsnorm(m->bk, s->xb2, n, &w->ple_post_norm, 0.0f, eps, s->xb);
-            op->add(m->bk, s->x, s->xb, nd);
-        }
-        op->scale(m->bk, s->x, nd, w->layer_scale);
-    }
+    for (int l = 0; l < c->n_layers; l++)
+        gemma4_layer(m, l, rows);
 }
 
 const model_family_desc family_gemma4 = {
@@ -576,6 +655,9 @@ const model_family_desc family_gemma4 = {
     .hf_types = gemma4_hf_types,
     .n_hf_types = MEMRA_ARRAY_LEN(gemma4_hf_types),
     .hf_wrapper_type = "gemma4",
+    .hf_assistant_type = "gemma4_assistant",
+    .hf_assistant_read = gemma4_assistant_read,
+    .hf_assistant_write = gemma4_assistant_write,
     .hf_act_key = "hidden_activation",
     .hf_act = "gelu_pytorch_tanh",
     .hf_read = gemma4_hf_read,
@@ -595,6 +677,7 @@ const model_family_desc family_gemma4 = {
     .hf_ignored = gemma4_hf_ignored,
     .n_hf_ignored = MEMRA_ARRAY_LEN(gemma4_hf_ignored),
     .forward = gemma4_forward,
+    .layer = gemma4_layer,
     .act = BK_ACT_GELU_TANH,
     .embed_scale_sqrt_dim = 1,
     .layer_attention = gemma4_layer_attention,

@@ -217,7 +217,9 @@ static int bind_weights(model *m, const contract_binding *b, memra_err *err)
         bind_weight(m, b, ROLE_OUTPUT, -1, &w->output, err) ||
         bind_weight(m, b, ROLE_PLE_EMBED, -1, &w->ple_embed, err) ||
         bind_weight(m, b, ROLE_PLE_PROJ, -1, &w->ple_proj, err) ||
-        bind_weight(m, b, ROLE_PLE_PROJ_NORM, -1, &w->ple_proj_norm, err))
+        bind_weight(m, b, ROLE_PLE_PROJ_NORM, -1, &w->ple_proj_norm, err) ||
+        bind_weight(m, b, ROLE_ASSIST_PRE_PROJ, -1, &w->assist_pre, err) ||
+        bind_weight(m, b, ROLE_ASSIST_POST_PROJ, -1, &w->assist_post, err))
         return -1;
     if (!bk_weight_present(&w->output))
         w->output = w->embed; /* tied head */
@@ -313,9 +315,10 @@ static void setup_layers(model *m)
         }
         bk_attn *a = &m->attn[l];
         int64_t src = config_layer_kv_source(c, l);
-        MEMRA_ASSERT(src >= 0 && src <= l); /* config_validate */
-        /* only attention layers keep K and V, and only those computing them */
-        a->layer = src == l ? n_kv++ : m->attn[src].layer;
+        MEMRA_ASSERT(m->target || (src >= 0 && src <= l)); /* config_validate */
+        /* only attention layers keep K and V, and only those computing
+         * them; an assistant's read the model's (assistant_layers) */
+        a->layer = m->target ? -1 : src == l ? n_kv++ : m->attn[src].layer;
         a->n_heads = (int)c->n_heads;
         a->n_kv_heads = (int)c->n_kv_heads;
         a->head_dim = (int)c->head_dim;
@@ -332,6 +335,39 @@ static void setup_layers(model *m)
     m->n_kv_layers = n_kv;
     m->kv_dim = kv_dim;
     m->state_floats = state_off;
+}
+
+/* An assistant's layers read the model's K/V: each the K/V of the model's
+ * last layer of its kind that computes any (what transformers passes as
+ * shared_kv_states), through the same heads, over every position the
+ * model has run on a full layer and the newest window + 1 on a sliding
+ * one, with q turned one position past the newest key (transformers'
+ * assistant drafts at the position of the token it embeds). */
+static int assistant_layers(model *m, memra_err *err)
+{
+    const model *t = m->target;
+    const model_config *c = &m->config, *tc = &t->config;
+    for (int l = 0; l < c->n_layers; l++) {
+        bk_attn *a = &m->attn[l];
+        int full = config_layer_full(c, l);
+        int64_t src = -1;
+        for (int64_t j = tc->n_layers - 1; j >= 0 && src < 0; j--)
+            if (!config_layer_recurrent(tc, j) && config_layer_kv_source(tc, j) == j &&
+                config_layer_full(tc, j) == full)
+                src = j;
+        if (src < 0)
+            return memra_fail(err, "assistant: layer %d attends over the model's %s layers, "
+                              "and the model has none", l, full ? "full" : "sliding");
+        const bk_attn *ta = &t->attn[src];
+        if (a->head_dim != ta->head_dim || a->n_kv_heads != ta->n_kv_heads)
+            return memra_fail(err, "assistant: layer %d has %d KV heads of %d, the model's "
+                              "layer %" PRId64 " it reads %d of %d", l, a->n_kv_heads,
+                              a->head_dim, src, ta->n_kv_heads, ta->head_dim);
+        a->layer = ta->layer;
+        a->window = a->window > 0 ? a->window + 1 : 0;
+        a->q_ahead = 1;
+    }
+    return 0;
 }
 
 /* The V norm's weights of ones (v_norm families): one per head size. */
@@ -393,6 +429,12 @@ static void alloc_state(model *m, int cap)
     if (m->mtp) {
         s->mtp_cat = bk->ops->act_alloc(bk, n * 2 * (size_t)c->dim);
     }
+    if (m->target) {
+        size_t bd = (size_t)c->backbone_dim;
+        s->mtp_cat = bk->ops->act_alloc(bk, n * 2 * bd);
+        s->assist_e = bk->ops->act_alloc(bk, n * bd);
+        s->assist_h = bk->ops->act_alloc(bk, n * bd);
+    }
     if (c->moe_with_dense) {
         s->moe_router_in = bk->ops->act_alloc(bk, n * (size_t)c->dim);
         s->moe_out = bk->ops->act_alloc(bk, n * (size_t)c->dim);
@@ -429,6 +471,27 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
     if (!fam || !fam->forward)
         return memra_fail(err, "model: family %d has no forward pass", (int)c->family);
     m->forward_layers = fam->forward;
+    if (config_is_assistant(c) != (o->target != NULL))
+        return memra_fail(err, o->target ? "model: the drafter's checkpoint is a %s model, not "
+                                           "an assistant (gemma4_assistant)"
+                                         : "model: a %s assistant checkpoint drafts for another "
+                                           "model: load it as its drafter (--draft)",
+                          fam->name);
+    if (o->target) {
+        const model_config *tc = &o->target->config;
+        if (tc->family != c->family || config_is_assistant(tc) || tc->dim != c->backbone_dim ||
+            tc->n_vocab != c->n_vocab)
+            return memra_fail(err, "model: the assistant drafts for a %s model of hidden size "
+                              "%" PRId64 " and %" PRId64 " tokens; this model is %s, %" PRId64
+                              " and %" PRId64, fam->name, c->backbone_dim, c->n_vocab,
+                              family_desc(tc->family)->name, tc->dim, tc->n_vocab);
+        if (o->target->bk != bk)
+            return memra_fail(err, "model: the assistant must run on its model's backend");
+        if (!fam->layer || !bk->ops->act_write || !bk->ops->join_heads)
+            return memra_fail(err, "model: the %s family cannot run an assistant on the %s "
+                              "backend", fam->name, bk->name);
+        m->target = o->target;
+    }
     if (o->mtp) {
         if (!b->has_mtp)
             return memra_fail(err, "model: the checkpoint carries no MTP block (its config has "
@@ -452,9 +515,14 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
     m->norm_eps = (float)c->norm_eps;
     m->act = fam->act;
     setup_layers(m);
-    if (fam->v_norm && setup_v_norm(m, err) != 0) {
+    if ((m->target && assistant_layers(m, err) != 0) ||
+        (fam->v_norm && setup_v_norm(m, err) != 0)) {
         model_free(m);
         return -1;
+    }
+    if (m->target) { /* no K/V of its own */
+        alloc_state(m, o->cap);
+        return 0;
     }
     /* q8_0 K/V is stored in blocks of 32: every layer's row must be whole
      * blocks, not only the widest */
@@ -497,7 +565,7 @@ void model_free(model *m)
                          s->att, s->hb,    s->hb2,   s->logits, s->qg,   s->gate,
                          s->lin_qkv, s->lin_z, s->lin_o, s->lin_b, s->lin_a,
                          s->shared, s->shared_gate, s->ple, s->ple_mix, s->ple_gate,
-                         s->moe_router_in, s->moe_out, s->mtp_cat};
+                         s->moe_router_in, s->moe_out, s->mtp_cat, s->assist_e, s->assist_h};
         for (size_t i = 0; i < MEMRA_ARRAY_LEN(acts); i++)
             if (acts[i])
                 bk->ops->act_free(bk, acts[i]);
@@ -668,6 +736,42 @@ void model_forward_mtp(model *m, const bk_batch *rows, const int32_t *next, cons
                s->logits);
     if (c->final_softcap > 0)
         op->softcap(m->bk, s->logits, (size_t)nl * (size_t)c->n_vocab, (float)c->final_softcap);
+    op->act_read(m->bk, s->logits, logits, (size_t)nl * (size_t)c->n_vocab);
+}
+
+/* As transformers' Gemma4AssistantForCausalLM: u = pre_projection([the
+ * model's scaled embedding of next | h]) (no scale of its own), the
+ * family's layers over u (layer(), which reads the model's K/V here),
+ * the final norm, the tied head (no soft-cap: transformers applies none
+ * to the assistant), and post_projection of the normed output as the
+ * next hidden state. */
+void model_forward_assistant(model *m, const bk_batch *rows, const int32_t *next,
+                             const float *h, int logits_from, float *logits, float *h_out)
+{
+    const backend_ops *op = m->bk->ops;
+    run_state *s = &m->state;
+    const model_config *c = &m->config;
+    const model *t = m->target;
+    int n = rows->n;
+    size_t bd = (size_t)c->backbone_dim;
+    MEMRA_ASSERT(t && n > 0 && n <= s->cap);
+    op->embed(m->bk, &t->weights.embed, next, n, t->embed_scale, s->assist_e);
+    op->act_write(m->bk, s->assist_h, h, (size_t)n * bd);
+    op->join_heads(m->bk, s->assist_e, s->assist_h, n, 1, (int)bd, (int)bd, s->mtp_cat);
+    op->matmul(m->bk, &m->weights.assist_pre, NULL, s->mtp_cat, n, s->x);
+    const model_family_desc *fam = family_desc(c->family);
+    for (int l = 0; l < c->n_layers; l++)
+        fam->layer(m, l, rows);
+    op->rmsnorm(m->bk, s->x, n, &m->weights.output_norm, m->norm_offset, m->norm_eps, s->xb);
+    if (h_out) {
+        op->matmul(m->bk, &m->weights.assist_post, NULL, s->xb, n, s->assist_h);
+        op->act_read(m->bk, s->assist_h, h_out, (size_t)n * bd);
+    }
+    if (!logits || logits_from >= n)
+        return;
+    int nl = n - logits_from;
+    op->matmul(m->bk, &m->weights.output, NULL, s->xb + (size_t)logits_from * (size_t)c->dim, nl,
+               s->logits);
     op->act_read(m->bk, s->logits, logits, (size_t)nl * (size_t)c->n_vocab);
 }
 

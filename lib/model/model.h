@@ -91,6 +91,9 @@ typedef struct {
     bk_weight ple_proj_norm; /* [ple_dim] */
     layer_weights *layers;  /* [n_layers], and the MTP block's layer after them */
     mtp_weights mtp;        /* model.mtp only */
+    /* an assistant only (config_is_assistant) */
+    bk_weight assist_pre;   /* [dim][2 backbone_dim] */
+    bk_weight assist_post;  /* [backbone_dim][dim] */
 } model_weights;
 
 typedef struct {
@@ -122,7 +125,9 @@ typedef struct {
     float *moe_router_in; /* [cap][dim] the router's input */
     float *moe_out;       /* [cap][dim] the dense branch's normed output */
     /* an MTP block only: */
-    float *mtp_cat;       /* [cap][2 dim] the eh_proj input */
+    float *mtp_cat;       /* [cap][2 dim] the eh_proj input; an assistant's [cap][2 backbone_dim] */
+    /* an assistant only (config_is_assistant): */
+    float *assist_e, *assist_h; /* [cap][backbone_dim] the model's embedding; hidden state */
     kv_cache kv;         /* K and V of every attention layer, paged; the recurrent state */
 } run_state;
 
@@ -171,6 +176,9 @@ struct model {
     int hidden_from; /* indices below it are not reported (each is a read back) */
 
     int mtp;         /* the MTP block is loaded (weights.mtp, layers[n_layers], a KV layer) */
+    /* An assistant (config_is_assistant) drafts for this model: its
+     * embedding table, K/V and hidden states are what it reads. */
+    const model *target;
     /* Every step reads the rows' final-normed hidden states back into
      * state.host_hidden (what an MTP block takes as input). */
     int keep_hidden;
@@ -183,6 +191,9 @@ typedef struct {
     int kv_blocks;      /* blocks in the pool */
     int state_slots;    /* sequences holding recurrent state at once (recurrent families) */
     int mtp;            /* load the checkpoint's MTP block (model_forward_mtp) */
+    /* An assistant checkpoint (config_is_assistant) drafts for this model,
+     * on its backend and KV cache; kv_* and state_slots are then unused. */
+    const model *target;
 } model_opts;
 
 /* Bind the weights (views, never copied), check each with the backend,
@@ -212,6 +223,17 @@ float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *token
  * norm, which the head reads. Needs model_opts.mtp. */
 void model_forward_mtp(model *m, const bk_batch *rows, const int32_t *next, const float *h,
                        int logits_from, float *logits, float *h_out);
+
+/* An assistant (gemma4_assistant, model_opts.target) on rows->n rows: row
+ * i drafts for the model's sequence rows->seq[i] whose newest position in
+ * the cache is rows->pos[i]; next[i] is the token after it (not run) and
+ * h its hidden state there ([n][backbone_dim] host memory: the model's
+ * final-normed one for the first draft, then the assistant's own h_out).
+ * Reads the model's K/V, writes none. With logits (host), the logits of
+ * rows [logits_from, n), [n - logits_from][n_vocab]; with h_out (host,
+ * [n][backbone_dim]), the hidden state the next draft reads. */
+void model_forward_assistant(model *m, const bk_batch *rows, const int32_t *next,
+                             const float *h, int logits_from, float *logits, float *h_out);
 
 /* ---- for the family forward passes ---- */
 

@@ -107,7 +107,7 @@ static void rope_task(void *ctx, int task, int thread)
     int hd = a->head_dim;
     int i1 = (task + 1) * ROWS_TASK < j->rows->n ? (task + 1) * ROWS_TASK : j->rows->n;
     for (int i = task * ROWS_TASK; i < i1; i++) {
-        cpu_rope_table(j->rope, j->rows->pos[i], cs);
+        cpu_rope_table(j->rope, j->rows->pos[i] + a->q_ahead, cs);
         float *qr = j->q + (size_t)i * a->n_heads * hd;
         for (int h = 0; h < a->n_heads; h++) {
             float *x = qr + (size_t)h * hd;
@@ -130,6 +130,7 @@ void cpu_op_qk_norm_rope(backend *b, float *q, float *k, const bk_batch *rows, c
                          float eps, const bk_rope *rope)
 {
     cpu_backend *c = cpu_of(b);
+    MEMRA_ASSERT(!k || a->q_ahead == 0); /* q alone stands ahead (backend.h) */
     /* each thread's rope table in its scratch (attention reserves it again) */
     cpu_scratch_reserve(c, 2 * (size_t)rope->n_freqs);
     rope_job j = {q,   k,        rows, a, cpu_weight_vec(c, 1, q_norm), cpu_weight_vec(c, 2, k_norm),

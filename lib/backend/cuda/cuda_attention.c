@@ -184,7 +184,13 @@ void cuda_op_qk_norm_rope(backend *b, float *q, float *k, const bk_batch *rows, 
         .n_freqs = rope->n_freqs,
         .attn_factor = rope->attn_factor,
         .pairing = rope->pairing == ROPE_PAIR_ADJACENT ? 1 : 0,
+        .pos_ahead = a->q_ahead,
     };
+    if (k && a->q_ahead) {
+        cuda_failf(cb, "qk_norm_rope: q_ahead %d with k (only q alone stands ahead)",
+                   a->q_ahead);
+        return;
+    }
     CU_OK(cb, launch_qk_norm_rope(q, k, meta, rows->n, &p, cb->stream));
 }
 
