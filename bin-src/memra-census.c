@@ -54,6 +54,8 @@ static json_t *config_json(const model_config *c)
     json_object_set_new(j, "norm_eps", json_real(c->norm_eps));
     json_object_set_new(j, "rope_theta", json_real(c->rope_theta));
     json_object_set_new(j, "tie_embeddings", json_boolean(c->tie_embeddings));
+    if (config_is_assistant(c))
+        json_object_set_new(j, "assistant_of_dim", json_integer(c->backbone_dim));
     json_object_set_new(j, "attn_bias", json_boolean(c->attn_bias));
     json_object_set_new(j, "qk_norm", json_boolean(c->qk_norm));
     static const char *scaling[] = {"none", "linear", "llama3", "yarn"};
@@ -281,6 +283,11 @@ static void print_table(const checkpoint *c, json_t *j, const census_opts *o)
     if (m->mtp_layers > 0)
         printf("mtp: %" PRId64 " MTP block after the layers (a drafter: memra-spec --mtp, "
                "memra-serve --mtp)\n", m->mtp_layers);
+    if (config_is_assistant(m))
+        printf("assistant: drafts for a %s model of hidden size %" PRId64 ", reading its K/V and "
+               "hidden state (memra-spec / memra-serve --draft)%s\n", family_name(m->family),
+               m->backbone_dim,
+               m->ordered_embeddings ? "; its centroid head is not run (the whole head is)" : "");
     if (m->family == FAMILY_GEMMA4) {
         int64_t full = 0;
         for (int64_t l = 0; l < m->n_layers; l++)

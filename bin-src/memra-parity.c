@@ -28,6 +28,7 @@
 static const char usage[] =
     "usage: memra-parity MODEL --reference REF.safetensors [--json] [--max-abs X]\n"
     "                    [--min-cosine C] [--kv TYPE] [--backend cpu|cpu-ref|cuda] [-t N]\n"
+    "                    [--draft ASSISTANT]\n"
     "       memra-parity MODEL --perplexity TEXT_FILE [--window N] [--chunks N] [--json]\n"
     "       memra-parity MODEL --imatrix OUT -f TEXT_FILE [--chunk N] [--chunks N] [--json]\n"
     "       memra-parity QUANT --against REF -f TEXT_FILE [--chunk N] [--chunks N] [--json]\n"
@@ -40,9 +41,12 @@ static const char usage[] =
     "compares logits position by position, and hidden states layer by layer when present.\n"
     "A dump with mtp_logits F32 [n - 1, vocab] (and mtp_hidden [n - 1, dim]) also checks the\n"
     "checkpoint's MTP block: row q from the hidden state at q and the token at q + 1.\n"
+    "A dump with assistant_logits (and assistant_hidden) checks an assistant the same way\n"
+    "(--draft ASSISTANT: a gemma4_assistant reading MODEL's K/V; its next hidden state).\n"
     "\n"
     "  --reference F   the dump to compare with (required)\n"
     "  --json          one JSON object instead of a table\n"
+    "  --draft A       the assistant checkpoint the reference's assistant rows are from\n"
     "  --max-abs X     fail when |ours - ref| > X * max(1, max |ref logit|) anywhere\n"
     "                  (default 1e-4 for float weights; not gated for quantized ones)\n"
     "  --min-cosine C  fail when a position's cosine similarity is below C\n"
@@ -89,6 +93,7 @@ typedef struct {
     int kernels, perf, device, n_backends;
     backend_kind backends[2];
     const char *prompt_ids, *only, *skip;
+    const char *draft; /* an assistant checkpoint (--draft) */
     uint64_t seed;
 } parity_opts;
 
@@ -160,6 +165,7 @@ static void parse_args(int argc, char **argv, parity_opts *o)
         {"device", required_argument, NULL, 'd'},   {"seed", required_argument, NULL, 's'},
         {"only", required_argument, NULL, 'O'},      {"chunk", required_argument, NULL, 'W'},
         {"chunks", required_argument, NULL, 'N'},   {"skip", required_argument, NULL, 'X'},
+        {"draft", required_argument, NULL, 'G'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -167,6 +173,7 @@ static void parse_args(int argc, char **argv, parity_opts *o)
     while ((ch = getopt_long(argc, argv, ":t:f:h", longs, NULL)) != -1) {
         switch (ch) {
         case 'r': o->reference = optarg; break;
+        case 'G': o->draft = optarg; break;
         case 'P': o->perplexity_file = optarg; break;
         case 'W': {
             int64_t w;
@@ -797,6 +804,8 @@ int main(int argc, char **argv)
     parity_opts o = {0};
     o.seed = 1;
     parse_args(argc, argv, &o);
+    if (o.draft && !o.reference)
+        cli_usage("--draft goes with --reference (an assistant's rows in the dump)");
     if (o.kernels)
         return run_kernels(&o);
     if (o.n_backends)
@@ -816,6 +825,21 @@ int main(int argc, char **argv)
     const st_tensor *lt = need_tensor(&ref, "logits", DT_F32, 2, o.reference);
     const st_tensor *ht = st_find(&ref, "hidden");
     const st_tensor *mt = st_find(&ref, "mtp_logits"), *mht = st_find(&ref, "mtp_hidden");
+    /* an assistant's rows are checked as the MTP block's are */
+    const char *rows_name = "mtp_logits";
+    if (st_find(&ref, "assistant_logits")) {
+        if (mt)
+            cli_failf("%s: both MTP and assistant rows", o.reference);
+        if (!o.draft)
+            cli_failf("%s: the reference has assistant rows: give the assistant with --draft",
+                      o.reference);
+        mt = st_find(&ref, "assistant_logits");
+        mht = st_find(&ref, "assistant_hidden");
+        rows_name = "assistant_logits";
+    } else if (o.draft) {
+        cli_failf("%s: --draft %s: the reference has no assistant rows (assistant_logits)",
+                  o.reference, o.draft);
+    }
     int64_t n = tt->shape[0], vocab = lt->shape[1];
     if (lt->shape[0] != n)
         cli_failf("%s: logits has %lld rows for %lld tokens", o.reference, (long long)lt->shape[0],
@@ -834,11 +858,11 @@ int main(int argc, char **argv)
     default_gates(weight_dtype(&ck), &o);
     if (mt && (mt->type != DT_F32 || mt->n_dims != 2 || mt->shape[0] != n - 1 ||
                mt->shape[1] != vocab))
-        cli_failf("%s: mtp_logits is not F32 [%lld, %lld]", o.reference, (long long)(n - 1),
+        cli_failf("%s: %s is not F32 [%lld, %lld]", o.reference, rows_name, (long long)(n - 1),
                   (long long)vocab);
     if (mt && n < 2)
         cli_failf("%s: MTP rows need at least 2 tokens", o.reference);
-    if (mt && ck.config.mtp_layers <= 0)
+    if (mt && !o.draft && ck.config.mtp_layers <= 0)
         cli_failf("%s: the reference has MTP rows, but %s carries no MTP block", o.reference,
                   ck.path);
 
@@ -849,10 +873,14 @@ int main(int argc, char **argv)
     eo.n_ctx = n > 16 ? n : 16;
     eo.backend = o.backend;
     eo.device = o.device;
-    eo.mtp = mt != NULL;
+    eo.mtp = mt != NULL && !o.draft;
     eo.n_seqs = mt ? 2 : 1; /* the MTP passes run beside the main sequence */
     engine *e;
     if (engine_load(&ck, &eo, &e, &err) != 0)
+        cli_fail(&err);
+    checkpoint ack;
+    if (o.draft && (checkpoint_open(o.draft, &ack, &err) != 0 ||
+                    engine_attach_assistant(e, &ack, &err) != 0))
         cli_fail(&err);
     int64_t dim = ck.config.dim, n_layers = ck.config.n_layers;
     hidden_capture cap = {0};
@@ -963,7 +991,7 @@ int main(int argc, char **argv)
             json_object_set_new(m, "hidden_rel_err",
                                 mht ? json_real(mc.hidden_rel_err) : json_null());
             json_object_set_new(m, "pass", json_boolean(mc.ok));
-            json_object_set_new(j, "mtp", m);
+            json_object_set_new(j, o.draft ? "assistant" : "mtp", m);
         }
         json_object_set_new(j, "pass", json_boolean(ok));
         char *txt = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -989,8 +1017,9 @@ int main(int argc, char **argv)
                        first_divergent == 0 ? "the embeddings" : "a layer output");
         }
         if (mt)
-            printf("MTP block: %d rows, max_abs %.3e (gate %.3e), min cosine %.9f, argmax %d/%d, "
-                   "hidden rel err %.1e: %s\n", mc.sum.n_rows, mc.sum.max_abs,
+            printf("%s: %d rows, max_abs %.3e (gate %.3e), min cosine %.9f, argmax %d/%d, "
+                   "hidden rel err %.1e: %s\n", o.draft ? "assistant" : "MTP block", mc.sum.n_rows,
+                   mc.sum.max_abs,
                    o.max_abs * mc.scale, mc.sum.min_cosine, mc.sum.argmax_agree, mc.sum.n_rows,
                    mc.hidden_rel_err, mc.ok ? "PASS" : "FAIL");
         printf("max_abs %.3e (gate %.3e), max_rel %.3e, min cosine %.9f (gate %.6f), argmax "
@@ -1011,6 +1040,8 @@ int main(int argc, char **argv)
     free(tokens);
     engine_seq_free(s);
     engine_free(e);
+    if (o.draft)
+        checkpoint_close(&ack);
     checkpoint_close(&ck);
     st_close(&ref);
     return ok ? 0 : 1;

@@ -198,6 +198,9 @@ static tokenizer *open_model(const char *path, checkpoint *c)
         cli_fail(&err);
     if (c->vocab_only)
         cli_failf("%s: a vocab-only GGUF has no weights to run", c->path);
+    if (config_is_assistant(&c->config))
+        cli_failf("%s: a %s assistant drafts for another model: give it with --draft", c->path,
+                  family_name(c->config.family));
     tokenizer *t;
     if (checkpoint_load_tokenizer(c, &t, &err) != 0)
         cli_failf("%s: %s (memra-spec encodes a text prompt)", path, err.msg);

@@ -33,7 +33,21 @@ norm and head run as transformers' own one-layer model of the same family
 inputs_embeds = u; the two pre-fc norms are the model's own RMSNorm class.
 The metadata then also holds "mtp" (that recipe in one line).
 
+With --assistant DIR (a gemma4_assistant checkpoint drafting for the Gemma 4
+model CHECKPOINT_DIR), in the same dtype:
+
+  assistant_logits  F32 [n - 1, vocab]     row q: the assistant's logits
+  assistant_hidden  F32 [n - 1, backbone]  row q: its post_projection output
+
+each from transformers' own Gemma4AssistantForCausalLM called as its
+assisted generation calls it: inputs_embeds = [the model's scaled embedding
+of x_{q+1} | the model's hidden[-1] at q], position_ids [[q + 1]], and the
+model's shared_kv_states (the K/V of its last full and last sliding layer
+that compute any) cut to positions 0..q. The metadata then holds
+"assistant" (that recipe in one line).
+
   hf_reference.py CHECKPOINT_DIR OUT.safetensors [--ids 1,2,3 | --n 24 --seed 0] [--note TEXT]
+                  [--assistant ASSISTANT_DIR]
 
 Without --ids, n ids are drawn with a fixed formula (i * 37 + 11) % vocab,
 mixed with the seed, so a dump is reproducible without a tokenizer."""
@@ -60,6 +74,7 @@ def main():
     ap.add_argument("--n", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--note", default="")
+    ap.add_argument("--assistant", default=None)
     a = ap.parse_args()
 
     cfg = json.load(open(os.path.join(a.ckpt, "config.json")))
@@ -97,6 +112,14 @@ def main():
         tensors["mtp_hidden"] = mtp_hidden.to(torch.float32).contiguous()
         meta["mtp"] = ("u_q = fc(concat(pre_fc_norm_embedding(embed(x[q+1])), pre_fc_norm_hidden(h[q]))), "
                        "h = hidden[-1]; mtp.layers.0 over u at positions 0..n-2; mtp.norm; lm_head")
+    if a.assistant:
+        al, ah = assistant_reference(a.assistant, model, out, x, dtype)
+        tensors["assistant_logits"] = al.to(torch.float32).contiguous()
+        tensors["assistant_hidden"] = ah.to(torch.float32).contiguous()
+        meta["assistant"] = ("row q: Gemma4AssistantForCausalLM(inputs_embeds=[embed(x[q+1]) | hidden[-1][q]], "
+                             "position_ids=[[q+1]], shared_kv_states cut to positions 0..q); logits and "
+                             "post_projection output")
+        print(f"{a.out}: assistant_logits {list(al.shape)}, argmax {al.argmax(-1).tolist()[:8]}...")
     save_file(tensors, a.out, metadata=meta)
     top = logits.argmax(-1).tolist()
     print(f"{a.out}: {len(ids)} positions, vocab {logits.shape[1]}, {hidden.shape[0]} hidden states, argmax {top[:8]}...")
@@ -163,6 +186,35 @@ def mtp_reference(ckpt, cfg, model, out, x, mtp, dtype):
     with torch.no_grad():
         mo = m(inputs_embeds=u, output_hidden_states=True, use_cache=False)
     return mo.logits[0], mo.hidden_states[-1][0]
+
+
+def assistant_reference(path, model, out, x, dtype):
+    """A gemma4_assistant's logits [n-1, vocab] and next hidden states [n-1, backbone]."""
+    asst = AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype, attn_implementation="eager")
+    asst.eval()
+    base = model.model
+    with torch.no_grad():
+        tout = base(input_ids=x, use_cache=True, return_shared_kv_states=True)
+    shared = getattr(tout, "shared_kv_states", None)
+    if not shared:
+        raise SystemExit("hf_reference: the model returned no shared_kv_states "
+                         f"(transformers {transformers.__version__})")
+    n = x.shape[1]
+    for kind, (k, v) in shared.items():
+        if k.shape[-2] != n or v.shape[-2] != n:
+            raise SystemExit(f"hf_reference: shared_kv_states[{kind}] holds {k.shape[-2]} positions, not {n}")
+    h = out.hidden_states[-1]                       # after the model's final norm
+    e = model.get_input_embeddings()(x)             # the model's scaled embedding
+    logits, hidden = [], []
+    with torch.no_grad():
+        for q in range(n - 1):
+            inp = torch.cat([e[:, q + 1:q + 2], h[:, q:q + 1]], dim=-1)
+            kv = {kind: (k[:, :, :q + 1], v[:, :, :q + 1]) for kind, (k, v) in shared.items()}
+            o = asst(inputs_embeds=inp, position_ids=torch.tensor([[q + 1]]), shared_kv_states=kv,
+                     attention_mask=None)
+            logits.append(o.logits[0, 0])
+            hidden.append(o.last_hidden_state[0, 0])
+    return torch.stack(logits), torch.stack(hidden)
 
 
 if __name__ == "__main__":

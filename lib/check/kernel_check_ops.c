@@ -443,6 +443,45 @@ void kc_check_rope(kc *k)
             kc_weight_free(&kn);
         }
     }
+    /* q alone, turned one position past its row's (bk_attn.q_ahead: an
+     * assistant's query): the same bytes as q at the next position */
+    {
+        const int n = 3, hd = 32, nh = 4;
+        float inv_freq[16];
+        for (int i = 0; i < hd / 2; i++)
+            inv_freq[i] = (float)(1.0 / pow(10000.0, 2.0 * i / hd));
+        bk_rope rope = {ROPE_PAIR_NEOX, hd / 2, inv_freq, 1.0f};
+        bk_attn a = {.layer = 0, .n_heads = nh, .n_kv_heads = 1, .head_dim = hd, .q_ahead = 1};
+        bk_attn a0 = a;
+        a0.q_ahead = 0;
+        bk_weight qn = {0}, none = {0};
+        if (kc_weight(k, &qn, DT_F32, 1, hd, "q_norm") == 0) {
+            int32_t pos[3], pos1[3];
+            kv_seq *seqs[3] = {NULL, NULL, NULL};
+            for (int i = 0; i < n; i++) {
+                pos[i] = (int32_t)(rng_next_u64(&k->rng) % 9000);
+                pos1[i] = pos[i] + 1;
+            }
+            bk_batch rows = {n, pos, seqs}, rows1 = {n, pos1, seqs};
+            size_t nq = (size_t)n * nh * hd;
+            float *q = xmalloc(2 * nq * sizeof(float)), *q1 = q + nq;
+            kc_fill(k, q, nq, 2.0f);
+            memcpy(q1, q, nq * sizeof(float));
+            float *dq = kc_dev(k, q, nq);
+            k->cpu->ops->qk_norm_rope(k->cpu, q, NULL, &rows, &a, &qn, &none, 0.0f, 1e-6f, &rope);
+            k->cpu->ops->qk_norm_rope(k->cpu, q1, NULL, &rows1, &a0, &qn, &none, 0.0f, 1e-6f,
+                                      &rope);
+            k->gpu->ops->qk_norm_rope(k->gpu, dq, NULL, &rows, &a, &qn, &none, 0.0f, 1e-6f, &rope);
+            float *got = kc_read(k, dq, nq);
+            int same = memcmp(q, q1, nq * sizeof(float)) == 0;
+            kc_report(k, "qk_norm_rope", "4x32 q alone, q_ahead 1 (= the next position on the CPU)",
+                      same ? kc_rel_err(got, q, nq) : INFINITY, BOUND_DOT, 1, -1, 0);
+            kc_dev_free(k, dq);
+            free(q);
+            free(got);
+            kc_weight_free(&qn);
+        }
+    }
 }
 
 /* ---- ffn_glu ---- */

@@ -74,6 +74,18 @@ static int load_draft(serve_spec *sp, const serve_spec_opts *o, const tokenizer 
     if (sp->dck.vocab_only)
         return memra_fail(err, "--draft %s: a vocab-only GGUF has no weights to draft with",
                           o->draft);
+    if (config_is_assistant(&sp->dck.config)) {
+        /* an assistant drafts on the model's own engine, one drafter per slot */
+        if (o->trim)
+            return memra_fail(err, "--trim %s goes with a draft model, not an assistant (%s)",
+                              o->trim, o->draft);
+        if (engine_attach_assistant(sp->target, &sp->dck, err) != 0)
+            return memra_wrap(err, "--draft");
+        int rc = 0;
+        for (int i = 0; i < sp->n_slots && rc == 0; i++)
+            rc = spec_drafter_mtp_new(sp->target, &sp->slots[i].d, err);
+        return rc;
+    }
     tokenizer *dt;
     if (checkpoint_load_tokenizer(&sp->dck, &dt, err) != 0)
         return memra_wrap(err, "--draft %s", o->draft);
@@ -152,7 +164,9 @@ int serve_spec_new(const serve_spec_opts *o, engine *target, const tokenizer *to
     int rc = 0;
     if (o->draft) {
         rc = load_draft(sp, o, tok, n_allowed, eo, err);
-        if (o->trim)
+        if (sp->dck_open && config_is_assistant(&sp->dck.config))
+            snprintf(sp->describe, sizeof sp->describe, "assistant %s", o->draft);
+        else if (o->trim)
             snprintf(sp->describe, sizeof sp->describe, "draft %s, trim %s", o->draft, o->trim);
         else
             snprintf(sp->describe, sizeof sp->describe, "draft %s", o->draft);

@@ -294,6 +294,40 @@ dr=$(metric "$MM" memra_spec_drafted_tokens_total) ac=$(metric "$MM" memra_spec_
 stop_server "$P1" >/dev/null
 stop_server "$P2" >/dev/null
 
+# An assistant (gemma4_assistant, --draft) that predicts its Gemma 4 model
+# exactly (tests/tools/assistant_bigram.py): alone and five at once, the
+# bytes are plain decoding's, and every draft is accepted.
+jq '.vocab_size = 512 | .vocab_size_per_layer_input = 512 | .final_logit_softcapping = null' \
+  tests/fixtures/parity/configs/tiny-gemma4.json >"$T/g4.json"
+jq '.text_config.vocab_size = 512 | .text_config.hidden_size = 64' \
+  tests/fixtures/parity/configs/tiny-gemma4-assistant.json >"$T/g4a.json"
+memra-convert --random "$T/g4.json" --seed 3 --outtype f32 --tokenizer "$T/stories-hf" "$T/g4" >/dev/null 2>&1 &&
+  memra-convert --random "$T/g4a.json" --seed 4 --outtype f32 "$T/g4a" >/dev/null 2>&1 &&
+  env -u SHELLOPTS python3 tests/tools/assistant_bigram.py "$T/g4" "$T/g4a"
+start_server g4plain -m "chat=$T/g4" -t 2
+GP=$URL P1=$PID
+start_server g4asst -m "chat=$T/g4" --draft "$T/g4a" --spec-max-batch 8 -t 2
+GA=$URL P2=$PID
+grep -q "chat speculates (assistant $T/g4a, K = 4) while at most 8 requests decode" "$T/g4asst.log" &&
+  pass "--draft ASSISTANT: the startup line names the assistant" || fail "assistant startup line" "$(cat "$T/g4asst.log")"
+run_all "$GP" "$T/gplain"
+run_all "$GA" "$T/gasst1"
+run_concurrent "$GA" "$T/gasst5"
+for d in gasst1 gasst5; do
+  diffs=''
+  for f in "$T"/gplain/*.json; do
+    cmp -s "$f" "$T/$d/$(basename "$f")" || diffs+=" $(basename "$f")"
+  done
+  [ -z "$diffs" ] && [ -s "$T/gplain/m1.json" ] &&
+    pass "greedy with an assistant ($d): every case's bytes, finish and usage equal plain decoding's" ||
+    fail "greedy with an assistant ($d): differs from plain in$diffs" "$(diff "$T/gplain/${diffs# }" "$T/$d/${diffs# }" 2>&1 | head -8)"
+done
+dr=$(metric "$GA" memra_spec_drafted_tokens_total) ac=$(metric "$GA" memra_spec_accepted_tokens_total)
+[ "${dr:-0}" -gt 100 ] && [ "${ac:-0}" -eq "$dr" ] &&
+  pass "an assistant: every draft accepted ($ac of $dr)" || fail "assistant: drafted '$dr', accepted '$ac'"
+stop_server "$P1" >/dev/null
+stop_server "$P2" >/dev/null
+
 # Bad flags: one line each.
 expect_error "--trim without --draft" 2 "--trim r.gguf: 'chat' has no --draft" memra-serve -m "chat=$TINY" --trim r.gguf
 expect_error "--draft and --ngram on one model" 2 "give one drafter per model" memra-serve -m "chat=$TINY" --draft "$DRAFT" --ngram

@@ -73,6 +73,41 @@ expect_error "--mtp on a model without an MTP block" 1 "carries no MTP block" \
 expect_error "--mtp with --trim" 2 "no trimmed head" \
   memra-spec "$T/qwen3_5-mtp.gguf" --mtp --trim "$T/q35.gguf"
 
+# An assistant (gemma4_assistant, --draft): a drafter that reads the Gemma 4
+# model's K/V and hidden state. tests/tools/assistant_bigram.py makes a pair
+# whose drafts are the model's own tokens (all accepted in f32); a random
+# assistant accepts next to nothing, but every K stays token-identical.
+jq '.vocab_size = 512 | .vocab_size_per_layer_input = 512 | .final_logit_softcapping = null' \
+  tests/fixtures/parity/configs/tiny-gemma4.json >"$T/g4.json"
+jq '.text_config.vocab_size = 512' tests/fixtures/parity/configs/tiny-gemma4-assistant.json >"$T/g4a.json"
+jq '.text_config.hidden_size = 64' "$T/g4a.json" >"$T/g4a64.json"
+memra-convert --random "$T/g4.json" --seed 3 --outtype f32 --tokenizer "$T/stories-hf" "$T/g4" >/dev/null 2>&1
+memra-convert --random "$T/g4a.json" --seed 4 --outtype f32 "$T/g4a" >/dev/null 2>&1
+memra-convert --random "$T/g4.json" --seed 3 --outtype f32 --tokenizer "$T/stories-hf" "$T/g4b" >/dev/null 2>&1 &&
+  memra-convert --random "$T/g4a64.json" --seed 4 --outtype f32 "$T/g4ab" >/dev/null 2>&1 &&
+  env -u SHELLOPTS python3 tests/tools/assistant_bigram.py "$T/g4b" "$T/g4ab"
+check "gemma4 with its assistant (--draft): every draft accepted, token-identical for K = 1..8" \
+  bash -c "memra-spec '$T/g4b' --draft '$T/g4ab' -K 1..8 -p Once -n 60 --ignore-eos --json |
+           jq -e '.drafter == \"assistant\" and .self_consistency == \"PASS\" and
+                  all(.runs[]; .consistent and .drafted > 0 and .accepted == .drafted)'"
+check "the assistant, sampled (--temp 0.9): seeded runs reproducible, drafts accepted" \
+  bash -c "memra-spec '$T/g4b' --draft '$T/g4ab' -K 3 -p Once -n 40 --ignore-eos --temp 0.9 --seed 4 --json |
+           jq -e '.self_consistency == \"PASS\" and all(.runs[]; .acceptance > 0)'"
+check "a random assistant: token-identical to plain greedy for K = 1..4" \
+  bash -c "memra-spec '$T/g4' --draft '$T/g4a' -K 1..4 -p Once -n 40 --ignore-eos --json >'$T/g4a.out';
+           jq -e 'all(.runs[]; .consistent and .drafted > 0)' '$T/g4a.out'"
+expect_error "an assistant alone is not a model" 1 "drafts for another model" \
+  memra-spec "$T/g4a" --ngram -K 1 -n 4
+expect_error "an assistant for another model is refused" 1 "drafts for a gemma4 model of hidden size 64" \
+  memra-spec "$T/q35.gguf" --draft "$T/g4a" -K 1 -n 4
+expect_error "an assistant with --trim" 2 "not an assistant" \
+  memra-spec "$T/g4" --draft "$T/g4a" --trim "$T/q35.gguf"
+expect_error "an assistant is not written to GGUF" 1 "HF directory only" \
+  memra-convert "$T/g4a" "$T/g4a.gguf"
+check "memra-census names an assistant and the model it drafts for" \
+  bash -c "memra-census '$T/g4a' | grep -q '^assistant: drafts for a gemma4 model of hidden size 64' &&
+           memra-census '$T/g4a' --json | jq -e '.config.assistant_of_dim == 64'"
+
 # Rank files.
 check "memra-trim-ranks writes the rank file and its sidecar" \
   memra-trim-ranks "$TINY" "$T/ranks.gguf" --top 512 --n-gen 24
