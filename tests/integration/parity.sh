@@ -22,6 +22,20 @@ for ref in "$P"/tiny-*.safetensors; do
                jq -e '.mtp.pass and .mtp.argmax_agree == .mtp.rows and .mtp.rows == 2 * (.positions - 1) - (.positions / 2 | floor) + 1 and .mtp.max_abs < 1e-5' >/dev/null || exit 1; done" ;;
   esac
 done
+# An assistant (gemma4_assistant) drafting for tiny-gemma4: row q of the dump
+# is transformers' assistant from the model's hidden state at q and token
+# q + 1 over the model's K/V of positions 0..q (scripts/hf_reference.py
+# --assistant); memra-parity --draft runs it as the engine drafts.
+memra-convert --random "$P/configs/tiny-gemma4-assistant.json" --seed 1 --outtype f32 "$T/g4-assistant" 2>/dev/null
+check "tiny-gemma4's assistant matches transformers on every row (logits and next hidden state)" \
+  bash -c "memra-parity '$T/tiny-gemma4' --reference $P/assistant-tiny-gemma4.safetensors --draft '$T/g4-assistant' --backend cpu-ref --json -t 2 |
+           jq -e '.pass and .assistant.pass and .assistant.argmax_agree == .assistant.rows and .assistant.rows == 35 and
+                  .assistant.max_abs < 1e-4 and .assistant.hidden_rel_err < 1e-3'"
+memra-convert --random "$P/configs/tiny-gemma4-assistant.json" --seed 2 --outtype f32 "$T/g4-assistant2" 2>/dev/null
+expect_error "another assistant's weights fail the gate" 1 "beyond thresholds" \
+  memra-parity "$T/tiny-gemma4" --reference $P/assistant-tiny-gemma4.safetensors --draft "$T/g4-assistant2" --backend cpu-ref
+expect_error "assistant rows without --draft" 1 "give the assistant with --draft" \
+  memra-parity "$T/tiny-gemma4" --reference $P/assistant-tiny-gemma4.safetensors
 check "stories260K GGUF matches transformers on its reference ids" \
   bash -c "memra-parity '$DATA/models/stories260K.gguf' --reference $P/stories260K.safetensors --backend cpu-ref --json | jq -e '.pass and .argmax_agree == 41'"
 check "table output ends with PASS" \
