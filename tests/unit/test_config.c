@@ -70,7 +70,7 @@ static const char *config_diff(const model_config *a, const model_config *b)
     I(sliding_window_pattern) D(query_pre_attn_scalar) D(attn_softcap) D(final_softcap)
     I(bos_id) I(eos_id) I(head_dim_full) I(n_kv_heads_full) I(attn_k_eq_v) I(n_kv_shared)
     I(ple_dim) I(ple_vocab) I(double_wide_ffn) I(rope_full_angles) I(last_layer_full)
-    I(moe_with_dense)
+    I(moe_with_dense) I(backbone_dim) I(ordered_embeddings)
 #undef I
 #undef D
     if (strcmp(a->hf_architecture, b->hf_architecture) != 0)
@@ -114,7 +114,7 @@ static void test_family_registry(void)
     CHECK(family_by_hf_type("mamba", NULL) == NULL);
     char list[256];
     family_list_hf_types(list, sizeof list);
-    CHECK(strcmp(list, "llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, gemma3, qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, gemma4_text, gemma4") == 0);
+    CHECK(strcmp(list, "llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, gemma3, qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, gemma4_text, gemma4, gemma4_assistant") == 0);
     family_list_gguf_archs(list, sizeof list);
     CHECK(strcmp(list, "llama, qwen2, qwen3, qwen3moe, gemma3, qwen35, qwen35moe, gemma4") == 0);
 }
@@ -499,6 +499,56 @@ static void test_gemma4_configs(void)
                         "num_global_key_value_heads 3 does not divide num_attention_heads 4");
 }
 
+/* A gemma4_assistant: its text_config is a gemma4 config whose every layer
+ * reads the model's K/V, the drafter's keys at the top level; it goes back
+ * to HF as the same wrapper. */
+static void test_gemma4_assistant(void)
+{
+    memra_err err;
+    model_config c, back;
+    json_t *j = json_load_path("tests/fixtures/parity/configs/tiny-gemma4-assistant.json",
+                               1 << 20, &err);
+    CHECK_MSG(j != NULL, "%s", err.msg);
+    if (!j)
+        return;
+    CHECK_MSG(config_from_hf(j, "a.json", &c, &err) == 0, "%s", err.msg);
+    CHECK(c.family == FAMILY_GEMMA4 && config_is_assistant(&c) && c.backbone_dim == 64);
+    CHECK(c.dim == 32 && c.n_layers == 3 && c.n_kv_shared == 3 && c.ple_dim == 0);
+    CHECK(strcmp(c.hf_model_type, "gemma4_assistant") == 0);
+    int64_t kv_layers, kv_dim;
+    config_kv_layout(&c, &kv_layers, &kv_dim);
+    CHECK(kv_layers == 0); /* no K/V of its own */
+    json_t *w = config_to_hf(&c);
+    CHECK(strcmp(json_string_value(json_object_get(w, "model_type")), "gemma4_assistant") == 0);
+    CHECK(json_is_object(json_object_get(w, "text_config")));
+    CHECK(config_from_hf(w, "written.json", &back, &err) == 0 && config_diff(&c, &back) == NULL);
+    json_decref(w);
+    static const struct {
+        const char *key, *value, *want;
+    } bad[] = {
+        {"num_kv_shared_layers", "2", "num_kv_shared_layers 2 must be num_hidden_layers (3)"},
+        {"hidden_size_per_layer_input", "8", "no per-layer inputs"},
+        {"model_type", "\"qwen3\"", "a.json: text_config: "}, /* another family's config */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_t *k = json_deep_copy(j);
+        json_t *v = json_loads(bad[i].value, JSON_DECODE_ANY, NULL);
+        json_object_set_new(json_object_get(k, "text_config"), bad[i].key, v);
+        int rc = config_from_hf(k, "a.json", &c, &err);
+        CHECK_MSG(rc == -1 && strstr(err.msg, bad[i].want), "%s: %s", bad[i].key,
+                  rc ? err.msg : "accepted");
+        json_decref(k);
+    }
+    json_t *k = json_deep_copy(j);
+    json_object_set_new(k, "backbone_hidden_size", json_integer(-1));
+    CHECK(config_from_hf(k, "bad.json", &c, &err) == -1 && strstr(err.msg, "backbone_hidden_size"));
+    json_object_del(k, "text_config");
+    json_object_set_new(k, "backbone_hidden_size", json_integer(64));
+    CHECK(config_from_hf(k, "bad.json", &c, &err) == -1 && strstr(err.msg, "text_config"));
+    json_decref(k);
+    json_decref(j);
+}
+
 static void test_v5_keys(void)
 {
     memra_err err;
@@ -771,6 +821,6 @@ TEST_MAIN(TEST_CASE(test_family_names), TEST_CASE(test_family_registry),
           TEST_CASE(test_qwen_fixtures), TEST_CASE(test_gemma_fixtures),
           TEST_CASE(test_round_trip_gguf), TEST_CASE(test_round_trip_gguf_explicit),
           TEST_CASE(test_gguf_tensor_inference), TEST_CASE(test_round_trip_hf),
-          TEST_CASE(test_bad_configs), TEST_CASE(test_gemma4_configs), TEST_CASE(test_v5_keys), TEST_CASE(test_stories_gguf),
+          TEST_CASE(test_bad_configs), TEST_CASE(test_gemma4_configs), TEST_CASE(test_gemma4_assistant), TEST_CASE(test_v5_keys), TEST_CASE(test_stories_gguf),
           TEST_CASE(test_llama3_from_rope_freqs), TEST_CASE(test_llama3_factors_values),
           TEST_CASE(test_gguf_errors), TEST_CASE(test_gguf_keys_written))
