@@ -168,9 +168,15 @@ typedef struct {
     int max_blocks;         /* the most KV blocks one sequence can hold */
     float *logits;          /* host destination of the step's logits, or NULL */
     size_t n_logits;        /* floats the step reads into it */
+    /* The step's rows' final-normed hidden states go to this host memory
+     * too (model.keep_hidden: n_hidden floats, read before the logits),
+     * or NULL. */
+    float *hidden;
+    size_t n_hidden;
     /* The engine allows the step to be captured and replayed: its only
-     * read is the logits, at the end (no hidden-state hook), or it samples
-     * them on the device (sample) and reads the outcomes only. */
+     * reads are the logits, at the end, and before them the hidden states
+     * when hidden is set (no hidden-state hook), or it samples them on the
+     * device (sample) and reads the outcomes only. */
     int graph_ok;
     /* NULL, or sample the step's logits on the device before the step is
      * done (only given to a backend with the sample op). The logits then

@@ -569,6 +569,12 @@ static int forward_step_model(engine *e, const bk_batch *rows, const int32_t *to
     }
     if (!dev_out || !bk->ops->sample)
         smp = NULL;
+    /* A short step asking every row's logits (a speculation round's
+     * verify rows) is a decode step: no more rows than keep each row's
+     * decode bytes (engine_rows_alone), so it may be graphed like one. */
+    int alone = engine_rows_alone(e);
+    if (prefill && logits_from == 0 && alone > 0 && rows->n <= alone)
+        prefill = 0;
     size_t nl = logits && logits_from < rows->n
                     ? (size_t)(rows->n - logits_from) * (size_t)m->config.n_vocab
                     : 0;
@@ -579,8 +585,13 @@ static int forward_step_model(engine *e, const bk_batch *rows, const int32_t *to
         .max_blocks = e->max_blocks,
         .logits = dev_out ? NULL : logits,
         .n_logits = dev_out ? 0 : nl,
-        .graph_ok = !prefill && logits_from == 0 && !m->hidden_fn && !m->keep_hidden &&
-                    (dev_out ? smp != NULL || bk->ops->sample : logits != NULL),
+        /* kept hidden states come back beside host logits only */
+        .hidden = m->keep_hidden ? m->state.host_hidden : NULL,
+        .n_hidden = m->keep_hidden ? (size_t)rows->n * (size_t)m->config.dim : 0,
+        .graph_ok = !prefill && logits_from == 0 && !m->hidden_fn &&
+                    (m->keep_hidden ? !dev_out && logits != NULL
+                     : dev_out      ? smp != NULL || bk->ops->sample
+                                    : logits != NULL),
         .sample = smp,
         /* logits kept on the device for a sample op after the step */
         .dev_logits = dev_out && !smp && bk->ops->sample ? dev_out : NULL,

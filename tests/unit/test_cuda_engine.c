@@ -84,10 +84,14 @@ typedef struct {
     kv_type kv;
 } load_opts;
 
+/* Engines load the checkpoint's MTP block (engine_opts.mtp) while set. */
+static int g_mtp;
+
 static engine *load(const checkpoint *ck, const load_opts *lo)
 {
     engine_opts o;
     engine_opts_default(&o);
+    o.mtp = g_mtp;
     o.n_threads = 2;
     o.backend = lo->kind;
     o.n_batch = lo->n_batch;
@@ -543,7 +547,9 @@ enum { GV_LONG = 140, GV_BATCH = 12 };
  * a time past position 128 (the attention split gains a chunk there, so
  * a second graph is captured), then three sequences in batches of 3 and
  * 2. Returns the logits of every step, in order; *replays the steps the
- * backend replayed from graphs. */
+ * backend replayed from graphs. With an MTP block (g_mtp), whose engine
+ * keeps every step's hidden states, the block's draft after the trace
+ * comes last: it reads what the steps kept. */
 static float *decode_trace(const checkpoint *ck, int graphs, size_t *n_out, uint64_t *replays,
                            uint64_t *abandoned)
 {
@@ -555,7 +561,7 @@ static float *decode_trace(const checkpoint *ck, int graphs, size_t *n_out, uint
         return NULL;
     memra_err err = {{0}};
     int64_t vocab = engine_config(e)->n_vocab;
-    size_t steps = GV_LONG + 3 * GV_BATCH, at = 0;
+    size_t steps = GV_LONG + 3 * GV_BATCH + (g_mtp ? 1 : 0), at = 0;
     float *out = malloc(steps * (size_t)vocab * sizeof(float));
     int32_t toks[GV_LONG + 8];
     for (int i = 0; i < GV_LONG + 8; i++)
@@ -574,6 +580,9 @@ static float *decode_trace(const checkpoint *ck, int graphs, size_t *n_out, uint
         ok = engine_forward_batch(e, q, bt, n, out + at * (size_t)vocab, &err) == 0;
         at += (size_t)n;
     }
+    if (ok && g_mtp)
+        ok = engine_mtp_draft(e, q[0], toks[3], 0, NULL, out + at++ * (size_t)vocab, NULL,
+                              &err) == 0;
     CHECK_MSG(ok, "decode trace (graphs %s): %s", graphs ? "on" : "off", err.msg);
     *n_out = at * (size_t)vocab;
 #if MEMRA_CUDA
@@ -641,6 +650,25 @@ static void test_cuda_graphs(void)
         }
         rm_rf(dir);
     }
+    /* An engine keeping its steps' hidden states (an MTP block following
+     * the model): its decode steps are graphed too, the states read back
+     * beside the logits, and the block drafts from the same bytes. */
+    char dir[1024];
+    tmp_path(dir, sizeof dir, "qwen3_5-mtp");
+    memra_err err = {{0}};
+    convert_opts co = {.outtype = DT_BF16, .n_threads = 2};
+    checkpoint hf;
+    if (convert_random("tests/fixtures/parity/configs/tiny-qwen3_5-mtp.json", 5, dir, &co,
+                       &err) != 0 ||
+        checkpoint_open(dir, &hf, &err) != 0) {
+        CHECK_MSG(0, "tiny-qwen3_5-mtp: %s", err.msg);
+    } else {
+        g_mtp = 1;
+        graphed_vs_eager(&hf, "tiny-qwen3_5-mtp (hidden states kept)");
+        g_mtp = 0;
+        checkpoint_close(&hf);
+    }
+    rm_rf(dir);
 }
 
 /* tiny-qwen3-moe with experts 64 wide in BF16: shapes the decode GEMM's

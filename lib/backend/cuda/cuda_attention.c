@@ -105,8 +105,7 @@ const int32_t *cuda_rows_meta(cuda_backend *cb, const bk_batch *rows, const int3
     const int32_t *graphed = cuda_graph_slots(cb);
     if (m) {
         *slots = graphed ? graphed : m + cb->rows_len - 2 * (size_t)rows->n;
-        /* (a graphed decode step keeps no checkpoint rows) */
-        *saves = graphed ? NULL : m + cb->rows_len - (size_t)rows->n;
+        *saves = graphed ? cuda_graph_saves(cb) : m + cb->rows_len - (size_t)rows->n;
     }
     return m;
 }

@@ -10,7 +10,9 @@
  * split's bucket (the step's most key chunks rounded up to a power of
  * two; a row's split still depends on its own position only, attention.cuh)
  * and the block-table width. The logits come back through a copy node into
- * pinned memory, copied out after the launch.
+ * pinned memory, copied out after the launch, and before them, in the
+ * same buffer, the rows' hidden states when the engine keeps them
+ * (bk_step.hidden: a drafter reading the model's state).
  *
  * A step that samples on the device (bk_step.sample: memra-gen's and
  * memra-serve's decode) is graphed the same way, under its own key: its
@@ -41,6 +43,7 @@ enum { GRAPH_SLOTS = 64 };
 typedef struct {
     int n, bucket, tbl_cap;
     size_t n_logits;
+    size_t n_hidden; /* the hidden states read before the logits (bk_step.hidden) */
     int sampled;   /* ends with the sample kernel, not a logits copy */
     int dev;       /* ends with the logits left on the device (bk_step.dev_logits) */
     float *dev_logits; /* where, for the replays */
@@ -68,9 +71,9 @@ struct cuda_graphs {
     size_t slots_off;     /* the rows' state slots [n], after the tables */
     int n_reads, bad;
     int sample_launched; /* the capture holds the sample kernel */
-    const float *read_src;
-    float *read_dst;
-    size_t read_n;
+    /* the capture's reads, in order, each after the last in rb_host */
+    float *read_dst[2];
+    size_t read_n[2], read_at;
     int saved_failed;
     memra_err saved_err;
     uint64_t replays, captures, abandoned, sampled_replays;
@@ -100,6 +103,12 @@ const int32_t *cuda_graph_slots(cuda_backend *cb)
     return g && g->mode != GM_NONE ? g->in_dev + g->slots_off : NULL;
 }
 
+const int32_t *cuda_graph_saves(cuda_backend *cb)
+{
+    cuda_graphs *g = cb->graphs;
+    return g && g->mode != GM_NONE ? g->in_dev + g->slots_off + g->cur->n : NULL;
+}
+
 const int32_t *cuda_graph_rows(cuda_backend *cb)
 {
     cuda_graphs *g = cb->graphs;
@@ -123,16 +132,17 @@ void cuda_graph_read(cuda_backend *cb, const float *src, float *dst, size_t n)
     cuda_graphs *g = cb->graphs;
     if (cb->failed)
         return;
-    /* One read, the logits, into the readback buffer sized at begin. */
-    if (g->n_reads++ > 0 || n > g->rb_cap) {
+    /* The logits (after the hidden states, when kept), into the readback
+     * buffer sized at begin. */
+    if (g->n_reads >= 2 || g->read_at + n > g->rb_cap) {
         g->bad = 1;
         return;
     }
-    g->read_src = src;
-    g->read_dst = dst;
-    g->read_n = n;
-    CU_OK(cb, cudaMemcpyAsync(g->rb_host, src, n * sizeof(float), cudaMemcpyDeviceToHost,
-                              cb->stream));
+    g->read_dst[g->n_reads] = dst;
+    g->read_n[g->n_reads++] = n;
+    CU_OK(cb, cudaMemcpyAsync(g->rb_host + g->read_at, src, n * sizeof(float),
+                              cudaMemcpyDeviceToHost, cb->stream));
+    g->read_at += n;
 }
 
 static void entry_drop(graph_entry *e)
@@ -211,12 +221,13 @@ static int ensure_readback(cuda_backend *cb, cuda_graphs *g, size_t n)
 
 /* The key's slot; NULL when the table is full (the step runs eagerly). */
 static graph_entry *entry_for(cuda_graphs *g, int n, int bucket, int tbl_cap, size_t n_logits,
-                              int sampled, int dev)
+                              size_t n_hidden, int sampled, int dev)
 {
     for (int i = 0; i < g->n_e; i++) {
         graph_entry *e = &g->e[i];
         if (e->n == n && e->bucket == bucket && e->tbl_cap == tbl_cap &&
-            e->n_logits == n_logits && e->sampled == sampled && e->dev == dev)
+            e->n_logits == n_logits && e->n_hidden == n_hidden && e->sampled == sampled &&
+            e->dev == dev)
             return e;
     }
     if (g->n_e == GRAPH_SLOTS)
@@ -227,6 +238,7 @@ static graph_entry *entry_for(cuda_graphs *g, int n, int bucket, int tbl_cap, si
     e->bucket = bucket;
     e->tbl_cap = tbl_cap;
     e->n_logits = n_logits;
+    e->n_hidden = n_hidden;
     e->sampled = sampled;
     e->dev = dev;
     return e;
@@ -234,7 +246,9 @@ static graph_entry *entry_for(cuda_graphs *g, int n, int bucket, int tbl_cap, si
 
 /* The step's inputs in the graph layout, into the pinned buffer: tokens,
  * then (at meta_off) [n] positions, [n] table offsets, [n][tbl_cap]
- * tables, then (at slots_off) [n] state slots. -1 (nothing recorded) when a row does not fit the layout: the
+ * tables, then (at slots_off) [n] state slots and [n] checkpoint slots
+ * (kv_seq_save_slot: a speculation round's verify rows on a model with
+ * recurrent layers keep the states they leave). -1 (nothing recorded) when a row does not fit the layout: the
  * step then runs eagerly, and the ops report what is wrong with it. */
 static int fill_inputs(cuda_graphs *g, const bk_step *st, int tbl_cap)
 {
@@ -254,6 +268,7 @@ static int fill_inputs(cuda_graphs *g, const bk_step *st, int tbl_cap)
         memcpy(t, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
         memset(t + s->n_blocks, 0, (size_t)(tbl_cap - s->n_blocks) * sizeof(int32_t));
         h[g->slots_off + (size_t)i] = s->state_slot;
+        h[g->slots_off + (size_t)n + (size_t)i] = kv_seq_save_slot(s, rows->pos[i]);
     }
     return 0;
 }
@@ -276,7 +291,9 @@ static int replay(cuda_backend *cb, cuda_graphs *g, graph_entry *e, const bk_ste
     }
     if (CU_OK(cb, cudaStreamSynchronize(cb->stream)))
         return -1;
-    memcpy(st->logits, g->rb_host, st->n_logits * sizeof(float));
+    if (e->n_hidden)
+        memcpy(st->hidden, g->rb_host, e->n_hidden * sizeof(float));
+    memcpy(st->logits, g->rb_host + e->n_hidden, st->n_logits * sizeof(float));
     return 1;
 }
 
@@ -319,6 +336,10 @@ int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
         : dev   ? st->logits != NULL
                 : !st->logits || st->n_logits == 0)
         return 0;
+    /* kept hidden states only beside logits read back (engine.c) */
+    size_t n_hidden = st->hidden ? st->n_hidden : 0;
+    if (n_hidden && (sampled || dev))
+        return 0;
     cuda_graphs *g = graphs_of(cb);
     g->mode = GM_NONE;
     int chunks = 1;
@@ -327,14 +348,14 @@ int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
         chunks = c > chunks ? c : chunks;
     }
     graph_entry *e = entry_for(g, n, pow2_at_least(chunks), st->max_blocks, st->n_logits,
-                               sampled, dev);
+                               n_hidden, sampled, dev);
     if (!e || e->broken)
         return 0;
     g->meta_off = ((size_t)n + 3) & ~(size_t)3;
     g->slots_off = g->meta_off + 2 * (size_t)n + (size_t)n * (size_t)st->max_blocks;
-    size_t len = g->slots_off + (size_t)n;
+    size_t len = g->slots_off + 2 * (size_t)n;
     if (ensure_inputs(cb, g, len) != 0 ||
-        (!sampled && !dev && ensure_readback(cb, g, st->n_logits) != 0)) {
+        (!sampled && !dev && ensure_readback(cb, g, n_hidden + st->n_logits) != 0)) {
         cb->step.active = 0;
         return -1;
     }
@@ -348,6 +369,7 @@ int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
     }
     g->cur = e;
     g->n_reads = 0;
+    g->read_at = 0;
     g->bad = 0;
     g->sample_launched = 0;
     if (e->seen == 0) {
@@ -386,8 +408,11 @@ static int end_capture(cuda_backend *cb, cuda_graphs *g, const bk_step *st)
     int ok = rc == cudaSuccess && graph && !cb->failed && !g->bad &&
              (e->sampled ? g->n_reads == 0 && g->sample_launched
               : e->dev   ? g->n_reads == 0 && !g->sample_launched && *st->dev_logits
-                         : g->n_reads == 1 && g->read_dst == st->logits &&
-                               g->read_n == st->n_logits);
+              : e->n_hidden ? g->n_reads == 2 && g->read_dst[0] == st->hidden &&
+                                  g->read_n[0] == e->n_hidden && g->read_dst[1] == st->logits &&
+                                  g->read_n[1] == st->n_logits
+                            : g->n_reads == 1 && g->read_dst[0] == st->logits &&
+                                  g->read_n[0] == st->n_logits);
     if (e->dev)
         e->dev_logits = *st->dev_logits;
     if (ok) {

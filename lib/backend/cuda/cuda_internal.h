@@ -185,6 +185,9 @@ const int32_t *cuda_graph_rows(cuda_backend *cb);
 int cuda_graph_chunks(cuda_backend *cb);
 /* The graphed step's rows' state slots [n] (after its tables), or NULL. */
 const int32_t *cuda_graph_slots(cuda_backend *cb);
+/* The rows' checkpoint slots (kv_seq_save_slot, -1: none) in the graph
+ * layout, after the state slots, or NULL outside a graphed step. */
+const int32_t *cuda_graph_saves(cuda_backend *cb);
 /* Whether a capture is running; act_read then records its copy. */
 int cuda_graph_capturing(const cuda_backend *cb);
 /* Something the capture cannot hold happened (a buffer had to grow): the
