@@ -169,10 +169,14 @@ typedef struct {
     float *logits;          /* host destination of the step's logits, or NULL */
     size_t n_logits;        /* floats the step reads into it */
     /* The step's rows' final-normed hidden states go to this host memory
-     * too (model.keep_hidden: n_hidden floats, read before the logits),
-     * or NULL. */
+     * too (model.keep_hidden: n_hidden floats, read before the logits;
+     * an assistant's next hidden state), or NULL. */
     float *hidden;
     size_t n_hidden;
+    /* Which forward the step runs, where one backend runs several (a
+     * model, and an assistant drafting for it): steps of different
+     * forwards are never replayed for each other. NULL: the model's. */
+    const void *forward_id;
     /* The engine allows the step to be captured and replayed: its only
      * reads are the logits, at the end, and before them the hidden states
      * when hidden is set (no hidden-state hook), or it samples them on the

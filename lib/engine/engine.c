@@ -488,18 +488,38 @@ int engine_attach_assistant(engine *e, const checkpoint *ck, memra_err *err)
     return 0;
 }
 
-/* One assistant row staged in e->mtp_*, a step of its own (never graphed). */
+/* One assistant row staged in e->mtp_*, a step of its own: its hidden
+ * state goes up first, so the backend may replay the step from a graph
+ * (under the assistant's own key), reading back its next hidden state and
+ * then its logits as a model step reads its kept hidden states and logits. */
 static void assistant_step(engine *e, float *logits, float *h_out)
 {
     backend *bk = e->bk;
+    model *a = e->asst;
     bk_batch rows = {1, e->mtp_pos, e->mtp_seqs};
-    bk_step st = {.rows = &rows, .tokens = e->mtp_next, .prefill = 0,
-                  .max_blocks = e->max_blocks};
-    if (bk->ops->step_begin && bk->ops->step_begin(bk, &st) != 0)
-        return; /* failed: backend_status says */
-    model_forward_assistant(e->asst, &rows, e->mtp_next, e->mtp_in, 0, logits, h_out);
-    if (bk->ops->step_end)
-        bk->ops->step_end(bk, &st);
+    model_assistant_input(a, e->mtp_in, 1);
+    if (!bk->ops->step_begin || !bk->ops->step_end) {
+        model_forward_assistant(a, &rows, e->mtp_next, NULL, 0, logits, h_out);
+        return;
+    }
+    bk_step st = {.rows = &rows,
+                  .tokens = e->mtp_next,
+                  .prefill = 0,
+                  .max_blocks = e->max_blocks,
+                  .logits = logits,
+                  .n_logits = (size_t)a->config.n_vocab,
+                  .hidden = h_out,
+                  .n_hidden = h_out ? (size_t)a->config.backbone_dim : 0,
+                  .forward_id = a,
+                  .graph_ok = 1};
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (bk->ops->step_begin(bk, &st) != 0)
+            return; /* replayed, or failed: backend_status says */
+        model_forward_assistant(a, &rows, e->mtp_next, NULL, 0, logits, h_out);
+        if (bk->ops->step_end(bk, &st) != 0)
+            return;
+        st.graph_ok = 0;
+    }
 }
 
 int engine_mtp_draft(engine *e, engine_seq *s, int32_t next, int depth, const float *h,

@@ -756,7 +756,8 @@ void model_forward_assistant(model *m, const bk_batch *rows, const int32_t *next
     size_t bd = (size_t)c->backbone_dim;
     MEMRA_ASSERT(t && n > 0 && n <= s->cap);
     op->embed(m->bk, &t->weights.embed, next, n, t->embed_scale, s->assist_e);
-    op->act_write(m->bk, s->assist_h, h, (size_t)n * bd);
+    if (h)
+        op->act_write(m->bk, s->assist_h, h, (size_t)n * bd);
     op->join_heads(m->bk, s->assist_e, s->assist_h, n, 1, (int)bd, (int)bd, s->mtp_cat);
     op->matmul(m->bk, &m->weights.assist_pre, NULL, s->mtp_cat, n, s->x);
     const model_family_desc *fam = family_desc(c->family);
@@ -773,6 +774,12 @@ void model_forward_assistant(model *m, const bk_batch *rows, const int32_t *next
     op->matmul(m->bk, &m->weights.output, NULL, s->xb + (size_t)logits_from * (size_t)c->dim, nl,
                s->logits);
     op->act_read(m->bk, s->logits, logits, (size_t)nl * (size_t)c->n_vocab);
+}
+
+void model_assistant_input(model *m, const float *h, int n)
+{
+    MEMRA_ASSERT(m->target && n > 0 && n <= m->state.cap);
+    m->bk->ops->act_write(m->bk, m->state.assist_h, h, (size_t)n * (size_t)m->config.backbone_dim);
 }
 
 void model_forward(model *m, const bk_batch *rows, const int32_t *tokens, int logits_from,

@@ -671,6 +671,101 @@ static void test_cuda_graphs(void)
     rm_rf(dir);
 }
 
+/* An assistant's drafts (engine_mtp_draft on a gemma4 model with a
+ * gemma4_assistant attached), graphs on or off: four chained depths after
+ * each of a few decode steps, logits then next hidden states. */
+static float *assistant_trace(const checkpoint *ck, const checkpoint *ack, int graphs,
+                              size_t *n_out, uint64_t *replays)
+{
+    setenv("MEMRA_CUDA_GRAPHS", graphs ? "1" : "0", 1);
+    load_opts lo = {BK_CUDA, 8, 1, 4, 64, KV_F32};
+    engine *e = load(ck, &lo);
+    unsetenv("MEMRA_CUDA_GRAPHS");
+    memra_err err = {{0}};
+    if (!e || engine_attach_assistant(e, ack, &err) != 0) {
+        CHECK_MSG(0, "assistant: %s", err.msg);
+        engine_free(e);
+        return NULL;
+    }
+    int64_t vocab = engine_config(e)->n_vocab, dim = engine_config(e)->dim;
+    enum { STEPS = 6, DEPTHS = 4 };
+    size_t per = (size_t)(vocab + dim);
+    float *out = malloc((size_t)STEPS * DEPTHS * per * sizeof(float));
+    float h[2][64];
+    CHECK(dim <= 64);
+    engine_seq *s;
+    int32_t toks[16];
+    for (int i = 0; i < 16; i++)
+        toks[i] = stream_token(1, i, vocab);
+    int ok = engine_seq_new(e, &s, &err) == 0 && engine_forward(e, s, toks, 5, NULL, 0, &err) == 0;
+    size_t at = 0;
+    for (int j = 0; ok && j < STEPS; j++) {
+        int32_t next = toks[5 + j];
+        for (int d = 0; ok && d < DEPTHS; d++, at += per) {
+            ok = engine_mtp_draft(e, s, next, d, d ? h[(d - 1) & 1] : NULL, out + at, h[d & 1],
+                                  &err) == 0;
+            memcpy(out + at + vocab, h[d & 1], (size_t)dim * sizeof(float));
+            next = argmax(out + at, vocab);
+        }
+        ok = ok && engine_forward(e, s, &toks[5 + j], 1, NULL, 0, &err) == 0;
+    }
+    CHECK_MSG(ok, "assistant trace (graphs %s): %s", graphs ? "on" : "off", err.msg);
+    *n_out = at;
+#if MEMRA_CUDA
+    uint64_t captures, abandoned;
+    backend_cuda_graph_stats(engine_model(e)->bk, replays, &captures, &abandoned);
+#else
+    *replays = 0;
+#endif
+    engine_seq_free(s);
+    engine_free(e);
+    if (!ok) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* An assistant's draft steps replayed from graphs give the bytes of the
+ * same steps run op by op, and were replayed. */
+static void test_cuda_assistant_graphs(void)
+{
+    if (skip_without_gpu())
+        return;
+    char dir[1024], adir[1024];
+    tmp_path(dir, sizeof dir, "g4");
+    tmp_path(adir, sizeof adir, "g4a");
+    memra_err err = {{0}};
+    convert_opts co = {.outtype = DT_BF16, .n_threads = 2};
+    checkpoint ck, ack;
+    if (convert_random("tests/fixtures/parity/configs/tiny-gemma4.json", 5, dir, &co, &err) != 0 ||
+        convert_random("tests/fixtures/parity/configs/tiny-gemma4-assistant.json", 6, adir, &co,
+                       &err) != 0 ||
+        checkpoint_open(dir, &ck, &err) != 0) {
+        CHECK_MSG(0, "tiny-gemma4 and its assistant: %s", err.msg);
+    } else {
+        if (checkpoint_open(adir, &ack, &err) != 0) {
+            CHECK_MSG(0, "%s", err.msg);
+        } else {
+            size_t na = 0, nb = 0;
+            uint64_t ra = 0, rb = 0;
+            float *eager = assistant_trace(&ck, &ack, 0, &na, &ra);
+            float *graphed = assistant_trace(&ck, &ack, 1, &nb, &rb);
+            if (eager && graphed)
+                CHECK_MSG(na == nb && memcmp(eager, graphed, na * sizeof(float)) == 0 &&
+                              ra == 0 && rb > 6,
+                          "assistant drafts: graphed differ from eager, or %" PRIu64
+                          " replays", rb);
+            free(eager);
+            free(graphed);
+            checkpoint_close(&ack);
+        }
+        checkpoint_close(&ck);
+    }
+    rm_rf(dir);
+    rm_rf(adir);
+}
+
 /* tiny-qwen3-moe with experts 64 wide in BF16: shapes the decode GEMM's
  * kernel takes (the fixtures' 32 are too narrow), so the routed experts of
  * a several-row engine run on the tensor cores (cuda_moe.c, moe_gemm).
@@ -1056,7 +1151,7 @@ TEST_MAIN(TEST_CASE(test_cuda_refused_cleanly), TEST_CASE(test_batch_vs_alone_cp
           TEST_CASE(test_batch_errors), TEST_CASE(test_packed_vs_alone_cpu),
           TEST_CASE(test_packed_errors), TEST_CASE(test_cuda_packed_vs_alone),
           TEST_CASE(test_cuda_stories_golden),
-          TEST_CASE(test_cuda_chunked_prefill), TEST_CASE(test_cuda_graphs),
+          TEST_CASE(test_cuda_chunked_prefill), TEST_CASE(test_cuda_graphs), TEST_CASE(test_cuda_assistant_graphs),
           TEST_CASE(test_cuda_batch_vs_alone),
           TEST_CASE(test_cuda_families), TEST_CASE(test_cuda_kv_f16),
           TEST_CASE(test_cuda_weight_formats), TEST_CASE(test_cuda_hybrid_prefix))

@@ -44,6 +44,7 @@ typedef struct {
     int n, bucket, tbl_cap;
     size_t n_logits;
     size_t n_hidden; /* the hidden states read before the logits (bk_step.hidden) */
+    const void *forward_id; /* bk_step.forward_id */
     int sampled;   /* ends with the sample kernel, not a logits copy */
     int dev;       /* ends with the logits left on the device (bk_step.dev_logits) */
     float *dev_logits; /* where, for the replays */
@@ -221,13 +222,13 @@ static int ensure_readback(cuda_backend *cb, cuda_graphs *g, size_t n)
 
 /* The key's slot; NULL when the table is full (the step runs eagerly). */
 static graph_entry *entry_for(cuda_graphs *g, int n, int bucket, int tbl_cap, size_t n_logits,
-                              size_t n_hidden, int sampled, int dev)
+                              size_t n_hidden, const void *forward_id, int sampled, int dev)
 {
     for (int i = 0; i < g->n_e; i++) {
         graph_entry *e = &g->e[i];
         if (e->n == n && e->bucket == bucket && e->tbl_cap == tbl_cap &&
-            e->n_logits == n_logits && e->n_hidden == n_hidden && e->sampled == sampled &&
-            e->dev == dev)
+            e->n_logits == n_logits && e->n_hidden == n_hidden &&
+            e->forward_id == forward_id && e->sampled == sampled && e->dev == dev)
             return e;
     }
     if (g->n_e == GRAPH_SLOTS)
@@ -239,6 +240,7 @@ static graph_entry *entry_for(cuda_graphs *g, int n, int bucket, int tbl_cap, si
     e->tbl_cap = tbl_cap;
     e->n_logits = n_logits;
     e->n_hidden = n_hidden;
+    e->forward_id = forward_id;
     e->sampled = sampled;
     e->dev = dev;
     return e;
@@ -348,7 +350,7 @@ int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
         chunks = c > chunks ? c : chunks;
     }
     graph_entry *e = entry_for(g, n, pow2_at_least(chunks), st->max_blocks, st->n_logits,
-                               n_hidden, sampled, dev);
+                               n_hidden, st->forward_id, sampled, dev);
     if (!e || e->broken)
         return 0;
     g->meta_off = ((size_t)n + 3) & ~(size_t)3;
