@@ -609,7 +609,7 @@ static int forward_step_model(engine *e, const bk_batch *rows, const int32_t *to
         .hidden = m->keep_hidden ? m->state.host_hidden : NULL,
         .n_hidden = m->keep_hidden ? (size_t)rows->n * (size_t)m->config.dim : 0,
         .graph_ok = !prefill && logits_from == 0 && !m->hidden_fn &&
-                    (m->keep_hidden ? !dev_out && logits != NULL
+                    (m->keep_hidden ? (!dev_out && logits != NULL) || smp != NULL
                      : dev_out      ? smp != NULL || bk->ops->sample
                                     : logits != NULL),
         .sample = smp,
@@ -904,10 +904,16 @@ int engine_forward_batch(engine *e, engine_seq *const *seqs, const int32_t *toke
 
 const kv_seq *engine_seq_kv(const engine_seq *s) { return &s->kv; }
 
+static int sample_rows(engine *e, float *dev, int n, sampler *const *smp, bk_sample_req *req,
+                       int sampled, int32_t *ids, memra_err *errs, memra_err *err);
+static bk_sample_req *sample_request(engine *e, int n, sampler *const *smp, bk_sample_req *req);
+
 /* engine_forward_packed, with every row's logits into logits ([rows][vocab])
- * when it is not NULL (engine_forward_rows). */
+ * when it is not NULL (engine_forward_rows), or every row sampled with
+ * smp into ids when smp is not NULL (engine_forward_rows_sample). */
 static int forward_packed(engine *e, engine_seq *const *seqs, const int32_t *const *tokens,
-                          const int *n, int n_seqs, float *logits, memra_err *err)
+                          const int *n, int n_seqs, float *logits, sampler *const *smp,
+                          int32_t *out_ids, memra_err *row_errs, memra_err *err)
 {
     const model_config *c = &e->m.config;
     backend_bind(e->bk);
@@ -954,6 +960,19 @@ static int forward_packed(engine *e, engine_seq *const *seqs, const int32_t *con
             ids[r] = tokens[i][t];
         }
     bk_batch b = {(int)rows, e->pos, e->seqs};
+    int rc = 0;
+    if (smp) {
+        /* the rows' tokens: the ids stay on the device where the backend samples */
+        bk_sample_req req_store;
+        bk_sample_req *req = sample_request(e, (int)rows, smp, &req_store);
+        float *dev = NULL;
+        int sampled = forward_step(e, &b, ids, rows > 1, 0, NULL, &dev, req);
+        free(ids);
+        for (int i = 0; i < n_seqs; i++)
+            seqs[i]->kv.n_tokens += n[i];
+        rc = sample_rows(e, dev, (int)rows, smp, req, sampled, out_ids, row_errs, err);
+        return rc != 0 ? rc : backend_status(e->bk, err);
+    }
     if (logits)
         forward_step(e, &b, ids, rows > 1, 0, logits, NULL, NULL);
     else
@@ -967,13 +986,20 @@ static int forward_packed(engine *e, engine_seq *const *seqs, const int32_t *con
 int engine_forward_packed(engine *e, engine_seq *const *seqs, const int32_t *const *tokens,
                           const int *n, int n_seqs, memra_err *err)
 {
-    return forward_packed(e, seqs, tokens, n, n_seqs, NULL, err);
+    return forward_packed(e, seqs, tokens, n, n_seqs, NULL, NULL, NULL, NULL, err);
 }
 
 int engine_forward_rows(engine *e, engine_seq *const *seqs, const int32_t *const *tokens,
                         const int *n, int n_seqs, float *logits, memra_err *err)
 {
-    return forward_packed(e, seqs, tokens, n, n_seqs, logits, err);
+    return forward_packed(e, seqs, tokens, n, n_seqs, logits, NULL, NULL, NULL, err);
+}
+
+int engine_forward_rows_sample(engine *e, engine_seq *const *seqs, const int32_t *const *tokens,
+                               const int *n, int n_seqs, sampler *const *smp, int32_t *ids,
+                               memra_err *row_errs, memra_err *err)
+{
+    return forward_packed(e, seqs, tokens, n, n_seqs, NULL, smp, ids, row_errs, err);
 }
 
 int engine_rows_alone(const engine *e)

@@ -182,6 +182,15 @@ int engine_forward_packed(engine *e, engine_seq *const *seqs, const int32_t *con
  * several sequences' speculation rounds verify in one step: spec_rounds). */
 int engine_forward_rows(engine *e, engine_seq *const *seqs, const int32_t *const *tokens,
                         const int *n, int n_seqs, float *logits, memra_err *err);
+/* engine_forward_rows, each row sampled with smp[r] (a sampler per row,
+ * rows in the tokens' order) instead of its logits coming back: on the
+ * device where the backend samples (only the ids come back), else on the
+ * host from the logits; both pick the same token. ids[r] is -1 with
+ * row_errs[r] set where a row cannot be sampled. (A speculation round's
+ * greedy verification needs each row's token only.) */
+int engine_forward_rows_sample(engine *e, engine_seq *const *seqs, const int32_t *const *tokens,
+                               const int *n, int n_seqs, sampler *const *smp, int32_t *ids,
+                               memra_err *row_errs, memra_err *err);
 /* The most rows one step may hold with each row's bytes those it has in a
  * step of its sequence's rows alone, 0 for any number: 0 on the CPU (every
  * row is computed alone); on CUDA one less than the rows at which a step

@@ -176,6 +176,8 @@ void sampler_free(sampler *s)
     free(s);
 }
 
+int sampler_is_greedy(const sampler *s) { return s->p.temperature == 0.0; }
+
 void sampler_set_mask(sampler *s, const uint32_t *bits, int32_t n_bits)
 {
     if (!bits) {

@@ -103,6 +103,9 @@ void sampler_reset(sampler *s);
  * banned" error. A negative n_bits counts as 0. */
 void sampler_set_mask(sampler *s, const uint32_t *bits, int32_t n_bits);
 
+/* Whether the sampler picks the argmax (temperature 0). */
+int sampler_is_greedy(const sampler *s);
+
 /* Add a token to the history the penalties count (the caller decides what
  * goes in: prompt tokens too, as llama.cpp does, or only generated ones). */
 int sampler_accept(sampler *s, int32_t id, memra_err *err);

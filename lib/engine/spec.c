@@ -206,6 +206,46 @@ static int round_verify(engine *e, engine_seq *seq, sampler *s, const round_prep
     return 0;
 }
 
+/* A greedy round needs only the model's token at each row: the rows are
+ * sampled where the step runs (engine_forward_rows_sample: on the device,
+ * no logits read back) when nothing else wants their logits (no
+ * constraint's per-row mask, no raw copy). */
+static int greedy_rows(sampler *s, const spec_constraint *con, const float *raw)
+{
+    return sampler_is_greedy(s) && !con && !raw;
+}
+
+/* round_verify for greedy_rows: ids[i] the model's token at row i, the
+ * argmax (lowest id on ties) after the bias, as round_verify's point
+ * masses have it; a draft is kept only when it is that token. */
+static int round_verify_ids(engine_seq *seq, sampler *s, const round_prep *p, const int32_t *ids,
+                            const memra_err *row_errs, spec_round_result *out, memra_err *err)
+{
+    int64_t pos = p->pos;
+    int32_t a = 0;
+    for (int32_t i = 0; i <= p->draft.n; i++) {
+        if (ids[i] < 0) {
+            *err = row_errs[i];
+            engine_seq_truncate(seq, pos); /* as before the round */
+            return -1;
+        }
+        int last = i == p->draft.n || ids[i] != p->draft.tokens[i];
+        out->tokens[out->n++] = ids[i];
+        if (sampler_accept(s, ids[i], err) != 0) {
+            engine_seq_truncate(seq, pos);
+            return -1;
+        }
+        if (last)
+            break;
+        a++;
+    }
+    engine_seq_truncate(seq, pos + 1 + a);
+    out->drafted = p->draft.n;
+    out->accepted = a;
+    out->draft_ms = p->draft_ms;
+    return 0;
+}
+
 int spec_k_cap(const engine *e)
 {
     int rows = engine_rows_alone(e);
@@ -221,8 +261,21 @@ int spec_round(engine *e, engine_seq *seq, sampler *s, spec_drafter *d, const in
     if (k > spec_k_cap(e))
         k = spec_k_cap(e);
     round_prep p;
-    if (round_propose(e, seq, d, ctx, n, k, rng, &p, err) != 0 ||
-        engine_forward(e, seq, p.rows, p.draft.n + 1, logits, 1, err) != 0)
+    if (round_propose(e, seq, d, ctx, n, k, rng, &p, err) != 0)
+        return -1;
+    if (greedy_rows(s, con, raw)) {
+        int rows = p.draft.n + 1;
+        sampler *smp[SPEC_K_MAX + 1];
+        int32_t ids[SPEC_K_MAX + 1];
+        memra_err row_errs[SPEC_K_MAX + 1];
+        const int32_t *toks = p.rows;
+        for (int i = 0; i < rows; i++)
+            smp[i] = s;
+        if (engine_forward_rows_sample(e, &seq, &toks, &rows, 1, smp, ids, row_errs, err) != 0)
+            return -1;
+        return round_verify_ids(seq, s, &p, ids, row_errs, out, err);
+    }
+    if (engine_forward(e, seq, p.rows, p.draft.n + 1, logits, 1, err) != 0)
         return -1;
     return round_verify(e, seq, s, &p, logits, rng, scratch, raw, con, out, err);
 }
@@ -270,6 +323,38 @@ int spec_rounds(engine *e, spec_round_job *jobs, int n_jobs, spec_scratch *scrat
             continue;
         memra_err ferr;
         steps++;
+        /* a step of greedy rounds only: each row's token, not its logits */
+        int greedy = 1;
+        for (int g = 0; g < ng && greedy; g++) {
+            const spec_round_job *jb = &jobs[group[g]];
+            greedy = greedy_rows(jb->smp, jb->con, jb->raw);
+        }
+        if (greedy) {
+            sampler **smp = xmalloc((size_t)rows * sizeof *smp);
+            int32_t *ids = xmalloc((size_t)rows * sizeof *ids);
+            memra_err *row_errs = xmalloc((size_t)rows * sizeof *row_errs);
+            for (int g = 0, at = 0; g < ng; at += nrows[g], g++)
+                for (int r = 0; r < nrows[g]; r++)
+                    smp[at + r] = jobs[group[g]].smp;
+            int frc = engine_forward_rows_sample(e, seqs, toks, nrows, ng, smp, ids, row_errs,
+                                                 &ferr);
+            for (int g = 0, at = 0; g < ng; at += nrows[g], g++) {
+                spec_round_job *jb = &jobs[group[g]];
+                if (frc != 0) {
+                    engine_seq_truncate(jb->seq, prep[group[g]].pos);
+                    jb->rc = -1;
+                    jb->err = ferr;
+                } else {
+                    jb->rc = round_verify_ids(jb->seq, jb->smp, &prep[group[g]], ids + at,
+                                              row_errs + at, &jb->out, &jb->err);
+                }
+                failed += jb->rc != 0;
+            }
+            free(smp);
+            free(ids);
+            free(row_errs);
+            continue;
+        }
         if (engine_forward_rows(e, seqs, toks, nrows, ng, logits, &ferr) != 0) {
             for (int g = 0; g < ng; g++) {
                 spec_round_job *jb = &jobs[group[g]];

@@ -289,7 +289,12 @@ static int replay(cuda_backend *cb, cuda_graphs *g, graph_entry *e, const bk_ste
     }
     if (e->sampled) {
         g->sampled_replays++;
-        return cuda_sample_read(cb, st->sample->n_rows, st->sample->out) != 0 ? -1 : 1;
+        if (cuda_sample_read(cb, st->sample->n_rows, st->sample->out) != 0)
+            return -1;
+        /* (the wait for the outcomes covers the hidden states' copy) */
+        if (e->n_hidden)
+            memcpy(st->hidden, g->rb_host, e->n_hidden * sizeof(float));
+        return 1;
     }
     if (CU_OK(cb, cudaStreamSynchronize(cb->stream)))
         return -1;
@@ -338,9 +343,9 @@ int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
         : dev   ? st->logits != NULL
                 : !st->logits || st->n_logits == 0)
         return 0;
-    /* kept hidden states only beside logits read back (engine.c) */
+    /* kept hidden states beside logits read back or sampled (engine.c) */
     size_t n_hidden = st->hidden ? st->n_hidden : 0;
-    if (n_hidden && (sampled || dev))
+    if (n_hidden && dev)
         return 0;
     cuda_graphs *g = graphs_of(cb);
     g->mode = GM_NONE;
@@ -357,7 +362,7 @@ int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
     g->slots_off = g->meta_off + 2 * (size_t)n + (size_t)n * (size_t)st->max_blocks;
     size_t len = g->slots_off + 2 * (size_t)n;
     if (ensure_inputs(cb, g, len) != 0 ||
-        (!sampled && !dev && ensure_readback(cb, g, n_hidden + st->n_logits) != 0)) {
+        ensure_readback(cb, g, n_hidden + (sampled || dev ? 0 : st->n_logits)) != 0) {
         cb->step.active = 0;
         return -1;
     }
@@ -408,7 +413,10 @@ static int end_capture(cuda_backend *cb, cuda_graphs *g, const bk_step *st)
     /* The step's one result: the logits copy, the sample kernel, or the
      * logits left where the ops wrote them. */
     int ok = rc == cudaSuccess && graph && !cb->failed && !g->bad &&
-             (e->sampled ? g->n_reads == 0 && g->sample_launched
+             (e->sampled ? g->sample_launched &&
+                               (e->n_hidden ? g->n_reads == 1 && g->read_dst[0] == st->hidden &&
+                                                  g->read_n[0] == e->n_hidden
+                                            : g->n_reads == 0)
               : e->dev   ? g->n_reads == 0 && !g->sample_launched && *st->dev_logits
               : e->n_hidden ? g->n_reads == 2 && g->read_dst[0] == st->hidden &&
                                   g->read_n[0] == e->n_hidden && g->read_dst[1] == st->logits &&
