@@ -488,6 +488,10 @@ int engine_attach_assistant(engine *e, const checkpoint *ck, memra_err *err)
     return 0;
 }
 
+static bk_sample_req *sample_request(engine *e, int n, sampler *const *smp, bk_sample_req *req);
+static int sample_rows(engine *e, float *dev, int n, sampler *const *smp, bk_sample_req *req,
+                       int sampled, int32_t *ids, memra_err *errs, memra_err *err);
+
 /* One assistant row staged in e->mtp_*, a step of its own: its hidden
  * state goes up first, so the backend may replay the step from a graph
  * (under the assistant's own key), reading back its next hidden state and
@@ -522,8 +526,87 @@ static void assistant_step(engine *e, float *logits, float *h_out)
     }
 }
 
-int engine_mtp_draft(engine *e, engine_seq *s, int32_t next, int depth, const float *h,
-                     float *logits, float *h_out, memra_err *err)
+static int mtp_draft_stage(engine *e, engine_seq *s, int32_t next, int depth, const float *h,
+                           memra_err *err);
+
+/* assistant_step sampling its row with smp where the step runs (a graphed
+ * step ends with the sample kernel; only the token and h_out come back). */
+static int assistant_step_sample(engine *e, sampler *smp, int32_t *tok, float *h_out,
+                                 memra_err *err)
+{
+    backend *bk = e->bk;
+    model *a = e->asst;
+    bk_batch rows = {1, e->mtp_pos, e->mtp_seqs};
+    model_assistant_input(a, e->mtp_in, 1);
+    bk_sample_req store;
+    bk_sample_req *req = sample_request(e, 1, &smp, &store);
+    float *dev = NULL;
+    int sampled = 0;
+    if (!bk->ops->step_begin || !bk->ops->step_end) {
+        dev = model_forward_assistant_logits(a, &rows, e->mtp_next, NULL, h_out);
+    } else {
+        bk_step st = {.rows = &rows,
+                      .tokens = e->mtp_next,
+                      .prefill = 0,
+                      .max_blocks = e->max_blocks,
+                      .hidden = h_out,
+                      .n_hidden = h_out ? (size_t)a->config.backbone_dim : 0,
+                      .forward_id = a,
+                      .graph_ok = req != NULL,
+                      .sample = req};
+        for (int attempt = 0; attempt < 2; attempt++) {
+            if (req)
+                req->logits = NULL;
+            int r = bk->ops->step_begin(bk, &st);
+            if (r != 0) {
+                sampled = r > 0 && req != NULL;
+                break;
+            }
+            dev = model_forward_assistant_logits(a, &rows, e->mtp_next, NULL, h_out);
+            if (req)
+                req->logits = dev;
+            r = bk->ops->step_end(bk, &st);
+            if (r != 0) {
+                sampled = r > 0 && req != NULL;
+                break;
+            }
+            st.graph_ok = 0;
+        }
+    }
+    memra_err row_err;
+    if (sample_rows(e, dev, 1, &smp, req, sampled, tok, &row_err, err) != 0)
+        return -1;
+    if (*tok < 0) {
+        *err = row_err;
+        return -1;
+    }
+    return 0;
+}
+
+int engine_mtp_draft_sample(engine *e, engine_seq *s, int32_t next, int depth, const float *h,
+                            sampler *smp, int32_t *tok, float *h_out, memra_err *err)
+{
+    *tok = -1;
+    if (!e->asst) {
+        /* the MTP block: its logits on the host, sampled there */
+        if (!e->host_logits)
+            e->host_logits = xmalloc((size_t)e->opts.n_batch * (size_t)e->m.config.n_vocab *
+                                     sizeof(float));
+        if (engine_mtp_draft(e, s, next, depth, h, e->host_logits, h_out, err) != 0)
+            return -1;
+        *tok = sampler_sample(smp, e->host_logits, err);
+        return *tok < 0 ? -1 : 0;
+    }
+    /* the checks and staging of engine_mtp_draft, then the sampled step */
+    return mtp_draft_stage(e, s, next, depth, h, err) != 0
+               ? -1
+               : assistant_step_sample(e, smp, tok, h_out, err);
+}
+
+/* engine_mtp_draft's checks, then its row staged in e->mtp_* (the MTP
+ * block's KV position reserved). */
+static int mtp_draft_stage(engine *e, engine_seq *s, int32_t next, int depth, const float *h,
+                           memra_err *err)
 {
     const model_config *c = &e->m.config;
     backend_bind(e->bk);
@@ -546,21 +629,24 @@ int engine_mtp_draft(engine *e, engine_seq *s, int32_t next, int depth, const fl
     if (depth == 0 && !(h = mtp_kept(s, q, (size_t)c->dim)))
         return memra_fail(err, "mtp: the hidden state at position %" PRId64 " was not kept (the "
                           "sequence's newest tokens never ran on this engine)", q);
-    if (e->asst) {
-        e->mtp_pos[0] = (int32_t)q;
-        e->mtp_seqs[0] = &s->kv;
-        e->mtp_next[0] = next;
-        memcpy(e->mtp_in, h, (size_t)c->dim * sizeof *h);
-        assistant_step(e, logits, h_out);
-        return backend_status(e->bk, err);
-    }
-    if (kv_seq_reserve(&s->kv, q + 1, err) != 0)
+    if (!e->asst && kv_seq_reserve(&s->kv, q + 1, err) != 0)
         return -1;
     e->mtp_pos[0] = (int32_t)q;
     e->mtp_seqs[0] = &s->kv;
     e->mtp_next[0] = next;
     memcpy(e->mtp_in, h, (size_t)c->dim * sizeof *h);
-    mtp_step(e, 1, 0, logits, h_out);
+    return 0;
+}
+
+int engine_mtp_draft(engine *e, engine_seq *s, int32_t next, int depth, const float *h,
+                     float *logits, float *h_out, memra_err *err)
+{
+    if (mtp_draft_stage(e, s, next, depth, h, err) != 0)
+        return -1;
+    if (e->asst)
+        assistant_step(e, logits, h_out);
+    else
+        mtp_step(e, 1, 0, logits, h_out);
     return backend_status(e->bk, err);
 }
 

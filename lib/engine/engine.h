@@ -268,6 +268,12 @@ void engine_mtp_follow(engine *e, int on);
  * newest tokens came from the prefix cache). */
 int engine_mtp_draft(engine *e, engine_seq *s, int32_t next, int depth, const float *h,
                      float *logits, float *h_out, memra_err *err);
+/* engine_mtp_draft with the row's token sampled by smp instead of its
+ * logits coming back: with an assistant on a backend that samples, inside
+ * the step (a graphed one ends with the sample kernel), else on the host;
+ * the same token either way. *tok is -1 on failure. */
+int engine_mtp_draft_sample(engine *e, engine_seq *s, int32_t next, int depth, const float *h,
+                            sampler *smp, int32_t *tok, float *h_out, memra_err *err);
 /* Whether engine_mtp_draft can start on s: the block is loaded and the
  * model's hidden state at s's newest run position was kept. */
 int engine_mtp_ready(const engine *e, const engine_seq *s);

@@ -56,10 +56,17 @@ static int mtp_propose(spec_drafter *d, const int32_t *ctx, int64_t n, int k, sp
      * kept (its tokens came from the prefix cache) */
     if (!engine_mtp_ready(md->e, d->seq))
         return 0;
+    int greedy = sampler_is_greedy(md->smp);
     for (int i = 0; i < k; i++) {
         /* (the last depth's output feeds nothing: not read back) */
-        if (engine_mtp_draft(md->e, d->seq, next, i, i ? md->h : NULL, md->logits,
-                             i + 1 < k ? md->h_next : NULL, err) != 0) {
+        float *h_out = i + 1 < k ? md->h_next : NULL;
+        int32_t tok = -1;
+        /* greedy: the token only, sampled where the draft runs */
+        int rc = greedy ? engine_mtp_draft_sample(md->e, d->seq, next, i, i ? md->h : NULL,
+                                                  md->smp, &tok, h_out, err)
+                        : engine_mtp_draft(md->e, d->seq, next, i, i ? md->h : NULL, md->logits,
+                                           h_out, err);
+        if (rc != 0) {
             /* a deeper row the KV pool has no room for: the drafts so far */
             if (i > 0)
                 return 0;
@@ -68,6 +75,17 @@ static int mtp_propose(spec_drafter *d, const int32_t *ctx, int64_t n, int k, sp
         float *t = md->h;
         md->h = md->h_next;
         md->h_next = t;
+        if (greedy) {
+            /* the point mass on the argmax, as sampler_probs gives it */
+            md->q_ids[i] = xrealloc(md->q_ids[i], sizeof(int32_t));
+            md->q_probs[i] = xrealloc(md->q_probs[i], sizeof(double));
+            md->q_ids[i][0] = tok;
+            md->q_probs[i][0] = 1.0;
+            out->q[i] = (spec_dist){md->q_ids[i], md->q_probs[i], 1};
+            out->tokens[i] = next = tok;
+            out->n = i + 1;
+            continue;
+        }
         spec_dist q;
         if (sampler_probs(md->smp, md->logits, &q.ids, &q.probs, &q.n, err) != 0)
             return memra_wrap(err, "mtp drafter");

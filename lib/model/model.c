@@ -745,8 +745,8 @@ void model_forward_mtp(model *m, const bk_batch *rows, const int32_t *next, cons
  * the final norm, the tied head (no soft-cap: transformers applies none
  * to the assistant), and post_projection of the normed output as the
  * next hidden state. */
-void model_forward_assistant(model *m, const bk_batch *rows, const int32_t *next,
-                             const float *h, int logits_from, float *logits, float *h_out)
+float *model_forward_assistant_logits(model *m, const bk_batch *rows, const int32_t *next,
+                                      const float *h, float *h_out)
 {
     const backend_ops *op = m->bk->ops;
     run_state *s = &m->state;
@@ -768,12 +768,18 @@ void model_forward_assistant(model *m, const bk_batch *rows, const int32_t *next
         op->matmul(m->bk, &m->weights.assist_post, NULL, s->xb, n, s->assist_h);
         op->act_read(m->bk, s->assist_h, h_out, (size_t)n * bd);
     }
-    if (!logits || logits_from >= n)
-        return;
-    int nl = n - logits_from;
-    op->matmul(m->bk, &m->weights.output, NULL, s->xb + (size_t)logits_from * (size_t)c->dim, nl,
-               s->logits);
-    op->act_read(m->bk, s->logits, logits, (size_t)nl * (size_t)c->n_vocab);
+    op->matmul(m->bk, &m->weights.output, NULL, s->xb, n, s->logits);
+    return s->logits;
+}
+
+void model_forward_assistant(model *m, const bk_batch *rows, const int32_t *next,
+                             const float *h, int logits_from, float *logits, float *h_out)
+{
+    float *dev = model_forward_assistant_logits(m, rows, next, h, h_out);
+    int n = rows->n;
+    if (logits && logits_from < n)
+        m->bk->ops->act_read(m->bk, dev + (size_t)logits_from * (size_t)m->config.n_vocab, logits,
+                             (size_t)(n - logits_from) * (size_t)m->config.n_vocab);
 }
 
 void model_assistant_input(model *m, const float *h, int n)

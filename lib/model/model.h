@@ -234,6 +234,10 @@ void model_forward_mtp(model *m, const bk_batch *rows, const int32_t *next, cons
  * [n][backbone_dim]), the hidden state the next draft reads. */
 void model_forward_assistant(model *m, const bk_batch *rows, const int32_t *next,
                              const float *h, int logits_from, float *logits, float *h_out);
+/* model_forward_assistant leaving every row's logits in the backend's
+ * memory: returns them ([n][n_vocab]), for sampling on the device. */
+float *model_forward_assistant_logits(model *m, const bk_batch *rows, const int32_t *next,
+                                      const float *h, float *h_out);
 /* The hidden states of n assistant rows into its input ahead of a step
  * (host [n][backbone_dim]): model_forward_assistant with h NULL then
  * reads them there, and the step has no upload of its own (a graphed

@@ -688,6 +688,10 @@ static float *assistant_trace(const checkpoint *ck, const checkpoint *ack, int g
         return NULL;
     }
     int64_t vocab = engine_config(e)->n_vocab, dim = engine_config(e)->dim;
+    sampler_params sp = sampler_params_default();
+    sp.temperature = 0;
+    sampler *greedy = sampler_new(&sp, (int32_t)vocab, &err);
+    CHECK(greedy != NULL);
     enum { STEPS = 6, DEPTHS = 4 };
     size_t per = (size_t)(vocab + dim);
     float *out = malloc((size_t)STEPS * DEPTHS * per * sizeof(float));
@@ -705,6 +709,15 @@ static float *assistant_trace(const checkpoint *ck, const checkpoint *ack, int g
             ok = engine_mtp_draft(e, s, next, d, d ? h[(d - 1) & 1] : NULL, out + at, h[d & 1],
                                   &err) == 0;
             memcpy(out + at + vocab, h[d & 1], (size_t)dim * sizeof(float));
+            /* the same draft sampled where it runs: the argmax, the same next state */
+            float hs[64];
+            int32_t tok = -1;
+            ok = ok && engine_mtp_draft_sample(e, s, next, d, d ? h[(d - 1) & 1] : NULL, greedy,
+                                               &tok, hs, &err) == 0;
+            CHECK_MSG(!ok || (tok == argmax(out + at, vocab) &&
+                              memcmp(hs, h[d & 1], (size_t)dim * sizeof(float)) == 0),
+                      "assistant draft sampled (graphs %s): token %d, argmax %d", graphs ? "on" : "off",
+                      (int)tok, argmax(out + at, vocab));
             next = argmax(out + at, vocab);
         }
         ok = ok && engine_forward(e, s, &toks[5 + j], 1, NULL, 0, &err) == 0;
@@ -719,6 +732,7 @@ static float *assistant_trace(const checkpoint *ck, const checkpoint *ack, int g
 #endif
     engine_seq_free(s);
     engine_free(e);
+    sampler_free(greedy);
     if (!ok) {
         free(out);
         return NULL;
