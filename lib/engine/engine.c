@@ -529,29 +529,39 @@ static void assistant_step(engine *e, float *logits, float *h_out)
 static int mtp_draft_stage(engine *e, engine_seq *s, int32_t next, int depth, const float *h,
                            memra_err *err);
 
-/* assistant_step sampling its row with smp where the step runs (a graphed
- * step ends with the sample kernel; only the token and h_out come back). */
-static int assistant_step_sample(engine *e, sampler *smp, int32_t *tok, float *h_out,
-                                 memra_err *err)
+/* The drafting row staged in e->mtp_* (an assistant's, or the MTP
+ * block's), its token sampled with smp where the step runs: a graphed step
+ * (under the drafter's own key) ends with the sample kernel, and only the
+ * token and h_out come back. */
+static float *draft_row_logits(engine *e, const bk_batch *rows, float *h_out)
+{
+    return e->asst ? model_forward_assistant_logits(e->asst, rows, e->mtp_next, NULL, h_out)
+                   : model_forward_mtp_logits(&e->m, rows, e->mtp_next, NULL, h_out);
+}
+
+static int draft_step_sample(engine *e, sampler *smp, int32_t *tok, float *h_out, memra_err *err)
 {
     backend *bk = e->bk;
     model *a = e->asst;
     bk_batch rows = {1, e->mtp_pos, e->mtp_seqs};
-    model_assistant_input(a, e->mtp_in, 1);
+    if (a)
+        model_assistant_input(a, e->mtp_in, 1);
+    else
+        model_mtp_input(&e->m, e->mtp_in, 1);
     bk_sample_req store;
     bk_sample_req *req = sample_request(e, 1, &smp, &store);
     float *dev = NULL;
     int sampled = 0;
     if (!bk->ops->step_begin || !bk->ops->step_end) {
-        dev = model_forward_assistant_logits(a, &rows, e->mtp_next, NULL, h_out);
+        dev = draft_row_logits(e, &rows, h_out);
     } else {
         bk_step st = {.rows = &rows,
                       .tokens = e->mtp_next,
                       .prefill = 0,
                       .max_blocks = e->max_blocks,
                       .hidden = h_out,
-                      .n_hidden = h_out ? (size_t)a->config.backbone_dim : 0,
-                      .forward_id = a,
+                      .n_hidden = h_out ? (size_t)e->m.config.dim : 0,
+                      .forward_id = a ? (const void *)a : (const void *)&e->m.weights.mtp,
                       .graph_ok = req != NULL,
                       .sample = req};
         for (int attempt = 0; attempt < 2; attempt++) {
@@ -562,7 +572,7 @@ static int assistant_step_sample(engine *e, sampler *smp, int32_t *tok, float *h
                 sampled = r > 0 && req != NULL;
                 break;
             }
-            dev = model_forward_assistant_logits(a, &rows, e->mtp_next, NULL, h_out);
+            dev = draft_row_logits(e, &rows, h_out);
             if (req)
                 req->logits = dev;
             r = bk->ops->step_end(bk, &st);
@@ -587,20 +597,10 @@ int engine_mtp_draft_sample(engine *e, engine_seq *s, int32_t next, int depth, c
                             sampler *smp, int32_t *tok, float *h_out, memra_err *err)
 {
     *tok = -1;
-    if (!e->asst) {
-        /* the MTP block: its logits on the host, sampled there */
-        if (!e->host_logits)
-            e->host_logits = xmalloc((size_t)e->opts.n_batch * (size_t)e->m.config.n_vocab *
-                                     sizeof(float));
-        if (engine_mtp_draft(e, s, next, depth, h, e->host_logits, h_out, err) != 0)
-            return -1;
-        *tok = sampler_sample(smp, e->host_logits, err);
-        return *tok < 0 ? -1 : 0;
-    }
     /* the checks and staging of engine_mtp_draft, then the sampled step */
     return mtp_draft_stage(e, s, next, depth, h, err) != 0
                ? -1
-               : assistant_step_sample(e, smp, tok, h_out, err);
+               : draft_step_sample(e, smp, tok, h_out, err);
 }
 
 /* engine_mtp_draft's checks, then its row staged in e->mtp_* (the MTP

@@ -269,9 +269,9 @@ void engine_mtp_follow(engine *e, int on);
 int engine_mtp_draft(engine *e, engine_seq *s, int32_t next, int depth, const float *h,
                      float *logits, float *h_out, memra_err *err);
 /* engine_mtp_draft with the row's token sampled by smp instead of its
- * logits coming back: with an assistant on a backend that samples, inside
- * the step (a graphed one ends with the sample kernel), else on the host;
- * the same token either way. *tok is -1 on failure. */
+ * logits coming back: on a backend that samples, inside the step (a
+ * graphed one ends with the sample kernel), else on the host from the
+ * logits; the same token either way. *tok is -1 on failure. */
 int engine_mtp_draft_sample(engine *e, engine_seq *s, int32_t next, int depth, const float *h,
                             sampler *smp, int32_t *tok, float *h_out, memra_err *err);
 /* Whether engine_mtp_draft can start on s: the block is loaded and the

@@ -428,12 +428,13 @@ static void alloc_state(model *m, int cap)
     }
     if (m->mtp) {
         s->mtp_cat = bk->ops->act_alloc(bk, n * 2 * (size_t)c->dim);
+        s->h_in = bk->ops->act_alloc(bk, n * (size_t)c->dim);
     }
     if (m->target) {
         size_t bd = (size_t)c->backbone_dim;
         s->mtp_cat = bk->ops->act_alloc(bk, n * 2 * bd);
         s->assist_e = bk->ops->act_alloc(bk, n * bd);
-        s->assist_h = bk->ops->act_alloc(bk, n * bd);
+        s->h_in = bk->ops->act_alloc(bk, n * bd);
     }
     if (c->moe_with_dense) {
         s->moe_router_in = bk->ops->act_alloc(bk, n * (size_t)c->dim);
@@ -565,7 +566,7 @@ void model_free(model *m)
                          s->att, s->hb,    s->hb2,   s->logits, s->qg,   s->gate,
                          s->lin_qkv, s->lin_z, s->lin_o, s->lin_b, s->lin_a,
                          s->shared, s->shared_gate, s->ple, s->ple_mix, s->ple_gate,
-                         s->moe_router_in, s->moe_out, s->mtp_cat, s->assist_e, s->assist_h};
+                         s->moe_router_in, s->moe_out, s->mtp_cat, s->assist_e, s->h_in};
         for (size_t i = 0; i < MEMRA_ARRAY_LEN(acts); i++)
             if (acts[i])
                 bk->ops->act_free(bk, acts[i]);
@@ -703,40 +704,74 @@ float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *token
     return s->logits;
 }
 
-/* The block reads [enorm(embed(next)) | hnorm(h)]: the two halves normed
- * on the backend, then put side by side (join_heads, one head). */
-void model_forward_mtp(model *m, const bk_batch *rows, const int32_t *next, const float *h,
-                       int logits_from, float *logits, float *h_out)
+/* The block's layer on its rows, into state.x: it reads [enorm(embed(next))
+ * | hnorm(h)], the two halves normed on the backend, then put side by side
+ * (join_heads, one head); h NULL: already in state.h_in. */
+static void mtp_layer(model *m, const bk_batch *rows, const int32_t *next, const float *h)
 {
     const backend_ops *op = m->bk->ops;
     run_state *s = &m->state;
     const model_config *c = &m->config;
     const mtp_weights *w = &m->weights.mtp;
     int n = rows->n;
-    size_t dim = (size_t)c->dim, nd = (size_t)n * dim;
+    size_t dim = (size_t)c->dim;
     MEMRA_ASSERT(m->mtp && n > 0 && n <= s->cap);
     /* the hidden-state hooks see the model's steps, not the block's */
     model_hidden_fn hook = m->hidden_fn;
     m->hidden_fn = NULL;
     op->embed(m->bk, &m->weights.embed, next, n, m->embed_scale, s->x);
     op->rmsnorm(m->bk, s->x, n, &w->enorm, m->norm_offset, m->norm_eps, s->xb);
-    op->act_write(m->bk, s->xb2, h, nd);
-    op->rmsnorm(m->bk, s->xb2, n, &w->hnorm, m->norm_offset, m->norm_eps, s->x);
+    if (h)
+        op->act_write(m->bk, s->h_in, h, (size_t)n * dim);
+    op->rmsnorm(m->bk, s->h_in, n, &w->hnorm, m->norm_offset, m->norm_eps, s->x);
     op->join_heads(m->bk, s->xb, s->x, n, 1, (int)dim, (int)dim, s->mtp_cat);
     op->matmul(m->bk, &w->eh_proj, NULL, s->mtp_cat, n, s->x);
     family_desc(c->family)->layer(m, (int)c->n_layers, rows);
     m->hidden_fn = hook;
-    op->rmsnorm(m->bk, s->x, n, &w->head_norm, m->norm_offset, m->norm_eps, s->xb);
+}
+
+float *model_forward_mtp_logits(model *m, const bk_batch *rows, const int32_t *next,
+                                const float *h, float *h_out)
+{
+    const backend_ops *op = m->bk->ops;
+    run_state *s = &m->state;
+    const model_config *c = &m->config;
+    int n = rows->n;
+    mtp_layer(m, rows, next, h);
+    op->rmsnorm(m->bk, s->x, n, &m->weights.mtp.head_norm, m->norm_offset, m->norm_eps, s->xb);
     if (h_out)
-        op->act_read(m->bk, s->xb, h_out, nd);
-    if (!logits || logits_from >= n)
-        return;
-    int nl = n - logits_from;
-    op->matmul(m->bk, &m->weights.output, NULL, s->xb + (size_t)logits_from * dim, nl,
-               s->logits);
+        op->act_read(m->bk, s->xb, h_out, (size_t)n * (size_t)c->dim);
+    op->matmul(m->bk, &m->weights.output, NULL, s->xb, n, s->logits);
     if (c->final_softcap > 0)
-        op->softcap(m->bk, s->logits, (size_t)nl * (size_t)c->n_vocab, (float)c->final_softcap);
-    op->act_read(m->bk, s->logits, logits, (size_t)nl * (size_t)c->n_vocab);
+        op->softcap(m->bk, s->logits, (size_t)n * (size_t)c->n_vocab, (float)c->final_softcap);
+    return s->logits;
+}
+
+void model_forward_mtp(model *m, const bk_batch *rows, const int32_t *next, const float *h,
+                       int logits_from, float *logits, float *h_out)
+{
+    const backend_ops *op = m->bk->ops;
+    run_state *s = &m->state;
+    const model_config *c = &m->config;
+    int n = rows->n;
+    if (logits && logits_from < n) {
+        float *dev = model_forward_mtp_logits(m, rows, next, h, h_out);
+        op->act_read(m->bk, dev + (size_t)logits_from * (size_t)c->n_vocab, logits,
+                     (size_t)(n - logits_from) * (size_t)c->n_vocab);
+        return;
+    }
+    mtp_layer(m, rows, next, h); /* the rows following the model: no head */
+    if (h_out) {
+        op->rmsnorm(m->bk, s->x, n, &m->weights.mtp.head_norm, m->norm_offset, m->norm_eps,
+                    s->xb);
+        op->act_read(m->bk, s->xb, h_out, (size_t)n * (size_t)c->dim);
+    }
+}
+
+void model_mtp_input(model *m, const float *h, int n)
+{
+    MEMRA_ASSERT(m->mtp && n > 0 && n <= m->state.cap);
+    m->bk->ops->act_write(m->bk, m->state.h_in, h, (size_t)n * (size_t)m->config.dim);
 }
 
 /* As transformers' Gemma4AssistantForCausalLM: u = pre_projection([the
@@ -757,16 +792,16 @@ float *model_forward_assistant_logits(model *m, const bk_batch *rows, const int3
     MEMRA_ASSERT(t && n > 0 && n <= s->cap);
     op->embed(m->bk, &t->weights.embed, next, n, t->embed_scale, s->assist_e);
     if (h)
-        op->act_write(m->bk, s->assist_h, h, (size_t)n * bd);
-    op->join_heads(m->bk, s->assist_e, s->assist_h, n, 1, (int)bd, (int)bd, s->mtp_cat);
+        op->act_write(m->bk, s->h_in, h, (size_t)n * bd);
+    op->join_heads(m->bk, s->assist_e, s->h_in, n, 1, (int)bd, (int)bd, s->mtp_cat);
     op->matmul(m->bk, &m->weights.assist_pre, NULL, s->mtp_cat, n, s->x);
     const model_family_desc *fam = family_desc(c->family);
     for (int l = 0; l < c->n_layers; l++)
         fam->layer(m, l, rows);
     op->rmsnorm(m->bk, s->x, n, &m->weights.output_norm, m->norm_offset, m->norm_eps, s->xb);
     if (h_out) {
-        op->matmul(m->bk, &m->weights.assist_post, NULL, s->xb, n, s->assist_h);
-        op->act_read(m->bk, s->assist_h, h_out, (size_t)n * bd);
+        op->matmul(m->bk, &m->weights.assist_post, NULL, s->xb, n, s->h_in);
+        op->act_read(m->bk, s->h_in, h_out, (size_t)n * bd);
     }
     op->matmul(m->bk, &m->weights.output, NULL, s->xb, n, s->logits);
     return s->logits;
@@ -785,7 +820,7 @@ void model_forward_assistant(model *m, const bk_batch *rows, const int32_t *next
 void model_assistant_input(model *m, const float *h, int n)
 {
     MEMRA_ASSERT(m->target && n > 0 && n <= m->state.cap);
-    m->bk->ops->act_write(m->bk, m->state.assist_h, h, (size_t)n * (size_t)m->config.backbone_dim);
+    m->bk->ops->act_write(m->bk, m->state.h_in, h, (size_t)n * (size_t)m->config.backbone_dim);
 }
 
 void model_forward(model *m, const bk_batch *rows, const int32_t *tokens, int logits_from,

@@ -127,7 +127,10 @@ typedef struct {
     /* an MTP block only: */
     float *mtp_cat;       /* [cap][2 dim] the eh_proj input; an assistant's [cap][2 backbone_dim] */
     /* an assistant only (config_is_assistant): */
-    float *assist_e, *assist_h; /* [cap][backbone_dim] the model's embedding; hidden state */
+    float *assist_e;      /* [cap][backbone_dim] the model's embedding of the next tokens */
+    /* an MTP block's or an assistant's hidden-state input, [cap][dim] or
+     * [cap][backbone_dim] (model_mtp_input, model_assistant_input) */
+    float *h_in;
     kv_cache kv;         /* K and V of every attention layer, paged; the recurrent state */
 } run_state;
 
@@ -223,6 +226,14 @@ float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *token
  * norm, which the head reads. Needs model_opts.mtp. */
 void model_forward_mtp(model *m, const bk_batch *rows, const int32_t *next, const float *h,
                        int logits_from, float *logits, float *h_out);
+/* model_forward_mtp leaving every row's logits in the backend's memory
+ * (returned, [n][n_vocab]); h NULL: the rows' hidden states were put in
+ * ahead of the step (model_mtp_input). */
+float *model_forward_mtp_logits(model *m, const bk_batch *rows, const int32_t *next,
+                                const float *h, float *h_out);
+/* The hidden states of n MTP rows ([n][dim] host) into the block's input
+ * ahead of a step (a graphed step cannot hold an upload). */
+void model_mtp_input(model *m, const float *h, int n);
 
 /* An assistant (gemma4_assistant, model_opts.target) on rows->n rows: row
  * i drafts for the model's sequence rows->seq[i] whose newest position in

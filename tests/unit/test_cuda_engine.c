@@ -580,9 +580,20 @@ static float *decode_trace(const checkpoint *ck, int graphs, size_t *n_out, uint
         ok = engine_forward_batch(e, q, bt, n, out + at * (size_t)vocab, &err) == 0;
         at += (size_t)n;
     }
-    if (ok && g_mtp)
-        ok = engine_mtp_draft(e, q[0], toks[3], 0, NULL, out + at++ * (size_t)vocab, NULL,
-                              &err) == 0;
+    if (ok && g_mtp) {
+        float *row = out + at++ * (size_t)vocab;
+        ok = engine_mtp_draft(e, q[0], toks[3], 0, NULL, row, NULL, &err) == 0;
+        /* the same draft sampled where it runs (greedy): the row's argmax */
+        sampler_params sp = sampler_params_default();
+        sp.temperature = 0;
+        sampler *greedy = sampler_new(&sp, (int32_t)vocab, &err);
+        int32_t tok = -1;
+        for (int rep = 0; ok && greedy && rep < 3; rep++) /* eager, captured, replayed */
+            ok = engine_mtp_draft_sample(e, q[0], toks[3], 0, NULL, greedy, &tok, NULL, &err) ==
+                     0 &&
+                 tok == argmax(row, vocab);
+        sampler_free(greedy);
+    }
     CHECK_MSG(ok, "decode trace (graphs %s): %s", graphs ? "on" : "off", err.msg);
     *n_out = at * (size_t)vocab;
 #if MEMRA_CUDA
