@@ -311,6 +311,55 @@ static void test_kv_rollback(void)
     free(prompt);
 }
 
+/* What a greedy round verifies with (engine_forward_rows_sample): each
+ * row's token is the argmax (lowest id on ties) of the row's logits as
+ * engine_forward_rows gives them, for rows of two sequences in one step;
+ * a bad id is refused changing nothing. */
+static void test_rows_sampled(void)
+{
+    if (!pair())
+        return;
+    size_t n_prompt;
+    int32_t *prompt = encode(prompt_text, &n_prompt);
+    int64_t v = engine_config(e_t)->n_vocab;
+    float *logits = malloc(5 * (size_t)v * sizeof *logits);
+    engine_seq *s[2];
+    memra_err err = {{0}}, row_errs[5];
+    sampler_params sp = sampler_params_default();
+    sp.temperature = 0;
+    sampler *g = sampler_new(&sp, (int32_t)v, &err);
+    CHECK(g && engine_seq_new(e_t, &s[0], &err) == 0 && engine_seq_new(e_t, &s[1], &err) == 0);
+    CHECK(engine_forward(e_t, s[0], prompt, (int)n_prompt, NULL, 0, &err) == 0);
+    CHECK(engine_forward(e_t, s[1], prompt, 3, NULL, 0, &err) == 0);
+    int32_t a[3] = {100, 200, 300}, b[2] = {7, 9}, ids[5];
+    const int32_t *toks[2] = {a, b};
+    int n[2] = {3, 2};
+    sampler *smp[5] = {g, g, g, g, g};
+    int64_t p0 = engine_seq_pos(s[0]), p1 = engine_seq_pos(s[1]);
+    CHECK(engine_forward_rows(e_t, s, toks, n, 2, logits, &err) == 0);
+    engine_seq_truncate(s[0], p0);
+    engine_seq_truncate(s[1], p1);
+    CHECK(engine_forward_rows_sample(e_t, s, toks, n, 2, smp, ids, row_errs, &err) == 0);
+    for (int r = 0; r < 5; r++) {
+        int32_t best = 0;
+        for (int64_t i = 1; i < v; i++)
+            if (logits[(size_t)r * (size_t)v + (size_t)i] > logits[(size_t)r * (size_t)v + (size_t)best])
+                best = (int32_t)i;
+        CHECK_MSG(ids[r] == best, "row %d: sampled %d, argmax %d", r, (int)ids[r], (int)best);
+    }
+    CHECK(engine_seq_pos(s[0]) == p0 + 3 && engine_seq_pos(s[1]) == p1 + 2);
+    int32_t bad[1] = {(int32_t)v};
+    const int32_t *btoks[1] = {bad};
+    int bn[1] = {1};
+    CHECK(engine_forward_rows_sample(e_t, s, btoks, bn, 1, smp, ids, row_errs, &err) == -1 &&
+          strstr(err.msg, "out of range") && engine_seq_pos(s[0]) == p0 + 3);
+    sampler_free(g);
+    engine_seq_free(s[0]);
+    engine_seq_free(s[1]);
+    free(logits);
+    free(prompt);
+}
+
 /* Several sequences' rounds in shared steps (spec_rounds): each row's
  * logits are the bytes its round gives alone (spec_round), and rounds
  * to the end give each sequence plain greedy decoding's tokens, with a
@@ -762,7 +811,7 @@ static void free_pair(void)
 
 TEST_MAIN(TEST_CASE(test_ranks_from_counts), TEST_CASE(test_ranks_file_bytes),
           TEST_CASE(test_ngram_proposals), TEST_CASE(test_sampled_distribution),
-          TEST_CASE(test_kv_rollback), TEST_CASE(test_rounds_batched),
+          TEST_CASE(test_kv_rollback), TEST_CASE(test_rows_sampled), TEST_CASE(test_rounds_batched),
           TEST_CASE(test_greedy_draft_model_exact),
           TEST_CASE(test_greedy_trimmed_exact), TEST_CASE(test_greedy_ngram_exact),
           TEST_CASE(test_sampled_reproducible), TEST_CASE(test_greedy_penalties_exact),
