@@ -276,21 +276,30 @@ CASES=(
   "m4|/v1/completions|{\"model\":\"chat\",\"prompt\":\"A big dog\",\"max_tokens\":30,\"temperature\":0,\"ignore_eos\":true}"
   "m5|/v1/completions|{\"model\":\"chat\",\"prompt\":\"Lily\",\"max_tokens\":17,\"temperature\":0,\"ignore_eos\":true}"
 )
-run_all "$MP" "$T/mplain"
-run_all "$MM" "$T/mtp1"
-run_concurrent "$MM" "$T/mtp5"
-for d in mtp1 mtp5; do
-  diffs=''
-  for f in "$T"/mplain/*.json; do
-    cmp -s "$f" "$T/$d/$(basename "$f")" || diffs+=" $(basename "$f")"
+# same_as_plain LABEL PLAIN_URL SPEC_URL: the cases alone and five at once on
+# the speculating server give the plain server's bytes, and every draft
+# the speculating one made was accepted (a drafter wired wrong accepts next
+# to none).
+same_as_plain() {
+  local label=$1 plain=$2 spec=$3 d f diffs
+  run_all "$plain" "$T/plain-$label"
+  run_all "$spec" "$T/$label-1"
+  run_concurrent "$spec" "$T/$label-5"
+  for d in "$label-1" "$label-5"; do
+    diffs=''
+    for f in "$T/plain-$label"/*.json; do
+      cmp -s "$f" "$T/$d/$(basename "$f")" || diffs+=" $(basename "$f")"
+    done
+    [ -z "$diffs" ] && [ -s "$T/plain-$label/m1.json" ] &&
+      pass "greedy with $label ($d): every case's bytes, finish and usage equal plain decoding's" ||
+      fail "greedy with $label ($d): differs from plain in$diffs" "$(diff "$T/plain-$label/${diffs# }" "$T/$d/${diffs# }" 2>&1 | head -8)"
   done
-  [ -z "$diffs" ] && [ -s "$T/mplain/m1.json" ] &&
-    pass "greedy with --mtp ($d): every case's bytes, finish and usage equal plain decoding's" ||
-    fail "greedy with --mtp ($d): differs from plain in$diffs" "$(diff "$T/mplain/${diffs# }" "$T/$d/${diffs# }" 2>&1 | head -8)"
-done
-dr=$(metric "$MM" memra_spec_drafted_tokens_total) ac=$(metric "$MM" memra_spec_accepted_tokens_total)
-[ "${dr:-0}" -gt 100 ] && [ "${ac:-0}" -eq "$dr" ] &&
-  pass "--mtp: every draft accepted ($ac of $dr)" || fail "--mtp: drafted '$dr', accepted '$ac'"
+  local dr ac
+  dr=$(metric "$spec" memra_spec_drafted_tokens_total) ac=$(metric "$spec" memra_spec_accepted_tokens_total)
+  [ "${dr:-0}" -gt 100 ] && [ "${ac:-0}" -eq "$dr" ] &&
+    pass "$label: every draft accepted ($ac of $dr)" || fail "$label: drafted '$dr', accepted '$ac'"
+}
+same_as_plain mtp "$MP" "$MM"
 stop_server "$P1" >/dev/null
 stop_server "$P2" >/dev/null
 
@@ -310,21 +319,7 @@ start_server g4asst -m "chat=$T/g4" --draft "$T/g4a" --spec-max-batch 8 -t 2
 GA=$URL P2=$PID
 grep -q "chat speculates (assistant $T/g4a, K = 4) while at most 8 requests decode" "$T/g4asst.log" &&
   pass "--draft ASSISTANT: the startup line names the assistant" || fail "assistant startup line" "$(cat "$T/g4asst.log")"
-run_all "$GP" "$T/gplain"
-run_all "$GA" "$T/gasst1"
-run_concurrent "$GA" "$T/gasst5"
-for d in gasst1 gasst5; do
-  diffs=''
-  for f in "$T"/gplain/*.json; do
-    cmp -s "$f" "$T/$d/$(basename "$f")" || diffs+=" $(basename "$f")"
-  done
-  [ -z "$diffs" ] && [ -s "$T/gplain/m1.json" ] &&
-    pass "greedy with an assistant ($d): every case's bytes, finish and usage equal plain decoding's" ||
-    fail "greedy with an assistant ($d): differs from plain in$diffs" "$(diff "$T/gplain/${diffs# }" "$T/$d/${diffs# }" 2>&1 | head -8)"
-done
-dr=$(metric "$GA" memra_spec_drafted_tokens_total) ac=$(metric "$GA" memra_spec_accepted_tokens_total)
-[ "${dr:-0}" -gt 100 ] && [ "${ac:-0}" -eq "$dr" ] &&
-  pass "an assistant: every draft accepted ($ac of $dr)" || fail "assistant: drafted '$dr', accepted '$ac'"
+same_as_plain assistant "$GP" "$GA"
 stop_server "$P1" >/dev/null
 stop_server "$P2" >/dev/null
 
