@@ -189,5 +189,12 @@ int checkpoint_load_tokenizer(const checkpoint *c, tokenizer **out, memra_err *e
 {
     if (c->format == CKPT_GGUF)
         return tok_load_gguf(&c->gguf, out, err);
-    return tok_load_hf_dir(c->path, out, err);
+    if (tok_load_hf_dir(c->path, out, err) == 0)
+        return 0;
+    /* an assistant ships without one: say what it is for */
+    if (config_is_assistant(&c->config))
+        return memra_fail(err, "%s: a %s assistant is not a model of its own (it drafts for "
+                          "one: give it with --draft beside its model)", c->path,
+                          family_name(c->config.family));
+    return -1;
 }

@@ -98,6 +98,8 @@ check "a random assistant: token-identical to plain greedy for K = 1..4" \
            jq -e 'all(.runs[]; .consistent and .drafted > 0)' '$T/g4a.out'"
 expect_error "an assistant alone is not a model" 1 "drafts for another model" \
   memra-spec "$T/g4a" --ngram -K 1 -n 4
+expect_error "memra-gen on an assistant says what it is for" 1 "not a model of its own" \
+  memra-gen "$T/g4a" -p Once -n 4
 expect_error "an assistant for another model is refused" 1 "drafts for a gemma4 model of hidden size 64" \
   memra-spec "$T/q35.gguf" --draft "$T/g4a" -K 1 -n 4
 expect_error "an assistant with --trim" 2 "not an assistant" \
