@@ -96,6 +96,11 @@ check "the assistant, sampled (--temp 0.9): seeded runs reproducible, drafts acc
 check "a random assistant: token-identical to plain greedy for K = 1..4" \
   bash -c "memra-spec '$T/g4' --draft '$T/g4a' -K 1..4 -p Once -n 40 --ignore-eos --json >'$T/g4a.out';
            jq -e 'all(.runs[]; .consistent and .drafted > 0)' '$T/g4a.out'"
+cp -r "$T/g4a" "$T/g4a-centroids" && env -u SHELLOPTS python3 tests/tools/assistant_centroids.py "$T/g4a-centroids"
+check "an assistant with a centroid head (use_ordered_embeddings): read, drafts from the whole head, token-identical" \
+  bash -c "memra-census '$T/g4a-centroids' | grep 'its centroid head is not run' >/dev/null &&
+           memra-spec '$T/g4' --draft '$T/g4a-centroids' -K 1..2 -p Once -n 20 --ignore-eos --json >'$T/g4c.out';
+           jq -e 'all(.runs[]; .consistent and .drafted > 0)' '$T/g4c.out'"
 expect_error "an assistant alone is not a model" 1 "drafts for another model" \
   memra-spec "$T/g4a" --ngram -K 1 -n 4
 expect_error "memra-gen on an assistant says what it is for" 1 "not a model of its own" \
