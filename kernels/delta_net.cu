@@ -1,4 +1,5 @@
 #include "kernels/delta_net.cuh"
+#include "kernels/delta_chunk.cuh"
 #include "kernels/dev_common.cuh"
 #include "kernels/launch.cuh"
 
@@ -23,9 +24,6 @@ DEV float dot8(const float *a, const float *b, int n)
                         __fadd_rn(__fadd_rn(acc[4], acc[5]), __fadd_rn(acc[6], acc[7])));
     return __fadd_rn(s, tail);
 }
-
-DEV float sigmoid_f(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
-DEV float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 // Whether row i starts its sequence's run of rows in the step (the block
 // of a row that does not returns at once).
@@ -307,7 +305,9 @@ extern "C" cudaError_t launch_delta_net(const cu_delta *p, cudaStream_t stream)
     cudaError_t rc = cudaGetLastError();
     if (rc != cudaSuccess)
         return rc;
-    switch (p->k_dim) {
+    if (p->chunk)
+        rc = launch_delta_chunk_rule(p, stream);
+    else switch (p->k_dim) {
     case 16: rc = launch_rule<16>(p, stream); break;
     case 32: rc = launch_rule<32>(p, stream); break;
     case 64: rc = launch_rule<64>(p, stream); break;

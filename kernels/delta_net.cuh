@@ -6,7 +6,9 @@
  * Each sequence's state is a slot of the state pool (kv_cache's layout:
  * the conv window [conv_k - 1][conv_dim], then S [n_v][k_dim][v_dim]); a
  * row at position 0 starts from zero. The arithmetic is the CPU
- * reference's, in its order (kernels/dev_common.cuh). */
+ * reference's, in its order (kernels/dev_common.cuh), except for a prompt
+ * chunk given scratch for the chunked rule (kernels/delta_chunk.cuh),
+ * whose rounding differs from the reference's. */
 #ifndef MEMRA_KERNELS_DELTA_NET_CUH
 #define MEMRA_KERNELS_DELTA_NET_CUH
 
@@ -38,6 +40,10 @@ typedef struct {
     const float *beta, *alpha; /* [n][n_v] */
     float *conv_out;           /* [n][conv_dim] scratch */
     float *out;                /* [n][n_v * v_dim] */
+    /* NULL: the rule row after row; else delta_chunk_floats of scratch,
+     * and the rule runs in the chunked form (no row may have a save) */
+    float *chunk;
+    int n_runs;                /* with chunk: the sequences the rows hold */
 } cu_delta;
 
 /* Whether the rule kernel has an instance for this key head size. */

@@ -55,6 +55,8 @@ DEV float block_sum(float v, float *red)
 }
 
 DEV float silu_f(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+DEV float sigmoid_f(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+DEV float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 // transformers' gelu_pytorch_tanh, in the CPU reference's order.
 DEV float gelu_tanh_f(float x)

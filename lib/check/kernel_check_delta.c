@@ -25,13 +25,14 @@ typedef struct {
     kv_seq cs[3], gs[3];
 } delta_pools;
 
-static int pools_make(kc *k, delta_pools *p, size_t floats)
+static int pools_make(kc *k, delta_pools *p, size_t floats, int reserve)
 {
     memra_err err;
     memset(p, 0, sizeof *p);
-    if (kv_cache_init(&p->cpu, KV_F32, 1, 32, 16, 16, &err) ||
+    const int blocks = 3 * ((reserve + 15) / 16) + 4;
+    if (kv_cache_init(&p->cpu, KV_F32, 1, 32, 16, blocks, &err) ||
         kv_cache_enable_state(&p->cpu, POOL_SLOTS, floats, 1, &err) ||
-        kv_cache_init_tables(&p->gpu, KV_F32, 1, 32, 16, 16, &err) ||
+        kv_cache_init_tables(&p->gpu, KV_F32, 1, 32, 16, blocks, &err) ||
         kv_cache_enable_state(&p->gpu, POOL_SLOTS, floats, 0, &err) ||
         k->gpu->ops->kv_prepare(k->gpu, &p->gpu, &err)) {
         kc_report_ok(k, "delta_net", "state pools", 0, err.msg);
@@ -40,7 +41,8 @@ static int pools_make(kc *k, delta_pools *p, size_t floats)
     for (int i = 0; i < 3; i++) {
         kv_seq_init(&p->cs[i], &p->cpu);
         kv_seq_init(&p->gs[i], &p->gpu);
-        if (kv_seq_reserve(&p->cs[i], 64, &err) || kv_seq_reserve(&p->gs[i], 64, &err)) {
+        if (kv_seq_reserve(&p->cs[i], reserve, &err) ||
+            kv_seq_reserve(&p->gs[i], reserve, &err)) {
             kc_report_ok(k, "delta_net", "state slots", 0, err.msg);
             return -1;
         }
@@ -61,6 +63,7 @@ static void pools_free(delta_pools *p)
 
 /* One step on both backends: rows (seq index, position), inputs on the
  * host; the GPU's output into got, the CPU's into want. */
+#define MAX_ROWS 256
 typedef struct {
     const bk_delta *d;
     size_t conv_dim, vdim, nv;
@@ -69,7 +72,7 @@ typedef struct {
 static void run_step(kc *k, delta_pools *p, const delta_case *dc, int n, const int *seq,
                      const int32_t *pos, const float *in, float *want, float *got)
 {
-    kv_seq *cs[64], *gs[64];
+    kv_seq *cs[MAX_ROWS], *gs[MAX_ROWS];
     for (int i = 0; i < n; i++) {
         cs[i] = &p->cs[seq[i]];
         gs[i] = &p->gs[seq[i]];
@@ -176,7 +179,7 @@ static void delta_case_run(kc *k, int nk, int nvh, int kd, int vd, int tiled)
                   .a_is_log = !tiled, .norm = &norm, .eps = 1e-6f};
     delta_case dc = {&d, conv_dim, (size_t)nvh * vd, (size_t)nvh};
     delta_pools p;
-    if (pools_make(k, &p, floats) != 0) {
+    if (pools_make(k, &p, floats, 64) != 0) {
         pools_free(&p);
         return;
     }
@@ -239,11 +242,101 @@ static void delta_case_run(kc *k, int nk, int nvh, int kd, int vd, int tiled)
     kc_weight_free(&norm);
 }
 
+/* The CPU's and the GPU's state of sequence i: the largest difference
+ * over the largest value (into *worst). */
+static void states_agree(kc *k, delta_pools *p, int i, double *worst)
+{
+    float *g = gpu_slot(k, &p->gpu, p->gs[i].state_slot);
+    const float *c = p->cpu.state + (size_t)p->cs[i].state_slot * p->cpu.state_floats;
+    double e = kc_rel_err(g, c, p->cpu.state_floats);
+    *worst = e > *worst ? e : *worst;
+    free(g);
+}
+
+/* Prefill steps that take the chunked rule (kernels/delta_chunk.cuh): a
+ * packed step of two fresh sequences (100 and 70 rows: the middle window
+ * holds the end of one and the start of the other), then 40 rows more of
+ * the first from its state, then a decode step of both (the row-after-row
+ * rule from the chunked form's states). Outputs and states against the
+ * CPU's; within a looser bound than the recurrent rule's, which sums in
+ * the CPU's order. */
+static void delta_chunk_case(kc *k, int nk, int nvh, int kd, int vd, int tiled)
+{
+    const int ck = 4;
+    size_t conv_dim = 2 * (size_t)nk * kd + (size_t)nvh * vd;
+    size_t floats = bk_delta_state_floats(nk, nvh, kd, vd, ck);
+    bk_weight conv = {0}, dt = {0}, a = {0}, norm = {0};
+    if (kc_weight(k, &conv, DT_F32, 1, (int64_t)(conv_dim * ck), "conv") ||
+        kc_weight(k, &dt, DT_F32, 1, nvh, "dt_bias") || kc_weight(k, &a, DT_F32, 1, nvh, "A") ||
+        kc_weight(k, &norm, DT_BF16, 1, vd, "norm"))
+        return;
+    bk_delta d = {.state_off = 0, .n_k_heads = nk, .n_v_heads = nvh, .k_dim = kd, .v_dim = vd,
+                  .conv_k = ck, .tiled = tiled, .conv = &conv, .dt_bias = &dt, .a = &a,
+                  .a_is_log = !tiled, .norm = &norm, .eps = 1e-6f};
+    delta_case dc = {&d, conv_dim, (size_t)nvh * vd, (size_t)nvh};
+    delta_pools p;
+    if (pools_make(k, &p, floats, 160) != 0) {
+        pools_free(&p);
+        return;
+    }
+    const int n = 170;
+    size_t per_row = conv_dim + dc.vdim + 2 * dc.nv;
+    float *in = xmalloc((size_t)n * per_row * sizeof(float));
+    float *want = xmalloc((size_t)n * dc.vdim * sizeof(float));
+    float *got = xmalloc((size_t)n * dc.vdim * sizeof(float));
+    int seq[MAX_ROWS];
+    int32_t pos[MAX_ROWS];
+    double worst = 0;
+    cuda_backend *cb = cuda_of(k->gpu);
+    /* the packed step */
+    for (int i = 0; i < n; i++)
+        seq[i] = i < 100 ? 0 : 1, pos[i] = i < 100 ? i : i - 100;
+    kc_fill(k, in, (size_t)n * per_row, 1.0f);
+    cb->step = (cuda_step){.active = 1, .prefill = 1, .n = n};
+    run_step(k, &p, &dc, n, seq, pos, in, want, got);
+    double e = kc_rel_err(got, want, (size_t)n * dc.vdim);
+    worst = e > worst ? e : worst;
+    states_agree(k, &p, 0, &worst);
+    states_agree(k, &p, 1, &worst);
+    /* 40 rows more of sequence 0 */
+    for (int i = 0; i < 40; i++)
+        seq[i] = 0, pos[i] = 100 + i;
+    kc_fill(k, in, 40 * per_row, 1.0f);
+    cb->step = (cuda_step){.active = 1, .prefill = 1, .n = 40};
+    run_step(k, &p, &dc, 40, seq, pos, in, want, got);
+    cb->step = (cuda_step){0};
+    e = kc_rel_err(got, want, 40 * dc.vdim);
+    worst = e > worst ? e : worst;
+    /* a decode step of both */
+    seq[0] = 0, pos[0] = 140, seq[1] = 1, pos[1] = 70;
+    kc_fill(k, in, 2 * per_row, 1.0f);
+    run_step(k, &p, &dc, 2, seq, pos, in, want, got);
+    e = kc_rel_err(got, want, 2 * dc.vdim);
+    worst = e > worst ? e : worst;
+    states_agree(k, &p, 0, &worst);
+    states_agree(k, &p, 1, &worst);
+    char what[112];
+    snprintf(what, sizeof what, "chunked %d/%d heads k%d v%d %s, 100 | 70 + 40 + decode", nk,
+             nvh, kd, vd, tiled ? "tiled" : "grouped");
+    kc_report(k, "delta_net", what, worst, 5e-5, -1, -1, 0);
+    free(in);
+    free(want);
+    free(got);
+    pools_free(&p);
+    kc_weight_free(&conv);
+    kc_weight_free(&dt);
+    kc_weight_free(&a);
+    kc_weight_free(&norm);
+}
+
 void kc_check_delta(kc *k)
 {
     delta_case_run(k, 2, 4, 16, 16, 0);
     delta_case_run(k, 2, 4, 128, 128, 1);
     delta_case_run(k, 4, 4, 64, 32, 0);
+    delta_chunk_case(k, 2, 4, 16, 16, 0);
+    delta_chunk_case(k, 2, 4, 128, 128, 1);
+    delta_chunk_case(k, 4, 4, 64, 40, 0);
 
     /* the gated attention's small ops */
     const int n = 3, heads = 4, hd = 32;

@@ -334,10 +334,10 @@ static void cuda_plan_decode(backend *b, int max_rows)
 }
 
 /* The rows a step may hold and keep each row's decode bytes: below the
- * prefill GEMM's and flash attention's floors (tuning), and, in an engine
- * whose decode steps keep the f32 experts, below the (row, expert) pairs
- * where a prompt chunk's experts take the tensor cores. 0: no floor
- * applies (no tensor cores). */
+ * prefill GEMM's and flash attention's floors (tuning) and the chunked
+ * DeltaNet rule's, and, in an engine whose decode steps keep the f32
+ * experts, below the (row, expert) pairs where a prompt chunk's experts
+ * take the tensor cores. */
 static int cuda_rows_alone(backend *b, int moe_used)
 {
     const cuda_tuning *t = &cuda_of(b)->tune;
@@ -346,6 +346,8 @@ static int cuda_rows_alone(backend *b, int moe_used)
         lim = t->gemm_min_rows - 1;
     if (t->flash && (lim == 0 || t->flash_min_rows - 1 < lim))
         lim = t->flash_min_rows - 1;
+    if (lim == 0 || CUDA_DELTA_CHUNK_MIN_ROWS - 1 < lim)
+        lim = CUDA_DELTA_CHUNK_MIN_ROWS - 1;
     /* (an engine with the decode GEMM runs every step's experts on the
      * tensor cores, chunks and decode steps alike: no floor) */
     if (t->gemm && moe_used > 0 && t->dgemm <= 0) {

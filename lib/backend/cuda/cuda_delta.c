@@ -6,6 +6,7 @@
 #include <inttypes.h>
 
 #include "backend/cuda/cuda_internal.h"
+#include "kernels/delta_chunk.cuh"
 #include "kernels/delta_net.cuh"
 #include "kernels/elementwise.cuh"
 
@@ -36,6 +37,34 @@ void cuda_op_join_heads(backend *b, const float *a, const float *bo, int n, int 
         CU_OK(cb, launch_join_heads(a, bo, n, n_heads, a_dim, b_dim, x, cb->stream));
 }
 
+/* A prompt chunk of at least CUDA_DELTA_CHUNK_MIN_ROWS rows whose states
+ * no checkpoint keeps runs the rule in the chunked form
+ * (kernels/delta_chunk.cuh): its rounding depends on the step's rows,
+ * which a prefill step allows; decode and verify steps keep the
+ * row-after-row rule, whose rows are the same bytes in any step. */
+static int delta_chunked(const cuda_backend *cb, const bk_batch *rows)
+{
+    if (!cb->step.active || !cb->step.prefill || rows->n < CUDA_DELTA_CHUNK_MIN_ROWS)
+        return 0;
+    for (int i = 0; i < rows->n; i++)
+        if (rows->seq[i] && kv_seq_save_slot(rows->seq[i], rows->pos[i]) >= 0)
+            return 0;
+    return 1;
+}
+
+/* The runs of consecutive rows of one state slot in the step (as the
+ * kernel finds them). */
+static int runs_of(const bk_batch *rows)
+{
+    int runs = 0, prev = -1;
+    for (int i = 0; i < rows->n; i++) {
+        int slot = rows->seq[i] ? rows->seq[i]->state_slot : -1;
+        runs += slot >= 0 && (i == 0 || slot != prev);
+        prev = slot;
+    }
+    return runs;
+}
+
 void cuda_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, const float *qkv,
                        const float *z, const float *beta_in, const float *alpha, float *out)
 {
@@ -64,6 +93,12 @@ void cuda_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, cons
                       (size_t)d->n_v_heads * (size_t)d->v_dim;
     float *conv_out =
         cuda_scratch(cb, SCR_DELTA, (size_t)rows->n * conv_dim * sizeof(float), "delta_net");
+    float *chunk = NULL;
+    if (delta_chunked(cb, rows))
+        chunk = cuda_scratch(cb, SCR_DELTA_CHUNK,
+                             delta_chunk_floats(rows->n, d->n_v_heads, d->k_dim, d->v_dim) *
+                                 sizeof(float),
+                             "delta_net");
     if (cb->failed || !meta)
         return;
     cu_delta p = {
@@ -92,6 +127,8 @@ void cuda_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, cons
         .alpha = alpha,
         .conv_out = conv_out,
         .out = out,
+        .chunk = chunk,
+        .n_runs = chunk ? runs_of(rows) : 0,
     };
     CU_OK(cb, launch_delta_net(&p, cb->stream));
 }

@@ -63,7 +63,10 @@ typedef struct {
 enum { STAGE_TOKENS = 0, STAGE_ROWS, N_STAGES };
 enum { SCR_ATTN = 0, SCR_MOE_PROBS, SCR_MOE_IDS, SCR_MOE_W, SCR_MOE_HB, SCR_MOE_HB2, SCR_MOE_Y,
        SCR_MOE_ORDER, SCR_MOE_CHUNKS, SCR_MOE_XG, SCR_MOE_XBF, SCR_DG_PARTIALS, SCR_FLASH,
-       SCR_DELTA, N_SCRATCH };
+       SCR_DELTA, SCR_DELTA_CHUNK, N_SCRATCH };
+/* The fewest rows of a prefill step that run the DeltaNet rule chunked
+ * (cuda_delta.c); fewer run it row after row, as decode steps do. */
+enum { CUDA_DELTA_CHUNK_MIN_ROWS = 32 };
 enum { CUDA_ROPE_CACHE = 8 };
 
 typedef struct cuda_sampler cuda_sampler;

@@ -1,0 +1,341 @@
+#include "kernels/delta_chunk.cuh"
+#include "kernels/dev_common.cuh"
+#include "kernels/launch.cuh"
+
+namespace {
+
+constexpr int CH = DELTA_WINDOW;
+constexpr int PREP_THREADS = 256;
+// Staging loops issue STAGE loads a thread before storing any: a window's
+// rows come from L2 or memory, and a load-store-load chain waits out each
+// round trip in turn.
+constexpr int STAGE = 8;
+// The scan: a block owns SC_COLS columns of one value head's state, each
+// column split over SC_PARTS threads (thread (j, part) keeps rows [part *
+// KD / SC_PARTS, (part + 1) * KD / SC_PARTS) of column j in registers).
+constexpr int SC_COLS = 32, SC_PARTS = 4;
+
+// The scratch, per (row, value head): U [v_dim], W [k_dim], the window's
+// masked, decayed q.k row P [CH] (window-relative columns), gamma.
+struct chunk_bufs {
+    float *u, *w, *pm, *gam;
+};
+
+DEV chunk_bufs bufs_of(const cu_delta &p)
+{
+    const size_t rows = (size_t)p.n * p.n_v;
+    chunk_bufs b;
+    b.u = p.chunk;
+    b.w = b.u + rows * p.v_dim;
+    b.pm = b.w + rows * p.k_dim;
+    b.gam = b.pm + rows * CH;
+    return b;
+}
+
+DEV float log_decay(const cu_delta &p, int r, int h)
+{
+    const float a = p.a_is_log ? -expf(p.a[h]) : p.a[h];
+    return __fmul_rn(a, softplus_f(__fadd_rn(p.alpha[(size_t)r * p.n_v + h], p.dt_bias[h])));
+}
+
+// One window of rows (blockIdx.y) of one value head (blockIdx.x): gamma,
+// A and P, then U and W by forward substitution, a column a thread (the
+// column's CH values in registers, A read from shared memory).
+template <int KD>
+__global__ void __launch_bounds__(PREP_THREADS) delta_chunk_prep_kernel(cu_delta p)
+{
+    extern __shared__ float prep_smem[];
+    constexpr int KP = KD + 1; // padded rows: lanes reading rows s, s + 1 .. hit other banks
+    float *ks = prep_smem, *qs = ks + CH * KP, *am = qs + CH * KP;
+    __shared__ float gam[CH], bt[CH];
+    __shared__ int slot[CH];
+    pdl_trigger();
+    pdl_wait();
+    const int h = blockIdx.x, r0 = blockIdx.y * CH;
+    const int L = p.n - r0 < CH ? p.n - r0 : CH;
+    const int nv = p.n_v, vd = p.v_dim;
+    const int kh = p.tiled ? h % p.n_k : h / (nv / p.n_k);
+    const size_t key_dim = (size_t)p.n_k * KD, conv_dim = 2 * key_dim + (size_t)nv * vd;
+    const chunk_bufs bf = bufs_of(p);
+    // (STAGE loads in flight a thread before their stores)
+    for (int base = threadIdx.x; base < CH * KD; base += STAGE * blockDim.x) {
+        float q[STAGE], k[STAGE];
+#pragma unroll
+        for (int m = 0; m < STAGE; m++) {
+            const int idx = base + m * blockDim.x, t = idx / KD, u = idx % KD;
+            const float *row = p.conv_out + (size_t)(r0 + t) * conv_dim;
+            q[m] = idx < CH * KD && t < L ? row[(size_t)kh * KD + u] : 0.0f;
+            k[m] = idx < CH * KD && t < L ? row[key_dim + (size_t)kh * KD + u] : 0.0f;
+        }
+#pragma unroll
+        for (int m = 0; m < STAGE; m++) {
+            const int idx = base + m * blockDim.x, t = idx / KD, u = idx % KD;
+            if (idx < CH * KD) {
+                qs[t * KP + u] = q[m];
+                ks[t * KP + u] = k[m];
+            }
+        }
+    }
+    if (threadIdx.x < CH) {
+        const int t = threadIdx.x;
+        slot[t] = t < L ? p.slot[r0 + t] : -1;
+        gam[t] = t < L && slot[t] >= 0 ? log_decay(p, r0 + t, h) : 0.0f;
+        bt[t] = t < L && slot[t] >= 0 ? sigmoid_f(p.beta[(size_t)(r0 + t) * nv + h]) : 0.0f;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) // the sums of g from each segment's first row
+        for (int t = 1; t < L; t++)
+            if (slot[t] == slot[t - 1])
+                gam[t] = __fadd_rn(gam[t - 1], gam[t]);
+    __syncthreads();
+    // the pairs s <= t (what the substitution and the scan read), pair
+    // idx = t (t + 1) / 2 + s
+    for (int idx = threadIdx.x; idx < L * (L + 1) / 2; idx += blockDim.x) {
+        int t = (int)((sqrtf(8.0f * (float)idx + 1.0f) - 1.0f) * 0.5f);
+        t += (t + 1) * (t + 2) / 2 <= idx; // the float root can fall one short
+        t -= t * (t + 1) / 2 > idx;
+        const int s = idx - t * (t + 1) / 2;
+        const bool same = slot[t] >= 0 && slot[s] == slot[t];
+        float kk = 0.0f, qk = 0.0f;
+        if (same)
+            for (int u = 0; u < KD; u++) {
+                kk = fmaf(ks[t * KP + u], ks[s * KP + u], kk);
+                qk = fmaf(qs[t * KP + u], ks[s * KP + u], qk);
+            }
+        const float dec = same ? expf(__fsub_rn(gam[t], gam[s])) : 0.0f;
+        am[t * (CH + 1) + s] = bt[t] * dec * kk; // (s == t: unread)
+        if (slot[t] >= 0)
+            bf.pm[((size_t)(r0 + t) * nv + h) * CH + s] = dec * qk;
+    }
+    if (threadIdx.x < L && slot[threadIdx.x] >= 0)
+        bf.gam[(size_t)(r0 + threadIdx.x) * nv + h] = gam[threadIdx.x];
+    __syncthreads();
+    // columns 0 .. vd - 1: U (right-hand side beta v); then W (beta G k)
+    for (int c = threadIdx.x; c < vd + KD; c += blockDim.x) {
+        float x[CH];
+#pragma unroll
+        for (int t = 0; t < CH; t++) {
+            float rhs = 0.0f;
+            if (t < L && slot[t] >= 0) {
+                if (c < vd)
+                    rhs = p.conv_out[(size_t)(r0 + t) * conv_dim + 2 * key_dim + (size_t)h * vd + c];
+                else
+                    rhs = expf(gam[t]) * ks[t * KP + c - vd];
+            }
+            x[t] = bt[t] * rhs;
+        }
+#pragma unroll
+        for (int t = 1; t < CH; t++) {
+            float acc = x[t];
+#pragma unroll
+            for (int s = 0; s < t; s++)
+                acc = fmaf(-am[t * (CH + 1) + s], x[s], acc);
+            x[t] = acc;
+        }
+#pragma unroll
+        for (int t = 0; t < CH; t++)
+            if (t < L && slot[t] >= 0) {
+                const size_t rh = (size_t)(r0 + t) * nv + h;
+                if (c < vd)
+                    bf.u[rh * vd + c] = x[t];
+                else
+                    bf.w[rh * KD + c - vd] = x[t];
+            }
+    }
+}
+
+template <int KD>
+struct ScanSmem {
+    // W, q and the decayed k of a segment's rows, P, the parts of W S0
+    // and q S0, D (the corrections), gamma, k's decay to the window's end
+    static constexpr size_t FLOATS =
+        3 * (size_t)CH * KD + (size_t)CH * CH + 2 * (size_t)SC_PARTS * CH * SC_COLS +
+        (size_t)CH * SC_COLS + 2 * CH;
+    static constexpr size_t BYTES = FLOATS * sizeof(float);
+};
+
+// The windows of one sequence's run (the blockIdx.y-th run of the step),
+// state columns blockIdx.z * SC_COLS .. of value head blockIdx.x. (A block
+// a row, most returning at once, as the row-after-row rule launches, would
+// cost more than the work: each asks for most of an SM's shared memory.)
+template <int KD>
+__global__ void __launch_bounds__(SC_COLS *SC_PARTS) delta_chunk_scan_kernel(cu_delta p)
+{
+    constexpr int B = KD / SC_PARTS;
+    extern __shared__ float scan_smem[];
+    float *ws = scan_smem, *qs = ws + CH * KD, *ks = qs + CH * KD, *pm = ks + CH * KD;
+    float *pw = pm + CH * CH, *pq = pw + SC_PARTS * CH * SC_COLS, *dm = pq + SC_PARTS * CH * SC_COLS;
+    float *gm = dm + CH * SC_COLS, *kdec = gm + CH;
+    __shared__ int run_at;
+    pdl_trigger();
+    pdl_wait();
+    if (threadIdx.x == 0) { // the first row of run blockIdx.y
+        run_at = -1;
+        for (int r = 0, k = -1; r < p.n; r++)
+            if (p.slot[r] >= 0 && (r == 0 || p.slot[r] != p.slot[r - 1]) && ++k == (int)blockIdx.y) {
+                run_at = r;
+                break;
+            }
+    }
+    __syncthreads();
+    const int h = blockIdx.x, i = run_at;
+    if (i < 0)
+        return;
+    const int lc = threadIdx.x % SC_COLS, pt = threadIdx.x / SC_COLS;
+    const int vd = p.v_dim, nv = p.n_v, j = blockIdx.z * SC_COLS + lc;
+    const bool act = j < vd;
+    const int kh = p.tiled ? h % p.n_k : h / (nv / p.n_k);
+    const size_t key_dim = (size_t)p.n_k * KD, conv_dim = 2 * key_dim + (size_t)nv * vd;
+    const int s = p.slot[i];
+    int e = i + 1;
+    while (e < p.n && p.slot[e] == s)
+        e++;
+    float *S = p.state + (size_t)s * p.state_floats + p.state_off +
+               (size_t)(p.conv_k - 1) * conv_dim + (size_t)h * KD * vd;
+    const chunk_bufs bf = bufs_of(p);
+    float st[B];
+    const bool fresh = p.pos[i] == 0;
+#pragma unroll
+    for (int u = 0; u < B; u++)
+        st[u] = act && !fresh ? S[(size_t)(pt * B + u) * vd + j] : 0.0f;
+    for (int a = i; a < e;) {
+        const int w0 = a / CH * CH, b = e < w0 + CH ? e : w0 + CH, L = b - a, o = a - w0;
+        if (threadIdx.x < L) { // gamma, and k's decay to the window's end
+            const float glast = bf.gam[(size_t)(b - 1) * nv + h];
+            gm[threadIdx.x] = bf.gam[(size_t)(a + threadIdx.x) * nv + h];
+            kdec[threadIdx.x] = expf(__fsub_rn(glast, gm[threadIdx.x]));
+        }
+        __syncthreads();
+        for (int base = threadIdx.x; base < L * KD; base += STAGE * blockDim.x) {
+            float w[STAGE], q[STAGE], k[STAGE];
+#pragma unroll
+            for (int m = 0; m < STAGE; m++) {
+                const int idx = base + m * blockDim.x, t = idx / KD, u = idx % KD;
+                const float *row = p.conv_out + (size_t)(a + t) * conv_dim;
+                const bool in = idx < L * KD;
+                w[m] = in ? bf.w[((size_t)(a + t) * nv + h) * KD + u] : 0.0f;
+                q[m] = in ? row[(size_t)kh * KD + u] : 0.0f;
+                k[m] = in ? row[key_dim + (size_t)kh * KD + u] : 0.0f;
+            }
+#pragma unroll
+            for (int m = 0; m < STAGE; m++) {
+                const int idx = base + m * blockDim.x;
+                if (idx < L * KD) {
+                    ws[idx] = w[m];
+                    qs[idx] = q[m];
+                    ks[idx] = k[m] * kdec[idx / KD];
+                }
+            }
+        }
+        for (int base = threadIdx.x; base < L * CH; base += STAGE * blockDim.x) {
+            float v[STAGE];
+#pragma unroll
+            for (int m = 0; m < STAGE; m++) {
+                const int idx = base + m * blockDim.x, t = idx / CH, c = idx % CH;
+                v[m] = idx < L * CH && c < L ? bf.pm[((size_t)(a + t) * nv + h) * CH + o + c]
+                                             : 0.0f;
+            }
+#pragma unroll
+            for (int m = 0; m < STAGE; m++)
+                if (base + m * blockDim.x < L * CH)
+                    pm[base + m * blockDim.x] = v[m];
+        }
+        __syncthreads();
+        // this thread's part of W S0 and q S0, four rows at a time (eight
+        // independent chains; a row past the window's reads its last)
+        for (int t0 = 0; t0 < L; t0 += 4) {
+            float aw[4] = {0.0f, 0.0f, 0.0f, 0.0f}, aq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int u = 0; u < B; u++)
+#pragma unroll
+                for (int m = 0; m < 4; m++) {
+                    const int t = t0 + m < L ? t0 + m : L - 1;
+                    aw[m] = fmaf(ws[t * KD + pt * B + u], st[u], aw[m]);
+                    aq[m] = fmaf(qs[t * KD + pt * B + u], st[u], aq[m]);
+                }
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+                if (t0 + m < L) {
+                    pw[(pt * CH + t0 + m) * SC_COLS + lc] = aw[m];
+                    pq[(pt * CH + t0 + m) * SC_COLS + lc] = aq[m];
+                }
+        }
+        __syncthreads();
+        for (int t = pt; t < L; t += SC_PARTS) {
+            float sw = 0.0f;
+#pragma unroll
+            for (int m = 0; m < SC_PARTS; m++)
+                sw = __fadd_rn(sw, pw[(m * CH + t) * SC_COLS + lc]);
+            const float uv = act ? bf.u[((size_t)(a + t) * nv + h) * vd + j] : 0.0f;
+            dm[t * SC_COLS + lc] = __fsub_rn(uv, sw);
+        }
+        __syncthreads();
+        for (int t = pt; t < L; t += SC_PARTS) {
+            float sq = 0.0f;
+#pragma unroll
+            for (int m = 0; m < SC_PARTS; m++)
+                sq = __fadd_rn(sq, pq[(m * CH + t) * SC_COLS + lc]);
+            float out = expf(gm[t]) * sq;
+            for (int c = 0; c <= t; c++)
+                out = fmaf(pm[t * CH + c], dm[c * SC_COLS + lc], out);
+            if (act)
+                p.out[((size_t)(a + t) * nv + h) * vd + j] = out;
+        }
+        const float dl = expf(gm[L - 1]);
+#pragma unroll
+        for (int u = 0; u < B; u++)
+            st[u] *= dl;
+        for (int t = 0; t < L; t++) {
+            const float d = dm[t * SC_COLS + lc];
+#pragma unroll
+            for (int u = 0; u < B; u++)
+                st[u] = fmaf(ks[t * KD + pt * B + u], d, st[u]);
+        }
+        __syncthreads(); // before the next window's rows overwrite shared memory
+        a = b;
+    }
+    if (act)
+#pragma unroll
+        for (int u = 0; u < B; u++)
+            S[(size_t)(pt * B + u) * vd + j] = st[u];
+}
+
+template <int KD>
+cudaError_t chunk_rule(const cu_delta *p, cudaStream_t stream)
+{
+    const size_t prep = (2 * (size_t)CH * (KD + 1) + (size_t)CH * (CH + 1)) * sizeof(float);
+    cudaError_t rc = cudaFuncSetAttribute(delta_chunk_prep_kernel<KD>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep);
+    if (rc == cudaSuccess)
+        rc = cudaFuncSetAttribute(delta_chunk_scan_kernel<KD>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)ScanSmem<KD>::BYTES);
+    if (rc != cudaSuccess)
+        return rc;
+    const unsigned windows = (unsigned)((p->n + CH - 1) / CH);
+    launch_pdl(delta_chunk_prep_kernel<KD>, dim3((unsigned)p->n_v, windows), dim3(PREP_THREADS),
+               prep, stream, *p);
+    if (p->n_runs <= 0)
+        return cudaGetLastError();
+    const unsigned groups = (unsigned)((p->v_dim + SC_COLS - 1) / SC_COLS);
+    launch_pdl(delta_chunk_scan_kernel<KD>, dim3((unsigned)p->n_v, (unsigned)p->n_runs, groups),
+               dim3(SC_COLS * SC_PARTS), ScanSmem<KD>::BYTES, stream, *p);
+    return cudaGetLastError();
+}
+
+} // namespace
+
+extern "C" size_t delta_chunk_floats(int n, int n_v, int k_dim, int v_dim)
+{
+    return (size_t)n * n_v * ((size_t)v_dim + k_dim + CH + 1);
+}
+
+extern "C" cudaError_t launch_delta_chunk_rule(const cu_delta *p, cudaStream_t stream)
+{
+    switch (p->k_dim) {
+    case 16: return chunk_rule<16>(p, stream);
+    case 32: return chunk_rule<32>(p, stream);
+    case 64: return chunk_rule<64>(p, stream);
+    default: return chunk_rule<128>(p, stream);
+    }
+}
