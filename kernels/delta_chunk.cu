@@ -10,10 +10,6 @@ constexpr int PREP_THREADS = 256;
 // rows come from L2 or memory, and a load-store-load chain waits out each
 // round trip in turn.
 constexpr int STAGE = 8;
-// The scan: a block owns SC_COLS columns of one value head's state, each
-// column split over SC_PARTS threads (thread (j, part) keeps rows [part *
-// KD / SC_PARTS, (part + 1) * KD / SC_PARTS) of column j in registers).
-constexpr int SC_COLS = 32, SC_PARTS = 4;
 
 // The scratch, per (row, value head): U [v_dim], W [k_dim], the window's
 // masked, decayed q.k row P [CH] (window-relative columns), gamma.
@@ -107,7 +103,7 @@ __global__ void __launch_bounds__(PREP_THREADS) delta_chunk_prep_kernel(cu_delta
         if (slot[t] >= 0)
             bf.pm[((size_t)(r0 + t) * nv + h) * CH + s] = dec * qk;
     }
-    if (threadIdx.x < L && slot[threadIdx.x] >= 0)
+    if ((int)threadIdx.x < L && slot[threadIdx.x] >= 0)
         bf.gam[(size_t)(r0 + threadIdx.x) * nv + h] = gam[threadIdx.x];
     __syncthreads();
     // columns 0 .. vd - 1: U (right-hand side beta v); then W (beta G k)
@@ -144,28 +140,72 @@ __global__ void __launch_bounds__(PREP_THREADS) delta_chunk_prep_kernel(cu_delta
     }
 }
 
+// The scan's geometry for key heads of KD: a block owns SC_COLS columns
+// of one value head's state; a warp SC_WCOLS of them, each column split
+// over SC_PARTS lanes of the warp (lane = part * SC_WCOLS + column), lane
+// (part, column) keeping rows [part * B, (part + 1) * B) of its column in
+// registers, so a read of the column (W S0, q S0) sums its parts by
+// shuffles. Rows of W, q and k sit in shared memory with each part's B
+// values BP apart (4 more than B), so the eight parts a warp reads hit
+// distinct banks.
+constexpr int SC_PARTS = 8, SC_WCOLS = 32 / SC_PARTS, SC_WARPS = 8;
+constexpr int SC_COLS = SC_WCOLS * SC_WARPS, SC_THREADS = 32 * SC_WARPS;
+
 template <int KD>
-struct ScanSmem {
-    // W, q and the decayed k of a segment's rows, P, the parts of W S0
-    // and q S0, D (the corrections), gamma, k's decay to the window's end
-    static constexpr size_t FLOATS =
-        3 * (size_t)CH * KD + (size_t)CH * CH + 2 * (size_t)SC_PARTS * CH * SC_COLS +
-        (size_t)CH * SC_COLS + 2 * CH;
+struct Scan {
+    static constexpr int B = KD / SC_PARTS, BP = B + 4, RS = SC_PARTS * BP;
+    static constexpr int PMS = CH + 1; // P's rows, padded: lanes read eight rows at once
+    // W, q and the decayed k of a window's rows, P, D (the corrections),
+    // q S0, gamma, k's decay to the window's end
+    static constexpr size_t FLOATS = 3 * (size_t)CH * RS + (size_t)CH * PMS +
+                                     2 * (size_t)CH * SC_COLS + 2 * CH;
     static constexpr size_t BYTES = FLOATS * sizeof(float);
 };
+
+// sum_u row[u] st[u] over this lane's B values of a staged row.
+template <int B>
+DEV float part_dot(const float *row, const float *st)
+{
+    float acc = 0.0f;
+    if constexpr (B % 4 == 0) {
+#pragma unroll
+        for (int u = 0; u < B; u += 4) {
+            const float4 r = *reinterpret_cast<const float4 *>(row + u);
+            acc = fmaf(r.x, st[u], acc);
+            acc = fmaf(r.y, st[u + 1], acc);
+            acc = fmaf(r.z, st[u + 2], acc);
+            acc = fmaf(r.w, st[u + 3], acc);
+        }
+    } else {
+#pragma unroll
+        for (int u = 0; u < B; u++)
+            acc = fmaf(row[u], st[u], acc);
+    }
+    return acc;
+}
+
+// The sum of a value over the SC_PARTS lanes of a column (the same bits in
+// each: every step adds the same pair).
+DEV float parts_sum(float v)
+{
+#pragma unroll
+    for (int m = SC_WCOLS; m < 32; m *= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, m);
+    return v;
+}
 
 // The windows of one sequence's run (the blockIdx.y-th run of the step),
 // state columns blockIdx.z * SC_COLS .. of value head blockIdx.x. (A block
 // a row, most returning at once, as the row-after-row rule launches, would
 // cost more than the work: each asks for most of an SM's shared memory.)
 template <int KD>
-__global__ void __launch_bounds__(SC_COLS *SC_PARTS) delta_chunk_scan_kernel(cu_delta p)
+__global__ void __launch_bounds__(SC_THREADS) delta_chunk_scan_kernel(cu_delta p)
 {
-    constexpr int B = KD / SC_PARTS;
-    extern __shared__ float scan_smem[];
-    float *ws = scan_smem, *qs = ws + CH * KD, *ks = qs + CH * KD, *pm = ks + CH * KD;
-    float *pw = pm + CH * CH, *pq = pw + SC_PARTS * CH * SC_COLS, *dm = pq + SC_PARTS * CH * SC_COLS;
-    float *gm = dm + CH * SC_COLS, *kdec = gm + CH;
+    using G = Scan<KD>;
+    constexpr int B = G::B, BP = G::BP, RS = G::RS, PMS = G::PMS;
+    extern __shared__ float4 scan_smem[]; // (float4: 16-byte aligned)
+    float *ws = reinterpret_cast<float *>(scan_smem), *qs = ws + CH * RS, *ks = qs + CH * RS, *pm = ks + CH * RS;
+    float *dm = pm + CH * PMS, *sq = dm + CH * SC_COLS, *gm = sq + CH * SC_COLS, *kdec = gm + CH;
     __shared__ int run_at;
     pdl_trigger();
     pdl_wait();
@@ -181,7 +221,8 @@ __global__ void __launch_bounds__(SC_COLS *SC_PARTS) delta_chunk_scan_kernel(cu_
     const int h = blockIdx.x, i = run_at;
     if (i < 0)
         return;
-    const int lc = threadIdx.x % SC_COLS, pt = threadIdx.x / SC_COLS;
+    const int lane = threadIdx.x % 32, pt = lane / SC_WCOLS;
+    const int lc = threadIdx.x / 32 * SC_WCOLS + lane % SC_WCOLS;
     const int vd = p.v_dim, nv = p.n_v, j = blockIdx.z * SC_COLS + lc;
     const bool act = j < vd;
     const int kh = p.tiled ? h % p.n_k : h / (nv / p.n_k);
@@ -200,7 +241,7 @@ __global__ void __launch_bounds__(SC_COLS *SC_PARTS) delta_chunk_scan_kernel(cu_
         st[u] = act && !fresh ? S[(size_t)(pt * B + u) * vd + j] : 0.0f;
     for (int a = i; a < e;) {
         const int w0 = a / CH * CH, b = e < w0 + CH ? e : w0 + CH, L = b - a, o = a - w0;
-        if (threadIdx.x < L) { // gamma, and k's decay to the window's end
+        if ((int)threadIdx.x < L) { // gamma, and k's decay to the window's end
             const float glast = bf.gam[(size_t)(b - 1) * nv + h];
             gm[threadIdx.x] = bf.gam[(size_t)(a + threadIdx.x) * nv + h];
             kdec[threadIdx.x] = expf(__fsub_rn(glast, gm[threadIdx.x]));
@@ -219,13 +260,18 @@ __global__ void __launch_bounds__(SC_COLS *SC_PARTS) delta_chunk_scan_kernel(cu_
             }
 #pragma unroll
             for (int m = 0; m < STAGE; m++) {
-                const int idx = base + m * blockDim.x;
+                const int idx = base + m * blockDim.x, t = idx / KD, u = idx % KD;
                 if (idx < L * KD) {
-                    ws[idx] = w[m];
-                    qs[idx] = q[m];
-                    ks[idx] = k[m] * kdec[idx / KD];
+                    const int at = t * RS + u / B * BP + u % B;
+                    ws[at] = w[m];
+                    qs[at] = q[m];
+                    ks[at] = k[m] * kdec[t];
                 }
             }
+        }
+        for (int t = threadIdx.x / SC_COLS; t < L; t += SC_THREADS / SC_COLS) { // U, into D
+            const int c = threadIdx.x % SC_COLS, jc = blockIdx.z * SC_COLS + c;
+            dm[t * SC_COLS + c] = jc < vd ? bf.u[((size_t)(a + t) * nv + h) * vd + jc] : 0.0f;
         }
         for (int base = threadIdx.x; base < L * CH; base += STAGE * blockDim.x) {
             float v[STAGE];
@@ -236,48 +282,35 @@ __global__ void __launch_bounds__(SC_COLS *SC_PARTS) delta_chunk_scan_kernel(cu_
                                              : 0.0f;
             }
 #pragma unroll
-            for (int m = 0; m < STAGE; m++)
-                if (base + m * blockDim.x < L * CH)
-                    pm[base + m * blockDim.x] = v[m];
+            for (int m = 0; m < STAGE; m++) {
+                const int idx = base + m * blockDim.x;
+                if (idx < L * CH)
+                    pm[idx / CH * PMS + idx % CH] = v[m];
+            }
         }
         __syncthreads();
-        // this thread's part of W S0 and q S0, four rows at a time (eight
-        // independent chains; a row past the window's reads its last)
-        for (int t0 = 0; t0 < L; t0 += 4) {
-            float aw[4] = {0.0f, 0.0f, 0.0f, 0.0f}, aq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int u = 0; u < B; u++)
-#pragma unroll
-                for (int m = 0; m < 4; m++) {
-                    const int t = t0 + m < L ? t0 + m : L - 1;
-                    aw[m] = fmaf(ws[t * KD + pt * B + u], st[u], aw[m]);
-                    aq[m] = fmaf(qs[t * KD + pt * B + u], st[u], aq[m]);
+        // D = U - W S0 and q S0, two rows at a time (a row past the window
+        // reads its last), each column's parts summed
+        for (int t0 = 0; t0 < L; t0 += 2) {
+            const int t1 = t0 + 1 < L ? t0 + 1 : t0;
+            const float w0 = parts_sum(part_dot<B>(ws + t0 * RS + pt * BP, st));
+            const float q0 = parts_sum(part_dot<B>(qs + t0 * RS + pt * BP, st));
+            const float w1 = parts_sum(part_dot<B>(ws + t1 * RS + pt * BP, st));
+            const float q1 = parts_sum(part_dot<B>(qs + t1 * RS + pt * BP, st));
+            if (pt == 0) {
+                dm[t0 * SC_COLS + lc] = __fsub_rn(dm[t0 * SC_COLS + lc], w0);
+                sq[t0 * SC_COLS + lc] = q0;
+                if (t1 != t0) {
+                    dm[t1 * SC_COLS + lc] = __fsub_rn(dm[t1 * SC_COLS + lc], w1);
+                    sq[t1 * SC_COLS + lc] = q1;
                 }
-#pragma unroll
-            for (int m = 0; m < 4; m++)
-                if (t0 + m < L) {
-                    pw[(pt * CH + t0 + m) * SC_COLS + lc] = aw[m];
-                    pq[(pt * CH + t0 + m) * SC_COLS + lc] = aq[m];
-                }
+            }
         }
         __syncthreads();
         for (int t = pt; t < L; t += SC_PARTS) {
-            float sw = 0.0f;
-#pragma unroll
-            for (int m = 0; m < SC_PARTS; m++)
-                sw = __fadd_rn(sw, pw[(m * CH + t) * SC_COLS + lc]);
-            const float uv = act ? bf.u[((size_t)(a + t) * nv + h) * vd + j] : 0.0f;
-            dm[t * SC_COLS + lc] = __fsub_rn(uv, sw);
-        }
-        __syncthreads();
-        for (int t = pt; t < L; t += SC_PARTS) {
-            float sq = 0.0f;
-#pragma unroll
-            for (int m = 0; m < SC_PARTS; m++)
-                sq = __fadd_rn(sq, pq[(m * CH + t) * SC_COLS + lc]);
-            float out = expf(gm[t]) * sq;
+            float out = expf(gm[t]) * sq[t * SC_COLS + lc];
             for (int c = 0; c <= t; c++)
-                out = fmaf(pm[t * CH + c], dm[c * SC_COLS + lc], out);
+                out = fmaf(pm[t * PMS + c], dm[c * SC_COLS + lc], out);
             if (act)
                 p.out[((size_t)(a + t) * nv + h) * vd + j] = out;
         }
@@ -287,9 +320,10 @@ __global__ void __launch_bounds__(SC_COLS *SC_PARTS) delta_chunk_scan_kernel(cu_
             st[u] *= dl;
         for (int t = 0; t < L; t++) {
             const float d = dm[t * SC_COLS + lc];
+            const float *kr = ks + t * RS + pt * BP;
 #pragma unroll
             for (int u = 0; u < B; u++)
-                st[u] = fmaf(ks[t * KD + pt * B + u], d, st[u]);
+                st[u] = fmaf(kr[u], d, st[u]);
         }
         __syncthreads(); // before the next window's rows overwrite shared memory
         a = b;
@@ -309,7 +343,7 @@ cudaError_t chunk_rule(const cu_delta *p, cudaStream_t stream)
     if (rc == cudaSuccess)
         rc = cudaFuncSetAttribute(delta_chunk_scan_kernel<KD>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)ScanSmem<KD>::BYTES);
+                                  (int)Scan<KD>::BYTES);
     if (rc != cudaSuccess)
         return rc;
     const unsigned windows = (unsigned)((p->n + CH - 1) / CH);
@@ -319,7 +353,7 @@ cudaError_t chunk_rule(const cu_delta *p, cudaStream_t stream)
         return cudaGetLastError();
     const unsigned groups = (unsigned)((p->v_dim + SC_COLS - 1) / SC_COLS);
     launch_pdl(delta_chunk_scan_kernel<KD>, dim3((unsigned)p->n_v, (unsigned)p->n_runs, groups),
-               dim3(SC_COLS * SC_PARTS), ScanSmem<KD>::BYTES, stream, *p);
+               dim3(SC_THREADS), Scan<KD>::BYTES, stream, *p);
     return cudaGetLastError();
 }
 
