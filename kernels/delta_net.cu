@@ -7,22 +7,27 @@ namespace {
 
 constexpr int CONV_THREADS = 128;
 
-// The CPU reference's cpu_dot: eight interleaved partial sums, combined
-// pairwise, then the tail.
-DEV float dot8(const float *a, const float *b, int n)
+// The CPU reference's cpu_dot (eight interleaved partial sums, combined
+// pairwise, then the tail) over a warp: lane j < 8 sums partial j, lane 8
+// the tail, lane 0 combines them, in the CPU's order. The result is lane
+// 0's; every lane of the warp calls it.
+DEV float dot8_warp(const float *a, const float *b, int n, int lane)
 {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
+    const int n8 = n & ~7;
+    float acc = 0.0f;
+    if (lane < 8)
+        for (int i = lane; i < n8; i += 8)
+            acc = __fadd_rn(acc, __fmul_rn(a[i], b[i]));
+    else if (lane == 8)
+        for (int i = n8; i < n; i++)
+            acc = __fadd_rn(acc, __fmul_rn(a[i], b[i]));
+    float part[9];
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            acc[j] = __fadd_rn(acc[j], __fmul_rn(a[i + j], b[i + j]));
-    float tail = 0.0f;
-    for (; i < n; i++)
-        tail = __fadd_rn(tail, __fmul_rn(a[i], b[i]));
-    float s = __fadd_rn(__fadd_rn(__fadd_rn(acc[0], acc[1]), __fadd_rn(acc[2], acc[3])),
-                        __fadd_rn(__fadd_rn(acc[4], acc[5]), __fadd_rn(acc[6], acc[7])));
-    return __fadd_rn(s, tail);
+    for (int j = 0; j < 9; j++)
+        part[j] = __shfl_sync(0xffffffffu, acc, j);
+    const float s = __fadd_rn(__fadd_rn(__fadd_rn(part[0], part[1]), __fadd_rn(part[2], part[3])),
+                              __fadd_rn(__fadd_rn(part[4], part[5]), __fadd_rn(part[6], part[7])));
+    return __fadd_rn(s, part[8]);
 }
 
 // Whether row i starts its sequence's run of rows in the step (the block
@@ -93,15 +98,33 @@ __global__ void delta_conv_kernel(cu_delta p)
 
 // After the conv: the window of each run's last row becomes the inputs of
 // its last KC - 1 positions (shifted in place, oldest first).
+// A block a row of the step (decode steps: each row ends its run), or,
+// with chunk (a prompt chunk: most rows do not), a block a run, which
+// finds its last row.
 template <int KC>
 __global__ void delta_window_kernel(cu_delta p)
 {
+    __shared__ int last;
     pdl_trigger();
     pdl_wait();
-    const int i = blockIdx.y;
+    if (p.chunk) {
+        if (threadIdx.x == 0) {
+            last = -1;
+            for (int r = 0, k = -1; r < p.n; r++)
+                if (p.slot[r] >= 0 && (r == 0 || p.slot[r] != p.slot[r - 1]) &&
+                    ++k == (int)blockIdx.y) {
+                    while (r + 1 < p.n && p.slot[r + 1] == p.slot[r])
+                        r++;
+                    last = r;
+                    break;
+                }
+        }
+        __syncthreads();
+    }
+    const int i = p.chunk ? last : (int)blockIdx.y;
     const size_t conv_dim = 2 * (size_t)p.n_k * p.k_dim + (size_t)p.n_v * p.v_dim;
     const size_t ch = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (p.slot[i] < 0 || ch >= conv_dim || (i + 1 < p.n && p.slot[i + 1] == p.slot[i]))
+    if (i < 0 || p.slot[i] < 0 || ch >= conv_dim || (i + 1 < p.n && p.slot[i + 1] == p.slot[i]))
         return;
     float *win = p.state + (size_t)p.slot[i] * p.state_floats + p.state_off;
     const int jj = rows_in_run<KC>(p, i);
@@ -112,7 +135,7 @@ __global__ void delta_window_kernel(cu_delta p)
 }
 
 // q and k of each (row, key head) L2-normalized in place (q also times
-// k_dim^-1/2), one warp each, lane 0 reducing in the CPU's order.
+// k_dim^-1/2), one warp each, reducing in the CPU's order.
 __global__ void delta_qk_norm_kernel(cu_delta p)
 {
     pdl_trigger();
@@ -125,9 +148,10 @@ __global__ void delta_qk_norm_kernel(cu_delta p)
     const size_t conv_dim = 2 * key_dim + (size_t)p.n_v * p.v_dim;
     float *q = p.conv_out + (size_t)i * conv_dim + (size_t)kh * kd, *k = q + key_dim;
     __shared__ float inv[2];
+    const float qq = dot8_warp(q, q, kd, lane), kk = dot8_warp(k, k, kd, lane);
     if (lane == 0) {
-        inv[0] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(dot8(q, q, kd), 1e-6f)));
-        inv[1] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(dot8(k, k, kd), 1e-6f)));
+        inv[0] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(qq, 1e-6f)));
+        inv[1] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(kk, 1e-6f)));
     }
     __syncthreads();
     const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)kd));
@@ -241,8 +265,8 @@ __global__ void delta_rule_kernel(cu_delta p)
             S[(size_t)(pt * B + u) * vd + j] = st[u];
 }
 
-// out = rmsnorm(o) * norm * silu(z) per (row, value head), in place; lane
-// 0 of the first warp reduces in the CPU's order.
+// out = rmsnorm(o) * norm * silu(z) per (row, value head), in place; the
+// first warp reduces in the CPU's order.
 __global__ void delta_gated_norm_kernel(cu_delta p)
 {
     pdl_trigger();
@@ -254,9 +278,11 @@ __global__ void delta_gated_norm_kernel(cu_delta p)
     float *o = p.out + ((size_t)i * p.n_v + h) * vd;
     const float *z = p.z + ((size_t)i * p.n_v + h) * vd;
     __shared__ float inv;
-    if (threadIdx.x == 0)
-        inv = __fdiv_rn(1.0f,
-                        __fsqrt_rn(__fadd_rn(__fdiv_rn(dot8(o, o, vd), (float)vd), p.eps)));
+    if (threadIdx.x < 32) {
+        const float oo = dot8_warp(o, o, vd, threadIdx.x);
+        if (threadIdx.x == 0)
+            inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(oo, (float)vd), p.eps)));
+    }
     __syncthreads();
     for (int t = threadIdx.x; t < vd; t += blockDim.x)
         o[t] = __fmul_rn(__fmul_rn(__fmul_rn(o[t], inv), p.norm[t]), silu_f(z[t]));
@@ -275,7 +301,9 @@ template <int KC>
 void launch_conv(const cu_delta *p, dim3 grid, cudaStream_t stream)
 {
     launch_pdl(delta_conv_kernel<KC>, grid, dim3(CONV_THREADS), 0, stream, *p);
-    launch_pdl(delta_window_kernel<KC>, grid, dim3(CONV_THREADS), 0, stream, *p);
+    const dim3 wgrid(grid.x, p->chunk ? (unsigned)p->n_runs : grid.y);
+    if (wgrid.y > 0)
+        launch_pdl(delta_window_kernel<KC>, wgrid, dim3(CONV_THREADS), 0, stream, *p);
 }
 
 } // namespace

@@ -57,6 +57,7 @@ extern dim3 g_block_dim, g_grid_dim;
 uint3 &thread_idx();
 void sync_block();
 float shfl_xor(float v, int off);
+float shfl(float v, int src);
 void *dyn_smem_ptr();
 void check_aligned(const void *p, size_t align, const char *what);
 typedef void (*body_fn)(void *);
@@ -143,6 +144,7 @@ launcher<P...> launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem = 0,
 
 inline void __syncthreads() { emu::sync_block(); }
 inline float __shfl_xor_sync(unsigned, float v, int off) { return emu::shfl_xor(v, off); }
+inline float __shfl_sync(unsigned, float v, int src) { return emu::shfl(v, src); }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }

@@ -110,6 +110,16 @@ float shfl_xor(float v, int off)
     return r;
 }
 
+float shfl(float v, int src)
+{
+    const int t = (int)fibers[cur].tid.x;
+    xchg[t] = v;
+    yield(WAIT_WARP);
+    const float r = xchg[(t & ~31) | (src & 31)];
+    yield(WAIT_WARP);
+    return r;
+}
+
 void warp_sync() { yield(WAIT_WARP); }
 
 int lane_id() { return (int)(fibers[cur].tid.x & 31); }
