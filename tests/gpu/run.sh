@@ -130,6 +130,13 @@ for ref in "$P"/tiny-*.safetensors; do
     bash -c "memra-parity '$T/$n.gguf' --reference '$ref' --backend cuda --json | tee /dev/stderr | jtrue \"j['pass'] and j['argmax_agree'] == j['positions']\""
   check "$n: cuda agrees with cpu-ref (--backends)" \
     memra-parity "$T/$n" --backends cpu-ref,cuda --prompt-ids 1,7,42,99,3,250,17,64,128,5,11,200
+  # A hybrid's prompt of 32+ rows runs the DeltaNet rule chunked (decision
+  # 0027); with the f32 projections and attention its logits keep the gate.
+  case $n in tiny-qwen3_5*)
+    check "$n: a 48-token prompt (the chunked DeltaNet rule) agrees with cpu-ref" \
+      env MEMRA_CUDA_GEMM=0 MEMRA_CUDA_FLASH=0 memra-parity "$T/$n" --backends cpu-ref,cuda \
+      --prompt-ids "$(seq -s, 1 48)" ;;
+  esac
 done
 # The f32 references are matched by the f32 path: prompt chunks of 32+ rows
 # otherwise go through the bf16 tensor-core GEMM (x rounded to bf16; its
