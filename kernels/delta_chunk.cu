@@ -335,9 +335,21 @@ __global__ void __launch_bounds__(SC_THREADS) delta_chunk_scan_kernel(cu_delta p
 }
 
 template <int KD>
+constexpr size_t prep_smem_bytes()
+{
+    return (2 * (size_t)CH * (KD + 1) + (size_t)CH * (CH + 1)) * sizeof(float);
+}
+
+template <int KD>
+constexpr size_t chunk_smem_bytes()
+{
+    return prep_smem_bytes<KD>() > Scan<KD>::BYTES ? prep_smem_bytes<KD>() : Scan<KD>::BYTES;
+}
+
+template <int KD>
 cudaError_t chunk_rule(const cu_delta *p, cudaStream_t stream)
 {
-    const size_t prep = (2 * (size_t)CH * (KD + 1) + (size_t)CH * (CH + 1)) * sizeof(float);
+    const size_t prep = prep_smem_bytes<KD>();
     cudaError_t rc = cudaFuncSetAttribute(delta_chunk_prep_kernel<KD>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep);
     if (rc == cudaSuccess)
@@ -358,6 +370,16 @@ cudaError_t chunk_rule(const cu_delta *p, cudaStream_t stream)
 }
 
 } // namespace
+
+extern "C" size_t delta_chunk_smem(int k_dim)
+{
+    switch (k_dim) {
+    case 16: return chunk_smem_bytes<16>();
+    case 32: return chunk_smem_bytes<32>();
+    case 64: return chunk_smem_bytes<64>();
+    default: return chunk_smem_bytes<128>();
+    }
+}
 
 extern "C" size_t delta_chunk_floats(int n, int n_v, int k_dim, int v_dim)
 {

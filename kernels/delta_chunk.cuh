@@ -32,6 +32,9 @@ extern "C" {
 
 enum { DELTA_WINDOW = 64 };
 
+/* Bytes of shared memory a block of the chunked rule asks for (a device
+ * that offers fewer runs the rule row after row). */
+size_t delta_chunk_smem(int k_dim);
 /* Floats of scratch the chunked rule needs for n rows. */
 size_t delta_chunk_floats(int n, int n_v, int k_dim, int v_dim);
 /* The rule of p's rows (after the conv and the q/k norms), into p->out. */

@@ -38,13 +38,16 @@ void cuda_op_join_heads(backend *b, const float *a, const float *bo, int n, int 
 }
 
 /* A prompt chunk of at least CUDA_DELTA_CHUNK_MIN_ROWS rows whose states
- * no checkpoint keeps runs the rule in the chunked form
+ * no checkpoint keeps, on a device that offers the shared memory the
+ * kernels ask for (~153 kB for key heads of 128: sm_80 and sm_90, not
+ * sm_86/89), runs the rule in the chunked form
  * (kernels/delta_chunk.cuh): its rounding depends on the step's rows,
  * which a prefill step allows; decode and verify steps keep the
  * row-after-row rule, whose rows are the same bytes in any step. */
-static int delta_chunked(const cuda_backend *cb, const bk_batch *rows)
+static int delta_chunked(const cuda_backend *cb, const bk_delta *d, const bk_batch *rows)
 {
-    if (!cb->step.active || !cb->step.prefill || rows->n < CUDA_DELTA_CHUNK_MIN_ROWS)
+    if (!cb->step.active || !cb->step.prefill || rows->n < CUDA_DELTA_CHUNK_MIN_ROWS ||
+        delta_chunk_smem(d->k_dim) > cb->info.smem_optin)
         return 0;
     for (int i = 0; i < rows->n; i++)
         if (rows->seq[i] && kv_seq_save_slot(rows->seq[i], rows->pos[i]) >= 0)
@@ -94,7 +97,7 @@ void cuda_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, cons
     float *conv_out =
         cuda_scratch(cb, SCR_DELTA, (size_t)rows->n * conv_dim * sizeof(float), "delta_net");
     float *chunk = NULL;
-    if (delta_chunked(cb, rows))
+    if (delta_chunked(cb, d, rows))
         chunk = cuda_scratch(cb, SCR_DELTA_CHUNK,
                              delta_chunk_floats(rows->n, d->n_v_heads, d->k_dim, d->v_dim) *
                                  sizeof(float),

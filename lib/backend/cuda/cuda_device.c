@@ -128,6 +128,7 @@ int cuda_device_query(int index, cuda_device_info *out, memra_err *err)
     out->cc_minor = p.minor;
     out->sm_count = p.multiProcessorCount;
     out->total_mem = p.totalGlobalMem;
+    out->smem_optin = p.sharedMemPerBlockOptin;
     /* sm_90 with HBM-sized memory: the H100/H200 class the defaults were measured on. */
     out->klass = (p.major == 9 && p.minor == 0) ? DEVICE_CLASS_HOPPER : DEVICE_CLASS_GENERIC;
     return 0;

@@ -17,6 +17,7 @@ typedef struct {
     int cc_major, cc_minor;
     int sm_count;
     size_t total_mem;
+    size_t smem_optin;    /* the most shared memory a block may ask for */
     device_class klass;
 } cuda_device_info;
 

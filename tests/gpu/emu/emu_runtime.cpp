@@ -366,6 +366,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
     p->minor = 0;
     p->multiProcessorCount = 4;
     p->totalGlobalMem = (size_t)16 << 30;
+    p->sharedMemPerBlockOptin = 227 << 10; // sm_90's
     return cudaSuccess;
 }
 
