@@ -164,23 +164,53 @@ static void checkpoint_rows(kc *k, delta_pools *p, const delta_case *dc, int32_t
     free(row);
 }
 
-static void delta_case_run(kc *k, int nk, int nvh, int kd, int vd, int tiled)
+/* A DeltaNet layer of random weights (a conv of four taps), as a case. */
+typedef struct {
+    bk_weight conv, dt, a, norm;
+    bk_delta d;
+    delta_case dc;  /* dc.d points at d */
+    size_t floats;  /* state floats a sequence */
+} delta_layer;
+
+static void delta_layer_free(delta_layer *l)
+{
+    kc_weight_free(&l->conv);
+    kc_weight_free(&l->dt);
+    kc_weight_free(&l->a);
+    kc_weight_free(&l->norm);
+}
+
+static int delta_layer_make(kc *k, delta_layer *l, int nk, int nvh, int kd, int vd, int tiled)
 {
     const int ck = 4;
+    memset(l, 0, sizeof *l);
     size_t conv_dim = 2 * (size_t)nk * kd + (size_t)nvh * vd;
-    size_t floats = bk_delta_state_floats(nk, nvh, kd, vd, ck);
-    bk_weight conv = {0}, dt = {0}, a = {0}, norm = {0};
-    if (kc_weight(k, &conv, DT_F32, 1, (int64_t)(conv_dim * ck), "conv") ||
-        kc_weight(k, &dt, DT_F32, 1, nvh, "dt_bias") || kc_weight(k, &a, DT_F32, 1, nvh, "A") ||
-        kc_weight(k, &norm, DT_BF16, 1, vd, "norm"))
+    if (kc_weight(k, &l->conv, DT_F32, 1, (int64_t)(conv_dim * ck), "conv") ||
+        kc_weight(k, &l->dt, DT_F32, 1, nvh, "dt_bias") ||
+        kc_weight(k, &l->a, DT_F32, 1, nvh, "A") || kc_weight(k, &l->norm, DT_BF16, 1, vd, "norm")) {
+        delta_layer_free(l);
+        return -1;
+    }
+    l->d = (bk_delta){.state_off = 0, .n_k_heads = nk, .n_v_heads = nvh, .k_dim = kd,
+                      .v_dim = vd, .conv_k = ck, .tiled = tiled, .conv = &l->conv,
+                      .dt_bias = &l->dt, .a = &l->a, .a_is_log = !tiled, .norm = &l->norm,
+                      .eps = 1e-6f};
+    l->dc = (delta_case){&l->d, conv_dim, (size_t)nvh * vd, (size_t)nvh};
+    l->floats = bk_delta_state_floats(nk, nvh, kd, vd, ck);
+    return 0;
+}
+
+static void delta_case_run(kc *k, int nk, int nvh, int kd, int vd, int tiled)
+{
+    delta_layer l;
+    if (delta_layer_make(k, &l, nk, nvh, kd, vd, tiled) != 0)
         return;
-    bk_delta d = {.state_off = 0, .n_k_heads = nk, .n_v_heads = nvh, .k_dim = kd, .v_dim = vd,
-                  .conv_k = ck, .tiled = tiled, .conv = &conv, .dt_bias = &dt, .a = &a,
-                  .a_is_log = !tiled, .norm = &norm, .eps = 1e-6f};
-    delta_case dc = {&d, conv_dim, (size_t)nvh * vd, (size_t)nvh};
+    const delta_case dc = l.dc;
+    const size_t conv_dim = dc.conv_dim;
     delta_pools p;
-    if (pools_make(k, &p, floats, 64) != 0) {
+    if (pools_make(k, &p, l.floats, 64) != 0) {
         pools_free(&p);
+        delta_layer_free(&l);
         return;
     }
     const int chunk = 40; /* more rows than one tile of the rule kernel stages */
@@ -236,10 +266,7 @@ static void delta_case_run(kc *k, int nk, int nvh, int kd, int vd, int tiled)
     free(one);
     free(g1);
     pools_free(&p);
-    kc_weight_free(&conv);
-    kc_weight_free(&dt);
-    kc_weight_free(&a);
-    kc_weight_free(&norm);
+    delta_layer_free(&l);
 }
 
 /* The CPU's and the GPU's state of sequence i: the largest difference
@@ -262,21 +289,15 @@ static void states_agree(kc *k, delta_pools *p, int i, double *worst)
  * the CPU's order. */
 static void delta_chunk_case(kc *k, int nk, int nvh, int kd, int vd, int tiled)
 {
-    const int ck = 4;
-    size_t conv_dim = 2 * (size_t)nk * kd + (size_t)nvh * vd;
-    size_t floats = bk_delta_state_floats(nk, nvh, kd, vd, ck);
-    bk_weight conv = {0}, dt = {0}, a = {0}, norm = {0};
-    if (kc_weight(k, &conv, DT_F32, 1, (int64_t)(conv_dim * ck), "conv") ||
-        kc_weight(k, &dt, DT_F32, 1, nvh, "dt_bias") || kc_weight(k, &a, DT_F32, 1, nvh, "A") ||
-        kc_weight(k, &norm, DT_BF16, 1, vd, "norm"))
+    delta_layer l;
+    if (delta_layer_make(k, &l, nk, nvh, kd, vd, tiled) != 0)
         return;
-    bk_delta d = {.state_off = 0, .n_k_heads = nk, .n_v_heads = nvh, .k_dim = kd, .v_dim = vd,
-                  .conv_k = ck, .tiled = tiled, .conv = &conv, .dt_bias = &dt, .a = &a,
-                  .a_is_log = !tiled, .norm = &norm, .eps = 1e-6f};
-    delta_case dc = {&d, conv_dim, (size_t)nvh * vd, (size_t)nvh};
+    const delta_case dc = l.dc;
+    const size_t conv_dim = dc.conv_dim;
     delta_pools p;
-    if (pools_make(k, &p, floats, 160) != 0) {
+    if (pools_make(k, &p, l.floats, 160) != 0) {
         pools_free(&p);
+        delta_layer_free(&l);
         return;
     }
     const int n = 170;
@@ -323,10 +344,7 @@ static void delta_chunk_case(kc *k, int nk, int nvh, int kd, int vd, int tiled)
     free(want);
     free(got);
     pools_free(&p);
-    kc_weight_free(&conv);
-    kc_weight_free(&dt);
-    kc_weight_free(&a);
-    kc_weight_free(&norm);
+    delta_layer_free(&l);
 }
 
 void kc_check_delta(kc *k)
