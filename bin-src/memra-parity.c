@@ -34,6 +34,7 @@ static const char usage[] =
     "       memra-parity QUANT --against REF -f TEXT_FILE [--chunk N] [--chunks N] [--json]\n"
     "                    [--backend cpu|cpu-ref|cuda]\n"
     "       memra-parity MODEL --backends cpu,cuda --prompt-ids ID,ID,... [--json]\n"
+    "                    [--pp N] [--devices LIST]\n"
     "       memra-parity --kernels [--perf] [--only OP] [--skip OP] [--device N] [--seed S]\n"
     "\n"
     "Runs MODEL over the token ids of a reference dump (scripts/hf_reference.py writes them:\n"
@@ -76,6 +77,10 @@ static const char usage[] =
     "  --only OP       with --kernels: only the checks whose op name contains OP\n"
     "  --skip OP       with --kernels: leave out the checks whose op name contains OP\n"
     "  --device N      CUDA device (default 0), for --kernels and --backend(s) cuda\n"
+    "  --pp N          run MODEL split over N pipeline stages (with --backends: B, A on one\n"
+    "                  device), for --reference and --backends; --max-abs 0 asks for the\n"
+    "                  same bytes as one device\n"
+    "  --devices LIST  the CUDA device of each stage (e.g. 0,1; a device may repeat)\n"
     "  --seed S        with --kernels: the random inputs' seed (default 1)\n"
     "  -t, --threads N worker threads (default all cores; env MEMRA_THREADS)\n"
     "  -h, --help      this text\n"
@@ -94,6 +99,8 @@ typedef struct {
     backend_kind backends[2];
     const char *prompt_ids, *only, *skip;
     const char *draft; /* an assistant checkpoint (--draft) */
+    const char *devices; /* --devices */
+    int pp;              /* --pp */
     uint64_t seed;
 } parity_opts;
 
@@ -166,6 +173,7 @@ static void parse_args(int argc, char **argv, parity_opts *o)
         {"only", required_argument, NULL, 'O'},      {"chunk", required_argument, NULL, 'W'},
         {"chunks", required_argument, NULL, 'N'},   {"skip", required_argument, NULL, 'X'},
         {"draft", required_argument, NULL, 'G'},
+        {"devices", required_argument, NULL, 'V'},   {"pp", required_argument, NULL, 'L'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -229,6 +237,8 @@ static void parse_args(int argc, char **argv, parity_opts *o)
             o->n_backends = 2;
             break;
         }
+        case 'V': o->devices = optarg; break;
+        case 'L': o->pp = (int)cli_int_or_usage(optarg, 1, 8, "--pp"); break;
         case 'd': {
             int64_t d;
             if (cli_parse_i64(optarg, 0, 1024, &d, "--device", &err) != 0)
@@ -276,6 +286,8 @@ static void parse_args(int argc, char **argv, parity_opts *o)
     if (o->imatrix_out && o->backend == BK_CUDA)
         cli_usage("--imatrix collects on the CPU backend only (not --backend %s)",
                   backend_kind_name(o->backend));
+    if ((o->pp || o->devices) && !o->reference && !o->n_backends)
+        cli_usage("--pp and --devices go with --reference or --backends");
     if (o->n_backends && !o->prompt_ids)
         cli_usage("--backends needs --prompt-ids");
     if (o->prompt_ids && !o->n_backends)
@@ -652,6 +664,8 @@ static int run_backends(const parity_opts *po)
         eo.n_ctx = n > 16 ? n : 16;
         eo.backend = o.backends[b];
         eo.device = o.device;
+        if (b == 1 && engine_opts_parallel(&eo, o.devices, o.pp, &err) != 0)
+            cli_usage("%s", err.msg);
         engine *e;
         if (engine_load(&ck, &eo, &e, &err) != 0)
             cli_fail(&err);
@@ -692,6 +706,7 @@ static int run_backends(const parity_opts *po)
         json_object_set_new(j, "model", json_string(ck.path));
         json_object_set_new(j, "reference_backend", json_string(na));
         json_object_set_new(j, "backend", json_string(nb));
+        json_object_set_new(j, "pp", json_integer(o.pp > 0 ? o.pp : 1));
         json_object_set_new(j, "positions", json_integer(n));
         json_object_set_new(j, "max_abs", json_real(sum.max_abs));
         json_object_set_new(j, "max_rel", json_real(sum.max_rel));
@@ -875,6 +890,8 @@ int main(int argc, char **argv)
     eo.device = o.device;
     eo.mtp = mt != NULL && !o.draft;
     eo.n_seqs = mt ? 2 : 1; /* the MTP passes run beside the main sequence */
+    if (engine_opts_parallel(&eo, o.devices, o.pp, &err) != 0)
+        cli_usage("%s", err.msg);
     engine *e;
     if (engine_load(&ck, &eo, &e, &err) != 0)
         cli_fail(&err);

@@ -64,6 +64,10 @@ static const char usage[] =
     "  --backend B              cpu (fast path), cpu-ref (reference) or cuda\n"
     "                           (default cuda when a GPU is present, else cpu)\n"
     "  --device N               CUDA device index for every model (default 0)\n"
+    "  --devices LIST           CUDA devices, one per pipeline stage, for every model (e.g. 0,1;\n"
+    "                           a device may repeat)\n"
+    "  --pp N                   split each model's layers over N pipeline stages (default one\n"
+    "                           per --devices entry); the same bytes as one device\n"
     "  --kv f32|f16|bf16|q8_0   KV cache type (default f32 on cpu, bf16 on cuda)\n"
     "  --http-threads N         HTTP worker threads (default 4; env MEMRA_HTTP_THREADS)\n"
     "  --max-body BYTES         largest request body, K/M suffixes (default 8M; env MEMRA_MAX_BODY)\n"
@@ -96,6 +100,8 @@ typedef struct {
     int prefix_cache, cache_blocks;
     backend_kind backend;
     int backend_given, device, device_given;
+    const char *devices; /* --devices */
+    int pp;              /* --pp */
     kv_type kv;
     double drain_timeout;
     int idle_timeout, max_conns_per_ip, allow_special;
@@ -233,7 +239,7 @@ static void parse_args(int argc, char **argv, serve_args *a)
     a->insecure = cli_env_true("MEMRA_INSECURE");
 
     enum { O_HOST = 1000, O_PORT, O_MAXS, O_MAXQ, O_KEY, O_KEYS, O_INSECURE, O_TMPL, O_HTTPT,
-           O_BODY, O_DRAIN, O_BACKEND, O_DEVICE, O_KV, O_PCHUNK, O_IDLE, O_PERIP, O_CORS, O_SPECIAL,
+           O_BODY, O_DRAIN, O_BACKEND, O_DEVICE, O_DEVICES, O_PIPE, O_KV, O_PCHUNK, O_IDLE, O_PERIP, O_CORS, O_SPECIAL,
            O_PCACHE, O_CBLOCKS, O_TASK, O_DRAFT, O_TRIM, O_NGRAM, O_MTP, O_SPECK, O_SPECMAX };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},     {"host", required_argument, NULL, O_HOST},
@@ -257,6 +263,8 @@ static void parse_args(int argc, char **argv, serve_args *a)
         {"drain-timeout", required_argument, NULL, O_DRAIN},
         {"backend", required_argument, NULL, O_BACKEND},
         {"device", required_argument, NULL, O_DEVICE},
+        {"devices", required_argument, NULL, O_DEVICES},
+        {"pp", required_argument, NULL, O_PIPE},
         {"kv", required_argument, NULL, O_KV},
         {"idle-timeout", required_argument, NULL, O_IDLE},
         {"max-conns-per-ip", required_argument, NULL, O_PERIP},
@@ -339,6 +347,8 @@ static void parse_args(int argc, char **argv, serve_args *a)
             a->device = (int)cli_int_or_usage(optarg, 0, 1024, "--device");
             a->device_given = 1;
             break;
+        case O_DEVICES: a->devices = optarg; break;
+        case O_PIPE: a->pp = (int)cli_int_or_usage(optarg, 1, 8, "--pp"); break;
         case O_KV:
             if (kv_type_parse(optarg, &a->kv, &err) != 0)
                 cli_usage("--kv: %s", err.msg);
@@ -444,6 +454,16 @@ int main(int argc, char **argv)
     if (a.device_given && bk != BK_CUDA)
         cli_usage("--device %d: the cpu backend has no devices (use --backend cuda)", a.device);
     memra_err err;
+    {
+        /* the pipeline flags, checked before anything is loaded */
+        engine_opts check;
+        engine_opts_default(&check);
+        check.backend = bk;
+        if (a.device_given && a.devices)
+            cli_usage("--device and --devices: give one");
+        if (engine_opts_parallel(&check, a.devices, a.pp, &err) != 0)
+            cli_usage("%s", err.msg);
+    }
 
     struct sockaddr_storage ss;
     socklen_t sslen;
@@ -487,7 +507,8 @@ int main(int argc, char **argv)
         serve_model_opts mo = {.alias = a.aliases[i], .path = a.paths[i], .n_ctx = a.n_ctx,
                                .max_sessions = a.max_sessions, .max_queue = a.max_queue,
                                .n_threads = a.n_threads, .chat_template = tmpl,
-                               .backend = bk, .device = a.device, .kv_type = a.kv,
+                               .backend = bk, .device = a.device, .devices = a.devices,
+                               .pp = a.pp, .kv_type = a.kv,
                                .prefill_chunk = a.prefill_chunk,
                                .prefix_cache = a.prefix_cache, .cache_blocks = a.cache_blocks,
                                .task = a.tasks[i], .spec = a.specs[i]};

@@ -52,6 +52,10 @@ static const char usage[] =
     "  --backend B         cpu (the fast path), cpu-ref (the reference) or cuda\n"
     "                      (default cuda when a GPU is present, else cpu)\n"
     "  --device N          CUDA device index (default 0), for the run and the probe\n"
+    "  --devices LIST      CUDA devices, one per pipeline stage (e.g. 0,1); the probe runs on\n"
+    "                      the first\n"
+    "  --pp N              the layers split over N pipeline stages (default one per --devices\n"
+    "                      entry)\n"
     "  --bandwidth GB/s    use this ceiling instead of the measured one\n"
     "  --remeasure         measure the bandwidth again (and update the cache)\n"
     "  --profile-range     the first timed repetition of each row inside a profiler range\n"
@@ -129,7 +133,7 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
     enum {
         O_KV = 1000, O_JSON, O_BACKEND, O_BANDWIDTH, O_REMEASURE, O_TOKENIZER, O_WARMUP,
         O_NBATCH, O_SERVER, O_MODEL, O_APIKEY, O_TIMEOUT, O_VOCAB, O_DEVICE, O_PROFILE,
-        O_SCHEMA, O_TURNS, O_SYSTOK, O_TURNTOK,
+        O_SCHEMA, O_TURNS, O_SYSTOK, O_TURNTOK, O_DEVICES, O_PIPE,
     };
     static const struct option longs[] = {
         {"threads", required_argument, NULL, 't'},   {"ctx", required_argument, NULL, 'c'},
@@ -143,6 +147,8 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
         {"warmup", required_argument, NULL, O_WARMUP},
         {"n-batch", required_argument, NULL, O_NBATCH},
         {"device", required_argument, NULL, O_DEVICE},
+        {"devices", required_argument, NULL, O_DEVICES},
+        {"pp", required_argument, NULL, O_PIPE},
         {"file", required_argument, NULL, 'f'},      {"help", no_argument, NULL, 'h'},
         {"server", required_argument, NULL, O_SERVER},
         {"model", required_argument, NULL, O_MODEL},
@@ -192,6 +198,14 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
             o->device = (int)cli_int_or_usage(optarg, 0, 1024, "--device");
             o->device_given = 1;
             o->model_flag = "--device";
+            break;
+        case O_DEVICES:
+            o->devices = optarg;
+            o->model_flag = o->local_flag = "--devices";
+            break;
+        case O_PIPE:
+            o->pipe_stages = (int)cli_int_or_usage(optarg, 1, 8, "--pp");
+            o->model_flag = o->local_flag = "--pp";
             break;
         case O_BACKEND: {
             backend_kind k = backend_kind_or_usage(optarg);

@@ -39,6 +39,8 @@ typedef struct {
     int64_t ctx;
     kv_type kv;
     int device, device_given;
+    const char *devices; /* --devices: one CUDA device per pipeline stage */
+    int pipe_stages;     /* --pp */
     bench_backend backend;
     int backend_given;
     double bandwidth; /* > 0: given */

@@ -69,8 +69,11 @@ static void get_ceiling(const bench_opts *o, ceiling_info *c)
         /* The device's 16-byte copy rate (read + write counted), measured
          * now: a second on a card, cheaper than a cache keyed on devices. */
         cuda_device_info info;
-        if (cuda_device_query(o->device, &info, &err) != 0 ||
-            cuda_measure_copy_bandwidth(o->device, (size_t)1 << 30, 20, &c->gb_s, &err) != 0)
+        int dev = o->device, listed[8];
+        if (o->devices && cli_parse_int_list(o->devices, 0, 1024, listed, 8, "--devices", &err) > 0)
+            dev = listed[0]; /* a pipeline's first stage */
+        if (cuda_device_query(dev, &info, &err) != 0 ||
+            cuda_measure_copy_bandwidth(dev, (size_t)1 << 30, 20, &c->gb_s, &err) != 0)
             cli_fail(&err);
         c->source = "measured";
         snprintf(c->detail, sizeof c->detail,
@@ -224,17 +227,21 @@ int bench_run_model(const bench_opts *o)
         cli_usage("nothing to measure: no row fits the context of %" PRId64 " (%s)", limit,
                   limit_what);
 
-    ceiling_info ceil;
-    get_ceiling(o, &ceil);
-
     engine_opts eo;
     engine_opts_default(&eo);
     eo.n_threads = o->n_threads;
     eo.backend = o->backend == BACKEND_CUDA ? BK_CUDA : o->backend == BACKEND_CPU_REF ? BK_CPU_REF
                                                                                   : BK_CPU;
+    eo.device = o->device;
+    /* the pipeline flags, before the probe runs on the first device */
+    if (engine_opts_parallel(&eo, o->devices, o->pipe_stages, &err) != 0)
+        cli_usage("%s", err.msg);
+
+    ceiling_info ceil;
+    get_ceiling(o, &ceil);
+
     eo.n_ctx = need;
     eo.kv_type = o->kv;
-    eo.device = o->device;
     eo.n_batch = o->n_batch;
     eo.n_seqs = max_b;
     /* The KV pool: the longest single row, or max_b sequences of the
@@ -305,6 +312,9 @@ int bench_run_model(const bench_opts *o)
         printf("backend   %s, %d threads, kv %s, prefill chunk %d, context %" PRId64
                " allocated x %d sequence%s\n", bench_backends[o->backend].name, o->n_threads, kv_name,
                n_batch, engine_n_ctx(e), max_b, max_b == 1 ? "" : "s");
+        if (eo.pp > 1)
+            printf("pipeline  %d stages%s%s\n", eo.pp, o->devices ? " on devices " : "",
+                   o->devices ? o->devices : "");
         printf("ceiling   %.2f GB/s %s (%s); decode ceiling %.1f tok/s\n", ceil.gb_s,
                bench_backends[o->backend].ceiling_what, ceil.detail, ceiling_tok_s);
         printf("cpu       %s (%d online CPUs)\n",
@@ -413,6 +423,7 @@ int bench_run_model(const bench_opts *o)
         json_object_set_new(j, "model", m);
         json_object_set_new(j, "backend", json_string(bench_backends[o->backend].name));
         json_object_set_new(j, "threads", json_integer(o->n_threads));
+        json_object_set_new(j, "pp", json_integer(eo.pp > 1 ? eo.pp : 1));
         json_object_set_new(j, "kv_type", json_string(kv_name));
         json_object_set_new(j, "n_batch", json_integer(n_batch));
         json_object_set_new(j, "n_ctx", json_integer(engine_n_ctx(e)));

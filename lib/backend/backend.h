@@ -343,6 +343,19 @@ typedef struct {
      * off` honours), so a profile can hold one benchmark repetition and
      * not the model's load and untimed prefill. */
     void (*profiler_range)(backend *b, int on);
+    /* Optional (NULL: the caller goes through host memory, act_read then
+     * act_write). Copy n floats of activation src, held by backend `from`,
+     * into this backend's activation dst, in order with both backends'
+     * work: after from's ops so far, before this backend's next ops, and
+     * before from's later ops may write src again. Returns 0, or -1 when
+     * it cannot (from is another kind of backend), having done nothing.
+     * A pipeline stage's output goes to the next stage this way. */
+    int (*act_import)(backend *b, float *dst, backend *from, const float *src, size_t n);
+    /* Optional (NULL: the backend keeps every KV layer). Called before
+     * kv_prepare: this backend runs only the attention layers whose K/V
+     * are KV layers [lo, lo + n) of the cache (a pipeline stage's), so it
+     * keeps storage for those alone. */
+    void (*kv_window)(backend *b, int lo, int n);
 } backend_ops;
 
 struct backend {
@@ -387,6 +400,32 @@ float backend_cpu_activation(bk_act act, float x);
 backend *backend_cuda_create(int device, memra_err *err);
 /* Any of the above; n_threads is the CPU's, device the GPU's. */
 backend *backend_create(backend_kind k, int device, int n_threads, memra_err *err);
+
+/* ---- pipeline parallel (backend/pipeline.c) ----
+ *
+ * A pipeline is n backends of one kind (one per device, or n CPU
+ * backends), each running a contiguous range of the model's layers (a
+ * stage). The model runs every op on its stage's backend (model_init asks
+ * backend_stage for them) and passes the residual stream from one stage
+ * to the next (backend_act_move); the pipeline object itself runs no ops:
+ * it is what the engine holds, and fans its per-step and per-cache calls
+ * out to the stages (bind, status, kv_prepare, state_copy, step_begin /
+ * step_end, plan_decode, profiler_range), with the logits, their
+ * sampling and act_read on the last stage, where the head runs. */
+
+#define BACKEND_MAX_STAGES 8
+
+/* A pipeline of stages[0, n) (2 <= n <= BACKEND_MAX_STAGES, all of one
+ * kind), owning them from then on (destroyed with it, or here when it
+ * fails). NULL with a message when the stages differ in kind. */
+backend *backend_pipeline_create(backend **stages, int n, memra_err *err);
+/* The stages b runs on: 1 for a plain backend (stage 0 is b itself). */
+int backend_n_stages(const backend *b);
+backend *backend_stage(backend *b, int s);
+/* Copy n floats of activation src (on backend from) into dst (on backend
+ * to): act_import where to has it and takes from, else through host
+ * memory. */
+void backend_act_move(backend *to, float *dst, backend *from, const float *src, size_t n);
 
 static inline void backend_destroy(backend *b)
 {

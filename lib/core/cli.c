@@ -74,6 +74,31 @@ int64_t cli_int_or_usage(const char *s, int64_t min, int64_t max, const char *wh
     return v;
 }
 
+int cli_parse_int_list(const char *s, int64_t min, int64_t max, int *out, int max_n,
+                       const char *what, memra_err *err)
+{
+    int n = 0;
+    const char *p = s;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[32];
+        if (len == 0 || len >= sizeof item)
+            return memra_fail(err, "%s: '%s' is not a comma-separated list of integers", what, s);
+        if (n == max_n)
+            return memra_fail(err, "%s: '%s' has more than %d items", what, s, max_n);
+        memcpy(item, p, len);
+        item[len] = 0;
+        int64_t v;
+        if (cli_parse_i64(item, min, max, &v, what, err) != 0)
+            return -1;
+        out[n++] = (int)v;
+        if (!comma)
+            return n;
+        p = comma + 1;
+    }
+}
+
 int cli_env_true(const char *name)
 {
     const char *v = getenv(name);

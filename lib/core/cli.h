@@ -26,6 +26,11 @@ int cli_parse_f64(const char *s, double min, double max, double *out, const char
 /* cli_parse_i64 for a flag or environment variable whose bad value is a
  * usage error: "memra-x: WHAT: ... (try --help)" on stderr, exit 2. */
 int64_t cli_int_or_usage(const char *s, int64_t min, int64_t max, const char *what);
+/* A comma-separated list of integers in [min, max] ("0,1"), at most
+ * max_n of them, into out; returns how many, or -1 (err names `what`,
+ * the bad item, or the count). */
+int cli_parse_int_list(const char *s, int64_t min, int64_t max, int *out, int max_n,
+                       const char *what, memra_err *err);
 /* Whether environment variable `name` says yes: 1, true or yes (any case).
  * Anything else, unset included, is no. */
 int cli_env_true(const char *name);

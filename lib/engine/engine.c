@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "core/check.h"
+#include "core/cli.h"
 #include "model/contract.h"
 
 struct engine {
@@ -59,9 +60,75 @@ void engine_opts_default(engine_opts *o)
     o->kv_type = KV_DEFAULT;
 }
 
+int engine_opts_parallel(engine_opts *o, const char *devices, int pp, memra_err *err)
+{
+    o->n_devices = 0;
+    if (devices) {
+        if (o->backend != BK_CUDA)
+            return memra_fail(err, "--devices %s: the %s backend has no devices (use --backend "
+                              "cuda)", devices, backend_kind_name(o->backend));
+        int n = cli_parse_int_list(devices, 0, 1024, o->devices, BACKEND_MAX_STAGES,
+                                   "--devices", err);
+        if (n < 0)
+            return -1;
+        o->n_devices = n;
+    }
+    if (pp < 0 || pp > BACKEND_MAX_STAGES)
+        return memra_fail(err, "--pp %d: a pipeline has 1 to %d stages", pp, BACKEND_MAX_STAGES);
+    o->pp = pp > 0 ? pp : o->n_devices;
+    if (o->n_devices > 1 && o->n_devices != o->pp)
+        return memra_fail(err, "--pp %d with --devices %s: one device per stage (list a device "
+                          "again to put two stages on it)", o->pp, devices);
+    if (o->n_devices == 1 && o->pp > 1) /* every stage on the one device */
+        o->device = o->devices[0], o->n_devices = 0;
+    return 0;
+}
+
 kv_type engine_kv_type_default(backend_kind k)
 {
     return k == BK_CUDA ? KV_BF16 : KV_F32;
+}
+
+/* The backend the options ask for: one, or a pipeline of pp stages. */
+static backend *engine_backend(const engine_opts *o, memra_err *err)
+{
+    if (o->n_devices < 0 || o->n_devices > BACKEND_MAX_STAGES || o->pp < 0 ||
+        o->pp > BACKEND_MAX_STAGES) {
+        memra_fail(err, "pipeline: %d stages over %d devices (at most %d)", o->pp, o->n_devices,
+                   BACKEND_MAX_STAGES);
+        return NULL;
+    }
+    if (o->n_devices > 0 && o->backend != BK_CUDA) {
+        memra_fail(err, "devices: the %s backend has no devices (use the cuda backend)",
+                   backend_kind_name(o->backend));
+        return NULL;
+    }
+    if (o->pp <= 1) {
+        if (o->n_devices > 1) {
+            memra_fail(err, "devices: %d devices for one stage (a pipeline of %d stages runs "
+                       "on %d devices)", o->n_devices, o->n_devices, o->n_devices);
+            return NULL;
+        }
+        return backend_create(o->backend, o->n_devices ? o->devices[0] : o->device,
+                              o->n_threads, err);
+    }
+    if (o->n_devices != 0 && o->n_devices != o->pp) {
+        memra_fail(err, "pipeline: %d stages need %d devices, %d given", o->pp, o->pp,
+                   o->n_devices);
+        return NULL;
+    }
+    backend *stages[BACKEND_MAX_STAGES];
+    for (int s = 0; s < o->pp; s++) {
+        stages[s] = backend_create(o->backend, o->n_devices ? o->devices[s] : o->device,
+                                   o->n_threads, err);
+        if (!stages[s]) {
+            memra_wrap(err, "pipeline stage %d", s);
+            while (s-- > 0)
+                backend_destroy(stages[s]);
+            return NULL;
+        }
+    }
+    return backend_pipeline_create(stages, o->pp, err);
 }
 
 int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_err *err)
@@ -106,7 +173,7 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
         return memra_wrap(err, "%s", ck->path);
     }
     e->max_blocks = (int)blocks_per_seq;
-    e->bk = backend_create(eo.backend, eo.device, eo.n_threads, err);
+    e->bk = engine_backend(&eo, err);
     if (!e->bk) {
         contract_binding_free(&e->binding);
         free(e);

@@ -53,12 +53,26 @@ typedef struct {
     backend_kind backend; /* BK_CPU (default) or BK_CUDA */
     int device;         /* CUDA device index (BK_CUDA); any thread may then drive the
                          * engine: every entry point binds it to that device */
+    /* Pipeline parallel (backend.h): the layers split evenly over pp stages
+     * (0 or 1: one), each on a backend of its own, with the same bytes as
+     * one backend. On CUDA stage s runs on devices[s] (n_devices == pp) or
+     * every stage on `device` (n_devices 0); on the CPU each stage is a CPU
+     * backend of n_threads. n_devices 1 with pp <= 1: devices[0] is the
+     * device. Not with mtp, an assistant, or a model with per-layer inputs
+     * (gemma4's E2B/E4B). */
+    int pp;
+    int devices[BACKEND_MAX_STAGES];
+    int n_devices;
 } engine_opts;
 
 typedef struct engine engine;
 typedef struct engine_seq engine_seq;
 
 void engine_opts_default(engine_opts *o);
+/* A program's --devices LIST and --pp N into o (pp 0: as many stages as
+ * devices listed), for o->backend: fails naming what does not fit (devices
+ * on the CPU, a count that is not the stages', too many stages). */
+int engine_opts_parallel(engine_opts *o, const char *devices, int pp, memra_err *err);
 /* The KV element type a backend gets by default: f32 on the CPU (the exact
  * reference), bf16 on CUDA (half the bytes per step, f32's range). */
 kv_type engine_kv_type_default(backend_kind k);

@@ -187,8 +187,9 @@ static void gemma3_forward(model *m, const bk_batch *rows, const int32_t *tokens
     int n = rows->n;
     size_t nd = (size_t)n * (size_t)m->config.dim;
     float off = m->norm_offset, eps = m->norm_eps;
-    op->embed(m->bk, &m->weights.embed, tokens, n, m->embed_scale, s->x);
-    for (int l = 0; l < m->config.n_layers; l++) {
+    if (m->layer_begin == 0)
+        op->embed(m->bk, &m->weights.embed, tokens, n, m->embed_scale, s->x);
+    for (int l = m->layer_begin; l < m->layer_end; l++) {
         const layer_weights *w = &m->weights.layers[l];
         model_report_hidden(m, l, rows, s->x);
         op->rmsnorm(m->bk, s->x, n, &w->attn_norm, off, eps, s->xb);

@@ -634,6 +634,13 @@ static void gemma4_forward(model *m, const bk_batch *rows, const int32_t *tokens
     int n = rows->n;
     float eps = m->norm_eps;
     int64_t p = c->ple_dim, lp = c->n_layers * p;
+    /* a pipeline's later stages start from the stream (model_init keeps
+     * a model with per-layer inputs on one stage) */
+    if (m->layer_begin > 0) {
+        for (int l = m->layer_begin; l < m->layer_end; l++)
+            gemma4_layer(m, l, rows);
+        return;
+    }
     op->embed(m->bk, &mw->embed, tokens, n, m->embed_scale, s->x);
     if (p > 0) {
         op->embed(m->bk, &mw->ple_embed, tokens, n, (float)sqrt((double)p), s->ple);
@@ -644,7 +651,7 @@ static void gemma4_forward(model *m, const bk_batch *rows, const int32_t *tokens
         op->add(m->bk, s->ple_mix, s->ple, (size_t)n * (size_t)lp);
         op->scale(m->bk, s->ple_mix, (size_t)n * (size_t)lp, (float)pow(2.0, -0.5));
     }
-    for (int l = 0; l < c->n_layers; l++)
+    for (int l = 0; l < m->layer_end; l++)
         gemma4_layer(m, l, rows);
 }
 

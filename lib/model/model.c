@@ -209,25 +209,69 @@ static int bind_layer(model *m, const contract_binding *b, int l, layer_weights 
     return 0;
 }
 
+/* The pipeline stage that runs layer l (the MTP block's, n_layers: the
+ * last). */
+static int stage_of_layer(const model *m, int l)
+{
+    int s = 0;
+    while (s + 1 < m->n_stages && l >= m->stage_first[s + 1])
+        s++;
+    return s;
+}
+
+/* Make stage s current: its backend bound, its activations in state, its
+ * layers the range the forward pass runs. */
+static void use_stage(model *m, int s)
+{
+    if (!m->stage_state || s == m->stage_now)
+        return;
+    m->stage_now = s;
+    m->bk = backend_stage(m->pipe, s);
+    backend_bind(m->bk);
+    memcpy(&m->state, &m->stage_state[s], offsetof(run_state, kv));
+    m->layer_begin = m->stage_first[s];
+    m->layer_end = m->stage_first[s + 1];
+}
+
+/* Weights go up to stage s's backend from here on (its device bound). */
+static void bind_on(model *m, int s)
+{
+    m->bk = backend_stage(m->pipe, s);
+    backend_bind(m->bk);
+}
+
 static int bind_weights(model *m, const contract_binding *b, memra_err *err)
 {
     model_weights *w = &m->weights;
+    int last = m->n_stages - 1;
+    /* each weight on the stage that reads it: the embedding (and gemma4's
+     * per-layer inputs) on the first, the head on the last */
+    bind_on(m, 0);
     if (bind_weight(m, b, ROLE_EMBED, -1, &w->embed, err) ||
-        bind_weight(m, b, ROLE_OUTPUT_NORM, -1, &w->output_norm, err) ||
-        bind_weight(m, b, ROLE_OUTPUT, -1, &w->output, err) ||
         bind_weight(m, b, ROLE_PLE_EMBED, -1, &w->ple_embed, err) ||
         bind_weight(m, b, ROLE_PLE_PROJ, -1, &w->ple_proj, err) ||
-        bind_weight(m, b, ROLE_PLE_PROJ_NORM, -1, &w->ple_proj_norm, err) ||
+        bind_weight(m, b, ROLE_PLE_PROJ_NORM, -1, &w->ple_proj_norm, err))
+        return -1;
+    bind_on(m, last);
+    if (bind_weight(m, b, ROLE_OUTPUT_NORM, -1, &w->output_norm, err) ||
+        bind_weight(m, b, ROLE_OUTPUT, -1, &w->output, err) ||
         bind_weight(m, b, ROLE_ASSIST_PRE_PROJ, -1, &w->assist_pre, err) ||
         bind_weight(m, b, ROLE_ASSIST_POST_PROJ, -1, &w->assist_post, err))
         return -1;
-    if (!bk_weight_present(&w->output))
-        w->output = w->embed; /* tied head */
+    if (!bk_weight_present(&w->output)) { /* tied head */
+        if (last == 0)
+            w->output = w->embed;
+        else if (bind_weight(m, b, ROLE_EMBED, -1, &w->output, err) != 0)
+            return -1; /* the last stage's own copy */
+    }
     int n = (int)m->config.n_layers + m->mtp;
     w->layers = xcalloc((size_t)n, sizeof *w->layers);
-    for (int l = 0; l < n; l++)
+    for (int l = 0; l < n; l++) {
+        bind_on(m, stage_of_layer(m, l));
         if (bind_layer(m, b, l, &w->layers[l], err) != 0)
             return -1;
+    }
+    bind_on(m, last);
     if (m->mtp) {
         int l = (int)m->config.n_layers;
         if (bind_weight(m, b, ROLE_MTP_EH_PROJ, l, &w->mtp.eh_proj, err) ||
@@ -390,7 +434,29 @@ static int setup_v_norm(model *m, memra_err *err)
     return 0;
 }
 
-static void alloc_state(model *m, int cap)
+/* The activations of one step of cap rows on m->bk; with_head: the
+ * logits too (the last stage's). */
+/* Each pipeline stage keeps the K/V of its own attention layers only:
+ * their KV indices, given in layer order, are one run of the cache's
+ * layers (backend_ops.kv_window). */
+static void kv_windows(model *m)
+{
+    for (int s = 0; s < m->n_stages; s++) {
+        int lo = -1, hi = -1;
+        for (int l = m->stage_first[s]; l < m->stage_first[s + 1]; l++) {
+            if (config_layer_recurrent(&m->config, l))
+                continue;
+            if (lo < 0)
+                lo = m->attn[l].layer;
+            hi = m->attn[l].layer + 1;
+        }
+        backend *sb = backend_stage(m->pipe, s);
+        if (sb->ops->kv_window)
+            sb->ops->kv_window(sb, lo < 0 ? 0 : lo, lo < 0 ? 0 : hi - lo);
+    }
+}
+
+static void alloc_state(model *m, int cap, int with_head)
 {
     const model_config *c = &m->config;
     backend *bk = m->bk;
@@ -416,7 +482,7 @@ static void alloc_state(model *m, int cap)
     s->att = bk->ops->act_alloc(bk, n * qd);
     s->hb = bk->ops->act_alloc(bk, n * ffn);
     s->hb2 = bk->ops->act_alloc(bk, n * ffn);
-    s->logits = bk->ops->act_alloc(bk, n * (size_t)c->n_vocab);
+    s->logits = with_head ? bk->ops->act_alloc(bk, n * (size_t)c->n_vocab) : NULL;
     s->host_hidden = xmalloc(n * (size_t)c->dim * sizeof(float));
     if (c->attn_out_gate) {
         s->qg = bk->ops->act_alloc(bk, n * 2 * qd);
@@ -462,9 +528,32 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
     memset(m, 0, sizeof *m);
     m->config = *c;
     m->bk = bk;
+    m->pipe = bk;
+    m->n_stages = backend_n_stages(bk);
     m->format = format;
     if (o->cap <= 0)
         return memra_fail(err, "model: step size %d must be positive", o->cap);
+    if (m->n_stages > 1) {
+        if (o->target || config_is_assistant(c))
+            return memra_fail(err, "model: an assistant drafts on one device, not on a pipeline "
+                              "of %d stages", m->n_stages);
+        if (o->mtp)
+            return memra_fail(err, "model: the MTP block does not run on a pipeline of %d stages "
+                              "(load it on one device)", m->n_stages);
+        if (c->ple_dim > 0 || c->n_kv_shared > 0)
+            return memra_fail(err, "model: a %s model's per-layer inputs and shared K/V reach "
+                              "across its layers: it runs on one device, not on a pipeline of %d "
+                              "stages", family_desc(c->family)->name, m->n_stages);
+        if (c->n_layers < m->n_stages)
+            return memra_fail(err, "model: %" PRId64 " layers cannot fill a pipeline of %d stages",
+                              c->n_layers, m->n_stages);
+    }
+    /* the layers split evenly, the later stages taking one more where
+     * they do not divide */
+    for (int st = 0; st <= m->n_stages; st++)
+        m->stage_first[st] = (int)((int64_t)st * c->n_layers / m->n_stages);
+    m->layer_begin = 0;
+    m->layer_end = m->n_stages > 1 ? m->stage_first[1] : (int)c->n_layers;
     if (c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads != 0)
         return memra_fail(err, "model: %" PRId64 " heads are not a multiple of %" PRId64
                           " KV heads", c->n_heads, c->n_kv_heads);
@@ -522,9 +611,11 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
         return -1;
     }
     if (m->target) { /* no K/V of its own */
-        alloc_state(m, o->cap);
+        alloc_state(m, o->cap, 1);
         return 0;
     }
+    if (m->n_stages > 1)
+        kv_windows(m);
     /* q8_0 K/V is stored in blocks of 32: every layer's row must be whole
      * blocks, not only the widest */
     for (int l = 0; l < c->n_layers && o->kv_type == KV_Q8_0; l++) {
@@ -548,19 +639,29 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
         model_free(m);
         return -1;
     }
-    if (m->state_floats && !bk->ops->delta_net) {
+    if (m->state_floats && !m->bk->ops->delta_net) {
         model_free(m);
         return memra_fail(err, "model: the %s backend has no gated DeltaNet op (the %s "
-                          "family's recurrent layers)", bk->name, fam->name);
+                          "family's recurrent layers)", m->bk->name, fam->name);
     }
-    alloc_state(m, o->cap);
+    if (m->n_stages == 1) {
+        alloc_state(m, o->cap, 1);
+        return 0;
+    }
+    m->stage_state = xcalloc((size_t)m->n_stages, sizeof *m->stage_state);
+    for (int s = 0; s < m->n_stages; s++) {
+        m->bk = backend_stage(bk, s);
+        backend_bind(m->bk);
+        alloc_state(m, o->cap, s == m->n_stages - 1);
+        memcpy(&m->stage_state[s], &m->state, offsetof(run_state, kv));
+    }
+    m->stage_now = -1;
+    use_stage(m, m->n_stages - 1);
     return 0;
 }
 
-void model_free(model *m)
+static void free_acts(backend *bk, run_state *s)
 {
-    backend *bk = m->bk;
-    run_state *s = &m->state;
     if (s->x) {
         float *acts[] = {s->x,  s->xb,     s->xb2,   s->q,     s->k,     s->v,
                          s->att, s->hb,    s->hb2,   s->logits, s->qg,   s->gate,
@@ -572,6 +673,22 @@ void model_free(model *m)
                 bk->ops->act_free(bk, acts[i]);
     }
     free(s->host_hidden);
+}
+
+void model_free(model *m)
+{
+    if (m->stage_state) {
+        for (int s = 0; s < m->n_stages; s++) {
+            backend *sb = backend_stage(m->pipe, s);
+            backend_bind(sb);
+            free_acts(sb, &m->stage_state[s]);
+        }
+        free(m->stage_state);
+        memset(&m->state, 0, offsetof(run_state, kv));
+    } else if (m->bk) {
+        free_acts(m->bk, &m->state);
+    }
+    run_state *s = &m->state;
     kv_cache_free(&s->kv);
     if (m->weights.layers) {
         for (int l = 0; l < m->config.n_layers + m->mtp; l++) {
@@ -688,7 +805,17 @@ float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *token
     const model_config *c = &m->config;
     int n = rows->n;
     MEMRA_ASSERT(n > 0 && n <= s->cap);
-    m->forward_layers(m, rows, tokens);
+    for (int st = 0; st < m->n_stages; st++) {
+        if (m->stage_state) {
+            backend *prev = m->bk;
+            const float *px = m->state.x;
+            use_stage(m, st);
+            if (st > 0) /* the residual stream into this stage */
+                backend_act_move(m->bk, m->state.x, prev, px, (size_t)n * (size_t)c->dim);
+        }
+        m->forward_layers(m, rows, tokens);
+    }
+    op = m->bk->ops; /* the last stage's, which runs the head */
     op->rmsnorm(m->bk, s->x, n, &m->weights.output_norm, m->norm_offset, m->norm_eps, s->xb);
     model_report_hidden(m, (int)c->n_layers, rows, s->xb);
     if (m->keep_hidden)

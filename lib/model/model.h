@@ -131,6 +131,8 @@ typedef struct {
     /* an MTP block's or an assistant's hidden-state input, [cap][dim] or
      * [cap][backbone_dim] (model_mtp_input, model_assistant_input) */
     float *h_in;
+    /* last, so a pipeline stage's activations are the bytes before it
+     * (model.stage_state) */
     kv_cache kv;         /* K and V of every attention layer, paged; the recurrent state */
 } run_state;
 
@@ -185,6 +187,20 @@ struct model {
     /* Every step reads the rows' final-normed hidden states back into
      * state.host_hidden (what an MTP block takes as input). */
     int keep_hidden;
+
+    /* Pipeline parallel (model_init given a pipeline backend, backend.h):
+     * stage s runs layers [stage_first[s], stage_first[s + 1]) on
+     * backend_stage(pipe, s), with activations of its own (stage_state[s];
+     * its kv unused: the one cache's tables are state.kv). bk, state's
+     * activations and [layer_begin, layer_end) are the current stage's
+     * (stage_now): the forward passes run the layers in that range, the
+     * embedding only when it starts at 0. One stage: pipe is bk, the range
+     * every layer, stage_state NULL. */
+    backend *pipe;
+    int n_stages, stage_now;
+    int stage_first[BACKEND_MAX_STAGES + 1];
+    run_state *stage_state;
+    int layer_begin, layer_end;
 };
 
 typedef struct {
@@ -200,7 +216,11 @@ typedef struct {
 } model_opts;
 
 /* Bind the weights (views, never copied), check each with the backend,
- * and allocate the run state. b must outlive the model. */
+ * and allocate the run state. b must outlive the model. On a pipeline
+ * backend the layers are split evenly over its stages (the embedding on
+ * the first, the final norm and head on the last); a model whose layers
+ * reach across layers (gemma4's per-layer inputs and shared K/V), an MTP
+ * block or an assistant is refused there. */
 int model_init(model *m, const model_config *c, const contract_binding *b,
                checkpoint_format format, backend *bk, const model_opts *o, memra_err *err);
 void model_free(model *m);

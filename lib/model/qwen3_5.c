@@ -377,8 +377,9 @@ static void qwen3_5_layer(model *m, int l, const bk_batch *rows)
 
 static void qwen3_5_forward(model *m, const bk_batch *rows, const int32_t *tokens)
 {
-    m->bk->ops->embed(m->bk, &m->weights.embed, tokens, rows->n, m->embed_scale, m->state.x);
-    for (int l = 0; l < m->config.n_layers; l++)
+    if (m->layer_begin == 0)
+        m->bk->ops->embed(m->bk, &m->weights.embed, tokens, rows->n, m->embed_scale, m->state.x);
+    for (int l = m->layer_begin; l < m->layer_end; l++)
         qwen3_5_layer(m, l, rows);
 }
 

@@ -137,8 +137,9 @@ static void qwen3_moe_forward(model *m, const bk_batch *rows, const int32_t *tok
     run_state *s = &m->state;
     int n = rows->n;
     size_t nd = (size_t)n * (size_t)c->dim;
-    op->embed(m->bk, &m->weights.embed, tokens, n, m->embed_scale, s->x);
-    for (int l = 0; l < c->n_layers; l++) {
+    if (m->layer_begin == 0)
+        op->embed(m->bk, &m->weights.embed, tokens, n, m->embed_scale, s->x);
+    for (int l = m->layer_begin; l < m->layer_end; l++) {
         const layer_weights *w = &m->weights.layers[l];
         model_report_hidden(m, l, rows, s->x);
         op->rmsnorm(m->bk, s->x, n, &w->attn_norm, m->norm_offset, m->norm_eps, s->xb);

@@ -102,6 +102,8 @@ typedef struct {
     const char *chat_template; /* template text replacing the checkpoint's, or NULL */
     backend_kind backend;      /* BK_CPU or BK_CUDA */
     int device;                /* CUDA device index (BK_CUDA) */
+    const char *devices;       /* a pipeline's devices, one per stage (engine_opts_parallel) */
+    int pp;                    /* pipeline stages; 0: one per device listed, else one */
     kv_type kv_type;           /* KV_DEFAULT: the backend's default (zero is KV_F32) */
     int prefix_cache;          /* share prompts' KV blocks across requests (per tenant) */
     int cache_blocks;          /* idle cached blocks kept; <= 0: as many as the pool holds */

@@ -89,9 +89,16 @@ static inline const char *test_tmp_dir(void)
 static inline int test_run_all(const test_case *cases, int n)
 {
     int failed = 0;
+    /* MEMRA_TEST_ONLY=TEXT: only the cases whose name contains TEXT (a
+     * developer's or a device run's focus; the others say SKIP) */
+    const char *only = getenv("MEMRA_TEST_ONLY");
     for (int i = 0; i < n; i++) {
         test_current = cases[i].name;
         test_skipped = 0;
+        if (only && *only && !strstr(cases[i].name, only) && !cases[i].cleanup) {
+            printf("SKIP %s: not in MEMRA_TEST_ONLY\n", cases[i].name);
+            continue;
+        }
         int before = test_failed_checks;
         cases[i].fn();
         if (test_failed_checks == before && cases[i].cleanup) {

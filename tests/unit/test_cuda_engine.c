@@ -36,6 +36,7 @@
 #include "test.h"
 #include "test_model.h"
 #include "test_hybrid_prefix.h"
+#include "test_pipeline.h"
 #if MEMRA_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_device.h"
@@ -1169,7 +1170,52 @@ static void test_cuda_hybrid_prefix(void)
 {
     if (skip_without_gpu())
         return;
-    hybrid_prefix_check(BK_CUDA, "cuda");
+    hybrid_prefix_check(BK_CUDA, 1, "cuda");
+    hybrid_prefix_check(BK_CUDA, 2, "cuda");
+}
+
+/* ---- pipeline parallel (test_pipeline.h) ---- */
+
+/* stories260K (llama, a tied head), a hybrid (tiny-qwen3_5: recurrent
+ * state per stage) and a routed MoE (tiny-qwen3-moe), random weights */
+static void pipeline_models(backend_kind kind, int n_devices, const char *what)
+{
+    checkpoint ck;
+    if (open_stories(&ck) == 0) {
+        char label[64];
+        snprintf(label, sizeof label, "%s stories260K", what);
+        pipeline_check(&ck, kind, n_devices, label);
+        checkpoint_close(&ck);
+    }
+    static const char *configs[] = {"tests/fixtures/configs/tiny-qwen3_5.json",
+                                    "tests/fixtures/parity/configs/tiny-qwen3-moe.json"};
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(configs); i++) {
+        char dir[1024], label[128];
+        snprintf(dir, sizeof dir, "%s/memra-test-pipeline-%d-%s-%zu", test_tmp_dir(),
+                 (int)getpid(), what, i);
+        memra_err err = {{0}};
+        convert_opts co = {.outtype = DT_F32, .n_threads = 2};
+        if (convert_random(configs[i], 3, dir, &co, &err) != 0 ||
+            checkpoint_open(dir, &ck, &err) != 0) {
+            CHECK_MSG(0, "%s: %s", configs[i], err.msg);
+            continue;
+        }
+        snprintf(label, sizeof label, "%s %s", what, configs[i]);
+        pipeline_check(&ck, kind, n_devices, label);
+        checkpoint_close(&ck);
+        rm_rf(dir);
+    }
+}
+
+static void test_pipeline_cpu(void) { pipeline_models(BK_CPU, 1, "cpu"); }
+
+static void test_cuda_pipeline(void)
+{
+    if (skip_without_gpu())
+        return;
+#if MEMRA_CUDA
+    pipeline_models(BK_CUDA, cuda_device_count() > 1 ? 2 : 1, "cuda");
+#endif
 }
 
 TEST_MAIN(TEST_CASE(test_cuda_refused_cleanly), TEST_CASE(test_batch_vs_alone_cpu),
@@ -1179,4 +1225,5 @@ TEST_MAIN(TEST_CASE(test_cuda_refused_cleanly), TEST_CASE(test_batch_vs_alone_cp
           TEST_CASE(test_cuda_chunked_prefill), TEST_CASE(test_cuda_graphs), TEST_CASE(test_cuda_assistant_graphs),
           TEST_CASE(test_cuda_batch_vs_alone),
           TEST_CASE(test_cuda_families), TEST_CASE(test_cuda_kv_f16),
-          TEST_CASE(test_cuda_weight_formats), TEST_CASE(test_cuda_hybrid_prefix))
+          TEST_CASE(test_cuda_weight_formats), TEST_CASE(test_cuda_hybrid_prefix),
+          TEST_CASE(test_pipeline_cpu), TEST_CASE(test_cuda_pipeline))

@@ -2,7 +2,9 @@
  * weights), on one backend: a prompt run in chunks of 32 and published
  * after each chunk keeps the state at 32, 64 and 96; prompts sharing 0,
  * 40, 64 or all 100 tokens adopt the chunks whose end kept a state and
- * give the logits of a cold run, bit for bit; blocks published where the
+ * give the logits of a cold run, bit for bit (on one backend, or a
+ * pipeline of pp stages: every stage keeps its layers' states); blocks
+ * published where the
  * sequence does not stand (no state) are never adopted. Shared by
  * test_prefix_cache (CPU) and test_cuda_engine (CUDA). Include after
  * test.h. */
@@ -37,11 +39,11 @@ static inline int prefix_run(engine *e, engine_seq *s, const int32_t *tokens, in
     return 0;
 }
 
-static inline void hybrid_prefix_check(backend_kind kind, const char *what)
+static inline void hybrid_prefix_check(backend_kind kind, int pp, const char *what)
 {
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/memra-test-hybrid-prefix-%d-%s", test_tmp_dir(), (int)getpid(),
-             what);
+    snprintf(dir, sizeof dir, "%s/memra-test-hybrid-prefix-%d-%s-%d", test_tmp_dir(),
+             (int)getpid(), what, pp);
     memra_err err = {{0}};
     convert_opts co = {.outtype = DT_F32, .n_threads = 2};
     checkpoint ck;
@@ -58,6 +60,7 @@ static inline void hybrid_prefix_check(backend_kind kind, const char *what)
     o.n_ctx = 256;
     o.n_seqs = 3;
     o.prefix_cache = 1;
+    o.pp = pp; /* a pipeline's stages each keep and restore their layers' states */
     engine *e = NULL;
     if (engine_load(&ck, &o, &e, &err) != 0) {
         CHECK_MSG(0, "%s: engine_load: %s", what, err.msg);

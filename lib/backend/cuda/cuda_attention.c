@@ -227,6 +227,13 @@ static int kv_matches(const cuda_backend *cb, const kv_cache *kv)
            cb->state_n_floats == (size_t)kv->n_state_slots * kv->state_floats;
 }
 
+/* The KV layers this backend's pool holds: a pipeline stage's window
+ * (kv_lo, kv_n), else every layer of the cache. */
+static int cuda_kv_layers(const cuda_backend *cb, const kv_cache *kv)
+{
+    return cb->kv_n > 0 ? cb->kv_n : kv->n_layers;
+}
+
 int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err)
 {
     cuda_backend *cb = cuda_of(b);
@@ -246,11 +253,12 @@ int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err)
         cb->kv_k = cb->kv_v = NULL;
         cb->kv = NULL;
     }
-    size_t bytes = (size_t)kv->n_layers * (size_t)kv->n_blocks * (size_t)kv->block_size *
+    int n_layers = cuda_kv_layers(cb, kv);
+    size_t bytes = (size_t)n_layers * (size_t)kv->n_blocks * (size_t)kv->block_size *
                    kv->row_bytes;
     char what[256];
     snprintf(what, sizeof what, "the KV cache's K (%s, %d layers x %d blocks of %d tokens x %"
-             PRId64 ")", kv_type_name(kv->type), kv->n_layers, kv->n_blocks, kv->block_size,
+             PRId64 ")", kv_type_name(kv->type), n_layers, kv->n_blocks, kv->block_size,
              kv->kv_dim);
     if (cuda_alloc(cb, &cb->kv_k, bytes, what, 0, err) != 0)
         return -1;
@@ -348,7 +356,7 @@ static void flash_prefill(cuda_backend *cb, const kv_cache *kc, const bk_attn *a
     /* the layer's width: narrower layers use the front of each row */
     cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kc->type, kc->n_blocks, kc->block_size,
                        (int64_t)a->n_kv_heads * a->head_dim, (int64_t)kc->row_bytes};
-    cu_attn at = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
+    cu_attn at = {a->layer - (cb->kv_n > 0 ? cb->kv_lo : 0), a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
                   a->window, 0, 0};
     int n = rows->n;
     if (k && CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
@@ -403,11 +411,13 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
             return;
         }
     }
-    if ((int64_t)a->n_kv_heads * a->head_dim > kc->kv_dim || a->layer < 0 ||
-        a->layer >= kc->n_layers || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads != 0) {
+    int lo = cb->kv_n > 0 ? cb->kv_lo : 0, nl = cuda_kv_layers(cb, kc);
+    if ((int64_t)a->n_kv_heads * a->head_dim > kc->kv_dim || a->layer < lo ||
+        a->layer >= lo + nl || a->layer >= kc->n_layers || a->n_kv_heads <= 0 ||
+        a->n_heads % a->n_kv_heads != 0) {
         cuda_failf(cb, "attention: layer %d with %d heads / %d KV heads of %d does not fit the KV "
-                   "cache (%d layers, kv_dim %" PRId64 ")", a->layer, a->n_heads, a->n_kv_heads,
-                   a->head_dim, kc->n_layers, kc->kv_dim);
+                   "cache (layers %d to %d of %d here, kv_dim %" PRId64 ")", a->layer, a->n_heads,
+                   a->n_kv_heads, a->head_dim, lo, lo + nl - 1, kc->n_layers, kc->kv_dim);
         return;
     }
     const int32_t *meta = rows_upload(cb, rows);
@@ -461,7 +471,7 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
     /* the layer's width: narrower layers use the front of each row */
     cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kc->type, kc->n_blocks, kc->block_size,
                        (int64_t)a->n_kv_heads * a->head_dim, (int64_t)kc->row_bytes};
-    cu_attn at = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
+    cu_attn at = {a->layer - (cb->kv_n > 0 ? cb->kv_lo : 0), a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
                   a->window, splits, split_min};
     if (k && CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
         return;

@@ -188,6 +188,43 @@ void backend_cuda_act_write(backend *b, float *dst, const float *src, size_t n)
         CU_OK(cb, cudaStreamSynchronize(cb->stream));
 }
 
+/* A pipeline stage's input from the stage before it, on another device
+ * (or the same one): the copy waits on the source stream's work so far,
+ * and the source stream's later work waits on the copy, so neither side
+ * blocks the host. Peer access is not needed: the driver stages the copy
+ * where the devices cannot reach each other. */
+static int cuda_act_import(backend *b, float *dst, backend *from, const float *src, size_t n)
+{
+    if (from->ops != b->ops)
+        return -1;
+    cuda_backend *cb = cuda_of(b), *fb = cuda_of(from);
+    if (cb->failed || fb->failed)
+        return 0; /* recorded already: the step's status says */
+    int dev = cb->info.index, fdev = fb->info.index;
+    if (CU_OK(fb, cudaSetDevice(fdev)))
+        return 0;
+    cuda_flush_pending(fb); /* the stage's last residual add, held back for a norm */
+    if (CU_OK(fb, cudaEventRecord(fb->xfer, fb->stream)) ||
+        CU_OK(cb, cudaSetDevice(dev)) || CU_OK(cb, cudaStreamWaitEvent(cb->stream, fb->xfer, 0)))
+        return 0;
+    cudaError_t rc = dev == fdev ? cudaMemcpyAsync(dst, src, n * sizeof(float),
+                                                   cudaMemcpyDeviceToDevice, cb->stream)
+                                 : cudaMemcpyPeerAsync(dst, dev, src, fdev, n * sizeof(float),
+                                                       cb->stream);
+    if (CU_OK(cb, rc) || CU_OK(cb, cudaEventRecord(cb->xfer, cb->stream)) ||
+        CU_OK(fb, cudaSetDevice(fdev)) || CU_OK(fb, cudaStreamWaitEvent(fb->stream, cb->xfer, 0)))
+        return 0;
+    CU_OK(cb, cudaSetDevice(dev));
+    return 0;
+}
+
+static void cuda_kv_window(backend *b, int lo, int n)
+{
+    cuda_backend *cb = cuda_of(b);
+    cb->kv_lo = lo;
+    cb->kv_n = n > 0 ? n : 1; /* a stage of recurrent layers only: one unused layer */
+}
+
 static void cuda_act_write(backend *b, float *dst, const float *src, size_t n)
 {
     cuda_flush_pending(cuda_of(b));
@@ -256,6 +293,8 @@ static void cuda_destroy(backend *b)
         if (cb->stage[i].done)
             cudaEventDestroy(cb->stage[i].done);
     }
+    if (cb->xfer)
+        cudaEventDestroy(cb->xfer);
     if (cb->stream)
         cudaStreamDestroy(cb->stream);
     cudaGetLastError();
@@ -404,6 +443,8 @@ static const backend_ops cuda_ops = {
     .plan_decode = cuda_plan_decode,
     .rows_alone = cuda_rows_alone,
     .profiler_range = cuda_profiler_range,
+    .act_import = cuda_act_import,
+    .kv_window = cuda_kv_window,
 };
 
 backend *backend_cuda_create(int device, memra_err *err)
@@ -425,6 +466,8 @@ backend *backend_cuda_create(int device, memra_err *err)
     rc = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking);
     for (int i = 0; i < N_STAGES && rc == cudaSuccess; i++)
         rc = cudaEventCreateWithFlags(&cb->stage[i].done, cudaEventDisableTiming);
+    if (rc == cudaSuccess)
+        rc = cudaEventCreateWithFlags(&cb->xfer, cudaEventDisableTiming);
     backend *b = xcalloc(1, sizeof *b);
     b->name = "cuda";
     b->ops = &cuda_ops;

@@ -110,6 +110,13 @@ typedef struct {
     const kv_cache *kv;
     kv_cache kv_geom;       /* its geometry when the pool was made (no pointers kept) */
     void *kv_k, *kv_v;
+    /* A pipeline stage's KV layers (backend_ops.kv_window): the pool
+     * holds layers [kv_lo, kv_lo + kv_n) of the cache; kv_n 0: all. */
+    int kv_lo, kv_n;
+    /* Recorded on the stream after a pipeline stage's activations are
+     * copied in or read out (cuda_act_import), for the other stream to
+     * wait on. */
+    cudaEvent_t xfer;
     /* The recurrent state pool (kv_cache_enable_state's slots), zeroed. */
     float *state;
     size_t state_n_floats;

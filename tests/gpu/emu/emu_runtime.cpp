@@ -336,6 +336,7 @@ bool stream_ok(cudaStream_t s)
 
 struct emu_event {
     double t;
+    int device; /* current when it was made: it is recorded on that device's streams only */
 };
 
 static double now_s()
@@ -560,7 +561,7 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int)
 {
-    *e = reinterpret_cast<cudaEvent_t>(new emu_event{0});
+    *e = reinterpret_cast<cudaEvent_t>(new emu_event{0, cur_device});
     return cudaSuccess;
 }
 
@@ -570,8 +571,29 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
     if (!emu::stream_ok(s))
         return cudaErrorInvalidResourceHandle;
-    reinterpret_cast<emu_event *>(e)->t = now_s();
+    emu_event *ev = reinterpret_cast<emu_event *>(e);
+    if (ev->device != cur_device) /* CUDA: event and stream on one device */
+        return fail(cudaErrorInvalidResourceHandle);
+    ev->t = now_s();
     return cudaSuccess;
+}
+
+/* Streams run their work as it is issued, so a wait has nothing to wait
+ * for; the stream must still be the current device's. Any device's event
+ * may be waited on, as in CUDA. */
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t, unsigned int)
+{
+    if (!emu::stream_ok(s))
+        return cudaErrorInvalidResourceHandle;
+    return emu::capturing() ? fail(cudaErrorStreamCaptureUnsupported) : cudaSuccess;
+}
+
+cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_dev, const void *src, int src_dev, size_t n,
+                                cudaStream_t s)
+{
+    if (dst_dev < 0 || dst_dev >= n_devices() || src_dev < 0 || src_dev >= n_devices())
+        return fail(cudaErrorInvalidDevice);
+    return cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s);
 }
 
 // No profiler watches the emulation: the range marks do nothing.

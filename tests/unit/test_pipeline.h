@@ -1,0 +1,118 @@
+/* Pipeline parallel (engine_opts.pp) gives the bytes of one backend: the
+ * same trace of steps (a 40-row prompt step, decode steps, batched decode
+ * of two sequences, steps sampled where the backend samples) on one
+ * backend and on a pipeline of `pp` stages, logits and tokens compared
+ * bit for bit. On CUDA the stages go on devices 0 and 1 where there are
+ * two, else both on device 0. Shared by test_cuda_engine's CPU and CUDA
+ * cases. Include after test.h. */
+#ifndef MEMRA_TEST_PIPELINE_H
+#define MEMRA_TEST_PIPELINE_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "model/checkpoint.h"
+
+#define PIPE_PROMPT 40
+#define PIPE_DECODE 6
+#define PIPE_BATCH 4
+#define PIPE_SAMPLED 3
+/* logit rows of a trace: every prompt position, each decode step, two
+ * sequences per batched step */
+#define PIPE_ROWS (PIPE_PROMPT + PIPE_DECODE + 2 * PIPE_BATCH)
+
+/* The trace on an engine of pp stages (pp <= 1: one backend); NULL on
+ * failure (recorded). tokens gets the PIPE_SAMPLED sampled ids. */
+static inline float *pipeline_trace(const checkpoint *ck, backend_kind kind, int pp,
+                                    int n_devices, int32_t *tokens)
+{
+    engine_opts o;
+    engine_opts_default(&o);
+    o.backend = kind;
+    o.n_threads = 2;
+    o.n_batch = 64;
+    o.n_ctx = 128;
+    o.n_seqs = 2;
+    o.kv_type = KV_F32;
+    o.pp = pp;
+    if (pp > 1 && kind == BK_CUDA) {
+        o.n_devices = pp;
+        for (int s = 0; s < pp; s++)
+            o.devices[s] = s % n_devices;
+    }
+    memra_err err = {{0}};
+    engine *e = NULL;
+    if (engine_load(ck, &o, &e, &err) != 0) {
+        CHECK_MSG(0, "pipeline of %d stages: engine_load: %s", pp, err.msg);
+        return NULL;
+    }
+    int64_t vocab = engine_config(e)->n_vocab;
+    float *out = calloc((size_t)PIPE_ROWS * (size_t)vocab, sizeof *out);
+    int32_t prompt[PIPE_PROMPT];
+    for (int i = 0; i < PIPE_PROMPT; i++)
+        prompt[i] = (int32_t)((i * 53 + 7) % vocab);
+    engine_seq *s[2];
+    engine_seq_new(e, &s[0], &err);
+    engine_seq_new(e, &s[1], &err);
+    size_t at = 0;
+    int ok = engine_forward(e, s[0], prompt, PIPE_PROMPT, out, 1, &err) == 0;
+    at += PIPE_PROMPT;
+    for (int j = 0; ok && j < PIPE_DECODE; j++, at++)
+        ok = engine_forward(e, s[0], &prompt[j], 1, out + at * (size_t)vocab, 0, &err) == 0;
+    ok = ok && engine_forward(e, s[1], prompt + 3, 7, NULL, 0, &err) == 0;
+    for (int j = 0; ok && j < PIPE_BATCH; j++, at += 2) {
+        int32_t bt[2] = {prompt[j + 10], prompt[j + 20]};
+        ok = engine_forward_batch(e, s, bt, 2, out + at * (size_t)vocab, &err) == 0;
+    }
+    sampler_params sp = sampler_params_default();
+    sp.temperature = 0;
+    sampler *greedy = ok ? sampler_new(&sp, (int32_t)vocab, &err) : NULL;
+    int32_t next = prompt[30];
+    for (int j = 0; ok && greedy && j < PIPE_SAMPLED; j++) {
+        ok = engine_forward_sample(e, s[1], &next, 1, greedy, &next, &err) == 0;
+        tokens[j] = next;
+    }
+    CHECK_MSG(ok, "pipeline of %d stages: the trace: %s", pp, err.msg);
+    sampler_free(greedy);
+    engine_seq_free(s[0]);
+    engine_seq_free(s[1]);
+    engine_free(e);
+    if (!ok) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* One backend against pipelines of 2 (and, where the model has the
+ * layers, 3) stages. */
+static inline void pipeline_check(const checkpoint *ck, backend_kind kind, int n_devices,
+                                  const char *what)
+{
+    size_t n = (size_t)PIPE_ROWS * (size_t)ck->config.n_vocab;
+    int32_t ref_tok[PIPE_SAMPLED] = {0}, tok[PIPE_SAMPLED] = {0};
+    float *ref = pipeline_trace(ck, kind, 1, n_devices, ref_tok);
+    for (int pp = 2; ref && pp <= 3 && pp <= ck->config.n_layers; pp++) {
+        float *got = pipeline_trace(ck, kind, pp, n_devices, tok);
+        if (got) {
+            size_t first = n;
+            for (size_t i = 0; i < n && first == n; i++)
+                if (memcmp(&got[i], &ref[i], sizeof *got) != 0)
+                    first = i;
+            CHECK_MSG(first == n, "%s: a pipeline of %d stages differs from one backend at "
+                      "logit row %zu (%g, one backend %g)", what, pp,
+                      first / (size_t)ck->config.n_vocab, first < n ? got[first] : 0.0,
+                      first < n ? ref[first] : 0.0);
+            CHECK_MSG(memcmp(tok, ref_tok, sizeof tok) == 0, "%s: a pipeline of %d stages "
+                      "sampled %d %d %d, one backend %d %d %d", what, pp, tok[0], tok[1], tok[2],
+                      ref_tok[0], ref_tok[1], ref_tok[2]);
+        }
+        free(got);
+    }
+    free(ref);
+}
+
+#endif
