@@ -12,6 +12,8 @@
 #   2b. device selection: --device past the last refused naming the count;
 #      with two or more GPUs, the last one runs the engine test and
 #      memra-gen gives the same greedy ids on it as on device 0
+#   2c. pipeline parallel: two stages on one card (or on cards 0 and 1)
+#      give one device's logits and greedy ids
 #   3. every family's HF parity fixture on CUDA (tests/fixtures/parity),
 #      as an HF dir and as GGUF; stories260K and the project's tiny models
 #   4. --backends cpu-ref,cuda on the same checkpoints
@@ -115,6 +117,22 @@ if [ "${ngpu:-0}" -ge 2 ]; then
 else
   echo "  (one GPU: device selection across cards not exercised)"
 fi
+
+echo "== pipeline parallel (--pp): the bytes of one device"
+# Two stages: on one card, or on cards 0 and 1 where there are two. A
+# 600-token prompt: a 512-row chunk (the prefill GEMM, flash
+# attention) then 88 rows, logits and hidden states; then greedy tokens.
+pp_devs=0,0
+[ "${ngpu:-0}" -ge 2 ] && pp_devs=0,1
+pp_n=2
+for cfg in tiny-qwen3 tiny-qwen3_5; do
+  memra-convert --random "tests/fixtures/parity/configs/$cfg.json" --seed 2 --outtype bf16 "$T/pp-$cfg" >/dev/null 2>&1
+  check "$cfg: $pp_n stages on devices $pp_devs give one device's logits (max |diff| 0)" \
+    env -u CUDA_VISIBLE_DEVICES memra-parity "$T/pp-$cfg" --backends cuda,cuda --pp "$pp_n" --devices "$pp_devs" \
+    --prompt-ids "$(seq -s, 1 600)" --max-abs 0
+done
+check "memra-gen --pp $pp_n --devices $pp_devs: one device's greedy ids" \
+  bash -c "a=\$(memra-gen '$STORIES' --backend cuda -n 40 --temp 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])'); b=\$(env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --pp $pp_n --devices $pp_devs -n 40 --temp 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])'); echo \"\$a\"; [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ]"
 
 echo "== HF parity fixtures on CUDA"
 P=tests/fixtures/parity
