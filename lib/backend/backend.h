@@ -133,6 +133,14 @@ static inline size_t bk_delta_state_floats(int n_k_heads, int n_v_heads, int k_d
     return (size_t)(conv_k - 1) * conv_dim + (size_t)n_v_heads * (size_t)k_dim * (size_t)v_dim;
 }
 
+/* A pipeline stage's part of the cache: its attention layers' K/V are KV
+ * layers [kv_lo, kv_lo + kv_n), its recurrent layers' state the floats
+ * [state_lo, state_lo + state_n) of each sequence's slot. */
+typedef struct {
+    int kv_lo, kv_n;
+    size_t state_lo, state_n;
+} bk_cache_window;
+
 /* Sampling on the device as the last part of a step (bk_step.sample):
  * backend_ops.sample's request, run by the backend after the step's ops,
  * so a graphed step replays the forward and the sampling as one graph.
@@ -351,11 +359,10 @@ typedef struct {
      * it cannot (from is another kind of backend), having done nothing.
      * A pipeline stage's output goes to the next stage this way. */
     int (*act_import)(backend *b, float *dst, backend *from, const float *src, size_t n);
-    /* Optional (NULL: the backend keeps every KV layer). Called before
-     * kv_prepare: this backend runs only the attention layers whose K/V
-     * are KV layers [lo, lo + n) of the cache (a pipeline stage's), so it
-     * keeps storage for those alone. */
-    void (*kv_window)(backend *b, int lo, int n);
+    /* Optional (NULL: the backend keeps the whole cache). Called before
+     * kv_prepare: this backend runs only a pipeline stage's layers, so it
+     * keeps storage for their part of the cache alone (bk_cache_window). */
+    void (*cache_window)(backend *b, const bk_cache_window *w);
 } backend_ops;
 
 struct backend {

@@ -436,23 +436,32 @@ static int setup_v_norm(model *m, memra_err *err)
 
 /* The activations of one step of cap rows on m->bk; with_head: the
  * logits too (the last stage's). */
-/* Each pipeline stage keeps the K/V of its own attention layers only:
- * their KV indices, given in layer order, are one run of the cache's
- * layers (backend_ops.kv_window). */
-static void kv_windows(model *m)
+/* Each pipeline stage keeps its own layers' part of the cache only: the
+ * KV indices of its attention layers and the state offsets of its
+ * recurrent ones, both given in layer order, are one run each
+ * (backend_ops.cache_window). */
+static void cache_windows(model *m)
 {
     for (int s = 0; s < m->n_stages; s++) {
-        int lo = -1, hi = -1;
+        bk_cache_window w = {0};
+        int kv_any = 0, state_any = 0;
         for (int l = m->stage_first[s]; l < m->stage_first[s + 1]; l++) {
-            if (config_layer_recurrent(&m->config, l))
+            if (config_layer_recurrent(&m->config, l)) {
+                const bk_delta *d = &m->delta[l];
+                size_t end = d->state_off + bk_delta_state_floats(d->n_k_heads, d->n_v_heads,
+                                                                  d->k_dim, d->v_dim, d->conv_k);
+                if (!state_any++)
+                    w.state_lo = d->state_off;
+                w.state_n = end - w.state_lo;
                 continue;
-            if (lo < 0)
-                lo = m->attn[l].layer;
-            hi = m->attn[l].layer + 1;
+            }
+            if (!kv_any++)
+                w.kv_lo = m->attn[l].layer;
+            w.kv_n = m->attn[l].layer + 1 - w.kv_lo;
         }
         backend *sb = backend_stage(m->pipe, s);
-        if (sb->ops->kv_window)
-            sb->ops->kv_window(sb, lo < 0 ? 0 : lo, lo < 0 ? 0 : hi - lo);
+        if (sb->ops->cache_window)
+            sb->ops->cache_window(sb, &w);
     }
 }
 
@@ -615,7 +624,7 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
         return 0;
     }
     if (m->n_stages > 1)
-        kv_windows(m);
+        cache_windows(m);
     /* q8_0 K/V is stored in blocks of 32: every layer's row must be whole
      * blocks, not only the widest */
     for (int l = 0; l < c->n_layers && o->kv_type == KV_Q8_0; l++) {

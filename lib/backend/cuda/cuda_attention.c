@@ -224,14 +224,19 @@ static int kv_matches(const cuda_backend *cb, const kv_cache *kv)
     return cb->kv == kv && g->type == kv->type && g->n_layers == kv->n_layers &&
            g->kv_dim == kv->kv_dim && g->block_size == kv->block_size &&
            g->n_blocks == kv->n_blocks &&
-           cb->state_n_floats == (size_t)kv->n_state_slots * kv->state_floats;
+           cb->state_n_floats == (size_t)kv->n_state_slots * cuda_state_stride(cb, kv);
 }
 
 /* The KV layers this backend's pool holds: a pipeline stage's window
  * (kv_lo, kv_n), else every layer of the cache. */
 static int cuda_kv_layers(const cuda_backend *cb, const kv_cache *kv)
 {
-    return cb->kv_n > 0 ? cb->kv_n : kv->n_layers;
+    return cb->has_win ? cb->win.kv_n : kv->n_layers;
+}
+
+size_t cuda_state_stride(const cuda_backend *cb, const kv_cache *kv)
+{
+    return cb->has_win ? cb->win.state_n : kv->state_floats;
 }
 
 int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err)
@@ -277,10 +282,10 @@ int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err)
                           cb->info.index, cudaGetErrorString(rc));
     /* The recurrent state pool, zeroed likewise (a row at position 0
      * clears its slot anyway). */
-    size_t sf = (size_t)kv->n_state_slots * kv->state_floats;
+    size_t sf = kv->state_floats ? (size_t)kv->n_state_slots * cuda_state_stride(cb, kv) : 0;
     if (sf) {
         snprintf(what, sizeof what, "the recurrent state (%d sequences x %zu floats)",
-                 kv->n_state_slots, kv->state_floats);
+                 kv->n_state_slots, cuda_state_stride(cb, kv));
         if (cuda_alloc(cb, (void **)&cb->state, sf * sizeof(float), what, 0, err) != 0 ||
             cudaMemsetAsync(cb->state, 0, sf * sizeof(float), cb->stream) != cudaSuccess) {
             cudaFree(cb->kv_k);
@@ -356,7 +361,7 @@ static void flash_prefill(cuda_backend *cb, const kv_cache *kc, const bk_attn *a
     /* the layer's width: narrower layers use the front of each row */
     cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kc->type, kc->n_blocks, kc->block_size,
                        (int64_t)a->n_kv_heads * a->head_dim, (int64_t)kc->row_bytes};
-    cu_attn at = {a->layer - (cb->kv_n > 0 ? cb->kv_lo : 0), a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
+    cu_attn at = {a->layer - (cb->has_win ? cb->win.kv_lo : 0), a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
                   a->window, 0, 0};
     int n = rows->n;
     if (k && CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
@@ -411,7 +416,7 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
             return;
         }
     }
-    int lo = cb->kv_n > 0 ? cb->kv_lo : 0, nl = cuda_kv_layers(cb, kc);
+    int lo = cb->has_win ? cb->win.kv_lo : 0, nl = cuda_kv_layers(cb, kc);
     if ((int64_t)a->n_kv_heads * a->head_dim > kc->kv_dim || a->layer < lo ||
         a->layer >= lo + nl || a->layer >= kc->n_layers || a->n_kv_heads <= 0 ||
         a->n_heads % a->n_kv_heads != 0) {
@@ -471,7 +476,7 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
     /* the layer's width: narrower layers use the front of each row */
     cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kc->type, kc->n_blocks, kc->block_size,
                        (int64_t)a->n_kv_heads * a->head_dim, (int64_t)kc->row_bytes};
-    cu_attn at = {a->layer - (cb->kv_n > 0 ? cb->kv_lo : 0), a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
+    cu_attn at = {a->layer - (cb->has_win ? cb->win.kv_lo : 0), a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
                   a->window, splits, split_min};
     if (k && CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
         return;

@@ -218,11 +218,17 @@ static int cuda_act_import(backend *b, float *dst, backend *from, const float *s
     return 0;
 }
 
-static void cuda_kv_window(backend *b, int lo, int n)
+static void cuda_cache_window(backend *b, const bk_cache_window *w)
 {
     cuda_backend *cb = cuda_of(b);
-    cb->kv_lo = lo;
-    cb->kv_n = n > 0 ? n : 1; /* a stage of recurrent layers only: one unused layer */
+    cb->win = *w;
+    /* a stage of only recurrent layers, or only attention ones: one unused
+     * layer, one unused float, so no pool is empty */
+    if (cb->win.kv_n <= 0)
+        cb->win.kv_n = 1;
+    if (cb->win.state_n == 0)
+        cb->win.state_n = 1;
+    cb->has_win = 1;
 }
 
 static void cuda_act_write(backend *b, float *dst, const float *src, size_t n)
@@ -444,7 +450,7 @@ static const backend_ops cuda_ops = {
     .rows_alone = cuda_rows_alone,
     .profiler_range = cuda_profiler_range,
     .act_import = cuda_act_import,
-    .kv_window = cuda_kv_window,
+    .cache_window = cuda_cache_window,
 };
 
 backend *backend_cuda_create(int device, memra_err *err)

@@ -86,6 +86,16 @@ void cuda_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, cons
                    "one)");
         return;
     }
+    /* a pipeline stage keeps its layers' part of each slot */
+    size_t s_lo = cb->has_win ? cb->win.state_lo : 0, stride = cuda_state_stride(cb, cb->kv);
+    size_t s_floats = bk_delta_state_floats(d->n_k_heads, d->n_v_heads, d->k_dim, d->v_dim,
+                                            d->conv_k);
+    if (d->state_off < s_lo || d->state_off - s_lo + s_floats > stride) {
+        cuda_failf(cb, "delta_net: the layer's state (floats %zu to %zu of a slot) is not in "
+                   "this backend's part (%zu to %zu)", d->state_off, d->state_off + s_floats,
+                   s_lo, s_lo + stride);
+        return;
+    }
     const float *conv_w = cuda_vec_of(cb, d->conv, "delta_net");
     const float *dt = cuda_vec_of(cb, d->dt_bias, "delta_net");
     const float *a = cuda_vec_of(cb, d->a, "delta_net");
@@ -110,8 +120,8 @@ void cuda_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, cons
         .slot = slots,
         .save = saves,
         .state = cb->state,
-        .state_floats = cb->kv->state_floats,
-        .state_off = d->state_off,
+        .state_floats = stride,
+        .state_off = d->state_off - s_lo,
         .n_k = d->n_k_heads,
         .n_v = d->n_v_heads,
         .k_dim = d->k_dim,
@@ -148,7 +158,7 @@ void cuda_op_state_copy(backend *b, const kv_cache *kv, int from, int to)
                    cb->state ? "made" : "not made");
         return;
     }
-    size_t sf = kv->state_floats;
+    size_t sf = cuda_state_stride(cb, kv);
     CU_OK(cb, cudaMemcpyAsync(cb->state + (size_t)to * sf, cb->state + (size_t)from * sf,
                               sf * sizeof(float), cudaMemcpyDeviceToDevice, cb->stream));
 }

@@ -110,9 +110,12 @@ typedef struct {
     const kv_cache *kv;
     kv_cache kv_geom;       /* its geometry when the pool was made (no pointers kept) */
     void *kv_k, *kv_v;
-    /* A pipeline stage's KV layers (backend_ops.kv_window): the pool
-     * holds layers [kv_lo, kv_lo + kv_n) of the cache; kv_n 0: all. */
-    int kv_lo, kv_n;
+    /* A pipeline stage's part of the cache (backend_ops.cache_window):
+     * the pools hold those KV layers and state floats only; has_win 0:
+     * the whole cache. cuda_attention.c's cuda_kv_layers and
+     * cuda_state_stride say what the pools hold. */
+    bk_cache_window win;
+    int has_win;
     /* Recorded on the stream after a pipeline stage's activations are
      * copied in or read out (cuda_act_import), for the other stream to
      * wait on. */
@@ -287,6 +290,9 @@ void cuda_op_qk_norm_rope(backend *b, float *q, float *k, const bk_batch *rows, 
 void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const float *q,
                        const float *k, const float *v, float *out);
 int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err);
+/* The floats of each recurrent state slot this backend keeps: the window's
+ * (a pipeline stage's), else the cache's. */
+size_t cuda_state_stride(const cuda_backend *cb, const kv_cache *kv);
 void cuda_attention_free(cuda_backend *cb);
 void cuda_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *out);
 void cuda_moe_free(cuda_backend *cb);
