@@ -429,10 +429,6 @@ backend *backend_pipeline_create(backend **stages, int n, memra_err *err);
 /* The stages b runs on: 1 for a plain backend (stage 0 is b itself). */
 int backend_n_stages(const backend *b);
 backend *backend_stage(backend *b, int s);
-/* How many micro-batches the step now running should be cut into: the
- * stages, when b is a pipeline told a decode step (bk_step.prefill 0) whose
- * rows each give the same bytes whatever is beside them; else 1. */
-int backend_pipeline_parts(const backend *b);
 /* Copy n floats of activation src (on backend from) into dst (on backend
  * to): act_import where to has it and takes from, else through host
  * memory. */

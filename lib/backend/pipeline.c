@@ -27,7 +27,6 @@ typedef struct {
     int n;
     bk_step inner;   /* the step as the stages before the last see it */
     bk_step last;    /* ... and as the last sees it (its sampling, no graph) */
-    int decode;      /* a decode step is running (between step_begin and step_end) */
 } pipeline;
 
 static pipeline *pl_of(backend *b) { return (pipeline *)b->impl; }
@@ -138,9 +137,8 @@ static int pl_step_begin(backend *b, const bk_step *st)
     p->inner.dev_logits = NULL;
     p->last = *st;
     p->last.graph_ok = 0;
-    p->decode = !st->prefill;
     int rc = 0;
-    for (int s = 0; s < p->n && rc == 0 && p->stage[0]->ops->step_begin; s++) {
+    for (int s = 0; s < p->n && rc == 0; s++) {
         backend *sb = p->stage[s];
         backend_bind(sb);
         rc = sb->ops->step_begin(sb, s == p->n - 1 ? &p->last : &p->inner);
@@ -154,8 +152,7 @@ static int pl_step_end(backend *b, const bk_step *st)
     (void)st;
     pipeline *p = pl_of(b);
     int rc = 1;
-    p->decode = 0;
-    for (int s = 0; s < p->n && p->stage[0]->ops->step_end; s++) {
+    for (int s = 0; s < p->n; s++) {
         backend *sb = p->stage[s];
         backend_bind(sb);
         int r = sb->ops->step_end(sb, s == p->n - 1 ? &p->last : &p->inner);
@@ -235,10 +232,8 @@ backend *backend_pipeline_create(backend **stages, int n, memra_err *err)
     o->mem_stats = so->mem_stats ? pl_mem_stats : NULL;
     o->sample = so->sample ? pl_sample : NULL;
     o->bind = pl_bind;
-    /* always: the pipeline learns whether a step is a decode step (its
-     * micro-batches), and tells the stages that have the calls */
-    o->step_begin = pl_step_begin;
-    o->step_end = pl_step_end;
+    o->step_begin = so->step_begin && so->step_end ? pl_step_begin : NULL;
+    o->step_end = so->step_begin && so->step_end ? pl_step_end : NULL;
     o->preferred_batch = so->preferred_batch ? pl_preferred_batch : NULL;
     o->plan_decode = so->plan_decode ? pl_plan_decode : NULL;
     o->rows_alone = so->rows_alone ? pl_rows_alone : NULL;
@@ -253,14 +248,6 @@ backend *backend_pipeline_create(backend **stages, int n, memra_err *err)
 int backend_n_stages(const backend *b)
 {
     return b->name == pipeline_name ? ((const pipeline *)b->impl)->n : 1;
-}
-
-int backend_pipeline_parts(const backend *b)
-{
-    if (b->name != pipeline_name)
-        return 1;
-    const pipeline *p = (const pipeline *)b->impl;
-    return p->decode ? p->n : 1;
 }
 
 backend *backend_stage(backend *b, int s)

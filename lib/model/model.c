@@ -807,77 +807,37 @@ void model_delta_net(model *m, int l, const bk_batch *rows, const float *in, flo
     op->matmul(m->bk, &w->ssm_out, NULL, s->lin_o, n, out);
 }
 
-/* The layers of every stage on rows, the residual stream handed from
- * stage to stage; ends on the last stage. */
-static void run_stages(model *m, const bk_batch *rows, const int32_t *tokens)
+float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *tokens, int logits_from)
 {
+    const backend_ops *op = m->bk->ops;
+    run_state *s = &m->state;
+    const model_config *c = &m->config;
+    int n = rows->n;
+    MEMRA_ASSERT(n > 0 && n <= s->cap);
     for (int st = 0; st < m->n_stages; st++) {
         if (m->stage_state) {
             backend *prev = m->bk;
             const float *px = m->state.x;
             use_stage(m, st);
             if (st > 0) /* the residual stream into this stage */
-                backend_act_move(m->bk, m->state.x, prev, px,
-                                 (size_t)rows->n * (size_t)m->config.dim);
+                backend_act_move(m->bk, m->state.x, prev, px, (size_t)n * (size_t)c->dim);
         }
         m->forward_layers(m, rows, tokens);
     }
-}
-
-/* The final norm and head on rows, rows r0 onwards of the step: their
- * logits from the step's row logits_from on go to state.logits at their
- * row less logits_from, their kept hidden states to host_hidden at r0. */
-static void run_head(model *m, const bk_batch *rows, int r0, int logits_from)
-{
-    const backend_ops *op = m->bk->ops;
-    run_state *s = &m->state;
-    const model_config *c = &m->config;
-    int n = rows->n;
-    size_t dim = (size_t)c->dim, vocab = (size_t)c->n_vocab;
+    op = m->bk->ops; /* the last stage's, which runs the head */
     op->rmsnorm(m->bk, s->x, n, &m->weights.output_norm, m->norm_offset, m->norm_eps, s->xb);
     model_report_hidden(m, (int)c->n_layers, rows, s->xb);
     if (m->keep_hidden)
-        op->act_read(m->bk, s->xb, s->host_hidden + (size_t)r0 * dim, (size_t)n * dim);
-    int from = logits_from > r0 ? logits_from - r0 : 0;
-    if (from >= n)
-        return;
-    float *out = s->logits + (size_t)(r0 + from - logits_from) * vocab;
-    op->matmul(m->bk, &m->weights.output, NULL, s->xb + (size_t)from * dim, n - from, out);
+        op->act_read(m->bk, s->xb, s->host_hidden, (size_t)n * (size_t)c->dim);
+    if (logits_from >= n)
+        return NULL;
+    int nl = n - logits_from;
+    size_t vocab = (size_t)c->n_vocab;
+    op->matmul(m->bk, &m->weights.output, NULL, s->xb + (size_t)logits_from * (size_t)c->dim, nl,
+               s->logits);
     if (c->final_softcap > 0)
-        op->softcap(m->bk, out, (size_t)(n - from) * vocab, (float)c->final_softcap);
-}
-
-/* A pipeline's decode step runs in micro-batches, one a stage, cut between
- * sequences: the host queues them all before it reads anything, so stage s
- * works on one while stage s + 1 works on the one before. A decode row's
- * bytes do not depend on the rows beside it, so the cut changes none. */
-static int micro_batches(model *m, const bk_batch *rows, int *cut)
-{
-    int parts = m->stage_state ? backend_pipeline_parts(m->pipe) : 1, n = rows->n, k = 1;
-    cut[0] = 0;
-    for (int p = 1; p < parts; p++) {
-        int at = (int)((int64_t)p * n / parts);
-        while (at > cut[k - 1] && at < n && rows->seq[at] == rows->seq[at - 1])
-            at++;
-        if (at > cut[k - 1] && at < n)
-            cut[k++] = at;
-    }
-    cut[k] = n;
-    return k;
-}
-
-float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *tokens, int logits_from)
-{
-    int n = rows->n;
-    MEMRA_ASSERT(n > 0 && n <= m->state.cap);
-    int cut[BACKEND_MAX_STAGES + 1];
-    int parts = micro_batches(m, rows, cut);
-    for (int p = 0; p < parts; p++) {
-        bk_batch part = {cut[p + 1] - cut[p], rows->pos + cut[p], rows->seq + cut[p]};
-        run_stages(m, &part, tokens + cut[p]);
-        run_head(m, &part, cut[p], logits_from);
-    }
-    return logits_from >= n ? NULL : m->state.logits;
+        op->softcap(m->bk, s->logits, (size_t)nl * vocab, (float)c->final_softcap);
+    return s->logits;
 }
 
 /* The block's layer on its rows, into state.x: it reads [enorm(embed(next))
