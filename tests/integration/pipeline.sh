@@ -43,6 +43,23 @@ if [ -n "$URL" ]; then
   text=$(memra-gen "$STORIES" -p "Once upon a time" -n 32 --temp 0 --ignore-eos -t 2 2>/dev/null)
   check "memra-serve --pp 2: a greedy completion is memra-gen's" \
     bash -c "[ \"\$(curl -sS -m 20 '$URL/v1/completions' -H 'Content-Type: application/json' -d '$body' | jq -r '.choices[0].text')\" = \"\$1\" ]" _ "$text"
+  # four at once: batched decode steps through both stages, each request
+  # the bytes it has alone
+  prompts=("Once upon a time" "The little dog" "Lily and Tom went" "One day the sun")
+  curls=()
+  for i in 0 1 2 3; do
+    curl -sS -m 30 "$URL/v1/completions" -H 'Content-Type: application/json' \
+      -d "{\"model\":\"m\",\"prompt\":\"${prompts[$i]}\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true}" \
+      >"$T/pp-c$i.json" &
+    curls+=($!)
+  done
+  wait "${curls[@]}" # not the server, also a child of this shell
+  ok=1
+  for i in 0 1 2 3; do
+    want=$(memra-gen "$STORIES" -p "${prompts[$i]}" -n 40 --temp 0 --ignore-eos -t 2 2>/dev/null)
+    [ "$(jq -r '.choices[0].text' "$T/pp-c$i.json")" = "$want" ] || ok=0
+  done
+  check "memra-serve --pp 2: four concurrent greedy completions are memra-gen's" [ $ok = 1 ]
   stop_server "$PID"
 else
   fail "memra-serve --pp 2 starts"
