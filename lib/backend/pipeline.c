@@ -49,13 +49,6 @@ static void pl_act_read(backend *b, const float *src, float *dst, size_t n)
     l->ops->act_read(l, src, dst, n);
 }
 
-static void pl_act_write(backend *b, float *dst, const float *src, size_t n)
-{
-    backend *l = last_of(b);
-    backend_bind(l);
-    l->ops->act_write(l, dst, src, n);
-}
-
 static int pl_kv_prepare(backend *b, const kv_cache *kv, memra_err *err)
 {
     pipeline *p = pl_of(b);
@@ -225,7 +218,6 @@ backend *backend_pipeline_create(backend **stages, int n, memra_err *err)
     backend_ops *o = &p->ops;
     o->destroy = pl_destroy;
     o->act_read = pl_act_read;
-    o->act_write = so->act_write ? pl_act_write : NULL;
     o->kv_prepare = so->kv_prepare ? pl_kv_prepare : NULL;
     o->state_copy = so->state_copy ? pl_state_copy : NULL;
     o->status = pl_status;
