@@ -54,9 +54,13 @@ static const char usage[] =
     "  --backend B         cpu (fast path), cpu-ref (reference) or cuda\n"
     "                      (default cuda when a GPU is present, else cpu)\n"
     "  --device N          CUDA device index (default 0)\n"
-    "  --devices LIST      CUDA devices, one per pipeline stage (e.g. 0,1; a device may repeat)\n"
+    "  --devices LIST      CUDA devices, one per pipeline stage or tensor-parallel rank (e.g.\n"
+    "                      0,1; a device may repeat)\n"
     "  --pp N              split the layers over N pipeline stages (default: one per --devices\n"
     "                      entry; on the cpu backend N CPU stages); the output is one device's\n"
+    "  --tp N              split every layer's heads and FFN columns over N tensor-parallel\n"
+    "                      ranks (one per --devices entry; llama, qwen2, qwen3, qwen3_moe,\n"
+    "                      gemma3); deterministic, within the parity bounds of one device's\n"
     "  --kv f32|f16|bf16|q8_0  KV cache type (default f32 on cpu, bf16 on cuda)\n"
     "  -t, --threads N     (default all cores; env MEMRA_THREADS)\n"
     "  -c, --ctx N         context length (default the model's, at most 4096)\n"
@@ -90,6 +94,7 @@ typedef struct {
     int backend_given, device, device_given;
     const char *devices; /* --devices */
     int pp;              /* --pp */
+    int tp;              /* --tp */
     kv_type kv;
     int64_t n_ctx;
     gen_params gp;
@@ -168,7 +173,7 @@ static void parse_args(int argc, char **argv, gen_opts *o)
         O_SYSTEM, O_BACKEND, O_JSON, O_TOKENIZE, O_DETOKENIZE, O_RENDER, O_IDS, O_ADDSP, O_PARSESP,
         O_EMBED, O_POOLING, O_DIMS,
         O_TEMPLATE, O_PROMPT_IDS, O_IGNORE_EOS, O_DEVICE, O_KV, O_GRAMMAR, O_SCHEMA,
-        O_DEVICES, O_PP,
+        O_DEVICES, O_PP, O_TP,
     };
     static const struct option longs[] = {
         {"prompt", required_argument, NULL, 'p'},       {"file", required_argument, NULL, 'f'},
@@ -194,6 +199,7 @@ static void parse_args(int argc, char **argv, gen_opts *o)
         {"grammar", required_argument, NULL, O_GRAMMAR},
         {"json-schema", required_argument, NULL, O_SCHEMA},
         {"devices", required_argument, NULL, O_DEVICES}, {"pp", required_argument, NULL, O_PP},
+        {"tp", required_argument, NULL, O_TP},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -235,6 +241,7 @@ static void parse_args(int argc, char **argv, gen_opts *o)
             break;
         case O_DEVICES: o->devices = optarg; break;
         case O_PP: o->pp = (int)cli_int_or_usage(optarg, 1, 8, "--pp"); break;
+        case O_TP: o->tp = (int)cli_int_or_usage(optarg, 1, 8, "--tp"); break;
         case O_KV: {
             memra_err err;
             if (kv_type_parse(optarg, &o->kv, &err) != 0)
@@ -478,7 +485,7 @@ static engine *load_engine(const gen_opts *o, const checkpoint *c)
         cli_usage("--device %d: the cpu backend has no devices (use --backend cuda)", o->device);
     if (o->device_given && o->devices)
         cli_usage("--device and --devices: give one");
-    if (engine_opts_parallel(&eo, o->devices, o->pp, &err) != 0)
+    if (engine_opts_parallel(&eo, o->devices, o->pp, o->tp, &err) != 0)
         cli_usage("%s", err.msg);
     engine *e;
     if (engine_load(c, &eo, &e, &err) != 0)

@@ -34,7 +34,7 @@ static const char usage[] =
     "       memra-parity QUANT --against REF -f TEXT_FILE [--chunk N] [--chunks N] [--json]\n"
     "                    [--backend cpu|cpu-ref|cuda]\n"
     "       memra-parity MODEL --backends cpu,cuda --prompt-ids ID,ID,... [--json]\n"
-    "                    [--pp N] [--devices LIST]\n"
+    "                    [--pp N | --tp N] [--devices LIST]\n"
     "       memra-parity --kernels [--perf] [--only OP] [--skip OP] [--device N] [--seed S]\n"
     "\n"
     "Runs MODEL over the token ids of a reference dump (scripts/hf_reference.py writes them:\n"
@@ -80,7 +80,10 @@ static const char usage[] =
     "  --pp N          run MODEL split over N pipeline stages (with --backends: B, A on one\n"
     "                  device), for --reference and --backends; --max-abs 0 asks for the\n"
     "                  same bytes as one device\n"
-    "  --devices LIST  the CUDA device of each stage (e.g. 0,1; a device may repeat)\n"
+    "  --tp N          run MODEL split over N tensor-parallel ranks (with --backends: B, A on\n"
+    "                  one device), for --reference and --backends; the sums over ranks\n"
+    "                  change the order of additions, so compare with the usual bounds\n"
+    "  --devices LIST  the CUDA device of each stage or rank (e.g. 0,1; a device may repeat)\n"
     "  --seed S        with --kernels: the random inputs' seed (default 1)\n"
     "  -t, --threads N worker threads (default all cores; env MEMRA_THREADS)\n"
     "  -h, --help      this text\n"
@@ -101,6 +104,7 @@ typedef struct {
     const char *draft; /* an assistant checkpoint (--draft) */
     const char *devices; /* --devices */
     int pp;              /* --pp */
+    int tp;              /* --tp */
     uint64_t seed;
 } parity_opts;
 
@@ -174,6 +178,7 @@ static void parse_args(int argc, char **argv, parity_opts *o)
         {"chunks", required_argument, NULL, 'N'},   {"skip", required_argument, NULL, 'X'},
         {"draft", required_argument, NULL, 'G'},
         {"devices", required_argument, NULL, 'V'},   {"pp", required_argument, NULL, 'L'},
+        {"tp", required_argument, NULL, 'T'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -239,6 +244,7 @@ static void parse_args(int argc, char **argv, parity_opts *o)
         }
         case 'V': o->devices = optarg; break;
         case 'L': o->pp = (int)cli_int_or_usage(optarg, 1, 8, "--pp"); break;
+        case 'T': o->tp = (int)cli_int_or_usage(optarg, 1, 8, "--tp"); break;
         case 'd': {
             int64_t d;
             if (cli_parse_i64(optarg, 0, 1024, &d, "--device", &err) != 0)
@@ -286,8 +292,8 @@ static void parse_args(int argc, char **argv, parity_opts *o)
     if (o->imatrix_out && o->backend == BK_CUDA)
         cli_usage("--imatrix collects on the CPU backend only (not --backend %s)",
                   backend_kind_name(o->backend));
-    if ((o->pp || o->devices) && !o->reference && !o->n_backends)
-        cli_usage("--pp and --devices go with --reference or --backends");
+    if ((o->pp || o->tp || o->devices) && !o->reference && !o->n_backends)
+        cli_usage("--pp, --tp and --devices go with --reference or --backends");
     if (o->n_backends && !o->prompt_ids)
         cli_usage("--backends needs --prompt-ids");
     if (o->prompt_ids && !o->n_backends)
@@ -664,7 +670,7 @@ static int run_backends(const parity_opts *po)
         eo.n_ctx = n > 16 ? n : 16;
         eo.backend = o.backends[b];
         eo.device = o.device;
-        if (b == 1 && engine_opts_parallel(&eo, o.devices, o.pp, &err) != 0)
+        if (b == 1 && engine_opts_parallel(&eo, o.devices, o.pp, o.tp, &err) != 0)
             cli_usage("%s", err.msg);
         engine *e;
         if (engine_load(&ck, &eo, &e, &err) != 0)
@@ -707,6 +713,7 @@ static int run_backends(const parity_opts *po)
         json_object_set_new(j, "reference_backend", json_string(na));
         json_object_set_new(j, "backend", json_string(nb));
         json_object_set_new(j, "pp", json_integer(o.pp > 0 ? o.pp : 1));
+        json_object_set_new(j, "tp", json_integer(o.tp > 0 ? o.tp : 1));
         json_object_set_new(j, "positions", json_integer(n));
         json_object_set_new(j, "max_abs", json_real(sum.max_abs));
         json_object_set_new(j, "max_rel", json_real(sum.max_rel));
@@ -890,7 +897,7 @@ int main(int argc, char **argv)
     eo.device = o.device;
     eo.mtp = mt != NULL && !o.draft;
     eo.n_seqs = mt ? 2 : 1; /* the MTP passes run beside the main sequence */
-    if (engine_opts_parallel(&eo, o.devices, o.pp, &err) != 0)
+    if (engine_opts_parallel(&eo, o.devices, o.pp, o.tp, &err) != 0)
         cli_usage("%s", err.msg);
     engine *e;
     if (engine_load(&ck, &eo, &e, &err) != 0)

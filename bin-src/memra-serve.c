@@ -64,10 +64,12 @@ static const char usage[] =
     "  --backend B              cpu (fast path), cpu-ref (reference) or cuda\n"
     "                           (default cuda when a GPU is present, else cpu)\n"
     "  --device N               CUDA device index for every model (default 0)\n"
-    "  --devices LIST           CUDA devices, one per pipeline stage, for every model (e.g. 0,1;\n"
-    "                           a device may repeat)\n"
+    "  --devices LIST           CUDA devices, one per pipeline stage or tensor-parallel rank, for\n"
+    "                           every model (e.g. 0,1; a device may repeat)\n"
     "  --pp N                   split each model's layers over N pipeline stages (default one\n"
     "                           per --devices entry); the same bytes as one device\n"
+    "  --tp N                   split each model's heads and FFN columns over N tensor-parallel\n"
+    "                           ranks (one per --devices entry); deterministic\n"
     "  --kv f32|f16|bf16|q8_0   KV cache type (default f32 on cpu, bf16 on cuda)\n"
     "  --http-threads N         HTTP worker threads (default 4; env MEMRA_HTTP_THREADS)\n"
     "  --max-body BYTES         largest request body, K/M suffixes (default 8M; env MEMRA_MAX_BODY)\n"
@@ -102,6 +104,7 @@ typedef struct {
     int backend_given, device, device_given;
     const char *devices; /* --devices */
     int pp;              /* --pp */
+    int tp;              /* --tp */
     kv_type kv;
     double drain_timeout;
     int idle_timeout, max_conns_per_ip, allow_special;
@@ -239,7 +242,7 @@ static void parse_args(int argc, char **argv, serve_args *a)
     a->insecure = cli_env_true("MEMRA_INSECURE");
 
     enum { O_HOST = 1000, O_PORT, O_MAXS, O_MAXQ, O_KEY, O_KEYS, O_INSECURE, O_TMPL, O_HTTPT,
-           O_BODY, O_DRAIN, O_BACKEND, O_DEVICE, O_DEVICES, O_PIPE, O_KV, O_PCHUNK, O_IDLE, O_PERIP, O_CORS, O_SPECIAL,
+           O_BODY, O_DRAIN, O_BACKEND, O_DEVICE, O_DEVICES, O_PIPE, O_TP, O_KV, O_PCHUNK, O_IDLE, O_PERIP, O_CORS, O_SPECIAL,
            O_PCACHE, O_CBLOCKS, O_TASK, O_DRAFT, O_TRIM, O_NGRAM, O_MTP, O_SPECK, O_SPECMAX };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},     {"host", required_argument, NULL, O_HOST},
@@ -265,6 +268,7 @@ static void parse_args(int argc, char **argv, serve_args *a)
         {"device", required_argument, NULL, O_DEVICE},
         {"devices", required_argument, NULL, O_DEVICES},
         {"pp", required_argument, NULL, O_PIPE},
+        {"tp", required_argument, NULL, O_TP},
         {"kv", required_argument, NULL, O_KV},
         {"idle-timeout", required_argument, NULL, O_IDLE},
         {"max-conns-per-ip", required_argument, NULL, O_PERIP},
@@ -349,6 +353,7 @@ static void parse_args(int argc, char **argv, serve_args *a)
             break;
         case O_DEVICES: a->devices = optarg; break;
         case O_PIPE: a->pp = (int)cli_int_or_usage(optarg, 1, 8, "--pp"); break;
+        case O_TP: a->tp = (int)cli_int_or_usage(optarg, 1, 8, "--tp"); break;
         case O_KV:
             if (kv_type_parse(optarg, &a->kv, &err) != 0)
                 cli_usage("--kv: %s", err.msg);
@@ -461,7 +466,7 @@ int main(int argc, char **argv)
         check.backend = bk;
         if (a.device_given && a.devices)
             cli_usage("--device and --devices: give one");
-        if (engine_opts_parallel(&check, a.devices, a.pp, &err) != 0)
+        if (engine_opts_parallel(&check, a.devices, a.pp, a.tp, &err) != 0)
             cli_usage("%s", err.msg);
     }
 
@@ -508,7 +513,7 @@ int main(int argc, char **argv)
                                .max_sessions = a.max_sessions, .max_queue = a.max_queue,
                                .n_threads = a.n_threads, .chat_template = tmpl,
                                .backend = bk, .device = a.device, .devices = a.devices,
-                               .pp = a.pp, .kv_type = a.kv,
+                               .pp = a.pp, .tp = a.tp, .kv_type = a.kv,
                                .prefill_chunk = a.prefill_chunk,
                                .prefix_cache = a.prefix_cache, .cache_blocks = a.cache_blocks,
                                .task = a.tasks[i], .spec = a.specs[i]};

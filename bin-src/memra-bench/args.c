@@ -52,10 +52,12 @@ static const char usage[] =
     "  --backend B         cpu (the fast path), cpu-ref (the reference) or cuda\n"
     "                      (default cuda when a GPU is present, else cpu)\n"
     "  --device N          CUDA device index (default 0), for the run and the probe\n"
-    "  --devices LIST      CUDA devices, one per pipeline stage (e.g. 0,1); the probe runs on\n"
-    "                      the first\n"
+    "  --devices LIST      CUDA devices, one per pipeline stage or tensor-parallel rank (e.g.\n"
+    "                      0,1); the probe runs on the first\n"
     "  --pp N              the layers split over N pipeline stages (default one per --devices\n"
     "                      entry)\n"
+    "  --tp N              every layer's heads and FFN columns split over N tensor-parallel\n"
+    "                      ranks (one per --devices entry)\n"
     "  --bandwidth GB/s    use this ceiling instead of the measured one\n"
     "  --remeasure         measure the bandwidth again (and update the cache)\n"
     "  --profile-range     the first timed repetition of each row inside a profiler range\n"
@@ -133,7 +135,7 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
     enum {
         O_KV = 1000, O_JSON, O_BACKEND, O_BANDWIDTH, O_REMEASURE, O_TOKENIZER, O_WARMUP,
         O_NBATCH, O_SERVER, O_MODEL, O_APIKEY, O_TIMEOUT, O_VOCAB, O_DEVICE, O_PROFILE,
-        O_SCHEMA, O_TURNS, O_SYSTOK, O_TURNTOK, O_DEVICES, O_PIPE,
+        O_SCHEMA, O_TURNS, O_SYSTOK, O_TURNTOK, O_DEVICES, O_PIPE, O_TP,
     };
     static const struct option longs[] = {
         {"threads", required_argument, NULL, 't'},   {"ctx", required_argument, NULL, 'c'},
@@ -149,6 +151,7 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
         {"device", required_argument, NULL, O_DEVICE},
         {"devices", required_argument, NULL, O_DEVICES},
         {"pp", required_argument, NULL, O_PIPE},
+        {"tp", required_argument, NULL, O_TP},
         {"file", required_argument, NULL, 'f'},      {"help", no_argument, NULL, 'h'},
         {"server", required_argument, NULL, O_SERVER},
         {"model", required_argument, NULL, O_MODEL},
@@ -206,6 +209,10 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
         case O_PIPE:
             o->pipe_stages = (int)cli_int_or_usage(optarg, 1, 8, "--pp");
             o->model_flag = o->local_flag = "--pp";
+            break;
+        case O_TP:
+            o->tp_ranks = (int)cli_int_or_usage(optarg, 1, 8, "--tp");
+            o->model_flag = o->local_flag = "--tp";
             break;
         case O_BACKEND: {
             backend_kind k = backend_kind_or_usage(optarg);

@@ -41,6 +41,7 @@ typedef struct {
     int device, device_given;
     const char *devices; /* --devices: one CUDA device per pipeline stage */
     int pipe_stages;     /* --pp */
+    int tp_ranks;        /* --tp */
     bench_backend backend;
     int backend_given;
     double bandwidth; /* > 0: given */

@@ -234,7 +234,7 @@ int bench_run_model(const bench_opts *o)
                                                                                   : BK_CPU;
     eo.device = o->device;
     /* the pipeline flags, before the probe runs on the first device */
-    if (engine_opts_parallel(&eo, o->devices, o->pipe_stages, &err) != 0)
+    if (engine_opts_parallel(&eo, o->devices, o->pipe_stages, o->tp_ranks, &err) != 0)
         cli_usage("%s", err.msg);
 
     ceiling_info ceil;
@@ -315,6 +315,9 @@ int bench_run_model(const bench_opts *o)
         if (eo.pp > 1)
             printf("pipeline  %d stages%s%s\n", eo.pp, o->devices ? " on devices " : "",
                    o->devices ? o->devices : "");
+        if (eo.tp > 1)
+            printf("tensor    %d tensor-parallel ranks%s%s\n", eo.tp,
+                   o->devices ? " on devices " : "", o->devices ? o->devices : "");
         printf("ceiling   %.2f GB/s %s (%s); decode ceiling %.1f tok/s\n", ceil.gb_s,
                bench_backends[o->backend].ceiling_what, ceil.detail, ceiling_tok_s);
         printf("cpu       %s (%d online CPUs)\n",
@@ -424,6 +427,7 @@ int bench_run_model(const bench_opts *o)
         json_object_set_new(j, "backend", json_string(bench_backends[o->backend].name));
         json_object_set_new(j, "threads", json_integer(o->n_threads));
         json_object_set_new(j, "pp", json_integer(eo.pp > 1 ? eo.pp : 1));
+        json_object_set_new(j, "tp", json_integer(eo.tp > 1 ? eo.tp : 1));
         json_object_set_new(j, "kv_type", json_string(kv_name));
         json_object_set_new(j, "n_batch", json_integer(n_batch));
         json_object_set_new(j, "n_ctx", json_integer(engine_n_ctx(e)));

@@ -32,7 +32,8 @@ typedef struct {
     int64_t rows, cols;    /* a vector is 1 x n */
     size_t row_bytes;      /* bytes of one stored row */
     const uint8_t *data;   /* NULL: the weight is absent (an optional bias) */
-    void *dev;             /* the backend's own copy, if it makes one */
+    void *dev;             /* the backend's own copy, if it makes one (it then reads data
+                            * only in weight_prepare) */
     /* The CPU fast path's copy in its panel layout (backend/cpu/cpu_panel.h),
      * made by its weight_prepare, or NULL; rows of packed_row_bytes. */
     const uint8_t *packed;
@@ -78,6 +79,10 @@ typedef struct {
      * does not extend (k and v NULL), standing past the newest key it sees
      * (gemma4_assistant: 1). 0 for every layer that stores K/V. */
     int q_ahead;
+    /* The first of the cache row's KV heads these heads are: a
+     * tensor-parallel rank's share of the heads keeps its K/V at head
+     * kv_head0 onwards of each row; 0 otherwise. */
+    int kv_head0;
 } bk_attn;
 
 /* A routed-expert FFN layer (qwen3_moe). */
@@ -133,11 +138,14 @@ static inline size_t bk_delta_state_floats(int n_k_heads, int n_v_heads, int k_d
     return (size_t)(conv_k - 1) * conv_dim + (size_t)n_v_heads * (size_t)k_dim * (size_t)v_dim;
 }
 
-/* A pipeline stage's part of the cache: its attention layers' K/V are KV
- * layers [kv_lo, kv_lo + kv_n), its recurrent layers' state the floats
- * [state_lo, state_lo + state_n) of each sequence's slot. */
+/* A pipeline stage's or tensor-parallel rank's part of the cache: its
+ * attention layers' K/V are KV layers [kv_lo, kv_lo + kv_n), and of each
+ * row the values [kv_col_lo, kv_col_lo + kv_cols) (kv_cols 0: the whole
+ * row); its recurrent layers' state the floats [state_lo, state_lo +
+ * state_n) of each sequence's slot. */
 typedef struct {
     int kv_lo, kv_n;
+    int64_t kv_col_lo, kv_cols;
     size_t state_lo, state_n;
 } bk_cache_window;
 
@@ -360,8 +368,9 @@ typedef struct {
      * A pipeline stage's output goes to the next stage this way. */
     int (*act_import)(backend *b, float *dst, backend *from, const float *src, size_t n);
     /* Optional (NULL: the backend keeps the whole cache). Called before
-     * kv_prepare: this backend runs only a pipeline stage's layers, so it
-     * keeps storage for their part of the cache alone (bk_cache_window). */
+     * kv_prepare: this backend runs only a pipeline stage's layers or a
+     * tensor-parallel rank's heads, so it keeps storage for their part of
+     * the cache alone (bk_cache_window). */
     void (*cache_window)(backend *b, const bk_cache_window *w);
 } backend_ops;
 

@@ -60,7 +60,7 @@ void engine_opts_default(engine_opts *o)
     o->kv_type = KV_DEFAULT;
 }
 
-int engine_opts_parallel(engine_opts *o, const char *devices, int pp, memra_err *err)
+int engine_opts_parallel(engine_opts *o, const char *devices, int pp, int tp, memra_err *err)
 {
     o->n_devices = 0;
     if (devices) {
@@ -75,6 +75,22 @@ int engine_opts_parallel(engine_opts *o, const char *devices, int pp, memra_err 
     }
     if (pp < 0 || pp > BACKEND_MAX_STAGES)
         return memra_fail(err, "--pp %d: a pipeline has 1 to %d stages", pp, BACKEND_MAX_STAGES);
+    if (tp < 0 || tp > BACKEND_MAX_STAGES)
+        return memra_fail(err, "--tp %d: tensor parallel has 1 to %d ranks", tp,
+                          BACKEND_MAX_STAGES);
+    if (pp > 1 && tp > 1)
+        return memra_fail(err, "--pp %d with --tp %d: a model splits by layers or by heads, not "
+                          "both at once (not built)", pp, tp);
+    o->tp = tp > 1 ? tp : 0;
+    if (o->tp) {
+        o->pp = 0;
+        if (o->n_devices > 1 && o->n_devices != o->tp)
+            return memra_fail(err, "--tp %d with --devices %s: one device per rank (list a "
+                              "device again to put two ranks on it)", o->tp, devices);
+        if (o->n_devices == 1) /* every rank on the one device */
+            o->device = o->devices[0], o->n_devices = 0;
+        return 0;
+    }
     o->pp = pp > 0 ? pp : o->n_devices;
     if (o->n_devices > 1 && o->n_devices != o->pp)
         return memra_fail(err, "--pp %d with --devices %s: one device per stage (list a device "
@@ -89,21 +105,25 @@ kv_type engine_kv_type_default(backend_kind k)
     return k == BK_CUDA ? KV_BF16 : KV_F32;
 }
 
-/* The backend the options ask for: one, or a pipeline of pp stages. */
+/* The backend the options ask for: one, or a group of pp pipeline stages
+ * or tp tensor-parallel ranks. */
 static backend *engine_backend(const engine_opts *o, memra_err *err)
 {
     if (o->n_devices < 0 || o->n_devices > BACKEND_MAX_STAGES || o->pp < 0 ||
-        o->pp > BACKEND_MAX_STAGES) {
-        memra_fail(err, "pipeline: %d stages over %d devices (at most %d)", o->pp, o->n_devices,
-                   BACKEND_MAX_STAGES);
+        o->pp > BACKEND_MAX_STAGES || o->tp < 0 || o->tp > BACKEND_MAX_STAGES ||
+        (o->pp > 1 && o->tp > 1)) {
+        memra_fail(err, "parallel: %d stages and %d ranks over %d devices (one kind, at most %d)",
+                   o->pp, o->tp, o->n_devices, BACKEND_MAX_STAGES);
         return NULL;
     }
+    int parts = o->tp > 1 ? o->tp : o->pp;
+    const char *part = o->tp > 1 ? "tensor-parallel rank" : "pipeline stage";
     if (o->n_devices > 0 && o->backend != BK_CUDA) {
         memra_fail(err, "devices: the %s backend has no devices (use the cuda backend)",
                    backend_kind_name(o->backend));
         return NULL;
     }
-    if (o->pp <= 1) {
+    if (parts <= 1) {
         if (o->n_devices > 1) {
             memra_fail(err, "devices: %d devices for one stage (a pipeline of %d stages runs "
                        "on %d devices)", o->n_devices, o->n_devices, o->n_devices);
@@ -112,23 +132,23 @@ static backend *engine_backend(const engine_opts *o, memra_err *err)
         return backend_create(o->backend, o->n_devices ? o->devices[0] : o->device,
                               o->n_threads, err);
     }
-    if (o->n_devices != 0 && o->n_devices != o->pp) {
-        memra_fail(err, "pipeline: %d stages need %d devices, %d given", o->pp, o->pp,
+    if (o->n_devices != 0 && o->n_devices != parts) {
+        memra_fail(err, "parallel: %d %ss need %d devices, %d given", parts, part, parts,
                    o->n_devices);
         return NULL;
     }
     backend *stages[BACKEND_MAX_STAGES];
-    for (int s = 0; s < o->pp; s++) {
+    for (int s = 0; s < parts; s++) {
         stages[s] = backend_create(o->backend, o->n_devices ? o->devices[s] : o->device,
                                    o->n_threads, err);
         if (!stages[s]) {
-            memra_wrap(err, "pipeline stage %d", s);
+            memra_wrap(err, "%s %d", part, s);
             while (s-- > 0)
                 backend_destroy(stages[s]);
             return NULL;
         }
     }
-    return backend_pipeline_create(stages, o->pp, err);
+    return backend_pipeline_create(stages, parts, err);
 }
 
 int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_err *err)
@@ -197,6 +217,7 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
         .state_slots = eo.n_seqs * (1 + (eo.snapshots > 0 ? eo.snapshots + 1 : 0) +
                                     (eo.prefix_cache ? 1 : 0)),
         .mtp = eo.mtp,
+        .tp = eo.tp,
     };
     if (model_init(&e->m, c, &e->binding, ck->format, e->bk, &mo, err) != 0) {
         memra_wrap(err, "%s", ck->path);

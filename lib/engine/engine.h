@@ -61,6 +61,12 @@ typedef struct {
      * device. Not with mtp, an assistant, or a model with per-layer inputs
      * (gemma4's E2B/E4B). */
     int pp;
+    /* Tensor parallel (model.h, docs/decisions/0029): every layer's heads
+     * and FFN columns split over tp ranks (0 or 1: none), placed like
+     * pipeline stages (devices[r], or every rank on `device`); not with
+     * pp > 1. Deterministic run to run; the sums over ranks differ from
+     * one backend's in order. llama, qwen2, qwen3, qwen3_moe, gemma3. */
+    int tp;
     int devices[BACKEND_MAX_STAGES];
     int n_devices;
 } engine_opts;
@@ -69,10 +75,11 @@ typedef struct engine engine;
 typedef struct engine_seq engine_seq;
 
 void engine_opts_default(engine_opts *o);
-/* A program's --devices LIST and --pp N into o (pp 0: as many stages as
- * devices listed), for o->backend: fails naming what does not fit (devices
- * on the CPU, a count that is not the stages', too many stages). */
-int engine_opts_parallel(engine_opts *o, const char *devices, int pp, memra_err *err);
+/* A program's --devices LIST, --pp N and --tp N into o (pp and tp 0: as
+ * many pipeline stages as devices listed), for o->backend: fails naming
+ * what does not fit (devices on the CPU, a count that is not the stages'
+ * or ranks', too many, both pp and tp). */
+int engine_opts_parallel(engine_opts *o, const char *devices, int pp, int tp, memra_err *err);
 /* The KV element type a backend gets by default: f32 on the CPU (the exact
  * reference), bf16 on CUDA (half the bytes per step, f32's range). */
 kv_type engine_kv_type_default(backend_kind k);

@@ -152,6 +152,10 @@ struct model_family_desc {
      * set when the layer uses the rope_local_theta tables. NULL: none. */
     void (*layer_attention)(const model_config *c, int layer, bk_attn *a, int *local_rope);
     int v_norm; /* V RMS-normalized per head, without a weight (gemma4) */
+    /* Its forward pass runs every head and FFN column through
+     * model_attention, model_ffn and model_moe_ffn, so its layers split
+     * over tensor-parallel ranks (tensor_parallel.c). */
+    int tensor_parallel;
     /* Whether a GGUF of config c carries the generated rope_freqs.weight
      * (llama.cpp's frequency factors); when it does and out is not NULL,
      * its [contract length] values. NULL: never. */

@@ -197,8 +197,7 @@ static void gemma3_forward(model *m, const bk_batch *rows, const int32_t *tokens
         op->rmsnorm(m->bk, s->xb2, n, &w->attn_post_norm, off, eps, s->xb);
         op->add(m->bk, s->x, s->xb, nd);
         op->rmsnorm(m->bk, s->x, n, &w->ffn_norm, off, eps, s->xb);
-        op->ffn_glu(m->bk, &w->ffn_gate, &w->ffn_up, &w->ffn_down, m->act, s->xb, n, s->hb,
-                    s->hb2, s->xb2);
+        model_ffn(m, l, n, s->xb, s->xb2);
         op->rmsnorm(m->bk, s->xb2, n, &w->ffn_post_norm, off, eps, s->xb);
         op->add(m->bk, s->x, s->xb, nd);
     }
@@ -227,6 +226,7 @@ const model_family_desc family_gemma3 = {
     .n_hf_prefixes = MEMRA_ARRAY_LEN(gemma3_hf_prefixes),
     .forward = gemma3_forward,
     .act = BK_ACT_GELU_TANH,
+    .tensor_parallel = 1,
     .norm_adds_one = 1,
     .embed_scale_sqrt_dim = 1,
     .layer_attention = gemma3_layer_attention,

@@ -254,8 +254,7 @@ void llama_forward(model *m, const bk_batch *rows, const int32_t *tokens)
         model_attention(m, l, rows, s->xb, s->xb2);
         op->add(m->bk, s->x, s->xb2, nd);
         op->rmsnorm(m->bk, s->x, n, &w->ffn_norm, m->norm_offset, m->norm_eps, s->xb);
-        op->ffn_glu(m->bk, &w->ffn_gate, &w->ffn_up, &w->ffn_down, m->act, s->xb, n, s->hb,
-                    s->hb2, s->xb2);
+        model_ffn(m, l, n, s->xb, s->xb2);
         op->add(m->bk, s->x, s->xb2, nd);
     }
 }
@@ -276,6 +275,7 @@ const model_family_desc family_llama = {
     .n_tensor_names = MEMRA_ARRAY_LEN(llama_tensor_names),
     .forward = llama_forward,
     .act = BK_ACT_SILU,
+    .tensor_parallel = 1,
     .gguf_rope_permuted = 1,
     .gguf_rope_freqs = llama_gguf_rope_freqs,
 };

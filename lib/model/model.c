@@ -13,6 +13,7 @@
 #include "format/dequant.h"
 #include "numerics/kv_codec.h"
 #include "model/family.h"
+#include "model/tensor_parallel.h"
 
 /* ---- weights ---- */
 
@@ -43,7 +44,10 @@ static int bind_weight(model *m, const contract_binding *b, tensor_role role, in
     if (!v)
         return 0;
     view_to_weight(v, w);
-    return m->bk->ops->weight_prepare(m->bk, w, err);
+    if (tp_cut(m, role, w, err) != 0 || m->bk->ops->weight_prepare(m->bk, w, err) != 0)
+        return -1;
+    tp_settle(m, w, v->data);
+    return 0;
 }
 
 /* Expert matrices: HF binds one tensor per expert; GGUF one merged
@@ -69,8 +73,11 @@ static int bind_experts(model *m, const contract_binding *b, tensor_role role, i
             MEMRA_ASSERT(v); /* binding guarantees every expert */
             view_to_weight(v, &w[e]);
         }
-        if (m->bk->ops->weight_prepare(m->bk, &w[e], err) != 0)
+        const uint8_t *view = w[e].data;
+        if (tp_cut(m, role, &w[e], err) != 0 ||
+            m->bk->ops->weight_prepare(m->bk, &w[e], err) != 0)
             return -1;
+        tp_settle(m, &w[e], view);
     }
     return 0;
 }
@@ -243,10 +250,11 @@ static void bind_on(model *m, int s)
 static int bind_weights(model *m, const contract_binding *b, memra_err *err)
 {
     model_weights *w = &m->weights;
-    int last = m->n_stages - 1;
     /* each weight on the stage that reads it: the embedding (and gemma4's
-     * per-layer inputs) on the first, the head on the last */
-    bind_on(m, 0);
+     * per-layer inputs) on the first, the head on the last; with
+     * tensor-parallel ranks, both on the leader */
+    int first = m->tp > 1 ? m->tp - 1 : 0, last = m->tp > 1 ? m->tp - 1 : m->n_stages - 1;
+    bind_on(m, first);
     if (bind_weight(m, b, ROLE_EMBED, -1, &w->embed, err) ||
         bind_weight(m, b, ROLE_PLE_EMBED, -1, &w->ple_embed, err) ||
         bind_weight(m, b, ROLE_PLE_PROJ, -1, &w->ple_proj, err) ||
@@ -259,12 +267,26 @@ static int bind_weights(model *m, const contract_binding *b, memra_err *err)
         bind_weight(m, b, ROLE_ASSIST_POST_PROJ, -1, &w->assist_post, err))
         return -1;
     if (!bk_weight_present(&w->output)) { /* tied head */
-        if (last == 0)
+        if (last == first)
             w->output = w->embed;
         else if (bind_weight(m, b, ROLE_EMBED, -1, &w->output, err) != 0)
             return -1; /* the last stage's own copy */
     }
     int n = (int)m->config.n_layers + m->mtp;
+    if (m->tp > 1) { /* every rank its share of every layer */
+        for (int r = 0; r < m->tp; r++)
+            m->rank_layers[r] = xcalloc((size_t)n, sizeof *w->layers);
+        for (int r = 0; r < m->tp; r++) {
+            bind_on(m, r);
+            m->bind_rank = r;
+            for (int l = 0; l < n; l++)
+                if (bind_layer(m, b, l, &m->rank_layers[r][l], err) != 0)
+                    return -1;
+        }
+        w->layers = m->rank_layers[last];
+        bind_on(m, last);
+        return 0;
+    }
     w->layers = xcalloc((size_t)n, sizeof *w->layers);
     for (int l = 0; l < n; l++) {
         bind_on(m, stage_of_layer(m, l));
@@ -521,6 +543,10 @@ static void alloc_state(model *m, int cap, int with_head)
         s->ple_mix = bk->ops->act_alloc(bk, n * lp);
         s->ple_gate = bk->ops->act_alloc(bk, n * (size_t)c->ple_dim);
     }
+    if (m->tp > 1) {
+        s->tp_in = bk->ops->act_alloc(bk, n * (size_t)c->dim);
+        s->tp_part = bk->ops->act_alloc(bk, n * (size_t)c->dim);
+    }
     if (m->state_floats) {
         size_t vd = (size_t)(c->lin_n_v_heads * c->lin_v_dim);
         s->lin_qkv = bk->ops->act_alloc(bk, n * (2 * (size_t)(c->lin_n_k_heads * c->lin_k_dim) + vd));
@@ -538,10 +564,21 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
     m->config = *c;
     m->bk = bk;
     m->pipe = bk;
-    m->n_stages = backend_n_stages(bk);
+    m->tp = o->tp > 1 ? o->tp : 1;
+    m->n_stages = m->tp > 1 ? 1 : backend_n_stages(bk);
     m->format = format;
     if (o->cap <= 0)
         return memra_fail(err, "model: step size %d must be positive", o->cap);
+    if (m->tp > 1) {
+        if (backend_n_stages(bk) != m->tp)
+            return memra_fail(err, "model: %d tensor-parallel ranks on a backend of %d",
+                              m->tp, backend_n_stages(bk));
+        if (o->target || config_is_assistant(c) || o->mtp)
+            return memra_fail(err, "model: %s runs on one device, not over %d tensor-parallel "
+                              "ranks", o->mtp ? "the MTP block" : "an assistant", m->tp);
+        if (tp_check(c, m->tp, o->kv_type, err) != 0)
+            return -1;
+    }
     if (m->n_stages > 1) {
         if (o->target || config_is_assistant(c))
             return memra_fail(err, "model: an assistant drafts on one device, not on a pipeline "
@@ -614,6 +651,8 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
     m->norm_eps = (float)c->norm_eps;
     m->act = fam->act;
     setup_layers(m);
+    if (m->tp > 1)
+        tp_rank_attn(m);
     if ((m->target && assistant_layers(m, err) != 0) ||
         (fam->v_norm && setup_v_norm(m, err) != 0)) {
         model_free(m);
@@ -625,6 +664,8 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
     }
     if (m->n_stages > 1)
         cache_windows(m);
+    if (m->tp > 1)
+        tp_cache_windows(m);
     /* q8_0 K/V is stored in blocks of 32: every layer's row must be whole
      * blocks, not only the widest */
     for (int l = 0; l < c->n_layers && o->kv_type == KV_Q8_0; l++) {
@@ -653,6 +694,17 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
         return memra_fail(err, "model: the %s backend has no gated DeltaNet op (the %s "
                           "family's recurrent layers)", m->bk->name, fam->name);
     }
+    if (m->tp > 1) {
+        m->rank_state = xcalloc((size_t)m->tp, sizeof *m->rank_state);
+        for (int r = 0; r < m->tp; r++) {
+            m->bk = backend_stage(bk, r);
+            backend_bind(m->bk);
+            alloc_state(m, o->cap, r == m->tp - 1);
+            memcpy(&m->rank_state[r], &m->state, offsetof(run_state, kv));
+        }
+        tp_use_rank(m, m->tp - 1);
+        return 0;
+    }
     if (m->n_stages == 1) {
         alloc_state(m, o->cap, 1);
         return 0;
@@ -676,7 +728,8 @@ static void free_acts(backend *bk, run_state *s)
                          s->att, s->hb,    s->hb2,   s->logits, s->qg,   s->gate,
                          s->lin_qkv, s->lin_z, s->lin_o, s->lin_b, s->lin_a,
                          s->shared, s->shared_gate, s->ple, s->ple_mix, s->ple_gate,
-                         s->moe_router_in, s->moe_out, s->mtp_cat, s->assist_e, s->h_in};
+                         s->moe_router_in, s->moe_out, s->mtp_cat, s->assist_e, s->h_in,
+                         s->tp_in, s->tp_part};
         for (size_t i = 0; i < MEMRA_ARRAY_LEN(acts); i++)
             if (acts[i])
                 bk->ops->act_free(bk, acts[i]);
@@ -686,7 +739,15 @@ static void free_acts(backend *bk, run_state *s)
 
 void model_free(model *m)
 {
-    if (m->stage_state) {
+    if (m->rank_state) {
+        for (int r = 0; r < m->tp; r++) {
+            backend *rb = backend_stage(m->pipe, r);
+            backend_bind(rb);
+            free_acts(rb, &m->rank_state[r]);
+        }
+        free(m->rank_state);
+        memset(&m->state, 0, offsetof(run_state, kv));
+    } else if (m->stage_state) {
         for (int s = 0; s < m->n_stages; s++) {
             backend *sb = backend_stage(m->pipe, s);
             backend_bind(sb);
@@ -699,6 +760,8 @@ void model_free(model *m)
     }
     run_state *s = &m->state;
     kv_cache_free(&s->kv);
+    if (m->tp > 1)
+        tp_free(m);
     if (m->weights.layers) {
         for (int l = 0; l < m->config.n_layers + m->mtp; l++) {
             free(m->weights.layers[l].moe_gate);
@@ -727,8 +790,12 @@ void model_report_hidden(model *m, int index, const bk_batch *rows, const float 
     m->hidden_fn(m->hidden_ctx, index, rows, dim, m->state.host_hidden);
 }
 
-void model_attention(model *m, int l, const bk_batch *rows, const float *in, float *out)
+/* The attention sublayer on the current rank's heads (all of them
+ * without tensor parallel). */
+static void attention_share(model *m, int l, const bk_batch *rows, int n_rows, const float *in,
+                            float *out)
 {
+    (void)n_rows;
     const backend_ops *op = m->bk->ops;
     const layer_weights *w = &m->weights.layers[l];
     run_state *s = &m->state;
@@ -768,8 +835,34 @@ void model_attention(model *m, int l, const bk_batch *rows, const float *in, flo
     op->matmul(m->bk, &w->wo, &w->bo, s->att, n, out);
 }
 
-void model_moe_ffn_routed(model *m, int l, int n, const float *in, const float *router_in,
-                          float *out)
+void model_attention(model *m, int l, const bk_batch *rows, const float *in, float *out)
+{
+    if (m->tp > 1)
+        tp_sublayer(m, attention_share, l, rows, rows->n, in, out);
+    else
+        attention_share(m, l, rows, rows->n, in, out);
+}
+
+static void ffn_share(model *m, int l, const bk_batch *rows, int n, const float *in, float *out)
+{
+    (void)rows;
+    const layer_weights *w = &m->weights.layers[l];
+    m->bk->ops->ffn_glu(m->bk, &w->ffn_gate, &w->ffn_up, &w->ffn_down, m->act, in, n,
+                        m->state.hb, m->state.hb2, out);
+}
+
+void model_ffn(model *m, int l, int n, const float *in, float *out)
+{
+    if (m->tp > 1)
+        tp_sublayer(m, ffn_share, l, NULL, n, in, out);
+    else
+        ffn_share(m, l, NULL, n, in, out);
+}
+
+/* Layer l's routed experts on the current rank's columns of each (all of
+ * them without tensor parallel). */
+static void moe_routed(model *m, int l, int n, const float *in, const float *router_in,
+                       float *out)
 {
     const layer_weights *w = &m->weights.layers[l];
     const model_config *c = &m->config;
@@ -786,6 +879,25 @@ void model_moe_ffn_routed(model *m, int l, int n, const float *in, const float *
         .expert_scale = bk_weight_present(&w->moe_expert_scale) ? &w->moe_expert_scale : NULL,
     };
     m->bk->ops->ffn_moe(m->bk, &moe, in, n, out);
+}
+
+/* A rank's share: every rank routes the rows the same way (the router is
+ * whole on each). */
+static void moe_share(model *m, int l, const bk_batch *rows, int n, const float *in, float *out)
+{
+    (void)rows;
+    moe_routed(m, l, n, in, NULL, out);
+}
+
+void model_moe_ffn_routed(model *m, int l, int n, const float *in, const float *router_in,
+                          float *out)
+{
+    if (m->tp > 1) {
+        MEMRA_ASSERT(!router_in); /* no family that routes on its own input splits */
+        tp_sublayer(m, moe_share, l, NULL, n, in, out);
+    } else {
+        moe_routed(m, l, n, in, router_in, out);
+    }
 }
 
 void model_moe_ffn(model *m, int l, int n, const float *in, float *out)
@@ -814,6 +926,8 @@ float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *token
     const model_config *c = &m->config;
     int n = rows->n;
     MEMRA_ASSERT(n > 0 && n <= s->cap);
+    if (m->tp > 1) /* the step starts on the leader, whoever was bound */
+        backend_bind(m->bk);
     for (int st = 0; st < m->n_stages; st++) {
         if (m->stage_state) {
             backend *prev = m->bk;

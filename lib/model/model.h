@@ -131,6 +131,10 @@ typedef struct {
     /* an MTP block's or an assistant's hidden-state input, [cap][dim] or
      * [cap][backbone_dim] (model_mtp_input, model_assistant_input) */
     float *h_in;
+    /* a tensor-parallel rank only (model.tp > 1): its sublayer input from
+     * the leader, and its share of the sublayer's output (the leader's
+     * tp_in receives the other ranks' shares), [cap][dim] */
+    float *tp_in, *tp_part;
     /* last, so a pipeline stage's activations are the bytes before it
      * (model.stage_state) */
     kv_cache kv;         /* K and V of every attention layer, paged; the recurrent state */
@@ -201,6 +205,22 @@ struct model {
     int stage_first[BACKEND_MAX_STAGES + 1];
     run_state *stage_state;
     int layer_begin, layer_end;
+
+    /* Tensor parallel (model_opts.tp > 1 on a group backend of tp members;
+     * tensor_parallel.c, docs/decisions/0029): rank r holds a 1/tp share
+     * of every layer's heads and FFN columns (rank_layers[r], rank_attn[r])
+     * and activations of its own (rank_state[r]); the leader, the last
+     * rank, also runs the rest (embedding, norms, residual stream, head),
+     * and sums the ranks' shares of each attention and FFN output in rank
+     * order. bk, weights.layers, attn and state's activations are the
+     * current rank's (rank_now); outside a sublayer, the leader's. */
+    int tp, rank_now;
+    int bind_rank;            /* the rank whose share bind_weight cuts (loading) */
+    layer_weights *rank_layers[BACKEND_MAX_STAGES];
+    bk_attn *rank_attn[BACKEND_MAX_STAGES];
+    run_state *rank_state;
+    void **tp_copies;         /* column shares copied out of the checkpoint, owned */
+    int n_tp_copies;
 };
 
 typedef struct {
@@ -210,6 +230,8 @@ typedef struct {
     int kv_blocks;      /* blocks in the pool */
     int state_slots;    /* sequences holding recurrent state at once (recurrent families) */
     int mtp;            /* load the checkpoint's MTP block (model_forward_mtp) */
+    int tp;             /* > 1: tensor-parallel ranks, one per member of the group
+                         * backend (backend_pipeline_create), instead of stages */
     /* An assistant checkpoint (config_is_assistant) drafts for this model,
      * on its backend and KV cache; kv_* and state_slots are then unused. */
     const model *target;
@@ -276,6 +298,10 @@ float *model_forward_assistant_logits(model *m, const bk_batch *rows, const int3
 void model_assistant_input(model *m, const float *h, int n);
 
 /* ---- for the family forward passes ---- */
+
+/* The dense FFN of layer l (ffn_gate, ffn_up, ffn_down, the family's
+ * activation) on `in`, into out ([n][dim]). */
+void model_ffn(model *m, int l, int n, const float *in, float *out);
 
 /* Report the residual stream x to the hidden-state hook, if set. */
 void model_report_hidden(model *m, int index, const bk_batch *rows, const float *x);

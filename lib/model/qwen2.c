@@ -85,4 +85,5 @@ const model_family_desc family_qwen2 = {
     .n_tensor_names = MEMRA_ARRAY_LEN(qwen2_tensor_names),
     .forward = llama_forward,
     .act = BK_ACT_SILU,
+    .tensor_parallel = 1,
 };

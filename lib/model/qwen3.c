@@ -90,4 +90,5 @@ const model_family_desc family_qwen3 = {
     .n_tensor_names = MEMRA_ARRAY_LEN(qwen3_tensor_names),
     .forward = llama_forward,
     .act = BK_ACT_SILU,
+    .tensor_parallel = 1,
 };

@@ -171,4 +171,5 @@ const model_family_desc family_qwen3_moe = {
     .n_tensor_names = MEMRA_ARRAY_LEN(qwen3_moe_tensor_names),
     .forward = qwen3_moe_forward,
     .act = BK_ACT_SILU,
+    .tensor_parallel = 1,
 };

@@ -1354,7 +1354,7 @@ int serve_model_load(const serve_model_opts *o, serve_model **out, memra_err *er
     eo.n_threads = o->n_threads;
     eo.backend = o->backend;
     eo.device = o->device;
-    if (engine_opts_parallel(&eo, o->devices, o->pp, err) != 0)
+    if (engine_opts_parallel(&eo, o->devices, o->pp, o->tp, err) != 0)
         goto fail;
     eo.kv_type = o->kv_type;
     eo.n_ctx = o->n_ctx;

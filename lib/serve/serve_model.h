@@ -104,6 +104,7 @@ typedef struct {
     int device;                /* CUDA device index (BK_CUDA) */
     const char *devices;       /* a pipeline's devices, one per stage (engine_opts_parallel) */
     int pp;                    /* pipeline stages; 0: one per device listed, else one */
+    int tp;                    /* tensor-parallel ranks; 0 or 1: none */
     kv_type kv_type;           /* KV_DEFAULT: the backend's default (zero is KV_F32) */
     int prefix_cache;          /* share prompts' KV blocks across requests (per tenant) */
     int cache_blocks;          /* idle cached blocks kept; <= 0: as many as the pool holds */

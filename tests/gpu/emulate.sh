@@ -5,8 +5,9 @@
 # host memory for device memory), then runs memra-parity --kernels,
 # test_engine_sample (sampling on the device through the engine, KV types,
 # device selection on two emulated devices), test_cuda_engine (pipeline
-# stages on two emulated devices), the HF parity fixtures on the emulated
-# device and a pipeline's bytes against one device's. It
+# stages and tensor-parallel ranks on two emulated devices), the HF parity
+# fixtures on the emulated device, a pipeline's bytes against one
+# device's and tensor parallel against transformers. It
 # checks what the kernels compute (indices, reductions, barriers, batch
 # invariance, alignment of 16-byte loads; with --asan every out-of-bounds
 # access), not speed, nor anything that needs real concurrency.
@@ -97,7 +98,7 @@ echo "$out"
 [ $rest_ok = 1 ] || { echo "emulate: the kernel check or test_engine_sample failed" >&2; exit 1; }
 if echo "$out" | grep 'skipped' >/dev/null; then echo "emulate: a case was skipped" >&2; exit 1; fi
 [ $quick = 1 ] && exit 0
-echo "emulate: test_cuda_engine (two emulated devices: a pipeline's stages on both)"
+echo "emulate: test_cuda_engine (two emulated devices: a pipeline's stages, tensor-parallel ranks)"
 MEMRA_EMU_DEVICES=2 MEMRA_TEST_DATA=${MEMRA_TEST_DATA:-build/test-data} "$B/tests/test_cuda_engine"
 echo "emulate: HF parity fixtures on the emulated device"
 T=$(mktemp -d)
@@ -117,6 +118,13 @@ ids=$(seq -s, 1 40)
 for n in tiny-qwen3 tiny-qwen3-moe; do
   if MEMRA_EMU_DEVICES=2 "$B/bin/memra-parity" "$T/$n" --backends cuda,cuda --pp 2 --devices 0,1 \
        --prompt-ids "$ids" --max-abs 0 | tail -1; then :
+  else fails=$((fails + 1)); fi
+done
+# Tensor parallel over two emulated devices: transformers' logits within
+# the bounds one device meets (the ranks' sums change the order of adds).
+for n in tiny-qwen3 tiny-qwen3-moe; do
+  if MEMRA_EMU_DEVICES=2 "$B/bin/memra-parity" "$T/$n" --reference "$P/$n.safetensors" \
+       --backend cuda --tp 2 --devices 0,1 | tail -1; then :
   else fails=$((fails + 1)); fi
 done
 [ $fails -eq 0 ] && echo "emulate: all passed"

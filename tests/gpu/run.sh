@@ -13,7 +13,8 @@
 #      with two or more GPUs, the last one runs the engine test and
 #      memra-gen gives the same greedy ids on it as on device 0
 #   2c. pipeline parallel: two stages on one card (or on cards 0 and 1)
-#      give one device's logits and greedy ids
+#      give one device's logits and greedy ids; tensor parallel: two ranks
+#      within one device's bounds, the same greedy ids every run
 #   3. every family's HF parity fixture on CUDA (tests/fixtures/parity),
 #      as an HF dir and as GGUF; stories260K and the project's tiny models
 #   4. --backends cpu-ref,cuda on the same checkpoints
@@ -133,6 +134,23 @@ for cfg in tiny-qwen3 tiny-qwen3_5; do
 done
 check "memra-gen --pp $pp_n --devices $pp_devs: one device's greedy ids" \
   bash -c "a=\$(memra-gen '$STORIES' --backend cuda -n 40 --temp 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])'); b=\$(env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --pp $pp_n --devices $pp_devs -n 40 --temp 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])'); echo \"\$a\"; [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ]"
+
+echo "== tensor parallel (--tp): one device's bounds, the same bytes every run"
+# Two ranks on the cards of the pipeline check: transformers' logits within
+# the bounds one device meets, a 600-token prompt against one device, and
+# greedy ids the same run after run.
+P=tests/fixtures/parity
+for n in tiny-qwen3 tiny-qwen3-moe; do
+  memra-convert --random "$P/configs/$n.json" --seed 1 --outtype f32 "$T/tp-$n" >/dev/null 2>&1
+  check "$n: 2 ranks on devices $pp_devs match transformers" \
+    env -u CUDA_VISIBLE_DEVICES memra-parity "$T/tp-$n" --reference "$P/$n.safetensors" --backend cuda \
+    --tp 2 --devices "$pp_devs"
+done
+check "tiny-qwen3 (bf16): 2 ranks against one device over 600 ids" \
+  env -u CUDA_VISIBLE_DEVICES memra-parity "$T/pp-tiny-qwen3" --backends cuda,cuda --tp 2 --devices "$pp_devs" \
+  --prompt-ids "$(seq -s, 1 600)"
+check "memra-gen --tp 2 --devices $pp_devs: the same greedy ids twice" \
+  bash -c "a=\$(env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --tp 2 --devices $pp_devs -n 40 --temp 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])'); b=\$(env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --tp 2 --devices $pp_devs -n 40 --temp 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])'); echo \"\$a\"; [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ]"
 
 echo "== HF parity fixtures on CUDA"
 P=tests/fixtures/parity

@@ -45,21 +45,7 @@ if [ -n "$URL" ]; then
     bash -c "[ \"\$(curl -sS -m 20 '$URL/v1/completions' -H 'Content-Type: application/json' -d '$body' | jq -r '.choices[0].text')\" = \"\$1\" ]" _ "$text"
   # four at once: batched decode steps through both stages, each request
   # the bytes it has alone
-  prompts=("Once upon a time" "The little dog" "Lily and Tom went" "One day the sun")
-  curls=()
-  for i in 0 1 2 3; do
-    curl -sS -m 30 "$URL/v1/completions" -H 'Content-Type: application/json' \
-      -d "{\"model\":\"m\",\"prompt\":\"${prompts[$i]}\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true}" \
-      >"$T/pp-c$i.json" &
-    curls+=($!)
-  done
-  wait "${curls[@]}" # not the server, also a child of this shell
-  ok=1
-  for i in 0 1 2 3; do
-    want=$(memra-gen "$STORIES" -p "${prompts[$i]}" -n 40 --temp 0 --ignore-eos -t 2 2>/dev/null)
-    [ "$(jq -r '.choices[0].text' "$T/pp-c$i.json")" = "$want" ] || ok=0
-  done
-  check "memra-serve --pp 2: four concurrent greedy completions are memra-gen's" [ $ok = 1 ]
+  check "memra-serve --pp 2: four concurrent greedy completions are memra-gen's" concurrent_like_gen "$STORIES"
   stop_server "$PID"
 else
   fail "memra-serve --pp 2 starts"
@@ -74,7 +60,7 @@ expect_error "more stages than layers" 1 "2 layers cannot fill a pipeline of 3 s
 memra-convert --random "$P/configs/tiny-gemma4.json" --seed 1 --outtype f32 "$T/tiny-gemma4" 2>/dev/null
 expect_error "gemma4's per-layer inputs stay on one device" 1 "gemma4 model's per-layer inputs .* runs on one device" \
   memra-gen "$T/tiny-gemma4" --prompt-ids 1,2 -n 1 --backend cpu --pp 2
-expect_error "--pp with --perplexity" 2 "--pp and --devices go with --reference or --backends" \
+expect_error "--pp with --perplexity" 2 "--pp, --tp and --devices go with --reference or --backends" \
   memra-parity "$STORIES" --perplexity README.md --pp 2
 expect_error "a device list that is not a list" 2 "--devices: '0,,1' is not a comma-separated list" \
   memra-serve -m "m=$STORIES" --backend cuda --devices 0,,1

@@ -64,3 +64,25 @@ status() { local m=$1 p=$2; shift 2; c -o /dev/null -w '%{http_code}' -X "$m" "$
 # The concatenated text of an SSE stream (chat deltas or completion text).
 sse_text() { sed -n 's/^data: //p' | grep -v '^\[DONE\]$' | jq -j 'select(.choices | length > 0) | .choices[0] | (.delta.content // .text // "")'; }
 export -f sse_text
+
+# concurrent_like_gen MODEL [memra-gen flags]: four greedy completions sent
+# to model "m" at $URL at once (their decode steps batched), each checked
+# against memra-gen MODEL with those flags alone; returns 0 when all four
+# match.
+concurrent_like_gen() {
+  local model=$1 i ok=0 want
+  shift
+  local prompts=("Once upon a time" "The little dog" "Lily and Tom went" "One day the sun") curls=()
+  for i in 0 1 2 3; do
+    curl -sS -m 30 "$URL/v1/completions" -H 'Content-Type: application/json' \
+      -d "{\"model\":\"m\",\"prompt\":\"${prompts[$i]}\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true}" \
+      >"$T/concurrent-$i.json" &
+    curls+=($!)
+  done
+  wait "${curls[@]}" # not the server, also a child of this shell
+  for i in 0 1 2 3; do
+    want=$(memra-gen "$model" -p "${prompts[$i]}" -n 40 --temp 0 --ignore-eos -t 2 "$@" 2>/dev/null)
+    [ -n "$want" ] && [ "$(jq -r '.choices[0].text' "$T/concurrent-$i.json")" = "$want" ] || ok=1
+  done
+  return $ok
+}

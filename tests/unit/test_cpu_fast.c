@@ -655,7 +655,7 @@ static void test_attention_is_reference(void)
                 kv_seq sq;
                 kv_seq_init(&sq, &kc);
                 CHECK(kv_seq_reserve(&sq, N, &err) == 0);
-                bk_attn a = {0, NH, NKV, HD, 0.125f, 0, kt ? 6 : 0, 0};
+                bk_attn a = {0, NH, NKV, HD, 0.125f, 0, kt ? 6 : 0, 0, 0};
                 int32_t pos[N];
                 kv_seq *seqs[N];
                 for (int i = 0; i < N; i++) {

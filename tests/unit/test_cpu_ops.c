@@ -240,7 +240,7 @@ static void test_attention(void)
                 /* interleave another sequence's blocks */
                 CHECK(kv_seq_reserve(&other, 5, &err) == 0);
                 CHECK(kv_seq_reserve(&s, N, &err) == 0);
-                bk_attn a = {1, NH, NKV, HD, 0.35f, caps[ci], windows[wi], 0};
+                bk_attn a = {1, NH, NKV, HD, 0.35f, caps[ci], windows[wi], 0, 0};
                 int32_t pos[N];
                 kv_seq *seqs[N];
                 for (int i = 0; i < N; i++) {
@@ -303,7 +303,7 @@ static void test_attention_large_scores(void)
     kv_seq s;
     kv_seq_init(&s, &kc);
     CHECK(kv_seq_reserve(&s, N, &err) == 0);
-    bk_attn a = {0, NH, NKV, HD, 1.0f, 0, 0, 0};
+    bk_attn a = {0, NH, NKV, HD, 1.0f, 0, 0, 0, 0};
     int32_t pos[N];
     kv_seq *seqs[N];
     for (int i = 0; i < N; i++) {
@@ -479,7 +479,7 @@ static void test_qk_norm_rope(void)
     for (int i = 0; i < HD / 2; i++)
         inv[i] = 1.0f / powf(1e6f, (float)(2 * i) / HD);
     bk_rope rope = {ROPE_PAIR_NEOX, HD / 2, inv, 1.0f};
-    bk_attn a = {0, NH, NKV, HD, 1, 0, 0, 0};
+    bk_attn a = {0, NH, NKV, HD, 1, 0, 0, 0, 0};
     float q[NH * HD], k[NKV * HD], q0[NH * HD], k0[NKV * HD];
     fill(q, NH * HD, 2);
     fill(k, NKV * HD, 2);

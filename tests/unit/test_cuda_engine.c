@@ -1209,6 +1209,48 @@ static void pipeline_models(backend_kind kind, int n_devices, const char *what)
 
 static void test_pipeline_cpu(void) { pipeline_models(BK_CPU, 1, "cpu"); }
 
+/* ---- tensor parallel (test_pipeline.h) ---- */
+
+/* stories260K (llama, 4 KV heads: 2 and 4 ranks) and a routed MoE
+ * (tiny-qwen3-moe, 2 KV heads), random weights. The bound is on the
+ * largest logit: the sums over ranks change the order of additions
+ * (tensor_parallel_check). */
+static void tensor_parallel_models(backend_kind kind, int n_devices, double bound,
+                                   const char *what)
+{
+    checkpoint ck;
+    char label[128];
+    if (open_stories(&ck) == 0) {
+        snprintf(label, sizeof label, "%s stories260K", what);
+        tensor_parallel_check(&ck, kind, n_devices, bound, label);
+        checkpoint_close(&ck);
+    }
+    const char *config = "tests/fixtures/parity/configs/tiny-qwen3-moe.json";
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/memra-test-tp-%d-%s", test_tmp_dir(), (int)getpid(), what);
+    memra_err err = {{0}};
+    convert_opts co = {.outtype = DT_F32, .n_threads = 2};
+    if (convert_random(config, 3, dir, &co, &err) != 0 || checkpoint_open(dir, &ck, &err) != 0) {
+        CHECK_MSG(0, "%s: %s", config, err.msg);
+        return;
+    }
+    snprintf(label, sizeof label, "%s tiny-qwen3-moe", what);
+    tensor_parallel_check(&ck, kind, n_devices, bound, label);
+    checkpoint_close(&ck);
+    rm_rf(dir);
+}
+
+static void test_tensor_parallel_cpu(void) { tensor_parallel_models(BK_CPU, 1, 1e-5, "cpu"); }
+
+static void test_cuda_tensor_parallel(void)
+{
+    if (skip_without_gpu())
+        return;
+#if MEMRA_CUDA
+    tensor_parallel_models(BK_CUDA, cuda_device_count() > 1 ? 2 : 1, 1e-5, "cuda");
+#endif
+}
+
 static void test_cuda_pipeline(void)
 {
     if (skip_without_gpu())
@@ -1226,4 +1268,5 @@ TEST_MAIN(TEST_CASE(test_cuda_refused_cleanly), TEST_CASE(test_batch_vs_alone_cp
           TEST_CASE(test_cuda_batch_vs_alone),
           TEST_CASE(test_cuda_families), TEST_CASE(test_cuda_kv_f16),
           TEST_CASE(test_cuda_weight_formats), TEST_CASE(test_cuda_hybrid_prefix),
-          TEST_CASE(test_pipeline_cpu), TEST_CASE(test_cuda_pipeline))
+          TEST_CASE(test_pipeline_cpu), TEST_CASE(test_cuda_pipeline),
+          TEST_CASE(test_tensor_parallel_cpu), TEST_CASE(test_cuda_tensor_parallel))

@@ -208,7 +208,7 @@ static void attn_task(void *ctx, int task, int thread)
     attn_job *j = ctx;
     const bk_attn *a = j->a;
     int i = task / a->n_heads, h = task % a->n_heads, hd = a->head_dim;
-    int kvh = h / (a->n_heads / a->n_kv_heads);
+    int kvh = a->kv_head0 + h / (a->n_heads / a->n_kv_heads);
     const kv_seq *s = j->rows->seq[i];
     const kv_cache *kc = s->cache;
     int64_t hi = j->rows->pos[i], lo = 0;
@@ -298,11 +298,14 @@ static void kv_store_task(void *ctx, int task, int thread)
     (void)thread;
     const kv_store_job *j = ctx;
     size_t kv_dim = (size_t)j->a->n_kv_heads * j->a->head_dim;
+    /* a tensor-parallel rank's heads start kv_head0 heads into the row */
+    int64_t col0 = (int64_t)j->a->kv_head0 * j->a->head_dim;
     int i1 = (task + 1) * KV_STORE_ROWS < j->rows->n ? (task + 1) * KV_STORE_ROWS : j->rows->n;
     for (int i = task * KV_STORE_ROWS; i < i1; i++) {
         kv_seq *s = j->rows->seq[i];
         kv_cache *kc = s->cache;
-        size_t off = kv_offset(kc, s, j->a->layer, j->rows->pos[i]);
+        MEMRA_ASSERT(col0 + (int64_t)kv_dim <= kc->kv_dim);
+        size_t off = kv_offset(kc, s, j->a->layer, j->rows->pos[i]) + kv_row_bytes(kc->type, col0);
         kv_store(kc, kc->k, off, j->k + (size_t)i * kv_dim, (int64_t)kv_dim);
         kv_store(kc, kc->v, off, j->v + (size_t)i * kv_dim, (int64_t)kv_dim);
     }

@@ -234,6 +234,26 @@ static int cuda_kv_layers(const cuda_backend *cb, const kv_cache *kv)
     return cb->has_win ? cb->win.kv_n : kv->n_layers;
 }
 
+/* Bytes of one position's row in this backend's pool: a tensor-parallel
+ * rank's window keeps its heads' columns only. */
+static size_t cuda_kv_row_bytes(const cuda_backend *cb, const kv_cache *kv)
+{
+    return cb->has_win && cb->win.kv_cols > 0 ? kv_row_bytes(kv->type, cb->win.kv_cols)
+                                              : kv->row_bytes;
+}
+
+/* The pool for attention layer a: its heads' first column is the base
+ * (a rank's heads start kv_head0 heads into the cache's row, which the
+ * window may start before), its width the layer's. */
+static cu_kv_pool cuda_pool(const cuda_backend *cb, const kv_cache *kc, const bk_attn *a)
+{
+    int64_t col = (int64_t)a->kv_head0 * a->head_dim - (cb->has_win ? cb->win.kv_col_lo : 0);
+    size_t off = kv_row_bytes(kc->type, col);
+    return (cu_kv_pool){(uint8_t *)cb->kv_k + off, (uint8_t *)cb->kv_v + off, (int)kc->type, kc->n_blocks,
+                        kc->block_size, (int64_t)a->n_kv_heads * a->head_dim,
+                        (int64_t)cuda_kv_row_bytes(cb, kc)};
+}
+
 size_t cuda_state_stride(const cuda_backend *cb, const kv_cache *kv)
 {
     return cb->has_win ? cb->win.state_n : kv->state_floats;
@@ -260,7 +280,7 @@ int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err)
     }
     int n_layers = cuda_kv_layers(cb, kv);
     size_t bytes = (size_t)n_layers * (size_t)kv->n_blocks * (size_t)kv->block_size *
-                   kv->row_bytes;
+                   cuda_kv_row_bytes(cb, kv);
     char what[256];
     snprintf(what, sizeof what, "the KV cache's K (%s, %d layers x %d blocks of %d tokens x %"
              PRId64 ")", kv_type_name(kv->type), n_layers, kv->n_blocks, kv->block_size,
@@ -359,8 +379,7 @@ static void flash_prefill(cuda_backend *cb, const kv_cache *kc, const bk_attn *a
                           const float *k, const float *v, float *out)
 {
     /* the layer's width: narrower layers use the front of each row */
-    cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kc->type, kc->n_blocks, kc->block_size,
-                       (int64_t)a->n_kv_heads * a->head_dim, (int64_t)kc->row_bytes};
+    cu_kv_pool pool = cuda_pool(cb, kc, a);
     cu_attn at = {a->layer - (cb->has_win ? cb->win.kv_lo : 0), a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
                   a->window, 0, 0};
     int n = rows->n;
@@ -417,7 +436,9 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
         }
     }
     int lo = cb->has_win ? cb->win.kv_lo : 0, nl = cuda_kv_layers(cb, kc);
-    if ((int64_t)a->n_kv_heads * a->head_dim > kc->kv_dim || a->layer < lo ||
+    int64_t col = (int64_t)a->kv_head0 * a->head_dim - (cb->has_win ? cb->win.kv_col_lo : 0);
+    int64_t cols = cb->has_win && cb->win.kv_cols > 0 ? cb->win.kv_cols : kc->kv_dim;
+    if (col < 0 || col + (int64_t)a->n_kv_heads * a->head_dim > cols || a->layer < lo ||
         a->layer >= lo + nl || a->layer >= kc->n_layers || a->n_kv_heads <= 0 ||
         a->n_heads % a->n_kv_heads != 0) {
         cuda_failf(cb, "attention: layer %d with %d heads / %d KV heads of %d does not fit the KV "
@@ -436,7 +457,7 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
      * per-64-key kernel (docs/decisions/0008); the grid is the rows' most
      * splits. */
     const int dec = attn_decode_fits(a->n_heads, a->n_kv_heads, a->head_dim) &&
-                    (kc->type == KV_Q8_0 || kc->row_bytes % 16 == 0);
+                    (kc->type == KV_Q8_0 || cuda_kv_row_bytes(cb, kc) % 16 == 0);
     const int splits = dec ? decode_splits(cb, a->n_heads, a->n_kv_heads) : 0;
     const int split_min = cb->tune.attn_split_min;
     int max_chunks = 1;
@@ -474,8 +495,7 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
     if (!part)
         return;
     /* the layer's width: narrower layers use the front of each row */
-    cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kc->type, kc->n_blocks, kc->block_size,
-                       (int64_t)a->n_kv_heads * a->head_dim, (int64_t)kc->row_bytes};
+    cu_kv_pool pool = cuda_pool(cb, kc, a);
     cu_attn at = {a->layer - (cb->has_win ? cb->win.kv_lo : 0), a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
                   a->window, splits, split_min};
     if (k && CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))

@@ -201,9 +201,14 @@ static int cuda_act_import(backend *b, float *dst, backend *from, const float *s
     if (cb->failed || fb->failed)
         return 0; /* recorded already: the step's status says */
     int dev = cb->info.index, fdev = fb->info.index;
+    /* either side's held-back add (a residual add waiting for a norm, or
+     * a sum the copy is about to overwrite the input of) goes first */
+    if (CU_OK(cb, cudaSetDevice(dev)))
+        return 0;
+    cuda_flush_pending(cb);
     if (CU_OK(fb, cudaSetDevice(fdev)))
         return 0;
-    cuda_flush_pending(fb); /* the stage's last residual add, held back for a norm */
+    cuda_flush_pending(fb);
     if (CU_OK(fb, cudaEventRecord(fb->xfer, fb->stream)) ||
         CU_OK(cb, cudaSetDevice(dev)) || CU_OK(cb, cudaStreamWaitEvent(cb->stream, fb->xfer, 0)))
         return 0;
