@@ -417,11 +417,13 @@ backend *backend_cuda_create(int device, memra_err *err);
 /* Any of the above; n_threads is the CPU's, device the GPU's. */
 backend *backend_create(backend_kind k, int device, int n_threads, memra_err *err);
 
-/* ---- pipeline parallel (backend/pipeline.c) ----
+/* ---- pipeline and tensor parallel (backend/pipeline.c) ----
  *
  * A pipeline is n backends of one kind (one per device, or n CPU
  * backends), each running a contiguous range of the model's layers (a
- * stage). The model runs every op on its stage's backend (model_init asks
+ * stage), or, for a model loaded with model_opts.tp, a share of every
+ * layer's heads and FFN columns (a tensor-parallel rank; the last is the
+ * leader, model.h). The model runs every op on its stage's backend (model_init asks
  * backend_stage for them) and passes the residual stream from one stage
  * to the next (backend_act_move); the pipeline object itself runs no ops:
  * it is what the engine holds, and fans its per-step and per-cache calls
