@@ -65,7 +65,8 @@ typedef struct {
      * and FFN columns split over tp ranks (0 or 1: none), placed like
      * pipeline stages (devices[r], or every rank on `device`); not with
      * pp > 1. Deterministic run to run; the sums over ranks differ from
-     * one backend's in order. llama, qwen2, qwen3, qwen3_moe, gemma3. */
+     * one backend's in order. llama, qwen2, qwen3, qwen3_moe, gemma3,
+     * qwen3_5, qwen3_5_moe. */
     int tp;
     int devices[BACKEND_MAX_STAGES];
     int n_devices;

@@ -186,8 +186,10 @@ static int bind_layer(model *m, const contract_binding *b, int l, layer_weights 
         lw->ssm_conv.cols = (int64_t)conv->n_elements;
         lw->ssm_conv.rows = 1;
         lw->ssm_conv.row_bytes = (size_t)conv->nbytes;
-        if (m->bk->ops->weight_prepare(m->bk, &lw->ssm_conv, err) != 0)
+        if (tp_cut(m, ROLE_SSM_CONV, &lw->ssm_conv, err) != 0 ||
+            m->bk->ops->weight_prepare(m->bk, &lw->ssm_conv, err) != 0)
             return -1;
+        tp_settle(m, &lw->ssm_conv, conv->data);
     }
     /* The layer's output scale is one value, read once here. */
     lw->layer_scale = 1.0f;
@@ -652,7 +654,7 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
     m->act = fam->act;
     setup_layers(m);
     if (m->tp > 1)
-        tp_rank_attn(m);
+        tp_rank_shapes(m);
     if ((m->target && assistant_layers(m, err) != 0) ||
         (fam->v_norm && setup_v_norm(m, err) != 0)) {
         model_free(m);
@@ -835,12 +837,18 @@ static void attention_share(model *m, int l, const bk_batch *rows, int n_rows, c
     op->matmul(m->bk, &w->wo, &w->bo, s->att, n, out);
 }
 
+void model_sublayer(model *m, model_share_fn f, int l, const bk_batch *rows, int n,
+                    const float *in, float *out)
+{
+    if (m->tp > 1 && !m->tp_inside)
+        tp_sublayer(m, f, l, rows, n, in, out);
+    else
+        f(m, l, rows, n, in, out);
+}
+
 void model_attention(model *m, int l, const bk_batch *rows, const float *in, float *out)
 {
-    if (m->tp > 1)
-        tp_sublayer(m, attention_share, l, rows, rows->n, in, out);
-    else
-        attention_share(m, l, rows, rows->n, in, out);
+    model_sublayer(m, attention_share, l, rows, rows->n, in, out);
 }
 
 static void ffn_share(model *m, int l, const bk_batch *rows, int n, const float *in, float *out)
@@ -853,10 +861,7 @@ static void ffn_share(model *m, int l, const bk_batch *rows, int n, const float 
 
 void model_ffn(model *m, int l, int n, const float *in, float *out)
 {
-    if (m->tp > 1)
-        tp_sublayer(m, ffn_share, l, NULL, n, in, out);
-    else
-        ffn_share(m, l, NULL, n, in, out);
+    model_sublayer(m, ffn_share, l, NULL, n, in, out);
 }
 
 /* Layer l's routed experts on the current rank's columns of each (all of
@@ -894,7 +899,7 @@ void model_moe_ffn_routed(model *m, int l, int n, const float *in, const float *
 {
     if (m->tp > 1) {
         MEMRA_ASSERT(!router_in); /* no family that routes on its own input splits */
-        tp_sublayer(m, moe_share, l, NULL, n, in, out);
+        model_sublayer(m, moe_share, l, NULL, n, in, out);
     } else {
         moe_routed(m, l, n, in, router_in, out);
     }
@@ -905,8 +910,12 @@ void model_moe_ffn(model *m, int l, int n, const float *in, float *out)
     model_moe_ffn_routed(m, l, n, in, NULL, out);
 }
 
-void model_delta_net(model *m, int l, const bk_batch *rows, const float *in, float *out)
+/* The gated DeltaNet sublayer on the current rank's key and value heads
+ * (all of them without tensor parallel). */
+static void delta_share(model *m, int l, const bk_batch *rows, int n_rows, const float *in,
+                        float *out)
 {
+    (void)n_rows;
     const backend_ops *op = m->bk->ops;
     const layer_weights *w = &m->weights.layers[l];
     run_state *s = &m->state;
@@ -917,6 +926,11 @@ void model_delta_net(model *m, int l, const bk_batch *rows, const float *in, flo
     op->matmul(m->bk, &w->ssm_alpha, NULL, in, n, s->lin_a);
     op->delta_net(m->bk, &m->delta[l], rows, s->lin_qkv, s->lin_z, s->lin_b, s->lin_a, s->lin_o);
     op->matmul(m->bk, &w->ssm_out, NULL, s->lin_o, n, out);
+}
+
+void model_delta_net(model *m, int l, const bk_batch *rows, const float *in, float *out)
+{
+    model_sublayer(m, delta_share, l, rows, rows->n, in, out);
 }
 
 float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *tokens, int logits_from)

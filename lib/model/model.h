@@ -215,9 +215,11 @@ struct model {
      * order. bk, weights.layers, attn and state's activations are the
      * current rank's (rank_now); outside a sublayer, the leader's. */
     int tp, rank_now;
+    int tp_inside;            /* running one rank's share of a sublayer (model_sublayer) */
     int bind_rank;            /* the rank whose share bind_weight cuts (loading) */
     layer_weights *rank_layers[BACKEND_MAX_STAGES];
     bk_attn *rank_attn[BACKEND_MAX_STAGES];
+    bk_delta *rank_delta[BACKEND_MAX_STAGES]; /* recurrent families */
     run_state *rank_state;
     void **tp_copies;         /* column shares copied out of the checkpoint, owned */
     int n_tp_copies;
@@ -298,6 +300,20 @@ float *model_forward_assistant_logits(model *m, const bk_batch *rows, const int3
 void model_assistant_input(model *m, const float *h, int n);
 
 /* ---- for the family forward passes ---- */
+
+/* A sublayer of layer l on `in` [n][dim], into out [n][dim]: what a family
+ * runs between a norm and the residual add. */
+typedef void (*model_share_fn)(model *m, int l, const bk_batch *rows, int n, const float *in,
+                               float *out);
+/* Run f once, or over the tensor-parallel ranks: each runs its share (its
+ * heads and columns) on its copy of `in`, and the shares are summed in
+ * rank order into out. f must be linear in the ranks' shares: matmuls
+ * over its heads or columns, and per-row scales every rank computes from
+ * `in` alike. Inside f, model_attention, model_ffn, model_moe_ffn and
+ * model_delta_net run the current rank's share. model_attention,
+ * model_ffn, model_moe_ffn and model_delta_net are such sublayers. */
+void model_sublayer(model *m, model_share_fn f, int l, const bk_batch *rows, int n,
+                    const float *in, float *out);
 
 /* The dense FFN of layer l (ffn_gate, ffn_up, ffn_down, the family's
  * activation) on `in`, into out ([n][dim]). */

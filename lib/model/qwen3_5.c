@@ -370,8 +370,7 @@ static void qwen3_5_layer(model *m, int l, const bk_batch *rows)
     int n = rows->n;
     qwen3_5_mixer_step(m, l, rows);
     op->rmsnorm(m->bk, s->x, n, &w->ffn_norm, m->norm_offset, m->norm_eps, s->xb);
-    op->ffn_glu(m->bk, &w->ffn_gate, &w->ffn_up, &w->ffn_down, m->act, s->xb, n, s->hb, s->hb2,
-                s->xb2);
+    model_ffn(m, l, n, s->xb, s->xb2);
     op->add(m->bk, s->x, s->xb2, (size_t)n * (size_t)m->config.dim);
 }
 
@@ -413,5 +412,6 @@ const model_family_desc family_qwen3_5 = {
     .forward = qwen3_5_forward,
     .layer = qwen3_5_layer,
     .act = BK_ACT_SILU,
+    .tensor_parallel = 1,
     .norm_adds_one = 1,
 };

@@ -139,25 +139,36 @@ static void qwen3_5_moe_contract(const model_config *c, tensor_contract *k)
 
 /* ---- forward ---- */
 
+/* The routed experts plus the shared expert, scaled by its gate: a
+ * sublayer (model_sublayer), so over tensor-parallel ranks each adds its
+ * columns of both, the gate computed from the whole input on every rank. */
+static void qwen3_5_moe_block(model *m, int l, const bk_batch *rows, int n, const float *in,
+                              float *out)
+{
+    (void)rows;
+    const backend_ops *op = m->bk->ops;
+    const layer_weights *w = &m->weights.layers[l];
+    run_state *s = &m->state;
+    model_moe_ffn(m, l, n, in, out);
+    op->ffn_glu(m->bk, &w->shexp_gate, &w->shexp_up, &w->shexp_down, m->act, in, n, s->hb,
+                s->hb2, s->shared);
+    op->matmul(m->bk, &w->shexp_inp, NULL, in, n, s->shared_gate);
+    op->mul_sigmoid(m->bk, s->shared, s->shared_gate, n, m->config.dim, 1);
+    op->add(m->bk, out, s->shared, (size_t)n * (size_t)m->config.dim);
+}
+
 /* As transformers' Qwen3_5MoeDecoderLayer with Qwen3_5MoeSparseMoeBlock
  * (see the top of the file); routing is the backend's ffn_moe. */
 static void qwen3_5_moe_layer(model *m, int l, const bk_batch *rows)
 {
     const backend_ops *op = m->bk->ops;
-    const model_config *c = &m->config;
     const layer_weights *w = &m->weights.layers[l];
     run_state *s = &m->state;
     int n = rows->n;
-    size_t nd = (size_t)n * (size_t)c->dim;
     qwen3_5_mixer_step(m, l, rows);
     op->rmsnorm(m->bk, s->x, n, &w->ffn_norm, m->norm_offset, m->norm_eps, s->xb);
-    model_moe_ffn(m, l, n, s->xb, s->xb2);
-    op->ffn_glu(m->bk, &w->shexp_gate, &w->shexp_up, &w->shexp_down, m->act, s->xb, n, s->hb,
-                s->hb2, s->shared);
-    op->matmul(m->bk, &w->shexp_inp, NULL, s->xb, n, s->shared_gate);
-    op->mul_sigmoid(m->bk, s->shared, s->shared_gate, n, c->dim, 1);
-    op->add(m->bk, s->xb2, s->shared, nd);
-    op->add(m->bk, s->x, s->xb2, nd);
+    model_sublayer(m, qwen3_5_moe_block, l, rows, n, s->xb, s->xb2);
+    op->add(m->bk, s->x, s->xb2, (size_t)n * (size_t)m->config.dim);
 }
 
 static void qwen3_5_moe_forward(model *m, const bk_batch *rows, const int32_t *tokens)
@@ -201,5 +212,6 @@ const model_family_desc family_qwen3_5_moe = {
     .forward = qwen3_5_moe_forward,
     .layer = qwen3_5_moe_layer,
     .act = BK_ACT_SILU,
+    .tensor_parallel = 1,
     .norm_adds_one = 1,
 };

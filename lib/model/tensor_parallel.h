@@ -35,24 +35,23 @@ int tp_cut(model *m, tensor_role role, bk_weight *w, memra_err *err);
  * bytes it was cut from (so it stays present; nothing reads it again). */
 void tp_settle(model *m, bk_weight *w, const uint8_t *view);
 
-/* The ranks' attention shapes (rank_attn) from the whole model's m->attn,
- * which the leader's then replaces. */
-void tp_rank_attn(model *m);
-/* Each rank's part of the cache: every KV layer, its KV heads' columns. */
+/* The ranks' attention and DeltaNet shapes (rank_attn, rank_delta: their
+ * heads, their states' offsets) from the whole model's m->attn and
+ * m->delta, which the leader's then replace. */
+void tp_rank_shapes(model *m);
+/* Each rank's part of the cache: every KV layer, its KV heads' columns,
+ * its heads' part of each recurrent state slot. */
 void tp_cache_windows(model *m);
 
 /* Make rank r current: its backend bound, its weights, attention shapes
  * and activations the model's. */
 void tp_use_rank(model *m, int r);
 
-/* One rank's share of a sublayer of layer l: `in` [n][dim] on that rank,
- * its partial output into out [n][dim]. */
-typedef void (*tp_share_fn)(model *m, int l, const bk_batch *rows, int n, const float *in,
-                            float *out);
-/* Run a sublayer over every rank: the leader's input `in` goes to the
- * others, each runs its share, and the leader sums the shares into out in
- * rank order. Called and returns with the leader current. */
-void tp_sublayer(model *m, tp_share_fn f, int l, const bk_batch *rows, int n, const float *in,
+/* Run a sublayer over every rank (model_sublayer): the leader's input
+ * `in` goes to the others, each runs its share, and the leader sums the
+ * shares into out in rank order. Called and returns with the leader
+ * current. */
+void tp_sublayer(model *m, model_share_fn f, int l, const bk_batch *rows, int n, const float *in,
                  float *out);
 
 /* The ranks' weights, shapes, copies and activations freed; the model's

@@ -8,7 +8,7 @@
 source tests/integration/serve_common.bash
 P=tests/fixtures/parity
 ids=$(seq -s, 3 42)
-for n in tiny-qwen3 tiny-qwen3-moe; do
+for n in tiny-qwen3 tiny-qwen3-moe tiny-qwen3_5 tiny-qwen3_5-moe; do
   memra-convert --random "$P/configs/$n.json" --seed 1 --outtype f32 "$T/$n" 2>/dev/null
   for b in cpu-ref cpu; do
     check "$n on 2 ranks ($b) matches transformers within one backend's bounds" \
@@ -18,6 +18,15 @@ for n in tiny-qwen3 tiny-qwen3-moe; do
   check "$n: 2 ranks within 1e-5 of one backend (the sums in another order)" \
     bash -c "memra-parity '$T/$n' --backends cpu-ref,cpu-ref --tp 2 --prompt-ids $ids --json -t 2 |
              jq -e '.pass and .tp == 2 and .max_abs < 1e-5 and (.hidden_rel_err | max) < 1e-5' >/dev/null"
+done
+
+# the hybrids as GGUF: llama.cpp's tiled order of DeltaNet value heads,
+# each rank's value heads those that read its key heads
+for n in tiny-qwen3_5 tiny-qwen3_5-moe; do
+  memra-convert "$T/$n" "$T/$n.gguf" >/dev/null 2>&1
+  check "$n GGUF on 2 ranks matches transformers within one backend's bounds" \
+    bash -c "memra-parity '$T/$n.gguf' --reference $P/$n.safetensors --backend cpu-ref --tp 2 --json -t 2 |
+             jq -e '.pass and .argmax_agree == .positions' >/dev/null"
 done
 
 # quantized weights: the output and down projections' columns cut inside
@@ -57,11 +66,14 @@ expect_error "heads that do not divide" 1 "8 heads and 4 KV heads do not split e
 expect_error "--pp with --tp" 2 "--pp 2 with --tp 2: a model splits by layers or by heads, not both" \
   memra-gen "$STORIES" -p hi -n 1 --pp 2 --tp 2
 expect_error "--tp past 8" 2 "--tp: 9 is out of range" memra-gen "$STORIES" -p hi -n 1 --tp 9
-memra-convert --random "$P/configs/tiny-qwen3_5.json" --seed 1 --outtype f32 "$T/tiny-qwen3_5" 2>/dev/null
-expect_error "a hybrid does not split by heads yet" 1 "the qwen3_5 family does not split over tensor-parallel ranks yet" \
-  memra-gen "$T/tiny-qwen3_5" --prompt-ids 1,2 -n 1 --backend cpu --tp 2
+memra-convert --random "$P/configs/tiny-gemma4.json" --seed 1 --outtype f32 "$T/tiny-gemma4" 2>/dev/null
+expect_error "gemma4 does not split by heads yet" 1 "the gemma4 family does not split over tensor-parallel ranks yet" \
+  memra-gen "$T/tiny-gemma4" --prompt-ids 1,2 -n 1 --backend cpu --tp 2
+memra-quantize "$T/tiny-qwen3_5.gguf" "$T/h.q8.gguf" Q8_0 >/dev/null 2>&1
+expect_error "a DeltaNet rank's value heads must be whole blocks" 1 "'blk.0.ssm_out.weight': a tensor-parallel rank's 32 of its 64 columns \(in runs of 16 or more\) are not whole Q8_0 blocks" \
+  memra-gen "$T/h.q8.gguf" --prompt-ids 1,2 -n 1 --backend cpu --tp 2
 memra-quantize "$STORIES" "$T/s.q8.gguf" Q8_0 --keep 'ffn_down=F32' >/dev/null 2>&1
-expect_error "a rank's columns must be whole blocks" 1 "'blk.0.attn_output.weight': a tensor-parallel rank's 16 of its 64 columns are not whole Q8_0 blocks of 32" \
+expect_error "a rank's columns must be whole blocks" 1 "'blk.0.attn_output.weight': a tensor-parallel rank's 16 of its 64 columns \(in runs of 16 or more\) are not whole Q8_0 blocks of 32" \
   memra-gen "$T/s.q8.gguf" -p hi -n 1 --backend cpu --tp 4
 expect_error "--tp with --perplexity" 2 "--pp, --tp and --devices go with --reference or --backends" \
   memra-parity "$STORIES" --perplexity README.md --tp 2

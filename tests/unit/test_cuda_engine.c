@@ -1170,28 +1170,35 @@ static void test_cuda_hybrid_prefix(void)
 {
     if (skip_without_gpu())
         return;
-    hybrid_prefix_check(BK_CUDA, 1, "cuda");
-    hybrid_prefix_check(BK_CUDA, 2, "cuda");
+    hybrid_prefix_check(BK_CUDA, 1, 1, "cuda");
+    hybrid_prefix_check(BK_CUDA, 2, 1, "cuda");
+    hybrid_prefix_check(BK_CUDA, 1, 2, "cuda");
 }
 
 /* ---- pipeline parallel (test_pipeline.h) ---- */
 
-/* stories260K (llama, a tied head), a hybrid (tiny-qwen3_5: recurrent
- * state per stage) and a routed MoE (tiny-qwen3-moe), random weights */
-static void pipeline_models(backend_kind kind, int n_devices, const char *what)
+/* The parallel checks' models: stories260K (llama, a tied head, 4 KV
+ * heads), a routed MoE (tiny-qwen3-moe) and a hybrid (tiny-qwen3_5:
+ * recurrent state per stage or per rank), random weights; check(ck,
+ * label) on each. */
+typedef void (*parallel_fn)(const checkpoint *ck, backend_kind kind, int n_devices, double bound,
+                            const char *label);
+
+static void parallel_models(backend_kind kind, int n_devices, double bound, const char *what,
+                            parallel_fn check)
 {
     checkpoint ck;
+    char label[128];
     if (open_stories(&ck) == 0) {
-        char label[64];
         snprintf(label, sizeof label, "%s stories260K", what);
-        pipeline_check(&ck, kind, n_devices, label);
+        check(&ck, kind, n_devices, bound, label);
         checkpoint_close(&ck);
     }
     static const char *configs[] = {"tests/fixtures/configs/tiny-qwen3_5.json",
                                     "tests/fixtures/parity/configs/tiny-qwen3-moe.json"};
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(configs); i++) {
-        char dir[1024], label[128];
-        snprintf(dir, sizeof dir, "%s/memra-test-pipeline-%d-%s-%zu", test_tmp_dir(),
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/memra-test-parallel-%d-%s-%zu", test_tmp_dir(),
                  (int)getpid(), what, i);
         memra_err err = {{0}};
         convert_opts co = {.outtype = DT_F32, .n_threads = 2};
@@ -1201,43 +1208,35 @@ static void pipeline_models(backend_kind kind, int n_devices, const char *what)
             continue;
         }
         snprintf(label, sizeof label, "%s %s", what, configs[i]);
-        pipeline_check(&ck, kind, n_devices, label);
+        check(&ck, kind, n_devices, bound, label);
         checkpoint_close(&ck);
         rm_rf(dir);
     }
 }
 
+/* Pipelines give one backend's bytes (test_pipeline.h). */
+static void pipeline_bytes(const checkpoint *ck, backend_kind kind, int n_devices, double bound,
+                           const char *label)
+{
+    (void)bound;
+    pipeline_check(ck, kind, n_devices, label);
+}
+
+static void pipeline_models(backend_kind kind, int n_devices, const char *what)
+{
+    parallel_models(kind, n_devices, 0, what, pipeline_bytes);
+}
+
 static void test_pipeline_cpu(void) { pipeline_models(BK_CPU, 1, "cpu"); }
 
-/* ---- tensor parallel (test_pipeline.h) ---- */
-
-/* stories260K (llama, 4 KV heads: 2 and 4 ranks) and a routed MoE
- * (tiny-qwen3-moe, 2 KV heads), random weights. The bound is on the
- * largest logit: the sums over ranks change the order of additions
- * (tensor_parallel_check). */
+/* ---- tensor parallel (test_pipeline.h) ----
+ *
+ * The bound is on the largest logit: the sums over ranks change the order
+ * of additions (tensor_parallel_check). */
 static void tensor_parallel_models(backend_kind kind, int n_devices, double bound,
                                    const char *what)
 {
-    checkpoint ck;
-    char label[128];
-    if (open_stories(&ck) == 0) {
-        snprintf(label, sizeof label, "%s stories260K", what);
-        tensor_parallel_check(&ck, kind, n_devices, bound, label);
-        checkpoint_close(&ck);
-    }
-    const char *config = "tests/fixtures/parity/configs/tiny-qwen3-moe.json";
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/memra-test-tp-%d-%s", test_tmp_dir(), (int)getpid(), what);
-    memra_err err = {{0}};
-    convert_opts co = {.outtype = DT_F32, .n_threads = 2};
-    if (convert_random(config, 3, dir, &co, &err) != 0 || checkpoint_open(dir, &ck, &err) != 0) {
-        CHECK_MSG(0, "%s: %s", config, err.msg);
-        return;
-    }
-    snprintf(label, sizeof label, "%s tiny-qwen3-moe", what);
-    tensor_parallel_check(&ck, kind, n_devices, bound, label);
-    checkpoint_close(&ck);
-    rm_rf(dir);
+    parallel_models(kind, n_devices, bound, what, tensor_parallel_check);
 }
 
 static void test_tensor_parallel_cpu(void) { tensor_parallel_models(BK_CPU, 1, 1e-5, "cpu"); }

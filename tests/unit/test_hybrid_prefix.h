@@ -2,8 +2,9 @@
  * weights), on one backend: a prompt run in chunks of 32 and published
  * after each chunk keeps the state at 32, 64 and 96; prompts sharing 0,
  * 40, 64 or all 100 tokens adopt the chunks whose end kept a state and
- * give the logits of a cold run, bit for bit (on one backend, or a
- * pipeline of pp stages: every stage keeps its layers' states); blocks
+ * give the logits of a cold run, bit for bit (on one backend, a pipeline
+ * of pp stages: every stage keeps its layers' states, or tp
+ * tensor-parallel ranks: every rank its heads' part); blocks
  * published where the
  * sequence does not stand (no state) are never adopted. Shared by
  * test_prefix_cache (CPU) and test_cuda_engine (CUDA). Include after
@@ -39,11 +40,11 @@ static inline int prefix_run(engine *e, engine_seq *s, const int32_t *tokens, in
     return 0;
 }
 
-static inline void hybrid_prefix_check(backend_kind kind, int pp, const char *what)
+static inline void hybrid_prefix_check(backend_kind kind, int pp, int tp, const char *what)
 {
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/memra-test-hybrid-prefix-%d-%s-%d", test_tmp_dir(),
-             (int)getpid(), what, pp);
+    snprintf(dir, sizeof dir, "%s/memra-test-hybrid-prefix-%d-%s-%d-%d", test_tmp_dir(),
+             (int)getpid(), what, pp, tp);
     memra_err err = {{0}};
     convert_opts co = {.outtype = DT_F32, .n_threads = 2};
     checkpoint ck;
@@ -61,6 +62,7 @@ static inline void hybrid_prefix_check(backend_kind kind, int pp, const char *wh
     o.n_seqs = 3;
     o.prefix_cache = 1;
     o.pp = pp; /* a pipeline's stages each keep and restore their layers' states */
+    o.tp = tp; /* a tensor-parallel rank, its heads' part of each state */
     engine *e = NULL;
     if (engine_load(&ck, &o, &e, &err) != 0) {
         CHECK_MSG(0, "%s: engine_load: %s", what, err.msg);

@@ -180,8 +180,9 @@ static void test_engine_exact(void)
 /* The same on a hybrid model: the state kept at chunk ends (CPU). */
 static void test_hybrid_exact(void)
 {
-    hybrid_prefix_check(BK_CPU, 1, "cpu");
-    hybrid_prefix_check(BK_CPU, 2, "cpu");
+    hybrid_prefix_check(BK_CPU, 1, 1, "cpu");
+    hybrid_prefix_check(BK_CPU, 2, 1, "cpu");
+    hybrid_prefix_check(BK_CPU, 1, 2, "cpu");
 }
 
 TEST_MAIN(TEST_CASE(test_index), TEST_CASE(test_engine_exact), TEST_CASE(test_hybrid_exact))
