@@ -11,6 +11,19 @@
 #include "model/family.h"
 #include "numerics/kv_codec.h"
 
+/* A rank's KV heads: a 1/tp share of them, or, with fewer KV heads than
+ * ranks, the one its query heads read (each held by tp / n_kv_heads
+ * ranks, which compute and store it alike). */
+static int64_t rank_kv_heads(const model_config *c, int tp)
+{
+    return c->n_kv_heads >= tp ? c->n_kv_heads / tp : 1;
+}
+
+static int64_t rank_kv_head0(const model_config *c, int tp, int r)
+{
+    return c->n_kv_heads >= tp ? r * (c->n_kv_heads / tp) : r / (tp / c->n_kv_heads);
+}
+
 int tp_check(const model_config *c, int tp, kv_type kvt, memra_err *err)
 {
     const model_family_desc *fam = family_desc(c->family);
@@ -21,7 +34,7 @@ int tp_check(const model_config *c, int tp, kv_type kvt, memra_err *err)
         return memra_fail(err, "model: the %s family does not split over tensor-parallel ranks "
                           "yet (llama, qwen2, qwen3, qwen3_moe, gemma3, qwen3_5 and qwen3_5_moe "
                           "do; --pp splits any family by layers)", fam ? fam->name : "unknown");
-    if (c->n_heads % tp != 0 || c->n_kv_heads % tp != 0)
+    if (c->n_heads % tp != 0 || (c->n_kv_heads >= tp ? c->n_kv_heads % tp : tp % c->n_kv_heads))
         return memra_fail(err, "model: %" PRId64 " heads and %" PRId64 " KV heads do not split "
                           "evenly over %d tensor-parallel ranks", c->n_heads, c->n_kv_heads, tp);
     if (!fam->moe && c->ffn_dim % tp != 0)
@@ -37,7 +50,7 @@ int tp_check(const model_config *c, int tp, kv_type kvt, memra_err *err)
     if (c->shared_ffn_dim % tp != 0)
         return memra_fail(err, "model: the shared expert's %" PRId64 " columns do not split evenly "
                           "over %d tensor-parallel ranks", c->shared_ffn_dim, tp);
-    int64_t width = c->n_kv_heads / tp * c->head_dim;
+    int64_t width = rank_kv_heads(c, tp) * c->head_dim;
     if (kvt == KV_Q8_0 && width % KV_Q8_0_BLOCK != 0)
         return memra_fail(err, "model: a q8_0 KV cache needs each rank's K/V width to be a "
                           "multiple of %d; %d ranks have %" PRId64 " (use f16 or bf16)",
@@ -48,7 +61,8 @@ int tp_check(const model_config *c, int tp, kv_type kvt, memra_err *err)
 typedef enum {
     CUT_WHOLE,  /* every rank has all of it (norms, the routers) */
     CUT_ROWS,   /* output features: heads, FFN columns */
-    CUT_VALUES, /* a vector of output features (the Q/K/V biases) */
+    CUT_VALUES, /* a vector of output features (the Q bias) */
+    CUT_KV_ROWS, CUT_KV_VALUES, /* K and V, and their biases: the rank's KV heads */
     CUT_COLS,   /* input features: the output and down projections */
     CUT_FIRST,  /* added once to the sum: rank 0 */
     /* a DeltaNet layer's, by its rank's key and value heads (runs_of) */
@@ -59,18 +73,18 @@ typedef enum {
 static cut_kind cut_of(tensor_role r)
 {
     switch (r) {
-    case ROLE_ATTN_Q:
     case ROLE_ATTN_K:
-    case ROLE_ATTN_V:
+    case ROLE_ATTN_V: return CUT_KV_ROWS;
+    case ROLE_ATTN_K_BIAS:
+    case ROLE_ATTN_V_BIAS: return CUT_KV_VALUES;
+    case ROLE_ATTN_Q:
     case ROLE_FFN_GATE:
     case ROLE_FFN_UP:
     case ROLE_FFN_GATE_SHEXP:
     case ROLE_FFN_UP_SHEXP:
     case ROLE_MOE_GATE_EXPS:
     case ROLE_MOE_UP_EXPS: return CUT_ROWS;
-    case ROLE_ATTN_Q_BIAS:
-    case ROLE_ATTN_K_BIAS:
-    case ROLE_ATTN_V_BIAS: return CUT_VALUES;
+    case ROLE_ATTN_Q_BIAS: return CUT_VALUES;
     case ROLE_ATTN_O:
     case ROLE_FFN_DOWN:
     case ROLE_FFN_DOWN_SHEXP:
@@ -245,6 +259,16 @@ int tp_cut(model *m, tensor_role role, bk_weight *w, memra_err *err)
         MEMRA_ASSERT(w->cols % tp == 0);
         runs_add(&r, rk * (w->cols / tp), w->cols / tp);
         return gather_cols(m, w, &r, err);
+    case CUT_KV_ROWS:
+    case CUT_KV_VALUES: {
+        const model_config *c = &m->config;
+        int64_t hd = (k == CUT_KV_ROWS ? w->rows : w->cols) / c->n_kv_heads;
+        runs_add(&r, rank_kv_head0(c, m->tp, rk) * hd, rank_kv_heads(c, m->tp) * hd);
+        if (k == CUT_KV_VALUES)
+            return gather_cols(m, w, &r, err);
+        gather_rows(m, w, &r);
+        return 0;
+    }
     case CUT_SSM_QKV_ROWS:
     case CUT_SSM_VALUE_ROWS:
     case CUT_SSM_HEAD_ROWS:
@@ -283,8 +307,8 @@ void tp_rank_shapes(model *m)
         size_t off = (size_t)r * share;
         for (int l = 0; l < n_layers; l++) {
             a[l].n_heads /= m->tp;
-            a[l].n_kv_heads /= m->tp;
-            a[l].kv_head0 = r * a[l].n_kv_heads;
+            a[l].n_kv_heads = (int)rank_kv_heads(&m->config, m->tp);
+            a[l].kv_head0 = (int)rank_kv_head0(&m->config, m->tp, r);
             if (!config_layer_recurrent(&m->config, l))
                 continue;
             const layer_weights *w = &m->rank_layers[r][l];
@@ -310,11 +334,13 @@ void tp_rank_shapes(model *m)
 
 void tp_cache_windows(model *m)
 {
-    int64_t cols = m->kv_dim / m->tp;
+    const model_config *c = &m->config;
+    int64_t cols = rank_kv_heads(c, m->tp) * c->head_dim;
     for (int r = 0; r < m->tp; r++) {
         backend *rb = backend_stage(m->pipe, r);
         size_t share = m->state_floats / (size_t)m->tp;
-        bk_cache_window w = {.kv_lo = 0, .kv_n = m->n_kv_layers, .kv_col_lo = r * cols,
+        bk_cache_window w = {.kv_lo = 0, .kv_n = m->n_kv_layers,
+                             .kv_col_lo = rank_kv_head0(c, m->tp, r) * c->head_dim,
                              .kv_cols = cols, .state_lo = (size_t)r * share,
                              .state_n = share};
         if (rb->ops->cache_window)

@@ -20,6 +20,17 @@ for n in tiny-qwen3 tiny-qwen3-moe tiny-qwen3_5 tiny-qwen3_5-moe; do
              jq -e '.pass and .tp == 2 and .max_abs < 1e-5 and (.hidden_rel_err | max) < 1e-5' >/dev/null"
 done
 
+# fewer KV heads than ranks: ranks whose query heads read the same KV head
+# each hold it (tiny-llama3: 1 KV head, 2 ranks; tiny-gemma3: 1 KV head, 4
+# ranks; tiny-qwen3: 2 KV heads, 4 ranks)
+for nt in tiny-llama3:2 tiny-gemma3:4 tiny-qwen3:4; do
+  n=${nt%%:*} tp=${nt##*:}
+  [ -d "$T/$n" ] || memra-convert --random "$P/configs/$n.json" --seed 1 --outtype f32 "$T/$n" 2>/dev/null
+  check "$n on $tp ranks (KV heads shared by ranks) matches transformers" \
+    bash -c "memra-parity '$T/$n' --reference $P/$n.safetensors --backend cpu-ref --tp $tp --json -t 2 |
+             jq -e '.pass and .argmax_agree == .positions' >/dev/null"
+done
+
 # the hybrids as GGUF: llama.cpp's tiled order of DeltaNet value heads,
 # each rank's value heads those that read its key heads
 for n in tiny-qwen3_5 tiny-qwen3_5-moe; do

@@ -130,7 +130,8 @@ static inline double trace_max_diff(const float *a, const float *b, size_t n, do
     return worst;
 }
 
-/* Tensor parallel over 2 ranks (and 4 where the heads divide): the same
+/* Tensor parallel over 2 ranks (and 4 where the heads divide; ranks share
+ * a KV head where there are fewer): the same
  * bytes twice, the same bytes batched and alone, and as close to the
  * exact reference as one backend is: on the CPU, one backend's logits
  * within rel_bound of the largest; on CUDA, whose activations pass
@@ -151,8 +152,10 @@ static inline void tensor_parallel_check(const checkpoint *ck, backend_kind kind
                one_err, scale);
     }
     for (int tp = 2; ref && (exact || kind != BK_CUDA) && tp <= 4; tp *= 2) {
-        if (ck->config.n_kv_heads % tp != 0)
-            continue;
+        const model_config *c = &ck->config;
+        if (c->n_heads % tp != 0 || (c->n_kv_heads >= tp ? c->n_kv_heads % tp : tp % c->n_kv_heads) ||
+            c->lin_n_k_heads % tp != 0)
+            continue; /* does not split (KV heads fewer than ranks are shared) */
         float *got = parallel_trace(ck, kind, 1, tp, 0, n_devices, tok);
         float *again = parallel_trace(ck, kind, 1, tp, 0, n_devices, tok2);
         float *alone = parallel_trace(ck, kind, 1, tp, 1, n_devices, tok2);
