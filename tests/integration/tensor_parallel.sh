@@ -71,6 +71,22 @@ else
   fail "memra-serve --tp 2 starts"
 fi
 
+# speculation with a draft model over the ranks: the bytes of plain decode
+# on them (verification keeps a request's bytes; the draft runs split too)
+TINY=$MEMRA_TEST_DATA/models/memra-tiny.gguf DRAFT=$MEMRA_TEST_DATA/models/memra-tiny-draft.gguf
+start_server tpspec -m "m=$TINY" --draft "$DRAFT" --tp 2 -t 2
+if [ -n "$URL" ]; then
+  want=$(memra-gen "$TINY" -p "The quick brown fox" -n 40 --temp 0 --ignore-eos -t 2 --tp 2 2>/dev/null)
+  got=$(post /v1/completions '{"model":"m","prompt":"The quick brown fox","max_tokens":40,"temperature":0,"ignore_eos":true}' | jq -r '.choices[0].text')
+  check "memra-serve --tp 2 --draft: a speculated greedy completion is memra-gen --tp 2's" \
+    bash -c '[ -n "$1" ] && [ "$1" = "$2" ]' _ "$want" "$got"
+  check "memra-serve --tp 2 --draft: the request was speculated" \
+    bash -c "curl -sS -m 10 '$URL/metrics' | awk '/^memra_spec_drafted_tokens_total/ { n += \$2 } END { exit !(n > 0) }'"
+  stop_server "$PID"
+else
+  fail "memra-serve --tp 2 --draft starts"
+fi
+
 # Errors, each one line naming what is wrong
 expect_error "heads that do not divide" 1 "8 heads and 4 KV heads do not split evenly over 3 tensor-parallel ranks" \
   memra-gen "$STORIES" -p hi -n 1 --backend cpu --tp 3
