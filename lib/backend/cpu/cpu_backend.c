@@ -280,6 +280,16 @@ static void cpu_act_write(backend *b, float *dst, const float *src, size_t n)
     memcpy(dst, src, n * sizeof(float));
 }
 
+/* Another CPU backend's activation (a pipeline stage's or a
+ * tensor-parallel rank's): the same host memory, copied directly. */
+static int cpu_act_import(backend *b, float *dst, backend *from, const float *src, size_t n)
+{
+    if (from->ops != b->ops)
+        return -1;
+    memcpy(dst, src, n * sizeof(float));
+    return 0;
+}
+
 static void cpu_embed(backend *b, const bk_weight *table, const int32_t *tokens, int n,
                       float scale, float *out)
 {
@@ -334,6 +344,7 @@ static const backend_ops cpu_ops = {
     .act_free = cpu_act_free,
     .act_read = cpu_act_read,
     .act_write = cpu_act_write,
+    .act_import = cpu_act_import,
     .embed = cpu_embed,
     .rmsnorm = cpu_op_rmsnorm,
     .matmul = cpu_op_matmul,
