@@ -44,7 +44,11 @@ static int bind_weight(model *m, const contract_binding *b, tensor_role role, in
     if (!v)
         return 0;
     view_to_weight(v, w);
-    if (tp_cut(m, role, w, err) != 0 || m->bk->ops->weight_prepare(m->bk, w, err) != 0)
+    if (tp_cut(m, role, w, err) != 0)
+        return -1;
+    if (!bk_weight_present(w)) /* a share that is not this rank's (the output bias) */
+        return 0;
+    if (m->bk->ops->weight_prepare(m->bk, w, err) != 0)
         return -1;
     tp_settle(m, w, v->data);
     return 0;

@@ -34,7 +34,8 @@ int tp_check(const model_config *c, int tp, kv_type kvt, memra_err *err)
         return memra_fail(err, "model: the %s family does not split over tensor-parallel ranks "
                           "yet (llama, qwen2, qwen3, qwen3_moe, gemma3, qwen3_5 and qwen3_5_moe "
                           "do; --pp splits any family by layers)", fam ? fam->name : "unknown");
-    if (c->n_heads % tp != 0 || (c->n_kv_heads >= tp ? c->n_kv_heads % tp : tp % c->n_kv_heads))
+    if (c->n_kv_heads <= 0 || c->n_heads % tp != 0 ||
+        (c->n_kv_heads >= tp ? c->n_kv_heads % tp : tp % c->n_kv_heads))
         return memra_fail(err, "model: %" PRId64 " heads and %" PRId64 " KV heads do not split "
                           "evenly over %d tensor-parallel ranks", c->n_heads, c->n_kv_heads, tp);
     if (!fam->moe && c->ffn_dim % tp != 0)

@@ -93,7 +93,12 @@ static int load_draft(serve_spec *sp, const serve_spec_opts *o, const tokenizer 
     tok_free(dt);
     if (rc != 0)
         return memra_wrap(err, "--draft");
+    /* a draft model is small: it runs on one device, the last listed (a
+     * tensor-parallel leader's), not split like the model */
     engine_opts deo = *eo;
+    if (deo.n_devices > 0)
+        deo.device = deo.devices[deo.n_devices - 1];
+    deo.pp = deo.tp = deo.n_devices = 0;
     deo.n_ctx = sp->n_ctx;
     deo.n_seqs = sp->n_slots;
     deo.prefix_cache = 0;

@@ -40,6 +40,12 @@ for n in tiny-qwen3_5 tiny-qwen3_5-moe; do
              jq -e '.pass and .argmax_agree == .positions' >/dev/null"
 done
 
+# biases on q, k, v and the output projection: the output bias added once
+memra-convert --random tests/fixtures/configs/tiny-llama-bias.json --seed 1 --outtype f32 "$T/tiny-llama-bias" 2>/dev/null
+check "tiny-llama-bias: 2 ranks within 1e-5 of one backend (the output bias added once)" \
+  bash -c "memra-parity '$T/tiny-llama-bias' --backends cpu-ref,cpu-ref --tp 2 --prompt-ids $ids --json -t 2 |
+           jq -e '.pass and .max_abs < 1e-5' >/dev/null"
+
 # quantized weights: the output and down projections' columns cut inside
 # each row, whole Q8_0 blocks a rank
 memra-convert "$T/tiny-qwen3" "$T/q3.gguf" --outtype bf16 >/dev/null 2>&1

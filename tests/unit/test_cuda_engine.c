@@ -1178,9 +1178,10 @@ static void test_cuda_hybrid_prefix(void)
 /* ---- pipeline parallel (test_pipeline.h) ---- */
 
 /* The parallel checks' models: stories260K (llama, a tied head, 4 KV
- * heads), a routed MoE (tiny-qwen3-moe) and a hybrid (tiny-qwen3_5:
- * recurrent state per stage or per rank), random weights; check(ck,
- * label) on each. */
+ * heads), a routed MoE (tiny-qwen3-moe), a hybrid (tiny-qwen3_5:
+ * recurrent state per stage or per rank) and a llama with biases on q, k,
+ * v and the output projection (tiny-llama-bias: the output bias is rank
+ * 0's alone), random weights; check(ck, label) on each. */
 typedef void (*parallel_fn)(const checkpoint *ck, backend_kind kind, int n_devices, double bound,
                             const char *label);
 
@@ -1195,7 +1196,8 @@ static void parallel_models(backend_kind kind, int n_devices, double bound, cons
         checkpoint_close(&ck);
     }
     static const char *configs[] = {"tests/fixtures/configs/tiny-qwen3_5.json",
-                                    "tests/fixtures/parity/configs/tiny-qwen3-moe.json"};
+                                    "tests/fixtures/parity/configs/tiny-qwen3-moe.json",
+                                    "tests/fixtures/configs/tiny-llama-bias.json"};
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(configs); i++) {
         char dir[1024];
         snprintf(dir, sizeof dir, "%s/memra-test-parallel-%d-%s-%zu", test_tmp_dir(),
