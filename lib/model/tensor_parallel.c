@@ -66,7 +66,7 @@ typedef enum {
     CUT_KV_ROWS, CUT_KV_VALUES, /* K and V, and their biases: the rank's KV heads */
     CUT_COLS,   /* input features: the output and down projections */
     CUT_FIRST,  /* added once to the sum: rank 0 */
-    /* a DeltaNet layer's, by its rank's key and value heads (runs_of) */
+    /* a DeltaNet layer's, by its rank's key and value heads (ssm_runs) */
     CUT_SSM_QKV_ROWS, CUT_SSM_VALUE_ROWS, CUT_SSM_HEAD_ROWS, CUT_SSM_HEAD_VALUES, CUT_SSM_CONV,
     CUT_SSM_VALUE_COLS,
 } cut_kind;
