@@ -281,6 +281,13 @@ typedef struct {
     void (*softcap)(backend *b, float *x, size_t n, float cap);
     /* x[i] *= s for n floats. */
     void (*scale)(backend *b, float *x, size_t n, float s);
+    /* out [n][n_dst]: out[r][c] = src[r][map[c]] where map[c] >= 0, else
+     * fill. src is [n][n_src]; map is n_dst int32 in this backend's memory
+     * (act_alloc'd and written by act_write with the ids' bit patterns: the
+     * copy is bytewise). A trimmed head's logits spread over the whole
+     * vocabulary (model_head). */
+    void (*gather_cols)(backend *b, const float *src, int n, int64_t n_src, const int32_t *map,
+                        int64_t n_dst, float fill, float *out);
     /* x [n][cols] = act(x) * y, y's rows y_stride floats apart (a slice of
      * a wider activation). */
     void (*act_mul)(backend *b, float *x, const float *y, int n, int64_t cols, int64_t y_stride,

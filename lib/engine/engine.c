@@ -373,6 +373,20 @@ void engine_set_final_hidden_hook(engine *e, model_hidden_fn fn, void *ctx)
     e->m.hidden_from = (int)e->m.config.n_layers;
 }
 
+int engine_head_new(engine *e, const int32_t *ids, int32_t n, model_head **out, memra_err *err)
+{
+    backend_bind(e->bk);
+    return model_head_new(&e->m, ids, n, out, err);
+}
+
+void engine_head_free(engine *e, model_head *h)
+{
+    backend_bind(e->bk);
+    model_head_free(&e->m, h);
+}
+
+void engine_use_head(engine *e, const model_head *h) { e->m.head = h; }
+
 int engine_seq_new(engine *e, engine_seq **out, memra_err *err)
 {
     (void)err;
@@ -787,6 +801,8 @@ static int forward_step_model(engine *e, const bk_batch *rows, const int32_t *to
                      : dev_out      ? smp != NULL || bk->ops->sample
                                     : logits != NULL),
         .sample = smp,
+        /* a trimmed head's steps are graphs of their own */
+        .forward_id = m->head,
         /* logits kept on the device for a sample op after the step */
         .dev_logits = dev_out && !smp && bk->ops->sample ? dev_out : NULL,
     };

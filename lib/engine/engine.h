@@ -307,4 +307,14 @@ void engine_set_hidden_hook(engine *e, model_hidden_fn fn, void *ctx);
  * (index n_layers): the other layers are not read back. */
 void engine_set_final_hidden_hook(engine *e, model_hidden_fn fn, void *ctx);
 
+/* A head of the output rows ids[0, n) (model_head_new: distinct ids,
+ * copied; its rows stay in the backend's memory until engine_free), and
+ * the head the next steps run: NULL the whole output matrix. A step
+ * with a trimmed head gives every id outside it -inf and the others the
+ * full head's logits; CUDA graphs it under its own key (bk_step.forward_id).
+ * engine_head_free before engine_free. */
+int engine_head_new(engine *e, const int32_t *ids, int32_t n, model_head **out, memra_err *err);
+void engine_head_free(engine *e, model_head *h);
+void engine_use_head(engine *e, const model_head *h);
+
 #endif

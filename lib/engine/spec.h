@@ -136,11 +136,11 @@ void spec_drafter_free(spec_drafter *d);
 int spec_check_vocab(const tokenizer *target, const tokenizer *draft, const char *draft_name,
                      memra_err *err);
 
-/* A vocabulary-trimmed draft head: the ids of d2t (n_trim of them, rank
- * order, each below n_allowed; copied) and those rows of draft's output
- * matrix in f32 (n_trim x dim floats). Made once and shared by every
- * drafter on that draft engine (a server's sessions), which it must
- * outlive. */
+/* A vocabulary-trimmed draft head: the ids of d2t (n_trim distinct ones,
+ * rank order, each below n_allowed) and those rows of draft's output
+ * matrix on the draft's backend (engine_head_new). Made once and shared
+ * by every drafter on that draft engine (a server's sessions), which it
+ * must outlive; freed before the engine. */
 typedef struct spec_trim spec_trim;
 int spec_trim_new(engine *draft, int32_t n_allowed, const int32_t *d2t, int32_t n_trim,
                   spec_trim **out, memra_err *err);
@@ -151,9 +151,9 @@ void spec_trim_free(spec_trim *t);
  * own distribution. n_allowed: ids the model may emit (the tokenizer's
  * size, or the smaller vocabulary); the drafter never proposes another.
  * With trim (made for this draft engine and n_allowed; borrowed), drafting
- * is limited to its ids and the draft's head computes only their rows: the
- * draft runs without its output layer and the drafter multiplies the last
- * hidden state by the trim's rows. */
+ * is limited to its ids and the draft's steps run the trim's head, which
+ * reads only their rows. Greedy drafts are sampled where the draft runs
+ * (on the device, only the id read back). */
 int spec_drafter_model_new(engine *draft, int32_t n_allowed, const spec_trim *trim,
                            spec_drafter **out, memra_err *err);
 

@@ -7,15 +7,16 @@
  * dropped with engine_seq_truncate (the rejected drafts of the last round:
  * no copies) and the context's new tokens run in one forward.
  *
- * The vocabulary-trimmed head (d2t): the draft then runs with no output
- * layer at all (engine_forward without logits skips it), the hidden-state
- * hook hands over the last row after the final norm, and the drafter
- * computes the logits of the n_trim ranked ids only, from those rows of
- * the output matrix dequantized once to f32. The head is the largest part
- * of a small drafter (memra-tiny-draft: 524,288 of its 967,936
- * parameters), so the step reads n_trim / n_vocab of it. Everything else
- * is the untrimmed path: the other ids get -inf and the same sampler
- * picks from what is left.
+ * The vocabulary-trimmed head (d2t): the draft's steps run a head of
+ * those rows of its output matrix alone (engine_head_new, on the draft's
+ * backend, in the matrix's own format), which gives every other id -inf
+ * and each kept id the logit the full head gives it. The head is the
+ * largest part of a small drafter (memra-tiny-draft: 524,288 of its
+ * 967,936 parameters), so the step reads n_trim / n_vocab of it.
+ *
+ * Greedy drafting samples where the draft runs (engine_forward_sample: on
+ * the device, only the id comes back); otherwise the logits come back for
+ * the drafter's distribution.
  *
  * Several drafters may share one draft engine (each with a sequence of
  * its own), as long as their calls do not overlap. */
@@ -26,7 +27,6 @@
 #include <string.h>
 
 #include "core/check.h"
-#include "format/dequant.h"
 #include "model/model.h"
 
 typedef struct {
@@ -38,57 +38,56 @@ typedef struct {
     int32_t n_allowed;  /* ids it may propose: [0, n_allowed) */
     sampler *smp;
     float *logits;      /* [n_vocab] */
-    /* the trimmed head (shared, borrowed): ids d2t, rows head [n_trim][dim] */
-    const int32_t *d2t;
-    int32_t n_trim;
-    const float *head;
-    float *hidden;      /* [dim]: the last row of the last forward */
-    int64_t dim;
-    int hidden_index;   /* n_layers: the hook's index of the final-normed state */
-    float softcap;
+    const model_head *head; /* the trimmed head (borrowed), or NULL */
     /* the distributions drafted this round */
     int32_t *q_ids[SPEC_K_MAX];
     double *q_probs[SPEC_K_MAX];
 } draft_model;
 
-static void keep_last_hidden(void *ctx, int index, const bk_batch *rows, int64_t dim,
-                             const float *h)
+static void ran(draft_model *dm, const int32_t *tokens, int n)
 {
-    draft_model *dm = ctx;
-    if (index == dm->hidden_index && rows->n > 0)
-        memcpy(dm->hidden, h + (size_t)(rows->n - 1) * (size_t)dim, (size_t)dim * sizeof *h);
-}
-
-/* Run tokens at the end of the draft's sequence, leaving the last one's
- * logits in dm->logits with every id it may not propose at -inf. */
-static int run(draft_model *dm, const int32_t *tokens, int n, memra_err *err)
-{
-    /* The hook is the engine's, one at a time: drafters sharing a draft
-     * engine (the server's, one per slot) each point it at themselves
-     * before their forward. */
-    if (dm->head)
-        engine_set_final_hidden_hook(dm->e, keep_last_hidden, dm);
-    if (engine_forward(dm->e, dm->s, tokens, n, dm->head ? NULL : dm->logits, 0, err) != 0)
-        return memra_wrap(err, "draft model");
     memcpy(dm->kv + dm->n_kv, tokens, (size_t)n * sizeof *tokens);
     dm->n_kv += n;
-    if (dm->head) {
-        for (int32_t i = 0; i < dm->n_vocab; i++)
-            dm->logits[i] = -INFINITY;
-        for (int32_t j = 0; j < dm->n_trim; j++) {
-            const float *w = dm->head + (size_t)j * (size_t)dm->dim;
-            float acc = 0;
-            for (int64_t c = 0; c < dm->dim; c++)
-                acc += w[c] * dm->hidden[c];
-            if (dm->softcap > 0)
-                acc = dm->softcap * tanhf(acc / dm->softcap);
-            dm->logits[dm->d2t[j]] = acc;
-        }
-    } else {
+}
+
+/* Run tokens at the end of the draft's sequence; with logits, the last
+ * one's into dm->logits with every id it may not propose at -inf. */
+static int run(draft_model *dm, const int32_t *tokens, int n, int logits, memra_err *err)
+{
+    /* The head is the engine's, one at a time: drafters sharing a draft
+     * engine (the server's, one per slot) each name theirs per forward. */
+    engine_use_head(dm->e, dm->head);
+    int rc = engine_forward(dm->e, dm->s, tokens, n, logits ? dm->logits : NULL, 0, err);
+    engine_use_head(dm->e, NULL);
+    if (rc != 0)
+        return memra_wrap(err, "draft model");
+    ran(dm, tokens, n);
+    if (logits)
         for (int32_t i = dm->n_allowed; i < dm->n_vocab; i++)
             dm->logits[i] = -INFINITY;
-    }
     return 0;
+}
+
+/* Run tokens and sample the next one greedily where the draft runs. Only
+ * when no id needs banning beyond what the head does (greedy_here). */
+static int run_sample(draft_model *dm, const int32_t *tokens, int n, int32_t *tok,
+                      memra_err *err)
+{
+    engine_use_head(dm->e, dm->head);
+    int rc = engine_forward_sample(dm->e, dm->s, tokens, n, dm->smp, tok, err);
+    engine_use_head(dm->e, NULL);
+    if (rc != 0)
+        return memra_wrap(err, "draft model");
+    ran(dm, tokens, n);
+    return 0;
+}
+
+/* Greedy drafting on the draft's own sampler: every id it may not propose
+ * is out already (a trimmed head holds allowed ids only, or every id is
+ * allowed). */
+static int greedy_here(const draft_model *dm)
+{
+    return sampler_is_greedy(dm->smp) && (dm->head || dm->n_allowed == dm->n_vocab);
 }
 
 static int dm_begin(spec_drafter *d, const int32_t *prompt, int64_t n, const sampler_params *sp,
@@ -114,7 +113,7 @@ static int dm_begin(spec_drafter *d, const int32_t *prompt, int64_t n, const sam
     /* The prompt now (counted as prefill), all of it but the last token,
      * which propose runs for its logits. */
     if (n > 1 && n - 1 <= dm->n_ctx)
-        return run(dm, prompt, (int)(n - 1), err);
+        return run(dm, prompt, (int)(n - 1), 0, err);
     return 0;
 }
 
@@ -145,10 +144,26 @@ static int dm_propose(spec_drafter *d, const int32_t *ctx, int64_t n, int k, spe
         keep++;
     engine_seq_truncate(dm->s, keep);
     dm->n_kv = keep;
-    if (run(dm, ctx + keep, (int)(n - keep), err) != 0)
-        return -1;
+    int greedy = greedy_here(dm);
     for (int i = 0; i < k; i++) {
-        if (i > 0 && run(dm, &out->tokens[i - 1], 1, err) != 0)
+        /* the context's new tokens first, then each draft */
+        const int32_t *t = i ? &out->tokens[i - 1] : ctx + keep;
+        int tn = i ? 1 : (int)(n - keep);
+        if (greedy) {
+            int32_t tok;
+            if (run_sample(dm, t, tn, &tok, err) != 0)
+                return -1;
+            /* the point mass on the argmax, as sampler_probs gives it */
+            dm->q_ids[i] = xrealloc(dm->q_ids[i], sizeof(int32_t));
+            dm->q_probs[i] = xrealloc(dm->q_probs[i], sizeof(double));
+            dm->q_ids[i][0] = tok;
+            dm->q_probs[i][0] = 1.0;
+            out->q[i] = (spec_dist){dm->q_ids[i], dm->q_probs[i], 1};
+            out->tokens[i] = tok;
+            out->n = i + 1;
+            continue;
+        }
+        if (run(dm, t, tn, 1, err) != 0)
             return -1;
         spec_dist q;
         if (sampler_probs(dm->smp, dm->logits, &q.ids, &q.probs, &q.n, err) != 0)
@@ -163,8 +178,6 @@ static int dm_propose(spec_drafter *d, const int32_t *ctx, int64_t n, int k, spe
 static void dm_free(spec_drafter *d)
 {
     draft_model *dm = d->impl;
-    if (dm->head)
-        engine_set_hidden_hook(dm->e, NULL, NULL);
     engine_seq_free(dm->s);
     sampler_free(dm->smp);
     for (int i = 0; i < SPEC_K_MAX; i++) {
@@ -173,16 +186,14 @@ static void dm_free(spec_drafter *d)
     }
     free(dm->kv);
     free(dm->logits);
-    free(dm->hidden);
     free(dm);
     free(d);
 }
 
 struct spec_trim {
-    const engine *draft;
+    engine *draft;
     int32_t n_allowed, n_trim;
-    int32_t *d2t;
-    float *head; /* [n_trim][dim] */
+    model_head *head;
 };
 
 int spec_trim_new(engine *draft, int32_t n_allowed, const int32_t *d2t, int32_t n_trim,
@@ -195,29 +206,17 @@ int spec_trim_new(engine *draft, int32_t n_allowed, const int32_t *d2t, int32_t 
     if (n_trim < 1 || n_trim > n_allowed)
         return memra_fail(err, "a trim of %d ids for a drafter that may propose %d", (int)n_trim,
                           (int)n_allowed);
-    const bk_weight *w = &engine_model(draft)->weights.output;
-    if (w->cols != c->dim || w->rows < c->n_vocab || !w->data)
-        return memra_fail(err, "draft model: output matrix '%s' is not [%lld][%lld]: cannot trim it",
-                          w->name ? w->name : "output", (long long)c->n_vocab, (long long)c->dim);
+    for (int32_t j = 0; j < n_trim; j++)
+        if (d2t[j] < 0 || d2t[j] >= n_allowed)
+            return memra_fail(err, "rank %d: id %d is outside the %d ids the model may emit",
+                              (int)j, (int)d2t[j], (int)n_allowed);
     spec_trim *t = xcalloc(1, sizeof *t);
     t->draft = draft;
     t->n_allowed = n_allowed;
     t->n_trim = n_trim;
-    t->d2t = xmalloc((size_t)n_trim * sizeof *d2t);
-    memcpy(t->d2t, d2t, (size_t)n_trim * sizeof *d2t);
-    t->head = xmalloc((size_t)n_trim * (size_t)c->dim * sizeof *t->head);
-    /* the rows in rank order, as f32 */
-    for (int32_t j = 0; j < n_trim; j++) {
-        if (d2t[j] < 0 || d2t[j] >= n_allowed) {
-            spec_trim_free(t);
-            return memra_fail(err, "rank %d: id %d is outside the %d ids the model may emit",
-                              (int)j, (int)d2t[j], (int)n_allowed);
-        }
-        const uint8_t *row = w->data + (size_t)d2t[j] * w->row_bytes;
-        if (dequant_row(w->type, row, t->head + (size_t)j * (size_t)c->dim, c->dim, err) != 0) {
-            spec_trim_free(t);
-            return memra_wrap(err, "draft model: output matrix '%s'", w->name);
-        }
+    if (engine_head_new(draft, d2t, n_trim, &t->head, err) != 0) {
+        free(t);
+        return memra_wrap(err, "draft model's trimmed head");
     }
     *out = t;
     return 0;
@@ -227,8 +226,7 @@ void spec_trim_free(spec_trim *t)
 {
     if (!t)
         return;
-    free(t->d2t);
-    free(t->head);
+    engine_head_free(t->draft, t->head);
     free(t);
 }
 
@@ -247,9 +245,6 @@ int spec_drafter_model_new(engine *draft, int32_t n_allowed, const spec_trim *tr
     dm->n_ctx = engine_n_ctx(draft);
     dm->n_vocab = (int32_t)c->n_vocab;
     dm->n_allowed = n_allowed < dm->n_vocab ? n_allowed : dm->n_vocab;
-    dm->dim = c->dim;
-    dm->hidden_index = (int)c->n_layers;
-    dm->softcap = (float)c->final_softcap;
     dm->kv = xmalloc((size_t)dm->n_ctx * sizeof *dm->kv);
     dm->logits = xmalloc((size_t)dm->n_vocab * sizeof *dm->logits);
     spec_drafter *d = xcalloc(1, sizeof *d);
@@ -257,22 +252,16 @@ int spec_drafter_model_new(engine *draft, int32_t n_allowed, const spec_trim *tr
                         .free = dm_free};
     int rc = engine_seq_new(draft, &dm->s, err);
     if (rc == 0 && trim) {
-        if (trim->n_allowed != dm->n_allowed) {
+        if (trim->n_allowed != dm->n_allowed)
             rc = memra_fail(err, "a trimmed head made for %d allowed ids, the drafter allows %d",
                             (int)trim->n_allowed, (int)dm->n_allowed);
-        } else {
-            dm->n_trim = trim->n_trim;
-            dm->d2t = trim->d2t;
+        else
             dm->head = trim->head;
-            dm->hidden = xcalloc((size_t)dm->dim, sizeof *dm->hidden);
-            engine_set_final_hidden_hook(draft, keep_last_hidden, dm);
-        }
     }
     if (rc != 0) {
         if (dm->s)
             engine_seq_free(dm->s);
         dm->s = NULL;
-        dm->head = NULL;
         dm_free(d);
         return -1;
     }

@@ -965,8 +965,18 @@ float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *token
         return NULL;
     int nl = n - logits_from;
     size_t vocab = (size_t)c->n_vocab;
-    op->matmul(m->bk, &m->weights.output, NULL, s->xb + (size_t)logits_from * (size_t)c->dim, nl,
-               s->logits);
+    const float *last = s->xb + (size_t)logits_from * (size_t)c->dim;
+    if (m->head) {
+        /* a trimmed head: its rows' logits, spread over the vocabulary */
+        const model_head *h = m->head;
+        op->matmul(m->bk, &h->w, NULL, last, nl, h->logits);
+        if (c->final_softcap > 0)
+            op->softcap(m->bk, h->logits, (size_t)nl * (size_t)h->n, (float)c->final_softcap);
+        op->gather_cols(m->bk, h->logits, nl, h->n, h->map, (int64_t)vocab, -INFINITY,
+                        s->logits);
+        return s->logits;
+    }
+    op->matmul(m->bk, &m->weights.output, NULL, last, nl, s->logits);
     if (c->final_softcap > 0)
         op->softcap(m->bk, s->logits, (size_t)nl * vocab, (float)c->final_softcap);
     return s->logits;

@@ -223,7 +223,34 @@ struct model {
     run_state *rank_state;
     void **tp_copies;         /* column shares copied out of the checkpoint, owned */
     int n_tp_copies;
+
+    /* The head the steps run (model_head_new), NULL: the whole output
+     * matrix. */
+    const struct model_head *head;
 };
+
+/* A head of some of the output matrix's rows: a vocabulary-trimmed draft
+ * head (docs/SPECULATIVE.md). A step run with it (model.head) multiplies
+ * the final-normed rows by those rows alone, soft-caps them as the full
+ * head's logits are, and spreads them over the whole vocabulary with
+ * every other id at -inf, so sampling, bias and penalties see ids as
+ * always, and an id's logit is the one the full head gives it (the same
+ * op on the same row). */
+typedef struct model_head {
+    bk_weight w;     /* [n][dim]: the output matrix's rows ids[0, n), in that order */
+    uint8_t *rows;   /* w's bytes, owned */
+    int32_t n;
+    int32_t *map;    /* [n_vocab] in the backend's memory: each id's row of w, or -1 */
+    float *logits;   /* [cap][n] in the backend's memory */
+} model_head;
+
+/* The head of the output rows ids[0, n) (distinct ids below n_vocab;
+ * copied). Its rows stay in the backend's memory until the backend is
+ * destroyed (a backend frees no single weight); the rest goes with
+ * model_head_free, which must come before model_free. Refused on a model
+ * split over devices (--pp, --tp). */
+int model_head_new(model *m, const int32_t *ids, int32_t n, model_head **out, memra_err *err);
+void model_head_free(model *m, model_head *h);
 
 typedef struct {
     int cap;            /* rows per step */

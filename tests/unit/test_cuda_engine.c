@@ -808,6 +808,95 @@ static int wide_moe_config(const char *path)
     return rc;
 }
 
+/* A trimmed head on CUDA (engine_head_new): its kept ids' logits are the
+ * full head's (the same rows through the same mat-vec), the others -inf;
+ * its decode steps, graphed under their own key beside the full head's,
+ * give the eager steps' logits and sample their argmax on the device. */
+static void test_cuda_trimmed_head(void)
+{
+    if (skip_without_gpu())
+        return;
+    checkpoint ck;
+    if (open_stories(&ck) != 0)
+        return;
+    load_opts lo = {BK_CUDA, 8, 4, 16, 64, KV_F32};
+    engine *e = load(&ck, &lo);
+    memra_err err = {{0}};
+    if (!e) {
+        checkpoint_close(&ck);
+        return;
+    }
+    int64_t nv = engine_config(e)->n_vocab;
+    enum { N_KEEP = 40, STEPS = 8 };
+    int32_t ids[N_KEEP];
+    for (int j = 0; j < N_KEEP; j++)
+        ids[j] = (int32_t)((j * 37 + 11) % nv);
+    model_head *h = NULL;
+    if (engine_head_new(e, ids, N_KEEP, &h, &err) != 0) {
+        CHECK_MSG(0, "engine_head_new: %s", err.msg);
+        engine_free(e);
+        checkpoint_close(&ck);
+        return;
+    }
+    sampler_params sp = sampler_params_default();
+    sp.temperature = 0;
+    sampler *greedy = sampler_new(&sp, (int32_t)nv, &err);
+    float *full = malloc((size_t)nv * sizeof *full), *trim = malloc((size_t)nv * sizeof *trim);
+    engine_seq *a, *b, *c;
+    CHECK(engine_seq_new(e, &a, &err) == 0 && engine_seq_new(e, &b, &err) == 0 &&
+          engine_seq_new(e, &c, &err) == 0);
+    int32_t tok = 1;
+    int ok = 1;
+    double worst = 0;
+    for (int i = 0; ok && i < STEPS; i++) {
+        /* the full head, the trimmed head's logits, the trimmed head sampled */
+        ok = engine_forward(e, a, &tok, 1, full, 0, &err) == 0;
+        engine_use_head(e, h);
+        ok = ok && engine_forward(e, b, &tok, 1, trim, 0, &err) == 0;
+        int32_t sampled = -1;
+        ok = ok && engine_forward_sample(e, c, &tok, 1, greedy, &sampled, &err) == 0;
+        engine_use_head(e, NULL);
+        if (!ok)
+            break;
+        float scale = 0;
+        int outside = 0;
+        for (int64_t v = 0; v < nv; v++)
+            scale = fabsf(full[v]) > scale ? fabsf(full[v]) : scale;
+        for (int64_t v = 0; v < nv; v++) {
+            int in = 0;
+            for (int j = 0; j < N_KEEP; j++)
+                in |= ids[j] == v;
+            if (!in)
+                outside += !(isinf(trim[v]) && trim[v] < 0);
+            else if (fabs((double)trim[v] - full[v]) > worst)
+                worst = fabs((double)trim[v] - full[v]);
+        }
+        CHECK_MSG(outside == 0 && worst <= 1e-5 * scale,
+                  "step %d: %d ids outside the head not -inf, kept ids %.3g from the full head's", i,
+                  outside, worst);
+        CHECK_MSG(sampled == argmax(trim, nv), "step %d: sampled %d, the trimmed argmax %d", i,
+                  (int)sampled, argmax(trim, nv));
+        CHECK_MSG(!isinf(full[argmax(full, nv)]), "step %d: the full head's step lost its logits", i);
+        tok = (int32_t)argmax(trim, nv);
+    }
+    CHECK_MSG(ok, "trimmed head: %s", err.msg);
+#if MEMRA_CUDA
+    uint64_t replays = 0, captures, abandoned;
+    backend_cuda_graph_stats(engine_model(e)->bk, &replays, &captures, &abandoned);
+    CHECK_MSG(replays > 0 && abandoned == 0, "trimmed head steps: %llu replays, %llu abandoned",
+              (unsigned long long)replays, (unsigned long long)abandoned);
+#endif
+    engine_seq_free(a);
+    engine_seq_free(b);
+    engine_seq_free(c);
+    engine_head_free(e, h);
+    sampler_free(greedy);
+    free(full);
+    free(trim);
+    engine_free(e);
+    checkpoint_close(&ck);
+}
+
 static void test_cuda_batch_vs_alone(void)
 {
     if (skip_without_gpu())
@@ -1266,7 +1355,7 @@ TEST_MAIN(TEST_CASE(test_cuda_refused_cleanly), TEST_CASE(test_batch_vs_alone_cp
           TEST_CASE(test_packed_errors), TEST_CASE(test_cuda_packed_vs_alone),
           TEST_CASE(test_cuda_stories_golden),
           TEST_CASE(test_cuda_chunked_prefill), TEST_CASE(test_cuda_graphs), TEST_CASE(test_cuda_assistant_graphs),
-          TEST_CASE(test_cuda_batch_vs_alone),
+          TEST_CASE(test_cuda_batch_vs_alone), TEST_CASE(test_cuda_trimmed_head),
           TEST_CASE(test_cuda_families), TEST_CASE(test_cuda_kv_f16),
           TEST_CASE(test_cuda_weight_formats), TEST_CASE(test_cuda_hybrid_prefix),
           TEST_CASE(test_pipeline_cpu), TEST_CASE(test_cuda_pipeline),

@@ -206,15 +206,14 @@ static void test_greedy_trimmed_exact(void)
         free(all);
         return;
     }
-    /* The host-side head computes the same logits up to the order of a
-     * dot product's additions, so its argmax drafts are the engine head's
-     * but for near ties: the acceptance must come within a few tokens. A
-     * head fed the wrong hidden state would accept next to nothing. */
+    /* The trimmed head gives each id the full head's logit (the same op
+     * on the same row), so it drafts exactly as the untrimmed model: the
+     * same acceptance at every K. */
     uint64_t by_k[SPEC_K_MAX + 1] = {0};
     check_greedy_exact(d, "trimmed draft (every id)", some_ks, 3, by_k);
     for (int i = 0; i < 3; i++) {
         uint64_t a = by_k[some_ks[i]], b = untrimmed_accepted[some_ks[i]];
-        CHECK_MSG(b > 0 && a + 2 >= b && a <= b + 2,
+        CHECK_MSG(b > 0 && a == b,
                   "K=%d: every-id trim accepted %llu, the untrimmed head %llu", some_ks[i],
                   (unsigned long long)a, (unsigned long long)b);
     }
@@ -225,6 +224,55 @@ static void test_greedy_trimmed_exact(void)
     /* a table the model cannot use */
     int32_t bad[2] = {1, 5000};
     CHECK(spec_trim_new(e_d, 4096, bad, 2, &trim, &err) == -1 && strstr(err.msg, "5000") && !trim);
+}
+
+/* A trimmed head's logits: each kept id's are the full head's bits, every
+ * other id's -inf; a head of repeated or unknown ids is refused. */
+static void test_trimmed_head_logits(void)
+{
+    if (!pair())
+        return;
+    memra_err err = {{0}};
+    const int64_t nv = engine_config(e_d)->n_vocab;
+    enum { N_KEEP = 100 };
+    int32_t ids[N_KEEP];
+    for (int j = 0; j < N_KEEP; j++)
+        ids[j] = (int32_t)((j * 389 + 17) % nv); /* distinct: 389 is prime to the sizes here */
+    model_head *h = NULL;
+    if (engine_head_new(e_d, ids, N_KEEP, &h, &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    size_t n;
+    int32_t *prompt = encode(prompt_text, &n);
+    float *full = malloc((size_t)nv * sizeof *full), *trim = malloc((size_t)nv * sizeof *trim);
+    engine_seq *a, *b;
+    CHECK(engine_seq_new(e_d, &a, &err) == 0 && engine_seq_new(e_d, &b, &err) == 0);
+    CHECK_MSG(engine_forward(e_d, a, prompt, (int)n, full, 0, &err) == 0, "%s", err.msg);
+    engine_use_head(e_d, h);
+    CHECK_MSG(engine_forward(e_d, b, prompt, (int)n, trim, 0, &err) == 0, "%s", err.msg);
+    engine_use_head(e_d, NULL);
+    int kept = 0, bad = 0;
+    for (int64_t i = 0; i < nv; i++) {
+        int in = 0;
+        for (int j = 0; j < N_KEEP; j++)
+            in |= ids[j] == i;
+        kept += in;
+        if (in ? memcmp(&full[i], &trim[i], sizeof *full) != 0 : !(isinf(trim[i]) && trim[i] < 0))
+            bad++;
+    }
+    CHECK_MSG(kept == N_KEEP && bad == 0, "%d of %lld logits differ from the full head's", bad,
+              (long long)nv);
+    engine_seq_free(a);
+    engine_seq_free(b);
+    engine_head_free(e_d, h);
+    free(full);
+    free(trim);
+    free(prompt);
+
+    int32_t twice[3] = {5, 9, 5}, outside[2] = {1, (int32_t)nv};
+    CHECK(engine_head_new(e_d, twice, 3, &h, &err) == -1 && strstr(err.msg, "twice") && !h);
+    CHECK(engine_head_new(e_d, outside, 2, &h, &err) == -1 && strstr(err.msg, "outside") && !h);
 }
 
 static void test_greedy_ngram_exact(void)
@@ -813,7 +861,7 @@ TEST_MAIN(TEST_CASE(test_ranks_from_counts), TEST_CASE(test_ranks_file_bytes),
           TEST_CASE(test_ngram_proposals), TEST_CASE(test_sampled_distribution),
           TEST_CASE(test_kv_rollback), TEST_CASE(test_rows_sampled), TEST_CASE(test_rounds_batched),
           TEST_CASE(test_greedy_draft_model_exact),
-          TEST_CASE(test_greedy_trimmed_exact), TEST_CASE(test_greedy_ngram_exact),
+          TEST_CASE(test_greedy_trimmed_exact), TEST_CASE(test_trimmed_head_logits), TEST_CASE(test_greedy_ngram_exact),
           TEST_CASE(test_sampled_reproducible), TEST_CASE(test_greedy_penalties_exact),
           TEST_CASE(test_vocab_mismatch),
           TEST_CLEANUP(free_pair))

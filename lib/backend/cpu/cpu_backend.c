@@ -325,6 +325,18 @@ static void cpu_scale(backend *b, float *x, size_t n, float s)
         x[i] *= s;
 }
 
+static void cpu_gather_cols(backend *b, const float *src, int n, int64_t n_src,
+                            const int32_t *map, int64_t n_dst, float fill, float *out)
+{
+    (void)b;
+    for (int r = 0; r < n; r++) {
+        const float *sr = src + (size_t)r * (size_t)n_src;
+        float *o = out + (size_t)r * (size_t)n_dst;
+        for (int64_t c = 0; c < n_dst; c++)
+            o[c] = map[c] >= 0 ? sr[map[c]] : fill;
+    }
+}
+
 static void cpu_act_mul(backend *b, float *x, const float *y, int n, int64_t cols,
                         int64_t y_stride, bk_act act)
 {
@@ -356,6 +368,7 @@ static const backend_ops cpu_ops = {
     .add = cpu_add,
     .softcap = cpu_softcap,
     .scale = cpu_scale,
+    .gather_cols = cpu_gather_cols,
     .act_mul = cpu_act_mul,
     .mul_sigmoid = cpu_op_mul_sigmoid,
     .split_heads = cpu_op_split_heads,

@@ -437,6 +437,7 @@ static const backend_ops cuda_ops = {
     .add = cuda_op_add,
     .softcap = cuda_op_softcap,
     .scale = cuda_op_scale,
+    .gather_cols = cuda_op_gather_cols,
     .act_mul = cuda_op_act_mul,
     .mul_sigmoid = cuda_op_mul_sigmoid,
     .split_heads = cuda_op_split_heads,

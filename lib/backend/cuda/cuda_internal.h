@@ -281,6 +281,8 @@ void cuda_op_delta_net(backend *b, const bk_delta *d, const bk_batch *rows, cons
                        const float *z, const float *beta_in, const float *alpha, float *out);
 void cuda_op_state_copy(backend *b, const kv_cache *kv, int from, int to);
 void cuda_op_softcap(backend *b, float *x, size_t n, float cap);
+void cuda_op_gather_cols(backend *b, const float *src, int n, int64_t n_src, const int32_t *map,
+                         int64_t n_dst, float fill, float *out);
 void cuda_op_scale(backend *b, float *x, size_t n, float s);
 void cuda_op_act_mul(backend *b, float *x, const float *y, int n, int64_t cols, int64_t y_stride,
                      bk_act act);

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_internal.h"
 #include "kernels/elementwise.cuh"
+#include "kernels/gather_cols.cuh"
 #include "kernels/embed.cuh"
 #include "kernels/gemm_prep.cuh"
 #include "kernels/norm.cuh"
@@ -288,6 +289,15 @@ void cuda_op_act_mul(backend *b, float *x, const float *y, int n, int64_t cols, 
     if (!cb->failed)
         CU_OK(cb, launch_act_mul(x, y, n, cols, y_stride, act == BK_ACT_GELU_TANH ? 1 : 0,
                                  cb->stream));
+}
+
+void cuda_op_gather_cols(backend *b, const float *src, int n, int64_t n_src, const int32_t *map,
+                         int64_t n_dst, float fill, float *out)
+{
+    cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
+    if (!cb->failed)
+        CU_OK(cb, launch_gather_cols(src, n, n_src, map, n_dst, fill, out, cb->stream));
 }
 
 void cuda_op_softcap(backend *b, float *x, size_t n, float cap)
