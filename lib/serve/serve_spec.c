@@ -46,16 +46,15 @@ int serve_spec_wanted(const serve_spec_opts *o) { return o->draft != NULL || o->
  * steps (serve_spec_rounds). They pay while the model's step is bound by
  * reading its weights and the drafts are accepted often enough; the
  * batch pays more once it serves enough requests. Measured per device
- * class (docs/FLAGS.md): on the 2-core CPU, with rounds sharing steps,
- * speculation paid up to two requests decoding (a 0.6B shape in Q8_0,
- * the n-gram drafter, 58% accepted: c = 2 57.2 / 63.1 plain against 79.4
- * / 75.7 speculating) and not at four; on the H200 it lost from two on
- * when each round ran alone (an 8B Q4_K_M model, 130 tok/s aggregate at 2
- * to 16 requests speculating, 265 to 1,533 without), and still lost with
- * rounds sharing steps (the MTP drafter on a Qwen3.5-9B shape, 34% of
- * drafts accepted: 126 / 168 / 162 tok/s at 1 / 2 / 4 requests against
- * 164 / 314 / 559; a round costs ~1.8 plain steps there). */
-int serve_spec_default_max_batch(backend_kind b) { return b == BK_CUDA ? 1 : 2; }
+ * class (docs/FLAGS.md), both at 2 for now: on the 2-core CPU speculation
+ * paid up to two requests decoding (a 0.6B shape in Q8_0, the n-gram
+ * drafter, 58% accepted: c = 2 57.2 / 63.1 plain against 79.4 / 75.7
+ * speculating) and not at four; on the H200 (a Qwen3-8B-shaped bf16 pair,
+ * tests/tools/draft_bigram.py, K = 4) a draft that agrees with about half
+ * of the model's tokens gave 297 / 370 / 443 tok/s at 1 / 2 / 4 requests
+ * against 192 / 365 / 693 plain, and one that agrees with every token
+ * 495 / 657 / 800 / 826 at 1 / 2 / 4 / 8 against 192 / 365 / 693 / 1,274. */
+int serve_spec_default_max_batch(backend_kind b) { (void)b; return 2; }
 
 int serve_spec_k(const serve_spec *sp) { return sp->k; }
 int serve_spec_max_batch(const serve_spec *sp) { return sp->max_batch; }
