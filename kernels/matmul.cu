@@ -13,32 +13,42 @@ DEV float *mv_stage_smem()
     return mv_stage;
 }
 
-// The batched instances (MV_TOKENS input rows a block) read x from
+// The batched instances (T input rows a block, mv_tokens) read x from
 // registers; the single-token ones are in kernels/matmul_single.cu.
-template <int F, int R, bool AX>
+template <int F, int R, int T, bool AX>
 void mv_launch(const MVArgs &a, dim3 grid, int sm_count, cudaStream_t s)
 {
     static std::atomic<uint64_t> memo{0};
-    grid = mv_grid(matvec_kernel<F, R, MV_TOKENS, AX, false>, MV_THREADS, 0, grid, sm_count,
-                   memo);
-    launch_pdl(matvec_kernel<F, R, MV_TOKENS, AX, false>, grid, dim3(MV_THREADS), 0, s, a);
+    grid = mv_grid(matvec_kernel<F, R, T, AX, false>, MV_THREADS, 0, grid, sm_count, memo);
+    launch_pdl(matvec_kernel<F, R, T, AX, false>, grid, dim3(MV_THREADS), 0, s, a);
 }
 
-// R is 1 or 2 for the batched instances.
-template <int F>
-void mv_dispatch(const MVArgs &a, dim3 grid, int r, bool ax, int sms, cudaStream_t s)
+template <int F, int T>
+void mv_dispatch_r(const MVArgs &a, dim3 grid, int r, bool ax, int sms, cudaStream_t s)
 {
     if (ax) {
         if (r == 1)
-            mv_launch<F, 1, true>(a, grid, sms, s);
+            mv_launch<F, 1, T, true>(a, grid, sms, s);
         else
-            mv_launch<F, 2, true>(a, grid, sms, s);
+            mv_launch<F, 2, T, true>(a, grid, sms, s);
     } else {
         if (r == 1)
-            mv_launch<F, 1, false>(a, grid, sms, s);
+            mv_launch<F, 1, T, false>(a, grid, sms, s);
         else
-            mv_launch<F, 2, false>(a, grid, sms, s);
+            mv_launch<F, 2, T, false>(a, grid, sms, s);
     }
+}
+
+// R is 1 or 2 for the batched instances; t the block's input rows.
+template <int F>
+void mv_dispatch(const MVArgs &a, dim3 grid, int r, int t, bool ax, int sms, cudaStream_t s)
+{
+    if (t <= 2)
+        mv_dispatch_r<F, 2>(a, grid, r, ax, sms, s);
+    else if (t <= 4)
+        mv_dispatch_r<F, 4>(a, grid, r, ax, sms, s);
+    else
+        mv_dispatch_r<F, MV_TOKENS>(a, grid, r, ax, sms, s);
 }
 
 template <int F>
@@ -121,6 +131,11 @@ int mv_rows_per_warp(int fmt, int64_t rows, int64_t cols, int t, int sm_count, b
     return rows >= (int64_t)MV_WARPS * 4 * sms && cols >= MV_WIDE_COLS ? 4 : 2;
 }
 
+// Input rows a block takes: 1 (the single-token kernels), else the
+// fewest of 2, 4 or MV_TOKENS that hold n, so a few rows (a speculation
+// round's verify) do not pay for eight rows' registers.
+int mv_tokens(int n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : MV_TOKENS; }
+
 } // namespace
 
 // ---- launchers ----
@@ -146,7 +161,7 @@ extern "C" cudaError_t launch_matvec(const cu_mv_job *j, cudaStream_t stream)
     if (!cu_mv_job_ok(j))
         return cudaErrorInvalidValue;
     const bool glu = j->mode != CU_MV_STORE;
-    const int t = j->n == 1 ? 1 : MV_TOKENS;
+    const int t = mv_tokens(j->n);
     const bool ax = x_aligned(j->x, j->w[0]->cols);
     int64_t total_rows = 0;
     for (int i = 0; i < j->n_w; i++)
@@ -191,16 +206,16 @@ extern "C" cudaError_t launch_matvec(const cu_mv_job *j, cudaStream_t stream)
         return cudaGetLastError();
     }
     switch (fmt) {
-    case CW_F32: mv_dispatch<CW_F32>(a, grid, r, ax, sms, stream); break;
-    case CW_F16: mv_dispatch<CW_F16>(a, grid, r, ax, sms, stream); break;
-    case CW_BF16: mv_dispatch<CW_BF16>(a, grid, r, ax, sms, stream); break;
-    case CW_Q8_0: mv_dispatch<CW_Q8_0>(a, grid, r, ax, sms, stream); break;
-    case CW_Q4_0: mv_dispatch<CW_Q4_0>(a, grid, r, ax, sms, stream); break;
-    case CW_Q4_K: mv_dispatch<CW_Q4_K>(a, grid, r, ax, sms, stream); break;
-    case CW_Q5_K: mv_dispatch<CW_Q5_K>(a, grid, r, ax, sms, stream); break;
-    case CW_Q6_K: mv_dispatch<CW_Q6_K>(a, grid, r, ax, sms, stream); break;
-    case CW_NVFP4: mv_dispatch<CW_NVFP4>(a, grid, r, ax, sms, stream); break;
-    case CW_MXFP8: mv_dispatch<CW_MXFP8>(a, grid, r, ax, sms, stream); break;
+    case CW_F32: mv_dispatch<CW_F32>(a, grid, r, t, ax, sms, stream); break;
+    case CW_F16: mv_dispatch<CW_F16>(a, grid, r, t, ax, sms, stream); break;
+    case CW_BF16: mv_dispatch<CW_BF16>(a, grid, r, t, ax, sms, stream); break;
+    case CW_Q8_0: mv_dispatch<CW_Q8_0>(a, grid, r, t, ax, sms, stream); break;
+    case CW_Q4_0: mv_dispatch<CW_Q4_0>(a, grid, r, t, ax, sms, stream); break;
+    case CW_Q4_K: mv_dispatch<CW_Q4_K>(a, grid, r, t, ax, sms, stream); break;
+    case CW_Q5_K: mv_dispatch<CW_Q5_K>(a, grid, r, t, ax, sms, stream); break;
+    case CW_Q6_K: mv_dispatch<CW_Q6_K>(a, grid, r, t, ax, sms, stream); break;
+    case CW_NVFP4: mv_dispatch<CW_NVFP4>(a, grid, r, t, ax, sms, stream); break;
+    case CW_MXFP8: mv_dispatch<CW_MXFP8>(a, grid, r, t, ax, sms, stream); break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();

@@ -97,7 +97,7 @@ using memra_mv::MVArgs;
 #endif
 template <int F, int R, int T, int MB = 1> struct MVDepth {
     static constexpr int raw = (int)sizeof(typename WFmt<F>::Raw);
-    static constexpr int budget = T > 1 ? MV_LANE_BYTES / 2 : MV_LANE_BYTES;
+    static constexpr int budget = T > 4 ? MV_LANE_BYTES / 2 : MV_LANE_BYTES;
     static constexpr int d = budget / (raw * R);
     static constexpr int cap = MB > 1 ? MV_MIN_DEPTH : 4;
     static constexpr int D = d < 1 ? 1 : d > cap ? cap : d;

@@ -237,8 +237,15 @@ void kc_check_matmul(kc *k)
         for (int s = 0; s < 3; s++)
             matmul_case(k, fmts[f].t, fmts[f].shapes[s][0], fmts[f].shapes[s][1], 13, s == 0);
         matmul_case(k, fmts[f].t, fmts[f].shapes[1][0], fmts[f].shapes[1][1], 64, 0);
+        /* the few-row instances: 3 rows in a block of 4 against each row
+         * alone, 5 in a block of 8 against 2 of them in a block of 2 */
+        matmul_case(k, fmts[f].t, fmts[f].shapes[1][0], fmts[f].shapes[1][1], 3, 0);
+        matmul_case(k, fmts[f].t, fmts[f].shapes[1][0], fmts[f].shapes[1][1], 5, 0);
         if (k->o->perf) {
             matmul_case(k, fmts[f].t, 4096, 4096, 1, 0);
+            matmul_case(k, fmts[f].t, 4096, 4096, 2, 0);
+            matmul_case(k, fmts[f].t, 4096, 4096, 4, 0);
+            matmul_case(k, fmts[f].t, 4096, 4096, 5, 0);
             matmul_case(k, fmts[f].t, 4096, 4096, 8, 0);
         }
     }
