@@ -20,6 +20,9 @@
 #   4. --backends cpu-ref,cuda on the same checkpoints
 #   5. embeddings on CUDA against transformers (tests/integration/embed.sh), and
 #      memra-serve's packed embeddings and rerank (tests/gpu/serve-embed.py)
+#   6. speculative decoding on CUDA: memra-spec's self-consistency gate with
+#      memra-tiny's draft model, a trimmed draft head and the n-gram drafter,
+#      and tests/integration/serve_spec.sh against memra-serve on the device
 #
 # Run from the project root after `make && make unit-bins` (here, or on the
 # development machine with bin/ and build/release/tests carried over).
@@ -229,6 +232,30 @@ else
       python3 tests/gpu/serve-embed.py "$url" tests/fixtures/embed/tiny-qwen3-embed.json
   fi
   kill $spid 2>/dev/null; wait $spid 2>/dev/null
+fi
+
+echo "== speculative decoding on CUDA (memra-spec's gate; tests/integration/serve_spec.sh)"
+if [ ! -f models/memra-tiny.gguf ] || [ ! -f models/memra-tiny-draft.gguf ]; then
+  echo "SKIP speculative decoding on CUDA: models/memra-tiny*.gguf are missing"
+else
+  memra-trim-ranks models/memra-tiny.gguf "$T/ranks.gguf" --top 512 --n-gen 16 --backend cuda \
+    >"$OUT/trim-ranks.log" 2>&1 || fail "memra-trim-ranks on CUDA" "$(tail -2 "$OUT/trim-ranks.log")"
+  for d in "--draft models/memra-tiny-draft.gguf" \
+           "--draft models/memra-tiny-draft.gguf --trim $T/ranks.gguf" "--ngram"; do
+    check "memra-spec on CUDA, $d: SELF-CONSISTENCY PASS, drafts accepted, K = 1..8" \
+      bash -c "memra-spec models/memra-tiny.gguf $d --backend cuda -K 1..8 -n 64 --json | jtrue \"j['self_consistency'] == 'PASS' and all(r['accepted'] > 0 for r in j['runs'])\""
+  done
+  if ! bash scripts/fetch-tokenizers.sh >/dev/null 2>&1; then
+    echo "SKIP serve_spec.sh on CUDA: the tokenizers could not be fetched"
+  else
+    spec_log=$OUT/serve_spec.log
+    MEMRA_TEST_DATA=$MEMRA_TEST_DATA PATH=$root/bin:$PATH MEMRA_TEST_TMP=$(mktemp -d) \
+      bash tests/integration/serve_spec.sh >"$spec_log" 2>&1
+    grep -E '^FAIL' "$spec_log"
+    p=$(grep -c '^PASS' "$spec_log"); f=$(grep -c '^FAIL' "$spec_log")
+    echo "serve_spec.sh on CUDA: $p passed, $f failed ($spec_log)"
+    passed=$((passed + p)); failed=$((failed + f))
+  fi
 fi
 
 if [ $sanitize -eq 1 ]; then
