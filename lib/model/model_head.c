@@ -20,6 +20,9 @@ int model_head_new(model *m, const int32_t *ids, int32_t n, model_head **out, me
     if (!bk_weight_present(o) || o->rows < c->n_vocab)
         return memra_fail(err, "the model has no output matrix of %lld rows to trim",
                           (long long)c->n_vocab);
+    if (!m->bk->ops->gather_cols)
+        return memra_fail(err, "the %s backend cannot run a trimmed head (no gather_cols)",
+                          m->bk->name);
     if (n < 1 || n > c->n_vocab)
         return memra_fail(err, "a head of %d rows: the vocabulary has %lld ids", (int)n,
                           (long long)c->n_vocab);
@@ -54,13 +57,6 @@ int model_head_new(model *m, const int32_t *ids, int32_t n, model_head **out, me
         free(h);
         free(map);
         return -1;
-    }
-    if (!bk->ops->gather_cols) {
-        free(h->rows);
-        free(h);
-        free(map);
-        return memra_fail(err, "the %s backend cannot run a trimmed head (no gather_cols)",
-                          bk->name);
     }
     /* the map's int32s go up as their bytes (backend_ops.gather_cols) */
     h->map = (int32_t *)bk->ops->act_alloc(bk, (size_t)c->n_vocab);
