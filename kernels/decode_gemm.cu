@@ -900,19 +900,22 @@ bool dg_format_ok(int f)
 
 // ---- launchers ----
 
+extern "C" int cu_dg_matrix_ok(const cu_matrix *w)
+{
+    const int64_t cols = w->cols;
+    return cols >= DG_KC && cols % DG_KC == 0 && cols / DG_KC <= INT32_MAX &&
+           dg_format_ok(w->fmt) && (reinterpret_cast<uintptr_t>(w->data) & 15u) == 0 &&
+           w->stride % 16 == 0;
+}
+
 extern "C" int cu_dg_job_ok(const cu_mv_job *j)
 {
     if (!cu_mv_job_ok(j) || j->n <= 0)
         return 0;
-    const int64_t cols = j->w[0]->cols;
-    if (cols < DG_KC || cols % DG_KC != 0 || cols / DG_KC > INT32_MAX)
-        return 0;
     if ((reinterpret_cast<uintptr_t>(j->x) & 15u) != 0)
         return 0;
-    if (!dg_format_ok(j->w[0]->fmt))
-        return 0;
     for (int i = 0; i < j->n_w; i++)
-        if ((reinterpret_cast<uintptr_t>(j->w[i]->data) & 15u) != 0 || j->w[i]->stride % 16 != 0)
+        if (!cu_dg_matrix_ok(j->w[i]))
             return 0;
     return 1;
 }

@@ -43,6 +43,9 @@ enum { CU_DG_COLS_STEP = 64 };
  * multiple of CU_DG_COLS_STEP, x 16-byte aligned (and what cu_mv_job_ok
  * asks). rows_per_warp is ignored. */
 int cu_dg_job_ok(const cu_mv_job *j);
+/* Whether a job of w alone can run here (cu_dg_job_ok's checks of the
+ * matrix: its format, width, alignment and stride). */
+int cu_dg_matrix_ok(const cu_matrix *w);
 /* The column splits for the job's shapes: the count whose waves of
  * blocks_per_sm x SMs blocks (j->sm_count; 0: 16 SMs) take the fewest
  * column steps (the kernel is built for two blocks per SM). Never depends

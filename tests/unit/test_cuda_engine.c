@@ -57,6 +57,31 @@ static int have_gpu(void)
 #endif
 }
 
+/* Whether device 0 has bf16 tensor cores (the prefill and decode GEMMs
+ * run there; the CPU emulation has none). */
+static int tensor_cores(void)
+{
+#if MEMRA_CUDA
+    cuda_device_info d;
+    memra_err err = {{0}};
+    return cuda_device_query(0, &d, &err) == 0 && d.cc_major >= 8;
+#else
+    return 0;
+#endif
+}
+
+/* Whether device 0 is of the Hopper class (its tuning differs). */
+static int hopper(void)
+{
+#if MEMRA_CUDA
+    cuda_device_info d;
+    memra_err err = {{0}};
+    return cuda_device_query(0, &d, &err) == 0 && d.klass == DEVICE_CLASS_HOPPER;
+#else
+    return 0;
+#endif
+}
+
 static int skip_without_gpu(void)
 {
     if (have_gpu())
@@ -1020,6 +1045,86 @@ static void compare_backends(const checkpoint *ck, kv_type kv, const char *what)
     compare_backends_within(ck, kv, what, 0);
 }
 
+/* A 40-token prompt (its last row's logits only) in one engine of one
+ * sequence, in chunks of `chunk` rows (1: token by token), then one
+ * decode step: that step's logits, which read every prompt row's KV. */
+static float *prompt_then_step(const checkpoint *ck, int chunk)
+{
+    enum { P = 40 };
+    int32_t toks[P + 1];
+    int64_t vocab = ck->config.n_vocab;
+    for (int i = 0; i <= P; i++)
+        toks[i] = (int32_t)((i * 53 + 7) % vocab);
+    load_opts lo = {BK_CUDA, chunk, 1, 0, 0, KV_F32};
+    engine *e = load(ck, &lo);
+    if (!e)
+        return NULL;
+    memra_err err = {{0}};
+    float *out = malloc((size_t)vocab * sizeof(float));
+    engine_seq *s = NULL;
+    int rc = engine_seq_new(e, &s, &err);
+    for (int i = 0; rc == 0 && i < P; i += chunk)
+        rc = engine_forward(e, s, toks + i, chunk < P - i ? chunk : P - i, out, 0, &err);
+    if (rc == 0)
+        rc = engine_forward(e, s, toks + P, 1, out, 0, &err);
+    CHECK_MSG(rc == 0, "prompt in chunks of %d: %s", chunk, err.msg);
+    engine_seq_free(s);
+    engine_free(e);
+    if (rc != 0) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* Prompt chunks of 2 to 31 rows in an engine of one sequence (whose decode
+ * steps keep the f32 mat-vec) run on the decode GEMM where the device has
+ * bf16 tensor cores and the GEMM takes the format (decision 0030): one
+ * chunking gives the bytes of any other (the GEMM's rows never depend on
+ * how many share a launch), within the bf16 bound of token by token and
+ * not its bytes (x is rounded: the path ran). F16 weights, and every
+ * format without tensor cores (the CPU emulation), stay on the mat-vec:
+ * token by token's bytes. On a Hopper card a quantized matrix's chunk of
+ * up to 64 rows runs there too: the whole 40-row prompt in one chunk.
+ * With the prefill GEMM off (MEMRA_CUDA_GEMM=0) every chunk is f32, token
+ * by token's bytes. */
+static void short_chunks(const checkpoint *ck, int dgemm_format, int quantized,
+                         const char *what)
+{
+    dgemm_format = dgemm_format && tensor_cores();
+    const int chunks[] = {2, 5, 8, 20, dgemm_format && quantized && hopper() ? 40 : 20};
+    const int64_t vocab = ck->config.n_vocab;
+    float *ref = prompt_then_step(ck, 1);
+    float *first = ref ? prompt_then_step(ck, chunks[0]) : NULL;
+    if (!first) {
+        free(ref);
+        return;
+    }
+    double d, scale;
+    int finite = logit_diff(ref, first, (size_t)vocab, &d, &scale);
+    if (dgemm_format)
+        CHECK_MSG(finite && d <= 3e-2 * scale && memcmp(ref, first, (size_t)vocab * 4) != 0,
+                  "%s: 2-row prompt chunks vs token by token: max |diff| %g of %g (bound 3e-2 "
+                  "of it, and not the f32 bytes)", what, d, scale);
+    else
+        CHECK_MSG(memcmp(ref, first, (size_t)vocab * 4) == 0,
+                  "%s: 2-row prompt chunks differ from token by token", what);
+    for (size_t c = 1; c < MEMRA_ARRAY_LEN(chunks); c++) {
+        float *got = prompt_then_step(ck, chunks[c]);
+        CHECK_MSG(got && memcmp(got, first, (size_t)vocab * 4) == 0,
+                  "%s: prompt in chunks of %d differs from chunks of 2", what, chunks[c]);
+        free(got);
+    }
+    setenv("MEMRA_CUDA_GEMM", "0", 1);
+    float *f32 = prompt_then_step(ck, chunks[2]);
+    unsetenv("MEMRA_CUDA_GEMM");
+    CHECK_MSG(f32 && memcmp(f32, ref, (size_t)vocab * 4) == 0,
+              "%s: with MEMRA_CUDA_GEMM=0, 8-row prompt chunks differ from token by token", what);
+    free(f32);
+    free(first);
+    free(ref);
+}
+
 /* Every family's tiny random checkpoint, as an HF dir and as GGUF
  * (llama.cpp's layout: permuted Q/K, shifted gemma norms, merged experts). */
 static void test_cuda_families(void)
@@ -1244,6 +1349,11 @@ static void test_cuda_weight_formats(void)
             char what[64];
             snprintf(what, sizeof what, "qwen3 256-dim, %s matrices", dtype_get(types[i])->name);
             compare_backends(&ck, KV_F32, what);
+            /* (every format where the device runs it; the emulation's
+             * mat-vec two, for time) */
+            if (tensor_cores() || types[i] == DT_F16 || types[i] == DT_Q4_K)
+                short_chunks(&ck, types[i] != DT_F16, types[i] != DT_F16 && types[i] != DT_BF16,
+                             what);
             /* An engine of several sequences decodes them on the decode
              * GEMM (decision 0017): alone and batched, the same bytes. */
             batch_vs_alone(&ck, BK_CUDA, what);

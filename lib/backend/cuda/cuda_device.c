@@ -41,14 +41,18 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
      * they are on wherever they run. The prefill GEMM, flash prefill and
      * the decode GEMM need bf16 tensor cores (sm_80 and later); older
      * cards keep the mat-vec and the split-K attention, which every card
-     * also runs where those do not apply. Each starts at 32 rows, so a
-     * chunk under 32 rows keeps decode's bytes whatever the cache
-     * (docs/decisions/0006-cuda-decode-defaults.md, 0007-flash-prefill.md). */
+     * also runs where those do not apply. The prefill GEMM and flash
+     * prefill start at 32 rows (docs/decisions/0006-cuda-decode-defaults.md,
+     * 0007-flash-prefill.md); a prompt chunk of 2 to 31 rows runs its
+     * projections on the decode GEMM, and so does a quantized matrix's
+     * chunk up to dgemm_chunk_max rows, which the Hopper class raises to
+     * the decode GEMM's 64-row tile (decision 0030). */
     const int tensor_cores = d->cc_major >= 8;
     t->graphs = 1;
     t->graph_max_rows = 64;
     t->gemm = tensor_cores;
     t->gemm_min_rows = 32;
+    t->dgemm_chunk_max = 31;
     t->prefill_chunk = 64;
     t->attn_partials_cap = (size_t)64 << 20; /* 256 MB */
     t->flash = tensor_cores;
@@ -75,8 +79,12 @@ int cuda_tuning_for(const cuda_device_info *d, cuda_tuning *t, memra_err *err)
      * docs/decisions/0011). */
     t->pdl = d->cc_major >= 9;
     if (d->klass == DEVICE_CLASS_HOPPER) {
-        /* Measured on the H200 (docs/decisions/0006-cuda-decode-defaults.md). */
+        /* Measured on the H200 (docs/decisions/0006-cuda-decode-defaults.md;
+         * the decode GEMM for quantized chunks to 64 rows: Q4_K_M 64-token
+         * prompt 5,457 against 3,908 tok/s on the prefill GEMM, 65 rows
+         * 3,629 against 3,934; 0030-short-prompt-chunks.md). */
         t->prefill_chunk = 512;
+        t->dgemm_chunk_max = 64;
     }
     /* The overrides left (docs/FLAGS.md, docs/decisions/0012-knobs.md):
      * graphs off, for the tests that compare graph replay with plain

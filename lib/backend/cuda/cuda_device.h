@@ -35,6 +35,8 @@ typedef struct {
     int graph_max_rows;   /* the largest decode step captured */
     int gemm;             /* tensor-core GEMM (cuBLASLt) for prefill chunks */
     int gemm_min_rows;    /* a prefill chunk of at least this many rows uses it */
+    int dgemm_chunk_max;  /* ...except a quantized matrix's chunk of up to this many
+                           * rows, which the decode GEMM runs (cuda_chunk_on_dgemm) */
     int prefill_chunk;    /* the engine's prefill step (n_batch) on this device */
     size_t attn_partials_cap; /* floats of attention partials one launch may use */
     int flash;            /* tensor-core flash attention for prefill chunks (bf16/f16 KV) */

@@ -1,9 +1,11 @@
 /* Decode projections: a job (kernels/matmul.cuh) goes to the decode GEMM
  * (kernels/decode_gemm.cuh: the weights, decoded to bf16 where they are
  * quantized, on the tensor cores, x rounded to bf16) when the device has
- * bf16 tensor cores and tune.dgemm is on, else to the f32 mat-vec. The choice depends on the weights' format and width
- * and the device, never on the number of rows, so batched decode keeps
- * plain decode's bytes (DESIGN.md, numerics contract). The GEMM's column
+ * bf16 tensor cores and tune.dgemm is on (or the step is a short prompt
+ * chunk: cuda_chunk_on_dgemm), else to the f32 mat-vec. In a decode step
+ * the choice depends on the weights' format and width and the device,
+ * never on the number of rows, so batched decode keeps plain decode's
+ * bytes (DESIGN.md, numerics contract). The GEMM's column
  * splits need a partial-sum scratch and per-tile counters, and from some
  * token count on it wants a bf16 copy of x: made here. */
 #include <string.h>
@@ -11,9 +13,23 @@
 #include "backend/cuda/cuda_internal.h"
 #include "kernels/decode_gemm.cuh"
 
+/* (one row stays on the mat-vec, which reads one row's weights faster;
+ * measured: docs/decisions/0030-short-prompt-chunks.md) */
+int cuda_chunk_on_dgemm(const cuda_backend *cb, const cu_matrix *w, int n)
+{
+    if (!cb->tune.gemm || !cb->step.active || !cb->step.prefill || n < 2 || !cu_dg_matrix_ok(w))
+        return 0;
+    return n < cb->tune.gemm_min_rows || (w->fmt != CW_BF16 && n <= cb->tune.dgemm_chunk_max);
+}
+
+/* An engine that chose the decode GEMM (plan_decode) runs every step's
+ * projections there; one that keeps the f32 mat-vec for its decode steps
+ * still gives it the prompt chunks cuda_chunk_on_dgemm names. A verify
+ * step is a decode step by then (engine.c), so it keeps the mat-vec's
+ * bytes. */
 int cuda_mv_uses_dgemm(const cuda_backend *cb, const cu_mv_job *j)
 {
-    return cb->tune.dgemm > 0 && cu_dg_job_ok(j);
+    return (cb->tune.dgemm > 0 || cuda_chunk_on_dgemm(cb, j->w[0], j->n)) && cu_dg_job_ok(j);
 }
 
 /* At least n zeroed counters, grown (never inside a capture: that gives

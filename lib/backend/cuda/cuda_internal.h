@@ -239,11 +239,20 @@ void cuda_gemm_free(cuda_backend *cb);
  * why not. */
 const char *cuda_gemm_unavailable(cuda_backend *cb);
 
+/* Whether a prompt chunk of n rows projected by w runs on the decode GEMM
+ * in any engine: a prefill step (with the prefill GEMM on) of 2 to
+ * gemm_min_rows - 1 rows, or, for a quantized w, up to dgemm_chunk_max
+ * rows, where the decode GEMM (weights decoded in registers) is faster
+ * than the prefill GEMM's bf16 copy of them plus cuBLASLt; the rows then
+ * read the weights once, not once per few rows as on the mat-vec
+ * (docs/decisions/0030-short-prompt-chunks.md). */
+int cuda_chunk_on_dgemm(const cuda_backend *cb, const cu_matrix *w, int n);
 /* Launch a projection job (kernels/matmul.cuh): on the decode GEMM
- * (kernels/decode_gemm.cuh) when tune.dgemm is on and the job fits it
- * (BF16 weights), else on the mat-vec. Which one depends on the weights
- * only, never on j->n, so a row's bytes do not depend on the batch. A
- * failure is recorded. */
+ * (kernels/decode_gemm.cuh) when tune.dgemm is on, or for the prompt
+ * chunks cuda_chunk_on_dgemm names, and the job fits it (BF16 or quant
+ * weights), else on the mat-vec. In a decode step which one depends on
+ * the weights only, never on j->n, so a row's bytes do not depend on the
+ * batch. A failure is recorded. */
 void cuda_mv_run(cuda_backend *cb, const cu_mv_job *j);
 /* Whether cuda_mv_run takes the decode GEMM for this job. */
 int cuda_mv_uses_dgemm(const cuda_backend *cb, const cu_mv_job *j);

@@ -88,10 +88,13 @@ static void job_init(cuda_backend *cb, cu_mv_job *j, const float *x, int n)
     j->sm_count = cb->info.sm_count;
 }
 
-/* Whether n rows of the current step go through the prefill GEMM. */
-static int use_gemm(const cuda_backend *cb, int n)
+/* Whether n rows of the current step projected by cw go through the
+ * prefill GEMM: a prompt chunk of gemm_min_rows rows or more that the
+ * decode GEMM does not take (cuda_chunk_on_dgemm). */
+static int use_gemm(const cuda_backend *cb, const cuda_weight *cw, int n)
 {
-    return cb->tune.gemm && cb->step.active && cb->step.prefill && n >= cb->tune.gemm_min_rows;
+    return cb->tune.gemm && cb->step.active && cb->step.prefill && n >= cb->tune.gemm_min_rows &&
+           !cuda_chunk_on_dgemm(cb, &cw->m, n);
 }
 
 /* out = x . W^T (+ bias) for one prepared weight: the GEMM for a prefill
@@ -99,7 +102,7 @@ static int use_gemm(const cuda_backend *cb, int n)
 static void project(cuda_backend *cb, const cuda_weight *cw, const float *bias, const float *x,
                     int n, float *out)
 {
-    if (use_gemm(cb, n) && cuda_gemm_matmul(cb, cw, bias, x, n, out))
+    if (use_gemm(cb, cw, n) && cuda_gemm_matmul(cb, cw, bias, x, n, out))
         return;
     if (cb->failed)
         return;
@@ -143,9 +146,10 @@ void cuda_op_attn_qkv(backend *b, const bk_weight *wq, const bk_weight *wk, cons
     for (int i = 0; i < 3; i++)
         if (proj_of(cb, ws[i], bs[i], "attn_qkv", &cw[i], &bias[i]) != 0)
             return;
-    if (use_gemm(cb, n)) {
+    if (use_gemm(cb, cw[0], n) || use_gemm(cb, cw[1], n) || use_gemm(cb, cw[2], n)) {
         /* x rounded to bf16 once for the three GEMMs when all three run one. */
-        if (cuda_gemm_takes(cb, cw[0], n) && cuda_gemm_takes(cb, cw[1], n) &&
+        if (use_gemm(cb, cw[0], n) && use_gemm(cb, cw[1], n) && use_gemm(cb, cw[2], n) &&
+            cuda_gemm_takes(cb, cw[0], n) && cuda_gemm_takes(cb, cw[1], n) &&
             cuda_gemm_takes(cb, cw[2], n) && cw[0]->m.cols == cw[1]->m.cols &&
             cw[0]->m.cols == cw[2]->m.cols) {
             const uint16_t *xb = cuda_gemm_input_of(cb, x, n, cw[0]->m.cols);
@@ -231,11 +235,11 @@ void cuda_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
     j.out[0] = hb;
     j.n_w = 2;
     j.mode = act == BK_ACT_GELU_TANH ? CU_MV_GLU_GELU : CU_MV_GLU_SILU;
-    if (!use_gemm(cb, n) && cu_mv_job_ok(&j)) {
+    if (!use_gemm(cb, cg, n) && cu_mv_job_ok(&j)) {
         cuda_mv_run(cb, &j);
         if (cb->failed)
             return;
-    } else if (use_gemm(cb, n) && ffn_gemm_fused(cb, cg, cu, cd, act, x, n, hb, hb2, out)) {
+    } else if (use_gemm(cb, cg, n) && ffn_gemm_fused(cb, cg, cu, cd, act, x, n, hb, hb2, out)) {
         return;
     } else {
         project(cb, cg, NULL, x, n, hb);
