@@ -74,7 +74,7 @@ export PATH=$root/bin:$PATH
 # The memra-bench rows. ROW: MODEL-FILE ARGS (the model is --models DIR/MODEL-FILE; every row
 # also gets --backend cuda --device N --json). The default set is docs/PERFORMANCE.md's
 # current table; the others are its rows not measured again since (older tree, own date).
-default_rows="bf16 bf16-b64 bf16-long q8 q8-b64 q4km q4km-b q4km-long"
+default_rows="bf16 bf16-b64 bf16-long q8 q8-b64 q4km q4km-b q4km-long bf16-short q4km-short"
 other_rows="bf16-b8-b32 bf16-b64-d8192 tokenizer"
 row_spec() {
   case $1 in
@@ -86,6 +86,8 @@ row_spec() {
     q4km)           echo "Q4_K_M.gguf -p 512 -n 64 -d 0,32768 -r 2" ;;
     q4km-b)         echo "Q4_K_M.gguf -p 512 -n 32 -d 0 -b 8,64 -r 2" ;;
     q4km-long)      echo "Q4_K_M.gguf -p 8192 -n 64 -d 8192 -r 2" ;;
+    bf16-short)     echo "bf16.gguf -p 1,2,8,31,32,64 -n 0 -r 3" ;;
+    q4km-short)     echo "Q4_K_M.gguf -p 1,2,8,31,32,64 -n 0 -r 3" ;;
     bf16-b8-b32)    echo "bf16.gguf -p 512 -n 128 -d 0 -b 8,32 -r 3" ;;
     bf16-b64-d8192) echo "bf16.gguf -p 8192 -n 128 -d 0 -b 64 -r 3" ;;
     tokenizer)      echo "TOKENIZER --tokenizer -r 9" ;;
