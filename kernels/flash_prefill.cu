@@ -3,8 +3,11 @@
 #include <math.h>
 #include <mma.h>
 
+#include <type_traits>
+
 #include "kernels/dev_common.cuh"
 #include "kernels/flash_prefill.cuh"
+#include "kernels/mma.cuh"
 #include "numerics/kv_codec.h"
 
 // ---- kernels ----
@@ -509,6 +512,297 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
 #endif
 }
 
+// ---- the register kernel: bf16 cache, head 64 or 128 ----
+//
+// The same block, rows, key blocks, segments, masking, lazy max and fold
+// as flash_prefill_kernel, with the scores, P and the output rows in the
+// mma.sync fragments' registers (kernels/mma.cuh) instead of shared
+// memory: lane l of a warp holds rows g = l / 4 and g + 8 of the warp's 16,
+// key (or output) columns 2t and 2t + 1 of each 8-wide tile (t = l % 4).
+// A row's max and exp-sum are reduced over the four lanes of its quad by
+// two butterflies (each lane then holds the same bits); the exp-sum of a
+// lane is its values in ascending key order. Only the folded segments'
+// output rows stay in shared memory, each element read and written by the
+// lane that holds it.
+template <int HD> struct MSmem {
+    static constexpr int LDK = HD + 8; // K, V, Q staging: bf16 elements
+    static constexpr int LDO = HD + 4; // the folded output rows: f32
+    static constexpr size_t K_OFF = 0;
+    static constexpr size_t V_OFF = K_OFF + (size_t)FP_KEYS * LDK * 2;
+    static constexpr size_t O_OFF = V_OFF + (size_t)FP_KEYS * LDK * 2;
+    static constexpr size_t BYTES = O_OFF + (size_t)FP_ROWS * LDO * 4;
+    static_assert((LDK * 2) % 16 == 0 && V_OFF % 16 == 0 && O_OFF % 16 == 0,
+                  "ldmatrix rows start 16-byte aligned");
+};
+
+// Two floats as a bf16x2 register (round to nearest even), the lower
+// index in the low half.
+DEV unsigned fm_pack(float lo, float hi)
+{
+    return (unsigned)kvc_f32_to_bf16(lo) | ((unsigned)kvc_f32_to_bf16(hi) << 16);
+}
+
+// One row's online softmax step over the lane's 16 scores of a key block
+// (s[j][e0], s[j][e0 + 1] of tile j: key t0 + 8 j + 2 t + e): scale,
+// soft-cap, mask, the quad's max, the new reference max, P (masked keys
+// 0) left in s, and the quad's exp-sum of the unrounded P. Returns alpha,
+// the factor the row's output takes (1: none).
+DEV float fm_softmax_row(float (&s)[FP_KEYS / 8][4], int e0, int32_t t0, int t4, int32_t pos,
+                         int32_t lo, const cu_attn &a, float &m, float &l)
+{
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < FP_KEYS / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int32_t t = t0 + 8 * j + 2 * t4 + e;
+            float v = __fmul_rn(s[j][e0 + e], a.scale);
+            if (a.softcap > 0.0f)
+                v = __fmul_rn(tanhf(__fdiv_rn(v, a.softcap)), a.softcap);
+            s[j][e0 + e] = v;
+            mx = t < lo || t > pos ? mx : fmaxf(mx, v);
+        }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_old = m;
+    const float m_new = mx > __fadd_rn(m_old, FP_LAZY) ? mx : m_old;
+    const float alpha = m_new == m_old ? 1.0f : __expf(__fsub_rn(m_old, m_new));
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < FP_KEYS / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int32_t t = t0 + 8 * j + 2 * t4 + e;
+            const float p = t < lo || t > pos ? 0.0f : __expf(__fsub_rn(s[j][e0 + e], m_new));
+            s[j][e0 + e] = p;
+            sum = __fadd_rn(sum, p);
+        }
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+    m = m_new;
+    l = __fadd_rn(__fmul_rn(l, alpha), sum);
+    // before the row's first key its output is all zeros: nothing to scale
+    return m_old == -INFINITY ? 1.0f : alpha;
+}
+
+template <int HD, bool PF>
+__global__ void __launch_bounds__(FP_THREADS)
+flash_mma_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n_meta, int row0,
+                 int n, cu_attn a, int n_blocks, int bs, int64_t row_bytes,
+                 const uint8_t *__restrict__ kp, const uint8_t *__restrict__ vp, cu_flash_cut cut,
+                 float *__restrict__ out)
+{
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    typedef MSmem<HD> L;
+    extern __shared__ float4 fp_smem[];
+    uint8_t *sm = reinterpret_cast<uint8_t *>(fp_smem);
+    uint16_t *ks = reinterpret_cast<uint16_t *>(sm + L::K_OFF);
+    uint16_t *vs = reinterpret_cast<uint16_t *>(sm + L::V_OFF);
+    float *os = reinterpret_cast<float *>(sm + L::O_OFF);
+
+    const int h = blockIdx.x, tile = gridDim.y - 1 - blockIdx.y;
+    const int kvh = h / (a.n_heads / a.n_kv_heads);
+    const int r0 = row0 + tile * FP_ROWS;
+    const int nr = min(FP_ROWS, row0 + n - r0);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int32_t *table = meta + 2 * n_meta + meta[n_meta + r0];
+
+    // This lane's two rows (rows past the chunk's end see no key).
+    int32_t pos[2], lo[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = warp * 16 + g + 8 * i;
+        pos[i] = r < nr ? meta[r0 + r] : -1;
+        lo[i] = r < nr ? fp_first_key(pos[i], a.window) : INT32_MAX;
+    }
+    // The span of keys the tile's rows see, and the warp's.
+    int32_t kmin = INT32_MAX, kmax = -1, wlo = INT32_MAX, whi = -1;
+    for (int r = 0; r < nr; r++) {
+        const int32_t p = meta[r0 + r], f = fp_first_key(p, a.window);
+        kmin = min(kmin, f);
+        kmax = max(kmax, p);
+        if (r >= warp * 16 && r < warp * 16 + 16) {
+            wlo = min(wlo, f);
+            whi = max(whi, p);
+        }
+    }
+    // Q rows, rounded, staged in K's tile; the folded output rows start at zero.
+    for (int idx = tid; idx < FP_ROWS * HD / 4; idx += FP_THREADS) {
+        const int r = idx / (HD / 4), e = idx % (HD / 4) * 4;
+        const float4 x = r < nr ? __ldg(reinterpret_cast<const float4 *>(
+                                      q + ((int64_t)(r0 + r) * a.n_heads + h) * HD + e))
+                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        uint2 b;
+        b.x = OpBF16::round(x.x) | ((uint32_t)OpBF16::round(x.y) << 16);
+        b.y = OpBF16::round(x.z) | ((uint32_t)OpBF16::round(x.w) << 16);
+        *reinterpret_cast<uint2 *>(ks + r * L::LDK + e) = b;
+        *reinterpret_cast<float4 *>(os + r * L::LDO + e) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    __syncthreads();
+    unsigned qa[HD / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+        ldmatrix_x4(qa[kk], ks + (warp * 16 + (lane & 15)) * L::LDK + kk * 16 + 8 * (lane >> 4));
+    __syncthreads(); // K's tile is overwritten next
+
+    typedef KvStage<HD> KS;
+    const int seg_kb = cut.seg_keys / FP_KEYS;
+    int32_t kb_first = kmin / FP_KEYS, kb_last = kmax / FP_KEYS;
+    if (cut.nseg > 0) {
+        const int32_t sg = cut.seg0 + (int32_t)blockIdx.z;
+        kb_first = max(kb_first, sg * seg_kb);
+        kb_last = min(kb_last, sg * seg_kb + seg_kb - 1);
+        if (kb_first > kb_last)
+            return; // the whole block: no row of the tile sees that segment
+    }
+    KS stage;
+    if (PF && kb_first <= kb_last)
+        stage.fetch(0, KS::NJ, kb_first * FP_KEYS, kmin, kmax, table, a, kvh, n_blocks, bs,
+                    row_bytes, kp, vp);
+    // Per row: the segment's max and exp-sum, the folded segments'.
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float cm[2] = {-INFINITY, -INFINITY}, cl[2] = {0.0f, 0.0f};
+    float o[HD / 8][4];
+#pragma unroll
+    for (int nb = 0; nb < HD / 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            o[nb][e] = 0.0f;
+    for (int32_t sb = kb_first; sb <= kb_last;) {
+        const int32_t se = min(kb_last, (sb / seg_kb + 1) * seg_kb - 1);
+        for (int32_t kb = sb; kb <= se; kb++) {
+            const int32_t t0 = kb * FP_KEYS;
+            if (PF) {
+                stage.store(0, KS::NJ, ks, vs, L::LDK);
+            } else {
+                constexpr int BATCH = KS::NJ < 4 ? KS::NJ : 4;
+#pragma unroll
+                for (int i0 = 0; i0 < KS::NJ; i0 += BATCH) {
+                    stage.fetch(i0, BATCH, t0, kmin, kmax, table, a, kvh, n_blocks, bs, row_bytes,
+                                kp, vp);
+                    stage.store(i0, BATCH, ks, vs, L::LDK);
+                }
+            }
+            __syncthreads();
+            if (PF && kb < kb_last)
+                stage.fetch(0, KS::NJ, t0 + FP_KEYS, kmin, kmax, table, a, kvh, n_blocks, bs,
+                            row_bytes, kp, vp);
+
+            // S = Q K^T: the warp's 16 rows, the block's 64 keys in 8-key
+            // tiles, two tiles an ldmatrix. Keys no row of the warp sees
+            // keep S 0 and are masked.
+            float s[FP_KEYS / 8][4];
+#pragma unroll
+            for (int j = 0; j < FP_KEYS / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    s[j][e] = 0.0f;
+#pragma unroll
+            for (int jp = 0; jp < FP_KEYS / 16; jp++) {
+                if (t0 + 16 * jp > whi || t0 + 16 * jp + 15 < wlo)
+                    continue;
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    unsigned b[4];
+                    ldmatrix_x4(b, ks + (16 * jp + 8 * (lane >> 4) + (lane & 7)) * L::LDK + kk * 16 +
+                                       8 * ((lane >> 3) & 1));
+                    mma_bf16_16816(s[2 * jp], qa[kk], b);
+                    mma_bf16_16816(s[2 * jp + 1], qa[kk], b + 2);
+                }
+            }
+            // The online softmax of the lane's two rows; their outputs rescaled.
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const float alpha = fm_softmax_row(s, 2 * i, t0, t4, pos[i], lo[i], a, m[i], l[i]);
+                if (alpha != 1.0f)
+#pragma unroll
+                    for (int nb = 0; nb < HD / 8; nb++) {
+                        o[nb][2 * i] = __fmul_rn(o[nb][2 * i], alpha);
+                        o[nb][2 * i + 1] = __fmul_rn(o[nb][2 * i + 1], alpha);
+                    }
+            }
+            // O += P V: P (rounded) from the score registers as the A
+            // fragments of 16-key chunks; V's 8 x 8 matrices transposed by
+            // ldmatrix into B fragments, two 8-column tiles a load.
+#pragma unroll
+            for (int kc = 0; kc < FP_KEYS / 16; kc++) {
+                if (t0 + 16 * kc > whi || t0 + 16 * kc + 15 < wlo)
+                    continue; // P is exactly 0 there for every row of the warp
+                unsigned pa[4] = {fm_pack(s[2 * kc][0], s[2 * kc][1]),
+                                  fm_pack(s[2 * kc][2], s[2 * kc][3]),
+                                  fm_pack(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+                                  fm_pack(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+#pragma unroll
+                for (int np = 0; np < HD / 16; np++) {
+                    unsigned b[4];
+                    ldmatrix_x4_trans(b, vs + (16 * kc + 8 * ((lane >> 3) & 1) + (lane & 7)) * L::LDK +
+                                             np * 16 + 8 * (lane >> 4));
+                    mma_bf16_16816(o[2 * np], pa, b);
+                    mma_bf16_16816(o[2 * np + 1], pa, b + 2);
+                }
+            }
+            __syncthreads(); // the next block overwrites K and V
+        }
+        // The segment's end: each row's output, max and exp-sum folded
+        // into its folded rows (a row's last segment writes its result),
+        // or written as the split launch's partials; then the next
+        // segment starts afresh.
+        const int32_t sg = se / seg_kb;
+        const bool split = cut.nseg > 0;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int r = warp * 16 + g + 8 * i;
+            if (m[i] != -INFINITY) { // the row saw keys in the segment
+                if (split) {
+                    const size_t wrow = (size_t)(r0 + r - row0) * a.n_heads + h;
+                    float *po = cut.ws + (wrow * cut.nseg + (size_t)(sg - cut.seg0)) * HD;
+#pragma unroll
+                    for (int nb = 0; nb < HD / 8; nb++)
+                        *reinterpret_cast<float2 *>(po + 8 * nb + 2 * t4) =
+                            make_float2(o[nb][2 * i], o[nb][2 * i + 1]);
+                    if (t4 == 0) {
+                        float *ml = cut.ws + (size_t)n * a.n_heads * cut.nseg * HD +
+                                    (wrow * cut.nseg + (size_t)(sg - cut.seg0)) * 2;
+                        ml[0] = m[i];
+                        ml[1] = l[i];
+                    }
+                } else {
+                    float mn, ln, fa, fb;
+                    fp_fold_factors(cm[i], cl[i], m[i], l[i], &mn, &ln, &fa, &fb);
+                    cm[i] = mn;
+                    cl[i] = ln;
+                    const bool last = pos[i] / (seg_kb * FP_KEYS) == sg;
+                    float *orow = os + r * L::LDO;
+                    float *dst = out + ((int64_t)(r0 + r) * a.n_heads + h) * HD;
+#pragma unroll
+                    for (int nb = 0; nb < HD / 8; nb++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int c = 8 * nb + 2 * t4 + e;
+                            const float v = fp_fold(orow[c], o[nb][2 * i + e], fa, fb);
+                            if (last)
+                                dst[c] = __fdiv_rn(v, ln);
+                            else
+                                orow[c] = v;
+                        }
+                }
+            }
+            m[i] = -INFINITY;
+            l[i] = 0.0f;
+#pragma unroll
+            for (int nb = 0; nb < HD / 8; nb++) {
+                o[nb][2 * i] = 0.0f;
+                o[nb][2 * i + 1] = 0.0f;
+            }
+        }
+        sb = se + 1;
+    }
+#else
+    __trap(); // launch_flash_prefill is only called on sm_80 and later
+#endif
+}
+
 // A split launch's fold: block (row, head), a thread per element, folds the
 // row's segments' partials in order (fp_fold, as the flash kernel does)
 // and writes the result.
@@ -532,6 +826,29 @@ flash_fold_kernel(const int32_t *__restrict__ meta, int row0, int n, int n_heads
         l = ln;
     }
     out[((int64_t)(row0 + r) * n_heads + h) * HD + e] = __fdiv_rn(oc, l);
+}
+
+// The register kernel's launch (bf16 cache, head 64 or 128).
+template <int HD, bool PF>
+cudaError_t flash_mma_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n_meta,
+                        int row0, int n, const float *q, const cu_flash_cut *cut, float *out,
+                        cudaStream_t s)
+{
+    const size_t smem = MSmem<HD>::BYTES;
+    cudaError_t rc = cudaFuncSetAttribute(flash_mma_kernel<HD, PF>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (rc != cudaSuccess)
+        return rc;
+    const int split = cut->nseg > 0;
+    dim3 grid((unsigned)a->n_heads, (unsigned)((n + FP_ROWS - 1) / FP_ROWS),
+              split ? (unsigned)cut->nseg : 1u);
+    flash_mma_kernel<HD, PF><<<grid, FP_THREADS, smem, s>>>(
+        q, meta, n_meta, row0, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes,
+        static_cast<const uint8_t *>(kv->k), static_cast<const uint8_t *>(kv->v), *cut, out);
+    if (split)
+        flash_fold_kernel<HD><<<dim3((unsigned)n, (unsigned)a->n_heads), HD, 0, s>>>(
+            meta, row0, n, a->n_heads, a->window, *cut, out);
+    return cudaGetLastError();
 }
 
 template <typename OP, int HD, bool PF>
@@ -561,12 +878,23 @@ cudaError_t flash_hd(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
                      int row0, int n, const float *q, const cu_flash_cut *cut, float *out,
                      cudaStream_t s)
 {
-    switch (a->head_dim) {
-    case 64: return flash_t<OP, 64, FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, cut, out, s);
-    case 128:
-        return flash_t<OP, 128, FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, cut, out, s);
-    case 256: return flash_t<OP, 256, false>(kv, a, meta, n_meta, row0, n, q, cut, out, s);
-    default: return cudaErrorInvalidValue;
+    // A bf16 cache's heads 64 and 128 take the register kernel (decision
+    // 0031); f16 caches and head 256 the WMMA one.
+    if constexpr (std::is_same<OP, OpBF16>::value) {
+        switch (a->head_dim) {
+        case 64: return flash_mma_t<64, FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, cut, out, s);
+        case 128: return flash_mma_t<128, FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, cut, out, s);
+        case 256: return flash_t<OP, 256, false>(kv, a, meta, n_meta, row0, n, q, cut, out, s);
+        default: return cudaErrorInvalidValue;
+        }
+    } else {
+        switch (a->head_dim) {
+        case 64: return flash_t<OP, 64, FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, cut, out, s);
+        case 128:
+            return flash_t<OP, 128, FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, cut, out, s);
+        case 256: return flash_t<OP, 256, false>(kv, a, meta, n_meta, row0, n, q, cut, out, s);
+        default: return cudaErrorInvalidValue;
+        }
     }
 }
 
@@ -611,5 +939,5 @@ extern "C" cudaError_t launch_flash_prefill_other(const cu_kv_pool *kv, const cu
         a->n_heads % a->n_kv_heads != 0 || a->n_heads > 65535 || row0 < 0 || row0 + n > n_meta ||
         (int64_t)a->n_kv_heads * a->head_dim != kv->kv_dim || !cut_fits(cut))
         return cudaErrorInvalidValue;
-    return flash_t<OpBF16, 128, !FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, cut, out, stream);
+    return flash_mma_t<128, !FP_PREFETCH>(kv, a, meta, n_meta, row0, n, q, cut, out, stream);
 }

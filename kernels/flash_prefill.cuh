@@ -6,10 +6,13 @@
  * takes up to FP_ROWS consecutive rows and one query head, and walks the
  * keys its rows see in blocks of FP_KEYS absolute positions (block b holds
  * positions [b * FP_KEYS, (b + 1) * FP_KEYS)): S = Q K^T and O += P V are
- * WMMA products (bf16 or f16 operands, the KV cache's type; f32
- * accumulation), the online softmax (running max, rescale, exp-sum) is
- * done on the scores stored to shared memory, row by row, so nothing
- * depends on how a fragment's elements sit in the lanes.
+ * tensor-core products (bf16 or f16 operands, the KV cache's type; f32
+ * accumulation). A bf16 cache's heads 64 and 128 keep the scores, P and
+ * the output rows in mma.sync fragments (kernels/mma.cuh), each row's max
+ * and exp-sum reduced over the four lanes that hold it in a fixed order
+ * (docs/decisions/0031-flash-prefill-in-registers.md); f16 caches and
+ * head 256 run WMMA products with the online softmax (running max,
+ * rescale, exp-sum) on the scores stored to shared memory, row by row.
  *
  * Numerics against the f32 reference: Q is rounded to the KV element type
  * when staged, and so is P = exp(s - m) before the P V product, m the

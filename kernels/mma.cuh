@@ -14,7 +14,8 @@
 // of lower index in its low 16 bits:
 //   ldmatrix .xN: lanes 8i..8i+7 give the addresses of matrix i's eight
 //     16-byte rows (shared memory, 16-byte aligned); register i of lane l
-//     gets row l / 4 of matrix i, elements 2t and 2t + 1.
+//     gets row l / 4 of matrix i, elements 2t and 2t + 1 (.trans: element
+//     l / 4 of rows 2t and 2t + 1).
 //   A (16 x 16 bf16, row-major): a[0] row g, k 2t..2t+1; a[1] row g + 8;
 //     a[2] row g, k 2t + 8..; a[3] row g + 8, k 2t + 8...
 //   B (16 x 8 bf16, "col": stored as 8 rows of 16 k): b[0] k 2t..2t+1 of
@@ -50,6 +51,24 @@ MMA_DEV void ldmatrix_x4(unsigned r[4], const void *p)
                  : "r"(a));
 #elif defined(__CUDA_ARCH__)
 #error "kernels/mma.cuh needs compute capability 8.0 or later"
+#else
+    (void)r;
+    (void)p;
+#endif
+}
+
+// The same with each 8x8 matrix transposed (.trans): register i of lane
+// l gets elements l / 4 of rows 2 (l % 4) and 2 (l % 4) + 1 of matrix i
+// (so a [k][n] tile stored row-major loads as B fragments).
+MMA_DEV void ldmatrix_x4_trans(unsigned r[4], const void *p)
+{
+#if defined(MEMRA_CUDA_EMU)
+    emu::ldmatrix_trans(r, 4, p);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
 #else
     (void)r;
     (void)p;

@@ -151,6 +151,8 @@ inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float __fsqrt_rn(float a) { return sqrtf(a); }
+/* The device's ex2.approx of x log2(e): the same form, to within its few ulps. */
+inline float __expf(float x) { return exp2f(__fmul_rn(x, 1.4426950408889634f)); }
 /* Byte select (the modes without sign replication). */
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s)
 {
@@ -368,7 +370,8 @@ void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
  * bits:
  *   ldmatrix: lanes 8i..8i+7 give the addresses of matrix i's eight
  *     16-byte rows; register i of lane l holds row l / 4 of matrix i,
- *     elements 2 (l % 4) and 2 (l % 4) + 1;
+ *     elements 2 (l % 4) and 2 (l % 4) + 1 (.trans: element l / 4 of rows
+ *     2 (l % 4) and 2 (l % 4) + 1);
  *   mma A (16 x 16, row): a[0] (row g, k 2t, 2t+1), a[1] (g + 8, 2t),
  *     a[2] (g, 2t + 8), a[3] (g + 8, 2t + 8);
  *   mma B (16 x 8, col): b[0] (k 2t, 2t+1, column g), b[1] (k 2t + 8);
@@ -404,6 +407,25 @@ inline void ldmatrix(unsigned *r, int n, const void *p)
         const void *row = g_mma_lane[w0 + i * 8 + lane / 4].addr;
         check_aligned(row, 16, "ldmatrix row");
         memcpy(&r[i], static_cast<const unsigned char *>(row) + 4 * (lane % 4), 4);
+    }
+    warp_sync();
+}
+
+/* ldmatrix .trans: register i of this lane holds element lane / 4 of
+ * rows 2 (lane % 4) and 2 (lane % 4) + 1 of matrix i. */
+inline void ldmatrix_trans(unsigned *r, int n, const void *p)
+{
+    const int me = (int)thread_idx().x, w0 = me & ~31, lane = me & 31;
+    g_mma_lane[me].addr = p;
+    warp_sync();
+    for (int i = 0; i < n; i++) {
+        uint16_t h[2];
+        for (int k = 0; k < 2; k++) {
+            const void *row = g_mma_lane[w0 + i * 8 + 2 * (lane % 4) + k].addr;
+            check_aligned(row, 16, "ldmatrix row");
+            memcpy(&h[k], static_cast<const unsigned char *>(row) + 2 * (lane / 4), 2);
+        }
+        r[i] = (unsigned)h[0] | (unsigned)h[1] << 16;
     }
     warp_sync();
 }
