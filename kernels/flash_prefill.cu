@@ -527,13 +527,71 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
 template <int HD> struct MSmem {
     static constexpr int LDK = HD + 8; // K, V, Q staging: bf16 elements
     static constexpr int LDO = HD + 4; // the folded output rows: f32
-    static constexpr size_t K_OFF = 0;
-    static constexpr size_t V_OFF = K_OFF + (size_t)FP_KEYS * LDK * 2;
-    static constexpr size_t O_OFF = V_OFF + (size_t)FP_KEYS * LDK * 2;
+    static constexpr size_t TILE = (size_t)FP_KEYS * LDK * 2; // one K or V tile, bytes
+    // two buffers of (K, V): buffer b's K at b * 2 TILE, its V a TILE on
+    static constexpr size_t O_OFF = 4 * TILE;
     static constexpr size_t BYTES = O_OFF + (size_t)FP_ROWS * LDO * 4;
-    static_assert((LDK * 2) % 16 == 0 && V_OFF % 16 == 0 && O_OFF % 16 == 0,
+    static_assert((LDK * 2) % 16 == 0 && TILE % 16 == 0 && O_OFF % 16 == 0,
                   "ldmatrix rows start 16-byte aligned");
 };
+
+// 16 bytes from global src to shared dst by cp.async, or 16 zero bytes
+// when !valid (src is then not read); completing in groups (fm_commit,
+// fm_wait). The CPU emulation copies at once.
+DEV void fm_cp16(void *dst, const void *src, bool valid)
+{
+#if defined(__CUDA_ARCH__)
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+#else
+    if (valid)
+        memcpy(dst, src, 16);
+    else
+        memset(dst, 0, 16);
+#endif
+}
+
+DEV void fm_commit()
+{
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Until at most N of this thread's groups are in flight.
+template <int N> DEV void fm_wait()
+{
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// Key block kb's K and V rows into buffer (ks, vs), thread tid's share:
+// the 16-byte chunk tid % CH of keys tid / CH + i * JSTEP (KvStage's), a
+// position no row of the tile sees zero (never read from the pool: its
+// table entry may not exist).
+template <int HD>
+DEV void fm_issue(int32_t t0, int32_t kmin, int32_t kmax, const int32_t *table, const cu_attn &a,
+                  int kvh, int n_blocks, int bs, int64_t row_bytes, const uint8_t *kp,
+                  const uint8_t *vp, uint16_t *ks, uint16_t *vs)
+{
+    typedef KvStage<HD> KS;
+    const int tid = threadIdx.x, c8 = tid % KS::CH, j0 = tid / KS::CH;
+#pragma unroll
+    for (int i = 0; i < KS::NJ; i++) {
+        const int j = j0 + i * KS::JSTEP;
+        const int32_t t = t0 + j;
+        const bool valid = t >= kmin && t <= kmax;
+        const int64_t off = valid ? fp_row_index(table, t, a.layer, n_blocks, bs) * row_bytes +
+                                        ((int64_t)kvh * HD + c8 * 8) * 2
+                                  : 0;
+        fm_cp16(ks + j * MSmem<HD>::LDK + c8 * 8, kp + off, valid);
+        fm_cp16(vs + j * MSmem<HD>::LDK + c8 * 8, vp + off, valid);
+    }
+    fm_commit();
+}
 
 // Two floats as a bf16x2 register (round to nearest even), the lower
 // index in the low half.
@@ -596,8 +654,7 @@ flash_mma_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, 
     typedef MSmem<HD> L;
     extern __shared__ float4 fp_smem[];
     uint8_t *sm = reinterpret_cast<uint8_t *>(fp_smem);
-    uint16_t *ks = reinterpret_cast<uint16_t *>(sm + L::K_OFF);
-    uint16_t *vs = reinterpret_cast<uint16_t *>(sm + L::V_OFF);
+    uint16_t *ks = reinterpret_cast<uint16_t *>(sm); // buffer 0's K: Q's staging first
     float *os = reinterpret_cast<float *>(sm + L::O_OFF);
 
     const int h = blockIdx.x, tile = gridDim.y - 1 - blockIdx.y;
@@ -646,7 +703,6 @@ flash_mma_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, 
         ldmatrix_x4(qa[kk], ks + (warp * 16 + (lane & 15)) * L::LDK + kk * 16 + 8 * (lane >> 4));
     __syncthreads(); // K's tile is overwritten next
 
-    typedef KvStage<HD> KS;
     const int seg_kb = cut.seg_keys / FP_KEYS;
     int32_t kb_first = kmin / FP_KEYS, kb_last = kmax / FP_KEYS;
     if (cut.nseg > 0) {
@@ -656,10 +712,17 @@ flash_mma_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, 
         if (kb_first > kb_last)
             return; // the whole block: no row of the tile sees that segment
     }
-    KS stage;
+    // Key blocks alternate between two buffers; with PF the next block's
+    // copies are issued before this one's products, so they overlap.
+    const auto kbuf = [&](int32_t kb) {
+        return reinterpret_cast<uint16_t *>(sm + (size_t)((kb - kb_first) & 1) * 2 * L::TILE);
+    };
+    const auto vbuf = [&](int32_t kb) {
+        return reinterpret_cast<uint16_t *>(sm + ((size_t)((kb - kb_first) & 1) * 2 + 1) * L::TILE);
+    };
     if (PF && kb_first <= kb_last)
-        stage.fetch(0, KS::NJ, kb_first * FP_KEYS, kmin, kmax, table, a, kvh, n_blocks, bs,
-                    row_bytes, kp, vp);
+        fm_issue<HD>(kb_first * FP_KEYS, kmin, kmax, table, a, kvh, n_blocks, bs, row_bytes, kp,
+                     vp, kbuf(kb_first), vbuf(kb_first));
     // Per row: the segment's max and exp-sum, the folded segments'.
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float cm[2] = {-INFINITY, -INFINITY}, cl[2] = {0.0f, 0.0f};
@@ -673,21 +736,18 @@ flash_mma_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, 
         const int32_t se = min(kb_last, (sb / seg_kb + 1) * seg_kb - 1);
         for (int32_t kb = sb; kb <= se; kb++) {
             const int32_t t0 = kb * FP_KEYS;
-            if (PF) {
-                stage.store(0, KS::NJ, ks, vs, L::LDK);
+            const uint16_t *kt = kbuf(kb), *vt = vbuf(kb);
+            if (PF && kb < kb_last) {
+                fm_issue<HD>(t0 + FP_KEYS, kmin, kmax, table, a, kvh, n_blocks, bs, row_bytes, kp,
+                             vp, kbuf(kb + 1), vbuf(kb + 1));
+                fm_wait<1>(); // this block's copies are done, the next one's in flight
             } else {
-                constexpr int BATCH = KS::NJ < 4 ? KS::NJ : 4;
-#pragma unroll
-                for (int i0 = 0; i0 < KS::NJ; i0 += BATCH) {
-                    stage.fetch(i0, BATCH, t0, kmin, kmax, table, a, kvh, n_blocks, bs, row_bytes,
-                                kp, vp);
-                    stage.store(i0, BATCH, ks, vs, L::LDK);
-                }
+                if (!PF)
+                    fm_issue<HD>(t0, kmin, kmax, table, a, kvh, n_blocks, bs, row_bytes, kp, vp,
+                                 kbuf(kb), vbuf(kb));
+                fm_wait<0>();
             }
-            __syncthreads();
-            if (PF && kb < kb_last)
-                stage.fetch(0, KS::NJ, t0 + FP_KEYS, kmin, kmax, table, a, kvh, n_blocks, bs,
-                            row_bytes, kp, vp);
+            __syncthreads(); // every thread's copies of this block are visible
 
             // S = Q K^T: the warp's 16 rows, the block's 64 keys in 8-key
             // tiles, two tiles an ldmatrix. Keys no row of the warp sees
@@ -705,7 +765,7 @@ flash_mma_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, 
 #pragma unroll
                 for (int kk = 0; kk < HD / 16; kk++) {
                     unsigned b[4];
-                    ldmatrix_x4(b, ks + (16 * jp + 8 * (lane >> 4) + (lane & 7)) * L::LDK + kk * 16 +
+                    ldmatrix_x4(b, kt + (16 * jp + 8 * (lane >> 4) + (lane & 7)) * L::LDK + kk * 16 +
                                        8 * ((lane >> 3) & 1));
                     mma_bf16_16816(s[2 * jp], qa[kk], b);
                     mma_bf16_16816(s[2 * jp + 1], qa[kk], b + 2);
@@ -736,13 +796,13 @@ flash_mma_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, 
 #pragma unroll
                 for (int np = 0; np < HD / 16; np++) {
                     unsigned b[4];
-                    ldmatrix_x4_trans(b, vs + (16 * kc + 8 * ((lane >> 3) & 1) + (lane & 7)) * L::LDK +
+                    ldmatrix_x4_trans(b, vt + (16 * kc + 8 * ((lane >> 3) & 1) + (lane & 7)) * L::LDK +
                                              np * 16 + 8 * (lane >> 4));
                     mma_bf16_16816(o[2 * np], pa, b);
                     mma_bf16_16816(o[2 * np + 1], pa, b + 2);
                 }
             }
-            __syncthreads(); // the next block overwrites K and V
+            __syncthreads(); // the next block's copies go into this buffer
         }
         // The segment's end: each row's output, max and exp-sum folded
         // into its folded rows (a row's last segment writes its result),
