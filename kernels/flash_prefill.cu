@@ -608,6 +608,9 @@ DEV unsigned fm_pack(float lo, float hi)
 DEV float fm_softmax_row(float (&s)[FP_KEYS / 8][4], int e0, int32_t t0, int t4, int32_t pos,
                          int32_t lo, const cu_attn &a, float &m, float &l)
 {
+    // A block the row sees whole (most of a long prompt's) needs no mask:
+    // the same values without the compares and selects.
+    const bool whole = t0 >= lo && t0 + FP_KEYS - 1 <= pos;
     float mx = -INFINITY;
 #pragma unroll
     for (int j = 0; j < FP_KEYS / 8; j++)
@@ -618,7 +621,7 @@ DEV float fm_softmax_row(float (&s)[FP_KEYS / 8][4], int e0, int32_t t0, int t4,
             if (a.softcap > 0.0f)
                 v = __fmul_rn(tanhf(__fdiv_rn(v, a.softcap)), a.softcap);
             s[j][e0 + e] = v;
-            mx = t < lo || t > pos ? mx : fmaxf(mx, v);
+            mx = !whole && (t < lo || t > pos) ? mx : fmaxf(mx, v);
         }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
@@ -626,15 +629,26 @@ DEV float fm_softmax_row(float (&s)[FP_KEYS / 8][4], int e0, int32_t t0, int t4,
     const float m_new = mx > __fadd_rn(m_old, FP_LAZY) ? mx : m_old;
     const float alpha = m_new == m_old ? 1.0f : __expf(__fsub_rn(m_old, m_new));
     float sum = 0.0f;
+    if (whole) {
 #pragma unroll
-    for (int j = 0; j < FP_KEYS / 8; j++)
+        for (int j = 0; j < FP_KEYS / 8; j++)
 #pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int32_t t = t0 + 8 * j + 2 * t4 + e;
-            const float p = t < lo || t > pos ? 0.0f : __expf(__fsub_rn(s[j][e0 + e], m_new));
-            s[j][e0 + e] = p;
-            sum = __fadd_rn(sum, p);
-        }
+            for (int e = 0; e < 2; e++) {
+                const float p = __expf(__fsub_rn(s[j][e0 + e], m_new));
+                s[j][e0 + e] = p;
+                sum = __fadd_rn(sum, p);
+            }
+    } else {
+#pragma unroll
+        for (int j = 0; j < FP_KEYS / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int32_t t = t0 + 8 * j + 2 * t4 + e;
+                const float p = t < lo || t > pos ? 0.0f : __expf(__fsub_rn(s[j][e0 + e], m_new));
+                s[j][e0 + e] = p;
+                sum = __fadd_rn(sum, p);
+            }
+    }
     sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
     sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
     m = m_new;
