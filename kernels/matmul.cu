@@ -13,11 +13,37 @@ DEV float *mv_stage_smem()
     return mv_stage;
 }
 
-// The batched instances (T input rows a block, mv_tokens) read x from
-// registers; the single-token ones are in kernels/matmul_single.cu.
+// Whether the batched instances of T input rows stage x in shared memory
+// for this format and width: the quant formats (whose x the piece dot
+// wants scaled and summed, the same values staged or not) of whole units,
+// while the T rows' stage fits MV_STAGE_MAX.
+template <int F> bool batched_staged(int64_t cols, int t)
+{
+    return !WFmt<F>::DIRECT && cols % WFmt<F>::U == 0 &&
+           (size_t)t * mv_stage_bytes<F>(cols) <= MV_STAGE_MAX;
+}
+
+// The batched instances (T input rows a block, mv_tokens): x from the
+// block's stage where batched_staged, else from registers; the
+// single-token ones are in kernels/matmul_single.cu.
 template <int F, int R, int T, bool AX>
 void mv_launch(const MVArgs &a, dim3 grid, int sm_count, cudaStream_t s)
 {
+    if (batched_staged<F>(a.cols, T)) {
+        static std::atomic<uint64_t> memo_sm{0};
+        static std::atomic<int> opted{0}; // bytes the kernel may ask for
+        const size_t smem = (size_t)T * mv_stage_bytes<F>(a.cols);
+        if (smem > 48 * 1024 && opted.load(std::memory_order_relaxed) < (int)MV_STAGE_MAX) {
+            if (cudaFuncSetAttribute(matvec_kernel<F, R, T, AX, true>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)MV_STAGE_MAX) != cudaSuccess)
+                return; // the error stays for the caller's cudaGetLastError
+            opted.store((int)MV_STAGE_MAX, std::memory_order_relaxed);
+        }
+        grid = mv_grid(matvec_kernel<F, R, T, AX, true>, MV_THREADS, smem, grid, sm_count, memo_sm);
+        launch_pdl(matvec_kernel<F, R, T, AX, true>, grid, dim3(MV_THREADS), smem, s, a);
+        return;
+    }
     static std::atomic<uint64_t> memo{0};
     grid = mv_grid(matvec_kernel<F, R, T, AX, false>, MV_THREADS, 0, grid, sm_count, memo);
     launch_pdl(matvec_kernel<F, R, T, AX, false>, grid, dim3(MV_THREADS), 0, s, a);
@@ -49,6 +75,21 @@ void mv_dispatch(const MVArgs &a, dim3 grid, int r, int t, bool ax, int sms, cud
         mv_dispatch_r<F, 4>(a, grid, r, ax, sms, s);
     else
         mv_dispatch_r<F, MV_TOKENS>(a, grid, r, ax, sms, s);
+}
+
+// batched_staged for a run-time format.
+bool staged_at(int fmt, int64_t cols, int t)
+{
+    switch (fmt) {
+    case CW_Q8_0: return batched_staged<CW_Q8_0>(cols, t);
+    case CW_Q4_0: return batched_staged<CW_Q4_0>(cols, t);
+    case CW_Q4_K: return batched_staged<CW_Q4_K>(cols, t);
+    case CW_Q5_K: return batched_staged<CW_Q5_K>(cols, t);
+    case CW_Q6_K: return batched_staged<CW_Q6_K>(cols, t);
+    case CW_NVFP4: return batched_staged<CW_NVFP4>(cols, t);
+    case CW_MXFP8: return batched_staged<CW_MXFP8>(cols, t);
+    default: return false;
+    }
 }
 
 template <int F>
@@ -161,7 +202,13 @@ extern "C" cudaError_t launch_matvec(const cu_mv_job *j, cudaStream_t stream)
     if (!cu_mv_job_ok(j))
         return cudaErrorInvalidValue;
     const bool glu = j->mode != CU_MV_STORE;
-    const int t = mv_tokens(j->n);
+    int t = mv_tokens(j->n);
+    // A quantized matrix whose eight rows' stage does not fit takes them
+    // four a block, staged: twice the weight reads, a fraction of the x
+    // work (measured: docs/decisions/0032-staged-few-rows.md).
+    if (t == MV_TOKENS && !staged_at(j->w[0]->fmt, j->w[0]->cols, MV_TOKENS) &&
+        staged_at(j->w[0]->fmt, j->w[0]->cols, 4))
+        t = 4;
     const bool ax = x_aligned(j->x, j->w[0]->cols);
     int64_t total_rows = 0;
     for (int i = 0; i < j->n_w; i++)

@@ -216,10 +216,12 @@ DEV void piece_dot(const float (&v)[PW], const float (&xs)[PW], float a, float b
 // formats sum v . x over a piece, then add a * sum (+ b * sum of x).
 // FULL: the unit lies inside the row (always, but for the last unit of a
 // float-format row whose width is no multiple of U); else only its first
-// `valid` elements count. SM: x comes from the block's stage (T is 1).
+// `valid` elements count. SM: x comes from the block's stage, input row t's
+// sts floats after row 0's (stage_x's layout; the same values as the
+// register path computes, so the same sums).
 template <int F, int R, int T, bool AX, bool FULL, bool SM>
 DEV void unit_acc(const typename WFmt<F>::Raw (&raw)[R], int64_t u, const float *x, int64_t ldx,
-                  int nt, int valid_unit, float (&acc)[R][T], const float *sm)
+                  int nt, int valid_unit, float (&acc)[R][T], const float *sm, int64_t sts = 0)
 {
     using W = WFmt<F>;
     constexpr int PW = W::PW;
@@ -227,7 +229,7 @@ DEV void unit_acc(const typename WFmt<F>::Raw (&raw)[R], int64_t u, const float 
     const int64_t c0 = u * W::U;
     const float *su = SM ? sm + u * MVStage<F>::S : nullptr;
     float sxs[W::P];
-    if constexpr (SM && HB) {
+    if constexpr (SM && HB && T == 1) {
 #pragma unroll
         for (int p = 0; p < W::P; p += 4) {
             const float4 v = *reinterpret_cast<const float4 *>(su + W::U + p);
@@ -274,16 +276,17 @@ DEV void unit_acc(const typename WFmt<F>::Raw (&raw)[R], int64_t u, const float 
             } else {
                 float xs[PW], sx = 0.0f;
                 if constexpr (SM) {
+                    const float *st = T > 1 ? su + t * sts : su;
 #pragma unroll
                     for (int j = 0; j < PW; j += 4) {
-                        const float4 q = *reinterpret_cast<const float4 *>(su + p * PW + j);
+                        const float4 q = *reinterpret_cast<const float4 *>(st + p * PW + j);
                         xs[j] = q.x;
                         xs[j + 1] = q.y;
                         xs[j + 2] = q.z;
                         xs[j + 3] = q.w;
                     }
-                    if (HB)
-                        sx = sxs[p];
+                    if constexpr (HB)
+                        sx = T > 1 ? st[W::U + p] : sxs[p];
                 } else {
                     float xv[PW];
                     load_x<PW, AX>(x + t * ldx + c0 + p * PW, valid, xv);
@@ -326,7 +329,7 @@ template <int F, int R, int T, bool AX, bool SM = false, int MB = 1, class Next>
 DEV void rows_dot(const uint8_t *const *wr, size_t soff, const Next &next, int64_t cols,
                   const float *x, int nt,
                   typename WFmt<F>::Raw (&raw)[MVDepth<F, R, T, MB>::D][R], float (&acc)[R][T],
-                  const float *sm = nullptr)
+                  const float *sm = nullptr, int64_t sts = 0)
 {
     using W = WFmt<F>;
     constexpr int D = MVDepth<F, R, T, MB>::D;
@@ -363,7 +366,7 @@ DEV void rows_dot(const uint8_t *const *wr, size_t soff, const Next &next, int64
             }
 #pragma unroll
             for (int d = 0; d < D; d++)
-                unit_acc<F, R, T, AX, true, SM>(raw[d], u0 + 32 * d, x, cols, nt, W::U, acc, sm);
+                unit_acc<F, R, T, AX, true, SM>(raw[d], u0 + 32 * d, x, cols, nt, W::U, acc, sm, sts);
             u0 = un;
             if (fetched)
 #pragma unroll
@@ -384,7 +387,7 @@ DEV void rows_dot(const uint8_t *const *wr, size_t soff, const Next &next, int64
                 r[d][k] = W::fetch(wr[k], soff, u0 + 32 * d);
 #pragma unroll
         for (int d = 0; d < D; d++)
-            unit_acc<F, R, T, AX, true, SM>(r[d], u0 + 32 * d, x, cols, nt, W::U, acc, sm);
+            unit_acc<F, R, T, AX, true, SM>(r[d], u0 + 32 * d, x, cols, nt, W::U, acc, sm, sts);
     }
     for (; u0 < nu; u0 += 32) {
         typename W::Raw r[R];
@@ -392,9 +395,10 @@ DEV void rows_dot(const uint8_t *const *wr, size_t soff, const Next &next, int64
         for (int k = 0; k < R; k++)
             r[k] = W::fetch(wr[k], soff, u0);
         if (u0 < nfull)
-            unit_acc<F, R, T, AX, true, SM>(r, u0, x, cols, nt, W::U, acc, sm);
+            unit_acc<F, R, T, AX, true, SM>(r, u0, x, cols, nt, W::U, acc, sm, sts);
         else
-            unit_acc<F, R, T, AX, false, SM>(r, u0, x, cols, nt, (int)(cols - u0 * W::U), acc, sm);
+            unit_acc<F, R, T, AX, false, SM>(r, u0, x, cols, nt, (int)(cols - u0 * W::U), acc, sm,
+                                             sts);
     }
 #pragma unroll
     for (int k = 0; k < R; k++)
@@ -492,9 +496,12 @@ template <int F, int R, int T, bool AX, bool SM, int MB> DEV void matvec_body(co
     pdl_trigger();
     pdl_wait();
     float *stage = nullptr;
+    // (a stage of whole units: the launcher stages only such widths)
+    const int64_t sts = SM ? a.cols / WFmt<F>::U * MVStage<F>::S : 0;
     if constexpr (SM) {
         stage = mv_stage_smem();
-        stage_x<F, AX>(x, a.cols, stage);
+        for (int t = 0; t < nt; t++)
+            stage_x<F, AX>(x + t * a.cols, a.cols, stage + t * sts);
     }
     for (;;) {
         const unsigned gn = g + gridDim.x;
@@ -512,7 +519,7 @@ template <int F, int R, int T, bool AX, bool SM, int MB> DEV void matvec_body(co
             return true;
         };
         rows_dot<F, R, T, AX, SM, MB>(m.wr, sg.soff, next, a.cols, SM ? nullptr : x, nt, raw,
-                                      acc, stage);
+                                      acc, stage, sts);
         mv_store<R, T>(a, m, acc, t0, nt);
         if (!more)
             break;
