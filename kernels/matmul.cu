@@ -5,8 +5,8 @@
 
 namespace {
 
-// The batched instances stage nothing; the declaration is shared
-// (kernels/matmul_kernels.cuh).
+// The batched instances' stage of x (the quant formats', batched_staged);
+// the declaration is shared (kernels/matmul_kernels.cuh).
 DEV float *mv_stage_smem()
 {
     extern __shared__ float mv_stage[];
