@@ -5,6 +5,7 @@
 
 #include <type_traits>
 
+#include "kernels/cp_async.cuh"
 #include "kernels/dev_common.cuh"
 #include "kernels/flash_prefill.cuh"
 #include "kernels/mma.cuh"
@@ -92,6 +93,27 @@ DEV int64_t fp_row_index(const int32_t *table, int64_t t, int layer, int n_block
 {
     const int64_t blk = table[t / bs];
     return ((int64_t)layer * n_blocks + blk) * bs + t % bs;
+}
+
+// The tile's Q rows (rows past nr zero), rounded to the operand type,
+// into ks (ldk elements a row), and the f32 rows os (ldo a row) zeroed;
+// then a barrier.
+template <typename OP, int HD>
+DEV void fp_stage_q(const float *q, const cu_attn &a, int h, int r0, int nr, uint16_t *ks, int ldk,
+                    float *os, int ldo)
+{
+    for (int idx = threadIdx.x; idx < FP_ROWS * HD / 4; idx += FP_THREADS) {
+        const int r = idx / (HD / 4), e = idx % (HD / 4) * 4;
+        const float4 x = r < nr ? __ldg(reinterpret_cast<const float4 *>(
+                                      q + ((int64_t)(r0 + r) * a.n_heads + h) * HD + e))
+                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        uint2 b;
+        b.x = OP::round(x.x) | ((uint32_t)OP::round(x.y) << 16);
+        b.y = OP::round(x.z) | ((uint32_t)OP::round(x.w) << 16);
+        *reinterpret_cast<uint2 *>(ks + r * ldk + e) = b;
+        *reinterpret_cast<float4 *>(os + r * ldo + e) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    __syncthreads();
 }
 
 // K and V of one key block, thread tid's share: the 16-byte chunk
@@ -187,18 +209,7 @@ flash_prefill_kernel(const float *__restrict__ q, const int32_t *__restrict__ me
         csum[tid] = 0.0f;
     }
     // Q rows, rounded, staged in K's tile; the output rows start at zero.
-    for (int idx = tid; idx < FP_ROWS * HD / 4; idx += FP_THREADS) {
-        const int r = idx / (HD / 4), e = idx % (HD / 4) * 4;
-        const float4 x = r < nr ? __ldg(reinterpret_cast<const float4 *>(
-                                      q + ((int64_t)(r0 + r) * a.n_heads + h) * HD + e))
-                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        uint2 b;
-        b.x = OP::round(x.x) | ((uint32_t)OP::round(x.y) << 16);
-        b.y = OP::round(x.z) | ((uint32_t)OP::round(x.w) << 16);
-        *reinterpret_cast<uint2 *>(ks + r * L::LDK + e) = b;
-        *reinterpret_cast<float4 *>(os + r * L::LDO + e) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-    __syncthreads();
+    fp_stage_q<OP, HD>(q, a, h, r0, nr, ks, L::LDK, os, L::LDO);
     // The span of keys the tile's rows see.
     int32_t kmin = INT32_MAX, kmax = -1;
     for (int r = 0; r < nr; r++) {
@@ -535,39 +546,6 @@ template <int HD> struct MSmem {
                   "ldmatrix rows start 16-byte aligned");
 };
 
-// 16 bytes from global src to shared dst by cp.async, or 16 zero bytes
-// when !valid (src is then not read); completing in groups (fm_commit,
-// fm_wait). The CPU emulation copies at once.
-DEV void fm_cp16(void *dst, const void *src, bool valid)
-{
-#if defined(__CUDA_ARCH__)
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
-                 "r"(valid ? 16 : 0)
-                 : "memory");
-#else
-    if (valid)
-        memcpy(dst, src, 16);
-    else
-        memset(dst, 0, 16);
-#endif
-}
-
-DEV void fm_commit()
-{
-#if defined(__CUDA_ARCH__)
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-// Until at most N of this thread's groups are in flight.
-template <int N> DEV void fm_wait()
-{
-#if defined(__CUDA_ARCH__)
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
 // Key block kb's K and V rows into buffer (ks, vs), thread tid's share:
 // the 16-byte chunk tid % CH of keys tid / CH + i * JSTEP (KvStage's), a
 // position no row of the tile sees zero (never read from the pool: its
@@ -587,10 +565,10 @@ DEV void fm_issue(int32_t t0, int32_t kmin, int32_t kmax, const int32_t *table, 
         const int64_t off = valid ? fp_row_index(table, t, a.layer, n_blocks, bs) * row_bytes +
                                         ((int64_t)kvh * HD + c8 * 8) * 2
                                   : 0;
-        fm_cp16(ks + j * MSmem<HD>::LDK + c8 * 8, kp + off, valid);
-        fm_cp16(vs + j * MSmem<HD>::LDK + c8 * 8, vp + off, valid);
+        cp_async16(ks + j * MSmem<HD>::LDK + c8 * 8, kp + off, valid ? 16 : 0);
+        cp_async16(vs + j * MSmem<HD>::LDK + c8 * 8, vp + off, valid ? 16 : 0);
     }
-    fm_commit();
+    cp_async_commit();
 }
 
 // Two floats as a bf16x2 register (round to nearest even), the lower
@@ -699,18 +677,7 @@ flash_mma_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, 
         }
     }
     // Q rows, rounded, staged in K's tile; the folded output rows start at zero.
-    for (int idx = tid; idx < FP_ROWS * HD / 4; idx += FP_THREADS) {
-        const int r = idx / (HD / 4), e = idx % (HD / 4) * 4;
-        const float4 x = r < nr ? __ldg(reinterpret_cast<const float4 *>(
-                                      q + ((int64_t)(r0 + r) * a.n_heads + h) * HD + e))
-                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        uint2 b;
-        b.x = OpBF16::round(x.x) | ((uint32_t)OpBF16::round(x.y) << 16);
-        b.y = OpBF16::round(x.z) | ((uint32_t)OpBF16::round(x.w) << 16);
-        *reinterpret_cast<uint2 *>(ks + r * L::LDK + e) = b;
-        *reinterpret_cast<float4 *>(os + r * L::LDO + e) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-    __syncthreads();
+    fp_stage_q<OpBF16, HD>(q, a, h, r0, nr, ks, L::LDK, os, L::LDO);
     unsigned qa[HD / 16][4];
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++)
@@ -754,12 +721,12 @@ flash_mma_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, 
             if (PF && kb < kb_last) {
                 fm_issue<HD>(t0 + FP_KEYS, kmin, kmax, table, a, kvh, n_blocks, bs, row_bytes, kp,
                              vp, kbuf(kb + 1), vbuf(kb + 1));
-                fm_wait<1>(); // this block's copies are done, the next one's in flight
+                cp_async_wait<1>(); // this block's copies are done, the next one's in flight
             } else {
                 if (!PF)
                     fm_issue<HD>(t0, kmin, kmax, table, a, kvh, n_blocks, bs, row_bytes, kp, vp,
                                  kbuf(kb), vbuf(kb));
-                fm_wait<0>();
+                cp_async_wait<0>();
             }
             __syncthreads(); // every thread's copies of this block are visible
 

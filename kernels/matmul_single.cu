@@ -21,6 +21,7 @@
 // is registers (no raw units held in flight: up to 24 warps an SM where
 // the register path ran 16) and work spread evenly over the SMs (a task is
 // one warp's rows, numbered warp-major over the grid).
+#include "kernels/cp_async.cuh"
 #include "kernels/matmul_kernels.cuh"
 
 namespace {
@@ -29,38 +30,6 @@ DEV float *mv_stage_smem()
 {
     extern __shared__ float mv_stage[];
     return mv_stage;
-}
-
-// ---- asynchronous copies (the emulation copies at once) ----
-
-// n (<= 16) bytes from global src to shared dst, the rest of dst's 16 zero.
-DEV void cp_async16(void *dst, const void *src, int n)
-{
-#if defined(__CUDA_ARCH__)
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n)
-                 : "memory");
-#else
-    const unsigned char *s = static_cast<const unsigned char *>(src);
-    unsigned char *o = static_cast<unsigned char *>(dst);
-    for (int i = 0; i < 16; i++)
-        o[i] = i < n ? s[i] : 0;
-#endif
-}
-
-// n (<= 8) bytes, 8-byte aligned.
-DEV void cp_async8(void *dst, const void *src, int n)
-{
-#if defined(__CUDA_ARCH__)
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(d), "l"(src), "r"(n)
-                 : "memory");
-#else
-    const unsigned char *s = static_cast<const unsigned char *>(src);
-    unsigned char *o = static_cast<unsigned char *>(dst);
-    for (int i = 0; i < 8; i++)
-        o[i] = i < n ? s[i] : 0;
-#endif
 }
 
 // A shared-memory address as the copies take it: on the device the 32-bit
@@ -89,21 +58,6 @@ DEV void cp_async16_if(mvs_saddr dst, const void *src, bool p)
         for (int i = 0; i < 16; i++)
             dst[i] = s[i];
     }
-#endif
-}
-
-DEV void cp_async_commit()
-{
-#if defined(__CUDA_ARCH__)
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-// Wait until at most N of this thread's copy groups are still in flight.
-template <int N> DEV void cp_async_wait()
-{
-#if defined(__CUDA_ARCH__)
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
 
