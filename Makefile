@@ -76,6 +76,7 @@ ifeq ($(CUDA),1)
   CPPFLAGS += -I$(CUDA_HOME)/include
   LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++
   NVCCFLAGS := -std=c++17 -O3 -g -lineinfo -Ilib -I. -arch=sm_$(MEMRA_CUDA_ARCH) \
+               -DMEMRA_SM90A=$(if $(filter 90a,$(MEMRA_CUDA_ARCH)),1,0) \
                -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings -MMD -MP
 endif
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o) $(CU_SRC:%.cu=$(B)/%.cu.o)

@@ -6,6 +6,7 @@
 #include "kernels/dev_common.cuh"
 #include "kernels/weight_decode.cuh"
 #include "kernels/weight_layout.h"
+#include "kernels/wgmma.cuh"
 
 // ---- kernels ----
 //
@@ -351,8 +352,10 @@ template <int F> struct QStage {
         }
     }
     // Step `step`, in ring slot `slot` (its copies complete), decoded and
-    // rounded into dst (the lane's row of the tile, DG_LDS bf16 wide).
-    DEV void store(__nv_bfloat16 *dst, int64_t step, int slot) const
+    // rounded into dst (the lane's row of the tile, DG_LDS bf16 wide; or
+    // a row of a swizzled tile, kernels/wgmma.cuh, whose 16-byte chunks
+    // go to chunk ^ swz, swz = row % 8).
+    DEV void store(__nv_bfloat16 *dst, int64_t step, int slot, int swz = 0) const
     {
         const unsigned char *st = ring + (size_t)slot * STEP_BYTES;
         const int unit = k0 / W::P;
@@ -407,12 +410,145 @@ template <int F> struct QStage {
             }
             __nv_bfloat162 h[4] = {__floats2bfloat162_rn(v[0], v[1]), __floats2bfloat162_rn(v[2], v[3]),
                                    __floats2bfloat162_rn(v[4], v[5]), __floats2bfloat162_rn(v[6], v[7])};
-            *reinterpret_cast<uint4 *>(dst + unit * W::U + p * 8) = *reinterpret_cast<const uint4 *>(h);
+            *reinterpret_cast<uint4 *>(dst + (((unit * W::U) / 8 + p) ^ swz) * 8) = *reinterpret_cast<const uint4 *>(h);
         }
     }
 };
 // BF16 has no QStage; its instances name Q8_0's, unused.
 template <int F> constexpr size_t dg_smem_of() { return F == CW_BF16 ? DG_SMEM : QStage<F == CW_BF16 ? CW_Q8_0 : F>::SMEM; }
+
+// What a block of a launch takes: its row tile, column split, segment
+// (the matrix; an MoE chunk's expert), tokens and steps. False: a grouped
+// launch's block past the last chunk, which has nothing to do.
+struct DGBlock {
+    DGSeg sg;
+    unsigned tile;
+    int split, t0, ntok, nc;
+    bool glu;
+    int64_t base, c0; // the tile's first row, the split's first step
+};
+DEV bool dg_block(const DGArgs &a, DGBlock &b)
+{
+    b.tile = blockIdx.x / (unsigned)a.ks;
+    b.split = (int)(blockIdx.x % (unsigned)a.ks);
+    int s = 0;
+#pragma unroll
+    for (int i = 1; i < CU_MV_MAX_W; i++)
+        if (i < a.n_seg && b.tile >= a.seg[i].tile0)
+            s = i;
+    b.sg = a.seg[s];
+    b.glu = a.mode != CU_MV_STORE;
+    b.base = (int64_t)(b.tile - b.sg.tile0) * (b.glu ? DG_TILE / 2 : DG_TILE);
+    b.t0 = blockIdx.y * DG_TOK;
+    b.ntok = min(DG_TOK, a.n - b.t0);
+    if (a.chunks) {
+        // The chunk table and x come from the kernels before: wait for
+        // them before the weights' addresses are known.
+        pdl_trigger();
+        pdl_wait();
+        const int k = (int)blockIdx.y;
+        if (k >= *a.n_chunks)
+            return false;
+        const int e = a.chunks[3 * k];
+        b.t0 = a.chunks[3 * k + 1];
+        b.ntok = a.chunks[3 * k + 2];
+        b.sg.w = static_cast<const uint8_t *>(a.wtab[e]);
+        if (b.glu)
+            b.sg.w2 = static_cast<const uint8_t *>(a.wtab2[e]);
+    }
+    const int64_t nsteps = a.cols / DG_KC;
+    b.c0 = (int64_t)b.split * a.cps;
+    b.nc = (int)min((int64_t)a.cps, nsteps - b.c0);
+    return true;
+}
+
+// The end of a block: o[token][slot] (DG_LDO floats a token, every
+// thread past a barrier since it was written) holds the block's sums for
+// its split. With several splits they go to the partial-sum scratch and
+// the row tile's last block adds them in ascending split order; then bias
+// or activation into the output rows.
+template <int THREADS>
+DEV void dg_finish(const DGArgs &a, const DGSeg &sg, float *o, int64_t base, unsigned tile, int split,
+                   int t0, int ntok, bool glu)
+{
+    __shared__ unsigned last_block;
+    if (a.ks > 1) {
+        // Partial sums and their reduction in float4 (4 slots), the
+        // reduction's loads DG_RED_BATCH splits at a time: a chain of
+        // dependent L2 round trips per output was most of a 64-token
+        // launch before the batched loads (docs/decisions/0009).
+        constexpr int V = DG_TILE / 4;
+        const size_t slots = (size_t)a.tiles * DG_TILE;
+        for (int q = threadIdx.x; q < ntok * V; q += THREADS) {
+            const int t = q / V, i = (q % V) * 4;
+            *reinterpret_cast<float4 *>(a.partials + ((size_t)split * a.n + t0 + t) * slots +
+                                        (size_t)tile * DG_TILE + i) =
+                *reinterpret_cast<const float4 *>(o + t * DG_LDO + i);
+        }
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned *cnt = a.counters + (size_t)blockIdx.y * a.tiles + tile;
+            const unsigned prev = atomicAdd(cnt, 1u);
+            last_block = prev == (unsigned)a.ks - 1;
+            if (last_block)
+                *cnt = 0; // every split has counted: ready for the next launch
+        }
+        __syncthreads();
+        if (!last_block)
+            return;
+        __threadfence();
+        // The splits' sums in ascending order, whichever block is last.
+        const size_t kstride = (size_t)a.n * slots / 4; // a split's partials, in float4
+        for (int q = threadIdx.x; q < ntok * V; q += THREADS) {
+            const int t = q / V, i = (q % V) * 4;
+            const float4 *p = reinterpret_cast<const float4 *>(
+                a.partials + ((size_t)t0 + t) * slots + (size_t)tile * DG_TILE + i);
+            float4 v = __ldcg(p);
+            for (int k0 = 1; k0 < a.ks; k0 += DG_RED_BATCH) {
+                float4 r[DG_RED_BATCH];
+#pragma unroll
+                for (int u = 0; u < DG_RED_BATCH; u++)
+                    if (k0 + u < a.ks)
+                        r[u] = __ldcg(p + (size_t)(k0 + u) * kstride);
+#pragma unroll
+                for (int u = 0; u < DG_RED_BATCH; u++)
+                    if (k0 + u < a.ks) {
+                        v.x = __fadd_rn(v.x, r[u].x);
+                        v.y = __fadd_rn(v.y, r[u].y);
+                        v.z = __fadd_rn(v.z, r[u].z);
+                        v.w = __fadd_rn(v.w, r[u].w);
+                    }
+            }
+            *reinterpret_cast<float4 *>(o + t * DG_LDO + i) = v;
+        }
+        __syncthreads();
+    }
+
+    if (!glu) {
+        for (int q = threadIdx.x; q < ntok * DG_TILE; q += THREADS) {
+            const int t = q / DG_TILE, i = q % DG_TILE;
+            const int64_t row = base + i;
+            if (row < sg.rows) {
+                const float v = o[t * DG_LDO + i];
+                const int64_t orow = a.order ? a.order[t0 + t] : t0 + t;
+                sg.out[orow * sg.rows + row] = sg.bias ? __fadd_rn(v, sg.bias[row]) : v;
+            }
+        }
+    } else {
+        constexpr int H = DG_TILE / 2;
+        for (int q = threadIdx.x; q < ntok * H; q += THREADS) {
+            const int t = q / H, i = q % H;
+            const int64_t row = base + i;
+            if (row < sg.rows) {
+                const float g = o[t * DG_LDO + i];
+                const float act = a.mode == CU_MV_GLU_GELU ? gelu_tanh_f(g) : silu_f(g);
+                const int64_t orow = a.order ? a.order[t0 + t] : t0 + t;
+                sg.out[orow * sg.rows + row] = __fmul_rn(act, o[t * DG_LDO + H + i]);
+            }
+        }
+    }
+}
 
 // F: the weights' format (cw_format; BF16 through the cp.async ring, the
 // others through QStage); NT8: 8-token mma columns; XT: the most tokens a
@@ -436,40 +572,17 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
     constexpr int CG = TS ? 2 : RW, CT = TS ? NT8 / 2 : NT8;
     extern __shared__ uint4 dg_smem[];
     unsigned char *sm = reinterpret_cast<unsigned char *>(dg_smem);
-    __shared__ unsigned last_block;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int cgb = TS ? (warp >> 1) * 2 : warp * RW; // the first group this warp computes
     const int ctb = TS ? (warp & 1) * CT : 0;         // its first 8-token tile
-    const unsigned tile = blockIdx.x / (unsigned)a.ks;
-    const int split = (int)(blockIdx.x % (unsigned)a.ks);
-    int s = 0;
-#pragma unroll
-    for (int i = 1; i < CU_MV_MAX_W; i++)
-        if (i < a.n_seg && tile >= a.seg[i].tile0)
-            s = i;
-    DGSeg sg = a.seg[s];
-    const bool glu = a.mode != CU_MV_STORE;
-    const int64_t base = (int64_t)(tile - sg.tile0) * (glu ? DG_TILE / 2 : DG_TILE);
-    int t0 = blockIdx.y * DG_TOK;
-    int ntok = min(DG_TOK, a.n - t0);
-    if (a.chunks) {
-        // The chunk table and x come from the kernels before: wait for
-        // them before the weights' addresses are known.
-        pdl_trigger();
-        pdl_wait();
-        const int k = (int)blockIdx.y;
-        if (k >= *a.n_chunks)
-            return;
-        const int e = a.chunks[3 * k];
-        t0 = a.chunks[3 * k + 1];
-        ntok = a.chunks[3 * k + 2];
-        sg.w = static_cast<const uint8_t *>(a.wtab[e]);
-        if (glu)
-            sg.w2 = static_cast<const uint8_t *>(a.wtab2[e]);
-    }
-    const int64_t nsteps = a.cols / DG_KC;
-    const int64_t c0 = (int64_t)split * a.cps;
-    const int nc = (int)min((int64_t)a.cps, nsteps - c0);
+    DGBlock bk;
+    if (!dg_block(a, bk))
+        return;
+    const DGSeg &sg = bk.sg;
+    const unsigned tile = bk.tile;
+    const int split = bk.split, t0 = bk.t0, ntok = bk.ntok, nc = bk.nc;
+    const bool glu = bk.glu;
+    const int64_t base = bk.base, c0 = bk.c0;
     const float *x = a.x + (int64_t)t0 * a.cols;
     const __nv_bfloat16 *xbt = XB ? a.xb + (int64_t)t0 * a.cols : nullptr;
 
@@ -568,6 +681,30 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
     const int b_off = ((lane & 7) + (lane >> 4) * 8) * DG_LDS + ((lane >> 3) & 1) * 8;
     const __nv_bfloat16 *wtile = reinterpret_cast<const __nv_bfloat16 *>(sm) + cgb * 16 * DG_LDS;
     int slot = 0; // the ring slot of step cc (quant: of its quant bytes)
+    // The mma of one step over the tile wt and x's rows xb.
+    auto math = [&](const __nv_bfloat16 *wt, const __nv_bfloat16 *xb) {
+#pragma unroll
+        for (int kk = 0; kk < DG_KC / 16; kk++) {
+            unsigned fa[CG][4];
+#pragma unroll
+            for (int g = 0; g < CG; g++)
+                ldmatrix_x4(fa[g], wt + g * 16 * DG_LDS + kk * 16 + a_off);
+#pragma unroll
+            for (int t = 0; t < CT; t += 2) {
+                unsigned fb[4];
+                if (t + 1 < CT)
+                    ldmatrix_x4(fb, xb + t * 8 * DG_LDS + kk * 16 + b_off);
+                else
+                    ldmatrix_x2(fb, xb + t * 8 * DG_LDS + kk * 16 + b_off);
+#pragma unroll
+                for (int g = 0; g < CG; g++) {
+                    mma_bf16_16816(acc[g][t], fa[g], fb);
+                    if (t + 1 < CT)
+                        mma_bf16_16816(acc[g][t + 1], fa[g], fb + 2);
+                }
+            }
+        }
+    };
     for (int cc = 0; cc < nc; cc++) {
         if constexpr (QUANT) {
             // Step cc + STAGES - 1's bytes into the slot step cc - 1's
@@ -621,29 +758,7 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
             __syncwarp();                 // and the other lanes'
         }
         const __nv_bfloat16 *wt = wtile + (QUANT ? 0 : (size_t)slot * DG_TILE * DG_LDS);
-        const __nv_bfloat16 *xb =
-            (WARP_X ? xw : xs + (cc % (TS ? 3 : 2)) * DG_TOK * DG_LDS) + ctb * 8 * DG_LDS;
-#pragma unroll
-        for (int kk = 0; kk < DG_KC / 16; kk++) {
-            unsigned fa[CG][4];
-#pragma unroll
-            for (int g = 0; g < CG; g++)
-                ldmatrix_x4(fa[g], wt + g * 16 * DG_LDS + kk * 16 + a_off);
-#pragma unroll
-            for (int t = 0; t < CT; t += 2) {
-                unsigned fb[4];
-                if (t + 1 < CT)
-                    ldmatrix_x4(fb, xb + t * 8 * DG_LDS + kk * 16 + b_off);
-                else
-                    ldmatrix_x2(fb, xb + t * 8 * DG_LDS + kk * 16 + b_off);
-#pragma unroll
-                for (int g = 0; g < CG; g++) {
-                    mma_bf16_16816(acc[g][t], fa[g], fb);
-                    if (t + 1 < CT)
-                        mma_bf16_16816(acc[g][t + 1], fa[g], fb + 2);
-                }
-            }
-        }
+        math(wt, (WARP_X ? xw : xs + (cc % (TS ? 3 : 2)) * DG_TOK * DG_LDS) + ctb * 8 * DG_LDS);
         if (!WARP_X && !TS)
             __syncthreads();
         slot = slot == (QUANT ? QS::STAGES : DG_STAGES) - 1 ? 0 : slot + 1;
@@ -663,82 +778,195 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
                   (e >> 1) * 8] = acc[g][t][e];
     __syncthreads();
 
-    if (a.ks > 1) {
-        // Partial sums and their reduction in float4 (4 slots), the
-        // reduction's loads DG_RED_BATCH splits at a time: a chain of
-        // dependent L2 round trips per output was most of a 64-token
-        // launch before the batched loads (docs/decisions/0009).
-        constexpr int V = DG_TILE / 4;
-        const size_t slots = (size_t)a.tiles * DG_TILE;
-        for (int q = threadIdx.x; q < ntok * V; q += THREADS) {
-            const int t = q / V, i = (q % V) * 4;
-            *reinterpret_cast<float4 *>(a.partials + ((size_t)split * a.n + t0 + t) * slots +
-                                        (size_t)tile * DG_TILE + i) =
-                *reinterpret_cast<const float4 *>(o + t * DG_LDO + i);
-        }
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            unsigned *cnt = a.counters + (size_t)blockIdx.y * a.tiles + tile;
-            const unsigned prev = atomicAdd(cnt, 1u);
-            last_block = prev == (unsigned)a.ks - 1;
-            if (last_block)
-                *cnt = 0; // every split has counted: ready for the next launch
-        }
-        __syncthreads();
-        if (!last_block)
-            return;
-        __threadfence();
-        // The splits' sums in ascending order, whichever block is last.
-        const size_t kstride = (size_t)a.n * slots / 4; // a split's partials, in float4
-        for (int q = threadIdx.x; q < ntok * V; q += THREADS) {
-            const int t = q / V, i = (q % V) * 4;
-            const float4 *p = reinterpret_cast<const float4 *>(
-                a.partials + ((size_t)t0 + t) * slots + (size_t)tile * DG_TILE + i);
-            float4 v = __ldcg(p);
-            for (int k0 = 1; k0 < a.ks; k0 += DG_RED_BATCH) {
-                float4 r[DG_RED_BATCH];
+    dg_finish<THREADS>(a, sg, o, base, tile, split, t0, ntok, glu);
+}
+
+// ---- the Hopper kernel: wgmma from shared memory ----
+//
+// From DG_QXB_MIN tokens on an sm_90a build (docs/decisions/0033): the
+// same blocks (DG_TILE slots, a column split, up to DG_TOK tokens), the
+// same sums per output (the split's columns in ascending steps of DG_KC,
+// each four slices of 16 into one f32 accumulator; then the splits in
+// ascending order by dg_finish), but the products are wgmma's: warpgroup
+// g takes slots 64 g .. 64 g + 63 for all N tokens, both operands read by
+// the tensor cores from swizzled tiles (kernels/wgmma.cuh). Per step of
+// the split:
+//   - the weights (BF16: the tile itself; quant: the bytes QStage copies)
+//     and x's bf16 copy arrive by cp.async, WG_STAGES - 1 steps ahead, in
+//     one commit group a step;
+//   - quant: each lane decodes its share of the step into one of two
+//     swizzled bf16 tiles, while the tensor cores still run the step
+//     before from the other;
+//   - one block barrier, then four wgmma a warpgroup, not waited for
+//     until the next step's barrier.
+constexpr size_t WG_ROW = DG_KC * 2;                    // bytes of a swizzled row
+constexpr size_t WG_W_BYTES = (size_t)DG_TILE * WG_ROW; // a tile of weights
+// Shared memory a block may take (two blocks an SM: 2 x (112 + 1) KB of 228).
+constexpr size_t WG_SMEM_MAX = 112 * 1024;
+template <int F, int N> struct WGPlan {
+    static constexpr bool QUANT = F != CW_BF16;
+    static constexpr size_t X = (size_t)N * WG_ROW; // a step of x
+    static constexpr size_t QSTEP = QUANT ? QStage<QUANT ? F : CW_Q8_0>::STEP_BYTES : 0;
+    static constexpr size_t STAGE = (QUANT ? 0 : WG_W_BYTES) + X + QSTEP;
+    // 1 KB to align the tiles; quant: the two decoded tiles.
+    static constexpr size_t FIXED = 1024 + (QUANT ? 2 * WG_W_BYTES : 0);
+    static constexpr int STAGES = (WG_SMEM_MAX - FIXED) / STAGE < 4 ? (int)((WG_SMEM_MAX - FIXED) / STAGE) : 4;
+    static_assert(STAGES >= 2, "two steps fit");
+    static_assert(X % 1024 == 0, "x's tiles stay 1024-byte aligned");
+    static constexpr size_t SMEM = FIXED + STAGES * STAGE > 1024 + DG_O_BYTES ? FIXED + STAGES * STAGE
+                                                                               : 1024 + DG_O_BYTES;
+};
+
+template <int F, int N>
+__global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(const DGArgs a)
+{
+#if MEMRA_HAS_WGMMA
+    using P = WGPlan<F, N>;
+    constexpr bool QUANT = F != CW_BF16;
+    constexpr int S = P::STAGES, AHEAD = S - 1;
+    static_assert(N % 8 == 0 && N <= DG_TOK, "the wgmma's columns cover the tokens");
+    extern __shared__ uint4 dg_smem[];
+    // 1024-byte aligned, by an offset from dg_smem (so the compiler keeps
+    // knowing these are shared addresses).
+    unsigned char *sm = reinterpret_cast<unsigned char *>(dg_smem) +
+                        ((1024 - (reinterpret_cast<uintptr_t>(dg_smem) & 1023)) & 1023);
+    DGBlock bk;
+    if (!dg_block(a, bk))
+        return;
+    const DGSeg &sg = bk.sg;
+    const int nc = bk.nc, ntok = bk.ntok;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp >> 2;
+    unsigned char *dtile = sm;                                  // quant: two decoded tiles
+    unsigned char *wring = sm + (QUANT ? 2 * WG_W_BYTES : 0);   // BF16: the weight tiles
+    unsigned char *xring = wring + (QUANT ? 0 : S * WG_W_BYTES); // x's steps
+    unsigned char *qring = xring + S * P::X;                     // quant: QStage's ring
+    const __nv_bfloat16 *xb = a.xb + (int64_t)bk.t0 * a.cols;
+
+    // Slot r of the tile: row base + r (GLU: gate rows, then the same rows
+    // of up from r = 64); rows past the matrix read its last row and are
+    // never stored. BF16: thread i copies chunks q = i + 256 k (k < 4),
+    // row q / 8, chunk q % 8; quant: a lane decodes its share of slot
+    // 16 warp + lane / 2 (QStage).
+    auto row_of = [&](int r) {
+        const uint8_t *m = bk.glu && r >= DG_TILE / 2 ? sg.w2 : sg.w;
+        const int64_t row = bk.base + (bk.glu ? (r & (DG_TILE / 2 - 1)) : r);
+        return m + min(row, sg.rows - 1) * (int64_t)sg.stride;
+    };
+    // Each thread's copies of a step, at step 0: BF16 weights (chunks
+    // q = i + 256 k, k < 4: slot row q / 8, chunk q % 8) and x (chunks
+    // q = i + 256 k < N * 8 of the tokens present: token q / 8).
+    constexpr int XQ = (N * 8 + DG_THREADS - 1) / DG_THREADS;
+    const uint8_t *wsrc[QUANT ? 1 : 4];
+    unsigned woff[QUANT ? 1 : 4];
+    const __nv_bfloat16 *xsrc[XQ];
+    unsigned xoff[XQ];
+    bool xhas[XQ];
+    using QS = QStage<QUANT ? F : CW_Q8_0>;
+    QS qs;
+    const int myrow = 16 * warp + (lane >> 1);
+    if constexpr (QUANT) {
+        qs.row = row_of(myrow);
+        qs.soff = sg.soff;
+        qs.k0 = (lane & 1) * 4;
+        qs.ring = qring;
+    } else {
 #pragma unroll
-                for (int u = 0; u < DG_RED_BATCH; u++)
-                    if (k0 + u < a.ks)
-                        r[u] = __ldcg(p + (size_t)(k0 + u) * kstride);
-#pragma unroll
-                for (int u = 0; u < DG_RED_BATCH; u++)
-                    if (k0 + u < a.ks) {
-                        v.x = __fadd_rn(v.x, r[u].x);
-                        v.y = __fadd_rn(v.y, r[u].y);
-                        v.z = __fadd_rn(v.z, r[u].z);
-                        v.w = __fadd_rn(v.w, r[u].w);
-                    }
-            }
-            *reinterpret_cast<float4 *>(o + t * DG_LDO + i) = v;
+        for (int k = 0; k < 4; k++) {
+            const int q = threadIdx.x + k * DG_THREADS;
+            wsrc[k] = row_of(q >> 3) + (q & 7) * 16 + bk.c0 * WG_ROW;
+            woff[k] = wg_chunk(q >> 3, q & 7);
         }
-        __syncthreads();
+    }
+#pragma unroll
+    for (int k = 0; k < XQ; k++) {
+        const int q = threadIdx.x + k * DG_THREADS, t = q >> 3;
+        xhas[k] = q < N * 8 && t < ntok;
+        xsrc[k] = xb + (int64_t)(xhas[k] ? t : 0) * a.cols + bk.c0 * DG_KC + (q & 7) * 8;
+        xoff[k] = wg_chunk(t, q & 7);
+    }
+    auto issue_w = [&](int step, int slot) {
+        if constexpr (QUANT) {
+            qs.issue(bk.c0 + step, slot);
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                dg_cp16(wring + (size_t)slot * WG_W_BYTES + woff[k], wsrc[k] + (int64_t)step * WG_ROW);
+        }
+    };
+    auto issue_x = [&](int step, int slot) {
+#pragma unroll
+        for (int k = 0; k < XQ; k++)
+            if (xhas[k])
+                dg_cp16(xring + (size_t)slot * P::X + xoff[k], xsrc[k] + (int64_t)step * DG_KC);
+    };
+    // The weights depend on no kernel; x does (kernels/launch.cuh). Group
+    // 0 holds the first steps' weights and step 0's x, group p step p's x.
+    for (int p = 0; p < AHEAD; p++)
+        if (p < nc)
+            issue_w(p, p);
+    pdl_trigger();
+    pdl_wait();
+    // The rows of tokens past ntok are zero in every slot (their columns
+    // are never stored; zero keeps them finite).
+    for (int q = threadIdx.x; q < S * N * 8; q += DG_THREADS) {
+        const int slot = q / (N * 8), t = (q / 8) % N;
+        if (t >= ntok)
+            *reinterpret_cast<uint4 *>(xring + (size_t)slot * P::X + wg_chunk(t, q & 7)) = make_uint4(0, 0, 0, 0);
+    }
+    for (int p = 0; p < AHEAD; p++) {
+        if (p < nc)
+            issue_x(p, p);
+        dg_commit();
     }
 
-    if (!glu) {
-        for (int q = threadIdx.x; q < ntok * DG_TILE; q += THREADS) {
-            const int t = q / DG_TILE, i = q % DG_TILE;
-            const int64_t row = base + i;
-            if (row < sg.rows) {
-                const float v = o[t * DG_LDO + i];
-                const int64_t orow = a.order ? a.order[t0 + t] : t0 + t;
-                sg.out[orow * sg.rows + row] = sg.bias ? __fadd_rn(v, sg.bias[row]) : v;
-            }
+    float acc[N / 2];
+#pragma unroll
+    for (int i = 0; i < N / 2; i++)
+        acc[i] = 0.0f;
+    // The operands' descriptors: this warpgroup's rows of the first
+    // weight tile (quant: decoded tile), x's first slot.
+    const wg_desc_t ad = wg_desc((QUANT ? dtile : wring) + wg * 64 * WG_ROW), xd = wg_desc(xring);
+    int slot = 0; // step cc's ring slot
+    for (int cc = 0; cc < nc; cc++) {
+        dg_wait<AHEAD - 1>(); // step cc's copies (this thread's)
+        if constexpr (QUANT)
+            qs.store(reinterpret_cast<__nv_bfloat16 *>(dtile + (size_t)(cc & 1) * WG_W_BYTES + myrow * WG_ROW),
+                     bk.c0 + cc, slot, myrow & 7);
+        // Step cc - 1's wgmma are done (they read the slot refilled below
+        // and the decoded tile written next step); the step's operands are
+        // visible to the tensor cores, every thread's.
+        wg_wait<0>();
+        wg_hold(acc);
+        wg_fence_proxy();
+        __syncthreads();
+        const int ahead = slot == 0 ? S - 1 : slot - 1;
+        if (cc + AHEAD < nc) {
+            issue_w(cc + AHEAD, ahead);
+            issue_x(cc + AHEAD, ahead);
         }
-    } else {
-        constexpr int H = DG_TILE / 2;
-        for (int q = threadIdx.x; q < ntok * H; q += THREADS) {
-            const int t = q / H, i = q % H;
-            const int64_t row = base + i;
-            if (row < sg.rows) {
-                const float g = o[t * DG_LDO + i];
-                const float act = a.mode == CU_MV_GLU_GELU ? gelu_tanh_f(g) : silu_f(g);
-                const int64_t orow = a.order ? a.order[t0 + t] : t0 + t;
-                sg.out[orow * sg.rows + row] = __fmul_rn(act, o[t * DG_LDO + H + i]);
-            }
-        }
+        dg_commit();
+        const wg_desc_t at = wg_at(ad, QUANT ? (unsigned)(cc & 1) * (unsigned)WG_W_BYTES : (unsigned)slot * (unsigned)WG_W_BYTES);
+        const wg_desc_t bt = wg_at(xd, (unsigned)slot * (unsigned)P::X);
+        wg_arrive();
+#pragma unroll
+        for (int kk = 0; kk < DG_KC / 16; kk++)
+            wg_mma<N>(acc, wg_at(at, kk * 32), wg_at(bt, kk * 32));
+        wg_commit();
+        slot = slot == S - 1 ? 0 : slot + 1;
     }
+    wg_wait<0>();
+    wg_hold(acc);
+    dg_wait<0>(); // (only empty groups are left)
+
+    float *o = reinterpret_cast<float *>(sm);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < N / 2; i++)
+        o[(8 * (i >> 2) + 2 * (lane & 3) + (i & 1)) * DG_LDO + wg * 64 + 16 * (warp & 3) + (lane >> 2) +
+          8 * ((i >> 1) & 1)] = acc[i];
+    __syncthreads();
+    dg_finish<DG_THREADS>(a, sg, o, bk.base, bk.tile, bk.split, bk.t0, ntok, bk.glu);
+#endif
 }
 
 // The fragment layouts of kernels/mma.cuh, checked on one tile (one
@@ -852,6 +1080,23 @@ cudaError_t dg_launch_size(const DGArgs &a, dim3 grid, cudaStream_t stream)
     }
 }
 
+// The Hopper kernel's instance of N tokens (it reads x's bf16 copy).
+template <int F, int N> cudaError_t dg_launch_wg(const DGArgs &a, dim3 grid, cudaStream_t stream)
+{
+    if (!a.xb)
+        return cudaErrorInvalidValue;
+    auto kern = decode_gemm_wg_kernel<F, N>;
+    constexpr size_t smem = WGPlan<F, N>::SMEM;
+    cudaError_t rc = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (rc == cudaSuccess)
+        rc = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  cudaSharedmemCarveoutMaxShared);
+    if (rc != cudaSuccess)
+        return rc;
+    launch_pdl(kern, grid, dim3(DG_THREADS), smem, stream, a);
+    return cudaGetLastError();
+}
+
 // One format's instances by the most tokens a block has.
 template <int F> cudaError_t dg_launch_fmt(const DGArgs &a, dim3 grid, int most, cudaStream_t stream)
 {
@@ -861,9 +1106,14 @@ template <int F> cudaError_t dg_launch_fmt(const DGArgs &a, dim3 grid, int most,
         return dg_launch_size<F, 1, 8, false>(a, grid, stream);
     if (most <= 16)
         return dg_launch_size<F, 2, 16, false>(a, grid, stream);
-    if (most <= 32)
-        return dg_launch_size<F, 4, 32, DG_TS_BIG>(a, grid, stream);
-    return dg_launch_size<F, 8, DG_TOK, DG_TS_BIG>(a, grid, stream);
+    static_assert(DG_QXB_MIN == 17, "the Hopper kernel takes the sizes that read x's copy");
+    if constexpr (MEMRA_HAS_WGMMA) {
+        return most <= 32 ? dg_launch_wg<F, 32>(a, grid, stream) : dg_launch_wg<F, DG_TOK>(a, grid, stream);
+    } else {
+        if (most <= 32)
+            return dg_launch_size<F, 4, 32, DG_TS_BIG>(a, grid, stream);
+        return dg_launch_size<F, 8, DG_TOK, DG_TS_BIG>(a, grid, stream);
+    }
 }
 
 // The launch for weights of format fmt (dg_format_ok's).
@@ -946,12 +1196,17 @@ extern "C" size_t cu_dg_counters(const cu_mv_job *j, int blocks_per_sm)
     return ks > 1 ? (size_t)((j->n + DG_TOK - 1) / DG_TOK) * dg_tiles(j, nullptr) : 0;
 }
 
+extern "C" int cu_dg_x_either(const cu_mv_job *j)
+{
+    const int most = j->n < DG_TOK ? j->n : DG_TOK;
+    return j->w[0]->fmt == CW_BF16 && !(MEMRA_HAS_WGMMA && most >= DG_QXB_MIN);
+}
+
 extern "C" size_t cu_dg_x_bytes(const cu_mv_job *j)
 {
-    if (j->w[0]->fmt != CW_BF16) {
-        const int most = j->n < DG_TOK ? j->n : DG_TOK;
+    const int most = j->n < DG_TOK ? j->n : DG_TOK;
+    if (!cu_dg_x_either(j))
         return most >= DG_QXB_MIN ? (size_t)j->n * (size_t)j->w[0]->cols * 2 : 0;
-    }
     const double saved = (double)dg_tiles(j, nullptr) * j->n * (double)j->w[0]->cols * 2;
     return saved >= DG_XBF_SAVED_MIN ? (size_t)j->n * (size_t)j->w[0]->cols * 2 : 0;
 }

@@ -22,7 +22,12 @@
  * number of splits depends on the matrices' shapes and the SM count only,
  * never on the number of tokens, and a token's column of an mma depends on
  * that token's x alone, so out[t][r] has the same bits for a batch of 1
- * and of 64, at any position. */
+ * and of 64, at any position.
+ *
+ * On an sm_90a build the sizes from 17 tokens take the products from
+ * wgmma instead of mma.sync (docs/decisions/0033-decode-gemm-wgmma.md):
+ * the same sums in the same order, the same bits on the H200 (the kernel
+ * check compares them). */
 #ifndef MEMRA_KERNELS_DECODE_GEMM_CUH
 #define MEMRA_KERNELS_DECODE_GEMM_CUH
 
@@ -70,6 +75,10 @@ cudaError_t launch_dg_mma_selftest(const float *a, const float *b, const float *
  * follows xbf); the other formats exactly this one (an xbf given or
  * missing against it is cudaErrorInvalidValue). */
 size_t cu_dg_x_bytes(const cu_mv_job *j);
+/* Whether the launch takes x either way for this job (BF16 weights at the
+ * token counts of the mma.sync kernel): an xbf given or missing. Else
+ * exactly as cu_dg_x_bytes says. */
+int cu_dg_x_either(const cu_mv_job *j);
 /* xbf: null, or cu_dg_x_bytes(j) bytes (16-byte aligned, n x cols bf16)
  * of scratch that the launch first fills with x rounded to bf16 (with
  * another size of job: n x cols x 2 bytes; any token count works). */

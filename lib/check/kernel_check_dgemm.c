@@ -251,8 +251,8 @@ static void dg_case(kc *k, dtype ft, int mode, int n_w, const int64_t *rows, int
             }
         }
         /* x rounded by the other path (the pre-pass's copy or the blocks):
-         * the same bytes. (BF16 only: the other formats have one path per
-         * token count.) */
+         * the same bytes. (Where the launch takes both: BF16 at the token
+         * counts of the mma.sync kernel; elsewhere one path per count.) */
         cu_mv_job jn;
         memset(&jn, 0, sizeof jn);
         jn.w[0] = s.w[0];
@@ -262,7 +262,7 @@ static void dg_case(kc *k, dtype ft, int mode, int n_w, const int64_t *rows, int
         for (int i = 0; i < n_out; i++)
             dother[i] = k->gpu->ops->act_alloc(k->gpu, out_floats(&s, i, n));
         int same = ok;
-        if (ft != DT_BF16) {
+        if (!cu_dg_x_either(&jn)) {
             for (int i = 0; i < n_out; i++)
                 kc_dev_free(k, dother[i]);
             goto compared;
@@ -371,9 +371,10 @@ static void dg_perf(kc *k, dtype t, int mode, int64_t rows, int64_t cols, const 
         for (int which = 0; which < 3 && ok; which++) {
             const int reps = 4 * copies < 40 ? 40 : 4 * copies;
             float ms = 0;
-            if (t != DT_BF16 && which == 1)
+            const int either = cu_dg_x_either(&j);
+            if (!either && which == 1)
                 continue; /* one way of rounding x per token count */
-            void *xbw = which == 1 || (t != DT_BF16 && cu_dg_x_bytes(&j)) ? xb : NULL;
+            void *xbw = which == 1 || (!either && cu_dg_x_bytes(&j)) ? xb : NULL;
             /* One launch unmeasured: the instance's first-use costs. */
             ok &= (which == 2 ? launch_matvec(&j, k->stream)
                               : launch_decode_gemm(&j, bps, part, cnt, xbw, k->stream)) == cudaSuccess;
