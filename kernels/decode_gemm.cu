@@ -929,6 +929,13 @@ __global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(con
     int slot = 0; // step cc's ring slot
     for (int cc = 0; cc < nc; cc++) {
         dg_wait<AHEAD - 1>(); // step cc's copies (this thread's)
+        const int ahead = slot == 0 ? S - 1 : slot - 1;
+        // Quant: step cc + AHEAD's bytes into the slot whose bytes this
+        // thread decoded last step, before this step's decode (so the
+        // copies' latency runs under it); x's after the barrier below.
+        if constexpr (QUANT)
+            if (cc + AHEAD < nc)
+                issue_w(cc + AHEAD, ahead);
         if constexpr (QUANT)
             qs.store(reinterpret_cast<__nv_bfloat16 *>(dtile + (size_t)(cc & 1) * WG_W_BYTES + myrow * WG_ROW),
                      bk.c0 + cc, slot, myrow & 7);
@@ -939,9 +946,9 @@ __global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(con
         wg_hold(acc);
         wg_fence_proxy();
         __syncthreads();
-        const int ahead = slot == 0 ? S - 1 : slot - 1;
         if (cc + AHEAD < nc) {
-            issue_w(cc + AHEAD, ahead);
+            if constexpr (!QUANT)
+                issue_w(cc + AHEAD, ahead);
             issue_x(cc + AHEAD, ahead);
         }
         dg_commit();
