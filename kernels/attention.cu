@@ -753,8 +753,9 @@ DEV void dec_end(const DecBlock &b, const cu_attn &a, const float (&m)[GT], floa
 }
 
 // Partials as the old kernel lays them out: [row][head][slot][hd + 2].
-template <typename LD, int GT, int LPK>
-__global__ void __launch_bounds__(DEC_THREADS, GT >= 8 ? 2 : 3)
+// MINB: the blocks an SM the registers must allow (dec_minb).
+template <typename LD, int GT, int LPK, int MINB>
+__global__ void __launch_bounds__(DEC_THREADS, MINB)
 attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n, cu_attn a,
                    int n_blocks, int bs, int64_t row_bytes, const uint8_t *__restrict__ kp,
                    const uint8_t *__restrict__ vp, int max_splits, float *__restrict__ part)
@@ -865,6 +866,23 @@ attn_decode_combine_kernel(const float *__restrict__ part, const int32_t *__rest
     out[((int64_t)i * a.n_heads + h) * hd + e] = __fdiv_rn(o, l);
 }
 
+// The decode kernel's blocks an SM by the rows of a launch: up to four
+// heads a group, a launch of DEC_MANY_ROWS rows or more takes four (128
+// registers a thread; the Qwen3-8B shape's instance takes 151 at three, so
+// 64 rows ran 12 warps an SM), fewer rows three (their blocks fill the card
+// without it, and the extra registers serve a long row: H200, 2026-12-04,
+// one layer of 64 rows x 512 keys 69.9 -> 61.3 us, one row of 8,192 keys
+// 20.9 -> 23.1 us). The same code either way: the same bytes.
+// Only the f16 / bf16 caches' instances for heads of 128 and 256 take
+// four blocks without spilling.
+constexpr int DEC_MANY_ROWS = 16;
+template <typename LD> struct DecHalf { static constexpr bool value = false; };
+template <bool B> struct DecHalf<Ld8Half<B>> { static constexpr bool value = true; };
+template <typename LD, int GT, int LPK> constexpr int dec_minb(bool many)
+{
+    return GT >= 8 ? 2 : many && DecHalf<LD>::value && LPK >= 16 ? 4 : 3;
+}
+
 template <typename LD, int GT, int LPK>
 cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
                      const float *q, int max_splits, float *part, float *out, cudaStream_t s)
@@ -872,9 +890,14 @@ cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
     const dim3 grid((unsigned)max_splits, (unsigned)a->n_kv_heads, (unsigned)n);
     const uint8_t *kp = static_cast<const uint8_t *>(kv->k), *vp = static_cast<const uint8_t *>(kv->v);
     const size_t smem = (size_t)DEC_WARPS * GT * (size_t)a->head_dim * sizeof(float);
-    cudaError_t rc = launch_pdl(attn_decode_kernel<LD, GT, LPK>, grid, dim3(DEC_THREADS), smem, s,
-                                q, meta, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes, kp,
-                                vp, max_splits, part);
+    cudaError_t rc =
+        n >= DEC_MANY_ROWS
+            ? launch_pdl(attn_decode_kernel<LD, GT, LPK, dec_minb<LD, GT, LPK>(true)>, grid, dim3(DEC_THREADS),
+                         smem, s, q, meta, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes, kp,
+                         vp, max_splits, part)
+            : launch_pdl(attn_decode_kernel<LD, GT, LPK, dec_minb<LD, GT, LPK>(false)>, grid, dim3(DEC_THREADS),
+                         smem, s, q, meta, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes, kp,
+                         vp, max_splits, part);
     if (rc != cudaSuccess)
         return rc;
     const dim3 g2((unsigned)n, (unsigned)a->n_heads);

@@ -908,7 +908,7 @@ __global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(con
     pdl_wait();
     // The rows of tokens past ntok are zero in every slot (their columns
     // are never stored; zero keeps them finite).
-    for (int q = threadIdx.x; q < S * N * 8; q += DG_THREADS) {
+    for (int q = ntok < N ? (int)threadIdx.x : S * N * 8; q < S * N * 8; q += DG_THREADS) {
         const int slot = q / (N * 8), t = (q / 8) % N;
         if (t >= ntok)
             *reinterpret_cast<uint4 *>(xring + (size_t)slot * P::X + wg_chunk(t, q & 7)) = make_uint4(0, 0, 0, 0);
