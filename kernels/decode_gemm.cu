@@ -1054,19 +1054,26 @@ void dg_split(const cu_mv_job *j, int blocks_per_sm, int *ks, int *cps)
     }
 }
 
-template <int F, int NT8, int XT, int RW, bool XB, bool TS>
-cudaError_t dg_launch_one(const DGArgs &a, dim3 grid, cudaStream_t stream)
+// A kernel of this file with its dynamic shared memory and the carveout
+// that lets two blocks an SM have it.
+template <typename K>
+cudaError_t dg_launch_kernel(K kern, size_t smem, int threads, const DGArgs &a, dim3 grid, cudaStream_t stream)
 {
-    auto kern = decode_gemm_kernel<F, NT8, XT, RW, XB, TS>;
-    constexpr size_t smem = dg_smem_of<F>();
     cudaError_t rc = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (rc == cudaSuccess)
         rc = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   cudaSharedmemCarveoutMaxShared);
     if (rc != cudaSuccess)
         return rc;
-    launch_pdl(kern, grid, dim3(DG_GROUPS / RW * 32), smem, stream, a);
+    launch_pdl(kern, grid, dim3((unsigned)threads), smem, stream, a);
     return cudaGetLastError();
+}
+
+template <int F, int NT8, int XT, int RW, bool XB, bool TS>
+cudaError_t dg_launch_one(const DGArgs &a, dim3 grid, cudaStream_t stream)
+{
+    return dg_launch_kernel(decode_gemm_kernel<F, NT8, XT, RW, XB, TS>, dg_smem_of<F>(), DG_GROUPS / RW * 32, a,
+                            grid, stream);
 }
 
 // One size's instance: BF16 has both ways of rounding x (the launch's copy
@@ -1092,16 +1099,7 @@ template <int F, int N> cudaError_t dg_launch_wg(const DGArgs &a, dim3 grid, cud
 {
     if (!a.xb)
         return cudaErrorInvalidValue;
-    auto kern = decode_gemm_wg_kernel<F, N>;
-    constexpr size_t smem = WGPlan<F, N>::SMEM;
-    cudaError_t rc = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (rc == cudaSuccess)
-        rc = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                  cudaSharedmemCarveoutMaxShared);
-    if (rc != cudaSuccess)
-        return rc;
-    launch_pdl(kern, grid, dim3(DG_THREADS), smem, stream, a);
-    return cudaGetLastError();
+    return dg_launch_kernel(decode_gemm_wg_kernel<F, N>, WGPlan<F, N>::SMEM, DG_THREADS, a, grid, stream);
 }
 
 // One format's instances by the most tokens a block has.
