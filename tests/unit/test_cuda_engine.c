@@ -57,14 +57,22 @@ static int have_gpu(void)
 #endif
 }
 
+#if MEMRA_CUDA
+/* Device 0's description into d; 0 where it cannot be queried. */
+static int device0(cuda_device_info *d)
+{
+    memra_err err = {{0}};
+    return cuda_device_query(0, d, &err) == 0;
+}
+#endif
+
 /* Whether device 0 has bf16 tensor cores (the prefill and decode GEMMs
  * run there; the CPU emulation has none). */
 static int tensor_cores(void)
 {
 #if MEMRA_CUDA
     cuda_device_info d;
-    memra_err err = {{0}};
-    return cuda_device_query(0, &d, &err) == 0 && d.cc_major >= 8;
+    return device0(&d) && d.cc_major >= 8;
 #else
     return 0;
 #endif
@@ -75,8 +83,7 @@ static int hopper(void)
 {
 #if MEMRA_CUDA
     cuda_device_info d;
-    memra_err err = {{0}};
-    return cuda_device_query(0, &d, &err) == 0 && d.klass == DEVICE_CLASS_HOPPER;
+    return device0(&d) && d.klass == DEVICE_CLASS_HOPPER;
 #else
     return 0;
 #endif
