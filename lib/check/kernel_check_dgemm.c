@@ -473,6 +473,14 @@ void kc_check_dgemm(kc *k)
     dg_case(k, DT_Q4_0, CU_MV_STORE, 1, q64, 128, 1, 0);
     dg_case(k, DT_NVFP4, CU_MV_STORE, 1, q64, 128, 3, 0);
     dg_case(k, DT_MXFP8, CU_MV_STORE, 1, q64, 128, 70, 0);  /* two token groups */
+    /* From 17 tokens on an sm_90a build (and the emulation) the wgmma
+     * kernel: each format through it, its 32- and 64-token sizes, its ring
+     * wrapping (Q5_K's 64-token size has two stages). */
+    dg_case(k, DT_Q8_0, CU_MV_STORE, 1, q64, 320, 40, 0);
+    dg_case(k, DT_Q6_K, CU_MV_STORE, 1, one, 512, 24, 0);
+    dg_case(k, DT_Q5_K, CU_MV_STORE, 1, q64, 512, 64, 0);
+    dg_case(k, DT_Q4_0, CU_MV_STORE, 1, q64, 256, 33, 0);
+    dg_case(k, DT_NVFP4, CU_MV_STORE, 1, q64, 256, 17, 0);
     /* What the kernel does not take: F32 and F16 weights (the mat-vec keeps
      * them f32). */
     static const dtype refused[] = {DT_F32, DT_F16};
