@@ -1,6 +1,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/decode_gemm.cuh"
+#include "kernels/cp_async.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/dev_common.cuh"
@@ -105,9 +106,9 @@ struct DGArgs {
 };
 
 // cp.async: 16 bytes from global to shared memory without a register in
-// between, completing in groups (commit / wait). Where it does not exist
-// (before sm_80, the CPU emulation) a plain copy, which the same waits
-// and barriers then order.
+// between, completing in kernels/cp_async.cuh's groups (commit / wait).
+// Where it does not exist (the CPU emulation) a plain copy, which the same
+// waits and barriers then order.
 DEV void dg_cp16(void *dst, const void *src)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -126,21 +127,6 @@ DEV void dg_cp4(void *dst, const void *src)
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
 #else
     *reinterpret_cast<uint32_t *>(dst) = __ldg(reinterpret_cast<const unsigned int *>(src));
-#endif
-}
-
-DEV void dg_commit()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-// Until at most N of this thread's groups are in flight.
-template <int N> DEV void dg_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
 
@@ -627,14 +613,14 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
         for (int p = 0; p < QS::STAGES - 1; p++) {
             if (p < nc)
                 qs.issue(c0 + p, p);
-            dg_commit();
+            cp_async_commit();
         }
     } else {
 #pragma unroll
         for (int p = 0; p < DG_STAGES - 1; p++) {
             if (p < nc)
                 issue(p, p);
-            dg_commit();
+            cp_async_commit();
         }
     }
     // The weights depend on no kernel; x, the partials and the counters do
@@ -714,8 +700,8 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
             const int ahead = slot == 0 ? QS::STAGES - 1 : slot - 1;
             if (cc + QS::STAGES - 1 < nc)
                 qs.issue(c0 + cc + QS::STAGES - 1, ahead);
-            dg_commit();
-            dg_wait<QS::STAGES - 1>();
+            cp_async_commit();
+            cp_async_wait<QS::STAGES - 1>();
             if (TS)
                 __syncthreads();
             else
@@ -728,7 +714,7 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
             const int ahead = slot == 0 ? DG_STAGES - 1 : slot - 1;
             if (cc + DG_STAGES - 1 < nc)
                 issue(cc + DG_STAGES - 1, ahead);
-            dg_commit();
+            cp_async_commit();
         }
         // x's next step into the buffer of step cc - 2: with TS the block
         // barrier before step cc - 1's math is the last one every warp
@@ -744,17 +730,17 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
         }
         if (TS) {
             if (!QUANT)
-                dg_wait<DG_STAGES - 2>(); // this thread's pieces of step cc are in,
+                cp_async_wait<DG_STAGES - 2>(); // this thread's pieces of step cc are in,
             __syncthreads();              // and every thread's; step cc - 1's math is done
             if (!QUANT) {
                 const int ahead = slot == 0 ? DG_STAGES - 1 : slot - 1;
                 if (cc + DG_STAGES - 1 < nc)
                     issue(cc + DG_STAGES - 1, ahead);
-                dg_commit();
+                cp_async_commit();
             }
         } else {
             if (!QUANT)
-                dg_wait<DG_STAGES - 1>(); // this lane's pieces of step cc are in
+                cp_async_wait<DG_STAGES - 1>(); // this lane's pieces of step cc are in
             __syncwarp();                 // and the other lanes'
         }
         const __nv_bfloat16 *wt = wtile + (QUANT ? 0 : (size_t)slot * DG_TILE * DG_LDS);
@@ -763,7 +749,7 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
             __syncthreads();
         slot = slot == (QUANT ? QS::STAGES : DG_STAGES) - 1 ? 0 : slot + 1;
     }
-    dg_wait<0>(); // (only empty groups are left)
+    cp_async_wait<0>(); // (only empty groups are left)
 
     // o[token][slot]: the block's sums (nc == 0 leaves them 0).
     float *o = reinterpret_cast<float *>(sm);
@@ -916,7 +902,7 @@ __global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(con
     for (int p = 0; p < AHEAD; p++) {
         if (p < nc)
             issue_x(p, p);
-        dg_commit();
+        cp_async_commit();
     }
 
     float acc[N / 2];
@@ -928,7 +914,7 @@ __global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(con
     const wg_desc_t ad = wg_desc((QUANT ? dtile : wring) + wg * 64 * WG_ROW), xd = wg_desc(xring);
     int slot = 0; // step cc's ring slot
     for (int cc = 0; cc < nc; cc++) {
-        dg_wait<AHEAD - 1>(); // step cc's copies (this thread's)
+        cp_async_wait<AHEAD - 1>(); // step cc's copies (this thread's)
         const int ahead = slot == 0 ? S - 1 : slot - 1;
         // Quant: step cc + AHEAD's bytes into the slot whose bytes this
         // thread decoded last step, before this step's decode (so the
@@ -951,7 +937,7 @@ __global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(con
                 issue_w(cc + AHEAD, ahead);
             issue_x(cc + AHEAD, ahead);
         }
-        dg_commit();
+        cp_async_commit();
         const wg_desc_t at = wg_at(ad, QUANT ? (unsigned)(cc & 1) * (unsigned)WG_W_BYTES : (unsigned)slot * (unsigned)WG_W_BYTES);
         const wg_desc_t bt = wg_at(xd, (unsigned)slot * (unsigned)P::X);
         wg_arrive();
@@ -963,7 +949,7 @@ __global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(con
     }
     wg_wait<0>();
     wg_hold(acc);
-    dg_wait<0>(); // (only empty groups are left)
+    cp_async_wait<0>(); // (only empty groups are left)
 
     float *o = reinterpret_cast<float *>(sm);
     __syncthreads();
