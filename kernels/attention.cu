@@ -2,6 +2,7 @@
 #include <math.h>
 
 #include "kernels/attention.cuh"
+#include "kernels/cp_async.cuh"
 #include "kernels/dev_common.cuh"
 #include "kernels/launch.cuh"
 #include "numerics/kv_codec.h"
@@ -608,8 +609,9 @@ DEV void dec_fold_tiles(const typename LD::raw (&kx)[UN], const typename LD::raw
 
 // The end of both decode kernels: the warp's key groups share m, so their
 // sums are added; then the block's warps are merged in order (wacc:
-// DEC_WARPS * GT * hd floats of shared memory) into the split's partial,
-// pp + g * pstride for head g: [hd] weighted V, then max and exp-sum.
+// DEC_WARPS * GT * hd floats of shared memory; wm / wl: DEC_WARPS + 1
+// rows) into the split's partial, pp + g * pstride for head g: [hd]
+// weighted V, then max and exp-sum.
 template <int GT, int LPK>
 DEV void dec_finish(const float (&m)[GT], const float (&l)[GT], const float (&acc)[GT][8],
                     float *wacc, float (*wm)[GT], float (*wl)[GT], int G, int hd, int lpk,
@@ -636,22 +638,34 @@ DEV void dec_finish(const float (&m)[GT], const float (&l)[GT], const float (&ac
         }
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < G * hd; idx += DEC_THREADS) {
-        const int g = idx / hd, e = idx % hd;
+    // Each warp's weight in head g's merge, exp(m_w - max), taken once
+    // (into wm[w][g]); row DEC_WARPS holds the max and the exp-sum.
+    if (threadIdx.x < G) {
+        const int g = threadIdx.x;
         float mx = -INFINITY;
         for (int w = 0; w < DEC_WARPS; w++)
             mx = fmaxf(mx, wm[w][g]);
-        float o = 0.0f, ls = 0.0f;
+        float ls = 0.0f;
         for (int w = 0; w < DEC_WARPS; w++) {
             const float f = expf(__fsub_rn(wm[w][g], mx)); // 0 for a warp without keys
-            o = __fmaf_rn(wacc[w * acc_stride + g * hd + e], f, o);
+            wm[w][g] = f;
             ls = __fmaf_rn(wl[w][g], f, ls);
         }
+        wm[DEC_WARPS][g] = mx;
+        wl[DEC_WARPS][g] = ls;
+    }
+    __syncthreads();
+    for (int g = 0; g < G; g++) {
         float *pg = pp + (int64_t)g * pstride;
-        pg[e] = o;
-        if (e == 0) {
-            pg[hd] = mx;
-            pg[hd + 1] = ls;
+        for (int e = threadIdx.x; e < hd; e += DEC_THREADS) {
+            float o = 0.0f;
+            for (int w = 0; w < DEC_WARPS; w++)
+                o = __fmaf_rn(wacc[w * acc_stride + g * hd + e], wm[w][g], o);
+            pg[e] = o;
+        }
+        if (threadIdx.x == 0) {
+            pg[hd] = wm[DEC_WARPS][g];
+            pg[hd + 1] = wl[DEC_WARPS][g];
         }
     }
 }
@@ -752,31 +766,24 @@ DEV void dec_end(const DecBlock &b, const cu_attn &a, const float (&m)[GT], floa
                         pstride);
 }
 
-// Partials as the old kernel lays them out: [row][head][slot][hd + 2].
-// MINB: the blocks an SM the registers must allow (dec_minb).
-template <typename LD, int GT, int LPK, int MINB>
-__global__ void __launch_bounds__(DEC_THREADS, MINB)
-attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n, cu_attn a,
-                   int n_blocks, int bs, int64_t row_bytes, const uint8_t *__restrict__ kp,
-                   const uint8_t *__restrict__ vp, int max_splits, float *__restrict__ part)
+// The split's keys folded with each lane's K/V loaded into registers
+// (DEC_UNROLL tiles in flight), a piece of row offsets at a time.
+template <typename LD, int GT, int LPK>
+DEV void dec_keys_direct(const DecBlock &b, const cu_attn &a, int n_blocks, int bs,
+                         int64_t row_bytes, const uint8_t *__restrict__ kp,
+                         const uint8_t *__restrict__ vp, int64_t (&roff)[2][DEC_PIECE],
+                         const float (&qr)[GT][8], float (&m)[GT], float (&l)[GT],
+                         float (&acc)[GT][8])
 {
-    __shared__ int64_t roff[DEC_PIECE];
-    __shared__ float wm[DEC_WARPS][GT], wl[DEC_WARPS][GT];
-    extern __shared__ float wacc[]; // [DEC_WARPS][GT][hd]
     constexpr int UN = dec_un(GT);
-    DecBlock b;
-    float qr[GT][8], m[GT], l[GT], acc[GT][8];
-    if (!dec_setup<GT, LPK>(q, meta, n, a, b, qr, m, l, acc))
-        return;
     const int nt = b.nt, kpw = b.kpw, kslot = b.kslot, warp = b.warp;
     const bool act = b.act;
     const int64_t e0 = (int64_t)b.kvh * b.hd + (int64_t)b.ch * 8;
-
     for (int p0 = 0; p0 < nt; p0 += DEC_PIECE) {
         const int np = min(DEC_PIECE, nt - p0);
         __syncthreads(); // the previous piece's offsets are read
         for (int tt = threadIdx.x; tt < np; tt += DEC_THREADS)
-            roff[tt] = kv_row_index(b.table, b.t0 + p0 + tt, a.layer, n_blocks, bs) * row_bytes;
+            roff[0][tt] = kv_row_index(b.table, b.t0 + p0 + tt, a.layer, n_blocks, bs) * row_bytes;
         __syncthreads();
         const int ntiles = (np + kpw - 1) / kpw;
         // Warp w takes tiles w, w + DEC_WARPS, ...; UN of them at once.
@@ -789,13 +796,153 @@ attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta
                 ok[u] = tt < np;
                 kx[u] = vx[u] = LD::zero();
                 if (ok[u] && act) {
-                    kx[u] = LD::fetch(kp + roff[tt], e0);
-                    vx[u] = LD::fetch(vp + roff[tt], e0);
+                    kx[u] = LD::fetch(kp + roff[0][tt], e0);
+                    vx[u] = LD::fetch(vp + roff[0][tt], e0);
                 }
             }
             dec_fold_tiles<LD, GT, UN, LPK>(kx, vx, ok, qr, m, l, acc, b.lpk, a.scale, a.softcap);
         }
     }
+}
+
+// The same rounds of UN tiles folded in the same order, so the same bytes,
+// with each warp's K/V copied ahead (f16 / bf16 caches, key groups of 8
+// to 32 lanes): a lane copies its own 16 bytes of K and of V for round
+// j + S - 1 (cp.async, a group a round) into its slots of an S-deep ring
+// in shared memory (dec_ring_bytes, after wacc) while it folds round j,
+// then reads back only what it copied: no barrier beyond the pieces' row
+// offsets, which are staged a piece ahead in two buffers.
+template <int UN, int S> constexpr size_t dec_ring_bytes()
+{
+    return (size_t)S * DEC_WARPS * UN * 2 * 32 * sizeof(uint4);
+}
+
+// A warp's rounds in order: piece p, first tile tb (tiles tb + u *
+// DEC_WARPS); p == pieces once they are done. Only a split's last piece
+// is short, so a warp may have no round in it.
+struct DecRound {
+    int p, tb;
+};
+
+DEV int dec_piece_keys(int nt, int p) { return min(DEC_PIECE, nt - p * DEC_PIECE); }
+
+DEV DecRound dec_round_norm(DecRound r, int nt, int pieces, int kpw, int warp)
+{
+    while (r.p < pieces && r.tb >= (dec_piece_keys(nt, r.p) + kpw - 1) / kpw)
+        r = DecRound{r.p + 1, warp};
+    return r;
+}
+
+template <typename LD, int GT, int LPK, int S>
+DEV void dec_keys_ring(const DecBlock &b, const cu_attn &a, int n_blocks, int bs,
+                       int64_t row_bytes, const uint8_t *__restrict__ kp,
+                       const uint8_t *__restrict__ vp, int64_t (&roff)[2][DEC_PIECE],
+                       uint4 *ring_base, const float (&qr)[GT][8], float (&m)[GT],
+                       float (&l)[GT], float (&acc)[GT][8])
+{
+    static_assert(sizeof(typename LD::raw) == sizeof(uint4) && LPK >= 8 && S >= 2,
+                  "16-byte pieces, a constant key group");
+    constexpr int UN = dec_un(GT);
+    constexpr int STEP = DEC_WARPS * UN; // tiles a round of the block takes
+    const int nt = b.nt, kpw = b.kpw, kslot = b.kslot, warp = b.warp;
+    const bool act = b.act;
+    const int64_t e0 = (int64_t)b.kvh * b.hd + (int64_t)b.ch * 8;
+    const int pieces = (nt + DEC_PIECE - 1) / DEC_PIECE;
+    // Slot (s, u, K or V) of this lane: 16-byte words, a warp's lanes side
+    // by side.
+    uint4 *ring = ring_base + warp * UN * 2 * 32 + b.lane;
+    auto slot = [&](int s, int u, int kv) { return ring + ((s * DEC_WARPS * UN + u) * 2 + kv) * 32; };
+    auto stage_offsets = [&](int p) {
+        const int np = dec_piece_keys(nt, p);
+        for (int tt = threadIdx.x; tt < np; tt += DEC_THREADS)
+            roff[p & 1][tt] =
+                kv_row_index(b.table, b.t0 + (int64_t)p * DEC_PIECE + tt, a.layer, n_blocks, bs) *
+                row_bytes;
+    };
+    // Copies of round r into ring slot s (none past the last round): a key
+    // past the piece, or a lane past the head, copies no byte and zeroes
+    // its slots (the zero loads of dec_keys_direct), so the fold reads
+    // every slot. One group either way, so that the waits count rounds.
+    const uint8_t *kl = kp + e0 * 2, *vl = vp + e0 * 2;
+    auto issue = [&](DecRound r, int s) {
+        if (r.p < pieces) {
+            const int np = dec_piece_keys(nt, r.p);
+            const int64_t *ro = roff[r.p & 1];
+#pragma unroll
+            for (int u = 0; u < UN; u++) {
+                const int tt = (r.tb + u * DEC_WARPS) * kpw + kslot;
+                const bool ok = tt < np && act;
+                const int64_t off = ok ? ro[tt] : 0;
+                cp_async16(slot(s, u, 0), kl + off, ok ? 16 : 0);
+                cp_async16(slot(s, u, 1), vl + off, ok ? 16 : 0);
+            }
+        }
+        cp_async_commit();
+    };
+
+    stage_offsets(0);
+    if (pieces > 1)
+        stage_offsets(1);
+    __syncthreads();
+    DecRound ahead = dec_round_norm(DecRound{0, warp}, nt, pieces, kpw, warp);
+    int si = 0, sf = 0; // the ring slots of the next copy and the next fold
+#pragma unroll
+    for (int k = 0; k < S - 1; k++) {
+        issue(ahead, si);
+        si = si + 1 == S ? 0 : si + 1;
+        ahead = dec_round_norm(DecRound{ahead.p, ahead.tb + STEP}, nt, pieces, kpw, warp);
+    }
+    for (int p = 0; p < pieces; p++) {
+        if (p > 0) { // every warp has issued piece p - 1's copies: its buffer is free
+            __syncthreads();
+            if (p + 1 < pieces)
+                stage_offsets(p + 1);
+            __syncthreads();
+        }
+        const int np = dec_piece_keys(nt, p), ntiles = (np + kpw - 1) / kpw;
+        for (int tb = warp; tb < ntiles; tb += STEP) {
+            issue(ahead, si);
+            si = si + 1 == S ? 0 : si + 1;
+            ahead = dec_round_norm(DecRound{ahead.p, ahead.tb + STEP}, nt, pieces, kpw, warp);
+            cp_async_wait<S - 1>();
+            const int s = sf;
+            sf = sf + 1 == S ? 0 : sf + 1;
+            typename LD::raw kx[UN], vx[UN];
+            bool ok[UN];
+#pragma unroll
+            for (int u = 0; u < UN; u++) {
+                ok[u] = (tb + u * DEC_WARPS) * kpw + kslot < np;
+                kx[u] = *slot(s, u, 0);
+                vx[u] = *slot(s, u, 1);
+            }
+            dec_fold_tiles<LD, GT, UN, LPK>(kx, vx, ok, qr, m, l, acc, b.lpk, a.scale, a.softcap);
+        }
+    }
+    cp_async_wait<0>();
+}
+
+// Partials as the old kernel lays them out: [row][head][slot][hd + 2].
+// MINB: the blocks an SM the registers must allow (dec_minb); S: the
+// ring's depth (dec_ring), 0 for loads into registers.
+template <typename LD, int GT, int LPK, int MINB, int S>
+__global__ void __launch_bounds__(DEC_THREADS, MINB)
+attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n, cu_attn a,
+                   int n_blocks, int bs, int64_t row_bytes, const uint8_t *__restrict__ kp,
+                   const uint8_t *__restrict__ vp, int max_splits, float *__restrict__ part)
+{
+    __shared__ int64_t roff[2][DEC_PIECE];
+    __shared__ float wm[DEC_WARPS + 1][GT], wl[DEC_WARPS + 1][GT];
+    extern __shared__ float wacc[]; // [DEC_WARPS][GT][hd], then the ring
+    DecBlock b;
+    float qr[GT][8], m[GT], l[GT], acc[GT][8];
+    if (!dec_setup<GT, LPK>(q, meta, n, a, b, qr, m, l, acc))
+        return;
+    if constexpr (S > 0)
+        dec_keys_ring<LD, GT, LPK, S>(b, a, n_blocks, bs, row_bytes, kp, vp, roff,
+                                      reinterpret_cast<uint4 *>(wacc + DEC_WARPS * GT * b.hd), qr,
+                                      m, l, acc);
+    else
+        dec_keys_direct<LD, GT, LPK>(b, a, n_blocks, bs, row_bytes, kp, vp, roff, qr, m, l, acc);
     dec_end<GT, LPK>(b, a, m, l, acc, wacc, wm, wl, max_splits, part);
 }
 
@@ -874,7 +1021,7 @@ attn_decode_combine_kernel(const float *__restrict__ part, const int32_t *__rest
 // one layer of 64 rows x 512 keys 69.9 -> 61.3 us, one row of 8,192 keys
 // 20.9 -> 23.1 us). The same code either way: the same bytes.
 // Only the f16 / bf16 caches' instances for heads of 128 and 256 take
-// four blocks without spilling.
+// four blocks (with the ring of dec_ring, 16 to 24 bytes of spill).
 constexpr int DEC_MANY_ROWS = 16;
 template <typename LD> struct DecHalf { static constexpr bool value = false; };
 template <bool B> struct DecHalf<Ld8Half<B>> { static constexpr bool value = true; };
@@ -883,21 +1030,46 @@ template <typename LD, int GT, int LPK> constexpr int dec_minb(bool many)
     return GT >= 8 ? 2 : many && DecHalf<LD>::value && LPK >= 16 ? 4 : 3;
 }
 
+// The depth of the decode kernel's K/V ring (dec_keys_ring) by its blocks
+// an SM: as deep as their shared memory allows, 0 where a lane's K/V are
+// not 16-byte pieces (f32 and q8_0 caches) or the key group's size is not
+// a constant. H200, 2026-12-04, one layer of the Qwen3-8B shape (bf16 KV),
+// the op graphed, loads into registers / ring of 2 / ring of 3: one row of
+// 32,768 keys 58.0 / 50.9 / 49.8 us, of 8,192 keys 20.7 / 19.7 / 19.4 us;
+// 64 rows x 512 keys (four blocks an SM) 61.2 / 59.1 / 62.5 (three blocks:
+// the ring of 3 does not leave room for four).
+template <typename LD, int LPK> constexpr int dec_ring(int minb)
+{
+    return DecHalf<LD>::value && LPK >= 8 ? (minb >= 4 ? 2 : 3) : 0;
+}
+
+template <typename LD, int GT, int LPK, bool MANY>
+cudaError_t decode_k(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
+                     const float *q, int max_splits, float *part, cudaStream_t s)
+{
+    constexpr int MINB = dec_minb<LD, GT, LPK>(MANY), S = dec_ring<LD, LPK>(MINB);
+    const auto kern = attn_decode_kernel<LD, GT, LPK, MINB, S>;
+    const size_t smem = (size_t)DEC_WARPS * GT * (size_t)a->head_dim * sizeof(float) +
+                        dec_ring_bytes<dec_un(GT), S>();
+    if (smem > 48 * 1024) {
+        const cudaError_t rc =
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (rc != cudaSuccess)
+            return rc;
+    }
+    const dim3 grid((unsigned)max_splits, (unsigned)a->n_kv_heads, (unsigned)n);
+    return launch_pdl(kern, grid, dim3(DEC_THREADS), smem, s, q, meta, n, *a, kv->n_blocks,
+                      kv->block_size, kv->row_bytes, static_cast<const uint8_t *>(kv->k),
+                      static_cast<const uint8_t *>(kv->v), max_splits, part);
+}
+
 template <typename LD, int GT, int LPK>
 cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
                      const float *q, int max_splits, float *part, float *out, cudaStream_t s)
 {
-    const dim3 grid((unsigned)max_splits, (unsigned)a->n_kv_heads, (unsigned)n);
-    const uint8_t *kp = static_cast<const uint8_t *>(kv->k), *vp = static_cast<const uint8_t *>(kv->v);
-    const size_t smem = (size_t)DEC_WARPS * GT * (size_t)a->head_dim * sizeof(float);
-    cudaError_t rc =
-        n >= DEC_MANY_ROWS
-            ? launch_pdl(attn_decode_kernel<LD, GT, LPK, dec_minb<LD, GT, LPK>(true)>, grid, dim3(DEC_THREADS),
-                         smem, s, q, meta, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes, kp,
-                         vp, max_splits, part)
-            : launch_pdl(attn_decode_kernel<LD, GT, LPK, dec_minb<LD, GT, LPK>(false)>, grid, dim3(DEC_THREADS),
-                         smem, s, q, meta, n, *a, kv->n_blocks, kv->block_size, kv->row_bytes, kp,
-                         vp, max_splits, part);
+    const cudaError_t rc =
+        n >= DEC_MANY_ROWS ? decode_k<LD, GT, LPK, true>(kv, a, meta, n, q, max_splits, part, s)
+                           : decode_k<LD, GT, LPK, false>(kv, a, meta, n, q, max_splits, part, s);
     if (rc != cudaSuccess)
         return rc;
     const dim3 g2((unsigned)n, (unsigned)a->n_heads);

@@ -26,13 +26,15 @@
  * ATTN_SPLITS_MAX) chosen by the caller from the device and the model,
  * F (cu_attn.split_min) a constant, never from the batch. One block per
  * (split, KV head, row) reads each key's K and V once, with 16-byte
- * loads, for all the query heads of the KV head (GQA), and keeps an
- * online softmax per head; a second kernel merges each row's splits in
- * ascending order. The split depends on the row's span, S and F only.
- * Variants measured slower on the H200 and deleted (K/V staged through
- * shared memory by cp.async, the splits merged by the last block, the KV
- * heads of a split in neighbouring blocks) are in git history and
- * docs/decisions/0008 and 0012. */
+ * loads (for f16 / bf16 caches copied by each lane a round or two ahead
+ * into its own slots of shared memory), for all the query heads of the KV
+ * head (GQA), and keeps an online softmax per head; a second kernel merges
+ * each row's splits in ascending order. The split depends on the row's
+ * span, S and F only. Variants measured slower on the H200 and deleted
+ * (K/V staged through shared memory by the whole block between barriers,
+ * the splits merged by the last block, the KV heads of a split in
+ * neighbouring blocks) are in git history and docs/decisions/0008 and
+ * 0012. */
 #ifndef MEMRA_KERNELS_ATTENTION_CUH
 #define MEMRA_KERNELS_ATTENTION_CUH
 
