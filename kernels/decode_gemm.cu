@@ -1205,7 +1205,8 @@ extern "C" size_t cu_dg_x_bytes(const cu_mv_job *j)
 extern "C" cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm, float *partials,
                                           unsigned *counters, void *xbf, cudaStream_t stream)
 {
-    if (!cu_dg_job_ok(j) || (reinterpret_cast<uintptr_t>(xbf) & 15u) != 0)
+    const void *xcopy = j->xbf ? j->xbf : xbf; // a copy given, or the one made here
+    if (!cu_dg_job_ok(j) || (reinterpret_cast<uintptr_t>(xcopy) & 15u) != 0)
         return cudaErrorInvalidValue;
     DGArgs a = {};
     const bool glu = j->mode != CU_MV_STORE;
@@ -1217,7 +1218,7 @@ extern "C" cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm,
     a.mode = j->mode;
     a.cols = j->w[0]->cols;
     a.x = j->x;
-    a.xb = static_cast<const __nv_bfloat16 *>(xbf);
+    a.xb = static_cast<const __nv_bfloat16 *>(xcopy);
     a.n = j->n;
     a.partials = partials;
     a.counters = counters;
@@ -1232,7 +1233,7 @@ extern "C" cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm,
     if (blocks > INT32_MAX || groups > 65535)
         return cudaErrorInvalidValue;
     dim3 grid((unsigned)blocks, (unsigned)groups);
-    if (xbf) {
+    if (xbf && !j->xbf) {
         const size_t n8 = (size_t)j->n * (size_t)a.cols / 8;
         const size_t nb = (n8 + 255) / 256;
         launch_pdl(dg_round_x_kernel, dim3((unsigned)(nb < 1024 ? nb : 1024)), dim3(256), 0, stream,

@@ -54,6 +54,8 @@ typedef struct {
     int n_w;
     cu_mv_mode mode;
     const float *x;                 /* [n][cols] */
+    const void *xbf;                /* x rounded to bf16 by the op that made it, or NULL:
+                                       the decode GEMM makes its own copy where it reads one */
     int n;
     int rows_per_warp;              /* 1, 2 or 4; 0: the launcher's choice */
     int sm_count;                   /* the device's, for that choice; 0: unknown */

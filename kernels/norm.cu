@@ -1,3 +1,5 @@
+#include <cuda_bf16.h>
+
 #include "kernels/dev_common.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/norm.cuh"
@@ -64,11 +66,12 @@ bool norm_vec(int64_t d, const void *a, const void *b, const void *c, const void
 // read as one 16-byte vector when VEC, else one by one; the arithmetic is
 // the same either way, so a row's result depends on d and its own values
 // only. Each thread rewrites only the elements it read, after every read
-// (block_sum's barriers), so x may be out.
+// (block_sum's barriers), so x may be out. xb, when not null, takes out
+// rounded to bf16 (round to nearest even, as the decode GEMM rounds x).
 template <bool ADD, bool VEC>
 __global__ void __launch_bounds__(NORM_MAX_THREADS)
 rmsnorm_kernel(float *x, const float *y, int64_t d, const float *__restrict__ w, float off,
-               float eps, float *out)
+               float eps, float *out, __nv_bfloat16 *xb)
 {
     __shared__ float red[32];
     pdl_trigger();
@@ -104,19 +107,33 @@ rmsnorm_kernel(float *x, const float *y, int64_t d, const float *__restrict__ w,
         for (int j = 0; j < 4; j++)
             v[j] = __fmul_rn(__fmul_rn(v[j], inv), __fadd_rn(ww[j], off));
         store4<VEC>(o, g, d, v);
+        if (xb) {
+            __nv_bfloat16 *ob = xb + (int64_t)blockIdx.x * d;
+            if (VEC) {
+                const __nv_bfloat162 r[2] = {__floats2bfloat162_rn(v[0], v[1]),
+                                             __floats2bfloat162_rn(v[2], v[3])};
+                *reinterpret_cast<uint2 *>(ob + 4 * g) = *reinterpret_cast<const uint2 *>(r);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    if (4 * g + j < d)
+                        ob[4 * g + j] = __float2bfloat16_rn(v[j]);
+            }
+        }
     }
 }
 
 template <bool ADD>
 void rmsnorm_launch(float *x, const float *y, int n, int64_t d, const float *w, float off,
-                    float eps, float *out, cudaStream_t s)
+                    float eps, float *out, void *xb, cudaStream_t s)
 {
-    if (norm_vec(d, x, y, w, out))
+    __nv_bfloat16 *b = static_cast<__nv_bfloat16 *>(xb);
+    if (norm_vec(d, x, y, w, out) && (reinterpret_cast<uintptr_t>(xb) & 7u) == 0)
         launch_pdl(rmsnorm_kernel<ADD, true>, dim3(n), dim3(norm_threads(d)), 0, s, x, y, d, w,
-                   off, eps, out);
+                   off, eps, out, b);
     else
         launch_pdl(rmsnorm_kernel<ADD, false>, dim3(n), dim3(norm_threads(d)), 0, s, x, y, d, w,
-                   off, eps, out);
+                   off, eps, out, b);
 }
 
 // A warp per (row, head): heads [0, n_heads) of q, then the k heads;
@@ -176,22 +193,24 @@ qk_norm_rope_kernel(float *q, float *k, const int32_t *__restrict__ pos, cu_qk_r
 // ---- launchers ----
 
 extern "C" cudaError_t launch_rmsnorm(const float *x, int n, int64_t d, const float *w,
-                                      float w_offset, float eps, float *out, cudaStream_t stream)
+                                      float w_offset, float eps, float *out, void *xb,
+                                      cudaStream_t stream)
 {
     if (n <= 0)
         return cudaSuccess;
     /* The kernel writes x back only when it adds: x is not changed here. */
-    rmsnorm_launch<false>(const_cast<float *>(x), nullptr, n, d, w, w_offset, eps, out, stream);
+    rmsnorm_launch<false>(const_cast<float *>(x), nullptr, n, d, w, w_offset, eps, out, xb,
+                          stream);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t launch_add_rmsnorm(float *x, const float *y, int n, int64_t d,
                                           const float *w, float w_offset, float eps, float *out,
-                                          cudaStream_t stream)
+                                          void *xb, cudaStream_t stream)
 {
     if (n <= 0)
         return cudaSuccess;
-    rmsnorm_launch<true>(x, y, n, d, w, w_offset, eps, out, stream);
+    rmsnorm_launch<true>(x, y, n, d, w, w_offset, eps, out, xb, stream);
     return cudaGetLastError();
 }
 

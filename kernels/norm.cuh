@@ -13,14 +13,18 @@
 extern "C" {
 #endif
 
-/* out[i] = x[i] / rms(x[i]) * (w + w_offset) for n rows of d floats (x may be out). */
+/* out[i] = x[i] / rms(x[i]) * (w + w_offset) for n rows of d floats (x may
+ * be out). xb: NULL, or n x d bf16 that take out rounded to nearest even
+ * (the decode GEMM's copy of x: cu_mv_job.xbf). */
 cudaError_t launch_rmsnorm(const float *x, int n, int64_t d, const float *w, float w_offset,
-                           float eps, float *out, cudaStream_t stream);
+                           float eps, float *out, void *xb, cudaStream_t stream);
 
 /* x[i] += y[i], then out[i] = x[i] / rms(x[i]) * (w + w_offset): the same
- * bytes as launch_add then launch_rmsnorm (out may be x; y may not). */
+ * bytes as launch_add then launch_rmsnorm (out may be x; y may not); xb as
+ * launch_rmsnorm's. */
 cudaError_t launch_add_rmsnorm(float *x, const float *y, int n, int64_t d, const float *w,
-                               float w_offset, float eps, float *out, cudaStream_t stream);
+                               float w_offset, float eps, float *out, void *xb,
+                               cudaStream_t stream);
 
 typedef struct {
     int n_heads, n_kv_heads, head_dim;

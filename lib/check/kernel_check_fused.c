@@ -197,9 +197,9 @@ static void check_add_norm(kc *k)
     float *x1 = kc_dev(k, x, nx), *x2 = kc_dev(k, x, nx), *dy = kc_dev(k, y, nx);
     float *o1 = k->gpu->ops->act_alloc(k->gpu, nx), *o2 = k->gpu->ops->act_alloc(k->gpu, nx);
     const float *wv = ((const cuda_weight *)w.dev)->vec;
-    launch_add_rmsnorm(x1, dy, n, dim, wv, 1.0f, 1e-6f, o1, k->stream);
+    launch_add_rmsnorm(x1, dy, n, dim, wv, 1.0f, 1e-6f, o1, NULL, k->stream);
     launch_add(x2, dy, nx, k->stream);
-    launch_rmsnorm(x2, n, dim, wv, 1.0f, 1e-6f, o2, k->stream);
+    launch_rmsnorm(x2, n, dim, wv, 1.0f, 1e-6f, o2, NULL, k->stream);
     float *a = kc_read(k, o1, nx), *b = kc_read(k, o2, nx);
     float *s1 = kc_read(k, x1, nx), *s2 = kc_read(k, x2, nx);
     int same = memcmp(a, b, nx * 4) == 0 && memcmp(s1, s2, nx * 4) == 0;

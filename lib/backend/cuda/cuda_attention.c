@@ -151,6 +151,7 @@ void cuda_op_qk_norm_rope(backend *b, float *q, float *k, const bk_batch *rows, 
                           float eps, const bk_rope *rope)
 {
     cuda_backend *cb = cuda_of(b);
+    cuda_xshadow_drop(cb);
     if (cb->failed || rows->n <= 0)
         return;
     const float *qn = cuda_vec_of(cb, q_norm, "qk_norm_rope");
@@ -418,6 +419,7 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
                        const float *k, const float *v, float *out)
 {
     cuda_backend *cb = cuda_of(b);
+    cuda_xshadow_drop(cb);
     int n = rows->n;
     if (cb->failed || n <= 0)
         return;

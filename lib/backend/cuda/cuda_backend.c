@@ -198,6 +198,7 @@ static int cuda_act_import(backend *b, float *dst, backend *from, const float *s
     if (from->ops != b->ops)
         return -1;
     cuda_backend *cb = cuda_of(b), *fb = cuda_of(from);
+    cuda_xshadow_drop(cb);
     if (cb->failed || fb->failed)
         return 0; /* recorded already: the step's status says */
     int dev = cb->info.index, fdev = fb->info.index;
@@ -358,6 +359,7 @@ static int cuda_step_begin(backend *b, const bk_step *st)
 
 static int cuda_step_end(backend *b, const bk_step *st)
 {
+    cuda_xshadow_drop(cuda_of(b));
     return cuda_graph_step_end(cuda_of(b), st);
 }
 

@@ -66,9 +66,16 @@ void cuda_mv_run(cuda_backend *cb, const cu_mv_job *j)
         return;
     }
     const int bps = cb->tune.dgemm_blocks_per_sm;
-    /* One scratch: the partial sums, then (16-byte aligned) x's bf16 copy. */
+    /* One scratch: the partial sums, then (16-byte aligned) x's bf16 copy,
+     * unless the op that made x gave one (j->xbf: the same bytes), which
+     * the launch reads only at the sizes that read a copy. */
+    cu_mv_job jx = *j;
+    if (!cu_dg_x_bytes(j))
+        jx.xbf = NULL;
+    j = &jx;
     const size_t np = cu_dg_partial_floats(j, bps), nc = cu_dg_counters(j, bps);
-    const size_t part_bytes = (np * sizeof(float) + 15) / 16 * 16, nx = cu_dg_x_bytes(j);
+    const size_t part_bytes = (np * sizeof(float) + 15) / 16 * 16,
+                 nx = j->xbf ? 0 : cu_dg_x_bytes(j);
     unsigned char *scr = NULL;
     unsigned *cnt = NULL;
     if (part_bytes + nx) {

@@ -63,7 +63,7 @@ typedef struct {
 enum { STAGE_TOKENS = 0, STAGE_ROWS, N_STAGES };
 enum { SCR_ATTN = 0, SCR_MOE_PROBS, SCR_MOE_IDS, SCR_MOE_W, SCR_MOE_HB, SCR_MOE_HB2, SCR_MOE_Y,
        SCR_MOE_ORDER, SCR_MOE_CHUNKS, SCR_MOE_XG, SCR_MOE_XBF, SCR_DG_PARTIALS, SCR_FLASH,
-       SCR_DELTA, SCR_DELTA_CHUNK, N_SCRATCH };
+       SCR_DELTA, SCR_DELTA_CHUNK, SCR_XSHADOW, N_SCRATCH };
 /* The fewest rows of a prefill step that run the DeltaNet rule chunked
  * (cuda_delta.c); fewer run it row after row, as decode steps do. */
 enum { CUDA_DELTA_CHUNK_MIN_ROWS = 32 };
@@ -90,6 +90,17 @@ typedef struct {
     const float *y;
     size_t n;
 } cuda_pending_add;
+
+/* x rounded to bf16 by the RMSNorm that made it (the bytes the decode
+ * GEMM's own rounding gives), for the projections of the op right after
+ * it: the op's decode GEMM reads it instead of launching its rounding.
+ * Every other op drops it (cuda_flush_pending, and the ops that do not
+ * flush), so it never outlives the f32 rows it copies. */
+typedef struct {
+    const float *x; /* the norm's output, or NULL */
+    size_t n_floats;
+    const void *bf;
+} cuda_xshadow;
 
 typedef struct {
     cuda_device_info info;
@@ -140,6 +151,7 @@ typedef struct {
     struct cuda_sampler *sampler;
     cuda_step step;
     cuda_pending_add pending;
+    cuda_xshadow xshadow;
     cuda_graphs *graphs;    /* NULL until the first graphed step */
     cuda_gemm *gemm;        /* NULL until the first prefill GEMM */
     /* The decode GEMM's split counters (cuda_dgemm.c): zeroed when made,
@@ -185,8 +197,13 @@ const cuda_weight *cuda_weight_of(cuda_backend *cb, const bk_weight *w, const ch
 const float *cuda_vec_of(cuda_backend *cb, const bk_weight *w, const char *op);
 
 /* Launch a held-back residual add, if any (every op but add and rmsnorm
- * does this first; so do act_read, status and step_end). */
+ * does this first; so do act_read, status and step_end). It also drops
+ * the RMSNorm's bf16 copy (cuda_xshadow), as do the ops that do not call
+ * it; the projection ops take the copy first (cuda_xshadow_take). */
 void cuda_flush_pending(cuda_backend *cb);
+static inline void cuda_xshadow_drop(cuda_backend *cb) { cb->xshadow.x = NULL; }
+/* The copy when it is of n rows of cols floats at x, else NULL; dropped. */
+const void *cuda_xshadow_take(cuda_backend *cb, const float *x, int n, int64_t cols);
 
 /* Graphs (cuda_graph.c). While a step is being captured, the embed and
  * attention ops read the step's tokens and row metadata from these device

@@ -207,6 +207,7 @@ static int moe_gemm(cuda_backend *cb, const cuda_moe_table *t, const bk_moe *m,
 void cuda_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *out)
 {
     cuda_backend *cb = cuda_of(b);
+    cuda_xshadow_drop(cb);
     if (cb->failed || n <= 0)
         return;
     const cuda_weight *router = cuda_weight_of(cb, m->router, "ffn_moe");

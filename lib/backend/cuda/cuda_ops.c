@@ -53,13 +53,34 @@ void cuda_op_rmsnorm(backend *b, const float *x, int n, const bk_weight *w, floa
         return;
     }
     cuda_pending_add p = cb->pending;
-    if (p.x && p.x == x && p.n == (size_t)n * (size_t)w->cols) {
+    const size_t nf = (size_t)n * (size_t)w->cols;
+    const int add = p.x && p.x == x && p.n == nf;
+    if (add)
         cb->pending.x = NULL;
-        CU_OK(cb, launch_add_rmsnorm(p.x, p.y, n, w->cols, wv, w_offset, eps, out, cb->stream));
+    else
+        cuda_flush_pending(cb);
+    cuda_xshadow_drop(cb);
+    /* A decode step's rows that the decode GEMM takes next: their bf16
+     * copy made here (cuda_xshadow), not by a launch of its own. */
+    void *xb = NULL;
+    if (cb->tune.dgemm > 0 && cb->step.active && !cb->step.prefill && n >= 2)
+        xb = cuda_scratch(cb, SCR_XSHADOW, nf * 2, "the RMSNorm's bf16 copy");
+    if (cb->failed)
         return;
-    }
-    cuda_flush_pending(cb);
-    CU_OK(cb, launch_rmsnorm(x, n, w->cols, wv, w_offset, eps, out, cb->stream));
+    const int rc = add ? CU_OK(cb, launch_add_rmsnorm(p.x, p.y, n, w->cols, wv, w_offset, eps,
+                                                      out, xb, cb->stream))
+                       : CU_OK(cb, launch_rmsnorm(x, n, w->cols, wv, w_offset, eps, out, xb,
+                                                  cb->stream));
+    if (rc == 0 && xb)
+        cb->xshadow = (cuda_xshadow){out, nf, xb};
+}
+
+const void *cuda_xshadow_take(cuda_backend *cb, const float *x, int n, int64_t cols)
+{
+    const cuda_xshadow s = cb->xshadow;
+    cuda_xshadow_drop(cb);
+    return s.x && s.x == x && n > 0 && cols > 0 && s.n_floats == (size_t)n * (size_t)cols ? s.bf
+                                                                                          : NULL;
 }
 
 /* The device weight and bias of one projection; the bias, when present,
@@ -100,7 +121,7 @@ static int use_gemm(const cuda_backend *cb, const cuda_weight *cw, int n)
 /* out = x . W^T (+ bias) for one prepared weight: the GEMM for a prefill
  * chunk when it applies, else the mat-vec. */
 static void project(cuda_backend *cb, const cuda_weight *cw, const float *bias, const float *x,
-                    int n, float *out)
+                    const void *xbf, int n, float *out)
 {
     if (use_gemm(cb, cw, n) && cuda_gemm_matmul(cb, cw, bias, x, n, out))
         return;
@@ -108,6 +129,7 @@ static void project(cuda_backend *cb, const cuda_weight *cw, const float *bias, 
         return;
     cu_mv_job j;
     job_init(cb, &j, x, n);
+    j.xbf = xbf;
     j.w[0] = &cw->m;
     j.bias[0] = bias;
     j.out[0] = out;
@@ -119,13 +141,14 @@ void cuda_op_matmul(backend *b, const bk_weight *w, const bk_weight *bias, const
                     float *out)
 {
     cuda_backend *cb = cuda_of(b);
+    const void *xbf = cuda_xshadow_take(cb, x, n, w->cols);
     cuda_flush_pending(cb);
     if (cb->failed || n <= 0)
         return;
     const cuda_weight *cw;
     const float *bv;
     if (proj_of(cb, w, bias, "matmul", &cw, &bv) == 0)
-        project(cb, cw, bv, x, n, out);
+        project(cb, cw, bv, x, xbf, n, out);
 }
 
 /* q, k and v: one launch over the three matrices when they share a format
@@ -136,6 +159,7 @@ void cuda_op_attn_qkv(backend *b, const bk_weight *wq, const bk_weight *wk, cons
                       const float *x, int n, float *q, float *k, float *v)
 {
     cuda_backend *cb = cuda_of(b);
+    const void *xbf = cuda_xshadow_take(cb, x, n, wq->cols);
     cuda_flush_pending(cb);
     if (cb->failed || n <= 0)
         return;
@@ -158,13 +182,14 @@ void cuda_op_attn_qkv(backend *b, const bk_weight *wq, const bk_weight *wk, cons
             return;
         }
         for (int i = 0; i < 3 && !cb->failed; i++)
-            project(cb, cw[i], bias[i], x, n, outs[i]);
+            project(cb, cw[i], bias[i], x, xbf, n, outs[i]);
         return;
     }
     for (int i = 0; i < 3 && !cb->failed;) {
         /* Matrix i and those after it that can share its launch. */
         cu_mv_job j;
         job_init(cb, &j, x, n);
+        j.xbf = xbf;
         while (i < 3) {
             j.w[j.n_w] = &cw[i]->m;
             j.bias[j.n_w] = bias[i];
@@ -215,6 +240,7 @@ void cuda_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
                      float *hb2, float *out)
 {
     cuda_backend *cb = cuda_of(b);
+    const void *xbf = cuda_xshadow_take(cb, x, n, gate->cols);
     cuda_flush_pending(cb);
     if (cb->failed || n <= 0)
         return;
@@ -235,6 +261,7 @@ void cuda_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
     j.out[0] = hb;
     j.n_w = 2;
     j.mode = act == BK_ACT_GELU_TANH ? CU_MV_GLU_GELU : CU_MV_GLU_SILU;
+    j.xbf = xbf;
     if (!use_gemm(cb, cg, n) && cu_mv_job_ok(&j)) {
         cuda_mv_run(cb, &j);
         if (cb->failed)
@@ -242,19 +269,20 @@ void cuda_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
     } else if (use_gemm(cb, cg, n) && ffn_gemm_fused(cb, cg, cu, cd, act, x, n, hb, hb2, out)) {
         return;
     } else {
-        project(cb, cg, NULL, x, n, hb);
+        project(cb, cg, NULL, x, xbf, n, hb);
         if (!cb->failed)
-            project(cb, cu, NULL, x, n, hb2);
+            project(cb, cu, NULL, x, xbf, n, hb2);
         if (cb->failed ||
             CU_OK(cb, launch_glu(hb, hb2, (size_t)n * (size_t)gate->rows,
                                  act == BK_ACT_GELU_TANH ? 1 : 0, cb->stream)))
             return;
     }
-    project(cb, cd, NULL, hb, n, out);
+    project(cb, cd, NULL, hb, NULL, n, out);
 }
 
 void cuda_flush_pending(cuda_backend *cb)
 {
+    cuda_xshadow_drop(cb);
     cuda_pending_add p = cb->pending;
     cb->pending.x = NULL;
     if (p.x && !cb->failed)

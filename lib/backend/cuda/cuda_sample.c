@@ -225,6 +225,7 @@ int cuda_op_sample(backend *b, float *logits, int n_rows, int64_t n_vocab, const
                    smp_outcome *out, memra_err *err)
 {
     cuda_backend *cb = cuda_of(b);
+    cuda_xshadow_drop(cb);
     if (!logits && !cb->failed)
         return memra_fail(err, "sample: %d rows of %" PRId64 " logits", n_rows, n_vocab);
     if (cuda_sample_upload(cb, n_rows, n_vocab, rows, bias, pen, mask, err) != 0)
