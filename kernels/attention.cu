@@ -1,3 +1,4 @@
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
 
@@ -1010,7 +1011,11 @@ attn_decode_combine_kernel(const float *__restrict__ part, const int32_t *__rest
 #pragma unroll
     for (int j = 1; j < COMBINE_WAYS; j++)
         o = __fadd_rn(o, acc[j]);
-    out[((int64_t)i * a.n_heads + h) * hd + e] = __fdiv_rn(o, l);
+    const float r = __fdiv_rn(o, l);
+    out[((int64_t)i * a.n_heads + h) * hd + e] = r;
+    if (a.out_bf)
+        static_cast<__nv_bfloat16 *>(a.out_bf)[((int64_t)i * a.n_heads + h) * hd + e] =
+            __float2bfloat16_rn(r);
 }
 
 // The decode kernel's blocks an SM by the rows of a launch: up to four

@@ -76,6 +76,8 @@ typedef struct {
     int splits;         /* most splits a row's span is cut into, 1..ATTN_SPLITS_MAX (0: the max) */
     int split_min;      /* F: a row has at most ceil(span / F) splits (F rounded up to
                            ATTN_SPLIT_UNIT; 0: ATTN_SPLIT_MIN) */
+    void *out_bf;       /* launch_attention_decode: NULL, or n x n_heads x head_dim bf16
+                           that take the output rounded to nearest even as well */
 } cu_attn;
 
 /* Chunks a row at position pos has (its partials' slots). */

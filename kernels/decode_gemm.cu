@@ -92,6 +92,7 @@ struct DGArgs {
     int64_t cols;
     const float *x;
     const __nv_bfloat16 *xb; // x rounded to bf16 by dg_round_x_kernel, or null
+    __nv_bfloat16 *glu_bf;   // GLU: the output rounded to bf16 as well, or null
     int n;
     int ks, cps;    // splits, steps per split
     unsigned tiles; // in all segments
@@ -530,7 +531,10 @@ DEV void dg_finish(const DGArgs &a, const DGSeg &sg, float *o, int64_t base, uns
                 const float g = o[t * DG_LDO + i];
                 const float act = a.mode == CU_MV_GLU_GELU ? gelu_tanh_f(g) : silu_f(g);
                 const int64_t orow = a.order ? a.order[t0 + t] : t0 + t;
-                sg.out[orow * sg.rows + row] = __fmul_rn(act, o[t * DG_LDO + H + i]);
+                const float r = __fmul_rn(act, o[t * DG_LDO + H + i]);
+                sg.out[orow * sg.rows + row] = r;
+                if (a.glu_bf)
+                    a.glu_bf[orow * sg.rows + row] = __float2bfloat16_rn(r);
             }
         }
     }
@@ -1219,6 +1223,7 @@ extern "C" cudaError_t launch_decode_gemm(const cu_mv_job *j, int blocks_per_sm,
     a.cols = j->w[0]->cols;
     a.x = j->x;
     a.xb = static_cast<const __nv_bfloat16 *>(xcopy);
+    a.glu_bf = glu ? static_cast<__nv_bfloat16 *>(j->out_bf) : nullptr;
     a.n = j->n;
     a.partials = partials;
     a.counters = counters;

@@ -56,6 +56,8 @@ typedef struct {
     const float *x;                 /* [n][cols] */
     const void *xbf;                /* x rounded to bf16 by the op that made it, or NULL:
                                        the decode GEMM makes its own copy where it reads one */
+    void *out_bf;                   /* GLU on the decode GEMM: NULL, or [n][rows] bf16 that
+                                       take out[0] rounded to nearest even as well */
     int n;
     int rows_per_warp;              /* 1, 2 or 4; 0: the launcher's choice */
     int sm_count;                   /* the device's, for that choice; 0: unknown */

@@ -460,7 +460,7 @@ static double decode_grid_us(kc *k, const bk_attn *a, const kv_cache *kv, const 
     cu_kv_pool pool = {cb->kv_k, cb->kv_v, (int)kv->type, kv->n_blocks, kv->block_size,
                        kv->kv_dim, (int64_t)kv->row_bytes};
     cu_attn at_ = {a->layer, a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
-                   a->window, splits, t->attn_split_min};
+                   a->window, splits, t->attn_split_min, NULL};
     if (cudaMalloc(&dm, len_meta * 4) == cudaSuccess && cudaMalloc(&dp, np * 4) == cudaSuccess &&
         cudaMalloc(&dq, nq * 4) == cudaSuccess &&
         cudaMalloc(&dout, nq * 4) == cudaSuccess &&

@@ -382,7 +382,7 @@ static void flash_prefill(cuda_backend *cb, const kv_cache *kc, const bk_attn *a
     /* the layer's width: narrower layers use the front of each row */
     cu_kv_pool pool = cuda_pool(cb, kc, a);
     cu_attn at = {a->layer - (cb->has_win ? cb->win.kv_lo : 0), a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
-                  a->window, 0, 0};
+                  a->window, 0, 0, NULL};
     int n = rows->n;
     if (k && CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
         return;
@@ -499,10 +499,18 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
     /* the layer's width: narrower layers use the front of each row */
     cu_kv_pool pool = cuda_pool(cb, kc, a);
     cu_attn at = {a->layer - (cb->has_win ? cb->win.kv_lo : 0), a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
-                  a->window, splits, split_min};
+                  a->window, splits, split_min, NULL};
     if (k && CU_OK(cb, launch_kv_append(&pool, &at, meta, n, k, v, cb->stream)))
         return;
     size_t qd = (size_t)a->n_heads * (size_t)a->head_dim;
+    /* A decode step's output that the decode GEMM takes next (the output
+     * projection): its bf16 copy made by the combine (cuda_xshadow). */
+    if (dec && group == n && cb->tune.dgemm > 0 && cb->step.active && !cb->step.prefill &&
+        n >= 2) {
+        at.out_bf = cuda_scratch(cb, SCR_XSHADOW, (size_t)n * qd * 2, "the attention's bf16 copy");
+        if (cb->failed)
+            return;
+    }
     for (int i0 = 0; i0 < n && !cb->failed; i0 += group) {
         int g = n - i0 < group ? n - i0 : group;
         const int32_t *m = meta;
@@ -519,4 +527,6 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
             CU_OK(cb, launch_attention(&pool, &at, m, g, q + (size_t)i0 * qd, max_chunks, part,
                                        out + (size_t)i0 * qd, cb->stream));
     }
+    if (at.out_bf && !cb->failed)
+        cb->xshadow = (cuda_xshadow){out, (size_t)n * qd, at.out_bf};
 }

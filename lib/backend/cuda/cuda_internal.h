@@ -63,7 +63,7 @@ typedef struct {
 enum { STAGE_TOKENS = 0, STAGE_ROWS, N_STAGES };
 enum { SCR_ATTN = 0, SCR_MOE_PROBS, SCR_MOE_IDS, SCR_MOE_W, SCR_MOE_HB, SCR_MOE_HB2, SCR_MOE_Y,
        SCR_MOE_ORDER, SCR_MOE_CHUNKS, SCR_MOE_XG, SCR_MOE_XBF, SCR_DG_PARTIALS, SCR_FLASH,
-       SCR_DELTA, SCR_DELTA_CHUNK, SCR_XSHADOW, N_SCRATCH };
+       SCR_DELTA, SCR_DELTA_CHUNK, SCR_XSHADOW, SCR_GLU_BF, N_SCRATCH };
 /* The fewest rows of a prefill step that run the DeltaNet rule chunked
  * (cuda_delta.c); fewer run it row after row, as decode steps do. */
 enum { CUDA_DELTA_CHUNK_MIN_ROWS = 32 };
@@ -91,9 +91,11 @@ typedef struct {
     size_t n;
 } cuda_pending_add;
 
-/* x rounded to bf16 by the RMSNorm that made it (the bytes the decode
- * GEMM's own rounding gives), for the projections of the op right after
- * it: the op's decode GEMM reads it instead of launching its rounding.
+/* x rounded to bf16 by the op that made it (an RMSNorm, or decode
+ * attention's combine: the bytes the decode GEMM's own rounding gives),
+ * for the projections of the op right after it: the op's decode GEMM
+ * reads it instead of launching its rounding (the GLU's GEMM hands down
+ * its own copy the same way, inside cuda_op_ffn_glu).
  * Every other op drops it (cuda_flush_pending, and the ops that do not
  * flush), so it never outlives the f32 rows it copies. */
 typedef struct {

@@ -262,7 +262,14 @@ void cuda_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
     j.n_w = 2;
     j.mode = act == BK_ACT_GELU_TANH ? CU_MV_GLU_GELU : CU_MV_GLU_SILU;
     j.xbf = xbf;
+    void *hbf = NULL; /* act(gate) * up rounded to bf16 by the GLU's GEMM, for down's */
     if (!use_gemm(cb, cg, n) && cu_mv_job_ok(&j)) {
+        if (cuda_mv_uses_dgemm(cb, &j) && cb->step.active && !cb->step.prefill && n >= 2) {
+            hbf = j.out_bf = cuda_scratch(cb, SCR_GLU_BF, (size_t)n * (size_t)cg->m.rows * 2,
+                                          "the GLU's bf16 copy");
+            if (cb->failed)
+                return;
+        }
         cuda_mv_run(cb, &j);
         if (cb->failed)
             return;
@@ -277,7 +284,7 @@ void cuda_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
                                  act == BK_ACT_GELU_TANH ? 1 : 0, cb->stream)))
             return;
     }
-    project(cb, cd, NULL, hb, NULL, n, out);
+    project(cb, cd, NULL, hb, hbf, n, out);
 }
 
 void cuda_flush_pending(cuda_backend *cb)
