@@ -641,7 +641,7 @@ DEV void dec_finish(const float (&m)[GT], const float (&l)[GT], const float (&ac
     __syncthreads();
     // Each warp's weight in head g's merge, exp(m_w - max), taken once
     // (into wm[w][g]); row DEC_WARPS holds the max and the exp-sum.
-    if (threadIdx.x < G) {
+    if ((int)threadIdx.x < G) {
         const int g = threadIdx.x;
         float mx = -INFINITY;
         for (int w = 0; w < DEC_WARPS; w++)
