@@ -505,8 +505,7 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
     size_t qd = (size_t)a->n_heads * (size_t)a->head_dim;
     /* A decode step's output that the decode GEMM takes next (the output
      * projection): its bf16 copy made by the combine (cuda_xshadow). */
-    if (dec && group == n && cb->tune.dgemm > 0 && cb->step.active && !cb->step.prefill &&
-        n >= 2) {
+    if (dec && group == n && cuda_xshadow_wanted(cb, n)) {
         at.out_bf = cuda_scratch(cb, SCR_XSHADOW, (size_t)n * qd * 2, "the attention's bf16 copy");
         if (cb->failed)
             return;

@@ -99,7 +99,7 @@ typedef struct {
  * Every other op drops it (cuda_flush_pending, and the ops that do not
  * flush), so it never outlives the f32 rows it copies. */
 typedef struct {
-    const float *x; /* the norm's output, or NULL */
+    const float *x; /* the producer's f32 output, or NULL */
     size_t n_floats;
     const void *bf;
 } cuda_xshadow;
@@ -200,10 +200,16 @@ const float *cuda_vec_of(cuda_backend *cb, const bk_weight *w, const char *op);
 
 /* Launch a held-back residual add, if any (every op but add and rmsnorm
  * does this first; so do act_read, status and step_end). It also drops
- * the RMSNorm's bf16 copy (cuda_xshadow), as do the ops that do not call
- * it; the projection ops take the copy first (cuda_xshadow_take). */
+ * the bf16 copy of cuda_xshadow, as do the ops that do not call it; the
+ * projection ops take the copy first (cuda_xshadow_take). */
 void cuda_flush_pending(cuda_backend *cb);
 static inline void cuda_xshadow_drop(cuda_backend *cb) { cb->xshadow.x = NULL; }
+/* Whether an op making n rows of a projection's input writes their bf16
+ * copy too: a decode step of a decode-GEMM engine, 2 rows or more. */
+static inline int cuda_xshadow_wanted(const cuda_backend *cb, int n)
+{
+    return cb->tune.dgemm > 0 && cb->step.active && !cb->step.prefill && n >= 2;
+}
 /* The copy when it is of n rows of cols floats at x, else NULL; dropped. */
 const void *cuda_xshadow_take(cuda_backend *cb, const float *x, int n, int64_t cols);
 

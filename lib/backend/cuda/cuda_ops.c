@@ -63,7 +63,7 @@ void cuda_op_rmsnorm(backend *b, const float *x, int n, const bk_weight *w, floa
     /* A decode step's rows that the decode GEMM takes next: their bf16
      * copy made here (cuda_xshadow), not by a launch of its own. */
     void *xb = NULL;
-    if (cb->tune.dgemm > 0 && cb->step.active && !cb->step.prefill && n >= 2)
+    if (cuda_xshadow_wanted(cb, n))
         xb = cuda_scratch(cb, SCR_XSHADOW, nf * 2, "the RMSNorm's bf16 copy");
     if (cb->failed)
         return;
@@ -264,7 +264,7 @@ void cuda_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
     j.xbf = xbf;
     void *hbf = NULL; /* act(gate) * up rounded to bf16 by the GLU's GEMM, for down's */
     if (!use_gemm(cb, cg, n) && cu_mv_job_ok(&j)) {
-        if (cuda_mv_uses_dgemm(cb, &j) && cb->step.active && !cb->step.prefill && n >= 2) {
+        if (cuda_mv_uses_dgemm(cb, &j) && cuda_xshadow_wanted(cb, n)) {
             hbf = j.out_bf = cuda_scratch(cb, SCR_GLU_BF, (size_t)n * (size_t)cg->m.rows * 2,
                                           "the GLU's bf16 copy");
             if (cb->failed)
