@@ -6,6 +6,7 @@
 #include "kernels/mma.cuh"
 #include "kernels/dev_common.cuh"
 #include "kernels/weight_decode.cuh"
+#include "kernels/tma.cuh"
 #include "kernels/weight_layout.h"
 #include "kernels/wgmma.cuh"
 
@@ -104,6 +105,12 @@ struct DGArgs {
     // x's row j (order null: j). chunks null: a plain launch.
     const int32_t *chunks, *n_chunks, *order;
     const void *const *wtab, *const *wtab2;
+    // decode_gemm_wg_kernel (set by dg_launch_wg): xb as a tensor of n
+    // rows, boxes of the instance's tokens x one step; the formats whose
+    // pair of lanes shares a unit (QStage::PAIR) without scalar words,
+    // outside grouped launches: each segment's matrix (GLU: w, and w2 in
+    // wmap2) as bytes, boxes of 16 bytes x the tile's rows.
+    cu_tmap xmap, wmap[CU_MV_MAX_W], wmap2;
 };
 
 // cp.async: 16 bytes from global to shared memory without a register in
@@ -299,7 +306,10 @@ __host__ __device__ constexpr bool dg_field_decode(int f)
 // into its warp's 16 rows of one bf16 tile, where the mma reads it as it
 // reads BF16 weights. A warp's 16 rows x DG_KC columns are 128 pieces of 8
 // elements: lane l takes row l / 2, pieces 4 (l % 2) .. 4 (l % 2) + 3 of
-// the row's step (one unit of 32 elements, or half a unit of 64).
+// the row's step (one unit of 32 elements, or half a unit of 64). Where
+// the pair's lanes share one unit of 64 (PAIR) they read the same bytes:
+// each copies every other of them into the pair's slots and reads all
+// (the caller orders the lanes' copies before the reads: __syncwarp()).
 // Rounding the decoded weight to bf16 is this kernel's one change to the
 // weights' values (docs/decisions/0017-quantized-decode-gemm.md); it
 // depends on the weight alone, so batch invariance is the BF16 kernel's.
@@ -311,10 +321,12 @@ template <int F> struct QStage {
     using S = QSrc<F>;
     static_assert(W::PW == 8 && DG_KC % W::U == 0 && W::P % 4 == 0, "a lane's four pieces lie in one unit");
     static constexpr int UPS = DG_KC / W::U; // units per row per step
-    // One step of the ring: vector v of every lane, then word w of every
-    // lane ([v][thread] 16 bytes, [w][thread] 4 bytes: conflict-free).
-    static constexpr size_t VEC_BYTES = (size_t)S::NV * DG_THREADS * 16;
-    static constexpr size_t STEP_BYTES = VEC_BYTES + ((size_t)S::NS * DG_THREADS * 4 + 15) / 16 * 16;
+    static constexpr bool PAIR = W::P == 8;
+    static constexpr int OWNERS = PAIR ? DG_THREADS / 2 : DG_THREADS; // lanes or pairs
+    // One step of the ring: vector v of every owner, then word w of every
+    // owner ([v][owner] 16 bytes, [w][owner] 4 bytes: conflict-free).
+    static constexpr size_t VEC_BYTES = (size_t)S::NV * OWNERS * 16;
+    static constexpr size_t STEP_BYTES = VEC_BYTES + ((size_t)S::NS * OWNERS * 4 + 15) / 16 * 16;
     static constexpr size_t FIXED = DG_STAGE_BYTES + DG_X_BYTES; // the bf16 tile, x
     static constexpr int STAGES = (DG_QSMEM_MAX - FIXED) / STEP_BYTES < 4 ? (int)((DG_QSMEM_MAX - FIXED) / STEP_BYTES) : 4;
     static_assert(STAGES >= 2, "two steps of quant bytes fit");
@@ -325,17 +337,23 @@ template <int F> struct QStage {
     int k0; // the lane's first piece of its row's step: 0 or 4
     unsigned char *ring; // stage 0 of the ring
 
+    // This thread's slot among the owners; PAIR: whether it copies item i
+    // (vectors, then words) of the pair's.
+    DEV static unsigned owner() { return PAIR ? threadIdx.x >> 1 : threadIdx.x; }
+    DEV bool copies(int i) const { return !PAIR || (i & 1) == (k0 ? 1 : 0); }
     DEV void issue(int64_t step, int slot) const
     {
         unsigned char *st = ring + (size_t)slot * STEP_BYTES;
         const int64_t u = step * UPS + k0 / W::P;
 #pragma unroll
         for (int v = 0; v < S::NV; v++)
-            dg_cp16(st + ((size_t)v * DG_THREADS + threadIdx.x) * 16, S::vec(row, soff, u, v));
+            if (copies(v))
+                dg_cp16(st + ((size_t)v * OWNERS + owner()) * 16, S::vec(row, soff, u, v));
 #pragma unroll
         for (int w = 0; w < S::NS; w++) {
             int sh;
-            dg_cp4(st + VEC_BYTES + ((size_t)w * DG_THREADS + threadIdx.x) * 4, S::word(row, soff, u, w, sh));
+            if (copies(S::NV + w))
+                dg_cp4(st + VEC_BYTES + ((size_t)w * OWNERS + owner()) * 4, S::word(row, soff, u, w, sh));
         }
     }
     // Step `step`, in ring slot `slot` (its copies complete), decoded and
@@ -351,12 +369,12 @@ template <int F> struct QStage {
         uint32_t ww[S::NS > 0 ? S::NS : 1];
 #pragma unroll
         for (int v = 0; v < S::NV; v++)
-            vv[v] = *reinterpret_cast<const uint4 *>(st + ((size_t)v * DG_THREADS + threadIdx.x) * 16);
+            vv[v] = *reinterpret_cast<const uint4 *>(st + ((size_t)v * OWNERS + owner()) * 16);
 #pragma unroll
         for (int w = 0; w < S::NS; w++) {
             int sh;
             S::word(row, soff, u, w, sh);
-            ww[w] = *reinterpret_cast<const uint32_t *>(st + VEC_BYTES + ((size_t)w * DG_THREADS + threadIdx.x) * 4) >> sh;
+            ww[w] = *reinterpret_cast<const uint32_t *>(st + VEC_BYTES + ((size_t)w * OWNERS + owner()) * 4) >> sh;
         }
         const typename W::Raw r = S::make(vv, ww);
         float a[W::P] = {}, b[W::P] = {};
@@ -409,6 +427,7 @@ template <int F> constexpr size_t dg_smem_of() { return F == CW_BF16 ? DG_SMEM :
 // launch's block past the last chunk, which has nothing to do.
 struct DGBlock {
     DGSeg sg;
+    int seg;
     unsigned tile;
     int split, t0, ntok, nc;
     bool glu;
@@ -424,6 +443,7 @@ DEV bool dg_block(const DGArgs &a, DGBlock &b)
         if (i < a.n_seg && b.tile >= a.seg[i].tile0)
             s = i;
     b.sg = a.seg[s];
+    b.seg = s;
     b.glu = a.mode != CU_MV_STORE;
     b.base = (int64_t)(b.tile - b.sg.tile0) * (b.glu ? DG_TILE / 2 : DG_TILE);
     b.t0 = blockIdx.y * DG_TOK;
@@ -698,7 +718,8 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
     for (int cc = 0; cc < nc; cc++) {
         if constexpr (QUANT) {
             // Step cc + STAGES - 1's bytes into the slot step cc - 1's
-            // left (each thread reads only its own copies); then step cc
+            // left (a lane and its pair read only their own copies, past a
+            // warp barrier since step cc - 1's reads); then step cc
             // decoded into the one bf16 tile once every warp that reads
             // these rows is past step cc - 1's math.
             const int ahead = slot == 0 ? QS::STAGES - 1 : slot - 1;
@@ -782,8 +803,9 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
 // the tensor cores from swizzled tiles (kernels/wgmma.cuh). Per step of
 // the split:
 //   - the weights (BF16: the tile itself; quant: the bytes QStage copies)
-//     and x's bf16 copy arrive by cp.async, WG_STAGES - 1 steps ahead, in
-//     one commit group a step;
+//     arrive by cp.async, STAGES - 1 steps ahead, in one commit group a
+//     step; x's step by one copy of the tensor memory accelerator
+//     (kernels/tma.cuh, thread 0), its arrival on the slot's mbarrier;
 //   - quant: each lane decodes its share of the step into one of two
 //     swizzled bf16 tiles, while the tensor cores still run the step
 //     before from the other;
@@ -793,22 +815,32 @@ constexpr size_t WG_ROW = DG_KC * 2;                    // bytes of a swizzled r
 constexpr size_t WG_W_BYTES = (size_t)DG_TILE * WG_ROW; // a tile of weights
 // Shared memory a block may take (two blocks an SM: 2 x (112 + 1) KB of 228).
 constexpr size_t WG_SMEM_MAX = 112 * 1024;
+// ... and takes at least, so that no third block fits an SM (Hopper's 228
+// KB, 1 KB of it reserved a block): the column splits count DG_MINB blocks
+// an SM (dg_split), and a third on some SMs leaves others idle (Q4_K 4096
+// x 12288 at 32 tokens ran 35 % slower so, on the H200).
+constexpr size_t WG_SMEM_MIN = 228 * 1024 / (DG_MINB + 1) - 1024 + 16;
 template <int F, int N> struct WGPlan {
     static constexpr bool QUANT = F != CW_BF16;
     static constexpr size_t X = (size_t)N * WG_ROW; // a step of x
     static constexpr size_t QSTEP = QUANT ? QStage<QUANT ? F : CW_Q8_0>::STEP_BYTES : 0;
     static constexpr size_t STAGE = (QUANT ? 0 : WG_W_BYTES) + X + QSTEP;
-    // 1 KB to align the tiles; quant: the two decoded tiles.
-    static constexpr size_t FIXED = 1024 + (QUANT ? 2 * WG_W_BYTES : 0);
+    // 1 KB to align the tiles, 64 bytes for the slots' mbarriers; quant:
+    // the two decoded tiles.
+    static constexpr size_t FIXED = 1024 + 64 + (QUANT ? 2 * WG_W_BYTES : 0);
     static constexpr int STAGES = (WG_SMEM_MAX - FIXED) / STAGE < 4 ? (int)((WG_SMEM_MAX - FIXED) / STAGE) : 4;
     static_assert(STAGES >= 2, "two steps fit");
     static_assert(X % 1024 == 0, "x's tiles stay 1024-byte aligned");
-    static constexpr size_t SMEM = FIXED + STAGES * STAGE > 1024 + DG_O_BYTES ? FIXED + STAGES * STAGE
-                                                                               : 1024 + DG_O_BYTES;
+    // The mbarriers' offset from the aligned base: past the tiles and the
+    // output tile that reuses them at the end.
+    static constexpr size_t BARS = FIXED - 1024 - 64 + STAGES * STAGE > DG_O_BYTES
+                                       ? FIXED - 1024 - 64 + STAGES * STAGE
+                                       : DG_O_BYTES;
+    static constexpr size_t SMEM = 1024 + BARS + 64;
 };
 
 template <int F, int N>
-__global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(const DGArgs a)
+__global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(const __grid_constant__ DGArgs a)
 {
 #if MEMRA_HAS_WGMMA
     using P = WGPlan<F, N>;
@@ -830,7 +862,7 @@ __global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(con
     unsigned char *wring = sm + (QUANT ? 2 * WG_W_BYTES : 0);   // BF16: the weight tiles
     unsigned char *xring = wring + (QUANT ? 0 : S * WG_W_BYTES); // x's steps
     unsigned char *qring = xring + S * P::X;                     // quant: QStage's ring
-    const __nv_bfloat16 *xb = a.xb + (int64_t)bk.t0 * a.cols;
+    uint64_t *bars = reinterpret_cast<uint64_t *>(sm + P::BARS); // the slots' arrivals
 
     // Slot r of the tile: row base + r (GLU: gate rows, then the same rows
     // of up from r = 64); rows past the matrix read its last row and are
@@ -843,17 +875,19 @@ __global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(con
         return m + min(row, sg.rows - 1) * (int64_t)sg.stride;
     };
     // Each thread's copies of a step, at step 0: BF16 weights (chunks
-    // q = i + 256 k, k < 4: slot row q / 8, chunk q % 8) and x (chunks
-    // q = i + 256 k < N * 8 of the tokens present: token q / 8).
-    constexpr int XQ = (N * 8 + DG_THREADS - 1) / DG_THREADS;
+    // q = i + 256 k, k < 4: slot row q / 8, chunk q % 8).
     const uint8_t *wsrc[QUANT ? 1 : 4];
     unsigned woff[QUANT ? 1 : 4];
-    const __nv_bfloat16 *xsrc[XQ];
-    unsigned xoff[XQ];
-    bool xhas[XQ];
     using QS = QStage<QUANT ? F : CW_Q8_0>;
+    using QSRC = QSrc<QUANT ? F : CW_Q8_0>;
     QS qs;
     const int myrow = 16 * warp + (lane >> 1);
+    // The quant bytes by the tensor memory accelerator too (a pair's
+    // slots [v][pair] are the tile's rows: box v of the tile's rows lands
+    // as QStage lays it out), both copies of a step counted on its slot's
+    // mbarrier.
+    constexpr bool WTMA_F = QUANT && QS::PAIR && QSRC::NS == 0;
+    const bool wtma = WTMA_F && a.chunks == nullptr;
     if constexpr (QUANT) {
         qs.row = row_of(myrow);
         qs.soff = sg.soff;
@@ -867,47 +901,59 @@ __global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(con
             woff[k] = wg_chunk(q >> 3, q & 7);
         }
     }
-#pragma unroll
-    for (int k = 0; k < XQ; k++) {
-        const int q = threadIdx.x + k * DG_THREADS, t = q >> 3;
-        xhas[k] = q < N * 8 && t < ntok;
-        xsrc[k] = xb + (int64_t)(xhas[k] ? t : 0) * a.cols + bk.c0 * DG_KC + (q & 7) * 8;
-        xoff[k] = wg_chunk(t, q & 7);
-    }
     auto issue_w = [&](int step, int slot) {
         if constexpr (QUANT) {
-            qs.issue(bk.c0 + step, slot);
+            if (!wtma) {
+                qs.issue(bk.c0 + step, slot);
+            } else if (threadIdx.x == 0) {
+                constexpr unsigned VB = (unsigned)QS::OWNERS * 16; // a vector of every pair
+                unsigned char *st = qring + (size_t)slot * QS::STEP_BYTES;
+                const int64_t u = (bk.c0 + step) * QS::UPS;
+                mbar_expect(&bars[slot], (unsigned)QSRC::NV * VB);
+#pragma unroll
+                for (int v = 0; v < QSRC::NV; v++) {
+                    const int x = (int)(QSRC::vec(sg.w, sg.soff, u, v) - sg.w);
+                    if (bk.glu) {
+                        tma_load_2d(st + v * VB, &a.wmap[0], x, (int)bk.base, &bars[slot]);
+                        tma_load_2d(st + v * VB + VB / 2, &a.wmap2, x, (int)bk.base, &bars[slot]);
+                    } else {
+                        tma_load_2d(st + v * VB, &a.wmap[bk.seg], x, (int)bk.base, &bars[slot]);
+                    }
+                }
+            }
         } else {
 #pragma unroll
             for (int k = 0; k < 4; k++)
                 dg_cp16(wring + (size_t)slot * WG_W_BYTES + woff[k], wsrc[k] + (int64_t)step * WG_ROW);
         }
     };
+    // x's step: the block's tokens t0 .. t0 + N - 1 (rows past the
+    // tensor arrive as zeros; a grouped launch's rows past its chunk are
+    // other chunks' tokens, whose columns are never stored).
     auto issue_x = [&](int step, int slot) {
-#pragma unroll
-        for (int k = 0; k < XQ; k++)
-            if (xhas[k])
-                dg_cp16(xring + (size_t)slot * P::X + xoff[k], xsrc[k] + (int64_t)step * DG_KC);
+        if (threadIdx.x == 0) {
+            mbar_expect(&bars[slot], (unsigned)P::X);
+            tma_load_2d(xring + (size_t)slot * P::X, &a.xmap, (int)((bk.c0 + step) * DG_KC), bk.t0, &bars[slot]);
+        }
     };
-    // The weights depend on no kernel; x does (kernels/launch.cuh). Group
-    // 0 holds the first steps' weights and step 0's x, group p step p's x.
-    for (int p = 0; p < AHEAD; p++)
-        if (p < nc)
-            issue_w(p, p);
-    pdl_trigger();
-    pdl_wait();
-    // The rows of tokens past ntok are zero in every slot (their columns
-    // are never stored; zero keeps them finite).
-    for (int q = ntok < N ? (int)threadIdx.x : S * N * 8; q < S * N * 8; q += DG_THREADS) {
-        const int slot = q / (N * 8), t = (q / 8) % N;
-        if (t >= ntok)
-            *reinterpret_cast<uint4 *>(xring + (size_t)slot * P::X + wg_chunk(t, q & 7)) = make_uint4(0, 0, 0, 0);
+    if (threadIdx.x == 0) {
+        tma_prefetch(&a.xmap);
+        for (int s = 0; s < S; s++)
+            mbar_init(&bars[s], wtma ? 2 : 1);
     }
+    // The weights depend on no kernel; x does (kernels/launch.cuh). Group
+    // p holds step p's weights.
     for (int p = 0; p < AHEAD; p++) {
         if (p < nc)
-            issue_x(p, p);
+            issue_w(p, p);
         cp_async_commit();
     }
+    pdl_trigger();
+    pdl_wait();
+    __syncthreads(); // the mbarriers initialized
+    for (int p = 0; p < AHEAD; p++)
+        if (p < nc)
+            issue_x(p, p);
 
     float acc[N / 2];
 #pragma unroll
@@ -916,22 +962,29 @@ __global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(con
     // The operands' descriptors: this warpgroup's rows of the first
     // weight tile (quant: decoded tile), x's first slot.
     const wg_desc_t ad = wg_desc((QUANT ? dtile : wring) + wg * 64 * WG_ROW), xd = wg_desc(xring);
-    int slot = 0; // step cc's ring slot
+    int slot = 0;       // step cc's ring slot
+    unsigned phase = 0; // the slot's use, mod 2
     for (int cc = 0; cc < nc; cc++) {
         cp_async_wait<AHEAD - 1>(); // step cc's copies (this thread's)
+        if constexpr (QUANT && QS::PAIR)
+            __syncwarp(); // (and its pair's)
         const int ahead = slot == 0 ? S - 1 : slot - 1;
-        // Quant: step cc + AHEAD's bytes into the slot whose bytes this
-        // thread decoded last step, before this step's decode (so the
+        // Quant: step cc + AHEAD's bytes into the slot whose bytes the
+        // block decoded last step, before this step's decode (so the
         // copies' latency runs under it); x's after the barrier below.
         if constexpr (QUANT)
             if (cc + AHEAD < nc)
                 issue_w(cc + AHEAD, ahead);
+        if (wtma)
+            mbar_wait(&bars[slot], phase); // the step's quant bytes (and x)
         if constexpr (QUANT)
             qs.store(reinterpret_cast<__nv_bfloat16 *>(dtile + (size_t)(cc & 1) * WG_W_BYTES + myrow * WG_ROW),
                      bk.c0 + cc, slot, myrow & 7);
         // Step cc - 1's wgmma are done (they read the slot refilled below
         // and the decoded tile written next step); the step's operands are
         // visible to the tensor cores, every thread's.
+        if (!wtma)
+            mbar_wait(&bars[slot], phase);
         wg_wait<0>();
         wg_hold(acc);
         wg_fence_proxy();
@@ -949,6 +1002,7 @@ __global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(con
         for (int kk = 0; kk < DG_KC / 16; kk++)
             wg_mma<N>(acc, wg_at(at, kk * 32), wg_at(bt, kk * 32));
         wg_commit();
+        phase ^= slot == S - 1 ? 1u : 0u;
         slot = slot == S - 1 ? 0 : slot + 1;
     }
     wg_wait<0>();
@@ -1089,7 +1143,23 @@ template <int F, int N> cudaError_t dg_launch_wg(const DGArgs &a, dim3 grid, cud
 {
     if (!a.xb)
         return cudaErrorInvalidValue;
-    return dg_launch_kernel(decode_gemm_wg_kernel<F, N>, WGPlan<F, N>::SMEM, DG_THREADS, a, grid, stream);
+    DGArgs b = a;
+    if (tma_map_2d(&b.xmap, TMA_BF16_SWIZZLED, a.xb, (uint64_t)a.cols, (uint64_t)a.n, (uint64_t)a.cols * 2, 64, N) != 0)
+        return cudaErrorInvalidValue;
+    if constexpr (F != CW_BF16) {
+        if (QStage<F>::PAIR && QSrc<F>::NS == 0 && !a.chunks) {
+            const bool glu = a.mode != CU_MV_STORE;
+            const uint32_t rows = glu ? DG_TILE / 2 : DG_TILE;
+            for (int i = 0; i < a.n_seg; i++) {
+                const DGSeg &g = a.seg[i];
+                if (tma_map_2d(&b.wmap[i], TMA_BYTES, g.w, g.stride, (uint64_t)g.rows, g.stride, 16, rows) != 0 ||
+                    (glu && tma_map_2d(&b.wmap2, TMA_BYTES, g.w2, g.stride, (uint64_t)g.rows, g.stride, 16, rows) != 0))
+                    return cudaErrorInvalidValue;
+            }
+        }
+    }
+    constexpr size_t smem = WGPlan<F, N>::SMEM > WG_SMEM_MIN ? WGPlan<F, N>::SMEM : WG_SMEM_MIN;
+    return dg_launch_kernel(decode_gemm_wg_kernel<F, N>, smem, DG_THREADS, b, grid, stream);
 }
 
 // One format's instances by the most tokens a block has.

@@ -49,6 +49,8 @@
 #define __shared__ static
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#undef __grid_constant__
+#define __grid_constant__
 
 namespace emu {
 
@@ -75,6 +77,7 @@ template <class T> T *dyn_smem() { return static_cast<T *>(dyn_smem_ptr()); }
 [[noreturn]] void die(const char *what);
 /* A warp barrier (__syncwarp). */
 void warp_sync();
+void spin();
 int lane_id();
 /* One warp's record of its current collective (WMMA) operation. */
 struct warp_slot {

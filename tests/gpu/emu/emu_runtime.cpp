@@ -24,7 +24,7 @@
 
 namespace emu {
 
-enum { RUN, WAIT_BLOCK, WAIT_WARP, DONE };
+enum { RUN, WAIT_BLOCK, WAIT_WARP, WAIT_SPIN, DONE };
 enum { MAX_THREADS = 1024, STACK_BYTES = 256 * 1024 };
 
 struct fiber {
@@ -82,6 +82,8 @@ void check_aligned(const void *p, size_t align, const char *what)
     }
 }
 
+void tma_fail(const char *what) { die(what); }
+
 /* Leave the fiber for the scheduler; back here when it is released. */
 static void yield(int state)
 {
@@ -121,6 +123,11 @@ float shfl(float v, int src)
 }
 
 void warp_sync() { yield(WAIT_WARP); }
+
+/* A thread polling for what another thread will do (an mbarrier's phase):
+ * the others run on; a round in which every thread that ran only polled
+ * again is a deadlock. */
+void spin() { yield(WAIT_SPIN); }
 
 int lane_id() { return (int)(fibers[cur].tid.x & 31); }
 
@@ -178,6 +185,7 @@ static void run_block(int n)
      * round and backward in the next: a thread that rewrites shared data
      * before another has read it (a missing barrier) then shows, whichever
      * of the two comes first in thread order. */
+    bool moved = false; // a thread ran to anything but polling again
     for (int round = 0;; round++) {
         for (int ii = 0; ii < n; ii++) {
             const int i = round & 1 ? n - 1 - ii : ii;
@@ -197,6 +205,7 @@ static void run_block(int n)
 #if EMU_ASAN
             __sanitizer_finish_switch_fiber(sched_fake_stack, nullptr, nullptr);
 #endif
+            moved = moved || fibers[i].state != WAIT_SPIN;
             cur = -1;
         }
         int done = 0, at_block = 0;
@@ -208,15 +217,16 @@ static void run_block(int n)
             return;
         bool released = false;
         for (int w = 0; w < n / 32; w++) {
-            int at_warp = 0, exited = 0, elsewhere = 0;
+            int at_warp = 0, exited = 0, elsewhere = 0, polling = 0;
             for (int l = 0; l < 32; l++) {
                 int s = fibers[w * 32 + l].state;
                 at_warp += s == WAIT_WARP;
                 exited += s == DONE;
                 elsewhere += s == WAIT_BLOCK;
+                polling += s == WAIT_SPIN;
             }
-            if (at_warp == 0)
-                continue;
+            if (at_warp == 0 || polling)
+                continue; // (a polling lane may reach the warp's collective yet)
             if (exited || elsewhere) {
                 char msg[160];
                 snprintf(msg, sizeof msg, "warp %d: a shuffle reached by %d lanes while %d exited "
@@ -227,8 +237,22 @@ static void run_block(int n)
                 fibers[w * 32 + l].state = RUN;
             released = true;
         }
+        // Polling threads poll again next round, while some thread moves.
+        int polling = 0;
+        for (int i = 0; i < n; i++)
+            if (fibers[i].state == WAIT_SPIN) {
+                fibers[i].state = RUN;
+                polling++;
+            }
+        const bool moved_now = moved;
+        moved = false;
         if (released)
             continue;
+        if (polling) {
+            if (!moved_now)
+                die("deadlock: threads poll for what no thread does (an mbarrier's phase)");
+            continue;
+        }
         if (at_block + done == n) {
             if (done) {
                 char msg[128];
