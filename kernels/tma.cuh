@@ -1,21 +1,23 @@
-// The tensor memory accelerator (Hopper, sm_90a): a box of a 2-D bf16
-// tensor copied from global to shared memory by one instruction of one
-// thread, in the 128-byte swizzle wgmma reads (kernels/wgmma.cuh), its
-// completion counted in bytes on an mbarrier (C++ only).
+// The tensor memory accelerator (Hopper, sm_90a): a box of a 2-D tensor
+// copied from global to shared memory by one instruction of one thread,
+// bf16 in the 128-byte swizzle wgmma reads (kernels/wgmma.cuh) or bytes
+// as they are, its completion counted in bytes on an mbarrier (C++ only).
 //
 // Why: a decode GEMM block at 64 tokens copied x's step by 512 cp.async of
-// 16 bytes, two a thread, each with its address arithmetic: about an
-// eighth of the instructions of a quant step, for bytes no lane looks at
-// (docs/decisions/0034-x-by-the-tensor-memory-accelerator.md). A tensor
-// map (the tensor's address, sizes and pitch, the box, the swizzle) is
-// encoded on the host and passed in the kernel's parameters; the copy
-// zero-fills a box's rows past the tensor's end.
+// 16 bytes, two a thread, and its quant bytes by more, each with its
+// address arithmetic: about a third of the instructions of a quant step,
+// for bytes no lane computes with on the way
+// (docs/decisions/0034-decode-gemm-copies-by-the-tma.md). A tensor map
+// (the tensor's address, sizes and pitch, the box, the swizzle) is encoded
+// on the host and passed in the kernel's parameters; the copy zero-fills a
+// box's rows and columns past the tensor's end.
 //
-// Use: tma_map_bf16_2d() on the host; in the kernel one thread inits each
-// slot's mbarrier (mbar_init, then a block barrier), and per copy one
-// thread calls mbar_expect() with the box's bytes and tma_load_2d(); the
-// threads that read the box call mbar_wait() with the slot's phase (0 at
-// its first use, flipping each use).
+// Use: tma_map_2d() on the host; in the kernel one thread inits each
+// slot's mbarrier with the arrivals a phase has (mbar_init, then a block
+// barrier), and per phase each arriving thread calls mbar_expect() with
+// the bytes of its boxes and tma_load_2d() for each; the threads that
+// read the boxes call mbar_wait() with the slot's phase (0 at its first
+// use, flipping each use).
 //
 // Under the CPU emulation (MEMRA_CUDA_EMU) the map is this file's own
 // struct, the copy is done at once, and an mbarrier counts arrivals and

@@ -35,7 +35,7 @@ SAN=$([ $asan = 1 ] && echo "-fno-omit-frame-pointer -fsanitize=address,undefine
 mkdir -p "$B/obj" "$B/kernels" "$B/bin" "$B/tests"
 CPPFLAGS="-Ilib -I. -Ikernels -D_GNU_SOURCE -DMEMRA_CUDA=1 -I$CUDA_HOME/include"
 CFLAGS="-std=c11 -g -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -pthread -O1 $SAN"
-CXXFLAGS="-std=c++17 -g -O1 -ffp-contract=off -Wall -Wno-unknown-pragmas -Wno-unused-parameter -pthread $SAN"
+CXXFLAGS="-std=c++17 -g -O1 -ffp-contract=off -Wall -Wno-unknown-pragmas -Wno-unused-parameter -Wno-psabi -pthread $SAN"
 export CPPFLAGS CFLAGS CXXFLAGS B
 
 echo "emulate: building into $B"
