@@ -106,11 +106,11 @@ struct DGArgs {
     const int32_t *chunks, *n_chunks, *order;
     const void *const *wtab, *const *wtab2;
     // decode_gemm_wg_kernel (set by dg_launch_wg): xb as a tensor of n
-    // rows, boxes of the instance's tokens x one step; the formats whose
-    // pair of lanes shares a unit (QStage::PAIR) without scalar words,
+    // rows, boxes of the instance's tokens x one step; the quant formats
     // outside grouped launches: each segment's matrix (GLU: w, and w2 in
-    // wmap2) as bytes, boxes of 16 bytes x the tile's rows.
+    // wmap2) as bytes, boxes of 16 bytes x the tile's rows (QSrc's NB).
     cu_tmap xmap, wmap[CU_MV_MAX_W], wmap2;
+    int wtma; // the weights' maps are set (else the lanes copy the weights)
 };
 
 // cp.async: 16 bytes from global to shared memory without a register in
@@ -204,6 +204,13 @@ __global__ void __launch_bounds__(256) dg_round_x_kernel(const float *x, __nv_bf
 // Where a quant unit's bytes lie (its WFmt<F>::fetch, split into what
 // cp.async can copy): NV 16-byte vectors and NS 32-bit words (a word
 // holds a 2- or 1-byte scalar at bit `shift`), and the Raw they make.
+//
+// The same bytes as the tensor memory accelerator copies them for a
+// whole tile (decode_gemm_wg_kernel): NB boxes of 16 bytes a row a step,
+// box b at byte bx(soff, u0, b) of every row (u0: the step's first unit;
+// a split format's scale area 16-byte aligned), each box's rows one after
+// another; unit u's vector v is its row's 16 bytes of box vbox(u, v), its
+// word w the 32-bit word holding byte wbyte(u, w) of box wbox(w).
 template <int F> struct QSrc;
 
 DEV const uint8_t *word_of(const uint8_t *p, int &shift)
@@ -220,6 +227,15 @@ template <> struct QSrc<CW_Q8_0> {
         return word_of(row + soff + u * 2, sh);
     }
     DEV static WFmt<CW_Q8_0>::Raw make(const uint4 *v, const uint32_t *w) { return {v[0], v[1], w[0] & 0xFFFFu}; }
+    // Two units a step: their 64 bytes, then the 16 holding their scales.
+    static constexpr int NB = 5;
+    DEV static int64_t bx(size_t soff, int64_t u0, int b)
+    {
+        return b < 4 ? u0 * 32 + 16 * b : (int64_t)soff + ((u0 * 2) & ~(int64_t)15);
+    }
+    DEV static int vbox(int64_t u, int v) { return 2 * (int)(u & 1) + v; }
+    DEV static int wbox(int) { return 4; }
+    DEV static int wbyte(int64_t u, int) { return (int)((u * 2) & 15); }
 };
 template <> struct QSrc<CW_Q4_0> {
     static constexpr int NV = 1, NS = 1;
@@ -229,6 +245,14 @@ template <> struct QSrc<CW_Q4_0> {
         return word_of(row + soff + u * 2, sh);
     }
     DEV static WFmt<CW_Q4_0>::Raw make(const uint4 *v, const uint32_t *w) { return {v[0], w[0] & 0xFFFFu}; }
+    static constexpr int NB = 3;
+    DEV static int64_t bx(size_t soff, int64_t u0, int b)
+    {
+        return b < 2 ? u0 * 16 + 16 * b : (int64_t)soff + ((u0 * 2) & ~(int64_t)15);
+    }
+    DEV static int vbox(int64_t u, int) { return (int)(u & 1); }
+    DEV static int wbox(int) { return 2; }
+    DEV static int wbyte(int64_t u, int) { return (int)((u * 2) & 15); }
 };
 template <> struct QSrc<CW_Q4_K> {
     static constexpr int NV = 3, NS = 0;
@@ -239,6 +263,16 @@ template <> struct QSrc<CW_Q4_K> {
     }
     DEV static const uint8_t *word(const uint8_t *row, size_t, int64_t, int, int &sh) { sh = 0; return row; }
     DEV static WFmt<CW_Q4_K>::Raw make(const uint4 *v, const uint32_t *) { return {v[0], v[1], v[2]}; }
+    // One unit a step, shared by the pair: its vectors.
+    static constexpr int NB = 3;
+    DEV static int64_t bx(size_t, int64_t u0, int b)
+    {
+        const int64_t blk = (u0 >> 2) * 144;
+        return b == 0 ? blk : blk + 16 * b + (u0 & 3) * 32;
+    }
+    DEV static int vbox(int64_t, int v) { return v; }
+    DEV static int wbox(int) { return 0; }
+    DEV static int wbyte(int64_t, int) { return 0; }
 };
 template <> struct QSrc<CW_Q5_K> {
     static constexpr int NV = 5, NS = 0;
@@ -249,6 +283,15 @@ template <> struct QSrc<CW_Q5_K> {
     }
     DEV static const uint8_t *word(const uint8_t *row, size_t, int64_t, int, int &sh) { sh = 0; return row; }
     DEV static WFmt<CW_Q5_K>::Raw make(const uint4 *v, const uint32_t *) { return {v[0], v[1], v[2], v[3], v[4]}; }
+    static constexpr int NB = 5;
+    DEV static int64_t bx(size_t, int64_t u0, int b)
+    {
+        const int64_t blk = (u0 >> 2) * 176;
+        return b == 0 ? blk : b < 3 ? blk + 32 + 16 * b + (u0 & 3) * 32 : blk + 16 * (b - 2);
+    }
+    DEV static int vbox(int64_t, int v) { return v; }
+    DEV static int wbox(int) { return 0; }
+    DEV static int wbyte(int64_t, int) { return 0; }
 };
 template <> struct QSrc<CW_Q6_K> {
     static constexpr int NV = 4, NS = 2;
@@ -267,6 +310,24 @@ template <> struct QSrc<CW_Q6_K> {
     {
         return {v[0], v[1], v[2], v[3], w[0] & 0xFFFFu, w[1] & 0xFFFFu};
     }
+    // Two units a step (q and q + 1 of a half n): the half's 64 ql bytes,
+    // its 32 qh bytes, the block's 16 scales, the 16 bytes holding d.
+    static constexpr int NB = 8;
+    DEV static int64_t bx(size_t soff, int64_t u0, int b)
+    {
+        const int64_t blk = (u0 >> 3) * 208;
+        const int n = (int)(u0 & 7) >> 2;
+        return b < 4 ? blk + n * 64 + 16 * b
+             : b < 6 ? blk + 128 + n * 32 + 16 * (b - 4)
+             : b == 6 ? blk + 192
+                      : (int64_t)soff + (((u0 >> 3) * 2) & ~(int64_t)15);
+    }
+    DEV static int vbox(int64_t u, int v) { return v < 2 ? 2 * (int)(u & 1) + v : 4 + (v - 2); }
+    DEV static int wbox(int w) { return w == 0 ? 6 : 7; }
+    DEV static int wbyte(int64_t u, int w)
+    {
+        return w == 0 ? ((int)(u & 7) >> 2) * 8 + 2 * (int)(u & 3) : (int)(((u >> 3) * 2) & 15);
+    }
 };
 template <> struct QSrc<CW_NVFP4> {
     static constexpr int NV = 2, NS = 1;
@@ -276,6 +337,15 @@ template <> struct QSrc<CW_NVFP4> {
         return word_of(row + soff + u * 4, sh);
     }
     DEV static WFmt<CW_NVFP4>::Raw make(const uint4 *v, const uint32_t *w) { return {v[0], v[1], w[0]}; }
+    // One unit a step, shared by the pair.
+    static constexpr int NB = 3;
+    DEV static int64_t bx(size_t soff, int64_t u0, int b)
+    {
+        return b < 2 ? u0 * 32 + 16 * b : (int64_t)soff + ((u0 * 4) & ~(int64_t)15);
+    }
+    DEV static int vbox(int64_t, int v) { return v; }
+    DEV static int wbox(int) { return 2; }
+    DEV static int wbyte(int64_t u, int) { return (int)((u * 4) & 15); }
 };
 template <> struct QSrc<CW_MXFP8> {
     static constexpr int NV = 2, NS = 1;
@@ -285,6 +355,14 @@ template <> struct QSrc<CW_MXFP8> {
         return word_of(row + soff + u, sh);
     }
     DEV static WFmt<CW_MXFP8>::Raw make(const uint4 *v, const uint32_t *w) { return {v[0], v[1], w[0] & 0xFFu}; }
+    static constexpr int NB = 5;
+    DEV static int64_t bx(size_t soff, int64_t u0, int b)
+    {
+        return b < 4 ? u0 * 32 + 16 * b : (int64_t)soff + (u0 & ~(int64_t)15);
+    }
+    DEV static int vbox(int64_t u, int v) { return 2 * (int)(u & 1) + v; }
+    DEV static int wbox(int) { return 4; }
+    DEV static int wbyte(int64_t u, int) { return (int)(u & 15); }
 };
 
 // The formats of small integer fields (WFmt<F>::fields: at most 6 bits,
@@ -326,7 +404,10 @@ template <int F> struct QStage {
     // One step of the ring: vector v of every owner, then word w of every
     // owner ([v][owner] 16 bytes, [w][owner] 4 bytes: conflict-free).
     static constexpr size_t VEC_BYTES = (size_t)S::NV * OWNERS * 16;
-    static constexpr size_t STEP_BYTES = VEC_BYTES + ((size_t)S::NS * OWNERS * 4 + 15) / 16 * 16;
+    // (or the tensor memory accelerator's boxes, if more: QSrc's NB)
+    static constexpr size_t LANE_STEP = VEC_BYTES + ((size_t)S::NS * OWNERS * 4 + 15) / 16 * 16;
+    static constexpr size_t BOX_STEP = (size_t)S::NB * DG_TILE * 16;
+    static constexpr size_t STEP_BYTES = LANE_STEP > BOX_STEP ? LANE_STEP : BOX_STEP;
     static constexpr size_t FIXED = DG_STAGE_BYTES + DG_X_BYTES; // the bf16 tile, x
     static constexpr int STAGES = (DG_QSMEM_MAX - FIXED) / STEP_BYTES < 4 ? (int)((DG_QSMEM_MAX - FIXED) / STEP_BYTES) : 4;
     static_assert(STAGES >= 2, "two steps of quant bytes fit");
@@ -359,22 +440,37 @@ template <int F> struct QStage {
     // Step `step`, in ring slot `slot` (its copies complete), decoded and
     // rounded into dst (the lane's row of the tile, DG_LDS bf16 wide; or
     // a row of a swizzled tile, kernels/wgmma.cuh, whose 16-byte chunks
-    // go to chunk ^ swz, swz = row % 8).
-    DEV void store(__nv_bfloat16 *dst, int64_t step, int slot, int swz = 0) const
+    // go to chunk ^ swz, swz = row % 8). boxes: the slot holds the tensor
+    // memory accelerator's boxes of the tile (QSrc's NB), not the lanes'
+    // copies; the lane's row of them is threadIdx.x / 2.
+    DEV void store(__nv_bfloat16 *dst, int64_t step, int slot, int swz = 0, bool boxes = false) const
     {
         const unsigned char *st = ring + (size_t)slot * STEP_BYTES;
         const int unit = k0 / W::P;
         const int64_t u = step * UPS + unit;
         uint4 vv[S::NV > 0 ? S::NV : 1];
         uint32_t ww[S::NS > 0 ? S::NS : 1];
+        if (boxes) {
+            const unsigned char *mine = st + (threadIdx.x >> 1) * 16;
 #pragma unroll
-        for (int v = 0; v < S::NV; v++)
-            vv[v] = *reinterpret_cast<const uint4 *>(st + ((size_t)v * OWNERS + owner()) * 16);
+            for (int v = 0; v < S::NV; v++)
+                vv[v] = *reinterpret_cast<const uint4 *>(mine + (size_t)S::vbox(u, v) * DG_TILE * 16);
 #pragma unroll
-        for (int w = 0; w < S::NS; w++) {
-            int sh;
-            S::word(row, soff, u, w, sh);
-            ww[w] = *reinterpret_cast<const uint32_t *>(st + VEC_BYTES + ((size_t)w * OWNERS + owner()) * 4) >> sh;
+            for (int w = 0; w < S::NS; w++) {
+                const int by = S::wbyte(u, w);
+                ww[w] = *reinterpret_cast<const uint32_t *>(mine + (size_t)S::wbox(w) * DG_TILE * 16 + (by & ~3)) >>
+                        ((by & 3) * 8);
+            }
+        } else {
+#pragma unroll
+            for (int v = 0; v < S::NV; v++)
+                vv[v] = *reinterpret_cast<const uint4 *>(st + ((size_t)v * OWNERS + owner()) * 16);
+#pragma unroll
+            for (int w = 0; w < S::NS; w++) {
+                int sh;
+                S::word(row, soff, u, w, sh);
+                ww[w] = *reinterpret_cast<const uint32_t *>(st + VEC_BYTES + ((size_t)w * OWNERS + owner()) * 4) >> sh;
+            }
         }
         const typename W::Raw r = S::make(vv, ww);
         float a[W::P] = {}, b[W::P] = {};
@@ -815,11 +911,6 @@ constexpr size_t WG_ROW = DG_KC * 2;                    // bytes of a swizzled r
 constexpr size_t WG_W_BYTES = (size_t)DG_TILE * WG_ROW; // a tile of weights
 // Shared memory a block may take (two blocks an SM: 2 x (112 + 1) KB of 228).
 constexpr size_t WG_SMEM_MAX = 112 * 1024;
-// ... and takes at least, so that no third block fits an SM (Hopper's 228
-// KB, 1 KB of it reserved a block): the column splits count DG_MINB blocks
-// an SM (dg_split), and a third on some SMs leaves others idle (Q4_K 4096
-// x 12288 at 32 tokens ran 35 % slower so, on the H200).
-constexpr size_t WG_SMEM_MIN = 228 * 1024 / (DG_MINB + 1) - 1024 + 16;
 template <int F, int N> struct WGPlan {
     static constexpr bool QUANT = F != CW_BF16;
     static constexpr size_t X = (size_t)N * WG_ROW; // a step of x
@@ -837,6 +928,13 @@ template <int F, int N> struct WGPlan {
                                        ? FIXED - 1024 - 64 + STAGES * STAGE
                                        : DG_O_BYTES;
     static constexpr size_t SMEM = 1024 + BARS + 64;
+    // What a launch asks for: at least so much that no third block fits
+    // an SM (Hopper's 228 KB, 1 KB of it reserved a block): the column
+    // splits count DG_MINB blocks an SM (dg_split), and a third on some
+    // SMs leaves others idle (Q4_K 4096 x 12288 at 32 tokens ran 35 %
+    // slower so, on the H200).
+    static constexpr size_t MIN = 228 * 1024 / (DG_MINB + 1) - 1024 + 16;
+    static constexpr size_t LAUNCH = SMEM > MIN ? SMEM : MIN;
 };
 
 template <int F, int N>
@@ -882,12 +980,11 @@ __global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(con
     using QSRC = QSrc<QUANT ? F : CW_Q8_0>;
     QS qs;
     const int myrow = 16 * warp + (lane >> 1);
-    // The quant bytes by the tensor memory accelerator too (a pair's
-    // slots [v][pair] are the tile's rows: box v of the tile's rows lands
-    // as QStage lays it out), both copies of a step counted on its slot's
-    // mbarrier.
-    constexpr bool WTMA_F = QUANT && QS::PAIR && QSRC::NS == 0;
-    const bool wtma = WTMA_F && a.chunks == nullptr;
+    // The quant bytes by the tensor memory accelerator too (QSrc's boxes
+    // of the tile's rows, which QStage::store reads), both copies of a
+    // step counted on its slot's mbarrier. BF16's weights stay the lanes'
+    // copies (by the accelerator its launches ran 2-3 % slower on the H200).
+    const bool wtma = QUANT && a.wtma != 0;
     if constexpr (QUANT) {
         qs.row = row_of(myrow);
         qs.soff = sg.soff;
@@ -906,13 +1003,13 @@ __global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(con
             if (!wtma) {
                 qs.issue(bk.c0 + step, slot);
             } else if (threadIdx.x == 0) {
-                constexpr unsigned VB = (unsigned)QS::OWNERS * 16; // a vector of every pair
+                constexpr unsigned VB = (unsigned)DG_TILE * 16; // a box of the tile's rows
                 unsigned char *st = qring + (size_t)slot * QS::STEP_BYTES;
-                const int64_t u = (bk.c0 + step) * QS::UPS;
-                mbar_expect(&bars[slot], (unsigned)QSRC::NV * VB);
+                const int64_t u0 = (bk.c0 + step) * QS::UPS;
+                mbar_expect(&bars[slot], (unsigned)QSRC::NB * VB);
 #pragma unroll
-                for (int v = 0; v < QSRC::NV; v++) {
-                    const int x = (int)(QSRC::vec(sg.w, sg.soff, u, v) - sg.w);
+                for (int v = 0; v < QSRC::NB; v++) {
+                    const int x = (int)QSRC::bx(sg.soff, u0, v);
                     if (bk.glu) {
                         tma_load_2d(st + v * VB, &a.wmap[0], x, (int)bk.base, &bars[slot]);
                         tma_load_2d(st + v * VB + VB / 2, &a.wmap2, x, (int)bk.base, &bars[slot]);
@@ -979,7 +1076,7 @@ __global__ void __launch_bounds__(DG_THREADS, DG_MINB) decode_gemm_wg_kernel(con
             mbar_wait(&bars[slot], phase); // the step's quant bytes (and x)
         if constexpr (QUANT)
             qs.store(reinterpret_cast<__nv_bfloat16 *>(dtile + (size_t)(cc & 1) * WG_W_BYTES + myrow * WG_ROW),
-                     bk.c0 + cc, slot, myrow & 7);
+                     bk.c0 + cc, slot, myrow & 7, wtma);
         // Step cc - 1's wgmma are done (they read the slot refilled below
         // and the decoded tile written next step); the step's operands are
         // visible to the tensor cores, every thread's.
@@ -1146,20 +1243,24 @@ template <int F, int N> cudaError_t dg_launch_wg(const DGArgs &a, dim3 grid, cud
     DGArgs b = a;
     if (tma_map_2d(&b.xmap, TMA_BF16_SWIZZLED, a.xb, (uint64_t)a.cols, (uint64_t)a.n, (uint64_t)a.cols * 2, 64, N) != 0)
         return cudaErrorInvalidValue;
-    if constexpr (F != CW_BF16) {
-        if (QStage<F>::PAIR && QSrc<F>::NS == 0 && !a.chunks) {
-            const bool glu = a.mode != CU_MV_STORE;
-            const uint32_t rows = glu ? DG_TILE / 2 : DG_TILE;
-            for (int i = 0; i < a.n_seg; i++) {
-                const DGSeg &g = a.seg[i];
-                if (tma_map_2d(&b.wmap[i], TMA_BYTES, g.w, g.stride, (uint64_t)g.rows, g.stride, 16, rows) != 0 ||
-                    (glu && tma_map_2d(&b.wmap2, TMA_BYTES, g.w2, g.stride, (uint64_t)g.rows, g.stride, 16, rows) != 0))
-                    return cudaErrorInvalidValue;
-            }
+    // The quant bytes' maps, outside grouped launches (whose matrices the
+    // blocks find per chunk) and where a split format's scale area is
+    // 16-byte aligned (QSrc's boxes).
+    b.wtma = F != CW_BF16 && !a.chunks;
+    for (int i = 0; i < a.n_seg; i++)
+        if (a.seg[i].soff % 16 != 0)
+            b.wtma = 0;
+    if (b.wtma) {
+        const bool glu = a.mode != CU_MV_STORE;
+        const uint32_t rows = glu ? DG_TILE / 2 : DG_TILE;
+        for (int i = 0; i < a.n_seg; i++) {
+            const DGSeg &g = a.seg[i];
+            if (tma_map_2d(&b.wmap[i], TMA_BYTES, g.w, g.stride, (uint64_t)g.rows, g.stride, 16, rows) != 0 ||
+                (glu && tma_map_2d(&b.wmap2, TMA_BYTES, g.w2, g.stride, (uint64_t)g.rows, g.stride, 16, rows) != 0))
+                return cudaErrorInvalidValue;
         }
     }
-    constexpr size_t smem = WGPlan<F, N>::SMEM > WG_SMEM_MIN ? WGPlan<F, N>::SMEM : WG_SMEM_MIN;
-    return dg_launch_kernel(decode_gemm_wg_kernel<F, N>, smem, DG_THREADS, b, grid, stream);
+    return dg_launch_kernel(decode_gemm_wg_kernel<F, N>, WGPlan<F, N>::LAUNCH, DG_THREADS, b, grid, stream);
 }
 
 // One format's instances by the most tokens a block has.

@@ -481,10 +481,12 @@ void kc_check_dgemm(kc *k)
     dg_case(k, DT_Q5_K, CU_MV_STORE, 1, q64, 512, 64, 0);
     dg_case(k, DT_Q4_0, CU_MV_STORE, 1, q64, 256, 33, 0);
     dg_case(k, DT_NVFP4, CU_MV_STORE, 1, q64, 256, 17, 0);
-    /* Q4_K's and Q5_K's bytes come by the tensor memory accelerator there:
-     * three matrices (each segment its map), rows past the last tile's. */
+    /* The quant formats' bytes come by the tensor memory accelerator
+     * there: three matrices (each segment its map), rows past the last
+     * tile's; BF16's three segments by the lanes' copies. */
     const int64_t q3b[3] = {200, 64, 72};
     dg_case(k, DT_Q4_K, CU_MV_STORE, 3, q3b, 512, 40, 1);
+    dg_case(k, DT_BF16, CU_MV_STORE, 3, q3b, 256, 40, 1);
     /* What the kernel does not take: F32 and F16 weights (the mat-vec keeps
      * them f32). */
     static const dtype refused[] = {DT_F32, DT_F16};
