@@ -15,6 +15,7 @@
 #include "backend/cpu/cpu_fast.h"
 #include "backend/kv_cache.h"
 #include "core/check.h"
+#include "numerics/kv_codec.h"
 #include "core/rng.h"
 #include "format/dequant.h"
 #include "numerics/half.h"
@@ -481,6 +482,33 @@ static void ref_arith_on(cpu_isa isa)
         }
         k->axpy_ref_n(o1, p, (const float *const *)v, NK, n);
         CHECK(memcmp(o0, o1, (size_t)n * sizeof(float)) == 0);
+        /* The 16-bit rows' forms: the bits of the same sums on the rows
+         * widened to f32 (the reference's widening). */
+        for (int bf = 0; bf < 2 && k->dot_ref_n16; bf++) {
+            uint16_t *h[NK];
+            float *w[NK], d16[NK], dw[NK];
+            for (int j = 0; j < NK; j++) {
+                h[j] = malloc((size_t)n * sizeof(uint16_t));
+                w[j] = malloc((size_t)n * sizeof(float));
+                for (int64_t e = 0; e < n; e++) {
+                    h[j][e] = bf ? kvc_f32_to_bf16(v[j][e]) : kvc_f32_to_f16(v[j][e]);
+                    w[j][e] = bf ? kvc_bf16_to_f32(h[j][e]) : kvc_f16_to_f32(h[j][e]);
+                }
+            }
+            k->dot_ref_n16(a, (const uint16_t *const *)h, bf, NK, n, d16);
+            k->dot_ref_n(a, (const float *const *)w, NK, n, dw);
+            CHECK_MSG(memcmp(d16, dw, sizeof d16) == 0, "%s dot_ref_n16 %s n=%lld", k->name,
+                      bf ? "bf16" : "f16", (long long)n);
+            memcpy(o1, o0, (size_t)n * sizeof(float));
+            k->axpy_ref_n16(o0, p, (const uint16_t *const *)h, bf, NK, n);
+            k->axpy_ref_n(o1, p, (const float *const *)w, NK, n);
+            CHECK_MSG(memcmp(o0, o1, (size_t)n * sizeof(float)) == 0, "%s axpy_ref_n16 %s n=%lld",
+                      k->name, bf ? "bf16" : "f16", (long long)n);
+            for (int j = 0; j < NK; j++) {
+                free(h[j]);
+                free(w[j]);
+            }
+        }
         for (int j = 0; j < NK; j++)
             free(v[j]);
         free(a);
@@ -635,7 +663,10 @@ static void test_fused_ops_invariance(void)
 }
 
 /* Attention on the fast backend (every level) is the reference's, bit for
- * bit: head_dim 72 (lanes and a tail), a window, f32 and f16 KV. */
+ * bit: head_dim 72 (lanes and a tail), a window, f32, f16 and bf16 KV
+ * (the SIMD levels read 16-bit rows as stored); with 2 threads a task
+ * takes both query heads of a KV head, with 24 one (cpu_op_attention's
+ * grouping), the same bits either way. */
 static void test_attention_is_reference(void)
 {
     enum { NH = 4, NKV = 2, HD = 72, N = 19, BS = 4 };
@@ -646,16 +677,18 @@ static void test_attention_is_reference(void)
     make_x(k, N * NKV * HD);
     make_x(v, N * NKV * HD);
     memra_err err = {{0}};
+    static const kv_type kts[] = {KV_F32, KV_F16, KV_BF16};
+    static const char *const ktn[] = {"f32", "f16", "bf16"};
     for (int isa = 0; isa < CPU_ISA_COUNT; isa++)
-        for (int kt = 0; kt < 2 && cpu_isa_runs((cpu_isa)isa); kt++) {
-            backend *bs[2] = {backend_cpu_ref_create(2), fast_backend((cpu_isa)isa, 2)};
+        for (int kt = 0; kt < 6 && cpu_isa_runs((cpu_isa)isa); kt++) {
+            backend *bs[2] = {backend_cpu_ref_create(2), fast_backend((cpu_isa)isa, kt >= 3 ? 24 : 2)};
             for (int bi = 0; bi < 2; bi++) {
                 kv_cache kc;
-                CHECK(kv_cache_init(&kc, kt ? KV_F16 : KV_F32, 1, NKV * HD, BS, 8, &err) == 0);
+                CHECK(kv_cache_init(&kc, kts[kt % 3], 1, NKV * HD, BS, 8, &err) == 0);
                 kv_seq sq;
                 kv_seq_init(&sq, &kc);
                 CHECK(kv_seq_reserve(&sq, N, &err) == 0);
-                bk_attn a = {0, NH, NKV, HD, 0.125f, 0, kt ? 6 : 0, 0, 0};
+                bk_attn a = {0, NH, NKV, HD, 0.125f, 0, kt % 3 ? 6 : 0, 0, 0};
                 int32_t pos[N];
                 kv_seq *seqs[N];
                 for (int i = 0; i < N; i++) {
@@ -667,8 +700,8 @@ static void test_attention_is_reference(void)
                 kv_seq_free(&sq);
                 kv_cache_free(&kc);
             }
-            CHECK_MSG(memcmp(o[0], o[1], sizeof(float) * N * NH * HD) == 0, "%s, kv %s",
-                      isa_names[isa], kt ? "f16" : "f32");
+            CHECK_MSG(memcmp(o[0], o[1], sizeof(float) * N * NH * HD) == 0, "%s, kv %s, %d threads",
+                      isa_names[isa], ktn[kt % 3], kt >= 3 ? 24 : 2);
             backend_destroy(bs[0]);
             backend_destroy(bs[1]);
         }

@@ -14,6 +14,8 @@
 #define ATTN_INLINE_MACS 32768.0
 /* Keys the fast path's attention takes at once (cpu_kernels.dot_ref_n). */
 #define ATTN_GROUP 8
+/* The most query heads of one KV head a task takes. */
+#define ATTN_HEADS_MAX 16
 
 /* ---- norms ---- */
 
@@ -201,22 +203,32 @@ typedef struct {
     const bk_batch *rows;
     const float *q;
     float *out;
+    int hg; /* query heads a task takes: a divisor of the heads a KV head serves */
 } attn_job;
 
+/* Task (row, KV head, group of hg of its query heads): each K and V row is
+ * read (and widened) once for the group's heads, not once per head, and
+ * each head's scores, softmax and weighted sum are the arithmetic of a
+ * head alone (the same calls on the same values in the same order), so a
+ * head's output does not depend on hg. */
 static void attn_task(void *ctx, int task, int thread)
 {
     attn_job *j = ctx;
     const bk_attn *a = j->a;
-    int i = task / a->n_heads, h = task % a->n_heads, hd = a->head_dim;
-    int kvh = a->kv_head0 + h / (a->n_heads / a->n_kv_heads);
+    const int hd = a->head_dim, hg = j->hg, per_kv = a->n_heads / a->n_kv_heads / hg;
+    const int i = task / (a->n_kv_heads * per_kv), r = task % (a->n_kv_heads * per_kv);
+    const int h0 = (r / per_kv) * (a->n_heads / a->n_kv_heads) + (r % per_kv) * hg;
+    const int kvh = a->kv_head0 + r / per_kv;
     const kv_seq *s = j->rows->seq[i];
     const kv_cache *kc = s->cache;
     int64_t hi = j->rows->pos[i], lo = 0;
     if (a->window > 0 && hi - a->window + 1 > 0)
         lo = hi - a->window + 1;
-    const float *q = j->q + ((size_t)i * a->n_heads + h) * hd;
-    float *o = j->out + ((size_t)i * a->n_heads + h) * hd;
-    /* scratch: ATTN_GROUP rows a K/V row may be widened into, then the scores */
+    const int64_t span = hi - lo + 1;
+    const float *q = j->q + ((size_t)i * a->n_heads + h0) * hd;
+    float *o = j->out + ((size_t)i * a->n_heads + h0) * hd;
+    /* scratch: ATTN_GROUP rows a K/V row may be widened into, then each
+     * head's scores */
     float *buf = j->c->scratch[thread], *sc = buf + (size_t)ATTN_GROUP * hd;
     /* The fast path's SIMD forms of the same arithmetic (the same bits),
      * ATTN_GROUP keys at a time. */
@@ -227,57 +239,89 @@ static void attn_task(void *ctx, int task, int thread)
     const size_t row = kc->row_bytes;
     const int64_t bs = kc->block_size;
     const float *kv[ATTN_GROUP];
-    float pg[ATTN_GROUP], dots[ATTN_GROUP];
+    /* bf16 / f16 rows read as stored where the level has the kernels
+     * (h16: their 16-bit values, not widened into buf first) */
+    const uint16_t *kv16[ATTN_GROUP];
+    const int h16 = fk && fk->dot_ref_n16 && (kc->type == KV_BF16 || kc->type == KV_F16);
+    const int bf = kc->type == KV_BF16;
+    float pg[ATTN_HEADS_MAX][ATTN_GROUP], dots[ATTN_GROUP], mx[ATTN_HEADS_MAX], sum[ATTN_HEADS_MAX];
     int ng = 0;
     int64_t g0 = lo;
-    float mx = -INFINITY;
+    for (int g = 0; g < hg; g++)
+        mx[g] = -INFINITY;
     for (int64_t t = lo; t <= hi;) {
         int64_t end = (t / bs + 1) * bs - 1 < hi ? (t / bs + 1) * bs - 1 : hi;
         for (size_t off = kv_offset(kc, s, a->layer, t); t <= end; t++, off += row) {
-            const float *kp = kv_head(kc, kc->k, off, kvh, hd, buf + (size_t)ng * hd);
-            if (!fk) {
-                dots[0] = cpu_dot(q, kp, hd);
-                ng = 1;
-                g0 = t;
-            } else {
+            const float *kp = NULL;
+            if (h16)
+                kv16[ng] = (const uint16_t *)(const void *)(kc->k + off) + (size_t)kvh * hd;
+            else
+                kp = kv_head(kc, kc->k, off, kvh, hd, buf + (size_t)ng * hd);
+            if (fk) {
                 kv[ng++] = kp;
                 if (ng < ATTN_GROUP && t < hi)
                     continue;
-                fk->dot_ref_n(q, kv, ng, hd, dots);
+            } else {
+                ng = 1;
+                g0 = t;
             }
-            for (int u = 0; u < ng; u++) {
-                float x = dots[u] * a->scale;
-                if (a->softcap > 0)
-                    x = tanhf(x / a->softcap) * a->softcap;
-                sc[g0 + u - lo] = x;
-                if (x > mx)
-                    mx = x;
+            for (int g = 0; g < hg; g++) {
+                const float *qg = q + (size_t)g * hd;
+                if (h16)
+                    fk->dot_ref_n16(qg, kv16, bf, ng, hd, dots);
+                else if (fk)
+                    fk->dot_ref_n(qg, kv, ng, hd, dots);
+                else
+                    dots[0] = cpu_dot(qg, kp, hd);
+                float *sg = sc + (size_t)g * span;
+                for (int u = 0; u < ng; u++) {
+                    float x = dots[u] * a->scale;
+                    if (a->softcap > 0)
+                        x = tanhf(x / a->softcap) * a->softcap;
+                    sg[g0 + u - lo] = x;
+                    if (x > mx[g])
+                        mx[g] = x;
+                }
             }
             ng = 0;
             g0 = t + 1;
         }
     }
-    float sum = 0;
-    for (int64_t t = lo; t <= hi; t++) {
-        sc[t - lo] = expf(sc[t - lo] - mx);
-        sum += sc[t - lo];
+    for (int g = 0; g < hg; g++) {
+        float *sg = sc + (size_t)g * span, sm = 0;
+        for (int64_t t = 0; t < span; t++) {
+            sg[t] = expf(sg[t] - mx[g]);
+            sm += sg[t];
+        }
+        sum[g] = sm;
     }
-    for (int d = 0; d < hd; d++)
+    for (int d = 0; d < hg * hd; d++)
         o[d] = 0;
     for (int64_t t = lo; t <= hi;) {
         int64_t end = (t / bs + 1) * bs - 1 < hi ? (t / bs + 1) * bs - 1 : hi;
         for (size_t off = kv_offset(kc, s, a->layer, t); t <= end; t++, off += row) {
-            float p = sc[t - lo] / sum;
-            const float *vp = kv_head(kc, kc->v, off, kvh, hd, buf + (size_t)ng * hd);
+            const float *vp = NULL;
+            if (h16)
+                kv16[ng] = (const uint16_t *)(const void *)(kc->v + off) + (size_t)kvh * hd;
+            else
+                vp = kv_head(kc, kc->v, off, kvh, hd, buf + (size_t)ng * hd);
             if (!fk) {
-                for (int d = 0; d < hd; d++)
-                    o[d] += p * vp[d];
+                for (int g = 0; g < hg; g++) {
+                    float p = sc[(size_t)g * span + t - lo] / sum[g], *og = o + (size_t)g * hd;
+                    for (int d = 0; d < hd; d++)
+                        og[d] += p * vp[d];
+                }
                 continue;
             }
-            kv[ng] = vp;
-            pg[ng++] = p;
+            for (int g = 0; g < hg; g++)
+                pg[g][ng] = sc[(size_t)g * span + t - lo] / sum[g];
+            kv[ng++] = vp;
             if (ng == ATTN_GROUP || t == hi) {
-                fk->axpy_ref_n(o, pg, kv, ng, hd);
+                for (int g = 0; g < hg; g++)
+                    if (h16)
+                        fk->axpy_ref_n16(o + (size_t)g * hd, pg[g], kv16, bf, ng, hd);
+                    else
+                        fk->axpy_ref_n(o + (size_t)g * hd, pg[g], kv, ng, hd);
                 ng = 0;
             }
         }
@@ -330,10 +374,17 @@ void cpu_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const 
         if (span > longest)
             longest = span;
     }
-    cpu_scratch_reserve(c, (size_t)ATTN_GROUP * a->head_dim + (size_t)longest);
-    attn_job j = {c, a, rows, q, out};
-    int n_tasks = rows->n * a->n_heads;
-    if ((double)n_tasks * (double)longest * a->head_dim < ATTN_INLINE_MACS) {
+    /* The most query heads of a KV head a task takes that still leaves
+     * every thread two tasks (the same bytes for any choice). */
+    const int G = a->n_heads / a->n_kv_heads;
+    int hg = G;
+    while (hg > 1 && (hg > ATTN_HEADS_MAX || G % hg != 0 ||
+                      (int64_t)rows->n * a->n_kv_heads * (G / hg) < 2 * (int64_t)c->n_threads))
+        hg--;
+    cpu_scratch_reserve(c, (size_t)ATTN_GROUP * a->head_dim + (size_t)hg * (size_t)longest);
+    attn_job j = {c, a, rows, q, out, hg};
+    int n_tasks = rows->n * a->n_kv_heads * (G / hg);
+    if ((double)rows->n * a->n_heads * (double)longest * a->head_dim < ATTN_INLINE_MACS) {
         for (int t = 0; t < n_tasks; t++)
             attn_task(&j, t, 0);
         return;

@@ -75,6 +75,14 @@ typedef struct {
      * attention runs on. */
     void (*dot_ref_n)(const float *q, const float *const *k, int nk, int64_t n, float *out);
     void (*axpy_ref_n)(float *o, const float *p, const float *const *v, int nv, int64_t n);
+    /* The same on K / V rows of 16-bit values (bf16 1: bfloat16, 0:
+     * IEEE half), each widened exactly as it loads: the bits of the two
+     * above on the rows' f32 widening. NULL where the level has none (the
+     * caller widens the rows first). */
+    void (*dot_ref_n16)(const float *q, const uint16_t *const *k, int bf16, int nk, int64_t n,
+                        float *out);
+    void (*axpy_ref_n16)(float *o, const float *p, const uint16_t *const *v, int bf16, int nv,
+                         int64_t n);
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_scalar;

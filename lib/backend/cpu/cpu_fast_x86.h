@@ -1066,73 +1066,109 @@ X86_INLINE float ref_tree(__m256 acc, float tail)
     return (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))) + tail;
 }
 
-static float dot_ref(const float *a, const float *b, int64_t n)
+/* Eight values of a K or V row and one value, as f32: stored f32, or
+ * 16-bit values widened exactly (bf16: the bits moved up; f16: F16C),
+ * which is what the reference's widening gives, so the sums below have
+ * its bits on every stored type. */
+X86_INLINE __m256 ref8_f32(const float *p) { return _mm256_loadu_ps(p); }
+X86_INLINE float ref1_f32(const float *p) { return *p; }
+X86_INLINE __m256 ref8_bf16(const uint16_t *p)
 {
-    __m256 acc = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
-    float tail = 0;
-    for (; i < n; i++)
-        tail += a[i] * b[i];
-    return ref_tree(acc, tail);
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 }
+X86_INLINE float ref1_bf16(const uint16_t *p) { return rd1_bf16((const uint8_t *)p); }
+X86_INLINE __m256 ref8_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+X86_INLINE float ref1_f16(const uint16_t *p) { return x86_f16((const uint8_t *)p); }
 
-static void dot_ref_n(const float *q, const float *const *k, int nk, int64_t n, float *out)
-{
-    int j = 0;
-    for (; j + 4 <= nk; j += 4) {
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                         _mm256_setzero_ps()};
-        int64_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            __m256 qv = _mm256_loadu_ps(q + i);
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; u++)
-                acc[u] = _mm256_add_ps(acc[u], _mm256_mul_ps(qv, _mm256_loadu_ps(k[j + u] + i)));
-        }
-        for (int u = 0; u < 4; u++) {
-            float tail = 0;
-            for (int64_t t = i; t < n; t++)
-                tail += q[t] * k[j + u][t];
-            out[j + u] = ref_tree(acc[u], tail);
-        }
+#define REF_KERNELS(SUF, T)                                                                    \
+    static float dot_ref_##SUF(const float *a, const T *b, int64_t n)                          \
+    {                                                                                          \
+        __m256 acc = _mm256_setzero_ps();                                                      \
+        int64_t i = 0;                                                                         \
+        for (; i + 8 <= n; i += 8)                                                             \
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), ref8_##SUF(b + i))); \
+        float tail = 0;                                                                        \
+        for (; i < n; i++)                                                                     \
+            tail += a[i] * ref1_##SUF(b + i);                                                  \
+        return ref_tree(acc, tail);                                                            \
+    }                                                                                          \
+                                                                                               \
+    static void dot_ref_n_##SUF(const float *q, const T *const *k, int nk, int64_t n,          \
+                                float *out)                                                    \
+    {                                                                                          \
+        int j = 0;                                                                             \
+        for (; j + 4 <= nk; j += 4) {                                                          \
+            __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),    \
+                             _mm256_setzero_ps()};                                             \
+            int64_t i = 0;                                                                     \
+            for (; i + 8 <= n; i += 8) {                                                       \
+                __m256 qv = _mm256_loadu_ps(q + i);                                            \
+                _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) acc[u] =                   \
+                    _mm256_add_ps(acc[u], _mm256_mul_ps(qv, ref8_##SUF(k[j + u] + i)));        \
+            }                                                                                  \
+            for (int u = 0; u < 4; u++) {                                                      \
+                float tail = 0;                                                                \
+                for (int64_t t = i; t < n; t++)                                                \
+                    tail += q[t] * ref1_##SUF(k[j + u] + t);                                   \
+                out[j + u] = ref_tree(acc[u], tail);                                           \
+            }                                                                                  \
+        }                                                                                      \
+        for (; j < nk; j++)                                                                    \
+            out[j] = dot_ref_##SUF(q, k[j], n);                                                \
+    }                                                                                          \
+                                                                                               \
+    static void axpy_ref_##SUF(float *o, float p, const T *v, int64_t n)                       \
+    {                                                                                          \
+        const __m256 vp = _mm256_set1_ps(p);                                                   \
+        int64_t i = 0;                                                                         \
+        for (; i + 8 <= n; i += 8)                                                             \
+            _mm256_storeu_ps(o + i, _mm256_add_ps(_mm256_loadu_ps(o + i),                      \
+                                                  _mm256_mul_ps(vp, ref8_##SUF(v + i))));      \
+        for (; i < n; i++)                                                                     \
+            o[i] += p * ref1_##SUF(v + i);                                                     \
+    }                                                                                          \
+                                                                                               \
+    static void axpy_ref_n_##SUF(float *o, const float *p, const T *const *v, int nv,          \
+                                 int64_t n)                                                    \
+    {                                                                                          \
+        int64_t i = 0;                                                                         \
+        for (; i + 32 <= n; i += 32) {                                                         \
+            __m256 r[4];                                                                       \
+            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) r[u] =                         \
+                _mm256_loadu_ps(o + i + 8 * u);                                                \
+            for (int j = 0; j < nv; j++) {                                                     \
+                const __m256 vp = _mm256_set1_ps(p[j]);                                        \
+                _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) r[u] =                     \
+                    _mm256_add_ps(r[u], _mm256_mul_ps(vp, ref8_##SUF(v[j] + i + 8 * u)));      \
+            }                                                                                  \
+            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++)                                \
+                _mm256_storeu_ps(o + i + 8 * u, r[u]);                                         \
+        }                                                                                      \
+        for (int j = 0; j < nv; j++)                                                           \
+            axpy_ref_##SUF(o + i, p[j], v[j] + i, n - i);                                      \
     }
-    for (; j < nk; j++)
-        out[j] = dot_ref(q, k[j], n);
+
+REF_KERNELS(f32, float)
+REF_KERNELS(bf16, uint16_t)
+REF_KERNELS(f16, uint16_t)
+
+static void dot_ref_n16(const float *q, const uint16_t *const *k, int bf16, int nk, int64_t n,
+                        float *out)
+{
+    if (bf16)
+        dot_ref_n_bf16(q, k, nk, n, out);
+    else
+        dot_ref_n_f16(q, k, nk, n, out);
 }
 
-static void axpy_ref(float *o, float p, const float *v, int64_t n)
+static void axpy_ref_n16(float *o, const float *p, const uint16_t *const *v, int bf16, int nv,
+                         int64_t n)
 {
-    const __m256 vp = _mm256_set1_ps(p);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(o + i, _mm256_add_ps(_mm256_loadu_ps(o + i),
-                                              _mm256_mul_ps(vp, _mm256_loadu_ps(v + i))));
-    for (; i < n; i++)
-        o[i] += p * v[i];
-}
-
-static void axpy_ref_n(float *o, const float *p, const float *const *v, int nv, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256 r[4];
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++)
-            r[u] = _mm256_loadu_ps(o + i + 8 * u);
-        for (int j = 0; j < nv; j++) {
-            const __m256 vp = _mm256_set1_ps(p[j]);
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; u++)
-                r[u] = _mm256_add_ps(r[u], _mm256_mul_ps(vp, _mm256_loadu_ps(v[j] + i + 8 * u)));
-        }
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++)
-            _mm256_storeu_ps(o + i + 8 * u, r[u]);
-    }
-    for (int j = 0; j < nv; j++)
-        axpy_ref(o + i, p[j], v[j] + i, n - i);
+    if (bf16)
+        axpy_ref_n_bf16(o, p, v, nv, n);
+    else
+        axpy_ref_n_f16(o, p, v, nv, n);
 }
 
 const cpu_kernels CPU_X86_TABLE = {
@@ -1154,6 +1190,8 @@ const cpu_kernels CPU_X86_TABLE = {
     .q5_k_p = {dot_q5_k_p, dotn_q5_k_p, Q_NT},
     .q6_k_p = {dot_q6_k_p, dotn_q6_k_p, Q_NT},
     .quantize_x = quant_x,
-    .dot_ref_n = dot_ref_n,
-    .axpy_ref_n = axpy_ref_n,
+    .dot_ref_n = dot_ref_n_f32,
+    .axpy_ref_n = axpy_ref_n_f32,
+    .dot_ref_n16 = dot_ref_n16,
+    .axpy_ref_n16 = axpy_ref_n16,
 };
