@@ -2,6 +2,7 @@
 
 #include <inttypes.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -84,16 +85,35 @@ int kv_cache_init_tables(kv_cache *c, kv_type type, int n_layers, int64_t kv_dim
     return init_tables(c, type, n_layers, kv_dim, block_size, n_blocks, err);
 }
 
+/* A pool's K or V bytes. Untouched pages are never committed, so a large
+ * pool costs only what sequences use. A pool of 2 MiB or more is aligned
+ * to 2 MiB and marked for transparent huge pages where the kernel offers
+ * them: a CPU attention task reads one head's slice of every row, a page
+ * for every second row of a layer in 4 KiB pages, and the TLB misses
+ * cost decode at depth a quarter of its time (docs/PERFORMANCE.md,
+ * "Decode at depth"); the price is memory committed 2 MiB at a time. */
+static void *kv_alloc(size_t bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (bytes < huge)
+        return malloc(bytes);
+    size_t len = (bytes + huge - 1) / huge * huge;
+    void *p = aligned_alloc(huge, len);
+#ifdef MADV_HUGEPAGE
+    if (p)
+        madvise(p, len, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
 int kv_cache_init(kv_cache *c, kv_type type, int n_layers, int64_t kv_dim, int block_size,
                   int n_blocks, memra_err *err)
 {
     if (init_tables(c, type, n_layers, kv_dim, block_size, n_blocks, err) != 0)
         return -1;
     size_t nb = (size_t)n_layers * (size_t)n_blocks * (size_t)block_size * c->row_bytes;
-    /* Untouched pages are never committed, so a large pool costs only what
-     * sequences actually use. */
-    c->k = malloc(nb);
-    c->v = malloc(nb);
+    c->k = kv_alloc(nb);
+    c->v = kv_alloc(nb);
     if (!c->k || !c->v) {
         kv_cache_free(c);
         return memra_fail(err, "KV cache: cannot allocate 2 x %zu bytes (%s, %d blocks of %d "

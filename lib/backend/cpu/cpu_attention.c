@@ -2,7 +2,8 @@
  * CPU. Attention is computed per (row, head) by one thread: scores over the
  * row's visible positions, softmax, weighted sum of values, in ascending
  * position order, so a row's output does not depend on what else is in
- * the step. */
+ * the step. The reference backend runs attn_task_ref, the fast backend
+ * attn_task_fast (its own bounded numerics, decision 0035). */
 #include <math.h>
 #include <string.h>
 
@@ -12,7 +13,7 @@
 
 /* Below this much work the calling thread runs every task itself. */
 #define ATTN_INLINE_MACS 32768.0
-/* Keys the fast path's attention takes at once (cpu_kernels.dot_ref_n). */
+/* Keys the fast path's attention takes at once (cpu_kernels.attn_dot). */
 #define ATTN_GROUP 8
 /* The most query heads of one KV head a task takes. */
 #define ATTN_HEADS_MAX 16
@@ -206,126 +207,167 @@ typedef struct {
     int hg; /* query heads a task takes: a divisor of the heads a KV head serves */
 } attn_job;
 
-/* Task (row, KV head, group of hg of its query heads): each K and V row is
- * read (and widened) once for the group's heads, not once per head, and
- * each head's scores, softmax and weighted sum are the arithmetic of a
- * head alone (the same calls on the same values in the same order), so a
+/* What a task (row, KV head, group of hg of its query heads) reads: the
+ * row's visible positions lo .. hi, its q and out at head h0, its KV head. */
+typedef struct {
+    const kv_seq *s;
+    const kv_cache *kc;
+    int64_t lo, hi, span;
+    int kvh;
+    const float *q;
+    float *o;
+} attn_span;
+
+static attn_span attn_span_of(const attn_job *j, int task)
+{
+    const bk_attn *a = j->a;
+    const int hd = a->head_dim, per_kv = a->n_heads / a->n_kv_heads / j->hg;
+    const int i = task / (a->n_kv_heads * per_kv), r = task % (a->n_kv_heads * per_kv);
+    const int h0 = (r / per_kv) * (a->n_heads / a->n_kv_heads) + (r % per_kv) * j->hg;
+    attn_span sp = {j->rows->seq[i], j->rows->seq[i]->cache, 0, j->rows->pos[i], 0,
+                    a->kv_head0 + r / per_kv, j->q + ((size_t)i * a->n_heads + h0) * hd,
+                    j->out + ((size_t)i * a->n_heads + h0) * hd};
+    if (a->window > 0 && sp.hi - a->window + 1 > 0)
+        sp.lo = sp.hi - a->window + 1;
+    sp.span = sp.hi - sp.lo + 1;
+    return sp;
+}
+
+/* The reference: per head, its scores by cpu_dot, softmax by expf and a
+ * division per key, the weighted sum key after key, all in ascending
+ * position order. Each K and V row is read (and widened) once for the
+ * task's heads; each head's arithmetic is that of a head alone, so a
  * head's output does not depend on hg. */
-static void attn_task(void *ctx, int task, int thread)
+static void attn_task_ref(void *ctx, int task, int thread)
 {
     attn_job *j = ctx;
     const bk_attn *a = j->a;
-    const int hd = a->head_dim, hg = j->hg, per_kv = a->n_heads / a->n_kv_heads / hg;
-    const int i = task / (a->n_kv_heads * per_kv), r = task % (a->n_kv_heads * per_kv);
-    const int h0 = (r / per_kv) * (a->n_heads / a->n_kv_heads) + (r % per_kv) * hg;
-    const int kvh = a->kv_head0 + r / per_kv;
-    const kv_seq *s = j->rows->seq[i];
-    const kv_cache *kc = s->cache;
-    int64_t hi = j->rows->pos[i], lo = 0;
-    if (a->window > 0 && hi - a->window + 1 > 0)
-        lo = hi - a->window + 1;
-    const int64_t span = hi - lo + 1;
-    const float *q = j->q + ((size_t)i * a->n_heads + h0) * hd;
-    float *o = j->out + ((size_t)i * a->n_heads + h0) * hd;
-    /* scratch: ATTN_GROUP rows a K/V row may be widened into, then each
-     * head's scores */
+    const attn_span sp = attn_span_of(j, task);
+    const int hd = a->head_dim, hg = j->hg;
+    const kv_cache *kc = sp.kc;
+    /* scratch: a row K/V may be widened into, then each head's scores */
     float *buf = j->c->scratch[thread], *sc = buf + (size_t)ATTN_GROUP * hd;
-    /* The fast path's SIMD forms of the same arithmetic (the same bits),
-     * ATTN_GROUP keys at a time. */
-    const cpu_kernels *fk = j->c->fast;
-
     /* Positions are visited block by block: the offset of the first one
      * from the block table, the rest a row further each. */
     const size_t row = kc->row_bytes;
     const int64_t bs = kc->block_size;
-    const float *kv[ATTN_GROUP];
-    /* bf16 / f16 rows read as stored where the level has the kernels
-     * (h16: their 16-bit values, not widened into buf first) */
-    const uint16_t *kv16[ATTN_GROUP];
-    const int h16 = fk && fk->dot_ref_n16 && (kc->type == KV_BF16 || kc->type == KV_F16);
-    const int bf = kc->type == KV_BF16;
-    float pg[ATTN_HEADS_MAX][ATTN_GROUP], dots[ATTN_GROUP], mx[ATTN_HEADS_MAX], sum[ATTN_HEADS_MAX];
-    int ng = 0;
-    int64_t g0 = lo;
+    float mx[ATTN_HEADS_MAX], sum[ATTN_HEADS_MAX];
     for (int g = 0; g < hg; g++)
         mx[g] = -INFINITY;
-    for (int64_t t = lo; t <= hi;) {
-        int64_t end = (t / bs + 1) * bs - 1 < hi ? (t / bs + 1) * bs - 1 : hi;
-        for (size_t off = kv_offset(kc, s, a->layer, t); t <= end; t++, off += row) {
-            const float *kp = NULL;
-            if (h16)
-                kv16[ng] = (const uint16_t *)(const void *)(kc->k + off) + (size_t)kvh * hd;
-            else
-                kp = kv_head(kc, kc->k, off, kvh, hd, buf + (size_t)ng * hd);
-            if (fk) {
-                kv[ng++] = kp;
-                if (ng < ATTN_GROUP && t < hi)
-                    continue;
-            } else {
-                ng = 1;
-                g0 = t;
-            }
+    for (int64_t t = sp.lo; t <= sp.hi;) {
+        int64_t end = (t / bs + 1) * bs - 1 < sp.hi ? (t / bs + 1) * bs - 1 : sp.hi;
+        for (size_t off = kv_offset(kc, sp.s, a->layer, t); t <= end; t++, off += row) {
+            const float *kp = kv_head(kc, kc->k, off, sp.kvh, hd, buf);
             for (int g = 0; g < hg; g++) {
-                const float *qg = q + (size_t)g * hd;
-                if (h16)
-                    fk->dot_ref_n16(qg, kv16, bf, ng, hd, dots);
-                else if (fk)
-                    fk->dot_ref_n(qg, kv, ng, hd, dots);
-                else
-                    dots[0] = cpu_dot(qg, kp, hd);
-                float *sg = sc + (size_t)g * span;
-                for (int u = 0; u < ng; u++) {
-                    float x = dots[u] * a->scale;
-                    if (a->softcap > 0)
-                        x = tanhf(x / a->softcap) * a->softcap;
-                    sg[g0 + u - lo] = x;
-                    if (x > mx[g])
-                        mx[g] = x;
-                }
+                float x = cpu_dot(sp.q + (size_t)g * hd, kp, hd) * a->scale;
+                if (a->softcap > 0)
+                    x = tanhf(x / a->softcap) * a->softcap;
+                sc[(size_t)g * sp.span + t - sp.lo] = x;
+                if (x > mx[g])
+                    mx[g] = x;
             }
-            ng = 0;
-            g0 = t + 1;
         }
     }
     for (int g = 0; g < hg; g++) {
-        float *sg = sc + (size_t)g * span, sm = 0;
-        for (int64_t t = 0; t < span; t++) {
+        float *sg = sc + (size_t)g * sp.span, sm = 0;
+        for (int64_t t = 0; t < sp.span; t++) {
             sg[t] = expf(sg[t] - mx[g]);
             sm += sg[t];
         }
         sum[g] = sm;
     }
     for (int d = 0; d < hg * hd; d++)
-        o[d] = 0;
-    for (int64_t t = lo; t <= hi;) {
-        int64_t end = (t / bs + 1) * bs - 1 < hi ? (t / bs + 1) * bs - 1 : hi;
-        for (size_t off = kv_offset(kc, s, a->layer, t); t <= end; t++, off += row) {
-            const float *vp = NULL;
-            if (h16)
-                kv16[ng] = (const uint16_t *)(const void *)(kc->v + off) + (size_t)kvh * hd;
-            else
-                vp = kv_head(kc, kc->v, off, kvh, hd, buf + (size_t)ng * hd);
-            if (!fk) {
-                for (int g = 0; g < hg; g++) {
-                    float p = sc[(size_t)g * span + t - lo] / sum[g], *og = o + (size_t)g * hd;
-                    for (int d = 0; d < hd; d++)
-                        og[d] += p * vp[d];
-                }
-                continue;
-            }
-            for (int g = 0; g < hg; g++)
-                pg[g][ng] = sc[(size_t)g * span + t - lo] / sum[g];
-            kv[ng++] = vp;
-            if (ng == ATTN_GROUP || t == hi) {
-                for (int g = 0; g < hg; g++)
-                    if (h16)
-                        fk->axpy_ref_n16(o + (size_t)g * hd, pg[g], kv16, bf, ng, hd);
-                    else
-                        fk->axpy_ref_n(o + (size_t)g * hd, pg[g], kv, ng, hd);
-                ng = 0;
+        sp.o[d] = 0;
+    for (int64_t t = sp.lo; t <= sp.hi;) {
+        int64_t end = (t / bs + 1) * bs - 1 < sp.hi ? (t / bs + 1) * bs - 1 : sp.hi;
+        for (size_t off = kv_offset(kc, sp.s, a->layer, t); t <= end; t++, off += row) {
+            const float *vp = kv_head(kc, kc->v, off, sp.kvh, hd, buf);
+            for (int g = 0; g < hg; g++) {
+                float p = sc[(size_t)g * sp.span + t - sp.lo] / sum[g], *og = sp.o + (size_t)g * hd;
+                for (int d = 0; d < hd; d++)
+                    og[d] += p * vp[d];
             }
         }
     }
+}
+
+/* The fast path (docs/decisions/0035-cpu-fast-attention.md): the same
+ * steps on the level's kernels, ATTN_GROUP keys a call: scores by FMA,
+ * the exponentials by cpu_exp_neg's polynomial, the weighted sum of V by
+ * FMA with each key's unnormalized weight, divided by the weights' sum
+ * once at the end. f32, bf16 and f16 rows are read as stored; Q8_0 rows
+ * are widened first. Each head's operations are its own, in position
+ * order, whatever hg or the thread count. */
+static void attn_task_fast(void *ctx, int task, int thread)
+{
+    attn_job *j = ctx;
+    const bk_attn *a = j->a;
+    const attn_span sp = attn_span_of(j, task);
+    const int hd = a->head_dim, hg = j->hg;
+    const kv_cache *kc = sp.kc;
+    const cpu_kernels *fk = j->c->fast;
+    float *buf = j->c->scratch[thread], *sc = buf + (size_t)ATTN_GROUP * hd;
+    const size_t row = kc->row_bytes;
+    const int64_t bs = kc->block_size;
+    const cpu_kv_elem e = kc->type == KV_BF16  ? CPU_KV_BF16
+                          : kc->type == KV_F16 ? CPU_KV_F16
+                                               : CPU_KV_F32;
+    /* the KV head's first byte in a stored row, for the types read as stored */
+    const int as_stored = kc->type != KV_Q8_0;
+    const size_t head_bytes = (size_t)sp.kvh * hd * (e == CPU_KV_F32 ? 4 : 2);
+    /* the head's slice of a stored row, for any type */
+    const size_t head_off = kv_row_bytes(kc->type, (int64_t)sp.kvh * hd),
+                 head_len = kv_row_bytes(kc->type, hd);
+    float sum_of[ATTN_HEADS_MAX];
+    /* Two passes over the positions, K then V: kv[] gathers a group's
+     * rows, t0 the group's first position. */
+    for (int pass = 0; pass < 2; pass++) {
+        const uint8_t *base = pass == 0 ? kc->k : kc->v;
+        const void *kv[ATTN_GROUP];
+        int ng = 0;
+        int64_t t0 = sp.lo;
+        if (pass == 1)
+            for (int d = 0; d < hg * hd; d++)
+                sp.o[d] = 0;
+        for (int64_t t = sp.lo; t <= sp.hi;) {
+            int64_t end = (t / bs + 1) * bs - 1 < sp.hi ? (t / bs + 1) * bs - 1 : sp.hi;
+            /* The head's bytes of the same slot a block on are fetched
+             * ahead: a task reads one head's slice of every row, a stride
+             * the hardware's prefetchers do not follow (decode at depth
+             * 4096 waited on these loads). */
+            const uint8_t *ahead =
+                end < sp.hi ? base + kv_offset(kc, sp.s, a->layer, end + 1) + head_off : NULL;
+            for (size_t off = kv_offset(kc, sp.s, a->layer, t); t <= end; t++, off += row) {
+                if (ahead)
+                    for (size_t b = 0; b < head_len; b += 64)
+                        __builtin_prefetch(ahead + (size_t)(t % bs) * row + b);
+                kv[ng] = as_stored ? (const void *)(base + off + head_bytes)
+                                   : (const void *)kv_head(kc, base, off, sp.kvh, hd,
+                                                           buf + (size_t)ng * hd);
+                if (++ng < ATTN_GROUP && t < sp.hi)
+                    continue;
+                for (int g = 0; g < hg; g++) {
+                    float *sg = sc + (size_t)g * sp.span + (t0 - sp.lo);
+                    if (pass == 0) {
+                        fk->attn_dot(sp.q + (size_t)g * hd, kv, e, ng, hd, a->scale, sg);
+                        for (int u = 0; a->softcap > 0 && u < ng; u++)
+                            sg[u] = tanhf(sg[u] / a->softcap) * a->softcap;
+                    } else {
+                        fk->attn_axpy(sp.o + (size_t)g * hd, sg, kv, e, ng, hd);
+                    }
+                }
+                ng = 0;
+                t0 = t + 1;
+            }
+        }
+        if (pass == 1)
+            break;
+        for (int g = 0; g < hg; g++)
+            sum_of[g] = fk->attn_exp(sc + (size_t)g * sp.span, sp.span);
+    }
+    for (int g = 0; g < hg; g++)
+        for (int d = 0; d < hd; d++)
+            sp.o[(size_t)g * hd + d] /= sum_of[g];
 }
 
 /* Rows of a step's K and V into the cache, a task a run of rows (each
@@ -383,11 +425,12 @@ void cpu_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const 
         hg--;
     cpu_scratch_reserve(c, (size_t)ATTN_GROUP * a->head_dim + (size_t)hg * (size_t)longest);
     attn_job j = {c, a, rows, q, out, hg};
+    void (*task)(void *, int, int) = c->fast ? attn_task_fast : attn_task_ref;
     int n_tasks = rows->n * a->n_kv_heads * (G / hg);
     if ((double)rows->n * a->n_heads * (double)longest * a->head_dim < ATTN_INLINE_MACS) {
         for (int t = 0; t < n_tasks; t++)
-            attn_task(&j, t, 0);
+            task(&j, t, 0);
         return;
     }
-    pool_run(c->pool, n_tasks, attn_task, &j);
+    pool_run(c->pool, n_tasks, task, &j);
 }

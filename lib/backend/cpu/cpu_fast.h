@@ -30,6 +30,9 @@ typedef enum {
 } cpu_isa;
 enum { CPU_ISA_COUNT = 5, CPU_QBLOCK = 32 };
 
+/* The element types of the K and V rows the attention kernels read. */
+typedef enum { CPU_KV_F32 = 0, CPU_KV_BF16 = 1, CPU_KV_F16 = 2 } cpu_kv_elem;
+
 /* One token's x in the forms the kernels read. */
 typedef struct {
     const float *f;   /* [n] f32, for F32 / F16 / BF16 rows */
@@ -69,20 +72,23 @@ typedef struct {
     cpu_kernel q8_0_p, q4_0_p, q4_k_p, q5_k_p, q6_k_p;
     /* cpu_quantize_x on this level: the same bytes, faster. */
     void (*quantize_x)(const float *x, int64_t n, int8_t *q, float *d, int32_t *s);
-    /* The reference's arithmetic, bit for bit (no FMA), for groups of
-     * keys: out[j] = cpu_dot(q, k[j], n) for j < nk, and o[i] += p[j] *
-     * v[j][i] for j = 0, 1, ... nv - 1 in turn: what the fast backend's
-     * attention runs on. */
-    void (*dot_ref_n)(const float *q, const float *const *k, int nk, int64_t n, float *out);
-    void (*axpy_ref_n)(float *o, const float *p, const float *const *v, int nv, int64_t n);
-    /* The same on K / V rows of 16-bit values (bf16 1: bfloat16, 0:
-     * IEEE half), each widened exactly as it loads: the bits of the two
-     * above on the rows' f32 widening. NULL where the level has none (the
-     * caller widens the rows first). */
-    void (*dot_ref_n16)(const float *q, const uint16_t *const *k, int bf16, int nk, int64_t n,
-                        float *out);
-    void (*axpy_ref_n16)(float *o, const float *p, const uint16_t *const *v, int bf16, int nv,
-                         int64_t n);
+    /* The fast path's attention (docs/decisions/0035-cpu-fast-attention.md),
+     * on K and V rows read as stored (e):
+     *   attn_dot:  out[j] = scale * (q . k[j]) for j < nk (nk <= 8), each
+     *              key's products by FMA into the level's lanes, folded in
+     *              a fixed tree, then the tail;
+     *   attn_exp:  s[t] = exp(s[t] - max s) for t < n in place (the level's
+     *              form of cpu_exp_neg), returning their sum, summed in the
+     *              level's lanes;
+     *   attn_axpy: o[i] += p[j] * v[j][i] for j = 0 .. nv - 1 in turn, by
+     *              FMA.
+     * A key's score and an element's sum are the same bits whatever group
+     * of keys a call takes. */
+    void (*attn_dot)(const float *q, const void *const *k, cpu_kv_elem e, int nk, int64_t n,
+                     float scale, float *out);
+    float (*attn_exp)(float *s, int64_t n);
+    void (*attn_axpy)(float *o, const float *p, const void *const *v, cpu_kv_elem e, int nv,
+                      int64_t n);
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_scalar;
@@ -136,6 +142,46 @@ static inline float cpu_ue4m3_half(uint8_t x)
 /* NVFP4's E2M1 values doubled (integers): sign bit 3, magnitudes
  * 0, 0.5, 1, 1.5, 2, 3, 4, 6. */
 static const int8_t cpu_e2m1_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* exp(x) for x <= 0 (a score less the row's largest), the fast
+ * attention's exponential: n = round(x log2 e), r = x - n ln 2 in two
+ * parts, exp(r) by a degree-7 polynomial (the Cephes expf coefficients),
+ * times 2^n. Within 2^-22 relative of exp(x) (tests/unit/test_cpu_fast.c);
+ * 0 below CPU_EXP_MIN (exp there is under 2^-126, nothing beside the
+ * largest score's 1); NaN stays NaN. The SIMD levels compute the same
+ * steps with FMA. */
+#define CPU_EXP_MIN (-87.33654475f) /* ln 2^-126 */
+#define CPU_EXP_LOG2E 1.44269504088896341f
+#define CPU_EXP_LN2_HI 0.693359375f
+#define CPU_EXP_LN2_LO (-2.12194440e-4f)
+#define CPU_EXP_P0 1.9875691500e-4f
+#define CPU_EXP_P1 1.3981999507e-3f
+#define CPU_EXP_P2 8.3334519073e-3f
+#define CPU_EXP_P3 4.1665795894e-2f
+#define CPU_EXP_P4 1.6666665459e-1f
+#define CPU_EXP_P5 5.0000001201e-1f
+/* Adding and taking away 1.5 * 2^23 rounds |v| < 2^22 to the nearest
+ * integer, ties to even, in the FPU's default mode. */
+#define CPU_EXP_ROUNDER 12582912.0f
+
+static inline float cpu_exp_neg(float x)
+{
+    if (!(x >= CPU_EXP_MIN))
+        return x != x ? x : 0.0f;
+    float n = (x * CPU_EXP_LOG2E + CPU_EXP_ROUNDER) - CPU_EXP_ROUNDER;
+    float r = (x - n * CPU_EXP_LN2_HI) - n * CPU_EXP_LN2_LO;
+    float y = CPU_EXP_P0;
+    y = y * r + CPU_EXP_P1;
+    y = y * r + CPU_EXP_P2;
+    y = y * r + CPU_EXP_P3;
+    y = y * r + CPU_EXP_P4;
+    y = y * r + CPU_EXP_P5;
+    y = y * (r * r) + r + 1.0f;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float p;
+    memcpy(&p, &bits, sizeof p);
+    return y * p;
+}
 
 /* x[n] (n a multiple of 32) into int8 blocks: per block d = amax / 127,
  * q = round-to-nearest-even(x / d) computed as x * (1 / d), s = sum q.

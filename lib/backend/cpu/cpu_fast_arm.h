@@ -19,6 +19,7 @@
  * the same bits alone or in a group (decision 0018). Not a header of
  * declarations: include it only from those two files. */
 #include <arm_neon.h>
+#include <math.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
@@ -484,67 +485,127 @@ ARM_INLINE void mxfp8_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *
 
 NT_KERNELS(mxfp8, PLAIN_NT, mxfp8_nt(w, x, n, out, NT))
 
-/* ---- the reference's arithmetic (cpu_dot's eight interleaved sums, no
- * FMA), for attention ---- */
+/* ---- attention (docs/decisions/0035-cpu-fast-attention.md) ---- */
 
-/* cpu_dot's tree: ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)),
- * lanes 0-3 in lo and 4-7 in hi, then the tail. */
-ARM_INLINE float ref_tree(float32x4_t lo, float32x4_t hi, float tail)
+/* NK keys' scores side by side: 16 lanes (four registers) a key, one FMA
+ * a register per 16 values, folded as plain_blk folds a row, then the
+ * tail, then the scale; a key's ops are the same in any group. */
+ARM_INLINE void attn_dot_k(const float *q, const void *const *k, int64_t n, float scale,
+                           float *out, const int NK, const int BYTES,
+                           vf16 (*load)(const uint8_t *), float (*read1)(const uint8_t *))
 {
-    float32x4_t p = vpaddq_f32(lo, hi);
-    p = vpaddq_f32(p, p);
-    return (vgetq_lane_f32(p, 0) + vgetq_lane_f32(p, 1)) + tail;
-}
-
-static void dot_ref_n(const float *q, const float *const *k, int nk, int64_t n, float *out)
-{
-    int j = 0;
-    for (; j + 4 <= nk; j += 4) {
-        float32x4_t lo[4], hi[4];
+    float32x4_t a[4][4];
 #pragma GCC unroll 4
-        for (int u = 0; u < 4; u++)
-            lo[u] = hi[u] = vdupq_n_f32(0.0f);
-        int64_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            float32x4_t q0 = vld1q_f32(q + i), q1 = vld1q_f32(q + i + 4);
+    for (int j = 0; j < NK; j++)
 #pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) {
-                lo[u] = vaddq_f32(lo[u], vmulq_f32(q0, vld1q_f32(k[j + u] + i)));
-                hi[u] = vaddq_f32(hi[u], vmulq_f32(q1, vld1q_f32(k[j + u] + i + 4)));
-            }
-        }
-        for (int u = 0; u < 4; u++) {
-            float tail = 0;
-            for (int64_t t = i; t < n; t++)
-                tail += q[t] * k[j + u][t];
-            out[j + u] = ref_tree(lo[u], hi[u], tail);
+        for (int r = 0; r < 4; r++)
+            a[j][r] = vdupq_n_f32(0.0f);
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) {
+        float32x4_t qv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+            qv[r] = vld1q_f32(q + i + 4 * r);
+#pragma GCC unroll 4
+        for (int j = 0; j < NK; j++) {
+            vf16 kv = load((const uint8_t *)k[j] + i * BYTES);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++)
+                a[j][r] = vfmaq_f32(a[j][r], kv.v[r], qv[r]);
         }
     }
-    for (; j < nk; j++)
-        out[j] = cpu_dot(q, k[j], n);
+#pragma GCC unroll 4
+    for (int j = 0; j < NK; j++) {
+        float tail = 0;
+        for (int64_t t = i; t < n; t++)
+            tail += q[t] * read1((const uint8_t *)k[j] + t * BYTES);
+        float32x4_t s = vaddq_f32(vaddq_f32(a[j][0], a[j][1]), vaddq_f32(a[j][2], a[j][3]));
+        out[j] = (arm_hsum4(s) + tail) * scale;
+    }
 }
 
-static void axpy_ref_n(float *o, const float *p, const float *const *v, int nv, int64_t n)
+/* o += p[j] v[j] for the keys in turn, 16 values of o in registers across
+ * them, each element's FMAs key after key; the tail a product and a sum. */
+ARM_INLINE void attn_axpy_k(float *o, const float *p, const void *const *v, int nv, int64_t n,
+                            const int BYTES, vf16 (*load)(const uint8_t *),
+                            float (*read1)(const uint8_t *))
 {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
+    for (; i + VL <= n; i += VL) {
         float32x4_t r[4];
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++)
             r[u] = vld1q_f32(o + i + 4 * u);
         for (int j = 0; j < nv; j++) {
-            const float32x4_t vp = vdupq_n_f32(p[j]);
+            vf16 vv = load((const uint8_t *)v[j] + i * BYTES);
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++)
-                r[u] = vaddq_f32(r[u], vmulq_f32(vp, vld1q_f32(v[j] + i + 4 * u)));
+                r[u] = vfmaq_n_f32(r[u], vv.v[u], p[j]);
         }
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++)
             vst1q_f32(o + i + 4 * u, r[u]);
     }
     for (int j = 0; j < nv; j++)
-        for (int64_t e = i; e < n; e++)
-            o[e] += p[j] * v[j][e];
+        for (int64_t t = i; t < n; t++)
+            o[t] += p[j] * read1((const uint8_t *)v[j] + t * BYTES);
+}
+
+ATTN_KERNELS()
+
+/* cpu_exp_neg on four lanes, its steps with FMA; lanes below CPU_EXP_MIN
+ * are 0 and NaN stays NaN (vmaxnm would drop it: a NaN lane is kept by
+ * the select below). */
+ARM_INLINE float32x4_t exp_neg4(float32x4_t x)
+{
+    const uint32x4_t under = vcltq_f32(x, vdupq_n_f32(CPU_EXP_MIN));
+    const uint32x4_t nan = vmvnq_u32(vceqq_f32(x, x));
+    float32x4_t xc = vmaxq_f32(x, vdupq_n_f32(CPU_EXP_MIN));
+    float32x4_t n = vrndnq_f32(vmulq_f32(xc, vdupq_n_f32(CPU_EXP_LOG2E)));
+    float32x4_t r = vfmsq_f32(xc, n, vdupq_n_f32(CPU_EXP_LN2_HI));
+    r = vfmsq_f32(r, n, vdupq_n_f32(CPU_EXP_LN2_LO));
+    float32x4_t y = vfmaq_f32(vdupq_n_f32(CPU_EXP_P1), vdupq_n_f32(CPU_EXP_P0), r);
+    y = vfmaq_f32(vdupq_n_f32(CPU_EXP_P2), y, r);
+    y = vfmaq_f32(vdupq_n_f32(CPU_EXP_P3), y, r);
+    y = vfmaq_f32(vdupq_n_f32(CPU_EXP_P4), y, r);
+    y = vfmaq_f32(vdupq_n_f32(CPU_EXP_P5), y, r);
+    y = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), y, vmulq_f32(r, r));
+    int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+    float32x4_t out = vmulq_f32(y, vreinterpretq_f32_s32(e));
+    out = vbslq_f32(under, vdupq_n_f32(0.0f), out);
+    return vbslq_f32(nan, x, out);
+}
+
+/* The largest score (exact in any order), then the exponentials in place
+ * and their sum in four lanes; a tail of fewer than four runs through the
+ * lanes padded with -inf (exp 0). */
+static float attn_exp(float *s, int64_t n)
+{
+    float32x4_t mv = vdupq_n_f32(-INFINITY);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        mv = vmaxq_f32(mv, vld1q_f32(s + i));
+    float m = vmaxvq_f32(mv);
+    for (; i < n; i++)
+        m = s[i] > m ? s[i] : m;
+    const float32x4_t mb = vdupq_n_f32(m);
+    float32x4_t sum = vdupq_n_f32(0.0f);
+    for (i = 0; i + 4 <= n; i += 4) {
+        float32x4_t e = exp_neg4(vsubq_f32(vld1q_f32(s + i), mb));
+        vst1q_f32(s + i, e);
+        sum = vaddq_f32(sum, e);
+    }
+    if (i < n) {
+        float lanes[4];
+        for (int l = 0; l < 4; l++)
+            lanes[l] = i + l < n ? s[i + l] : -INFINITY;
+        float32x4_t e = exp_neg4(vsubq_f32(vld1q_f32(lanes), mb));
+        vst1q_f32(lanes, e);
+        for (int64_t l = 0; i + l < n; l++)
+            s[i + l] = lanes[l];
+        sum = vaddq_f32(sum, e);
+    }
+    return arm_hsum4(sum);
 }
 
 const cpu_kernels CPU_ARM_TABLE = {
@@ -561,6 +622,7 @@ const cpu_kernels CPU_ARM_TABLE = {
     .nvfp4 = {dot_nvfp4, dotn_nvfp4, Q_NT, NULL, 0},
     .mxfp8 = {dot_mxfp8, dotn_mxfp8, PLAIN_NT, NULL, 0},
     .quantize_x = cpu_quantize_x,
-    .dot_ref_n = dot_ref_n,
-    .axpy_ref_n = axpy_ref_n,
+    .attn_dot = attn_dot,
+    .attn_exp = attn_exp,
+    .attn_axpy = attn_axpy,
 };

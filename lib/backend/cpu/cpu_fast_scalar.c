@@ -4,6 +4,7 @@
  * docs/decisions/0018-cpu-fast-path.md. Integer sums are exact; the float
  * steps are the same as the SIMD levels' per block, only the order of the
  * final sums differs. Built with -std=c11, so no FMA contraction. */
+#include <math.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
@@ -176,17 +177,56 @@ static float dot_mxfp8(const uint8_t *w, const cpu_xrow *x, int64_t n)
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-static void dot_plain_n(const float *q, const float *const *k, int nk, int64_t n, float *out)
+/* ---- attention (docs/decisions/0035-cpu-fast-attention.md): products
+ * and sums rounded apart, as portable C computes them ---- */
+
+static float kv_elem_get(const void *row, cpu_kv_elem e, int64_t i)
 {
-    for (int j = 0; j < nk; j++)
-        out[j] = cpu_dot(q, k[j], n);
+    const uint8_t *p = row;
+    switch (e) {
+    case CPU_KV_BF16: return rd_bf16(p + 2 * i);
+    case CPU_KV_F16: return rd_f16(p + 2 * i);
+    case CPU_KV_F32: break;
+    }
+    return rd_f32(p + 4 * i);
 }
 
-static void axpy_plain_n(float *o, const float *p, const float *const *v, int nv, int64_t n)
+/* Eight interleaved sums, combined pairwise, then the tail (cpu_dot's
+ * layout), times the scale. */
+static void attn_dot(const float *q, const void *const *k, cpu_kv_elem e, int nk, int64_t n,
+                     float scale, float *out)
+{
+    for (int j = 0; j < nk; j++) {
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tail = 0;
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (int l = 0; l < 8; l++)
+                acc[l] += q[i + l] * kv_elem_get(k[j], e, i + l);
+        for (; i < n; i++)
+            tail += q[i] * kv_elem_get(k[j], e, i);
+        out[j] = ((((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                   ((acc[4] + acc[5]) + (acc[6] + acc[7]))) + tail) * scale;
+    }
+}
+
+static float attn_exp(float *s, int64_t n)
+{
+    float m = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < n; i++)
+        m = s[i] > m ? s[i] : m;
+    for (int64_t i = 0; i < n; i++) {
+        s[i] = cpu_exp_neg(s[i] - m);
+        sum += s[i];
+    }
+    return sum;
+}
+
+static void attn_axpy(float *o, const float *p, const void *const *v, cpu_kv_elem e, int nv,
+                      int64_t n)
 {
     for (int j = 0; j < nv; j++)
         for (int64_t i = 0; i < n; i++)
-            o[i] += p[j] * v[j][i];
+            o[i] += p[j] * kv_elem_get(v[j], e, i);
 }
 
 const cpu_kernels cpu_kernels_scalar = {
@@ -203,6 +243,7 @@ const cpu_kernels cpu_kernels_scalar = {
     .nvfp4 = {dot_nvfp4, NULL, 1},
     .mxfp8 = {dot_mxfp8, NULL, 1},
     .quantize_x = cpu_quantize_x,
-    .dot_ref_n = dot_plain_n,
-    .axpy_ref_n = axpy_plain_n,
+    .attn_dot = attn_dot,
+    .attn_exp = attn_exp,
+    .attn_axpy = attn_axpy,
 };

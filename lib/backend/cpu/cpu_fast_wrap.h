@@ -45,4 +45,48 @@
 /* The int8-x formats: Q_NT tokens. */
 #define Q_KERNELS(NAME, CALL) NT_KERNELS(NAME, Q_NT, CALL)
 
+/* The attention kernels (decision 0035) of a level from its inlined
+ * attn_dot_k (NK keys side by side: 4, then one at a time) and
+ * attn_axpy_k, over f32, bf16 and f16 rows read by ld_ and rd1_. */
+#define ATTN_FORMS(SUF, BYTES)                                                                     \
+    static void attn_dot_##SUF(const float *q, const void *const *k, int nk, int64_t n,            \
+                               float scale, float *out)                                            \
+    {                                                                                              \
+        int j = 0;                                                                                 \
+        for (; j + 4 <= nk; j += 4)                                                                \
+            attn_dot_k(q, k + j, n, scale, out + j, 4, BYTES, ld_##SUF, rd1_##SUF);                \
+        for (; j < nk; j++)                                                                        \
+            attn_dot_k(q, k + j, n, scale, out + j, 1, BYTES, ld_##SUF, rd1_##SUF);                \
+    }                                                                                              \
+    static void attn_axpy_##SUF(float *o, const float *p, const void *const *v, int nv,            \
+                                int64_t n)                                                         \
+    {                                                                                              \
+        attn_axpy_k(o, p, v, nv, n, BYTES, ld_##SUF, rd1_##SUF);                                   \
+    }
+
+#define ATTN_KERNELS()                                                                             \
+    ATTN_FORMS(f32, 4)                                                                             \
+    ATTN_FORMS(bf16, 2)                                                                            \
+    ATTN_FORMS(f16, 2)                                                                             \
+    static void attn_dot(const float *q, const void *const *k, cpu_kv_elem e, int nk, int64_t n,   \
+                         float scale, float *out)                                                  \
+    {                                                                                              \
+        if (e == CPU_KV_BF16)                                                                      \
+            attn_dot_bf16(q, k, nk, n, scale, out);                                                \
+        else if (e == CPU_KV_F16)                                                                  \
+            attn_dot_f16(q, k, nk, n, scale, out);                                                 \
+        else                                                                                       \
+            attn_dot_f32(q, k, nk, n, scale, out);                                                 \
+    }                                                                                              \
+    static void attn_axpy(float *o, const float *p, const void *const *v, cpu_kv_elem e, int nv,   \
+                          int64_t n)                                                               \
+    {                                                                                              \
+        if (e == CPU_KV_BF16)                                                                      \
+            attn_axpy_bf16(o, p, v, nv, n);                                                        \
+        else if (e == CPU_KV_F16)                                                                  \
+            attn_axpy_f16(o, p, v, nv, n);                                                         \
+        else                                                                                       \
+            attn_axpy_f32(o, p, v, nv, n);                                                         \
+    }
+
 #endif

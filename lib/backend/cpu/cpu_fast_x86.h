@@ -1050,125 +1050,151 @@ static void quant_x(const float *x, int64_t n, int8_t *q, float *d, int32_t *s)
     }
 }
 
-/* ---- the reference's own f32 arithmetic, 8 lanes at a time ----
- * cpu_dot (eight interleaved sums of rounded products, combined pairwise,
- * then the tail) and o += p v with a rounded product: no FMA, so every
- * lane rounds as the scalar code does and the bits are the reference's.
- * The fast backend's attention runs on these and matches cpu-ref
- * exactly. A dot product is a chain of dependent adds, so four keys go
- * side by side (four chains); the p v sums keep a slice of o in
- * registers across a group of keys (each element still gets its
- * products added one key after the other). */
-X86_INLINE float ref_tree(__m256 acc, float tail)
-{
-    float l[8];
-    _mm256_storeu_ps(l, acc);
-    return (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))) + tail;
-}
+/* ---- attention (docs/decisions/0035-cpu-fast-attention.md) ---- */
 
-/* Eight values of a K or V row and one value, as f32: stored f32, or
- * 16-bit values widened exactly (bf16: the bits moved up; f16: F16C),
- * which is what the reference's widening gives, so the sums below have
- * its bits on every stored type. */
-X86_INLINE __m256 ref8_f32(const float *p) { return _mm256_loadu_ps(p); }
-X86_INLINE float ref1_f32(const float *p) { return *p; }
-X86_INLINE __m256 ref8_bf16(const uint16_t *p)
-{
-    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-}
-X86_INLINE float ref1_bf16(const uint16_t *p) { return rd1_bf16((const uint8_t *)p); }
-X86_INLINE __m256 ref8_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
-X86_INLINE float ref1_f16(const uint16_t *p) { return x86_f16((const uint8_t *)p); }
+#if CPU_X86_512
+#define VSTORE(p, v) _mm512_storeu_ps(p, v)
+#define VSET1(x) _mm512_set1_ps(x)
+#define VMAX(a, b) _mm512_max_ps(a, b)
+#define VSUB(a, b) _mm512_sub_ps(a, b)
+#else
+#define VSTORE(p, v) _mm256_storeu_ps(p, v)
+#define VSET1(x) _mm256_set1_ps(x)
+#define VMAX(a, b) _mm256_max_ps(a, b)
+#define VSUB(a, b) _mm256_sub_ps(a, b)
+#endif
 
-#define REF_KERNELS(SUF, T)                                                                    \
-    static float dot_ref_##SUF(const float *a, const T *b, int64_t n)                          \
-    {                                                                                          \
-        __m256 acc = _mm256_setzero_ps();                                                      \
-        int64_t i = 0;                                                                         \
-        for (; i + 8 <= n; i += 8)                                                             \
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), ref8_##SUF(b + i))); \
-        float tail = 0;                                                                        \
-        for (; i < n; i++)                                                                     \
-            tail += a[i] * ref1_##SUF(b + i);                                                  \
-        return ref_tree(acc, tail);                                                            \
-    }                                                                                          \
-                                                                                               \
-    static void dot_ref_n_##SUF(const float *q, const T *const *k, int nk, int64_t n,          \
-                                float *out)                                                    \
-    {                                                                                          \
-        int j = 0;                                                                             \
-        for (; j + 4 <= nk; j += 4) {                                                          \
-            __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),    \
-                             _mm256_setzero_ps()};                                             \
-            int64_t i = 0;                                                                     \
-            for (; i + 8 <= n; i += 8) {                                                       \
-                __m256 qv = _mm256_loadu_ps(q + i);                                            \
-                _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) acc[u] =                   \
-                    _mm256_add_ps(acc[u], _mm256_mul_ps(qv, ref8_##SUF(k[j + u] + i)));        \
-            }                                                                                  \
-            for (int u = 0; u < 4; u++) {                                                      \
-                float tail = 0;                                                                \
-                for (int64_t t = i; t < n; t++)                                                \
-                    tail += q[t] * ref1_##SUF(k[j + u] + t);                                   \
-                out[j + u] = ref_tree(acc[u], tail);                                           \
-            }                                                                                  \
-        }                                                                                      \
-        for (; j < nk; j++)                                                                    \
-            out[j] = dot_ref_##SUF(q, k[j], n);                                                \
-    }                                                                                          \
-                                                                                               \
-    static void axpy_ref_##SUF(float *o, float p, const T *v, int64_t n)                       \
-    {                                                                                          \
-        const __m256 vp = _mm256_set1_ps(p);                                                   \
-        int64_t i = 0;                                                                         \
-        for (; i + 8 <= n; i += 8)                                                             \
-            _mm256_storeu_ps(o + i, _mm256_add_ps(_mm256_loadu_ps(o + i),                      \
-                                                  _mm256_mul_ps(vp, ref8_##SUF(v + i))));      \
-        for (; i < n; i++)                                                                     \
-            o[i] += p * ref1_##SUF(v + i);                                                     \
-    }                                                                                          \
-                                                                                               \
-    static void axpy_ref_n_##SUF(float *o, const float *p, const T *const *v, int nv,          \
-                                 int64_t n)                                                    \
-    {                                                                                          \
-        int64_t i = 0;                                                                         \
-        for (; i + 32 <= n; i += 32) {                                                         \
-            __m256 r[4];                                                                       \
-            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) r[u] =                         \
-                _mm256_loadu_ps(o + i + 8 * u);                                                \
-            for (int j = 0; j < nv; j++) {                                                     \
-                const __m256 vp = _mm256_set1_ps(p[j]);                                        \
-                _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) r[u] =                     \
-                    _mm256_add_ps(r[u], _mm256_mul_ps(vp, ref8_##SUF(v[j] + i + 8 * u)));      \
-            }                                                                                  \
-            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++)                                \
-                _mm256_storeu_ps(o + i + 8 * u, r[u]);                                         \
-        }                                                                                      \
-        for (int j = 0; j < nv; j++)                                                           \
-            axpy_ref_##SUF(o + i, p[j], v[j] + i, n - i);                                      \
+/* The keys' scores, NK of them side by side (a compile-time constant):
+ * one accumulator of VL lanes a key, each step one FMA of q's VL values
+ * with the key's, folded as plain_blk folds a row's lanes, then the
+ * tail, then the scale. A key's ops are the same in any group. */
+X86_INLINE void attn_dot_k(const float *q, const void *const *k, int64_t n, float scale,
+                           float *out, const int NK, const int BYTES,
+                           vf (*load)(const uint8_t *), float (*read1)(const uint8_t *))
+{
+    vf a[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NK; j++)
+        a[j] = VZERO();
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) {
+        vf qv = VLOADF(q + i);
+#pragma GCC unroll 4
+        for (int j = 0; j < NK; j++)
+            a[j] = VFMA(load((const uint8_t *)k[j] + i * BYTES), qv, a[j]);
     }
-
-REF_KERNELS(f32, float)
-REF_KERNELS(bf16, uint16_t)
-REF_KERNELS(f16, uint16_t)
-
-static void dot_ref_n16(const float *q, const uint16_t *const *k, int bf16, int nk, int64_t n,
-                        float *out)
-{
-    if (bf16)
-        dot_ref_n_bf16(q, k, nk, n, out);
-    else
-        dot_ref_n_f16(q, k, nk, n, out);
+#pragma GCC unroll 4
+    for (int j = 0; j < NK; j++) {
+        float tail = 0;
+        for (int64_t t = i; t < n; t++)
+            tail += q[t] * read1((const uint8_t *)k[j] + t * BYTES);
+        out[j] = (x86_hsum8(v_to8(a[j])) + tail) * scale;
+    }
 }
 
-static void axpy_ref_n16(float *o, const float *p, const uint16_t *const *v, int bf16, int nv,
-                         int64_t n)
+/* o += p[j] v[j] for the nv keys in turn: a slice of o of 4 VL values
+ * stays in registers across the keys, each element's FMAs key after key;
+ * then slices of VL, then the tail (a product and a sum). */
+X86_INLINE void attn_axpy_k(float *o, const float *p, const void *const *v, int nv, int64_t n,
+                            const int BYTES, vf (*load)(const uint8_t *),
+                            float (*read1)(const uint8_t *))
 {
-    if (bf16)
-        axpy_ref_n_bf16(o, p, v, nv, n);
-    else
-        axpy_ref_n_f16(o, p, v, nv, n);
+    int64_t i = 0;
+    for (; i + 4 * VL <= n; i += 4 * VL) {
+        vf r[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++)
+            r[u] = VLOADF(o + i + u * VL);
+        for (int j = 0; j < nv; j++) {
+            const vf vp = VSET1(p[j]);
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++)
+                r[u] = VFMA(vp, load((const uint8_t *)v[j] + (i + u * VL) * BYTES), r[u]);
+        }
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++)
+            VSTORE(o + i + u * VL, r[u]);
+    }
+    for (; i + VL <= n; i += VL) {
+        vf r = VLOADF(o + i);
+        for (int j = 0; j < nv; j++)
+            r = VFMA(VSET1(p[j]), load((const uint8_t *)v[j] + i * BYTES), r);
+        VSTORE(o + i, r);
+    }
+    for (int j = 0; j < nv; j++)
+        for (int64_t t = i; t < n; t++)
+            o[t] += p[j] * read1((const uint8_t *)v[j] + t * BYTES);
+}
+
+ATTN_KERNELS()
+
+/* cpu_exp_neg on VL lanes, its steps with FMA: n by the hardware's
+ * round-to-nearest-even, 2^n by scalef (AVX-512) or by its exponent bits
+ * (AVX2); lanes below CPU_EXP_MIN are 0, NaN stays NaN (the max keeps a
+ * NaN of x, which the polynomial carries through). */
+X86_INLINE vf exp_neg_v(vf x)
+{
+#if CPU_X86_512
+    const __mmask16 under = _mm512_cmp_ps_mask(x, VSET1(CPU_EXP_MIN), _CMP_LT_OQ);
+    x = _mm512_max_ps(VSET1(CPU_EXP_MIN), x);
+    vf n = _mm512_roundscale_ps(_mm512_mul_ps(x, VSET1(CPU_EXP_LOG2E)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#else
+    const __m256 under = _mm256_cmp_ps(x, VSET1(CPU_EXP_MIN), _CMP_LT_OQ);
+    x = _mm256_max_ps(VSET1(CPU_EXP_MIN), x);
+    vf n = _mm256_round_ps(_mm256_mul_ps(x, VSET1(CPU_EXP_LOG2E)),
+                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#endif
+    vf r = VFMA(n, VSET1(-CPU_EXP_LN2_HI), x);
+    r = VFMA(n, VSET1(-CPU_EXP_LN2_LO), r);
+    vf y = VFMA(VSET1(CPU_EXP_P0), r, VSET1(CPU_EXP_P1));
+    y = VFMA(y, r, VSET1(CPU_EXP_P2));
+    y = VFMA(y, r, VSET1(CPU_EXP_P3));
+    y = VFMA(y, r, VSET1(CPU_EXP_P4));
+    y = VFMA(y, r, VSET1(CPU_EXP_P5));
+#if CPU_X86_512
+    y = VFMA(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, VSET1(1.0f)));
+    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_scalef_ps(y, n));
+#else
+    y = VFMA(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, VSET1(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+#endif
+}
+
+/* The largest of s[0 .. n) (exact in any order), then the exponentials
+ * in place and their sum in VL lanes folded by x86_hsum8; a tail of
+ * fewer than VL runs through the same lanes padded with -inf (exp 0). */
+static float attn_exp(float *s, int64_t n)
+{
+    vf mv = VSET1(-INFINITY);
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL)
+        mv = VMAX(mv, VLOADF(s + i));
+    float lanes[VL], m;
+    VSTORE(lanes, mv);
+    m = lanes[0];
+    for (int l = 1; l < VL; l++)
+        m = lanes[l] > m ? lanes[l] : m;
+    for (; i < n; i++)
+        m = s[i] > m ? s[i] : m;
+    const vf mb = VSET1(m);
+    vf sum = VZERO();
+    for (i = 0; i + VL <= n; i += VL) {
+        vf e = exp_neg_v(VSUB(VLOADF(s + i), mb));
+        VSTORE(s + i, e);
+        sum = VADD(sum, e);
+    }
+    if (i < n) {
+        for (int l = 0; l < VL; l++)
+            lanes[l] = i + l < n ? s[i + l] : -INFINITY;
+        vf e = exp_neg_v(VSUB(VLOADF(lanes), mb));
+        VSTORE(lanes, e);
+        for (int64_t l = 0; i + l < n; l++)
+            s[i + l] = lanes[l];
+        sum = VADD(sum, e);
+    }
+    return x86_hsum8(v_to8(sum));
 }
 
 const cpu_kernels CPU_X86_TABLE = {
@@ -1190,8 +1216,7 @@ const cpu_kernels CPU_X86_TABLE = {
     .q5_k_p = {dot_q5_k_p, dotn_q5_k_p, Q_NT},
     .q6_k_p = {dot_q6_k_p, dotn_q6_k_p, Q_NT},
     .quantize_x = quant_x,
-    .dot_ref_n = dot_ref_n_f32,
-    .axpy_ref_n = axpy_ref_n_f32,
-    .dot_ref_n16 = dot_ref_n16,
-    .axpy_ref_n16 = axpy_ref_n16,
+    .attn_dot = attn_dot,
+    .attn_exp = attn_exp,
+    .attn_axpy = attn_axpy,
 };
