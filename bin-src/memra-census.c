@@ -102,7 +102,7 @@ static json_t *config_json(const model_config *c)
 }
 
 /* What a sequence holds besides the weights: K and V per token (bf16, the
- * GPU's default; f32 on the CPU is twice it) in the attention layers that
+ * default; f32, cpu-ref's, is twice it) in the attention layers that
  * keep their own (config_kv_layout: gemma4's shared layers keep none, and
  * every row is as wide as the widest layer's), and
  * the recurrent state (f32) of the DeltaNet layers, whatever its length. */

@@ -61,7 +61,7 @@ static const char usage[] =
     "  --tp N              split every layer's heads and FFN columns over N tensor-parallel\n"
     "                      ranks (one per --devices entry; every family but gemma4);\n"
     "                      deterministic, within one device's parity bounds\n"
-    "  --kv f32|f16|bf16|q8_0  KV cache type (default f32 on cpu, bf16 on cuda)\n"
+    "  --kv f32|f16|bf16|q8_0  KV cache type (default bf16; f32 on cpu-ref)\n"
     "  -t, --threads N     (default all cores; env MEMRA_THREADS)\n"
     "  -c, --ctx N         context length (default the model's, at most 4096)\n"
     "  --json              print one JSON object instead of streaming text\n"

@@ -70,7 +70,7 @@ static const char usage[] =
     "                           per --devices entry); the same bytes as one device\n"
     "  --tp N                   split each model's heads and FFN columns over N tensor-parallel\n"
     "                           ranks (one per --devices entry); deterministic\n"
-    "  --kv f32|f16|bf16|q8_0   KV cache type (default f32 on cpu, bf16 on cuda)\n"
+    "  --kv f32|f16|bf16|q8_0   KV cache type (default bf16; f32 on cpu-ref)\n"
     "  --http-threads N         HTTP worker threads (default 4; env MEMRA_HTTP_THREADS)\n"
     "  --max-body BYTES         largest request body, K/M suffixes (default 8M; env MEMRA_MAX_BODY)\n"
     "  --drain-timeout S        on SIGTERM, seconds in-flight requests get to finish (default 30;\n"

@@ -48,7 +48,7 @@ static const char usage[] =
     "  -c, --ctx N         the context depth + n must fit (default the model's training context)\n"
     "  --n-batch N         prefill chunk in tokens (default the engine's: 512 on H100/H200,\n"
     "                      64 on other cards and the CPU)\n"
-    "  --kv f32|f16|bf16|q8_0  KV cache type (default f32 on cpu, bf16 on cuda)\n"
+    "  --kv f32|f16|bf16|q8_0  KV cache type (default bf16; f32 on cpu-ref)\n"
     "  --backend B         cpu (the fast path), cpu-ref (the reference) or cuda\n"
     "                      (default cuda when a GPU is present, else cpu)\n"
     "  --device N          CUDA device index (default 0), for the run and the probe\n"

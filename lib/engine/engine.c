@@ -102,7 +102,7 @@ int engine_opts_parallel(engine_opts *o, const char *devices, int pp, int tp, me
 
 kv_type engine_kv_type_default(backend_kind k)
 {
-    return k == BK_CUDA ? KV_BF16 : KV_F32;
+    return k == BK_CPU_REF ? KV_F32 : KV_BF16;
 }
 
 /* The backend the options ask for: one, or a group of pp pipeline stages

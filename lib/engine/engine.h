@@ -81,8 +81,9 @@ void engine_opts_default(engine_opts *o);
  * what does not fit (devices on the CPU, a count that is not the stages'
  * or ranks', too many, both pp and tp). */
 int engine_opts_parallel(engine_opts *o, const char *devices, int pp, int tp, memra_err *err);
-/* The KV element type a backend gets by default: f32 on the CPU (the exact
- * reference), bf16 on CUDA (half the bytes per step, f32's range). */
+/* The KV element type a backend gets by default: bf16 on CUDA and on the
+ * CPU's fast path (half the bytes per step, f32's range; decision 0035),
+ * f32 on the CPU reference (exact). */
 kv_type engine_kv_type_default(backend_kind k);
 
 int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_err *err);

@@ -26,7 +26,7 @@ check "% of ceiling = GB/s / the given 10 GB/s" \
 check "bytes/token is the census figure" \
   bash -c "[ \"\$(jq .model.bytes_per_token '$T/a.json')\" = \"\$(memra-census '$STORIES' --json | jq .decode.bytes_per_token)\" ]"
 check "header fields: model, family, dtype, threads, backend, date, cpu, reps" \
-  jq -e '.program == "memra-bench" and .mode == "model" and (.model.path | endswith("stories260K.gguf")) and .model.family == "llama" and .model.format == "gguf" and .model.dtype == "F32" and .threads == 1 and .backend == "cpu" and .kv_type == "f32" and .reps == 2 and .warmup == 1 and (.date | test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T")) and (.host.cpu | length > 0) and .ceiling.decode_tok_s > 0' "$T/a.json"
+  jq -e '.program == "memra-bench" and .mode == "model" and (.model.path | endswith("stories260K.gguf")) and .model.family == "llama" and .model.format == "gguf" and .model.dtype == "F32" and .threads == 1 and .backend == "cpu" and .kv_type == "bf16" and .reps == 2 and .warmup == 1 and (.date | test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T")) and (.host.cpu | length > 0) and .ceiling.decode_tok_s > 0' "$T/a.json"
 check "nothing but the JSON on stdout, nothing on stderr with a given ceiling" \
   bash -c "[ ! -s '$T/a.err' ] && jq -e . '$T/a.json' >/dev/null"
 

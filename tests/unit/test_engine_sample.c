@@ -235,7 +235,7 @@ static void test_cpu_sampling(void)
         return;
     engine *e = load(&ck, BK_CPU, 0, KV_DEFAULT, 8);
     if (e) {
-        CHECK(engine_kv_type(e) == KV_F32);
+        CHECK(engine_kv_type(e) == KV_BF16); /* the fast path's default */
         sample_two_ways(e, "cpu");
         batch_vs_single(e, "cpu");
         /* generate() with a seed repeats, and another seed differs */
