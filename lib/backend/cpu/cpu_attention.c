@@ -188,9 +188,18 @@ static const float *kv_head(const kv_cache *kc, const uint8_t *base, size_t off,
         for (int i = 0; i < hd; i++)
             buf[i] = kvc_bf16_to_f32(kvc_ld16(row + 2 * (e0 + i)));
         return buf;
-    case KV_Q8_0:
-        for (int i = 0; i < hd; i++)
-            buf[i] = kvc_q8_0_get(row, e0 + i);
+    case KV_Q8_0: /* kvc_q8_0_get's product, a block's scale widened once */
+        if (hd % KV_Q8_0_BLOCK != 0) { /* heads that straddle blocks */
+            for (int i = 0; i < hd; i++)
+                buf[i] = kvc_q8_0_get(row, e0 + i);
+            return buf;
+        }
+        for (int i = 0; i < hd; i += KV_Q8_0_BLOCK) {
+            const uint8_t *b = row + ((e0 + i) / KV_Q8_0_BLOCK) * KV_Q8_0_BYTES;
+            const float d = kvc_f16_to_f32(kvc_ld16(b));
+            for (int j = 0; j < KV_Q8_0_BLOCK; j++)
+                buf[i + j] = (float)(int8_t)b[2 + j] * d;
+        }
         return buf;
     case KV_DEFAULT: break;
     }
