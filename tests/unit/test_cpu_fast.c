@@ -456,10 +456,18 @@ static void test_quantize_x_dotprod(void) { quantize_x_on(CPU_ISA_DOTPROD); }
 static const double U = 1.0 / 16777216.0; /* 2^-24 */
 
 /* Row j of v in element type e (its stored bytes) and those values
- * widened back to f32 (what the kernels compute on). */
+ * widened back to f32 (what the kernels compute on; Q8_0 by the cache's
+ * codec). */
 static void *stored_row(const float *v, int64_t n, cpu_kv_elem e, float *widened)
 {
     void *row = malloc((size_t)n * 4);
+    if (e == CPU_KV_Q8_0) { /* n a multiple of 32 */
+        for (int64_t b = 0; b < n / KV_Q8_0_BLOCK; b++)
+            kvc_q8_0_block(v + b * KV_Q8_0_BLOCK, (uint8_t *)row + b * KV_Q8_0_BYTES);
+        for (int64_t i = 0; i < n; i++)
+            widened[i] = kvc_q8_0_get(row, i);
+        return row;
+    }
     for (int64_t i = 0; i < n; i++) {
         if (e == CPU_KV_F32) {
             ((float *)row)[i] = v[i];
@@ -521,7 +529,7 @@ static void test_exp_dotprod(void) { exp_on(CPU_ISA_DOTPROD); }
 
 /* attn_dot within (n/4 + 16) u |scale| sum |q||k| (+ the scale's rounding)
  * of the exact score, attn_axpy within (2 nv + 2) u (|o| + sum |p||v|) of
- * the exact sum, on f32, bf16 and f16 rows; and a key's score, an
+ * the exact sum, on f32, bf16, f16 and Q8_0 rows; and a key's score, an
  * element's sum, the same bits in a group of 7 as alone. */
 static void attn_kernels_on(cpu_isa isa)
 {
@@ -532,8 +540,10 @@ static void attn_kernels_on(cpu_isa isa)
     enum { NK = 7 };
     const float scale = 0.0883883f;
     for (size_t ni = 0; ni < MEMRA_ARRAY_LEN(ns); ni++)
-        for (int e = CPU_KV_F32; e <= CPU_KV_F16; e++) {
+        for (int e = CPU_KV_F32; e <= CPU_KV_Q8_0; e++) {
             int64_t n = ns[ni];
+            if (e == CPU_KV_Q8_0 && n % KV_Q8_0_BLOCK != 0)
+                continue; /* the kernels take a head of whole blocks */
             float *q = malloc((size_t)n * 4), *o0 = malloc((size_t)n * 4),
                   *o1 = malloc((size_t)n * 4), *o2 = malloc((size_t)n * 4);
             float *w[NK], p[NK], dots[NK], one;

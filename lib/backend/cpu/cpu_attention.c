@@ -304,8 +304,8 @@ static void attn_task_ref(void *ctx, int task, int thread)
  * steps on the level's kernels, ATTN_GROUP keys a call: scores by FMA,
  * the exponentials by cpu_exp_neg's polynomial, the weighted sum of V by
  * FMA with each key's unnormalized weight, divided by the weights' sum
- * once at the end. f32, bf16 and f16 rows are read as stored; Q8_0 rows
- * are widened first. Each head's operations are its own, in position
+ * once at the end. K and V rows are read as stored (Q8_0 ones widened
+ * first where a head straddles blocks). Each head's operations are its own, in position
  * order, whatever hg or the thread count. */
 static void attn_task_fast(void *ctx, int task, int thread)
 {
@@ -318,13 +318,14 @@ static void attn_task_fast(void *ctx, int task, int thread)
     float *buf = j->c->scratch[thread], *sc = buf + (size_t)ATTN_GROUP * hd;
     const size_t row = kc->row_bytes;
     const int64_t bs = kc->block_size;
+    /* Rows are read as stored, Q8_0 ones where a head is whole blocks
+     * (else widened into buf first, f32 then) */
+    const int as_stored = kc->type != KV_Q8_0 || hd % KV_Q8_0_BLOCK == 0;
     const cpu_kv_elem e = kc->type == KV_BF16  ? CPU_KV_BF16
                           : kc->type == KV_F16 ? CPU_KV_F16
+                          : kc->type == KV_Q8_0 && as_stored ? CPU_KV_Q8_0
                                                : CPU_KV_F32;
-    /* the KV head's first byte in a stored row, for the types read as stored */
-    const int as_stored = kc->type != KV_Q8_0;
-    const size_t head_bytes = (size_t)sp.kvh * hd * (e == CPU_KV_F32 ? 4 : 2);
-    /* the head's slice of a stored row, for any type */
+    /* the head's slice of a stored row: where it starts, how long */
     const size_t head_off = kv_row_bytes(kc->type, (int64_t)sp.kvh * hd),
                  head_len = kv_row_bytes(kc->type, hd);
     float sum_of[ATTN_HEADS_MAX];
@@ -350,7 +351,7 @@ static void attn_task_fast(void *ctx, int task, int thread)
                 if (ahead)
                     for (size_t b = 0; b < head_len; b += 64)
                         __builtin_prefetch(ahead + (size_t)(t % bs) * row + b);
-                kv[ng] = as_stored ? (const void *)(base + off + head_bytes)
+                kv[ng] = as_stored ? (const void *)(base + off + head_off)
                                    : (const void *)kv_head(kc, base, off, sp.kvh, hd,
                                                            buf + (size_t)ng * hd);
                 if (++ng < ATTN_GROUP && t < sp.hi)

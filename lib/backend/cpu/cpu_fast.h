@@ -30,8 +30,9 @@ typedef enum {
 } cpu_isa;
 enum { CPU_ISA_COUNT = 5, CPU_QBLOCK = 32 };
 
-/* The element types of the K and V rows the attention kernels read. */
-typedef enum { CPU_KV_F32 = 0, CPU_KV_BF16 = 1, CPU_KV_F16 = 2 } cpu_kv_elem;
+/* The element types of the K and V rows the attention kernels read
+ * (Q8_0: a head of whole blocks of 32, n a multiple of 32). */
+typedef enum { CPU_KV_F32 = 0, CPU_KV_BF16 = 1, CPU_KV_F16 = 2, CPU_KV_Q8_0 = 3 } cpu_kv_elem;
 
 /* One token's x in the forms the kernels read. */
 typedef struct {

@@ -491,8 +491,8 @@ NT_KERNELS(mxfp8, PLAIN_NT, mxfp8_nt(w, x, n, out, NT))
  * a register per 16 values, folded as plain_blk folds a row, then the
  * tail, then the scale; a key's ops are the same in any group. */
 ARM_INLINE void attn_dot_k(const float *q, const void *const *k, int64_t n, float scale,
-                           float *out, const int NK, const int BYTES,
-                           vf16 (*load)(const uint8_t *), float (*read1)(const uint8_t *))
+                           float *out, const int NK, vf16 (*load)(const uint8_t *, int64_t),
+                           float (*read1)(const uint8_t *, int64_t))
 {
     float32x4_t a[4][4];
 #pragma GCC unroll 4
@@ -508,7 +508,7 @@ ARM_INLINE void attn_dot_k(const float *q, const void *const *k, int64_t n, floa
             qv[r] = vld1q_f32(q + i + 4 * r);
 #pragma GCC unroll 4
         for (int j = 0; j < NK; j++) {
-            vf16 kv = load((const uint8_t *)k[j] + i * BYTES);
+            vf16 kv = load((const uint8_t *)k[j], i);
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++)
                 a[j][r] = vfmaq_f32(a[j][r], kv.v[r], qv[r]);
@@ -518,7 +518,7 @@ ARM_INLINE void attn_dot_k(const float *q, const void *const *k, int64_t n, floa
     for (int j = 0; j < NK; j++) {
         float tail = 0;
         for (int64_t t = i; t < n; t++)
-            tail += q[t] * read1((const uint8_t *)k[j] + t * BYTES);
+            tail += q[t] * read1((const uint8_t *)k[j], t);
         float32x4_t s = vaddq_f32(vaddq_f32(a[j][0], a[j][1]), vaddq_f32(a[j][2], a[j][3]));
         out[j] = (arm_hsum4(s) + tail) * scale;
     }
@@ -527,8 +527,8 @@ ARM_INLINE void attn_dot_k(const float *q, const void *const *k, int64_t n, floa
 /* o += p[j] v[j] for the keys in turn, 16 values of o in registers across
  * them, each element's FMAs key after key; the tail a product and a sum. */
 ARM_INLINE void attn_axpy_k(float *o, const float *p, const void *const *v, int nv, int64_t n,
-                            const int BYTES, vf16 (*load)(const uint8_t *),
-                            float (*read1)(const uint8_t *))
+                            vf16 (*load)(const uint8_t *, int64_t),
+                            float (*read1)(const uint8_t *, int64_t))
 {
     int64_t i = 0;
     for (; i + VL <= n; i += VL) {
@@ -537,7 +537,7 @@ ARM_INLINE void attn_axpy_k(float *o, const float *p, const void *const *v, int 
         for (int u = 0; u < 4; u++)
             r[u] = vld1q_f32(o + i + 4 * u);
         for (int j = 0; j < nv; j++) {
-            vf16 vv = load((const uint8_t *)v[j] + i * BYTES);
+            vf16 vv = load((const uint8_t *)v[j], i);
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++)
                 r[u] = vfmaq_n_f32(r[u], vv.v[u], p[j]);
@@ -548,10 +548,30 @@ ARM_INLINE void attn_axpy_k(float *o, const float *p, const void *const *v, int 
     }
     for (int j = 0; j < nv; j++)
         for (int64_t t = i; t < n; t++)
-            o[t] += p[j] * read1((const uint8_t *)v[j] + t * BYTES);
+            o[t] += p[j] * read1((const uint8_t *)v[j], t);
 }
 
-ATTN_KERNELS()
+/* A Q8_0 row's 16 values from i (a multiple of 16, inside one block of
+ * 32): the int8 values as f32 times the block's scale, each product
+ * rounded as kvc_q8_0_get rounds it. */
+ARM_INLINE vf16 attn_ld_kq8(const uint8_t *r, int64_t i)
+{
+    const uint8_t *b = r + (i / 32) * 34;
+    const float d = arm_f16(b);
+    int8x16_t q = vld1q_s8((const int8_t *)(b + 2 + i % 32));
+    int16x8_t lo = vmovl_s8(vget_low_s8(q)), hi = vmovl_high_s8(q);
+    return (vf16){{vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), d),
+                   vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(lo)), d),
+                   vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), d),
+                   vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(hi)), d)}};
+}
+static inline float attn_rd_kq8(const uint8_t *r, int64_t i)
+{
+    const uint8_t *b = r + (i / 32) * 34;
+    return (float)(int8_t)b[2 + i % 32] * arm_f16(b);
+}
+
+ATTN_KERNELS(vf16)
 
 /* cpu_exp_neg on four lanes, its steps with FMA; lanes below CPU_EXP_MIN
  * are 0 and NaN stays NaN (vmaxnm would drop it: a NaN lane is kept by

@@ -186,6 +186,7 @@ static float kv_elem_get(const void *row, cpu_kv_elem e, int64_t i)
     switch (e) {
     case CPU_KV_BF16: return rd_bf16(p + 2 * i);
     case CPU_KV_F16: return rd_f16(p + 2 * i);
+    case CPU_KV_Q8_0: return (float)(int8_t)p[(i / 32) * 34 + 2 + i % 32] * rd_f16(p + (i / 32) * 34);
     case CPU_KV_F32: break;
     }
     return rd_f32(p + 4 * i);

@@ -47,27 +47,42 @@
 
 /* The attention kernels (decision 0035) of a level from its inlined
  * attn_dot_k (NK keys side by side: 4, then one at a time) and
- * attn_axpy_k, over f32, bf16 and f16 rows read by ld_ and rd1_. */
-#define ATTN_FORMS(SUF, BYTES)                                                                     \
+ * attn_axpy_k, over rows whose value i attn_ld_SUF (a vector from i) and
+ * attn_rd_SUF (one) read: f32, bf16 and f16 by their ld_ / rd1_, Q8_0
+ * (a head's whole blocks) by the level's own. */
+#define ATTN_BYTE_LOADERS(SUF, BYTES, VT)                                                          \
+    static inline __attribute__((always_inline)) VT attn_ld_##SUF(const uint8_t *r, int64_t i)     \
+    {                                                                                              \
+        return ld_##SUF(r + i * BYTES);                                                            \
+    }                                                                                              \
+    static inline float attn_rd_##SUF(const uint8_t *r, int64_t i) { return rd1_##SUF(r + i * BYTES); }
+
+#define ATTN_FORMS(SUF)                                                                            \
     static void attn_dot_##SUF(const float *q, const void *const *k, int nk, int64_t n,            \
                                float scale, float *out)                                            \
     {                                                                                              \
         int j = 0;                                                                                 \
         for (; j + 4 <= nk; j += 4)                                                                \
-            attn_dot_k(q, k + j, n, scale, out + j, 4, BYTES, ld_##SUF, rd1_##SUF);                \
+            attn_dot_k(q, k + j, n, scale, out + j, 4, attn_ld_##SUF, attn_rd_##SUF);              \
         for (; j < nk; j++)                                                                        \
-            attn_dot_k(q, k + j, n, scale, out + j, 1, BYTES, ld_##SUF, rd1_##SUF);                \
+            attn_dot_k(q, k + j, n, scale, out + j, 1, attn_ld_##SUF, attn_rd_##SUF);              \
     }                                                                                              \
     static void attn_axpy_##SUF(float *o, const float *p, const void *const *v, int nv,            \
                                 int64_t n)                                                         \
     {                                                                                              \
-        attn_axpy_k(o, p, v, nv, n, BYTES, ld_##SUF, rd1_##SUF);                                   \
+        attn_axpy_k(o, p, v, nv, n, attn_ld_##SUF, attn_rd_##SUF);                                 \
     }
 
-#define ATTN_KERNELS()                                                                             \
-    ATTN_FORMS(f32, 4)                                                                             \
-    ATTN_FORMS(bf16, 2)                                                                            \
-    ATTN_FORMS(f16, 2)                                                                             \
+/* Q8_0 rows: value i is (float)q * d of its block (kvc_q8_0_get's
+ * product), read by the level's attn_ld_kq8 / attn_rd_kq8. */
+#define ATTN_KERNELS(VT)                                                                           \
+    ATTN_BYTE_LOADERS(f32, 4, VT)                                                                  \
+    ATTN_BYTE_LOADERS(bf16, 2, VT)                                                                 \
+    ATTN_BYTE_LOADERS(f16, 2, VT)                                                                  \
+    ATTN_FORMS(f32)                                                                                \
+    ATTN_FORMS(bf16)                                                                               \
+    ATTN_FORMS(f16)                                                                                \
+    ATTN_FORMS(kq8)                                                                                \
     static void attn_dot(const float *q, const void *const *k, cpu_kv_elem e, int nk, int64_t n,   \
                          float scale, float *out)                                                  \
     {                                                                                              \
@@ -75,6 +90,8 @@
             attn_dot_bf16(q, k, nk, n, scale, out);                                                \
         else if (e == CPU_KV_F16)                                                                  \
             attn_dot_f16(q, k, nk, n, scale, out);                                                 \
+        else if (e == CPU_KV_Q8_0)                                                                 \
+            attn_dot_kq8(q, k, nk, n, scale, out);                                                 \
         else                                                                                       \
             attn_dot_f32(q, k, nk, n, scale, out);                                                 \
     }                                                                                              \
@@ -85,6 +102,8 @@
             attn_axpy_bf16(o, p, v, nv, n);                                                        \
         else if (e == CPU_KV_F16)                                                                  \
             attn_axpy_f16(o, p, v, nv, n);                                                         \
+        else if (e == CPU_KV_Q8_0)                                                                 \
+            attn_axpy_kq8(o, p, v, nv, n);                                                         \
         else                                                                                       \
             attn_axpy_f32(o, p, v, nv, n);                                                         \
     }

@@ -1069,8 +1069,8 @@ static void quant_x(const float *x, int64_t n, int8_t *q, float *d, int32_t *s)
  * with the key's, folded as plain_blk folds a row's lanes, then the
  * tail, then the scale. A key's ops are the same in any group. */
 X86_INLINE void attn_dot_k(const float *q, const void *const *k, int64_t n, float scale,
-                           float *out, const int NK, const int BYTES,
-                           vf (*load)(const uint8_t *), float (*read1)(const uint8_t *))
+                           float *out, const int NK, vf (*load)(const uint8_t *, int64_t),
+                           float (*read1)(const uint8_t *, int64_t))
 {
     vf a[4];
 #pragma GCC unroll 4
@@ -1081,13 +1081,13 @@ X86_INLINE void attn_dot_k(const float *q, const void *const *k, int64_t n, floa
         vf qv = VLOADF(q + i);
 #pragma GCC unroll 4
         for (int j = 0; j < NK; j++)
-            a[j] = VFMA(load((const uint8_t *)k[j] + i * BYTES), qv, a[j]);
+            a[j] = VFMA(load((const uint8_t *)k[j], i), qv, a[j]);
     }
 #pragma GCC unroll 4
     for (int j = 0; j < NK; j++) {
         float tail = 0;
         for (int64_t t = i; t < n; t++)
-            tail += q[t] * read1((const uint8_t *)k[j] + t * BYTES);
+            tail += q[t] * read1((const uint8_t *)k[j], t);
         out[j] = (x86_hsum8(v_to8(a[j])) + tail) * scale;
     }
 }
@@ -1096,8 +1096,8 @@ X86_INLINE void attn_dot_k(const float *q, const void *const *k, int64_t n, floa
  * stays in registers across the keys, each element's FMAs key after key;
  * then slices of VL, then the tail (a product and a sum). */
 X86_INLINE void attn_axpy_k(float *o, const float *p, const void *const *v, int nv, int64_t n,
-                            const int BYTES, vf (*load)(const uint8_t *),
-                            float (*read1)(const uint8_t *))
+                            vf (*load)(const uint8_t *, int64_t),
+                            float (*read1)(const uint8_t *, int64_t))
 {
     int64_t i = 0;
     for (; i + 4 * VL <= n; i += 4 * VL) {
@@ -1109,7 +1109,7 @@ X86_INLINE void attn_axpy_k(float *o, const float *p, const void *const *v, int 
             const vf vp = VSET1(p[j]);
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++)
-                r[u] = VFMA(vp, load((const uint8_t *)v[j] + (i + u * VL) * BYTES), r[u]);
+                r[u] = VFMA(vp, load((const uint8_t *)v[j], i + u * VL), r[u]);
         }
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++)
@@ -1118,15 +1118,35 @@ X86_INLINE void attn_axpy_k(float *o, const float *p, const void *const *v, int 
     for (; i + VL <= n; i += VL) {
         vf r = VLOADF(o + i);
         for (int j = 0; j < nv; j++)
-            r = VFMA(VSET1(p[j]), load((const uint8_t *)v[j] + i * BYTES), r);
+            r = VFMA(VSET1(p[j]), load((const uint8_t *)v[j], i), r);
         VSTORE(o + i, r);
     }
     for (int j = 0; j < nv; j++)
         for (int64_t t = i; t < n; t++)
-            o[t] += p[j] * read1((const uint8_t *)v[j] + t * BYTES);
+            o[t] += p[j] * read1((const uint8_t *)v[j], t);
 }
 
-ATTN_KERNELS()
+/* A Q8_0 row's values i .. i + VL (i a multiple of VL, inside one block of
+ * 32): the int8 values as f32 times the block's scale, each product
+ * rounded as kvc_q8_0_get rounds it. */
+X86_INLINE vf attn_ld_kq8(const uint8_t *r, int64_t i)
+{
+    const uint8_t *b = r + (i / 32) * 34;
+#if CPU_X86_512
+    __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2 + i % 32))));
+    return _mm512_mul_ps(v, VSET1(x86_f16(b)));
+#else
+    __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + i % 32))));
+    return _mm256_mul_ps(v, VSET1(x86_f16(b)));
+#endif
+}
+static inline float attn_rd_kq8(const uint8_t *r, int64_t i)
+{
+    const uint8_t *b = r + (i / 32) * 34;
+    return (float)(int8_t)b[2 + i % 32] * x86_f16(b);
+}
+
+ATTN_KERNELS(vf)
 
 /* cpu_exp_neg on VL lanes, its steps with FMA: n by the hardware's
  * round-to-nearest-even, 2^n by scalef (AVX-512) or by its exponent bits
