@@ -305,8 +305,8 @@ static void attn_task_ref(void *ctx, int task, int thread)
  * the exponentials by cpu_exp_neg's polynomial, the weighted sum of V by
  * FMA with each key's unnormalized weight, divided by the weights' sum
  * once at the end. K and V rows are read as stored (Q8_0 ones widened
- * first where a head straddles blocks). Each head's operations are its own, in position
- * order, whatever hg or the thread count. */
+ * first where a head straddles blocks). Each head's operations are its
+ * own, in position order, whatever hg or the thread count. */
 static void attn_task_fast(void *ctx, int task, int thread)
 {
     attn_job *j = ctx;
