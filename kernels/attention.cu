@@ -258,6 +258,14 @@ constexpr int DEC_THREADS = 128;
 constexpr int DEC_WARPS = DEC_THREADS / 32;
 constexpr int DEC_UNROLL = 4;  // tiles whose loads are in flight at once
 constexpr int DEC_PIECE = 256; // keys whose row offsets are staged at once
+// The most splits a row may have for the decode kernel's blocks to merge
+// them themselves (the last block of each (row, KV head) to finish), which
+// saves the combine kernel's launch; rows of more splits leave it to that
+// kernel, whose blocks of one head each spread a long merge wider. Only
+// launches of fewer than DEC_MANY_ROWS rows merge in the decode kernel:
+// on the H200 (Qwen3-8B shape, depth 512) one sequence decodes 3% faster
+// so, 8 the same, and 64 about 1.5% slower (the merging blocks' tail).
+constexpr int DEC_FOLD_MAX = 16;
 
 // Eight values of a stored row starting at element e (e % 8 == 0):
 // fetch() issues the loads into a raw register form (as few registers as
@@ -922,6 +930,99 @@ DEV void dec_keys_ring(const DecBlock &b, const cu_attn &a, int n_blocks, int bs
     cp_async_wait<0>();
 }
 
+// The merge of a row's splits, head by head: split c's weight is
+// exp(m_c - max); the exp-sums are added in ascending order, and value e of
+// a head's output is COMBINE_WAYS sums over the splits c = j (mod
+// COMBINE_WAYS), each ascending, added in order of j: a fixed shape, the
+// same bytes whichever block runs it. Heads h0 .. h0 + nh - 1 of the row
+// (pp: head h0's partials, [split][hd + 2], the next head pstride further;
+// out, out_bf: head h0's output); every thread of the block calls it. The
+// maxima and exp-sums go through shared memory once (wt, ls: nh * ns
+// floats, mx: nh); each thread takes values t, t + blockDim.x, ... of the
+// nh * hd and has COMBINE_UNROLL of its loads in flight. CG: the partials
+// come from other blocks of the same launch, read past L1.
+constexpr int COMBINE_WAYS = 4;
+constexpr int COMBINE_UNROLL = 8;
+
+template <bool CG> DEV float dec_part_load(const float *p) { return CG ? __ldcg(p) : *p; }
+
+template <bool CG>
+__device__ __noinline__ void dec_merge(const float *__restrict__ pp, int64_t pstride, int nh, int ns, int hd,
+                   float *wt, float *ls, float *mx, float *__restrict__ out,
+                   __nv_bfloat16 *__restrict__ out_bf)
+{
+    for (int k = threadIdx.x; k < nh * ns; k += blockDim.x) {
+        const int g = k / ns, c = k - g * ns;
+        const float *pc = pp + g * pstride + (int64_t)c * (hd + 2) + hd;
+        wt[k] = dec_part_load<CG>(pc);
+        ls[k] = dec_part_load<CG>(pc + 1);
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < nh) { // a max: exact in any order
+        float m = -INFINITY;
+        for (int c = 0; c < ns; c++)
+            m = fmaxf(m, wt[threadIdx.x * ns + c]);
+        mx[threadIdx.x] = m;
+    }
+    __syncthreads(); // every maximum is taken
+    for (int k = threadIdx.x; k < nh * ns; k += blockDim.x)
+        wt[k] = expf(__fsub_rn(wt[k], mx[k / ns]));
+    __syncthreads();
+    static_assert(COMBINE_WAYS == 4 && COMBINE_UNROLL % COMBINE_WAYS == 0, "ways written out");
+    for (int v = threadIdx.x; v < nh * hd; v += blockDim.x) {
+        const int g = v / hd, e = v - g * hd;
+        const float *w = wt + g * ns, *lg = ls + g * ns;
+        float l = 0.0f;
+        for (int c = 0; c < ns; c++)
+            l = __fmaf_rn(lg[c], w[c], l);
+        float acc[COMBINE_WAYS] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const float *pe = pp + g * pstride + e;
+        int c = 0;
+        for (; c + COMBINE_UNROLL <= ns; c += COMBINE_UNROLL) {
+            float x[COMBINE_UNROLL];
+#pragma unroll
+            for (int u = 0; u < COMBINE_UNROLL; u++)
+                x[u] = dec_part_load<CG>(pe + (int64_t)(c + u) * (hd + 2));
+#pragma unroll
+            for (int u = 0; u < COMBINE_UNROLL; u++)
+                acc[u % COMBINE_WAYS] = __fmaf_rn(x[u], w[c + u], acc[u % COMBINE_WAYS]);
+        }
+        for (; c < ns; c++) { // c % COMBINE_WAYS continues the ways' cycle
+            const float x = dec_part_load<CG>(pe + (int64_t)c * (hd + 2)), wc = w[c];
+#pragma unroll
+            for (int j = 0; j < COMBINE_WAYS; j++)
+                acc[j] = (c & (COMBINE_WAYS - 1)) == j ? __fmaf_rn(x, wc, acc[j]) : acc[j];
+        }
+        float o = acc[0];
+#pragma unroll
+        for (int j = 1; j < COMBINE_WAYS; j++)
+            o = __fadd_rn(o, acc[j]);
+        const float r = __fdiv_rn(o, l);
+        out[v] = r;
+        if (out_bf)
+            out_bf[v] = __float2bfloat16_rn(r);
+    }
+}
+
+// Block (row, head): merge the row's splits (dec_merge), where the decode
+// kernel's blocks do not (more than DEC_FOLD_MAX splits).
+__global__ void __launch_bounds__(256)
+attn_decode_combine_kernel(const float *__restrict__ part, const int32_t *__restrict__ meta,
+                           cu_attn a, int max_splits, float *__restrict__ out)
+{
+    __shared__ float wt[ATTN_SPLITS_MAX], ls[ATTN_SPLITS_MAX], mx[1];
+    pdl_trigger();
+    pdl_wait();
+    const int i = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
+    const int64_t pos = meta[i], span = pos - span_lo(pos, a.window) + 1;
+    const int64_t ck = attn_split_keys(span, a.splits, a.split_min);
+    const int ns = (int)((span + ck - 1) / ck);
+    const float *pp = part + ((int64_t)i * a.n_heads + h) * max_splits * (hd + 2);
+    const int64_t o = ((int64_t)i * a.n_heads + h) * hd;
+    dec_merge<false>(pp, 0, 1, ns, hd, wt, ls, mx, out + o,
+                     a.out_bf ? static_cast<__nv_bfloat16 *>(a.out_bf) + o : nullptr);
+}
+
 // Partials as the old kernel lays them out: [row][head][slot][hd + 2].
 // MINB: the blocks an SM the registers must allow (dec_minb); S: the
 // ring's depth (dec_ring), 0 for loads into registers.
@@ -929,7 +1030,8 @@ template <typename LD, int GT, int LPK, int MINB, int S>
 __global__ void __launch_bounds__(DEC_THREADS, MINB)
 attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n, cu_attn a,
                    int n_blocks, int bs, int64_t row_bytes, const uint8_t *__restrict__ kp,
-                   const uint8_t *__restrict__ vp, int max_splits, float *__restrict__ part)
+                   const uint8_t *__restrict__ vp, int max_splits, float *__restrict__ part,
+                   unsigned *__restrict__ cnt, float *__restrict__ out)
 {
     __shared__ int64_t roff[2][DEC_PIECE];
     __shared__ float wm[DEC_WARPS + 1][GT], wl[DEC_WARPS + 1][GT];
@@ -945,77 +1047,33 @@ attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta
     else
         dec_keys_direct<LD, GT, LPK>(b, a, n_blocks, bs, row_bytes, kp, vp, roff, qr, m, l, acc);
     dec_end<GT, LPK>(b, a, m, l, acc, wacc, wm, wl, max_splits, part);
-}
-
-// Block (row, head), one thread per value of the head (a multiple of 32
-// threads): merge the row's splits. Split c's weight is exp(m_c - max);
-// the exp-sums are added in ascending order, and value e of the output is
-// COMBINE_WAYS sums over the splits c = j (mod COMBINE_WAYS), each
-// ascending, added in order of j: a fixed shape. The block's maxima and exp-sums go through
-// shared memory once; each thread keeps its value's ways in registers and
-// has COMBINE_UNROLL of its loads in flight, so a merge is two round
-// trips to memory and two barriers, not one per step of a shared sum.
-constexpr int COMBINE_WAYS = 4;
-constexpr int COMBINE_UNROLL = 8;
-
-__global__ void __launch_bounds__(256)
-attn_decode_combine_kernel(const float *__restrict__ part, const int32_t *__restrict__ meta,
-                           cu_attn a, int max_splits, float *__restrict__ out)
-{
-    __shared__ float wt[ATTN_SPLITS_MAX], ls[ATTN_SPLITS_MAX];
-    pdl_trigger();
-    pdl_wait();
-    const int i = blockIdx.x, h = blockIdx.y, hd = a.head_dim, e = threadIdx.x;
-    const int64_t pos = meta[i], span = pos - span_lo(pos, a.window) + 1;
-    const int64_t ck = attn_split_keys(span, a.splits, a.split_min);
-    const int ns = (int)((span + ck - 1) / ck);
-    const float *pp = part + ((int64_t)i * a.n_heads + h) * max_splits * (hd + 2);
-    for (int c = threadIdx.x; c < ns; c += blockDim.x) {
-        wt[c] = pp[c * (hd + 2) + hd];
-        ls[c] = pp[c * (hd + 2) + hd + 1];
+    if (!cnt)
+        return; // attn_decode_combine_kernel merges the splits
+    // The row's last block of the KV head to finish merges its G heads:
+    // every block's partials are out before its count (the fence), and
+    // the last one counted sees them all; it leaves the count at 0 for
+    // the next launch.
+    __shared__ unsigned last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned *c = cnt + (int64_t)b.i * a.n_kv_heads + b.kvh;
+        last = b.ns == 1 || atomicAdd(c, 1u) == (unsigned)b.ns - 1;
+        if (last && b.ns > 1)
+            *c = 0;
     }
     __syncthreads();
-    float mx = -INFINITY; // a max: exact in any order; each warp takes it
-    for (int c = threadIdx.x & 31; c < ns; c += 32)
-        mx = fmaxf(mx, wt[c]);
-    mx = warp_max(mx);
-    __syncthreads(); // every warp has read the maxima
-    for (int c = threadIdx.x; c < ns; c += blockDim.x)
-        wt[c] = expf(__fsub_rn(wt[c], mx));
-    __syncthreads();
-    if (e >= hd)
+    if (!last)
         return;
-    float l = 0.0f;
-    for (int c = 0; c < ns; c++)
-        l = __fmaf_rn(ls[c], wt[c], l);
-    static_assert(COMBINE_WAYS == 4 && COMBINE_UNROLL % COMBINE_WAYS == 0, "ways written out");
-    float acc[COMBINE_WAYS] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const float *pe = pp + e;
-    int c = 0;
-    for (; c + COMBINE_UNROLL <= ns; c += COMBINE_UNROLL) {
-        float x[COMBINE_UNROLL];
-#pragma unroll
-        for (int u = 0; u < COMBINE_UNROLL; u++)
-            x[u] = pe[(int64_t)(c + u) * (hd + 2)];
-#pragma unroll
-        for (int u = 0; u < COMBINE_UNROLL; u++)
-            acc[u % COMBINE_WAYS] = __fmaf_rn(x[u], wt[c + u], acc[u % COMBINE_WAYS]);
-    }
-    for (; c < ns; c++) { // c % COMBINE_WAYS continues the ways' cycle
-        const float x = pe[(int64_t)c * (hd + 2)], w = wt[c];
-#pragma unroll
-        for (int j = 0; j < COMBINE_WAYS; j++)
-            acc[j] = (c & (COMBINE_WAYS - 1)) == j ? __fmaf_rn(x, w, acc[j]) : acc[j];
-    }
-    float o = acc[0];
-#pragma unroll
-    for (int j = 1; j < COMBINE_WAYS; j++)
-        o = __fadd_rn(o, acc[j]);
-    const float r = __fdiv_rn(o, l);
-    out[((int64_t)i * a.n_heads + h) * hd + e] = r;
-    if (a.out_bf)
-        static_cast<__nv_bfloat16 *>(a.out_bf)[((int64_t)i * a.n_heads + h) * hd + e] =
-            __float2bfloat16_rn(r);
+    __threadfence();
+    const int hd = b.hd, G = b.G;
+    const int64_t h0 = (int64_t)b.i * a.n_heads + (int64_t)b.kvh * G;
+    // wacc (DEC_WARPS * GT * hd floats, read by dec_finish before its last
+    // barrier) holds the weights and exp-sums: 2 * GT * DEC_FOLD_MAX fit.
+    static_assert(2 * DEC_FOLD_MAX <= DEC_WARPS * 8, "the merge's lists fit in wacc");
+    dec_merge<true>(part + h0 * max_splits * (hd + 2), (int64_t)max_splits * (hd + 2), G, b.ns, hd,
+                    wacc, wacc + G * b.ns, &wm[0][0], out + h0 * hd,
+                    a.out_bf ? static_cast<__nv_bfloat16 *>(a.out_bf) + h0 * hd : nullptr);
 }
 
 // The decode kernel's blocks an SM by the rows of a launch: up to four
@@ -1050,7 +1108,8 @@ template <typename LD, int LPK> constexpr int dec_ring(int minb)
 
 template <typename LD, int GT, int LPK, bool MANY>
 cudaError_t decode_k(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
-                     const float *q, int max_splits, float *part, cudaStream_t s)
+                     const float *q, int max_splits, float *part, unsigned *cnt, float *out,
+                     cudaStream_t s)
 {
     constexpr int MINB = dec_minb<LD, GT, LPK>(MANY), S = dec_ring<LD, LPK>(MINB);
     const auto kern = attn_decode_kernel<LD, GT, LPK, MINB, S>;
@@ -1065,17 +1124,20 @@ cudaError_t decode_k(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
     const dim3 grid((unsigned)max_splits, (unsigned)a->n_kv_heads, (unsigned)n);
     return launch_pdl(kern, grid, dim3(DEC_THREADS), smem, s, q, meta, n, *a, kv->n_blocks,
                       kv->block_size, kv->row_bytes, static_cast<const uint8_t *>(kv->k),
-                      static_cast<const uint8_t *>(kv->v), max_splits, part);
+                      static_cast<const uint8_t *>(kv->v), max_splits, part, cnt, out);
 }
 
 template <typename LD, int GT, int LPK>
 cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
-                     const float *q, int max_splits, float *part, float *out, cudaStream_t s)
+                     const float *q, int max_splits, float *part, unsigned *cnt, float *out,
+                     cudaStream_t s)
 {
+    unsigned *fold = cnt && max_splits <= DEC_FOLD_MAX && n < DEC_MANY_ROWS ? cnt : nullptr;
     const cudaError_t rc =
-        n >= DEC_MANY_ROWS ? decode_k<LD, GT, LPK, true>(kv, a, meta, n, q, max_splits, part, s)
-                           : decode_k<LD, GT, LPK, false>(kv, a, meta, n, q, max_splits, part, s);
-    if (rc != cudaSuccess)
+        n >= DEC_MANY_ROWS
+            ? decode_k<LD, GT, LPK, true>(kv, a, meta, n, q, max_splits, part, fold, out, s)
+            : decode_k<LD, GT, LPK, false>(kv, a, meta, n, q, max_splits, part, fold, out, s);
+    if (rc != cudaSuccess || fold)
         return rc;
     const dim3 g2((unsigned)n, (unsigned)a->n_heads);
     return launch_pdl(attn_decode_combine_kernel, g2, dim3((unsigned)(a->head_dim + 31) / 32 * 32),
@@ -1087,28 +1149,30 @@ cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
 // (dec_tiles_rs); smaller ones take the strides at run time (dec_tiles).
 template <typename LD, int GT>
 cudaError_t decode_l(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
-                     const float *q, int max_splits, float *part, float *out, cudaStream_t s)
+                     const float *q, int max_splits, float *part, unsigned *cnt, float *out,
+                     cudaStream_t s)
 {
     switch (dec_lpk(a->head_dim)) {
-    case 8: return decode_t<LD, GT, 8>(kv, a, meta, n, q, max_splits, part, out, s);
-    case 16: return decode_t<LD, GT, 16>(kv, a, meta, n, q, max_splits, part, out, s);
-    case 32: return decode_t<LD, GT, 32>(kv, a, meta, n, q, max_splits, part, out, s);
-    default: return decode_t<LD, GT, 0>(kv, a, meta, n, q, max_splits, part, out, s);
+    case 8: return decode_t<LD, GT, 8>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
+    case 16: return decode_t<LD, GT, 16>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
+    case 32: return decode_t<LD, GT, 32>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
+    default: return decode_t<LD, GT, 0>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
     }
 }
 
 template <typename LD>
 cudaError_t decode_g(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
-                     const float *q, int max_splits, float *part, float *out, cudaStream_t s)
+                     const float *q, int max_splits, float *part, unsigned *cnt, float *out,
+                     cudaStream_t s)
 {
     const int G = a->n_heads / a->n_kv_heads;
     if (G <= 1)
-        return decode_l<LD, 1>(kv, a, meta, n, q, max_splits, part, out, s);
+        return decode_l<LD, 1>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
     if (G <= 2)
-        return decode_l<LD, 2>(kv, a, meta, n, q, max_splits, part, out, s);
+        return decode_l<LD, 2>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
     if (G <= 4)
-        return decode_l<LD, 4>(kv, a, meta, n, q, max_splits, part, out, s);
-    return decode_l<LD, 8>(kv, a, meta, n, q, max_splits, part, out, s);
+        return decode_l<LD, 4>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
+    return decode_l<LD, 8>(kv, a, meta, n, q, max_splits, part, cnt, out, s);
 }
 
 size_t partial_smem(const cu_attn *a)
@@ -1197,8 +1261,8 @@ extern "C" cudaError_t launch_attention(const cu_kv_pool *kv, const cu_attn *a,
 
 extern "C" cudaError_t launch_attention_decode(const cu_kv_pool *kv, const cu_attn *a,
                                                const int32_t *meta, int n, const float *q,
-                                               int max_splits, float *part, float *out,
-                                               cudaStream_t stream)
+                                               int max_splits, float *part, unsigned *counters,
+                                               float *out, cudaStream_t stream)
 {
     if (n <= 0)
         return cudaSuccess;
@@ -1208,12 +1272,12 @@ extern "C" cudaError_t launch_attention_decode(const cu_kv_pool *kv, const cu_at
         (kv->type != CU_KV_Q8_0 ? kv->row_bytes % 16 : kv->row_bytes % 2) != 0)
         return cudaErrorInvalidValue;
     switch (kv->type) {
-    case CU_KV_F32: return decode_g<Ld8F32>(kv, a, meta, n, q, max_splits, part, out, stream);
+    case CU_KV_F32: return decode_g<Ld8F32>(kv, a, meta, n, q, max_splits, part, counters, out, stream);
     case CU_KV_F16:
-        return decode_g<Ld8Half<false>>(kv, a, meta, n, q, max_splits, part, out, stream);
+        return decode_g<Ld8Half<false>>(kv, a, meta, n, q, max_splits, part, counters, out, stream);
     case CU_KV_BF16:
-        return decode_g<Ld8Half<true>>(kv, a, meta, n, q, max_splits, part, out, stream);
-    case CU_KV_Q8_0: return decode_g<Ld8Q8>(kv, a, meta, n, q, max_splits, part, out, stream);
+        return decode_g<Ld8Half<true>>(kv, a, meta, n, q, max_splits, part, counters, out, stream);
+    case CU_KV_Q8_0: return decode_g<Ld8Q8>(kv, a, meta, n, q, max_splits, part, counters, out, stream);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -170,10 +170,19 @@ cudaError_t launch_attention(const cu_kv_pool *kv, const cu_attn *a, const int32
  * of an even size); a->splits, a->split_min as above; max_splits: at
  * least the largest attn_row_splits of the rows, at most ATTN_SPLITS_MAX
  * (blocks past a row's splits return at once); part:
- * attn_partials_floats(n, n_heads, head_dim, max_splits) floats. */
+ * attn_partials_floats(n, n_heads, head_dim, max_splits) floats;
+ * counters: attn_decode_counters(n, n_kv_heads) zeroed unsigneds, left
+ * zeroed, with which the decode kernel's blocks merge a row's splits
+ * themselves when max_splits is small (else, or null, a combine kernel
+ * does; the same bytes either way). */
 cudaError_t launch_attention_decode(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta,
                                     int n, const float *q, int max_splits, float *part,
-                                    float *out, cudaStream_t stream);
+                                    unsigned *counters, float *out, cudaStream_t stream);
+
+static inline size_t attn_decode_counters(int n, int n_kv_heads)
+{
+    return (size_t)n * (size_t)n_kv_heads;
+}
 
 static inline size_t attn_partials_floats(int n, int n_heads, int head_dim, int max_chunks)
 {

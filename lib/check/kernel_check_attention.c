@@ -450,7 +450,8 @@ static double decode_grid_us(kc *k, const bk_attn *a, const kv_cache *kv, const 
     }
     const size_t np = attn_partials_floats(n, a->n_heads, a->head_dim, grid);
     const size_t nq = (size_t)n * (size_t)a->n_heads * (size_t)a->head_dim;
-    void *dm = NULL, *dp = NULL, *dq = NULL, *dout = NULL;
+    void *dm = NULL, *dp = NULL, *dq = NULL, *dout = NULL, *dc = NULL;
+    const size_t ncnt = attn_decode_counters(n, a->n_kv_heads);
     float *hq = xmalloc(nq * sizeof(float));
     kc_fill(k, hq, nq, 1.5f);
     double us = -1;
@@ -463,14 +464,15 @@ static double decode_grid_us(kc *k, const bk_attn *a, const kv_cache *kv, const 
                    a->window, splits, t->attn_split_min, NULL};
     if (cudaMalloc(&dm, len_meta * 4) == cudaSuccess && cudaMalloc(&dp, np * 4) == cudaSuccess &&
         cudaMalloc(&dq, nq * 4) == cudaSuccess &&
-        cudaMalloc(&dout, nq * 4) == cudaSuccess &&
+        cudaMalloc(&dout, nq * 4) == cudaSuccess && cudaMalloc(&dc, ncnt * 4) == cudaSuccess &&
+        cudaMemsetAsync(dc, 0, ncnt * 4, k->stream) == cudaSuccess &&
         cudaMemcpyAsync(dm, m, len_meta * 4, cudaMemcpyHostToDevice, k->stream) == cudaSuccess &&
         cudaMemcpyAsync(dq, hq, nq * 4, cudaMemcpyHostToDevice, k->stream) == cudaSuccess &&
         cudaStreamSynchronize(k->stream) == cudaSuccess &&
         cudaStreamBeginCapture(k->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
         cudaError_t rc = cudaSuccess;
         for (int r = 0; r < 20 && rc == cudaSuccess; r++)
-            rc = launch_attention_decode(&pool, &at_, dm, n, dq, grid, dp, dout, k->stream);
+            rc = launch_attention_decode(&pool, &at_, dm, n, dq, grid, dp, dc, dout, k->stream);
         cudaError_t rc2 = cudaStreamEndCapture(k->stream, &g);
         if (rc == cudaSuccess && rc2 == cudaSuccess &&
             cudaGraphInstantiate(&ge, g, 0) == cudaSuccess &&
@@ -491,6 +493,7 @@ static double decode_grid_us(kc *k, const bk_attn *a, const kv_cache *kv, const 
     cudaFree(dp);
     cudaFree(dq);
     cudaFree(dout);
+    cudaFree(dc);
     free(m);
     free(hq);
     return us;

@@ -496,6 +496,9 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
                                "attention partials");
     if (!part)
         return;
+    unsigned *cnt = NULL;
+    if (dec && !(cnt = cuda_counters(cb, attn_decode_counters(group, a->n_kv_heads))))
+        return; /* failed (recorded) or a capture given up */
     /* the layer's width: narrower layers use the front of each row */
     cu_kv_pool pool = cuda_pool(cb, kc, a);
     cu_attn at = {a->layer - (cb->has_win ? cb->win.kv_lo : 0), a->n_heads, a->n_kv_heads, a->head_dim, a->scale, a->softcap,
@@ -520,8 +523,7 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
         }
         if (dec)
             CU_OK(cb, launch_attention_decode(&pool, &at, m, g, q + (size_t)i0 * qd, max_chunks,
-                                              part, out + (size_t)i0 * qd,
-                                              cb->stream));
+                                              part, cnt, out + (size_t)i0 * qd, cb->stream));
         else
             CU_OK(cb, launch_attention(&pool, &at, m, g, q + (size_t)i0 * qd, max_chunks, part,
                                        out + (size_t)i0 * qd, cb->stream));

@@ -33,8 +33,11 @@ int cuda_mv_uses_dgemm(const cuda_backend *cb, const cu_mv_job *j)
 }
 
 /* At least n zeroed counters, grown (never inside a capture: that gives
- * the capture up and the step runs again eagerly). */
-static unsigned *counters(cuda_backend *cb, size_t n)
+ * the capture up and the step runs again eagerly). The decode GEMM's and
+ * decode attention's blocks count on them and leave them zeroed; each
+ * kernel touches them only after waiting for the one before
+ * (kernels/launch.cuh), so one set serves every launch. */
+unsigned *cuda_counters(cuda_backend *cb, size_t n)
 {
     if (n <= cb->dg_counters_cap)
         return cb->dg_counters;
@@ -50,7 +53,7 @@ static unsigned *counters(cuda_backend *cb, size_t n)
     cb->dg_counters_cap = 0;
     size_t want = n + n / 2;
     if (cuda_alloc(cb, (void **)&cb->dg_counters, want * sizeof(unsigned),
-                   "the decode GEMM's counters", 1, NULL) != 0 ||
+                   "the decode kernels' counters", 1, NULL) != 0 ||
         CU_OK(cb, cudaMemsetAsync(cb->dg_counters, 0, want * sizeof(unsigned), cb->stream)))
         return NULL;
     cb->dg_counters_cap = want;
@@ -85,7 +88,7 @@ void cuda_mv_run(cuda_backend *cb, const cu_mv_job *j)
             return; /* failed (recorded) or a capture given up */
     }
     if (nc) {
-        cnt = counters(cb, nc);
+        cnt = cuda_counters(cb, nc);
         if (!cnt)
             return; /* failed (recorded) or a capture given up */
     }

@@ -281,6 +281,9 @@ int cuda_chunk_on_dgemm(const cuda_backend *cb, const cu_matrix *w, int n);
 void cuda_mv_run(cuda_backend *cb, const cu_mv_job *j);
 /* Whether cuda_mv_run takes the decode GEMM for this job. */
 int cuda_mv_uses_dgemm(const cuda_backend *cb, const cu_mv_job *j);
+/* At least n zeroed counters for the decode kernels' blocks (left zeroed
+ * by each launch), or NULL (failed, or a capture given up). */
+unsigned *cuda_counters(cuda_backend *cb, size_t n);
 void cuda_dgemm_free(cuda_backend *cb);
 
 /* The vtable entries, across the cuda_*.c files. */

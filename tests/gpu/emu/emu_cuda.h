@@ -42,12 +42,14 @@
 #undef __host__
 #undef __shared__
 #undef __forceinline__
+#undef __noinline__
 #undef __launch_bounds__
 #define __global__
 #define __device__
 #define __host__
 #define __shared__ static
 #define __forceinline__ inline
+#define __noinline__
 #define __launch_bounds__(...)
 #undef __grid_constant__
 #define __grid_constant__
