@@ -41,6 +41,10 @@ static const char usage[] =
     "  -n LIST             decode steps per row (default 128; 0: no decode row)\n"
     "  -d LIST             KV depths for the decode rows (default 0,512; defaults that do not\n"
     "                      fit the context are skipped with a note, given ones are an error)\n"
+    "  --prefill-depth LIST\n"
+    "                      KV depths for the prefill rows (default 0): D tokens filled\n"
+    "                      untimed, then the -p prompt timed after them (llama-bench's -d\n"
+    "                      for its pp rows; depth + prompt must fit the context)\n"
     "  -b LIST             batched decode rows, one per batch size: B sequences prefilled\n"
     "                      with each -p prompt, then -n steps through engine_forward_batch\n"
     "  -r N                repetitions (default 5)    --warmup N  warm-up runs (default 1)\n"
@@ -135,7 +139,7 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
     enum {
         O_KV = 1000, O_JSON, O_BACKEND, O_BANDWIDTH, O_REMEASURE, O_TOKENIZER, O_WARMUP,
         O_NBATCH, O_SERVER, O_MODEL, O_APIKEY, O_TIMEOUT, O_VOCAB, O_DEVICE, O_PROFILE,
-        O_SCHEMA, O_TURNS, O_SYSTOK, O_TURNTOK, O_DEVICES, O_PIPE, O_TP,
+        O_SCHEMA, O_TURNS, O_SYSTOK, O_TURNTOK, O_DEVICES, O_PIPE, O_TP, O_PPDEPTH,
     };
     static const struct option longs[] = {
         {"threads", required_argument, NULL, 't'},   {"ctx", required_argument, NULL, 'c'},
@@ -152,6 +156,7 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
         {"devices", required_argument, NULL, O_DEVICES},
         {"pp", required_argument, NULL, O_PIPE},
         {"tp", required_argument, NULL, O_TP},
+        {"prefill-depth", required_argument, NULL, O_PPDEPTH},
         {"file", required_argument, NULL, 'f'},      {"help", no_argument, NULL, 'h'},
         {"server", required_argument, NULL, O_SERVER},
         {"model", required_argument, NULL, O_MODEL},
@@ -173,6 +178,10 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
         case 'd':
             parse_list(optarg, 0, INT32_MAX, "-d", &o->depths);
             o->model_flag = o->local_flag = "-d";
+            break;
+        case O_PPDEPTH:
+            parse_list(optarg, 0, INT32_MAX, "--prefill-depth", &o->pp_depths);
+            o->model_flag = o->local_flag = "--prefill-depth";
             break;
         case 'b':
             parse_list(optarg, 1, 65536, "-b", &o->batches);
@@ -336,13 +345,16 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
 #endif
     if (o->device_given && o->backend != BACKEND_CUDA)
         cli_usage("--device %d: the cpu backend has no devices (use --backend cuda)", o->device);
-    static const int64_t def_pp[] = {512}, def_tg[] = {128}, def_depths[] = {0, 512};
+    static const int64_t def_pp[] = {512}, def_tg[] = {128}, def_depths[] = {0, 512},
+                         def_pp_depths[] = {0};
     if (!o->pp.given)
         set_default_list(&o->pp, def_pp, 1);
     if (!o->tg.given)
         set_default_list(&o->tg, def_tg, 1);
     if (!o->depths.given)
         set_default_list(&o->depths, def_depths, 2);
+    if (!o->pp_depths.given)
+        set_default_list(&o->pp_depths, def_pp_depths, 1);
     int any_pp = 0, any_tg = 0;
     for (size_t i = 0; i < o->pp.n; i++)
         any_pp |= o->pp.v[i] > 0;

@@ -34,7 +34,7 @@ typedef struct {
 typedef struct {
     const char *model, *text_file;
     const char *json_schema; /* --json-schema: the decode rows constrained by it */
-    int_list pp, tg, depths, batches;
+    int_list pp, tg, depths, pp_depths, batches;
     int reps, warmup, n_threads, n_batch, json, tokenizer, remeasure, profile_range;
     int64_t ctx;
     kv_type kv;

@@ -158,6 +158,17 @@ int bench_run_model(const bench_opts *o)
         pps[n_pps++] = p;
         need = p > need ? p : need;
     }
+    /* Prefill at depth: given depths only (the default is 0), so one that
+     * does not fit with a prompt is an error. */
+    for (size_t i = 0; i < n_pps; i++)
+        for (size_t k = 0; k < o->pp_depths.n; k++) {
+            int64_t d = o->pp_depths.v[k];
+            if (limit > 0 && d + pps[i] > limit)
+                cli_usage("--prefill-depth %" PRId64 " + prompt %" PRId64 " = %" PRId64
+                          " does not fit the context of %" PRId64 " (%s)", d, pps[i],
+                          d + pps[i], limit, limit_what);
+            need = d + pps[i] > need ? d + pps[i] : need;
+        }
     int64_t *depths = xmalloc(o->depths.n * sizeof *depths);
     size_t n_depths = 0;
     for (size_t k = 0; k < o->depths.n; k++) {
@@ -346,18 +357,21 @@ int bench_run_model(const bench_opts *o)
 
     json_t *rows = json_array();
     uint64_t seed = 1;
-    for (size_t i = 0; i < n_pps; i++) {
-        bench_row r = {.n_prompt = pps[i], .tokens = pps[i], .batch = 1};
-        snprintf(r.test, sizeof r.test, "pp%" PRId64, r.n_prompt);
-        bench_mem_row_begin(&mem);
-        if (bench_prefill(e, s, (int)r.n_prompt, o->warmup, o->reps, seed, &r.ms, &err) != 0)
-            cli_fail(&err);
-        r.peak_mem = bench_mem_row_end(&mem);
-        bench_finish_row(&r, bpt, ceil.gb_s);
-        json_array_append_new(rows, bench_row_json(&r));
-        if (!o->json)
-            bench_print_row(&r);
-    }
+    for (size_t i = 0; i < n_pps; i++)
+        for (size_t k = 0; k < o->pp_depths.n; k++) {
+            bench_row r = {.n_prompt = pps[i], .tokens = pps[i], .batch = 1,
+                           .depth = o->pp_depths.v[k]};
+            snprintf(r.test, sizeof r.test, "pp%" PRId64, r.n_prompt);
+            bench_mem_row_begin(&mem);
+            if (bench_prefill(e, s, r.depth, (int)r.n_prompt, o->warmup, o->reps, seed, &r.ms,
+                              &err) != 0)
+                cli_fail(&err);
+            r.peak_mem = bench_mem_row_end(&mem);
+            bench_finish_row(&r, bpt, ceil.gb_s);
+            json_array_append_new(rows, bench_row_json(&r));
+            if (!o->json)
+                bench_print_row(&r);
+        }
     for (size_t i = 0; i < o->tg.n; i++) {
         if (o->tg.v[i] == 0)
             continue;

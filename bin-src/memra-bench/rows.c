@@ -62,7 +62,7 @@ static void row_label(const bench_row *r, char *out, size_t n)
 {
     if (r->batched)
         snprintf(out, n, "%s b%d @ d%" PRId64, r->test, r->batch, r->depth);
-    else if (r->decode)
+    else if (r->decode || r->depth > 0)
         snprintf(out, n, "%s @ d%" PRId64, r->test, r->depth);
     else
         snprintf(out, n, "%s", r->test);

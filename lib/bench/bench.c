@@ -226,12 +226,31 @@ static int32_t *random_tokens(const engine *e, int64_t n, uint64_t seed)
     return t;
 }
 
+/* s filled with the run's first depth tokens, untimed: a prefill in the
+ * engine's chunks, logits skipped. */
+static int fill_depth(engine_run *r, memra_err *err)
+{
+    engine_seq_reset(r->s);
+    for (int64_t done = 0; done < r->depth;) {
+        int step = r->depth - done > (1 << 20) ? 1 << 20 : (int)(r->depth - done);
+        if (engine_forward(r->e, r->s, r->tokens + done, step, NULL, 0, err) != 0)
+            return -1;
+        done += step;
+    }
+    return 0;
+}
+
 static int prefill_rep(void *ctx, double *ms, memra_err *err)
 {
     engine_run *r = ctx;
-    engine_seq_reset(r->s);
+    if (r->depth == 0)
+        engine_seq_reset(r->s);
+    else if (engine_rewindable(r->e) || engine_seq_pos(r->s) == r->depth)
+        engine_seq_truncate(r->s, r->depth);
+    else if (fill_depth(r, err) != 0) /* a recurrent state cannot be cut back */
+        return -1;
     double t0 = bench_now_ms();
-    if (engine_forward(r->e, r->s, r->tokens, r->n_prompt, r->logits, 0, err) != 0)
+    if (engine_forward(r->e, r->s, r->tokens + r->depth, r->n_prompt, r->logits, 0, err) != 0)
         return -1;
     *ms = bench_now_ms() - t0;
     return 0;
@@ -240,13 +259,9 @@ static int prefill_rep(void *ctx, double *ms, memra_err *err)
 static int decode_rep(void *ctx, double *ms, memra_err *err)
 {
     engine_run *r = ctx;
-    if (!engine_rewindable(r->e) && engine_seq_pos(r->s) != r->depth) {
-        /* a recurrent state cannot be cut back: fill the context again, untimed */
-        engine_seq_reset(r->s);
-        if (r->depth > 0 &&
-            engine_forward(r->e, r->s, r->tokens, r->depth, NULL, 0, err) != 0)
-            return -1;
-    }
+    /* a recurrent state cannot be cut back: fill the context again, untimed */
+    if (!engine_rewindable(r->e) && engine_seq_pos(r->s) != r->depth && fill_depth(r, err) != 0)
+        return -1;
     engine_seq_truncate(r->s, r->depth);
     sampler_reset(r->smp);
     grammars_restart(r->gram, 1);
@@ -264,17 +279,20 @@ static int decode_rep(void *ctx, double *ms, memra_err *err)
     return 0;
 }
 
-int bench_prefill(engine *e, engine_seq *s, int n_prompt, int warmup, int reps, uint64_t seed,
-                  bench_stats *out, memra_err *err)
+int bench_prefill(engine *e, engine_seq *s, int64_t depth, int n_prompt, int warmup, int reps,
+                  uint64_t seed, bench_stats *out, memra_err *err)
 {
-    if (n_prompt < 1)
-        return memra_fail(err, "bench: prefill of %d tokens", n_prompt);
+    if (n_prompt < 1 || depth < 0)
+        return memra_fail(err, "bench: prefill of %d tokens at depth %lld", n_prompt,
+                          (long long)depth);
     engine_run r = {
-        .e = e, .s = s, .n_prompt = n_prompt,
-        .tokens = random_tokens(e, n_prompt, seed),
+        .e = e, .s = s, .n_prompt = n_prompt, .depth = depth,
+        .tokens = random_tokens(e, depth + n_prompt, seed),
         .logits = xmalloc((size_t)engine_config(e)->n_vocab * sizeof(float)),
     };
-    int rc = bench_repeat(prefill_rep, &r, warmup, reps, out, err);
+    int rc = depth > 0 ? fill_depth(&r, err) : 0;
+    if (rc == 0)
+        rc = bench_repeat(prefill_rep, &r, warmup, reps, out, err);
     engine_seq_reset(s);
     free(r.tokens);
     free(r.logits);
@@ -298,15 +316,7 @@ int bench_decode(engine *e, engine_seq *s, int64_t depth, int n_gen, int warmup,
         grammars_free(r.gram, 1);
         return -1;
     }
-    int rc = 0;
-    engine_seq_reset(s);
-    /* The fill is a prefill in the engine's chunks, logits skipped. */
-    if (depth > 0)
-        for (int64_t done = 0; done < depth && rc == 0;) {
-            int step = depth - done > (1 << 20) ? 1 << 20 : (int)(depth - done);
-            rc = engine_forward(e, s, r.tokens + done, step, NULL, 0, err);
-            done += step;
-        }
+    int rc = fill_depth(&r, err);
     if (rc == 0)
         rc = bench_repeat(decode_rep, &r, warmup, reps, out, err);
     engine_seq_reset(s);

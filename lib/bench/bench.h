@@ -54,11 +54,14 @@ void bench_profile(engine *e);
  * --json-schema. Both stay the caller's and must outlive the rows. */
 void bench_constrain(const gram_grammar *g, const gram_vocab *v);
 
-/* Prefill: n_prompt tokens into the empty sequence s (the last token's
- * logits computed, as a real prompt needs). out is the time of the whole
- * prompt in ms. Tokens are pseudo-random ids from seed. */
-int bench_prefill(engine *e, engine_seq *s, int n_prompt, int warmup, int reps, uint64_t seed,
-                  bench_stats *out, memra_err *err);
+/* Prefill: n_prompt tokens into the sequence s after depth tokens
+ * already in its cache (the last token's logits computed, as a real
+ * prompt needs). s is filled to depth once, untimed, and cut back to it
+ * before each repetition (filled again, untimed, where the model's
+ * recurrent state cannot be cut back). out is the time of the n_prompt
+ * tokens in ms. Tokens are pseudo-random ids from seed. s is left empty. */
+int bench_prefill(engine *e, engine_seq *s, int64_t depth, int n_prompt, int warmup, int reps,
+                  uint64_t seed, bench_stats *out, memra_err *err);
 /* Decode: s is filled to depth tokens once (untimed), then each
  * repetition runs n_gen single-token steps, each sampling its token
  * greedily (engine_forward_sample: on the device where the backend

@@ -30,6 +30,17 @@ check "header fields: model, family, dtype, threads, backend, date, cpu, reps" \
 check "nothing but the JSON on stdout, nothing on stderr with a given ceiling" \
   bash -c "[ ! -s '$T/a.err' ] && jq -e . '$T/a.json' >/dev/null"
 
+# Prefill at depth: D tokens filled untimed before each timed prompt.
+memra-bench "$STORIES" -p 16 -n 0 --prefill-depth 0,200 -r 2 -t 1 --bandwidth 10 --json >"$T/pd.json"
+check "--prefill-depth 0,200: a pp16 row at each depth, 16 tokens each" \
+  jq -e '[.rows[] | [.test, .kind, .depth, .n_prompt, .tokens]] == [["pp16","prefill",0,16,16],["pp16","prefill",200,16,16]] and (.rows | all(.tok_s > 0))' "$T/pd.json"
+memra-bench "$STORIES" -p 16 -n 0 --prefill-depth 200 -r 1 -t 1 --bandwidth 10 >"$T/pd.txt"
+check "the table labels a prefill row at depth 'pp16 @ d200'" grep -Eq '^\| pp16 @ d200 ' "$T/pd.txt"
+expect_error "--prefill-depth past the context: usage error naming both" 2 "prefill-depth 60 \\+ prompt 16 = 76 does not fit the context of 64" \
+  memra-bench "$STORIES" -p 16 -n 0 --prefill-depth 60 --ctx 64 -r 1 --bandwidth 10
+expect_error "--prefill-depth with --tokenizer: usage error" 2 "prefill-depth" \
+  memra-bench "$QWEN2" --tokenizer --prefill-depth 8
+
 memra-bench "$TINY" -p 16 -n 4 -d 0,64 -r 1 -t 2 --kv f16 --n-batch 8 --bandwidth 10 --json >"$T/t.json"
 check "memra-tiny: qwen3 BF16, kv f16, 2 threads, prefill chunk 8, three rows" \
   jq -e '.model.family == "qwen3" and .model.dtype == "BF16" and .kv_type == "f16" and .threads == 2 and .n_batch == 8 and (.rows | length == 3 and all(.tok_s > 0))' "$T/t.json"

@@ -115,16 +115,24 @@ static void test_engine_measurements(void)
     engine_seq *s;
     CHECK(engine_seq_new(e, &s, &err) == 0);
     bench_stats st;
-    CHECK_MSG(bench_prefill(e, s, 40, 1, 3, 1, &st, &err) == 0, "%s", err.msg);
+    CHECK_MSG(bench_prefill(e, s, 0, 40, 1, 3, 1, &st, &err) == 0, "%s", err.msg);
     CHECK(st.n == 3 && st.min > 0 && st.min <= st.median && st.median <= st.max);
     CHECK(engine_seq_pos(s) == 0); /* left empty */
+    /* after 32 tokens: each repetition cut back to them (a repetition that
+     * kept the one before's 16 would run past the context of 48) */
+    CHECK_MSG(bench_prefill(e, s, 32, 16, 1, 3, 1, &st, &err) == 0, "%s", err.msg);
+    CHECK(st.n == 3 && st.min > 0 && st.median <= st.max);
+    CHECK(engine_seq_pos(s) == 0);
+    CHECK(bench_prefill(e, s, 40, 16, 0, 1, 1, &st, &err) == -1);
+    CHECK_MSG(strstr(err.msg, "n_ctx 48") != NULL, "%s", err.msg);
     CHECK_MSG(bench_decode(e, s, 32, 8, 1, 3, 1, &st, &err) == 0, "%s", err.msg);
     CHECK(st.n == 3 && st.min > 0 && st.median <= st.max);
     CHECK(engine_seq_pos(s) == 0);
     /* past the context: the engine's error comes back, naming n_ctx */
     CHECK(bench_decode(e, s, 40, 16, 0, 1, 1, &st, &err) == -1);
     CHECK_MSG(strstr(err.msg, "n_ctx 48") != NULL, "%s", err.msg);
-    CHECK(bench_prefill(e, s, 0, 0, 1, 1, &st, &err) == -1);
+    CHECK(bench_prefill(e, s, 0, 0, 0, 1, 1, &st, &err) == -1);
+    CHECK(bench_prefill(e, s, -1, 8, 0, 1, 1, &st, &err) == -1);
     engine_seq_free(s);
     engine_free(e);
     checkpoint_close(&ck);
