@@ -5,6 +5,7 @@
  * the step. The reference backend runs attn_task_ref, the fast backend
  * attn_task_fast (its own bounded numerics, decision 0035). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
@@ -17,6 +18,8 @@
 #define ATTN_GROUP 8
 /* The most query heads of one KV head a task takes. */
 #define ATTN_HEADS_MAX 16
+/* The most rows of one sequence a fast-path task takes (attn_task_fast). */
+#define ATTN_TILE_ROWS 8
 
 /* ---- norms ---- */
 
@@ -214,6 +217,8 @@ typedef struct {
     const float *q;
     float *out;
     int hg; /* query heads a task takes: a divisor of the heads a KV head serves */
+    /* the fast path's tiles: tile k is rows tile_row[k] .. tile_row[k + 1] - 1 */
+    const int *tile_row;
 } attn_job;
 
 /* What a task (row, KV head, group of hg of its query heads) reads: the
@@ -305,17 +310,38 @@ static void attn_task_ref(void *ctx, int task, int thread)
  * the exponentials by cpu_exp_neg's polynomial, the weighted sum of V by
  * FMA with each key's unnormalized weight, divided by the weights' sum
  * once at the end. K and V rows are read as stored (Q8_0 ones widened
- * first where a head straddles blocks). Each head's operations are its
- * own, in position order, whatever hg or the thread count. */
+ * first where a head straddles blocks).
+ *
+ * A task takes a tile of rows of one sequence (a prompt chunk's rows, up
+ * to ATTN_TILE_ROWS; a decode step's rows are tiles of one): each group
+ * of keys is read once for every row of the tile that sees it, so a
+ * chunk deep in the context streams its head's K and V once a tile, not
+ * once a row. Each (row, head)'s operations are its own, in position
+ * order (the kernels' result for a key does not depend on the keys
+ * beside it in a call), whatever the tile, hg or the thread count. */
 static void attn_task_fast(void *ctx, int task, int thread)
 {
     attn_job *j = ctx;
     const bk_attn *a = j->a;
-    const attn_span sp = attn_span_of(j, task);
     const int hd = a->head_dim, hg = j->hg;
-    const kv_cache *kc = sp.kc;
+    const int per_kv = a->n_heads / a->n_kv_heads / hg;
+    const int tile = task / (a->n_kv_heads * per_kv), sub = task % (a->n_kv_heads * per_kv);
+    const int i0 = j->tile_row[tile], nr = j->tile_row[tile + 1] - i0;
+    attn_span sp[ATTN_TILE_ROWS];
+    int64_t lo = INT64_MAX, hi = -1;
+    for (int r = 0; r < nr; r++) {
+        sp[r] = attn_span_of(j, (i0 + r) * a->n_kv_heads * per_kv + sub);
+        lo = sp[r].lo < lo ? sp[r].lo : lo;
+        hi = sp[r].hi > hi ? sp[r].hi : hi;
+    }
+    const kv_cache *kc = sp[0].kc;
+    const kv_seq *seq = sp[0].s;
+    const int kvh = sp[0].kvh;
     const cpu_kernels *fk = j->c->fast;
+    /* scratch: ATTN_GROUP widened rows, then the scores of (row r, head
+     * g) at sc + (r hg + g) stride, position t at t - the row's lo */
     float *buf = j->c->scratch[thread], *sc = buf + (size_t)ATTN_GROUP * hd;
+    const size_t stride = (size_t)(hi - lo + 1);
     const size_t row = kc->row_bytes;
     const int64_t bs = kc->block_size;
     /* Rows are read as stored, Q8_0 ones where a head is whole blocks
@@ -326,44 +352,54 @@ static void attn_task_fast(void *ctx, int task, int thread)
                           : kc->type == KV_Q8_0 && as_stored ? CPU_KV_Q8_0
                                                : CPU_KV_F32;
     /* the head's slice of a stored row: where it starts, how long */
-    const size_t head_off = kv_row_bytes(kc->type, (int64_t)sp.kvh * hd),
+    const size_t head_off = kv_row_bytes(kc->type, (int64_t)kvh * hd),
                  head_len = kv_row_bytes(kc->type, hd);
-    float sum_of[ATTN_HEADS_MAX];
+    float sum_of[ATTN_TILE_ROWS][ATTN_HEADS_MAX];
     /* Two passes over the positions, K then V: kv[] gathers a group's
      * rows, t0 the group's first position. */
     for (int pass = 0; pass < 2; pass++) {
         const uint8_t *base = pass == 0 ? kc->k : kc->v;
         const void *kv[ATTN_GROUP];
         int ng = 0;
-        int64_t t0 = sp.lo;
+        int64_t t0 = lo;
         if (pass == 1)
-            for (int d = 0; d < hg * hd; d++)
-                sp.o[d] = 0;
-        for (int64_t t = sp.lo; t <= sp.hi;) {
-            int64_t end = (t / bs + 1) * bs - 1 < sp.hi ? (t / bs + 1) * bs - 1 : sp.hi;
+            for (int r = 0; r < nr; r++)
+                for (int d = 0; d < hg * hd; d++)
+                    sp[r].o[d] = 0;
+        for (int64_t t = lo; t <= hi;) {
+            int64_t end = (t / bs + 1) * bs - 1 < hi ? (t / bs + 1) * bs - 1 : hi;
             /* The head's bytes of the same slot a block on are fetched
              * ahead: a task reads one head's slice of every row, a stride
              * the hardware's prefetchers do not follow (decode at depth
              * 4096 waited on these loads). */
             const uint8_t *ahead =
-                end < sp.hi ? base + kv_offset(kc, sp.s, a->layer, end + 1) + head_off : NULL;
-            for (size_t off = kv_offset(kc, sp.s, a->layer, t); t <= end; t++, off += row) {
+                end < hi ? base + kv_offset(kc, seq, a->layer, end + 1) + head_off : NULL;
+            for (size_t off = kv_offset(kc, seq, a->layer, t); t <= end; t++, off += row) {
                 if (ahead)
                     for (size_t b = 0; b < head_len; b += 64)
                         __builtin_prefetch(ahead + (size_t)(t % bs) * row + b);
                 kv[ng] = as_stored ? (const void *)(base + off + head_off)
-                                   : (const void *)kv_head(kc, base, off, sp.kvh, hd,
+                                   : (const void *)kv_head(kc, base, off, kvh, hd,
                                                            buf + (size_t)ng * hd);
-                if (++ng < ATTN_GROUP && t < sp.hi)
+                if (++ng < ATTN_GROUP && t < hi)
                     continue;
-                for (int g = 0; g < hg; g++) {
-                    float *sg = sc + (size_t)g * sp.span + (t0 - sp.lo);
-                    if (pass == 0) {
-                        fk->attn_dot(sp.q + (size_t)g * hd, kv, e, ng, hd, a->scale, sg);
-                        for (int u = 0; a->softcap > 0 && u < ng; u++)
-                            sg[u] = tanhf(sg[u] / a->softcap) * a->softcap;
-                    } else {
-                        fk->attn_axpy(sp.o + (size_t)g * hd, sg, kv, e, ng, hd);
+                /* keys t0 .. t0 + ng - 1, for each row the part it sees */
+                for (int r = 0; r < nr; r++) {
+                    const int64_t a0 = t0 > sp[r].lo ? t0 : sp[r].lo;
+                    const int64_t a1 = t0 + ng - 1 < sp[r].hi ? t0 + ng - 1 : sp[r].hi;
+                    if (a0 > a1)
+                        continue;
+                    const int u0 = (int)(a0 - t0), nk = (int)(a1 - a0 + 1);
+                    for (int g = 0; g < hg; g++) {
+                        float *sg = sc + ((size_t)r * hg + g) * stride + (a0 - sp[r].lo);
+                        if (pass == 0) {
+                            fk->attn_dot(sp[r].q + (size_t)g * hd, kv + u0, e, nk, hd, a->scale,
+                                         sg);
+                            for (int u = 0; a->softcap > 0 && u < nk; u++)
+                                sg[u] = tanhf(sg[u] / a->softcap) * a->softcap;
+                        } else {
+                            fk->attn_axpy(sp[r].o + (size_t)g * hd, sg, kv + u0, e, nk, hd);
+                        }
                     }
                 }
                 ng = 0;
@@ -372,12 +408,14 @@ static void attn_task_fast(void *ctx, int task, int thread)
         }
         if (pass == 1)
             break;
-        for (int g = 0; g < hg; g++)
-            sum_of[g] = fk->attn_exp(sc + (size_t)g * sp.span, sp.span);
+        for (int r = 0; r < nr; r++)
+            for (int g = 0; g < hg; g++)
+                sum_of[r][g] = fk->attn_exp(sc + ((size_t)r * hg + g) * stride, sp[r].span);
     }
-    for (int g = 0; g < hg; g++)
-        for (int d = 0; d < hd; d++)
-            sp.o[(size_t)g * hd + d] /= sum_of[g];
+    for (int r = 0; r < nr; r++)
+        for (int g = 0; g < hg; g++)
+            for (int d = 0; d < hd; d++)
+                sp[r].o[(size_t)g * hd + d] /= sum_of[r][g];
 }
 
 /* Rows of a step's K and V into the cache, a task a run of rows (each
@@ -433,14 +471,47 @@ void cpu_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const 
     while (hg > 1 && (hg > ATTN_HEADS_MAX || G % hg != 0 ||
                       (int64_t)rows->n * a->n_kv_heads * (G / hg) < 2 * (int64_t)c->n_threads))
         hg--;
-    cpu_scratch_reserve(c, (size_t)ATTN_GROUP * a->head_dim + (size_t)hg * (size_t)longest);
-    attn_job j = {c, a, rows, q, out, hg};
+    /* The fast path's tiles: runs of rows of one sequence, of at most
+     * ATTN_TILE_ROWS and fewer where that leaves a thread under two tasks
+     * (any tiling gives the same bytes); the scores of a tile span its
+     * rows' positions together. */
+    int stack_tiles[65], *tile_row = NULL, n_tiles = rows->n;
+    int64_t stride = longest;
+    if (c->fast) {
+        tile_row = rows->n < 65 ? stack_tiles : xmalloc(((size_t)rows->n + 1) * sizeof *tile_row);
+        const int64_t per_tile = (int64_t)a->n_kv_heads * (G / hg);
+        int most = ATTN_TILE_ROWS;
+        while (most > 1 && (rows->n + most - 1) / most * per_tile < 2 * (int64_t)c->n_threads)
+            most /= 2;
+        n_tiles = 0;
+        for (int i = 0; i < rows->n;) {
+            int e = i + 1;
+            int64_t lo = rows->pos[i], hi = rows->pos[i];
+            while (e < rows->n && e - i < most && rows->seq[e] == rows->seq[i]) {
+                lo = rows->pos[e] < lo ? rows->pos[e] : lo;
+                hi = rows->pos[e] > hi ? rows->pos[e] : hi;
+                e++;
+            }
+            /* the tile's positions: from its lowest visible one (a row's
+             * window starts at most longest - 1 before it) to its highest */
+            lo = lo - longest + 1 > 0 ? lo - longest + 1 : 0;
+            stride = hi - lo + 1 > stride ? hi - lo + 1 : stride;
+            tile_row[n_tiles++] = i;
+            i = e;
+        }
+        tile_row[n_tiles] = rows->n;
+    }
+    cpu_scratch_reserve(c, (size_t)ATTN_GROUP * a->head_dim +
+                               (size_t)hg * (size_t)stride * (c->fast ? ATTN_TILE_ROWS : 1));
+    attn_job j = {c, a, rows, q, out, hg, tile_row};
     void (*task)(void *, int, int) = c->fast ? attn_task_fast : attn_task_ref;
-    int n_tasks = rows->n * a->n_kv_heads * (G / hg);
+    int n_tasks = n_tiles * a->n_kv_heads * (G / hg);
     if ((double)rows->n * a->n_heads * (double)longest * a->head_dim < ATTN_INLINE_MACS) {
         for (int t = 0; t < n_tasks; t++)
             task(&j, t, 0);
-        return;
+    } else {
+        pool_run(c->pool, n_tasks, task, &j);
     }
-    pool_run(c->pool, n_tasks, task, &j);
+    if (tile_row != stack_tiles)
+        free(tile_row);
 }
