@@ -588,6 +588,57 @@ static void attn_kernels_on(cpu_isa isa)
                 CHECK_MSG(fabs(o1[i] - exact) <= (2 * NK + 2) * U * mag, "%s attn_axpy e=%d n=%lld [%lld]: %.9g want %.9g",
                           k->name, e, (long long)n, (long long)i, o1[i], exact);
             }
+            /* several queries at once: each query's scores and sums the
+             * bits of its own calls, for every count of queries and keys */
+            enum { NQ = 9 };
+            if (k->attn_dotq) {
+                float *qm[NQ], *om[NQ], *os[NQ], *pm[NQ], sm[NQ][NK], s1[NK];
+                for (int t = 0; t < NQ; t++) {
+                    qm[t] = malloc((size_t)n * 4);
+                    om[t] = malloc((size_t)n * 4);
+                    os[t] = malloc((size_t)n * 4);
+                    pm[t] = malloc(NK * 4);
+                    make_x(qm[t], n);
+                    make_x(om[t], n);
+                    for (int j = 0; j < NK; j++)
+                        pm[t][j] = 0.29f / (float)(t + j + 1);
+                }
+                float *smp[NQ];
+                for (int t = 0; t < NQ; t++)
+                    smp[t] = sm[t];
+                for (int nq = 1; nq <= NQ; nq++)
+                    for (int nk = 1; nk <= NK; nk++) {
+                        k->attn_dotq((const float *const *)qm, nq, (const void *const *)rows,
+                                     (cpu_kv_elem)e, nk, n, scale, smp);
+                        for (int t = 0; t < nq; t++) {
+                            k->attn_dot(qm[t], (const void *const *)rows, (cpu_kv_elem)e, nk, n,
+                                        scale, s1);
+                            CHECK_MSG(memcmp(sm[t], s1, (size_t)nk * 4) == 0,
+                                      "%s attn_dotq e=%d n=%lld: %d queries x %d keys, query %d "
+                                      "differs from its own call", k->name, e, (long long)n, nq,
+                                      nk, t);
+                        }
+                        for (int t = 0; t < nq; t++)
+                            memcpy(os[t], om[t], (size_t)n * 4);
+                        k->attn_axpyq(os, (const float *const *)pm, nq,
+                                      (const void *const *)rows, (cpu_kv_elem)e, nk, n);
+                        for (int t = 0; t < nq; t++) {
+                            memcpy(o2, om[t], (size_t)n * 4);
+                            k->attn_axpy(o2, pm[t], (const void *const *)rows, (cpu_kv_elem)e,
+                                         nk, n);
+                            CHECK_MSG(memcmp(os[t], o2, (size_t)n * 4) == 0,
+                                      "%s attn_axpyq e=%d n=%lld: %d queries x %d keys, query %d "
+                                      "differs from its own call", k->name, e, (long long)n, nq,
+                                      nk, t);
+                        }
+                    }
+                for (int t = 0; t < NQ; t++) {
+                    free(qm[t]);
+                    free(om[t]);
+                    free(os[t]);
+                    free(pm[t]);
+                }
+            }
             for (int j = 0; j < NK; j++) {
                 free(rows[j]);
                 free(w[j]);

@@ -355,6 +355,10 @@ static void attn_task_fast(void *ctx, int task, int thread)
     const size_t head_off = kv_row_bytes(kc->type, (int64_t)kvh * hd),
                  head_len = kv_row_bytes(kc->type, hd);
     float sum_of[ATTN_TILE_ROWS][ATTN_HEADS_MAX];
+    /* a group's (row, head)s for the multi-query kernels: q, out, scores */
+    const int multi = fk->attn_dotq && fk->attn_axpyq;
+    const float *qs[ATTN_TILE_ROWS * ATTN_HEADS_MAX];
+    float *os[ATTN_TILE_ROWS * ATTN_HEADS_MAX], *ss[ATTN_TILE_ROWS * ATTN_HEADS_MAX];
     /* Two passes over the positions, K then V: kv[] gathers a group's
      * rows, t0 the group's first position. */
     for (int pass = 0; pass < 2; pass++) {
@@ -383,12 +387,30 @@ static void attn_task_fast(void *ctx, int task, int thread)
                                                            buf + (size_t)ng * hd);
                 if (++ng < ATTN_GROUP && t < hi)
                     continue;
-                /* keys t0 .. t0 + ng - 1, for each row the part it sees */
+                /* keys t0 .. t0 + ng - 1: the (row, head)s that see them
+                 * all together where the level multiplies several
+                 * queries at once, then each row the part it sees */
+                int nq = 0;
+                for (int r = 0; multi && r < nr; r++)
+                    if (sp[r].lo <= t0 && t0 + ng - 1 <= sp[r].hi)
+                        for (int g = 0; g < hg; g++) {
+                            qs[nq] = sp[r].q + (size_t)g * hd;
+                            os[nq] = sp[r].o + (size_t)g * hd;
+                            ss[nq++] = sc + ((size_t)r * hg + g) * stride + (t0 - sp[r].lo);
+                        }
+                if (nq > 0 && pass == 0) {
+                    fk->attn_dotq(qs, nq, kv, e, ng, hd, a->scale, ss);
+                    for (int m = 0; a->softcap > 0 && m < nq; m++)
+                        for (int u = 0; u < ng; u++)
+                            ss[m][u] = tanhf(ss[m][u] / a->softcap) * a->softcap;
+                } else if (nq > 0) {
+                    fk->attn_axpyq(os, (const float *const *)ss, nq, kv, e, ng, hd);
+                }
                 for (int r = 0; r < nr; r++) {
                     const int64_t a0 = t0 > sp[r].lo ? t0 : sp[r].lo;
                     const int64_t a1 = t0 + ng - 1 < sp[r].hi ? t0 + ng - 1 : sp[r].hi;
-                    if (a0 > a1)
-                        continue;
+                    if (a0 > a1 || (nq > 0 && a0 == t0 && a1 == t0 + ng - 1))
+                        continue; /* nothing seen, or taken above */
                     const int u0 = (int)(a0 - t0), nk = (int)(a1 - a0 + 1);
                     for (int g = 0; g < hg; g++) {
                         float *sg = sc + ((size_t)r * hg + g) * stride + (a0 - sp[r].lo);

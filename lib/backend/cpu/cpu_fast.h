@@ -90,6 +90,14 @@ typedef struct {
     float (*attn_exp)(float *s, int64_t n);
     void (*attn_axpy)(float *o, const float *p, const void *const *v, cpu_kv_elem e, int nv,
                       int64_t n);
+    /* The same for nq queries and the same keys: attn_dotq's out[t][j]
+     * is attn_dot(q[t], ...)'s out[j], attn_axpyq's o[t] gets attn_axpy(
+     * o[t], p[t], ...), the same bits; each key read once for all. NULL
+     * where the level has none (the caller makes the single calls). */
+    void (*attn_dotq)(const float *const *q, int nq, const void *const *k, cpu_kv_elem e,
+                      int nk, int64_t n, float scale, float *const *out);
+    void (*attn_axpyq)(float *const *o, const float *const *p, int nq, const void *const *v,
+                       cpu_kv_elem e, int nv, int64_t n);
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_scalar;

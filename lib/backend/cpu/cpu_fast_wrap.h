@@ -108,4 +108,32 @@
             attn_axpy_f32(o, p, v, nv, n);                                                         \
     }
 
+/* The level's attn_dotq / attn_axpyq by the rows' element type, over its
+ * attn_dotq_SUF / attn_axpyq_SUF forms. */
+#define ATTN_QDISPATCH                                                                             \
+    static void attn_dotq(const float *const *q, int nq, const void *const *k, cpu_kv_elem e,      \
+                          int nk, int64_t n, float scale, float *const *out)                       \
+    {                                                                                              \
+        if (e == CPU_KV_BF16)                                                                      \
+            attn_dotq_bf16(q, nq, k, nk, n, scale, out);                                           \
+        else if (e == CPU_KV_F16)                                                                  \
+            attn_dotq_f16(q, nq, k, nk, n, scale, out);                                            \
+        else if (e == CPU_KV_Q8_0)                                                                 \
+            attn_dotq_kq8(q, nq, k, nk, n, scale, out);                                            \
+        else                                                                                       \
+            attn_dotq_f32(q, nq, k, nk, n, scale, out);                                            \
+    }                                                                                              \
+    static void attn_axpyq(float *const *o, const float *const *p, int nq, const void *const *v,   \
+                           cpu_kv_elem e, int nv, int64_t n)                                       \
+    {                                                                                              \
+        if (e == CPU_KV_BF16)                                                                      \
+            attn_axpyq_bf16(o, p, nq, v, nv, n);                                                   \
+        else if (e == CPU_KV_F16)                                                                  \
+            attn_axpyq_f16(o, p, nq, v, nv, n);                                                    \
+        else if (e == CPU_KV_Q8_0)                                                                 \
+            attn_axpyq_kq8(o, p, nq, v, nv, n);                                                    \
+        else                                                                                       \
+            attn_axpyq_f32(o, p, nq, v, nv, n);                                                    \
+    }
+
 #endif

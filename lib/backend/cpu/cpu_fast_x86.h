@@ -1148,6 +1148,137 @@ static inline float attn_rd_kq8(const uint8_t *r, int64_t i)
 
 ATTN_KERNELS(vf)
 
+/* Several queries against the same keys (a prompt chunk's rows and heads,
+ * cpu_kernels.attn_dotq / attn_axpyq): each key's widened vector serves
+ * NQ queries (AVX2's sixteen registers hold 2 x 4 accumulators, AVX-512's
+ * thirty-two 4 x 4). Every (query, key) pair's FMAs, fold and tail are
+ * attn_dot_k's, and every output element's FMAs come key after key as
+ * attn_axpy_k's, so each result is the same bits as a query's own call. */
+#if CPU_X86_512
+enum { ATTN_NQ = 4 };
+#else
+enum { ATTN_NQ = 2 };
+#endif
+
+X86_INLINE void attn_dotq_k(const float *const *q, const void *const *k, int64_t n, float scale,
+                            float *const *out, int j0, const int NQ, const int NK,
+                            vf (*load)(const uint8_t *, int64_t),
+                            float (*read1)(const uint8_t *, int64_t))
+{
+    vf a[ATTN_NQ][4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NQ; t++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NK; j++)
+            a[t][j] = VZERO();
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) {
+        vf qv[ATTN_NQ];
+#pragma GCC unroll 4
+        for (int t = 0; t < NQ; t++)
+            qv[t] = VLOADF(q[t] + i);
+#pragma GCC unroll 4
+        for (int j = 0; j < NK; j++) {
+            const vf kv = load((const uint8_t *)k[j], i);
+#pragma GCC unroll 4
+            for (int t = 0; t < NQ; t++)
+                a[t][j] = VFMA(kv, qv[t], a[t][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NQ; t++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NK; j++) {
+            float tail = 0;
+            for (int64_t s = i; s < n; s++)
+                tail += q[t][s] * read1((const uint8_t *)k[j], s);
+            out[t][j0 + j] = (x86_hsum8(v_to8(a[t][j])) + tail) * scale;
+        }
+}
+
+X86_INLINE void attn_axpyq_k(float *const *o, const float *const *p, const void *const *v, int nv,
+                             int64_t n, const int NQ, vf (*load)(const uint8_t *, int64_t),
+                             float (*read1)(const uint8_t *, int64_t))
+{
+    int64_t i = 0;
+    for (; i + 2 * VL <= n; i += 2 * VL) {
+        vf r[4][2];
+#pragma GCC unroll 4
+        for (int t = 0; t < NQ; t++) {
+            r[t][0] = VLOADF(o[t] + i);
+            r[t][1] = VLOADF(o[t] + i + VL);
+        }
+        for (int j = 0; j < nv; j++) {
+            const vf v0 = load((const uint8_t *)v[j], i), v1 = load((const uint8_t *)v[j], i + VL);
+#pragma GCC unroll 4
+            for (int t = 0; t < NQ; t++) {
+                const vf pp = VSET1(p[t][j]);
+                r[t][0] = VFMA(pp, v0, r[t][0]);
+                r[t][1] = VFMA(pp, v1, r[t][1]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < NQ; t++) {
+            VSTORE(o[t] + i, r[t][0]);
+            VSTORE(o[t] + i + VL, r[t][1]);
+        }
+    }
+    for (; i + VL <= n; i += VL) {
+        vf r[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NQ; t++)
+            r[t] = VLOADF(o[t] + i);
+        for (int j = 0; j < nv; j++) {
+            const vf v0 = load((const uint8_t *)v[j], i);
+#pragma GCC unroll 4
+            for (int t = 0; t < NQ; t++)
+                r[t] = VFMA(VSET1(p[t][j]), v0, r[t]);
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < NQ; t++)
+            VSTORE(o[t] + i, r[t]);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NQ; t++)
+        for (int j = 0; j < nv; j++)
+            for (int64_t s = i; s < n; s++)
+                o[t][s] += p[t][j] * read1((const uint8_t *)v[j], s);
+}
+
+#define ATTN_QFORMS(SUF)                                                                           \
+    static void attn_dotq_##SUF(const float *const *q, int nq, const void *const *k, int nk,       \
+                                int64_t n, float scale, float *const *out)                         \
+    {                                                                                              \
+        int t = 0;                                                                                 \
+        for (; t + ATTN_NQ <= nq; t += ATTN_NQ) {                                                  \
+            int j = 0;                                                                             \
+            for (; j + 4 <= nk; j += 4)                                                            \
+                attn_dotq_k(q + t, k + j, n, scale, out + t, j, ATTN_NQ, 4, attn_ld_##SUF,         \
+                            attn_rd_##SUF);                                                        \
+            for (; j < nk; j++)                                                                    \
+                attn_dotq_k(q + t, k + j, n, scale, out + t, j, ATTN_NQ, 1, attn_ld_##SUF,         \
+                            attn_rd_##SUF);                                                        \
+        }                                                                                          \
+        for (; t < nq; t++)                                                                        \
+            attn_dot_##SUF(q[t], k, nk, n, scale, out[t]);                                         \
+    }                                                                                              \
+    static void attn_axpyq_##SUF(float *const *o, const float *const *p, int nq,                   \
+                                 const void *const *v, int nv, int64_t n)                          \
+    {                                                                                              \
+        int t = 0;                                                                                 \
+        for (; t + ATTN_NQ <= nq; t += ATTN_NQ)                                                    \
+            attn_axpyq_k(o + t, p + t, v, nv, n, ATTN_NQ, attn_ld_##SUF, attn_rd_##SUF);           \
+        for (; t < nq; t++)                                                                        \
+            attn_axpy_##SUF(o[t], p[t], v, nv, n);                                                 \
+    }
+
+ATTN_QFORMS(f32)
+ATTN_QFORMS(bf16)
+ATTN_QFORMS(f16)
+ATTN_QFORMS(kq8)
+
+ATTN_QDISPATCH
+
 /* cpu_exp_neg on VL lanes, its steps with FMA: n by the hardware's
  * round-to-nearest-even, 2^n by scalef (AVX-512) or by its exponent bits
  * (AVX2); lanes below CPU_EXP_MIN are 0, NaN stays NaN (the max keeps a
@@ -1239,4 +1370,6 @@ const cpu_kernels CPU_X86_TABLE = {
     .attn_dot = attn_dot,
     .attn_exp = attn_exp,
     .attn_axpy = attn_axpy,
+    .attn_dotq = attn_dotq,
+    .attn_axpyq = attn_axpyq,
 };
