@@ -65,6 +65,19 @@ constexpr double DG_XBF_SAVED_MIN = 32.0 * 1024 * 1024;
 // The formats other than BF16 read x's bf16 copy from this many tokens on
 // and round x in the blocks below it (one instance per size).
 constexpr int DG_QXB_MIN = 17;
+// The fewest tokens a launch of weights of format fmt runs on the Hopper
+// kernel (and so reads x's bf16 copy) in an sm_90a build: DG_QXB_MIN, and
+// fewer where the H200 measured it faster than the mma.sync kernel
+// (docs/decisions/0033, "Eight and sixteen tokens"): Q8_0 and Q6_K from 8
+// (their decode on the lanes bounded the mma.sync kernel), Q4_K from 9
+// (at 8 the mma.sync kernel was faster).
+constexpr int dg_wg_from(int fmt)
+{
+    return !MEMRA_HAS_WGMMA ? DG_QXB_MIN
+           : fmt == CW_Q8_0 || fmt == CW_Q6_K ? 8
+           : fmt == CW_Q4_K ? 9
+                            : DG_QXB_MIN;
+}
 // Splits whose partial sums the reduction loads at once.
 constexpr int DG_RED_BATCH = 8;
 
@@ -890,7 +903,8 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
 
 // ---- the Hopper kernel: wgmma from shared memory ----
 //
-// From DG_QXB_MIN tokens on an sm_90a build (docs/decisions/0033): the
+// From DG_QXB_MIN tokens on an sm_90a build, Q8_0, Q6_K and Q4_K from
+// fewer (dg_wg_from; docs/decisions/0033): the
 // same blocks (DG_TILE slots, a column split, up to DG_TOK tokens), the
 // same sums per output (the split's columns in ascending steps of DG_KC,
 // each four slices of 16 into one f32 accumulator; then the splits in
@@ -1220,7 +1234,8 @@ cudaError_t dg_launch_one(const DGArgs &a, dim3 grid, cudaStream_t stream)
 // One size's instance: BF16 has both ways of rounding x (the launch's copy
 // where it saves L2 reads, cu_dg_x_bytes); the other formats, to keep the
 // instances few, read the copy exactly when the size has DG_QXB_MIN
-// tokens or more.
+// tokens or more (they run the Hopper kernel from dg_wg_from's count,
+// which reads it).
 template <int F, int NT8, int XT, bool TS>
 cudaError_t dg_launch_size(const DGArgs &a, dim3 grid, cudaStream_t stream)
 {
@@ -1266,6 +1281,14 @@ template <int F, int N> cudaError_t dg_launch_wg(const DGArgs &a, dim3 grid, cud
 // One format's instances by the most tokens a block has.
 template <int F> cudaError_t dg_launch_fmt(const DGArgs &a, dim3 grid, int most, cudaStream_t stream)
 {
+    if constexpr (MEMRA_HAS_WGMMA && dg_wg_from(F) < DG_QXB_MIN) {
+        if (most >= dg_wg_from(F) && most <= 8) {
+            if constexpr (dg_wg_from(F) <= 8)
+                return dg_launch_wg<F, 8>(a, grid, stream);
+        } else if (most >= dg_wg_from(F) && most < DG_QXB_MIN) {
+            return dg_launch_wg<F, 16>(a, grid, stream);
+        }
+    }
     if (most <= 2)
         return dg_launch_size<F, 1, 2, false>(a, grid, stream);
     if (most <= 8)
@@ -1368,11 +1391,12 @@ extern "C" int cu_dg_x_either(const cu_mv_job *j)
     return j->w[0]->fmt == CW_BF16 && !(MEMRA_HAS_WGMMA && most >= DG_QXB_MIN);
 }
 
+
 extern "C" size_t cu_dg_x_bytes(const cu_mv_job *j)
 {
     const int most = j->n < DG_TOK ? j->n : DG_TOK;
     if (!cu_dg_x_either(j))
-        return most >= DG_QXB_MIN ? (size_t)j->n * (size_t)j->w[0]->cols * 2 : 0;
+        return most >= dg_wg_from(j->w[0]->fmt) ? (size_t)j->n * (size_t)j->w[0]->cols * 2 : 0;
     const double saved = (double)dg_tiles(j, nullptr) * j->n * (double)j->w[0]->cols * 2;
     return saved >= DG_XBF_SAVED_MIN ? (size_t)j->n * (size_t)j->w[0]->cols * 2 : 0;
 }
@@ -1456,10 +1480,10 @@ extern "C" cudaError_t launch_decode_gemm_grouped(const cu_dg_grouped *g, void *
     a.wtab = g->w;
     a.wtab2 = g->w2;
     // x rounded to bf16 once for every chunk's block where the kernel's
-    // size reads a copy (the quant formats from DG_QXB_MIN rows; BF16
+    // size reads a copy (the quant formats from dg_wg_from rows; BF16
     // reads one at any size): the same bytes as the blocks' own rounding
     const int most = g->tile;
-    const bool copy = g->shape.fmt == CW_BF16 || most >= DG_QXB_MIN;
+    const bool copy = g->shape.fmt == CW_BF16 || most >= dg_wg_from(g->shape.fmt);
     a.xb = copy ? static_cast<const __nv_bfloat16 *>(xbf) : nullptr;
     if (copy) {
         const size_t n8 = (size_t)g->pairs * (size_t)a.cols / 8;

@@ -185,6 +185,23 @@ template <> WG_DEV void wg_mma<32>(float (&d)[16], wg_desc_t a, wg_desc_t b)
                    "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
                  : "l"(a), "l"(b), "r"(1));
 }
+template <> WG_DEV void wg_mma<16>(float (&d)[8], wg_desc_t a, wg_desc_t b)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                   "+f"(d[7])
+                 : "l"(a), "l"(b), "r"(1));
+}
+template <> WG_DEV void wg_mma<8>(float (&d)[4], wg_desc_t a, wg_desc_t b)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "l"(a), "l"(b), "r"(1));
+}
 #endif
 
 #endif
