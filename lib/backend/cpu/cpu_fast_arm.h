@@ -581,13 +581,13 @@ ATTN_KERNELS(vf16)
 enum { ATTN_NQ = 2 };
 
 ARM_INLINE void attn_dotq_k(const float *const *q, const void *const *k, int64_t n, float scale,
-                            float *const *out, int j0, const int NK,
+                            float *const *out, int j0, const int NQ, const int NK,
                             vf16 (*load)(const uint8_t *, int64_t),
                             float (*read1)(const uint8_t *, int64_t))
 {
     float32x4_t a[ATTN_NQ][2][4];
 #pragma GCC unroll 2
-    for (int t = 0; t < ATTN_NQ; t++)
+    for (int t = 0; t < NQ; t++)
 #pragma GCC unroll 2
         for (int j = 0; j < NK; j++)
 #pragma GCC unroll 4
@@ -597,7 +597,7 @@ ARM_INLINE void attn_dotq_k(const float *const *q, const void *const *k, int64_t
     for (; i + VL <= n; i += VL) {
         float32x4_t qv[ATTN_NQ][4];
 #pragma GCC unroll 2
-        for (int t = 0; t < ATTN_NQ; t++)
+        for (int t = 0; t < NQ; t++)
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++)
                 qv[t][r] = vld1q_f32(q[t] + i + 4 * r);
@@ -605,14 +605,14 @@ ARM_INLINE void attn_dotq_k(const float *const *q, const void *const *k, int64_t
         for (int j = 0; j < NK; j++) {
             vf16 kv = load((const uint8_t *)k[j], i);
 #pragma GCC unroll 2
-            for (int t = 0; t < ATTN_NQ; t++)
+            for (int t = 0; t < NQ; t++)
 #pragma GCC unroll 4
                 for (int r = 0; r < 4; r++)
                     a[t][j][r] = vfmaq_f32(a[t][j][r], kv.v[r], qv[t][r]);
         }
     }
 #pragma GCC unroll 2
-    for (int t = 0; t < ATTN_NQ; t++)
+    for (int t = 0; t < NQ; t++)
 #pragma GCC unroll 2
         for (int j = 0; j < NK; j++) {
             float tail = 0;
@@ -625,67 +625,42 @@ ARM_INLINE void attn_dotq_k(const float *const *q, const void *const *k, int64_t
 }
 
 ARM_INLINE void attn_axpyq_k(float *const *o, const float *const *p, const void *const *v, int nv,
-                             int64_t n, vf16 (*load)(const uint8_t *, int64_t),
+                             int64_t n, const int NQ, vf16 (*load)(const uint8_t *, int64_t),
                              float (*read1)(const uint8_t *, int64_t))
 {
     int64_t i = 0;
     for (; i + VL <= n; i += VL) {
         float32x4_t r[ATTN_NQ][4];
 #pragma GCC unroll 2
-        for (int t = 0; t < ATTN_NQ; t++)
+        for (int t = 0; t < NQ; t++)
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++)
                 r[t][u] = vld1q_f32(o[t] + i + 4 * u);
         for (int j = 0; j < nv; j++) {
             vf16 vv = load((const uint8_t *)v[j], i);
 #pragma GCC unroll 2
-            for (int t = 0; t < ATTN_NQ; t++)
+            for (int t = 0; t < NQ; t++)
 #pragma GCC unroll 4
                 for (int u = 0; u < 4; u++)
                     r[t][u] = vfmaq_n_f32(r[t][u], vv.v[u], p[t][j]);
         }
 #pragma GCC unroll 2
-        for (int t = 0; t < ATTN_NQ; t++)
+        for (int t = 0; t < NQ; t++)
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++)
                 vst1q_f32(o[t] + i + 4 * u, r[t][u]);
     }
 #pragma GCC unroll 2
-    for (int t = 0; t < ATTN_NQ; t++)
+    for (int t = 0; t < NQ; t++)
         for (int j = 0; j < nv; j++)
             for (int64_t s = i; s < n; s++)
                 o[t][s] += p[t][j] * read1((const uint8_t *)v[j], s);
 }
 
-#define ATTN_QFORMS(SUF)                                                                           \
-    static void attn_dotq_##SUF(const float *const *q, int nq, const void *const *k, int nk,       \
-                                int64_t n, float scale, float *const *out)                         \
-    {                                                                                              \
-        int t = 0;                                                                                 \
-        for (; t + ATTN_NQ <= nq; t += ATTN_NQ) {                                                  \
-            int j = 0;                                                                             \
-            for (; j + 2 <= nk; j += 2)                                                            \
-                attn_dotq_k(q + t, k + j, n, scale, out + t, j, 2, attn_ld_##SUF, attn_rd_##SUF);  \
-            for (; j < nk; j++)                                                                    \
-                attn_dotq_k(q + t, k + j, n, scale, out + t, j, 1, attn_ld_##SUF, attn_rd_##SUF);  \
-        }                                                                                          \
-        for (; t < nq; t++)                                                                        \
-            attn_dot_##SUF(q[t], k, nk, n, scale, out[t]);                                         \
-    }                                                                                              \
-    static void attn_axpyq_##SUF(float *const *o, const float *const *p, int nq,                   \
-                                 const void *const *v, int nv, int64_t n)                          \
-    {                                                                                              \
-        int t = 0;                                                                                 \
-        for (; t + ATTN_NQ <= nq; t += ATTN_NQ)                                                    \
-            attn_axpyq_k(o + t, p + t, v, nv, n, attn_ld_##SUF, attn_rd_##SUF);                    \
-        for (; t < nq; t++)                                                                        \
-            attn_axpy_##SUF(o[t], p[t], v, nv, n);                                                 \
-    }
-
-ATTN_QFORMS(f32)
-ATTN_QFORMS(bf16)
-ATTN_QFORMS(f16)
-ATTN_QFORMS(kq8)
+ATTN_QFORMS(f32, 2)
+ATTN_QFORMS(bf16, 2)
+ATTN_QFORMS(f16, 2)
+ATTN_QFORMS(kq8, 2)
 ATTN_QDISPATCH
 
 /* cpu_exp_neg on four lanes, its steps with FMA; lanes below CPU_EXP_MIN

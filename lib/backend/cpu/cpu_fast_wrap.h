@@ -108,6 +108,36 @@
             attn_axpy_f32(o, p, v, nv, n);                                                         \
     }
 
+/* The multi-query forms of element type SUF over the level's attn_dotq_k
+ * and attn_axpyq_k (ATTN_NQ queries a call, keys NKB at a time, then
+ * one), the queries past a multiple of ATTN_NQ by the one-query forms. */
+#define ATTN_QFORMS(SUF, NKB)                                                                      \
+    static void attn_dotq_##SUF(const float *const *q, int nq, const void *const *k, int nk,       \
+                                int64_t n, float scale, float *const *out)                         \
+    {                                                                                              \
+        int t = 0;                                                                                 \
+        for (; t + ATTN_NQ <= nq; t += ATTN_NQ) {                                                  \
+            int j = 0;                                                                             \
+            for (; j + NKB <= nk; j += NKB)                                                        \
+                attn_dotq_k(q + t, k + j, n, scale, out + t, j, ATTN_NQ, NKB, attn_ld_##SUF,       \
+                            attn_rd_##SUF);                                                        \
+            for (; j < nk; j++)                                                                    \
+                attn_dotq_k(q + t, k + j, n, scale, out + t, j, ATTN_NQ, 1, attn_ld_##SUF,         \
+                            attn_rd_##SUF);                                                        \
+        }                                                                                          \
+        for (; t < nq; t++)                                                                        \
+            attn_dot_##SUF(q[t], k, nk, n, scale, out[t]);                                         \
+    }                                                                                              \
+    static void attn_axpyq_##SUF(float *const *o, const float *const *p, int nq,                   \
+                                 const void *const *v, int nv, int64_t n)                          \
+    {                                                                                              \
+        int t = 0;                                                                                 \
+        for (; t + ATTN_NQ <= nq; t += ATTN_NQ)                                                    \
+            attn_axpyq_k(o + t, p + t, v, nv, n, ATTN_NQ, attn_ld_##SUF, attn_rd_##SUF);           \
+        for (; t < nq; t++)                                                                        \
+            attn_axpy_##SUF(o[t], p[t], v, nv, n);                                                 \
+    }
+
 /* The level's attn_dotq / attn_axpyq by the rows' element type, over its
  * attn_dotq_SUF / attn_axpyq_SUF forms. */
 #define ATTN_QDISPATCH                                                                             \

@@ -1245,37 +1245,10 @@ X86_INLINE void attn_axpyq_k(float *const *o, const float *const *p, const void 
                 o[t][s] += p[t][j] * read1((const uint8_t *)v[j], s);
 }
 
-#define ATTN_QFORMS(SUF)                                                                           \
-    static void attn_dotq_##SUF(const float *const *q, int nq, const void *const *k, int nk,       \
-                                int64_t n, float scale, float *const *out)                         \
-    {                                                                                              \
-        int t = 0;                                                                                 \
-        for (; t + ATTN_NQ <= nq; t += ATTN_NQ) {                                                  \
-            int j = 0;                                                                             \
-            for (; j + 4 <= nk; j += 4)                                                            \
-                attn_dotq_k(q + t, k + j, n, scale, out + t, j, ATTN_NQ, 4, attn_ld_##SUF,         \
-                            attn_rd_##SUF);                                                        \
-            for (; j < nk; j++)                                                                    \
-                attn_dotq_k(q + t, k + j, n, scale, out + t, j, ATTN_NQ, 1, attn_ld_##SUF,         \
-                            attn_rd_##SUF);                                                        \
-        }                                                                                          \
-        for (; t < nq; t++)                                                                        \
-            attn_dot_##SUF(q[t], k, nk, n, scale, out[t]);                                         \
-    }                                                                                              \
-    static void attn_axpyq_##SUF(float *const *o, const float *const *p, int nq,                   \
-                                 const void *const *v, int nv, int64_t n)                          \
-    {                                                                                              \
-        int t = 0;                                                                                 \
-        for (; t + ATTN_NQ <= nq; t += ATTN_NQ)                                                    \
-            attn_axpyq_k(o + t, p + t, v, nv, n, ATTN_NQ, attn_ld_##SUF, attn_rd_##SUF);           \
-        for (; t < nq; t++)                                                                        \
-            attn_axpy_##SUF(o[t], p[t], v, nv, n);                                                 \
-    }
-
-ATTN_QFORMS(f32)
-ATTN_QFORMS(bf16)
-ATTN_QFORMS(f16)
-ATTN_QFORMS(kq8)
+ATTN_QFORMS(f32, 4)
+ATTN_QFORMS(bf16, 4)
+ATTN_QFORMS(f16, 4)
+ATTN_QFORMS(kq8, 4)
 
 ATTN_QDISPATCH
 
