@@ -68,15 +68,16 @@ constexpr int DG_QXB_MIN = 17;
 // The fewest tokens a launch of weights of format fmt runs on the Hopper
 // kernel (and so reads x's bf16 copy) in an sm_90a build: DG_QXB_MIN, and
 // fewer where the H200 measured it faster than the mma.sync kernel
-// (docs/decisions/0033, "Eight and sixteen tokens"): Q8_0 and Q6_K from 8
-// (their decode on the lanes bounded the mma.sync kernel), Q4_K from 9
-// (at 8 the mma.sync kernel was faster).
+// (docs/decisions/0033, "Eight and sixteen tokens"): Q8_0, Q6_K, Q5_K and
+// MXFP8 from 8 (their decode on the lanes bounded the mma.sync kernel),
+// Q4_K and Q4_0 from 9 (at 8 the mma.sync kernel was as fast or faster);
+// NVFP4 ran slower on it at 8 and 16.
 constexpr int dg_wg_from(int fmt)
 {
     return !MEMRA_HAS_WGMMA ? DG_QXB_MIN
-           : fmt == CW_Q8_0 || fmt == CW_Q6_K ? 8
-           : fmt == CW_Q4_K ? 9
-                            : DG_QXB_MIN;
+           : fmt == CW_Q8_0 || fmt == CW_Q6_K || fmt == CW_Q5_K || fmt == CW_MXFP8 ? 8
+           : fmt == CW_Q4_K || fmt == CW_Q4_0 ? 9
+                                              : DG_QXB_MIN;
 }
 // Splits whose partial sums the reduction loads at once.
 constexpr int DG_RED_BATCH = 8;
@@ -903,7 +904,7 @@ __global__ void __launch_bounds__(DG_GROUPS / RW * 32, DG_MINB) decode_gemm_kern
 
 // ---- the Hopper kernel: wgmma from shared memory ----
 //
-// From DG_QXB_MIN tokens on an sm_90a build, Q8_0, Q6_K and Q4_K from
+// From DG_QXB_MIN tokens on an sm_90a build, most quant formats from
 // fewer (dg_wg_from; docs/decisions/0033): the
 // same blocks (DG_TILE slots, a column split, up to DG_TOK tokens), the
 // same sums per output (the split's columns in ascending steps of DG_KC,

@@ -513,8 +513,9 @@ void kc_check_dgemm(kc *k)
     static const int ns[] = {1, 8, 16, 32, 64};
     const int nn = (int)MEMRA_ARRAY_LEN(ns);
     /* Q4_K_M's formats: Q4_K gate+up, q+k+v, o; Q6_K down (and v, the
-     * head); Q8_0. */
-    static const dtype fmts[] = {DT_BF16, DT_Q4_K, DT_Q6_K, DT_Q8_0};
+     * head); Q8_0; then the other formats the decode GEMM runs. */
+    static const dtype fmts[] = {DT_BF16, DT_Q4_K, DT_Q6_K, DT_Q8_0,
+                                 DT_Q5_K, DT_Q4_0, DT_NVFP4, DT_MXFP8};
     for (size_t f = 0; f < MEMRA_ARRAY_LEN(fmts); f++) {
         dg_perf(k, fmts[f], CU_MV_GLU_SILU, 12288, 4096, ns, nn);
         dg_perf(k, fmts[f], CU_MV_STORE, 4096, 12288, ns, nn);
