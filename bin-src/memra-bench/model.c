@@ -125,6 +125,15 @@ static json_t *dtype_bytes(const checkpoint *ck, const char **main_dtype, uint64
     return j;
 }
 
+/* A measured row's peak memory and figures, appended to rows. */
+static void row_done(bench_row *r, mem_probe *mem, uint64_t bytes_per_token, double ceiling_gbs,
+                     json_t *rows)
+{
+    r->peak_mem = bench_mem_row_end(mem);
+    bench_finish_row(r, bytes_per_token, ceiling_gbs);
+    json_array_append_new(rows, bench_row_json(r));
+}
+
 int bench_run_model(const bench_opts *o)
 {
     memra_err err;
@@ -366,9 +375,7 @@ int bench_run_model(const bench_opts *o)
             if (bench_prefill(e, s, r.depth, (int)r.n_prompt, o->warmup, o->reps, seed, &r.ms,
                               &err) != 0)
                 cli_fail(&err);
-            r.peak_mem = bench_mem_row_end(&mem);
-            bench_finish_row(&r, bpt, ceil.gb_s);
-            json_array_append_new(rows, bench_row_json(&r));
+            row_done(&r, &mem, bpt, ceil.gb_s, rows);
             if (!o->json)
                 bench_print_row(&r);
         }
@@ -384,9 +391,7 @@ int bench_run_model(const bench_opts *o)
             if (bench_decode(e, s, r.depth, (int)r.n_gen, o->warmup, o->reps, seed, &r.ms,
                              &err) != 0)
                 cli_fail(&err);
-            r.peak_mem = bench_mem_row_end(&mem);
-            bench_finish_row(&r, bpt, ceil.gb_s);
-            json_array_append_new(rows, bench_row_json(&r));
+            row_done(&r, &mem, bpt, ceil.gb_s, rows);
             if (!o->json)
                 bench_print_row(&r);
         }
@@ -406,9 +411,7 @@ int bench_run_model(const bench_opts *o)
                 if (bench_decode_batch(e, seqs, b, r.n_prompt, (int)r.n_gen, o->warmup, o->reps,
                                        seed, &r.ms, &err) != 0)
                     cli_fail(&err);
-                r.peak_mem = bench_mem_row_end(&mem);
-                bench_finish_row(&r, bpt, ceil.gb_s);
-                json_array_append_new(rows, bench_row_json(&r));
+                row_done(&r, &mem, bpt, ceil.gb_s, rows);
                 if (!o->json) {
                     if (!batch_header++)
                         bench_print_batch_header();
