@@ -114,6 +114,56 @@ void mm_grouped(const cu_matrix *w, const void *const *experts, const int32_t *i
 #undef MM_G
 }
 
+// The two fused forms of the few-pair experts (launch_matmul_grouped_glu,
+// launch_matmul_grouped_combine), PDL launches with the grouped kernel's
+// grid and staging.
+template <int F>
+void mm_grouped_glu(const cu_matrix *w, const void *const *gate, const void *const *up,
+                    const int32_t *ids, int in_div, const float *x, int n_pairs, int act,
+                    float *out, bool ax, cudaStream_t s)
+{
+    dim3 grid((unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS), (unsigned)n_pairs);
+    const uint8_t *const *g = reinterpret_cast<const uint8_t *const *>(gate);
+    const uint8_t *const *u = reinterpret_cast<const uint8_t *const *>(up);
+    const bool sm = grouped_staged<F>(w->cols);
+    const size_t smem = sm ? mv_stage_bytes<F>(w->cols) : 0;
+#define MM_GG(AXV, SMV)                                                                            \
+    launch_pdl(matmul_grouped_glu_kernel<F, AXV, SMV>, grid, dim3(MV_THREADS), smem, s, g, u, ids, \
+               in_div, w->stride, w->scale_off, w->rows, w->cols, x, act, out)
+    if (ax && sm)
+        MM_GG(true, true);
+    else if (ax)
+        MM_GG(true, false);
+    else if (sm)
+        MM_GG(false, true);
+    else
+        MM_GG(false, false);
+#undef MM_GG
+}
+
+template <int F>
+void mm_grouped_combine(const cu_matrix *w, const void *const *experts, const int32_t *ids,
+                        const float *wts, int nu, const float *x, int n_pairs, float *y,
+                        unsigned *counters, float *out, bool ax, cudaStream_t s)
+{
+    dim3 grid((unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS), (unsigned)n_pairs);
+    const uint8_t *const *e = reinterpret_cast<const uint8_t *const *>(experts);
+    const bool sm = grouped_staged<F>(w->cols);
+    const size_t smem = sm ? mv_stage_bytes<F>(w->cols) : 0;
+#define MM_GC(AXV, SMV)                                                                            \
+    launch_pdl(matmul_grouped_combine_kernel<F, AXV, SMV>, grid, dim3(MV_THREADS), smem, s, e,    \
+               ids, wts, nu, w->stride, w->scale_off, w->rows, w->cols, x, y, counters, out)
+    if (ax && sm)
+        MM_GC(true, true);
+    else if (ax)
+        MM_GC(true, false);
+    else if (sm)
+        MM_GC(false, true);
+    else
+        MM_GC(false, false);
+#undef MM_GC
+}
+
 template <int F>
 void mm_grouped_tokens(const cu_matrix *w, const void *const *experts, const int32_t *chunks,
                        const int32_t *n_chunks, int max_chunks, const float *xs,
@@ -308,6 +358,64 @@ extern "C" cudaError_t launch_matmul_grouped(const cu_matrix *w, const void *con
     }
     return cudaGetLastError();
 }
+
+#define MM_FORMATS(X)                                                                              \
+    X(CW_F32) X(CW_F16) X(CW_BF16) X(CW_Q8_0) X(CW_Q4_0) X(CW_Q4_K) X(CW_Q5_K) X(CW_Q6_K)           \
+    X(CW_NVFP4) X(CW_MXFP8)
+
+extern "C" cudaError_t launch_matmul_grouped_glu(const cu_matrix *w, const void *const *gate,
+                                                 const void *const *up, const int32_t *ids,
+                                                 int in_div, const float *x, int n_pairs, int act,
+                                                 float *out, cudaStream_t stream)
+{
+    if (n_pairs <= 0 || w->rows <= 0)
+        return cudaSuccess;
+    if (n_pairs > 65535 || in_div <= 0 || (w->rows + MV_WARPS - 1) / MV_WARPS > INT32_MAX)
+        return cudaErrorInvalidValue;
+    const bool ax = x_aligned(x, w->cols);
+    switch (w->fmt) {
+#define MM_GG_CASE(FMT)                                                                            \
+    case FMT: mm_grouped_glu<FMT>(w, gate, up, ids, in_div, x, n_pairs, act, out, ax, stream); break;
+        MM_FORMATS(MM_GG_CASE)
+#undef MM_GG_CASE
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+extern "C" size_t matmul_grouped_combine_counters(int64_t rows, int n_tokens)
+{
+    return rows <= 0 || n_tokens <= 0
+               ? 0
+               : (size_t)((rows + MV_WARPS - 1) / MV_WARPS) * (size_t)n_tokens;
+}
+
+extern "C" cudaError_t launch_matmul_grouped_combine(const cu_matrix *w, const void *const *experts,
+                                                     const int32_t *ids, const float *wts,
+                                                     int n_used, const float *x, int n_pairs,
+                                                     float *y, unsigned *counters, float *out,
+                                                     cudaStream_t stream)
+{
+    if (n_pairs <= 0 || w->rows <= 0)
+        return cudaSuccess;
+    if (n_pairs > 65535 || n_used <= 0 || n_pairs % n_used != 0 || !counters ||
+        (w->rows + MV_WARPS - 1) / MV_WARPS > INT32_MAX)
+        return cudaErrorInvalidValue;
+    const bool ax = x_aligned(x, w->cols);
+    switch (w->fmt) {
+#define MM_GC_CASE(FMT)                                                                            \
+    case FMT:                                                                                      \
+        mm_grouped_combine<FMT>(w, experts, ids, wts, n_used, x, n_pairs, y, counters, out, ax,    \
+                                stream);                                                           \
+        break;
+        MM_FORMATS(MM_GC_CASE)
+#undef MM_GC_CASE
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+#undef MM_FORMATS
 
 extern "C" cudaError_t launch_matmul_grouped_tokens(const cu_matrix *w, const void *const *experts,
                                                     const int32_t *chunks, const int32_t *n_chunks,

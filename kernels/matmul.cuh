@@ -81,6 +81,30 @@ cudaError_t launch_matmul_grouped(const cu_matrix *w, const void *const *experts
                                   const int32_t *ids, int in_div, const float *x, int n_pairs,
                                   float *out, cudaStream_t stream);
 
+/* The grouped form's gate and up of one FFN in one launch: out[p][r] =
+ * act(x_p . G_e[r]) * (x_p . U_e[r]), act SiLU (act 0) or GELU-tanh (1),
+ * with G and U (device arrays of expert pointers, every expert shaped and
+ * formatted as *w) read in one pass; the bytes of launch_matmul_grouped
+ * on each and the GLU after them. */
+cudaError_t launch_matmul_grouped_glu(const cu_matrix *w, const void *const *gate,
+                                      const void *const *up, const int32_t *ids, int in_div,
+                                      const float *x, int n_pairs, int act, float *out,
+                                      cudaStream_t stream);
+
+/* The grouped form's down projection and the experts' combine in one
+ * launch, for n_pairs / n_used tokens of n_used choices each (pair p of
+ * token p / n_used, its input row x[p]): y[p][r] = x[p] . E_e[r] (as
+ * launch_matmul_grouped with in_div 1), then out[t][r] = the sum over
+ * choices j in order of y[t * n_used + j][r] * wts[t * n_used + j], added
+ * into 0 (moe_combine's bytes). counters: at least
+ * matmul_grouped_combine_counters(rows, tokens) zeroed unsigneds, left
+ * zeroed. */
+size_t matmul_grouped_combine_counters(int64_t rows, int n_tokens);
+cudaError_t launch_matmul_grouped_combine(const cu_matrix *w, const void *const *experts,
+                                          const int32_t *ids, const float *wts, int n_used,
+                                          const float *x, int n_pairs, float *y,
+                                          unsigned *counters, float *out, cudaStream_t stream);
+
 /* Pairs a block of the grouped-tokens form computes one after another,
  * its weight rows held in L1 (the tile launch_moe_plan's chunks are cut
  * to). */

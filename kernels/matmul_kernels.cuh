@@ -593,6 +593,108 @@ matmul_grouped_kernel(const uint8_t *const *__restrict__ experts, const int32_t 
         out[(int64_t)p * rows + r] = v;
 }
 
+// The experts' gate and up in one launch (launch_matmul_grouped_glu):
+// block (g, p), warp row r of expert ids[p]'s gate and up matrices in one
+// rows_dot of two rows (each summed as the one-row kernel sums it), lane 0
+// writing act(gate) * up: the bytes of launch_matmul_grouped for each and
+// launch_glu after them, in one launch instead of three.
+template <int F, bool AX, bool SM>
+__global__ void __launch_bounds__(MV_THREADS)
+matmul_grouped_glu_kernel(const uint8_t *const *__restrict__ gate,
+                          const uint8_t *const *__restrict__ up, const int32_t *__restrict__ ids,
+                          int in_div, size_t stride, size_t soff, int64_t rows, int64_t cols,
+                          const float *__restrict__ x, int act, float *__restrict__ out)
+{
+    // The expert ids come from the launch before: nothing to fetch early.
+    pdl_trigger();
+    pdl_wait();
+    constexpr int D = MVDepth<F, 2, 1>::D;
+    const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    const int p = blockIdx.y;
+    const bool active = r < rows;
+    const int e = ids[p];
+    const int64_t off = (active ? r : 0) * (int64_t)stride;
+    const uint8_t *wr[2] = {gate[e] + off, up[e] + off};
+    const float *xp = x + (int64_t)(p / in_div) * cols;
+    typename WFmt<F>::Raw raw[D][2];
+    if (active && mv_pipelined<F, 2, 1>(cols))
+        fetch_first<F, 2, D>(wr, soff, raw);
+    float *stage = nullptr;
+    if constexpr (SM) {
+        stage = mv_stage_smem();
+        stage_x<F, AX>(xp, cols, stage); // the whole block, before any warp leaves
+    }
+    if (!active)
+        return;
+    float acc[2][1];
+    const auto none = [](const uint8_t *(&)[2], size_t &) { return false; };
+    rows_dot<F, 2, 1, AX, SM>(wr, soff, none, cols, SM ? nullptr : xp, 1, raw, acc, stage);
+    if ((threadIdx.x & 31) == 0) {
+        const float a = act == 0 ? silu_f(acc[0][0]) : gelu_tanh_f(acc[0][0]);
+        out[(int64_t)p * rows + r] = __fmul_rn(a, acc[1][0]);
+    }
+}
+
+// The experts' down projection and the combine in one launch
+// (launch_matmul_grouped_combine): block (g, p) writes rows g * MV_WARPS..
+// of pair p's down projection to y as matmul_grouped_kernel does (input
+// row p); the last of token t's nu blocks of group g to finish then adds
+// the token's nu rows, weighted, in choice order into a zeroed sum, as
+// moe_combine_kernel does. Every block's rows are out before its count
+// (the fence), so the last one counted sees them all; it leaves the count
+// at 0 for the next launch.
+template <int F, bool AX, bool SM>
+__global__ void __launch_bounds__(MV_THREADS)
+matmul_grouped_combine_kernel(const uint8_t *const *__restrict__ experts,
+                              const int32_t *__restrict__ ids, const float *__restrict__ wts,
+                              int nu, size_t stride, size_t soff, int64_t rows, int64_t cols,
+                              const float *__restrict__ x, float *y, unsigned *counters,
+                              float *__restrict__ out)
+{
+    pdl_trigger();
+    pdl_wait();
+    const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    const int p = blockIdx.y;
+    const bool active = r < rows;
+    const uint8_t *wr = experts[ids[p]] + (active ? r : 0) * (int64_t)stride;
+    const float *xp = x + (int64_t)p * cols;
+    typename WFmt<F>::Raw raw[MVDepth<F, 1, 1>::D][1];
+    if (active && mv_pipelined<F, 1, 1>(cols))
+        fetch_first<F, 1, MVDepth<F, 1, 1>::D>(&wr, soff, raw);
+    float *stage = nullptr;
+    if constexpr (SM) {
+        stage = mv_stage_smem();
+        stage_x<F, AX>(xp, cols, stage);
+    }
+    if (active) {
+        const float v = grouped_row<F, AX, SM>(wr, soff, cols, xp, stage, raw);
+        if ((threadIdx.x & 31) == 0)
+            y[(int64_t)p * rows + r] = v;
+    }
+    const int t = p / nu;
+    __shared__ unsigned last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned *c = counters + (int64_t)t * gridDim.x + blockIdx.x;
+        last = nu == 1 || atomicAdd(c, 1u) == (unsigned)nu - 1;
+        if (last && nu > 1)
+            *c = 0;
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    const int64_t row = (int64_t)blockIdx.x * MV_WARPS + threadIdx.x;
+    if (threadIdx.x >= MV_WARPS || row >= rows)
+        return;
+    float acc = 0.0f;
+    for (int j = 0; j < nu; j++)
+        acc = __fadd_rn(acc, __fmul_rn(__ldcg(y + ((int64_t)t * nu + j) * rows + row),
+                                       wts[(int64_t)t * nu + j]));
+    out[(int64_t)t * rows + row] = acc;
+}
+
 // Grouped over runs of pairs of one expert (launch_moe_plan's chunks):
 // block (g, k) computes rows g * MV_WARPS.. of chunk k's expert for each
 // of its pairs in turn, whose inputs are rows first.. of xs; a warp's

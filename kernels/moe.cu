@@ -1,6 +1,7 @@
 #include <math.h>
 
 #include "kernels/dev_common.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/moe.cuh"
 
 // ---- kernels ----
@@ -34,6 +35,8 @@ __global__ void moe_route_kernel(float *__restrict__ probs, int ne, int nu, int 
                                  float *__restrict__ w)
 {
     extern __shared__ float route_smem[];
+    pdl_trigger(); // the experts' launch after it waits for every choice
+    pdl_wait();
     float *sp = route_smem;
     unsigned char *taken = reinterpret_cast<unsigned char *>(route_smem + ne);
     const int t = blockIdx.x, lane = threadIdx.x;
@@ -185,9 +188,8 @@ extern "C" cudaError_t launch_moe_route(float *probs, int n, int n_experts, int 
     const size_t smem = (size_t)n_experts * (sizeof(float) + 1);
     if (smem > 48 * 1024)
         return cudaErrorInvalidValue; // 9,830 experts; the largest families route over 512
-    moe_route_kernel<<<n, 32, smem, stream>>>(probs, n_experts, n_used, norm_topk, expert_scale,
-                                              ids, w);
-    return cudaGetLastError();
+    return launch_pdl(moe_route_kernel, dim3(n), dim3(32), smem, stream, probs, n_experts, n_used,
+                      norm_topk, expert_scale, ids, w);
 }
 
 extern "C" cudaError_t launch_moe_combine(const float *y, const float *w, int n, int n_used,

@@ -9,7 +9,11 @@
 #   test [ARGS]    tests/gpu/run.sh ARGS (what `make test-gpu` runs; e.g. --sanitize)
 #   models         the random Qwen3-8B-shaped models the rows use, in --models DIR:
 #                  bf16.gguf (memra-convert --random tests/fixtures/configs/Qwen3-8B.json
-#                  --seed 1), Q8_0.gguf and Q4_K_M.gguf (memra-quantize); kept between runs
+#                  --seed 1), Q8_0.gguf and Q4_K_M.gguf (memra-quantize); kept between runs.
+#                  The moe-* rows make their own: moe-Q8_0.gguf (memra-convert --random
+#                  tests/fixtures/configs/Qwen3-30B-A3B.json --seed 1 --outtype q8_0) and
+#                  moe-Q4_K_M.gguf (memra-quantize --allow-requantize from it): 51 GB together,
+#                  so on a 64 GB disk give them a --models dir without the 8B files
 #   bench [ROW...] the memra-bench rows of docs/PERFORMANCE.md (default: the current table;
 #                  `rows` lists every row and its command); one JSON a row in OUT
 #   serve [LEVELS [REPS [MODEL-FILE]]]  memra-serve on MODEL-FILE (default bf16.gguf) under
@@ -32,9 +36,10 @@
 #   --threads N      memra-quantize threads (default: all cores)
 #   --port N         memra-serve's port for `serve` (default 18090)
 #   --llama DIR      with `bench`: llama.cpp's rows beside memra's, on the same model files, by
-#                    DIR/llama-bench (pp512 and tg128 of each model the rows used) and
-#                    DIR/llama-batched-bench (Q4_K_M, 512-token prompts, 128 tokens, 1/8/64
-#                    sequences); DIR as scripts/llama-tools.sh builds it (its libraries beside)
+#                    DIR/llama-bench (pp512 and tg128 of each model the rows used; of the MoE
+#                    files tg128 at depth 8192 too) and DIR/llama-batched-bench (512-token
+#                    prompts, 128 tokens: 1/8/64 sequences on Q4_K_M.gguf, 64 on each MoE
+#                    file); DIR as scripts/llama-tools.sh builds it (its libraries beside)
 #   --timeout S      limit for each program run (default 900)
 #
 # Exit status: 0 when every step ran and exited 0, 1 otherwise, 2 on bad usage.
@@ -75,7 +80,7 @@ export PATH=$root/bin:$PATH
 # also gets --backend cuda --device N --json). The default set is docs/PERFORMANCE.md's
 # current table; the others are its rows not measured again since (older tree, own date).
 default_rows="bf16 bf16-b64 bf16-long q8 q8-b64 q4km q4km-b q4km-long bf16-short q4km-short"
-other_rows="bf16-b8-b32 bf16-b64-d8192 tokenizer"
+other_rows="bf16-b8-b32 bf16-b64-d8192 tokenizer moe-q4km moe-q4km-b moe-q8 moe-q8-b"
 row_spec() {
   case $1 in
     bf16)           echo "bf16.gguf -p 512 -n 64 -d 0,32768 -r 2" ;;
@@ -91,6 +96,10 @@ row_spec() {
     bf16-b8-b32)    echo "bf16.gguf -p 512 -n 128 -d 0 -b 8,32 -r 3" ;;
     bf16-b64-d8192) echo "bf16.gguf -p 8192 -n 128 -d 0 -b 64 -r 3" ;;
     tokenizer)      echo "TOKENIZER --tokenizer -r 9" ;;
+    moe-q4km)       echo "moe-Q4_K_M.gguf -p 512 -n 128 -d 0,8192 -r 2" ;;
+    moe-q4km-b)     echo "moe-Q4_K_M.gguf -p 512 -n 32 -d 0 -b 64 -r 2" ;;
+    moe-q8)         echo "moe-Q8_0.gguf -p 512 -n 128 -d 0,8192 -r 2" ;;
+    moe-q8-b)       echo "moe-Q8_0.gguf -p 512 -n 32 -d 0 -b 64 -r 2" ;;
     *) return 1 ;;
   esac
 }
@@ -183,6 +192,26 @@ make_models() {
   done
 }
 
+# The Qwen3-30B-A3B-shaped MoE files of the moe-* rows: random weights straight to Q8_0 (its
+# BF16 file would be 61 GB), Q4_K_M requantized from it.
+make_moe_models() {
+  mkdir -p "$models"
+  if [ ! -s "$models/moe-Q8_0.gguf" ]; then
+    stamp "models: moe-Q8_0.gguf (memra-convert --random Qwen3-30B-A3B --outtype q8_0, seed 1)"
+    run convert-moe memra-convert --random tests/fixtures/configs/Qwen3-30B-A3B.json \
+        ${tok:+--tokenizer "$tok"} --seed 1 --outtype q8_0 "$models/moe-Q8_0.part.gguf" ||
+      { say "memra-convert failed: $out/convert-moe.log"; exit 1; }
+    mv "$models/moe-Q8_0.part.gguf" "$models/moe-Q8_0.gguf"
+  fi
+  if [ ! -s "$models/moe-Q4_K_M.gguf" ]; then
+    stamp "models: moe-Q4_K_M.gguf (memra-quantize --allow-requantize, $threads threads)"
+    run quantize-moe memra-quantize "$models/moe-Q8_0.gguf" "$models/moe-Q4_K_M.part.gguf" \
+        Q4_K_M --allow-requantize --threads "$threads" ||
+      { say "memra-quantize failed: $out/quantize-moe.log"; exit 1; }
+    mv "$models/moe-Q4_K_M.part.gguf" "$models/moe-Q4_K_M.gguf"
+  fi
+}
+
 # One line a row of a memra-bench --json file (model, tokenizer or server bench).
 summarize() {
   python3 - "$1" <<'EOF' 2>&1 | tee -a "$S"
@@ -206,31 +235,46 @@ EOF
 }
 
 # llama.cpp's rows on the model files memra's rows used (--llama DIR): llama-bench's pp512 and
-# tg128 per file, and llama-batched-bench's 1/8/64 sequences on Q4_K_M.gguf, each into OUT.
+# tg128 per file (and tg128 at depth 8192 of an MoE file), and llama-batched-bench's 1/8/64
+# sequences on Q4_K_M.gguf and 64 on an MoE file, each into OUT.
+llama_run() {
+  LD_LIBRARY_PATH=$llama${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout "$limit" "$@"
+}
+llama_batched() {
+  local m=$1 npl=$2
+  [ -x "$llama/llama-batched-bench" ] || { say "llama: no $llama/llama-batched-bench"; status=1; return; }
+  stamp "llama: llama-batched-bench -m $models/$m -npp 512 -ntg 128 -npl $npl"
+  llama_run "$llama/llama-batched-bench" -m "$models/$m" -ngl 99 -fa on -c 45000 -b 2048 \
+    -ub 512 -npp 512 -ntg 128 -npl "$npl" >"$out/llama-batched-$m.txt" 2>"$out/llama-batched-$m.err" ||
+    { status=1; say "  failed: $out/llama-batched-$m.err"; }
+  grep -E '^\|' "$out/llama-batched-$m.txt" | tee -a "$S"
+}
 do_llama() {
   local used=$1 m
   [ -x "$llama/llama-bench" ] || { say "llama: no $llama/llama-bench"; status=1; return; }
   for m in $used; do
     stamp "llama: llama-bench -m $models/$m -ngl 99 -fa 1 -p 512 -n 128 -r 3"
-    LD_LIBRARY_PATH=$llama${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout "$limit" \
-      "$llama/llama-bench" -m "$models/$m" -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o md \
+    llama_run "$llama/llama-bench" -m "$models/$m" -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o md \
       >"$out/llama-bench-$m.md" 2>"$out/llama-bench-$m.err" || { status=1; say "  failed: $out/llama-bench-$m.err"; }
     grep -E '^\| .*(pp|tg)[0-9]' "$out/llama-bench-$m.md" | tee -a "$S"
+    case $m in
+      moe-*)
+        stamp "llama: llama-bench -m $models/$m -ngl 99 -fa 1 -p 0 -n 128 -d 8192 -r 2"
+        llama_run "$llama/llama-bench" -m "$models/$m" -ngl 99 -fa 1 -p 0 -n 128 -d 8192 -r 2 \
+          -o md >"$out/llama-bench-d8192-$m.md" 2>"$out/llama-bench-d8192-$m.err" ||
+          { status=1; say "  failed: $out/llama-bench-d8192-$m.err"; }
+        grep -E '^\| .*tg[0-9]' "$out/llama-bench-d8192-$m.md" | tee -a "$S"
+        llama_batched "$m" 64 ;;
+      Q4_K_M.gguf) llama_batched "$m" 1,8,64 ;;
+    esac
   done
-  case " $used " in *" Q4_K_M.gguf "*) ;; *) return ;; esac
-  [ -x "$llama/llama-batched-bench" ] || { say "llama: no $llama/llama-batched-bench"; status=1; return; }
-  stamp "llama: llama-batched-bench -m $models/Q4_K_M.gguf -npp 512 -ntg 128 -npl 1,8,64"
-  LD_LIBRARY_PATH=$llama${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout "$limit" \
-    "$llama/llama-batched-bench" -m "$models/Q4_K_M.gguf" -ngl 99 -fa on -c 45000 -b 2048 -ub 512 \
-    -npp 512 -ntg 128 -npl 1,8,64 >"$out/llama-batched-Q4_K_M.txt" 2>"$out/llama-batched-Q4_K_M.err" ||
-    { status=1; say "  failed: $out/llama-batched-Q4_K_M.err"; }
-  grep -E '^\|' "$out/llama-batched-Q4_K_M.txt" | tee -a "$S"
 }
 
 do_bench() {
   local rows=${*:-$default_rows} r m a used=""
   for r in $rows; do row_spec "$r" >/dev/null || die "bench: no row '$r' (see: $0 rows)"; done
   case " $rows " in *" bf16"*|*" q"*) make_models ;; esac
+  case " $rows " in *" moe-"*) make_moe_models ;; esac
   for r in $rows; do
     read -r m a <<<"$(row_spec "$r")"
     # $a is a list of arguments: split on purpose.

@@ -1,7 +1,8 @@
 /* Routed experts on the device, without a round trip to the host: router
  * logits (a mat-vec), routing on the device (softmax, top-k, optional
  * renormalization, choices sorted by expert id), the chosen experts' SwiGLU
- * as grouped mat-vecs (a (token, choice) pair at a time for a few pairs;
+ * as grouped mat-vecs (a (token, choice) pair at a time for a few pairs,
+ * gate, up and the GLU in one launch and down with the combine in one;
  * from MOE_TILED_PAIRS, the pairs sorted by expert and each weight row read
  * once for a run of up to CU_MOE_TILE pairs of one expert), and the combine,
  * which adds the weighted outputs in ascending expert id order as the CPU
@@ -265,15 +266,28 @@ void cuda_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *
     if (gemm == 0) {
         /* done on the tensor cores */
     } else if (pairs < MOE_TILED_PAIRS) {
-        if (CU_OK(cb, launch_matmul_grouped(&t->gate_m, t->gate, ids, nu, x, (int)pairs, hb,
-                                            cb->stream)) ||
-            CU_OK(cb, launch_matmul_grouped(&t->up_m, t->up, ids, nu, x, (int)pairs, hb2,
-                                            cb->stream)) ||
-            CU_OK(cb, launch_glu(hb, hb2, pairs * (size_t)ffn,
-                                 m->act == BK_ACT_GELU_TANH ? 1 : 0, cb->stream)) ||
-            CU_OK(cb, launch_matmul_grouped(&t->down_m, t->down, ids, 1, hb, (int)pairs, y,
-                                            cb->stream)))
+        /* a few pairs (a decode step's): gate, up and the GLU in one
+         * launch when the two are laid out alike, down and the combine in
+         * another */
+        const int act = m->act == BK_ACT_GELU_TANH ? 1 : 0;
+        unsigned *cnt = cuda_counters(cb, matmul_grouped_combine_counters(dim, n));
+        if (!cnt)
             return;
+        if (t->up_m.fmt == t->gate_m.fmt && t->up_m.stride == t->gate_m.stride &&
+            t->up_m.scale_off == t->gate_m.scale_off) {
+            if (CU_OK(cb, launch_matmul_grouped_glu(&t->gate_m, t->gate, t->up, ids, nu, x,
+                                                    (int)pairs, act, hb, cb->stream)))
+                return;
+        } else if (CU_OK(cb, launch_matmul_grouped(&t->gate_m, t->gate, ids, nu, x, (int)pairs,
+                                                   hb, cb->stream)) ||
+                   CU_OK(cb, launch_matmul_grouped(&t->up_m, t->up, ids, nu, x, (int)pairs, hb2,
+                                                   cb->stream)) ||
+                   CU_OK(cb, launch_glu(hb, hb2, pairs * (size_t)ffn, act, cb->stream))) {
+            return;
+        }
+        CU_OK(cb, launch_matmul_grouped_combine(&t->down_m, t->down, ids, w, nu, hb, (int)pairs,
+                                                y, cnt, out, cb->stream));
+        return;
     } else if (moe_tiled(cb, t, m, ids, x, (int)pairs, hb, hb2, y) != 0) {
         return;
     }
