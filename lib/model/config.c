@@ -477,6 +477,27 @@ static int from_hf(const json_t *cfg, const char *what, int validate, model_conf
 
 /* ---- GGUF ---- */
 
+/* A drafter's own keys (family.h's gguf_assistant_arch): the hidden size
+ * of the model it drafts for, and llama.cpp's count of its layers; every
+ * layer reads the model's K/V. The centroid head is not carried
+ * (llama.cpp's converter drops it), so the whole tied head drafts. */
+static int config_gguf_assistant(const cfg_gguf *g, model_config *c, memra_err *err)
+{
+    int64_t nextn = c->n_layers;
+    if (cfg_gguf_int(g, "embedding_length_out", 1, 1, &c->backbone_dim, err) ||
+        cfg_gguf_int(g, "nextn_predict_layers", 1, 0, &nextn, err))
+        return -1;
+    if (c->backbone_dim <= 0)
+        return memra_fail(err, "%s: %s.embedding_length_out must be positive", g->what, g->arch);
+    if (nextn != c->n_layers)
+        return memra_fail(err, "%s: %s.nextn_predict_layers %" PRId64 " differs from "
+                          "block_count %" PRId64 " (an assistant is all drafting layers)",
+                          g->what, g->arch, nextn, c->n_layers);
+    c->n_kv_shared = c->n_layers; /* unless the family's reader finds its key */
+    c->ordered_embeddings = 0;
+    return 0;
+}
+
 int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err)
 {
     model_config c;
@@ -489,6 +510,7 @@ int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err)
     if (!arch)
         return memra_fail(err, "%s: missing required key general.architecture", g.what);
     const model_family_desc *fam = family_by_gguf_arch(arch);
+    const int assistant = !fam && (fam = family_by_gguf_assistant_arch(arch)) != NULL;
     if (!fam) {
         char supported[256];
         family_list_gguf_archs(supported, sizeof supported);
@@ -504,17 +526,21 @@ int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err)
     if (cfg_gguf_str(&g, "memra.hf.model_type", 0, &mt, err) ||
         cfg_gguf_str(&g, "memra.hf.architecture", 0, &ha, err))
         return -1;
-    if (mt) {
+    /* an assistant's: its drafter type and class, as from_hf names them */
+    const char *own_mt = assistant ? fam->hf_assistant_type : NULL;
+    const char *own_arch = assistant ? fam->hf_assistant_architecture : NULL;
+    if (mt && !(own_mt && strcmp(mt, own_mt) == 0)) {
         const family_hf_type *t = NULL;
-        if (family_by_hf_type(mt, &t) != fam)
+        if (assistant || family_by_hf_type(mt, &t) != fam)
             return memra_fail(err, "%s: memra.hf.model_type \"%s\" does not fit architecture "
                               "\"%s\"", g.what, mt, arch);
         ht = t;
     }
-    if (copy_name(c.hf_model_type, sizeof c.hf_model_type, ht->model_type, g.what,
-                  "memra.hf.model_type", err) ||
-        copy_name(c.hf_architecture, sizeof c.hf_architecture, ha ? ha : ht->architecture,
-                  g.what, "memra.hf.architecture", err))
+    if (copy_name(c.hf_model_type, sizeof c.hf_model_type, own_mt ? own_mt : ht->model_type,
+                  g.what, "memra.hf.model_type", err) ||
+        copy_name(c.hf_architecture, sizeof c.hf_architecture,
+                  ha ? ha : own_arch ? own_arch : ht->architecture, g.what,
+                  "memra.hf.architecture", err))
         return -1;
 
     if (cfg_gguf_int(&g, "context_length", 1, 1, &c.n_ctx_train, err) ||
@@ -633,6 +659,10 @@ int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err)
     if (c.pooling < 0 || c.pooling > MODEL_POOL_RANK)
         return memra_fail(err, "%s: %s.pooling_type %" PRId64 " is not one memra knows (0 none, "
                           "1 mean, 2 cls, 3 last, 4 rank)", g.what, arch, c.pooling);
+    /* (the drafter's keys first: the family's reader may ask
+     * config_is_assistant) */
+    if (assistant && config_gguf_assistant(&g, &c, err) != 0)
+        return -1;
     if (fam->gguf_read && fam->gguf_read(&g, &c, err) != 0)
         return -1;
     if (cfg_gguf_token(&g, "tokenizer.ggml.bos_token_id", &c.bos_id, err) ||
@@ -648,7 +678,8 @@ int config_from_gguf(const gguf_file *f, model_config *out, memra_err *err)
 void config_to_gguf(const model_config *c, gguf_writer *w)
 {
     const model_family_desc *fam = family_desc(c->family);
-    const char *arch = fam->gguf_arch;
+    const int assistant = config_is_assistant(c) && fam->gguf_assistant_arch;
+    const char *arch = assistant ? fam->gguf_assistant_arch : fam->gguf_arch;
     const family_hf_type *ht = &fam->hf_types[0];
     gguf_writer_set_str(w, "general.architecture", arch);
     cfg_gguf_set_u32(w, arch, "vocab_size", c->n_vocab);
@@ -703,6 +734,10 @@ void config_to_gguf(const model_config *c, gguf_writer *w)
         cfg_gguf_set_u32(w, arch, "pooling_type", c->pooling);
     if (fam->gguf_write)
         fam->gguf_write(c, arch, w);
+    if (assistant) {
+        cfg_gguf_set_u32(w, arch, "embedding_length_out", c->backbone_dim);
+        cfg_gguf_set_u32(w, arch, "nextn_predict_layers", c->n_layers);
+    }
     if (c->bos_id >= 0)
         gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)c->bos_id);
     if (c->eos_id >= 0)

@@ -465,6 +465,16 @@ static int hf_ignored(model_family f, const char *name)
     return 0;
 }
 
+/* A tensor a GGUF may carry that is not run (what the family lists). */
+static int gguf_ignored(model_family f, const char *name)
+{
+    const model_family_desc *d = family_desc(f);
+    for (size_t i = 0; i < d->n_gguf_ignored; i++)
+        if (strncmp(name, d->gguf_ignored[i], strlen(d->gguf_ignored[i])) == 0)
+            return 1;
+    return 0;
+}
+
 int contract_bind(const model_config *c, checkpoint_format naming, const tensor_view *t, int n,
                   contract_binding *out, memra_err *err)
 {
@@ -478,7 +488,8 @@ int contract_bind(const model_config *c, checkpoint_format naming, const tensor_
         const tensor_view *v = &t[i];
         const char *name = v->name ? v->name : "";
         int idx = find_index(k, name);
-        if (idx < 0 && naming == CKPT_HF && hf_ignored(c->family, name)) {
+        if (idx < 0 && (naming == CKPT_HF ? hf_ignored(c->family, name)
+                                          : gguf_ignored(c->family, name))) {
             out->n_ignored++;
             continue;
         }

@@ -535,9 +535,6 @@ static int run_conversion(const model_config *cfg, const checkpoint *src,
                           const char *dst, const convert_opts *o, memra_err *err)
 {
     checkpoint_format dst_naming = convert_dst_is_gguf(dst) ? CKPT_GGUF : CKPT_HF;
-    if (config_is_assistant(cfg) && dst_naming == CKPT_GGUF)
-        return memra_fail(err, "%s: a %s assistant is written as an HF directory only (a GGUF of "
-                          "it is not supported yet)", dst, family_name(cfg->family));
     if (o->outtype != DT_INVALID && !cast_is_float_target(o->outtype) &&
         (dst_naming != CKPT_GGUF || !quantize_supported(o->outtype)))
         return memra_fail(err, "%s: a %s outtype needs a GGUF destination", dst,

@@ -44,6 +44,15 @@ const model_family_desc *family_by_gguf_arch(const char *arch)
     return NULL;
 }
 
+const model_family_desc *family_by_gguf_assistant_arch(const char *arch)
+{
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(families); i++)
+        if (families[i]->gguf_assistant_arch &&
+            strcmp(families[i]->gguf_assistant_arch, arch) == 0)
+            return families[i];
+    return NULL;
+}
+
 const model_family_desc *family_by_hf_type(const char *mt, const family_hf_type **type)
 {
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(families); i++)
@@ -96,8 +105,11 @@ void family_list_hf_types(char *out, size_t n)
 void family_list_gguf_archs(char *out, size_t n)
 {
     out[0] = '\0';
-    for (size_t i = 0; i < MEMRA_ARRAY_LEN(families); i++)
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(families); i++) {
         list_add(out, n, families[i]->gguf_arch);
+        if (families[i]->gguf_assistant_arch)
+            list_add(out, n, families[i]->gguf_assistant_arch);
+    }
 }
 
 void family_list_sliding_pattern(char *out, size_t n)

@@ -81,9 +81,14 @@ struct model_family_desc {
      * config, then hf_assistant_read reads the drafter's own keys from the
      * top level (config_is_assistant); hf_assistant_write writes them. */
     const char *hf_assistant_type;
+    const char *hf_assistant_architecture; /* its class: "Gemma4AssistantForCausalLM" */
     int (*hf_assistant_read)(const json_t *cfg, const char *what, model_config *c,
                              memra_err *err);
     void (*hf_assistant_write)(const model_config *c, json_t *o);
+    /* The drafter's general.architecture in a GGUF ("gemma4-assistant",
+     * llama.cpp's), or NULL: its keys are the family's under that name
+     * plus embedding_length_out (backbone_dim) and nextn_predict_layers. */
+    const char *gguf_assistant_arch;
     const char *hf_act_key, *hf_act; /* "hidden_act", "silu" */
     /* Keys after the shared ones, in the order transformers reads them;
      * t is the model_type read. */
@@ -130,6 +135,9 @@ struct model_family_desc {
      * block): binding skips them and counts them as ignored. */
     const char *const *hf_ignored;
     size_t n_hf_ignored;
+    /* The same for GGUF names (an assistant's centroid head). */
+    const char *const *gguf_ignored;
+    size_t n_gguf_ignored;
     /* An MTP block (config mtp_layers): the HF prefix of its layer
      * ("mtp.layers.", then the block's index) and the HF names of its own
      * tensors by GGUF suffix (gguf: "nextn.eh_proj.weight", hf:
@@ -173,6 +181,9 @@ struct model_family_desc {
 const model_family_desc *family_desc(model_family f);
 /* The family whose general.architecture is arch, or NULL. */
 const model_family_desc *family_by_gguf_arch(const char *arch);
+/* The family whose drafter's GGUF architecture (gguf_assistant_arch) is
+ * arch, or NULL. */
+const model_family_desc *family_by_gguf_assistant_arch(const char *arch);
 /* The family reading HF model_type mt (and *type, its entry), or NULL. */
 const model_family_desc *family_by_hf_type(const char *mt, const family_hf_type **type);
 /* The family whose multimodal wrapper model_type is mt, or NULL. */

@@ -234,7 +234,9 @@ static int gemma4_gguf_read(const cfg_gguf *g, model_config *c, memra_err *err)
     c->sliding_window_pattern = 6;
     c->rope_local_theta = 10000.0;
     c->head_dim_full = c->head_dim; /* key_length is the full layers' */
-    c->ple_vocab = c->n_vocab;
+    /* no key for it: the per-layer table's rows when there is one, else
+     * the vocabulary (an assistant's config says 0: it has no such table) */
+    c->ple_vocab = config_is_assistant(c) ? 0 : c->n_vocab;
     if (cfg_gguf_int(g, "attention.key_length_swa", 1, 1, &c->head_dim, err) ||
         cfg_gguf_num(g, "rope.freq_base_swa", 1, 0, &c->rope_local_theta, err) ||
         cfg_gguf_int(g, "attention.shared_kv_layers", 1, 0, &c->n_kv_shared, err) ||
@@ -478,6 +480,12 @@ static const char *const gemma4_hf_ignored[] = {
     "masked_embedding.", /* an assistant's centroid head */
 };
 
+/* llama.cpp's names of the centroid head, which memra does not run. */
+static const char *const gemma4_gguf_ignored[] = {
+    "masked_embd_centroids.",
+    "masked_embd_ordering",
+};
+
 static void gemma4_contract(const model_config *c, tensor_contract *k)
 {
     int64_t d = c->dim, p = c->ple_dim;
@@ -503,16 +511,21 @@ static void gemma4_contract(const model_config *c, tensor_contract *k)
         int64_t hd = config_layer_head_dim(c, l), nkv = config_layer_kv_heads(c, l);
         int64_t ffn = config_layer_ffn_dim(c, l);
         /* a layer reading another's K/V has no use for its own projections
-         * (transformers ignores them when a checkpoint has them) */
+         * (transformers ignores them when a checkpoint has them); an
+         * assistant's GGUF has none, as llama.cpp's gemma4-assistant
+         * loader takes every tensor of a file */
         unsigned kv = config_layer_kv_source(c, l) != l ? CE_OPTIONAL : 0;
+        const int kv_none = config_is_assistant(c) && k->naming == CKPT_GGUF;
         contract_add_1d(k, ROLE_ATTN_NORM, l, "attn_norm.weight", d, 0, 0);
         contract_add_2d(k, ROLE_ATTN_Q, l, "attn_q.weight", c->n_heads * hd, d, 0, 0);
-        contract_add_2d(k, ROLE_ATTN_K, l, "attn_k.weight", nkv * hd, d, kv, 0);
-        if (!(c->attn_k_eq_v && config_layer_full(c, l)))
+        if (!kv_none)
+            contract_add_2d(k, ROLE_ATTN_K, l, "attn_k.weight", nkv * hd, d, kv, 0);
+        if (!kv_none && !(c->attn_k_eq_v && config_layer_full(c, l)))
             contract_add_2d(k, ROLE_ATTN_V, l, "attn_v.weight", nkv * hd, d, kv, 0);
         contract_add_2d(k, ROLE_ATTN_O, l, "attn_output.weight", d, c->n_heads * hd, 0, 0);
         contract_add_1d(k, ROLE_ATTN_Q_NORM, l, "attn_q_norm.weight", hd, 0, 0);
-        contract_add_1d(k, ROLE_ATTN_K_NORM, l, "attn_k_norm.weight", hd, kv, 0);
+        if (!kv_none)
+            contract_add_1d(k, ROLE_ATTN_K_NORM, l, "attn_k_norm.weight", hd, kv, 0);
         contract_add_1d(k, ROLE_ATTN_POST_NORM, l, "post_attention_norm.weight", d, 0, 0);
         contract_add_1d(k, ROLE_FFN_NORM, l, "ffn_norm.weight", d, 0, 0);
         contract_add_2d(k, ROLE_FFN_GATE, l, "ffn_gate.weight", ffn, d, 0, 0);
@@ -663,6 +676,8 @@ const model_family_desc family_gemma4 = {
     .n_hf_types = MEMRA_ARRAY_LEN(gemma4_hf_types),
     .hf_wrapper_type = "gemma4",
     .hf_assistant_type = "gemma4_assistant",
+    .hf_assistant_architecture = "Gemma4AssistantForCausalLM",
+    .gguf_assistant_arch = "gemma4-assistant",
     .hf_assistant_read = gemma4_assistant_read,
     .hf_assistant_write = gemma4_assistant_write,
     .hf_act_key = "hidden_activation",
@@ -683,6 +698,8 @@ const model_family_desc family_gemma4 = {
     .n_hf_prefixes = MEMRA_ARRAY_LEN(gemma4_hf_prefixes),
     .hf_ignored = gemma4_hf_ignored,
     .n_hf_ignored = MEMRA_ARRAY_LEN(gemma4_hf_ignored),
+    .gguf_ignored = gemma4_gguf_ignored,
+    .n_gguf_ignored = MEMRA_ARRAY_LEN(gemma4_gguf_ignored),
     .forward = gemma4_forward,
     .layer = gemma4_layer,
     .act = BK_ACT_GELU_TANH,

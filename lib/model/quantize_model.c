@@ -354,9 +354,6 @@ int quantize_checkpoint(const checkpoint *src, const char *dst, quant_recipe *r,
 {
     if (src->vocab_only)
         return memra_fail(err, "%s: a vocab-only GGUF has no weights to quantize", src->path);
-    if (config_is_assistant(&src->config))
-        return memra_fail(err, "%s: a %s assistant is not quantized to GGUF (not supported yet)",
-                          src->path, family_name(src->config.family));
     contract_binding b;
     if (contract_bind(&src->config, src->format, src->tensors, src->n_tensors, &b, err) != 0)
         return memra_wrap(err, "%s", src->path);

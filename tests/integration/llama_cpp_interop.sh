@@ -83,6 +83,13 @@ jq '.vocab_size = 512 | .final_logit_softcapping = 30' "$CFG/tiny-gemma4-moe.jso
   >"$T/tiny-gemma4-moe-512.json"
 memra-convert --random "$T/tiny-gemma4-moe-512.json" --seed 7 --outtype f32 --tokenizer "$T/stories-hf" \
   "$T/gemma4-moe.gguf" >/dev/null 2>"$T/conv.err" || fail "gemma4 MoE: random GGUF" "$(cat "$T/conv.err")"
+# Gemma 4's assistant (gemma4-assistant): its layers read the model's K/V, so
+# its file has none of its own; llama.cpp takes every tensor of a file and
+# wants a vocabulary in it (the model's, carried by --tokenizer).
+jq '.text_config.vocab_size = 512' tests/fixtures/parity/configs/tiny-gemma4-assistant.json >"$T/tiny-gemma4-assistant-512.json"
+memra-convert --random "$T/tiny-gemma4-assistant-512.json" --seed 7 --outtype f32 \
+  --tokenizer "$T/stories-hf" "$T/gemma4-assistant.gguf" >/dev/null 2>"$T/conv.err" ||
+  fail "gemma4 assistant: random GGUF" "$(cat "$T/conv.err")"
 # memra-tiny quantized to each type llama.cpp knows. memra-tiny's FFN rows
 # (384) are not whole 256-blocks, so the pure K types keep ffn_down Q8_0
 # (the mixes fall back on their own).
@@ -122,6 +129,7 @@ FIRM=$(json_list "${firm[@]}")
   jq -nc --arg m "$T/qwen3_5-moe.gguf" '{model: $m, prompts: [[1,2,3,4,5,6,7,8]], n: 12}'
   jq -nc --arg m "$T/gemma4.gguf" '{model: $m, prompts: [[1,2,3,4,5,6,7,8], [1,400,300,200]], n: 12}'
   jq -nc --arg m "$T/gemma4-moe.gguf" '{model: $m, prompts: [[1,2,3,4,5,6,7,8], [1,400,300,200]], n: 12}'
+  jq -nc --arg m "$T/gemma4-assistant.gguf" '{model: $m, n: 0}'
   jq -nc --arg m "$PWD/$TINY" --argjson p "$ALL" '{model: $m, prompts: $p, n: 12}'
   for q in "${qtypes[@]}"; do
     jq -nc --arg m "$T/tiny-$q.gguf" --argjson p "$FIRM" '{model: $m, prompts: $p, n: 6}'
@@ -186,6 +194,9 @@ same_runs "gemma4: llama.cpp's 12 greedy ids equal memra's on 2 prompts" /gemma4
 loads "gemma4 MoE: llama.cpp loads memra's GGUF (experts beside the dense FFN)" /gemma4-moe.gguf
 same_runs "gemma4 MoE: llama.cpp's 12 greedy ids equal memra's on 2 prompts" /gemma4-moe.gguf \
   "$T/gemma4-moe.gguf" 12 1,2,3,4,5,6,7,8 1,400,300,200
+
+loads "gemma4 assistant: llama.cpp loads memra's GGUF (gemma4-assistant, no K/V projections)" \
+  /gemma4-assistant.gguf
 
 # ---- memra-tiny (Qwen3 architecture) and its quantized variants ----------------
 loads "llama.cpp loads memra-tiny (BF16)" memra-tiny.gguf

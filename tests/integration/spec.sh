@@ -96,6 +96,36 @@ check "the assistant, sampled (--temp 0.9): seeded runs reproducible, drafts acc
 check "a random assistant: token-identical to plain greedy for K = 1..4" \
   bash -c "memra-spec '$T/g4' --draft '$T/g4a' -K 1..4 -p Once -n 40 --ignore-eos --json >'$T/g4a.out';
            jq -e 'all(.runs[]; .consistent and .drafted > 0)' '$T/g4a.out'"
+# The assistant as a GGUF (llama.cpp's gemma4-assistant: no K/V projections, the drafter's
+# keys embedding_length_out and nextn_predict_layers), made from its HF directory, back, and
+# quantized: each drafts exactly as the directory does.
+memra-convert "$T/g4ab" "$T/g4ab.gguf" >/dev/null 2>&1
+memra-convert "$T/g4ab.gguf" "$T/g4ab-back" >/dev/null 2>&1
+memra-convert "$T/g4a" "$T/g4a.gguf" >/dev/null 2>&1
+check "an assistant GGUF: gemma4-assistant, the drafter's keys, no K/V projections" \
+  bash -c "grep -aq 'gemma4-assistant' '$T/g4ab.gguf' && grep -aq 'embedding_length_out' '$T/g4ab.gguf' &&
+           memra-census '$T/g4ab.gguf' >'$T/g4ab.census' &&
+           grep 'drafts for a gemma4 model of hidden size 64' '$T/g4ab.census' >/dev/null &&
+           ! grep 'attn_[kv]' '$T/g4ab.census'"
+check "an assistant GGUF drafts as its HF directory does (every draft accepted), and back again" \
+  bash -c "memra-spec '$T/g4b' --draft '$T/g4ab' -K 1..4 -p Once -n 40 --ignore-eos --json |
+             jq -c '[.runs[] | .rounds, .drafted, .accepted, .accepted_per_round]' >'$T/g4ab.dir' &&
+           memra-spec '$T/g4b' --draft '$T/g4ab.gguf' -K 1..4 -p Once -n 40 --ignore-eos --json |
+             jq -c '[.runs[] | .rounds, .drafted, .accepted, .accepted_per_round]' >'$T/g4ab.gguf.out' &&
+           memra-spec '$T/g4b' --draft '$T/g4ab-back' -K 1..4 -p Once -n 40 --ignore-eos --json |
+             jq -c '[.runs[] | .rounds, .drafted, .accepted, .accepted_per_round]' >'$T/g4ab.back' &&
+           cmp '$T/g4ab.dir' '$T/g4ab.gguf.out' && cmp '$T/g4ab.dir' '$T/g4ab.back' &&
+           jq -e 'length > 0 and .[1] > 0 and .[1] == .[2]' '$T/g4ab.dir' >/dev/null"
+check "a random assistant's GGUF drafts as its directory does" \
+  bash -c "memra-spec '$T/g4' --draft '$T/g4a' -K 1..2 -p Once -n 20 --ignore-eos --json >'$T/g4a.dir';
+           memra-spec '$T/g4' --draft '$T/g4a.gguf' -K 1..2 -p Once -n 20 --ignore-eos --json >'$T/g4a.gguf.out';
+           jq -e -n --slurpfile a '$T/g4a.dir' --slurpfile b '$T/g4a.gguf.out' '\$a[0].plain.text == \$b[0].plain.text and
+             [\$a[0].runs[] | .rounds, .drafted, .accepted, .consistent] == [\$b[0].runs[] | .rounds, .drafted, .accepted, .consistent] and
+             all(\$b[0].runs[]; .drafted > 0)'"
+check "a quantized assistant (memra-quantize Q4_K_M) drafts for its model, token-identical" \
+  bash -c "memra-quantize '$T/g4ab.gguf' '$T/g4ab-q4.gguf' Q4_K_M >/dev/null 2>&1 &&
+           memra-spec '$T/g4b' --draft '$T/g4ab-q4.gguf' -K 1..2 -p Once -n 30 --ignore-eos --json |
+             jq -e '.self_consistency == \"PASS\" and all(.runs[]; .consistent and .drafted > 0)'"
 cp -r "$T/g4a" "$T/g4a-centroids" && env -u SHELLOPTS python3 tests/tools/assistant_centroids.py "$T/g4a-centroids"
 check "an assistant with a centroid head (use_ordered_embeddings): read, drafts from the whole head, token-identical" \
   bash -c "memra-census '$T/g4a-centroids' | grep 'its centroid head is not run' >/dev/null &&
@@ -109,8 +139,6 @@ expect_error "an assistant for another model is refused" 1 "drafts for a gemma4 
   memra-spec "$T/q35.gguf" --draft "$T/g4a" -K 1 -n 4
 expect_error "an assistant with --trim" 2 "not an assistant" \
   memra-spec "$T/g4" --draft "$T/g4a" --trim "$T/q35.gguf"
-expect_error "an assistant is not written to GGUF" 1 "HF directory only" \
-  memra-convert "$T/g4a" "$T/g4a.gguf"
 check "memra-census names an assistant and the model it drafts for" \
   bash -c "memra-census '$T/g4a' | grep '^assistant: drafts for a gemma4 model of hidden size 64' >/dev/null &&
            memra-census '$T/g4a' --json | jq -e '.config.assistant_of_dim == 64'"

@@ -116,7 +116,10 @@ static void test_family_registry(void)
     family_list_hf_types(list, sizeof list);
     CHECK(strcmp(list, "llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, gemma3, qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, gemma4_text, gemma4, gemma4_assistant") == 0);
     family_list_gguf_archs(list, sizeof list);
-    CHECK(strcmp(list, "llama, qwen2, qwen3, qwen3moe, gemma3, qwen35, qwen35moe, gemma4") == 0);
+    CHECK(strcmp(list, "llama, qwen2, qwen3, qwen3moe, gemma3, qwen35, qwen35moe, gemma4, "
+                       "gemma4-assistant") == 0);
+    CHECK(family_by_gguf_assistant_arch("gemma4-assistant") == family_desc(FAMILY_GEMMA4));
+    CHECK(family_by_gguf_assistant_arch("gemma4") == NULL);
 }
 
 static void test_llama_fixtures(void)
@@ -523,6 +526,13 @@ static void test_gemma4_assistant(void)
     CHECK(json_is_object(json_object_get(w, "text_config")));
     CHECK(config_from_hf(w, "written.json", &back, &err) == 0 && config_diff(&c, &back) == NULL);
     json_decref(w);
+    /* as llama.cpp's gemma4-assistant GGUF: the drafter's keys, and back */
+    CHECK_MSG(via_gguf(&c, &back, &err) == 0, "%s", err.msg);
+    CHECK(config_is_assistant(&back) && back.backbone_dim == 64 && back.n_kv_shared == 3);
+    CHECK(strcmp(back.hf_model_type, "gemma4_assistant") == 0 &&
+          strcmp(back.hf_architecture, "Gemma4AssistantForCausalLM") == 0);
+    const char *d = config_diff(&c, &back);
+    CHECK_MSG(d == NULL, "differs in %s", d ? d : "");
     static const struct {
         const char *key, *value, *want;
     } bad[] = {
