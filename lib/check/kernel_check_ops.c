@@ -584,9 +584,11 @@ void kc_check_moe(kc *k)
         int ne, nu, norm, ties;
         dtype t;
         int own;
-    } cases[] = {{8, 2, 1, 0, DT_F32, 0},    {6, 3, 0, 0, DT_BF16, 0}, {8, 2, 1, 0, DT_Q4_K, 0},
-                 {128, 8, 1, 0, DT_Q4_K, 0}, {256, 8, 1, 3, DT_Q8_0, 0},
-                 {128, 8, 1, 0, DT_BF16, 1}};
+        dtype up; /* the up matrices' type when not t (DT_INVALID: t) */
+    } cases[] = {{8, 2, 1, 0, DT_F32, 0, DT_INVALID},    {6, 3, 0, 0, DT_BF16, 0, DT_INVALID},
+                 {8, 2, 1, 0, DT_Q4_K, 0, DT_INVALID},   {128, 8, 1, 0, DT_Q4_K, 0, DT_INVALID},
+                 {256, 8, 1, 3, DT_Q8_0, 0, DT_INVALID}, {128, 8, 1, 0, DT_BF16, 1, DT_INVALID},
+                 {16, 4, 1, 0, DT_Q4_K, 0, DT_Q8_0}};
     const int64_t dim = 256, ffn = 256;
     const int n = 11;
     for (size_t c = 0; c < MEMRA_ARRAY_LEN(cases); c++) {
@@ -595,7 +597,8 @@ void kc_check_moe(kc *k)
         int ok = moe_router(k, &router, ne, dim, cases[c].ties) == 0;
         for (int e = 0; ok && e < ne; e++)
             ok = kc_weight(k, &gate[e], cases[c].t, ffn, dim, "moe.gate") == 0 &&
-                 kc_weight(k, &up[e], cases[c].t, ffn, dim, "moe.up") == 0 &&
+                 kc_weight(k, &up[e], cases[c].up != DT_INVALID ? cases[c].up : cases[c].t, ffn,
+                           dim, "moe.up") == 0 &&
                  kc_weight(k, &down[e], cases[c].t, dim, ffn, "moe.down") == 0;
         bk_weight escale = {0};
         if (ok && cases[c].own)
@@ -628,9 +631,11 @@ void kc_check_moe(kc *k)
         if (k->o->perf)
             KC_TIME(k, us, k->gpu->ops->ffn_moe(k->gpu, &m, dx, n, dout));
         char what[96];
-        snprintf(what, sizeof what, "%-5s %d experts top %d%s%s%s n=%d", tname(cases[c].t), ne,
-                 cases[c].nu, cases[c].norm ? " renorm" : "", cases[c].ties ? " ties" : "",
-                 cases[c].own ? " own router x, scales" : "", n);
+        snprintf(what, sizeof what, "%-5s %d experts top %d%s%s%s%s%s n=%d", tname(cases[c].t),
+                 ne, cases[c].nu, cases[c].norm ? " renorm" : "", cases[c].ties ? " ties" : "",
+                 cases[c].own ? " own router x, scales" : "",
+                 cases[c].up != DT_INVALID ? ", up " : "",
+                 cases[c].up != DT_INVALID ? tname(cases[c].up) : "", n);
         kc_report(k, "ffn_moe", what, kc_rel_err(got, ref, nx), BOUND_CHAIN, inv, us, 0);
         kc_dev_free(k, dx);
         kc_dev_free(k, dout);
