@@ -13,7 +13,9 @@
 #                  The moe-* rows make their own: moe-Q8_0.gguf (memra-convert --random
 #                  tests/fixtures/configs/Qwen3-30B-A3B.json --seed 1 --outtype q8_0) and
 #                  moe-Q4_K_M.gguf (memra-quantize --allow-requantize from it): 51 GB together,
-#                  so on a 64 GB disk give them a --models dir without the 8B files
+#                  so on a 64 GB disk give them a --models dir without the 8B files; the
+#                  q35moe-* rows likewise q35moe-Q8_0.gguf and q35moe-Q4_K_M.gguf from
+#                  tests/fixtures/configs/Qwen3.5-35B-A3B.json (58 GB: a dir of their own)
 #   bench [ROW...] the memra-bench rows of docs/PERFORMANCE.md (default: the current table;
 #                  `rows` lists every row and its command); one JSON a row in OUT
 #   serve [LEVELS [REPS [MODEL-FILE]]]  memra-serve on MODEL-FILE (default bf16.gguf) under
@@ -36,10 +38,10 @@
 #   --threads N      memra-quantize threads (default: all cores)
 #   --port N         memra-serve's port for `serve` (default 18090)
 #   --llama DIR      with `bench`: llama.cpp's rows beside memra's, on the same model files, by
-#                    DIR/llama-bench (pp512 and tg128 of each model the rows used; of the MoE
-#                    files tg128 at depth 8192 too) and DIR/llama-batched-bench (512-token
-#                    prompts, 128 tokens: 1/8/64 sequences on Q4_K_M.gguf, 64 on each MoE
-#                    file); DIR as scripts/llama-tools.sh builds it (its libraries beside)
+#                    DIR/llama-bench (pp512 and tg128 of each model the rows used; of the
+#                    moe-* files tg128 at depth 8192 too) and DIR/llama-batched-bench
+#                    (512-token prompts, 128 tokens: 1/8/64 sequences on Q4_K_M.gguf, 64 on
+#                    moe-*, 8/64 on q35moe-*); DIR as scripts/llama-tools.sh builds it
 #   --timeout S      limit for each program run (default 900)
 #
 # Exit status: 0 when every step ran and exited 0, 1 otherwise, 2 on bad usage.
@@ -81,6 +83,7 @@ export PATH=$root/bin:$PATH
 # current table; the others are its rows not measured again since (older tree, own date).
 default_rows="bf16 bf16-b64 bf16-long q8 q8-b64 q4km q4km-b q4km-long bf16-short q4km-short"
 other_rows="bf16-b8-b32 bf16-b64-d8192 tokenizer moe-q4km moe-q4km-b moe-q8 moe-q8-b"
+other_rows="$other_rows q35moe-q4km q35moe-q4km-b"
 row_spec() {
   case $1 in
     bf16)           echo "bf16.gguf -p 512 -n 64 -d 0,32768 -r 2" ;;
@@ -100,6 +103,8 @@ row_spec() {
     moe-q4km-b)     echo "moe-Q4_K_M.gguf -p 512 -n 32 -d 0 -b 64 -r 2" ;;
     moe-q8)         echo "moe-Q8_0.gguf -p 512 -n 128 -d 0,8192 -r 2" ;;
     moe-q8-b)       echo "moe-Q8_0.gguf -p 512 -n 32 -d 0 -b 64 -r 2" ;;
+    q35moe-q4km)    echo "q35moe-Q4_K_M.gguf -p 512 -n 128 -d 0 -r 2" ;;
+    q35moe-q4km-b)  echo "q35moe-Q4_K_M.gguf -p 512 -n 32 -d 0 -b 8,64 -r 2" ;;
     *) return 1 ;;
   esac
 }
@@ -192,23 +197,25 @@ make_models() {
   done
 }
 
-# The Qwen3-30B-A3B-shaped MoE files of the moe-* rows: random weights straight to Q8_0 (its
-# BF16 file would be 61 GB), Q4_K_M requantized from it.
+# The MoE files of the moe-* (Qwen3-30B-A3B shape) and q35moe-* (Qwen3.5-35B-A3B) rows:
+# random weights straight to Q8_0 (their BF16 files would be 61 and 69 GB), Q4_K_M
+# requantized from it. make_moe_models PREFIX CONFIG.
 make_moe_models() {
+  local pre=$1 cfg=$2
   mkdir -p "$models"
-  if [ ! -s "$models/moe-Q8_0.gguf" ]; then
-    stamp "models: moe-Q8_0.gguf (memra-convert --random Qwen3-30B-A3B --outtype q8_0, seed 1)"
-    run convert-moe memra-convert --random tests/fixtures/configs/Qwen3-30B-A3B.json \
-        ${tok:+--tokenizer "$tok"} --seed 1 --outtype q8_0 "$models/moe-Q8_0.part.gguf" ||
-      { say "memra-convert failed: $out/convert-moe.log"; exit 1; }
-    mv "$models/moe-Q8_0.part.gguf" "$models/moe-Q8_0.gguf"
+  if [ ! -s "$models/$pre-Q8_0.gguf" ]; then
+    stamp "models: $pre-Q8_0.gguf (memra-convert --random $cfg --outtype q8_0, seed 1)"
+    run "convert-$pre" memra-convert --random "$cfg" ${tok:+--tokenizer "$tok"} --seed 1 \
+        --outtype q8_0 "$models/$pre-Q8_0.part.gguf" ||
+      { say "memra-convert failed: $out/convert-$pre.log"; exit 1; }
+    mv "$models/$pre-Q8_0.part.gguf" "$models/$pre-Q8_0.gguf"
   fi
-  if [ ! -s "$models/moe-Q4_K_M.gguf" ]; then
-    stamp "models: moe-Q4_K_M.gguf (memra-quantize --allow-requantize, $threads threads)"
-    run quantize-moe memra-quantize "$models/moe-Q8_0.gguf" "$models/moe-Q4_K_M.part.gguf" \
+  if [ ! -s "$models/$pre-Q4_K_M.gguf" ]; then
+    stamp "models: $pre-Q4_K_M.gguf (memra-quantize --allow-requantize, $threads threads)"
+    run "quantize-$pre" memra-quantize "$models/$pre-Q8_0.gguf" "$models/$pre-Q4_K_M.part.gguf" \
         Q4_K_M --allow-requantize --threads "$threads" ||
-      { say "memra-quantize failed: $out/quantize-moe.log"; exit 1; }
-    mv "$models/moe-Q4_K_M.part.gguf" "$models/moe-Q4_K_M.gguf"
+      { say "memra-quantize failed: $out/quantize-$pre.log"; exit 1; }
+    mv "$models/$pre-Q4_K_M.part.gguf" "$models/$pre-Q4_K_M.gguf"
   fi
 }
 
@@ -258,6 +265,7 @@ do_llama() {
       >"$out/llama-bench-$m.md" 2>"$out/llama-bench-$m.err" || { status=1; say "  failed: $out/llama-bench-$m.err"; }
     grep -E '^\| .*(pp|tg)[0-9]' "$out/llama-bench-$m.md" | tee -a "$S"
     case $m in
+      q35moe-*) llama_batched "$m" 8,64 ;;
       moe-*)
         stamp "llama: llama-bench -m $models/$m -ngl 99 -fa 1 -p 0 -n 128 -d 8192 -r 2"
         llama_run "$llama/llama-bench" -m "$models/$m" -ngl 99 -fa 1 -p 0 -n 128 -d 8192 -r 2 \
@@ -274,7 +282,10 @@ do_bench() {
   local rows=${*:-$default_rows} r m a used=""
   for r in $rows; do row_spec "$r" >/dev/null || die "bench: no row '$r' (see: $0 rows)"; done
   case " $rows " in *" bf16"*|*" q"*) make_models ;; esac
-  case " $rows " in *" moe-"*) make_moe_models ;; esac
+  case " $rows " in *" moe-"*) make_moe_models moe tests/fixtures/configs/Qwen3-30B-A3B.json ;; esac
+  case " $rows " in *" q35moe-"*)
+    make_moe_models q35moe tests/fixtures/configs/Qwen3.5-35B-A3B.json ;;
+  esac
   for r in $rows; do
     read -r m a <<<"$(row_spec "$r")"
     # $a is a list of arguments: split on purpose.
