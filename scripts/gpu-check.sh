@@ -51,7 +51,7 @@ root=$(pwd)
 
 out="" models=$root/build/gpu-check-models tok="" device=0 threads="" port=18090 limit=900 llama=""
 cache=${MEMRA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memra}
-usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "gpu-check: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
