@@ -273,6 +273,12 @@ typedef struct {
      * (an MTP block's [embedding | hidden] rows, one head). */
     void (*join_heads)(backend *b, const float *a, const float *bo, int n, int n_heads,
                        int a_dim, int b_dim, float *x);
+    /* A gated DeltaNet layer's input projections, all of one x: qkv = x
+     * w_qkv^T (the conv's input), z = x w_z^T, beta_in = x w_beta^T and
+     * alpha = x w_alpha^T (delta_net's inputs below). */
+    void (*delta_in_proj)(backend *b, const bk_weight *w_qkv, const bk_weight *w_z,
+                          const bk_weight *w_beta, const bk_weight *w_alpha, const float *x,
+                          int n, float *qkv, float *z, float *beta_in, float *alpha);
     /* The gated DeltaNet mixer (bk_delta): qkv [n][conv_dim], z [n][n_v *
      * v_dim], beta_in and alpha [n][n_v] -> out [n][n_v * v_dim]. */
     void (*delta_net)(backend *b, const bk_delta *d, const bk_batch *rows, const float *qkv,

@@ -924,10 +924,8 @@ static void delta_share(model *m, int l, const bk_batch *rows, int n_rows, const
     const layer_weights *w = &m->weights.layers[l];
     run_state *s = &m->state;
     int n = rows->n;
-    op->matmul(m->bk, &w->ssm_qkv, NULL, in, n, s->lin_qkv);
-    op->matmul(m->bk, &w->ssm_z, NULL, in, n, s->lin_z);
-    op->matmul(m->bk, &w->ssm_beta, NULL, in, n, s->lin_b);
-    op->matmul(m->bk, &w->ssm_alpha, NULL, in, n, s->lin_a);
+    op->delta_in_proj(m->bk, &w->ssm_qkv, &w->ssm_z, &w->ssm_beta, &w->ssm_alpha, in, n,
+                      s->lin_qkv, s->lin_z, s->lin_b, s->lin_a);
     op->delta_net(m->bk, &m->delta[l], rows, s->lin_qkv, s->lin_z, s->lin_b, s->lin_a, s->lin_o);
     op->matmul(m->bk, &w->ssm_out, NULL, s->lin_o, n, out);
 }

@@ -361,6 +361,7 @@ static const backend_ops cpu_ops = {
     .rmsnorm = cpu_op_rmsnorm,
     .matmul = cpu_op_matmul,
     .attn_qkv = cpu_op_attn_qkv,
+    .delta_in_proj = cpu_op_delta_in_proj,
     .qk_norm_rope = cpu_op_qk_norm_rope,
     .attention = cpu_op_attention,
     .ffn_glu = cpu_op_ffn_glu,

@@ -99,6 +99,15 @@ void cpu_op_attn_qkv(backend *b, const bk_weight *wq, const bk_weight *wk, const
     cpu_matmul_multi(c, it, 3, x, n);
 }
 
+void cpu_op_delta_in_proj(backend *b, const bk_weight *w_qkv, const bk_weight *w_z,
+                          const bk_weight *w_beta, const bk_weight *w_alpha, const float *x,
+                          int n, float *qkv, float *z, float *beta_in, float *alpha)
+{
+    cpu_mm_item it[4] = {
+        {w_qkv, NULL, qkv}, {w_z, NULL, z}, {w_beta, NULL, beta_in}, {w_alpha, NULL, alpha}};
+    cpu_matmul_multi(cpu_of(b), it, 4, x, n);
+}
+
 /* act(gate) * up over hb, hb2 in tasks of GLU_TASK elements. */
 enum { GLU_TASK = 16384 };
 typedef struct {

@@ -432,6 +432,7 @@ static const backend_ops cuda_ops = {
     .rmsnorm = cuda_op_rmsnorm,
     .matmul = cuda_op_matmul,
     .attn_qkv = cuda_op_attn_qkv,
+    .delta_in_proj = cuda_op_delta_in_proj,
     .qk_norm_rope = op_qk_norm_rope,
     .attention = op_attention,
     .ffn_glu = cuda_op_ffn_glu,

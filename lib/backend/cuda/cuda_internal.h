@@ -295,6 +295,9 @@ void cuda_op_rmsnorm(backend *b, const float *x, int n, const bk_weight *w, floa
                      float eps, float *out);
 void cuda_op_matmul(backend *b, const bk_weight *w, const bk_weight *bias, const float *x, int n,
                     float *out);
+void cuda_op_delta_in_proj(backend *b, const bk_weight *w_qkv, const bk_weight *w_z,
+                           const bk_weight *w_beta, const bk_weight *w_alpha, const float *x,
+                           int n, float *qkv, float *z, float *beta_in, float *alpha);
 void cuda_op_attn_qkv(backend *b, const bk_weight *wq, const bk_weight *wk, const bk_weight *wv,
                       const bk_weight *bq, const bk_weight *bk, const bk_weight *bv,
                       const float *x, int n, float *q, float *k, float *v);

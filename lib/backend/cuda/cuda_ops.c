@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
+#include "core/check.h"
 #include "kernels/elementwise.cuh"
 #include "kernels/gather_cols.cuh"
 #include "kernels/embed.cuh"
@@ -151,59 +152,90 @@ void cuda_op_matmul(backend *b, const bk_weight *w, const bk_weight *bias, const
         project(cb, cw, bv, x, xbf, n, out);
 }
 
-/* q, k and v: one launch over the three matrices when they share a format
- * and width (one mat-vec reading 6144 rows keeps every SM busy where the
- * 1024-row k and v alone would not), else runs of those that do. */
+/* Several projections of one x (at most four): one launch over the
+ * matrices that share a format and width, as many as a launch takes,
+ * then one over those left (one mat-vec reading q's 4096 rows with k's
+ * and v's 1024 keeps every SM busy where k and v alone would not). Which
+ * matrices share a launch changes no row's bytes (kernels/matmul.cuh). */
+static void project_set(backend *b, int nw, const bk_weight *const *ws,
+                        const bk_weight *const *bs, float *const *outs, const float *x, int n,
+                        const char *op)
+{
+    cuda_backend *cb = cuda_of(b);
+    const void *xbf = cuda_xshadow_take(cb, x, n, ws[0]->cols);
+    cuda_flush_pending(cb);
+    if (cb->failed || n <= 0)
+        return;
+    const cuda_weight *cw[4];
+    const float *bias[4];
+    MEMRA_ASSERT(nw >= 1 && nw <= 4);
+    int any_gemm = 0, all_gemm = 1;
+    for (int i = 0; i < nw; i++) {
+        if (proj_of(cb, ws[i], bs ? bs[i] : NULL, op, &cw[i], &bias[i]) != 0)
+            return;
+        const int g = use_gemm(cb, cw[i], n);
+        any_gemm |= g;
+        all_gemm &= g && cuda_gemm_takes(cb, cw[i], n) && cw[i]->m.cols == cw[0]->m.cols;
+    }
+    if (any_gemm) {
+        /* x rounded to bf16 once for the GEMMs when every one runs one */
+        if (all_gemm) {
+            const uint16_t *xb = cuda_gemm_input_of(cb, x, n, cw[0]->m.cols);
+            for (int i = 0; i < nw && xb && !cb->failed; i++)
+                cuda_gemm_matmul_bf16(cb, cw[i], bias[i], xb, n, outs[i]);
+            return;
+        }
+        for (int i = 0; i < nw && !cb->failed; i++)
+            project(cb, cw[i], bias[i], x, xbf, n, outs[i]);
+        return;
+    }
+    int taken[4] = {0};
+    for (int i = 0; i < nw && !cb->failed; i++) {
+        if (taken[i])
+            continue;
+        /* matrix i and those after it that can share its launch */
+        cu_mv_job j;
+        job_init(cb, &j, x, n);
+        j.xbf = xbf;
+        for (int k = i; k < nw && j.n_w < CU_MV_MAX_W; k++) {
+            if (taken[k])
+                continue;
+            j.w[j.n_w] = &cw[k]->m;
+            j.bias[j.n_w] = bias[k];
+            j.out[j.n_w] = outs[k];
+            j.n_w++;
+            if (cu_mv_job_ok(&j)) {
+                taken[k] = 1;
+            } else {
+                j.n_w--;
+                j.w[j.n_w] = NULL;
+                j.bias[j.n_w] = NULL;
+                j.out[j.n_w] = NULL;
+            }
+        }
+        cuda_mv_run(cb, &j);
+    }
+}
+
 void cuda_op_attn_qkv(backend *b, const bk_weight *wq, const bk_weight *wk, const bk_weight *wv,
                       const bk_weight *bq, const bk_weight *bk, const bk_weight *bv,
                       const float *x, int n, float *q, float *k, float *v)
 {
-    cuda_backend *cb = cuda_of(b);
-    const void *xbf = cuda_xshadow_take(cb, x, n, wq->cols);
-    cuda_flush_pending(cb);
-    if (cb->failed || n <= 0)
-        return;
     const bk_weight *ws[3] = {wq, wk, wv}, *bs[3] = {bq, bk, bv};
     float *outs[3] = {q, k, v};
-    const cuda_weight *cw[3];
-    const float *bias[3];
-    for (int i = 0; i < 3; i++)
-        if (proj_of(cb, ws[i], bs[i], "attn_qkv", &cw[i], &bias[i]) != 0)
-            return;
-    if (use_gemm(cb, cw[0], n) || use_gemm(cb, cw[1], n) || use_gemm(cb, cw[2], n)) {
-        /* x rounded to bf16 once for the three GEMMs when all three run one. */
-        if (use_gemm(cb, cw[0], n) && use_gemm(cb, cw[1], n) && use_gemm(cb, cw[2], n) &&
-            cuda_gemm_takes(cb, cw[0], n) && cuda_gemm_takes(cb, cw[1], n) &&
-            cuda_gemm_takes(cb, cw[2], n) && cw[0]->m.cols == cw[1]->m.cols &&
-            cw[0]->m.cols == cw[2]->m.cols) {
-            const uint16_t *xb = cuda_gemm_input_of(cb, x, n, cw[0]->m.cols);
-            for (int i = 0; i < 3 && xb && !cb->failed; i++)
-                cuda_gemm_matmul_bf16(cb, cw[i], bias[i], xb, n, outs[i]);
-            return;
-        }
-        for (int i = 0; i < 3 && !cb->failed; i++)
-            project(cb, cw[i], bias[i], x, xbf, n, outs[i]);
-        return;
-    }
-    for (int i = 0; i < 3 && !cb->failed;) {
-        /* Matrix i and those after it that can share its launch. */
-        cu_mv_job j;
-        job_init(cb, &j, x, n);
-        j.xbf = xbf;
-        while (i < 3) {
-            j.w[j.n_w] = &cw[i]->m;
-            j.bias[j.n_w] = bias[i];
-            j.out[j.n_w] = outs[i];
-            j.n_w++;
-            if (!cu_mv_job_ok(&j)) {
-                j.n_w--;
-                j.w[j.n_w] = NULL;
-                break;
-            }
-            i++;
-        }
-        cuda_mv_run(cb, &j);
-    }
+    project_set(b, 3, ws, bs, outs, x, n, "attn_qkv");
+}
+
+/* A DeltaNet layer's qkv and z (its wide, quantized matrices) share a
+ * launch, as do beta and alpha (f32 in quantized files): two launches
+ * where there were four. */
+void cuda_op_delta_in_proj(backend *b, const bk_weight *w_qkv, const bk_weight *w_z,
+                           const bk_weight *w_beta, const bk_weight *w_alpha, const float *x,
+                           int n, float *qkv, float *z, float *beta_in, float *alpha)
+{
+    const bk_weight *ws[4] = {w_qkv, w_z, w_beta, w_alpha};
+    float *outs[4] = {qkv, z, beta_in, alpha};
+    project_set(b, 4, ws, NULL, outs, x, n, "delta_in_proj");
 }
 
 /* gate and up in one launch, each warp taking row r of both and writing
