@@ -630,13 +630,24 @@ void kc_check_moe(kc *k)
         m.router_x = cases[c].own ? drx : NULL;
         if (k->o->perf)
             KC_TIME(k, us, k->gpu->ops->ffn_moe(k->gpu, &m, dx, n, dout));
-        char what[96];
-        snprintf(what, sizeof what, "%-5s %d experts top %d%s%s%s%s%s n=%d", tname(cases[c].t),
-                 ne, cases[c].nu, cases[c].norm ? " renorm" : "", cases[c].ties ? " ties" : "",
+        char label[80], what[96];
+        snprintf(label, sizeof label, "%-5s %d experts top %d%s%s%s%s%s", tname(cases[c].t), ne,
+                 cases[c].nu, cases[c].norm ? " renorm" : "", cases[c].ties ? " ties" : "",
                  cases[c].own ? " own router x, scales" : "",
                  cases[c].up != DT_INVALID ? ", up " : "",
-                 cases[c].up != DT_INVALID ? tname(cases[c].up) : "", n);
+                 cases[c].up != DT_INVALID ? tname(cases[c].up) : "");
+        snprintf(what, sizeof what, "%s n=%d", label, n);
         kc_report(k, "ffn_moe", what, kc_rel_err(got, ref, nx), BOUND_CHAIN, inv, us, 0);
+        if (k->o->perf) {
+            /* one token alone, timed on its own: a decode step of an
+             * engine of one sequence (the few-pair launches) */
+            double us1 = -1;
+            m.router_x = cases[c].own ? drx + 5 * dim : NULL;
+            KC_TIME(k, us1, k->gpu->ops->ffn_moe(k->gpu, &m, dx + 5 * dim, 1, dout));
+            snprintf(what, sizeof what, "%s n=1", label);
+            kc_report(k, "ffn_moe", what, kc_rel_err(one, ref + 5 * dim, (size_t)dim), BOUND_CHAIN,
+                      inv, us1, 0);
+        }
         kc_dev_free(k, dx);
         kc_dev_free(k, dout);
         kc_dev_free(k, drx);
