@@ -492,6 +492,47 @@ static void test_bind_every_family(void)
     }
 }
 
+/* A gemma4 assistant in GGUF is llama.cpp's gemma4-assistant: no K/V
+ * projections (its layers read the model's), the centroid head's tensors
+ * skipped; in HF its K/V projections may be there, unused. */
+static void test_bind_assistant_gguf(void)
+{
+    memra_err err;
+    json_t *j = json_load_path("tests/fixtures/parity/configs/tiny-gemma4-assistant.json",
+                               1 << 20, &err);
+    model_config c;
+    CHECK_MSG(j && config_from_hf(j, "a.json", &c, &err) == 0, "%s", err.msg);
+    json_decref(j);
+    if (!config_is_assistant(&c))
+        return;
+    tensor_contract gk, hk;
+    CHECK(contract_build(&c, CKPT_GGUF, &gk, &err) == 0);
+    CHECK(contract_build(&c, CKPT_HF, &hk, &err) == 0);
+    int kv_gguf = 0, kv_hf = 0;
+    for (int i = 0; i < gk.n; i++)
+        kv_gguf += gk.entries[i].role == ROLE_ATTN_K || gk.entries[i].role == ROLE_ATTN_V ||
+                   gk.entries[i].role == ROLE_ATTN_K_NORM;
+    for (int i = 0; i < hk.n; i++)
+        kv_hf += hk.entries[i].role == ROLE_ATTN_K || hk.entries[i].role == ROLE_ATTN_K_NORM;
+    CHECK(kv_gguf == 0 && kv_hf == 2 * (int)c.n_layers);
+    int n;
+    tensor_view *v = views_from_contract(&gk, &n, 1);
+    v[n++] = (tensor_view){.name = "masked_embd_centroids.weight", .type = DT_F32, .n_dims = 2,
+                           .shape = {8, 32}, .n_elements = 256, .nbytes = 1024};
+    contract_binding b;
+    int rc = contract_bind(&c, CKPT_GGUF, v, n, &b, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc == 0) {
+        CHECK(b.n_ignored == 1);
+        contract_binding_free(&b);
+    }
+    v[n - 1].name = "blk.0.attn_k.weight"; /* llama.cpp's loader takes no such tensor */
+    CHECK(contract_bind(&c, CKPT_GGUF, v, n, &b, &err) == -1 && strstr(err.msg, "attn_k"));
+    free(v);
+    contract_free(&gk);
+    contract_free(&hk);
+}
+
 /* ---- transforms ---- */
 
 static void test_rope_permute_by_hand(void)
@@ -612,5 +653,6 @@ static void test_contract_transform(void)
 
 TEST_MAIN(TEST_CASE(test_names_known), TEST_CASE(test_names_every_entry),
           TEST_CASE(test_contract_shapes), TEST_CASE(test_bind_stories),
-          TEST_CASE(test_bind_every_family), TEST_CASE(test_rope_permute_by_hand),
+          TEST_CASE(test_bind_every_family), TEST_CASE(test_bind_assistant_gguf),
+          TEST_CASE(test_rope_permute_by_hand),
           TEST_CASE(test_rope_permute_inverse), TEST_CASE(test_contract_transform))
