@@ -91,6 +91,10 @@ typedef struct {
     float *out;
 } cpu_mm_item;
 
+/* Matrices one cpu_matmul_multi takes: a decode step's gate and up of
+ * eight routed experts. */
+#define CPU_MM_MAX_ITEMS 16
+
 /* All items' rows, threaded together (they share the input x [n][cols]). */
 void cpu_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items, const float *x,
                       int n);

@@ -37,9 +37,9 @@ typedef struct {
     const cpu_mm_item *items;
     int n_items;
     const int64_t *first; /* [n_items + 1]: items' rows concatenated */
-    const cpu_kernel *k[4];
-    const uint8_t *data[4]; /* each item's rows: its panel copy or its stored bytes */
-    size_t rbytes[4];
+    const cpu_kernel *k[CPU_MM_MAX_ITEMS];
+    const uint8_t *data[CPU_MM_MAX_ITEMS]; /* each item's rows: its panel copy or its stored bytes */
+    size_t rbytes[CPU_MM_MAX_ITEMS];
     int64_t rows_per_task;
     int tok_groups;    /* tasks per row range: its tokens split in that many groups */
     int toks_per_task; /* a multiple of FM_TILE */
@@ -168,7 +168,7 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
     j.n = n;
     j.x = x;
     j.xstride = j.cols;
-    int64_t first[5] = {0};
+    int64_t first[CPU_MM_MAX_ITEMS + 1] = {0};
     int q8 = 0, panels = 0;
     size_t max_row_bytes = 0;
     for (int i = 0; i < n_items; i++) {

@@ -50,10 +50,10 @@ static void mm_task(void *ctx, int task, int thread)
 void cpu_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items, const float *x,
                       int n)
 {
-    MEMRA_ASSERT(n_items > 0 && n_items <= 4);
+    MEMRA_ASSERT(n_items > 0 && n_items <= CPU_MM_MAX_ITEMS);
     if (c->fast && cpu_fast_matmul_multi(c, items, n_items, x, n) == 0)
         return;
-    int64_t first[5] = {0};
+    int64_t first[CPU_MM_MAX_ITEMS + 1] = {0};
     int64_t cols = items[0].w->cols;
     for (int i = 0; i < n_items; i++) {
         MEMRA_ASSERT(items[i].w->cols == cols);

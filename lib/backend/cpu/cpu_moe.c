@@ -34,6 +34,46 @@ void cpu_moe_free(cpu_backend *c)
     free(c->moe_ww);
 }
 
+/* A decode step's token: the gate and up of all its experts in one
+ * product (one hand-off to the pool, x quantized once), then each
+ * expert's activation and down, added into out in ascending expert id
+ * order: each row computed as the loop below computes it, so the same
+ * bytes. */
+static void moe_one_token(cpu_backend *c, const bk_moe *m, const float *x, int64_t ffn,
+                          int64_t dim, float *out)
+{
+    const int nu = m->n_used;
+    int order[CPU_MM_MAX_ITEMS / 2];
+    for (int k = 0; k < nu; k++) { /* the choices by ascending id (ids are distinct) */
+        int j = k;
+        for (; j > 0 && c->moe_ids[order[j - 1]] > c->moe_ids[k]; j--)
+            order[j] = order[j - 1];
+        order[j] = k;
+    }
+    float *hb = moe_buf(c, MOE_HB, (size_t)nu * (size_t)ffn);
+    float *hb2 = moe_buf(c, MOE_HB2, (size_t)nu * (size_t)ffn);
+    float *yg = moe_buf(c, MOE_Y, (size_t)dim);
+    cpu_mm_item gu[CPU_MM_MAX_ITEMS];
+    for (int k = 0; k < nu; k++) {
+        const int e = c->moe_ids[order[k]];
+        gu[2 * k] = (cpu_mm_item){&m->gate[e], NULL, hb + (size_t)k * (size_t)ffn};
+        gu[2 * k + 1] = (cpu_mm_item){&m->up[e], NULL, hb2 + (size_t)k * (size_t)ffn};
+    }
+    cpu_matmul_multi(c, gu, 2 * nu, x, 1);
+    for (int k = 0; k < nu; k++) {
+        const int e = c->moe_ids[order[k]];
+        float *h = hb + (size_t)k * (size_t)ffn;
+        const float *h2 = hb2 + (size_t)k * (size_t)ffn;
+        for (int64_t i = 0; i < ffn; i++)
+            h[i] = (m->act == BK_ACT_GELU_TANH ? cpu_gelu_tanh(h[i]) : cpu_silu(h[i])) * h2[i];
+        cpu_mm_item d = {&m->down[e], NULL, yg};
+        cpu_matmul_multi(c, &d, 1, h, 1);
+        const float w = c->moe_w[order[k]];
+        for (int64_t i = 0; i < dim; i++)
+            out[i] += yg[i] * w;
+    }
+}
+
 void cpu_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *out)
 {
     cpu_backend *c = cpu_of(b);
@@ -69,6 +109,10 @@ void cpu_op_ffn_moe(backend *b, const bk_moe *m, const float *x, int n, float *o
     }
 
     memset(out, 0, rows * (size_t)dim * sizeof(float));
+    if (n == 1 && 2 * nu <= CPU_MM_MAX_ITEMS) {
+        moe_one_token(c, m, x, ffn, dim, out);
+        return;
+    }
     for (int e = 0; e < ne; e++) {
         int cnt = 0;
         for (int t = 0; t < n; t++)
