@@ -61,6 +61,12 @@ static const char usage[] =
     "  --tp N              split every layer's heads and FFN columns over N tensor-parallel\n"
     "                      ranks (one per --devices entry; every family but gemma4);\n"
     "                      deterministic, within one device's parity bounds\n"
+    "  --rank R            run pipeline stage R of --pp N alone, the other stages in\n"
+    "                      processes of their own (one a GPU, on this host or others),\n"
+    "                      joined through NCCL; every process takes the same arguments but\n"
+    "                      --rank (and --devices); only rank 0 writes the output\n"
+    "  --nccl-id FILE      where the processes meet: rank 0 writes NCCL's id there, the others\n"
+    "                      read it (a path they all see; else env NCCL_COMM_ID=HOST:PORT)\n"
     "  --kv f32|f16|bf16|q8_0  KV cache type (default bf16; f32 on cpu-ref)\n"
     "  -t, --threads N     (default all cores; env MEMRA_THREADS)\n"
     "  -c, --ctx N         context length (default the model's, at most 4096)\n"
@@ -95,6 +101,8 @@ typedef struct {
     const char *devices; /* --devices */
     int pp;              /* --pp */
     int tp;              /* --tp */
+    int rank;            /* --rank, or -1 */
+    const char *nccl_id; /* --nccl-id */
     kv_type kv;
     int64_t n_ctx;
     gen_params gp;
@@ -161,6 +169,7 @@ static void parse_args(int argc, char **argv, gen_opts *o)
 {
     gen_params_default(&o->gp);
     o->kv = KV_DEFAULT;
+    o->rank = -1;
     o->gp.sampling.temperature = 0.8;
     o->gp.sampling.top_k = 40;
     o->gp.sampling.top_p = 0.95;
@@ -173,7 +182,7 @@ static void parse_args(int argc, char **argv, gen_opts *o)
         O_SYSTEM, O_BACKEND, O_JSON, O_TOKENIZE, O_DETOKENIZE, O_RENDER, O_IDS, O_ADDSP, O_PARSESP,
         O_EMBED, O_POOLING, O_DIMS,
         O_TEMPLATE, O_PROMPT_IDS, O_IGNORE_EOS, O_DEVICE, O_KV, O_GRAMMAR, O_SCHEMA,
-        O_DEVICES, O_PP, O_TP,
+        O_DEVICES, O_PP, O_TP, O_RANK, O_NCCL_ID,
     };
     static const struct option longs[] = {
         {"prompt", required_argument, NULL, 'p'},       {"file", required_argument, NULL, 'f'},
@@ -200,6 +209,7 @@ static void parse_args(int argc, char **argv, gen_opts *o)
         {"json-schema", required_argument, NULL, O_SCHEMA},
         {"devices", required_argument, NULL, O_DEVICES}, {"pp", required_argument, NULL, O_PP},
         {"tp", required_argument, NULL, O_TP},
+        {"rank", required_argument, NULL, O_RANK}, {"nccl-id", required_argument, NULL, O_NCCL_ID},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -242,6 +252,8 @@ static void parse_args(int argc, char **argv, gen_opts *o)
         case O_DEVICES: o->devices = optarg; break;
         case O_PP: o->pp = (int)cli_int_or_usage(optarg, 1, 8, "--pp"); break;
         case O_TP: o->tp = (int)cli_int_or_usage(optarg, 1, 8, "--tp"); break;
+        case O_RANK: o->rank = (int)cli_int_or_usage(optarg, 0, 7, "--rank"); break;
+        case O_NCCL_ID: o->nccl_id = optarg; break;
         case O_KV: {
             memra_err err;
             if (kv_type_parse(optarg, &o->kv, &err) != 0)
@@ -299,6 +311,14 @@ static void parse_args(int argc, char **argv, gen_opts *o)
         cli_usage("--chat renders text: it does not take --prompt-ids");
     if (o->system && !o->chat)
         cli_usage("--system goes with --chat");
+    if (o->rank >= 0 && (o->mode == MODE_TOKENIZE || o->mode == MODE_DETOKENIZE ||
+                         o->mode == MODE_RENDER))
+        cli_usage("--rank: tokenizing and rendering load no model to split");
+    /* every process of a pipeline must draw the same stream */
+    if (o->mode == MODE_GENERATE && o->rank >= 0 && !o->seed_given &&
+        o->gp.sampling.temperature > 0)
+        cli_usage("--rank %d with --temp %g: give --seed, the same to every process (each "
+                  "samples the same stream)", o->rank, o->gp.sampling.temperature);
     if (o->mode == MODE_GENERATE && !o->seed_given)
         o->gp.sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
     o->gp.n_predict = o->n_predict;
@@ -485,8 +505,12 @@ static engine *load_engine(const gen_opts *o, const checkpoint *c)
         cli_usage("--device %d: the cpu backend has no devices (use --backend cuda)", o->device);
     if (o->device_given && o->devices)
         cli_usage("--device and --devices: give one");
-    if (engine_opts_parallel(&eo, o->devices, o->pp, o->tp, &err) != 0)
+    if (engine_opts_parallel(&eo, o->devices, o->pp, o->tp, &err) != 0 ||
+        engine_opts_rank(&eo, o->rank, o->nccl_id, &err) != 0)
         cli_usage("%s", err.msg);
+    /* the other ranks run the same steps; rank 0 speaks for them */
+    if (o->rank > 0 && !freopen("/dev/null", "w", stdout))
+        cli_failf("--rank %d: cannot silence standard output", o->rank);
     engine *e;
     if (engine_load(c, &eo, &e, &err) != 0)
         cli_fail(&err);

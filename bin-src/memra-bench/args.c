@@ -62,6 +62,10 @@ static const char usage[] =
     "                      entry)\n"
     "  --tp N              every layer's heads and FFN columns split over N tensor-parallel\n"
     "                      ranks (one per --devices entry)\n"
+    "  --rank R            run pipeline stage R of --pp N alone, the others in processes of\n"
+    "                      their own started with the same arguments (NCCL); rank 0 prints\n"
+    "  --nccl-id FILE      where those processes meet (rank 0 writes it; else env\n"
+    "                      NCCL_COMM_ID=HOST:PORT)\n"
     "  --bandwidth GB/s    use this ceiling instead of the measured one\n"
     "  --remeasure         measure the bandwidth again (and update the cache)\n"
     "  --profile-range     the first timed repetition of each row inside a profiler range\n"
@@ -134,12 +138,14 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
     o->system_tokens = -1; /* not given: 0 is a run without a system prompt */
     o->warmup = 1;
     o->kv = KV_DEFAULT;
+    o->rank = -1;
     o->backend = BACKEND_CPU;
     o->n_threads = cli_threads_default();
     enum {
         O_KV = 1000, O_JSON, O_BACKEND, O_BANDWIDTH, O_REMEASURE, O_TOKENIZER, O_WARMUP,
         O_NBATCH, O_SERVER, O_MODEL, O_APIKEY, O_TIMEOUT, O_VOCAB, O_DEVICE, O_PROFILE,
         O_SCHEMA, O_TURNS, O_SYSTOK, O_TURNTOK, O_DEVICES, O_PIPE, O_TP, O_PPDEPTH,
+        O_RANK, O_NCCL_ID,
     };
     static const struct option longs[] = {
         {"threads", required_argument, NULL, 't'},   {"ctx", required_argument, NULL, 'c'},
@@ -156,6 +162,8 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
         {"devices", required_argument, NULL, O_DEVICES},
         {"pp", required_argument, NULL, O_PIPE},
         {"tp", required_argument, NULL, O_TP},
+        {"rank", required_argument, NULL, O_RANK},
+        {"nccl-id", required_argument, NULL, O_NCCL_ID},
         {"prefill-depth", required_argument, NULL, O_PPDEPTH},
         {"file", required_argument, NULL, 'f'},      {"help", no_argument, NULL, 'h'},
         {"server", required_argument, NULL, O_SERVER},
@@ -222,6 +230,14 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
         case O_TP:
             o->tp_ranks = (int)cli_int_or_usage(optarg, 1, 8, "--tp");
             o->model_flag = o->local_flag = "--tp";
+            break;
+        case O_RANK:
+            o->rank = (int)cli_int_or_usage(optarg, 0, 7, "--rank");
+            o->model_flag = o->local_flag = "--rank";
+            break;
+        case O_NCCL_ID:
+            o->nccl_id = optarg;
+            o->model_flag = o->local_flag = "--nccl-id";
             break;
         case O_BACKEND: {
             backend_kind k = backend_kind_or_usage(optarg);

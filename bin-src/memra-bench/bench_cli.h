@@ -42,6 +42,8 @@ typedef struct {
     const char *devices; /* --devices: one CUDA device per pipeline stage */
     int pipe_stages;     /* --pp */
     int tp_ranks;        /* --tp */
+    int rank;            /* --rank, or -1 */
+    const char *nccl_id; /* --nccl-id */
     bench_backend backend;
     int backend_given;
     double bandwidth; /* > 0: given */

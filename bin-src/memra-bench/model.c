@@ -254,8 +254,12 @@ int bench_run_model(const bench_opts *o)
                                                                                   : BK_CPU;
     eo.device = o->device;
     /* the pipeline flags, before the probe runs on the first device */
-    if (engine_opts_parallel(&eo, o->devices, o->pipe_stages, o->tp_ranks, &err) != 0)
+    if (engine_opts_parallel(&eo, o->devices, o->pipe_stages, o->tp_ranks, &err) != 0 ||
+        engine_opts_rank(&eo, o->rank, o->nccl_id, &err) != 0)
         cli_usage("%s", err.msg);
+    /* the other ranks run the same rows; rank 0 reports them */
+    if (o->rank > 0 && !freopen("/dev/null", "w", stdout))
+        cli_failf("--rank %d: cannot silence standard output", o->rank);
 
     ceiling_info ceil;
     get_ceiling(o, &ceil);

@@ -385,6 +385,23 @@ typedef struct {
      * tensor-parallel rank's heads, so it keeps storage for their part of
      * the cache alone (bk_cache_window). */
     void (*cache_window)(backend *b, const bk_cache_window *w);
+
+    /* Optional (NULL: the backend runs in one process only). The link of
+     * a pipeline whose stages run in processes of their own, one stage a
+     * process (backend_pipeline_join; CUDA: NCCL). link_join makes this
+     * backend rank `rank` of n_ranks, meeting the others through the
+     * NCCL unique id in the file id_file (rank 0 writes it, the others
+     * wait for it) or, id_file NULL, NCCL_COMM_ID; fails naming why. The
+     * other three run in order with the backend's work, on every rank in
+     * the same order (each call waits for its counterpart in the other
+     * process): link_send sends n floats of activation src to rank peer,
+     * link_recv receives them into dst, link_share copies `bytes` of host
+     * memory from rank root to the same buffer on every rank (and waits
+     * for it). They return 0, or -1 with the failure recorded (status). */
+    int (*link_join)(backend *b, const char *id_file, int n_ranks, int rank, memra_err *err);
+    int (*link_send)(backend *b, const float *src, size_t n, int peer);
+    int (*link_recv)(backend *b, float *dst, size_t n, int peer);
+    int (*link_share)(backend *b, void *host, size_t bytes, int root);
 } backend_ops;
 
 struct backend {
@@ -450,9 +467,33 @@ backend *backend_create(backend_kind k, int device, int n_threads, memra_err *er
  * kind), owning them from then on (destroyed with it, or here when it
  * fails). NULL with a message when the stages differ in kind. */
 backend *backend_pipeline_create(backend **stages, int n, memra_err *err);
+/* Stage `rank` of a pipeline of n stages whose other stages run in
+ * processes of their own, one stage each (docs/decisions/0036): local
+ * (owned from then on) joins them through its link (link_join with
+ * id_file), and the pipeline holds it as stage rank and a stand-in for
+ * each other stage. Every process runs the same program on the same
+ * inputs: the model skips the stand-ins' layers (their weights are not
+ * loaded, their activations not made), the residual stream goes to the
+ * next process and comes from the one before (link_send, link_recv), and
+ * what the engine reads of a step (logits, sampled tokens) comes from the
+ * last stage's process to every process (link_share), so each takes the
+ * same decisions. NULL with a message when local has no link or the
+ * join fails. */
+backend *backend_pipeline_join(backend *local, int n, int rank, const char *id_file,
+                               memra_err *err);
 /* The stages b runs on: 1 for a plain backend (stage 0 is b itself). */
 int backend_n_stages(const backend *b);
 backend *backend_stage(backend *b, int s);
+/* Whether stage s runs in this process (always, but for the stand-ins of
+ * backend_pipeline_join). */
+int backend_stage_local(const backend *b, int s);
+/* After a load, every process of a joined pipeline learns whether every
+ * other loaded (rc 0 each) with what it was asked (`asked`, bytes that
+ * must be the same in every process: the options that decide its steps;
+ * a process whose bytes differ from stage 0's fails): returns rc where it
+ * failed here, -1 with the first other stage's message where one failed
+ * elsewhere, else 0. rc itself for any other backend. */
+int backend_group_settle(backend *b, int rc, const void *asked, size_t bytes, memra_err *err);
 /* Copy n floats of activation src (on backend from) into dst (on backend
  * to): act_import where to has it and takes from, else through host
  * memory. */

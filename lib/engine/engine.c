@@ -100,6 +100,46 @@ int engine_opts_parallel(engine_opts *o, const char *devices, int pp, int tp, me
     return 0;
 }
 
+int engine_opts_rank(engine_opts *o, int rank, const char *nccl_id, memra_err *err)
+{
+    o->n_ranks = 0;
+    o->rank = 0;
+    o->nccl_id = NULL;
+    if (rank < 0) {
+        if (nccl_id)
+            return memra_fail(err, "--nccl-id %s without --rank: the id joins the processes of "
+                              "one pipeline, each told its stage", nccl_id);
+        return 0;
+    }
+    if (o->tp > 1)
+        return memra_fail(err, "--rank %d with --tp %d: tensor-parallel ranks in processes of "
+                          "their own are not built (use --pp)", rank, o->tp);
+    if (o->pp < 2)
+        return memra_fail(err, "--rank %d: name the pipeline's stages with --pp N (2 to %d), "
+                          "one process a stage", rank, BACKEND_MAX_STAGES);
+    if (rank >= o->pp)
+        return memra_fail(err, "--rank %d: a pipeline of %d stages has ranks 0 to %d", rank,
+                          o->pp, o->pp - 1);
+    if (o->backend != BK_CUDA)
+        return memra_fail(err, "--rank %d: stages in processes of their own talk through NCCL: "
+                          "use --backend cuda (not %s)", rank, backend_kind_name(o->backend));
+    if (o->n_devices > 1)
+        return memra_fail(err, "--rank %d: this process runs one stage, on one device (--devices "
+                          "names one, or none for device 0)", rank);
+    const char *env = getenv("NCCL_COMM_ID");
+    if (!nccl_id && !(env && *env))
+        return memra_fail(err, "--rank %d: the processes meet through --nccl-id FILE (a path "
+                          "every process reads; rank 0 writes it) or NCCL_COMM_ID=HOST:PORT",
+                          rank);
+    if (o->n_devices == 1)
+        o->device = o->devices[0];
+    o->n_devices = 0;
+    o->n_ranks = o->pp;
+    o->rank = rank;
+    o->nccl_id = nccl_id;
+    return 0;
+}
+
 kv_type engine_kv_type_default(backend_kind k)
 {
     return k == BK_CPU_REF ? KV_F32 : KV_BF16;
@@ -118,6 +158,16 @@ static backend *engine_backend(const engine_opts *o, memra_err *err)
     }
     int parts = o->tp > 1 ? o->tp : o->pp;
     const char *part = o->tp > 1 ? "tensor-parallel rank" : "pipeline stage";
+    if (o->n_ranks > 0) { /* this process's stage alone */
+        if (o->n_ranks != o->pp || o->rank < 0 || o->rank >= o->n_ranks || o->n_devices > 1) {
+            memra_fail(err, "parallel: stage %d of %d processes for a pipeline of %d stages",
+                       o->rank, o->n_ranks, o->pp);
+            return NULL;
+        }
+        backend *l = backend_create(o->backend, o->n_devices ? o->devices[0] : o->device,
+                                    o->n_threads, err);
+        return l ? backend_pipeline_join(l, o->n_ranks, o->rank, o->nccl_id, err) : NULL;
+    }
     if (o->n_devices > 0 && o->backend != BK_CUDA) {
         memra_fail(err, "devices: the %s backend has no devices (use the cuda backend)",
                    backend_kind_name(o->backend));
@@ -219,19 +269,37 @@ int engine_load(const checkpoint *ck, const engine_opts *o, engine **out, memra_
         .mtp = eo.mtp,
         .tp = eo.tp,
     };
-    if (model_init(&e->m, c, &e->binding, ck->format, e->bk, &mo, err) != 0) {
-        memra_wrap(err, "%s", ck->path);
-        backend_destroy(e->bk);
-        contract_binding_free(&e->binding);
-        free(e);
-        return -1;
-    }
+    int init = model_init(&e->m, c, &e->binding, ck->format, e->bk, &mo, err);
     /* A device backend sizes its own KV storage now, and reports any
      * failure of the uploads and allocations model_init made. */
-    if ((e->bk->ops->kv_prepare && e->bk->ops->kv_prepare(e->bk, &e->m.state.kv, err) != 0) ||
-        backend_status(e->bk, err) != 0) {
+    int rc = init;
+    if (rc == 0 &&
+        ((e->bk->ops->kv_prepare && e->bk->ops->kv_prepare(e->bk, &e->m.state.kv, err) != 0) ||
+         backend_status(e->bk, err) != 0))
+        rc = -1;
+    /* stages in processes of their own: each learns whether all loaded,
+     * asked for the same steps */
+    struct {
+        int64_t n_ctx, pool_blocks, n_layers, dim, n_vocab;
+        int32_t n_batch, kv_type, n_seqs, kv_block_size, snapshots, prefix_cache, mtp;
+    } asked;
+    memset(&asked, 0, sizeof asked);
+    asked.n_ctx = n_ctx;
+    asked.pool_blocks = pool_blocks;
+    asked.n_layers = c->n_layers;
+    asked.dim = c->dim;
+    asked.n_vocab = c->n_vocab;
+    asked.n_batch = e->opts.n_batch;
+    asked.kv_type = (int32_t)eo.kv_type;
+    asked.n_seqs = eo.n_seqs;
+    asked.kv_block_size = eo.kv_block_size;
+    asked.snapshots = eo.snapshots;
+    asked.prefix_cache = eo.prefix_cache;
+    asked.mtp = eo.mtp;
+    if (backend_group_settle(e->bk, rc, &asked, sizeof asked, err) != 0) {
         memra_wrap(err, "%s", ck->path);
-        model_free(&e->m);
+        if (init == 0)
+            model_free(&e->m);
         backend_destroy(e->bk);
         contract_binding_free(&e->binding);
         free(e);

@@ -695,10 +695,17 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
         model_free(m);
         return -1;
     }
-    if (m->state_floats && !m->bk->ops->delta_net) {
+    /* (the kind of backend a stage of this process runs: a stage in
+     * another process runs no op here) */
+    backend *runs = bk;
+    for (int s = backend_n_stages(bk) - 1; s >= 0; s--)
+        if (backend_stage_local(bk, s))
+            runs = backend_stage(bk, s);
+    if (m->state_floats && !runs->ops->delta_net) {
+        memra_fail(err, "model: the %s backend has no gated DeltaNet op (the %s family's "
+                   "recurrent layers)", runs->name, fam->name);
         model_free(m);
-        return memra_fail(err, "model: the %s backend has no gated DeltaNet op (the %s "
-                          "family's recurrent layers)", m->bk->name, fam->name);
+        return -1;
     }
     if (m->tp > 1) {
         m->rank_state = xcalloc((size_t)m->tp, sizeof *m->rank_state);
@@ -716,7 +723,10 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
         return 0;
     }
     m->stage_state = xcalloc((size_t)m->n_stages, sizeof *m->stage_state);
+    m->stage_local = -1;
     for (int s = 0; s < m->n_stages; s++) {
+        if (backend_stage_local(bk, s))
+            m->stage_local = s;
         m->bk = backend_stage(bk, s);
         backend_bind(m->bk);
         alloc_state(m, o->cap, s == m->n_stages - 1);
@@ -952,7 +962,14 @@ float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *token
             if (st > 0) /* the residual stream into this stage */
                 backend_act_move(m->bk, m->state.x, prev, px, (size_t)n * (size_t)c->dim);
         }
-        m->forward_layers(m, rows, tokens);
+        if (backend_stage_local(m->pipe, st)) /* (else another process runs it) */
+            m->forward_layers(m, rows, tokens);
+    }
+    if (!backend_stage_local(m->pipe, m->n_stages - 1)) {
+        /* The head runs in the last stage's process; the pipeline's
+         * act_read and sample bring what it gives. The pointer stands in
+         * for its logits (never read here). */
+        return logits_from >= n ? NULL : m->stage_state[m->stage_local].x;
     }
     op = m->bk->ops; /* the last stage's, which runs the head */
     op->rmsnorm(m->bk, s->x, n, &m->weights.output_norm, m->norm_offset, m->norm_eps, s->xb);
@@ -1103,7 +1120,10 @@ void model_forward(model *m, const bk_batch *rows, const int32_t *tokens, int lo
                    float *logits)
 {
     float *dev = model_forward_logits(m, rows, tokens, logits ? logits_from : rows->n);
+    /* a pipeline's logits through it: on its last stage, or brought from
+     * that stage's process */
+    backend *rb = m->n_stages > 1 ? m->pipe : m->bk;
     if (dev)
-        m->bk->ops->act_read(m->bk, dev, logits,
-                             (size_t)(rows->n - logits_from) * (size_t)m->config.n_vocab);
+        rb->ops->act_read(rb, dev, logits,
+                          (size_t)(rows->n - logits_from) * (size_t)m->config.n_vocab);
 }

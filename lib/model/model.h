@@ -202,6 +202,10 @@ struct model {
      * every layer, stage_state NULL. */
     backend *pipe;
     int n_stages, stage_now;
+    /* a stage this process runs (the pipeline's stages in processes of
+     * their own, backend_pipeline_join: its one; the others run no op
+     * here, backend_stage_local) */
+    int stage_local;
     int stage_first[BACKEND_MAX_STAGES + 1];
     run_state *stage_state;
     int layer_begin, layer_end;

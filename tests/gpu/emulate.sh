@@ -51,6 +51,7 @@ fi
 ls lib/core/*.c lib/numerics/*.c lib/format/*.c lib/quant/*.c lib/hub/*.c lib/jinja/*.c \
    lib/tok/*.c lib/grammar/*.c lib/model/*.c lib/engine/*.c lib/backend/*.c lib/check/*.c \
    lib/backend/cpu/*.c lib/backend/cuda/*.c bin-src/memra-parity.c bin-src/memra-convert.c \
+   bin-src/memra-gen.c \
    tests/unit/test_cuda_engine.c tests/unit/test_engine_sample.c 2>/dev/null |
   xargs -P "$(nproc)" -I{} bash -c 'o=$B/obj/$(echo {} | tr / _).o; [ "$o" -nt {} ] || gcc $CPPFLAGS $CFLAGS -c {} -o $o'
 # The kernels, rewritten for the emulation: launches and dynamic shared memory.
@@ -67,6 +68,10 @@ ar rcs "$B/libmemra-emu.a" $(ls "$B"/obj/*.o | grep -v -e bin-src_ -e tests_unit
 LIBS="-Wl,-Bstatic -ljansson -lutf8proc -lpcre2-8 -Wl,-Bdynamic -lcurl -lcrypto -lz -lm -ldl -lstdc++ -pthread $SAN"
 gcc "$B/obj/bin-src_memra-parity.c.o" "$B/libmemra-emu.a" $LIBS -o "$B/bin/memra-parity"
 gcc "$B/obj/bin-src_memra-convert.c.o" "$B/libmemra-emu.a" $LIBS -o "$B/bin/memra-convert"
+gcc "$B/obj/bin-src_memra-gen.c.o" "$B/libmemra-emu.a" $LIBS -o "$B/bin/memra-gen"
+# NCCL between emulated processes (a pipeline's stages in processes of
+# their own), loaded by the link in place of libnccl.so.2
+g++ $CPPFLAGS $CXXFLAGS -fPIC -shared tests/gpu/emu/emu_nccl.cpp -o "$B/libnccl-emu.so"
 gcc "$B/obj/tests_unit_test_cuda_engine.c.o" "$B/libmemra-emu.a" $LIBS -o "$B/tests/test_cuda_engine"
 gcc "$B/obj/tests_unit_test_engine_sample.c.o" "$B/libmemra-emu.a" $LIBS -o "$B/tests/test_engine_sample"
 
@@ -127,4 +132,48 @@ for n in tiny-qwen3 tiny-qwen3-moe; do
        --backend cuda --tp 2 --devices 0,1 | tail -1; then :
   else fails=$((fails + 1)); fi
 done
+# A pipeline's stages in processes of their own (one emulated device
+# each, NCCL emulated over Unix sockets): every process's tokens are those
+# of one process running the whole model, greedy and sampled (the device's
+# sampling shared from the last stage), two and three stages (a process
+# between two others), a hybrid's recurrent layers among them.
+gen_ranks() { # MODEL PP ARGS...: run PP processes, print each rank's output
+  local m=$1 pp=$2 id="$T/nccl-id.$RANDOM" pids=() r
+  shift 2
+  for r in $(seq 0 $((pp - 1))); do
+    MEMRA_NCCL="$B/libnccl-emu.so" MEMRA_EMU_DEVICES=1 "$B/bin/memra-gen" "$m" --backend cuda \
+      --pp "$pp" --rank "$r" --nccl-id "$id" "$@" > "$T/rank$r.out" 2> "$T/rank$r.err" &
+    pids+=($!)
+  done
+  for r in "${!pids[@]}"; do
+    wait "${pids[$r]}" || { echo "emulate: rank $r failed:" >&2; cat "$T/rank$r.err" >&2; return 1; }
+  done
+  [ ! -s "$T/rank1.out" ] || { echo "emulate: rank 1 wrote output" >&2; return 1; }
+  cat "$T/rank0.out"
+}
+"$B/bin/memra-convert" --random "$P/configs/tiny-qwen3_5.json" --seed 1 --outtype f32 "$T/tiny-qwen3_5" 2>/dev/null
+for spec in "tiny-qwen3 2" "tiny-qwen3_5 2" "tiny-qwen3_5 3" "tiny-gemma3 3"; do
+  set -- $spec
+  for args in "--temp 0" "--temp 1 --seed 7"; do
+    one=$(MEMRA_EMU_DEVICES=1 "$B/bin/memra-gen" "$T/$1" --backend cuda --prompt-ids "$ids" -n 12 \
+          --ignore-eos --json $args 2>/dev/null | jq -c .tokens)
+    many=$(gen_ranks "$T/$1" "$2" --prompt-ids "$ids" -n 12 --ignore-eos --json $args | jq -c .tokens) ||
+      many=failed
+    if [ "$one" = "$many" ]; then echo "separate processes: $1, $2 stages, $args: same tokens"
+    else echo "separate processes: $1, $2 stages, $args: DIFFER"; echo " one: $one"; echo " many: $many"
+      fails=$((fails + 1)); fi
+  done
+done
+# a process asked for other steps (here another context) fails, and so do
+# the others, naming it, instead of waiting on each other
+id="$T/nccl-id.ctx"
+MEMRA_NCCL="$B/libnccl-emu.so" MEMRA_EMU_DEVICES=1 "$B/bin/memra-gen" "$T/tiny-qwen3" --backend cuda \
+  --pp 2 --rank 1 --nccl-id "$id" --prompt-ids "$ids" -n 4 --temp 0 -c 128 > /dev/null 2>&1 &
+if MEMRA_NCCL="$B/libnccl-emu.so" MEMRA_EMU_DEVICES=1 "$B/bin/memra-gen" "$T/tiny-qwen3" --backend cuda \
+     --pp 2 --rank 0 --nccl-id "$id" --prompt-ids "$ids" -n 4 --temp 0 2> "$T/ctx.err" > /dev/null ||
+   ! grep 'pipeline stage 1 (its own process) failed: this process was asked for other steps' "$T/ctx.err" >/dev/null ||
+   wait $!; then
+  echo "separate processes: a process with another context is not refused: $(cat "$T/ctx.err")"
+  fails=$((fails + 1))
+else echo "separate processes: a process with another context: refused, naming its stage"; fi
 [ $fails -eq 0 ] && echo "emulate: all passed"

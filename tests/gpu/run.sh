@@ -26,7 +26,8 @@
 #
 # Run from the project root after `make && make unit-bins` (here, or on the
 # development machine with bin/ and build/release/tests carried over).
-# Prints PASS/FAIL lines and "N passed, N failed"; exits 1 on any failure.
+# Prints PASS/FAIL/SKIP lines and "N passed, N failed, N skipped"; exits 1
+# on any failure.
 #
 #   tests/gpu/run.sh [--sanitize] [--device N] [--skip-kernels]
 #
@@ -66,8 +67,9 @@ done
 [ -f "$MEMRA_TEST_DATA/models/stories260K.gguf" ] ||
   { echo "tests/gpu/run.sh: no $MEMRA_TEST_DATA/models/stories260K.gguf (set MEMRA_TEST_DATA)" >&2; exit 2; }
 
-passed=0 failed=0
+passed=0 failed=0 skipped=0
 pass() { echo "PASS $1"; passed=$((passed + 1)); }
+skip() { echo "SKIP $1: $2"; skipped=$((skipped + 1)); }
 fail() { echo "FAIL $1"; shift; [ $# -gt 0 ] && echo "  $*"; failed=$((failed + 1)); }
 # check NAME CMD...: passes when CMD exits 0; its output goes to $OUT/<n>.log.
 n_check=0
@@ -139,6 +141,21 @@ for cfg in tiny-qwen3 tiny-qwen3_5; do
 done
 check "memra-gen --pp $pp_n --devices $pp_devs: one device's greedy ids" \
   bash -c "a=\$(memra-gen '$STORIES' --backend cuda -n 40 --temp 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])'); b=\$(env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --pp $pp_n --devices $pp_devs -n 40 --temp 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])'); echo \"\$a\"; [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ]"
+
+echo "== pipeline stages in processes of their own (--rank, NCCL): one process's tokens"
+# NCCL refuses one card twice in a communicator: two cards are needed.
+if [ "${ngpu:-0}" -ge 2 ]; then
+  for mode in "--temp 0" "--temp 0.9 --seed 7"; do
+    check "memra-gen $mode, stages 0 and 1 in processes on devices 0 and 1: one process's tokens" \
+      bash -c "a=\$(memra-gen '$STORIES' --backend cuda -n 40 $mode --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])');
+               id=$T/nccl-id.\$RANDOM
+               env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --pp 2 --rank 1 --devices 1 --nccl-id \$id -n 40 $mode --json > $T/rank1.out &
+               b=\$(env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --pp 2 --rank 0 --devices 0 --nccl-id \$id -n 40 $mode --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])');
+               wait \$! || exit 1; echo \"\$a\"; [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ] && [ ! -s $T/rank1.out ]"
+  done
+else
+  skip "stages in processes of their own" "one GPU (NCCL takes one card once in a communicator)"
+fi
 
 echo "== tensor parallel (--tp): one device's bounds, the same bytes every run"
 # Two ranks on the cards of the pipeline check: transformers' logits within
@@ -212,7 +229,7 @@ echo "== memra-serve embeddings and rerank on CUDA against transformers (packed 
 if [ ! -x bin/memra-serve ]; then
   fail "memra-serve embeddings on CUDA" "bin/memra-serve is missing"
 elif ! TOKS=$(bash scripts/fetch-tokenizers.sh 2>/dev/null) || [ ! -d "$TOKS/qwen3" ]; then
-  echo "SKIP memra-serve embeddings on CUDA: the Qwen3 tokenizer could not be fetched"
+  skip "memra-serve embeddings on CUDA" "the Qwen3 tokenizer could not be fetched"
 else
   memra-convert --random tests/fixtures/configs/tiny-qwen3-embed.json --tokenizer "$TOKS/qwen3" \
     --seed 7 "$T/emb.gguf" >/dev/null 2>&1
@@ -236,7 +253,7 @@ fi
 
 echo "== speculative decoding on CUDA (memra-spec's gate; tests/integration/serve_spec.sh)"
 if [ ! -f models/memra-tiny.gguf ] || [ ! -f models/memra-tiny-draft.gguf ]; then
-  echo "SKIP speculative decoding on CUDA: models/memra-tiny*.gguf are missing"
+  skip "speculative decoding on CUDA" "models/memra-tiny*.gguf are missing"
 else
   memra-trim-ranks models/memra-tiny.gguf "$T/ranks.gguf" --top 512 --n-gen 16 --backend cuda \
     >"$OUT/trim-ranks.log" 2>&1 || fail "memra-trim-ranks on CUDA" "$(tail -2 "$OUT/trim-ranks.log")"
@@ -246,7 +263,7 @@ else
       bash -c "memra-spec models/memra-tiny.gguf $d --backend cuda -K 1..8 -n 64 --json | jtrue \"j['self_consistency'] == 'PASS' and all(r['accepted'] > 0 for r in j['runs'])\""
   done
   if ! bash scripts/fetch-tokenizers.sh >/dev/null 2>&1; then
-    echo "SKIP serve_spec.sh on CUDA: the tokenizers could not be fetched"
+    skip "serve_spec.sh on CUDA" "the tokenizers could not be fetched"
   else
     spec_log=$OUT/serve_spec.log
     MEMRA_TEST_DATA=$MEMRA_TEST_DATA PATH=$root/bin:$PATH MEMRA_TEST_TMP=$(mktemp -d) \
@@ -273,5 +290,5 @@ if [ $sanitize -eq 1 ]; then
 fi
 
 echo "logs: $OUT"
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

@@ -68,3 +68,22 @@ expect_error "stages and devices disagree" 2 "--pp 2 with --devices 0,1,2: one d
   memra-bench "$STORIES" --backend cuda --pp 2 --devices 0,1,2
 expect_error "--device and --devices together" 2 "--device and --devices: give one" \
   memra-gen "$STORIES" -p hi -n 1 --backend cuda --device 0 --devices 0,1
+# Stages in processes of their own (--rank, --nccl-id; CUDA and NCCL, run
+# by tests/gpu/emulate.sh and on a GPU machine): what is refused before
+# any device is touched
+expect_error "--rank on the cpu backend" 2 "--rank 0: stages in processes of their own talk through NCCL: use --backend cuda" \
+  memra-gen "$STORIES" -p hi -n 1 --temp 0 --backend cpu --pp 2 --rank 0 --nccl-id "$T/id"
+expect_error "--rank without --pp" 2 "--rank 0: name the pipeline's stages with --pp N" \
+  memra-gen "$STORIES" -p hi -n 1 --temp 0 --backend cpu --rank 0 --nccl-id "$T/id"
+expect_error "--rank past the stages" 2 "--rank 2: a pipeline of 2 stages has ranks 0 to 1" \
+  memra-gen "$STORIES" -p hi -n 1 --temp 0 --backend cpu --pp 2 --rank 2 --nccl-id "$T/id"
+expect_error "--rank with no way to meet" 2 "--rank 1: the processes meet through --nccl-id FILE" \
+  env -u NCCL_COMM_ID memra-gen "$STORIES" -p hi -n 1 --temp 0 --backend cuda --pp 2 --rank 1
+expect_error "--nccl-id without --rank" 2 "--nccl-id $T/id without --rank" \
+  memra-gen "$STORIES" -p hi -n 1 --temp 0 --pp 2 --nccl-id "$T/id"
+expect_error "--rank sampling without a seed" 2 "--rank 0 with --temp 0.8: give --seed" \
+  memra-gen "$STORIES" -p hi -n 1 --backend cpu --pp 2 --rank 0 --nccl-id "$T/id"
+expect_error "memra-bench --rank on the cpu backend" 2 "--rank 1: stages in processes of their own talk through NCCL" \
+  memra-bench "$STORIES" --backend cpu -p 8 -n 0 --pp 2 --rank 1 --nccl-id "$T/id"
+expect_error "memra-bench --rank with --server" 2 "--rank goes with the model or tokenizer bench, not --server" \
+  memra-bench --server http://127.0.0.1:9 --rank 0

@@ -290,6 +290,7 @@ static void cuda_destroy(backend *b)
     cudaSetDevice(cb->info.index); /* frees go to this backend's device, whoever calls */
     if (cb->stream)
         cudaStreamSynchronize(cb->stream);
+    cuda_link_free(cb);
     cuda_graphs_free(cb);
     cuda_gemm_free(cb);
     cuda_dgemm_free(cb);
@@ -460,6 +461,10 @@ static const backend_ops cuda_ops = {
     .profiler_range = cuda_profiler_range,
     .act_import = cuda_act_import,
     .cache_window = cuda_cache_window,
+    .link_join = cuda_link_join,
+    .link_send = cuda_link_send,
+    .link_recv = cuda_link_recv,
+    .link_share = cuda_link_share,
 };
 
 backend *backend_cuda_create(int device, memra_err *err)

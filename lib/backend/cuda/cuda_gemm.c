@@ -62,22 +62,6 @@ struct cuda_gemm {
     __typeof__(&cublasLtMatmul) matmul;
 };
 
-static void *open_lib(void)
-{
-    const char *env = getenv("MEMRA_CUBLASLT");
-    if (env && *env)
-        return dlopen(env, RTLD_NOW | RTLD_LOCAL);
-    void *h = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        const char *home = getenv("CUDA_HOME");
-        char path[1024];
-        snprintf(path, sizeof path, "%s/lib64/libcublasLt.so.13",
-                 home && *home ? home : "/usr/local/cuda");
-        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    }
-    return h;
-}
-
 #define LOAD(g, field, name)                                                  \
     do {                                                                      \
         void *sym = dlsym((g)->lib, name);                                    \
@@ -116,7 +100,7 @@ static cuda_gemm *gemm_of(cuda_backend *cb)
     if (g->h)
         return g;
     g->unusable = 1;
-    g->lib = open_lib();
+    g->lib = cuda_dlopen("MEMRA_CUBLASLT", "libcublasLt.so.13");
     if (!g->lib) {
         const char *e = dlerror();
         snprintf(g->why, sizeof g->why, "cuBLASLt not loaded: %s", e ? e : "not found");

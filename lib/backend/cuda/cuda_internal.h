@@ -72,6 +72,7 @@ enum { CUDA_ROPE_CACHE = 8 };
 typedef struct cuda_sampler cuda_sampler;
 typedef struct cuda_graphs cuda_graphs;
 typedef struct cuda_gemm cuda_gemm;
+typedef struct cuda_link cuda_link;
 
 /* The step the engine is running (backend.h step_begin / step_end). */
 typedef struct {
@@ -163,6 +164,9 @@ typedef struct {
     /* Bumped whenever a buffer a captured graph may use is freed or moved
      * (scratch, staging, the KV pool): graphs made before are stale. */
     uint64_t mem_epoch;
+    /* The NCCL link of a pipeline stage in a process of its own
+     * (cuda_link.c), or NULL. */
+    cuda_link *link;
 } cuda_backend;
 
 static inline cuda_backend *cuda_of(backend *b) { return (cuda_backend *)b->impl; }
@@ -173,6 +177,18 @@ int cuda_failf(cuda_backend *cb, const char *fmt, ...) __attribute__((format(pri
  * and return -1. Use through CU_OK. */
 int cuda_check_at(cuda_backend *cb, cudaError_t rc, const char *what, const char *file, int line);
 #define CU_OK(cb, call) cuda_check_at((cb), (call), #call, __FILE__, __LINE__)
+
+/* dlopen of a toolkit library: the path in env_var when set, else soname
+ * on the library path, else in $CUDA_HOME/lib64 (cuda_dlopen.c); NULL
+ * when none loads (dlerror says why). */
+void *cuda_dlopen(const char *env_var, const char *soname);
+
+/* The pipeline link (cuda_link.c; backend_ops.link_*). */
+int cuda_link_join(backend *b, const char *id_file, int n_ranks, int rank, memra_err *err);
+int cuda_link_send(backend *b, const float *src, size_t n, int peer);
+int cuda_link_recv(backend *b, float *dst, size_t n, int peer);
+int cuda_link_share(backend *b, void *host, size_t bytes, int root);
+void cuda_link_free(cuda_backend *cb);
 
 /* cudaMalloc that fails with "out of device memory: <what> needs N bytes
  * (F of T bytes free)" into err (and, when sticky, the backend). */
