@@ -61,10 +61,10 @@ static const char usage[] =
     "  --tp N              split every layer's heads and FFN columns over N tensor-parallel\n"
     "                      ranks (one per --devices entry; every family but gemma4);\n"
     "                      deterministic, within one device's parity bounds\n"
-    "  --rank R            run pipeline stage R of --pp N alone, the other stages in\n"
-    "                      processes of their own (one a GPU, on this host or others),\n"
-    "                      joined through NCCL; every process takes the same arguments but\n"
-    "                      --rank (and --devices); only rank 0 writes the output\n"
+    "  --rank R            run pipeline stage R of --pp N (or rank R of --tp N) alone, the\n"
+    "                      others in processes of their own (one a GPU, on this host or\n"
+    "                      others), joined through NCCL; every process takes the same\n"
+    "                      arguments but --rank (and --devices); rank 0 writes the output\n"
     "  --nccl-id FILE      where the processes meet: rank 0 writes NCCL's id there, the others\n"
     "                      read it (a path they all see; else env NCCL_COMM_ID=HOST:PORT)\n"
     "  --kv f32|f16|bf16|q8_0  KV cache type (default bf16; f32 on cpu-ref)\n"
@@ -314,6 +314,9 @@ static void parse_args(int argc, char **argv, gen_opts *o)
     if (o->rank >= 0 && (o->mode == MODE_TOKENIZE || o->mode == MODE_DETOKENIZE ||
                          o->mode == MODE_RENDER))
         cli_usage("--rank: tokenizing and rendering load no model to split");
+    if (o->rank >= 0 && o->mode == MODE_EMBED)
+        cli_usage("--rank with --embed: an embedding reads the last stage's hidden states, which "
+                  "stay in its process (not built; use --pp or --tp in one process)");
     /* every process of a pipeline must draw the same stream */
     if (o->mode == MODE_GENERATE && o->rank >= 0 && !o->seed_given &&
         o->gp.sampling.temperature > 0)

@@ -52,8 +52,14 @@ static backend *home(const pipeline *p) { return p->stage[p->rank < 0 ? 0 : p->r
 
 /* ---- the stand-in for a stage in another process ----
  * The model binds weights and makes activations on every stage: a peer
- * keeps nothing (weight_prepare does nothing, act_alloc gives NULL), and
- * the model runs no op on it (backend_stage_local). */
+ * keeps nothing (weight_prepare does nothing, act_alloc gives NULL). The
+ * forward pass skips a pipeline stage that is a peer (backend_stage_local)
+ * but, with tensor-parallel ranks, every process runs the family's forward
+ * pass, and the leader's own ops (embedding, norms, the residual stream,
+ * the head) are told to the leader's stand-in where the leader is another
+ * process: those ops run there, and here they do nothing. A peer never
+ * gives data back (no act_read: what the engine reads comes through the
+ * pipeline's shares). */
 
 typedef struct {
     int rank;
@@ -84,11 +90,69 @@ static float *peer_act_alloc(backend *b, size_t n)
 
 static void peer_act_free(backend *b, float *p) { (void)b, (void)p; }
 
+/* The ops another process runs (above). */
+static void peer_embed(backend *b, const bk_weight *t, const int32_t *tok, int n, float sc,
+                       float *out)
+{
+    (void)b, (void)t, (void)tok, (void)n, (void)sc, (void)out;
+}
+static void peer_rmsnorm(backend *b, const float *x, int n, const bk_weight *w, float off,
+                         float eps, float *out)
+{
+    (void)b, (void)x, (void)n, (void)w, (void)off, (void)eps, (void)out;
+}
+static void peer_matmul(backend *b, const bk_weight *w, const bk_weight *bias, const float *x,
+                        int n, float *out)
+{
+    (void)b, (void)w, (void)bias, (void)x, (void)n, (void)out;
+}
+static void peer_add(backend *b, float *x, const float *y, size_t n)
+{
+    (void)b, (void)x, (void)y, (void)n;
+}
+static void peer_scale(backend *b, float *x, size_t n, float s) { (void)b, (void)x, (void)n, (void)s; }
+static void peer_gather_cols(backend *b, const float *src, int n, int64_t n_src,
+                             const int32_t *map, int64_t n_dst, float fill, float *out)
+{
+    (void)b, (void)src, (void)n, (void)n_src, (void)map, (void)n_dst, (void)fill, (void)out;
+}
+static void peer_act_mul(backend *b, float *x, const float *y, int n, int64_t cols,
+                         int64_t y_stride, bk_act act)
+{
+    (void)b, (void)x, (void)y, (void)n, (void)cols, (void)y_stride, (void)act;
+}
+static void peer_mul_sigmoid(backend *b, float *x, const float *g, int n, int64_t x_cols,
+                             int64_t g_cols)
+{
+    (void)b, (void)x, (void)g, (void)n, (void)x_cols, (void)g_cols;
+}
+static void peer_split_heads(backend *b, const float *x, int n, int n_heads, int a_dim,
+                             int b_dim, float *a, float *bo)
+{
+    (void)b, (void)x, (void)n, (void)n_heads, (void)a_dim, (void)b_dim, (void)a, (void)bo;
+}
+static void peer_join_heads(backend *b, const float *a, const float *bo, int n, int n_heads,
+                            int a_dim, int b_dim, float *x)
+{
+    (void)b, (void)a, (void)bo, (void)n, (void)n_heads, (void)a_dim, (void)b_dim, (void)x;
+}
+
 static const backend_ops peer_ops = {
     .destroy = peer_destroy,
     .weight_prepare = peer_weight_prepare,
     .act_alloc = peer_act_alloc,
     .act_free = peer_act_free,
+    .embed = peer_embed,
+    .rmsnorm = peer_rmsnorm,
+    .matmul = peer_matmul,
+    .add = peer_add,
+    .softcap = peer_scale,
+    .scale = peer_scale,
+    .gather_cols = peer_gather_cols,
+    .act_mul = peer_act_mul,
+    .mul_sigmoid = peer_mul_sigmoid,
+    .split_heads = peer_split_heads,
+    .join_heads = peer_join_heads,
 };
 
 static backend *peer_new(int rank)

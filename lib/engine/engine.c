@@ -111,15 +111,14 @@ int engine_opts_rank(engine_opts *o, int rank, const char *nccl_id, memra_err *e
                               "one pipeline, each told its stage", nccl_id);
         return 0;
     }
-    if (o->tp > 1)
-        return memra_fail(err, "--rank %d with --tp %d: tensor-parallel ranks in processes of "
-                          "their own are not built (use --pp)", rank, o->tp);
-    if (o->pp < 2)
-        return memra_fail(err, "--rank %d: name the pipeline's stages with --pp N (2 to %d), "
-                          "one process a stage", rank, BACKEND_MAX_STAGES);
-    if (rank >= o->pp)
-        return memra_fail(err, "--rank %d: a pipeline of %d stages has ranks 0 to %d", rank,
-                          o->pp, o->pp - 1);
+    int parts = o->tp > 1 ? o->tp : o->pp;
+    if (parts < 2)
+        return memra_fail(err, "--rank %d: name the pipeline's stages with --pp N or the "
+                          "tensor-parallel ranks with --tp N (2 to %d), one process each", rank,
+                          BACKEND_MAX_STAGES);
+    if (rank >= parts)
+        return memra_fail(err, "--rank %d: %s %d has ranks 0 to %d", rank,
+                          o->tp > 1 ? "--tp" : "--pp", parts, parts - 1);
     if (o->backend != BK_CUDA)
         return memra_fail(err, "--rank %d: stages in processes of their own talk through NCCL: "
                           "use --backend cuda (not %s)", rank, backend_kind_name(o->backend));
@@ -134,7 +133,7 @@ int engine_opts_rank(engine_opts *o, int rank, const char *nccl_id, memra_err *e
     if (o->n_devices == 1)
         o->device = o->devices[0];
     o->n_devices = 0;
-    o->n_ranks = o->pp;
+    o->n_ranks = parts;
     o->rank = rank;
     o->nccl_id = nccl_id;
     return 0;
@@ -158,10 +157,10 @@ static backend *engine_backend(const engine_opts *o, memra_err *err)
     }
     int parts = o->tp > 1 ? o->tp : o->pp;
     const char *part = o->tp > 1 ? "tensor-parallel rank" : "pipeline stage";
-    if (o->n_ranks > 0) { /* this process's stage alone */
-        if (o->n_ranks != o->pp || o->rank < 0 || o->rank >= o->n_ranks || o->n_devices > 1) {
-            memra_fail(err, "parallel: stage %d of %d processes for a pipeline of %d stages",
-                       o->rank, o->n_ranks, o->pp);
+    if (o->n_ranks > 0) { /* this process's stage or rank alone */
+        if (o->n_ranks != parts || o->rank < 0 || o->rank >= o->n_ranks || o->n_devices > 1) {
+            memra_fail(err, "parallel: %s %d of %d processes for %d", part, o->rank, o->n_ranks,
+                       parts);
             return NULL;
         }
         backend *l = backend_create(o->backend, o->n_devices ? o->devices[0] : o->device,

@@ -70,8 +70,9 @@ typedef struct {
     int tp;
     int devices[BACKEND_MAX_STAGES];
     int n_devices;
-    /* Pipeline stages in processes of their own (docs/decisions/0036):
-     * n_ranks > 0 (== pp): this process runs stage `rank` alone, on
+    /* Pipeline stages or tensor-parallel ranks in processes of their own
+     * (docs/decisions/0036): n_ranks > 0 (== pp, or tp): this process
+     * runs stage or rank `rank` alone, on
      * devices[0] (n_devices 1) or `device`, and meets the others through
      * NCCL: the unique id in the file nccl_id (rank 0 writes it, the
      * others wait for it) or, nccl_id NULL, NCCL_COMM_ID. Every process
@@ -91,8 +92,9 @@ void engine_opts_default(engine_opts *o);
 int engine_opts_parallel(engine_opts *o, const char *devices, int pp, int tp, memra_err *err);
 /* A program's --rank R and --nccl-id FILE into o, after
  * engine_opts_parallel (rank < 0: not given): this process runs pipeline
- * stage R of o->pp alone. Fails naming what does not fit (no --pp, a rank
- * past the stages, more than one device, not the cuda backend, no id). */
+ * stage R of o->pp, or tensor-parallel rank R of o->tp, alone. Fails
+ * naming what does not fit (no --pp or --tp, a rank past them, more than
+ * one device, not the cuda backend, no id). */
 int engine_opts_rank(engine_opts *o, int rank, const char *nccl_id, memra_err *err);
 /* The KV element type a backend gets by default: bf16 on CUDA and on the
  * CPU's fast path (half the bytes per step, f32's range; decision 0035),

@@ -250,6 +250,7 @@ static void use_stage(model *m, int s)
 static void bind_on(model *m, int s)
 {
     m->bk = backend_stage(m->pipe, s);
+    m->bind_here = backend_stage_local(m->pipe, s);
     backend_bind(m->bk);
 }
 
@@ -714,7 +715,11 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
             backend_bind(m->bk);
             alloc_state(m, o->cap, r == m->tp - 1);
             memcpy(&m->rank_state[r], &m->state, offsetof(run_state, kv));
+            if (backend_stage_local(bk, r))
+                m->remote_logits = m->state.x;
         }
+        if (backend_stage_local(bk, m->tp - 1))
+            m->remote_logits = NULL;
         tp_use_rank(m, m->tp - 1);
         return 0;
     }
@@ -723,15 +728,16 @@ int model_init(model *m, const model_config *c, const contract_binding *b,
         return 0;
     }
     m->stage_state = xcalloc((size_t)m->n_stages, sizeof *m->stage_state);
-    m->stage_local = -1;
     for (int s = 0; s < m->n_stages; s++) {
-        if (backend_stage_local(bk, s))
-            m->stage_local = s;
         m->bk = backend_stage(bk, s);
         backend_bind(m->bk);
         alloc_state(m, o->cap, s == m->n_stages - 1);
         memcpy(&m->stage_state[s], &m->state, offsetof(run_state, kv));
+        if (backend_stage_local(bk, s))
+            m->remote_logits = m->state.x;
     }
+    if (backend_stage_local(bk, m->n_stages - 1))
+        m->remote_logits = NULL;
     m->stage_now = -1;
     use_stage(m, m->n_stages - 1);
     return 0;
@@ -962,14 +968,15 @@ float *model_forward_logits(model *m, const bk_batch *rows, const int32_t *token
             if (st > 0) /* the residual stream into this stage */
                 backend_act_move(m->bk, m->state.x, prev, px, (size_t)n * (size_t)c->dim);
         }
-        if (backend_stage_local(m->pipe, st)) /* (else another process runs it) */
+        /* (a stage another process runs is skipped here; tensor-parallel
+         * ranks all run the forward pass: tp_sublayer keeps to this one's) */
+        if (!m->stage_state || backend_stage_local(m->pipe, st))
             m->forward_layers(m, rows, tokens);
     }
-    if (!backend_stage_local(m->pipe, m->n_stages - 1)) {
-        /* The head runs in the last stage's process; the pipeline's
-         * act_read and sample bring what it gives. The pointer stands in
-         * for its logits (never read here). */
-        return logits_from >= n ? NULL : m->stage_state[m->stage_local].x;
+    if (m->remote_logits) {
+        /* The head runs in the last stage's (the leader's) process; the
+         * pipeline's act_read and sample bring what it gives. */
+        return logits_from >= n ? NULL : m->remote_logits;
     }
     op = m->bk->ops; /* the last stage's, which runs the head */
     op->rmsnorm(m->bk, s->x, n, &m->weights.output_norm, m->norm_offset, m->norm_eps, s->xb);

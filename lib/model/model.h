@@ -202,10 +202,11 @@ struct model {
      * every layer, stage_state NULL. */
     backend *pipe;
     int n_stages, stage_now;
-    /* a stage this process runs (the pipeline's stages in processes of
-     * their own, backend_pipeline_join: its one; the others run no op
-     * here, backend_stage_local) */
-    int stage_local;
+    /* Stages or ranks in processes of their own (backend_pipeline_join):
+     * where the head runs in another process, an activation of this
+     * process's that stands in for the logits (never read: the pipeline's
+     * act_read and sample bring the other process's); else NULL. */
+    float *remote_logits;
     int stage_first[BACKEND_MAX_STAGES + 1];
     run_state *stage_state;
     int layer_begin, layer_end;
@@ -221,6 +222,8 @@ struct model {
     int tp, rank_now;
     int tp_inside;            /* running one rank's share of a sublayer (model_sublayer) */
     int bind_rank;            /* the rank whose share bind_weight cuts (loading) */
+    int bind_here;            /* ... and whether this process runs it (backend_stage_local:
+                               * a share another process runs is not cut here) */
     layer_weights *rank_layers[BACKEND_MAX_STAGES];
     bk_attn *rank_attn[BACKEND_MAX_STAGES];
     bk_delta *rank_delta[BACKEND_MAX_STAGES]; /* recurrent families */

@@ -235,7 +235,8 @@ static int gather_cols(model *m, bk_weight *w, const runs *r, memra_err *err)
 
 int tp_cut(model *m, tensor_role role, bk_weight *w, memra_err *err)
 {
-    if (m->tp <= 1 || !bk_weight_present(w))
+    /* (a rank in another process: the whole view stands, never read) */
+    if (m->tp <= 1 || !bk_weight_present(w) || !m->bind_here)
         return 0;
     int rk = m->bind_rank;
     int64_t tp = m->tp;
@@ -366,15 +367,25 @@ void tp_sublayer(model *m, model_share_fn f, int l, const bk_batch *rows, int n,
     int lead = m->tp - 1;
     backend *lb = backend_stage(m->pipe, lead);
     size_t nd = (size_t)n * (size_t)m->config.dim;
+    /* Ranks in processes of their own (backend_pipeline_join): each runs
+     * its own share, the input comes from the leader's process and the
+     * share goes back to it (backend_act_move sends and receives), and
+     * only the leader's process adds. */
+    int lead_here = backend_stage_local(m->pipe, lead);
     /* Every rank's share, issued one after another: no rank waits on the
      * host, so ranks on different devices run at once. */
     for (int r = 0; r < m->tp; r++) {
+        int here = backend_stage_local(m->pipe, r);
+        if (!here && !lead_here)
+            continue;
         tp_use_rank(m, r);
         const float *x = in;
         if (r != lead) {
             backend_act_move(m->bk, m->state.tp_in, lb, in, nd);
             x = m->state.tp_in;
         }
+        if (!here)
+            continue;
         m->tp_inside = 1;
         f(m, l, rows, n, x, m->state.tp_part);
         m->tp_inside = 0;
@@ -388,10 +399,12 @@ void tp_sublayer(model *m, model_share_fn f, int l, const bk_batch *rows, int n,
         if (r == 0) {
             backend_act_move(lb, out, rb, m->rank_state[0].tp_part, nd);
         } else if (r == lead) {
-            lb->ops->add(lb, out, ls->tp_part, nd);
+            if (lead_here)
+                lb->ops->add(lb, out, ls->tp_part, nd);
         } else {
             backend_act_move(lb, ls->tp_in, rb, m->rank_state[r].tp_part, nd);
-            lb->ops->add(lb, out, ls->tp_in, nd);
+            if (lead_here)
+                lb->ops->add(lb, out, ls->tp_in, nd);
         }
     }
 }

@@ -132,17 +132,19 @@ for n in tiny-qwen3 tiny-qwen3-moe; do
        --backend cuda --tp 2 --devices 0,1 | tail -1; then :
   else fails=$((fails + 1)); fi
 done
-# A pipeline's stages in processes of their own (one emulated device
-# each, NCCL emulated over Unix sockets): every process's tokens are those
-# of one process running the whole model, greedy and sampled (the device's
-# sampling shared from the last stage), two and three stages (a process
-# between two others), a hybrid's recurrent layers among them.
-gen_ranks() { # MODEL PP ARGS...: run PP processes, print each rank's output
-  local m=$1 pp=$2 id="$T/nccl-id.$RANDOM" pids=() r
-  shift 2
-  for r in $(seq 0 $((pp - 1))); do
+# A pipeline's stages, and tensor-parallel ranks, in processes of their
+# own (one emulated device each, NCCL emulated over Unix sockets): every
+# process's tokens are those of one process running the whole model (for
+# ranks: the ranks in one process, over as many emulated devices), greedy
+# and sampled (the device's sampling shared from the last stage), two and
+# three stages (a process between two others), a hybrid's recurrent layers
+# among them.
+gen_ranks() { # MODEL --pp|--tp N ARGS...: run N processes, print rank 0's output
+  local m=$1 split=$2 n=$3 id="$T/nccl-id.$RANDOM" pids=() r
+  shift 3
+  for r in $(seq 0 $((n - 1))); do
     MEMRA_NCCL="$B/libnccl-emu.so" MEMRA_EMU_DEVICES=1 "$B/bin/memra-gen" "$m" --backend cuda \
-      --pp "$pp" --rank "$r" --nccl-id "$id" "$@" > "$T/rank$r.out" 2> "$T/rank$r.err" &
+      "$split" "$n" --rank "$r" --nccl-id "$id" "$@" > "$T/rank$r.out" 2> "$T/rank$r.err" &
     pids+=($!)
   done
   for r in "${!pids[@]}"; do
@@ -151,16 +153,22 @@ gen_ranks() { # MODEL PP ARGS...: run PP processes, print each rank's output
   [ ! -s "$T/rank1.out" ] || { echo "emulate: rank 1 wrote output" >&2; return 1; }
   cat "$T/rank0.out"
 }
-"$B/bin/memra-convert" --random "$P/configs/tiny-qwen3_5.json" --seed 1 --outtype f32 "$T/tiny-qwen3_5" 2>/dev/null
-for spec in "tiny-qwen3 2" "tiny-qwen3_5 2" "tiny-qwen3_5 3" "tiny-gemma3 3"; do
+for n in tiny-qwen3_5 tiny-qwen3_5-moe; do
+  [ -d "$T/$n" ] || "$B/bin/memra-convert" --random "$P/configs/$n.json" --seed 1 --outtype f32 "$T/$n" 2>/dev/null
+done
+for spec in "tiny-qwen3 --pp 2" "tiny-qwen3_5 --pp 2" "tiny-qwen3_5 --pp 3" "tiny-gemma3 --pp 3" \
+            "tiny-qwen3 --tp 2" "tiny-qwen3 --tp 4" "tiny-qwen3-moe --tp 2" "tiny-gemma3 --tp 2" \
+            "tiny-qwen3_5-moe --tp 2"; do
   set -- $spec
+  one_args=()
+  [ "$2" = --tp ] && one_args=(--tp "$3" --devices "$(seq -s, 0 $(($3 - 1)))")
   for args in "--temp 0" "--temp 1 --seed 7"; do
-    one=$(MEMRA_EMU_DEVICES=1 "$B/bin/memra-gen" "$T/$1" --backend cuda --prompt-ids "$ids" -n 12 \
-          --ignore-eos --json $args 2>/dev/null | jq -c .tokens)
-    many=$(gen_ranks "$T/$1" "$2" --prompt-ids "$ids" -n 12 --ignore-eos --json $args | jq -c .tokens) ||
+    one=$(MEMRA_EMU_DEVICES=$3 "$B/bin/memra-gen" "$T/$1" --backend cuda "${one_args[@]}" --prompt-ids "$ids" \
+          -n 12 --ignore-eos --json $args 2>/dev/null | jq -c .tokens)
+    many=$(gen_ranks "$T/$1" "$2" "$3" --prompt-ids "$ids" -n 12 --ignore-eos --json $args | jq -c .tokens) ||
       many=failed
-    if [ "$one" = "$many" ]; then echo "separate processes: $1, $2 stages, $args: same tokens"
-    else echo "separate processes: $1, $2 stages, $args: DIFFER"; echo " one: $one"; echo " many: $many"
+    if [ "$one" = "$many" ]; then echo "separate processes: $1, $2 $3, $args: the same tokens"
+    else echo "separate processes: $1, $2 $3, $args: DIFFER"; echo " one: $one"; echo " many: $many"
       fails=$((fails + 1)); fi
   done
 done

@@ -142,7 +142,7 @@ done
 check "memra-gen --pp $pp_n --devices $pp_devs: one device's greedy ids" \
   bash -c "a=\$(memra-gen '$STORIES' --backend cuda -n 40 --temp 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])'); b=\$(env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --pp $pp_n --devices $pp_devs -n 40 --temp 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])'); echo \"\$a\"; [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ]"
 
-echo "== pipeline stages in processes of their own (--rank, NCCL): one process's tokens"
+echo "== stages and ranks in processes of their own (--rank, NCCL): one process's tokens"
 # NCCL refuses one card twice in a communicator: two cards are needed.
 if [ "${ngpu:-0}" -ge 2 ]; then
   for mode in "--temp 0" "--temp 0.9 --seed 7"; do
@@ -153,8 +153,14 @@ if [ "${ngpu:-0}" -ge 2 ]; then
                b=\$(env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --pp 2 --rank 0 --devices 0 --nccl-id \$id -n 40 $mode --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])');
                wait \$! || exit 1; echo \"\$a\"; [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ] && [ ! -s $T/rank1.out ]"
   done
+  check "memra-gen --temp 0, tensor-parallel ranks 0 and 1 in processes on devices 0 and 1: one process's 2 ranks' tokens" \
+    bash -c "a=\$(env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --tp 2 --devices 0,1 -n 40 --temp 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])');
+             id=$T/nccl-id.\$RANDOM
+             env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --tp 2 --rank 1 --devices 1 --nccl-id \$id -n 40 --temp 0 --json > $T/rank1.out &
+             b=\$(env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --tp 2 --rank 0 --devices 0 --nccl-id \$id -n 40 --temp 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])');
+             wait \$! || exit 1; echo \"\$a\"; [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ]"
 else
-  skip "stages in processes of their own" "one GPU (NCCL takes one card once in a communicator)"
+  skip "stages and ranks in processes of their own" "one GPU (NCCL takes one card once in a communicator)"
 fi
 
 echo "== tensor parallel (--tp): one device's bounds, the same bytes every run"

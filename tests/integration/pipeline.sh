@@ -75,7 +75,7 @@ expect_error "--rank on the cpu backend" 2 "--rank 0: stages in processes of the
   memra-gen "$STORIES" -p hi -n 1 --temp 0 --backend cpu --pp 2 --rank 0 --nccl-id "$T/id"
 expect_error "--rank without --pp" 2 "--rank 0: name the pipeline's stages with --pp N" \
   memra-gen "$STORIES" -p hi -n 1 --temp 0 --backend cpu --rank 0 --nccl-id "$T/id"
-expect_error "--rank past the stages" 2 "--rank 2: a pipeline of 2 stages has ranks 0 to 1" \
+expect_error "--rank past the stages" 2 "--rank 2: --pp 2 has ranks 0 to 1" \
   memra-gen "$STORIES" -p hi -n 1 --temp 0 --backend cpu --pp 2 --rank 2 --nccl-id "$T/id"
 expect_error "--rank with no way to meet" 2 "--rank 1: the processes meet through --nccl-id FILE" \
   env -u NCCL_COMM_ID memra-gen "$STORIES" -p hi -n 1 --temp 0 --backend cuda --pp 2 --rank 1
@@ -87,3 +87,5 @@ expect_error "memra-bench --rank on the cpu backend" 2 "--rank 1: stages in proc
   memra-bench "$STORIES" --backend cpu -p 8 -n 0 --pp 2 --rank 1 --nccl-id "$T/id"
 expect_error "memra-bench --rank with --server" 2 "--rank goes with the model or tokenizer bench, not --server" \
   memra-bench --server http://127.0.0.1:9 --rank 0
+expect_error "--rank with --embed" 2 "--rank with --embed: an embedding reads the last stage's hidden states" \
+  memra-gen "$STORIES" -p hi --embed --backend cuda --pp 2 --rank 0 --nccl-id "$T/id"
