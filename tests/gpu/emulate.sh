@@ -51,7 +51,7 @@ fi
 ls lib/core/*.c lib/numerics/*.c lib/format/*.c lib/quant/*.c lib/hub/*.c lib/jinja/*.c \
    lib/tok/*.c lib/grammar/*.c lib/model/*.c lib/engine/*.c lib/backend/*.c lib/check/*.c \
    lib/backend/cpu/*.c lib/backend/cuda/*.c bin-src/memra-parity.c bin-src/memra-convert.c \
-   bin-src/memra-gen.c \
+   bin-src/memra-gen.c bin-src/memra-bench.c lib/bench/*.c bin-src/memra-bench/*.c \
    tests/unit/test_cuda_engine.c tests/unit/test_engine_sample.c 2>/dev/null |
   xargs -P "$(nproc)" -I{} bash -c 'o=$B/obj/$(echo {} | tr / _).o; [ "$o" -nt {} ] || gcc $CPPFLAGS $CFLAGS -c {} -o $o'
 # The kernels, rewritten for the emulation: launches and dynamic shared memory.
@@ -69,6 +69,8 @@ LIBS="-Wl,-Bstatic -ljansson -lutf8proc -lpcre2-8 -Wl,-Bdynamic -lcurl -lcrypto 
 gcc "$B/obj/bin-src_memra-parity.c.o" "$B/libmemra-emu.a" $LIBS -o "$B/bin/memra-parity"
 gcc "$B/obj/bin-src_memra-convert.c.o" "$B/libmemra-emu.a" $LIBS -o "$B/bin/memra-convert"
 gcc "$B/obj/bin-src_memra-gen.c.o" "$B/libmemra-emu.a" $LIBS -o "$B/bin/memra-gen"
+gcc "$B/obj/bin-src_memra-bench.c.o" "$B"/obj/bin-src_memra-bench_*.c.o "$B/libmemra-emu.a" $LIBS \
+  -o "$B/bin/memra-bench"
 # NCCL between emulated processes (a pipeline's stages in processes of
 # their own), loaded by the link in place of libnccl.so.2
 g++ $CPPFLAGS $CXXFLAGS -fPIC -shared tests/gpu/emu/emu_nccl.cpp -o "$B/libnccl-emu.so"
@@ -172,6 +174,36 @@ for spec in "tiny-qwen3 --pp 2" "tiny-qwen3_5 --pp 2" "tiny-qwen3_5 --pp 3" "tin
       fails=$((fails + 1)); fi
   done
 done
+# NCCL_COMM_ID in place of the id file
+one=$(MEMRA_EMU_DEVICES=1 "$B/bin/memra-gen" "$T/tiny-qwen3" --backend cuda --prompt-ids "$ids" -n 12 \
+      --ignore-eos --json --temp 1 --seed 3 2>/dev/null | jq -c .tokens)
+addr="127.0.0.1:$((20000 + RANDOM % 10000))"
+for r in 1 0; do
+  NCCL_COMM_ID=$addr MEMRA_NCCL="$B/libnccl-emu.so" MEMRA_EMU_DEVICES=1 "$B/bin/memra-gen" "$T/tiny-qwen3" \
+    --backend cuda --pp 2 --rank $r --prompt-ids "$ids" -n 12 --ignore-eos --json --temp 1 --seed 3 \
+    > "$T/env$r.out" 2> "$T/env$r.err" &
+  pids[$r]=$!
+done
+if wait "${pids[0]}" && wait "${pids[1]}" && [ "$(jq -c .tokens "$T/env0.out")" = "$one" ]; then
+  echo "separate processes: NCCL_COMM_ID in place of --nccl-id: the same tokens"
+else
+  echo "separate processes: NCCL_COMM_ID: $(cat "$T/env0.err" "$T/env1.err")"; fails=$((fails + 1))
+fi
+# memra-bench's rows (a prompt, decode, two sequences at once) over two
+# processes: rank 0 reports them, rank 1 nothing
+id="$T/nccl-id.bench"
+MEMRA_NCCL="$B/libnccl-emu.so" MEMRA_EMU_DEVICES=1 "$B/bin/memra-bench" "$T/tiny-qwen3" --backend cuda \
+  --pp 2 --rank 1 --nccl-id "$id" -p 8 -n 2 -b 2 -r 1 --warmup 0 --bandwidth 100 --json > "$T/bench1.out" 2>&1 &
+bpid=$!
+if MEMRA_NCCL="$B/libnccl-emu.so" MEMRA_EMU_DEVICES=1 "$B/bin/memra-bench" "$T/tiny-qwen3" --backend cuda \
+     --pp 2 --rank 0 --nccl-id "$id" -p 8 -n 2 -b 2 -r 1 --warmup 0 --bandwidth 100 --json > "$T/bench0.out" &&
+   wait $bpid && [ ! -s "$T/bench1.out" ] &&
+   jq -e '.pp == 2 and (.rows | length) >= 3 and all(.rows[]; .tok_s > 0)' "$T/bench0.out" >/dev/null; then
+  echo "separate processes: memra-bench's rows from two processes, reported by rank 0"
+else
+  echo "separate processes: memra-bench over two processes failed: $(head -c 600 "$T/bench0.out" "$T/bench1.out")"
+  fails=$((fails + 1))
+fi
 # a process asked for other steps (here another context) fails, and so do
 # the others, naming it, instead of waiting on each other
 id="$T/nccl-id.ctx"
