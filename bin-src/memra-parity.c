@@ -179,6 +179,7 @@ static void parse_args(int argc, char **argv, parity_opts *o)
         {"draft", required_argument, NULL, 'G'},
         {"devices", required_argument, NULL, 'V'},   {"pp", required_argument, NULL, 'L'},
         {"tp", required_argument, NULL, 'T'},
+        {"rank", required_argument, NULL, 'R'},      {"nccl-id", required_argument, NULL, 'R'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -245,6 +246,10 @@ static void parse_args(int argc, char **argv, parity_opts *o)
         case 'V': o->devices = optarg; break;
         case 'L': o->pp = (int)cli_int_or_usage(optarg, 1, 8, "--pp"); break;
         case 'T': o->tp = (int)cli_int_or_usage(optarg, 1, 8, "--tp"); break;
+        case 'R':
+            cli_usage("--rank, --nccl-id: memra-parity reads every layer's hidden states, which "
+                      "would stay in the other processes; run --pp N or --tp N in one process "
+                      "(memra-gen and memra-bench take --rank)");
         case 'd': {
             int64_t d;
             if (cli_parse_i64(optarg, 0, 1024, &d, "--device", &err) != 0)

@@ -242,7 +242,7 @@ static void parse_args(int argc, char **argv, serve_args *a)
     a->insecure = cli_env_true("MEMRA_INSECURE");
 
     enum { O_HOST = 1000, O_PORT, O_MAXS, O_MAXQ, O_KEY, O_KEYS, O_INSECURE, O_TMPL, O_HTTPT,
-           O_BODY, O_DRAIN, O_BACKEND, O_DEVICE, O_DEVICES, O_PIPE, O_TP, O_KV, O_PCHUNK, O_IDLE, O_PERIP, O_CORS, O_SPECIAL,
+           O_BODY, O_DRAIN, O_BACKEND, O_DEVICE, O_DEVICES, O_PIPE, O_TP, O_RANK, O_KV, O_PCHUNK, O_IDLE, O_PERIP, O_CORS, O_SPECIAL,
            O_PCACHE, O_CBLOCKS, O_TASK, O_DRAFT, O_TRIM, O_NGRAM, O_MTP, O_SPECK, O_SPECMAX };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},     {"host", required_argument, NULL, O_HOST},
@@ -269,6 +269,7 @@ static void parse_args(int argc, char **argv, serve_args *a)
         {"devices", required_argument, NULL, O_DEVICES},
         {"pp", required_argument, NULL, O_PIPE},
         {"tp", required_argument, NULL, O_TP},
+        {"rank", required_argument, NULL, O_RANK}, {"nccl-id", required_argument, NULL, O_RANK},
         {"kv", required_argument, NULL, O_KV},
         {"idle-timeout", required_argument, NULL, O_IDLE},
         {"max-conns-per-ip", required_argument, NULL, O_PERIP},
@@ -354,6 +355,10 @@ static void parse_args(int argc, char **argv, serve_args *a)
         case O_DEVICES: a->devices = optarg; break;
         case O_PIPE: a->pp = (int)cli_int_or_usage(optarg, 1, 8, "--pp"); break;
         case O_TP: a->tp = (int)cli_int_or_usage(optarg, 1, 8, "--tp"); break;
+        case O_RANK:
+            cli_usage("--rank, --nccl-id: memra-serve runs every stage or rank of a model in its one "
+                      "process (--pp N or --tp N with --devices); a server over several processes "
+                      "is not built (memra-gen and memra-bench take --rank)");
         case O_KV:
             if (kv_type_parse(optarg, &a->kv, &err) != 0)
                 cli_usage("--kv: %s", err.msg);

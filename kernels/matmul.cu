@@ -3,6 +3,8 @@
 // device code both use in kernels/matmul_kernels.cuh.
 #include "kernels/matmul_kernels.cuh"
 
+#include <type_traits>
+
 namespace {
 
 // The batched instances' stage of x (the quant formats', batched_staged);
@@ -92,6 +94,21 @@ bool staged_at(int fmt, int64_t cols, int t)
     }
 }
 
+// f(AX, SM), the grouped kernels' two run-time switches (x 16-byte aligned,
+// x staged in shared memory) as compile-time constants: the four instances.
+template <class Fn>
+void with_ax_sm(bool ax, bool sm, Fn &&f)
+{
+    if (ax && sm)
+        f(std::true_type(), std::true_type());
+    else if (ax)
+        f(std::true_type(), std::false_type());
+    else if (sm)
+        f(std::false_type(), std::true_type());
+    else
+        f(std::false_type(), std::false_type());
+}
+
 template <int F>
 void mm_grouped(const cu_matrix *w, const void *const *experts, const int32_t *ids, int in_div,
                 const float *x, int n_pairs, float *out, bool ax, cudaStream_t s)
@@ -100,18 +117,11 @@ void mm_grouped(const cu_matrix *w, const void *const *experts, const int32_t *i
     const uint8_t *const *e = reinterpret_cast<const uint8_t *const *>(experts);
     const bool sm = grouped_staged<F>(w->cols);
     const size_t smem = sm ? mv_stage_bytes<F>(w->cols) : 0;
-#define MM_G(AXV, SMV)                                                                             \
-    matmul_grouped_kernel<F, AXV, SMV><<<grid, MV_THREADS, smem, s>>>(                             \
-        e, ids, in_div, w->stride, w->scale_off, w->rows, w->cols, x, out)
-    if (ax && sm)
-        MM_G(true, true);
-    else if (ax)
-        MM_G(true, false);
-    else if (sm)
-        MM_G(false, true);
-    else
-        MM_G(false, false);
-#undef MM_G
+    with_ax_sm(ax, sm, [&](auto AXV, auto SMV) {
+        constexpr bool A = decltype(AXV)::value, S = decltype(SMV)::value;
+        matmul_grouped_kernel<F, A, S><<<grid, MV_THREADS, smem, s>>>(
+            e, ids, in_div, w->stride, w->scale_off, w->rows, w->cols, x, out);
+    });
 }
 
 // The two fused forms of the few-pair experts (launch_matmul_grouped_glu,
@@ -127,18 +137,11 @@ void mm_grouped_glu(const cu_matrix *w, const void *const *gate, const void *con
     const uint8_t *const *u = reinterpret_cast<const uint8_t *const *>(up);
     const bool sm = grouped_staged<F>(w->cols);
     const size_t smem = sm ? mv_stage_bytes<F>(w->cols) : 0;
-#define MM_GG(AXV, SMV)                                                                            \
-    launch_pdl(matmul_grouped_glu_kernel<F, AXV, SMV>, grid, dim3(MV_THREADS), smem, s, g, u, ids, \
-               in_div, w->stride, w->scale_off, w->rows, w->cols, x, act, out)
-    if (ax && sm)
-        MM_GG(true, true);
-    else if (ax)
-        MM_GG(true, false);
-    else if (sm)
-        MM_GG(false, true);
-    else
-        MM_GG(false, false);
-#undef MM_GG
+    with_ax_sm(ax, sm, [&](auto AXV, auto SMV) {
+        constexpr bool A = decltype(AXV)::value, S = decltype(SMV)::value;
+        launch_pdl(matmul_grouped_glu_kernel<F, A, S>, grid, dim3(MV_THREADS), smem, s, g, u, ids,
+                   in_div, w->stride, w->scale_off, w->rows, w->cols, x, act, out);
+    });
 }
 
 template <int F>
@@ -150,18 +153,11 @@ void mm_grouped_combine(const cu_matrix *w, const void *const *experts, const in
     const uint8_t *const *e = reinterpret_cast<const uint8_t *const *>(experts);
     const bool sm = grouped_staged<F>(w->cols);
     const size_t smem = sm ? mv_stage_bytes<F>(w->cols) : 0;
-#define MM_GC(AXV, SMV)                                                                            \
-    launch_pdl(matmul_grouped_combine_kernel<F, AXV, SMV>, grid, dim3(MV_THREADS), smem, s, e,    \
-               ids, wts, nu, w->stride, w->scale_off, w->rows, w->cols, x, y, counters, out)
-    if (ax && sm)
-        MM_GC(true, true);
-    else if (ax)
-        MM_GC(true, false);
-    else if (sm)
-        MM_GC(false, true);
-    else
-        MM_GC(false, false);
-#undef MM_GC
+    with_ax_sm(ax, sm, [&](auto AXV, auto SMV) {
+        constexpr bool A = decltype(AXV)::value, S = decltype(SMV)::value;
+        launch_pdl(matmul_grouped_combine_kernel<F, A, S>, grid, dim3(MV_THREADS), smem, s, e, ids,
+                   wts, nu, w->stride, w->scale_off, w->rows, w->cols, x, y, counters, out);
+    });
 }
 
 template <int F>
@@ -173,18 +169,11 @@ void mm_grouped_tokens(const cu_matrix *w, const void *const *experts, const int
     const uint8_t *const *e = reinterpret_cast<const uint8_t *const *>(experts);
     const bool sm = grouped_staged<F>(w->cols);
     const size_t smem = sm ? mv_stage_bytes<F>(w->cols) : 0;
-#define MM_GT(AXV, SMV)                                                                            \
-    matmul_grouped_tokens_kernel<F, AXV, SMV><<<grid, MV_THREADS, smem, s>>>(                      \
-        e, chunks, n_chunks, w->stride, w->scale_off, w->rows, w->cols, xs, out_idx, out)
-    if (ax && sm)
-        MM_GT(true, true);
-    else if (ax)
-        MM_GT(true, false);
-    else if (sm)
-        MM_GT(false, true);
-    else
-        MM_GT(false, false);
-#undef MM_GT
+    with_ax_sm(ax, sm, [&](auto AXV, auto SMV) {
+        constexpr bool A = decltype(AXV)::value, S = decltype(SMV)::value;
+        matmul_grouped_tokens_kernel<F, A, S><<<grid, MV_THREADS, smem, s>>>(
+            e, chunks, n_chunks, w->stride, w->scale_off, w->rows, w->cols, xs, out_idx, out);
+    });
 }
 
 bool x_aligned(const float *x, int64_t cols)

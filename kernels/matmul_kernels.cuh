@@ -565,6 +565,33 @@ DEV float grouped_row(const uint8_t *wr0, size_t soff, int64_t cols, const float
     return acc[0][0];
 }
 
+// Warp row r of expert ids[p] against input row xp, the grouped kernels'
+// common part: the first weight fetch, x staged by the whole block (before
+// any warp leaves), then the row's sum into *v; false (nothing summed) for
+// a warp past the last row.
+template <int F, bool AX, bool SM>
+__device__ __forceinline__ bool grouped_pair_row(const uint8_t *const *__restrict__ experts,
+                                                 const int32_t *__restrict__ ids, int64_t r,
+                                                 int p, size_t stride, size_t soff, int64_t rows,
+                                                 int64_t cols, const float *__restrict__ xp,
+                                                 float *v)
+{
+    const bool active = r < rows;
+    const uint8_t *wr = experts[ids[p]] + (active ? r : 0) * (int64_t)stride;
+    typename WFmt<F>::Raw raw[MVDepth<F, 1, 1>::D][1];
+    if (active && mv_pipelined<F, 1, 1>(cols))
+        fetch_first<F, 1, MVDepth<F, 1, 1>::D>(&wr, soff, raw);
+    float *stage = nullptr;
+    if constexpr (SM) {
+        stage = mv_stage_smem();
+        stage_x<F, AX>(xp, cols, stage);
+    }
+    if (!active)
+        return false;
+    *v = grouped_row<F, AX, SM>(wr, soff, cols, xp, stage, raw);
+    return true;
+}
+
 // A (token, choice) pair a block row: block (g, p) computes rows
 // g * MV_WARPS.. of expert ids[p] for input row p / in_div.
 template <int F, bool AX, bool SM>
@@ -575,21 +602,10 @@ matmul_grouped_kernel(const uint8_t *const *__restrict__ experts, const int32_t 
 {
     const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
     const int p = blockIdx.y;
-    const bool active = r < rows;
-    const uint8_t *wr = experts[ids[p]] + (active ? r : 0) * (int64_t)stride;
-    const float *xp = x + (int64_t)(p / in_div) * cols;
-    typename WFmt<F>::Raw raw[MVDepth<F, 1, 1>::D][1];
-    if (active && mv_pipelined<F, 1, 1>(cols))
-        fetch_first<F, 1, MVDepth<F, 1, 1>::D>(&wr, soff, raw);
-    float *stage = nullptr;
-    if constexpr (SM) {
-        stage = mv_stage_smem();
-        stage_x<F, AX>(xp, cols, stage); // the whole block, before any warp leaves
-    }
-    if (!active)
-        return;
-    const float v = grouped_row<F, AX, SM>(wr, soff, cols, xp, stage, raw);
-    if ((threadIdx.x & 31) == 0)
+    float v;
+    if (grouped_pair_row<F, AX, SM>(experts, ids, r, p, stride, soff, rows, cols,
+                                    x + (int64_t)(p / in_div) * cols, &v) &&
+        (threadIdx.x & 31) == 0)
         out[(int64_t)p * rows + r] = v;
 }
 
@@ -655,22 +671,11 @@ matmul_grouped_combine_kernel(const uint8_t *const *__restrict__ experts,
     pdl_wait();
     const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
     const int p = blockIdx.y;
-    const bool active = r < rows;
-    const uint8_t *wr = experts[ids[p]] + (active ? r : 0) * (int64_t)stride;
-    const float *xp = x + (int64_t)p * cols;
-    typename WFmt<F>::Raw raw[MVDepth<F, 1, 1>::D][1];
-    if (active && mv_pipelined<F, 1, 1>(cols))
-        fetch_first<F, 1, MVDepth<F, 1, 1>::D>(&wr, soff, raw);
-    float *stage = nullptr;
-    if constexpr (SM) {
-        stage = mv_stage_smem();
-        stage_x<F, AX>(xp, cols, stage);
-    }
-    if (active) {
-        const float v = grouped_row<F, AX, SM>(wr, soff, cols, xp, stage, raw);
-        if ((threadIdx.x & 31) == 0)
-            y[(int64_t)p * rows + r] = v;
-    }
+    float v;
+    if (grouped_pair_row<F, AX, SM>(experts, ids, r, p, stride, soff, rows, cols,
+                                    x + (int64_t)p * cols, &v) &&
+        (threadIdx.x & 31) == 0)
+        y[(int64_t)p * rows + r] = v;
     const int t = p / nu;
     __shared__ unsigned last;
     __threadfence();

@@ -89,3 +89,7 @@ expect_error "memra-bench --rank with --server" 2 "--rank goes with the model or
   memra-bench --server http://127.0.0.1:9 --rank 0
 expect_error "--rank with --embed" 2 "--rank with --embed: an embedding reads the last stage's hidden states" \
   memra-gen "$STORIES" -p hi --embed --backend cuda --pp 2 --rank 0 --nccl-id "$T/id"
+expect_error "memra-serve --rank: not built, named" 2 "--rank, --nccl-id: memra-serve runs every stage or rank of a model in its one process" \
+  memra-serve -m "m=$STORIES" --rank 1
+expect_error "memra-parity --nccl-id: not built, named" 2 "--rank, --nccl-id: memra-parity reads every layer's hidden states" \
+  memra-parity "$STORIES" --nccl-id "$T/id"
