@@ -25,6 +25,12 @@
 #                  memra-bench --profile-range, summed per forward by scripts/ncu-steps.py
 #   references     the HF reference fixtures (scripts/make-references.sh; needs torch,
 #                  transformers and tokenizers)
+#   multi [ROW...] two GPUs (devices 0 and 1; issue 24): memra-bench on the Qwen3-8B-shaped
+#                  bf16.gguf and on a Llama-3.1-70B-shaped l70-Q8_0.gguf (memra-convert
+#                  --random tests/fixtures/configs/Llama-3.1-70B.json --outtype q8_0: 75 GB),
+#                  each on one card, --pp 2 and --tp 2 in one process, and --pp 2 and --tp 2
+#                  as two processes (--rank, NCCL); with --llama, llama-bench -sm layer and
+#                  -sm row on both cards beside them. `multi-rows` lists the rows
 #   rows           print the bench rows and the memra-bench command of each
 #   all            build, test, bench, serve, profile
 #
@@ -121,6 +127,39 @@ prof_spec() {
     *) return 1 ;;
   esac
 }
+
+# The two-GPU rows: NAME: MODEL-FILE SPLIT ARGS, SPLIT one of one (device 0 alone), pp, tp
+# (both cards, one process) or pp-procs, tp-procs (one process a card, --rank).
+multi_default="8b-one 8b-pp2 8b-tp2 8b-pp2-procs 8b-tp2-procs l70-one l70-pp2 l70-tp2"
+multi_default="$multi_default l70-pp2-procs l70-tp2-procs"
+multi_spec() {
+  local m a="-p 512 -n 128 -d 0 -b 64 -r 2"
+  case $1 in
+    8b-*) m=bf16.gguf ;;
+    l70-*) m=l70-Q8_0.gguf ;;
+    *) return 1 ;;
+  esac
+  case $1 in
+    *-one) echo "$m one $a" ;;
+    *-pp2) echo "$m pp $a" ;;
+    *-tp2) echo "$m tp $a" ;;
+    *-pp2-procs) echo "$m pp-procs $a" ;;
+    *-tp2-procs) echo "$m tp-procs $a" ;;
+    *) return 1 ;;
+  esac
+}
+if [ "$cmd" = multi-rows ]; then
+  for r in $multi_default; do
+    read -r m split a <<<"$(multi_spec "$r")"
+    case $split in
+      one) echo "$r: memra-bench MODELS/$m --backend cuda --device 0 $a --json" ;;
+      pp|tp) echo "$r: memra-bench MODELS/$m --backend cuda --$split 2 --devices 0,1 $a --json" ;;
+      *) s=${split%-procs}
+         echo "$r: memra-bench MODELS/$m --backend cuda --$s 2 --rank R --devices R --nccl-id F $a --json (R = 1, then 0)" ;;
+    esac
+  done
+  exit 0
+fi
 
 if [ "$cmd" = rows ]; then
   for r in $default_rows $other_rows; do
@@ -306,6 +345,66 @@ do_bench() {
   [ -z "$llama" ] || [ -z "$used" ] || do_llama "$used"
 }
 
+do_multi() {
+  local rows=${*:-$multi_default} r m split a used="" ngpu
+  for r in $rows; do multi_spec "$r" >/dev/null || die "multi: no row '$r' (see: $0 multi-rows)"; done
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  [ "${ngpu:-0}" -ge 2 ] || { say "multi: $ngpu GPU(s): the rows need two"; status=1; return; }
+  case " $rows " in *" 8b-"*) make_models ;; esac
+  case " $rows " in *" l70-"*)
+    if [ ! -s "$models/l70-Q8_0.gguf" ]; then
+      stamp "models: l70-Q8_0.gguf (memra-convert --random Llama-3.1-70B.json --outtype q8_0)"
+      run convert-l70 memra-convert --random tests/fixtures/configs/Llama-3.1-70B.json --seed 1 \
+          --outtype q8_0 "$models/l70-Q8_0.part.gguf" ||
+        { say "memra-convert failed: $out/convert-l70.log"; exit 1; }
+      mv "$models/l70-Q8_0.part.gguf" "$models/l70-Q8_0.gguf"
+    fi ;;
+  esac
+  for r in $rows; do
+    read -r m split a <<<"$(multi_spec "$r")"
+    case " $used " in *" $m "*) ;; *) used="$used $m" ;; esac
+    local f=$models/$m rc
+    # $a is a list of arguments: split on purpose.
+    # shellcheck disable=SC2086
+    case $split in
+      one)
+        stamp "multi $r: memra-bench $f --backend cuda --device 0 $a"
+        timeout "$limit" memra-bench "$f" --backend cuda --device 0 $a --json \
+          >"$out/multi-$r.json" 2>"$out/multi-$r.err" ;;
+      pp|tp)
+        stamp "multi $r: memra-bench $f --backend cuda --$split 2 --devices 0,1 $a"
+        timeout "$limit" memra-bench "$f" --backend cuda "--$split" 2 --devices 0,1 $a --json \
+          >"$out/multi-$r.json" 2>"$out/multi-$r.err" ;;
+      *)
+        local sp=${split%-procs} id=$out/nccl-id.$r pid
+        stamp "multi $r: memra-bench $f --backend cuda --$sp 2 --rank 1/0 --devices 1/0 $a"
+        timeout "$limit" memra-bench "$f" --backend cuda "--$sp" 2 --rank 1 --devices 1 \
+          --nccl-id "$id" $a --json >/dev/null 2>"$out/multi-$r.rank1.err" &
+        pid=$!
+        timeout "$limit" memra-bench "$f" --backend cuda "--$sp" 2 --rank 0 --devices 0 \
+          --nccl-id "$id" $a --json >"$out/multi-$r.json" 2>"$out/multi-$r.err"
+        rc=$?
+        wait "$pid" || { status=1; say "  rank 1 failed: $(tail -2 "$out/multi-$r.rank1.err")"; }
+        (exit $rc) ;;
+    esac
+    rc=$?
+    [ $rc -eq 0 ] || { status=1; say "  rc=$rc: $(tail -2 "$out/multi-$r.err")"; }
+    summarize "$out/multi-$r.json"
+  done
+  [ -n "$llama" ] || return
+  [ -x "$llama/llama-bench" ] || { say "llama: no $llama/llama-bench"; status=1; return; }
+  for m in $used; do
+    local sm
+    for sm in layer row; do
+      stamp "llama: llama-bench -m $models/$m -ngl 99 -fa 1 -sm $sm -p 512 -n 128 -r 2"
+      CUDA_VISIBLE_DEVICES=0,1 llama_run "$llama/llama-bench" -m "$models/$m" -ngl 99 -fa 1 \
+        -sm "$sm" -p 512 -n 128 -r 2 -o md >"$out/llama-multi-$sm-$m.md" \
+        2>"$out/llama-multi-$sm-$m.err" || { status=1; say "  failed: $out/llama-multi-$sm-$m.err"; }
+      grep -E '^\| .*(pp|tg)[0-9]' "$out/llama-multi-$sm-$m.md" | tee -a "$S"
+    done
+  done
+}
+
 do_serve() {
   local levels=${1:-1,64} reps=${2:-1} model=${3:-bf16.gguf}
   [ -n "$tok" ] || say "serve: no --tokenizer dir; memra-serve streams text, so bf16.gguf needs one"
@@ -363,6 +462,7 @@ case $cmd in
   models) make_models ;;
   bench) do_build; do_bench "$@" ;;
   serve) do_build; do_serve "$@" ;;
+  multi) do_build; do_multi "$@" ;;
   profile) do_build; do_profile "$@" ;;
   references)
     mkdir -p "$out/references"
