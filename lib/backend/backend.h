@@ -397,7 +397,10 @@ typedef struct {
      * process): link_send sends n floats of activation src to rank peer,
      * link_recv receives them into dst, link_share copies `bytes` of host
      * memory from rank root to the same buffer on every rank (and waits
-     * for it). They return 0, or -1 with the failure recorded (status). */
+     * for it; 0 bytes: waits for this backend's work so far, shares
+     * nothing). A wait that meets a failed link (another process stopped)
+     * fails naming it instead of waiting forever. They return 0, or -1
+     * with the failure recorded (status). */
     int (*link_join)(backend *b, const char *id_file, int n_ranks, int rank, memra_err *err);
     int (*link_send)(backend *b, const float *src, size_t n, int peer);
     int (*link_recv)(backend *b, float *dst, size_t n, int peer);

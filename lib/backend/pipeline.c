@@ -167,6 +167,16 @@ static backend *peer_new(int rank)
     return b;
 }
 
+/* A joined pipeline's last stage waits for its work so far (its input
+ * from the other processes among it) watching the link, before a call
+ * that waits on its own (reading the logits or the sampled tokens back):
+ * that wait would outlast a process that stopped. */
+static void watch(pipeline *p, backend *l)
+{
+    if (p->rank >= 0)
+        l->ops->link_share(l, NULL, 0, p->n - 1);
+}
+
 /* `bytes` of host memory from stage root's process to every process's
  * buf (a joined pipeline only). */
 static void share(pipeline *p, void *buf, size_t bytes, int root)
@@ -192,6 +202,7 @@ static void pl_act_read(backend *b, const float *src, float *dst, size_t n)
     backend *l = last_of(b);
     if (local(p, p->n - 1)) {
         backend_bind(l);
+        watch(p, l);
         l->ops->act_read(l, src, dst, n);
     }
     if (p->rank >= 0) /* from the last stage's process (src is its) */
@@ -283,6 +294,7 @@ static int pl_sample(backend *b, float *logits, int n_rows, int64_t n_vocab, con
     int rc = 0;
     if (local(p, p->n - 1)) {
         backend_bind(l);
+        watch(p, l);
         rc = l->ops->sample(l, logits, n_rows, n_vocab, rows, bias, pen, mask, out, err);
     }
     if (p->rank >= 0)
@@ -332,6 +344,8 @@ static int pl_step_end(backend *b, const bk_step *st)
             continue;
         backend *sb = p->stage[s];
         backend_bind(sb);
+        if (s == p->n - 1 && st->sample)
+            watch(p, sb);
         int r = sb->ops->step_end(sb, s == p->n - 1 ? &p->last : &p->inner);
         if (r < 0)
             rc = -1;

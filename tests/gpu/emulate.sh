@@ -204,6 +204,19 @@ else
   echo "separate processes: memra-bench over two processes failed: $(head -c 600 "$T/bench0.out" "$T/bench1.out")"
   fails=$((fails + 1))
 fi
+# a process that stops mid-run (here asked for fewer tokens) makes the
+# others fail naming the link, not wait forever
+id="$T/nccl-id.stop"
+MEMRA_NCCL="$B/libnccl-emu.so" MEMRA_EMU_DEVICES=1 "$B/bin/memra-gen" "$T/tiny-qwen3" --backend cuda \
+  --pp 2 --rank 1 --nccl-id "$id" --prompt-ids "$ids" -n 2 --temp 0 --ignore-eos > /dev/null 2>&1 &
+if ! timeout 120 env MEMRA_NCCL="$B/libnccl-emu.so" MEMRA_EMU_DEVICES=1 "$B/bin/memra-gen" "$T/tiny-qwen3" \
+     --backend cuda --pp 2 --rank 0 --nccl-id "$id" --prompt-ids "$ids" -n 12 --temp 0 --ignore-eos \
+     > /dev/null 2> "$T/stop.err" && grep NCCL "$T/stop.err" >/dev/null; then
+  echo "separate processes: a process that stopped: the other fails, naming the link"
+else
+  echo "separate processes: a process that stopped: $(cat "$T/stop.err")"; fails=$((fails + 1))
+fi
+wait
 # a process asked for other steps (here another context) fails, and so do
 # the others, naming it, instead of waiting on each other
 id="$T/nccl-id.ctx"

@@ -159,6 +159,13 @@ if [ "${ngpu:-0}" -ge 2 ]; then
              env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --tp 2 --rank 1 --devices 1 --nccl-id \$id -n 40 --temp 0 --json > $T/rank1.out &
              b=\$(env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --tp 2 --rank 0 --devices 0 --nccl-id \$id -n 40 --temp 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tokens\"])');
              wait \$! || exit 1; echo \"\$a\"; [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ]"
+  # a process that stops mid-run: the other fails within the limit, naming
+  # the link (NCCL's asynchronous error), instead of waiting forever
+  check "stages in processes: one that stops makes the other fail, naming the link" \
+    bash -c "id=$T/nccl-id.\$RANDOM
+             env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --pp 2 --rank 1 --devices 1 --nccl-id \$id -n 2 --temp 0 --ignore-eos > /dev/null 2>&1 &
+             out=\$(timeout 120 env -u CUDA_VISIBLE_DEVICES memra-gen '$STORIES' --backend cuda --pp 2 --rank 0 --devices 0 --nccl-id \$id -n 200 --temp 0 --ignore-eos 2>&1 >/dev/null); rc=\$?; wait
+             echo \"rc \$rc: \$out\"; [ \$rc -eq 1 ] && [[ \$out == *NCCL* ]]"
 else
   skip "stages and ranks in processes of their own" "one GPU (NCCL takes one card once in a communicator)"
 fi

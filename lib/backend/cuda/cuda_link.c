@@ -43,6 +43,7 @@ struct cuda_link {
     void *lib;
     ncclComm_t comm;
     int n, rank;
+    int aborted;    /* the communicator was aborted (a peer gone): nothing to destroy */
     char *id_file;  /* rank 0's, removed at the end */
     void *buf;      /* device staging of link_share */
     size_t cap;
@@ -53,6 +54,8 @@ struct cuda_link {
     __typeof__(&ncclRecv) recv;
     __typeof__(&ncclBroadcast) bcast;
     __typeof__(&ncclGetErrorString) errstr;
+    __typeof__(&ncclCommGetAsyncError) async_error;
+    __typeof__(&ncclCommAbort) abort;
 };
 
 #define LOAD(l, field, name)                                                  \
@@ -72,6 +75,8 @@ static int load_symbols(cuda_link *l, memra_err *err)
     LOAD(l, recv, "ncclRecv");
     LOAD(l, bcast, "ncclBroadcast");
     LOAD(l, errstr, "ncclGetErrorString");
+    LOAD(l, async_error, "ncclCommGetAsyncError");
+    LOAD(l, abort, "ncclCommAbort");
     return 0;
 }
 
@@ -190,7 +195,8 @@ void cuda_link_free(cuda_backend *cb)
     cuda_link *l = cb->link;
     if (!l)
         return;
-    l->destroy(l->comm);
+    if (!l->aborted)
+        l->destroy(l->comm);
     if (l->id_file)
         remove(l->id_file);
     free(l->id_file);
@@ -221,6 +227,38 @@ int cuda_link_recv(backend *b, float *dst, size_t n, int peer)
                    "receive");
 }
 
+/* Wait for the stream's work, watching the communicator: a process of the
+ * pipeline that stopped, or a network that failed, shows as NCCL's
+ * asynchronous error while the stream would wait for its data forever.
+ * Then the communicator is aborted (its kernels return) and the failure
+ * recorded, naming it. */
+static int link_wait(cuda_backend *cb)
+{
+    cuda_link *l = cb->link;
+    const struct timespec nap = {0, 50 * 1000};
+    for (unsigned i = 0;; i++) {
+        cudaError_t rc = cudaStreamQuery(cb->stream);
+        if (rc == cudaSuccess)
+            return 0;
+        if (rc != cudaErrorNotReady)
+            return CU_OK(cb, rc);
+        cudaGetLastError(); /* (not ready is no error) */
+        if (i % 64 == 63) {
+            ncclResult_t e = ncclSuccess;
+            if (l->async_error(l->comm, &e) == ncclSuccess && e != ncclSuccess &&
+                e != ncclInProgress) {
+                l->abort(l->comm);
+                l->aborted = 1;
+                return cuda_failf(cb, "NCCL: the link to the pipeline's other processes failed "
+                                  "(%s): one of them stopped, or the network between them failed",
+                                  l->errstr(e));
+            }
+        }
+        if (i >= 16)
+            nanosleep(&nap, NULL);
+    }
+}
+
 int cuda_link_share(backend *b, void *host, size_t bytes, int root)
 {
     cuda_backend *cb = cuda_of(b);
@@ -228,9 +266,9 @@ int cuda_link_share(backend *b, void *host, size_t bytes, int root)
     if (cb->failed || !l)
         return -1;
     if (bytes == 0)
-        return 0;
+        return link_wait(cb);
     if (bytes > l->cap) {
-        if (CU_OK(cb, cudaStreamSynchronize(cb->stream)))
+        if (link_wait(cb) != 0)
             return -1;
         cudaFree(l->buf);
         l->buf = NULL;
@@ -248,5 +286,5 @@ int cuda_link_share(backend *b, void *host, size_t bytes, int root)
     if (l->rank != root &&
         CU_OK(cb, cudaMemcpyAsync(host, l->buf, bytes, cudaMemcpyDeviceToHost, cb->stream)))
         return -1;
-    return CU_OK(cb, cudaStreamSynchronize(cb->stream));
+    return link_wait(cb);
 }

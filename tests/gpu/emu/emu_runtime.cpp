@@ -523,6 +523,14 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
     return refused_in_capture() ? fail(cudaErrorStreamCaptureUnsupported) : cudaSuccess;
 }
 
+// Work runs when it is issued: a stream is always done.
+cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+    if (!emu::stream_ok(s))
+        return cudaErrorInvalidResourceHandle;
+    return refused_in_capture() ? fail(cudaErrorStreamCaptureUnsupported) : cudaSuccess;
+}
+
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
     if (!emu::stream_ok(s))
