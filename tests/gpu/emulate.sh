@@ -4,17 +4,21 @@
 # (tests/gpu/emu/: fibers for threads, real barriers and warp shuffles,
 # host memory for device memory), then runs memra-parity --kernels,
 # test_engine_sample (sampling on the device through the engine, KV types,
-# device selection on two emulated devices), test_cuda_engine (pipeline
-# stages and tensor-parallel ranks on two emulated devices), the HF parity
-# fixtures on the emulated device, a pipeline's bytes against one
-# device's and tensor parallel against transformers. It
+# device selection on two emulated devices), two processes of a pipeline
+# and of tensor parallel (--rank, NCCL emulated over Unix sockets by
+# tests/gpu/emu/emu_nccl.cpp), test_cuda_engine (pipeline stages and
+# tensor-parallel ranks on two emulated devices), the HF parity fixtures on
+# the emulated device, a pipeline's bytes against one device's, tensor
+# parallel against transformers, and the rest of the separate-process
+# cases (2 to 4 processes, memra-bench, refusals, a process that stops). It
 # checks what the kernels compute (indices, reductions, barriers, batch
 # invariance, alignment of 16-byte loads; with --asan every out-of-bounds
 # access), not speed, nor anything that needs real concurrency.
 #
 #   tests/gpu/emulate.sh [--asan] [--quick] [--only OP]
 #
-# --quick: only the kernel check and test_engine_sample; --only OP: only
+# --quick: only the kernel check, test_engine_sample and the two-process
+# checks; --only OP: only
 # that op's checks (implies --quick, skips test_engine_sample). Build output
 # in build/emu[-asan]/.
 set -euo pipefail
@@ -104,13 +108,43 @@ done
 echo "$out"
 [ $rest_ok = 1 ] || { echo "emulate: the kernel check or test_engine_sample failed" >&2; exit 1; }
 if echo "$out" | grep 'skipped' >/dev/null; then echo "emulate: a case was skipped" >&2; exit 1; fi
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+P=tests/fixtures/parity
+ids=$(seq -s, 1 40)
+gen_ranks() { # MODEL --pp|--tp N ARGS...: run N processes, print rank 0's output
+  local m=$1 split=$2 n=$3 id="$T/nccl-id.$RANDOM" pids=() r
+  shift 3
+  for r in $(seq 0 $((n - 1))); do
+    MEMRA_NCCL="$B/libnccl-emu.so" MEMRA_EMU_DEVICES=1 "$B/bin/memra-gen" "$m" --backend cuda \
+      "$split" "$n" --rank "$r" --nccl-id "$id" "$@" > "$T/rank$r.out" 2> "$T/rank$r.err" &
+    pids+=($!)
+  done
+  for r in "${!pids[@]}"; do
+    wait "${pids[$r]}" || { echo "emulate: rank $r failed:" >&2; cat "$T/rank$r.err" >&2; return 1; }
+  done
+  [ ! -s "$T/rank1.out" ] || { echo "emulate: rank 1 wrote output" >&2; return 1; }
+  cat "$T/rank0.out"
+}
+# Two stages, and two tensor-parallel ranks, in processes of their own (the
+# rest below): sampled tokens of one process.
+echo "emulate: stages and ranks in processes of their own (NCCL emulated)"
+"$B/bin/memra-convert" --random "$P/configs/tiny-qwen3.json" --seed 1 --outtype f32 "$T/tiny-qwen3" 2>/dev/null
+for split in --pp --tp; do
+  one_args=()
+  [ $split = --tp ] && one_args=(--tp 2 --devices 0,1)
+  one=$(MEMRA_EMU_DEVICES=2 "$B/bin/memra-gen" "$T/tiny-qwen3" --backend cuda "${one_args[@]}" \
+        --prompt-ids "$ids" -n 12 --ignore-eos --json --temp 1 --seed 7 2>/dev/null | jq -c .tokens)
+  many=$(gen_ranks "$T/tiny-qwen3" $split 2 --prompt-ids "$ids" -n 12 --ignore-eos --json --temp 1 \
+         --seed 7 | jq -c .tokens) || many=failed
+  [ -n "$one" ] && [ "$one" = "$many" ] ||
+    { echo "emulate: tiny-qwen3 $split 2 in two processes: $many, not one process's $one" >&2; exit 1; }
+  echo "  tiny-qwen3, $split 2, two processes: one process's tokens"
+done
 [ $quick = 1 ] && exit 0
 echo "emulate: test_cuda_engine (two emulated devices: a pipeline's stages, tensor-parallel ranks)"
 MEMRA_EMU_DEVICES=2 MEMRA_TEST_DATA=${MEMRA_TEST_DATA:-build/test-data} "$B/tests/test_cuda_engine"
 echo "emulate: HF parity fixtures on the emulated device"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-P=tests/fixtures/parity
 fails=0
 for n in tiny-llama tiny-qwen2-yarn tiny-qwen3 tiny-qwen3-moe tiny-gemma3; do
   "$B/bin/memra-convert" --random "$P/configs/$n.json" --seed 1 --outtype f32 "$T/$n" 2>/dev/null
@@ -121,7 +155,6 @@ done
   --reference "$P/stories260K.safetensors" --backend cuda | tail -1 || fails=$((fails + 1))
 # A pipeline of two stages on two emulated devices: the bytes of one device
 # (a 40-row prompt step: the prefill GEMM), logits and hidden states.
-ids=$(seq -s, 1 40)
 for n in tiny-qwen3 tiny-qwen3-moe; do
   if MEMRA_EMU_DEVICES=2 "$B/bin/memra-parity" "$T/$n" --backends cuda,cuda --pp 2 --devices 0,1 \
        --prompt-ids "$ids" --max-abs 0 | tail -1; then :
@@ -141,20 +174,6 @@ done
 # and sampled (the device's sampling shared from the last stage), two and
 # three stages (a process between two others), a hybrid's recurrent layers
 # among them.
-gen_ranks() { # MODEL --pp|--tp N ARGS...: run N processes, print rank 0's output
-  local m=$1 split=$2 n=$3 id="$T/nccl-id.$RANDOM" pids=() r
-  shift 3
-  for r in $(seq 0 $((n - 1))); do
-    MEMRA_NCCL="$B/libnccl-emu.so" MEMRA_EMU_DEVICES=1 "$B/bin/memra-gen" "$m" --backend cuda \
-      "$split" "$n" --rank "$r" --nccl-id "$id" "$@" > "$T/rank$r.out" 2> "$T/rank$r.err" &
-    pids+=($!)
-  done
-  for r in "${!pids[@]}"; do
-    wait "${pids[$r]}" || { echo "emulate: rank $r failed:" >&2; cat "$T/rank$r.err" >&2; return 1; }
-  done
-  [ ! -s "$T/rank1.out" ] || { echo "emulate: rank 1 wrote output" >&2; return 1; }
-  cat "$T/rank0.out"
-}
 for n in tiny-qwen3_5 tiny-qwen3_5-moe; do
   [ -d "$T/$n" ] || "$B/bin/memra-convert" --random "$P/configs/$n.json" --seed 1 --outtype f32 "$T/$n" 2>/dev/null
 done
