@@ -22,6 +22,7 @@
  * order everywhere, so every process takes the same decisions. */
 #include "backend/backend.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -178,12 +179,13 @@ static void watch(pipeline *p, backend *l)
 }
 
 /* `bytes` of host memory from stage root's process to every process's
- * buf (a joined pipeline only). */
-static void share(pipeline *p, void *buf, size_t bytes, int root)
+ * buf (a joined pipeline only); 0, or -1 when the link failed (recorded
+ * by the local stage: its status says why). */
+static int share(pipeline *p, void *buf, size_t bytes, int root)
 {
     backend *l = home(p);
     backend_bind(l);
-    l->ops->link_share(l, buf, bytes, root);
+    return l->ops->link_share(l, buf, bytes, root);
 }
 
 static void pl_destroy(backend *b)
@@ -205,8 +207,11 @@ static void pl_act_read(backend *b, const float *src, float *dst, size_t n)
         watch(p, l);
         l->ops->act_read(l, src, dst, n);
     }
-    if (p->rank >= 0) /* from the last stage's process (src is its) */
-        share(p, dst, n * sizeof *dst, p->n - 1);
+    /* from the last stage's process (src is its); a failed link gives
+     * NaN, never stale numbers that look right */
+    if (p->rank >= 0 && share(p, dst, n * sizeof *dst, p->n - 1) != 0)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = NAN;
 }
 
 static int pl_kv_prepare(backend *b, const kv_cache *kv, memra_err *err)
@@ -272,14 +277,20 @@ static int pl_mem_stats(backend *b, uint64_t *used, uint64_t *total, memra_err *
  * the outcomes, then the result and its message. */
 static void share_outcomes(pipeline *p, smp_outcome *out, int n_rows, int *rc, memra_err *err)
 {
-    share(p, out, (size_t)n_rows * sizeof *out, p->n - 1);
     struct {
         int rc;
         memra_err err;
     } r = {.rc = *rc};
     if (err)
         r.err = *err;
-    share(p, &r, sizeof r, p->n - 1);
+    if (share(p, out, (size_t)n_rows * sizeof *out, p->n - 1) != 0 ||
+        share(p, &r, sizeof r, p->n - 1) != 0) {
+        /* the link failed: no outcome here is one the last stage drew */
+        *rc = -1;
+        if (err)
+            backend_status(home(p), err);
+        return;
+    }
     *rc = r.rc;
     if (err)
         *err = r.err;
@@ -517,7 +528,11 @@ int backend_group_settle(backend *b, int rc, const void *asked, size_t bytes, me
     /* stage 0's options against this process's */
     unsigned char *first = xmalloc(bytes ? bytes : 1);
     memcpy(first, asked, bytes);
-    share(p, first, bytes, 0);
+    if (share(p, first, bytes, 0) != 0) {
+        free(first);
+        backend_status(home(p), err);
+        return -1;
+    }
     if (rc == 0 && memcmp(first, asked, bytes) != 0)
         rc = memra_fail(err, "this process was asked for other steps than stage 0's (every "
                         "process of a pipeline takes the same arguments but --rank and "
@@ -534,7 +549,10 @@ int backend_group_settle(backend *b, int rc, const void *asked, size_t bytes, me
             if (rc != 0 && err)
                 r.err = *err;
         }
-        share(p, &r, sizeof r, s);
+        if (share(p, &r, sizeof r, s) != 0) {
+            backend_status(home(p), err);
+            return -1;
+        }
         if (r.rc != 0 && out == 0) {
             out = -1;
             memra_fail(err, "pipeline stage %d (its own process) failed: %s", s, r.err.msg);
