@@ -75,7 +75,12 @@ ifeq ($(CUDA),1)
   CU_SRC := $(wildcard kernels/*.cu)
   CPPFLAGS += -I$(CUDA_HOME)/include
   LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++
-  NVCCFLAGS := -std=c++17 -O3 -g -lineinfo -Ilib -I. -arch=sm_$(MEMRA_CUDA_ARCH) \
+  # An arch-specific target (90a, 120a) embeds its machine code alone: its PTX
+  # would run on no other card and doubled the binaries. A plain one (89)
+  # keeps the PTX, which newer cards' drivers can compile.
+  comma := ,
+  NV_ARCH := $(if $(filter %a,$(MEMRA_CUDA_ARCH)),-gencode arch=compute_$(MEMRA_CUDA_ARCH)$(comma)code=sm_$(MEMRA_CUDA_ARCH),-arch=sm_$(MEMRA_CUDA_ARCH))
+  NVCCFLAGS := -std=c++17 -O3 -g -lineinfo -Ilib -I. $(NV_ARCH) \
                -DMEMRA_SM90A=$(if $(filter 90a,$(MEMRA_CUDA_ARCH)),1,0) \
                -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings -MMD -MP
 endif
@@ -96,10 +101,11 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 TEST_TOOL_SRC := $(wildcard tests/tools/*.c)
 TEST_TOOLS := $(TEST_TOOL_SRC:tests/tools/%.c=$(B)/tests/tools/%)
 DEPS_STAMP := build/.deps-ok
-# Rebuild everything when CUDA or the target arch changes between runs.
+# Rebuild everything when CUDA, the target arch or what it embeds changes.
 BUILD_KEY := $(B)/build-key
-$(shell mkdir -p $(B); [ "$$(cat $(BUILD_KEY) 2>/dev/null)" = "cuda=$(CUDA) arch=$(MEMRA_CUDA_ARCH)" ] || \
-        echo "cuda=$(CUDA) arch=$(MEMRA_CUDA_ARCH)" > $(BUILD_KEY))
+BUILD_KEY_TEXT := cuda=$(CUDA) arch=$(MEMRA_CUDA_ARCH) code=$(if $(filter %a,$(MEMRA_CUDA_ARCH)),sass,sass+ptx)
+$(shell mkdir -p $(B); [ "$$(cat $(BUILD_KEY) 2>/dev/null)" = "$(BUILD_KEY_TEXT)" ] || \
+        echo "$(BUILD_KEY_TEXT)" > $(BUILD_KEY))
 
 .PHONY: all check-layers test test-gpu test-cuda-host debug fuzz install clean unit-bins deps aarch64-tests
 all: $(LIBA) $(PROGRAMS)
