@@ -25,6 +25,9 @@
 #                  memra-bench --profile-range, summed per forward by scripts/ncu-steps.py
 #   references     the HF reference fixtures (scripts/make-references.sh; needs torch,
 #                  transformers and tokenizers)
+#   replicas [C [REPS [MODEL-FILE]]]  two GPUs: memra-serve on device 0 under memra-bench
+#                  --server -c C (default 64), then one memra-serve on each of devices 0 and 1,
+#                  each under -c C at once (2C in all); 512-token prompts, 128 tokens each
 #   multi [ROW...] two GPUs (devices 0 and 1; issue 24): memra-bench on the Qwen3-8B-shaped
 #                  bf16.gguf and on a Llama-3.1-70B-shaped l70-Q8_0.gguf (memra-convert
 #                  --random tests/fixtures/configs/Llama-3.1-70B.json --outtype q8_0: 75 GB),
@@ -405,29 +408,70 @@ do_multi() {
   done
 }
 
+# serve_start NAME DEVICE PORT MODEL-FILE: memra-serve in the background (its pid in srv_pid,
+# its log OUT/NAME.log), ready on /readyz; 1 when it did not get ready (stopped then).
+serve_start() {
+  local name=$1 dev=$2 p=$3 model=$4
+  stamp "$name: memra-serve -m q=$models/$model --port $p --device $dev --max-sessions 64 --ctx 1024"
+  memra-serve -m "q=$models/$model" --port "$p" --device "$dev" --max-sessions 64 \
+      --ctx 1024 >"$out/$name.log" 2>&1 &
+  srv_pid=$!
+  for _ in $(seq 600); do
+    curl -sf "http://127.0.0.1:$p/readyz" >/dev/null 2>&1 && return 0
+    kill -0 "$srv_pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  say "$name: the server did not get ready ($out/$name.log)"; status=1
+  kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null
+  return 1
+}
+
 do_serve() {
   local levels=${1:-1,64} reps=${2:-1} model=${3:-bf16.gguf}
   [ -n "$tok" ] || say "serve: no --tokenizer dir; memra-serve streams text, so bf16.gguf needs one"
   make_models
   local url=http://127.0.0.1:$port srv
-  stamp "serve: memra-serve -m q=$models/$model --port $port --max-sessions 64 --ctx 1024"
-  memra-serve -m "q=$models/$model" --port "$port" --device "$device" --max-sessions 64 \
-      --ctx 1024 >"$out/serve.log" 2>&1 &
-  srv=$!
-  for _ in $(seq 600); do
-    curl -sf "$url/readyz" >/dev/null 2>&1 && break
-    kill -0 "$srv" 2>/dev/null || break
-    sleep 0.5
-  done
-  if ! curl -sf "$url/readyz" >/dev/null 2>&1; then
-    say "serve: the server did not get ready ($out/serve.log)"; status=1
-    kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null; return
-  fi
+  serve_start serve "$device" "$port" "$model" || return
+  srv=$srv_pid
   stamp "serve: memra-bench --server $url -c $levels -n 128 -p 512 -r $reps"
   timeout "$limit" memra-bench --server "$url" -c "$levels" -n 128 -p 512 -r "$reps" --json \
       >"$out/bench-server.json" 2>"$out/bench-server.err" || { status=1; say "  server bench failed"; }
   summarize "$out/bench-server.json"
   kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null
+}
+
+# Replicas (issue 24): one memra-serve on device 0 under C sequences at a time, then one on
+# each of devices 0 and 1, each under C (2C in all; a client per replica stands in for the
+# load balancer, which the GPU machine may not have), the same 512-token prompts and 128 tokens.
+do_replicas() {
+  local c=${1:-64} reps=${2:-1} model=${3:-bf16.gguf} ngpu a b
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  [ "${ngpu:-0}" -ge 2 ] || { say "replicas: $ngpu GPU(s): the rows need two"; status=1; return; }
+  [ -n "$tok" ] || say "replicas: no --tokenizer dir; memra-serve streams text, so bf16.gguf needs one"
+  make_models
+  serve_start replica-one 0 "$port" "$model" || return
+  a=$srv_pid
+  stamp "replicas: one replica, memra-bench --server -c $c -n 128 -p 512 -r $reps"
+  timeout "$limit" memra-bench --server "http://127.0.0.1:$port" -c "$c" -n 128 -p 512 \
+      -r "$reps" --json >"$out/replicas-one.json" 2>"$out/replicas-one.err" || status=1
+  summarize "$out/replicas-one.json"
+  serve_start replica-two 1 $((port + 1)) "$model" || { kill "$a"; wait "$a"; return; }
+  b=$srv_pid
+  stamp "replicas: two replicas, memra-bench --server -c $c against each at once"
+  timeout "$limit" memra-bench --server "http://127.0.0.1:$port" -c "$c" -n 128 -p 512 \
+      -r "$reps" --json >"$out/replicas-two-0.json" 2>"$out/replicas-two-0.err" &
+  local pid=$!
+  timeout "$limit" memra-bench --server "http://127.0.0.1:$((port + 1))" -c "$c" -n 128 -p 512 \
+      -r "$reps" --json >"$out/replicas-two-1.json" 2>"$out/replicas-two-1.err" || status=1
+  wait "$pid" || status=1
+  summarize "$out/replicas-two-0.json"
+  summarize "$out/replicas-two-1.json"
+  python3 - "$out/replicas-two-0.json" "$out/replicas-two-1.json" <<'PY' 2>&1 | tee -a "$S"
+import json, sys
+tot = sum(json.load(open(f))["levels"][-1]["tok_s"] for f in sys.argv[1:])
+print("  two replicas together: %.1f tok/s aggregate" % tot)
+PY
+  kill "$a" "$b" 2>/dev/null; wait "$a" "$b" 2>/dev/null
 }
 
 do_profile() {
@@ -463,6 +507,7 @@ case $cmd in
   bench) do_build; do_bench "$@" ;;
   serve) do_build; do_serve "$@" ;;
   multi) do_build; do_multi "$@" ;;
+  replicas) do_build; do_replicas "$@" ;;
   profile) do_build; do_profile "$@" ;;
   references)
     mkdir -p "$out/references"
