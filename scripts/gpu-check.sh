@@ -18,6 +18,9 @@
 #                  tests/fixtures/configs/Qwen3.5-35B-A3B.json (58 GB: a dir of their own)
 #   bench [ROW...] the memra-bench rows of docs/PERFORMANCE.md (default: the current table;
 #                  `rows` lists every row and its command); one JSON a row in OUT
+#   ab DIR [ROW...] each bench row (default bf16 q4km) by bin/memra-bench and by DIR/memra-bench
+#                  (another build, e.g. an earlier commit's), alternately, two rounds each, in one
+#                  run: an A/B on one card under the same conditions
 #   serve [LEVELS [REPS [MODEL-FILE]]]  memra-serve on MODEL-FILE (default bf16.gguf) under
 #                  memra-bench --server -c LEVELS (default 1,64) -r REPS (default 1), 512-token
 #                  prompts, 128 tokens each
@@ -320,14 +323,49 @@ do_llama() {
   done
 }
 
+# The model files the rows ROWS (one string) read, made when missing.
+models_for() {
+  case " $1 " in *" bf16"*|*" q4"*|*" q8"*) make_models ;; esac
+  case " $1 " in *" moe-"*) make_moe_models moe tests/fixtures/configs/Qwen3-30B-A3B.json ;; esac
+  case " $1 " in *" q35moe-"*)
+    make_moe_models q35moe tests/fixtures/configs/Qwen3.5-35B-A3B.json ;;
+  esac
+}
+
+# ab DIR [ROW...]: each row by this tree's memra-bench and by DIR/memra-bench (another build:
+# an earlier commit, a variant), alternately, two rounds of each, in one run on one card, so
+# the two are compared under the same conditions: ab-ROW-aN.json (this tree) and ab-ROW-bN.json.
+do_ab() {
+  local other=${1:-}
+  [ -n "$other" ] && [ -x "$other/memra-bench" ] || die "ab: DIR must hold the other build's memra-bench"
+  shift
+  local rows=${*:-bf16 q4km} r m a round side bench
+  for r in $rows; do
+    row_spec "$r" >/dev/null || die "ab: no row '$r' (see: $0 rows)"
+    [ "$r" != tokenizer ] || die "ab: the tokenizer row reads no model"
+  done
+  models_for "$rows"
+  for r in $rows; do
+    read -r m a <<<"$(row_spec "$r")"
+    for round in 1 2; do
+      for side in a b; do
+        bench=memra-bench
+        [ $side = a ] || bench=$other/memra-bench
+        # shellcheck disable=SC2086 # $a is a list of arguments
+        set -- "$models/$m" --backend cuda --device "$device" $a --json
+        stamp "ab $r $side$round: $bench $*"
+        timeout "$limit" "$bench" "$@" >"$out/ab-$r-$side$round.json" \
+          2>"$out/ab-$r-$side$round.err" || { status=1; say "  failed: $(tail -2 "$out/ab-$r-$side$round.err")"; }
+        summarize "$out/ab-$r-$side$round.json"
+      done
+    done
+  done
+}
+
 do_bench() {
   local rows=${*:-$default_rows} r m a used=""
   for r in $rows; do row_spec "$r" >/dev/null || die "bench: no row '$r' (see: $0 rows)"; done
-  case " $rows " in *" bf16"*|*" q"*) make_models ;; esac
-  case " $rows " in *" moe-"*) make_moe_models moe tests/fixtures/configs/Qwen3-30B-A3B.json ;; esac
-  case " $rows " in *" q35moe-"*)
-    make_moe_models q35moe tests/fixtures/configs/Qwen3.5-35B-A3B.json ;;
-  esac
+  models_for "$rows"
   for r in $rows; do
     read -r m a <<<"$(row_spec "$r")"
     # $a is a list of arguments: split on purpose.
@@ -505,6 +543,7 @@ case $cmd in
   test) do_build; do_test "$@" ;;
   models) make_models ;;
   bench) do_build; do_bench "$@" ;;
+  ab) do_build; do_ab "$@" ;;
   serve) do_build; do_serve "$@" ;;
   multi) do_build; do_multi "$@" ;;
   replicas) do_build; do_replicas "$@" ;;
