@@ -226,12 +226,13 @@ void cuda_op_attn_qkv(backend *b, const bk_weight *wq, const bk_weight *wk, cons
     project_set(b, 3, ws, bs, outs, x, n, "attn_qkv");
 }
 
-/* A DeltaNet layer's four input projections. A prompt chunk on the
- * prefill GEMM takes them as one set (x rounded to bf16 once for the
- * four); decode rows run each matrix on a launch of its own, which
- * measured faster than one launch over the four (Qwen3.5-9B shape, BF16,
- * one sequence, an H100, 2026-12-05: tg128 140.1 against 135.9 tok/s;
- * the prompt's pp512 18,950 against 19,284: decision 0027). */
+/* A DeltaNet layer's four input projections. Rows on the mat-vec (the
+ * decode steps of an engine of one sequence) run each matrix on a launch
+ * of its own, which measured faster than one launch over the four
+ * (Qwen3.5-9B shape, BF16, an H100, 2026-12-05: tg128 140.1 against 135.9
+ * tok/s; decision 0027). A prompt chunk on the prefill GEMM (pp512 19,284
+ * against 18,950 as one set) and the decode GEMM's steps take them as one
+ * set, x rounded to bf16 once for the four. */
 void cuda_op_delta_in_proj(backend *b, const bk_weight *w_qkv, const bk_weight *w_z,
                            const bk_weight *w_beta, const bk_weight *w_alpha, const float *x,
                            int n, float *qkv, float *z, float *beta_in, float *alpha)
@@ -243,9 +244,16 @@ void cuda_op_delta_in_proj(backend *b, const bk_weight *w_qkv, const bk_weight *
     const float *bv;
     if (!cb->failed && n > 0 && proj_of(cb, w_qkv, NULL, "delta_in_proj", &cw, &bv) == 0 &&
         !use_gemm(cb, cw, n)) {
-        for (int i = 0; i < 4 && !cb->failed; i++)
-            cuda_op_matmul(b, ws[i], NULL, x, n, outs[i]);
-        return;
+        cu_mv_job j;
+        job_init(cb, &j, x, n);
+        j.w[0] = &cw->m;
+        j.out[0] = qkv;
+        j.n_w = 1;
+        if (!cuda_mv_uses_dgemm(cb, &j)) {
+            for (int i = 0; i < 4 && !cb->failed; i++)
+                cuda_op_matmul(b, ws[i], NULL, x, n, outs[i]);
+            return;
+        }
     }
     project_set(b, 4, ws, NULL, outs, x, n, "delta_in_proj");
 }
