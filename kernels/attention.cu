@@ -1096,14 +1096,20 @@ template <typename LD, int GT, int LPK> constexpr int dec_minb(bool many)
 // The depth of the decode kernel's K/V ring (dec_keys_ring) by its blocks
 // an SM: as deep as their shared memory allows, 0 where a lane's K/V are
 // not 16-byte pieces (f32 and q8_0 caches) or the key group's size is not
-// a constant. H200, 2026-12-04, one layer of the Qwen3-8B shape (bf16 KV),
-// the op graphed, loads into registers / ring of 2 / ring of 3: one row of
-// 32,768 keys 58.0 / 50.9 / 49.8 us, of 8,192 keys 20.7 / 19.7 / 19.4 us;
-// 64 rows x 512 keys (four blocks an SM) 61.2 / 59.1 / 62.5 (three blocks:
-// the ring of 3 does not leave room for four).
-template <typename LD, int LPK> constexpr int dec_ring(int minb)
+// a constant, and 0 for a launch of fewer than DEC_MANY_ROWS rows. H200,
+// 2026-12-04, one layer of the Qwen3-8B shape (bf16 KV), the op graphed
+// alone, loads into registers / ring of 2 / ring of 3: 64 rows x 512 keys
+// (four blocks an SM) 61.2 / 59.1 / 62.5 (three blocks: the ring of 3 does
+// not leave room for four); one row of 32,768 keys 58.0 / 50.9 / 49.8 us,
+// of 8,192 keys 20.7 / 19.7 / 19.4 us. But in the whole decode step one
+// row runs faster without it (H100, 2026-12-05, tg of one sequence, two
+// rounds alternated, ring of 3 / none: Qwen3-8B BF16 162.1-162.7 / 168.8-
+// 168.9 tok/s at depth 0, 151.0 / 155.5 at 8,192, 123.7 / 129.6 at 32,768;
+// Qwen3.5-9B BF16 140.5-140.7 / 154.3 at depth 0; decision 0008). The same
+// folds either way: the same bytes.
+template <typename LD, int LPK> constexpr int dec_ring(int minb, bool many)
 {
-    return DecHalf<LD>::value && LPK >= 8 ? (minb >= 4 ? 2 : 3) : 0;
+    return DecHalf<LD>::value && LPK >= 8 && many ? (minb >= 4 ? 2 : 3) : 0;
 }
 
 template <typename LD, int GT, int LPK, bool MANY>
@@ -1111,7 +1117,7 @@ cudaError_t decode_k(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
                      const float *q, int max_splits, float *part, unsigned *cnt, float *out,
                      cudaStream_t s)
 {
-    constexpr int MINB = dec_minb<LD, GT, LPK>(MANY), S = dec_ring<LD, LPK>(MINB);
+    constexpr int MINB = dec_minb<LD, GT, LPK>(MANY), S = dec_ring<LD, LPK>(MINB, MANY);
     const auto kern = attn_decode_kernel<LD, GT, LPK, MINB, S>;
     const size_t smem = (size_t)DEC_WARPS * GT * (size_t)a->head_dim * sizeof(float) +
                         dec_ring_bytes<dec_un(GT), S>();
