@@ -18,9 +18,9 @@
 #                  tests/fixtures/configs/Qwen3.5-35B-A3B.json (58 GB: a dir of their own)
 #   bench [ROW...] the memra-bench rows of docs/PERFORMANCE.md (default: the current table;
 #                  `rows` lists every row and its command); one JSON a row in OUT
-#   ab DIR [ROW...] each bench row (default bf16 q4km) by bin/memra-bench and by DIR/memra-bench
-#                  (another build, e.g. an earlier commit's), alternately, two rounds each, in one
-#                  run: an A/B on one card under the same conditions
+#   ab DIR[,DIR...] [ROW...]  each bench row (default bf16 q4km) by bin/memra-bench and by
+#                  each DIR/memra-bench (other builds, e.g. earlier commits': a bisection),
+#                  alternately, two rounds each, in one run: an A/B on one card under the same conditions
 #   serve [LEVELS [REPS [MODEL-FILE]]]  memra-serve on MODEL-FILE (default bf16.gguf) under
 #                  memra-bench --server -c LEVELS (default 1,64) -r REPS (default 1), 512-token
 #                  prompts, 128 tokens each
@@ -94,7 +94,7 @@ export PATH=$root/bin:$PATH
 # also gets --backend cuda --device N --json). The default set is docs/PERFORMANCE.md's
 # current table; the others are its rows not measured again since (older tree, own date).
 default_rows="bf16 bf16-b64 bf16-long q8 q8-b64 q4km q4km-b q4km-long bf16-short q4km-short"
-other_rows="bf16-b8-b32 bf16-b64-d8192 tokenizer moe-q4km moe-q4km-b moe-q8 moe-q8-b"
+other_rows="bf16-tg bf16-b8-b32 bf16-b64-d8192 tokenizer moe-q4km moe-q4km-b moe-q8 moe-q8-b"
 other_rows="$other_rows q35moe-q4km q35moe-q4km-b"
 row_spec() {
   case $1 in
@@ -107,6 +107,7 @@ row_spec() {
     q4km-b)         echo "Q4_K_M.gguf -p 512 -n 32 -d 0 -b 8,64 -r 2" ;;
     q4km-long)      echo "Q4_K_M.gguf -p 8192 -n 64 -d 8192 -r 2" ;;
     bf16-short)     echo "bf16.gguf -p 1,2,8,31,32,64 -n 0 -r 3" ;;
+    bf16-tg)        echo "bf16.gguf -p 0 -n 128 -d 0 -r 3" ;;
     q4km-short)     echo "Q4_K_M.gguf -p 1,2,8,31,32,64 -n 0 -r 3" ;;
     bf16-b8-b32)    echo "bf16.gguf -p 512 -n 128 -d 0 -b 8,32 -r 3" ;;
     bf16-b64-d8192) echo "bf16.gguf -p 8192 -n 128 -d 0 -b 64 -r 3" ;;
@@ -332,25 +333,35 @@ models_for() {
   esac
 }
 
-# ab DIR [ROW...]: each row by this tree's memra-bench and by DIR/memra-bench (another build:
-# an earlier commit, a variant), alternately, two rounds of each, in one run on one card, so
-# the two are compared under the same conditions: ab-ROW-aN.json (this tree) and ab-ROW-bN.json.
+# ab DIR[,DIR...] [ROW...]: each row by this tree's memra-bench and by each DIR/memra-bench
+# (other builds: earlier commits, a variant), alternately, two rounds of each, in one run on one
+# card, so they are compared under the same conditions: ab-ROW-aN.json (this tree) and
+# ab-ROW-bN.json, ab-ROW-cN.json ... (the DIRs in order). What a bisection of a row needs: the
+# rows' times moved, the kernels' own times (ncu) did not show where.
 do_ab() {
-  local other=${1:-}
-  [ -n "$other" ] && [ -x "$other/memra-bench" ] || die "ab: DIR must hold the other build's memra-bench"
+  local dirs=${1:-} d
+  [ -n "$dirs" ] || die "ab: DIR must hold the other build's memra-bench"
+  local -a others=()
+  IFS=, read -r -a others <<<"$dirs"
+  for d in "${others[@]}"; do
+    [ -x "$d/memra-bench" ] || die "ab: $d has no memra-bench"
+  done
   shift
-  local rows=${*:-bf16 q4km} r m a round side bench
+  local rows=${*:-bf16 q4km} r m a round k bench side
   for r in $rows; do
     row_spec "$r" >/dev/null || die "ab: no row '$r' (see: $0 rows)"
     [ "$r" != tokenizer ] || die "ab: the tokenizer row reads no model"
   done
   models_for "$rows"
+  local sides=abcdefghij
+  [ ${#others[@]} -lt ${#sides} ] || die "ab: at most $(( ${#sides} - 1 )) other builds"
   for r in $rows; do
     read -r m a <<<"$(row_spec "$r")"
     for round in 1 2; do
-      for side in a b; do
+      for ((k = 0; k <= ${#others[@]}; k++)); do
+        side=${sides:k:1}
         bench=memra-bench
-        [ $side = a ] || bench=$other/memra-bench
+        [ $k = 0 ] || bench=${others[k-1]}/memra-bench
         # shellcheck disable=SC2086 # $a is a list of arguments
         set -- "$models/$m" --backend cuda --device "$device" $a --json
         stamp "ab $r $side$round: $bench $*"
