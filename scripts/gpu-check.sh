@@ -15,7 +15,10 @@
 #                  moe-Q4_K_M.gguf (memra-quantize --allow-requantize from it): 51 GB together,
 #                  so on a 64 GB disk give them a --models dir without the 8B files; the
 #                  q35moe-* rows likewise q35moe-Q8_0.gguf and q35moe-Q4_K_M.gguf from
-#                  tests/fixtures/configs/Qwen3.5-35B-A3B.json (58 GB: a dir of their own)
+#                  tests/fixtures/configs/Qwen3.5-35B-A3B.json (58 GB: a dir of their own);
+#                  the q35-* rows (the Qwen3.5-9B hybrid) q35-bf16.gguf (memra-convert --random
+#                  tests/fixtures/configs/Qwen3.5-9B.json --seed 1) and q35-Q4_K_M.gguf
+#                  (memra-quantize): 24 GB together
 #   bench [ROW...] the memra-bench rows of docs/PERFORMANCE.md (default: the current table;
 #                  `rows` lists every row and its command); one JSON a row in OUT
 #   ab DIR[,DIR...] [ROW...]  each bench row (default bf16 q4km) by bin/memra-bench and by
@@ -51,9 +54,10 @@
 #   --port N         memra-serve's port for `serve` (default 18090)
 #   --llama DIR      with `bench`: llama.cpp's rows beside memra's, on the same model files, by
 #                    DIR/llama-bench (pp512 and tg128 of each model the rows used; of the
-#                    moe-* files tg128 at depth 8192 too) and DIR/llama-batched-bench
-#                    (512-token prompts, 128 tokens: 1/8/64 sequences on Q4_K_M.gguf, 64 on
-#                    moe-*, 8/64 on q35moe-*); DIR as scripts/llama-tools.sh builds it
+#                    moe-* files tg128 at depth 8192 too, of the q35-* files pp8192 and tg128
+#                    at depth 32768) and DIR/llama-batched-bench (512-token prompts, 128
+#                    tokens: 1/8/64 sequences on Q4_K_M.gguf, 64 on moe-*, 8/64 on q35moe-*
+#                    and q35-Q4_K_M.gguf); DIR as scripts/llama-tools.sh builds it
 #   --timeout S      limit for each program run (default 900)
 #
 # Exit status: 0 when every step ran and exited 0, 1 otherwise, 2 on bad usage.
@@ -95,7 +99,8 @@ export PATH=$root/bin:$PATH
 # current table; the others are its rows not measured again since (older tree, own date).
 default_rows="bf16 bf16-b64 bf16-long q8 q8-b64 q4km q4km-b q4km-long bf16-short q4km-short"
 other_rows="bf16-tg bf16-b8-b32 bf16-b64-d8192 tokenizer moe-q4km moe-q4km-b moe-q8 moe-q8-b"
-other_rows="$other_rows q35moe-q4km q35moe-q4km-b"
+other_rows="$other_rows q35moe-q4km q35moe-q4km-b q35-bf16 q35-bf16-d32k q35-q4km q35-q4km-d32k"
+other_rows="$other_rows q35-q4km-b"
 row_spec() {
   case $1 in
     bf16)           echo "bf16.gguf -p 512 -n 64 -d 0,32768 -r 2" ;;
@@ -118,6 +123,11 @@ row_spec() {
     moe-q8-b)       echo "moe-Q8_0.gguf -p 512 -n 32 -d 0 -b 64 -r 2" ;;
     q35moe-q4km)    echo "q35moe-Q4_K_M.gguf -p 512 -n 128 -d 0 -r 2" ;;
     q35moe-q4km-b)  echo "q35moe-Q4_K_M.gguf -p 512 -n 32 -d 0 -b 8,64 -r 2" ;;
+    q35-bf16)       echo "q35-bf16.gguf -p 512,8192 -n 128 -d 0 -r 2" ;;
+    q35-bf16-d32k)  echo "q35-bf16.gguf -p 0 -n 128 -d 32768 -c 33280 -r 2" ;;
+    q35-q4km)       echo "q35-Q4_K_M.gguf -p 512,8192 -n 128 -d 0 -r 2" ;;
+    q35-q4km-d32k)  echo "q35-Q4_K_M.gguf -p 0 -n 128 -d 32768 -c 33280 -r 2" ;;
+    q35-q4km-b)     echo "q35-Q4_K_M.gguf -p 512 -n 32 -d 0 -b 8,64 -r 2" ;;
     *) return 1 ;;
   esac
 }
@@ -243,6 +253,26 @@ make_models() {
   done
 }
 
+# The Qwen3.5-9B-shaped hybrid of the q35-* rows: random weights in BF16 (with the
+# tokenizer of --tokenizer when there is one, so llama.cpp loads the file), Q4_K_M from it.
+make_q35_models() {
+  mkdir -p "$models"
+  if [ ! -s "$models/q35-bf16.gguf" ]; then
+    stamp "models: q35-bf16.gguf (memra-convert --random Qwen3.5-9B, seed 1${tok:+, tokenizer $tok})"
+    run convert-q35 memra-convert --random tests/fixtures/configs/Qwen3.5-9B.json \
+        ${tok:+--tokenizer "$tok"} --seed 1 "$models/q35-bf16.part.gguf" ||
+      { say "memra-convert failed: $out/convert-q35.log"; exit 1; }
+    mv "$models/q35-bf16.part.gguf" "$models/q35-bf16.gguf"
+  fi
+  if [ ! -s "$models/q35-Q4_K_M.gguf" ]; then
+    stamp "models: q35-Q4_K_M.gguf (memra-quantize, $threads threads)"
+    run quantize-q35 memra-quantize "$models/q35-bf16.gguf" "$models/q35-Q4_K_M.part.gguf" \
+        Q4_K_M --threads "$threads" ||
+      { say "memra-quantize failed: $out/quantize-q35.log"; exit 1; }
+    mv "$models/q35-Q4_K_M.part.gguf" "$models/q35-Q4_K_M.gguf"
+  fi
+}
+
 # The MoE files of the moe-* (Qwen3-30B-A3B shape) and q35moe-* (Qwen3.5-35B-A3B) rows:
 # random weights straight to Q8_0 (their BF16 files would be 61 and 69 GB), Q4_K_M
 # requantized from it. make_moe_models PREFIX CONFIG.
@@ -312,6 +342,17 @@ do_llama() {
     grep -E '^\| .*(pp|tg)[0-9]' "$out/llama-bench-$m.md" | tee -a "$S"
     case $m in
       q35moe-*) llama_batched "$m" 8,64 ;;
+      q35-*)
+        stamp "llama: llama-bench -m $models/$m -ngl 99 -fa 1 -p 8192 -n 0 -r 2, -p 0 -n 128 -d 32768 -r 2"
+        llama_run "$llama/llama-bench" -m "$models/$m" -ngl 99 -fa 1 -p 8192 -n 0 -r 2 -o md \
+          >"$out/llama-bench-p8192-$m.md" 2>"$out/llama-bench-p8192-$m.err" ||
+          { status=1; say "  failed: $out/llama-bench-p8192-$m.err"; }
+        llama_run "$llama/llama-bench" -m "$models/$m" -ngl 99 -fa 1 -p 0 -n 128 -d 32768 -r 2 \
+          -o md >"$out/llama-bench-d32768-$m.md" 2>"$out/llama-bench-d32768-$m.err" ||
+          { status=1; say "  failed: $out/llama-bench-d32768-$m.err"; }
+        grep -hE '^\| .*(pp|tg)[0-9]' "$out/llama-bench-p8192-$m.md" \
+          "$out/llama-bench-d32768-$m.md" | tee -a "$S"
+        [ "$m" != q35-Q4_K_M.gguf ] || llama_batched "$m" 8,64 ;;
       moe-*)
         stamp "llama: llama-bench -m $models/$m -ngl 99 -fa 1 -p 0 -n 128 -d 8192 -r 2"
         llama_run "$llama/llama-bench" -m "$models/$m" -ngl 99 -fa 1 -p 0 -n 128 -d 8192 -r 2 \
@@ -331,6 +372,7 @@ models_for() {
   case " $1 " in *" q35moe-"*)
     make_moe_models q35moe tests/fixtures/configs/Qwen3.5-35B-A3B.json ;;
   esac
+  case " $1 " in *" q35-"*) make_q35_models ;; esac
 }
 
 # ab DIR[,DIR...] [ROW...]: each row by this tree's memra-bench and by each DIR/memra-bench
