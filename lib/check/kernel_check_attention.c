@@ -597,6 +597,14 @@ void kc_check_attention(kc *k)
     attention_long_case(k, &longs[0], deep, (int)MEMRA_ARRAY_LEN(deep));
     for (size_t c = 1; c < MEMRA_ARRAY_LEN(longs); c++)
         attention_long_case(k, &longs[c], mid, (int)MEMRA_ARRAY_LEN(mid));
+    /* 17 rows, bf16 and f16: a launch of 16 rows or more (DEC_MANY_ROWS)
+     * takes the decode instance with the K/V ring, a row alone the one
+     * that loads into registers (kernels/attention.cu, dec_ring), and
+     * attn_regroup_identical compares their bytes row by row. */
+    static const int64_t many_rows[] = {5, 77, 130, 300, 257, 200, 17, 31, 64,
+                                        65, 128, 129, 90, 160, 1, 2, 33};
+    for (size_t c = 0; c < 2; c++)
+        attention_long_case(k, &longs[c], many_rows, (int)MEMRA_ARRAY_LEN(many_rows));
     /* bf16 and f32 with head_dim 128, soft-capped bf16 of 64 */
     static const int many[] = {0, 2, 5};
     for (size_t c = 0; c < MEMRA_ARRAY_LEN(many); c++)
