@@ -233,44 +233,42 @@ do_test() {
   grep '^FAIL' "$out/test.log" | head -20 | tee -a "$S"
 }
 
-make_models() {
+# models/FILE made once: random weights of CONFIG (seed 1, with the tokenizer of --tokenizer
+# when there is one, so llama.cpp loads the file), written under a .part name and renamed when
+# complete. model_random LOG FILE CONFIG [memra-convert ARGS...]
+model_random() {
+  local log=$1 file=$2 cfg=$3
+  shift 3
+  [ -s "$models/$file" ] && return
   mkdir -p "$models"
-  if [ ! -s "$models/bf16.gguf" ]; then
-    stamp "models: bf16.gguf (memra-convert --random, seed 1${tok:+, tokenizer $tok})"
-    run convert memra-convert --random tests/fixtures/configs/Qwen3-8B.json \
-        ${tok:+--tokenizer "$tok"} --seed 1 "$models/bf16.gguf" ||
-      { say "memra-convert failed: $out/convert.log"; exit 1; }
-  fi
-  local q
-  for q in Q8_0 Q4_K_M; do
-    [ -s "$models/$q.gguf" ] && continue
-    stamp "models: $q.gguf (memra-quantize, $threads threads)"
-    if ! run "quantize-$q" memra-quantize "$models/bf16.gguf" "$models/$q.part.gguf" "$q" \
-        --threads "$threads"; then
-      say "memra-quantize $q failed: $out/quantize-$q.log"; exit 1
-    fi
-    mv "$models/$q.part.gguf" "$models/$q.gguf"
-  done
+  stamp "models: $file (memra-convert --random $cfg --seed 1${*:+ $*}${tok:+, tokenizer $tok})"
+  run "$log" memra-convert --random "$cfg" ${tok:+--tokenizer "$tok"} --seed 1 "$@" \
+      "$models/${file%.gguf}.part.gguf" || { say "memra-convert failed: $out/$log.log"; exit 1; }
+  mv "$models/${file%.gguf}.part.gguf" "$models/$file"
 }
 
-# The Qwen3.5-9B-shaped hybrid of the q35-* rows: random weights in BF16 (with the
-# tokenizer of --tokenizer when there is one, so llama.cpp loads the file), Q4_K_M from it.
+# models/FILE made once from models/SOURCE by memra-quantize.
+# model_quantize LOG SOURCE FILE TYPE [memra-quantize ARGS...]
+model_quantize() {
+  local log=$1 src=$2 file=$3 type=$4
+  shift 4
+  [ -s "$models/$file" ] && return
+  stamp "models: $file (memra-quantize $type${*:+ $*}, $threads threads)"
+  run "$log" memra-quantize "$models/$src" "$models/${file%.gguf}.part.gguf" "$type" "$@" \
+      --threads "$threads" || { say "memra-quantize failed: $out/$log.log"; exit 1; }
+  mv "$models/${file%.gguf}.part.gguf" "$models/$file"
+}
+
+make_models() {
+  model_random convert bf16.gguf tests/fixtures/configs/Qwen3-8B.json
+  model_quantize quantize-Q8_0 bf16.gguf Q8_0.gguf Q8_0
+  model_quantize quantize-Q4_K_M bf16.gguf Q4_K_M.gguf Q4_K_M
+}
+
+# The Qwen3.5-9B-shaped hybrid of the q35-* rows: BF16, and Q4_K_M from it.
 make_q35_models() {
-  mkdir -p "$models"
-  if [ ! -s "$models/q35-bf16.gguf" ]; then
-    stamp "models: q35-bf16.gguf (memra-convert --random Qwen3.5-9B, seed 1${tok:+, tokenizer $tok})"
-    run convert-q35 memra-convert --random tests/fixtures/configs/Qwen3.5-9B.json \
-        ${tok:+--tokenizer "$tok"} --seed 1 "$models/q35-bf16.part.gguf" ||
-      { say "memra-convert failed: $out/convert-q35.log"; exit 1; }
-    mv "$models/q35-bf16.part.gguf" "$models/q35-bf16.gguf"
-  fi
-  if [ ! -s "$models/q35-Q4_K_M.gguf" ]; then
-    stamp "models: q35-Q4_K_M.gguf (memra-quantize, $threads threads)"
-    run quantize-q35 memra-quantize "$models/q35-bf16.gguf" "$models/q35-Q4_K_M.part.gguf" \
-        Q4_K_M --threads "$threads" ||
-      { say "memra-quantize failed: $out/quantize-q35.log"; exit 1; }
-    mv "$models/q35-Q4_K_M.part.gguf" "$models/q35-Q4_K_M.gguf"
-  fi
+  model_random convert-q35 q35-bf16.gguf tests/fixtures/configs/Qwen3.5-9B.json
+  model_quantize quantize-q35 q35-bf16.gguf q35-Q4_K_M.gguf Q4_K_M
 }
 
 # The MoE files of the moe-* (Qwen3-30B-A3B shape) and q35moe-* (Qwen3.5-35B-A3B) rows:
@@ -278,21 +276,8 @@ make_q35_models() {
 # requantized from it. make_moe_models PREFIX CONFIG.
 make_moe_models() {
   local pre=$1 cfg=$2
-  mkdir -p "$models"
-  if [ ! -s "$models/$pre-Q8_0.gguf" ]; then
-    stamp "models: $pre-Q8_0.gguf (memra-convert --random $cfg --outtype q8_0, seed 1)"
-    run "convert-$pre" memra-convert --random "$cfg" ${tok:+--tokenizer "$tok"} --seed 1 \
-        --outtype q8_0 "$models/$pre-Q8_0.part.gguf" ||
-      { say "memra-convert failed: $out/convert-$pre.log"; exit 1; }
-    mv "$models/$pre-Q8_0.part.gguf" "$models/$pre-Q8_0.gguf"
-  fi
-  if [ ! -s "$models/$pre-Q4_K_M.gguf" ]; then
-    stamp "models: $pre-Q4_K_M.gguf (memra-quantize --allow-requantize, $threads threads)"
-    run "quantize-$pre" memra-quantize "$models/$pre-Q8_0.gguf" "$models/$pre-Q4_K_M.part.gguf" \
-        Q4_K_M --allow-requantize --threads "$threads" ||
-      { say "memra-quantize failed: $out/quantize-$pre.log"; exit 1; }
-    mv "$models/$pre-Q4_K_M.part.gguf" "$models/$pre-Q4_K_M.gguf"
-  fi
+  model_random "convert-$pre" "$pre-Q8_0.gguf" "$cfg" --outtype q8_0
+  model_quantize "quantize-$pre" "$pre-Q8_0.gguf" "$pre-Q4_K_M.gguf" Q4_K_M --allow-requantize
 }
 
 # One line a row of a memra-bench --json file (model, tokenizer or server bench).
@@ -332,6 +317,16 @@ llama_batched() {
     { status=1; say "  failed: $out/llama-batched-$m.err"; }
   grep -E '^\|' "$out/llama-batched-$m.txt" | tee -a "$S"
 }
+# One more llama-bench row set of a file, two repetitions: llama_bench_at TAG FILE ARGS...
+llama_bench_at() {
+  local tag=$1 m=$2
+  shift 2
+  stamp "llama: llama-bench -m $models/$m -ngl 99 -fa 1 $* -r 2"
+  llama_run "$llama/llama-bench" -m "$models/$m" -ngl 99 -fa 1 "$@" -r 2 -o md \
+    >"$out/llama-bench-$tag-$m.md" 2>"$out/llama-bench-$tag-$m.err" ||
+    { status=1; say "  failed: $out/llama-bench-$tag-$m.err"; }
+  grep -E '^\| .*(pp|tg)[0-9]' "$out/llama-bench-$tag-$m.md" | tee -a "$S"
+}
 do_llama() {
   local used=$1 m
   [ -x "$llama/llama-bench" ] || { say "llama: no $llama/llama-bench"; status=1; return; }
@@ -343,22 +338,11 @@ do_llama() {
     case $m in
       q35moe-*) llama_batched "$m" 8,64 ;;
       q35-*)
-        stamp "llama: llama-bench -m $models/$m -ngl 99 -fa 1 -p 8192 -n 0 -r 2, -p 0 -n 128 -d 32768 -r 2"
-        llama_run "$llama/llama-bench" -m "$models/$m" -ngl 99 -fa 1 -p 8192 -n 0 -r 2 -o md \
-          >"$out/llama-bench-p8192-$m.md" 2>"$out/llama-bench-p8192-$m.err" ||
-          { status=1; say "  failed: $out/llama-bench-p8192-$m.err"; }
-        llama_run "$llama/llama-bench" -m "$models/$m" -ngl 99 -fa 1 -p 0 -n 128 -d 32768 -r 2 \
-          -o md >"$out/llama-bench-d32768-$m.md" 2>"$out/llama-bench-d32768-$m.err" ||
-          { status=1; say "  failed: $out/llama-bench-d32768-$m.err"; }
-        grep -hE '^\| .*(pp|tg)[0-9]' "$out/llama-bench-p8192-$m.md" \
-          "$out/llama-bench-d32768-$m.md" | tee -a "$S"
+        llama_bench_at p8192 "$m" -p 8192 -n 0
+        llama_bench_at d32768 "$m" -p 0 -n 128 -d 32768
         [ "$m" != q35-Q4_K_M.gguf ] || llama_batched "$m" 8,64 ;;
       moe-*)
-        stamp "llama: llama-bench -m $models/$m -ngl 99 -fa 1 -p 0 -n 128 -d 8192 -r 2"
-        llama_run "$llama/llama-bench" -m "$models/$m" -ngl 99 -fa 1 -p 0 -n 128 -d 8192 -r 2 \
-          -o md >"$out/llama-bench-d8192-$m.md" 2>"$out/llama-bench-d8192-$m.err" ||
-          { status=1; say "  failed: $out/llama-bench-d8192-$m.err"; }
-        grep -E '^\| .*tg[0-9]' "$out/llama-bench-d8192-$m.md" | tee -a "$S"
+        llama_bench_at d8192 "$m" -p 0 -n 128 -d 8192
         llama_batched "$m" 64 ;;
       Q4_K_M.gguf) llama_batched "$m" 1,8,64 ;;
     esac
