@@ -1,5 +1,6 @@
 #include "kernels/delta_net.cuh"
 #include "kernels/delta_chunk.cuh"
+#include "kernels/delta_runs.cuh"
 #include "kernels/dev_common.cuh"
 #include "kernels/launch.cuh"
 
@@ -28,13 +29,6 @@ DEV float dot8_warp(const float *a, const float *b, int n, int lane)
     const float s = __fadd_rn(__fadd_rn(__fadd_rn(part[0], part[1]), __fadd_rn(part[2], part[3])),
                               __fadd_rn(__fadd_rn(part[4], part[5]), __fadd_rn(part[6], part[7])));
     return __fadd_rn(s, part[8]);
-}
-
-// Whether row i starts its sequence's run of rows in the step (the block
-// of a row that does not returns at once).
-DEV bool run_start(const cu_delta &p, int i)
-{
-    return p.slot[i] >= 0 && (i == 0 || p.slot[i] != p.slot[i - 1]);
 }
 
 // Row i's run start, as far as the conv sees: how many rows back (1 to
@@ -104,24 +98,14 @@ __global__ void delta_conv_kernel(cu_delta p)
 template <int KC>
 __global__ void delta_window_kernel(cu_delta p)
 {
-    __shared__ int last;
     pdl_trigger();
     pdl_wait();
+    int i = (int)blockIdx.y;
     if (p.chunk) {
-        if (threadIdx.x == 0) {
-            last = -1;
-            for (int r = 0, k = -1; r < p.n; r++)
-                if (p.slot[r] >= 0 && (r == 0 || p.slot[r] != p.slot[r - 1]) &&
-                    ++k == (int)blockIdx.y) {
-                    while (r + 1 < p.n && p.slot[r + 1] == p.slot[r])
-                        r++;
-                    last = r;
-                    break;
-                }
-        }
-        __syncthreads();
+        int first, end;
+        find_run(p, (int)blockIdx.y, &first, &end);
+        i = first < 0 ? -1 : end - 1;
     }
-    const int i = p.chunk ? last : (int)blockIdx.y;
     const size_t conv_dim = 2 * (size_t)p.n_k * p.k_dim + (size_t)p.n_v * p.v_dim;
     const size_t ch = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < 0 || p.slot[i] < 0 || ch >= conv_dim || (i + 1 < p.n && p.slot[i + 1] == p.slot[i]))

@@ -282,8 +282,9 @@ static void states_agree(kc *k, delta_pools *p, int i, double *worst)
 
 /* Prefill steps that take the chunked rule (kernels/delta_chunk.cuh): a
  * packed step of two fresh sequences (100 and 70 rows: the middle window
- * holds the end of one and the start of the other), then 40 rows more of
- * the first from its state, then a decode step of both (the row-after-row
+ * holds the end of one and the start of the other), then 41 rows more of
+ * the first from its state (an odd window: the last 2 x 2 tile of the
+ * window's pairs is half outside), then a decode step of both (the row-after-row
  * rule from the chunked form's states). Outputs and states against the
  * CPU's; within a looser bound than the recurrent rule's, which sums in
  * the CPU's order. */
@@ -319,17 +320,17 @@ static void delta_chunk_case(kc *k, int nk, int nvh, int kd, int vd, int tiled)
     worst = e > worst ? e : worst;
     states_agree(k, &p, 0, &worst);
     states_agree(k, &p, 1, &worst);
-    /* 40 rows more of sequence 0 */
-    for (int i = 0; i < 40; i++)
+    /* 41 rows more of sequence 0 */
+    for (int i = 0; i < 41; i++)
         seq[i] = 0, pos[i] = 100 + i;
-    kc_fill(k, in, 40 * per_row, 1.0f);
-    cb->step = (cuda_step){.active = 1, .prefill = 1, .n = 40};
-    run_step(k, &p, &dc, 40, seq, pos, in, want, got);
+    kc_fill(k, in, 41 * per_row, 1.0f);
+    cb->step = (cuda_step){.active = 1, .prefill = 1, .n = 41};
+    run_step(k, &p, &dc, 41, seq, pos, in, want, got);
     cb->step = (cuda_step){0};
-    e = kc_rel_err(got, want, 40 * dc.vdim);
+    e = kc_rel_err(got, want, 41 * dc.vdim);
     worst = e > worst ? e : worst;
     /* a decode step of both */
-    seq[0] = 0, pos[0] = 140, seq[1] = 1, pos[1] = 70;
+    seq[0] = 0, pos[0] = 141, seq[1] = 1, pos[1] = 70;
     kc_fill(k, in, 2 * per_row, 1.0f);
     run_step(k, &p, &dc, 2, seq, pos, in, want, got);
     e = kc_rel_err(got, want, 2 * dc.vdim);
@@ -337,7 +338,7 @@ static void delta_chunk_case(kc *k, int nk, int nvh, int kd, int vd, int tiled)
     states_agree(k, &p, 0, &worst);
     states_agree(k, &p, 1, &worst);
     char what[112];
-    snprintf(what, sizeof what, "chunked %d/%d heads k%d v%d %s, 100 | 70 + 40 + decode", nk,
+    snprintf(what, sizeof what, "chunked %d/%d heads k%d v%d %s, 100 | 70 + 41 + decode", nk,
              nvh, kd, vd, tiled ? "tiled" : "grouped");
     kc_report(k, "delta_net", what, worst, 5e-5, -1, -1, 0);
     free(in);
@@ -355,6 +356,7 @@ void kc_check_delta(kc *k)
     delta_chunk_case(k, 2, 4, 16, 16, 0);
     delta_chunk_case(k, 2, 4, 128, 128, 1);
     delta_chunk_case(k, 4, 4, 64, 40, 0);
+    delta_chunk_case(k, 1, 2, 32, 136, 0); /* value heads past what the preparation stages */
 
     /* the gated attention's small ops */
     const int n = 3, heads = 4, hd = 32;

@@ -62,6 +62,7 @@ uint3 &thread_idx();
 void sync_block();
 float shfl_xor(float v, int off);
 float shfl(float v, int src);
+unsigned ballot(bool pred); /* every lane's pred, bit i lane i's */
 void *dyn_smem_ptr();
 void check_aligned(const void *p, size_t align, const char *what);
 typedef void (*body_fn)(void *);
@@ -150,6 +151,8 @@ launcher<P...> launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem = 0,
 inline void __syncthreads() { emu::sync_block(); }
 inline float __shfl_xor_sync(unsigned, float v, int off) { return emu::shfl_xor(v, off); }
 inline float __shfl_sync(unsigned, float v, int src) { return emu::shfl(v, src); }
+inline unsigned __ballot_sync(unsigned, bool pred) { return emu::ballot(pred); }
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
@@ -179,6 +182,12 @@ inline unsigned atomicAdd(unsigned *p, unsigned v)
 {
     unsigned o = *p;
     *p = o + v;
+    return o;
+}
+inline int atomicMin(int *p, int v)
+{
+    int o = *p;
+    *p = v < o ? v : o;
     return o;
 }
 inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)

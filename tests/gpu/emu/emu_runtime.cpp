@@ -122,6 +122,20 @@ float shfl(float v, int src)
     return r;
 }
 
+unsigned ballot(bool pred)
+{
+    const int t = (int)fibers[cur].tid.x;
+    xchg[t] = pred ? 1.0f : 0.0f;
+    yield(WAIT_WARP);
+    unsigned r = 0;
+    const int base = t & ~31;
+    for (int i = 0; i < 32; i++)
+        if (xchg[base + i] != 0.0f)
+            r |= 1u << i;
+    yield(WAIT_WARP);
+    return r;
+}
+
 void warp_sync() { yield(WAIT_WARP); }
 
 /* A thread polling for what another thread will do (an mbarrier's phase):
