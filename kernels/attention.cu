@@ -821,6 +821,13 @@ DEV void dec_keys_direct(const DecBlock &b, const cu_attn &a, int n_blocks, int 
 // in shared memory (dec_ring_bytes, after wacc) while it folds round j,
 // then reads back only what it copied: no barrier beyond the pieces' row
 // offsets, which are staged a piece ahead in two buffers.
+// The decode kernel's static shared memory (roff, wm, wl, last).
+template <int GT> constexpr size_t dec_static_smem()
+{
+    return 2 * DEC_PIECE * sizeof(int64_t) + 2 * (DEC_WARPS + 1) * GT * sizeof(float) +
+           sizeof(unsigned);
+}
+
 template <int UN, int S> constexpr size_t dec_ring_bytes()
 {
     return (size_t)S * DEC_WARPS * UN * 2 * 32 * sizeof(uint4);
@@ -1033,7 +1040,7 @@ attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta
                    const uint8_t *__restrict__ vp, int max_splits, float *__restrict__ part,
                    unsigned *__restrict__ cnt, float *__restrict__ out)
 {
-    __shared__ int64_t roff[2][DEC_PIECE];
+    __shared__ int64_t roff[2][DEC_PIECE]; // (dec_static_smem counts these)
     __shared__ float wm[DEC_WARPS + 1][GT], wl[DEC_WARPS + 1][GT];
     extern __shared__ float wacc[]; // [DEC_WARPS][GT][hd], then the ring
     DecBlock b;
@@ -1121,7 +1128,9 @@ cudaError_t decode_k(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
     const auto kern = attn_decode_kernel<LD, GT, LPK, MINB, S>;
     const size_t smem = (size_t)DEC_WARPS * GT * (size_t)a->head_dim * sizeof(float) +
                         dec_ring_bytes<dec_un(GT), S>();
-    if (smem > 48 * 1024) {
+    // Past 48 kB with the kernel's static arrays a block must opt in: heads
+    // of 256 in groups of four with the ring ask for 48 kB exactly.
+    if (smem + dec_static_smem<GT>() > 48 * 1024) {
         const cudaError_t rc =
             cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (rc != cudaSuccess)

@@ -605,6 +605,12 @@ void kc_check_attention(kc *k)
                                         65, 128, 129, 90, 160, 1, 2, 33};
     for (size_t c = 0; c < 2; c++)
         attention_long_case(k, &longs[c], many_rows, (int)MEMRA_ARRAY_LEN(many_rows));
+    /* heads of 256 in groups of four (the Qwen3.5 shapes' attention): the
+     * ring instance asks for 48 kB of dynamic shared memory exactly, which
+     * with its static arrays needs the opt-in (a launch of 16 rows or more
+     * failed with "invalid argument" on a card without it) */
+    static const attn_case wide = {16, 4, 256, 0, 0.0f, KV_BF16};
+    attention_long_case(k, &wide, many_rows, (int)MEMRA_ARRAY_LEN(many_rows));
     /* bf16 and f32 with head_dim 128, soft-capped bf16 of 64 */
     static const int many[] = {0, 2, 5};
     for (size_t c = 0; c < MEMRA_ARRAY_LEN(many); c++)
