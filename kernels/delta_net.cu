@@ -157,29 +157,40 @@ __global__ void delta_window_kernel(cu_delta p)
 }
 
 // q and k of each (row, key head) L2-normalized in place (q also times
-// k_dim^-1/2), one warp each, reducing in the CPU's order.
+// k_dim^-1/2), a warp each, QK_WARPS heads a block, reducing in the CPU's
+// order. A lane's values (k_dim <= 128) are loaded with the reductions',
+// as in delta_gated_norm_kernel.
+constexpr int QK_WARPS = 4;
 __global__ void delta_qk_norm_kernel(cu_delta p)
 {
     pdl_trigger();
     pdl_wait();
-    const int i = blockIdx.x, kh = blockIdx.y, lane = threadIdx.x;
-    if (p.slot[i] < 0)
+    const int i = blockIdx.x, kh = blockIdx.y * QK_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (kh >= p.n_k || p.slot[i] < 0) // (whole warps)
         return;
     const int kd = p.k_dim;
     const size_t key_dim = (size_t)p.n_k * kd;
     const size_t conv_dim = 2 * key_dim + (size_t)p.n_v * p.v_dim;
     float *q = p.conv_out + (size_t)i * conv_dim + (size_t)kh * kd, *k = q + key_dim;
-    __shared__ float inv[2];
-    const float qq = dot8_warp(q, q, kd, lane), kk = dot8_warp(k, k, kd, lane);
-    if (lane == 0) {
-        inv[0] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(qq, 1e-6f)));
-        inv[1] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(kk, 1e-6f)));
+    float qv[4], kv[4]; // k_dim <= 128 (delta_net_supports)
+#pragma unroll
+    for (int m = 0; m < 4; m++) {
+        const int t = lane + 32 * m;
+        qv[m] = t < kd ? q[t] : 0.0f;
+        kv[m] = t < kd ? k[t] : 0.0f;
     }
-    __syncthreads();
+    const float qq = __shfl_sync(0xffffffffu, dot8_warp(q, q, kd, lane), 0);
+    const float kk = __shfl_sync(0xffffffffu, dot8_warp(k, k, kd, lane), 0);
+    const float iq = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(qq, 1e-6f)));
+    const float ik = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(kk, 1e-6f)));
     const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)kd));
-    for (int t = lane; t < kd; t += 32) {
-        q[t] = __fmul_rn(__fmul_rn(q[t], inv[0]), qscale);
-        k[t] = __fmul_rn(k[t], inv[1]);
+#pragma unroll
+    for (int m = 0; m < 4; m++) {
+        const int t = lane + 32 * m;
+        if (t < kd) {
+            q[t] = __fmul_rn(__fmul_rn(qv[m], iq), qscale);
+            k[t] = __fmul_rn(kv[m], ik);
+        }
     }
 }
 
@@ -369,8 +380,9 @@ extern "C" cudaError_t launch_delta_net(const cu_delta *p, cudaStream_t stream)
     case 3: launch_conv<3>(p, ch_blocks, stream); break;
     default: launch_conv<4>(p, ch_blocks, stream); break;
     }
-    launch_pdl(delta_qk_norm_kernel, dim3((unsigned)p->n, (unsigned)p->n_k), dim3(32), 0, stream,
-               *p);
+    launch_pdl(delta_qk_norm_kernel,
+               dim3((unsigned)p->n, (unsigned)((p->n_k + QK_WARPS - 1) / QK_WARPS)),
+               dim3(32 * QK_WARPS), 0, stream, *p);
     cudaError_t rc = cudaGetLastError();
     if (rc != cudaSuccess)
         return rc;
