@@ -54,8 +54,8 @@
 #   --port N         memra-serve's port for `serve` (default 18090)
 #   --llama DIR      with `bench`: llama.cpp's rows beside memra's, on the same model files, by
 #                    DIR/llama-bench (pp512 and tg128 of each model the rows used; of the
-#                    moe-* files tg128 at depth 8192 too, of the q35-* files pp8192 and tg128
-#                    at depth 32768) and DIR/llama-batched-bench (512-token prompts, 128
+#                    moe-* files tg128 at depth 8192 too, of the q35-* and q35moe-* files
+#                    pp8192 and tg128 at depth 32768) and DIR/llama-batched-bench (512-token prompts, 128
 #                    tokens: 1/8/64 sequences on Q4_K_M.gguf, 64 on moe-*, 8/64 on q35moe-*
 #                    and q35-Q4_K_M.gguf); DIR as scripts/llama-tools.sh builds it
 #   --timeout S      limit for each program run (default 900)
@@ -100,7 +100,7 @@ export PATH=$root/bin:$PATH
 default_rows="bf16 bf16-b64 bf16-long q8 q8-b64 q4km q4km-b q4km-long bf16-short q4km-short"
 other_rows="bf16-tg bf16-b8-b32 bf16-b64-d8192 tokenizer moe-q4km moe-q4km-b moe-q8 moe-q8-b"
 other_rows="$other_rows q35moe-q4km q35moe-q4km-b q35-bf16 q35-bf16-d32k q35-q4km q35-q4km-d32k"
-other_rows="$other_rows q35-q4km-b"
+other_rows="$other_rows q35-q4km-b q35moe-q4km-d32k"
 row_spec() {
   case $1 in
     bf16)           echo "bf16.gguf -p 512 -n 64 -d 0,32768 -r 2" ;;
@@ -121,7 +121,8 @@ row_spec() {
     moe-q4km-b)     echo "moe-Q4_K_M.gguf -p 512 -n 32 -d 0 -b 64 -r 2" ;;
     moe-q8)         echo "moe-Q8_0.gguf -p 512 -n 128 -d 0,8192 -r 2" ;;
     moe-q8-b)       echo "moe-Q8_0.gguf -p 512 -n 32 -d 0 -b 64 -r 2" ;;
-    q35moe-q4km)    echo "q35moe-Q4_K_M.gguf -p 512 -n 128 -d 0 -r 2" ;;
+    q35moe-q4km)    echo "q35moe-Q4_K_M.gguf -p 512,8192 -n 128 -d 0 -r 2" ;;
+    q35moe-q4km-d32k) echo "q35moe-Q4_K_M.gguf -p 0 -n 128 -d 32768 -c 33280 -r 2" ;;
     q35moe-q4km-b)  echo "q35moe-Q4_K_M.gguf -p 512 -n 32 -d 0 -b 8,64 -r 2" ;;
     q35-bf16)       echo "q35-bf16.gguf -p 512,8192 -n 128 -d 0 -r 2" ;;
     q35-bf16-d32k)  echo "q35-bf16.gguf -p 0 -n 128 -d 32768 -c 33280 -r 2" ;;
@@ -336,7 +337,10 @@ do_llama() {
       >"$out/llama-bench-$m.md" 2>"$out/llama-bench-$m.err" || { status=1; say "  failed: $out/llama-bench-$m.err"; }
     grep -E '^\| .*(pp|tg)[0-9]' "$out/llama-bench-$m.md" | tee -a "$S"
     case $m in
-      q35moe-*) llama_batched "$m" 8,64 ;;
+      q35moe-*)
+        llama_bench_at p8192 "$m" -p 8192 -n 0
+        llama_bench_at d32768 "$m" -p 0 -n 128 -d 32768
+        llama_batched "$m" 8,64 ;;
       q35-*)
         llama_bench_at p8192 "$m" -p 8192 -n 0
         llama_bench_at d32768 "$m" -p 0 -n 128 -d 32768
