@@ -58,15 +58,27 @@ ls lib/core/*.c lib/numerics/*.c lib/format/*.c lib/quant/*.c lib/hub/*.c lib/ji
    bin-src/memra-gen.c bin-src/memra-bench.c lib/bench/*.c bin-src/memra-bench/*.c \
    tests/unit/test_cuda_engine.c tests/unit/test_engine_sample.c 2>/dev/null |
   xargs -P "$(nproc)" -I{} bash -c 'o=$B/obj/$(echo {} | tr / _).o; [ "$o" -nt {} ] || gcc $CPPFLAGS $CFLAGS -c {} -o $o'
-# The kernels, rewritten for the emulation: launches and dynamic shared memory.
+# The kernels, rewritten for the emulation: launches, dynamic shared memory,
+# and each static __shared__ declaration followed by emu::note_shared of
+# its objects, so a block's static and dynamic bytes meet the device's
+# limit together (the headers too, under $B/kernels/kernels, found first).
+shared_rule='s/extern __shared__ (\w+) (\w+)\[\];/$1 *$2 = emu::dyn_smem<$1>();/;
+  s{^(\s*)__shared__\s+(.*?);(.*)$}{
+    my ($i, $d, $r) = ($1, $2, $3); (my $f = $d) =~ s/\[[^\]]*\]//g; $f =~ s/__align__\(\d+\)//;
+    my @n = map { (split " ", $_)[-1] } split /,/, $f;
+    "$i" . "__shared__ $d;" . join("", map { " emu::note_shared(&$_, sizeof $_);" } @n) . $r }e;'
+mkdir -p "$B/kernels/kernels"
+for f in kernels/*.cuh kernels/*.h; do
+  perl -pe "$shared_rule" "$f" > "$B/kernels/kernels/$(basename "$f")"
+done
 for f in kernels/*.cu; do
   out=$B/kernels/$(basename "$f" .cu).cpp
-  perl -pe 's/extern __shared__ (\w+) (\w+)\[\];/$1 *$2 = emu::dyn_smem<$1>();/;
+  perl -pe "$shared_rule"'
             s/^(\s*)(\w+(?:<[^;]*?>)?)<<<(.*?)>>>\(/$1emu::launch($2, $3)(/' "$f" > "$out"
   if grep -q '<<<' "$out"; then echo "emulate: a launch in $f was not rewritten" >&2; exit 1; fi
 done
 ls "$B"/kernels/*.cpp tests/gpu/emu/emu_runtime.cpp |
-  xargs -P "$(nproc)" -I{} bash -c 'o=$B/obj/$(basename {} .cpp).emu.o; g++ $CPPFLAGS $CXXFLAGS -include tests/gpu/emu/emu_cuda.h -c {} -o $o'
+  xargs -P "$(nproc)" -I{} bash -c 'o=$B/obj/$(basename {} .cpp).emu.o; g++ -I$B/kernels $CPPFLAGS $CXXFLAGS -include tests/gpu/emu/emu_cuda.h -c {} -o $o'
 rm -f "$B/libmemra-emu.a"
 ar rcs "$B/libmemra-emu.a" $(ls "$B"/obj/*.o | grep -v -e bin-src_ -e tests_unit_)
 LIBS="-Wl,-Bstatic -ljansson -lutf8proc -lpcre2-8 -Wl,-Bdynamic -lcurl -lcrypto -lz -lm -ldl -lstdc++ -pthread $SAN"

@@ -66,7 +66,12 @@ unsigned ballot(bool pred); /* every lane's pred, bit i lane i's */
 void *dyn_smem_ptr();
 void check_aligned(const void *p, size_t align, const char *what);
 typedef void (*body_fn)(void *);
-void run_grid(dim3 grid, dim3 block, size_t smem, body_fn fn, void *ctx);
+/* Runs kernel k's grid; k names it for its shared memory limit. */
+void run_grid(const void *k, dim3 grid, dim3 block, size_t smem, body_fn fn, void *ctx);
+/* A static __shared__ object of the running kernel (emulate.sh adds the
+ * call after each declaration): its bytes count against the block's
+ * limit with the dynamic ones, as on the device. */
+void note_shared(const void *p, size_t bytes);
 /* Whether the stream belongs to the calling thread's current device; if
  * not, the launch fails (cudaGetLastError says so) and does not run. */
 bool stream_ok(cudaStream_t s);
@@ -115,7 +120,7 @@ template <class... P> struct launcher {
                     void (*k)(P...);
                     std::tuple<P...> *args;
                 } c{kk, args.get()};
-                run_grid(g, b, sm, [](void *p) {
+                run_grid(reinterpret_cast<const void *>(kk), g, b, sm, [](void *p) {
                     call *cc = static_cast<call *>(p);
                     std::apply(cc->k, *cc->args);
                 }, &c);
@@ -127,7 +132,7 @@ template <class... P> struct launcher {
             void (*k)(P...);
             std::tuple<P...> *args;
         } c{k, &args};
-        run_grid(grid, block, smem, [](void *p) {
+        run_grid(reinterpret_cast<const void *>(k), grid, block, smem, [](void *p) {
             call *cc = static_cast<call *>(p);
             std::apply(cc->k, *cc->args);
         }, &c);

@@ -13,6 +13,8 @@
 #include <time.h>
 
 #include <functional>
+#include <map>
+#include <set>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -282,8 +284,45 @@ static void run_block(int n)
     }
 }
 
-void run_grid(dim3 grid, dim3 block, size_t smem_bytes, body_fn fn, void *ctx)
+/* Shared memory as the device limits it: a block gets 48 kB, static and
+ * dynamic together, unless its kernel raised its dynamic limit with
+ * cudaFuncSetAttribute (then the dynamic bytes up to that, and 227 kB in
+ * all). Static objects count as the running kernel declares them. */
+static std::map<const void *, int> smem_optin;
+static const void *cur_kernel;
+static size_t cur_dyn, cur_static;
+static std::set<const void *> cur_seen;
+
+static void check_smem()
 {
+    const auto it = smem_optin.find(cur_kernel);
+    if (it == smem_optin.end() ? cur_dyn + cur_static > 48 * 1024
+                               : cur_dyn > (size_t)it->second || cur_dyn + cur_static > 227 * 1024) {
+        char what[200];
+        snprintf(what, sizeof what,
+                 "%zu bytes of dynamic and %zu of static shared memory: past %s", cur_dyn,
+                 cur_static,
+                 it == smem_optin.end() ? "the 48 kB a kernel gets without cudaFuncSetAttribute"
+                                        : "the limit its cudaFuncSetAttribute set");
+        die(what);
+    }
+}
+
+void note_shared(const void *p, size_t bytes)
+{
+    if (cur_seen.insert(p).second) {
+        cur_static += bytes;
+        check_smem();
+    }
+}
+
+void run_grid(const void *k, dim3 grid, dim3 block, size_t smem_bytes, body_fn fn, void *ctx)
+{
+    cur_kernel = k;
+    cur_dyn = smem_bytes;
+    cur_static = 0;
+    cur_seen.clear();
+    check_smem();
     unsigned n = block.x * block.y * block.z;
     if (block.y != 1 || block.z != 1 || n == 0 || n > MAX_THREADS || n % 32 != 0) {
         fprintf(stderr, "emu: block of %u x %u x %u threads is not supported\n", block.x, block.y,
@@ -663,9 +702,13 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
     return cudaSuccess;
 }
 
-cudaError_t cudaFuncSetAttribute(const void *, enum cudaFuncAttribute, int value)
+cudaError_t cudaFuncSetAttribute(const void *f, enum cudaFuncAttribute a, int value)
 {
-    return value <= 227 * 1024 ? cudaSuccess : fail(cudaErrorInvalidValue);
+    if (value > 227 * 1024)
+        return fail(cudaErrorInvalidValue);
+    if (a == cudaFuncAttributeMaxDynamicSharedMemorySize)
+        emu::smem_optin[f] = value;
+    return cudaSuccess;
 }
 
 } // extern "C"
