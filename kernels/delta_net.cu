@@ -34,26 +34,29 @@ DEV float dot8_warp(const float *a, const float *b, int n, int lane)
 // Row i's run start, as far as the conv sees: how many rows back (1 to
 // KC - 1) the first row of another sequence (or the step's start) is;
 // KC when all KC - 1 rows before i are i's sequence's, in order.
-template <int KC>
-DEV int rows_in_run(const cu_delta &p, int i)
+// slot_at(j), pos_at(j): row i - j's slot (-1 before the step) and position.
+template <int KC, class Slot, class Pos>
+DEV int rows_in_run(Slot slot_at, Pos pos_at)
 {
     int j = 1;
+#pragma unroll
     for (; j < KC; j++)
-        if (i - j < 0 || p.slot[i - j] != p.slot[i] || p.pos[i - j] != p.pos[i] - j)
+        if (slot_at(j) != slot_at(0) || pos_at(j) != pos_at(0) - j)
             break;
     return j;
 }
 
-// Channel ch's input at position pos[i] - j for row i, whose run's rows are
-// i - jj + 1 .. i: from the step, else from the window (slots oldest
-// first, the last the position before the run), else 0 (before position 0).
-template <int KC>
-DEV float conv_input(const cu_delta &p, const float *win, int i, int jj, int j, size_t ch,
+// Channel ch's input at position pos - j for a row at pos whose run's rows
+// are the jj rows up to it: from the step (step_in(j): row i - j's input),
+// else from the window (slots oldest first, the last the position before
+// the run), else 0 (before position 0).
+template <int KC, class In>
+DEV float conv_input(In step_in, const float *win, int pos, int jj, int j, size_t ch,
                      size_t conv_dim)
 {
     if (j < jj)
-        return p.qkv[(size_t)(i - j) * conv_dim + ch];
-    if (p.pos[i] - jj + 1 == 0 || p.pos[i] - j < 0)
+        return step_in(j);
+    if (pos - jj + 1 == 0 || pos - j < 0)
         return 0.0f;
     return win[(size_t)(KC - 2 - j + jj) * conv_dim + ch];
 }
@@ -64,7 +67,7 @@ DEV float conv_input(const cu_delta &p, const float *win, int i, int jj, int j, 
 // so a prompt chunk runs in parallel; delta_window_kernel moves the
 // windows after. A thread loads what its rows share at once, their slots,
 // positions and the step's inputs of rows i0 - KC + 1 .. i0 + CONV_ROWS -
-// 1, then sums each row as rows_in_run and conv_input would (a block a
+// 1, then sums each row from those registers (a block a
 // row waited out three dependent loads before its sum: 43 us a layer of a
 // 512-row chunk of the Qwen3.5-9B shape on an H100).
 constexpr int CONV_ROWS = 8;
@@ -97,19 +100,13 @@ __global__ void delta_conv_kernel(cu_delta p)
         const int r = rr + H, i = i0 + rr;
         if (sl[r] < 0) // (and rows past the step)
             continue;
-        int jj = 1; // rows i - jj + 1 .. i are the run's (rows_in_run)
-#pragma unroll
-        for (int j = 1; j < KC; j++)
-            if (jj == j && sl[r - j] == sl[r] && ps[r - j] == ps[r] - j)
-                jj = j + 1;
+        // rows i - jj + 1 .. i are the run's
+        const int jj = rows_in_run<KC>([&](int j) { return sl[r - j]; },
+                                       [&](int j) { return ps[r - j]; });
         const float *win = p.state + (size_t)sl[r] * p.state_floats + p.state_off;
-        // the input at position pos - j (conv_input)
-        auto input = [&](int j) {
-            if (j < jj)
-                return x[r - j];
-            if (ps[r] - jj + 1 == 0 || ps[r] - j < 0)
-                return 0.0f;
-            return win[(size_t)(KC - 2 - j + jj) * conv_dim + ch];
+        auto input = [&](int j) { // the input at position pos - j
+            return conv_input<KC>([&](int b) { return x[r - b]; }, win, ps[r], jj, j, ch,
+                                  conv_dim);
         };
         float acc = 0.0f;
 #pragma unroll
@@ -149,10 +146,13 @@ __global__ void delta_window_kernel(cu_delta p)
     if (i < 0 || p.slot[i] < 0 || ch >= conv_dim || (i + 1 < p.n && p.slot[i + 1] == p.slot[i]))
         return;
     float *win = p.state + (size_t)p.slot[i] * p.state_floats + p.state_off;
-    const int jj = rows_in_run<KC>(p, i);
+    const int jj = rows_in_run<KC>([&](int j) { return i - j < 0 ? -1 : p.slot[i - j]; },
+                                   [&](int j) { return p.pos[i - j]; });
+    auto step_in = [&](int j) { return p.qkv[(size_t)(i - j) * conv_dim + ch]; };
 #pragma unroll
     for (int k = 0; k < KC - 1; k++) // window slot k: the input of position pos - (KC - 2 - k)
-        win[(size_t)k * conv_dim + ch] = conv_input<KC>(p, win, i, jj, KC - 2 - k, ch, conv_dim);
+        win[(size_t)k * conv_dim + ch] = conv_input<KC>(step_in, win, p.pos[i], jj, KC - 2 - k, ch,
+                                                        conv_dim);
     // (slot k reads the old window's slots >= k + 1 only: in place is safe)
 }
 
