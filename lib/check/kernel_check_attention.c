@@ -499,17 +499,17 @@ static double decode_grid_us(kc *k, const bk_attn *a, const kv_cache *kv, const 
     return us;
 }
 
-/* --perf: one Qwen3-8B layer's attention (32 / 8 heads of 128, bf16) for
- * n rows at about depth `depth` (64 rows: depth - 16 to depth + 16)
- * under each floor F of keys a split has below, on the same cache, for
+/* --perf: one layer's attention of shape c (bf16 KV) for n rows at about
+ * depth `depth` (64 rows: depth - 16 to depth + 16) under each of the
+ * first n_mins floors F of keys a split has below, on the same cache, for
  * the A/B of docs/decisions/0008: the op (KV append and attention) timed
  * as a graph of 20, and eagerly; then the decode kernel alone on the
  * rows' own grid, on the graph bucket's grid (attn_bucket_splits) and on
  * the grid buckets had before the floor (the bucket's chunks, up to 128). */
-static void attention_perf(kc *k, int64_t depth, int n)
+static void attention_perf(kc *k, const attn_case *cp, int64_t depth, int n, int n_mins)
 {
     static const int split_mins[] = {64, 128, 192, 256};
-    const attn_case c = {32, 8, 128, 0, 0.0f, KV_BF16};
+    const attn_case c = *cp;
     kv_cache kv;
     kv_seq seqs[MAX_ROWS];
     int64_t len[MAX_ROWS];
@@ -522,17 +522,20 @@ static void attention_perf(kc *k, int64_t depth, int n)
     cuda_backend *cb = cuda_of(k->gpu);
     cuda_tuning *t = &cb->tune;
     const cuda_tuning t0 = *t;
-    for (size_t i = 0; i < MEMRA_ARRAY_LEN(split_mins); i++) {
+    for (int i = 0; i < n_mins && i < (int)MEMRA_ARRAY_LEN(split_mins); i++) {
         char what[128];
         t->attn_split_min = split_mins[i];
-        snprintf(what, sizeof what, "%s 32/8x128 bf16 %dx d%" PRId64 " F%d", kernel_name(&c), n,
-                 depth, (int)attn_split_floor(t->attn_split_min));
+        snprintf(what, sizeof what, "%s %d/%dx%d bf16 %dx d%" PRId64 " F%d", kernel_name(&c),
+                 c.heads, c.kv_heads, c.hd, n, depth, (int)attn_split_floor(t->attn_split_min));
         perf_graphed = 1;
         decode_batch(k, &a, &kv, seqs, len, n, what, NULL);
         perf_graphed = 0;
         /* The kernel alone, on the rows' grid and the graph buckets'. */
+        /* decode_splits' count (cuda_attention.c) for this shape */
+        const int per_sm = c.heads / c.kv_heads > 4 ? 2 : 3;
+        int64_t want = ((int64_t)per_sm * cb->info.sm_count + c.kv_heads - 1) / c.kv_heads;
         int s = t->attn_splits > 0 ? attn_split_count(t->attn_splits)
-                                   : (int)((3 * (int64_t)cb->info.sm_count + 7) / 8);
+                                   : (int)(want > ATTN_SPLITS_MAX ? ATTN_SPLITS_MAX : want);
         int need = 1, chunks = 1;
         for (int r = 0; r < n; r++) {
             int x = attn_row_splits(len[r], 0, s, t->attn_split_min);
@@ -622,10 +625,19 @@ void kc_check_attention(kc *k)
     attention_case(k, &cases[0]);
     cb->tune.attn_partials_cap = cap;
     if (k->o->perf) {
-        attention_perf(k, 512, 1);
-        attention_perf(k, 8192, 1);
-        attention_perf(k, 32768, 1);
-        attention_perf(k, 512, 64);
+        /* the Qwen3-8B layer at each floor; the Qwen3.5 shapes' layers
+         * (heads of 256, groups of 8 and 4) at a one-sequence engine's */
+        static const attn_case q3 = {32, 8, 128, 0, 0.0f, KV_BF16};
+        static const attn_case q35[] = {{16, 2, 256, 0, 0.0f, KV_BF16},
+                                        {16, 4, 256, 0, 0.0f, KV_BF16}};
+        attention_perf(k, &q3, 512, 1, 4);
+        attention_perf(k, &q3, 8192, 1, 4);
+        attention_perf(k, &q3, 32768, 1, 4);
+        attention_perf(k, &q3, 512, 64, 4);
+        for (size_t c = 0; c < MEMRA_ARRAY_LEN(q35); c++) {
+            attention_perf(k, &q35[c], 8192, 1, 1);
+            attention_perf(k, &q35[c], 32768, 1, 1);
+        }
     }
     /* q8_0 needs whole blocks of 32 along a row: 1 KV head of 80 is refused
      * with a message naming the size. */
