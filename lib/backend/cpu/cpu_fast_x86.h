@@ -140,6 +140,27 @@ X86_INLINE float rd1_bf16(const uint8_t *p)
  * memory at half the rate of one row read through (13.5 against 17.8
  * GMAC/s, the same bytes), and one chain of FMAs a row keeps up with
  * memory. */
+/* How far ahead of its loads a one-row, one-token kernel (decode's)
+ * prefetches its weights: 8 KiB, past the end of the row into the next
+ * one (a task's rows are read in order, back to back). Decode streams
+ * each weight once, and the hardware's prefetchers alone kept too few
+ * lines in flight: BF16 rows of 4,096 on the 2-core VM, two threads
+ * streaming a 384 MiB matrix, 15 interleaved rounds, the median 20.9 ->
+ * 34.1 GB/s (4 KiB ahead 31.3; a bf16-x vdpbf16ps loop as llama.cpp's
+ * 29.4 in the same rounds); the Qwen3-8B shape's decode, BF16 and
+ * Q4_K_M, 1.1x to 1.5x (docs/decisions/0018, "Decode prefetch"). The
+ * arithmetic is untouched: the same bits. */
+enum { PLAIN_AHEAD = 8192 };
+
+/* The panels' decode kernels (one token) likewise: every cache line of
+ * the panel PLAIN_AHEAD bytes on, as each panel is read. */
+X86_INLINE void panel_ahead(const uint8_t *w, const int NT, const int BYTES)
+{
+    if (NT == 1)
+        for (int k = 0; k < BYTES; k += 64)
+            __builtin_prefetch(w + PLAIN_AHEAD + k);
+}
+
 X86_INLINE void plain_blk(const uint8_t *w, size_t rbytes, const cpu_xrow *x, int64_t n,
                           float *out, const int NR, const int NT, const int BYTES,
                           vf (*load)(const uint8_t *), float (*read1)(const uint8_t *))
@@ -153,6 +174,8 @@ X86_INLINE void plain_blk(const uint8_t *w, size_t rbytes, const cpu_xrow *x, in
     int64_t i = 0;
     for (; i + VL <= n; i += VL) {
         vf xv[PLAIN_NT];
+        if (NR == 1 && NT == 1) /* decode: the stream PLAIN_AHEAD bytes on */
+            __builtin_prefetch(w + i * BYTES + PLAIN_AHEAD);
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++)
             xv[t] = VLOADF(x[t].f + i);
@@ -787,6 +810,7 @@ X86_INLINE void p_q8_0_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float 
     for (int t = 0; t < NT; t++)
         acc[t] = pf_zero();
     for (int64_t p = 0; p < n / 512; p++, w += 544) {
+        panel_ahead(w, NT, 544);
         pfv dw = pf_f16(w);
         pbv q[8];
 #pragma GCC unroll 8
@@ -823,6 +847,7 @@ X86_INLINE void p_q4_0_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float 
     for (int t = 0; t < NT; t++)
         acc[t] = pf_zero();
     for (int64_t p = 0; p < n / 512; p++, w += 288) {
+        panel_ahead(w, NT, 288);
         pfv dw = pf_f16(w);
         pbv q[8];
         p_nibbles(w + 32, q);
@@ -846,6 +871,7 @@ X86_INLINE void p_k45_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *
     for (int t = 0; t < NT; t++)
         acc[t] = mins[t] = pf_zero();
     for (int64_t p = 0; p < n / 512; p++, w += Q5 ? 360 : 296) {
+        panel_ahead(w, NT, Q5 ? 360 : 296);
         pfv dsc = pf_mul(pf_two(x86_f16(w), x86_f16(w + 4)), pf_u8(w + 8));
         pfv dm = pf_mul(pf_two(x86_f16(w + 2), x86_f16(w + 6)), pf_u8(w + 24));
         pbv q[8];
@@ -877,6 +903,7 @@ X86_INLINE void p_q6_k_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float 
     for (int t = 0; t < NT; t++)
         acc[t] = pf_zero();
     for (int64_t p = 0; p < n / 512; p++, w += 420) {
+        panel_ahead(w, NT, 420);
         piv sa = pi_i8(w), sb = pi_i8(w + 16);
         pfv d = pf_two(x86_f16(w + 32), x86_f16(w + 34));
         pbv q[8];
