@@ -531,11 +531,7 @@ static void attention_perf(kc *k, const attn_case *cp, int64_t depth, int n, int
         decode_batch(k, &a, &kv, seqs, len, n, what, NULL);
         perf_graphed = 0;
         /* The kernel alone, on the rows' grid and the graph buckets'. */
-        /* decode_splits' count (cuda_attention.c) for this shape */
-        const int per_sm = c.heads / c.kv_heads > 4 ? 2 : 3;
-        int64_t want = ((int64_t)per_sm * cb->info.sm_count + c.kv_heads - 1) / c.kv_heads;
-        int s = t->attn_splits > 0 ? attn_split_count(t->attn_splits)
-                                   : (int)(want > ATTN_SPLITS_MAX ? ATTN_SPLITS_MAX : want);
+        int s = cuda_decode_splits(cb, c.heads, c.kv_heads);
         int need = 1, chunks = 1;
         for (int r = 0; r < n; r++) {
             int x = attn_row_splits(len[r], 0, s, t->attn_split_min);

@@ -122,24 +122,6 @@ X86_INLINE float rd1_bf16(const uint8_t *p)
     return v;
 }
 
-/* One accumulator of VL lanes per (row, token): each step of VL values
- * one FMA into it, then the lanes folded to 8 (AVX-512: low half + high
- * half), the fixed tree of x86_hsum8, then the tail (n mod VL) in order.
- * Written for NR rows (w, w + rbytes, ...) and NT tokens at once, both
- * compile-time constants: a block of rows shares each load of x and a
- * group of tokens each widened weight vector, and every (row, token)
- * pair runs the same FMAs in the same order whatever the block, so its
- * result is the same bits alone or in any block. out[r * NT + t].
- *
- * Prefill takes blocks of PLAIN_NR rows x PLAIN_NT tokens: x's loads per
- * FMA fall to a quarter, so rows wider than L1 holds (x of 8 tokens at
- * 2048 or 3072 columns) run as fast as narrow ones (2-core AVX-512 VM,
- * one core, weights in L2: 1024 columns 72 -> 100, 3072 columns 34 -> 91
- * GMAC/s against four accumulators a token and one row). Decode runs a
- * row at a time: the rows of a block read side by side stream from
- * memory at half the rate of one row read through (13.5 against 17.8
- * GMAC/s, the same bytes), and one chain of FMAs a row keeps up with
- * memory. */
 /* How far ahead of its loads a one-row, one-token kernel (decode's)
  * prefetches its weights: 8 KiB, past the end of the row into the next
  * one (a task's rows are read in order, back to back). Decode streams
@@ -161,6 +143,25 @@ X86_INLINE void panel_ahead(const uint8_t *w, const int NT, const int BYTES)
             __builtin_prefetch(w + PLAIN_AHEAD + k);
 }
 
+/* One accumulator of VL lanes per (row, token): each step of VL values
+ * one FMA into it, then the lanes folded to 8 (AVX-512: low half + high
+ * half), the fixed tree of x86_hsum8, then the tail (n mod VL) in order.
+ * Written for NR rows (w, w + rbytes, ...) and NT tokens at once, both
+ * compile-time constants: a block of rows shares each load of x and a
+ * group of tokens each widened weight vector, and every (row, token)
+ * pair runs the same FMAs in the same order whatever the block, so its
+ * result is the same bits alone or in any block. out[r * NT + t].
+ *
+ * Prefill takes blocks of PLAIN_NR rows x PLAIN_NT tokens: x's loads per
+ * FMA fall to a quarter, so rows wider than L1 holds (x of 8 tokens at
+ * 2048 or 3072 columns) run as fast as narrow ones (2-core AVX-512 VM,
+ * one core, weights in L2: 1024 columns 72 -> 100, 3072 columns 34 -> 91
+ * GMAC/s against four accumulators a token and one row). Decode runs a
+ * row at a time, prefetched PLAIN_AHEAD bytes on: the rows of a block
+ * read side by side stream from memory at half the rate of one row read
+ * through (13.5 against 17.8 GMAC/s, the same bytes), and two rows a call
+ * with their streams prefetched measured slower in the model too
+ * (decision 0018). */
 X86_INLINE void plain_blk(const uint8_t *w, size_t rbytes, const cpu_xrow *x, int64_t n,
                           float *out, const int NR, const int NT, const int BYTES,
                           vf (*load)(const uint8_t *), float (*read1)(const uint8_t *))
