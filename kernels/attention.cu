@@ -6,6 +6,7 @@
 #include "kernels/cp_async.cuh"
 #include "kernels/dev_common.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/mma.cuh"
 #include "numerics/kv_codec.h"
 
 // ---- kernels ----
@@ -621,6 +622,10 @@ DEV void dec_fold_tiles(const typename LD::raw (&kx)[UN], const typename LD::raw
 // DEC_WARPS * GT * hd floats of shared memory; wm / wl: DEC_WARPS + 1
 // rows) into the split's partial, pp + g * pstride for head g: [hd]
 // weighted V, then max and exp-sum.
+template <int GT>
+DEV void dec_warps_merge(float *wacc, int wstride, float (*wm)[GT], float (*wl)[GT], int G, int hd,
+                         float *pp, int64_t pstride);
+
 template <int GT, int LPK>
 DEV void dec_finish(const float (&m)[GT], const float (&l)[GT], const float (&acc)[GT][8],
                     float *wacc, float (*wm)[GT], float (*wl)[GT], int G, int hd, int lpk,
@@ -647,6 +652,18 @@ DEV void dec_finish(const float (&m)[GT], const float (&l)[GT], const float (&ac
         }
     }
     __syncthreads();
+    dec_warps_merge<GT>(wacc, acc_stride, wm, wl, G, hd, pp, pstride);
+}
+
+// The block's warps merged in order into the split's partial, pp + g *
+// pstride for head g: [hd] weighted V, then max and exp-sum. Warp w's
+// weighted V of head g at wacc + w * wstride + g * hd, its max and
+// exp-sum at wm[w][g], wl[w][g] (a warp without keys: -inf and 0); every
+// thread of the block calls it after a barrier past those stores.
+template <int GT>
+DEV void dec_warps_merge(float *wacc, int wstride, float (*wm)[GT], float (*wl)[GT], int G, int hd,
+                         float *pp, int64_t pstride)
+{
     // Each warp's weight in head g's merge, exp(m_w - max), taken once
     // (into wm[w][g]); row DEC_WARPS holds the max and the exp-sum.
     if ((int)threadIdx.x < G) {
@@ -669,7 +686,7 @@ DEV void dec_finish(const float (&m)[GT], const float (&l)[GT], const float (&ac
         for (int e = threadIdx.x; e < hd; e += DEC_THREADS) {
             float o = 0.0f;
             for (int w = 0; w < DEC_WARPS; w++)
-                o = __fmaf_rn(wacc[w * acc_stride + g * hd + e], wm[w][g], o);
+                o = __fmaf_rn(wacc[w * wstride + g * hd + e], wm[w][g], o);
             pg[e] = o;
         }
         if (threadIdx.x == 0) {
@@ -727,13 +744,9 @@ struct DecBlock {
     bool act;
 };
 
-template <int GT, int LPK>
-DEV bool dec_setup(const float *__restrict__ q, const int32_t *__restrict__ meta, int n,
-                   const cu_attn &a, DecBlock &b, float (&qr)[GT][8], float (&m)[GT],
-                   float (&l)[GT], float (&acc)[GT][8])
+// The block's split (both decode kernels): false where the row has fewer.
+DEV bool dec_span(const int32_t *__restrict__ meta, int n, const cu_attn &a, DecBlock &b)
 {
-    pdl_trigger();
-    pdl_wait(); // q and the K/V rows come from the kernels before
     b.i = blockIdx.z;
     b.slot = (int)blockIdx.x;
     b.kvh = (int)blockIdx.y;
@@ -747,6 +760,18 @@ DEV bool dec_setup(const float *__restrict__ q, const int32_t *__restrict__ meta
     b.t0 = lo + (int64_t)b.slot * ck;
     b.nt = (int)(min(pos, b.t0 + ck - 1) - b.t0 + 1);
     b.table = meta + 2 * n + meta[n + b.i];
+    return true;
+}
+
+template <int GT, int LPK>
+DEV bool dec_setup(const float *__restrict__ q, const int32_t *__restrict__ meta, int n,
+                   const cu_attn &a, DecBlock &b, float (&qr)[GT][8], float (&m)[GT],
+                   float (&l)[GT], float (&acc)[GT][8])
+{
+    pdl_trigger();
+    pdl_wait(); // q and the K/V rows come from the kernels before
+    if (!dec_span(meta, n, a, b))
+        return false;
     b.lane = threadIdx.x & 31;
     b.warp = threadIdx.x >> 5;
     b.lpk = LPK ? LPK : dec_lpk(b.hd);
@@ -1030,6 +1055,11 @@ attn_decode_combine_kernel(const float *__restrict__ part, const int32_t *__rest
                      a.out_bf ? static_cast<__nv_bfloat16 *>(a.out_bf) + o : nullptr);
 }
 
+template <int GT>
+DEV void dec_fold_last(const DecBlock &b, const cu_attn &a, unsigned *__restrict__ cnt,
+                       int max_splits, float *__restrict__ part, float *wacc, float (*wm)[GT],
+                       float *__restrict__ out, unsigned &last);
+
 // Partials as the old kernel lays them out: [row][head][slot][hd + 2].
 // MINB: the blocks an SM the registers must allow (dec_minb); S: the
 // ring's depth (dec_ring), 0 for loads into registers.
@@ -1054,13 +1084,23 @@ attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta
     else
         dec_keys_direct<LD, GT, LPK>(b, a, n_blocks, bs, row_bytes, kp, vp, roff, qr, m, l, acc);
     dec_end<GT, LPK>(b, a, m, l, acc, wacc, wm, wl, max_splits, part);
-    if (!cnt)
-        return; // attn_decode_combine_kernel merges the splits
-    // The row's last block of the KV head to finish merges its G heads:
-    // every block's partials are out before its count (the fence), and
-    // the last one counted sees them all; it leaves the count at 0 for
-    // the next launch.
     __shared__ unsigned last;
+    dec_fold_last<GT>(b, a, cnt, max_splits, part, wacc, wm, out, last);
+}
+
+// After the block's partials are out (cnt: the launch's blocks merge the
+// splits, else null and attn_decode_combine_kernel does): the row's last
+// block of the KV head to finish merges its G heads. Every block's
+// partials are out before its count (the fence), and the last one counted
+// sees them all; it leaves the count at 0 for the next launch. wacc: at
+// least 2 * GT * DEC_FOLD_MAX floats of shared memory, free.
+template <int GT>
+DEV void dec_fold_last(const DecBlock &b, const cu_attn &a, unsigned *__restrict__ cnt,
+                       int max_splits, float *__restrict__ part, float *wacc, float (*wm)[GT],
+                       float *__restrict__ out, unsigned &last)
+{
+    if (!cnt)
+        return;
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -1075,12 +1115,266 @@ attn_decode_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta
     __threadfence();
     const int hd = b.hd, G = b.G;
     const int64_t h0 = (int64_t)b.i * a.n_heads + (int64_t)b.kvh * G;
-    // wacc (DEC_WARPS * GT * hd floats, read by dec_finish before its last
-    // barrier) holds the weights and exp-sums: 2 * GT * DEC_FOLD_MAX fit.
+    // wacc (read by the warps' merge before its last barrier) holds the
+    // weights and exp-sums.
     static_assert(2 * DEC_FOLD_MAX <= DEC_WARPS * 8, "the merge's lists fit in wacc");
     dec_merge<true>(part + h0 * max_splits * (hd + 2), (int64_t)max_splits * (hd + 2), G, b.ns, hd,
                     wacc, wacc + G * b.ns, &wm[0][0], out + h0 * hd,
                     a.out_bf ? static_cast<__nv_bfloat16 *>(a.out_bf) + h0 * hd : nullptr);
+}
+
+// ---- decode on the tensor cores ----
+//
+// bf16 caches, heads of 128 or 256 in groups of 4 to 8 (attn_decode_mma):
+// the same splits and partials as attn_decode_kernel, each warp's keys in
+// tiles of 16 folded by m16n8k16 mma with f32 sums. Scores S^T (16 keys x
+// 8 heads) = K (16 x hd) Q^T; the weighted V O^T (hd x 8 heads) += V^T
+// P^T. K and V enter as stored; q and the weights p are f32, each given as
+// three bf16 parts whose sum is the value (x0 = bf16(x), x1 = bf16(x -
+// x0), x2 = bf16(x - x0 - x1): 24 bits of significand), a product's three
+// parts summed in its own f32 accumulator: every product is exact, so
+// only the sums' order and rounding differ from the CUDA cores' fold, and
+// the tensor cores do the arithmetic that bounded that fold at 8 heads a
+// KV head (kernel check: H100, one row of 32,768 keys, 16/2x256 78 us).
+// Heads past the group have zero queries and are never stored. Each warp
+// copies its tiles (cp.async) into its own two-tile ring in shared memory,
+// one ahead of the tile it folds, its row offsets a tile earlier still;
+// the block then merges its warps and its splits as the other kernel does.
+constexpr int MMA_KEYS = 16; // keys of a tile
+constexpr int MMA_RING = 2;  // a warp's tiles in shared memory
+
+template <int HD> struct MmaDec {
+    static constexpr int KS = HD / 16;            // the scores' k-steps, the output's m-tiles
+    static constexpr int ROW = HD * 2 + 16;       // a staged row's bytes (the pad: ldmatrix's
+                                                  // eight rows in distinct banks)
+    static constexpr int STAGE = 2 * MMA_KEYS * ROW; // a tile's K rows, then its V rows
+    static constexpr int CH = HD * 2 / 16;        // 16-byte pieces of a head's row
+    // Shared memory: the warps' rings (warp w's slice of the warps' merge,
+    // 8 x HD floats, over its own ring once its keys are done), then each
+    // warp's 16 x 8 weights for their transpose.
+    static constexpr size_t smem =
+        (size_t)DEC_WARPS * MMA_RING * STAGE + (size_t)DEC_WARPS * MMA_KEYS * 8 * sizeof(float);
+    static_assert(MMA_RING * STAGE >= 8 * HD * (int)sizeof(float), "a warp's merge slice fits");
+    static_assert((CH * MMA_KEYS) % 32 == 0, "a tile's pieces cover the warp");
+};
+
+// x as three bf16 parts (bits), largest first: their sum is x (f32).
+DEV void bf16_split3(float x, uint16_t (&h)[3])
+{
+    h[0] = kvc_f32_to_bf16(x);
+    float r = __fsub_rn(x, bf16_bits_to_f32(h[0]));
+    h[1] = kvc_f32_to_bf16(r);
+    r = __fsub_rn(r, bf16_bits_to_f32(h[1]));
+    h[2] = kvc_f32_to_bf16(r);
+}
+
+// Two values' parts packed as mma operands: part j of lo in the low half.
+DEV void bf16_pack3(float lo, float hi, unsigned (&r)[3])
+{
+    uint16_t a[3], b[3];
+    bf16_split3(lo, a);
+    bf16_split3(hi, b);
+#pragma unroll
+    for (int j = 0; j < 3; j++)
+        r[j] = (unsigned)a[j] | (unsigned)b[j] << 16;
+}
+
+template <int HD>
+__global__ void __launch_bounds__(DEC_THREADS, ATTN_DECODE_MMA_BLOCKS(HD))
+attn_decode_mma_kernel(const float *__restrict__ q, const int32_t *__restrict__ meta, int n,
+                       cu_attn a, int n_blocks, int bs, int64_t row_bytes,
+                       const uint8_t *__restrict__ kp, const uint8_t *__restrict__ vp,
+                       int max_splits, float *__restrict__ part, unsigned *__restrict__ cnt,
+                       float *__restrict__ out)
+{
+    typedef MmaDec<HD> M;
+    __shared__ float wm[DEC_WARPS + 1][8], wl[DEC_WARPS + 1][8];
+    __shared__ unsigned last;
+    extern __shared__ uint4 mma_dyn[];
+    unsigned char *const mma_smem = reinterpret_cast<unsigned char *>(mma_dyn);
+    DecBlock b;
+    pdl_trigger();
+    pdl_wait(); // q and the K/V rows come from the kernels before
+    if (!dec_span(meta, n, a, b))
+        return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int G = b.G, nt = b.nt, ntiles = (nt + MMA_KEYS - 1) / MMA_KEYS;
+    unsigned char *ring = mma_smem + (size_t)warp * MMA_RING * M::STAGE;
+    float *pt = reinterpret_cast<float *>(mma_smem + (size_t)DEC_WARPS * MMA_RING * M::STAGE) +
+                warp * MMA_KEYS * 8;
+
+    // Q^T's fragments (k = the head's values, n = heads): b[0] values
+    // 16 ks + 2t, + 1 of head g, b[1] 8 further; three parts each.
+    unsigned qf[3][M::KS][2];
+    {
+        const float *qh = q + ((int64_t)b.i * a.n_heads + (int64_t)b.kvh * G + g) * HD + 2 * t;
+#pragma unroll
+        for (int ks = 0; ks < M::KS; ks++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float2 x = g < G ? *reinterpret_cast<const float2 *>(qh + ks * 16 + h * 8)
+                                       : make_float2(0.0f, 0.0f);
+                unsigned r[3];
+                bf16_pack3(x.x, x.y, r);
+#pragma unroll
+                for (int j = 0; j < 3; j++)
+                    qf[j][ks][h] = r[j];
+            }
+    }
+    // The online softmax of heads 2t and 2t + 1 (the same on the lanes of
+    // one t); o[m]: O^T's m-tile m, values 16 m + g (0, 1) and + 8 (2, 3)
+    // of heads 2t (0, 2) and 2t + 1 (1, 3).
+    float o[M::KS][4], mr[2] = {-INFINITY, -INFINITY}, lr[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int m = 0; m < M::KS; m++)
+        o[m][0] = o[m][1] = o[m][2] = o[m][3] = 0.0f;
+
+    // Tile T's row offsets: lane k (and k + 16) takes key 16 T + k, -1 past
+    // the split; the copies take them by shuffles.
+    const int64_t col = (int64_t)b.kvh * HD * 2;
+    auto offset = [&](int T) -> int64_t {
+        const int tt = T * MMA_KEYS + (lane & 15);
+        return T < ntiles && tt < nt
+                   ? kv_row_index(b.table, b.t0 + tt, a.layer, n_blocks, bs) * row_bytes + col
+                   : (int64_t)-1;
+    };
+    // Tile T's K and V rows into ring stage s (a key past the split copies
+    // no byte and zeroes its row); one group either way, so that the waits
+    // count tiles.
+    auto issue = [&](int T, int64_t off, int s) {
+        if (T < ntiles) {
+            unsigned char *st = ring + s * M::STAGE;
+#pragma unroll
+            for (int j = 0; j < M::CH * MMA_KEYS / 32; j++) {
+                const int c = j * 32 + lane, key = c / M::CH, pc = c % M::CH;
+                const int64_t ko =
+                    (int64_t)((uint64_t)(unsigned)__shfl_sync(0xffffffffu, (int)(off >> 32), key) << 32 |
+                              (unsigned)__shfl_sync(0xffffffffu, (int)(uint32_t)off, key));
+                const int64_t src = ko >= 0 ? ko + pc * 16 : 0;
+                const int nb = ko >= 0 ? 16 : 0;
+                cp_async16(st + key * M::ROW + pc * 16, kp + src, nb);
+                cp_async16(st + (MMA_KEYS + key) * M::ROW + pc * 16, vp + src, nb);
+            }
+        }
+        cp_async_commit();
+    };
+
+    // Warp w folds tiles w, w + DEC_WARPS, ... in order.
+    int64_t ahead = offset(warp);
+    issue(warp, ahead, 0);
+    ahead = offset(warp + DEC_WARPS);
+    for (int r = 0; warp + r * DEC_WARPS < ntiles; r++) {
+        const int T = warp + r * DEC_WARPS;
+        issue(T + DEC_WARPS, ahead, (r + 1) % MMA_RING);
+        ahead = offset(T + 2 * DEC_WARPS);
+        cp_async_wait<MMA_RING - 1>();
+        __syncwarp();
+        const unsigned char *sk = ring + (r % MMA_RING) * M::STAGE, *sv = sk + MMA_KEYS * M::ROW;
+        // Scores: A = K's 16 x 16 pieces (lane l: key l % 16, values 8 (l / 16) on).
+        float sp[3][4];
+#pragma unroll
+        for (int j = 0; j < 3; j++)
+            sp[j][0] = sp[j][1] = sp[j][2] = sp[j][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < M::KS; ks++) {
+            unsigned af[4];
+            ldmatrix_x4(af, sk + (lane & 15) * M::ROW + ks * 32 + (lane >> 4) * 16);
+#pragma unroll
+            for (int j = 0; j < 3; j++)
+                mma_bf16_16816(sp[j], af, qf[j][ks]);
+        }
+        // s[e]: key g (e 0, 1) or g + 8 (2, 3), head 2t + (e & 1).
+        float s[4], mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float x = __fmul_rn(__fadd_rn(sp[0][e], __fadd_rn(sp[1][e], sp[2][e])), a.scale);
+            if (a.softcap > 0.0f)
+                x = __fmul_rn(tanhf(__fdiv_rn(x, a.softcap)), a.softcap);
+            s[e] = T * MMA_KEYS + g + (e >> 1) * 8 < nt ? x : -INFINITY;
+            mx[e & 1] = fmaxf(mx[e & 1], s[e]);
+        }
+        float al[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+#pragma unroll
+            for (int off = 4; off < 32; off <<= 1)
+                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], off));
+            const float mn = fmaxf(mr[h], mx[h]); // finite: the tile's first key is in the split
+            al[h] = expf(__fsub_rn(mr[h], mn));
+            mr[h] = mn;
+        }
+        float p[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            p[e] = expf(__fsub_rn(s[e], mr[e & 1])); // 0 past the split
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            lr[h] = __fadd_rn(__fmul_rn(lr[h], al[h]), __fadd_rn(p[h], p[h + 2]));
+#pragma unroll
+        for (int m = 0; m < M::KS; m++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                o[m][e] = __fmul_rn(o[m][e], al[e & 1]);
+        // P^T's fragment (k = keys, n = heads): keys 2t, 2t + 1 of head g,
+        // and 8 further, through the warp's 16 x 8 in shared memory.
+        *reinterpret_cast<float2 *>(pt + g * 8 + 2 * t) = make_float2(p[0], p[1]);
+        *reinterpret_cast<float2 *>(pt + (g + 8) * 8 + 2 * t) = make_float2(p[2], p[3]);
+        __syncwarp();
+        unsigned pf[3][2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            unsigned r[3];
+            bf16_pack3(pt[(2 * t + 8 * h) * 8 + g], pt[(2 * t + 8 * h + 1) * 8 + g], r);
+#pragma unroll
+            for (int j = 0; j < 3; j++)
+                pf[j][h] = r[j];
+        }
+        // O^T += V^T P^T: A = V^T's 16 x 16 pieces, transposed from the
+        // stored rows (lane l: key (l % 8) + 8 (l / 16), values 8 ((l / 8) % 2) on).
+#pragma unroll
+        for (int m = 0; m < M::KS; m++) {
+            unsigned vf[4];
+            ldmatrix_x4_trans(vf, sv + ((lane & 7) + 8 * (lane >> 4)) * M::ROW + m * 32 +
+                                      ((lane >> 3) & 1) * 16);
+#pragma unroll
+            for (int j = 0; j < 3; j++)
+                mma_bf16_16816(o[m], vf, pf[j]);
+        }
+        __syncwarp(); // the stage and pt are read before they are written again
+    }
+    cp_async_wait<0>();
+    __syncwarp();
+    // The warp's exp-sums over its lanes of each t; its slice of the
+    // warps' merge over its own ring.
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int off = 4; off < 32; off <<= 1)
+            lr[h] = __fadd_rn(lr[h], __shfl_xor_sync(0xffffffffu, lr[h], off));
+    float *wacc = reinterpret_cast<float *>(ring);
+    const int wstride = MMA_RING * M::STAGE / (int)sizeof(float);
+#pragma unroll
+    for (int m = 0; m < M::KS; m++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int h = 2 * t + (e & 1);
+            if (h < G)
+                wacc[h * HD + m * 16 + g + (e >> 1) * 8] = o[m][e];
+        }
+    if (g == 0)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            if (2 * t + h < G) {
+                wm[warp][2 * t + h] = mr[h];
+                wl[warp][2 * t + h] = lr[h];
+            }
+    __syncthreads();
+    const int64_t pstride = (int64_t)max_splits * (HD + 2);
+    float *pp = part + ((int64_t)b.i * a.n_heads + (int64_t)b.kvh * G) * pstride;
+    dec_warps_merge<8>(reinterpret_cast<float *>(mma_smem), wstride, wm, wl, G, HD,
+                       pp + (int64_t)b.slot * (HD + 2), pstride);
+    dec_fold_last<8>(b, a, cnt, max_splits, part, reinterpret_cast<float *>(mma_smem), wm, out,
+                     last);
 }
 
 // The decode kernel's blocks an SM by the rows of a launch: up to four
@@ -1152,6 +1446,34 @@ cudaError_t decode_t(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta
         n >= DEC_MANY_ROWS
             ? decode_k<LD, GT, LPK, true>(kv, a, meta, n, q, max_splits, part, fold, out, s)
             : decode_k<LD, GT, LPK, false>(kv, a, meta, n, q, max_splits, part, fold, out, s);
+    if (rc != cudaSuccess || fold)
+        return rc;
+    const dim3 g2((unsigned)n, (unsigned)a->n_heads);
+    return launch_pdl(attn_decode_combine_kernel, g2, dim3((unsigned)(a->head_dim + 31) / 32 * 32),
+                      0, s, part, meta, *a, max_splits, out);
+}
+
+// The tensor cores' decode (attn_decode_mma shapes): the same grid, the
+// same partials, the same merges as decode_t.
+template <int HD>
+cudaError_t decode_mma(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,
+                       const float *q, int max_splits, float *part, unsigned *cnt, float *out,
+                       cudaStream_t s)
+{
+    const auto kern = attn_decode_mma_kernel<HD>;
+    const size_t smem = MmaDec<HD>::smem;
+    if (smem > 48 * 1024) {
+        const cudaError_t rc =
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (rc != cudaSuccess)
+            return rc;
+    }
+    unsigned *fold = cnt && max_splits <= DEC_FOLD_MAX && n < DEC_MANY_ROWS ? cnt : nullptr;
+    const dim3 grid((unsigned)max_splits, (unsigned)a->n_kv_heads, (unsigned)n);
+    cudaError_t rc = launch_pdl(kern, grid, dim3(DEC_THREADS), smem, s, q, meta, n, *a,
+                                kv->n_blocks, kv->block_size, kv->row_bytes,
+                                static_cast<const uint8_t *>(kv->k),
+                                static_cast<const uint8_t *>(kv->v), max_splits, part, fold, out);
     if (rc != cudaSuccess || fold)
         return rc;
     const dim3 g2((unsigned)n, (unsigned)a->n_heads);
@@ -1291,6 +1613,10 @@ extern "C" cudaError_t launch_attention_decode(const cu_kv_pool *kv, const cu_at
     case CU_KV_F16:
         return decode_g<Ld8Half<false>>(kv, a, meta, n, q, max_splits, part, counters, out, stream);
     case CU_KV_BF16:
+        if (attn_decode_mma(kv->type, a->n_heads, a->n_kv_heads, a->head_dim))
+            return a->head_dim == 128
+                       ? decode_mma<128>(kv, a, meta, n, q, max_splits, part, counters, out, stream)
+                       : decode_mma<256>(kv, a, meta, n, q, max_splits, part, counters, out, stream);
         return decode_g<Ld8Half<true>>(kv, a, meta, n, q, max_splits, part, counters, out, stream);
     case CU_KV_Q8_0: return decode_g<Ld8Q8>(kv, a, meta, n, q, max_splits, part, counters, out, stream);
     default: return cudaErrorInvalidValue;

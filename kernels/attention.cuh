@@ -153,6 +153,26 @@ static inline int attn_decode_fits(int n_heads, int n_kv_heads, int head_dim)
            head_dim > 0 && head_dim % 8 == 0 && head_dim <= 256;
 }
 
+/* Whether launch_attention_decode runs the shape on the tensor cores
+ * (kernels/attention.cu, attn_decode_mma_kernel): a bf16 cache, heads of
+ * 128 or 256, 4 to 8 query heads a KV head. A function of the model's
+ * shape and cache type only, so every launch of a layer, whatever its
+ * rows, takes the same kernel. */
+static inline int attn_decode_mma(int type, int n_heads, int n_kv_heads, int head_dim)
+{
+    return type == CU_KV_BF16 && attn_decode_fits(n_heads, n_kv_heads, head_dim) &&
+           (head_dim == 128 || head_dim == 256) && n_heads / n_kv_heads >= 4;
+}
+
+/* The blocks of that kernel a multiprocessor holds (its shared memory:
+ * about 134 kB a block for heads of 256, 70 kB for 128; its registers are
+ * bounded to match). */
+#define ATTN_DECODE_MMA_BLOCKS(head_dim) ((head_dim) > 128 ? 1 : 3)
+static inline int attn_decode_mma_blocks(int head_dim)
+{
+    return ATTN_DECODE_MMA_BLOCKS(head_dim);
+}
+
 /* Store k, v [n][kv_dim] at each row's position (q8_0: kv_dim a multiple
  * of 32, else cudaErrorInvalidValue). */
 cudaError_t launch_kv_append(const cu_kv_pool *kv, const cu_attn *a, const int32_t *meta, int n,

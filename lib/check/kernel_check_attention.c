@@ -531,7 +531,7 @@ static void attention_perf(kc *k, const attn_case *cp, int64_t depth, int n, int
         decode_batch(k, &a, &kv, seqs, len, n, what, NULL);
         perf_graphed = 0;
         /* The kernel alone, on the rows' grid and the graph buckets'. */
-        int s = cuda_decode_splits(cb, c.heads, c.kv_heads);
+        int s = cuda_decode_splits(cb, KV_BF16, c.heads, c.kv_heads, c.hd);
         int need = 1, chunks = 1;
         for (int r = 0; r < n; r++) {
             int x = attn_row_splits(len[r], 0, s, t->attn_split_min);
@@ -566,6 +566,9 @@ void kc_check_attention(kc *k)
         {6, 2, 32, 0, 0.5f, KV_F32},     {6, 2, 32, 0, 0.5f, KV_BF16},
         {8, 1, 80, 0, 0.0f, KV_F16},     {8, 1, 80, 0, 0.0f, KV_BF16},
         {16, 2, 256, 200, 0.0f, KV_F32}, {16, 2, 256, 200, 0.0f, KV_Q8_0},
+        /* the tensor cores' decode (attn_decode_mma): groups of 8 heads of
+         * 256 under a window, of 4 of 128 soft-capped */
+        {16, 2, 256, 200, 0.0f, KV_BF16}, {8, 2, 128, 0, 0.5f, KV_BF16},
         {8, 2, 80, 0, 0.0f, KV_Q8_0}, /* kv_dim 160: head 1 starts inside block 2 */
         {16, 1, 64, 0, 0.0f, KV_BF16},  {16, 1, 64, 0, 0.0f, KV_F32},
         {16, 1, 64, 0, 0.0f, KV_Q8_0},  {16, 1, 64, 37, 0.0f, KV_F16},

@@ -406,11 +406,14 @@ static void flash_prefill(cuda_backend *cb, const kv_cache *kc, const bk_attn *a
  * has fewer. It depends on the device and the model only, never on the
  * step's rows, so a row's splits (attn_row_splits) are its own
  * (docs/decisions/0008-decode-attention-split.md). */
-int cuda_decode_splits(const cuda_backend *cb, int n_heads, int n_kv_heads)
+int cuda_decode_splits(const cuda_backend *cb, int type, int n_heads, int n_kv_heads,
+                       int head_dim)
 {
     if (cb->tune.attn_splits > 0)
         return attn_split_count(cb->tune.attn_splits);
-    int per_sm = n_heads / n_kv_heads > 4 ? 2 : 3;
+    int per_sm = attn_decode_mma(type, n_heads, n_kv_heads, head_dim)
+                     ? attn_decode_mma_blocks(head_dim)
+                     : n_heads / n_kv_heads > 4 ? 2 : 3;
     int64_t want = ((int64_t)per_sm * cb->info.sm_count + n_kv_heads - 1) / n_kv_heads;
     return want < 1 ? 1 : want > ATTN_SPLITS_MAX ? ATTN_SPLITS_MAX : (int)want;
 }
@@ -460,7 +463,8 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
      * splits. */
     const int dec = attn_decode_fits(a->n_heads, a->n_kv_heads, a->head_dim) &&
                     (kc->type == KV_Q8_0 || cuda_kv_row_bytes(cb, kc) % 16 == 0);
-    const int splits = dec ? cuda_decode_splits(cb, a->n_heads, a->n_kv_heads) : 0;
+    const int splits =
+        dec ? cuda_decode_splits(cb, (int)kc->type, a->n_heads, a->n_kv_heads, a->head_dim) : 0;
     const int split_min = cb->tune.attn_split_min;
     int max_chunks = 1;
     for (int i = 0; i < n; i++) {

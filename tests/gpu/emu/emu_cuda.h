@@ -156,6 +156,15 @@ launcher<P...> launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem = 0,
 inline void __syncthreads() { emu::sync_block(); }
 inline float __shfl_xor_sync(unsigned, float v, int off) { return emu::shfl_xor(v, off); }
 inline float __shfl_sync(unsigned, float v, int src) { return emu::shfl(v, src); }
+/* An int's bits through the float exchange (copied, never computed on). */
+inline int __shfl_sync(unsigned, int v, int src)
+{
+    float f;
+    memcpy(&f, &v, 4);
+    f = emu::shfl(f, src);
+    memcpy(&v, &f, 4);
+    return v;
+}
 inline unsigned __ballot_sync(unsigned, bool pred) { return emu::ballot(pred); }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline float __fadd_rn(float a, float b) { return a + b; }
