@@ -974,7 +974,7 @@ DEV void dec_keys_ring(const DecBlock &b, const cu_attn &a, int n_blocks, int bs
 // nh * hd and has COMBINE_UNROLL of its loads in flight. CG: the partials
 // come from other blocks of the same launch, read past L1.
 constexpr int COMBINE_WAYS = 4;
-constexpr int COMBINE_UNROLL = 8;
+constexpr int COMBINE_UNROLL = 32;
 
 template <bool CG> DEV float dec_part_load(const float *p) { return CG ? __ldcg(p) : *p; }
 
