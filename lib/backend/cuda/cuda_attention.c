@@ -400,8 +400,9 @@ static void flash_prefill(cuda_backend *cb, const kv_cache *kc, const bk_attn *a
 /* Decode attention's split count S for a model with n_kv_heads KV heads
  * of G query heads each: the tuning's, or from the device: one wave of
  * (split, KV head) blocks for one row, at the blocks a multiprocessor
- * holds (kernels/attention.cu bounds the decode kernel's registers to 3
- * blocks of 128 threads, 2 past 4 query heads a KV head). With the floor
+ * holds (kernels/attention.cu bounds the CUDA-core kernel's registers to 3
+ * blocks of 128 threads, 2 past 4 query heads a KV head; the tensor-core
+ * kernel's shared memory to attn_decode_mma_blocks). With the floor
  * of keys a split has (tune.attn_split_min, ATTN_SPLIT_MIN), a short row
  * has fewer. It depends on the device and the model only, never on the
  * step's rows, so a row's splits (attn_row_splits) are its own

@@ -349,8 +349,8 @@ void cuda_op_attention(backend *b, const bk_attn *a, const bk_batch *rows, const
                        const float *k, const float *v, float *out);
 int cuda_kv_prepare(backend *b, const kv_cache *kv, memra_err *err);
 /* Decode attention's split count for a model of n_heads query heads over
- * n_kv_heads KV heads of head_dim, KV cache of kv_type type, on this
- * device (docs/decisions/0008). */
+ * n_kv_heads KV heads of head_dim, over a KV cache of `type` (a kv_type),
+ * on this device (docs/decisions/0008, 0037). */
 int cuda_decode_splits(const cuda_backend *cb, int type, int n_heads, int n_kv_heads,
                        int head_dim);
 /* The floats of each recurrent state slot this backend keeps: the window's
