@@ -236,7 +236,8 @@ static void sample_case_run(kc *k, const sample_case *c)
     free(work);
 }
 
-/* Time per call on a real vocabulary, one row and eight. */
+/* Time per call on real vocabularies (Qwen3's and Qwen3.5's), one row
+ * and eight. */
 static void sample_perf(kc *k)
 {
     static const struct {
@@ -249,34 +250,39 @@ static void sample_perf(kc *k)
         {"T 0.8 k40 p0.95 m0.05", 0.8, 0.95, 0.05, 40},
         {"T 1 p0.99", 1.0, 0.99, 0, 0},
     };
-    const int64_t V = 151936;
-    float *l = xmalloc(8 * (size_t)V * sizeof *l);
-    for (size_t i = 0; i < 8 * (size_t)V; i++)
+    static const int64_t vocabs[] = {151936, 248320};
+    const int64_t VMAX = 248320;
+    float *l = xmalloc(8 * (size_t)VMAX * sizeof *l);
+    for (size_t i = 0; i < 8 * (size_t)VMAX; i++)
         l[i] = rng_normal(&k->rng) * 3.0f;
-    float *dl = kc_dev(k, l, 8 * (size_t)V);
-    for (size_t c = 0; c < MEMRA_ARRAY_LEN(cfg); c++)
-        for (int n = 1; n <= 8; n += 7) {
-            sampler_params p = sampler_params_default();
-            p.temperature = cfg[c].temp;
-            p.top_p = cfg[c].top_p;
-            p.min_p = cfg[c].min_p;
-            p.top_k = cfg[c].top_k;
-            memra_err err;
-            sampler *s = sampler_new(&p, (int32_t)V, &err);
-            smp_row rows[8];
-            const smp_bias *b;
-            const smp_pen *pp;
-            const uint32_t *mk;
-            for (int r = 0; r < n; r++)
-                sampler_row_export(s, &rows[r], &b, &pp, &mk);
-            smp_outcome out[8];
-            double us = -1;
-            KC_TIME(k, us, k->gpu->ops->sample(k->gpu, dl, n, V, rows, NULL, NULL, NULL, out, &err));
-            char what[96];
-            snprintf(what, sizeof what, "perf %s V=%" PRId64 " x%d", cfg[c].name, V, n);
-            kc_report(k, "sample", what, 0, 0, -1, us, (double)n * (double)V * 4.0);
-            sampler_free(s);
-        }
+    float *dl = kc_dev(k, l, 8 * (size_t)VMAX);
+    for (size_t vi = 0; vi < MEMRA_ARRAY_LEN(vocabs); vi++) {
+        for (size_t c = 0; c < MEMRA_ARRAY_LEN(cfg); c++)
+            for (int n = 1; n <= 8; n += 7) {
+                sampler_params p = sampler_params_default();
+                p.temperature = cfg[c].temp;
+                p.top_p = cfg[c].top_p;
+                p.min_p = cfg[c].min_p;
+                p.top_k = cfg[c].top_k;
+                memra_err err;
+                const int64_t V = vocabs[vi];
+                sampler *s = sampler_new(&p, (int32_t)V, &err);
+                smp_row rows[8];
+                const smp_bias *b;
+                const smp_pen *pp;
+                const uint32_t *mk;
+                for (int r = 0; r < n; r++)
+                    sampler_row_export(s, &rows[r], &b, &pp, &mk);
+                smp_outcome out[8];
+                double us = -1;
+                KC_TIME(k, us, k->gpu->ops->sample(k->gpu, dl, n, V, rows, NULL, NULL, NULL, out,
+                                                   &err));
+                char what[96];
+                snprintf(what, sizeof what, "perf %s V=%" PRId64 " x%d", cfg[c].name, V, n);
+                kc_report(k, "sample", what, 0, 0, -1, us, (double)n * (double)V * 4.0);
+                sampler_free(s);
+            }
+    }
     kc_dev_free(k, dl);
     free(l);
 }
@@ -302,6 +308,12 @@ void kc_check_sample(kc *k)
         {"T 1e-30", 1000, 2, 2, GEN_NORMAL, 1e-30, 0, 1, 0, 1, 0, 0, 0, 0, 0},
         {"T 1e30", 1000, 2, 2, GEN_NORMAL, 1e30, 0, 1, 0, 1, 0, 0, 0, 0, 0},
         {"peaked 151936", 151936, 2, 2, GEN_PEAKED, 1.0, 0, 0.95, 0, 1, 0, 0, 0, 0, 0},
+        /* the scan's slices: ties across them, rows not 16-byte aligned,
+         * a bad logit in a middle slice */
+        {"greedy ties 50257", 50257, 3, 3, GEN_TIES, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
+        {"greedy ties 248320", 248320, 2, 2, GEN_TIES, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
+        {"error: NaN 151936", 151936, 2, 1, GEN_NAN, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
+        {"error: +inf 50257", 50257, 3, 1, GEN_POS_INF, 0.0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
         {"error: NaN", 1000, 2, 1, GEN_NAN, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
         {"error: +inf", 1000, 2, 1, GEN_POS_INF, 0.0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
         {"error: all -inf", 1000, 1, 1, GEN_ALL_NEG_INF, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 0},

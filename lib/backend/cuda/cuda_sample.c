@@ -13,7 +13,9 @@
  * from device memory at fixed addresses: the staging buffers keep one
  * layout, [rows][bias][pen][mask][outcomes] with a capacity for each, and only
  * move when one of them must grow, which bumps mem_epoch so the graphs
- * that hold the old addresses are captured again. */
+ * that hold the old addresses are captured again. The device buffer ends
+ * with the kernels' scratch, [rows][SMP_SCAN_SLICES][4] words, which the
+ * host side does not mirror. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +28,7 @@ struct cuda_sampler {
     uint8_t *host; /* pinned, the device layout */
     uint8_t *dev;
     size_t cap_rows, cap_bias, cap_pen, cap_mask; /* entries (mask: words) */
-    size_t o_bias, o_pen, o_mask, o_out;          /* byte offsets */
+    size_t o_bias, o_pen, o_mask, o_out, o_scan;  /* byte offsets */
     cudaEvent_t uploaded;               /* the last copy out of host is done */
     int pending;
 };
@@ -86,10 +88,11 @@ static int stage_reserve(cuda_backend *cb, size_t n_rows, size_t nb, size_t np, 
     s->o_pen = s->o_bias + align16(cbias * sizeof(smp_bias));
     s->o_mask = s->o_pen + align16(cp * sizeof(smp_pen));
     s->o_out = s->o_mask + align16(cm * sizeof(uint32_t));
-    size_t total = s->o_out + cr * sizeof(smp_outcome);
+    s->o_scan = s->o_out + align16(cr * sizeof(smp_outcome));
+    size_t total = s->o_scan, dev_total = s->o_scan + cr * SMP_SCAN_SLICES * 4 * sizeof(uint64_t);
     void *h = NULL, *d = NULL;
     if (CU_OK(cb, cudaMallocHost(&h, total)) ||
-        cuda_alloc(cb, &d, total, "the sampler's parameters", 1, NULL) != 0) {
+        cuda_alloc(cb, &d, dev_total, "the sampler's parameters", 1, NULL) != 0) {
         cudaFreeHost(h);
         return -1;
     }
@@ -153,6 +156,8 @@ int cuda_sample_upload(cuda_backend *cb, int n_rows, int64_t n_vocab, const smp_
     }
     if (n_rows <= 0 || n_vocab <= 0 || n_vocab >= INT32_MAX)
         return memra_fail(err, "sample: %d rows of %" PRId64 " logits", n_rows, n_vocab);
+    if (n_rows > 65535)
+        return memra_fail(err, "sample: %d rows in one call (at most 65535)", n_rows);
     int32_t nb = 0, np = 0, nm = 0;
     if (check_rows(n_rows, n_vocab, rows, bias, pen, mask, &nb, &np, &nm, err) != 0)
         return -1;
@@ -203,7 +208,8 @@ int cuda_sample_launch(cuda_backend *cb, float *logits, int n_rows, int64_t n_vo
                                    (const smp_bias *)(d + s->o_bias),
                                    (const smp_pen *)(d + s->o_pen),
                                    (const uint32_t *)(d + s->o_mask),
-                                   (smp_outcome *)(d + s->o_out), cb->stream));
+                                   (uint64_t *)(d + s->o_scan), (smp_outcome *)(d + s->o_out),
+                                   cb->stream));
 }
 
 int cuda_sample_read(cuda_backend *cb, int n_rows, smp_outcome *out)
