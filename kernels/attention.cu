@@ -1137,13 +1137,15 @@ DEV void dec_fold_last(const DecBlock &b, const cu_attn &a, unsigned *__restrict
 // the tensor cores do the arithmetic that bounded that fold at 8 heads a
 // KV head (kernel check: H100, one row of 32,768 keys, 16/2x256 78 us).
 // Heads past the group have zero queries and are never stored. Each warp
-// copies its tiles (cp.async) into its own two-tile ring in shared memory,
-// one ahead of the tile it folds, its row offsets a tile earlier still;
-// the block then merges its warps and its splits as the other kernel does.
+// copies its tiles (cp.async) into its own ring in shared memory (heads
+// of 128: two tiles, one in flight while it folds the other; of 256: one,
+// so that two blocks fit an SM), its row offsets a tile ahead of the
+// copies; the block then merges its warps and its splits as the other
+// kernel does.
 constexpr int MMA_KEYS = 16; // keys of a tile
-constexpr int MMA_RING = 2;  // a warp's tiles in shared memory
 
 template <int HD> struct MmaDec {
+    static constexpr int RING = HD > 128 ? 1 : 2; // a warp's tiles in shared memory
     static constexpr int KS = HD / 16;            // the scores' k-steps, the output's m-tiles
     static constexpr int ROW = HD * 2 + 16;       // a staged row's bytes (the pad: ldmatrix's
                                                   // eight rows in distinct banks)
@@ -1153,8 +1155,8 @@ template <int HD> struct MmaDec {
     // 8 x HD floats, over its own ring once its keys are done), then each
     // warp's 16 x 8 weights for their transpose.
     static constexpr size_t smem =
-        (size_t)DEC_WARPS * MMA_RING * STAGE + (size_t)DEC_WARPS * MMA_KEYS * 8 * sizeof(float);
-    static_assert(MMA_RING * STAGE >= 8 * HD * (int)sizeof(float), "a warp's merge slice fits");
+        (size_t)DEC_WARPS * RING * STAGE + (size_t)DEC_WARPS * MMA_KEYS * 8 * sizeof(float);
+    static_assert(RING * STAGE >= 8 * HD * (int)sizeof(float), "a warp's merge slice fits");
     static_assert((CH * MMA_KEYS) % 32 == 0, "a tile's pieces cover the warp");
 };
 
@@ -1199,8 +1201,8 @@ attn_decode_mma_kernel(const float *__restrict__ q, const int32_t *__restrict__ 
         return;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int G = b.G, nt = b.nt, ntiles = (nt + MMA_KEYS - 1) / MMA_KEYS;
-    unsigned char *ring = mma_smem + (size_t)warp * MMA_RING * M::STAGE;
-    float *pt = reinterpret_cast<float *>(mma_smem + (size_t)DEC_WARPS * MMA_RING * M::STAGE) +
+    unsigned char *ring = mma_smem + (size_t)warp * M::RING * M::STAGE;
+    float *pt = reinterpret_cast<float *>(mma_smem + (size_t)DEC_WARPS * M::RING * M::STAGE) +
                 warp * MMA_KEYS * 8;
 
     // Q^T's fragments (k = the head's values, n = heads): b[0] values
@@ -1259,17 +1261,19 @@ attn_decode_mma_kernel(const float *__restrict__ q, const int32_t *__restrict__ 
         cp_async_commit();
     };
 
-    // Warp w folds tiles w, w + DEC_WARPS, ... in order.
+    // Warp w folds tiles w, w + DEC_WARPS, ... in order: its ring's first
+    // tiles now, each further one into the stage its fold just freed.
     int64_t ahead = offset(warp);
-    issue(warp, ahead, 0);
-    ahead = offset(warp + DEC_WARPS);
+#pragma unroll
+    for (int s0 = 0; s0 < M::RING; s0++) {
+        issue(warp + s0 * DEC_WARPS, ahead, s0);
+        ahead = offset(warp + (s0 + 1) * DEC_WARPS);
+    }
     for (int r = 0; warp + r * DEC_WARPS < ntiles; r++) {
         const int T = warp + r * DEC_WARPS;
-        issue(T + DEC_WARPS, ahead, (r + 1) % MMA_RING);
-        ahead = offset(T + 2 * DEC_WARPS);
-        cp_async_wait<MMA_RING - 1>();
+        cp_async_wait<M::RING - 1>();
         __syncwarp();
-        const unsigned char *sk = ring + (r % MMA_RING) * M::STAGE, *sv = sk + MMA_KEYS * M::ROW;
+        const unsigned char *sk = ring + (r % M::RING) * M::STAGE, *sv = sk + MMA_KEYS * M::ROW;
         // Scores: A = K's 16 x 16 pieces (lane l: key l % 16, values 8 (l / 16) on).
         float sp[3][4];
 #pragma unroll
@@ -1341,6 +1345,8 @@ attn_decode_mma_kernel(const float *__restrict__ q, const int32_t *__restrict__ 
                 mma_bf16_16816(o[m], vf, pf[j]);
         }
         __syncwarp(); // the stage and pt are read before they are written again
+        issue(T + M::RING * DEC_WARPS, ahead, r % M::RING);
+        ahead = offset(T + (M::RING + 1) * DEC_WARPS);
     }
     cp_async_wait<0>();
     __syncwarp();
@@ -1352,7 +1358,7 @@ attn_decode_mma_kernel(const float *__restrict__ q, const int32_t *__restrict__ 
         for (int off = 4; off < 32; off <<= 1)
             lr[h] = __fadd_rn(lr[h], __shfl_xor_sync(0xffffffffu, lr[h], off));
     float *wacc = reinterpret_cast<float *>(ring);
-    const int wstride = MMA_RING * M::STAGE / (int)sizeof(float);
+    const int wstride = M::RING * M::STAGE / (int)sizeof(float);
 #pragma unroll
     for (int m = 0; m < M::KS; m++)
 #pragma unroll

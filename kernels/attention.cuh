@@ -165,9 +165,9 @@ static inline int attn_decode_mma(int type, int n_heads, int n_kv_heads, int hea
 }
 
 /* The blocks of that kernel a multiprocessor holds (its shared memory:
- * about 134 kB a block for heads of 256, 70 kB for 128; its registers are
+ * about 68 kB a block for heads of 256, 70 kB for 128; its registers are
  * bounded to match). */
-#define ATTN_DECODE_MMA_BLOCKS(head_dim) ((head_dim) > 128 ? 1 : 3)
+#define ATTN_DECODE_MMA_BLOCKS(head_dim) ((head_dim) > 128 ? 2 : 3)
 static inline int attn_decode_mma_blocks(int head_dim)
 {
     return ATTN_DECODE_MMA_BLOCKS(head_dim);
