@@ -626,7 +626,8 @@ void kc_check_attention(kc *k)
     if (k->o->perf) {
         /* the Qwen3-8B layer at each floor; the Qwen3.5 shapes' layers
          * (heads of 256, groups of 8 and 4) at a one-sequence engine's
-         * floor, one row deep and 64 rows of about 512 keys */
+         * floor, one row deep, and 64 rows of about 512 keys at the floors
+         * up to a batched engine's (192) */
         static const attn_case q3 = {32, 8, 128, 0, 0.0f, KV_BF16};
         static const attn_case q35[] = {{16, 2, 256, 0, 0.0f, KV_BF16},
                                         {16, 4, 256, 0, 0.0f, KV_BF16}};
@@ -637,7 +638,7 @@ void kc_check_attention(kc *k)
         for (size_t c = 0; c < MEMRA_ARRAY_LEN(q35); c++) {
             attention_perf(k, &q35[c], 8192, 1, 1);
             attention_perf(k, &q35[c], 32768, 1, 1);
-            attention_perf(k, &q35[c], 512, 64, 1);
+            attention_perf(k, &q35[c], 512, 64, 3);
         }
     }
     /* q8_0 needs whole blocks of 32 along a row: 1 KV head of 80 is refused
