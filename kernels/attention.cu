@@ -1137,15 +1137,14 @@ DEV void dec_fold_last(const DecBlock &b, const cu_attn &a, unsigned *__restrict
 // the tensor cores do the arithmetic that bounded that fold at 8 heads a
 // KV head (kernel check: H100, one row of 32,768 keys, 16/2x256 78 us).
 // Heads past the group have zero queries and are never stored. Each warp
-// copies its tiles (cp.async) into its own ring in shared memory (heads
-// of 128: two tiles, one in flight while it folds the other; of 256: one,
-// so that two blocks fit an SM), its row offsets a tile ahead of the
-// copies; the block then merges its warps and its splits as the other
+// copies its tiles (cp.async) into its own two-tile ring in shared memory,
+// one in flight while it folds the other, its row offsets a tile ahead of
+// the copies; the block then merges its warps and its splits as the other
 // kernel does.
 constexpr int MMA_KEYS = 16; // keys of a tile
 
 template <int HD> struct MmaDec {
-    static constexpr int RING = HD > 128 ? 1 : 2; // a warp's tiles in shared memory
+    static constexpr int RING = 2;                // a warp's tiles in shared memory
     static constexpr int KS = HD / 16;            // the scores' k-steps, the output's m-tiles
     static constexpr int ROW = HD * 2 + 16;       // a staged row's bytes (the pad: ldmatrix's
                                                   // eight rows in distinct banks)

@@ -155,19 +155,22 @@ static inline int attn_decode_fits(int n_heads, int n_kv_heads, int head_dim)
 
 /* Whether launch_attention_decode runs the shape on the tensor cores
  * (kernels/attention.cu, attn_decode_mma_kernel): a bf16 cache, heads of
- * 128 or 256, 4 to 8 query heads a KV head. A function of the model's
+ * 128 in groups of 4 to 8 query heads a KV head, or of 256 in groups of 8
+ * (one block an SM: at 4 KV heads of 256, 64 rows ran two waves, 1.6x the
+ * CUDA cores' time; docs/decisions/0037). A function of the model's
  * shape and cache type only, so every launch of a layer, whatever its
  * rows, takes the same kernel. */
 static inline int attn_decode_mma(int type, int n_heads, int n_kv_heads, int head_dim)
 {
     return type == CU_KV_BF16 && attn_decode_fits(n_heads, n_kv_heads, head_dim) &&
-           (head_dim == 128 || head_dim == 256) && n_heads / n_kv_heads >= 4;
+           (head_dim == 128 ? n_heads / n_kv_heads >= 4
+                            : head_dim == 256 && n_heads / n_kv_heads == 8);
 }
 
 /* The blocks of that kernel a multiprocessor holds (its shared memory:
- * about 68 kB a block for heads of 256, 70 kB for 128; its registers are
+ * about 134 kB a block for heads of 256, 70 kB for 128; its registers are
  * bounded to match). */
-#define ATTN_DECODE_MMA_BLOCKS(head_dim) ((head_dim) > 128 ? 2 : 3)
+#define ATTN_DECODE_MMA_BLOCKS(head_dim) ((head_dim) > 128 ? 1 : 3)
 static inline int attn_decode_mma_blocks(int head_dim)
 {
     return ATTN_DECODE_MMA_BLOCKS(head_dim);
