@@ -260,21 +260,19 @@ DEV int64_t tie_select(Shared &sh, const float *l, int64_t n, const Cuts &cuts, 
 
 // One logit of a row scan (stage 1 when FIRST, else the scan after bias
 // and penalties): v[0] the highest bad id's complement (NaN or +inf in
-// stage 1, +inf after), v[1] whether any logit is finite (FIRST), and
-// with ARG the argmax (the key and the complement of the id, packed) and
-// the count of logits above -inf. Maxima and a count: the order in which
-// a thread meets its logits does not matter.
-template <bool FIRST, bool ARG> DEV void scan_logit(float x, int64_t i, uint64_t *v)
+// stage 1, +inf after), v[1] whether any logit is finite (FIRST), v[2]
+// the argmax (the key and the complement of the id, packed) and v[3] the
+// count of logits above -inf. Maxima and a count: the order in which a
+// thread meets its logits does not matter.
+template <bool FIRST> DEV void scan_logit(float x, int64_t i, uint64_t *v)
 {
     if (FIRST ? !(x < INFINITY) : x == INFINITY)
         v[0] = max_u64(v[0], 0xFFFFFFFFull - (uint64_t)i);
     if (x > -INFINITY) {
         if (FIRST)
             v[1] = 1;
-        if (ARG) {
-            v[2] = max_u64(v[2], (uint64_t)smp_key(x) << 32 | (0xFFFFFFFFull - (uint64_t)i));
-            v[3]++;
-        }
+        v[2] = max_u64(v[2], (uint64_t)smp_key(x) << 32 | (0xFFFFFFFFull - (uint64_t)i));
+        v[3]++;
     }
 }
 
@@ -282,7 +280,7 @@ template <bool FIRST, bool ARG> DEV void scan_logit(float x, int64_t i, uint64_t
 // base, over NT threads. They are read in 16-byte pieces, four in flight
 // per thread, when l is aligned for them (a vocabulary that is a multiple
 // of four): one 4-byte load at a time left a block waiting on L2.
-template <bool FIRST, bool ARG, int NT>
+template <bool FIRST, int NT>
 DEV void scan_row(const float *l, int64_t base, int64_t n, uint64_t *v)
 {
     const int t = threadIdx.x;
@@ -299,24 +297,24 @@ DEV void scan_row(const float *l, int64_t base, int64_t n, uint64_t *v)
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 const int64_t b = base + 4 * (q + u * NT);
-                scan_logit<FIRST, ARG>(f[u].x, b, v);
-                scan_logit<FIRST, ARG>(f[u].y, b + 1, v);
-                scan_logit<FIRST, ARG>(f[u].z, b + 2, v);
-                scan_logit<FIRST, ARG>(f[u].w, b + 3, v);
+                scan_logit<FIRST>(f[u].x, b, v);
+                scan_logit<FIRST>(f[u].y, b + 1, v);
+                scan_logit<FIRST>(f[u].z, b + 2, v);
+                scan_logit<FIRST>(f[u].w, b + 3, v);
             }
         }
         for (; q < n4; q += NT) {
             const float4 f = l4[q];
             const int64_t b = base + 4 * q;
-            scan_logit<FIRST, ARG>(f.x, b, v);
-            scan_logit<FIRST, ARG>(f.y, b + 1, v);
-            scan_logit<FIRST, ARG>(f.z, b + 2, v);
-            scan_logit<FIRST, ARG>(f.w, b + 3, v);
+            scan_logit<FIRST>(f.x, b, v);
+            scan_logit<FIRST>(f.y, b + 1, v);
+            scan_logit<FIRST>(f.z, b + 2, v);
+            scan_logit<FIRST>(f.w, b + 3, v);
         }
         i = 4 * n4 + t;
     }
     for (; i < n; i += NT)
-        scan_logit<FIRST, ARG>(l[i], base + i, v);
+        scan_logit<FIRST>(l[i], base + i, v);
 }
 
 // Stage 1 spread over the card: block (s, r) scans slice s of row r (span
@@ -334,7 +332,7 @@ sample_scan_kernel(const float *__restrict__ logits, int64_t n, int64_t span,
     const int64_t lo = (int64_t)blockIdx.x * span, hi = min(n, lo + span);
     uint64_t v[4] = {0, 0, 0, 0};
     if (lo < hi)
-        scan_row<true, true, SCAN_T>(logits + (int64_t)blockIdx.y * n + lo, lo, hi - lo, v);
+        scan_row<true, SCAN_T>(logits + (int64_t)blockIdx.y * n + lo, lo, hi - lo, v);
     reduce4<SCAN_T>(red, r, v, 4, 1u << 3);
     if (threadIdx.x < 4)
         part[((int64_t)blockIdx.y * SMP_SCAN_SLICES + blockIdx.x) * 4 + threadIdx.x] =
@@ -391,7 +389,7 @@ sample_kernel(float *__restrict__ logits, int64_t n, const smp_row *__restrict__
         }
         __syncthreads();
         v[0] = v[2] = v[3] = 0;
-        scan_row<false, true, ST>(l, 0, n, v);
+        scan_row<false, ST>(l, 0, n, v);
         block_reduce(sh, v, 4, 1u << 3);
         if (v[0]) {
             res.status = SMP_INF_AFTER;
