@@ -7,26 +7,43 @@
 
 namespace {
 
-constexpr int ST = 512;    // threads per row
-constexpr int NCOPY = 4;   // copies of each histogram bin (fewer atomic conflicts)
-constexpr int NBIN = 256;  // 8-bit digits
-constexpr int SCAN_T = 256;        // threads per block of stage 1's scan
+constexpr int ST = 512;             // threads of the per-row block (stage 2)
+constexpr int WT = 256;             // threads of a slice's block (every other stage)
+constexpr int NBIN = 256;           // 8-bit digits
 constexpr int64_t SCAN_SPAN = 8192; // logits a scan block reads, at least
+constexpr int64_t WORK_SPAN = 2048; // logits a block of the later stages reads, at least
+constexpr unsigned FULL = 0xFFFFFFFFu;
 static_assert(SMP_SCAN_SLICES <= ST, "a thread per slice folds the scan");
 
-struct Shared {
-    uint64_t red[4][ST];
-    unsigned int hcnt[NCOPY][NBIN];
-    unsigned long long hlo[NCOPY][NBIN], hhi[NCOPY][NBIN]; // weight bits 0-31, 32-62
-    unsigned int bcnt[NBIN];
-    smp_u128 tval[ST]; // per-thread (or per-bin) counts and masses
-    smp_u128 lsum[32];
-    uint64_t r[4];
-    uint32_t prefix;
-    smp_u128 need, total, cross_excl;
-    int cross_t;
-    int32_t found;
+// A row's state between stages, in its scratch: stage 2 sets it, each
+// stage's last block moves it on.
+struct RowState {
+    smp_u128 need;     // what the radix walk still needs (a count, or a mass)
+    uint64_t n_finite; // logits above -inf (after bias and penalties)
+    uint64_t tie_c;    // the rank, among the candidates at tie_key, of the last one kept
+    int64_t idk, idp;  // the last id kept at the top-k and top-p cut keys
+    float max;         // the best logit
+    int32_t live;      // a token is still to be drawn (not greedy, no error)
+    uint32_t prefix;   // the radix walk's digits so far
+    uint32_t kk, kp;   // the top-k and top-p cut keys
+    uint32_t tie_key;  // the key whose ties the ties stage ranks
 };
+
+// A row's scratch, in words.
+constexpr int SC_PART = 0;                              // [SMP_SCAN_SLICES][4] the scan's values
+constexpr int SC_STATE = SC_PART + SMP_SCAN_SLICES * 4; // RowState
+constexpr int SC_HIST = SC_STATE + 16;                  // [3][NBIN] counts, mass bits 0-31, 32-62
+constexpr int SC_SLICE = SC_HIST + 3 * NBIN;            // [SMP_SCAN_SLICES][2] a value a slice
+constexpr int SC_COUNTER = SC_SLICE + SMP_SCAN_SLICES * 2; // blocks done with the stage
+static_assert(sizeof(RowState) <= 16 * 8, "the row state outgrew its words");
+static_assert(SC_COUNTER < SMP_SCRATCH_WORDS, "the row's scratch outgrew SMP_SCRATCH_WORDS");
+
+DEV uint64_t *row_scratch(uint64_t *scratch, int row)
+{
+    return scratch + (int64_t)row * SMP_SCRATCH_WORDS;
+}
+DEV RowState *state_of(uint64_t *sc) { return reinterpret_cast<RowState *>(sc + SC_STATE); }
+DEV unsigned long long *ull(uint64_t *p) { return reinterpret_cast<unsigned long long *>(p); }
 
 DEV uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
@@ -61,59 +78,75 @@ DEV void reduce4(uint64_t (&red)[4][NT], uint64_t (&r)[4], uint64_t *v, int nv,
         v[j] = r[j];
 }
 
-DEV void block_reduce(Shared &sh, uint64_t *v, int nv, unsigned sum_mask)
+// Whether this block is the last of its row's gridDim.x blocks to finish
+// the stage. Each thread fences its own global additions before the
+// block takes its ticket, so the block that takes the last one sees
+// every other block's, reading them past L1 (__ldcg). The counter is
+// left at zero for the next launch.
+DEV bool last_block(uint64_t *sc, int *flag)
 {
-    reduce4<ST>(sh.red, sh.r, v, nv, sum_mask);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned *counter = reinterpret_cast<unsigned *>(sc + SC_COUNTER);
+        const bool last = atomicAdd(counter, 1u) == gridDim.x - 1;
+        if (last)
+            *counter = 0;
+        *flag = last;
+    }
+    __syncthreads();
+    const bool last = *flag != 0;
+    if (last)
+        __threadfence();
+    return last;
 }
 
-// The threads' values sh.tval[0..ST) in thread order: their total into
-// sh.total, and the first thread whose running total passes the target
-// (excl + val > target) into sh.cross_t with its exclusive prefix; sh.found
-// is reset to -1 for that thread's walk. With draw, the target is
-// floor(u * total / 2^64) (sample_math.h), else tgt.
-//
-// Shared scalars are written only by one thread, between two barriers
-// after their last readers: a value read right after a barrier (as every
-// thread reads sh.found after a walk) must not be rewritten before the
-// next barrier, since other warps may not have read it yet.
-DEV void find_crossing(Shared &sh, smp_u128 tgt, int draw, uint64_t u)
+// The walk over per-thread values in thread order (ties and the draw):
+// each thread holds the count or mass of a contiguous range of ids.
+template <int NT> struct Walk {
+    smp_u128 tval[NT];
+    smp_u128 lsum[32];
+    smp_u128 total, cross_excl;
+    int cross_t;
+    int32_t found;
+};
+
+// The threads' values w.tval[0..NT) in thread order: the first thread
+// whose running total passes tgt (excl + val > tgt) into w.cross_t with
+// its exclusive prefix in w.cross_excl; w.found is reset to -1 for that
+// thread's walk.
+template <int NT> DEV void find_crossing(Walk<NT> &w, smp_u128 tgt)
 {
-    const int t = threadIdx.x, G = ST / 32;
+    const int t = threadIdx.x, G = NT / 32;
     __syncthreads();
     if (t < 32) {
         smp_u128 s = smp_u128_of(0);
         for (int j = 0; j < G; j++)
-            s = smp_add(s, sh.tval[t * G + j]);
-        sh.lsum[t] = s;
+            s = smp_add(s, w.tval[t * G + j]);
+        w.lsum[t] = s;
     }
     __syncthreads();
     if (t == 0) {
-        smp_u128 total = smp_u128_of(0);
-        for (int l = 0; l < 32; l++)
-            total = smp_add(total, sh.lsum[l]);
-        sh.total = total;
-        if (draw)
-            tgt = smp_draw_target(total, u);
         smp_u128 c = smp_u128_of(0);
         int lane = 31;
         for (int l = 0; l < 32; l++) {
-            if (smp_lt(tgt, smp_add(c, sh.lsum[l]))) {
+            if (smp_lt(tgt, smp_add(c, w.lsum[l]))) {
                 lane = l;
                 break;
             }
-            c = smp_add(c, sh.lsum[l]);
+            c = smp_add(c, w.lsum[l]);
         }
         int found = -1;
         for (int j = 0; j < G; j++) {
-            if (smp_lt(tgt, smp_add(c, sh.tval[lane * G + j]))) {
+            if (smp_lt(tgt, smp_add(c, w.tval[lane * G + j]))) {
                 found = lane * G + j;
                 break;
             }
-            c = smp_add(c, sh.tval[lane * G + j]);
+            c = smp_add(c, w.tval[lane * G + j]);
         }
-        sh.cross_t = found;
-        sh.cross_excl = c;
-        sh.found = -1; // the crossing thread's walk sets it
+        w.cross_t = found;
+        w.cross_excl = c;
+        w.found = -1; // the crossing thread's walk sets it
     }
     __syncthreads();
 }
@@ -132,6 +165,11 @@ struct Cuts {
     double min_p_log;
 };
 
+DEV Cuts cuts_of(const RowState &s, const smp_row &r)
+{
+    return {s.max, s.kk, s.kp, s.idk, s.idp, r.min_p_log};
+}
+
 DEV bool top_k_cand(const Cuts &c, int64_t i, float x)
 {
     return x > -INFINITY && in_set(smp_key(x), i, c.kk, c.idk);
@@ -146,116 +184,392 @@ DEV bool survivor(const Cuts &c, int64_t i, float x)
            HD_DSUB((double)x, (double)c.max) >= c.min_p_log;
 }
 
-// Radix select over the candidates (top-k candidates when mass, else the
-// finite logits), best key first: the key at which the running count
-// (or, with mass, the running weight at temperature 1) first reaches
-// `need`; *rem gets what is still needed from the candidates at that key.
-// With mass, need is the top-p target of the candidates' total, found
-// from the first level's histogram.
-template <bool MASS>
-DEV uint32_t radix_select(Shared &sh, const float *l, int64_t n, const Cuts &cuts,
-                          smp_u128 need, uint64_t top_p_q32, smp_u128 *rem)
+DEV bool top_k_on(const RowState &s, const smp_row &r)
 {
-    const int t = threadIdx.x, c = t & (NCOPY - 1);
-    uint32_t prefix = 0, mask = 0;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int j = t; j < NCOPY * NBIN; j += ST) {
-            sh.hcnt[j / NBIN][j % NBIN] = 0;
-            sh.hlo[j / NBIN][j % NBIN] = 0;
-            sh.hhi[j / NBIN][j % NBIN] = 0;
-        }
-        __syncthreads();
-        for (int64_t i = t; i < n; i += ST) {
-            const float x = l[i];
-            if (MASS ? !top_k_cand(cuts, i, x) : !(x > -INFINITY))
-                continue;
-            const uint32_t key = smp_key(x);
-            if ((key & mask) != prefix)
-                continue;
-            const int bin = (int)((key >> shift) & 0xFF);
-            atomicAdd(&sh.hcnt[c][bin], 1u);
-            if (MASS) {
-                const uint64_t w = smp_weight(smp_dist(x, cuts.max, 1.0));
-                atomicAdd(&sh.hlo[c][bin], (unsigned long long)(uint32_t)w);
-                atomicAdd(&sh.hhi[c][bin], (unsigned long long)(w >> 32));
-            }
-        }
-        __syncthreads();
-        if (t < NBIN) {
-            unsigned int cnt = 0;
-            smp_u128 m = smp_u128_of(0);
-            for (int k = 0; k < NCOPY; k++) {
-                cnt += sh.hcnt[k][t];
-                const unsigned long long hi = sh.hhi[k][t];
-                const smp_u128 hm = {hi << 32, hi >> 32};
-                m = smp_add(smp_add64(m, sh.hlo[k][t]), hm);
-            }
-            sh.bcnt[t] = cnt;
-            sh.tval[t] = MASS ? m : smp_u128_of(cnt);
-        }
-        __syncthreads();
-        if (t == 0) {
-            if (MASS && shift == 24) {
-                smp_u128 z = smp_u128_of(0);
-                for (int b = 0; b < NBIN; b++)
-                    z = smp_add(z, sh.tval[b]);
-                need = smp_top_p_target(z, top_p_q32);
-            }
-            smp_u128 cum = smp_u128_of(0);
-            int chosen = -1, last = 0;
-            for (int b = NBIN - 1; b >= 0; b--) {
-                if (sh.bcnt[b] == 0)
-                    continue;
-                last = b;
-                if (!smp_lt(smp_add(cum, sh.tval[b]), need)) {
-                    chosen = b;
-                    break;
-                }
-                cum = smp_add(cum, sh.tval[b]);
-            }
-            if (chosen < 0) { // not reached: need never exceeds the total
-                chosen = last;
-                cum = smp_sub(cum, sh.tval[last]);
-                need = smp_add(cum, sh.tval[last]);
-            }
-            sh.need = smp_sub(need, cum);
-            sh.prefix = prefix | (uint32_t)chosen << shift;
-        }
-        __syncthreads();
-        prefix = sh.prefix;
-        need = sh.need;
-        mask |= 0xFFu << shift;
-    }
-    *rem = need;
-    return prefix;
+    return s.live && r.top_k > 0 && (uint64_t)r.top_k < s.n_finite;
 }
 
-// The c-th (1-based) lowest id among the candidates at key K.
-template <bool MASS>
-DEV int64_t tie_select(Shared &sh, const float *l, int64_t n, const Cuts &cuts, uint32_t K,
-                       uint64_t c)
+DEV bool top_p_on(const RowState &s, const smp_row &r)
 {
-    const int t = threadIdx.x;
-    const int64_t per = (n + ST - 1) / ST, lo = t * per, hi = min(n, lo + per);
-    uint64_t cnt = 0;
-    for (int64_t i = lo; i < hi; i++) {
-        const float x = l[i];
-        cnt += (MASS ? top_k_cand(cuts, i, x) : x > -INFINITY) && smp_key(x) == K;
+    return s.live && r.top_p_q32 < SMP_TOP_P_OFF;
+}
+
+// A candidate of the radix walk: the finite logits for top-k, the top-k
+// set for top-p.
+template <bool MASS> DEV bool walk_cand(const Cuts &c, int64_t i, float x)
+{
+    return MASS ? top_k_cand(c, i, x) : x > -INFINITY;
+}
+
+DEV unsigned long long shfl_u64(unsigned long long v, int src)
+{
+    const unsigned lo = (unsigned)__shfl_sync(FULL, (int)(unsigned)v, src);
+    const unsigned hi = (unsigned)__shfl_sync(FULL, (int)(unsigned)(v >> 32), src);
+    return (unsigned long long)hi << 32 | lo;
+}
+
+// A warp's candidates into the block's histogram, one atomic a bin the
+// warp hits: the lanes on the lowest pending lane's bin are counted (and
+// their weights summed) together. Most logits fall in a few top-level
+// bins, where one atomic a lane queued 32 deep on one address.
+template <bool MASS>
+DEV void hist_add(unsigned *cnt, unsigned long long *lo, unsigned long long *hi, bool on,
+                  int bin, uint64_t w)
+{
+    const int lane = threadIdx.x & 31;
+    unsigned pend = __ballot_sync(FULL, on);
+    while (pend) {
+        const int leader = __popc((pend & (0u - pend)) - 1u);
+        const int lb = __shfl_sync(FULL, bin, leader);
+        const bool mine = on && bin == lb;
+        const unsigned grp = __ballot_sync(FULL, mine);
+        unsigned long long a = 0, b = 0;
+        if (MASS) {
+            a = mine ? (uint32_t)w : 0;
+            b = mine ? w >> 32 : 0;
+            if (grp & (grp - 1))
+                for (int m = 16; m; m >>= 1) {
+                    a += shfl_u64(a, lane ^ m);
+                    b += shfl_u64(b, lane ^ m);
+                }
+        }
+        if (lane == leader) {
+            atomicAdd(&cnt[lb], (unsigned)__popc(grp));
+            if (MASS) {
+                atomicAdd(&lo[lb], a);
+                atomicAdd(&hi[lb], b);
+            }
+        }
+        on = on && !mine;
+        pend &= ~grp;
     }
-    sh.tval[t] = smp_u128_of(cnt);
-    find_crossing(sh, smp_u128_of(c - 1), 0, 0);
-    if (t == sh.cross_t) {
-        uint64_t k = sh.cross_excl.lo;
-        for (int64_t i = lo; i < hi; i++) {
+}
+
+// A bin's count, or with MASS its mass (bits 0-31 and 32-62 summed apart).
+template <bool MASS>
+DEV smp_u128 bin_value(unsigned cnt, unsigned long long lo, unsigned long long hi)
+{
+    if (!MASS)
+        return smp_u128_of(cnt);
+    const smp_u128 h = {hi << 32, hi >> 32};
+    return smp_add(smp_add64(smp_u128_of(0), lo), h);
+}
+
+// One digit of a radix select (shift 24, 16, 8, 0), best key first, over
+// the candidates whose key matches the digits found so far: every slice
+// adds its histogram (counts, or with MASS the weights at temperature 1)
+// to the row's, and the last block takes the bin where the running count
+// (or mass) from the top first reaches the row's need. With MASS the
+// need is top-p's target, set at the first digit from the candidates'
+// total. After the last digit the key is the cut and what is still
+// needed is the rank among its ties.
+template <bool MASS>
+__global__ void __launch_bounds__(WT)
+sample_level_kernel(const float *__restrict__ logits, int64_t n, int64_t span,
+                    const smp_row *__restrict__ rows, uint64_t *__restrict__ scratch, int shift)
+{
+    __shared__ unsigned cnt[NBIN];
+    __shared__ unsigned long long lo_s[NBIN], hi_s[NBIN];
+    __shared__ smp_u128 gsum[32];
+    __shared__ unsigned gnon[32];
+    __shared__ int flag;
+    const int t = threadIdx.x;
+    uint64_t *sc = row_scratch(scratch, blockIdx.y);
+    const smp_row r = rows[blockIdx.y];
+    const RowState s = *state_of(sc);
+    if (!(MASS ? top_p_on(s, r) : top_k_on(s, r)))
+        return;
+    const Cuts cuts = cuts_of(s, r);
+    const uint32_t kmask = shift == 24 ? 0u : ~0u << (shift + 8);
+    for (int b = t; b < NBIN; b += WT) {
+        cnt[b] = 0;
+        lo_s[b] = hi_s[b] = 0;
+    }
+    __syncthreads();
+    const float *l = logits + (int64_t)blockIdx.y * n;
+    const int64_t lo = (int64_t)blockIdx.x * span, hi = min(n, lo + span);
+    for (int64_t i0 = lo; i0 < hi; i0 += WT) { // every lane of a warp goes round
+        const int64_t i = i0 + t;
+        bool on = false;
+        int bin = 0;
+        uint64_t w = 0;
+        if (i < hi) {
             const float x = l[i];
-            if ((MASS ? top_k_cand(cuts, i, x) : x > -INFINITY) && smp_key(x) == K && ++k == c) {
-                sh.found = (int32_t)i;
+            const uint32_t key = smp_key(x);
+            on = walk_cand<MASS>(cuts, i, x) && (key & kmask) == s.prefix;
+            bin = (int)(key >> shift & 0xFF);
+            if (MASS && on)
+                w = smp_weight(smp_dist(x, cuts.max, 1.0));
+        }
+        hist_add<MASS>(cnt, lo_s, hi_s, on, bin, w);
+    }
+    __syncthreads();
+    unsigned long long *gh = ull(sc + SC_HIST);
+    for (int b = t; b < NBIN; b += WT)
+        if (cnt[b]) {
+            atomicAdd(&gh[b], (unsigned long long)cnt[b]);
+            if (MASS) {
+                atomicAdd(&gh[NBIN + b], lo_s[b]);
+                atomicAdd(&gh[2 * NBIN + b], hi_s[b]);
+            }
+        }
+    if (!last_block(sc, &flag))
+        return;
+    // The row's histogram into shared memory, and zeroed for the next digit.
+    for (int b = t; b < NBIN; b += WT) {
+        cnt[b] = (unsigned)__ldcg(&gh[b]);
+        lo_s[b] = MASS ? __ldcg(&gh[NBIN + b]) : 0;
+        hi_s[b] = MASS ? __ldcg(&gh[2 * NBIN + b]) : 0;
+        gh[b] = gh[NBIN + b] = gh[2 * NBIN + b] = 0;
+    }
+    __syncthreads();
+    // 32 groups of 8 bins from the top: their sums and how many are not
+    // empty, so one thread's walk takes 40 steps, not 256.
+    if (t < 32) {
+        smp_u128 m = smp_u128_of(0);
+        unsigned ne = 0;
+        for (int j = 0; j < 8; j++) {
+            const int b = NBIN - 1 - (t * 8 + j);
+            ne += cnt[b] != 0;
+            m = smp_add(m, bin_value<MASS>(cnt[b], lo_s[b], hi_s[b]));
+        }
+        gsum[t] = m;
+        gnon[t] = ne;
+    }
+    __syncthreads();
+    if (t != 0)
+        return;
+    smp_u128 need = s.need;
+    if (MASS && shift == 24) {
+        smp_u128 z = smp_u128_of(0);
+        for (int g = 0; g < 32; g++)
+            z = smp_add(z, gsum[g]);
+        need = smp_top_p_target(z, r.top_p_q32);
+    }
+    smp_u128 cum = smp_u128_of(0);
+    int chosen = -1;
+    for (int g = 0; g < 32 && chosen < 0; g++) {
+        if (gnon[g] == 0)
+            continue;
+        if (smp_lt(smp_add(cum, gsum[g]), need)) {
+            cum = smp_add(cum, gsum[g]);
+            continue;
+        }
+        for (int j = 0; j < 8; j++) {
+            const int b = NBIN - 1 - (g * 8 + j);
+            if (cnt[b] == 0)
+                continue;
+            const smp_u128 v = bin_value<MASS>(cnt[b], lo_s[b], hi_s[b]);
+            if (!smp_lt(smp_add(cum, v), need)) {
+                chosen = b;
+                break;
+            }
+            cum = smp_add(cum, v);
+        }
+    }
+    if (chosen < 0) { // not reached: the need never exceeds the total; take the last bin
+        for (chosen = 0; chosen < NBIN - 1 && cnt[chosen] == 0; chosen++)
+            ;
+        need = cum;
+        cum = smp_sub(cum, bin_value<MASS>(cnt[chosen], lo_s[chosen], hi_s[chosen]));
+    }
+    RowState *st = state_of(sc);
+    const uint32_t prefix = s.prefix | (uint32_t)chosen << shift;
+    const smp_u128 rem = smp_sub(need, cum);
+    st->need = rem;
+    st->prefix = prefix;
+    if (shift > 0)
+        return;
+    // The cut key, and the rank among its candidates of the last one kept.
+    st->prefix = 0; // for the next walk
+    st->tie_key = prefix;
+    uint64_t c = rem.lo;
+    if (MASS) {
+        // The candidates at the key share one weight w: the fewest c >= 1
+        // with c * w >= rem, from a double estimate corrected exactly.
+        const uint64_t w = smp_weight(smp_dist(smp_key_float(prefix), cuts.max, 1.0));
+        c = 1;
+        if (!smp_is_zero(rem) && w > 0) {
+            double est = smp_to_double(rem) / (double)w;
+            c = est < 1.0 ? 1 : (uint64_t)est;
+            while (c > 1 && !smp_lt(smp_mul64(c - 1, w), rem))
+                c--;
+            while (smp_lt(smp_mul64(c, w), rem))
+                c++;
+        }
+    }
+    st->tie_c = c;
+}
+
+// The ties at the cut key: every slice counts its candidates at the key,
+// and the last block finds the slice holding the tie_c-th and walks it
+// in id order; that id is the last kept at the key.
+template <bool MASS>
+__global__ void __launch_bounds__(WT)
+sample_ties_kernel(const float *__restrict__ logits, int64_t n, int64_t span,
+                   const smp_row *__restrict__ rows, uint64_t *__restrict__ scratch)
+{
+    __shared__ uint64_t red[4][WT];
+    __shared__ uint64_t rr[4];
+    __shared__ Walk<WT> w;
+    __shared__ int flag, js;
+    __shared__ uint64_t jexcl;
+    const int t = threadIdx.x;
+    uint64_t *sc = row_scratch(scratch, blockIdx.y);
+    const smp_row r = rows[blockIdx.y];
+    const RowState s = *state_of(sc);
+    if (!(MASS ? top_p_on(s, r) : top_k_on(s, r)))
+        return;
+    const Cuts cuts = cuts_of(s, r);
+    const uint32_t K = s.tie_key;
+    const float *l = logits + (int64_t)blockIdx.y * n;
+    const int64_t lo = (int64_t)blockIdx.x * span, hi = min(n, lo + span);
+    uint64_t v[1] = {0};
+    for (int64_t i = lo + t; i < hi; i += WT) {
+        const float x = l[i];
+        v[0] += walk_cand<MASS>(cuts, i, x) && smp_key(x) == K;
+    }
+    reduce4<WT>(red, rr, v, 1, 1u);
+    if (t == 0)
+        sc[SC_SLICE + 2 * blockIdx.x] = v[0];
+    if (!last_block(sc, &flag))
+        return;
+    if (t == 0) {
+        uint64_t cum = 0;
+        int j = 0;
+        for (; j < (int)gridDim.x - 1; j++) {
+            const uint64_t c = __ldcg(ull(sc + SC_SLICE + 2 * j));
+            if (cum + c >= s.tie_c)
+                break;
+            cum += c;
+        }
+        js = j;
+        jexcl = cum;
+    }
+    __syncthreads();
+    const int64_t slo = (int64_t)js * span, shi = min(n, slo + span);
+    const int64_t per = (shi - slo + WT - 1) / WT, a = slo + t * per, b = min(shi, a + per);
+    uint64_t cnt = 0;
+    for (int64_t i = a; i < b; i++) {
+        const float x = l[i];
+        cnt += walk_cand<MASS>(cuts, i, x) && smp_key(x) == K;
+    }
+    const uint64_t want = s.tie_c - jexcl; // the want-th tie of the slice
+    w.tval[t] = smp_u128_of(cnt);
+    find_crossing<WT>(w, smp_u128_of(want - 1));
+    if (t == w.cross_t) {
+        uint64_t k = w.cross_excl.lo;
+        for (int64_t i = a; i < b; i++) {
+            const float x = l[i];
+            if (walk_cand<MASS>(cuts, i, x) && smp_key(x) == K && ++k == want) {
+                w.found = (int32_t)i;
                 break;
             }
         }
     }
     __syncthreads();
-    return sh.found;
+    if (t == 0) {
+        RowState *st = state_of(sc);
+        if (MASS) {
+            st->kp = K;
+            st->idp = w.found;
+        } else {
+            st->kk = K;
+            st->idk = w.found;
+        }
+    }
+}
+
+// Slice j's survivor mass, as the draw's slices left it.
+DEV smp_u128 slice_mass(uint64_t *sc, int j)
+{
+    return bin_value<true>(0, __ldcg(ull(sc + SC_SLICE + 2 * j)),
+                           __ldcg(ull(sc + SC_SLICE + 2 * j + 1)));
+}
+
+// The draw: every slice sums its survivors' weights at the row's
+// temperature (bits 0-31 and 32-62 apart), and the last block finds the
+// slice holding floor(u * total / 2^64) and walks it in id order.
+__global__ void __launch_bounds__(WT)
+sample_draw_kernel(const float *__restrict__ logits, int64_t n, int64_t span,
+                   const smp_row *__restrict__ rows, uint64_t *__restrict__ scratch,
+                   smp_outcome *__restrict__ out)
+{
+    __shared__ uint64_t red[4][WT];
+    __shared__ uint64_t rr[4];
+    __shared__ Walk<WT> w;
+    __shared__ int flag, js;
+    __shared__ smp_u128 jtgt;
+    const int t = threadIdx.x;
+    uint64_t *sc = row_scratch(scratch, blockIdx.y);
+    const smp_row r = rows[blockIdx.y];
+    const RowState s = *state_of(sc);
+    if (!s.live)
+        return;
+    const Cuts cuts = cuts_of(s, r);
+    const float *l = logits + (int64_t)blockIdx.y * n;
+    const int64_t lo = (int64_t)blockIdx.x * span, hi = min(n, lo + span);
+    uint64_t v[2] = {0, 0};
+    for (int64_t i = lo + t; i < hi; i += WT) {
+        const float x = l[i];
+        if (survivor(cuts, i, x)) {
+            const uint64_t wt = smp_weight(smp_dist(x, cuts.max, r.temperature));
+            v[0] += (uint32_t)wt;
+            v[1] += wt >> 32;
+        }
+    }
+    reduce4<WT>(red, rr, v, 2, 3u);
+    if (t == 0) {
+        sc[SC_SLICE + 2 * blockIdx.x] = v[0];
+        sc[SC_SLICE + 2 * blockIdx.x + 1] = v[1];
+    }
+    if (!last_block(sc, &flag))
+        return;
+    if (t == 0) {
+        smp_u128 total = smp_u128_of(0);
+        for (int j = 0; j < (int)gridDim.x; j++)
+            total = smp_add(total, slice_mass(sc, j));
+        const smp_u128 target = smp_draw_target(total, smp_uniform(r.seed, r.step));
+        smp_u128 cum = smp_u128_of(0);
+        int j = 0;
+        for (; j < (int)gridDim.x - 1; j++) {
+            const smp_u128 m = slice_mass(sc, j);
+            if (smp_lt(target, smp_add(cum, m)))
+                break;
+            cum = smp_add(cum, m);
+        }
+        js = j;
+        jtgt = smp_sub(target, cum);
+    }
+    __syncthreads();
+    const int64_t slo = (int64_t)js * span, shi = min(n, slo + span);
+    const int64_t per = (shi - slo + WT - 1) / WT, a = slo + t * per, b = min(shi, a + per);
+    smp_u128 sum = smp_u128_of(0);
+    for (int64_t i = a; i < b; i++) {
+        const float x = l[i];
+        if (survivor(cuts, i, x))
+            sum = smp_add64(sum, smp_weight(smp_dist(x, cuts.max, r.temperature)));
+    }
+    w.tval[t] = sum;
+    find_crossing<WT>(w, jtgt);
+    if (t == w.cross_t) {
+        smp_u128 cum = w.cross_excl;
+        for (int64_t i = a; i < b; i++) {
+            const float x = l[i];
+            if (!survivor(cuts, i, x))
+                continue;
+            cum = smp_add64(cum, smp_weight(smp_dist(x, cuts.max, r.temperature)));
+            if (smp_lt(jtgt, cum)) {
+                w.found = (int32_t)i;
+                break;
+            }
+        }
+    }
+    __syncthreads();
+    if (t == 0) {
+        const smp_outcome res = {w.found, SMP_OK, 0, 0.0f};
+        out[blockIdx.y] = res;
+    }
 }
 
 // One logit of a row scan (stage 1 when FIRST, else the scan after bias
@@ -319,46 +633,59 @@ DEV void scan_row(const float *l, int64_t base, int64_t n, uint64_t *v)
 
 // Stage 1 spread over the card: block (s, r) scans slice s of row r (span
 // logits, a multiple of four so every slice keeps the row's alignment)
-// and writes its four values to part[r][s]. One block a row read a
+// and writes its four values to the row's scratch. One block a row read a
 // 248k-token row at ~20 GB/s, 51 us a greedy token on an H100; the
 // values are maxima and a count, so how the row is cut does not change
 // them.
-__global__ void __launch_bounds__(SCAN_T)
+__global__ void __launch_bounds__(WT)
 sample_scan_kernel(const float *__restrict__ logits, int64_t n, int64_t span,
-                   uint64_t *__restrict__ part)
+                   uint64_t *__restrict__ scratch)
 {
-    __shared__ uint64_t red[4][SCAN_T];
+    __shared__ uint64_t red[4][WT];
     __shared__ uint64_t r[4];
     const int64_t lo = (int64_t)blockIdx.x * span, hi = min(n, lo + span);
     uint64_t v[4] = {0, 0, 0, 0};
     if (lo < hi)
-        scan_row<true, SCAN_T>(logits + (int64_t)blockIdx.y * n + lo, lo, hi - lo, v);
-    reduce4<SCAN_T>(red, r, v, 4, 1u << 3);
+        scan_row<true, WT>(logits + (int64_t)blockIdx.y * n + lo, lo, hi - lo, v);
+    reduce4<WT>(red, r, v, 4, 1u << 3);
     if (threadIdx.x < 4)
-        part[((int64_t)blockIdx.y * SMP_SCAN_SLICES + blockIdx.x) * 4 + threadIdx.x] =
+        row_scratch(scratch, blockIdx.y)[SC_PART + blockIdx.x * 4 + threadIdx.x] =
             v[threadIdx.x];
 }
 
+// Stage 2, one block a row: the scan's slices folded, the errors, the
+// mask, bias and penalties in place (and the row scanned again after
+// them), the greedy pick; a row that draws gets its state for the
+// stages after.
 __global__ void __launch_bounds__(ST)
-sample_kernel(float *__restrict__ logits, int64_t n, const smp_row *__restrict__ rows,
-              const smp_bias *__restrict__ bias, const smp_pen *__restrict__ pen,
-              const uint32_t *__restrict__ mask, const uint64_t *__restrict__ part,
-              int n_slices, smp_outcome *__restrict__ out)
+sample_prep_kernel(float *__restrict__ logits, int64_t n, const smp_row *__restrict__ rows,
+                   const smp_bias *__restrict__ bias, const smp_pen *__restrict__ pen,
+                   const uint32_t *__restrict__ mask, uint64_t *__restrict__ scratch,
+                   int n_slices, smp_outcome *__restrict__ out)
 {
-    __shared__ Shared sh;
+    __shared__ uint64_t red[4][ST];
+    __shared__ uint64_t rr[4];
     const int t = threadIdx.x;
     const smp_row r = rows[blockIdx.x];
+    uint64_t *sc = row_scratch(scratch, blockIdx.x);
     float *l = logits + (int64_t)blockIdx.x * n;
     smp_outcome res = {-1, SMP_OK, 0, 0.0f};
     const bool plain = r.n_bias == 0 && r.n_pen == 0 && r.n_mask == 0;
+    int live = 0;
+    RowState st = {};
 
+    // The histogram and the counter start at zero for the stages after.
+    for (int j = t; j < 3 * NBIN; j += ST)
+        sc[SC_HIST + j] = 0;
+    if (t == 0)
+        sc[SC_COUNTER] = 0;
     // 1. NaN / +inf, any finite, the argmax (the key and the complement
     // of the id, packed) and the count: the scan's slices, folded.
     uint64_t v[4] = {0, 0, 0, 0};
     if (t < n_slices)
         for (int j = 0; j < 4; j++)
-            v[j] = part[((int64_t)blockIdx.x * SMP_SCAN_SLICES + t) * 4 + j];
-    block_reduce(sh, v, 4, 1u << 3);
+            v[j] = sc[SC_PART + t * 4 + j];
+    reduce4<ST>(red, rr, v, 4, 1u << 3);
     const int any_finite = (int)v[1];
     if (v[0]) {
         res.status = SMP_BAD_LOGIT;
@@ -390,7 +717,7 @@ sample_kernel(float *__restrict__ logits, int64_t n, const smp_row *__restrict__
         __syncthreads();
         v[0] = v[2] = v[3] = 0;
         scan_row<false, ST>(l, 0, n, v);
-        block_reduce(sh, v, 4, 1u << 3);
+        reduce4<ST>(red, rr, v, 4, 1u << 3);
         if (v[0]) {
             res.status = SMP_INF_AFTER;
             res.bad_id = (int32_t)(0xFFFFFFFFull - v[0]);
@@ -402,95 +729,76 @@ sample_kernel(float *__restrict__ logits, int64_t n, const smp_row *__restrict__
         res.status = any_finite ? SMP_NONE_LEFT : SMP_ALL_NEG_INF;
         goto done;
     }
-    {
-        const int64_t best = (int64_t)(0xFFFFFFFFull - (v[2] & 0xFFFFFFFFull));
-        const uint64_t n_finite = v[3];
-        if (r.temperature == 0.0) {
-            res.id = (int32_t)best;
-            goto done;
-        }
-        Cuts cuts = {smp_key_float((uint32_t)(v[2] >> 32)), 0, 0, INT64_MAX, INT64_MAX,
-                     r.min_p_log};
-        smp_u128 rem;
-        // 3. top-k
-        if (r.top_k > 0 && (uint64_t)r.top_k < n_finite) {
-            cuts.kk = radix_select<false>(sh, l, n, cuts, smp_u128_of((uint64_t)r.top_k), 0,
-                                          &rem);
-            cuts.idk = tie_select<false>(sh, l, n, cuts, cuts.kk, rem.lo);
-        }
-        // 4. top-p
-        if (r.top_p_q32 < SMP_TOP_P_OFF) {
-            const uint32_t kp = radix_select<true>(sh, l, n, cuts, smp_u128_of(0), r.top_p_q32,
-                                                   &rem);
-            // The candidates at kp share one weight w: the fewest c >= 1
-            // with c * w >= rem, from a double estimate corrected exactly.
-            const uint64_t w = smp_weight(smp_dist(smp_key_float(kp), cuts.max, 1.0));
-            uint64_t c = 1;
-            if (!smp_is_zero(rem) && w > 0) {
-                double est = smp_to_double(rem) / (double)w;
-                c = est < 1.0 ? 1 : (uint64_t)est;
-                while (c > 1 && !smp_lt(smp_mul64(c - 1, w), rem))
-                    c--;
-                while (smp_lt(smp_mul64(c, w), rem))
-                    c++;
-            }
-            cuts.idp = tie_select<true>(sh, l, n, cuts, kp, c);
-            cuts.kp = kp;
-        }
-        // 5. min-p is in survivor(); 6. the draw over contiguous id ranges.
-        const int64_t per = (n + ST - 1) / ST, lo = t * per, hi = min(n, lo + per);
-        smp_u128 s = smp_u128_of(0);
-        for (int64_t i = lo; i < hi; i++) {
-            const float x = l[i];
-            if (survivor(cuts, i, x))
-                s = smp_add64(s, smp_weight(smp_dist(x, cuts.max, r.temperature)));
-        }
-        sh.tval[t] = s;
-        find_crossing(sh, smp_u128_of(0), 1, smp_uniform(r.seed, r.step));
-        if (t == sh.cross_t) {
-            const smp_u128 target = smp_draw_target(sh.total, smp_uniform(r.seed, r.step));
-            smp_u128 cum = sh.cross_excl;
-            for (int64_t i = lo; i < hi; i++) {
-                const float x = l[i];
-                if (!survivor(cuts, i, x))
-                    continue;
-                cum = smp_add64(cum, smp_weight(smp_dist(x, cuts.max, r.temperature)));
-                if (smp_lt(target, cum)) {
-                    sh.found = (int32_t)i;
-                    break;
-                }
-            }
-        }
-        __syncthreads();
-        res.id = sh.found;
+    if (r.temperature == 0.0) {
+        res.id = (int32_t)(0xFFFFFFFFull - (v[2] & 0xFFFFFFFFull));
+        goto done;
     }
+    live = 1;
+    st.need = smp_u128_of(r.top_k > 0 ? (uint64_t)r.top_k : 0);
+    st.n_finite = v[3];
+    st.idk = st.idp = INT64_MAX;
+    st.max = smp_key_float((uint32_t)(v[2] >> 32));
+    st.live = 1;
 done:
-    if (t == 0)
-        out[blockIdx.x] = res;
+    if (t == 0) {
+        *state_of(sc) = st;
+        if (!live)
+            out[blockIdx.x] = res;
+    }
 }
 
 } // namespace
 
 // ---- launchers ----
 
+namespace {
+
+// Slices of at least least_span logits, at most SMP_SCAN_SLICES a row,
+// each a multiple of four long: the span, and the count into *slices.
+int64_t slice_span(int64_t n, int64_t least_span, int *slices)
+{
+    int64_t k = (n + least_span - 1) / least_span;
+    k = k < SMP_SCAN_SLICES ? k : SMP_SCAN_SLICES;
+    const int64_t span = ((n + k - 1) / k + 3) & ~(int64_t)3;
+    *slices = (int)((n + span - 1) / span);
+    return span;
+}
+
+} // namespace
+
 extern "C" cudaError_t launch_sample(float *logits, int64_t n_vocab, int n_rows,
                                      const smp_row *rows, const smp_bias *bias,
                                      const smp_pen *pen, const uint32_t *mask,
-                                     uint64_t *scan, smp_outcome *out, cudaStream_t stream)
+                                     uint64_t *scratch, unsigned stages, smp_outcome *out,
+                                     cudaStream_t stream)
 {
     if (n_rows <= 0)
         return cudaSuccess;
     if (n_vocab <= 0 || n_vocab >= INT32_MAX || n_rows > 65535)
         return cudaErrorInvalidValue;
-    // Slices of at least SCAN_SPAN logits, at most SMP_SCAN_SLICES a row,
-    // each a multiple of four long.
-    int64_t slices = (n_vocab + SCAN_SPAN - 1) / SCAN_SPAN;
-    slices = slices < SMP_SCAN_SLICES ? slices : SMP_SCAN_SLICES;
-    const int64_t span = ((n_vocab + slices - 1) / slices + 3) & ~(int64_t)3;
-    const int n_slices = (int)((n_vocab + span - 1) / span);
-    sample_scan_kernel<<<dim3(n_slices, n_rows), SCAN_T, 0, stream>>>(logits, n_vocab, span,
-                                                                       scan);
-    sample_kernel<<<n_rows, ST, 0, stream>>>(logits, n_vocab, rows, bias, pen, mask, scan,
-                                             n_slices, out);
+    int ns = 0, nw = 0;
+    const int64_t span = slice_span(n_vocab, SCAN_SPAN, &ns);
+    sample_scan_kernel<<<dim3(ns, n_rows), WT, 0, stream>>>(logits, n_vocab, span, scratch);
+    sample_prep_kernel<<<n_rows, ST, 0, stream>>>(logits, n_vocab, rows, bias, pen, mask,
+                                                  scratch, ns, out);
+    if (!(stages & (SMP_STAGE_DRAW | SMP_STAGE_TOP_K | SMP_STAGE_TOP_P)))
+        return cudaGetLastError();
+    const int64_t wspan = slice_span(n_vocab, WORK_SPAN, &nw);
+    const dim3 grid(nw, n_rows);
+    if (stages & SMP_STAGE_TOP_K) {
+        for (int shift = 24; shift >= 0; shift -= 8)
+            sample_level_kernel<false><<<grid, WT, 0, stream>>>(logits, n_vocab, wspan, rows,
+                                                                scratch, shift);
+        sample_ties_kernel<false><<<grid, WT, 0, stream>>>(logits, n_vocab, wspan, rows,
+                                                           scratch);
+    }
+    if (stages & SMP_STAGE_TOP_P) {
+        for (int shift = 24; shift >= 0; shift -= 8)
+            sample_level_kernel<true><<<grid, WT, 0, stream>>>(logits, n_vocab, wspan, rows,
+                                                               scratch, shift);
+        sample_ties_kernel<true><<<grid, WT, 0, stream>>>(logits, n_vocab, wspan, rows,
+                                                          scratch);
+    }
+    sample_draw_kernel<<<grid, WT, 0, stream>>>(logits, n_vocab, wspan, rows, scratch, out);
     return cudaGetLastError();
 }

@@ -30,6 +30,8 @@ typedef struct {
     int bias;     /* 0 none, 1 bans and boosts, 2 ban everything */
     int history;  /* tokens accepted before the first step (penalties) */
     int mask;     /* 0 none, 1 a grammar-like mask (few ids, new each step), 2 none allowed */
+    int mix;      /* rows 1, 4, .. greedy and rows 2, 5, .. temperature alone: a batch
+                   * whose rows need different kernels */
 } sample_case;
 
 /* A row's allowed-token mask at a step: a few ids scattered over the
@@ -79,6 +81,12 @@ static sampler *make_sampler(const sample_case *c, int r, sampler_logit_bias *bi
     p.top_k = c->top_k;
     p.top_p = c->top_p;
     p.min_p = c->min_p;
+    if (c->mix && r % 3 == 1)
+        p.temperature = 0;
+    if (c->mix && r % 3 == 2) {
+        p.top_k = 0;
+        p.top_p = 1;
+    }
     p.repetition_penalty = c->rep;
     p.presence_penalty = c->pres;
     p.frequency_penalty = c->freq;
@@ -291,40 +299,48 @@ void kc_check_sample(kc *k)
 {
     static const sample_case cases[] = {
         /* name        vocab  rows steps gen            temp  top_k top_p min_p rep pres freq bias hist mask */
-        {"greedy", 1000, 3, 3, GEN_NORMAL, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
-        {"greedy ties", 4099, 2, 3, GEN_TIES, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
-        {"temp 1", 4099, 3, 4, GEN_NORMAL, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
-        {"top-k 40 T0.7", 50257, 2, 3, GEN_NORMAL, 0.7, 40, 1, 0, 1, 0, 0, 0, 0, 0},
-        {"top-k ties", 4099, 2, 3, GEN_TIES, 1.0, 7, 1, 0, 1, 0, 0, 0, 0, 0},
-        {"top-p 0.9 T1.3", 50257, 2, 3, GEN_NORMAL, 1.3, 0, 0.9, 0, 1, 0, 0, 0, 0, 0},
-        {"top-p 0.5 ties", 4099, 3, 3, GEN_TIES, 1.0, 0, 0.5, 0, 1, 0, 0, 0, 0, 0},
-        {"top-p 0 (best)", 1000, 2, 2, GEN_TIES, 1.0, 0, 0.0, 0, 1, 0, 0, 0, 0, 0},
-        {"min-p 0.05", 4099, 2, 3, GEN_NORMAL, 0.9, 0, 1, 0.05, 1, 0, 0, 0, 0, 0},
-        {"k+p+min-p", 32000, 3, 3, GEN_PEAKED, 0.8, 100, 0.95, 0.02, 1, 0, 0, 0, 0, 0},
-        {"top-k V-1", 1000, 2, 2, GEN_NORMAL, 1.0, 999, 1, 0, 1, 0, 0, 0, 0, 0},
-        {"penalties+bias", 32000, 3, 4, GEN_NORMAL, 0.8, 50, 0.95, 0.02, 1.2, 0.3, 0.2, 1, 40, 0},
-        {"greedy+penalties", 4099, 2, 4, GEN_TIES, 0, 0, 1, 0, 1.5, 0.5, 0.5, 1, 30, 0},
-        {"half -inf", 4099, 2, 3, GEN_HALF_NEG_INF, 1.0, 20, 0.9, 0, 1, 0, 0, 0, 0, 0},
-        {"T 1e-30", 1000, 2, 2, GEN_NORMAL, 1e-30, 0, 1, 0, 1, 0, 0, 0, 0, 0},
-        {"T 1e30", 1000, 2, 2, GEN_NORMAL, 1e30, 0, 1, 0, 1, 0, 0, 0, 0, 0},
-        {"peaked 151936", 151936, 2, 2, GEN_PEAKED, 1.0, 0, 0.95, 0, 1, 0, 0, 0, 0, 0},
+        {"greedy", 1000, 3, 3, GEN_NORMAL, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"greedy ties", 4099, 2, 3, GEN_TIES, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"temp 1", 4099, 3, 4, GEN_NORMAL, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"top-k 40 T0.7", 50257, 2, 3, GEN_NORMAL, 0.7, 40, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"top-k ties", 4099, 2, 3, GEN_TIES, 1.0, 7, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"top-p 0.9 T1.3", 50257, 2, 3, GEN_NORMAL, 1.3, 0, 0.9, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"top-p 0.5 ties", 4099, 3, 3, GEN_TIES, 1.0, 0, 0.5, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"top-p 0 (best)", 1000, 2, 2, GEN_TIES, 1.0, 0, 0.0, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"min-p 0.05", 4099, 2, 3, GEN_NORMAL, 0.9, 0, 1, 0.05, 1, 0, 0, 0, 0, 0, 0},
+        {"k+p+min-p", 32000, 3, 3, GEN_PEAKED, 0.8, 100, 0.95, 0.02, 1, 0, 0, 0, 0, 0, 0},
+        {"top-k V-1", 1000, 2, 2, GEN_NORMAL, 1.0, 999, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"penalties+bias", 32000, 3, 4, GEN_NORMAL, 0.8, 50, 0.95, 0.02, 1.2, 0.3, 0.2, 1, 40, 0, 0},
+        {"greedy+penalties", 4099, 2, 4, GEN_TIES, 0, 0, 1, 0, 1.5, 0.5, 0.5, 1, 30, 0, 0},
+        {"half -inf", 4099, 2, 3, GEN_HALF_NEG_INF, 1.0, 20, 0.9, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"T 1e-30", 1000, 2, 2, GEN_NORMAL, 1e-30, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"T 1e30", 1000, 2, 2, GEN_NORMAL, 1e30, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"peaked 151936", 151936, 2, 2, GEN_PEAKED, 1.0, 0, 0.95, 0, 1, 0, 0, 0, 0, 0, 0},
         /* the scan's slices: ties across them, rows not 16-byte aligned,
          * a bad logit in a middle slice */
-        {"greedy ties 50257", 50257, 3, 3, GEN_TIES, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
-        {"greedy ties 248320", 248320, 2, 2, GEN_TIES, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
-        {"error: NaN 151936", 151936, 2, 1, GEN_NAN, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
-        {"error: +inf 50257", 50257, 3, 1, GEN_POS_INF, 0.0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
-        {"error: NaN", 1000, 2, 1, GEN_NAN, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
-        {"error: +inf", 1000, 2, 1, GEN_POS_INF, 0.0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
-        {"error: all -inf", 1000, 1, 1, GEN_ALL_NEG_INF, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
-        {"error: all banned", 64, 2, 1, GEN_NORMAL, 1.0, 0, 1, 0, 1, 0, 0, 2, 0, 0},
-        {"error: bias to +inf", 1000, 2, 2, GEN_HUGE, 1.0, 0, 1, 0, 1, 0, 0, 1, 0, 0},
+        {"greedy ties 50257", 50257, 3, 3, GEN_TIES, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"greedy ties 248320", 248320, 2, 2, GEN_TIES, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"error: NaN 151936", 151936, 2, 1, GEN_NAN, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"error: +inf 50257", 50257, 3, 1, GEN_POS_INF, 0.0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"error: NaN", 1000, 2, 1, GEN_NAN, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"error: +inf", 1000, 2, 1, GEN_POS_INF, 0.0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"error: all -inf", 1000, 1, 1, GEN_ALL_NEG_INF, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"error: all banned", 64, 2, 1, GEN_NORMAL, 1.0, 0, 1, 0, 1, 0, 0, 2, 0, 0, 0},
+        {"error: bias to +inf", 1000, 2, 2, GEN_HUGE, 1.0, 0, 1, 0, 1, 0, 0, 1, 0, 0, 0},
         /* the allowed-token mask (a grammar's step), alone and with everything */
-        {"mask greedy", 4099, 3, 4, GEN_NORMAL, 0, 0, 1, 0, 1, 0, 0, 0, 0, 1},
-        {"mask T0.8 k+p", 151936, 3, 3, GEN_PEAKED, 0.8, 40, 0.95, 0, 1, 0, 0, 0, 0, 1},
+        {"mask greedy", 4099, 3, 4, GEN_NORMAL, 0, 0, 1, 0, 1, 0, 0, 0, 0, 1, 0},
+        {"mask T0.8 k+p", 151936, 3, 3, GEN_PEAKED, 0.8, 40, 0.95, 0, 1, 0, 0, 0, 0, 1, 0},
         {"mask+penalties+bias", 32000, 3, 4, GEN_NORMAL, 0.8, 50, 0.95, 0.02, 1.2, 0.3, 0.2, 1,
-         40, 1},
-        {"error: mask bans all", 1000, 2, 1, GEN_NORMAL, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 2},
+         40, 1, 0},
+        {"error: mask bans all", 1000, 2, 1, GEN_NORMAL, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 2, 0},
+        /* the later stages' slices (2,048 ids and up): cut keys whose ties
+         * span slices, a batch whose rows need different kernels */
+        {"top-k ties 248320", 248320, 2, 2, GEN_TIES, 1.0, 3000, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"top-p ties 50257", 50257, 2, 3, GEN_TIES, 0.7, 0, 0.6, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"k+p ties 151936", 151936, 2, 2, GEN_TIES, 1.0, 20000, 0.3, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"mixed rows k+p", 32000, 6, 3, GEN_PEAKED, 0.9, 60, 0.9, 0.01, 1, 0, 0, 0, 0, 0, 1},
+        {"mixed rows +penalties", 4099, 5, 3, GEN_NORMAL, 1.1, 0, 0.8, 0, 1.2, 0, 0, 1, 20, 0,
+         1},
     };
     for (size_t c = 0; c < MEMRA_ARRAY_LEN(cases); c++)
         sample_case_run(k, &cases[c]);

@@ -45,7 +45,8 @@ typedef struct {
     size_t n_logits;
     size_t n_hidden; /* the hidden states read before the logits (bk_step.hidden) */
     const void *forward_id; /* bk_step.forward_id */
-    int sampled;   /* ends with the sample kernel, not a logits copy */
+    int sampled;   /* ends with the sample kernels, not a logits copy: their
+                    * cuda_sample_kind, else 0 */
     int dev;       /* ends with the logits left on the device (bk_step.dev_logits) */
     float *dev_logits; /* where, for the replays */
     int seen;      /* eager runs of this key */
@@ -335,7 +336,7 @@ int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
             sr->rc = -1; /* refused: the ops run, nothing is sampled */
         }
     }
-    int sampled = cb->step.sample != NULL;
+    int sampled = cb->step.sample ? cuda_sample_kind(cb) : 0;
     int dev = !sampled && st->dev_logits;
     if (!cb->tune.graphs || !st->graph_ok || n > cb->tune.graph_max_rows || st->max_blocks <= 0)
         return 0;

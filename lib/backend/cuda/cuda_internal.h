@@ -372,6 +372,10 @@ int cuda_sample_upload(cuda_backend *cb, int n_rows, int64_t n_vocab, const smp_
                        const smp_bias *bias, const smp_pen *pen, const uint32_t *mask,
                        memra_err *err);
 int cuda_sample_launch(cuda_backend *cb, float *logits, int n_rows, int64_t n_vocab);
+/* The kernels the last upload's rows need (smp_stages, kernels/sample.cuh,
+ * plus one so it is never 0): the launch runs them, so a graph holding it
+ * is keyed on them. */
+int cuda_sample_kind(const cuda_backend *cb);
 int cuda_sample_read(cuda_backend *cb, int n_rows, smp_outcome *out);
 
 #endif

@@ -14,8 +14,9 @@
  * layout, [rows][bias][pen][mask][outcomes] with a capacity for each, and only
  * move when one of them must grow, which bumps mem_epoch so the graphs
  * that hold the old addresses are captured again. The device buffer ends
- * with the kernels' scratch, [rows][SMP_SCAN_SLICES][4] words, which the
- * host side does not mirror. */
+ * with the kernels' scratch, [rows][SMP_SCRATCH_WORDS] words, which the
+ * host side does not mirror. Which kernels a launch runs (top-k, top-p,
+ * the draw) is set by the upload from the rows' parameters. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@ struct cuda_sampler {
     size_t o_bias, o_pen, o_mask, o_out, o_scan;  /* byte offsets */
     cudaEvent_t uploaded;               /* the last copy out of host is done */
     int pending;
+    unsigned stages;                    /* smp_stages of the uploaded rows */
 };
 
 static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -89,7 +91,7 @@ static int stage_reserve(cuda_backend *cb, size_t n_rows, size_t nb, size_t np, 
     s->o_mask = s->o_pen + align16(cp * sizeof(smp_pen));
     s->o_out = s->o_mask + align16(cm * sizeof(uint32_t));
     s->o_scan = s->o_out + align16(cr * sizeof(smp_outcome));
-    size_t total = s->o_scan, dev_total = s->o_scan + cr * SMP_SCAN_SLICES * 4 * sizeof(uint64_t);
+    size_t total = s->o_scan, dev_total = s->o_scan + cr * SMP_SCRATCH_WORDS * sizeof(uint64_t);
     void *h = NULL, *d = NULL;
     if (CU_OK(cb, cudaMallocHost(&h, total)) ||
         cuda_alloc(cb, &d, dev_total, "the sampler's parameters", 1, NULL) != 0) {
@@ -193,7 +195,13 @@ int cuda_sample_upload(cuda_backend *cb, int n_rows, int64_t n_vocab, const smp_
         return -1;
     }
     s->pending = 1;
+    s->stages = smp_stages(rows, n_rows);
     return 0;
+}
+
+int cuda_sample_kind(const cuda_backend *cb)
+{
+    return cb->sampler ? 1 + (int)cb->sampler->stages : 1;
 }
 
 int cuda_sample_launch(cuda_backend *cb, float *logits, int n_rows, int64_t n_vocab)
@@ -208,8 +216,8 @@ int cuda_sample_launch(cuda_backend *cb, float *logits, int n_rows, int64_t n_vo
                                    (const smp_bias *)(d + s->o_bias),
                                    (const smp_pen *)(d + s->o_pen),
                                    (const uint32_t *)(d + s->o_mask),
-                                   (uint64_t *)(d + s->o_scan), (smp_outcome *)(d + s->o_out),
-                                   cb->stream));
+                                   (uint64_t *)(d + s->o_scan), s->stages,
+                                   (smp_outcome *)(d + s->o_out), cb->stream));
 }
 
 int cuda_sample_read(cuda_backend *cb, int n_rows, smp_outcome *out)
