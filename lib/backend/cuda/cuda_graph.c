@@ -18,9 +18,10 @@
  * memra-serve's decode) is graphed the same way, under its own key: its
  * sampling lists go up before the launch (cuda_sample_upload: the seed,
  * stream position, parameters and lists are read from device memory, at
- * addresses that stay put), the graph ends with the sample kernel on the
+ * addresses that stay put), the graph ends with the sample kernels on the
  * logits, which never leave the device, and the outcomes come back after
- * the launch, with the step's one wait.
+ * the launch, with the step's one wait. Which sample kernels run (top-k,
+ * top-p, the draw: what the rows' parameters need) is part of the key.
  *
  * A key is run eagerly the first time (in the graph's input layout: that
  * run sizes the scratch buffers the capture will use and makes one-time
