@@ -372,6 +372,10 @@ typedef struct {
      * off` honours), so a profile can hold one benchmark repetition and
      * not the model's load and untimed prefill. */
     void (*profiler_range)(backend *b, int on);
+    /* Optional (NULL: every op is done when it returns). Wait until the
+     * work queued so far is done: a device runs behind the host, and a
+     * step that reads nothing back returns before its kernels finish. */
+    void (*finish)(backend *b);
     /* Optional (NULL: the caller goes through host memory, act_read then
      * act_write). Copy n floats of activation src, held by backend `from`,
      * into this backend's activation dst, in order with both backends'

@@ -416,6 +416,18 @@ static int pl_rows_alone(backend *b, int moe_used)
     return best;
 }
 
+static void pl_finish(backend *b)
+{
+    pipeline *p = pl_of(b);
+    for (int s = 0; s < p->n; s++) {
+        if (!local(p, s) || !p->stage[s]->ops->finish)
+            continue;
+        backend_bind(p->stage[s]);
+        p->stage[s]->ops->finish(p->stage[s]);
+    }
+    backend_bind(home(p));
+}
+
 static void pl_profiler_range(backend *b, int on)
 {
     pipeline *p = pl_of(b);
@@ -503,6 +515,7 @@ static backend *pipeline_finish(pipeline *p, backend *kind)
     o->plan_decode = so->plan_decode ? pl_plan_decode : NULL;
     o->rows_alone = so->rows_alone ? pl_rows_alone : NULL;
     o->profiler_range = so->profiler_range ? pl_profiler_range : NULL;
+    o->finish = so->finish ? pl_finish : NULL;
     p->b.name = pipeline_name;
     p->b.ops = o;
     p->b.n_threads = kind->n_threads;

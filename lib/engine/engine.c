@@ -420,6 +420,14 @@ void engine_profiler_range(engine *e, int on)
         e->bk->ops->profiler_range(e->bk, on);
     }
 }
+void engine_finish(engine *e)
+{
+    if (e->bk->ops->finish) {
+        backend_bind(e->bk);
+        e->bk->ops->finish(e->bk);
+    }
+}
+
 uint64_t engine_bytes_per_token(const engine *e) { return e->m.bytes_per_token; }
 int64_t engine_n_ctx(const engine *e) { return e->n_ctx; }
 kv_type engine_kv_type(const engine *e) { return e->opts.kv_type; }

@@ -118,6 +118,10 @@ model *engine_model(engine *e);
  * (CUDA: ncu --profile-from-start off); nothing on a backend without one.
  * The engine's work so far is finished before the mark. */
 void engine_profiler_range(engine *e, int on);
+/* Wait until the engine's work so far is done on its devices (a forward
+ * that returns no logits may leave kernels running), as a timer must
+ * before it starts. */
+void engine_finish(engine *e);
 
 /* A new empty sequence. Sequences share the engine's KV pool (n_seqs x
  * n_ctx tokens) and take blocks as they grow; free them before the engine. */

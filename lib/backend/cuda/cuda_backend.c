@@ -422,6 +422,13 @@ static void cuda_profiler_range(backend *b, int on)
         CU_OK(cb, on ? cudaProfilerStart() : cudaProfilerStop());
 }
 
+static void cuda_finish(backend *b)
+{
+    cuda_backend *cb = cuda_of(b);
+    cuda_bind(b);
+    CU_OK(cb, cudaStreamSynchronize(cb->stream));
+}
+
 static const backend_ops cuda_ops = {
     .destroy = cuda_destroy,
     .weight_prepare = cuda_weight_prepare,
@@ -459,6 +466,7 @@ static const backend_ops cuda_ops = {
     .plan_decode = cuda_plan_decode,
     .rows_alone = cuda_rows_alone,
     .profiler_range = cuda_profiler_range,
+    .finish = cuda_finish,
     .act_import = cuda_act_import,
     .cache_window = cuda_cache_window,
     .link_join = cuda_link_join,
