@@ -13,7 +13,7 @@ constexpr int NBIN = 256;           // 8-bit digits
 constexpr int64_t SCAN_SPAN = 8192; // logits a scan block reads, at least
 constexpr int64_t WORK_SPAN = 2048; // logits a block of the later stages reads, at least
 constexpr unsigned FULL = 0xFFFFFFFFu;
-static_assert(SMP_SCAN_SLICES <= ST, "a thread per slice folds the scan");
+static_assert(SMP_SCAN_SLICES <= ST && SMP_SCAN_SLICES <= WT, "a thread per slice loads its values");
 
 // A row's state between stages, in its scratch: stage 2 sets it, each
 // stage's last block moves it on.
@@ -434,11 +434,16 @@ sample_ties_kernel(const float *__restrict__ logits, int64_t n, int64_t span,
         sc[SC_SLICE + 2 * blockIdx.x] = v[0];
     if (!last_block(sc, &flag))
         return;
+    // The slices' counts, loaded side by side (one thread's loop over
+    // them waited out a round trip to L2 for each).
+    if (t < (int)gridDim.x)
+        red[0][t] = __ldcg(ull(sc + SC_SLICE + 2 * t));
+    __syncthreads();
     if (t == 0) {
         uint64_t cum = 0;
         int j = 0;
         for (; j < (int)gridDim.x - 1; j++) {
-            const uint64_t c = __ldcg(ull(sc + SC_SLICE + 2 * j));
+            const uint64_t c = red[0][j];
             if (cum + c >= s.tie_c)
                 break;
             cum += c;
@@ -480,13 +485,6 @@ sample_ties_kernel(const float *__restrict__ logits, int64_t n, int64_t span,
     }
 }
 
-// Slice j's survivor mass, as the draw's slices left it.
-DEV smp_u128 slice_mass(uint64_t *sc, int j)
-{
-    return bin_value<true>(0, __ldcg(ull(sc + SC_SLICE + 2 * j)),
-                           __ldcg(ull(sc + SC_SLICE + 2 * j + 1)));
-}
-
 // The draw: every slice sums its survivors' weights at the row's
 // temperature (bits 0-31 and 32-62 apart), and the last block finds the
 // slice holding floor(u * total / 2^64) and walks it in id order.
@@ -525,15 +523,21 @@ sample_draw_kernel(const float *__restrict__ logits, int64_t n, int64_t span,
     }
     if (!last_block(sc, &flag))
         return;
+    // The slices' masses, loaded side by side (as the ties stage's counts).
+    if (t < (int)gridDim.x) {
+        red[0][t] = __ldcg(ull(sc + SC_SLICE + 2 * t));
+        red[1][t] = __ldcg(ull(sc + SC_SLICE + 2 * t + 1));
+    }
+    __syncthreads();
     if (t == 0) {
         smp_u128 total = smp_u128_of(0);
         for (int j = 0; j < (int)gridDim.x; j++)
-            total = smp_add(total, slice_mass(sc, j));
+            total = smp_add(total, bin_value<true>(0, red[0][j], red[1][j]));
         const smp_u128 target = smp_draw_target(total, smp_uniform(r.seed, r.step));
         smp_u128 cum = smp_u128_of(0);
         int j = 0;
         for (; j < (int)gridDim.x - 1; j++) {
-            const smp_u128 m = slice_mass(sc, j);
+            const smp_u128 m = bin_value<true>(0, red[0][j], red[1][j]);
             if (smp_lt(target, smp_add(cum, m)))
                 break;
             cum = smp_add(cum, m);
