@@ -401,95 +401,30 @@ sample_level_kernel(const float *__restrict__ logits, int64_t n, int64_t span,
     st->tie_c = c;
 }
 
-// The ties at the cut key: every slice counts its candidates at the key,
-// and the last block finds the slice holding the tie_c-th and walks it
-// in id order; that id is the last kept at the key.
-template <bool MASS>
-__global__ void __launch_bounds__(WT)
-sample_ties_kernel(const float *__restrict__ logits, int64_t n, int64_t span,
-                   const smp_row *__restrict__ rows, uint64_t *__restrict__ scratch)
+// The stages that end on one id, found by a walk in id order: the ties
+// at top-k's and top-p's cut keys (the tie_c-th candidate at the key: the
+// last one kept) and the draw (the survivor where the running mass at the
+// row's temperature passes floor(u * total / 2^64)).
+enum WalkStage { TIES_K, TIES_P, DRAW };
+
+// What a logit adds to its stage's running total: 1 for a candidate at
+// the cut key, a survivor's weight for the draw.
+template <int STAGE>
+DEV uint64_t walk_value(const Cuts &c, uint32_t K, double temperature, int64_t i, float x)
 {
-    __shared__ uint64_t red[4][WT];
-    __shared__ uint64_t rr[4];
-    __shared__ Walk<WT> w;
-    __shared__ int flag, js;
-    __shared__ uint64_t jexcl;
-    const int t = threadIdx.x;
-    uint64_t *sc = row_scratch(scratch, blockIdx.y);
-    const smp_row r = rows[blockIdx.y];
-    const RowState s = *state_of(sc);
-    if (!(MASS ? top_p_on(s, r) : top_k_on(s, r)))
-        return;
-    const Cuts cuts = cuts_of(s, r);
-    const uint32_t K = s.tie_key;
-    const float *l = logits + (int64_t)blockIdx.y * n;
-    const int64_t lo = (int64_t)blockIdx.x * span, hi = min(n, lo + span);
-    uint64_t v[1] = {0};
-    for (int64_t i = lo + t; i < hi; i += WT) {
-        const float x = l[i];
-        v[0] += walk_cand<MASS>(cuts, i, x) && smp_key(x) == K;
-    }
-    reduce4<WT>(red, rr, v, 1, 1u);
-    if (t == 0)
-        sc[SC_SLICE + 2 * blockIdx.x] = v[0];
-    if (!last_block(sc, &flag))
-        return;
-    // The slices' counts, loaded side by side (one thread's loop over
-    // them waited out a round trip to L2 for each).
-    if (t < (int)gridDim.x)
-        red[0][t] = __ldcg(ull(sc + SC_SLICE + 2 * t));
-    __syncthreads();
-    if (t == 0) {
-        uint64_t cum = 0;
-        int j = 0;
-        for (; j < (int)gridDim.x - 1; j++) {
-            const uint64_t c = red[0][j];
-            if (cum + c >= s.tie_c)
-                break;
-            cum += c;
-        }
-        js = j;
-        jexcl = cum;
-    }
-    __syncthreads();
-    const int64_t slo = (int64_t)js * span, shi = min(n, slo + span);
-    const int64_t per = (shi - slo + WT - 1) / WT, a = slo + t * per, b = min(shi, a + per);
-    uint64_t cnt = 0;
-    for (int64_t i = a; i < b; i++) {
-        const float x = l[i];
-        cnt += walk_cand<MASS>(cuts, i, x) && smp_key(x) == K;
-    }
-    const uint64_t want = s.tie_c - jexcl; // the want-th tie of the slice
-    w.tval[t] = smp_u128_of(cnt);
-    find_crossing<WT>(w, smp_u128_of(want - 1));
-    if (t == w.cross_t) {
-        uint64_t k = w.cross_excl.lo;
-        for (int64_t i = a; i < b; i++) {
-            const float x = l[i];
-            if (walk_cand<MASS>(cuts, i, x) && smp_key(x) == K && ++k == want) {
-                w.found = (int32_t)i;
-                break;
-            }
-        }
-    }
-    __syncthreads();
-    if (t == 0) {
-        RowState *st = state_of(sc);
-        if (MASS) {
-            st->kp = K;
-            st->idp = w.found;
-        } else {
-            st->kk = K;
-            st->idk = w.found;
-        }
-    }
+    if (STAGE == DRAW)
+        return survivor(c, i, x) ? smp_weight(smp_dist(x, c.max, temperature)) : 0;
+    return walk_cand<STAGE == TIES_P>(c, i, x) && smp_key(x) == K;
 }
 
-// The draw: every slice sums its survivors' weights at the row's
-// temperature (bits 0-31 and 32-62 apart), and the last block finds the
-// slice holding floor(u * total / 2^64) and walks it in id order.
+// Every slice sums its values (bits 0-31 and 32-62 apart); the last block
+// loads the slices' sums side by side (one thread's loop over them waited
+// out a round trip to L2 for each), finds the slice where the running
+// total passes the target and walks it, a contiguous range of ids a
+// thread, to the id.
+template <int STAGE>
 __global__ void __launch_bounds__(WT)
-sample_draw_kernel(const float *__restrict__ logits, int64_t n, int64_t span,
+sample_walk_kernel(const float *__restrict__ logits, int64_t n, int64_t span,
                    const smp_row *__restrict__ rows, uint64_t *__restrict__ scratch,
                    smp_outcome *__restrict__ out)
 {
@@ -502,19 +437,17 @@ sample_draw_kernel(const float *__restrict__ logits, int64_t n, int64_t span,
     uint64_t *sc = row_scratch(scratch, blockIdx.y);
     const smp_row r = rows[blockIdx.y];
     const RowState s = *state_of(sc);
-    if (!s.live)
+    if (!(STAGE == DRAW ? s.live != 0 : STAGE == TIES_P ? top_p_on(s, r) : top_k_on(s, r)))
         return;
     const Cuts cuts = cuts_of(s, r);
+    const uint32_t K = s.tie_key;
     const float *l = logits + (int64_t)blockIdx.y * n;
     const int64_t lo = (int64_t)blockIdx.x * span, hi = min(n, lo + span);
     uint64_t v[2] = {0, 0};
     for (int64_t i = lo + t; i < hi; i += WT) {
-        const float x = l[i];
-        if (survivor(cuts, i, x)) {
-            const uint64_t wt = smp_weight(smp_dist(x, cuts.max, r.temperature));
-            v[0] += (uint32_t)wt;
-            v[1] += wt >> 32;
-        }
+        const uint64_t x = walk_value<STAGE>(cuts, K, r.temperature, i, l[i]);
+        v[0] += (uint32_t)x;
+        v[1] += x >> 32;
     }
     reduce4<WT>(red, rr, v, 2, 3u);
     if (t == 0) {
@@ -523,17 +456,19 @@ sample_draw_kernel(const float *__restrict__ logits, int64_t n, int64_t span,
     }
     if (!last_block(sc, &flag))
         return;
-    // The slices' masses, loaded side by side (as the ties stage's counts).
     if (t < (int)gridDim.x) {
         red[0][t] = __ldcg(ull(sc + SC_SLICE + 2 * t));
         red[1][t] = __ldcg(ull(sc + SC_SLICE + 2 * t + 1));
     }
     __syncthreads();
     if (t == 0) {
-        smp_u128 total = smp_u128_of(0);
-        for (int j = 0; j < (int)gridDim.x; j++)
-            total = smp_add(total, bin_value<true>(0, red[0][j], red[1][j]));
-        const smp_u128 target = smp_draw_target(total, smp_uniform(r.seed, r.step));
+        smp_u128 target = smp_u128_of(s.tie_c - 1);
+        if (STAGE == DRAW) {
+            smp_u128 total = smp_u128_of(0);
+            for (int j = 0; j < (int)gridDim.x; j++)
+                total = smp_add(total, bin_value<true>(0, red[0][j], red[1][j]));
+            target = smp_draw_target(total, smp_uniform(r.seed, r.step));
+        }
         smp_u128 cum = smp_u128_of(0);
         int j = 0;
         for (; j < (int)gridDim.x - 1; j++) {
@@ -549,20 +484,14 @@ sample_draw_kernel(const float *__restrict__ logits, int64_t n, int64_t span,
     const int64_t slo = (int64_t)js * span, shi = min(n, slo + span);
     const int64_t per = (shi - slo + WT - 1) / WT, a = slo + t * per, b = min(shi, a + per);
     smp_u128 sum = smp_u128_of(0);
-    for (int64_t i = a; i < b; i++) {
-        const float x = l[i];
-        if (survivor(cuts, i, x))
-            sum = smp_add64(sum, smp_weight(smp_dist(x, cuts.max, r.temperature)));
-    }
+    for (int64_t i = a; i < b; i++)
+        sum = smp_add64(sum, walk_value<STAGE>(cuts, K, r.temperature, i, l[i]));
     w.tval[t] = sum;
     find_crossing<WT>(w, jtgt);
     if (t == w.cross_t) {
         smp_u128 cum = w.cross_excl;
         for (int64_t i = a; i < b; i++) {
-            const float x = l[i];
-            if (!survivor(cuts, i, x))
-                continue;
-            cum = smp_add64(cum, smp_weight(smp_dist(x, cuts.max, r.temperature)));
+            cum = smp_add64(cum, walk_value<STAGE>(cuts, K, r.temperature, i, l[i]));
             if (smp_lt(jtgt, cum)) {
                 w.found = (int32_t)i;
                 break;
@@ -570,9 +499,17 @@ sample_draw_kernel(const float *__restrict__ logits, int64_t n, int64_t span,
         }
     }
     __syncthreads();
-    if (t == 0) {
+    if (t != 0)
+        return;
+    if (STAGE == DRAW) {
         const smp_outcome res = {w.found, SMP_OK, 0, 0.0f};
         out[blockIdx.y] = res;
+    } else if (STAGE == TIES_P) {
+        state_of(sc)->kp = K;
+        state_of(sc)->idp = w.found;
+    } else {
+        state_of(sc)->kk = K;
+        state_of(sc)->idk = w.found;
     }
 }
 
@@ -793,16 +730,16 @@ extern "C" cudaError_t launch_sample(float *logits, int64_t n_vocab, int n_rows,
         for (int shift = 24; shift >= 0; shift -= 8)
             sample_level_kernel<false><<<grid, WT, 0, stream>>>(logits, n_vocab, wspan, rows,
                                                                 scratch, shift);
-        sample_ties_kernel<false><<<grid, WT, 0, stream>>>(logits, n_vocab, wspan, rows,
-                                                           scratch);
+        sample_walk_kernel<TIES_K><<<grid, WT, 0, stream>>>(logits, n_vocab, wspan, rows,
+                                                            scratch, out);
     }
     if (stages & SMP_STAGE_TOP_P) {
         for (int shift = 24; shift >= 0; shift -= 8)
             sample_level_kernel<true><<<grid, WT, 0, stream>>>(logits, n_vocab, wspan, rows,
                                                                scratch, shift);
-        sample_ties_kernel<true><<<grid, WT, 0, stream>>>(logits, n_vocab, wspan, rows,
-                                                          scratch);
+        sample_walk_kernel<TIES_P><<<grid, WT, 0, stream>>>(logits, n_vocab, wspan, rows,
+                                                            scratch, out);
     }
-    sample_draw_kernel<<<grid, WT, 0, stream>>>(logits, n_vocab, wspan, rows, scratch, out);
+    sample_walk_kernel<DRAW><<<grid, WT, 0, stream>>>(logits, n_vocab, wspan, rows, scratch, out);
     return cudaGetLastError();
 }
