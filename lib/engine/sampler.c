@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "numerics/sample_math.h"
+#include "numerics/sample_weights.h"
 #include "engine/sampler_select.h"
 
 struct sampler {
@@ -380,7 +381,7 @@ static int prepare(sampler *s, float *logits, int32_t *n, memra_err *err)
         }
     }
     if (s->top_p_q32 < SMP_TOP_P_OFF) {
-        n_c = sampler_top_p(s->cand, n_c, max, s->top_p_q32);
+        n_c = sampler_top_p(s->cand, n_c, max, s->top_p_q32, s->out_w);
         reordered = 1;
     }
     if (s->p.min_p > 0.0)
@@ -407,11 +408,11 @@ static int prepare(sampler *s, float *logits, int32_t *n, memra_err *err)
     /* Weights at the temperature (sample_math.h: the same integers a
      * device computes). */
     smp_u128 sum = smp_u128_of(0);
+    smp_weights(&s->cand[0].logit, sizeof *s->cand / sizeof(float), n_c, max, s->p.temperature,
+                s->out_w);
     for (int32_t i = 0; i < n_c; i++) {
-        uint64_t w = smp_weight(smp_dist(s->cand[i].logit, max, s->p.temperature));
         s->out_ids[i] = s->cand[i].id;
-        s->out_w[i] = w;
-        sum = smp_add64(sum, w);
+        sum = smp_add64(sum, s->out_w[i]);
     }
     *n = n_c;
     s->total = sum;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "numerics/sample_math.h"
+#include "numerics/sample_weights.h"
 
 static int cand_better(const sampler_cand *a, const sampler_cand *b)
 {
@@ -173,7 +174,7 @@ static int32_t top_p_bucket(double d, double scale)
  * target, keep every bucket before it and sort only the crossing bucket
  * to find where inside it the sum reaches the target. Linear plus one
  * bucket's sort; exact sums make it agree with sorting everything. */
-int32_t sampler_top_p(sampler_cand *c, int32_t n, float max, uint64_t p)
+int32_t sampler_top_p(sampler_cand *c, int32_t n, float max, uint64_t p, uint64_t *w)
 {
     if (n <= TOP_P_SORT_MAX)
         return top_p_sorted(c, n, max, p);
@@ -188,11 +189,11 @@ int32_t sampler_top_p(sampler_cand *c, int32_t n, float max, uint64_t p)
     double range = (double)max - (double)min;
     double scale = range > 0.0 ? (TOP_P_BUCKETS - 1) / range : 0.0;
     smp_u128 z = zero;
+    smp_weights(&c[0].logit, sizeof *c / sizeof(float), n, max, 1.0, w);
     for (int32_t i = 0; i < n; i++) {
-        uint64_t w = mass_of(&c[i], max);
         int32_t b = top_p_bucket((double)max - (double)c[i].logit, scale);
-        mass[b] = smp_add64(mass[b], w);
-        z = smp_add64(z, w);
+        mass[b] = smp_add64(mass[b], w[i]);
+        z = smp_add64(z, w[i]);
     }
     smp_u128 target = smp_top_p_target(z, p), cum = zero;
     int32_t cross = TOP_P_BUCKETS - 1;

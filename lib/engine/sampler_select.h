@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+/* (smp_weights reads the logits at a stride of this struct: logit first.) */
 typedef struct {
     float logit; /* finite */
     int32_t id;
@@ -32,8 +33,9 @@ void sampler_sort_by_id(sampler_cand *c, int32_t n);
  * reorders c so that the kept ones come first and returns how many to
  * keep: the fewest of the best whose mass reaches top_p (in 2^-32 units)
  * of the whole, at least 1. Masses are sample_math.h's exact fixed-point
- * weights, so the cut is the same whatever the summation order. */
-int32_t sampler_top_p(sampler_cand *c, int32_t n, float max, uint64_t top_p_q32);
+ * weights, so the cut is the same whatever the summation order. w: room
+ * for n masses (scratch). */
+int32_t sampler_top_p(sampler_cand *c, int32_t n, float max, uint64_t top_p_q32, uint64_t *w);
 
 /* Min-p: keeps, in their order, the entries whose probability is at least
  * min_p times the most likely one's (logit - max >= min_p_log =

@@ -6,6 +6,7 @@
 #include "core/philox.h"
 #include "core/rng.h"
 #include "engine/sampler.h"
+#include "numerics/sample_weights.h"
 #include "test.h"
 
 /* Logits whose softmax is {0.15, 0.5, 0.05, 0.3}: hand-checkable sets for
@@ -741,6 +742,54 @@ static void test_smp_exp(void)
     CHECK(smp_weight(-44.0) == 0); /* below 2^-62 */
 }
 
+/* smp_weights' vector form gives the scalar form's bits: logits near the
+ * max and far below it (weights rounding to 0, exps in the subnormal
+ * range that the vector form hands to the scalar one, -inf), ties with
+ * the max, temperatures from 1e-30 to 1e30, strides 1, 2 (the host
+ * sampler's (logit, id) pairs) and 3, lengths that leave a tail. SKIP where
+ * the CPU has no AVX-512 (F and DQ). */
+static void test_sample_weights_forms(void)
+{
+    enum { N = 4099 };
+    static float l[2 * N];
+    static uint64_t a[N], b[N];
+    static const double temps[] = {1.0, 0.8, 0.07, 1.3, 1e-30, 1e30, 0.0015};
+    if (smp_weights_form(1, l, 1, 0, 0.0f, 1.0, a) != 0) {
+        test_skip("the AVX-512 form is not available here (the CPU, or MEMRA_CPU_ISA)");
+        return;
+    }
+    rng_state r;
+    rng_seed(&r, 11, 0);
+    long diffs = 0, lanes = 0, zeros = 0, slow = 0;
+    for (int round = 0; round < 40; round++) {
+        const float max = (float)(rng_next_u64(&r) % 2001) / 100.0f - 10.0f;
+        const double spread = round % 4 == 0 ? 1000.0 : round % 4 == 1 ? 60.0 : 8.0;
+        for (int i = 0; i < 2 * N; i++) {
+            const double u = (double)(rng_next_u64(&r) >> 11) * 0x1p-53;
+            l[i] = (float)((double)max - u * spread);
+            if (i % 97 == 0)
+                l[i] = max;
+            if (i % 131 == 0)
+                l[i] = -INFINITY;
+        }
+        const double t = temps[round % 7];
+        const size_t stride = (size_t)(round % 3) + 1;
+        const int64_t n = (stride == 3 ? N / 2 : N) - round % 8;
+        CHECK(smp_weights_form(0, l, stride, n, max, t, a) == 0);
+        CHECK(smp_weights_form(1, l, stride, n, max, t, b) == 0);
+        for (int64_t i = 0; i < n; i++) {
+            diffs += a[i] != b[i];
+            zeros += a[i] == 0;
+            const double d = ((double)l[(size_t)i * stride] - (double)max) / t;
+            slow += d > -745.5 && d < -708.0;
+        }
+        lanes += n;
+    }
+    CHECK_MSG(diffs == 0, "%ld of %ld weights differ between the forms", diffs, lanes);
+    CHECK(zeros > 0 && zeros < lanes);
+    CHECK_MSG(slow > 0, "no exp in the subnormal range was tried");
+}
+
 /* The 128-bit helpers against the compiler's __int128. */
 static void test_smp_u128(void)
 {
@@ -990,5 +1039,6 @@ TEST_MAIN(TEST_CASE(test_greedy_argmax_and_ties), TEST_CASE(test_top_k_1_is_gree
           TEST_CASE(test_logit_bias), TEST_CASE(test_seed_reproducible),
           TEST_CASE(test_validation), TEST_CASE(test_large_vocab_matches_full_sort),
           TEST_CASE(test_philox_known_answers), TEST_CASE(test_smp_exp),
+          TEST_CASE(test_sample_weights_forms),
           TEST_CASE(test_smp_u128), TEST_CASE(test_draw_is_philox_stream),
           TEST_CASE(test_row_export_and_done), TEST_CASE(test_mask))
