@@ -16,6 +16,7 @@ int main(int argc, char **argv)
     bench_parse_args(argc, argv, &o);
     int rc = o.server ? bench_run_server(&o)
              : o.tokenizer ? bench_run_tokenizer(&o)
+             : o.sampler   ? bench_run_sampler(&o)
                            : bench_run_model(&o);
     free(o.pp.v);
     free(o.tg.v);

@@ -22,6 +22,7 @@ static const char usage[] =
     "usage: memra-bench MODEL [-p 512] [-n 128] [-d 0,512] [-b 1,8,32,64] [-r 5] [-t N]\n"
     "                         [--kv TYPE] [--json] [--backend cpu|cpu-ref|cuda] [--device N] [options]\n"
     "       memra-bench MODEL --tokenizer [-f TEXT] [-r 5] [--json]\n"
+    "       memra-bench --sampler [--vocab 151936] [-r 5] [--json]\n"
     "       memra-bench --server URL [-c 1,8,32,64] [-p 512] [-n 128] [-r 5] [--model ALIAS]\n"
     "                         [--api-key KEY] [--json]\n"
     "       memra-bench --server URL --turns N [--system-tokens T] [--turn-tokens K] [-c LIST]\n"
@@ -77,6 +78,9 @@ static const char usage[] =
     "  --tokenizer         tokenizer throughput on one thread: MB/s, tokens/s, bytes/token.\n"
     "                      MODEL may be a vocab-only GGUF or a dir holding just tokenizer.json\n"
     "  -f FILE             with --tokenizer: the text (default: a built-in ~1 MB mixed text)\n"
+    "  --sampler           the host sampler on one thread: ms a token for five parameter\n"
+    "                      mixes over one row of pseudo-random logits (--vocab ids, default\n"
+    "                      151936); no MODEL\n"
     "  --json              one JSON object (for scripts/bench-compare.jq)\n"
     "\n"
     "With --server URL, a load client against an OpenAI-compatible server (memra-serve):\n"
@@ -87,7 +91,8 @@ static const char usage[] =
     "  -c LIST             concurrency levels (default 1,8,32,64)\n"
     "  --model ALIAS       the served model (default the first of GET /v1/models)\n"
     "  --api-key KEY       sent as a Bearer token (env MEMRA_API_KEY)\n"
-    "  --vocab N           draw prompt ids below N (when /v1/models gives no vocab_size)\n"
+    "  --vocab N           draw prompt ids below N (when /v1/models gives no vocab_size);\n"
+    "                      with --sampler, the ids of its row\n"
     "  --timeout S         per request (default 600)\n"
     "With --turns N, multi-turn conversations instead: each of the c clients runs -r (default\n"
     "1) conversations of N turns through streamed /v1/chat/completions, each turn resending\n"
@@ -146,7 +151,7 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
         O_KV = 1000, O_JSON, O_BACKEND, O_BANDWIDTH, O_REMEASURE, O_TOKENIZER, O_WARMUP,
         O_NBATCH, O_SERVER, O_MODEL, O_APIKEY, O_TIMEOUT, O_VOCAB, O_DEVICE, O_PROFILE,
         O_SCHEMA, O_TURNS, O_SYSTOK, O_TURNTOK, O_DEVICES, O_PIPE, O_TP, O_PPDEPTH,
-        O_RANK, O_NCCL_ID,
+        O_RANK, O_NCCL_ID, O_SAMPLER,
     };
     static const struct option longs[] = {
         {"threads", required_argument, NULL, 't'},   {"ctx", required_argument, NULL, 'c'},
@@ -157,6 +162,7 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
         {"profile-range", no_argument, NULL, O_PROFILE},
         {"json-schema", required_argument, NULL, O_SCHEMA},
         {"tokenizer", no_argument, NULL, O_TOKENIZER},
+        {"sampler", no_argument, NULL, O_SAMPLER},
         {"warmup", required_argument, NULL, O_WARMUP},
         {"n-batch", required_argument, NULL, O_NBATCH},
         {"device", required_argument, NULL, O_DEVICE},
@@ -266,6 +272,7 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
             o->model_flag = o->local_flag = "--json-schema";
             break;
         case O_TOKENIZER: o->tokenizer = 1; o->local_flag = "--tokenizer"; break;
+        case O_SAMPLER: o->sampler = 1; o->local_flag = "--sampler"; break;
         case 'f': o->text_file = optarg; o->local_flag = "-f"; break;
         case O_SERVER: o->server = optarg; break;
         case O_MODEL: o->server_model = optarg; o->server_flag = "--model"; break;
@@ -277,7 +284,6 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
             break;
         case O_VOCAB:
             o->vocab = cli_int_or_usage(optarg, 1, INT32_MAX, "--vocab");
-            o->server_flag = "--vocab";
             break;
         case O_TURNS:
             o->turns = (int)cli_int_or_usage(optarg, 1, 10000, "--turns");
@@ -341,6 +347,26 @@ void bench_parse_args(int argc, char **argv, bench_opts *o)
     }
     if (o->server_flag)
         cli_usage("%s goes with --server", o->server_flag);
+    if (o->sampler) {
+        if (optind < argc)
+            cli_usage("--sampler takes no MODEL ('%s': it times the sampler alone; --vocab N "
+                      "sets its row)", argv[optind]);
+        if (o->tokenizer)
+            cli_usage("--sampler and --tokenizer: one bench at a time");
+        if (o->model_flag || o->c_arg || o->backend_given || o->text_file)
+            cli_usage("%s goes with the model bench, not --sampler (the host sampler on one "
+                      "thread)", o->model_flag ? o->model_flag
+                                 : o->c_arg ? "--ctx"
+                                 : o->backend_given ? "--backend" : "-f");
+        if (!o->vocab)
+            o->vocab = 151936;
+        if (o->vocab > (1 << 24))
+            cli_usage("--vocab %lld: --sampler's row holds at most 16777216 ids",
+                      (long long)o->vocab);
+        return;
+    }
+    if (o->vocab)
+        cli_usage("--vocab goes with --server or --sampler");
     if (o->c_arg) {
         o->ctx = cli_int_or_usage(o->c_arg, 1, INT32_MAX, "--ctx");
         o->model_flag = "--ctx";

@@ -36,6 +36,7 @@ typedef struct {
     const char *json_schema; /* --json-schema: the decode rows constrained by it */
     int_list pp, tg, depths, pp_depths, batches;
     int reps, warmup, n_threads, n_batch, json, tokenizer, remeasure, profile_range;
+    int sampler; /* --sampler: the host sampler bench */
     int64_t ctx;
     kv_type kv;
     int device, device_given;
@@ -53,7 +54,7 @@ typedef struct {
     const char *server, *server_model, *api_key, *c_arg;
     int_list conc;
     double timeout_s;
-    int64_t vocab;
+    int64_t vocab; /* --vocab: --server's prompt ids, or --sampler's row */
     const char *local_flag;  /* a flag of the model or tokenizer bench */
     const char *server_flag; /* a flag of --server only */
     /* --server --turns: multi-turn conversations */
@@ -75,6 +76,7 @@ void bench_print_json(json_t *j);
 /* The three benches; each returns the exit status (or exits on failure). */
 int bench_run_model(const bench_opts *o);
 int bench_run_tokenizer(const bench_opts *o);
+int bench_run_sampler(const bench_opts *o);
 int bench_run_server(const bench_opts *o);
 /* --server --turns (server_turns.c). */
 int bench_run_server_turns(const bench_opts *o);

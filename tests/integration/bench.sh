@@ -1,6 +1,7 @@
 # memra-bench end to end: the JSON rows and their arithmetic, the table, the
 # bandwidth probe and its cache, the tokenizer bench (vocab-only GGUF,
-# tokenizer.json dir, a file), bench-compare.jq, and bad input. Small
+# tokenizer.json dir, a file), the sampler bench, bench-compare.jq, and bad
+# input. Small
 # -p/-n/-r throughout; no speed is ever asserted.
 source tests/integration/lib.bash
 STORIES=$DATA/models/stories260K.gguf
@@ -110,6 +111,20 @@ check "tokenizer bench on a dir holding just tokenizer.json" \
   bash -c "memra-bench '$T/tokdir' --tokenizer -r 1 --json | jq -e '.tokenizer.loaded_from == \"tokenizer.json\" and .tokenizer.vocab == 4096 and .mb_s > 0'"
 check "tokenizer bench on a model GGUF (its own tokenizer, no weights run)" \
   bash -c "memra-bench '$TINY' --tokenizer -r 1 --json | jq -e '.tokenizer.loaded_from == \"GGUF tokenizer.* keys\" and .mb_s > 0'"
+
+# The sampler bench: five mixes over one row, no model.
+memra-bench --sampler --vocab 5000 -r 2 --json >"$T/smp.json"
+check "sampler bench: five mixes over 5,000 ids, ms > 0, min <= median <= max, tokens/s = 1000 / ms" \
+  jq -e 'def near(a; b): ((a - b) | fabs) <= 1e-6 * (b | fabs) + 1e-9; .mode == "sampler" and .vocab == 5000 and .threads == 1 and .reps == 2 and (.weights_form == "avx512" or .weights_form == "scalar") and ([.rows[].mix] == ["greedy", "T 1", "T 1, top-p 0.99", "T 0.8, top-p 0.95", "T 0.8, top-k 40, top-p 0.95, min-p 0.05"]) and (.rows | all(.ms.min > 0 and .ms.min <= .ms.median and .ms.median <= .ms.max and near(.tokens_s; 1000 / .ms.median)))' "$T/smp.json"
+check "sampler bench with MEMRA_CPU_ISA=scalar names the scalar form" \
+  bash -c "MEMRA_CPU_ISA=scalar memra-bench --sampler --vocab 300 -r 1 | grep -Eq '^weights +scalar form'"
+expect_error "--sampler takes no MODEL" 2 "takes no MODEL" memra-bench --sampler "$TINY"
+expect_error "--sampler refuses the model bench's flags" 2 "-n goes with the model bench, not --sampler" \
+  memra-bench --sampler -n 8
+expect_error "--vocab without --server or --sampler: usage error" 2 "--vocab goes with --server or --sampler" \
+  memra-bench "$TINY" --vocab 100
+expect_error "--sampler --vocab past 2^24: usage error" 2 "at most 16777216" \
+  memra-bench --sampler --vocab 16777217
 
 # bench-compare.jq
 memra-bench "$STORIES" -p 32 -n 8 -d 0,24 -r 1 -t 2 --bandwidth 20 --json >"$T/b.json"
