@@ -1,17 +1,16 @@
 /* The sampler's fixed-point weights for many candidates at once: what the
  * host sampler spends its time on at a large vocabulary (every finite
  * logit's weight at temperature 1 for top-p, and every survivor's at the
- * row's temperature for the draw: a double-precision exp each). One core
- * of the 2-core development VM (AVX-512), one row of 151,936 N(0, 9)
- * logits, best of 300 sampler_sample calls, 2026-12-06: temperature 1
- * alone 2.2 ms a token with the scalar form, 0.72 with this file's; with
- * top-p 0.99 3.8 and 2.7.
+ * row's temperature for the draw: a double-precision exp each): 2.2 ms
+ * a token at temperature 1 over 151,936 ids with the scalar form, 0.73
+ * with this file's, on the 2-core development VM (docs/PERFORMANCE.md).
  *
  * The same bits as smp_weight(smp_dist(...)) (sample_math.h) on every CPU,
  * so the host sampler keeps choosing the device's token: eight lanes of
- * the same IEEE operations with AVX-512 (F and DQ) where the CPU has it
- * and MEMRA_CPU_ISA does not ask for a lower level, else the scalar
- * expression. */
+ * the same IEEE operations with AVX-512 (F and DQ) for a thousand
+ * candidates and more where the CPU has it and MEMRA_CPU_ISA does not ask
+ * for a lower level, else the scalar expression (`memra-bench --sampler`
+ * times both). */
 #ifndef MEMRA_NUMERICS_SAMPLE_WEIGHTS_H
 #define MEMRA_NUMERICS_SAMPLE_WEIGHTS_H
 
