@@ -335,9 +335,9 @@ void kc_check_sample(kc *k)
         {"error: mask bans all", 1000, 2, 1, GEN_NORMAL, 1.0, 0, 1, 0, 1, 0, 0, 0, 0, 2, 0},
         /* the later stages' slices (2,048 ids and up): cut keys whose ties
          * span slices, a batch whose rows need different kernels */
-        {"top-k ties 248320", 248320, 2, 2, GEN_TIES, 1.0, 3000, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"top-k ties 50257", 50257, 2, 2, GEN_TIES, 1.0, 3000, 1, 0, 1, 0, 0, 0, 0, 0, 0},
         {"top-p ties 50257", 50257, 2, 3, GEN_TIES, 0.7, 0, 0.6, 0, 1, 0, 0, 0, 0, 0, 0},
-        {"k+p ties 151936", 151936, 2, 2, GEN_TIES, 1.0, 20000, 0.3, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"k+p ties 32000", 32000, 2, 2, GEN_TIES, 1.0, 8000, 0.3, 0, 1, 0, 0, 0, 0, 0, 0},
         {"mixed rows k+p", 32000, 6, 3, GEN_PEAKED, 0.9, 60, 0.9, 0.01, 1, 0, 0, 0, 0, 0, 1},
         {"mixed rows +penalties", 4099, 5, 3, GEN_NORMAL, 1.1, 0, 0.8, 0, 1.2, 0, 0, 1, 20, 0,
          1},
