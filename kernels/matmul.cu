@@ -31,20 +31,24 @@ template <int F> bool batched_staged(int64_t cols, int t)
 template <int F, int R, int T, bool AX>
 void mv_launch(const MVArgs &a, dim3 grid, int sm_count, cudaStream_t s)
 {
-    if (batched_staged<F>(a.cols, T)) {
-        static std::atomic<uint64_t> memo_sm{0};
-        static std::atomic<int> opted{0}; // bytes the kernel may ask for
-        const size_t smem = (size_t)T * mv_stage_bytes<F>(a.cols);
-        if (smem > 48 * 1024 && opted.load(std::memory_order_relaxed) < (int)MV_STAGE_MAX) {
-            if (cudaFuncSetAttribute(matvec_kernel<F, R, T, AX, true>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)MV_STAGE_MAX) != cudaSuccess)
-                return; // the error stays for the caller's cudaGetLastError
-            opted.store((int)MV_STAGE_MAX, std::memory_order_relaxed);
+    // (the float formats take x as it is: never staged)
+    if constexpr (!WFmt<F>::DIRECT) {
+        if (batched_staged<F>(a.cols, T)) {
+            static std::atomic<uint64_t> memo_sm{0};
+            static std::atomic<int> opted{0}; // bytes the kernel may ask for
+            const size_t smem = (size_t)T * mv_stage_bytes<F>(a.cols);
+            if (smem > 48 * 1024 && opted.load(std::memory_order_relaxed) < (int)MV_STAGE_MAX) {
+                if (cudaFuncSetAttribute(matvec_kernel<F, R, T, AX, true>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)MV_STAGE_MAX) != cudaSuccess)
+                    return; // the error stays for the caller's cudaGetLastError
+                opted.store((int)MV_STAGE_MAX, std::memory_order_relaxed);
+            }
+            grid = mv_grid(matvec_kernel<F, R, T, AX, true>, MV_THREADS, smem, grid, sm_count,
+                           memo_sm);
+            launch_pdl(matvec_kernel<F, R, T, AX, true>, grid, dim3(MV_THREADS), smem, s, a);
+            return;
         }
-        grid = mv_grid(matvec_kernel<F, R, T, AX, true>, MV_THREADS, smem, grid, sm_count, memo_sm);
-        launch_pdl(matvec_kernel<F, R, T, AX, true>, grid, dim3(MV_THREADS), smem, s, a);
-        return;
     }
     static std::atomic<uint64_t> memo{0};
     grid = mv_grid(matvec_kernel<F, R, T, AX, false>, MV_THREADS, 0, grid, sm_count, memo);
@@ -57,8 +61,10 @@ void mv_dispatch_r(const MVArgs &a, dim3 grid, int r, bool ax, int sms, cudaStre
     if (ax) {
         if (r == 1)
             mv_launch<F, 1, T, true>(a, grid, sms, s);
-        else
+        else if (r == 2)
             mv_launch<F, 2, T, true>(a, grid, sms, s);
+        else
+            mv_launch<F, 4, T, true>(a, grid, sms, s);
     } else {
         if (r == 1)
             mv_launch<F, 1, T, false>(a, grid, sms, s);
@@ -67,7 +73,8 @@ void mv_dispatch_r(const MVArgs &a, dim3 grid, int r, bool ax, int sms, cudaStre
     }
 }
 
-// R is 1 or 2 for the batched instances; t the block's input rows.
+// R is 1, 2 or 4 (4 only with x aligned) for the batched instances; t the
+// block's input rows.
 template <int F>
 void mv_dispatch(const MVArgs &a, dim3 grid, int r, int t, bool ax, int sms, cudaStream_t s)
 {
@@ -184,9 +191,12 @@ bool x_aligned(const float *x, int64_t cols)
 // Rows per warp when the caller leaves it open, as measured on the H200
 // (docs/decisions/0006-cuda-decode-defaults.md): float formats one (their
 // 16-byte units already keep enough in flight, and more rows per warp
-// means fewer warps), two for GLU pairs; the many-token instances two,
-// whose accumulators are many. The quant formats' streamed single-token
-// kernel: one for matrices of fewer than 16 rows an SM (more
+// means fewer warps), two for GLU pairs. A few input rows (T > 1, x
+// aligned; docs/decisions/0039-few-rows-four-rows-a-warp.md): four, so
+// each x a lane loads (or reads from the stage) serves four weight rows,
+// for the quant formats but NVFP4, and for the float formats from four
+// input rows where four rows a warp still leave four blocks an SM; else two. The quant formats'
+// streamed single-token kernel: one for matrices of fewer than 16 rows an SM (more
 // warps), four for the K-quants' large matrices of narrow rows (the FFN's
 // gate and up pair, the output head: x read from shared memory once for
 // four rows), else two. Quant rows too wide to stream (the register path,
@@ -199,8 +209,13 @@ int mv_rows_per_warp(int fmt, int64_t rows, int64_t cols, int t, int sm_count, b
     const bool quant = fmt != CW_F32 && fmt != CW_F16 && fmt != CW_BF16;
     const bool kquant = fmt == CW_Q4_K || fmt == CW_Q5_K || fmt == CW_Q6_K;
     const int64_t sms = sm_count > 0 ? sm_count : 32;
-    if (t > 1 || !ax)
+    if (!ax)
         return 2;
+    if (t > 1) {
+        if (quant)
+            return fmt == CW_NVFP4 ? 2 : 4;
+        return t >= 4 && rows >= (int64_t)4 * MV_WARPS * 4 * sms ? 4 : 2; // four blocks an SM
+    }
     if (!quant)
         return glu ? 2 : 1;
     if (streamed) {
@@ -260,7 +275,7 @@ extern "C" cudaError_t launch_matvec(const cu_mv_job *j, cudaStream_t stream)
     if (r != 1 && r != 2 && r != 4)
         r = mv_rows_per_warp(fmt, total_rows, cols, t, j->sm_count, glu, ax,
                              t == 1 && memra_mv::single_streamed(fmt, cols, 2));
-    if (!ax || t > 1)
+    if (!ax)
         r = r > 2 ? 2 : r;
     if (glu && r < 2)
         r = 2;

@@ -108,6 +108,12 @@ static void check_rows(kc *k)
     for (size_t f = 0; f < MEMRA_ARRAY_LEN(timed); f++)
         for (int s = 0; s < 4; s++)
             rows_case(k, timed[f], shapes[s][0], shapes[s][1], 1);
+    /* The output head at a speculation round's 2 and 5 verify rows. */
+    static const dtype heads[] = {DT_BF16, DT_Q8_0, DT_Q6_K};
+    for (size_t f = 0; f < MEMRA_ARRAY_LEN(heads); f++) {
+        rows_case(k, heads[f], 151936, 4096, 2);
+        rows_case(k, heads[f], 151936, 4096, 5);
+    }
 }
 
 /* ---- fused against separate ---- */

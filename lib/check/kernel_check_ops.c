@@ -86,15 +86,17 @@ static void matmul_case(kc *k, dtype t, int64_t rows, int64_t cols, int n, int w
         kc_weight_free(&b);
 }
 
-/* Decode's mat-vec as the model streams it: one token, weights read from
- * device memory rather than L2 (50 MB on an H200), so the timing rotates
- * over copies of the weight, 512 MB or more together. GLU: two matrices
- * of the shape, paired (gate and up) in one launch, as the FFN runs them.
- * The first copy's result is checked against the CPU's. */
+/* Decode's mat-vec as the model streams it: n tokens (1, or a speculation
+ * round's few verify rows), weights read from device memory rather than L2
+ * (50 MB on an H200), so the timing rotates over copies of the weight,
+ * 512 MB or more together. GLU: two matrices of the shape, paired (gate and
+ * up) in one launch, as the FFN runs them. The first copy's result is
+ * checked against the CPU's; with n > 1 each row alone must give the bytes
+ * it gave among the others (a verify row is a decode row). */
 #define MM_STREAM_BYTES (512.0 * 1024 * 1024)
 #define MM_STREAM_MAX_COPIES 64
 
-static void matmul_stream_case(kc *k, dtype t, int64_t rows, int64_t cols, int glu)
+static void matmul_stream_case(kc *k, dtype t, int64_t rows, int64_t cols, int glu, int n)
 {
     char what[96];
     bk_weight w[2];
@@ -129,34 +131,48 @@ static void matmul_stream_case(kc *k, dtype t, int64_t rows, int64_t cols, int g
             }
             mc[c][i].data = mem[c][i];
         }
-    float *x = xmalloc((size_t)cols * sizeof(float)), *ref = xmalloc((size_t)rows * sizeof(float));
-    float *ref2 = xmalloc((size_t)rows * sizeof(float));
-    kc_fill(k, x, (size_t)cols, 1.0f);
-    k->cpu->ops->matmul(k->cpu, &w[0], NULL, x, 1, ref);
+    const size_t nx = (size_t)n * (size_t)cols, no = (size_t)n * (size_t)rows;
+    float *x = xmalloc(nx * sizeof(float)), *ref = xmalloc(no * sizeof(float));
+    float *ref2 = xmalloc(no * sizeof(float));
+    kc_fill(k, x, nx, 1.0f);
+    k->cpu->ops->matmul(k->cpu, &w[0], NULL, x, n, ref);
     if (glu) {
-        k->cpu->ops->matmul(k->cpu, &w[1], NULL, x, 1, ref2);
-        for (int64_t r = 0; r < rows; r++) {
+        k->cpu->ops->matmul(k->cpu, &w[1], NULL, x, n, ref2);
+        for (size_t r = 0; r < no; r++) {
             const float g = ref[r];
             ref[r] = g / (1.0f + expf(-g)) * ref2[r];
         }
     }
-    float *dx = kc_dev(k, x, (size_t)cols), *dout = k->gpu->ops->act_alloc(k->gpu, (size_t)rows);
+    float *dx = kc_dev(k, x, nx), *dout = k->gpu->ops->act_alloc(k->gpu, no);
+    float *done = k->gpu->ops->act_alloc(k->gpu, (size_t)rows);
     cu_mv_job j;
     memset(&j, 0, sizeof j);
     j.n_w = nw;
     j.mode = glu ? CU_MV_GLU_SILU : CU_MV_STORE;
     j.x = dx;
-    j.n = 1;
+    j.n = n;
     j.out[0] = dout;
     j.sm_count = cb->info.sm_count;
     double err = INFINITY, us = -1;
+    int inv = n > 1 ? 1 : -1;
     if (ok) {
         for (int i = 0; i < nw; i++)
             j.w[i] = &mc[0][i];
         ok = launch_matvec(&j, k->stream) == cudaSuccess;
-        float *got = kc_read(k, dout, (size_t)rows);
+        float *got = kc_read(k, dout, no);
         /* The CPU's silu differs from the device's by an ulp or so. */
-        err = kc_rel_err(got, ref, (size_t)rows);
+        err = kc_rel_err(got, ref, no);
+        for (int r = 0; n > 1 && r < n; r++) {
+            cu_mv_job one = j;
+            one.x = dx + (size_t)r * (size_t)cols;
+            one.n = 1;
+            one.out[0] = done;
+            ok &= launch_matvec(&one, k->stream) == cudaSuccess;
+            float *alone = kc_read(k, done, (size_t)rows);
+            inv &= memcmp(alone, got + (size_t)r * (size_t)rows,
+                          (size_t)rows * sizeof(float)) == 0;
+            free(alone);
+        }
         free(got);
     }
     if (ok && k->o->perf) {
@@ -173,9 +189,9 @@ static void matmul_stream_case(kc *k, dtype t, int64_t rows, int64_t cols, int g
             cudaEventElapsedTime(&ms, k->ev0, k->ev1) == cudaSuccess)
             us = (double)ms * 1000.0 / reps;
     }
-    snprintf(what, sizeof what, "%-5s %" PRId64 "x%" PRId64 " n=1 %s", tname(t), rows, cols,
+    snprintf(what, sizeof what, "%-5s %" PRId64 "x%" PRId64 " n=%d %s", tname(t), rows, cols, n,
              glu ? "glu x2 stream" : "stream");
-    kc_report(k, "matmul", what, ok ? err : INFINITY, glu ? BOUND_CHAIN : BOUND_DOT, -1, us,
+    kc_report(k, "matmul", what, ok ? err : INFINITY, glu ? BOUND_CHAIN : BOUND_DOT, inv, us,
               (double)mbytes * nw);
     for (int c = 1; c < copies; c++)
         for (int i = 0; i < nw; i++)
@@ -183,6 +199,7 @@ static void matmul_stream_case(kc *k, dtype t, int64_t rows, int64_t cols, int g
                 cudaFree(mem[c][i]);
     kc_dev_free(k, dx);
     kc_dev_free(k, dout);
+    kc_dev_free(k, done);
     free(x);
     free(ref);
     free(ref2);
@@ -191,29 +208,39 @@ static void matmul_stream_case(kc *k, dtype t, int64_t rows, int64_t cols, int g
 }
 
 /* The Qwen3-8B decode shapes, with --perf: QKV-sized, the FFN's gate+up
- * pair and down, and the output head (Q6_K, Q8_0, BF16); without, two
- * small ones (the GLU launch checked against the CPU). */
+ * pair and down, and the output head (Q6_K, Q8_0, BF16), one token, then
+ * the pair and down at 2, 4 and 8 tokens (a speculation round's verify
+ * rows in an engine of one sequence); without --perf, small ones (the GLU
+ * launch checked against the CPU, one token and three). */
 static void matmul_stream_cases(kc *k)
 {
     if (!k->o->perf) {
-        matmul_stream_case(k, DT_Q4_K, 96, 512, 1);
-        matmul_stream_case(k, DT_Q6_K, 80, 768, 0);
+        matmul_stream_case(k, DT_Q4_K, 96, 512, 1, 1);
+        matmul_stream_case(k, DT_Q6_K, 80, 768, 0, 1);
+        matmul_stream_case(k, DT_BF16, 72, 264, 1, 3);
+        matmul_stream_case(k, DT_Q4_K, 72, 512, 1, 3);
         return;
     }
     static const dtype ts[] = {DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_BF16};
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(ts); i++) {
-        matmul_stream_case(k, ts[i], 4096, 4096, 0);
-        matmul_stream_case(k, ts[i], 6144, 4096, 0);
-        matmul_stream_case(k, ts[i], 12288, 4096, 1);
-        matmul_stream_case(k, ts[i], 4096, 12288, 0);
+        matmul_stream_case(k, ts[i], 4096, 4096, 0, 1);
+        matmul_stream_case(k, ts[i], 6144, 4096, 0, 1);
+        matmul_stream_case(k, ts[i], 12288, 4096, 1, 1);
+        matmul_stream_case(k, ts[i], 4096, 12288, 0, 1);
     }
-    matmul_stream_case(k, DT_Q6_K, 151936, 4096, 0);
-    matmul_stream_case(k, DT_Q8_0, 151936, 4096, 0);
-    matmul_stream_case(k, DT_BF16, 151936, 4096, 0);
+    matmul_stream_case(k, DT_Q6_K, 151936, 4096, 0, 1);
+    matmul_stream_case(k, DT_Q8_0, 151936, 4096, 0, 1);
+    matmul_stream_case(k, DT_BF16, 151936, 4096, 0, 1);
     /* The formats without a model shape of their own: the FFN pair. */
     static const dtype more[] = {DT_Q5_K, DT_NVFP4, DT_MXFP8};
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(more); i++)
-        matmul_stream_case(k, more[i], 12288, 4096, 1);
+        matmul_stream_case(k, more[i], 12288, 4096, 1, 1);
+    static const int few[] = {2, 4, 8};
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(ts); i++)
+        for (size_t f = 0; f < MEMRA_ARRAY_LEN(few); f++) {
+            matmul_stream_case(k, ts[i], 12288, 4096, 1, few[f]);
+            matmul_stream_case(k, ts[i], 4096, 12288, 0, few[f]);
+        }
 }
 
 void kc_check_matmul(kc *k)
