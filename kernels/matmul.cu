@@ -231,6 +231,22 @@ int mv_rows_per_warp(int fmt, int64_t rows, int64_t cols, int t, int sm_count, b
 // round's verify) do not pay for eight rows' registers.
 int mv_tokens(int n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : MV_TOKENS; }
 
+// Up to how many input rows a quantized matrix too wide to stage two rows'
+// x (batched_staged) runs them one launch of the single-token kernel each:
+// its batched instances read x from registers, which cost more than a
+// second read of the weights. Measured on the Qwen3-8B FFN's down
+// projection, 12,288 columns (H100, decision 0039): Q4_K at two / four /
+// eight rows 59 / 87 / 166 us batched against 12.5 a row alone, Q8_0 63 /
+// 92 / 168 against 21.2, Q6_K 53 / 90 / 134 against 26.6 (none).
+int mv_alone_rows(int fmt)
+{
+    switch (fmt) {
+    case CW_Q4_K: return MV_TOKENS;
+    case CW_Q8_0: return 4;
+    default: return 0;
+    }
+}
+
 } // namespace
 
 // ---- launchers ----
@@ -256,6 +272,21 @@ extern "C" cudaError_t launch_matvec(const cu_mv_job *j, cudaStream_t stream)
     if (!cu_mv_job_ok(j))
         return cudaErrorInvalidValue;
     const bool glu = j->mode != CU_MV_STORE;
+    if (j->n > 1 && j->n <= mv_alone_rows(j->w[0]->fmt) &&
+        !staged_at(j->w[0]->fmt, j->w[0]->cols, 2)) {
+        // one row at a time: the single-token kernel's bytes, as every row's
+        for (int i = 0; i < j->n; i++) {
+            cu_mv_job one = *j;
+            one.n = 1;
+            one.x = j->x + (int64_t)i * j->w[0]->cols;
+            for (int s = 0; s < (glu ? 1 : j->n_w); s++)
+                one.out[s] = j->out[s] + (int64_t)i * j->w[s]->rows;
+            const cudaError_t e = launch_matvec(&one, stream);
+            if (e != cudaSuccess)
+                return e;
+        }
+        return cudaSuccess;
+    }
     int t = mv_tokens(j->n);
     // A quantized matrix whose eight rows' stage does not fit takes them
     // four a block, staged: twice the weight reads, a fraction of the x

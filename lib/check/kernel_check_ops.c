@@ -211,7 +211,8 @@ static void matmul_stream_case(kc *k, dtype t, int64_t rows, int64_t cols, int g
  * pair and down, and the output head (Q6_K, Q8_0, BF16), one token, then
  * the pair and down at 2, 4 and 8 tokens (a speculation round's verify
  * rows in an engine of one sequence); without --perf, small ones (the GLU
- * launch checked against the CPU, one token and three). */
+ * launch checked against the CPU, one token and three; rows too wide to
+ * stage). */
 static void matmul_stream_cases(kc *k)
 {
     if (!k->o->perf) {
@@ -219,6 +220,9 @@ static void matmul_stream_cases(kc *k)
         matmul_stream_case(k, DT_Q6_K, 80, 768, 0, 1);
         matmul_stream_case(k, DT_BF16, 72, 264, 1, 3);
         matmul_stream_case(k, DT_Q4_K, 72, 512, 1, 3);
+        /* rows too wide to stage two tokens' x: one launch a token */
+        matmul_stream_case(k, DT_Q4_K, 40, 12544, 1, 3);
+        matmul_stream_case(k, DT_Q8_0, 40, 12288, 0, 3);
         return;
     }
     static const dtype ts[] = {DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_BF16};
