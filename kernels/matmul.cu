@@ -195,8 +195,9 @@ bool x_aligned(const float *x, int64_t cols)
 // aligned; docs/decisions/0039-few-rows-four-rows-a-warp.md): four, so
 // each x a lane loads (or reads from the stage) serves four weight rows,
 // for the quant formats but NVFP4, and for the float formats from four
-// input rows where four rows a warp still leave four blocks an SM; else two. The quant formats'
-// streamed single-token kernel: one for matrices of fewer than 16 rows an SM (more
+// input rows where four rows a warp still leave four blocks an SM; else
+// two. The quant formats' streamed single-token kernel: one for matrices
+// of fewer than 16 rows an SM (more
 // warps), four for the K-quants' large matrices of narrow rows (the FFN's
 // gate and up pair, the output head: x read from shared memory once for
 // four rows), else two. Quant rows too wide to stream (the register path,
