@@ -15,14 +15,26 @@ DEV float *mv_stage_smem()
     return mv_stage;
 }
 
+// The batched instances' stage, at most: two blocks an SM of Hopper's
+// 228 KB, which holds two rows of 12,288 columns of Q6_K or Q8_0 (the 8B
+// FFN's down projection; decision 0039), and never more than the device
+// lets a block opt into.
+constexpr size_t MV_BATCH_STAGE_MAX = 108 * 1024;
+
+size_t batch_stage_max()
+{
+    const int optin = memra_mv::smem_optin_max();
+    return optin > 0 && (size_t)optin < MV_BATCH_STAGE_MAX ? (size_t)optin : MV_BATCH_STAGE_MAX;
+}
+
 // Whether the batched instances of T input rows stage x in shared memory
 // for this format and width: the quant formats (whose x the piece dot
 // wants scaled and summed, the same values staged or not) of whole units,
-// while the T rows' stage fits MV_STAGE_MAX.
+// while the T rows' stage fits batch_stage_max().
 template <int F> bool batched_staged(int64_t cols, int t)
 {
     return !WFmt<F>::DIRECT && cols % WFmt<F>::U == 0 &&
-           (size_t)t * mv_stage_bytes<F>(cols) <= MV_STAGE_MAX;
+           (size_t)t * mv_stage_bytes<F>(cols) <= batch_stage_max();
 }
 
 // The batched instances (T input rows a block, mv_tokens): x from the
@@ -37,12 +49,13 @@ void mv_launch(const MVArgs &a, dim3 grid, int sm_count, cudaStream_t s)
             static std::atomic<uint64_t> memo_sm{0};
             static std::atomic<int> opted{0}; // bytes the kernel may ask for
             const size_t smem = (size_t)T * mv_stage_bytes<F>(a.cols);
-            if (smem > 48 * 1024 && opted.load(std::memory_order_relaxed) < (int)MV_STAGE_MAX) {
+            if (smem > 48 * 1024 && opted.load(std::memory_order_relaxed) < (int)smem) {
+                const int lim = (int)batch_stage_max();
                 if (cudaFuncSetAttribute(matvec_kernel<F, R, T, AX, true>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)MV_STAGE_MAX) != cudaSuccess)
+                                         lim) != cudaSuccess)
                     return; // the error stays for the caller's cudaGetLastError
-                opted.store((int)MV_STAGE_MAX, std::memory_order_relaxed);
+                opted.store(lim, std::memory_order_relaxed);
             }
             grid = mv_grid(matvec_kernel<F, R, T, AX, true>, MV_THREADS, smem, grid, sm_count,
                            memo_sm);
@@ -236,9 +249,11 @@ int mv_tokens(int n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : MV_TOKENS; 
 // x (batched_staged) runs them one launch of the single-token kernel each:
 // its batched instances read x from registers, which cost more than a
 // second read of the weights. Measured on the Qwen3-8B FFN's down
-// projection, 12,288 columns (H100, decision 0039): Q4_K at two / four /
-// eight rows 59 / 87 / 166 us batched against 12.5 a row alone, Q8_0 63 /
-// 92 / 168 against 21.2, Q6_K 53 / 90 / 134 against 26.6 (none).
+// projection, 12,288 columns, with a 96 KB stage (H100, decision 0039):
+// Q4_K at two / four / eight rows 59 / 87 / 166 us batched against 12.5 a
+// row alone, Q8_0 63 / 92 / 168 against 21.2, Q6_K 53 / 90 / 134 against
+// 26.6 (none). Since the stage holds 108 KB, Q8_0 and Q6_K rows of 12,288
+// columns are staged two a block; Q4_K's are not (116,736 bytes).
 int mv_alone_rows(int fmt)
 {
     switch (fmt) {
@@ -289,12 +304,17 @@ extern "C" cudaError_t launch_matvec(const cu_mv_job *j, cudaStream_t stream)
         return cudaSuccess;
     }
     int t = mv_tokens(j->n);
-    // A quantized matrix whose eight rows' stage does not fit takes them
-    // four a block, staged: twice the weight reads, a fraction of the x
-    // work (measured: docs/decisions/0032-staged-few-rows.md).
-    if (t == MV_TOKENS && !staged_at(j->w[0]->fmt, j->w[0]->cols, MV_TOKENS) &&
-        staged_at(j->w[0]->fmt, j->w[0]->cols, 4))
-        t = 4;
+    // A quantized matrix whose t rows' stage does not fit takes them in
+    // blocks of the most rows whose stage does (four, else two), staged:
+    // more weight reads, a fraction of the x work (measured: decisions 0032
+    // and 0039).
+    if (t > 2 && !staged_at(j->w[0]->fmt, j->w[0]->cols, t)) {
+        int fit = t / 2;
+        while (fit > 2 && !staged_at(j->w[0]->fmt, j->w[0]->cols, fit))
+            fit /= 2;
+        if (staged_at(j->w[0]->fmt, j->w[0]->cols, fit))
+            t = fit;
+    }
     const bool ax = x_aligned(j->x, j->w[0]->cols);
     int64_t total_rows = 0;
     for (int i = 0; i < j->n_w; i++)

@@ -42,6 +42,10 @@ struct MVArgs {
 // tasks of r rows, GLU r / 2 pairs), else MV_WARPS warps'.
 bool single_streamed(int fmt, int64_t cols, int r);
 
+// Shared memory a block of this device may opt into, remembered per
+// device (0: unknown).
+int smem_optin_max();
+
 // The single-token launch of format fmt: R = r rows per warp, x 16-byte
 // aligned when ax, streamed as single_streamed said.
 void launch_single(int fmt, const MVArgs &a, dim3 grid, int r, bool ax, bool streamed,

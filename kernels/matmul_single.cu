@@ -282,28 +282,6 @@ __global__ void __launch_bounds__(MVSBounds<R>::warps * 32) mvs_kernel(const MVA
     cp_async_wait<0>(); // nothing may land in shared memory after the block ends
 }
 
-// Shared memory a block may have (opt-in), remembered per device.
-int mvs_smem_max()
-{
-#if defined(MEMRA_TESTS_EMU_CUDA_H)
-    return 227 * 1024;
-#else
-    static std::atomic<int> memo[16];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess)
-        return 0;
-    const int m = dev >= 0 && dev < 16 ? memo[dev].load(std::memory_order_relaxed) : 0;
-    if (m > 0)
-        return m;
-    int v = 0;
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-        return 0;
-    if (dev >= 0 && dev < 16)
-        memo[dev].store(v, std::memory_order_relaxed);
-    return v;
-#endif
-}
-
 size_t mvs_align16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 // The streamed launch: W warps a block, as many as registers and shared
@@ -316,7 +294,7 @@ bool mvs_launch(const MVArgs &a, int sm_count, cudaStream_t s)
 {
     using Ring = MVRing<F, R>;
     const size_t xb = mvs_align16(mv_stage_bytes<F>(a.cols));
-    const int smax = mvs_smem_max();
+    const int smax = memra_mv::smem_optin_max();
     if (smax <= 0 || xb + Ring::warp_bytes > (size_t)smax)
         return false;
     int w = (int)((smax - xb) / Ring::warp_bytes);
@@ -432,12 +410,33 @@ template <int F> bool mvs_fits(int64_t cols, int r)
         const size_t wb = r == 1   ? MVRing<F, 1>::warp_bytes
                           : r == 2 ? MVRing<F, 2>::warp_bytes
                                    : MVRing<F, 4>::warp_bytes;
-        const int smax = mvs_smem_max();
+        const int smax = memra_mv::smem_optin_max();
         return xb <= MV_STAGE_MAX && smax > 0 && xb + wb <= (size_t)smax;
     }
 }
 
 } // namespace
+
+int memra_mv::smem_optin_max()
+{
+#if defined(MEMRA_TESTS_EMU_CUDA_H)
+    return 227 * 1024;
+#else
+    static std::atomic<int> memo[16];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess)
+        return 0;
+    const int m = dev >= 0 && dev < 16 ? memo[dev].load(std::memory_order_relaxed) : 0;
+    if (m > 0)
+        return m;
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        return 0;
+    if (dev >= 0 && dev < 16)
+        memo[dev].store(v, std::memory_order_relaxed);
+    return v;
+#endif
+}
 
 bool memra_mv::single_streamed(int fmt, int64_t cols, int r)
 {

@@ -209,7 +209,7 @@ static void matmul_stream_case(kc *k, dtype t, int64_t rows, int64_t cols, int g
 
 /* The Qwen3-8B decode shapes, with --perf: QKV-sized, the FFN's gate+up
  * pair and down, and the output head (Q6_K, Q8_0, BF16), one token, then
- * the pair and down at 2, 4 and 8 tokens (a speculation round's verify
+ * the pair and down at 2, 4, 5 and 8 tokens (a speculation round's verify
  * rows in an engine of one sequence); without --perf, small ones (the GLU
  * launch checked against the CPU, one token and three; rows too wide to
  * stage). */
@@ -220,7 +220,8 @@ static void matmul_stream_cases(kc *k)
         matmul_stream_case(k, DT_Q6_K, 80, 768, 0, 1);
         matmul_stream_case(k, DT_BF16, 72, 264, 1, 3);
         matmul_stream_case(k, DT_Q4_K, 72, 512, 1, 3);
-        /* rows too wide to stage two tokens' x: one launch a token */
+        /* rows too wide to stage two tokens' x (Q4_K: one launch a token),
+         * or three (Q8_0: blocks of two tokens) */
         matmul_stream_case(k, DT_Q4_K, 40, 12544, 1, 3);
         matmul_stream_case(k, DT_Q8_0, 40, 12288, 0, 3);
         return;
@@ -239,7 +240,7 @@ static void matmul_stream_cases(kc *k)
     static const dtype more[] = {DT_Q5_K, DT_NVFP4, DT_MXFP8};
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(more); i++)
         matmul_stream_case(k, more[i], 12288, 4096, 1, 1);
-    static const int few[] = {2, 4, 8};
+    static const int few[] = {2, 4, 5, 8};
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(ts); i++)
         for (size_t f = 0; f < MEMRA_ARRAY_LEN(few); f++) {
             matmul_stream_case(k, ts[i], 12288, 4096, 1, few[f]);
