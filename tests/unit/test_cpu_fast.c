@@ -25,7 +25,7 @@
 
 static rng_state rng;
 
-static const char *const isa_names[] = {"scalar", "avx2", "avx512", "neon", "dotprod"};
+static const char *const isa_names[] = {"scalar", "avx2", "avx512", "neon", "dotprod", "amx"};
 
 /* The kernels of level isa, or NULL with the case marked SKIP. */
 static const cpu_kernels *level_or_skip(cpu_isa isa)
@@ -254,6 +254,7 @@ static void test_kernels_avx2(void) { kernels_vs_reference(CPU_ISA_AVX2); }
 static void test_kernels_avx512(void) { kernels_vs_reference(CPU_ISA_AVX512); }
 static void test_kernels_neon(void) { kernels_vs_reference(CPU_ISA_NEON); }
 static void test_kernels_dotprod(void) { kernels_vs_reference(CPU_ISA_DOTPROD); }
+static void test_kernels_amx(void) { kernels_vs_reference(CPU_ISA_AMX); }
 
 /* The decision says the int8 kernels of avx2 and avx512 give the same
  * bits (the same exact integer sums, the same float steps), and so do
@@ -382,6 +383,75 @@ static void test_panel_kernels(void)
     CHECK(checked >= 300);
 }
 
+/* The amx level's tile kernels: every (row, token) of a tile the one-token
+ * panel kernel's bits, for 8 rows and fewer (the rest of the tile zeros),
+ * full tiles and tiles of fewer tokens (the rest of the slots zeros), x
+ * with outliers, a zero block and huge values. */
+static void test_tile_kernels(void)
+{
+    const cpu_kernels *k = level_or_skip(CPU_ISA_AMX);
+    if (!k)
+        return;
+    static const dtype q[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+    static const int64_t widths[] = {512, 1536, 4096};
+    static const int nrs[] = {CPU_TILE_ROWS, 3}, nts[] = {CPU_TILE_TOKENS, 9};
+    int checked = 0;
+    for (size_t ti = 0; ti < MEMRA_ARRAY_LEN(q); ti++)
+        for (size_t wi = 0; wi < MEMRA_ARRAY_LEN(widths); wi++)
+            for (size_t ci = 0; ci < MEMRA_ARRAY_LEN(nrs); ci++) {
+                int64_t n = widths[wi], nb = n / 32;
+                int nr = nrs[ci], nt = nts[ci];
+                const cpu_kernel *pk = cpu_panel_kernel_for_type(k, q[ti]);
+                CHECK(pk && pk->tile);
+                bk_weight w;
+                make_weight(&w, q[ti], nr, n);
+                size_t prb = (size_t)(n / CPU_PANEL) * cpu_panel_bytes(q[ti]);
+                uint8_t *packed = malloc(prb * (size_t)nr);
+                for (int r = 0; r < nr; r++)
+                    cpu_panel_pack_row(q[ti], w.data + (size_t)r * w.row_bytes, n,
+                                       packed + (size_t)r * prb);
+                int8_t *tb = malloc((size_t)n * CPU_TILE_TOKENS);
+                float *td = malloc((size_t)nb * CPU_TILE_TOKENS * sizeof *td);
+                int32_t *ts = malloc((size_t)nb * CPU_TILE_TOKENS * sizeof *ts);
+                int32_t *tlo = malloc((size_t)nb * CPU_TILE_TOKENS * sizeof *tlo);
+                float *x = malloc((size_t)n * CPU_TILE_TOKENS * sizeof *x);
+                xq_buf xb[CPU_TILE_TOKENS];
+                cpu_xrow xr[CPU_TILE_TOKENS];
+                for (int u = 0; u < CPU_TILE_TOKENS; u++) {
+                    float *xu = x + (size_t)u * n;
+                    make_x(xu, n);
+                    if (u == 3)
+                        xu[n - 1] = 3e30f;
+                    xr[u] = make_xrow(xu, n, &xb[u]);
+                    cpu_tile_x(u < nt ? xr[u].q : NULL, xr[u].d, xr[u].s, n, u, tb, td, ts, tlo);
+                }
+                uint8_t *scratch = malloc(CPU_TILE_SCRATCH(n));
+                float out[CPU_TILE_ROWS * CPU_TILE_TOKENS];
+                cpu_xtile xt = {tb, td, ts, tlo};
+                pk->tile(packed, prb, nr, &xt, 1, n, out, scratch);
+                for (int r = 0; r < nr; r++)
+                    for (int u = 0; u < nt; u++) {
+                        float one = pk->one(packed + (size_t)r * prb, &xr[u], n);
+                        CHECK_MSG(memcmp(&one, &out[r * CPU_TILE_TOKENS + u], sizeof one) == 0,
+                                  "tile %s n=%lld row %d of %d token %d of %d: %.9g, one-token %.9g",
+                                  dtype_get(q[ti])->name, (long long)n, r, nr, u, nt,
+                                  out[r * CPU_TILE_TOKENS + u], one);
+                        checked++;
+                    }
+                for (int u = 0; u < CPU_TILE_TOKENS; u++)
+                    free_xq(&xb[u]);
+                free(scratch);
+                free(x);
+                free(tb);
+                free(td);
+                free(ts);
+                free(tlo);
+                free(packed);
+                free((void *)w.data);
+            }
+    CHECK(checked >= 1500);
+}
+
 /* x's int8 blocks: each value within half a step, the sums, a zero block,
  * a NaN block. */
 static void test_quantize_x(void)
@@ -450,6 +520,7 @@ static void test_quantize_x_avx2(void) { quantize_x_on(CPU_ISA_AVX2); }
 static void test_quantize_x_avx512(void) { quantize_x_on(CPU_ISA_AVX512); }
 static void test_quantize_x_neon(void) { quantize_x_on(CPU_ISA_NEON); }
 static void test_quantize_x_dotprod(void) { quantize_x_on(CPU_ISA_DOTPROD); }
+static void test_quantize_x_amx(void) { quantize_x_on(CPU_ISA_AMX); }
 
 /* ---- the fast attention's kernels (decision 0035) ---- */
 
@@ -526,6 +597,7 @@ static void test_exp_avx2(void) { exp_on(CPU_ISA_AVX2); }
 static void test_exp_avx512(void) { exp_on(CPU_ISA_AVX512); }
 static void test_exp_neon(void) { exp_on(CPU_ISA_NEON); }
 static void test_exp_dotprod(void) { exp_on(CPU_ISA_DOTPROD); }
+static void test_exp_amx(void) { exp_on(CPU_ISA_AMX); }
 
 /* attn_dot within (n/4 + 16) u |scale| sum |q||k| (+ the scale's rounding)
  * of the exact score, attn_axpy within (2 nv + 2) u (|o| + sum |p||v|) of
@@ -655,6 +727,7 @@ static void test_attn_kernels_avx2(void) { attn_kernels_on(CPU_ISA_AVX2); }
 static void test_attn_kernels_avx512(void) { attn_kernels_on(CPU_ISA_AVX512); }
 static void test_attn_kernels_neon(void) { attn_kernels_on(CPU_ISA_NEON); }
 static void test_attn_kernels_dotprod(void) { attn_kernels_on(CPU_ISA_DOTPROD); }
+static void test_attn_kernels_amx(void) { attn_kernels_on(CPU_ISA_AMX); }
 
 /* ---- the ops on the fast backend ---- */
 
@@ -751,6 +824,7 @@ static void test_invariance_avx2(void) { invariance_on(CPU_ISA_AVX2); }
 static void test_invariance_avx512(void) { invariance_on(CPU_ISA_AVX512); }
 static void test_invariance_neon(void) { invariance_on(CPU_ISA_NEON); }
 static void test_invariance_dotprod(void) { invariance_on(CPU_ISA_DOTPROD); }
+static void test_invariance_amx(void) { invariance_on(CPU_ISA_AMX); }
 
 /* q, k, v of mixed types in one call (Q4_K_M: Q4_K q and k, Q6_K v) and
  * the GLU FFN: byte-identical across thread counts and batches. */
@@ -975,30 +1049,36 @@ int main(void)
         TEST_CASE(test_kernels_avx512),
         TEST_CASE(test_kernels_neon),
         TEST_CASE(test_kernels_dotprod),
+        TEST_CASE(test_kernels_amx),
         TEST_CASE(test_int8_kernels_agree_avx2_avx512),
         TEST_CASE(test_int8_kernels_agree_neon_dotprod),
         TEST_CASE(test_panel_kernels),
+        TEST_CASE(test_tile_kernels),
         TEST_CASE(test_quantize_x),
         TEST_CASE(test_quantize_x_scalar),
         TEST_CASE(test_quantize_x_avx2),
         TEST_CASE(test_quantize_x_avx512),
         TEST_CASE(test_quantize_x_neon),
         TEST_CASE(test_quantize_x_dotprod),
+        TEST_CASE(test_quantize_x_amx),
         TEST_CASE(test_exp_scalar),
         TEST_CASE(test_exp_avx2),
         TEST_CASE(test_exp_avx512),
         TEST_CASE(test_exp_neon),
         TEST_CASE(test_exp_dotprod),
+        TEST_CASE(test_exp_amx),
         TEST_CASE(test_attn_kernels_scalar),
         TEST_CASE(test_attn_kernels_avx2),
         TEST_CASE(test_attn_kernels_avx512),
         TEST_CASE(test_attn_kernels_neon),
         TEST_CASE(test_attn_kernels_dotprod),
+        TEST_CASE(test_attn_kernels_amx),
         TEST_CASE(test_invariance_scalar),
         TEST_CASE(test_invariance_avx2),
         TEST_CASE(test_invariance_avx512),
         TEST_CASE(test_invariance_neon),
         TEST_CASE(test_invariance_dotprod),
+        TEST_CASE(test_invariance_amx),
         TEST_CASE(test_fused_ops_invariance),
         TEST_CASE(test_attention_bound),
         TEST_CASE(test_kinds),

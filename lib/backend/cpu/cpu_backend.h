@@ -58,6 +58,12 @@ typedef struct {
     int8_t *xp;
     int32_t *xlo;
     size_t xp_cap;
+    /* x of a call in tiles of 16 tokens for the tile kernels (cpu_xtile),
+     * grown as needed and kept. */
+    int8_t *xt;
+    float *xtd;
+    int32_t *xts, *xtlo;
+    size_t xt_cap;
     uint8_t **packed;
     int n_packed, packed_cap;
 } cpu_backend;

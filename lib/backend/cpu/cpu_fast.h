@@ -19,16 +19,18 @@
 #include "core/err.h"
 #include "format/dtype.h"
 
-/* The levels: scalar everywhere; avx2 and avx512 on x86-64; neon and
- * dotprod on aarch64. */
+/* The levels: scalar everywhere; avx2, avx512 and amx (avx512 with the
+ * AMX int8 tiles for the panel formats' prompt products) on x86-64; neon
+ * and dotprod on aarch64. */
 typedef enum {
     CPU_ISA_SCALAR = 0,
     CPU_ISA_AVX2 = 1,
     CPU_ISA_AVX512 = 2,
     CPU_ISA_NEON = 3,
-    CPU_ISA_DOTPROD = 4
+    CPU_ISA_DOTPROD = 4,
+    CPU_ISA_AMX = 5
 } cpu_isa;
-enum { CPU_ISA_COUNT = 5, CPU_QBLOCK = 32 };
+enum { CPU_ISA_COUNT = 6, CPU_QBLOCK = 32 };
 
 /* The element types of the K and V rows the attention kernels read
  * (Q8_0: a head of whole blocks of 32, n a multiple of 32). */
@@ -56,17 +58,46 @@ typedef void (*cpu_dotn_fn)(const uint8_t *w, const cpu_xrow *x, int64_t n, floa
 typedef void (*cpu_rows_fn)(const uint8_t *w, size_t row_bytes, const cpu_xrow *x, int64_t n,
                             float *out);
 
+/* A tile of tokens' x in the layout the amx level's tile kernels read
+ * (CPU_TILE_TOKENS tokens; slots past the last token hold zeros): per
+ * 32-block b, b[b * 512 + g * 64 + 4 u + j] is value 4 g + j (g < 8,
+ * j < 4) of token u's int8 block (an AMX B tile of 8 rows); d, s and lo
+ * are each token's block scale, sum and first-16 sum (cpu_xrow's) at
+ * [b * CPU_TILE_TOKENS + u]. Written by cpu_tile_x. */
+enum { CPU_TILE_TOKENS = 16, CPU_TILE_ROWS = 8 };
+typedef struct {
+    const int8_t *b;
+    const float *d;
+    const int32_t *s;
+    const int32_t *lo;
+} cpu_xtile;
+/* Token slot u of a tile: the int8 blocks q, d, s of n values (n a
+ * multiple of 32) into x's tile layout at b, d, s, lo (arrays of the
+ * whole tile); q = NULL writes the slot's zeros. */
+void cpu_tile_x(const int8_t *q, const float *d, const int32_t *s, int64_t n, int u, int8_t *tb,
+                float *td, int32_t *ts, int32_t *tlo);
+/* Panel rows w, w + row_bytes, ... (nr <= CPU_TILE_ROWS of them, n
+ * values each) against nx tiles of tokens x[0 .. nx) into out[(i *
+ * CPU_TILE_ROWS + r) * CPU_TILE_TOKENS + u] for tile i: each (row, token)
+ * the same bits as the level's one-token panel kernel. The rows are
+ * unpacked once for all the tiles. scratch: CPU_TILE_SCRATCH(n) bytes of
+ * the calling thread's. */
+typedef void (*cpu_tile_fn)(const uint8_t *w, size_t row_bytes, int nr, const cpu_xtile *x,
+                            int nx, int64_t n, float *out, uint8_t *scratch);
+#define CPU_TILE_SCRATCH(n) ((size_t)(n) * 12 + 24576)
+
 typedef struct {
     cpu_dot_fn one;
     cpu_dotn_fn many; /* NULL: none (tokens one at a time) */
     int nt;           /* tokens per call of many and rows */
     cpu_rows_fn rows; /* NULL: none (rows one at a time) */
     int nr;           /* rows per call of rows */
+    cpu_tile_fn tile; /* NULL: none (the amx level's panel formats have one) */
 } cpu_kernel;
 
 typedef struct {
     cpu_isa isa;
-    const char *name; /* "scalar", "avx2", "avx512", "neon", "dotprod" */
+    const char *name; /* "scalar", "avx2", "avx512", "neon", "dotprod", "amx" */
     cpu_kernel f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, nvfp4, mxfp8;
     /* The panel forms (cpu_panel.h) of Q8_0, Q4_0, Q4_K, Q5_K and Q6_K
      * rows, reading x's p, d, s and lo; one = NULL where the level has none. */
@@ -104,6 +135,7 @@ extern const cpu_kernels cpu_kernels_scalar;
 #if defined(__x86_64__)
 extern const cpu_kernels cpu_kernels_avx2;
 extern const cpu_kernels cpu_kernels_avx512;
+extern const cpu_kernels cpu_kernels_amx;
 #endif
 #if defined(__aarch64__)
 extern const cpu_kernels cpu_kernels_neon;

@@ -32,6 +32,10 @@
 #define FM_INLINE_MACS 524288.0
 /* Tokens from which x's quantization is worth waking the workers. */
 #define FM_QUANT_POOL_MIN 4
+/* Tokens from which a call's panel matrices run on the tile kernels
+ * where the level has them (amx), and the fewest of a tile's tokens a
+ * task gives them (fewer: the panel kernels, a token group at a time). */
+#define FM_TILE_MIN 8
 
 typedef struct {
     const cpu_mm_item *items;
@@ -53,18 +57,17 @@ typedef struct {
     int8_t *xp; /* xq in the panel order (NULL: no item is in panels) */
     int32_t *xlo;
     void (*quantize_x)(const float *x, int64_t n, int8_t *q, float *d, int32_t *s);
+    /* x in tiles of CPU_TILE_TOKENS (NULL: no tile kernels this call) */
+    int8_t *xt;
+    float *xtd;
+    int32_t *xts, *xtlo;
+    float *const *scratch; /* each thread's, CPU_TILE_SCRATCH(cols) bytes */
 } fm_job;
 
-static void fm_task(void *ctx, int task, int thread)
+/* Rows [r0, r1) of the items against tokens [tb, te) on the one-token,
+ * many-token and rows kernels. */
+static void fm_rows(const fm_job *j, int64_t r0, int64_t r1, int tb, int te)
 {
-    (void)thread;
-    const fm_job *j = ctx;
-    int64_t r0 = (int64_t)(task / j->tok_groups) * j->rows_per_task;
-    int64_t r1 = r0 + j->rows_per_task;
-    if (r1 > j->first[j->n_items])
-        r1 = j->first[j->n_items];
-    int tb = (task % j->tok_groups) * j->toks_per_task;
-    int te = tb + j->toks_per_task < j->n ? tb + j->toks_per_task : j->n;
     cpu_xrow xr[FM_TILE];
     float s[FM_TILE * FM_MAX_NR];
     for (int t0 = tb; t0 < te; t0 += FM_TILE) {
@@ -121,6 +124,79 @@ static void fm_task(void *ctx, int task, int thread)
     }
 }
 
+/* The same on the tile kernels where an item has them: per CPU_TILE_ROWS
+ * rows, the task's tiles of tokens (whole tiles but the call's last) up
+ * to FM_TILE_GROUP at a time; a tile of which the task holds fewer than
+ * FM_TILE_MIN tokens, and items without tile kernels, by fm_rows. */
+#define FM_TILE_GROUP 8
+static void fm_rows_tiled(const fm_job *j, int64_t r0, int64_t r1, int tb, int te, int thread)
+{
+    uint8_t *scratch = (uint8_t *)j->scratch[thread];
+    float b[FM_TILE_GROUP * CPU_TILE_ROWS * CPU_TILE_TOKENS];
+    cpu_xtile xt[FM_TILE_GROUP];
+    int it = 0;
+    for (int64_t g = r0; g < r1;) {
+        while (g >= j->first[it + 1])
+            it++;
+        int64_t end = j->first[it + 1] < r1 ? j->first[it + 1] : r1;
+        const cpu_kernel *k = j->k[it];
+        if (!k->tile) {
+            fm_rows(j, g, end, tb, te);
+            g = end;
+            continue;
+        }
+        const cpu_mm_item *m = &j->items[it];
+        int64_t rows = m->w->rows;
+        for (; g < end; g += CPU_TILE_ROWS) {
+            int nr = end - g < CPU_TILE_ROWS ? (int)(end - g) : CPU_TILE_ROWS;
+            int64_t r = g - j->first[it];
+            for (int t0 = tb; t0 < te;) {
+                int nx = 0, tg = t0;
+                for (; nx < FM_TILE_GROUP && tg < te; nx++, tg += CPU_TILE_TOKENS) {
+                    if (te - tg < FM_TILE_MIN)
+                        break;
+                    size_t tv = (size_t)tg * (size_t)j->nb;
+                    xt[nx] = (cpu_xtile){j->xt + tv * CPU_QBLOCK, j->xtd + tv, j->xts + tv,
+                                         j->xtlo + tv};
+                }
+                if (nx == 0) { /* the call's last few tokens */
+                    fm_rows(j, g, g + nr, t0, te);
+                    break;
+                }
+                k->tile(j->data[it] + (size_t)r * j->rbytes[it], j->rbytes[it], nr, xt, nx,
+                        j->cols, b, scratch);
+                /* a token's rows side by side: one cache line a token */
+                for (int x = 0; x < nx; x++)
+                    for (int u = 0, t = t0 + x * CPU_TILE_TOKENS; u < CPU_TILE_TOKENS && t < te;
+                         u++, t++) {
+                        float *o = m->out + (size_t)t * rows + r;
+                        for (int i = 0; i < nr; i++) {
+                            float v = b[(x * CPU_TILE_ROWS + i) * CPU_TILE_TOKENS + u];
+                            o[i] = m->bias ? v + m->bias[r + i] : v;
+                        }
+                    }
+                t0 = tg;
+            }
+        }
+        g = end;
+    }
+}
+
+static void fm_task(void *ctx, int task, int thread)
+{
+    const fm_job *j = ctx;
+    int64_t r0 = (int64_t)(task / j->tok_groups) * j->rows_per_task;
+    int64_t r1 = r0 + j->rows_per_task;
+    if (r1 > j->first[j->n_items])
+        r1 = j->first[j->n_items];
+    int tb = (task % j->tok_groups) * j->toks_per_task;
+    int te = tb + j->toks_per_task < j->n ? tb + j->toks_per_task : j->n;
+    if (j->xt)
+        fm_rows_tiled(j, r0, r1, tb, te, thread);
+    else
+        fm_rows(j, r0, r1, tb, te);
+}
+
 /* Token t's x into its int8 blocks. */
 static void fm_quant_task(void *ctx, int t, int thread)
 {
@@ -131,6 +207,23 @@ static void fm_quant_task(void *ctx, int t, int thread)
     if (j->xp)
         cpu_panel_x(j->xq + (size_t)t * j->cols, j->cols, j->xp + (size_t)t * j->cols,
                     j->xlo + (size_t)t * j->nb);
+}
+
+/* A tile of tokens: each token's int8 blocks, then the tile's layout
+ * (cpu_xtile; slots past the last token zeros). A task a tile: the
+ * tile's cache lines are written by one thread. */
+static void fm_quant_tile_task(void *ctx, int tile, int thread)
+{
+    const fm_job *j = ctx;
+    size_t tv = (size_t)tile * CPU_TILE_TOKENS * (size_t)j->nb;
+    for (int u = 0; u < CPU_TILE_TOKENS; u++) {
+        int t = tile * CPU_TILE_TOKENS + u;
+        if (t < j->n)
+            fm_quant_task(ctx, t, thread);
+        cpu_tile_x(t < j->n ? j->xq + (size_t)t * j->cols : NULL, j->xd + (size_t)t * j->nb,
+                   j->xs + (size_t)t * j->nb, j->cols, u, j->xt + tv * CPU_QBLOCK, j->xtd + tv,
+                   j->xts + tv, j->xtlo + tv);
+    }
 }
 
 /* Cache-line aligned memory: a 512-bit load that straddles two lines
@@ -169,7 +262,7 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
     j.x = x;
     j.xstride = j.cols;
     int64_t first[CPU_MM_MAX_ITEMS + 1] = {0};
-    int q8 = 0, panels = 0;
+    int q8 = 0, panels = 0, tiles = 0;
     size_t max_row_bytes = 0;
     for (int i = 0; i < n_items; i++) {
         const bk_weight *w = items[i].w;
@@ -180,6 +273,7 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
         j.data[i] = pk ? w->packed : w->data;
         j.rbytes[i] = pk ? w->packed_row_bytes : w->row_bytes;
         panels |= pk != NULL;
+        tiles |= pk && pk->tile && n >= FM_TILE_MIN;
         MEMRA_ASSERT(!j.k[i]->rows || (j.k[i]->nr <= FM_MAX_NR && j.k[i]->nt <= FM_TILE));
         q8 |= cpu_type_reads_q8(items[i].w->type);
         first[i + 1] = first[i] + items[i].w->rows;
@@ -227,10 +321,33 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
             j.xp = c->xp;
             j.xlo = c->xlo;
         }
+        if (tiles) {
+            size_t need = (size_t)(n + CPU_TILE_TOKENS - 1) / CPU_TILE_TOKENS * CPU_TILE_TOKENS *
+                          (size_t)j.cols;
+            if (need > c->xt_cap) {
+                free(c->xt);
+                free(c->xtd);
+                free(c->xts);
+                free(c->xtlo);
+                c->xt = cpu_aligned_alloc(need);
+                c->xtd = cpu_aligned_alloc(need / CPU_QBLOCK * sizeof *c->xtd);
+                c->xts = cpu_aligned_alloc(need / CPU_QBLOCK * sizeof *c->xts);
+                c->xtlo = cpu_aligned_alloc(need / CPU_QBLOCK * sizeof *c->xtlo);
+                c->xt_cap = need;
+            }
+            j.xt = c->xt;
+            j.xtd = c->xtd;
+            j.xts = c->xts;
+            j.xtlo = c->xtlo;
+            cpu_scratch_reserve(c, CPU_TILE_SCRATCH(j.cols) / sizeof(float) + 1);
+            j.scratch = c->scratch;
+        }
         j.quantize_x = c->fast->quantize_x;
         /* A token's bytes do not depend on who quantizes it: a prompt
          * chunk's tokens go to the pool, a decode step's stay here. */
-        if (n >= FM_QUANT_POOL_MIN)
+        if (j.xt)
+            pool_run(c->pool, (n + CPU_TILE_TOKENS - 1) / CPU_TILE_TOKENS, fm_quant_tile_task, &j);
+        else if (n >= FM_QUANT_POOL_MIN)
             pool_run(c->pool, n, fm_quant_task, &j);
         else
             for (int t = 0; t < n; t++)
@@ -241,7 +358,8 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
         per = FM_BLOCK_BYTES / (int64_t)max_row_bytes;
     if (per < FM_MIN_ROWS)
         per = FM_MIN_ROWS;
-    per = (per + FM_MAX_NR - 1) / FM_MAX_NR * FM_MAX_NR; /* whole row blocks */
+    int row_unit = j.xt ? CPU_TILE_ROWS : FM_MAX_NR; /* whole row blocks */
+    per = (per + row_unit - 1) / row_unit * row_unit;
     j.rows_per_task = per;
     int n_tasks = (int)((total + per - 1) / per);
     /* A prompt chunk whose rows make fewer tasks than twice the threads
@@ -250,11 +368,12 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
      * same (row, token) pairs, whatever the split. */
     j.tok_groups = 1;
     j.toks_per_task = n;
-    int tiles = (n + FM_TILE - 1) / FM_TILE;
-    if (tiles > 1 && n_tasks < 2 * c->n_threads) {
+    int unit = j.xt ? CPU_TILE_TOKENS : FM_TILE;
+    int n_units = (n + unit - 1) / unit;
+    if (n_units > 1 && n_tasks < 2 * c->n_threads) {
         int g = (2 * c->n_threads + n_tasks - 1) / n_tasks;
-        g = g < tiles ? g : tiles;
-        j.toks_per_task = (tiles + g - 1) / g * FM_TILE;
+        g = g < n_units ? g : n_units;
+        j.toks_per_task = (n_units + g - 1) / g * unit;
         j.tok_groups = (n + j.toks_per_task - 1) / j.toks_per_task;
         n_tasks *= j.tok_groups;
     }
@@ -275,4 +394,8 @@ void cpu_fast_free(cpu_backend *c)
     free(c->xs);
     free(c->xp);
     free(c->xlo);
+    free(c->xt);
+    free(c->xtd);
+    free(c->xts);
+    free(c->xtlo);
 }

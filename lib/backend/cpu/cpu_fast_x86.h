@@ -1,18 +1,19 @@
-/* The x86 kernels of the fast path, written once and compiled twice:
- * cpu_fast_avx2.c and cpu_fast_avx512.c set the target (a #pragma before
- * including this) and define
+/* The x86 kernels of the fast path, written once and compiled three
+ * times: cpu_fast_avx2.c, cpu_fast_avx512.c and cpu_fast_amx.c set the
+ * target (a #pragma before including this) and define
  *   CPU_X86_TABLE   the cpu_kernels object to define
  *   CPU_X86_ISA     its cpu_isa
  *   CPU_X86_512     1: 512-bit registers (F32/F16/BF16 rows 16 lanes x 4;
  *                   the int8 formats two blocks a register)
  *   CPU_X86_VNNI    1: the int8 products by vpdpbusd
+ *   CPU_X86_AMX     1: the panel formats' tile kernels too (cpu_fast_amx.h)
  * The int8 kernels of both levels compute the same exact integer sums
  * (vpmaddubsw + vpmaddwd never saturates on these ranges: at most
  * 2 x 128 x 127 per pair) and the same float steps in the same lanes (an
  * even block's in the low half of a 512-bit register, the odd block's in
  * the high half, as the two 256-bit accumulators), so both levels give
- * the same bits. Not a header of declarations: include it only from those
- * two files. */
+ * the same bits (amx is avx512's code with tile kernels beside it). Not a
+ * header of declarations: include it only from those three files. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -1349,6 +1350,13 @@ static float attn_exp(float *s, int64_t n)
     return x86_hsum8(v_to8(sum));
 }
 
+#if defined(CPU_X86_AMX) && CPU_X86_AMX
+#include "backend/cpu/cpu_fast_amx.h"
+#define X86_TILE(f) , NULL, 0, tile_##f
+#else
+#define X86_TILE(f)
+#endif
+
 const cpu_kernels CPU_X86_TABLE = {
     .isa = CPU_X86_ISA,
     .name = CPU_X86_NAME,
@@ -1362,11 +1370,11 @@ const cpu_kernels CPU_X86_TABLE = {
     .q6_k = {dot_q6_k, dotn_q6_k, Q_NT},
     .nvfp4 = {dot_nvfp4, dotn_nvfp4, Q_NT},
     .mxfp8 = {dot_mxfp8, dotn_mxfp8, PLAIN_NT},
-    .q8_0_p = {dot_q8_0_p, dotn_q8_0_p, Q_NT},
-    .q4_0_p = {dot_q4_0_p, dotn_q4_0_p, Q_NT},
-    .q4_k_p = {dot_q4_k_p, dotn_q4_k_p, Q_NT},
-    .q5_k_p = {dot_q5_k_p, dotn_q5_k_p, Q_NT},
-    .q6_k_p = {dot_q6_k_p, dotn_q6_k_p, Q_NT},
+    .q8_0_p = {dot_q8_0_p, dotn_q8_0_p, Q_NT X86_TILE(q8_0)},
+    .q4_0_p = {dot_q4_0_p, dotn_q4_0_p, Q_NT X86_TILE(q4_0)},
+    .q4_k_p = {dot_q4_k_p, dotn_q4_k_p, Q_NT X86_TILE(q4_k)},
+    .q5_k_p = {dot_q5_k_p, dotn_q5_k_p, Q_NT X86_TILE(q5_k)},
+    .q6_k_p = {dot_q6_k_p, dotn_q6_k_p, Q_NT X86_TILE(q6_k)},
     .quantize_x = quant_x,
     .attn_dot = attn_dot,
     .attn_exp = attn_exp,

@@ -16,8 +16,15 @@
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
 #endif
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
-static const char *const isa_names[CPU_ISA_COUNT] = {"scalar", "avx2", "avx512", "neon", "dotprod"};
+static const char *const isa_names[CPU_ISA_COUNT] = {"scalar", "avx2",    "avx512",
+                                                     "neon",   "dotprod", "amx"};
+#define ISA_LIST "scalar, avx2, avx512, neon, dotprod, amx"
 
 int cpu_isa_parse(const char *s)
 {
@@ -26,6 +33,37 @@ int cpu_isa_parse(const char *s)
             return i;
     return -1;
 }
+
+#if defined(__x86_64__)
+/* AMX-TILE and AMX-INT8 (CPUID leaf 7, EDX bits 24 and 25), the tile
+ * state enabled by the OS (XCR0 bits 17 and 18), and Linux's leave for
+ * this process to use it (arch_prctl ARCH_REQ_XCOMP_PERM for
+ * XFEATURE_XTILEDATA, Linux 5.16 on): asked once, the answer kept. */
+static int amx_ask(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25)))
+        return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) /* OSXSAVE: xgetbv runs */
+        return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17))
+        return 0;
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+}
+
+static int amx_granted(void)
+{
+    static int granted = -1;
+    int g = __atomic_load_n(&granted, __ATOMIC_ACQUIRE);
+    if (g < 0) {
+        g = amx_ask();
+        __atomic_store_n(&granted, g, __ATOMIC_RELEASE);
+    }
+    return g;
+}
+#endif
 
 int cpu_isa_runs(cpu_isa isa)
 {
@@ -43,6 +81,7 @@ int cpu_isa_runs(cpu_isa isa)
         return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
     }
+    case CPU_ISA_AMX: return cpu_isa_runs(CPU_ISA_AVX512) && amx_granted();
 #endif
 #if defined(__aarch64__)
     case CPU_ISA_NEON: return 1; /* Advanced SIMD is part of every aarch64 CPU */
@@ -54,7 +93,8 @@ int cpu_isa_runs(cpu_isa isa)
 
 cpu_isa cpu_isa_best(void)
 {
-    static const cpu_isa order[] = {CPU_ISA_AVX512, CPU_ISA_AVX2, CPU_ISA_DOTPROD, CPU_ISA_NEON};
+    static const cpu_isa order[] = {CPU_ISA_AMX, CPU_ISA_AVX512, CPU_ISA_AVX2, CPU_ISA_DOTPROD,
+                                    CPU_ISA_NEON};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
         if (cpu_isa_runs(order[i]))
             return order[i];
@@ -64,8 +104,7 @@ cpu_isa cpu_isa_best(void)
 const cpu_kernels *cpu_kernels_for(cpu_isa isa, memra_err *err)
 {
     if ((int)isa < 0 || (int)isa >= CPU_ISA_COUNT) {
-        memra_fail(err, "CPU ISA level %d is not one of scalar, avx2, avx512, neon, dotprod",
-                   (int)isa);
+        memra_fail(err, "CPU ISA level %d is not one of " ISA_LIST, (int)isa);
         return NULL;
     }
     if (!cpu_isa_runs(isa)) {
@@ -75,6 +114,7 @@ const cpu_kernels *cpu_kernels_for(cpu_isa isa, memra_err *err)
     }
     switch (isa) {
 #if defined(__x86_64__)
+    case CPU_ISA_AMX: return &cpu_kernels_amx;
     case CPU_ISA_AVX512: return &cpu_kernels_avx512;
     case CPU_ISA_AVX2: return &cpu_kernels_avx2;
 #endif
@@ -97,7 +137,7 @@ const cpu_kernels *cpu_fast_kernels(void)
         if (k)
             return k;
         log_warn("MEMRA_CPU_ISA=%s: %s; using %s", env,
-                 want < 0 ? "not one of scalar, avx2, avx512, neon, dotprod" : err.msg, isa_names[best]);
+                 want < 0 ? "not one of " ISA_LIST : err.msg, isa_names[best]);
     }
     memra_err unused;
     return cpu_kernels_for(best, &unused);

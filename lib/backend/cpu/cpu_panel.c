@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "backend/cpu/cpu_fast.h"
 #include "format/dequant.h"
 
 size_t cpu_panel_bytes(dtype t)
@@ -187,5 +188,27 @@ void cpu_panel_x(const int8_t *q, int64_t n, int8_t *p, int32_t *lo)
             for (int st = 0; st < 8; st++)
                 memcpy(p + 64 * st + 4 * l, blk + 4 * st, 4);
         }
+    }
+}
+
+void cpu_tile_x(const int8_t *q, const float *d, const int32_t *s, int64_t n, int u, int8_t *tb,
+                float *td, int32_t *ts, int32_t *tlo)
+{
+    for (int64_t b = 0; b < n / CPU_QBLOCK; b++) {
+        int8_t *dst = tb + b * 512 + 4 * u;
+        int32_t lo = 0;
+        if (q) {
+            const int8_t *blk = q + b * CPU_QBLOCK;
+            for (int g = 0; g < 8; g++)
+                memcpy(dst + 64 * g, blk + 4 * g, 4);
+            for (int v = 0; v < 16; v++)
+                lo += blk[v];
+        } else {
+            for (int g = 0; g < 8; g++)
+                memset(dst + 64 * g, 0, 4);
+        }
+        td[b * CPU_TILE_TOKENS + u] = q ? d[b] : 0.0f;
+        ts[b * CPU_TILE_TOKENS + u] = q ? s[b] : 0;
+        tlo[b * CPU_TILE_TOKENS + u] = lo;
     }
 }
