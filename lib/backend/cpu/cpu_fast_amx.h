@@ -21,25 +21,27 @@
 enum { AMX_ROWS = CPU_TILE_ROWS, AMX_TOKENS = CPU_TILE_TOKENS };
 enum { AMX_Q8_0, AMX_Q4_0, AMX_Q4_K, AMX_Q5_K, AMX_Q6_K };
 
-/* Palette 1's 64-byte configuration. Tiles: 0 C (8 rows of 16 int32),
- * 1 A (8 rows x a block's 32 bytes), 2 B (8 rows x 16 tokens' 4 values),
- * 3 A's half block (8 x 16 bytes), 4 B's half (4 x 64), 5 the second C. */
+/* Palette 1's 64-byte configuration. Two sets of tiles, so one step's
+ * products run while the step before's are stored and the one before
+ * that meets its floats: set k is tiles 4k (C), 4k + 1 (A: 8 rows x a
+ * block's 32 bytes; Q6_K a half block's 16), 4k + 2 (B: 8 rows x 16
+ * tokens' 4 values; Q6_K 4 rows) and 4k + 3 (Q6_K's second C). */
 typedef struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
     uint8_t rows[16];
 } amx_tilecfg;
 
-X86_INLINE void amx_configure(void)
+X86_INLINE void amx_configure(const int F)
 {
-    static const uint16_t colsb[6] = {64, 32, 64, 16, 64, 64};
-    static const uint8_t rows[6] = {8, 8, 8, 8, 4, 8};
     amx_tilecfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    for (int i = 0; i < 6; i++) {
-        c.colsb[i] = colsb[i];
-        c.rows[i] = rows[i];
+    for (int k = 0; k < 2; k++) {
+        c.colsb[4 * k] = c.colsb[4 * k + 2] = c.colsb[4 * k + 3] = 64;
+        c.rows[4 * k] = c.rows[4 * k + 1] = c.rows[4 * k + 3] = AMX_ROWS;
+        c.colsb[4 * k + 1] = F == AMX_Q6_K ? 16 : 32;
+        c.rows[4 * k + 2] = F == AMX_Q6_K ? 4 : 8;
     }
     _tile_loadconfig(&c);
 }
@@ -123,32 +125,36 @@ X86_INLINE void amx_unpack(const uint8_t *w, pbv *q, float *sa, float *sb, float
     }
 }
 
-/* The C tiles of block b of panel p (slot s of A): Q6_K's two half
- * blocks into c and c + 128, the others' whole block into c. */
-X86_INLINE void amx_products(const uint8_t *a, const int8_t *xb, int32_t *c, const int F)
-{
-    if (F == AMX_Q6_K) {
-        _tile_zero(0);
-        _tile_zero(5);
-        _tile_loadd(3, a, 512);
-        _tile_loadd(4, xb, 64);
-        _tile_dpbusd(0, 3, 4);
-        _tile_loadd(3, a + 16, 512);
-        _tile_loadd(4, xb + 256, 64);
-        _tile_dpbusd(5, 3, 4);
-        _tile_stored(0, c, 64);
-        _tile_stored(5, c + 128, 64);
-        return;
-    }
-    _tile_zero(0);
-    _tile_loadd(1, a, 512);
-    _tile_loadd(2, xb, 64);
-    if (F == AMX_Q8_0)
-        _tile_dpbssd(0, 1, 2);
-    else
-        _tile_dpbusd(0, 1, 2);
-    _tile_stored(0, c, 64);
-}
+/* A block of a panel (its A rows at a, its B tile at xb) into the C
+ * tiles of set (C, A, B, C2): Q6_K's two half blocks into C and C2, the
+ * others' whole block into C; and the C tiles to c (C2 at c + 128). The
+ * tile numbers are the instructions' own (literals). */
+#define AMX_PRODUCTS(C, A, B, C2, a, xb, F)                                                        \
+    do {                                                                                           \
+        _tile_zero(C);                                                                             \
+        if ((F) == AMX_Q6_K) {                                                                     \
+            _tile_zero(C2);                                                                        \
+            _tile_loadd(A, (a), 512);                                                              \
+            _tile_loadd(B, (xb), 64);                                                              \
+            _tile_dpbusd(C, A, B);                                                                 \
+            _tile_loadd(A, (a) + 16, 512);                                                         \
+            _tile_loadd(B, (xb) + 256, 64);                                                        \
+            _tile_dpbusd(C2, A, B);                                                                \
+        } else {                                                                                   \
+            _tile_loadd(A, (a), 512);                                                              \
+            _tile_loadd(B, (xb), 64);                                                              \
+            if ((F) == AMX_Q8_0)                                                                   \
+                _tile_dpbssd(C, A, B);                                                             \
+            else                                                                                   \
+                _tile_dpbusd(C, A, B);                                                             \
+        }                                                                                          \
+    } while (0)
+#define AMX_STORE(C, C2, c, F)                                                                     \
+    do {                                                                                           \
+        _tile_stored(C, (c), 64);                                                                  \
+        if ((F) == AMX_Q6_K)                                                                       \
+            _tile_stored(C2, (c) + 128, 64);                                                       \
+    } while (0)
 
 /* The fold and tree of x86_hsum8(pf_fold(a)) over a row's 16 block
  * accumulators at a[l * AMX_TOKENS], for the 16 tokens at once. */
@@ -169,41 +175,58 @@ X86_INLINE void amx_tokens(const uint8_t *abuf, const float *sa, const float *sb
                            const cpu_xtile *x, int64_t np, int nr, float *out, float *acc,
                            float *mins, int32_t *cb, const int F)
 {
-    for (int s = 0; s < 16; s++) {
-        const int l = amx_block(s);
-        __m512 ac[AMX_ROWS], mn[AMX_ROWS];
+    /* Step i is block amx_block(i / np) of panel i % np: the blocks one
+     * after another, each over the panels in order. Step i + 2's
+     * products run (in set i % 2) while step i meets its floats; step i +
+     * 1's are stored after that. */
+    const int64_t steps = 16 * np;
+    __m512 ac[AMX_ROWS], mn[AMX_ROWS];
 #pragma GCC unroll 8
-        for (int r = 0; r < AMX_ROWS; r++)
-            ac[r] = mn[r] = _mm512_setzero_ps();
-        amx_products(abuf + 32 * s, x->b + (size_t)l * 512, cb, F);
-        for (int64_t p = 0; p < np; p++) {
-            const int32_t *c = cb + (p & 1) * 256;
-            if (p + 1 < np) /* the next panel's tiles while this one's floats run */
-                amx_products(abuf + ((size_t)(p + 1) * AMX_ROWS) * 512 + 32 * s,
-                             x->b + (size_t)((p + 1) * 16 + l) * 512, cb + ((p + 1) & 1) * 256, F);
-            const int64_t b = p * 16 + l;
-            const __m512 xd = _mm512_loadu_ps(x->d + b * AMX_TOKENS);
-            const float *ta = sa + (p * 16 + l) * AMX_ROWS, *tb = sb + (p * 16 + l) * AMX_ROWS,
-                        *tc = sc + (p * 16 + l) * AMX_ROWS;
-            if (F == AMX_Q6_K) {
-                const __m512i lo = _mm512_loadu_si512(x->lo + b * AMX_TOKENS);
-                const __m512i xs = _mm512_loadu_si512(x->s + b * AMX_TOKENS);
-                const __m512i lo5 = _mm512_slli_epi32(lo, 5);
-                const __m512i hi5 = _mm512_slli_epi32(_mm512_sub_epi32(xs, lo), 5);
+    for (int r = 0; r < AMX_ROWS; r++)
+        ac[r] = mn[r] = _mm512_setzero_ps();
+#define AMX_STEP_A(i) (abuf + (size_t)((i) % np) * AMX_ROWS * 512 + 32 * ((i) / np))
+#define AMX_STEP_B(i) (x->b + (size_t)(((i) % np) * 16 + amx_block((int)((i) / np))) * 512)
+    AMX_PRODUCTS(0, 1, 2, 3, AMX_STEP_A(0), AMX_STEP_B(0), F);
+    if (steps > 1)
+        AMX_PRODUCTS(4, 5, 6, 7, AMX_STEP_A(1), AMX_STEP_B(1), F);
+    AMX_STORE(0, 3, cb, F);
+    for (int64_t i = 0; i < steps; i++) {
+        const int l = amx_block((int)(i / np));
+        const int64_t p = i % np;
+        if (p == 0 && i > 0) {
 #pragma GCC unroll 8
-                for (int r = 0; r < AMX_ROWS; r++) {
-                    int32_t ia, ib;
-                    memcpy(&ia, ta + r, 4);
-                    memcpy(&ib, tb + r, 4);
-                    __m512i ha = _mm512_sub_epi32(_mm512_load_si512(c + 16 * r), lo5);
-                    __m512i hb = _mm512_sub_epi32(_mm512_load_si512(c + 128 + 16 * r), hi5);
-                    __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(ha, _mm512_set1_epi32(ia)),
-                                                   _mm512_mullo_epi32(hb, _mm512_set1_epi32(ib)));
-                    ac[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
-                                            _mm512_mul_ps(_mm512_set1_ps(tc[r]), xd), ac[r]);
-                }
-                continue;
+            for (int r = 0; r < AMX_ROWS; r++)
+                ac[r] = mn[r] = _mm512_setzero_ps();
+        }
+        if (i + 2 < steps) {
+            if (i % 2 == 0)
+                AMX_PRODUCTS(0, 1, 2, 3, AMX_STEP_A(i + 2), AMX_STEP_B(i + 2), F);
+            else
+                AMX_PRODUCTS(4, 5, 6, 7, AMX_STEP_A(i + 2), AMX_STEP_B(i + 2), F);
+        }
+        const int32_t *c = cb + (i & 1) * 256;
+        const int64_t b = p * 16 + l;
+        const __m512 xd = _mm512_loadu_ps(x->d + b * AMX_TOKENS);
+        const float *ta = sa + (p * 16 + l) * AMX_ROWS, *tb = sb + (p * 16 + l) * AMX_ROWS,
+                    *tc = sc + (p * 16 + l) * AMX_ROWS;
+        if (F == AMX_Q6_K) {
+            const __m512i lo = _mm512_loadu_si512(x->lo + b * AMX_TOKENS);
+            const __m512i xs = _mm512_loadu_si512(x->s + b * AMX_TOKENS);
+            const __m512i lo5 = _mm512_slli_epi32(lo, 5);
+            const __m512i hi5 = _mm512_slli_epi32(_mm512_sub_epi32(xs, lo), 5);
+#pragma GCC unroll 8
+            for (int r = 0; r < AMX_ROWS; r++) {
+                int32_t ia, ib;
+                memcpy(&ia, ta + r, 4);
+                memcpy(&ib, tb + r, 4);
+                __m512i ha = _mm512_sub_epi32(_mm512_load_si512(c + 16 * r), lo5);
+                __m512i hb = _mm512_sub_epi32(_mm512_load_si512(c + 128 + 16 * r), hi5);
+                __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(ha, _mm512_set1_epi32(ia)),
+                                               _mm512_mullo_epi32(hb, _mm512_set1_epi32(ib)));
+                ac[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                                        _mm512_mul_ps(_mm512_set1_ps(tc[r]), xd), ac[r]);
             }
+        } else {
             __m512i off = _mm512_setzero_si512();
             if (F == AMX_Q4_0) /* the sums of q x with q = 0..15, less 8 sum(x) */
                 off = _mm512_slli_epi32(_mm512_loadu_si512(x->s + b * AMX_TOKENS), 3);
@@ -213,18 +236,28 @@ X86_INLINE void amx_tokens(const uint8_t *abuf, const float *sa, const float *sb
 #pragma GCC unroll 8
             for (int r = 0; r < AMX_ROWS; r++) {
                 __m512i sum = _mm512_sub_epi32(_mm512_load_si512(c + 16 * r), off);
-                ac[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(_mm512_set1_ps(ta[r]), xd),
-                                        ac[r]);
+                ac[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                                        _mm512_mul_ps(_mm512_set1_ps(ta[r]), xd), ac[r]);
                 if (F == AMX_Q4_K || F == AMX_Q5_K)
                     mn[r] = _mm512_fmadd_ps(_mm512_set1_ps(tb[r]), xm, mn[r]);
             }
         }
+        if (p == np - 1) {
 #pragma GCC unroll 8
-        for (int r = 0; r < AMX_ROWS; r++) {
-            _mm512_store_ps(acc + (r * 16 + l) * AMX_TOKENS, ac[r]);
-            _mm512_store_ps(mins + (r * 16 + l) * AMX_TOKENS, mn[r]);
+            for (int r = 0; r < AMX_ROWS; r++) {
+                _mm512_store_ps(acc + (r * 16 + l) * AMX_TOKENS, ac[r]);
+                _mm512_store_ps(mins + (r * 16 + l) * AMX_TOKENS, mn[r]);
+            }
+        }
+        if (i + 1 < steps) {
+            if (i % 2 == 0)
+                AMX_STORE(4, 7, cb + ((i + 1) & 1) * 256, F);
+            else
+                AMX_STORE(0, 3, cb + ((i + 1) & 1) * 256, F);
         }
     }
+#undef AMX_STEP_A
+#undef AMX_STEP_B
     for (int r = 0; r < nr; r++) {
         __m512 v = amx_hsum(acc + r * 16 * AMX_TOKENS);
         if (F == AMX_Q4_K || F == AMX_Q5_K)
@@ -258,7 +291,7 @@ X86_INLINE void amx_tile(const uint8_t *w, size_t rb, int nr, const cpu_xtile *x
                     ta[l * AMX_ROWS] = tb[l * AMX_ROWS] = tc[l * AMX_ROWS] = 0.0f;
             }
         }
-    amx_configure();
+    amx_configure(F);
     for (int xi = 0; xi < nx; xi++, out += AMX_ROWS * AMX_TOKENS)
         amx_tokens(abuf, sa, sb, sc, &x[xi], np, nr, out, acc, mins, cb, F);
     _tile_release();
