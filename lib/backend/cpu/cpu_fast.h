@@ -64,7 +64,7 @@ typedef void (*cpu_rows_fn)(const uint8_t *w, size_t row_bytes, const cpu_xrow *
  * j < 4) of token u's int8 block (an AMX B tile of 8 rows); d, s and lo
  * are each token's block scale, sum and first-16 sum (cpu_xrow's) at
  * [b * CPU_TILE_TOKENS + u]. Written by cpu_tile_x. */
-enum { CPU_TILE_TOKENS = 16, CPU_TILE_ROWS = 8 };
+enum { CPU_TILE_TOKENS = 16, CPU_TILE_ROWS = 16 };
 typedef struct {
     const int8_t *b;
     const float *d;
@@ -84,7 +84,7 @@ void cpu_tile_x(const int8_t *q, const float *d, const int32_t *s, int64_t n, in
  * the calling thread's. */
 typedef void (*cpu_tile_fn)(const uint8_t *w, size_t row_bytes, int nr, const cpu_xtile *x,
                             int nx, int64_t n, float *out, uint8_t *scratch);
-#define CPU_TILE_SCRATCH(n) ((size_t)(n) * 12 + 24576)
+#define CPU_TILE_SCRATCH(n) ((size_t)(n) * 24 + 40960)
 
 typedef struct {
     cpu_dot_fn one;

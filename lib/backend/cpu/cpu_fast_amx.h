@@ -4,7 +4,7 @@
  * Part of cpu_fast_x86.h (its pf_ / pi_ / pb_ helpers, 512-bit), included
  * there only for the amx level's table (cpu_fast_amx.c).
  *
- * A call takes CPU_TILE_ROWS (8) rows and a tile of CPU_TILE_TOKENS (16)
+ * A call takes CPU_TILE_ROWS (16) rows and tiles of CPU_TILE_TOKENS (16)
  * tokens (cpu_xtile). The rows' panels are unpacked once into A tiles, a
  * block's 32 quants per row in their natural order (value 4 g + j at byte
  * 4 g + j), the x tile's B rows in the same order, so one tdpbusd (tdpbssd
@@ -15,17 +15,18 @@
  * as the panel kernel's lane of that block (acc_l += float(S_l) * (scale_l
  * * dx_l) by FMA over the panels in order), and at the end the same fold
  * and tree (x86_hsum8 of the low + high halves). Per block of the panel
- * the panels run in order with that block's accumulators in registers, 8
- * rows of 16 tokens. */
+ * the panels run in order with that block's accumulators in registers, 16
+ * rows of 16 tokens (Q4_K / Q5_K's mins after, in a pass of their own). */
 
-enum { AMX_ROWS = CPU_TILE_ROWS, AMX_TOKENS = CPU_TILE_TOKENS };
+enum { AMX_ROWS = CPU_TILE_ROWS, AMX_TOKENS = CPU_TILE_TOKENS, AMX_C = AMX_ROWS * AMX_TOKENS };
 enum { AMX_Q8_0, AMX_Q4_0, AMX_Q4_K, AMX_Q5_K, AMX_Q6_K };
 
 /* Palette 1's 64-byte configuration. Two sets of tiles, so one step's
  * products run while the step before's are stored and the one before
- * that meets its floats: set k is tiles 4k (C), 4k + 1 (A: 8 rows x a
- * block's 32 bytes; Q6_K a half block's 16), 4k + 2 (B: 8 rows x 16
- * tokens' 4 values; Q6_K 4 rows) and 4k + 3 (Q6_K's second C). */
+ * that meets its floats: set k is tiles 4k (C: 16 rows of 16 int32),
+ * 4k + 1 (A: 16 rows x a block's 32 bytes; Q6_K a half block's 16),
+ * 4k + 2 (B: 8 rows x 16 tokens' 4 values; Q6_K 4 rows) and 4k + 3
+ * (Q6_K's second C). */
 typedef struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
@@ -153,7 +154,7 @@ X86_INLINE void amx_unpack(const uint8_t *w, pbv *q, float *sa, float *sb, float
     do {                                                                                           \
         _tile_stored(C, (c), 64);                                                                  \
         if ((F) == AMX_Q6_K)                                                                       \
-            _tile_stored(C2, (c) + 128, 64);                                                       \
+            _tile_stored(C2, (c) + AMX_C, 64);                                                       \
     } while (0)
 
 /* The fold and tree of x86_hsum8(pf_fold(a)) over a row's 16 block
@@ -176,14 +177,16 @@ X86_INLINE void amx_tokens(const uint8_t *abuf, const float *sa, const float *sb
                            float *mins, int32_t *cb, const int F)
 {
     /* Step i is block amx_block(i / np) of panel i % np: the blocks one
-     * after another, each over the panels in order. Step i + 2's
-     * products run (in set i % 2) while step i meets its floats; step i +
-     * 1's are stored after that. */
+     * after another, each over the panels in order. At step i, step i +
+     * 1's products (running since step i - 1) are stored, step i + 2's
+     * start (in set i % 2), and step i's, stored a step ago, meet their
+     * floats: neither a store nor the loads wait on what was just
+     * issued. */
     const int64_t steps = 16 * np;
-    __m512 ac[AMX_ROWS], mn[AMX_ROWS];
-#pragma GCC unroll 8
+    __m512 ac[AMX_ROWS];
+#pragma GCC unroll 16
     for (int r = 0; r < AMX_ROWS; r++)
-        ac[r] = mn[r] = _mm512_setzero_ps();
+        ac[r] = _mm512_setzero_ps();
 #define AMX_STEP_A(i) (abuf + (size_t)((i) % np) * AMX_ROWS * 512 + 32 * ((i) / np))
 #define AMX_STEP_B(i) (x->b + (size_t)(((i) % np) * 16 + amx_block((int)((i) / np))) * 512)
     AMX_PRODUCTS(0, 1, 2, 3, AMX_STEP_A(0), AMX_STEP_B(0), F);
@@ -194,9 +197,15 @@ X86_INLINE void amx_tokens(const uint8_t *abuf, const float *sa, const float *sb
         const int l = amx_block((int)(i / np));
         const int64_t p = i % np;
         if (p == 0 && i > 0) {
-#pragma GCC unroll 8
+#pragma GCC unroll 16
             for (int r = 0; r < AMX_ROWS; r++)
-                ac[r] = mn[r] = _mm512_setzero_ps();
+                ac[r] = _mm512_setzero_ps();
+        }
+        if (i + 1 < steps) {
+            if (i % 2 == 0)
+                AMX_STORE(4, 7, cb + ((i + 1) & 1) * 2 * AMX_C, F);
+            else
+                AMX_STORE(0, 3, cb + ((i + 1) & 1) * 2 * AMX_C, F);
         }
         if (i + 2 < steps) {
             if (i % 2 == 0)
@@ -204,7 +213,7 @@ X86_INLINE void amx_tokens(const uint8_t *abuf, const float *sa, const float *sb
             else
                 AMX_PRODUCTS(4, 5, 6, 7, AMX_STEP_A(i + 2), AMX_STEP_B(i + 2), F);
         }
-        const int32_t *c = cb + (i & 1) * 256;
+        const int32_t *c = cb + (i & 1) * 2 * AMX_C;
         const int64_t b = p * 16 + l;
         const __m512 xd = _mm512_loadu_ps(x->d + b * AMX_TOKENS);
         const float *ta = sa + (p * 16 + l) * AMX_ROWS, *tb = sb + (p * 16 + l) * AMX_ROWS,
@@ -214,13 +223,13 @@ X86_INLINE void amx_tokens(const uint8_t *abuf, const float *sa, const float *sb
             const __m512i xs = _mm512_loadu_si512(x->s + b * AMX_TOKENS);
             const __m512i lo5 = _mm512_slli_epi32(lo, 5);
             const __m512i hi5 = _mm512_slli_epi32(_mm512_sub_epi32(xs, lo), 5);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
             for (int r = 0; r < AMX_ROWS; r++) {
                 int32_t ia, ib;
                 memcpy(&ia, ta + r, 4);
                 memcpy(&ib, tb + r, 4);
                 __m512i ha = _mm512_sub_epi32(_mm512_load_si512(c + 16 * r), lo5);
-                __m512i hb = _mm512_sub_epi32(_mm512_load_si512(c + 128 + 16 * r), hi5);
+                __m512i hb = _mm512_sub_epi32(_mm512_load_si512(c + AMX_C + 16 * r), hi5);
                 __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(ha, _mm512_set1_epi32(ia)),
                                                _mm512_mullo_epi32(hb, _mm512_set1_epi32(ib)));
                 ac[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
@@ -230,30 +239,37 @@ X86_INLINE void amx_tokens(const uint8_t *abuf, const float *sa, const float *sb
             __m512i off = _mm512_setzero_si512();
             if (F == AMX_Q4_0) /* the sums of q x with q = 0..15, less 8 sum(x) */
                 off = _mm512_slli_epi32(_mm512_loadu_si512(x->s + b * AMX_TOKENS), 3);
-            __m512 xm = _mm512_setzero_ps();
-            if (F == AMX_Q4_K || F == AMX_Q5_K)
-                xm = _mm512_mul_ps(xd, _mm512_cvtepi32_ps(_mm512_loadu_si512(x->s + b * AMX_TOKENS)));
-#pragma GCC unroll 8
+#pragma GCC unroll 16
             for (int r = 0; r < AMX_ROWS; r++) {
                 __m512i sum = _mm512_sub_epi32(_mm512_load_si512(c + 16 * r), off);
                 ac[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
                                         _mm512_mul_ps(_mm512_set1_ps(ta[r]), xd), ac[r]);
-                if (F == AMX_Q4_K || F == AMX_Q5_K)
-                    mn[r] = _mm512_fmadd_ps(_mm512_set1_ps(tb[r]), xm, mn[r]);
             }
         }
         if (p == np - 1) {
-#pragma GCC unroll 8
-            for (int r = 0; r < AMX_ROWS; r++) {
+#pragma GCC unroll 16
+            for (int r = 0; r < AMX_ROWS; r++)
                 _mm512_store_ps(acc + (r * 16 + l) * AMX_TOKENS, ac[r]);
-                _mm512_store_ps(mins + (r * 16 + l) * AMX_TOKENS, mn[r]);
+            if (F == AMX_Q4_K || F == AMX_Q5_K) {
+                /* The block's mins over the panels, in their own pass (no
+                 * products in them; the registers are the rows'). */
+#pragma GCC unroll 16
+                for (int r = 0; r < AMX_ROWS; r++)
+                    ac[r] = _mm512_setzero_ps();
+                for (int64_t q = 0; q < np; q++) {
+                    const int64_t bq = q * 16 + l;
+                    const __m512 xm = _mm512_mul_ps(
+                        _mm512_loadu_ps(x->d + bq * AMX_TOKENS),
+                        _mm512_cvtepi32_ps(_mm512_loadu_si512(x->s + bq * AMX_TOKENS)));
+                    const float *tq = sb + bq * AMX_ROWS;
+#pragma GCC unroll 16
+                    for (int r = 0; r < AMX_ROWS; r++)
+                        ac[r] = _mm512_fmadd_ps(_mm512_set1_ps(tq[r]), xm, ac[r]);
+                }
+#pragma GCC unroll 16
+                for (int r = 0; r < AMX_ROWS; r++)
+                    _mm512_store_ps(mins + (r * 16 + l) * AMX_TOKENS, ac[r]);
             }
-        }
-        if (i + 1 < steps) {
-            if (i % 2 == 0)
-                AMX_STORE(4, 7, cb + ((i + 1) & 1) * 256, F);
-            else
-                AMX_STORE(0, 3, cb + ((i + 1) & 1) * 256, F);
         }
     }
 #undef AMX_STEP_A
@@ -275,7 +291,7 @@ X86_INLINE void amx_tile(const uint8_t *w, size_t rb, int nr, const cpu_xtile *x
     float *sb = sa + np * 16 * AMX_ROWS, *sc = sb + np * 16 * AMX_ROWS;
     float *acc = sc + np * 16 * AMX_ROWS; /* [row][block][token] */
     float *mins = acc + AMX_ROWS * 16 * AMX_TOKENS;
-    int32_t *cb = (int32_t *)(mins + AMX_ROWS * 16 * AMX_TOKENS); /* [2][256] */
+    int32_t *cb = (int32_t *)(mins + AMX_ROWS * 16 * AMX_TOKENS); /* [2][2][AMX_C] */
     for (int r = 0; r < AMX_ROWS; r++)
         for (int64_t p = 0; p < np; p++) {
             uint8_t *dst = abuf + ((size_t)p * AMX_ROWS + (size_t)r) * 512;
