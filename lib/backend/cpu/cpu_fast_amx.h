@@ -298,8 +298,13 @@ X86_INLINE void amx_tile(const uint8_t *w, size_t rb, int nr, const cpu_xtile *x
             float *ta = sa + p * 16 * AMX_ROWS + r, *tb = sb + p * 16 * AMX_ROWS + r,
                   *tc = sc + p * 16 * AMX_ROWS + r;
             if (r < nr) {
+                const uint8_t *src = w + (size_t)r * rb + (size_t)p * (size_t)PB;
+                /* the next block of rows (the task's next call), into L2
+                 * while this one's tiles run (past the matrix: harmless) */
+                for (int k = 0; k < PB; k += 64)
+                    __builtin_prefetch(src + AMX_ROWS * rb + k, 0, 2);
                 pbv q[8];
-                amx_unpack(w + (size_t)r * rb + (size_t)p * (size_t)PB, q, ta, tb, tc, F);
+                amx_unpack(src, q, ta, tb, tc, F);
                 amx_put_row(q, dst);
             } else { /* rows past nr: zeros, their outputs unused */
                 memset(dst, 0, 512);
