@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/cpu/cpu_fast.h"
 #include "core/check.h"
 #include "core/cli.h"
 #include "bench/membw.h"
@@ -324,6 +325,8 @@ int bench_run_model(const bench_opts *o)
     double ceiling_tok_s = ceil.gb_s * 1e9 / (double)bpt;
 
     json_t *host = bench_host_json();
+    /* The fast path's ISA level (the one its backend chose the same way). */
+    const char *cpu_level = o->backend == BACKEND_CPU ? cpu_fast_kernels()->name : NULL;
     if (!o->json) {
         char hb[32], wb[32];
         cli_human_bytes(bpt, hb, sizeof hb);
@@ -333,9 +336,10 @@ int bench_run_model(const bench_opts *o)
                ", vocab %" PRId64 "\n", ck.path, family_name(cfg->family), fmt, main_dtype, wb,
                cfg->n_layers, cfg->dim, cfg->n_vocab);
         printf("streams   %s per decode token\n", hb);
-        printf("backend   %s, %d threads, kv %s, prefill chunk %d, context %" PRId64
-               " allocated x %d sequence%s\n", bench_backends[o->backend].name, o->n_threads, kv_name,
-               n_batch, engine_n_ctx(e), max_b, max_b == 1 ? "" : "s");
+        printf("backend   %s%s%s%s, %d threads, kv %s, prefill chunk %d, context %" PRId64
+               " allocated x %d sequence%s\n", bench_backends[o->backend].name,
+               cpu_level ? " (kernels: " : "", cpu_level ? cpu_level : "", cpu_level ? ")" : "",
+               o->n_threads, kv_name, n_batch, engine_n_ctx(e), max_b, max_b == 1 ? "" : "s");
         if (eo.pp > 1)
             printf("pipeline  %d stages%s%s\n", eo.pp, o->devices ? " on devices " : "",
                    o->devices ? o->devices : "");
@@ -446,6 +450,8 @@ int bench_run_model(const bench_opts *o)
         json_object_set_new(m, "n_ctx_train", json_integer(cfg->n_ctx_train));
         json_object_set_new(j, "model", m);
         json_object_set_new(j, "backend", json_string(bench_backends[o->backend].name));
+        if (cpu_level)
+            json_object_set_new(j, "cpu_level", json_string(cpu_level));
         json_object_set_new(j, "threads", json_integer(o->n_threads));
         json_object_set_new(j, "pp", json_integer(eo.pp > 1 ? eo.pp : 1));
         json_object_set_new(j, "tp", json_integer(eo.tp > 1 ? eo.tp : 1));

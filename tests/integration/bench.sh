@@ -28,6 +28,10 @@ check "bytes/token is the census figure" \
   bash -c "[ \"\$(jq .model.bytes_per_token '$T/a.json')\" = \"\$(memra-census '$STORIES' --json | jq .decode.bytes_per_token)\" ]"
 check "header fields: model, family, dtype, threads, backend, date, cpu, reps" \
   jq -e '.program == "memra-bench" and .mode == "model" and (.model.path | endswith("stories260K.gguf")) and .model.family == "llama" and .model.format == "gguf" and .model.dtype == "F32" and .threads == 1 and .backend == "cpu" and .kv_type == "bf16" and .reps == 2 and .warmup == 1 and (.date | test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T")) and (.host.cpu | length > 0) and .ceiling.decode_tok_s > 0' "$T/a.json"
+check "cpu_level: the fast path's ISA level (MEMRA_CPU_ISA lowers it); none on cpu-ref" \
+  bash -c "jq -e '.cpu_level | IN(\"scalar\", \"avx2\", \"avx512\", \"amx\", \"neon\", \"dotprod\")' '$T/a.json' &&
+           MEMRA_CPU_ISA=scalar memra-bench '$STORIES' -p 8 -n 2 -d 0 -r 1 -t 1 --bandwidth 10 --json 2>/dev/null | jq -e '.cpu_level == \"scalar\"' &&
+           memra-bench '$STORIES' --backend cpu-ref -p 8 -n 2 -d 0 -r 1 -t 1 --bandwidth 10 --json 2>/dev/null | jq -e 'has(\"cpu_level\") | not'"
 check "nothing but the JSON on stdout, nothing on stderr with a given ceiling" \
   bash -c "[ ! -s '$T/a.err' ] && jq -e . '$T/a.json' >/dev/null"
 
