@@ -115,14 +115,7 @@ X86_INLINE void amx_unpack(const uint8_t *w, pbv *q, float *sa, float *sb, float
         amx_put_lanes(_mm512_castsi512_ps(pi_i8(w)), sa);
         amx_put_lanes(_mm512_castsi512_ps(pi_i8(w + 16)), sb);
         amx_put_lanes(pf_two(x86_f16(w + 32), x86_f16(w + 34)), sc);
-        p_nibbles(w + 36, q);
-#pragma GCC unroll 8
-        for (int h = 0; h < 2; h++) {
-            pbv top = pb_load(w + 292 + 64 * h);
-#pragma GCC unroll 8
-            for (int s = 0; s < 4; s++)
-                q[4 * h + s] = pb_or(q[4 * h + s], pb_sll4(pb_and(pb_srl(top, 2 * s), 0x03)));
-        }
+        p_q6_quants(w, q);
     }
 }
 

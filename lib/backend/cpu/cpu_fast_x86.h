@@ -901,6 +901,20 @@ X86_INLINE void p_k45_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *
         out[t] = x86_hsum8(pf_fold(acc[t])) - x86_hsum8(pf_fold(mins[t]));
 }
 
+/* A Q6_K panel's quants (q + 32, 0..63): the low nibbles, then each
+ * step's top two bits as bits 4 and 5. */
+X86_INLINE void p_q6_quants(const uint8_t *w, pbv *q)
+{
+    p_nibbles(w + 36, q);
+#pragma GCC unroll 8
+    for (int h = 0; h < 2; h++) {
+        pbv top = pb_load(w + 292 + 64 * h);
+#pragma GCC unroll 8
+        for (int s = 0; s < 4; s++)
+            q[4 * h + s] = pb_or(q[4 * h + s], pb_sll4(pb_and(pb_srl(top, 2 * s), 0x03)));
+    }
+}
+
 X86_INLINE void p_q6_k_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float *out, const int NT)
 {
     pfv acc[Q_NT];
@@ -912,14 +926,7 @@ X86_INLINE void p_q6_k_nt(const uint8_t *w, const cpu_xrow *x, int64_t n, float 
         piv sa = pi_i8(w), sb = pi_i8(w + 16);
         pfv d = pf_two(x86_f16(w + 32), x86_f16(w + 34));
         pbv q[8];
-        p_nibbles(w + 36, q);
-#pragma GCC unroll 8
-        for (int h = 0; h < 2; h++) {
-            pbv top = pb_load(w + 292 + 64 * h);
-#pragma GCC unroll 8
-            for (int s = 0; s < 4; s++)
-                q[4 * h + s] = pb_or(q[4 * h + s], pb_sll4(pb_and(pb_srl(top, 2 * s), 0x03)));
-        }
+        p_q6_quants(w, q);
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             const int8_t *xp = x[t].p + p * 512;
