@@ -7,7 +7,10 @@
  * stays in L1) against the task's rows (at most FM_BLOCK_BYTES of
  * weights, which stay in L2), so prefill reads each weight row from
  * memory once per task, not once per token; within a tile the kernels
- * take whole groups of their nt tokens, the rest one at a time. Every
+ * take whole groups of their nt tokens, the rest one at a time. On a
+ * level with tile kernels (amx) a prompt's panel matrices go instead in
+ * blocks of CPU_TILE_ROWS rows against whole tiles of CPU_TILE_TOKENS
+ * tokens, x written per call in the tiles' layout. Every
  * output value is the same kernel arithmetic on one (row, token) pair,
  * whatever the grouping, the tiling, the task split or the thread count:
  * the bytes of a token's outputs never depend on the batch it came in. */
@@ -222,11 +225,14 @@ static void fm_quant_tile_task(void *ctx, int tile, int thread)
     size_t tv = (size_t)tile * CPU_TILE_TOKENS * (size_t)j->nb;
     for (int u = 0; u < CPU_TILE_TOKENS; u++) {
         int t = tile * CPU_TILE_TOKENS + u;
-        if (t < j->n)
-            fm_quant_task(ctx, t, thread);
-        cpu_tile_x(t < j->n ? j->xq + (size_t)t * j->cols : NULL, j->xd + (size_t)t * j->nb,
-                   j->xs + (size_t)t * j->nb, j->cols, u, j->xt + tv * CPU_QBLOCK, j->xtd + tv,
-                   j->xts + tv, j->xtlo + tv);
+        int8_t *tb = j->xt + tv * CPU_QBLOCK;
+        if (t >= j->n) {
+            cpu_tile_x(NULL, NULL, NULL, j->cols, u, tb, j->xtd + tv, j->xts + tv, j->xtlo + tv);
+            continue;
+        }
+        fm_quant_task(ctx, t, thread);
+        cpu_tile_x(j->xq + (size_t)t * j->cols, j->xd + (size_t)t * j->nb, j->xs + (size_t)t * j->nb,
+                   j->cols, u, tb, j->xtd + tv, j->xts + tv, j->xtlo + tv);
     }
 }
 
