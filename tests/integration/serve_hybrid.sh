@@ -36,7 +36,7 @@ for f in qwen3_5 qwen3_5-moe; do
     bash -c "[ \"\$(jq -r '.choices[0].text' '$T/$f-a.json')\" = \"\$1\" ]" _ "$text"
   check "$f: the same request again: the same bytes" \
     bash -c "[ \"\$(jq -c .choices '$T/$f-a.json')\" = \"\$(jq -c .choices '$T/$f-b.json')\" ]"
-  # A prompt of several prefill chunks (64 tokens on the CPU): cached whole
+  # A prompt of several prefill chunks (64 tokens on the CPU, 128 with AMX): cached whole
   # chunks and the state kept at their end; then the same prompt again and
   # an extended one, each against a server without the cache.
   for k in 1 2 3; do
