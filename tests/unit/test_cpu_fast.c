@@ -828,9 +828,9 @@ static void test_invariance_amx(void) { invariance_on(CPU_ISA_AMX); }
 
 /* q, k, v of mixed types in one call (Q4_K_M: Q4_K q and k, Q6_K v) and
  * the GLU FFN: byte-identical across thread counts and batches. */
-static void test_fused_ops_invariance(void)
+static void fused_ops_invariance(int T, int prepare)
 {
-    enum { D = 512, F = 768, T = 9 };
+    enum { D = 512, F = 768, TMAX = 21 };
     backend *b1 = backend_cpu_create(1), *b3 = backend_cpu_create(3);
     bk_weight wq, wk, wv, g, u, dn;
     make_weight(&wq, DT_Q4_K, 64, D);
@@ -839,10 +839,14 @@ static void test_fused_ops_invariance(void)
     make_weight(&g, DT_Q8_0, F, D);
     make_weight(&u, DT_BF16, F, D);
     make_weight(&dn, DT_Q6_K, D, F);
+    const bk_weight *ws[] = {&wq, &wk, &wv, &g, &u, &dn};
+    memra_err err;
+    for (size_t i = 0; prepare && i < MEMRA_ARRAY_LEN(ws); i++)
+        CHECK(b1->ops->weight_prepare(b1, (bk_weight *)ws[i], &err) == 0);
     float *x = malloc(sizeof(float) * T * D);
     for (int t = 0; t < T; t++)
         make_x(x + t * D, D);
-    float q[2][T * 64], k[2][T * 32], v[2][T * 32];
+    float q[2][TMAX * 64], k[2][TMAX * 32], v[2][TMAX * 32];
     float *hb = malloc(sizeof(float) * T * F), *hb2 = malloc(sizeof(float) * T * F);
     float *o[2] = {malloc(sizeof(float) * T * D), malloc(sizeof(float) * T * D)};
     b1->ops->attn_qkv(b1, &wq, &wk, &wv, NULL, NULL, NULL, x, T, q[0], k[0], v[0]);
@@ -853,11 +857,10 @@ static void test_fused_ops_invariance(void)
                           k[1] + t * 32, v[1] + t * 32);
         b3->ops->ffn_glu(b3, &g, &u, &dn, BK_ACT_SILU, x + t * D, 1, hb, hb2, o[1] + t * D);
     }
-    CHECK(memcmp(q[0], q[1], sizeof q[0]) == 0);
-    CHECK(memcmp(k[0], k[1], sizeof k[0]) == 0);
-    CHECK(memcmp(v[0], v[1], sizeof v[0]) == 0);
+    CHECK(memcmp(q[0], q[1], sizeof(float) * T * 64) == 0);
+    CHECK(memcmp(k[0], k[1], sizeof(float) * T * 32) == 0);
+    CHECK(memcmp(v[0], v[1], sizeof(float) * T * 32) == 0);
     CHECK(memcmp(o[0], o[1], sizeof(float) * T * D) == 0);
-    const bk_weight *ws[] = {&wq, &wk, &wv, &g, &u, &dn};
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(ws); i++)
         free((void *)ws[i]->data);
     free(x);
@@ -868,6 +871,12 @@ static void test_fused_ops_invariance(void)
     backend_destroy(b1);
     backend_destroy(b3);
 }
+
+static void test_fused_ops_invariance(void) { fused_ops_invariance(9, 0); }
+/* The same with the matrices in panels and a prompt of 21 tokens: on the
+ * amx level a whole tile of 16 on the tiles (Q4_K, Q6_K and Q8_0 items
+ * beside a BF16 one in the same call) and 5 on the panel kernels. */
+static void test_fused_ops_invariance_panels(void) { fused_ops_invariance(21, 1); }
 
 /* K or V of head h at position t, widened from the cache's bytes. */
 static float cached(const kv_cache *kc, const kv_seq *s, const uint8_t *base, int64_t t, int h,
@@ -1080,6 +1089,7 @@ int main(void)
         TEST_CASE(test_invariance_dotprod),
         TEST_CASE(test_invariance_amx),
         TEST_CASE(test_fused_ops_invariance),
+        TEST_CASE(test_fused_ops_invariance_panels),
         TEST_CASE(test_attention_bound),
         TEST_CASE(test_kinds),
         TEST_CASE(test_ue4m3_scale),
