@@ -423,7 +423,8 @@ static void test_tile_kernels(void)
                     if (u == 3)
                         xu[n - 1] = 3e30f;
                     xr[u] = make_xrow(xu, n, &xb[u]);
-                    cpu_tile_x(u < nt ? xr[u].q : NULL, xr[u].d, xr[u].s, n, u, tb, td, ts, tlo);
+                    cpu_tile_x(u < nt ? xr[u].q : NULL, xr[u].d, xr[u].s, xr[u].lo, n, u, tb, td,
+                               ts, tlo);
                 }
                 uint8_t *scratch = malloc(CPU_TILE_SCRATCH(n));
                 float out[CPU_TILE_ROWS * CPU_TILE_TOKENS];

@@ -71,11 +71,12 @@ typedef struct {
     const int32_t *s;
     const int32_t *lo;
 } cpu_xtile;
-/* Token slot u of a tile: the int8 blocks q, d, s of n values (n a
- * multiple of 32) into x's tile layout at b, d, s, lo (arrays of the
- * whole tile); q = NULL writes the slot's zeros. */
-void cpu_tile_x(const int8_t *q, const float *d, const int32_t *s, int64_t n, int u, int8_t *tb,
-                float *td, int32_t *ts, int32_t *tlo);
+/* Token slot u of a tile: the int8 blocks q, d, s and first-16 sums lo
+ * (cpu_panel_x's) of n values (n a multiple of 32) into x's tile layout
+ * at tb, td, ts, tlo (arrays of the whole tile); q = NULL writes the
+ * slot's zeros. */
+void cpu_tile_x(const int8_t *q, const float *d, const int32_t *s, const int32_t *lo, int64_t n,
+                int u, int8_t *tb, float *td, int32_t *ts, int32_t *tlo);
 /* Panel rows w, w + row_bytes, ... (nr <= CPU_TILE_ROWS of them, n
  * values each) against nx tiles of tokens x[0 .. nx) into out[(i *
  * CPU_TILE_ROWS + r) * CPU_TILE_TOKENS + u] for tile i: each (row, token)

@@ -227,12 +227,13 @@ static void fm_quant_tile_task(void *ctx, int tile, int thread)
         int t = tile * CPU_TILE_TOKENS + u;
         int8_t *tb = j->xt + tv * CPU_QBLOCK;
         if (t >= j->n) {
-            cpu_tile_x(NULL, NULL, NULL, j->cols, u, tb, j->xtd + tv, j->xts + tv, j->xtlo + tv);
+            cpu_tile_x(NULL, NULL, NULL, NULL, j->cols, u, tb, j->xtd + tv, j->xts + tv, j->xtlo + tv);
             continue;
         }
         fm_quant_task(ctx, t, thread);
-        cpu_tile_x(j->xq + (size_t)t * j->cols, j->xd + (size_t)t * j->nb, j->xs + (size_t)t * j->nb,
-                   j->cols, u, tb, j->xtd + tv, j->xts + tv, j->xtlo + tv);
+        size_t tb0 = (size_t)t * j->nb;
+        cpu_tile_x(j->xq + (size_t)t * j->cols, j->xd + tb0, j->xs + tb0, j->xlo + tb0, j->cols, u,
+                   tb, j->xtd + tv, j->xts + tv, j->xtlo + tv);
     }
 }
 

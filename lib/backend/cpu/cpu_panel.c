@@ -191,24 +191,19 @@ void cpu_panel_x(const int8_t *q, int64_t n, int8_t *p, int32_t *lo)
     }
 }
 
-void cpu_tile_x(const int8_t *q, const float *d, const int32_t *s, int64_t n, int u, int8_t *tb,
-                float *td, int32_t *ts, int32_t *tlo)
+void cpu_tile_x(const int8_t *q, const float *d, const int32_t *s, const int32_t *lo, int64_t n,
+                int u, int8_t *tb, float *td, int32_t *ts, int32_t *tlo)
 {
     for (int64_t b = 0; b < n / CPU_QBLOCK; b++) {
         int8_t *dst = tb + b * 512 + 4 * u;
-        int32_t lo = 0;
-        if (q) {
-            const int8_t *blk = q + b * CPU_QBLOCK;
-            for (int g = 0; g < 8; g++)
-                memcpy(dst + 64 * g, blk + 4 * g, 4);
-            for (int v = 0; v < 16; v++)
-                lo += blk[v];
-        } else {
-            for (int g = 0; g < 8; g++)
+        for (int g = 0; g < 8; g++) {
+            if (q)
+                memcpy(dst + 64 * g, q + b * CPU_QBLOCK + 4 * g, 4);
+            else
                 memset(dst + 64 * g, 0, 4);
         }
         td[b * CPU_TILE_TOKENS + u] = q ? d[b] : 0.0f;
         ts[b * CPU_TILE_TOKENS + u] = q ? s[b] : 0;
-        tlo[b * CPU_TILE_TOKENS + u] = lo;
+        tlo[b * CPU_TILE_TOKENS + u] = q ? lo[b] : 0;
     }
 }
