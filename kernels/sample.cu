@@ -705,7 +705,22 @@ int64_t slice_span(int64_t n, int64_t least_span, int *slices)
     return span;
 }
 
+__global__ void sample_feed_kernel(const smp_outcome *o, int64_t n_vocab, int32_t *token)
+{
+    if (threadIdx.x != 0)
+        return;
+    const int32_t id = o->id;
+    token[0] = o->status == SMP_OK && id >= 0 && id < n_vocab ? id : 0;
+}
+
 } // namespace
+
+extern "C" cudaError_t launch_sample_feed(const smp_outcome *o, int64_t n_vocab,
+                                          int32_t *token, cudaStream_t stream)
+{
+    sample_feed_kernel<<<1, 32, 0, stream>>>(o, n_vocab, token); /* one warp, one lane writes */
+    return cudaGetLastError();
+}
 
 extern "C" cudaError_t launch_sample(float *logits, int64_t n_vocab, int n_rows,
                                      const smp_row *rows, const smp_bias *bias,

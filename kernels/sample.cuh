@@ -78,6 +78,14 @@ cudaError_t launch_sample(float *logits, int64_t n_vocab, int n_rows, const smp_
                           uint64_t *scratch, unsigned stages, smp_outcome *out,
                           cudaStream_t stream);
 
+/* token[0] = the id of outcome o when it is a token of [0, n_vocab), else
+ * 0: the next step's token in a chain of greedy steps captured in one
+ * graph (the id never goes through the host). A failed row feeds a valid
+ * id, so the later steps read inside the embedding table; the chain's
+ * outcomes report the failure. One lane of one warp. */
+cudaError_t launch_sample_feed(const smp_outcome *o, int64_t n_vocab, int32_t *token,
+                               cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

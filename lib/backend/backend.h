@@ -349,6 +349,25 @@ typedef struct {
      * both these and sample must honour st->sample. */
     int (*step_begin)(backend *b, const bk_step *st);
     int (*step_end)(backend *b, const bk_step *st);
+    /* Optional (NULL: the engine runs a chain one step at a time, reading
+     * each token back). A chain (engine_forward_chain_sample) is k decode
+     * steps of one row of one sequence, each sampled greedily on the
+     * device, step i's token the id step i - 1 sampled. chain_begin says
+     * how the next k steps run: 1 the backend records them (the engine
+     * calls step_begin / step_end for each as usual, with its token a
+     * placeholder after the first, which the backend replaces on the
+     * device; nothing comes back until chain_end), 0 the engine runs them
+     * one at a time (this chain is a warm-up, or cannot be recorded).
+     * chain_end, after the k steps of a recorded chain: 1 the outcomes of
+     * the k steps are in out, in order; 0 the backend could not run them
+     * (a capture abandoned: nothing ran, run the k steps one at a time),
+     * -1 a failure (recorded: status). first_pos is the first step's
+     * position; each step's rows, tables and sampling lists are the
+     * first's, but for the position; max_blocks and forward_id are its
+     * steps' (bk_step). */
+    int (*chain_begin)(backend *b, int k, int first_pos, int max_blocks,
+                       const void *forward_id);
+    int (*chain_end)(backend *b, smp_outcome *out);
     /* Optional (NULL: none). The prefill step (rows per forward) this
      * backend runs best at; <= 0: no preference. */
     int (*preferred_batch)(backend *b);

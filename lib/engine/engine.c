@@ -1093,6 +1093,80 @@ int engine_forward_sample(engine *e, engine_seq *s, const int32_t *tokens, int n
     return rc;
 }
 
+/* The most steps a chain records as one (longer ones run a step at a time). */
+enum { CHAIN_RECORD_MAX = 16 };
+
+/* Run a recorded chain (backend_ops.chain_begin gave 1): 1 done, 0 the
+ * backend could not (nothing ran: run it a step at a time), -1 a failure. */
+static int chain_recorded(engine *e, engine_seq *s, int32_t first, int k, sampler *smp,
+                          int32_t *out_ids, memra_err *err)
+{
+    backend *bk = e->bk;
+    int64_t pos0 = s->kv.n_tokens;
+    bk_sample_req store;
+    bk_sample_req *req = sample_request(e, 1, &smp, &store);
+    for (int i = 0; i < k; i++) {
+        /* after the first, a placeholder: the backend feeds the id on the device */
+        int32_t tok = i ? 0 : first;
+        e->pos[0] = (int32_t)(pos0 + i);
+        e->seqs[0] = &s->kv;
+        bk_batch rows = {1, e->pos, e->seqs};
+        float *dev = NULL;
+        forward_step(e, &rows, &tok, 0, 0, NULL, &dev, req);
+        s->kv.n_tokens = pos0 + i + 1;
+    }
+    smp_outcome out[CHAIN_RECORD_MAX];
+    int r = bk->ops->chain_end(bk, out);
+    if (r < 0) {
+        if (backend_status(bk, err) == 0)
+            memra_fail(err, "forward: the chain of %d steps failed", k);
+        return -1;
+    }
+    if (r == 0) {
+        s->kv.n_tokens = pos0;
+        return 0;
+    }
+    for (int i = 0; i < k; i++) {
+        memra_err row_err;
+        int32_t id = sampler_row_done(smp, &out[i], &row_err);
+        if (id < 0) {
+            engine_seq_truncate(s, pos0 + i + 1);
+            *err = row_err;
+            return -1;
+        }
+        out_ids[i] = id;
+    }
+    return 1;
+}
+
+int engine_forward_chain_sample(engine *e, engine_seq *s, int32_t first, int k, sampler *smp,
+                                int32_t *out_ids, memra_err *err)
+{
+    backend *bk = e->bk;
+    if (k <= 0)
+        return memra_fail(err, "forward: a chain of %d steps", k);
+    int64_t pos0 = s->kv.n_tokens;
+    if (k > 1 && k <= CHAIN_RECORD_MAX && bk->ops->chain_begin && bk->ops->sample &&
+        s->e == e && sampler_is_greedy(smp) && !e->m.keep_hidden && !e->m.hidden_fn &&
+        first >= 0 && first < e->m.config.n_vocab && pos0 + k <= e->n_ctx) {
+        backend_bind(bk);
+        if (kv_seq_reserve(&s->kv, pos0 + k, err) != 0)
+            return -1;
+        if (bk->ops->chain_begin(bk, k, (int)pos0, e->max_blocks, e->m.head) == 1) {
+            int r = chain_recorded(e, s, first, k, smp, out_ids, err);
+            if (r != 0)
+                return r < 0 ? -1 : 0;
+        }
+    }
+    int32_t tok = first;
+    for (int i = 0; i < k; i++) {
+        if (engine_forward_sample(e, s, &tok, 1, smp, &tok, err) != 0)
+            return -1;
+        out_ids[i] = tok;
+    }
+    return 0;
+}
+
 /* Checks and reservations of a batched step; fails changing nothing. */
 static int batch_begin(engine *e, engine_seq *const *seqs, const int32_t *tokens, int n,
                        memra_err *err)

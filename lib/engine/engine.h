@@ -252,6 +252,17 @@ const kv_seq *engine_seq_kv(const engine_seq *s);
 int engine_forward_sample(engine *e, engine_seq *s, const int32_t *tokens, int n, sampler *smp,
                           int32_t *out_id, memra_err *err);
 
+/* k decode steps of s, each fed the token the step before sampled:
+ * out_ids[i] is the token sampled with smp after running first and
+ * out_ids[0, i). The ids and the sequence are those of k calls of
+ * engine_forward_sample with no sampler_accept between them (a drafter's
+ * chain); with a greedy sampler, a backend that records chains (CUDA,
+ * graphs on) runs the k steps as one graph and reads the ids back once.
+ * Fails as engine_forward_sample does: the ids before the failing step
+ * are set, and the sequence holds the steps up to it. */
+int engine_forward_chain_sample(engine *e, engine_seq *s, int32_t first, int k, sampler *smp,
+                                int32_t *out_ids, memra_err *err);
+
 /* engine_forward_batch, then one token sampled per sequence with smp[i]
  * (distinct samplers) into out_ids[i], as engine_forward_sample. Returns
  * -1 (err) when the step failed, changing nothing (out_ids included) on a

@@ -127,6 +127,45 @@ static void keep_dist(draft_model *dm, int i, const spec_dist *q, spec_dist *out
     *out = (spec_dist){dm->q_ids[i], dm->q_probs[i], q->n};
 }
 
+/* Greedy drafting where the draft runs: the context's new tokens
+ * (fresh[0, n_fresh)), then each draft. The one-token steps run as one
+ * chain (engine_forward_chain_sample: on CUDA one graph, the drafts read
+ * back once); when the context brings more than one new token (every
+ * draft of the last round accepted), their step samples the first draft
+ * and the chain the rest. */
+static int propose_greedy(draft_model *dm, const int32_t *fresh, int n_fresh, int k,
+                          spec_draft *out, memra_err *err)
+{
+    int32_t *ids = out->tokens;
+    int done = 0;
+    if (n_fresh > 1) {
+        if (run_sample(dm, fresh, n_fresh, &ids[0], err) != 0)
+            return -1;
+        done = 1;
+    }
+    if (done < k) {
+        engine_use_head(dm->e, dm->head);
+        int32_t first = done ? ids[0] : fresh[0];
+        int rc = engine_forward_chain_sample(dm->e, dm->s, first, k - done, dm->smp, ids + done,
+                                             err);
+        engine_use_head(dm->e, NULL);
+        if (rc != 0)
+            return memra_wrap(err, "draft model");
+        ran(dm, &first, 1);
+        ran(dm, ids + done, k - done - 1);
+    }
+    for (int i = 0; i < k; i++) {
+        /* the point mass on the argmax, as sampler_probs gives it */
+        dm->q_ids[i] = xrealloc(dm->q_ids[i], sizeof(int32_t));
+        dm->q_probs[i] = xrealloc(dm->q_probs[i], sizeof(double));
+        dm->q_ids[i][0] = ids[i];
+        dm->q_probs[i][0] = 1.0;
+        out->q[i] = (spec_dist){dm->q_ids[i], dm->q_probs[i], 1};
+    }
+    out->n = k;
+    return 0;
+}
+
 static int dm_propose(spec_drafter *d, const int32_t *ctx, int64_t n, int k, spec_rng *r,
                       spec_draft *out, memra_err *err)
 {
@@ -144,25 +183,12 @@ static int dm_propose(spec_drafter *d, const int32_t *ctx, int64_t n, int k, spe
         keep++;
     engine_seq_truncate(dm->s, keep);
     dm->n_kv = keep;
-    int greedy = greedy_here(dm);
+    if (greedy_here(dm))
+        return propose_greedy(dm, ctx + keep, (int)(n - keep), k, out, err);
     for (int i = 0; i < k; i++) {
         /* the context's new tokens first, then each draft */
         const int32_t *t = i ? &out->tokens[i - 1] : ctx + keep;
         int tn = i ? 1 : (int)(n - keep);
-        if (greedy) {
-            int32_t tok;
-            if (run_sample(dm, t, tn, &tok, err) != 0)
-                return -1;
-            /* the point mass on the argmax, as sampler_probs gives it */
-            dm->q_ids[i] = xrealloc(dm->q_ids[i], sizeof(int32_t));
-            dm->q_probs[i] = xrealloc(dm->q_probs[i], sizeof(double));
-            dm->q_ids[i][0] = tok;
-            dm->q_probs[i][0] = 1.0;
-            out->q[i] = (spec_dist){dm->q_ids[i], dm->q_probs[i], 1};
-            out->tokens[i] = tok;
-            out->n = i + 1;
-            continue;
-        }
         if (run(dm, t, tn, 1, err) != 0)
             return -1;
         spec_dist q;

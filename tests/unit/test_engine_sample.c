@@ -606,6 +606,170 @@ static void test_cuda_device_selection(void)
     checkpoint_close(&ck);
 }
 
+/* ---- chains of greedy steps (engine_forward_chain_sample) ---- */
+
+enum { CH_ROUNDS = 28, CH_IDS = CH_ROUNDS * 8 };
+
+typedef struct {
+    int32_t ids[CH_IDS];
+    int n_ids;
+    uint64_t chain_replays, abandoned;
+} chain_trace;
+
+/* A drafter's rounds on one sequence: a chain of k = 2..8 steps (8, then
+ * 2, 3, ... again, so each length repeats at other depths), then the
+ * sequence cut back to keep j of them, and the next chain starts from a
+ * token of its own. chained: engine_forward_chain_sample, else the same
+ * steps by engine_forward_sample. With a trimmed head of the ids below
+ * half the vocabulary, and logit_bias on a few ids. */
+static int chain_rounds(const checkpoint *ck, int graphs, int chained, int trimmed,
+                        chain_trace *t)
+{
+    memset(t, 0, sizeof *t);
+    setenv("MEMRA_CUDA_GRAPHS", graphs ? "1" : "0", 1);
+    engine *e = load(ck, BK_CUDA, 0, KV_F32, 1);
+    unsetenv("MEMRA_CUDA_GRAPHS");
+    if (!e)
+        return -1;
+    memra_err err = {{0}};
+    int32_t vocab = (int32_t)engine_config(e)->n_vocab;
+    sampler_params p = sampler_params_default();
+    p.temperature = 0.0;
+    sampler_logit_bias lb[3] = {{7, 2.5f}, {11, -INFINITY}, {(int32_t)(vocab / 3), 1.0f}};
+    p.logit_bias = lb;
+    p.n_logit_bias = 3;
+    sampler *smp = sampler_new(&p, vocab, &err);
+    engine_seq *q = NULL;
+    model_head *head = NULL;
+    int ok = smp && engine_seq_new(e, &q, &err) == 0;
+    if (ok && trimmed) {
+        int32_t *ids = malloc((size_t)vocab / 2 * sizeof *ids);
+        for (int32_t i = 0; i < vocab / 2; i++)
+            ids[i] = vocab / 2 - 1 - i; /* rank order, not id order */
+        ok = engine_head_new(e, ids, vocab / 2, &head, &err) == 0;
+        free(ids);
+        engine_use_head(e, head);
+    }
+    const int32_t prompt[5] = {1, 42, 7, 300 % vocab, 9};
+    int32_t tok = -1;
+    ok = ok && engine_forward_sample(e, q, prompt, 5, smp, &tok, &err) == 0;
+    for (int r = 0; ok && r < CH_ROUNDS; r++) {
+        int k = 2 + (r + 6) % 7;
+        int32_t *ids = t->ids + t->n_ids;
+        int64_t at = engine_seq_kv(q)->n_tokens;
+        if (chained) {
+            ok = engine_forward_chain_sample(e, q, tok, k, smp, ids, &err) == 0;
+        } else {
+            int32_t x = tok;
+            for (int i = 0; ok && i < k; i++) {
+                ok = engine_forward_sample(e, q, &x, 1, smp, &x, &err) == 0;
+                ids[i] = x;
+            }
+        }
+        t->n_ids += k;
+        if (ok && engine_seq_kv(q)->n_tokens != at + k) {
+            ok = 0;
+            snprintf(err.msg, sizeof err.msg, "the sequence holds %" PRId64 " tokens, not %" PRId64,
+                     engine_seq_kv(q)->n_tokens, at + k);
+        }
+        /* keep j of the k steps (the token and j - 1 drafts), go on from
+         * a token the drafts did not give */
+        int j = 1 + r % k;
+        engine_seq_truncate(q, at + j);
+        tok = (int32_t)((ids[j - 1] * 31 + r + 1) % vocab);
+        /* below 64 positions: one attention bucket, one graph a length */
+        if (engine_seq_kv(q)->n_tokens > 50)
+            engine_seq_truncate(q, 6 + r % 5);
+    }
+    CHECK_MSG(ok, "chain rounds (graphs %s, %s%s): %s", graphs ? "on" : "off",
+              chained ? "chained" : "step by step", trimmed ? ", trimmed head" : "", err.msg);
+#if MEMRA_CUDA
+    uint64_t replays, captures;
+    backend *bk = engine_model(e)->bk;
+    backend_cuda_graph_stats(bk, &replays, &captures, &t->abandoned);
+    t->chain_replays = backend_cuda_graph_chain_replays(bk);
+#endif
+    engine_use_head(e, NULL);
+    if (head)
+        engine_head_free(e, head);
+    engine_seq_free(q);
+    sampler_free(smp);
+    engine_free(e);
+    return ok ? 0 : -1;
+}
+
+/* A chain of greedy steps recorded as one graph (the drafter's) gives the
+ * ids and the sequence of the same steps run one at a time, eagerly:
+ * token fed on the device, every length 2..8 warmed, captured and
+ * replayed at several depths, with the whole head and a trimmed one. Most
+ * chains must be replays. On the CPU a chain is the steps one at a time:
+ * the same ids as engine_forward_sample, and a chain of 0 steps or past
+ * the context is refused. */
+static void test_chain_sampling(void)
+{
+    checkpoint ck;
+    if (open_stories(&ck) != 0)
+        return;
+    engine *c = load(&ck, BK_CPU, 0, KV_F32, 2);
+    if (c) {
+        memra_err err = {{0}};
+        sampler_params p = sampler_params_default();
+        p.temperature = 0.0;
+        sampler *smp = sampler_new(&p, (int32_t)engine_config(c)->n_vocab, &err);
+        engine_seq *a = NULL, *b = NULL;
+        CHECK(smp && engine_seq_new(c, &a, &err) == 0 && engine_seq_new(c, &b, &err) == 0);
+        int32_t ids[6], x = 1;
+        CHECK(engine_forward_chain_sample(c, a, 1, 6, smp, ids, &err) == 0);
+        for (int i = 0; i < 6; i++) {
+            CHECK(engine_forward_sample(c, b, &x, 1, smp, &x, &err) == 0);
+            CHECK_MSG(x == ids[i], "cpu chain step %d: %d, one at a time %d", i, ids[i], x);
+        }
+        CHECK(engine_forward_chain_sample(c, a, 1, 0, smp, ids, &err) != 0 &&
+              strstr(err.msg, "chain of 0 steps"));
+        int32_t fill[125];
+        for (int i = 0; i < 125; i++)
+            fill[i] = (int32_t)(1 + (i * 7) % 200);
+        engine_seq_reset(a);
+        CHECK(engine_forward(c, a, fill, 125, NULL, 0, &err) == 0);
+        err.msg[0] = 0;
+        CHECK_MSG(engine_forward_chain_sample(c, a, 1, 6, smp, ids, &err) != 0 &&
+                  strstr(err.msg, "context full"), "past the context: %s", err.msg);
+        engine_seq_free(a);
+        engine_seq_free(b);
+        sampler_free(smp);
+        engine_free(c);
+    }
+    if (n_devices() == 0) {
+        checkpoint_close(&ck);
+        test_skip("no CUDA device for the recorded chains");
+        return;
+    }
+    for (int trimmed = 0; trimmed < 2; trimmed++) {
+        const char *how = trimmed ? "trimmed head" : "whole head";
+        chain_trace ref, on, off;
+        /* chained with graphs off (the steps one at a time): the whole head only */
+        if (chain_rounds(&ck, 0, 0, trimmed, &ref) != 0 ||
+            chain_rounds(&ck, 1, 1, trimmed, &on) != 0 ||
+            (trimmed ? (off = ref, 0) : chain_rounds(&ck, 0, 1, trimmed, &off)) != 0)
+            continue;
+        int first = -1;
+        for (int i = 0; i < ref.n_ids && first < 0; i++)
+            if (ref.ids[i] != on.ids[i] || ref.ids[i] != off.ids[i])
+                first = i;
+        CHECK_MSG(on.n_ids == ref.n_ids && off.n_ids == ref.n_ids && first < 0,
+                  "%s: id %d is %d chained in a graph, %d chained eagerly, %d one at a time",
+                  how, first, first < 0 ? 0 : on.ids[first], first < 0 ? 0 : off.ids[first],
+                  first < 0 ? 0 : ref.ids[first]);
+        /* 7 lengths, 4 chains each: a warm-up, a capture, two replays */
+        CHECK_MSG(on.chain_replays >= CH_ROUNDS / 2 && on.abandoned == 0,
+                  "%s: %" PRIu64 " of %d chains replayed, %" PRIu64 " captures abandoned", how,
+                  on.chain_replays, CH_ROUNDS, on.abandoned);
+        CHECK_MSG(off.chain_replays == 0, "%s: %" PRIu64 " chains replayed with graphs off",
+                  how, off.chain_replays);
+    }
+    checkpoint_close(&ck);
+}
+
 TEST_MAIN(TEST_CASE(test_cpu_sampling), TEST_CASE(test_cuda_sampling),
-          TEST_CASE(test_cuda_graphed_sampling),
+          TEST_CASE(test_cuda_graphed_sampling), TEST_CASE(test_chain_sampling),
           TEST_CASE(test_cuda_kv_types), TEST_CASE(test_cuda_device_selection))

@@ -282,6 +282,11 @@ uint64_t backend_cuda_graph_sampled_replays(backend *b)
     return cuda_graph_sampled_replays(cuda_of(b));
 }
 
+uint64_t backend_cuda_graph_chain_replays(backend *b)
+{
+    return cuda_graph_chain_replays(cuda_of(b));
+}
+
 /* ---- lifetime ---- */
 
 static void cuda_destroy(backend *b)
@@ -362,6 +367,19 @@ static int cuda_step_end(backend *b, const bk_step *st)
 {
     cuda_xshadow_drop(cuda_of(b));
     return cuda_graph_step_end(cuda_of(b), st);
+}
+
+static int cuda_chain_begin(backend *b, int k, int first_pos, int max_blocks,
+                            const void *forward_id)
+{
+    cuda_backend *cb = cuda_of(b);
+    cuda_flush_pending(cb);
+    return cuda_graph_chain_begin(cb, k, first_pos, max_blocks, forward_id);
+}
+
+static int cuda_chain_end(backend *b, smp_outcome *out)
+{
+    return cuda_graph_chain_end(cuda_of(b), out);
 }
 
 static int cuda_preferred_batch(backend *b)
@@ -462,6 +480,8 @@ static const backend_ops cuda_ops = {
     .bind = cuda_bind,
     .step_begin = cuda_step_begin,
     .step_end = cuda_step_end,
+    .chain_begin = cuda_chain_begin,
+    .chain_end = cuda_chain_end,
     .preferred_batch = cuda_preferred_batch,
     .plan_decode = cuda_plan_decode,
     .rows_alone = cuda_rows_alone,

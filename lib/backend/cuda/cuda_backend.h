@@ -23,5 +23,8 @@ void backend_cuda_graph_stats(backend *b, uint64_t *replays, uint64_t *captures,
 /* Of those replays, the steps that sampled on the device (bk_step.sample:
  * engine_forward_sample, engine_forward_batch_sample). */
 uint64_t backend_cuda_graph_sampled_replays(backend *b);
+/* Chains of steps replayed from one graph (engine_forward_chain_sample),
+ * each counted once. */
+uint64_t backend_cuda_graph_chain_replays(backend *b);
 
 #endif

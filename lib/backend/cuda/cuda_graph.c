@@ -30,7 +30,22 @@
  * A capture that fails (something in it could not be captured) is
  * abandoned: the key is marked, and the engine runs the step again
  * eagerly. Replayed steps give the same bytes as eager ones: the same
- * kernels with the same arguments (tests/unit/test_cuda_engine.c). */
+ * kernels with the same arguments (tests/unit/test_cuda_engine.c).
+ *
+ * A chain (backend_ops.chain_begin: a drafter's greedy steps) is k such
+ * one-row sampled steps in one graph: each step's inputs have a region of
+ * their own in the pinned buffer (all filled before the launch), its
+ * first node copies them over the one device input buffer (the steps run
+ * in stream order, so each reads its own), and from the second step on a
+ * kernel writes the id the step before sampled over the token
+ * (launch_sample_feed); each step's outcome is copied to pinned memory
+ * as it is made. k steps cost one launch and one wait instead of k of
+ * each. A chain key is warmed by one chain run step by step (which warms
+ * and captures its one-step graphs, sizing the scratch), captured the
+ * next time, replayed after; a capture that fails is abandoned and the
+ * engine runs that chain step by step again. All of a chain's steps take
+ * the bucket of its last position: a row's split depends on its own
+ * position only, so a wider grid changes no bits. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +53,9 @@
 #include "backend/cuda/cuda_internal.h"
 #include "core/check.h"
 #include "kernels/attention.cuh"
+#include "kernels/sample.cuh"
 
-enum { GRAPH_SLOTS = 64 };
+enum { GRAPH_SLOTS = 64, CHAIN_MAX = 16 };
 
 typedef struct {
     int n, bucket, tbl_cap;
@@ -49,6 +65,7 @@ typedef struct {
     int sampled;   /* ends with the sample kernels, not a logits copy: their
                     * cuda_sample_kind, else 0 */
     int dev;       /* ends with the logits left on the device (bk_step.dev_logits) */
+    int chain_k;   /* a chain of this many one-row steps, 0 a single step */
     float *dev_logits; /* where, for the replays */
     int seen;      /* eager runs of this key */
     int broken;    /* a capture failed: always eager */
@@ -58,6 +75,19 @@ typedef struct {
 } graph_entry;
 
 typedef enum { GM_NONE = 0, GM_WARM, GM_CAPTURE } graph_mode;
+
+/* A chain being run (cuda_graph_chain_begin to cuda_graph_chain_end). */
+typedef struct {
+    int active;
+    int k, i;          /* its steps, the step running now */
+    int replay;        /* 1: replaying e's graph, 0: capturing it */
+    int bad;           /* a step did not fit, or its capture was abandoned */
+    int skip;          /* bad before anything was captured: no ops run */
+    graph_entry *e;
+    size_t len;        /* int32s of one step's inputs */
+    int64_t n_vocab;
+    smp_outcome *host; /* pinned [CHAIN_MAX]: the steps' outcomes */
+} graph_chain;
 
 struct cuda_graphs {
     graph_entry e[GRAPH_SLOTS];
@@ -79,8 +109,11 @@ struct cuda_graphs {
     size_t read_n[2], read_at;
     int saved_failed;
     memra_err saved_err;
-    uint64_t replays, captures, abandoned, sampled_replays;
+    /* The chain being run (cuda_graph_chain_begin to _end). */
+    graph_chain chain;
+    uint64_t replays, captures, abandoned, sampled_replays, chain_replays;
 };
+
 
 static cuda_graphs *graphs_of(cuda_backend *cb)
 {
@@ -169,6 +202,11 @@ uint64_t cuda_graph_sampled_replays(cuda_backend *cb)
     return cb->graphs ? cb->graphs->sampled_replays : 0;
 }
 
+uint64_t cuda_graph_chain_replays(cuda_backend *cb)
+{
+    return cb->graphs ? cb->graphs->chain_replays : 0;
+}
+
 void cuda_graphs_free(cuda_backend *cb)
 {
     cuda_graphs *g = cb->graphs;
@@ -179,6 +217,7 @@ void cuda_graphs_free(cuda_backend *cb)
     cudaFreeHost(g->in_host);
     cudaFree(g->in_dev);
     cudaFreeHost(g->rb_host);
+    cudaFreeHost(g->chain.host);
     free(g);
     cb->graphs = NULL;
 }
@@ -224,13 +263,15 @@ static int ensure_readback(cuda_backend *cb, cuda_graphs *g, size_t n)
 
 /* The key's slot; NULL when the table is full (the step runs eagerly). */
 static graph_entry *entry_for(cuda_graphs *g, int n, int bucket, int tbl_cap, size_t n_logits,
-                              size_t n_hidden, const void *forward_id, int sampled, int dev)
+                              size_t n_hidden, const void *forward_id, int sampled, int dev,
+                              int chain_k)
 {
     for (int i = 0; i < g->n_e; i++) {
         graph_entry *e = &g->e[i];
         if (e->n == n && e->bucket == bucket && e->tbl_cap == tbl_cap &&
             e->n_logits == n_logits && e->n_hidden == n_hidden &&
-            e->forward_id == forward_id && e->sampled == sampled && e->dev == dev)
+            e->forward_id == forward_id && e->sampled == sampled && e->dev == dev &&
+            e->chain_k == chain_k)
             return e;
     }
     if (g->n_e == GRAPH_SLOTS)
@@ -245,6 +286,7 @@ static graph_entry *entry_for(cuda_graphs *g, int n, int bucket, int tbl_cap, si
     e->forward_id = forward_id;
     e->sampled = sampled;
     e->dev = dev;
+    e->chain_k = chain_k;
     return e;
 }
 
@@ -254,11 +296,10 @@ static graph_entry *entry_for(cuda_graphs *g, int n, int bucket, int tbl_cap, si
  * (kv_seq_save_slot: a speculation round's verify rows on a model with
  * recurrent layers keep the states they leave). -1 (nothing recorded) when a row does not fit the layout: the
  * step then runs eagerly, and the ops report what is wrong with it. */
-static int fill_inputs(cuda_graphs *g, const bk_step *st, int tbl_cap)
+static int fill_inputs(cuda_graphs *g, int32_t *h, const bk_step *st, int tbl_cap)
 {
     const bk_batch *rows = st->rows;
     int n = rows->n;
-    int32_t *h = g->in_host;
     memcpy(h, st->tokens, (size_t)n * sizeof(int32_t));
     int32_t *m = h + g->meta_off;
     for (int i = 0; i < n; i++) {
@@ -314,8 +355,212 @@ static int pow2_at_least(int x)
     return p;
 }
 
+/* ---- chains ---- */
+
+/* Abandon the chain's capture: end it if it is open, keep nothing, and
+ * give back the failure state it began with (what failed inside it fails
+ * again when the engine runs the steps one at a time, if it is real). */
+static void chain_abandon(cuda_backend *cb, cuda_graphs *g)
+{
+    if (g->mode == GM_CAPTURE) {
+        cudaGraph_t graph = NULL;
+        cudaStreamEndCapture(cb->stream, &graph);
+        if (graph)
+            cudaGraphDestroy(graph);
+        cudaGetLastError();
+        cb->failed = g->saved_failed;
+        cb->err = g->saved_err;
+        g->mode = GM_NONE;
+    }
+    g->chain.e->broken = 1;
+    g->chain.bad = 1;
+    g->abandoned++;
+}
+
+int cuda_graph_chain_begin(cuda_backend *cb, int k, int first_pos, int max_blocks,
+                           const void *forward_id)
+{
+    if (!cb->tune.graphs || cb->failed || k < 2 || k > CHAIN_MAX || max_blocks <= 0 ||
+        first_pos < 0)
+        return 0;
+    cuda_graphs *g = graphs_of(cb);
+    if (g->chain.active || g->mode != GM_NONE)
+        return 0;
+    int chunks = 1;
+    for (int i = 0; i < k; i++) {
+        int c = attn_row_chunks(first_pos + i, 0);
+        chunks = c > chunks ? c : chunks;
+    }
+    graph_entry *e = entry_for(g, 1, pow2_at_least(chunks), max_blocks, 0, 0, forward_id, 1, 0,
+                               k);
+    if (!e || e->broken)
+        return 0;
+    if (!e->exec && e->seen == 0) {
+        /* The warm-up: the engine runs these steps one at a time. */
+        e->seen = 1;
+        return 0;
+    }
+    /* one row: [token][pad 3][pos][table offset][table][slot][save] */
+    size_t meta_off = 4, slots_off = meta_off + 2 + (size_t)max_blocks, len = slots_off + 2;
+    if (ensure_inputs(cb, g, (size_t)k * len) != 0)
+        return 0;
+    if (!g->chain.host &&
+        CU_OK(cb, cudaMallocHost((void **)&g->chain.host, CHAIN_MAX * sizeof(smp_outcome))))
+        return 0;
+    if (e->exec && (e->epoch != cb->mem_epoch || e->kv_k != cb->kv_k))
+        entry_drop(e);
+    g->meta_off = meta_off;
+    g->slots_off = slots_off;
+    g->chain.active = 1;
+    g->chain.k = k;
+    g->chain.i = 0;
+    g->chain.replay = e->exec != NULL;
+    g->chain.bad = 0;
+    g->chain.skip = 0;
+    g->chain.e = e;
+    g->chain.len = len;
+    g->chain.n_vocab = 0;
+    return 1;
+}
+
+/* Step i of a chain: its inputs into region i; replaying, nothing runs
+ * until the last step launches the graph; capturing, the step's ops go
+ * into the capture the first step began. */
+static int chain_step_begin(cuda_backend *cb, cuda_graphs *g, const bk_step *st)
+{
+    graph_chain *c = &g->chain;
+    int i = c->i;
+    cb->step = (cuda_step){.active = 1, .prefill = 0, .n = 1};
+    bk_sample_req *sr = st->sample;
+    int fits = sr && sr->n_rows == 1 && st->rows->n == 1 && !st->logits && !st->hidden &&
+               st->graph_ok && st->forward_id == c->e->forward_id &&
+               st->max_blocks == c->e->tbl_cap && !cb->failed;
+    if (fits && i == 0) {
+        /* The lists go up once, outside the graph; every step reads them. */
+        sr->rc = 0;
+        if (cuda_sample_upload(cb, 1, sr->n_vocab, sr->rows, sr->bias, sr->pen, sr->mask,
+                               &sr->err) != 0) {
+            sr->rc = -1;
+            fits = 0;
+        }
+        c->n_vocab = sr->n_vocab;
+    }
+    /* greedy rows only: the same outcome whatever the stream position */
+    fits = fits && cuda_sample_kind(cb) == 1 && sr->n_vocab == c->n_vocab;
+    if (fits) {
+        sr->rc = 0;
+        cb->step.sample = sr;
+    }
+    if (!fits || fill_inputs(g, g->in_host + (size_t)i * c->len, st, c->e->tbl_cap) != 0)
+        c->bad = 1;
+    if (c->bad && g->mode != GM_CAPTURE)
+        c->skip = 1;
+    if (c->replay || c->skip) {
+        cb->step.active = 0;
+        c->i++;
+        if (c->replay && !c->skip && c->i == c->k) {
+            g->chain_replays++;
+            if (CU_OK(cb, cudaGraphLaunch(c->e->exec, cb->stream)))
+                return -1;
+        }
+        return 1;
+    }
+    if (i == 0) {
+        g->saved_failed = cb->failed;
+        g->saved_err = cb->err;
+        if (cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal) !=
+            cudaSuccess) {
+            cudaGetLastError();
+            chain_abandon(cb, g);
+            c->skip = 1;
+            cb->step.active = 0;
+            c->i++;
+            return 1;
+        }
+        g->mode = GM_CAPTURE;
+        g->cur = c->e;
+        g->n_reads = 0;
+        g->read_at = 0;
+        g->bad = 0;
+        g->sample_launched = 0;
+    }
+    CU_OK(cb, cudaMemcpyAsync(g->in_dev, g->in_host + (size_t)i * c->len,
+                              c->len * sizeof(int32_t), cudaMemcpyHostToDevice, cb->stream));
+    if (i > 0)
+        CU_OK(cb, launch_sample_feed(cuda_sample_outcomes(cb), c->n_vocab, g->in_dev,
+                                     cb->stream));
+    return 0;
+}
+
+/* After step i's ops (captured): its sample kernel and the copy of its
+ * outcome; the last step ends the capture and launches the graph. */
+static int chain_step_end(cuda_backend *cb, cuda_graphs *g)
+{
+    graph_chain *c = &g->chain;
+    cuda_flush_pending(cb);
+    bk_sample_req *sr = cb->step.sample;
+    cb->step.active = 0;
+    if (sr && sr->logits && cuda_sample_launch(cb, sr->logits, 1, c->n_vocab) == 0)
+        g->sample_launched++;
+    else
+        g->bad = 1;
+    CU_OK(cb, cudaMemcpyAsync(c->host + c->i, cuda_sample_outcomes(cb), sizeof(smp_outcome),
+                              cudaMemcpyDeviceToHost, cb->stream));
+    if (++c->i < c->k)
+        return 1;
+    graph_entry *e = c->e;
+    cudaGraph_t graph = NULL;
+    cudaError_t rc = cudaStreamEndCapture(cb->stream, &graph);
+    g->mode = GM_NONE;
+    int ok = rc == cudaSuccess && graph && !cb->failed && !g->bad && !c->bad &&
+             g->sample_launched == c->k && g->n_reads == 0;
+    if (ok)
+        ok = cudaGraphInstantiate(&e->exec, graph, 0) == cudaSuccess;
+    if (graph)
+        cudaGraphDestroy(graph);
+    if (!ok) {
+        /* the capture is over: chain_abandon keeps the failure state */
+        e->exec = NULL;
+        cudaGetLastError();
+        cb->failed = g->saved_failed;
+        cb->err = g->saved_err;
+        chain_abandon(cb, g);
+        return 1;
+    }
+    g->captures++;
+    e->epoch = cb->mem_epoch;
+    e->kv_k = cb->kv_k;
+    if (CU_OK(cb, cudaGraphLaunch(e->exec, cb->stream)))
+        return -1;
+    return 1;
+}
+
+int cuda_graph_chain_end(cuda_backend *cb, smp_outcome *out)
+{
+    cuda_graphs *g = cb->graphs;
+    if (!g || !g->chain.active)
+        return 0;
+    graph_chain *c = &g->chain;
+    /* A capture left open (a step that failed to begin never ended). */
+    if (g->mode == GM_CAPTURE)
+        chain_abandon(cb, g);
+    c->active = 0;
+    g->mode = GM_NONE;
+    cb->step.active = 0;
+    if (cb->failed)
+        return -1;
+    if (c->bad || c->skip || c->i != c->k)
+        return 0;
+    if (CU_OK(cb, cudaStreamSynchronize(cb->stream)))
+        return -1;
+    memcpy(out, c->host, (size_t)c->k * sizeof *out);
+    return 1;
+}
+
 int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
 {
+    if (cb->graphs && cb->graphs->chain.active)
+        return chain_step_begin(cb, cb->graphs, st);
     int n = st->rows->n;
     cb->step = (cuda_step){.active = 1, .prefill = st->prefill, .n = n};
     if (cb->failed) {
@@ -357,7 +602,7 @@ int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
         chunks = c > chunks ? c : chunks;
     }
     graph_entry *e = entry_for(g, n, pow2_at_least(chunks), st->max_blocks, st->n_logits,
-                               n_hidden, st->forward_id, sampled, dev);
+                               n_hidden, st->forward_id, sampled, dev, 0);
     if (!e || e->broken)
         return 0;
     g->meta_off = ((size_t)n + 3) & ~(size_t)3;
@@ -368,7 +613,7 @@ int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st)
         cb->step.active = 0;
         return -1;
     }
-    if (fill_inputs(g, st, st->max_blocks) != 0)
+    if (fill_inputs(g, g->in_host, st, st->max_blocks) != 0)
         return 0;
     if (e->exec && (e->epoch != cb->mem_epoch || e->kv_k != cb->kv_k))
         entry_drop(e);
@@ -451,8 +696,10 @@ static int end_capture(cuda_backend *cb, cuda_graphs *g, const bk_step *st)
 
 int cuda_graph_step_end(cuda_backend *cb, const bk_step *st)
 {
-    cuda_flush_pending(cb);
     cuda_graphs *g = cb->graphs;
+    if (g && g->chain.active)
+        return chain_step_end(cb, g);
+    cuda_flush_pending(cb);
     int capturing = g && g->mode == GM_CAPTURE;
     bk_sample_req *sr = cb->step.sample;
     if (sr && !sr->logits) {

@@ -252,11 +252,18 @@ void cuda_graph_spoil(cuda_backend *cb);
 void cuda_graph_read(cuda_backend *cb, const float *src, float *dst, size_t n);
 int cuda_graph_step_begin(cuda_backend *cb, const bk_step *st);
 int cuda_graph_step_end(cuda_backend *cb, const bk_step *st);
+/* backend_ops.chain_begin / chain_end: a chain of greedy one-row steps
+ * recorded as one graph (cuda_graph.c). */
+int cuda_graph_chain_begin(cuda_backend *cb, int k, int first_pos, int max_blocks,
+                           const void *forward_id);
+int cuda_graph_chain_end(cuda_backend *cb, smp_outcome *out);
 void cuda_graphs_free(cuda_backend *cb);
 void cuda_graph_stats(cuda_backend *cb, uint64_t *replays, uint64_t *captures,
                       uint64_t *abandoned);
 /* Replays of steps that sampled on the device (within the replays). */
 uint64_t cuda_graph_sampled_replays(cuda_backend *cb);
+/* Chains replayed from one graph (each counted once, not in replays). */
+uint64_t cuda_graph_chain_replays(cuda_backend *cb);
 
 /* The prefill GEMM (cuda_gemm.c): out[n][rows] = x . W^T (+ bias) with
  * bf16 (f16 for F16 weights) operands and f32 accumulation. Returns 1 when
@@ -377,5 +384,9 @@ int cuda_sample_launch(cuda_backend *cb, float *logits, int n_rows, int64_t n_vo
  * is keyed on them. */
 int cuda_sample_kind(const cuda_backend *cb);
 int cuda_sample_read(cuda_backend *cb, int n_rows, smp_outcome *out);
+/* The device's outcomes of the last launch ([rows], where the launch
+ * writes them; they move only when the staging buffers grow), or NULL
+ * before the first upload. */
+const smp_outcome *cuda_sample_outcomes(const cuda_backend *cb);
 
 #endif

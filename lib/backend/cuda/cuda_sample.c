@@ -234,6 +234,12 @@ int cuda_sample_read(cuda_backend *cb, int n_rows, smp_outcome *out)
     return 0;
 }
 
+const smp_outcome *cuda_sample_outcomes(const cuda_backend *cb)
+{
+    const cuda_sampler *s = cb->sampler;
+    return s && s->dev ? (const smp_outcome *)(s->dev + s->o_out) : NULL;
+}
+
 int cuda_op_sample(backend *b, float *logits, int n_rows, int64_t n_vocab, const smp_row *rows,
                    const smp_bias *bias, const smp_pen *pen, const uint32_t *mask,
                    smp_outcome *out, memra_err *err)
