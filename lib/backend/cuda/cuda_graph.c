@@ -444,6 +444,13 @@ static int chain_step_begin(cuda_backend *cb, cuda_graphs *g, const bk_step *st)
             fits = 0;
         }
         c->n_vocab = sr->n_vocab;
+        /* A list longer than the staging buffers moved them (mem_epoch):
+         * the graph holds the old addresses, so this chain is captured
+         * again. */
+        if (c->replay && (c->e->epoch != cb->mem_epoch || c->e->kv_k != cb->kv_k)) {
+            entry_drop(c->e);
+            c->replay = 0;
+        }
     }
     /* greedy rows only: the same outcome whatever the stream position */
     fits = fits && cuda_sample_kind(cb) == 1 && sr->n_vocab == c->n_vocab;
