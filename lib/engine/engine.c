@@ -1148,7 +1148,8 @@ int engine_forward_chain_sample(engine *e, engine_seq *s, int32_t first, int k, 
     int64_t pos0 = s->kv.n_tokens;
     if (k > 1 && k <= CHAIN_RECORD_MAX && bk->ops->chain_begin && bk->ops->sample &&
         s->e == e && sampler_is_greedy(smp) && !e->m.keep_hidden && !e->m.hidden_fn &&
-        first >= 0 && first < e->m.config.n_vocab && pos0 + k <= e->n_ctx) {
+        engine_rewindable(e) && first >= 0 && first < e->m.config.n_vocab &&
+        pos0 + k <= e->n_ctx) {
         backend_bind(bk);
         if (kv_seq_reserve(&s->kv, pos0 + k, err) != 0)
             return -1;

@@ -256,8 +256,9 @@ int engine_forward_sample(engine *e, engine_seq *s, const int32_t *tokens, int n
  * out_ids[i] is the token sampled with smp after running first and
  * out_ids[0, i). The ids and the sequence are those of k calls of
  * engine_forward_sample with no sampler_accept between them (a drafter's
- * chain); with a greedy sampler, a backend that records chains (CUDA,
- * graphs on) runs the k steps as one graph and reads the ids back once.
+ * chain); with a greedy sampler on a model without recurrent layers
+ * (engine_rewindable), a backend that records chains (CUDA, graphs on)
+ * runs the k steps as one graph and reads the ids back once.
  * Fails as engine_forward_sample does: the ids before the failing step
  * are set, and the sequence holds the steps up to it. */
 int engine_forward_chain_sample(engine *e, engine_seq *s, int32_t first, int k, sampler *smp,
