@@ -827,13 +827,18 @@ static void test_invariance_neon(void) { invariance_on(CPU_ISA_NEON); }
 static void test_invariance_dotprod(void) { invariance_on(CPU_ISA_DOTPROD); }
 static void test_invariance_amx(void) { invariance_on(CPU_ISA_AMX); }
 
-/* q, k, v of mixed types in one call (Q4_K_M: Q4_K q and k, Q6_K v) and
- * the GLU FFN: byte-identical across thread counts and batches. */
+/* q, k, v of mixed types in one call (Q4_K_M: Q4_K q and k, Q6_K v) with
+ * their biases, and the GLU FFN: byte-identical across thread counts and
+ * batches (a token alone takes the decode order, fm_rows_decode, on
+ * tasks that span the items). */
 static void fused_ops_invariance(int T, int prepare)
 {
     enum { D = 512, F = 768, TMAX = 21 };
     backend *b1 = backend_cpu_create(1), *b3 = backend_cpu_create(3);
-    bk_weight wq, wk, wv, g, u, dn;
+    bk_weight wq, wk, wv, g, u, dn, bq, bk, bv;
+    make_weight(&bq, DT_F32, 1, 64);
+    make_weight(&bk, DT_F32, 1, 32);
+    make_weight(&bv, DT_F32, 1, 32);
     make_weight(&wq, DT_Q4_K, 64, D);
     make_weight(&wk, DT_Q4_K, 32, D);
     make_weight(&wv, DT_Q6_K, 32, D);
@@ -850,11 +855,11 @@ static void fused_ops_invariance(int T, int prepare)
     float q[2][TMAX * 64], k[2][TMAX * 32], v[2][TMAX * 32];
     float *hb = malloc(sizeof(float) * T * F), *hb2 = malloc(sizeof(float) * T * F);
     float *o[2] = {malloc(sizeof(float) * T * D), malloc(sizeof(float) * T * D)};
-    b1->ops->attn_qkv(b1, &wq, &wk, &wv, NULL, NULL, NULL, x, T, q[0], k[0], v[0]);
+    b1->ops->attn_qkv(b1, &wq, &wk, &wv, &bq, &bk, &bv, x, T, q[0], k[0], v[0]);
     b1->ops->ffn_glu(b1, &g, &u, &dn, BK_ACT_SILU, x, T, hb, hb2, o[0]);
     /* token by token on three threads */
     for (int t = 0; t < T; t++) {
-        b3->ops->attn_qkv(b3, &wq, &wk, &wv, NULL, NULL, NULL, x + t * D, 1, q[1] + t * 64,
+        b3->ops->attn_qkv(b3, &wq, &wk, &wv, &bq, &bk, &bv, x + t * D, 1, q[1] + t * 64,
                           k[1] + t * 32, v[1] + t * 32);
         b3->ops->ffn_glu(b3, &g, &u, &dn, BK_ACT_SILU, x + t * D, 1, hb, hb2, o[1] + t * D);
     }
@@ -864,6 +869,9 @@ static void fused_ops_invariance(int T, int prepare)
     CHECK(memcmp(o[0], o[1], sizeof(float) * T * D) == 0);
     for (size_t i = 0; i < MEMRA_ARRAY_LEN(ws); i++)
         free((void *)ws[i]->data);
+    free((void *)bq.data);
+    free((void *)bk.data);
+    free((void *)bv.data);
     free(x);
     free(hb);
     free(hb2);
