@@ -829,8 +829,8 @@ static void test_invariance_amx(void) { invariance_on(CPU_ISA_AMX); }
 
 /* q, k, v of mixed types in one call (Q4_K_M: Q4_K q and k, Q6_K v) with
  * their biases, and the GLU FFN: byte-identical across thread counts and
- * batches (a token alone takes the decode order, fm_rows_decode, on
- * tasks that span the items). */
+ * batches (a token alone on three threads: tasks of a decode step that
+ * span the items). */
 static void fused_ops_invariance(int T, int prepare)
 {
     enum { D = 512, F = 768, TMAX = 21 };

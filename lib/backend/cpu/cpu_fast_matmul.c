@@ -10,8 +10,7 @@
  * take whole groups of their nt tokens, the rest one at a time. On a
  * level with tile kernels (amx) a prompt's panel matrices go instead in
  * blocks of CPU_TILE_ROWS rows against whole tiles of CPU_TILE_TOKENS
- * tokens, x written per call in the tiles' layout. A decode step (one
- * token) reads each task's rows in four runs at once (fm_rows_decode). Every
+ * tokens, x written per call in the tiles' layout. Every
  * output value is the same kernel arithmetic on one (row, token) pair,
  * whatever the grouping, the tiling, the task split or the thread count:
  * the bytes of a token's outputs never depend on the batch it came in. */
@@ -99,7 +98,9 @@ static void fm_rows(const fm_job *j, int64_t r0, int64_t r1, int tb, int te)
             const uint8_t *wr = j->data[it] + (size_t)r * j->rbytes[it];
             /* A block of the kernel's rows for whole groups of its tokens
              * when the task and the item hold them all, else a row at a
-             * time; the same bits for every (row, token) either way. */
+             * time (a decode step: rows side by side stream from memory
+             * slower than one after the other); the same bits for every
+             * (row, token) either way. */
             int nr = 1, t = 0;
             if (k->rows && nt >= k->nt && g + k->nr <= r1 && r + k->nr <= rows) {
                 nr = k->nr;
@@ -128,44 +129,6 @@ static void fm_rows(const fm_job *j, int64_t r0, int64_t r1, int tb, int te)
             g += nr;
         }
     }
-}
-
-/* A decode step (one token) reads every weight once from memory, and one
- * core keeps more of it in flight reading several runs of rows at once
- * than one: the task's rows go in FM_STREAMS runs of consecutive rows, a
- * row of each in turn, each run prefetched ahead by the kernels
- * (PLAIN_AHEAD). Two tasks a thread: whole runs, and a little balance on
- * a busy host. On the 2-core Xeon VM, Qwen3-0.6B shape, 2 threads, two
- * rounds, tok/s, one stream (8 tasks a thread, 8 KiB ahead) -> four
- * (4 KiB ahead): Q8_0 43.7 / 42.1 -> 46.3 / 46.0, Q4_K_M 57.9 / 54.6 ->
- * 70.7 / 67.0, BF16 20.1 / 20.1 -> 22.1 / 21.7 (docs/decisions/0018,
- * "Decode in four streams"). */
-#define FM_STREAMS 4
-#define FM_DECODE_TASKS 2
-
-/* One token: the task's rows [r0, r1) as above, each by the one-token
- * kernel, so the same bits as in any other order. */
-static void fm_rows_decode(const fm_job *j, int64_t r0, int64_t r1, int t)
-{
-    cpu_xrow xr = {
-        .f = j->x + (size_t)t * j->xstride,
-        .q = j->xq ? j->xq + (size_t)t * j->cols : NULL,
-        .d = j->xq ? j->xd + (size_t)t * j->nb : NULL,
-        .s = j->xq ? j->xs + (size_t)t * j->nb : NULL,
-        .p = j->xp ? j->xp + (size_t)t * j->cols : NULL,
-        .lo = j->xp ? j->xlo + (size_t)t * j->nb : NULL,
-    };
-    int64_t len = (r1 - r0 + FM_STREAMS - 1) / FM_STREAMS;
-    for (int64_t i = 0; i < len; i++)
-        for (int64_t g = r0 + i; g < r1; g += len) {
-            int it = 0;
-            while (g >= j->first[it + 1])
-                it++;
-            const cpu_mm_item *m = &j->items[it];
-            int64_t r = g - j->first[it];
-            float v = j->k[it]->one(j->data[it] + (size_t)r * j->rbytes[it], &xr, j->cols);
-            m->out[(size_t)t * m->w->rows + r] = m->bias ? v + m->bias[r] : v;
-        }
 }
 
 /* The same on the tile kernels where an item has them: per CPU_TILE_ROWS
@@ -237,8 +200,6 @@ static void fm_task(void *ctx, int task, int thread)
     int te = tb + j->toks_per_task < j->n ? tb + j->toks_per_task : j->n;
     if (j->xt)
         fm_rows_tiled(j, r0, r1, tb, te, thread);
-    else if (j->n == 1)
-        fm_rows_decode(j, r0, r1, tb);
     else
         fm_rows(j, r0, r1, tb, te);
 }
@@ -404,8 +365,6 @@ int cpu_fast_matmul_multi(cpu_backend *c, const cpu_mm_item *items, int n_items,
                 fm_quant_task(&j, t, 0);
     }
     int64_t per = total / ((int64_t)c->n_threads * FM_TASKS_PER_THREAD);
-    if (n == 1)
-        per = (total + c->n_threads * FM_DECODE_TASKS - 1) / (c->n_threads * FM_DECODE_TASKS);
     if (n > FM_TILE && max_row_bytes > 0 && per * (int64_t)max_row_bytes > FM_BLOCK_BYTES)
         per = FM_BLOCK_BYTES / (int64_t)max_row_bytes;
     if (per < FM_MIN_ROWS)

@@ -124,23 +124,19 @@ X86_INLINE float rd1_bf16(const uint8_t *p)
 }
 
 /* How far ahead of its loads a one-row, one-token kernel (decode's)
- * prefetches its weights: 4 KiB, past the end of the row into the next
- * one (a decode task reads runs of consecutive rows, four at a time:
- * cpu_fast_matmul.c, FM_STREAMS). Decode streams each weight once, and
- * the hardware's prefetchers alone kept too few lines in flight: BF16
- * rows of 4,096 on the 2-core VM, two threads streaming a 384 MiB matrix,
- * 15 interleaved rounds, the median 20.9 -> 34.1 GB/s 8 KiB ahead of one
- * stream (4 KiB ahead 31.3; a bf16-x vdpbf16ps loop as llama.cpp's 29.4
- * in the same rounds); the Qwen3-8B shape's decode, BF16 and Q4_K_M, 1.1x
- * to 1.5x (docs/decisions/0018, "Decode prefetch"). With four runs a
- * task, 4 KiB ahead of each holds about as much in flight as 8 KiB of
- * one did, and read level with 8 KiB or better ("Decode in four
- * streams"). The lines go to L2 (prefetcht1, AHEAD_HINT), not L1: on the
- * 2-core Xeon VM the Qwen3-0.6B shape's decode read Q8_0 40.0 / 41.9 ->
- * 47.2 / 44.3 tok/s, BF16 16.4 / 16.5 -> 19.7 / 19.9 (L1's few miss
- * buffers held the stream back). The arithmetic is untouched: the same
- * bits. */
-enum { PLAIN_AHEAD = 4096, AHEAD_HINT = 2 };
+ * prefetches its weights: 8 KiB, past the end of the row into the next
+ * one (a task's rows are read in order, back to back). Decode streams
+ * each weight once, and the hardware's prefetchers alone kept too few
+ * lines in flight: BF16 rows of 4,096 on the 2-core VM, two threads
+ * streaming a 384 MiB matrix, 15 interleaved rounds, the median 20.9 ->
+ * 34.1 GB/s (4 KiB ahead 31.3; a bf16-x vdpbf16ps loop as llama.cpp's
+ * 29.4 in the same rounds); the Qwen3-8B shape's decode, BF16 and
+ * Q4_K_M, 1.1x to 1.5x (docs/decisions/0018, "Decode prefetch"). The
+ * lines go to L2 (prefetcht1, AHEAD_HINT), not L1: on the 2-core Xeon
+ * VM the Qwen3-0.6B shape's decode read Q8_0 40.0 / 41.9 -> 47.2 / 44.3
+ * tok/s, BF16 16.4 / 16.5 -> 19.7 / 19.9 (L1's few miss buffers held
+ * the stream back). The arithmetic is untouched: the same bits. */
+enum { PLAIN_AHEAD = 8192, AHEAD_HINT = 2 };
 
 /* The panels' decode kernels (one token) likewise: every cache line of
  * the panel PLAIN_AHEAD bytes on, as each panel is read. */
