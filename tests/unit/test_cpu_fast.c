@@ -433,10 +433,10 @@ static void test_tile_kernels(void)
                 for (int r = 0; r < nr; r++)
                     for (int u = 0; u < nt; u++) {
                         float one = pk->one(packed + (size_t)r * prb, &xr[u], n);
-                        CHECK_MSG(memcmp(&one, &out[r * CPU_TILE_TOKENS + u], sizeof one) == 0,
+                        CHECK_MSG(memcmp(&one, &out[u * CPU_TILE_ROWS + r], sizeof one) == 0,
                                   "tile %s n=%lld row %d of %d token %d of %d: %.9g, one-token %.9g",
                                   dtype_get(q[ti])->name, (long long)n, r, nr, u, nt,
-                                  out[r * CPU_TILE_TOKENS + u], one);
+                                  out[u * CPU_TILE_ROWS + r], one);
                         checked++;
                     }
                 for (int u = 0; u < CPU_TILE_TOKENS; u++)

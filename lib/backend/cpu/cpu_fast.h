@@ -79,7 +79,8 @@ void cpu_tile_x(const int8_t *q, const float *d, const int32_t *s, const int32_t
                 int u, int8_t *tb, float *td, int32_t *ts, int32_t *tlo);
 /* Panel rows w, w + row_bytes, ... (nr <= CPU_TILE_ROWS of them, n
  * values each) against nx tiles of tokens x[0 .. nx) into out[(i *
- * CPU_TILE_ROWS + r) * CPU_TILE_TOKENS + u] for tile i: each (row, token)
+ * CPU_TILE_TOKENS + u) * CPU_TILE_ROWS + r] for tile i (a token's rows side
+ * by side, as the product's output holds them): each (row, token)
  * the same bits as the level's one-token panel kernel. The rows are
  * unpacked once for all the tiles. scratch: CPU_TILE_SCRATCH(n) bytes of
  * the calling thread's. */

@@ -163,8 +163,46 @@ X86_INLINE __m512 amx_hsum(const float *a)
     return _mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3));
 }
 
+/* The 16 x 16 floats v[r] lane u to v[u] lane r, in registers: pairs of
+ * rows interleaved by 32 and by 64 bits within each 128-bit lane, then
+ * the 128-bit lanes of four vectors exchanged twice (64 shuffles for 256
+ * values, against a scalar store each). */
+X86_INLINE void amx_transpose(__m512 *v)
+{
+    __m512 t[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+    }
+    /* v[4 g + k], 128-bit lane L: rows 4 g .. 4 g + 3 of column 4 L + k */
+#pragma GCC unroll 4
+    for (int i = 0; i < 16; i += 4) {
+        __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+        __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+        v[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        v[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        v[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        v[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        __m512 ab02 = _mm512_shuffle_f32x4(v[k], v[4 + k], 0x88);
+        __m512 ab13 = _mm512_shuffle_f32x4(v[k], v[4 + k], 0xDD);
+        __m512 cd02 = _mm512_shuffle_f32x4(v[8 + k], v[12 + k], 0x88);
+        __m512 cd13 = _mm512_shuffle_f32x4(v[8 + k], v[12 + k], 0xDD);
+        t[k] = _mm512_shuffle_f32x4(ab02, cd02, 0x88);
+        t[8 + k] = _mm512_shuffle_f32x4(ab02, cd02, 0xDD);
+        t[4 + k] = _mm512_shuffle_f32x4(ab13, cd13, 0x88);
+        t[12 + k] = _mm512_shuffle_f32x4(ab13, cd13, 0xDD);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+        v[i] = t[i];
+}
+
 /* One tile of tokens against the rows unpacked into abuf and the
- * [panel][block][row] factor tables sa, sb, sc: out[r * AMX_TOKENS + u]. */
+ * [panel][block][row] factor tables sa, sb, sc: out[u * AMX_ROWS + r]. */
 X86_INLINE void amx_tokens(const uint8_t *abuf, const float *sa, const float *sb, const float *sc,
                            const cpu_xtile *x, int64_t np, int nr, float *out, float *acc,
                            float *mins, int32_t *cb, const int F)
@@ -180,15 +218,17 @@ X86_INLINE void amx_tokens(const uint8_t *abuf, const float *sa, const float *sb
 #pragma GCC unroll 16
     for (int r = 0; r < AMX_ROWS; r++)
         ac[r] = _mm512_setzero_ps();
-#define AMX_STEP_A(i) (abuf + (size_t)((i) % np) * AMX_ROWS * 512 + 32 * ((i) / np))
-#define AMX_STEP_B(i) (x->b + (size_t)(((i) % np) * 16 + amx_block((int)((i) / np))) * 512)
-    AMX_PRODUCTS(0, 1, 2, 3, AMX_STEP_A(0), AMX_STEP_B(0), F);
+    /* Step i's panel and block counted along (a division a step, on the
+     * path to the tile loads' addresses, cost a tenth of the kernel). */
+#define AMX_STEP_A(p, k) (abuf + (size_t)(p) * AMX_ROWS * 512 + 32 * (k))
+#define AMX_STEP_B(p, k) (x->b + (size_t)((p) * 16 + amx_block((int)(k))) * 512)
+    AMX_PRODUCTS(0, 1, 2, 3, AMX_STEP_A(0, 0), AMX_STEP_B(0, 0), F);
     if (steps > 1)
-        AMX_PRODUCTS(4, 5, 6, 7, AMX_STEP_A(1), AMX_STEP_B(1), F);
+        AMX_PRODUCTS(4, 5, 6, 7, AMX_STEP_A(1 % np, 1 / np), AMX_STEP_B(1 % np, 1 / np), F);
+    int64_t p = 0, k = 0, p2 = 2 % np, k2 = 2 / np; /* steps i and i + 2 */
     AMX_STORE(0, 3, cb, F);
     for (int64_t i = 0; i < steps; i++) {
-        const int l = amx_block((int)(i / np));
-        const int64_t p = i % np;
+        const int l = amx_block((int)k);
         if (p == 0 && i > 0) {
 #pragma GCC unroll 16
             for (int r = 0; r < AMX_ROWS; r++)
@@ -202,9 +242,13 @@ X86_INLINE void amx_tokens(const uint8_t *abuf, const float *sa, const float *sb
         }
         if (i + 2 < steps) {
             if (i % 2 == 0)
-                AMX_PRODUCTS(0, 1, 2, 3, AMX_STEP_A(i + 2), AMX_STEP_B(i + 2), F);
+                AMX_PRODUCTS(0, 1, 2, 3, AMX_STEP_A(p2, k2), AMX_STEP_B(p2, k2), F);
             else
-                AMX_PRODUCTS(4, 5, 6, 7, AMX_STEP_A(i + 2), AMX_STEP_B(i + 2), F);
+                AMX_PRODUCTS(4, 5, 6, 7, AMX_STEP_A(p2, k2), AMX_STEP_B(p2, k2), F);
+            if (++p2 == np) {
+                p2 = 0;
+                k2++;
+            }
         }
         const int32_t *c = cb + (i & 1) * 2 * AMX_C;
         const int64_t b = p * 16 + l;
@@ -264,15 +308,27 @@ X86_INLINE void amx_tokens(const uint8_t *abuf, const float *sa, const float *sb
                     _mm512_store_ps(mins + (r * 16 + l) * AMX_TOKENS, ac[r]);
             }
         }
+        if (++p == np) {
+            p = 0;
+            k++;
+        }
     }
 #undef AMX_STEP_A
 #undef AMX_STEP_B
-    for (int r = 0; r < nr; r++) {
-        __m512 v = amx_hsum(acc + r * 16 * AMX_TOKENS);
+    /* Rows past nr hold zeros times finite factors, or garbage that goes
+     * nowhere: the caller copies a token's first nr. */
+    (void)nr;
+    __m512 v[AMX_ROWS];
+#pragma GCC unroll 16
+    for (int r = 0; r < AMX_ROWS; r++) {
+        v[r] = amx_hsum(acc + r * 16 * AMX_TOKENS);
         if (F == AMX_Q4_K || F == AMX_Q5_K)
-            v = _mm512_sub_ps(v, amx_hsum(mins + r * 16 * AMX_TOKENS));
-        _mm512_storeu_ps(out + r * AMX_TOKENS, v);
+            v[r] = _mm512_sub_ps(v[r], amx_hsum(mins + r * 16 * AMX_TOKENS));
     }
+    amx_transpose(v);
+#pragma GCC unroll 16
+    for (int u = 0; u < AMX_TOKENS; u++)
+        _mm512_storeu_ps(out + u * AMX_ROWS, v[u]);
 }
 
 X86_INLINE void amx_tile(const uint8_t *w, size_t rb, int nr, const cpu_xtile *x, int nx,

@@ -172,15 +172,21 @@ static void fm_rows_tiled(const fm_job *j, int64_t r0, int64_t r1, int tb, int t
                 }
                 k->tile(j->data[it] + (size_t)r * j->rbytes[it], j->rbytes[it], nr, xt, nx,
                         j->cols, b, scratch);
-                /* a token's rows side by side: one cache line a token */
+                /* a token's rows side by side, as the kernel wrote them:
+                 * one cache line a token (by element, the line's stores
+                 * filled the store buffer: a tenth of a prompt chunk) */
                 for (int x = 0; x < nx; x++)
                     for (int u = 0, t = t0 + x * CPU_TILE_TOKENS; u < CPU_TILE_TOKENS && t < te;
                          u++, t++) {
                         float *o = m->out + (size_t)t * rows + r;
-                        for (int i = 0; i < nr; i++) {
-                            float v = b[(x * CPU_TILE_ROWS + i) * CPU_TILE_TOKENS + u];
-                            o[i] = m->bias ? v + m->bias[r + i] : v;
-                        }
+                        const float *v = b + (x * CPU_TILE_TOKENS + u) * CPU_TILE_ROWS;
+                        if (m->bias)
+                            for (int i = 0; i < nr; i++)
+                                o[i] = v[i] + m->bias[r + i];
+                        else if (nr == CPU_TILE_ROWS)
+                            memcpy(o, v, CPU_TILE_ROWS * sizeof *o);
+                        else
+                            memcpy(o, v, (size_t)nr * sizeof *o);
                     }
                 t0 = tg;
             }
