@@ -302,7 +302,7 @@ DEV void unit_acc(const typename WFmt<F>::Raw (&raw)[R], int64_t u, const float 
                 }
 #pragma unroll
                 for (int k = 0; k < R; k++)
-                    piece_dot<PW, HB>(v[k], xs, a[k][p], b[k][p], sx, acc[k][t]);
+                    piece_dot<PW, HB>(v[k], xs, a[k][p], HB ? b[k][p] : 0.0f, sx, acc[k][t]);
             }
         }
     }
