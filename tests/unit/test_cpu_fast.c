@@ -593,6 +593,57 @@ static void exp_on(cpu_isa isa)
     CHECK(isnan(cpu_exp_neg(NAN)));
 }
 
+/* glu_silu: within its bound of silu(x) g in double, NaN kept, and each
+ * element the same bits whatever call and position it has. */
+static void silu_on(cpu_isa isa)
+{
+    const cpu_kernels *k = level_or_skip(isa);
+    if (!k)
+        return;
+    CHECK_MSG(k->glu_silu != NULL, "%s has no glu_silu", k->name);
+    if (!k->glu_silu)
+        return;
+    enum { N = 4103 }; /* lanes and a tail */
+    static float h[N], g[N], x[N], part[N];
+    static const float special[] = {0.0f,    -0.0f,  1e-30f,   -1e-30f, 1e-40f,    -1e-40f,
+                                    87.0f,   -87.0f, 87.5f,    -87.5f,  90.0f,     -90.0f,
+                                    200.0f,  -200.0f, INFINITY, 3e38f,   -3e38f,    0.5f};
+    uint32_t st = 7;
+    for (int i = 0; i < N; i++) {
+        st = st * 1664525u + 1013904223u;
+        x[i] = -100.0f + 200.0f * (float)i / (float)(N - 1);
+        g[i] = i % 5 == 0 ? 1.0f : (float)(st >> 8) / 8388608.0f - 1.0f;
+    }
+    for (size_t i = 0; i < MEMRA_ARRAY_LEN(special); i++)
+        x[3 * i + 1] = special[i];
+    memcpy(h, x, sizeof h);
+    k->glu_silu(h, g, N);
+    for (int i = 0; i < N; i++) {
+        double xd = x[i];
+        double want = (xd >= 0 ? xd / (1.0 + exp(-xd)) : xd * exp(xd) / (1.0 + exp(xd))) * g[i];
+        if (isinf(want)) {
+            CHECK_MSG(h[i] == (float)want, "%s silu(%g) * %g = %g, want %g", k->name, x[i], g[i],
+                      h[i], want);
+            continue;
+        }
+        double tol = 0x1p-21 * fabs(want) + 0x1p-110;
+        CHECK_MSG(fabs(h[i] - want) <= tol, "%s silu(%.9g) * %.9g = %.9g, want %.9g", k->name,
+                  x[i], g[i], h[i], want);
+    }
+    /* the same bits called in pieces of odd lengths at odd offsets */
+    memcpy(part, x, sizeof part);
+    for (int i = 0, len = 1; i < N; i += len, len = len * 3 % 37 + 1)
+        k->glu_silu(part + i, g + i, i + len <= N ? len : N - i);
+    CHECK(memcmp(part, h, sizeof h) == 0);
+    float t[3] = {1.0f, NAN, -1.0f}, u[3] = {1.0f, 1.0f, 1.0f};
+    k->glu_silu(t, u, 3);
+    CHECK(isnan(t[1]) && t[0] > 0.73f && t[0] < 0.74f);
+}
+
+static void test_silu_avx2(void) { silu_on(CPU_ISA_AVX2); }
+static void test_silu_avx512(void) { silu_on(CPU_ISA_AVX512); }
+static void test_silu_amx(void) { silu_on(CPU_ISA_AMX); }
+
 static void test_exp_scalar(void) { exp_on(CPU_ISA_SCALAR); }
 static void test_exp_avx2(void) { exp_on(CPU_ISA_AVX2); }
 static void test_exp_avx512(void) { exp_on(CPU_ISA_AVX512); }
@@ -1085,6 +1136,9 @@ int main(void)
         TEST_CASE(test_exp_neon),
         TEST_CASE(test_exp_dotprod),
         TEST_CASE(test_exp_amx),
+        TEST_CASE(test_silu_avx2),
+        TEST_CASE(test_silu_avx512),
+        TEST_CASE(test_silu_amx),
         TEST_CASE(test_attn_kernels_scalar),
         TEST_CASE(test_attn_kernels_avx2),
         TEST_CASE(test_attn_kernels_avx512),

@@ -131,6 +131,15 @@ typedef struct {
                       int nk, int64_t n, float scale, float *const *out);
     void (*attn_axpyq)(float *const *o, const float *const *p, int nq, const void *const *v,
                        cpu_kv_elem e, int nv, int64_t n);
+    /* A SiLU GLU in place: h[i] = silu(h[i]) * g[i] for i < n, silu(x) =
+     * x * s with s the logistic of x from e = the level's exp(-|x|) (s =
+     * 1 / (1 + e) from 0 up, e / (1 + e) below, so no exponential
+     * overflows), each element the same bits wherever it sits in a call.
+     * Within 2^-21 relative of x / (1 + exp(-x)) times g, or 2^-110 where
+     * that is more (the logistic of x below -87.3 is 0 here: exp(-|x|)
+     * under 2^-126) (tests/unit/test_cpu_fast.c). NULL where the level
+     * has none (cpu_silu). */
+    void (*glu_silu)(float *h, const float *g, int64_t n);
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_scalar;

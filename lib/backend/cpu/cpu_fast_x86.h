@@ -1095,11 +1095,13 @@ static void quant_x(const float *x, int64_t n, int8_t *q, float *d, int32_t *s)
 #define VSTORE(p, v) _mm512_storeu_ps(p, v)
 #define VSET1(x) _mm512_set1_ps(x)
 #define VMAX(a, b) _mm512_max_ps(a, b)
+#define VMULF(a, b) _mm512_mul_ps(a, b)
 #define VSUB(a, b) _mm512_sub_ps(a, b)
 #else
 #define VSTORE(p, v) _mm256_storeu_ps(p, v)
 #define VSET1(x) _mm256_set1_ps(x)
 #define VMAX(a, b) _mm256_max_ps(a, b)
+#define VMULF(a, b) _mm256_mul_ps(a, b)
 #define VSUB(a, b) _mm256_sub_ps(a, b)
 #endif
 
@@ -1360,6 +1362,40 @@ static float attn_exp(float *s, int64_t n)
     return x86_hsum8(v_to8(sum));
 }
 
+/* silu(x) on VL lanes (glu_silu, cpu_fast.h): exp_neg_v of -|x|, the
+ * logistic's numerator 1 or e by x's sign, one division. */
+X86_INLINE vf silu_v(vf x)
+{
+#if CPU_X86_512
+    const vf e = exp_neg_v(_mm512_sub_ps(VZERO(), _mm512_abs_ps(x)));
+    const __mmask16 neg = _mm512_cmp_ps_mask(x, VZERO(), _CMP_LT_OQ);
+    const vf num = _mm512_mask_blend_ps(neg, VSET1(1.0f), e);
+    return _mm512_mul_ps(x, _mm512_div_ps(num, _mm512_add_ps(VSET1(1.0f), e)));
+#else
+    const vf e = exp_neg_v(_mm256_sub_ps(VZERO(), _mm256_andnot_ps(VSET1(-0.0f), x)));
+    const vf num = _mm256_blendv_ps(VSET1(1.0f), e, _mm256_cmp_ps(x, VZERO(), _CMP_LT_OQ));
+    return _mm256_mul_ps(x, _mm256_div_ps(num, _mm256_add_ps(VSET1(1.0f), e)));
+#endif
+}
+
+/* The tail of fewer than VL through the same lanes, padded with zeros. */
+static void glu_silu(float *h, const float *g, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL)
+        VSTORE(h + i, VMULF(silu_v(VLOADF(h + i)), VLOADF(g + i)));
+    if (i < n) {
+        float a[VL], b[VL];
+        for (int l = 0; l < VL; l++) {
+            a[l] = i + l < n ? h[i + l] : 0.0f;
+            b[l] = i + l < n ? g[i + l] : 0.0f;
+        }
+        VSTORE(a, VMULF(silu_v(VLOADF(a)), VLOADF(b)));
+        for (int64_t l = 0; i + l < n; l++)
+            h[i + l] = a[l];
+    }
+}
+
 #if defined(CPU_X86_AMX) && CPU_X86_AMX
 #include "backend/cpu/cpu_fast_amx.h"
 #define X86_TILE(f) , NULL, 0, tile_##f
@@ -1391,4 +1427,5 @@ const cpu_kernels CPU_X86_TABLE = {
     .attn_axpy = attn_axpy,
     .attn_dotq = attn_dotq,
     .attn_axpyq = attn_axpyq,
+    .glu_silu = glu_silu,
 };

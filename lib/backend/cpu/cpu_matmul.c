@@ -115,6 +115,7 @@ typedef struct {
     const float *hb2;
     size_t m;
     bk_act act;
+    void (*silu)(float *h, const float *g, int64_t n); /* the fast path's, or NULL */
 } glu_job;
 
 static void glu_task(void *ctx, int task, int thread)
@@ -125,6 +126,8 @@ static void glu_task(void *ctx, int task, int thread)
     if (j->act == BK_ACT_GELU_TANH)
         for (size_t i = i0; i < i1; i++)
             j->hb[i] = cpu_gelu_tanh(j->hb[i]) * j->hb2[i];
+    else if (j->silu)
+        j->silu(j->hb + i0, j->hb2 + i0, (int64_t)(i1 - i0));
     else
         for (size_t i = i0; i < i1; i++)
             j->hb[i] = cpu_silu(j->hb[i]) * j->hb2[i];
@@ -137,7 +140,8 @@ void cpu_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
     cpu_backend *c = cpu_of(b);
     cpu_mm_item gu[2] = {{gate, NULL, hb}, {up, NULL, hb2}};
     cpu_matmul_multi(c, gu, 2, x, n);
-    glu_job j = {hb, hb2, (size_t)n * (size_t)gate->rows, act};
+    glu_job j = {hb, hb2, (size_t)n * (size_t)gate->rows, act,
+                 c->fast ? c->fast->glu_silu : NULL};
     /* A prompt chunk's activations on the pool (a decode step's stay
      * here); each element the same arithmetic wherever it runs. */
     int tasks = (int)((j.m + GLU_TASK - 1) / GLU_TASK);
