@@ -464,9 +464,10 @@ backend *backend_cpu_ref_create(int n_threads);
  * fewer rows. A wrapper that reproduces the routing (the imatrix collector)
  * checks its choices against these. */
 const int *backend_cpu_moe_choices(backend *b, size_t n_rows, int n_used);
-/* The CPU reference's activation of one value (SiLU or tanh GELU), for
- * code that must recompute exactly what the op computed. */
-float backend_cpu_activation(bk_act act, float x);
+/* h[i] = act(h[i]) * u[i] for i < m, as the CPU backend b's ffn_glu op
+ * computes them (the fast path's vector SiLU or the reference's), for code
+ * that must recompute exactly what the op computed. */
+void backend_cpu_glu(backend *b, bk_act act, float *h, const float *u, size_t m);
 /* The CUDA backend on device `device`. NULL with a message when there is
  * no such device, the build has no CUDA (CUDA=0), or setup fails. */
 backend *backend_cuda_create(int device, memra_err *err);

@@ -168,8 +168,7 @@ static void glu_input(imatrix_collector *c, const bk_weight *gate, const bk_weig
     float *u = scratch(c, BUF_U, m);
     c->inner->ops->matmul(c->inner, gate, NULL, x, n, out);
     c->inner->ops->matmul(c->inner, up, NULL, x, n, u);
-    for (size_t i = 0; i < m; i++)
-        out[i] = backend_cpu_activation(act, out[i]) * u[i];
+    backend_cpu_glu(c->inner, act, out, u, m);
 }
 
 /* The down projection's input is left in hb by the CPU op; the first row

@@ -111,7 +111,7 @@ float cpu_gelu_tanh(float x)
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
-float backend_cpu_activation(bk_act act, float x)
+static float cpu_activation(bk_act act, float x)
 {
     return act == BK_ACT_GELU_TANH ? cpu_gelu_tanh(x) : cpu_silu(x);
 }
@@ -345,7 +345,7 @@ static void cpu_act_mul(backend *b, float *x, const float *y, int n, int64_t col
         float *xr = x + (size_t)i * (size_t)cols;
         const float *yr = y + (size_t)i * (size_t)y_stride;
         for (int64_t j = 0; j < cols; j++)
-            xr[j] = backend_cpu_activation(act, xr[j]) * yr[j];
+            xr[j] = cpu_activation(act, xr[j]) * yr[j];
     }
 }
 

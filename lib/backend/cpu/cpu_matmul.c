@@ -118,11 +118,8 @@ typedef struct {
     void (*silu)(float *h, const float *g, int64_t n); /* the fast path's, or NULL */
 } glu_job;
 
-static void glu_task(void *ctx, int task, int thread)
+static void glu_range(const glu_job *j, size_t i0, size_t i1)
 {
-    (void)thread;
-    const glu_job *j = ctx;
-    size_t i0 = (size_t)task * GLU_TASK, i1 = i0 + GLU_TASK < j->m ? i0 + GLU_TASK : j->m;
     if (j->act == BK_ACT_GELU_TANH)
         for (size_t i = i0; i < i1; i++)
             j->hb[i] = cpu_gelu_tanh(j->hb[i]) * j->hb2[i];
@@ -131,6 +128,21 @@ static void glu_task(void *ctx, int task, int thread)
     else
         for (size_t i = i0; i < i1; i++)
             j->hb[i] = cpu_silu(j->hb[i]) * j->hb2[i];
+}
+
+static void glu_task(void *ctx, int task, int thread)
+{
+    (void)thread;
+    const glu_job *j = ctx;
+    size_t i0 = (size_t)task * GLU_TASK, i1 = i0 + GLU_TASK < j->m ? i0 + GLU_TASK : j->m;
+    glu_range(j, i0, i1);
+}
+
+void backend_cpu_glu(backend *b, bk_act act, float *h, const float *u, size_t m)
+{
+    const cpu_backend *c = cpu_of(b);
+    glu_job j = {h, u, m, act, c->fast ? c->fast->glu_silu : NULL};
+    glu_range(&j, 0, m);
 }
 
 void cpu_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,
