@@ -88,6 +88,10 @@ int cpu_type_supported(dtype t);
 float cpu_dot(const float *a, const float *b, int64_t n);
 
 float cpu_silu(float x);
+/* h[i] = act(h[i]) * u[i] for i < m as cpu_op_ffn_glu computes it (the
+ * fast path's vector SiLU where the level has one): every GLU of a
+ * forward runs through it, so a token's bits do not depend on the path. */
+void cpu_glu(const cpu_backend *c, bk_act act, float *h, const float *u, size_t m);
 float cpu_gelu_tanh(float x);
 
 /* One matrix of a multi-matrix product: out[n][w->rows] = x . w^T + bias. */

@@ -138,11 +138,15 @@ static void glu_task(void *ctx, int task, int thread)
     glu_range(j, i0, i1);
 }
 
-void backend_cpu_glu(backend *b, bk_act act, float *h, const float *u, size_t m)
+void cpu_glu(const cpu_backend *c, bk_act act, float *h, const float *u, size_t m)
 {
-    const cpu_backend *c = cpu_of(b);
     glu_job j = {h, u, m, act, c->fast ? c->fast->glu_silu : NULL};
     glu_range(&j, 0, m);
+}
+
+void backend_cpu_glu(backend *b, bk_act act, float *h, const float *u, size_t m)
+{
+    cpu_glu(cpu_of(b), act, h, u, m);
 }
 
 void cpu_op_ffn_glu(backend *b, const bk_weight *gate, const bk_weight *up,

@@ -64,8 +64,7 @@ static void moe_one_token(cpu_backend *c, const bk_moe *m, const float *x, int64
         const int e = c->moe_ids[order[k]];
         float *h = hb + (size_t)k * (size_t)ffn;
         const float *h2 = hb2 + (size_t)k * (size_t)ffn;
-        for (int64_t i = 0; i < ffn; i++)
-            h[i] = (m->act == BK_ACT_GELU_TANH ? cpu_gelu_tanh(h[i]) : cpu_silu(h[i])) * h2[i];
+        cpu_glu(c, m->act, h, h2, (size_t)ffn); /* as cpu_op_ffn_glu's, for a batch */
         cpu_mm_item d = {&m->down[e], NULL, yg};
         cpu_matmul_multi(c, &d, 1, h, 1);
         const float w = c->moe_w[order[k]];
