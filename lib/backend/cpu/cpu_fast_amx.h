@@ -218,8 +218,8 @@ X86_INLINE void amx_tokens(const uint8_t *abuf, const float *sa, const float *sb
 #pragma GCC unroll 16
     for (int r = 0; r < AMX_ROWS; r++)
         ac[r] = _mm512_setzero_ps();
-    /* Step i's panel and block counted along (a division a step, on the
-     * path to the tile loads' addresses, cost a tenth of the kernel). */
+    /* Step i's panel and block counted along, not divided out: a 64-bit
+     * division a step sat on the path to the tile loads' addresses. */
 #define AMX_STEP_A(p, k) (abuf + (size_t)(p) * AMX_ROWS * 512 + 32 * (k))
 #define AMX_STEP_B(p, k) (x->b + (size_t)((p) * 16 + amx_block((int)(k))) * 512)
     AMX_PRODUCTS(0, 1, 2, 3, AMX_STEP_A(0, 0), AMX_STEP_B(0, 0), F);
