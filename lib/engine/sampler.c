@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "numerics/logit_scan.h"
 #include "numerics/sample_math.h"
 #include "numerics/sample_weights.h"
 #include "engine/sampler_select.h"
@@ -278,20 +279,23 @@ static void apply_mask(const sampler *s, float *logits)
 
 /* Mask, bias and penalties touch only the listed and seen ids (the mask
  * every id it bans); the arithmetic is sample_math.h's, the device's. */
-static void apply_bias_and_penalties(sampler *s, float *logits)
+/* Whether it changed any logit (nothing to mask, bias or penalize: the
+ * row is as the forward left it). */
+static int apply_bias_and_penalties(sampler *s, float *logits)
 {
     if (s->has_mask)
         apply_mask(s, logits);
     for (int32_t i = 0; i < s->p.n_logit_bias; i++)
         logits[s->bias[i].id] += s->bias[i].bias;
     if (!s->penalize)
-        return;
+        return s->has_mask || s->p.n_logit_bias > 0;
     prune_seen(s);
     for (int32_t i = 0; i < s->n_seen; i++) {
         int32_t id = s->seen[i];
         logits[id] = smp_penalize(logits[id], s->count[id], s->p.repetition_penalty,
                                   s->p.presence_penalty, s->p.frequency_penalty);
     }
+    return 1;
 }
 
 /* The message for a failed row, the same whether the host or a device
@@ -320,6 +324,27 @@ static int fail_status(const sampler *s, int status, int32_t id, float value, me
     }
 }
 
+/* A row that logit_scan found NaN or +inf in after logit_bias and the
+ * penalties, element by element: the first +inf fails it; a NaN (which
+ * they cannot make from finite logits) is passed over as no larger than
+ * anything and not counted. */
+static int scan_after_bad(const sampler *s, const float *logits, logit_scan *sc, memra_err *err)
+{
+    sc->best = -1;
+    sc->n_finite = 0;
+    float max = -INFINITY;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        if (logits[i] == INFINITY)
+            return fail_status(s, SMP_INF_AFTER, i, logits[i], err);
+        sc->n_finite += logits[i] > -INFINITY;
+        if (logits[i] > max) {
+            max = logits[i];
+            sc->best = i;
+        }
+    }
+    return 0;
+}
+
 /* When top-k is this small next to the vocabulary, one heap pass over the
  * logits beats building every candidate and partitioning them. */
 static int top_k_by_heap(int32_t k, int32_t n_finite) { return (int64_t)k * 8 <= n_finite; }
@@ -330,31 +355,23 @@ static int top_k_by_heap(int32_t k, int32_t n_finite) { return (int64_t)k * 8 <=
 static int prepare(sampler *s, float *logits, int32_t *n, memra_err *err)
 {
     int32_t nv = s->n_vocab;
-    /* Branch-free flags first (this pass runs over the whole vocabulary
-     * every step); the offending id is looked up only on failure. */
-    int any_bad = 0, any_finite = 0;
-    for (int32_t i = 0; i < nv; i++) {
-        any_bad |= !(logits[i] < INFINITY);
-        any_finite |= logits[i] > -INFINITY;
-    }
-    if (any_bad)
+    /* One pass for the flags, the argmax and the count (logit_scan.h);
+     * the offending id is looked up only on failure. */
+    logit_scan sc;
+    logit_scan_row(logits, nv, &sc);
+    if (sc.bad)
         for (int32_t i = 0; i < nv; i++)
             if (!(logits[i] < INFINITY))
                 return fail_status(s, SMP_BAD_LOGIT, i, logits[i], err);
-    apply_bias_and_penalties(s, logits);
-
-    /* The argmax (lowest id on ties: only a strictly larger logit moves it). */
-    int32_t best = -1, n_finite = 0;
-    float max = -INFINITY;
-    for (int32_t i = 0; i < nv; i++) {
-        if (logits[i] == INFINITY)
-            return fail_status(s, SMP_INF_AFTER, i, logits[i], err);
-        n_finite += logits[i] > -INFINITY;
-        if (logits[i] > max) {
-            max = logits[i];
-            best = i;
-        }
+    const int any_finite = sc.n_finite > 0;
+    if (apply_bias_and_penalties(s, logits)) {
+        logit_scan_row(logits, nv, &sc);
+        if (sc.bad && scan_after_bad(s, logits, &sc, err) != 0)
+            return -1;
     }
+    /* The argmax: the lowest id on ties. */
+    const int32_t best = sc.best, n_finite = sc.n_finite;
+    const float max = best >= 0 ? logits[best] : -INFINITY;
     if (best < 0)
         return fail_status(s, any_finite ? SMP_NONE_LEFT : SMP_ALL_NEG_INF, -1, 0.0f, err);
     if (s->p.temperature == 0.0) {

@@ -6,6 +6,7 @@
 #include "core/philox.h"
 #include "core/rng.h"
 #include "engine/sampler.h"
+#include "numerics/logit_scan.h"
 #include "numerics/sample_weights.h"
 #include "test.h"
 
@@ -790,6 +791,75 @@ static void test_sample_weights_forms(void)
     CHECK_MSG(slow > 0, "no exp in the subnormal range was tried");
 }
 
+/* The row scan the sampler starts from, by the loop it replaced: the
+ * flags, the lowest id of the largest value (ties in the vector part and
+ * in the tail, +0 and -0 at the top), the count above -inf; rows of -inf
+ * only, rows with a NaN or +inf at each place, lengths with and without a
+ * tail. The scalar form always; the AVX2 form where the CPU has it (and
+ * MEMRA_CPU_ISA is not `scalar`), else SKIP for that part. */
+static void scan_by_loop(const float *x, int32_t n, logit_scan *o)
+{
+    memset(o, 0, sizeof *o);
+    o->best = -1;
+    float max = -INFINITY;
+    for (int32_t i = 0; i < n; i++) {
+        o->bad |= !(x[i] < INFINITY);
+        o->n_finite += x[i] > -INFINITY;
+        if (x[i] > max) {
+            max = x[i];
+            o->best = i;
+        }
+    }
+    if (o->bad)
+        o->best = o->n_finite = 0;
+}
+
+static void test_logit_scan_forms(void)
+{
+    enum { N = 1000 };
+    static float x[N];
+    logit_scan probe;
+    const int vec = logit_scan_form(1, x, 0, &probe) == 0;
+    rng_state r;
+    rng_seed(&r, 12, 0);
+    long rows = 0, bad_rows = 0, none_rows = 0, tail_best = 0;
+    for (int round = 0; round < 3000; round++) {
+        const int32_t n = round < 40 ? round : (int32_t)(rng_next_u64(&r) % N) + 1;
+        const int kind = round % 6;
+        for (int32_t i = 0; i < n; i++) {
+            const double u = (double)(rng_next_u64(&r) >> 11) * 0x1p-53;
+            x[i] = kind == 4 ? -INFINITY : (float)(u * 20.0 - 10.0);
+            if (kind == 1 && u < 0.3)
+                x[i] = -INFINITY;
+            if (kind == 2) /* a few distinct values: ties everywhere */
+                x[i] = (float)(rng_next_u64(&r) % 4) - 2.0f;
+            if (kind == 3) /* zeros of both signs at the top */
+                x[i] = u < 0.5 ? -0.0f : u < 0.6 ? 0.0f : -(float)u;
+        }
+        if (kind == 5 && n > 0) {
+            const int32_t at = (int32_t)(rng_next_u64(&r) % (uint64_t)n);
+            x[at] = round % 12 == 5 ? NAN : INFINITY;
+        }
+        logit_scan want, got;
+        scan_by_loop(x, n, &want);
+        rows++;
+        bad_rows += want.bad;
+        none_rows += !want.bad && want.best < 0;
+        tail_best += !want.bad && want.best >= (n / 16) * 16;
+        for (int form = 0; form <= vec; form++) {
+            CHECK(logit_scan_form(form, x, n, &got) == 0);
+            CHECK_MSG(got.bad == want.bad && got.best == want.best &&
+                          got.n_finite == want.n_finite,
+                      "form %d, round %d, n %d: bad %d best %d finite %d, want %d %d %d", form,
+                      round, n, got.bad, got.best, got.n_finite, want.bad, want.best,
+                      want.n_finite);
+        }
+    }
+    CHECK(bad_rows > 100 && none_rows > 100 && tail_best > 10 && rows == 3000);
+    if (!vec)
+        test_skip("the AVX2 form is not available here (the CPU, or MEMRA_CPU_ISA)");
+}
+
 /* The 128-bit helpers against the compiler's __int128. */
 static void test_smp_u128(void)
 {
@@ -1039,6 +1109,6 @@ TEST_MAIN(TEST_CASE(test_greedy_argmax_and_ties), TEST_CASE(test_top_k_1_is_gree
           TEST_CASE(test_logit_bias), TEST_CASE(test_seed_reproducible),
           TEST_CASE(test_validation), TEST_CASE(test_large_vocab_matches_full_sort),
           TEST_CASE(test_philox_known_answers), TEST_CASE(test_smp_exp),
-          TEST_CASE(test_sample_weights_forms),
+          TEST_CASE(test_sample_weights_forms), TEST_CASE(test_logit_scan_forms),
           TEST_CASE(test_smp_u128), TEST_CASE(test_draw_is_philox_stream),
           TEST_CASE(test_row_export_and_done), TEST_CASE(test_mask))
