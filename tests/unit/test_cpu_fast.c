@@ -143,7 +143,7 @@ static void kernels_vs_reference(cpu_isa isa)
     const cpu_kernels *k = level_or_skip(isa);
     if (!k)
         return;
-    int checked = 0, checked_rows = 0;
+    int checked = 0, checked_rows = 0, checked_seq = 0;
     for (size_t ti = 0; ti < MEMRA_ARRAY_LEN(fast_types); ti++) {
         dtype t = fast_types[ti];
         int bs = dtype_get(t)->block_size;
@@ -179,6 +179,22 @@ static void kernels_vs_reference(cpu_isa isa)
                 CHECK(memcmp(&again, &got, sizeof got) == 0);
                 checked++;
             }
+            /* The seq kernel (rows one after another, from each row
+             * start): each row the one-token bits. */
+            if (kt->seq)
+                for (int r0 = 0; r0 < rows; r0++) {
+                    float seq[8];
+                    kt->seq(w.data + (size_t)r0 * w.row_bytes, w.row_bytes, rows - r0, &xr, n,
+                            seq);
+                    for (int r = r0; r < rows; r++) {
+                        float one = fn(w.data + (size_t)r * w.row_bytes, &xr, n);
+                        CHECK_MSG(memcmp(&one, &seq[r - r0], sizeof one) == 0,
+                                  "%s %s n=%lld rows %d..%d: row %d one %.9g, seq %.9g",
+                                  k->name, dtype_get(t)->name, (long long)n, r0, rows - 1, r,
+                                  one, seq[r - r0]);
+                        checked_seq++;
+                    }
+                }
             /* The many-token kernel: each token the one-token bits. */
             if (kt->many) {
                 enum { MAXT = 8 };
@@ -236,8 +252,11 @@ static void kernels_vs_reference(cpu_isa isa)
         }
     }
     CHECK(checked > 100);
-    /* F32, F16 and BF16 have a rows kernel on the SIMD levels. */
+    /* F32, F16 and BF16 have a rows kernel on the SIMD levels, the int8-x
+     * formats a seq kernel on the x86 ones. */
     CHECK(k->isa == CPU_ISA_SCALAR || checked_rows > 100);
+    CHECK(!(k->isa == CPU_ISA_AVX2 || k->isa == CPU_ISA_AVX512 || k->isa == CPU_ISA_AMX) ||
+          checked_seq > 100);
 }
 
 /* The kernels' inline NVFP4 scale is the dequantizer's, on every byte. */
@@ -315,7 +334,7 @@ static void test_panel_kernels(void)
     lv[1] = cpu_isa_runs(CPU_ISA_AVX512) ? cpu_kernels_for(CPU_ISA_AVX512, NULL) : NULL;
     static const dtype q[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
     static const int64_t widths[] = {512, 1536, 4096};
-    int checked = 0;
+    int checked = 0, checked_seq = 0;
     for (size_t ti = 0; ti < MEMRA_ARRAY_LEN(q); ti++)
         for (size_t wi = 0; wi < MEMRA_ARRAY_LEN(widths); wi++) {
             int64_t n = widths[wi];
@@ -372,6 +391,31 @@ static void test_panel_kernels(void)
                               "panel %s n=%lld row %d: avx2 %.9g, avx512 %.9g",
                               dtype_get(q[ti])->name, (long long)n, r, got[0][0], got[1][0]);
             }
+            /* The seq kernel of each x86 level over the packed rows one
+             * after another: each row the one-token bits. */
+            uint8_t *all = malloc(prb * rows);
+            for (int r = 0; r < rows; r++)
+                cpu_panel_pack_row(q[ti], w.data + (size_t)r * w.row_bytes, n, all + r * prb);
+            static const cpu_isa seq_levels[] = {CPU_ISA_AVX2, CPU_ISA_AVX512, CPU_ISA_AMX};
+            for (size_t li = 0; li < MEMRA_ARRAY_LEN(seq_levels); li++) {
+                if (!cpu_isa_runs(seq_levels[li]))
+                    continue;
+                const cpu_kernels *lk = cpu_kernels_for(seq_levels[li], NULL);
+                const cpu_kernel *k = cpu_panel_kernel_for_type(lk, q[ti]);
+                CHECK(k && k->seq);
+                if (!k || !k->seq)
+                    continue;
+                float seq[5];
+                k->seq(all, prb, rows, &xr[1], n, seq);
+                for (int r = 0; r < rows; r++) {
+                    float one = k->one(all + r * prb, &xr[1], n);
+                    CHECK_MSG(memcmp(&one, &seq[r], sizeof one) == 0,
+                              "%s panel %s n=%lld row %d: one %.9g, seq %.9g", lk->name,
+                              dtype_get(q[ti])->name, (long long)n, r, one, seq[r]);
+                    checked_seq++;
+                }
+            }
+            free(all);
             for (int t = 0; t < nt; t++) {
                 free_xq(&xb[t]);
                 free(x[t]);
@@ -381,6 +425,7 @@ static void test_panel_kernels(void)
             free((void *)w.data);
         }
     CHECK(checked >= 300);
+    CHECK(checked_seq >= 75);
 }
 
 /* The amx level's tile kernels: every (row, token) of a tile the one-token

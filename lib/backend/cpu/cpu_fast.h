@@ -58,6 +58,16 @@ typedef void (*cpu_dotn_fn)(const uint8_t *w, const cpu_xrow *x, int64_t n, floa
 typedef void (*cpu_rows_fn)(const uint8_t *w, size_t row_bytes, const cpu_xrow *x, int64_t n,
                             float *out);
 
+/* Rows w, w + row_bytes, ... (nr of them, read one after another) against
+ * one token's x into out[0 .. nr): each the one-token kernel's bits. A
+ * decode step's run of rows in one call, not a call a row: on the 2-core
+ * Xeon VM the Qwen3-0.6B shape's decode (rows of 1,024 values, two
+ * panels) read Q8_0 41.2 / 41.3 / 42.6 -> 43.8 / 44.7 / 44.0 tok/s and
+ * Q4_K_M 54.5 / 55.4 -> 57.2 / 56.7; the 8B shape's level (docs/decisions/
+ * 0018, "A task's rows in one call"). */
+typedef void (*cpu_seq_fn)(const uint8_t *w, size_t row_bytes, int nr, const cpu_xrow *x,
+                           int64_t n, float *out);
+
 /* A tile of tokens' x in the layout the amx level's tile kernels read
  * (CPU_TILE_TOKENS tokens; slots past the last token hold zeros): per
  * 32-block b, b[b * 512 + g * 64 + 4 u + j] is value 4 g + j (g < 8,
@@ -95,6 +105,7 @@ typedef struct {
     cpu_rows_fn rows; /* NULL: none (rows one at a time) */
     int nr;           /* rows per call of rows */
     cpu_tile_fn tile; /* NULL: none (the amx level's panel formats have one) */
+    cpu_seq_fn seq;   /* NULL: none (a call of one a row) */
 } cpu_kernel;
 
 typedef struct {

@@ -72,7 +72,7 @@ typedef struct {
 } fm_job;
 
 /* Rows [r0, r1) of the items against tokens [tb, te) on the one-token,
- * many-token and rows kernels. */
+ * seq, many-token and rows kernels. */
 static void fm_rows(const fm_job *j, int64_t r0, int64_t r1, int tb, int te)
 {
     cpu_xrow xr[FM_TILE];
@@ -114,6 +114,17 @@ static void fm_rows(const fm_job *j, int64_t r0, int64_t r1, int tb, int te)
                 for (int i = 0; i < nr; i++)
                     for (int u = t; u < nt; u++)
                         s[i * FM_TILE + u] = k->one(wr + (size_t)i * j->rbytes[it], xr + u, j->cols);
+            } else if (nt == 1 && k->seq) {
+                /* one token (a decode step): the task's rows of this item
+                 * in one call, straight into the output */
+                int64_t e = r1 - g < rows - r ? r1 - g : rows - r;
+                float *o = m->out + (size_t)t0 * rows + r;
+                k->seq(wr, j->rbytes[it], (int)e, xr, j->cols, o);
+                if (m->bias)
+                    for (int64_t i = 0; i < e; i++)
+                        o[i] += m->bias[r + i];
+                g += e;
+                continue;
             } else {
                 if (k->many)
                     for (; t + k->nt <= nt; t += k->nt)

@@ -45,6 +45,21 @@
 /* The int8-x formats: Q_NT tokens. */
 #define Q_KERNELS(NAME, CALL) NT_KERNELS(NAME, Q_NT, CALL)
 
+/* The same and a seq kernel: CALL with NT bound to 1, for each of nr
+ * rows in turn (so each row the one-token kernel's bits). */
+#define Q_SEQ_KERNELS(NAME, CALL)                                                                  \
+    Q_KERNELS(NAME, CALL)                                                                          \
+    static void seq_##NAME(const uint8_t *w0, size_t rb, int nr, const cpu_xrow *x, int64_t n,      \
+                           float *o)                                                               \
+    {                                                                                              \
+        const int NT = 1;                                                                          \
+        for (int r_ = 0; r_ < nr; r_++) {                                                          \
+            const uint8_t *w = w0 + (size_t)r_ * rb;                                               \
+            float *out = o + r_;                                                                   \
+            CALL;                                                                                  \
+        }                                                                                          \
+    }
+
 /* The attention kernels (decision 0035) of a level from its inlined
  * attn_dot_k (NK keys side by side: 4, then one at a time) and
  * attn_axpy_k, over rows whose value i attn_ld_SUF (a vector from i) and
