@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/cli.h"
+#include "core/clock.h"
 #include "core/json.h"
 #include "quant/imatrix.h"
 #include "model/checkpoint.h"
@@ -108,13 +109,6 @@ static void parse_args(int argc, char **argv, q_args *a)
     for (int i = 0; i < n_keep; i++)
         if (quant_recipe_add_keep(&a->recipe, keeps[i], &err) != 0)
             cli_usage("%s", err.msg);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- progress ---- */
@@ -293,10 +287,10 @@ int main(int argc, char **argv)
     uint64_t src_bytes = 0;
     for (int i = 0; i < c.n_tensors; i++)
         src_bytes += c.tensors[i].nbytes;
-    const double t0 = now_s();
+    const double t0 = clock_now_s();
     if (quantize_checkpoint(&c, a.dst, &a.recipe, &o, &err) != 0)
         cli_fail(&err);
-    const double dt = now_s() - t0;
+    const double dt = clock_now_s() - t0;
     checkpoint_close(&c);
     warn_unused_keeps(&a.recipe);
     if (o.n_without_importance)

@@ -6,17 +6,11 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/rng.h"
 #include "core/strbuf.h"
 #include "engine/sampler.h"
 #include "grammar/gram_maskpool.h"
-
-double bench_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -250,10 +244,10 @@ static int prefill_rep(void *ctx, double *ms, memra_err *err)
     else if (fill_depth(r, err) != 0) /* a recurrent state cannot be cut back */
         return -1;
     engine_finish(r->e); /* the untimed work done before the clock starts */
-    double t0 = bench_now_ms();
+    double t0 = clock_now_ms();
     if (engine_forward(r->e, r->s, r->tokens + r->depth, r->n_prompt, r->logits, 0, err) != 0)
         return -1;
-    *ms = bench_now_ms() - t0;
+    *ms = clock_now_ms() - t0;
     return 0;
 }
 
@@ -268,7 +262,7 @@ static int decode_rep(void *ctx, double *ms, memra_err *err)
     grammars_restart(r->gram, 1);
     int32_t tok = r->tokens[r->depth];
     engine_finish(r->e); /* the untimed refill done before the clock starts */
-    double t0 = bench_now_ms();
+    double t0 = clock_now_ms();
     for (int i = 0; i < r->n_gen; i++) {
         if (r->gram && grammar_before(r->gram, r->smp, err) != 0)
             return -1;
@@ -277,7 +271,7 @@ static int decode_rep(void *ctx, double *ms, memra_err *err)
         if (r->gram && grammar_after(r->gram, tok, err) != 0)
             return -1;
     }
-    *ms = bench_now_ms() - t0;
+    *ms = clock_now_ms() - t0;
     return 0;
 }
 
@@ -378,7 +372,7 @@ static int decode_batch_rep(void *ctx, double *ms, memra_err *err)
     }
     grammars_restart(r->gram, r->b);
     engine_finish(r->e); /* the untimed refills done before the clock starts */
-    double t0 = bench_now_ms();
+    double t0 = clock_now_ms();
     for (int i = 0; i < r->n_gen; i++) {
         masks_job mj = {.g = r->gram, .smp = r->smp, .n = r->b};
         if (engine_forward_batch_sample_with(r->e, r->seqs, r->toks, r->b, r->smp, r->toks,
@@ -397,7 +391,7 @@ static int decode_batch_rep(void *ctx, double *ms, memra_err *err)
             if (grammar_after(&r->gram[k], r->toks[k], err) != 0)
                 return -1;
     }
-    *ms = bench_now_ms() - t0;
+    *ms = clock_now_ms() - t0;
     return 0;
 }
 
@@ -449,9 +443,9 @@ static int tokenize_rep(void *ctx, double *ms, memra_err *err)
     tok_run *r = ctx;
     int32_t *ids = NULL;
     size_t n = 0;
-    double t0 = bench_now_ms();
+    double t0 = clock_now_ms();
     int rc = tok_encode(r->t, r->text, r->len, 0, 0, &ids, &n, err);
-    *ms = bench_now_ms() - t0;
+    *ms = clock_now_ms() - t0;
     free(ids);
     r->n_tokens = n;
     return rc;

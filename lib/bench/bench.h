@@ -24,8 +24,6 @@ typedef struct {
     double min, max, mean;
 } bench_stats;
 
-/* A monotonic clock in milliseconds. */
-double bench_now_ms(void);
 /* Summarize n >= 1 samples (they are not reordered). */
 void bench_stats_of(const double *samples, int n, bench_stats *out);
 

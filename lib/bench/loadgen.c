@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/rng.h"
 #include "core/strbuf.h"
 #include "bench/loadgen_priv.h"
@@ -63,19 +64,11 @@ void lg_dv_push(lg_dvec *d, double x)
     d->v[d->n++] = x;
 }
 
-double lg_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 /* ---- setup ---- */
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;
 static void curl_init(void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
-
 
 static void common_opts(CURL *h, const loadgen *lg, char *errbuf)
 {
@@ -364,7 +357,7 @@ static void on_event(void *ctx, const char *event, const char *data, size_t len)
 {
     (void)event;
     lg_stream *st = ctx;
-    double t = lg_now_ms();
+    double t = clock_now_ms();
     if (len == 6 && !memcmp(data, "[DONE]", 6)) {
         st->done = 1;
         return;
@@ -477,7 +470,7 @@ static int stream_start(lg_stream *st, const char *url, char *body, memra_err *e
     curl_easy_setopt(st->h, CURLOPT_URL, url);
     curl_easy_setopt(st->h, CURLOPT_POSTFIELDS, st->body);
     curl_easy_setopt(st->h, CURLOPT_POSTFIELDSIZE, (long)strlen(st->body));
-    st->t_start = lg_now_ms();
+    st->t_start = clock_now_ms();
     CURLMcode mc = curl_multi_add_handle(st->lg->multi, st->h);
     if (mc != CURLM_OK)
         return memra_fail(err, "libcurl: %s", curl_multi_strerror(mc));
@@ -576,7 +569,7 @@ int lg_drive(loadgen *lg, int c, const lg_plan *plan, double *t_begin, double *t
     int rc = 0, n_init = 0, active = 0, more;
     for (; n_init < c && rc == 0; n_init++)
         rc = stream_init(&st[n_init], lg, n_init, err);
-    *t_begin = *t_end = lg_now_ms();
+    *t_begin = *t_end = clock_now_ms();
     for (int i = 0; i < c && rc == 0; i++) {
         rc = stream_next(&st[i], plan, &more, err);
         active += more;
@@ -597,7 +590,7 @@ int lg_drive(loadgen *lg, int c, const lg_plan *plan, double *t_begin, double *t
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&s);
             CURLcode res = msg->data.result;
             curl_multi_remove_handle(lg->multi, s->h);
-            *t_end = lg_now_ms();
+            *t_end = clock_now_ms();
             plan->ended(plan->ctx, s, res, *t_end);
             rc = stream_next(s, plan, &more, err);
             active -= !more;

@@ -30,7 +30,6 @@ typedef struct {
 } lg_dvec;
 
 void lg_dv_push(lg_dvec *d, double x);
-double lg_now_ms(void);
 
 typedef struct {
     loadgen *lg;

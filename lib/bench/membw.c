@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/json.h"
 #include "core/mapfile.h"
 #include "core/pool.h"
@@ -31,13 +32,6 @@ void membw_utc_now(char *out, size_t n)
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Copy s into out with the surrounding blanks trimmed. */
@@ -196,9 +190,9 @@ int membw_probe(int n_threads, uint64_t buffer_bytes, int reps, membw_result *ou
     double *gbs = xmalloc((size_t)reps * sizeof *gbs);
     uint64_t sink = 0;
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = clock_now_s();
         pool_run(pool, n_tasks, read_task, &c);
-        double dt = now_s() - t0;
+        double dt = clock_now_s() - t0;
         gbs[r] = dt > 0 ? (double)buffer_bytes / dt / 1e9 : 0;
         for (int i = 0; i < n_tasks; i++)
             sink ^= c.sums[i];

@@ -6,15 +6,9 @@
 #include <time.h>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/strbuf.h"
 #include "tok/detok.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 void gen_params_default(gen_params *p)
 {
@@ -129,7 +123,7 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
     /* Each forward step also samples the next token (on the device when
      * the backend can: only the id comes back), so the loop below starts
      * with a token in hand. */
-    double t0 = now_ms();
+    double t0 = clock_now_ms();
     int32_t id = -1;
     if (rc == 0 && p->n_predict == 0)
         rc = engine_forward(e, seq, prompt, (int)n_prompt, NULL, 0, err);
@@ -137,9 +131,9 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
         rc = forward_constrained(e, seq, prompt, (int)n_prompt, s, &con, &id, err);
     else if (rc == 0)
         rc = engine_forward_sample(e, seq, prompt, (int)n_prompt, s, &id, err);
-    out->prefill_ms = now_ms() - t0;
+    out->prefill_ms = clock_now_ms() - t0;
     out->finish = GEN_FINISH_LENGTH;
-    double t1 = now_ms();
+    double t1 = clock_now_ms();
     while (rc == 0) {
         if (p->n_predict >= 0 && (int64_t)out->n_tokens >= p->n_predict)
             break;
@@ -181,7 +175,7 @@ int generate(engine *e, const tokenizer *t, const int32_t *prompt, size_t n_prom
             rc = engine_forward_sample(e, seq, &id, 1, s, &id, err);
         out->n_decoded++;
     }
-    out->decode_ms = now_ms() - t1;
+    out->decode_ms = clock_now_ms() - t1;
     if (rc == 0 && d && out->stop_string < 0) {
         sb_clear(&piece);
         detok_flush(d, &piece);

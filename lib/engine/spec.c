@@ -9,14 +9,8 @@
 #include <time.h>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "engine/generate.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 void spec_params_default(spec_params *p)
 {
@@ -136,10 +130,10 @@ static int round_propose(engine *e, engine_seq *seq, spec_drafter *d, const int3
     MEMRA_ASSERT(p->pos == n - 1 && k >= 0 && k <= SPEC_K_MAX);
     p->draft.n = 0;
     d->seq = seq;
-    double t0 = now_ms();
+    double t0 = clock_now_ms();
     if (k > 0 && d->propose(d, ctx, n, k, rng, &p->draft, err) != 0)
         return -1;
-    p->draft_ms = now_ms() - t0;
+    p->draft_ms = clock_now_ms() - t0;
     MEMRA_ASSERT(p->draft.n >= 0 && p->draft.n <= k);
     p->rows[0] = ctx[n - 1];
     memcpy(p->rows + 1, p->draft.tokens, (size_t)p->draft.n * sizeof *p->rows);
@@ -413,7 +407,7 @@ int spec_generate(engine *e, const tokenizer *t, spec_drafter *d, const int32_t 
     spec_dist dist;
 
     /* The prompt, on the model and in the drafter, then the first token. */
-    double t0 = now_ms();
+    double t0 = clock_now_ms();
     int rc = engine_seq_new(e, &seq, err);
     if (rc == 0)
         rc = engine_forward(e, seq, prompt, (int)n_prompt, logits, 0, err);
@@ -427,9 +421,9 @@ int spec_generate(engine *e, const tokenizer *t, spec_drafter *d, const int32_t 
         emit(&r, first);
         rc = sampler_accept(s, first, err);
     }
-    out->prefill_ms = now_ms() - t0;
+    out->prefill_ms = clock_now_ms() - t0;
 
-    double t1 = now_ms();
+    double t1 = clock_now_ms();
     while (rc == 0 && !r.done) {
         /* The newest token is not in the KV yet: the round runs it first. */
         int64_t pos = engine_seq_pos(seq);
@@ -458,7 +452,7 @@ int spec_generate(engine *e, const tokenizer *t, spec_drafter *d, const int32_t 
         for (int32_t i = 0; i < rr.n; i++)
             emit(&r, rr.tokens[i]);
     }
-    out->decode_ms = now_ms() - t1;
+    out->decode_ms = clock_now_ms() - t1;
     if (seq)
         engine_seq_free(seq);
     spec_scratch_free(&scratch);

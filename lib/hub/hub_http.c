@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/strbuf.h"
 
@@ -378,18 +379,11 @@ typedef struct {
     int64_t start_offset;
 } progress;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void progress_draw(progress *p, const hub_sink *s, int final)
 {
     if (!p->tty)
         return;
-    double t = now_s();
+    double t = clock_now_s();
     if (!final && t - p->last < 0.1)
         return;
     p->last = t;
@@ -523,7 +517,7 @@ int hub_http_download(const hub_config *cfg, const char *url, int send_token, co
     st.sink = sink;
     st.h = &h;
     st.prog.tty = isatty(STDERR_FILENO);
-    st.prog.start = st.prog.last = now_s();
+    st.prog.start = st.prog.last = clock_now_s();
     st.prog.start_offset = sink->offset;
     char errbuf[CURL_ERROR_SIZE];
     struct curl_slist *hdrs;

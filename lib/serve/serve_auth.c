@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/mapfile.h"
 #include "serve/serve_req.h"
@@ -123,7 +124,7 @@ int serve_auth_new(const char *key, const char *file, serve_auth **out, memra_er
             serve_auth_free(a);
             return -1;
         }
-        a->last_check = serve_now();
+        a->last_check = clock_now_s();
     }
     *out = a;
     return 0;
@@ -146,7 +147,7 @@ int serve_auth_enabled(const serve_auth *a) { return a && a->enabled; }
 static void maybe_reload(serve_auth *a)
 {
     pthread_mutex_lock(&a->stat_mu);
-    double now = serve_now();
+    double now = clock_now_s();
     if (now - a->last_check < 1.0) {
         pthread_mutex_unlock(&a->stat_mu);
         return;

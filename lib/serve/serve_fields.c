@@ -9,6 +9,7 @@
 #include "serve/serve_internal.h"
 #include "serve/serve_tools.h"
 #include "core/check.h"
+#include "core/clock.h"
 #include "jinja/chat_template.h"
 #include "tok/tokenizer.h"
 
@@ -285,7 +286,6 @@ static int append_ids(const tokenizer *t, const char *text, size_t len, int pars
     return 0;
 }
 
-
 int serve_chat_tokens(serve_model *m, const json_t *messages, const json_t *tools,
                       int add_generation_prompt,
                       const json_t *kwargs, int add_special, int allow_special, int32_t **ids,
@@ -313,7 +313,7 @@ int serve_chat_tokens(serve_model *m, const json_t *messages, const json_t *tool
         if (!sp)
             continue;
         if (!nonce && getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
-            nonce = (uint64_t)(serve_now() * 1e9) ^ (uint64_t)(uintptr_t)marks;
+            nonce = (uint64_t)(clock_now_s() * 1e9) ^ (uint64_t)(uintptr_t)marks;
         content_mark *k = &marks[n_marks++];
         k->msg = i;
         k->content = xmalloc(json_string_length(c) + 1);

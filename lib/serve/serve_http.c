@@ -14,6 +14,7 @@
 #include <sys/random.h>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/hash.h"
 #include "core/log.h"
 #include "serve/serve_internal.h"
@@ -676,7 +677,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (c->rt && (c->rt->id == R_RESPONSE_ONE || c->rt->id == R_RESPONSE_DELETE))
             c->endpoint = "/v1/responses/{id}";
         sb_init(&c->body);
-        c->t0 = serve_now();
+        c->t0 = clock_now_s();
         snprintf(c->line, sizeof c->line, "%s %s", method, url);
         for (char *p = c->line; *p; p++) /* the log stays one line of printable text */
             if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f)
@@ -742,7 +743,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     log_info("%s -> %d%s (%.1f ms, %s)", c->line, c->status,
              toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : ", connection lost",
-             (serve_now() - c->t0) * 1e3, c->rid);
+             (clock_now_s() - c->t0) * 1e3, c->rid);
     /* Back on the short clock while the connection idles between
      * keep-alive requests (a generation set the long one). */
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, s->opts.idle_timeout);
@@ -817,7 +818,7 @@ int serve_start(const serve_opts *o, serve_server **out, memra_err *err)
     s->metrics = serve_metrics_new();
     pthread_rwlock_init(&s->models_lock, NULL);
     if (getrandom(&s->rid_seed, sizeof s->rid_seed, 0) != (ssize_t)sizeof s->rid_seed)
-        s->rid_seed = (uint64_t)(serve_now() * 1e9) ^ (uint64_t)(uintptr_t)s;
+        s->rid_seed = (uint64_t)(clock_now_s() * 1e9) ^ (uint64_t)(uintptr_t)s;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6)

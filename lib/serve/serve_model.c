@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/strbuf.h"
 #include "engine/embed.h"
@@ -210,7 +211,7 @@ static void slot_start(serve_model *m, serve_slot *s, serve_req *r, int choice)
     s->n_reasoning = 0;
     s->n_tail = 0;
     s->stop_hit = 0;
-    s->t_last = serve_now();
+    s->t_last = clock_now_s();
     sampler_params p = r->sampling;
     p.seed += (uint64_t)choice; /* choice i is the single request of seed + i */
     sampler_logit_bias *merged = NULL;
@@ -900,7 +901,7 @@ static void slot_spec_done(serve_model *m, serve_slot *s, const serve_spec_job *
     m->spec_accepted += (uint64_t)rr->accepted;
     pthread_mutex_unlock(&m->mu);
     s->spec_ahead = rr->n;
-    double now = serve_now();
+    double now = clock_now_s();
     int32_t id;
     for (int32_t i = 0; i + 1 < rr->n; i++) {
         s->next = rr->tokens[i];
@@ -949,7 +950,7 @@ static void spec_rounds_tick(serve_model *m, serve_slot **slots, int n)
 
 static void tick(serve_model *m)
 {
-    double now = serve_now();
+    double now = clock_now_s();
     memra_err err;
     /* 1. clients that went away */
     for (int i = 0; i < m->max_sessions; i++) {
@@ -1013,8 +1014,8 @@ static void tick(serve_model *m)
             m->prompt_tokens += r->n_prompt;
             m->prompt_cached += s->n_adopted;
             pthread_mutex_unlock(&m->mu);
-        } else if (r->stream && serve_now() - r->t_ping >= KEEPALIVE_S) {
-            r->t_ping = serve_now();
+        } else if (r->stream && clock_now_s() - r->t_ping >= KEEPALIVE_S) {
+            r->t_ping = clock_now_s();
             serve_req_ping(r);
         }
     }
@@ -1034,7 +1035,7 @@ static void tick(serve_model *m)
     for (int i = 0; m->spec && i < m->max_sessions; i++)
         n_decoding += m->slots[i].req && m->slots[i].has_logits;
     int speculate = m->spec && n_decoding <= serve_spec_max_batch(m->spec);
-    now = serve_now();
+    now = clock_now_s();
     for (int i = 0; i < m->max_sessions; i++) {
         serve_slot *s = &m->slots[i];
         if (!s->req || !s->has_logits)
@@ -1102,7 +1103,7 @@ static void tick(serve_model *m)
         spec_rounds_tick(m, m->batch, n_rounds);
     /* bookkeeping: KV blocks in use, keep-alives for streams still queued */
     int64_t used = engine_kv_blocks_held(m->eng); /* a shared block counts once */
-    now = serve_now();
+    now = clock_now_s();
     kv_prefix_stats ps;
     engine_prefix_stats(m->eng, &ps);
     pthread_mutex_lock(&m->mu);
@@ -1595,7 +1596,7 @@ int serve_model_submit(serve_model *m, serve_req *r)
         r->work->weight_waiting = weight;
     serve_req_ref(r);
     r->next = NULL;
-    r->t_ping = serve_now();
+    r->t_ping = clock_now_s();
     if (m->q_tail)
         m->q_tail->next = r;
     else

@@ -7,13 +7,7 @@
 #include <time.h>
 
 #include "core/check.h"
-
-double serve_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "core/clock.h"
 
 void serve_choice_init(serve_choice *c)
 {
@@ -103,7 +97,7 @@ serve_req *serve_req_new(void)
     r->sampling = sampler_params_default();
     r->refs = 1;
     r->watch_fd = -1;
-    r->t_arrival = serve_now();
+    r->t_arrival = clock_now_s();
     return r;
 }
 

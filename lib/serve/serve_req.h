@@ -142,7 +142,7 @@ typedef struct serve_req {
     int stream;               /* the engine sends keep-alives only to streams */
     int ignore_eos;           /* end-of-generation ids do not end it (vLLM's ignore_eos) */
     int watch_fd;             /* the client's socket, polled while parked; -1: none */
-    double t_arrival;         /* serve_now() when it arrived */
+    double t_arrival;         /* clock_now_s() when it arrived */
     serve_wake_fn wake;
     void *wake_ctx;
 
@@ -175,9 +175,6 @@ typedef struct {
     int cancelled;  /* the client is gone: send nothing more, close */
     char error[512];
 } serve_req_view;
-
-/* Seconds on the monotonic clock. */
-double serve_now(void);
 
 serve_req *serve_req_new(void);
 void serve_req_ref(serve_req *r);

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "serve/serve_responses_store.h"
 
 typedef struct entry {
@@ -22,13 +23,6 @@ typedef struct entry {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static entry *head, *tail; /* oldest first */
 static size_t n_entries, n_bytes;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* FNV-1a over a tag and the text, so a tenant never shares a scope with a
  * key spelled the same. The key itself is not kept. */
@@ -89,7 +83,7 @@ void rstore_put(uint64_t scope, const char *id, json_t *items, json_t *response)
     e->items = items;
     e->response = response;
     e->bytes = json_bytes(items) + json_bytes(response) + sizeof *e;
-    e->born = now();
+    e->born = clock_now_s();
     pthread_mutex_lock(&lock);
     expire(e->born);
     if (tail)
@@ -109,7 +103,7 @@ int rstore_get(uint64_t scope, const char *id, json_t **items, json_t **response
 {
     int rc = -1;
     pthread_mutex_lock(&lock);
-    expire(now());
+    expire(clock_now_s());
     for (entry *e = head; e; e = e->next) {
         if (e->scope == scope && !strcmp(e->id, id)) {
             /* copies: the caller may edit them, the store's stay as they were */
@@ -129,7 +123,7 @@ int rstore_delete(uint64_t scope, const char *id)
 {
     int rc = -1;
     pthread_mutex_lock(&lock);
-    expire(now());
+    expire(clock_now_s());
     entry *prev = NULL;
     for (entry *e = head; e; prev = e, e = e->next) {
         if (e->scope == scope && !strcmp(e->id, id)) {

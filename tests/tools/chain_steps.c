@@ -17,19 +17,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "model/checkpoint.h"
 #if MEMRA_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* ROUNDS rounds of K steps from *tok, chained or one at a time. */
 static int rounds(engine *e, engine_seq *q, sampler *smp, int chained, int k, int n,
@@ -98,12 +92,12 @@ int main(int argc, char **argv)
     }
     for (int rep = 0; rep < 2; rep++)
         for (int chained = 0; chained < 2; chained++) {
-            double t0 = now_s();
+            double t0 = clock_now_s();
             if (rounds(e, q, smp, chained, k, n, &tok, &err) != 0) {
                 fprintf(stderr, "chain_steps: %s\n", err.msg);
                 return 1;
             }
-            double us = (now_s() - t0) / n * 1e6;
+            double us = (clock_now_s() - t0) / n * 1e6;
             printf("%-10s rep %d K %d: %8.1f us a round, %7.1f a step",
                    chained ? "chained" : "one-by-one", rep, k, us, us / k);
 #if MEMRA_CUDA

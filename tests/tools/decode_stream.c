@@ -24,6 +24,7 @@
 
 #include "backend/cpu/cpu_fast.h"
 #include "backend/cpu/cpu_panel.h"
+#include "core/clock.h"
 
 enum { ORDER_ONE, ORDER_FAR4, ORDER_NEAR4, ORDER_COUNT };
 static const char *const order_names[ORDER_COUNT] = {"one", "far4", "near4"};
@@ -37,13 +38,6 @@ typedef struct {
     int order;
     float sink;
 } share;
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* Rows [b0, b1) of one matrix as `runs` runs of consecutive rows, a row
  * of each in turn. */
@@ -142,12 +136,12 @@ int main(int argc, char **argv)
             for (int t = 0; t < threads; t++)
                 sh[t] = (share){buf, n_mats, mat_bytes, row_bytes, rows, cols,
                                 rows * t / threads, rows * (t + 1) / threads, k, &x, order, 0};
-            double t0 = now_s();
+            double t0 = clock_now_s();
             for (int t = 0; t < threads; t++)
                 pthread_create(&th[t], NULL, run_share, &sh[t]);
             for (int t = 0; t < threads; t++)
                 pthread_join(th[t], NULL);
-            double dt = now_s() - t0;
+            double dt = clock_now_s() - t0;
             best = dt < best ? dt : best;
         }
         printf("%-6s %8.2f GB/s\n", order_names[order], (double)(n_mats * mat_bytes) / best / 1e9);
