@@ -12,32 +12,49 @@
 #define LS_X86 0
 #endif
 
-/* Plain C: a pass for the flags, the count and the largest value (no
- * branch on the data, so it runs at the loads' rate), then the first id
- * holding it. */
-static void scan_scalar(const float *x, int32_t n, logit_scan *o)
+/* The pass's running state: the flags, the count and the largest value. */
+typedef struct {
+    int bad;
+    int32_t n_finite;
+    float max;
+} scan_state;
+
+/* Values [i0, n) into st, plainly (no branch on the data, so it runs at
+ * the loads' rate). */
+static void scan_values(const float *x, int32_t i0, int32_t n, scan_state *st)
 {
-    int bad = 0;
-    int32_t n_finite = 0;
-    float max = -INFINITY;
-    for (int32_t i = 0; i < n; i++) {
-        bad |= !(x[i] < INFINITY);
-        n_finite += x[i] > -INFINITY;
-        max = x[i] > max ? x[i] : max;
+    for (int32_t i = i0; i < n; i++) {
+        st->bad |= !(x[i] < INFINITY);
+        st->n_finite += x[i] > -INFINITY;
+        st->max = x[i] > st->max ? x[i] : st->max;
     }
+}
+
+/* The result from the finished pass, the first id holding the largest
+ * value looked for from i0 on (the ids before it hold none). */
+static void scan_finish(const float *x, int32_t i0, int32_t n, const scan_state *st,
+                        logit_scan *o)
+{
     memset(o, 0, sizeof *o);
-    if (bad) {
+    if (st->bad) {
         o->bad = 1;
         return;
     }
-    o->n_finite = n_finite;
+    o->n_finite = st->n_finite;
     o->best = -1;
-    if (max > -INFINITY)
-        for (int32_t i = 0; i < n; i++)
-            if (x[i] == max) {
+    if (st->max > -INFINITY)
+        for (int32_t i = i0; i < n; i++)
+            if (x[i] == st->max) {
                 o->best = i;
-                break;
+                return;
             }
+}
+
+static void scan_scalar(const float *x, int32_t n, logit_scan *o)
+{
+    scan_state st = {0, 0, -INFINITY};
+    scan_values(x, 0, n, &st);
+    scan_finish(x, 0, n, &st, o);
 }
 
 #if LS_X86
@@ -68,41 +85,27 @@ LS_TARGET static void scan_avx2(const float *x, int32_t n, logit_scan *o)
         m0 = _mm256_max_ps(m0, a);
         m1 = _mm256_max_ps(m1, b);
     }
-    int any_bad = _mm256_movemask_ps(bad) != 0;
     int32_t lanes[8];
     _mm256_storeu_si256((__m256i *)(void *)lanes, cnt);
-    int32_t n_finite = 0;
+    scan_state st = {_mm256_movemask_ps(bad) != 0, 0, hmax8(_mm256_max_ps(m0, m1))};
     for (int k = 0; k < 8; k++)
-        n_finite += lanes[k];
-    float max = hmax8(_mm256_max_ps(m0, m1));
-    for (int32_t k = i; k < n; k++) {
-        any_bad |= !(x[k] < INFINITY);
-        n_finite += x[k] > -INFINITY;
-        max = x[k] > max ? x[k] : max;
-    }
-    memset(o, 0, sizeof *o);
-    if (any_bad) {
-        o->bad = 1;
-        return;
-    }
-    o->n_finite = n_finite;
-    o->best = -1;
-    if (!(max > -INFINITY))
-        return;
-    const __m256 vm = _mm256_set1_ps(max);
+        st.n_finite += lanes[k];
+    scan_values(x, i, n, &st);
+    /* the first id of the largest value: eight at a time, then the tail */
     int32_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + k), vm, _CMP_EQ_OQ));
-        if (hit) {
-            o->best = k + __builtin_ctz((unsigned)hit);
-            return;
+    if (!st.bad && st.max > -INFINITY) {
+        const __m256 vm = _mm256_set1_ps(st.max);
+        for (; k + 8 <= n; k += 8) {
+            int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + k), vm, _CMP_EQ_OQ));
+            if (hit) {
+                memset(o, 0, sizeof *o);
+                o->n_finite = st.n_finite;
+                o->best = k + __builtin_ctz((unsigned)hit);
+                return;
+            }
         }
     }
-    for (; k < n; k++)
-        if (x[k] == max) {
-            o->best = k;
-            return;
-        }
+    scan_finish(x, k, n, &st, o);
 }
 
 /* AVX2 present, and MEMRA_CPU_ISA not asking for the scalar level. */
