@@ -278,9 +278,9 @@ static void apply_mask(const sampler *s, float *logits)
 }
 
 /* Mask, bias and penalties touch only the listed and seen ids (the mask
- * every id it bans); the arithmetic is sample_math.h's, the device's. */
-/* Whether it changed any logit (nothing to mask, bias or penalize: the
- * row is as the forward left it). */
+ * every id it bans); the arithmetic is sample_math.h's, the device's.
+ * Returns whether it may have changed a logit (0: nothing to mask, bias
+ * or penalize, the row is as the forward left it). */
 static int apply_bias_and_penalties(sampler *s, float *logits)
 {
     if (s->has_mask)
