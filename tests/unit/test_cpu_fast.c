@@ -19,6 +19,7 @@
 #include "core/rng.h"
 #include "format/dequant.h"
 #include "numerics/half.h"
+#include "backend/cpu/cpu_decode_split.h"
 #include "backend/cpu/cpu_panel.h"
 #include "test.h"
 #include "test_weight.h"
@@ -826,6 +827,51 @@ static void test_attn_kernels_neon(void) { attn_kernels_on(CPU_ISA_NEON); }
 static void test_attn_kernels_dotprod(void) { attn_kernels_on(CPU_ISA_DOTPROD); }
 static void test_attn_kernels_amx(void) { attn_kernels_on(CPU_ISA_AMX); }
 
+/* A decode step's split: every row in exactly one task, in order; sizes
+ * in whole blocks of rows that never grow; the first a share of the rows
+ * for each thread, the last ones at the floor; never more tasks than
+ * bounds[] holds, however many threads and rows. */
+static void test_decode_split(void)
+{
+    static const int64_t rows[] = {1, 3, 4, 5, 37, 768, 6144, 151936, 4000000};
+    static const size_t row_bytes[] = {34, 544, 2176, 4352, 26112, 1 << 20};
+    static const int threads[] = {1, 2, 3, 16, 64, 256};
+    int64_t b[CPU_SPLIT_MAX_TASKS + 1];
+    for (size_t ri = 0; ri < MEMRA_ARRAY_LEN(rows); ri++)
+        for (size_t bi = 0; bi < MEMRA_ARRAY_LEN(row_bytes); bi++)
+            for (size_t ti = 0; ti < MEMRA_ARRAY_LEN(threads); ti++) {
+                int64_t r = rows[ri];
+                int n = cpu_decode_split(r, row_bytes[bi], threads[ti], b);
+                CHECK_MSG(n >= 1 && n <= CPU_SPLIT_MAX_TASKS, "rows %lld: %d tasks", (long long)r, n);
+                if (n < 1 || n > CPU_SPLIT_MAX_TASKS)
+                    continue;
+                CHECK(b[0] == 0 && b[n] == r);
+                for (int i = 0; i < n; i++) {
+                    int64_t size = b[i + 1] - b[i];
+                    CHECK_MSG(size > 0, "rows %lld task %d empty", (long long)r, i);
+                    if (i + 1 < n)
+                        CHECK_MSG(size % CPU_SPLIT_ROW_UNIT == 0, "rows %lld task %d: %lld rows",
+                                  (long long)r, i, (long long)size);
+                    if (i > 0)
+                        CHECK_MSG(size <= b[i] - b[i - 1], "rows %lld task %d grows", (long long)r, i);
+                }
+                /* the floor: tasks before the last hold at least its bytes */
+                if (n > 1)
+                    CHECK((b[n - 1] - b[n - 2]) * (int64_t)row_bytes[bi] >= CPU_SPLIT_MIN_BYTES);
+            }
+    /* The Qwen3-8B shape's fused q, k and v (6,144 Q8_0 rows of 4,096) on
+     * 2 threads: a quarter first, then a quarter of the rest; the last
+     * full tasks at the 64 KiB floor (16 rows of 4,352 bytes). */
+    int n = cpu_decode_split(6144, 4352, 2, b);
+    CHECK(b[1] == 1536 && b[2] == 1536 + 1152);
+    CHECK(b[n - 1] - b[n - 2] == 16);
+    /* the same on one thread: halves, and a small matrix in one task */
+    n = cpu_decode_split(6144, 4352, 1, b);
+    CHECK(b[1] == 3072);
+    CHECK(cpu_decode_split(8, 4352, 2, b) == 1 && b[1] == 8);
+    CHECK(cpu_decode_split(0, 4352, 2, b) == 0);
+}
+
 /* ---- the ops on the fast backend ---- */
 
 static backend *fast_backend(cpu_isa isa, int threads)
@@ -1190,6 +1236,7 @@ int main(void)
         TEST_CASE(test_attn_kernels_neon),
         TEST_CASE(test_attn_kernels_dotprod),
         TEST_CASE(test_attn_kernels_amx),
+        TEST_CASE(test_decode_split),
         TEST_CASE(test_invariance_scalar),
         TEST_CASE(test_invariance_avx2),
         TEST_CASE(test_invariance_avx512),
