@@ -855,9 +855,19 @@ static void test_decode_split(void)
                     if (i > 0)
                         CHECK_MSG(size <= b[i] - b[i - 1], "rows %lld task %d grows", (long long)r, i);
                 }
-                /* the floor: tasks before the last hold at least its bytes */
+                /* the floor: tasks before the last hold at least its bytes
+                 * (64 KiB, less where that would leave threads without
+                 * four tasks each) */
+                double total = (double)r * (double)row_bytes[bi];
+                double floor_bytes = total / (4.0 * threads[ti]);
+                if (floor_bytes > CPU_SPLIT_MIN_BYTES)
+                    floor_bytes = CPU_SPLIT_MIN_BYTES;
                 if (n > 1)
-                    CHECK((b[n - 1] - b[n - 2]) * (int64_t)row_bytes[bi] >= CPU_SPLIT_MIN_BYTES);
+                    CHECK((double)(b[n - 1] - b[n - 2]) * (double)row_bytes[bi] >= floor_bytes);
+                /* enough rows: every thread gets two tasks or more */
+                if (r >= 4 * threads[ti] * CPU_SPLIT_ROW_UNIT)
+                    CHECK_MSG(n >= 2 * threads[ti], "rows %lld of %zu bytes, %d threads: %d tasks",
+                              (long long)r, row_bytes[bi], threads[ti], n);
             }
     /* The Qwen3-8B shape's fused q, k and v (6,144 Q8_0 rows of 4,096) on
      * 2 threads: a quarter first, then a quarter of the rest; the last
@@ -865,10 +875,14 @@ static void test_decode_split(void)
     int n = cpu_decode_split(6144, 4352, 2, b);
     CHECK(b[1] == 1536 && b[2] == 1536 + 1152);
     CHECK(b[n - 1] - b[n - 2] == 16);
-    /* the same on one thread: halves, and a small matrix in one task */
+    /* the same on one thread: halves; 8 rows on 2 threads: a block of 4 each */
     n = cpu_decode_split(6144, 4352, 1, b);
     CHECK(b[1] == 3072);
-    CHECK(cpu_decode_split(8, 4352, 2, b) == 1 && b[1] == 8);
+    CHECK(cpu_decode_split(8, 4352, 2, b) == 2 && b[1] == 4);
+    /* a small matrix on 16 threads (Qwen3-0.6B's output projection,
+     * Q4_K): tasks of 32 rows, then 16, not the 64 KiB floor's 60 */
+    n = cpu_decode_split(1024, 1152, 16, b);
+    CHECK(b[1] == 32 && b[n - 1] - b[n - 2] == 16 && n >= 32);
     CHECK(cpu_decode_split(0, 4352, 2, b) == 0);
 }
 

@@ -32,8 +32,13 @@ int cpu_decode_split(int64_t rows, size_t row_bytes, int threads, int64_t *bound
     }
     if (threads < 1)
         threads = 1;
-    int64_t min_rows = row_bytes ? (int64_t)((CPU_SPLIT_MIN_BYTES + row_bytes - 1) / row_bytes) : rows;
-    min_rows = round_up(min_rows, CPU_SPLIT_ROW_UNIT);
+    /* The floor, lower for a small matrix on many threads, so that it
+     * still makes four tasks a thread: every core streams a share. */
+    int64_t floor_bytes = CPU_SPLIT_MIN_BYTES;
+    if ((double)rows * (double)row_bytes / (4.0 * threads) < (double)floor_bytes)
+        floor_bytes = (int64_t)((double)rows * (double)row_bytes / (4.0 * threads));
+    int64_t min_rows = row_bytes ? (floor_bytes + (int64_t)row_bytes - 1) / (int64_t)row_bytes : rows;
+    min_rows = round_up(min_rows > 0 ? min_rows : 1, CPU_SPLIT_ROW_UNIT);
     /* Many threads over a tall matrix (a vocabulary's rows on 64 cores)
      * would make more tasks than bounds[] holds: a higher floor, which
      * only lengthens the shortest tasks. */

@@ -6,9 +6,10 @@
  * threads must also finish together, or a core sits idle at the join
  * while the other streams alone. Tasks therefore shrink: each takes the
  * rows still left divided by twice the threads (a quarter of a matrix
- * first on 2 threads), down to a floor of CPU_SPLIT_MIN_BYTES of weights,
- * so the last tasks are short and a thread that finishes early waits for
- * at most one of them. The split never changes a row's bits: each row is
+ * first on 2 threads), down to a floor of CPU_SPLIT_MIN_BYTES of weights
+ * (a quarter of a thread's share where that is less: a small matrix on
+ * many cores still gives every core a share), so the last tasks are
+ * short and a thread that finishes early waits for at most one of them. The split never changes a row's bits: each row is
  * computed by the same kernel whatever task holds it. */
 #ifndef MEMRA_BACKEND_CPU_CPU_DECODE_SPLIT_H
 #define MEMRA_BACKEND_CPU_CPU_DECODE_SPLIT_H
@@ -17,7 +18,7 @@
 #include <stdint.h>
 
 enum {
-    CPU_SPLIT_MIN_BYTES = 64 * 1024, /* the smallest task's weights */
+    CPU_SPLIT_MIN_BYTES = 64 * 1024, /* the smallest task's weights, at most */
     CPU_SPLIT_ROW_UNIT = 4,          /* tasks hold whole blocks of this many rows */
     CPU_SPLIT_MAX_TASKS = 1024       /* bounds[] holds CPU_SPLIT_MAX_TASKS + 1 */
 };
