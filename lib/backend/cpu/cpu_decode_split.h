@@ -9,8 +9,9 @@
  * first on 2 threads), down to a floor of CPU_SPLIT_MIN_BYTES of weights
  * (a quarter of a thread's share where that is less: a small matrix on
  * many cores still gives every core a share), so the last tasks are
- * short and a thread that finishes early waits for at most one of them. The split never changes a row's bits: each row is
- * computed by the same kernel whatever task holds it. */
+ * short and a thread that finishes early waits for at most one of them.
+ * The split never changes a row's bits: each row is computed by the same
+ * kernel whatever task holds it. */
 #ifndef MEMRA_BACKEND_CPU_CPU_DECODE_SPLIT_H
 #define MEMRA_BACKEND_CPU_CPU_DECODE_SPLIT_H
 
